@@ -1,0 +1,135 @@
+import { Command, Option } from 'commander';
+import {
+  ConfigError,
+  configJsonSchema,
+  formatIssues,
+  loadConfig,
+  redactConfig,
+} from '../core/config/load.ts';
+import { migrate, openDatabase } from '../core/db/database.ts';
+import { SigilError } from '../core/errors.ts';
+import { PluginLoadError } from '../core/plugins/host.ts';
+import { openKernel } from '../services/kernel.ts';
+import { serve, type ServiceName } from '../services/serve.ts';
+import { SIGIL_VERSION } from '../services/shared/health.ts';
+
+/** Exit codes: 1 for a failure at run time, 2 for a configuration or plugin problem found at start-up. */
+const EXIT_CONFIG = 2;
+
+const program = new Command('sigil')
+  .description('Agent runtime and tool gateway for wallet-authenticated AI agents')
+  .version(SIGIL_VERSION)
+  .addOption(new Option('-c, --config <path>', 'config file (default: $SIGIL_CONFIG or ./sigil.config.json)'))
+  .showHelpAfterError();
+
+const configPath = (): string | undefined => program.opts<{ config?: string }>().config;
+
+async function runServices(services: readonly ServiceName[]): Promise<void> {
+  const kernel = await openKernel({ ...(configPath() ? { configPath: configPath() as string } : {}) });
+  const serving = await serve(kernel, services);
+  for (const [name, url] of Object.entries(serving.urls)) process.stdout.write(`${name.padEnd(8)} ${url}\n`);
+  if (!kernel.configFile) process.stdout.write('config   embedded defaults (no sigil.config.json)\n');
+  const shutdown = (signal: string) => {
+    process.stdout.write(`\n${signal}: finishing in-flight requests, then stopping plugins\n`);
+    serving.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        process.stderr.write(`shutdown failed: ${(err as Error).message}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGINT', () => shutdown('SIGINT'));
+  process.once('SIGTERM', () => shutdown('SIGTERM'));
+}
+
+program
+  .command('up')
+  .description('Run the runtime and the gateway together on embedded defaults (what `npm start` runs)')
+  .action(() => runServices(['runtime', 'gateway']));
+
+program
+  .command('runtime')
+  .description('Run the agent runtime alone (port 8080 by default)')
+  .action(() => runServices(['runtime']));
+
+program
+  .command('gateway')
+  .description('Run the tool gateway alone (port 8402 by default)')
+  .action(() => runServices(['gateway']));
+
+program
+  .command('plugins')
+  .description('List the plugins the config loads, with kind, name, spec version and state')
+  .option('--json', 'print JSON')
+  .action(async (options: { json?: boolean }) => {
+    const kernel = await openKernel({ ...(configPath() ? { configPath: configPath() as string } : {}) });
+    const list = kernel.plugins.list();
+    await kernel.close();
+    if (options.json) {
+      process.stdout.write(`${JSON.stringify(list, null, 2)}\n`);
+      return;
+    }
+    const rows = [
+      ['KIND', 'NAME', 'SPEC', 'STATE', 'SOURCE'],
+      ...list.map((p) => [p.kind, p.name, p.specVersion, p.state, p.source]),
+    ];
+    const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+    for (const row of rows)
+      process.stdout.write(`${row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ')}\n`);
+  });
+
+const config = program.command('config').description('Check the configuration or print its JSON Schema');
+config
+  .command('check')
+  .description('Validate the config (file + env) and print the effective config with secrets redacted')
+  .action(() => {
+    const loaded = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
+    process.stderr.write(
+      `config: ${loaded.file ?? 'embedded defaults'}${loaded.envOverrides.length ? `; env overrides: ${loaded.envOverrides.join(', ')}` : ''}\n`,
+    );
+    process.stdout.write(`${JSON.stringify(redactConfig(loaded.config), null, 2)}\n`);
+  });
+config
+  .command('schema')
+  .description('Print the JSON Schema of sigil.config.json (point "$schema" at it for editor completion)')
+  .action(() => {
+    process.stdout.write(`${JSON.stringify(configJsonSchema(), null, 2)}\n`);
+  });
+
+program
+  .command('db')
+  .description('Database maintenance')
+  .command('migrate')
+  .description('Apply pending migrations (also done at every start-up)')
+  .action(async () => {
+    const { config: effective } = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
+    const db = await openDatabase({ url: effective.database.url });
+    try {
+      const applied = await migrate(db);
+      process.stdout.write(applied.length ? `applied: ${applied.join(', ')}\n` : 'database is up to date\n');
+    } finally {
+      await db.destroy();
+    }
+  });
+
+function reportAndExit(err: unknown): never {
+  if (err instanceof ConfigError) {
+    process.stderr.write(`sigil: invalid configuration\n${formatIssues(err.issues)}\n`);
+    process.exit(EXIT_CONFIG);
+  }
+  if (err instanceof PluginLoadError) {
+    process.stderr.write(
+      `sigil: cannot load plugins\n  plugin: ${err.plugin}\n  config: ${err.configPath}\n  reason: ${err.reason}\n`,
+    );
+    process.exit(EXIT_CONFIG);
+  }
+  if (err instanceof SigilError) {
+    process.stderr.write(`sigil: ${err.message}${err.hint ? `\n  hint: ${err.hint}` : ''}\n`);
+    process.exit(err.code === 'config_invalid' ? EXIT_CONFIG : 1);
+  }
+  process.stderr.write(`sigil: ${(err as Error).stack ?? String(err)}\n`);
+  process.exit(1);
+}
+
+program.parseAsync(process.argv).catch(reportAndExit);

@@ -1,0 +1,149 @@
+import { z } from 'zod';
+
+const port = z.number().int().min(0).max(65535);
+const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address');
+
+/** One plugin to load: Medusa's `{ resolve, id, options }` shape. */
+export const pluginEntrySchema = z
+  .object({
+    resolve: z
+      .string()
+      .min(1)
+      .describe('A built-in plugin name (e.g. "tee-none"), an npm package name, or a path to a module'),
+    id: z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9-]*$/)
+      .optional()
+      .describe(
+        'Instance name; defaults to the manifest name. Two instances of one plugin need distinct ids',
+      ),
+    enabled: z.boolean().default(true),
+    options: z
+      .record(z.string(), z.unknown())
+      .default({})
+      .describe("The plugin's own config, checked by its schema"),
+  })
+  .strict();
+
+const serviceSchema = (defaultPort: number) =>
+  z
+    .object({
+      host: z.string().default('127.0.0.1'),
+      port: port.default(defaultPort),
+      publicUrl: z
+        .url()
+        .optional()
+        .describe('URL clients use to reach the service; SIWE domain and URI are checked against it'),
+      bodyLimitBytes: z.number().int().positive().default(1_048_576),
+    })
+    .strict();
+
+export const configSchema = z
+  .object({
+    $schema: z.string().optional(),
+    mode: z
+      .enum(['development', 'production'])
+      .default('development')
+      .describe('production fails closed where development falls back (e.g. memory-only vaults)'),
+    log: z
+      .object({
+        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+      })
+      .strict()
+      .default({ level: 'info' }),
+    database: z
+      .object({
+        url: z
+          .string()
+          .default('data/sigil.db')
+          .describe('postgres://… for PostgreSQL, otherwise a SQLite file path (env DATABASE_URL)'),
+      })
+      .strict()
+      .default({ url: 'data/sigil.db' }),
+    auth: z
+      .object({
+        chainId: z.number().int().positive().default(8453),
+        challengeTtlSeconds: z.number().int().min(30).max(3600).default(300),
+        runtimeJwtTtlSeconds: z.number().int().min(60).max(86_400).default(3600),
+        gatewayJwtTtlSeconds: z.number().int().min(60).max(86_400).default(86_400),
+        requestSignatureMaxAgeSeconds: z
+          .number()
+          .int()
+          .min(5)
+          .max(3600)
+          .default(300)
+          .describe('Longest validity window accepted for an ERC-8128 signature'),
+        clockSkewSeconds: z.number().int().min(0).max(300).default(30),
+        jwtSigningKey: z
+          .string()
+          .optional()
+          .describe(
+            'ES256 private key (PKCS#8 PEM) that signs session JWTs; generated and kept in the database when unset',
+          ),
+      })
+      .strict()
+      .default({
+        chainId: 8453,
+        challengeTtlSeconds: 300,
+        runtimeJwtTtlSeconds: 3600,
+        gatewayJwtTtlSeconds: 86_400,
+        requestSignatureMaxAgeSeconds: 300,
+        clockSkewSeconds: 30,
+      }),
+    runtime: serviceSchema(8080)
+      .extend({
+        mcpSigningKey: z
+          .string()
+          .optional()
+          .describe('ES256 private key for delegated gateway JWTs (env MCP_SIGNING_KEY)'),
+        providerApiKey: z.string().optional().describe('Operator provider key slot (env PROVIDER_API_KEY)'),
+      })
+      .default({ host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576 }),
+    gateway: serviceSchema(8402)
+      .extend({
+        operatorWallets: z
+          .array(address)
+          .default([])
+          .describe('Wallets treated as operators (env OPERATOR_WALLETS)'),
+        erc8128EnforceOperatorMcp: z
+          .boolean()
+          .default(false)
+          .describe('Reject bearer-only requests from operator wallets (env ERC8128_ENFORCE_OPERATOR_MCP)'),
+        secretKey: z
+          .string()
+          .min(32)
+          .optional()
+          .describe(
+            'Master key for per-wallet secrets (env GATEWAY_SECRET_KEY); secrets are memory-only without it',
+          ),
+      })
+      .default({
+        host: '127.0.0.1',
+        port: 8402,
+        bodyLimitBytes: 1_048_576,
+        operatorWallets: [],
+        erc8128EnforceOperatorMcp: false,
+      }),
+    vault: z
+      .object({
+        persistenceDir: z
+          .string()
+          .optional()
+          .describe('Where vault ciphertext persists (env VAULT_PERSISTENCE_DIR)'),
+      })
+      .strict()
+      .default({}),
+    plugins: z.array(pluginEntrySchema).default([{ resolve: 'tee-none', enabled: true, options: {} }]),
+  })
+  .strict();
+
+export type SigilConfig = z.infer<typeof configSchema>;
+export type PluginEntry = z.infer<typeof pluginEntrySchema>;
+
+/** Config paths whose values are secrets: redacted in every printout. */
+export const SECRET_CONFIG_PATHS = [
+  'auth.jwtSigningKey',
+  'runtime.mcpSigningKey',
+  'runtime.providerApiKey',
+  'gateway.secretKey',
+] as const;

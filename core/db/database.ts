@@ -1,0 +1,113 @@
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import knex, { type Knex } from 'knex';
+import { SigilError } from '../errors.ts';
+import { kernelMigrations, type Migration } from './migrations/index.ts';
+
+export type Database = Knex;
+
+export interface DatabaseOptions {
+  /** `postgres://…` for PostgreSQL; a file path, `sqlite:<path>` or `:memory:` for SQLite. */
+  url: string;
+  /** PostgreSQL schema to use (created when missing); lets tests and tenants share one database. */
+  schema?: string;
+}
+
+export const isPostgresUrl = (url: string): boolean => /^postgres(ql)?:\/\//.test(url);
+
+export async function openDatabase(options: DatabaseOptions): Promise<Database> {
+  const db = isPostgresUrl(options.url) ? await openPostgres(options) : openSqlite(options.url);
+  try {
+    await db.raw('select 1');
+  } catch (cause) {
+    await db.destroy();
+    throw new SigilError('unavailable', `Cannot reach the database (${describeUrl(options.url)})`, {
+      hint: 'Check DATABASE_URL, or unset it to use the embedded SQLite file under ./data',
+      cause,
+    });
+  }
+  return db;
+}
+
+function openSqlite(url: string): Database {
+  const filename = url.replace(/^sqlite:(\/\/)?/, '');
+  if (filename !== ':memory:') mkdirSync(dirname(filename), { recursive: true });
+  return knex({
+    client: 'sqlite3',
+    connection: { filename },
+    useNullAsDefault: true,
+    // One connection: SQLite serialises writers anyway, and one connection makes every transaction
+    // a true critical section instead of a SQLITE_BUSY retry loop.
+    pool: {
+      min: 1,
+      max: 1,
+      afterCreate: (
+        conn: { exec(sql: string, cb: (err: Error | null) => void): void },
+        done: (err: Error | null) => void,
+      ) =>
+        conn.exec('PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;', done),
+    },
+  });
+}
+
+async function openPostgres(options: DatabaseOptions): Promise<Database> {
+  const schema = options.schema;
+  if (schema !== undefined && !/^[a-z_][a-z0-9_]*$/.test(schema)) {
+    throw new SigilError('config_invalid', `Invalid PostgreSQL schema name: ${schema}`);
+  }
+  if (schema !== undefined) {
+    const admin = knex({ client: 'pg', connection: options.url, pool: { min: 0, max: 1 } });
+    try {
+      await admin.raw(`create schema if not exists "${schema}"`);
+    } finally {
+      await admin.destroy();
+    }
+  }
+  return knex({
+    client: 'pg',
+    connection: options.url,
+    pool: { min: 0, max: 10 },
+    ...(schema === undefined ? {} : { searchPath: [schema] }),
+  });
+}
+
+/** The URL without its password, safe for logs and errors. */
+export function describeUrl(url: string): string {
+  if (!isPostgresUrl(url)) return url;
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return 'postgres://(unparseable url)';
+  }
+}
+
+class ListMigrationSource implements Knex.MigrationSource<Migration> {
+  constructor(private readonly migrations: readonly Migration[]) {}
+  getMigrations(): Promise<Migration[]> {
+    return Promise.resolve([...this.migrations].sort((a, b) => a.name.localeCompare(b.name)));
+  }
+  getMigrationName(migration: Migration): string {
+    return migration.name;
+  }
+  getMigration(migration: Migration): Promise<Knex.Migration> {
+    return Promise.resolve({ up: migration.up, down: migration.down });
+  }
+}
+
+/** Applies the kernel's migrations plus any extra ones (a service's or a plugin's); returns the names applied. */
+export async function migrate(db: Database, extra: readonly Migration[] = []): Promise<string[]> {
+  const all = [...kernelMigrations, ...extra];
+  const names = new Set<string>();
+  for (const migration of all) {
+    if (names.has(migration.name))
+      throw new SigilError('internal', `Duplicate migration name ${migration.name}`);
+    names.add(migration.name);
+  }
+  const [, applied] = (await db.migrate.latest({ migrationSource: new ListMigrationSource(all) })) as [
+    number,
+    string[],
+  ];
+  return applied;
+}

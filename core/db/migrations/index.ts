@@ -1,0 +1,11 @@
+import type { Knex } from 'knex';
+import { authTables } from './0001-auth.ts';
+
+/** A schema change. Names sort in the order they apply, so prefix them with a number. */
+export interface Migration {
+  name: string;
+  up(db: Knex): Promise<void>;
+  down(db: Knex): Promise<void>;
+}
+
+export const kernelMigrations: readonly Migration[] = [authTables];

@@ -1,0 +1,87 @@
+import type { Context, Next } from 'koa';
+import { isSigilError, SigilError, type ErrorCode } from '../errors.ts';
+import type { Logger } from '../log.ts';
+
+/** The one place where error codes meet HTTP statuses. */
+export const STATUS_BY_CODE: Record<ErrorCode, number> = {
+  invalid_request: 400,
+  unauthorized: 401,
+  payment_required: 402,
+  forbidden: 403,
+  not_found: 404,
+  method_not_allowed: 405,
+  conflict: 409,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  rate_limited: 429,
+  internal: 500,
+  config_invalid: 500,
+  plugin_invalid: 500,
+  unavailable: 503,
+};
+
+export interface ErrorBody {
+  code: string;
+  message: string;
+  hint?: string;
+  details?: Record<string, unknown>;
+}
+
+/** Errors thrown by Koa and its body parser carry a status; give them a stable code too. */
+function fromHttpError(err: {
+  status: number;
+  expose?: boolean;
+  message: string;
+  type?: string;
+}): SigilError {
+  if (err.status === 413) return new SigilError('payload_too_large', 'Request body is too large');
+  if (err.status === 415) return new SigilError('unsupported_media_type', err.message);
+  if (err.status === 405) return new SigilError('method_not_allowed', err.message);
+  if (err.status === 404) return new SigilError('not_found', err.message);
+  if (err.type === 'entity.parse.failed' || err.status === 400) {
+    return new SigilError('invalid_request', 'Request body is not valid JSON', {
+      hint: 'Send a JSON object',
+    });
+  }
+  return new SigilError('invalid_request', err.expose ? err.message : 'Bad request');
+}
+
+export function toSigilError(err: unknown): SigilError {
+  if (isSigilError(err)) return err;
+  const status = (err as { status?: unknown } | null)?.status;
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    return fromHttpError(err as { status: number; message: string });
+  }
+  return new SigilError('internal', 'Internal error', {
+    hint: 'The request id in X-Request-Id finds it in the logs',
+  });
+}
+
+export function errorBody(error: SigilError): ErrorBody {
+  return {
+    code: error.code,
+    message: error.message,
+    ...(error.hint === undefined ? {} : { hint: error.hint }),
+    ...(error.details === undefined ? {} : { details: error.details }),
+  };
+}
+
+/** Turns anything thrown downstream into the one JSON error shape; unexpected errors are logged, not shown. */
+export function errorHandler(logger: Logger) {
+  return async (ctx: Context, next: Next): Promise<void> => {
+    try {
+      await next();
+      if (ctx.status === 404 && ctx.body === undefined) {
+        throw new SigilError('not_found', `No route for ${ctx.method} ${ctx.path}`);
+      }
+    } catch (err) {
+      const error = toSigilError(err);
+      const status = STATUS_BY_CODE[error.code];
+      if (status >= 500) {
+        (ctx.state.log ?? logger).error({ err }, 'request failed');
+      }
+      ctx.status = status;
+      ctx.body = errorBody(error);
+    }
+  };
+}

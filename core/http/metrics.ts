@@ -1,0 +1,46 @@
+import type { Context, Next } from 'koa';
+import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** Prometheus metrics for one service; a registry per app so two services in one process stay apart. */
+export class HttpMetrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<'method' | 'route' | 'status'>;
+  private readonly duration: Histogram<'method' | 'route'>;
+
+  constructor(service: string) {
+    this.registry.setDefaultLabels({ service });
+    collectDefaultMetrics({ register: this.registry });
+    this.requests = new Counter({
+      name: 'http_requests_total',
+      help: 'HTTP requests by method, route template and status',
+      labelNames: ['method', 'route', 'status'],
+      registers: [this.registry],
+    });
+    this.duration = new Histogram({
+      name: 'http_request_duration_seconds',
+      help: 'HTTP request duration by method and route template',
+      labelNames: ['method', 'route'],
+      buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
+      registers: [this.registry],
+    });
+  }
+
+  middleware() {
+    return async (ctx: Context, next: Next): Promise<void> => {
+      const stop = this.duration.startTimer();
+      try {
+        await next();
+      } finally {
+        // The route template, not the path, keeps label cardinality bounded.
+        const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute ?? 'unmatched';
+        this.requests.inc({ method: ctx.method, route, status: String(ctx.status) });
+        stop({ method: ctx.method, route });
+      }
+    };
+  }
+
+  async render(ctx: Context): Promise<void> {
+    ctx.type = this.registry.contentType;
+    ctx.body = await this.registry.metrics();
+  }
+}

@@ -1,0 +1,19 @@
+/**
+ * `canvas-node` v1: one kind of node in a canvas workflow (a typed DAG run in topological order).
+ * A node that writes (`writes: true`) only runs after an upstream approval; the executor enforces it.
+ */
+export interface CanvasNodeV1 {
+  readonly specVersion: 'v1';
+  /** Node kind as it appears in workflow documents, e.g. `write-file`, `browser-verify`. */
+  readonly nodeKind: string;
+  readonly writes: boolean;
+  /** Runs the node with its inputs (outputs of upstream nodes); reports progress through `log`. */
+  run(input: CanvasNodeInput): Promise<Record<string, unknown>>;
+}
+
+export interface CanvasNodeInput {
+  params: Record<string, unknown>;
+  upstream: Record<string, Record<string, unknown>>;
+  log(message: string): void;
+  signal: AbortSignal;
+}

@@ -1,0 +1,42 @@
+import type { CanvasNodeV1 } from './canvas-node-v1.ts';
+import type { LlmProviderV1 } from './llm-provider-v1.ts';
+import type { PackageRegistryV1 } from './package-registry-v1.ts';
+import type { PaymentRailV1 } from './payment-rail-v1.ts';
+import type { SandboxRuntimeV1 } from './sandbox-runtime-v1.ts';
+import type { TeeBackendV1 } from './tee-backend-v1.ts';
+
+export type * from './canvas-node-v1.ts';
+export type * from './llm-provider-v1.ts';
+export type * from './package-registry-v1.ts';
+export type * from './payment-rail-v1.ts';
+export type * from './sandbox-runtime-v1.ts';
+export type * from './tee-backend-v1.ts';
+
+/** Every plugin kind and the contract an instance of each spec version implements. */
+export interface PluginContracts {
+  'llm-provider': { v1: LlmProviderV1 };
+  'package-registry': { v1: PackageRegistryV1 };
+  'payment-rail': { v1: PaymentRailV1 };
+  'sandbox-runtime': { v1: SandboxRuntimeV1 };
+  'tee-backend': { v1: TeeBackendV1 };
+  'canvas-node': { v1: CanvasNodeV1 };
+}
+
+export type PluginKind = keyof PluginContracts;
+export type SpecVersion<K extends PluginKind> = keyof PluginContracts[K] & string;
+export type PluginInstanceOf<
+  K extends PluginKind,
+  V extends SpecVersion<K> = SpecVersion<K>,
+> = PluginContracts[K][V];
+
+/** The spec versions this core accepts per kind; old versions stay listed while they are supported. */
+export const SUPPORTED_SPEC_VERSIONS: { readonly [K in PluginKind]: readonly SpecVersion<K>[] } = {
+  'llm-provider': ['v1'],
+  'package-registry': ['v1'],
+  'payment-rail': ['v1'],
+  'sandbox-runtime': ['v1'],
+  'tee-backend': ['v1'],
+  'canvas-node': ['v1'],
+};
+
+export const PLUGIN_KINDS = Object.keys(SUPPORTED_SPEC_VERSIONS) as PluginKind[];

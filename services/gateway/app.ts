@@ -1,0 +1,21 @@
+import type Koa from 'koa';
+import { createHttpApp } from '../../core/http/app.ts';
+import type { HttpMetrics } from '../../core/http/metrics.ts';
+import type { Kernel } from '../kernel.ts';
+import { healthRouter } from '../shared/health.ts';
+
+export interface GatewayApp {
+  app: Koa;
+  metrics: HttpMetrics;
+}
+
+/** The tool gateway: composition of core middleware and the gateway's routers. */
+export function createGatewayApp(kernel: Kernel): GatewayApp {
+  const health = healthRouter('gateway', kernel);
+  return createHttpApp({
+    service: 'gateway',
+    logger: kernel.logger.child({ service: 'gateway' }),
+    bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
+    routers: [health],
+  });
+}

@@ -1,0 +1,86 @@
+import { dirname } from 'node:path';
+import { systemClock, type Clock } from '../core/clock.ts';
+import { loadConfig, type LoadedConfig } from '../core/config/load.ts';
+import type { SigilConfig } from '../core/config/schema.ts';
+import { migrate, openDatabase, type Database } from '../core/db/database.ts';
+import { createLogger, SecretRegistry, type Logger } from '../core/log.ts';
+import { PluginHost } from '../core/plugins/host.ts';
+import { builtinPlugins } from './builtin-plugins.ts';
+
+/** What every service is composed from: the loaded config, the database, plugins and core services. */
+export interface Kernel {
+  config: SigilConfig;
+  configFile: string | undefined;
+  db: Database;
+  logger: Logger;
+  clock: Clock;
+  secrets: SecretRegistry;
+  plugins: PluginHost;
+  /** Stops plugins (reverse order) and closes the database. */
+  close(): Promise<void>;
+}
+
+export interface KernelOptions {
+  configPath?: string;
+  env?: NodeJS.ProcessEnv;
+  clock?: Clock;
+  logger?: Logger;
+  /** Use this config instead of loading one (tests). */
+  loaded?: LoadedConfig;
+  /** PostgreSQL schema (tests isolate themselves with one). */
+  dbSchema?: string;
+}
+
+/** Loads config, opens and migrates the database, and loads and starts plugins. Fails before serving anything. */
+export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
+  const loaded =
+    options.loaded ??
+    loadConfig({
+      ...(options.configPath ? { path: options.configPath } : {}),
+      env: options.env ?? process.env,
+    });
+  const { config } = loaded;
+  const secrets = new SecretRegistry();
+  for (const value of [
+    config.auth.jwtSigningKey,
+    config.runtime.mcpSigningKey,
+    config.runtime.providerApiKey,
+    config.gateway.secretKey,
+  ]) {
+    secrets.add(value);
+  }
+  const logger = options.logger ?? createLogger({ level: config.log.level, secrets });
+  const clock = options.clock ?? systemClock;
+  const db = await openDatabase({
+    url: config.database.url,
+    ...(options.dbSchema ? { schema: options.dbSchema } : {}),
+  });
+  try {
+    const applied = await migrate(db);
+    if (applied.length > 0) logger.info({ applied }, 'database migrated');
+    const plugins = new PluginHost({
+      builtins: builtinPlugins,
+      core: { db, logger, clock, secrets },
+      logger,
+      baseDir: loaded.file ? dirname(loaded.file) : process.cwd(),
+    });
+    await plugins.load(config.plugins);
+    await plugins.start();
+    return {
+      config,
+      configFile: loaded.file,
+      db,
+      logger,
+      clock,
+      secrets,
+      plugins,
+      close: async () => {
+        await plugins.stop();
+        await db.destroy();
+      },
+    };
+  } catch (err) {
+    await db.destroy();
+    throw err;
+  }
+}
