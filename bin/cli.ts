@@ -113,6 +113,19 @@ program
     }
   });
 
+function printTable(header: readonly string[], rows: readonly (readonly string[])[]): void {
+  const all = [header, ...rows];
+  const widths = header.map((_, column) => Math.max(...all.map((row) => (row[column] ?? '').length)));
+  for (const row of all) {
+    process.stdout.write(
+      `${row
+        .map((cell, column) => cell.padEnd(widths[column] ?? 0))
+        .join('  ')
+        .trimEnd()}\n`,
+    );
+  }
+}
+
 function reportAndExit(err: unknown): never {
   if (err instanceof ConfigError) {
     process.stderr.write(`sigil: invalid configuration\n${formatIssues(err.issues)}\n`);

@@ -1,0 +1,96 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import knex from 'knex';
+import { pino } from 'pino';
+import type { Clock } from '../../core/clock.ts';
+import { configSchema, type SigilConfig } from '../../core/config/schema.ts';
+import type { Logger } from '../../core/log.ts';
+import { openKernel, type Kernel } from '../../services/kernel.ts';
+
+export interface TestDatabase {
+  /** `sqlite` or `postgres`: shown in test titles. */
+  name: string;
+  /** Returns a fresh, empty database URL (and a PostgreSQL schema) for one kernel. */
+  fresh(): { url: string; schema?: string; cleanup(): Promise<void> };
+}
+
+const sqlite: TestDatabase = {
+  name: 'sqlite',
+  fresh() {
+    const dir = mkdtempSync(join(tmpdir(), 'sigil-test-'));
+    return { url: join(dir, 'sigil.db'), cleanup: async () => rmSync(dir, { recursive: true, force: true }) };
+  },
+};
+
+function postgres(url: string): TestDatabase {
+  return {
+    name: 'postgres',
+    fresh() {
+      const schema = `t_${process.pid}_${randomBytes(4).toString('hex')}`;
+      return {
+        url,
+        schema,
+        cleanup: async () => {
+          const admin = knex({ client: 'pg', connection: url, pool: { min: 0, max: 1 } });
+          try {
+            await admin.raw(`drop schema if exists "${schema}" cascade`);
+          } finally {
+            await admin.destroy();
+          }
+        },
+      };
+    },
+  };
+}
+
+/** SQLite always; PostgreSQL too when TEST_DATABASE_URL is set (CI sets it). */
+export const TEST_DATABASES: readonly TestDatabase[] = [
+  sqlite,
+  ...(process.env.TEST_DATABASE_URL ? [postgres(process.env.TEST_DATABASE_URL)] : []),
+];
+
+/** Runs the same suite once per test database: `describeEachDatabase('ledger', (db) => { … })`. */
+export function describeEachDatabase(title: string, body: (database: TestDatabase) => void): void {
+  for (const database of TEST_DATABASES) describe(`${title} [${database.name}]`, () => body(database));
+}
+
+/** A logger that writes nowhere unless SIGIL_TEST_LOGS is set; tests that read logs pass their own. */
+export const quietLogger = (): Logger => pino({ level: process.env.SIGIL_TEST_LOGS ? 'debug' : 'silent' });
+
+/** Sections to merge over the test defaults; arrays and scalars replace, objects merge one level deep. */
+export type ConfigOverrides = {
+  [K in keyof SigilConfig]?: SigilConfig[K] extends unknown[] ? SigilConfig[K] : Partial<SigilConfig[K]>;
+};
+
+export interface TestKernelOptions {
+  database?: TestDatabase;
+  config?: ConfigOverrides;
+  clock?: Clock;
+  logger?: Logger;
+}
+
+/** A real kernel (real database, real plugins) on a fresh database, closed and dropped by `close`. */
+export async function openTestKernel(options: TestKernelOptions = {}): Promise<Kernel> {
+  const database = (options.database ?? sqlite).fresh();
+  const raw: Record<string, unknown> = { database: { url: database.url }, log: { level: 'silent' } };
+  for (const [section, values] of Object.entries(options.config ?? {}) as [string, unknown][]) {
+    const isObject = typeof values === 'object' && values !== null && !Array.isArray(values);
+    raw[section] = isObject ? { ...(raw[section] as object | undefined), ...values } : values;
+  }
+  const config = configSchema.parse(raw);
+  const kernel = await openKernel({
+    loaded: { config, file: undefined, envOverrides: [] },
+    logger: options.logger ?? quietLogger(),
+    ...(options.clock ? { clock: options.clock } : {}),
+    ...(database.schema ? { dbSchema: database.schema } : {}),
+  });
+  return {
+    ...kernel,
+    close: async () => {
+      await kernel.close();
+      await database.cleanup();
+    },
+  };
+}
