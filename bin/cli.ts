@@ -70,13 +70,10 @@ program
       process.stdout.write(`${JSON.stringify(list, null, 2)}\n`);
       return;
     }
-    const rows = [
+    printTable(
       ['KIND', 'NAME', 'SPEC', 'STATE', 'SOURCE'],
-      ...list.map((p) => [p.kind, p.name, p.specVersion, p.state, p.source]),
-    ];
-    const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-    for (const row of rows)
-      process.stdout.write(`${row.map((cell, i) => cell.padEnd(widths[i]!)).join('  ')}\n`);
+      list.map((p) => [p.kind, p.name, p.specVersion, p.state, p.source]),
+    );
   });
 
 const config = program.command('config').description('Check the configuration or print its JSON Schema');
