@@ -74,7 +74,7 @@ export interface LoadConfigOptions {
 export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
   const env = options.env ?? process.env;
   const cwd = options.cwd ?? process.cwd();
-  const explicit = options.path ?? env.SIGIL_CONFIG;
+  const explicit = options.path ?? (env.SIGIL_CONFIG || undefined);
   const candidate = resolve(cwd, explicit ?? 'sigil.config.json');
   let raw: Record<string, unknown> = {};
   let file: string | undefined;

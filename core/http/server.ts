@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type Koa from 'koa';
 
@@ -12,6 +12,15 @@ export interface RunningServer {
 export async function listen(app: Koa, host: string, port: number): Promise<RunningServer> {
   const server = createServer(app.callback());
   server.keepAliveTimeout = 5_000;
+  // Responses still being produced when shutdown begins are told to close their connection, so a
+  // keep-alive client does not hold the server open after its last answer.
+  const inFlight = new Set<ServerResponse>();
+  let closing = false;
+  server.on('request', (_req, res: ServerResponse) => {
+    if (closing) res.shouldKeepAlive = false;
+    inFlight.add(res);
+    res.once('close', () => inFlight.delete(res));
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
@@ -26,6 +35,8 @@ export async function listen(app: Koa, host: string, port: number): Promise<Runn
     url: `http://${shownHost}:${address.port}`,
     close: (graceMs = 10_000) =>
       new Promise<void>((resolve) => {
+        closing = true;
+        for (const res of inFlight) if (!res.headersSent) res.shouldKeepAlive = false;
         const force = setTimeout(() => server.closeAllConnections(), graceMs);
         force.unref();
         server.close(() => {

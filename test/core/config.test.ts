@@ -1,0 +1,129 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { ConfigError, configJsonSchema, loadConfig, redactConfig } from '../../core/config/load.ts';
+
+describe('config', () => {
+  let dir: string;
+  const write = (value: unknown) => {
+    const file = join(dir, 'sigil.config.json');
+    writeFileSync(file, typeof value === 'string' ? value : JSON.stringify(value));
+    return file;
+  };
+  const issuesOf = (fn: () => unknown) => {
+    try {
+      fn();
+    } catch (err) {
+      expect(err).to.be.instanceOf(ConfigError);
+      return (err as ConfigError).issues;
+    }
+    throw new Error('expected a ConfigError');
+  };
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'sigil-config-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('runs on embedded defaults when there is no file', () => {
+    const { config, file } = loadConfig({ cwd: dir, env: {} });
+    expect(file).to.equal(undefined);
+    expect(config.runtime.port).to.equal(8080);
+    expect(config.gateway.port).to.equal(8402);
+    expect(config.runtime.host).to.equal('127.0.0.1');
+    expect(config.auth.chainId).to.equal(8453);
+    expect(config.auth.gatewayJwtTtlSeconds).to.equal(86_400);
+    expect(config.database.url).to.equal('data/sigil.db');
+    expect(config.plugins.map((p) => p.resolve)).to.deep.equal(['tee-none']);
+  });
+
+  it('reads ./sigil.config.json, and env overrides it with typed values', () => {
+    write({ gateway: { port: 9000, operatorWallets: [] }, log: { level: 'debug' } });
+    const { config, envOverrides } = loadConfig({
+      cwd: dir,
+      env: {
+        GATEWAY_PORT: '9402',
+        ERC8128_ENFORCE_OPERATOR_MCP: 'true',
+        OPERATOR_WALLETS:
+          '0x1111111111111111111111111111111111111111, 0x2222222222222222222222222222222222222222',
+        DATABASE_URL: 'postgres://u:p@db:5432/sigil',
+        VAULT_PERSISTENCE_DIR: '/var/lib/sigil/vault',
+      },
+    });
+    expect(config.gateway.port).to.equal(9402);
+    expect(config.log.level).to.equal('debug');
+    expect(config.gateway.erc8128EnforceOperatorMcp).to.equal(true);
+    expect(config.gateway.operatorWallets).to.have.length(2);
+    expect(config.database.url).to.equal('postgres://u:p@db:5432/sigil');
+    expect(config.vault.persistenceDir).to.equal('/var/lib/sigil/vault');
+    expect(envOverrides).to.include.members(['GATEWAY_PORT', 'DATABASE_URL']);
+  });
+
+  it('takes the path from SIGIL_CONFIG, and fails when an explicit path is missing', () => {
+    const file = join(dir, 'custom.json');
+    writeFileSync(file, JSON.stringify({ runtime: { port: 9090 } }));
+    expect(loadConfig({ cwd: '/', env: { SIGIL_CONFIG: file } }).config.runtime.port).to.equal(9090);
+    const issues = issuesOf(() => loadConfig({ cwd: dir, env: {}, path: 'nope.json' }));
+    expect(issues[0]?.message).to.match(/not found/);
+  });
+
+  it('names the path and source of each invalid value', () => {
+    write({ gateway: { port: 'eighty' }, plugins: [{ resolve: '' }], runtime: { colour: 'blue' } });
+    const issues = issuesOf(() => loadConfig({ cwd: dir, env: {} }));
+    const paths = issues.map((i) => i.path);
+    expect(paths).to.include.members(['gateway.port', 'plugins.0.resolve']);
+    expect(issues.find((i) => i.path === 'runtime')?.message).to.match(/colour/);
+    expect(issues[0]?.source).to.match(/sigil\.config\.json$/);
+  });
+
+  it('blames the env variable when an override is invalid', () => {
+    const issues = issuesOf(() => loadConfig({ cwd: dir, env: { RUNTIME_PORT: 'http' } }));
+    expect(issues).to.deep.include({
+      path: 'runtime.port',
+      message: issues[0]?.message,
+      source: 'env RUNTIME_PORT',
+    });
+    const bool = issuesOf(() => loadConfig({ cwd: dir, env: { ERC8128_ENFORCE_OPERATOR_MCP: 'maybe' } }));
+    expect(bool[0]?.source).to.equal('env ERC8128_ENFORCE_OPERATOR_MCP');
+  });
+
+  it('rejects a file that is not a JSON object', () => {
+    write('{ "gateway": ');
+    expect(issuesOf(() => loadConfig({ cwd: dir, env: {} }))[0]?.message).to.match(/not valid JSON/);
+    write('[1,2]');
+    expect(issuesOf(() => loadConfig({ cwd: dir, env: {} }))[0]?.message).to.match(/JSON object/);
+  });
+
+  it('redacts every secret in the printed config', () => {
+    const canaries = {
+      GATEWAY_SECRET_KEY: 'canary-gateway-secret-0123456789abcdef0123',
+      MCP_SIGNING_KEY: 'canary-mcp-signing-key',
+      PROVIDER_API_KEY: 'canary-provider-key',
+      DATABASE_URL: 'postgres://sigil:canary-db-password@db/sigil',
+    };
+    write({
+      plugins: [
+        { resolve: 'tee-none', options: { apiKey: 'canary-plugin-key', nested: { password: 'canary-pw' } } },
+      ],
+    });
+    const printed = JSON.stringify(redactConfig(loadConfig({ cwd: dir, env: canaries }).config));
+    for (const canary of [
+      'canary-gateway-secret',
+      'canary-mcp',
+      'canary-provider',
+      'canary-db-password',
+      'canary-plugin',
+      'canary-pw',
+    ]) {
+      expect(printed).not.to.include(canary);
+    }
+    expect(printed).to.include('[REDACTED]');
+  });
+
+  it('publishes a JSON Schema of the file', () => {
+    const schema = configJsonSchema() as { type: string; properties: Record<string, unknown> };
+    expect(schema.type).to.equal('object');
+    expect(schema.properties).to.include.keys('runtime', 'gateway', 'database', 'plugins', 'auth');
+  });
+});

@@ -1,0 +1,178 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { expect } from 'chai';
+import { systemClock } from '../../core/clock.ts';
+import { pluginEntrySchema, type PluginEntry } from '../../core/config/schema.ts';
+import { openDatabase, type Database } from '../../core/db/database.ts';
+import { SecretRegistry } from '../../core/log.ts';
+import { PluginHost, PluginLoadError } from '../../core/plugins/host.ts';
+import { builtinPlugins } from '../../services/builtin-plugins.ts';
+import { quietLogger } from '../support/kernel.ts';
+
+const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'host');
+const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+// Imported by file URL, as the host imports the fixtures: tsx gives a static import its own module instance.
+const { lifecycleEvents } = (await import(pathToFileURL(join(fixtures, 'recorder.ts')).href)) as {
+  lifecycleEvents: string[];
+};
+const entry = (resolve: string, extra: Partial<PluginEntry> = {}): PluginEntry =>
+  pluginEntrySchema.parse({ resolve, ...extra });
+
+describe('plugin host', () => {
+  let db: Database;
+  const newHost = (baseDir = fixtures) =>
+    new PluginHost({
+      builtins: builtinPlugins,
+      core: { db, logger: quietLogger(), clock: systemClock, secrets: new SecretRegistry() },
+      logger: quietLogger(),
+      baseDir,
+    });
+
+  async function loadError(entries: PluginEntry[]): Promise<PluginLoadError> {
+    try {
+      await newHost().load(entries);
+    } catch (err) {
+      expect(err).to.be.instanceOf(PluginLoadError);
+      return err as PluginLoadError;
+    }
+    throw new Error('expected the host to refuse these plugins');
+  }
+
+  before(async () => {
+    db = await openDatabase({ url: ':memory:' });
+  });
+  after(() => db.destroy());
+  beforeEach(() => {
+    lifecycleEvents.length = 0;
+  });
+
+  it('loads a built-in plugin by name and lists kind, name, specVersion and state', async () => {
+    const host = newHost();
+    await host.load([entry('tee-none')]);
+    expect(host.list()).to.deep.equal([
+      {
+        name: 'tee-none',
+        kind: 'tee-backend',
+        specVersion: 'v1',
+        source: 'builtin:tee-none',
+        state: 'loaded',
+      },
+    ]);
+    await host.start();
+    expect(host.list()[0]?.state).to.equal('started');
+    expect((await host.one('tee-backend').status()).teeEnabled).to.equal(false);
+    await host.stop();
+    expect(host.list()[0]?.state).to.equal('stopped');
+  });
+
+  it('starts plugins in dependency order and stops them in reverse', async () => {
+    const host = newHost();
+    await host.load([entry('./alpha.ts'), entry('./beta.ts')]);
+    expect(host.list().map((p) => p.name)).to.deep.equal(['beta', 'alpha']);
+    await host.start();
+    await host.stop();
+    expect(lifecycleEvents).to.deep.equal(['start:beta', 'start:alpha', 'stop:alpha', 'stop:beta']);
+  });
+
+  it('hands a plugin exactly the dependencies it declared, resolving a kind to its one instance', async () => {
+    const host = newHost();
+    await host.load([entry('./needs-kind.ts'), entry('tee-none')]);
+    const instances = host.all('tee-backend') as unknown as {
+      platform: string;
+      seenDependencies?: string[];
+    }[];
+    const needsKind = instances.find((p) => p.platform === 'needs-kind');
+    expect(needsKind?.seenDependencies).to.deep.equal(['tee-none']);
+  });
+
+  it('loads a plugin from an npm package name resolved from the config directory', async () => {
+    const base = mkdtempSync(join(repoRoot, 'test', '.tmp-'));
+    try {
+      const pkg = join(base, 'node_modules', 'acme-sigil-tee');
+      mkdirSync(pkg, { recursive: true });
+      writeFileSync(
+        join(pkg, 'package.json'),
+        JSON.stringify({ name: 'acme-sigil-tee', type: 'module', main: 'index.js' }),
+      );
+      writeFileSync(
+        join(pkg, 'index.js'),
+        `import { z } from 'zod';
+export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', config: z.object({ region: z.string() }),
+  create: ({ config }) => ({ specVersion: 'v1', platform: 'acme-' + config.region,
+    status: async () => ({ teeEnabled: false, platform: 'acme', keySource: 'config' }), attest: async () => undefined }) };`,
+      );
+      const host = newHost(base);
+      await host.load([entry('acme-sigil-tee', { options: { region: 'eu' } })]);
+      expect(host.list()[0]).to.include({ name: 'acme-tee', source: 'acme-sigil-tee' });
+      expect(host.one('tee-backend').platform).to.equal('acme-eu');
+    } finally {
+      rmSync(base, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses an unknown kind, naming the plugin and config path', async () => {
+    const err = await loadError([entry('tee-none'), entry('./unknown-kind.ts')]);
+    expect(err.plugin).to.equal('unknown-kind');
+    expect(err.configPath).to.equal('plugins.1');
+    expect(err.reason).to.match(/unknown kind "quantum-oracle"/);
+  });
+
+  it('refuses a specVersion the core does not support', async () => {
+    const err = await loadError([entry('./future-version.ts')]);
+    expect(err.reason).to.match(/specVersion "v9".*supported: v1/);
+  });
+
+  it('refuses a duplicate name and accepts the same plugin twice under distinct ids', async () => {
+    const err = await loadError([entry('tee-none'), entry('tee-none')]);
+    expect(err.configPath).to.equal('plugins.1.id');
+    expect(err.reason).to.match(/duplicate name/);
+    const host = newHost();
+    await host.load([entry('tee-none'), entry('tee-none', { id: 'tee-second' })]);
+    expect(host.list().map((p) => p.name)).to.deep.equal(['tee-none', 'tee-second']);
+  });
+
+  it('refuses a missing dependency', async () => {
+    const err = await loadError([entry('./needs-missing.ts')]);
+    expect(err.plugin).to.equal('needs-missing');
+    expect(err.reason).to.match(/missing dependency "payment-rail"/);
+  });
+
+  it('refuses a dependency cycle', async () => {
+    const err = await loadError([entry('./cycle-a.ts'), entry('./cycle-b.ts')]);
+    expect(err.reason).to.match(/dependency cycle/);
+  });
+
+  it('refuses invalid plugin options, naming the option path', async () => {
+    const err = await loadError([entry('./beta.ts', { options: { level: 'high' } })]);
+    expect(err.configPath).to.equal('plugins.0.options.level');
+    expect(err.reason).to.match(/invalid config/);
+    const unknownKey = await loadError([entry('./beta.ts', { options: { colour: 'red' } })]);
+    expect(unknownKey.reason).to.match(/colour/);
+  });
+
+  it('refuses a module that cannot be loaded, listing the built-in names', async () => {
+    const err = await loadError([entry('no-such-sigil-plugin')]);
+    expect(err.configPath).to.equal('plugins.0.resolve');
+    expect(err.reason).to.match(/cannot load "no-such-sigil-plugin".*tee-none/);
+  });
+
+  it('reports a plugin whose start fails, and still stops the ones started before it', async () => {
+    const host = newHost();
+    await host.load([entry('./beta.ts'), entry('./failing-start.ts')]);
+    const err = await host.start().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).to.be.instanceOf(PluginLoadError);
+    expect((err as PluginLoadError).reason).to.match(/start failed: device \/dev\/sev-guest not found/);
+    await host.stop();
+    expect(lifecycleEvents).to.deep.equal(['start:beta', 'stop:beta']);
+  });
+
+  it('skips disabled entries', async () => {
+    const host = newHost();
+    await host.load([entry('tee-none'), entry('./unknown-kind.ts', { enabled: false })]);
+    expect(host.list()).to.have.length(1);
+  });
+});
