@@ -1,0 +1,124 @@
+/**
+ * `npm run bench`: each scenario is measured against a baseline in the same run, since absolute
+ * numbers on these machines are noisy. Writes bench/results/<suite>.json and the table in bench/README.md.
+ */
+import { execFile } from 'node:child_process';
+import { createServer } from 'node:http';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import Router from '@koa/router';
+import { createHttpApp } from '../core/http/app.ts';
+import { listen, type RunningServer } from '../core/http/server.ts';
+import { serve } from '../services/serve.ts';
+import { openTestKernel, quietLogger } from '../test/support/kernel.ts';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const run = promisify(execFile);
+const TOTAL = Number(process.env.BENCH_REQUESTS ?? 4000);
+
+interface Measurement {
+  scenario: string;
+  concurrency: number;
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  serverCpuUsPerRequest: number;
+}
+
+async function measure(scenario: string, url: string, concurrency: number): Promise<Measurement> {
+  const cpuBefore = process.cpuUsage();
+  const { stdout } = await run(process.execPath, [
+    '--import',
+    'tsx',
+    join(here, 'load.ts'),
+    url,
+    String(TOTAL),
+    String(concurrency),
+    '500',
+  ]);
+  const cpu = process.cpuUsage(cpuBefore);
+  const result = JSON.parse(stdout) as { requests: number; rps: number; p50: number; p99: number };
+  const measurement = {
+    scenario,
+    concurrency,
+    rps: Math.round(result.rps),
+    p50Ms: Number(result.p50.toFixed(3)),
+    p99Ms: Number(result.p99.toFixed(3)),
+    // The servers live in this process and the load generator in its own, so this process's CPU is the server's.
+    serverCpuUsPerRequest: Math.round((cpu.user + cpu.system) / (result.requests + 500)),
+  };
+  process.stdout.write(`${JSON.stringify(measurement)}\n`);
+  return measurement;
+}
+
+async function httpCoreSuite(): Promise<Measurement[]> {
+  const bare = createServer((_req, res) => {
+    res.setHeader('content-type', 'application/json');
+    res.end('{"ok":true}');
+  });
+  await new Promise<void>((resolve) => bare.listen(0, '127.0.0.1', resolve));
+  const bareAddress = bare.address();
+  const bareUrl = `http://127.0.0.1:${typeof bareAddress === 'object' && bareAddress ? bareAddress.port : 0}/`;
+  const core = await listen(
+    createHttpApp({
+      service: 'bench',
+      logger: quietLogger(),
+      bodyLimitBytes: 1024,
+      routers: [new Router().get('/ok', (ctx) => void (ctx.body = { ok: true }))],
+    }).app,
+    '127.0.0.1',
+    0,
+  );
+  const kernel = await openTestKernel();
+  const serving = await serve(
+    { ...kernel, config: { ...kernel.config, gateway: { ...kernel.config.gateway, port: 0 } } },
+    ['gateway'],
+  );
+  const results: Measurement[] = [];
+  try {
+    for (const concurrency of [1, 50]) {
+      results.push(await measure('baseline: bare node:http JSON', bareUrl, concurrency));
+      results.push(
+        await measure('core: Koa app with the full middleware chain', `${core.url}/ok`, concurrency),
+      );
+      results.push(
+        await measure(
+          'gateway: GET /health (SQLite round trip)',
+          `${serving.urls.gateway}/health`,
+          concurrency,
+        ),
+      );
+    }
+  } finally {
+    bare.close();
+    await core.close(0);
+    await serving.stop();
+  }
+  return results;
+}
+
+const suites: Record<string, () => Promise<Measurement[]>> = { 'http-core': httpCoreSuite };
+const resultsDir = join(here, 'results');
+mkdirSync(resultsDir, { recursive: true });
+const table: string[] = [
+  '| suite | scenario | in flight | req/s | p50 ms | p99 ms | server CPU µs/req |',
+  '|---|---|---:|---:|---:|---:|---:|',
+];
+for (const [name, suite] of Object.entries(suites)) {
+  const measurements = await suite();
+  writeFileSync(
+    join(resultsDir, `${name}.json`),
+    `${JSON.stringify({ suite: name, date: new Date().toISOString(), node: process.version, requestsPerScenario: TOTAL, measurements }, null, 2)}\n`,
+  );
+  for (const m of measurements)
+    table.push(
+      `| ${name} | ${m.scenario} | ${m.concurrency} | ${m.rps} | ${m.p50Ms} | ${m.p99Ms} | ${m.serverCpuUsPerRequest} |`,
+    );
+}
+writeFileSync(
+  join(here, 'README.md'),
+  `# Benchmarks\n\n\`npm run bench\` measures each scenario against a baseline in the same run (2 vCPU machines are noisy:\ncompare rows, not absolute numbers). The load generator (\`bench/load.ts\`) is a separate process with\nkeep-alive node:http connections; server CPU per request is the serving process's CPU time divided by\nrequests. Raw results: \`bench/results/*.json\`.\n\n${table.join('\n')}\n`,
+);
+process.exit(0);
