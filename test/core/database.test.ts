@@ -1,0 +1,56 @@
+import { expect } from 'chai';
+import { describeUrl, migrate, openDatabase } from '../../core/db/database.ts';
+import { SigilError } from '../../core/errors.ts';
+import { describeEachDatabase, openTestKernel } from '../support/kernel.ts';
+
+describeEachDatabase('database', (database) => {
+  it('migrates at start-up, and migrating again applies nothing', async () => {
+    const kernel = await openTestKernel({ database });
+    try {
+      for (const table of ['siwe_nonces', 'request_nonces', 'wallet_tokens', 'signing_keys']) {
+        expect(await kernel.db.schema.hasTable(table), table).to.equal(true);
+      }
+      expect(await migrate(kernel.db)).to.deep.equal([]);
+    } finally {
+      await kernel.close();
+    }
+  });
+
+  it('keeps each test kernel apart', async () => {
+    const [a, b] = [await openTestKernel({ database }), await openTestKernel({ database })];
+    try {
+      await a.db('siwe_nonces').insert({ nonce: 'n-only-in-a', service: 'gateway', expires_at: 1 });
+      expect(await b.db('siwe_nonces').where({ nonce: 'n-only-in-a' })).to.have.length(0);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('refuses a duplicate migration name', async () => {
+    const kernel = await openTestKernel({ database });
+    try {
+      const twin = { name: '0001-auth', up: async () => undefined, down: async () => undefined };
+      const err = await migrate(kernel.db, [twin]).catch((e: unknown) => e);
+      expect(err).to.be.instanceOf(SigilError);
+    } finally {
+      await kernel.close();
+    }
+  });
+});
+
+describe('database connection errors', () => {
+  it('reports an unreachable PostgreSQL clearly, without its password', async () => {
+    const err = await openDatabase({ url: 'postgres://sigil:canary-pw-91e2@127.0.0.1:1/sigil' }).catch(
+      (e: unknown) => e,
+    );
+    expect(err).to.be.instanceOf(SigilError);
+    expect((err as SigilError).code).to.equal('unavailable');
+    expect((err as SigilError).message).not.to.include('canary-pw-91e2');
+    expect((err as SigilError).hint).to.match(/DATABASE_URL/);
+  });
+
+  it('describes URLs without passwords', () => {
+    expect(describeUrl('postgres://u:secret@h:5432/d')).to.equal('postgres://u:***@h:5432/d');
+    expect(describeUrl('data/sigil.db')).to.equal('data/sigil.db');
+  });
+});
