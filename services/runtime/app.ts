@@ -1,4 +1,5 @@
 import type Koa from 'koa';
+import { createWalletAuth } from '../../core/auth/index.ts';
 import { createHttpApp } from '../../core/http/app.ts';
 import type { HttpMetrics } from '../../core/http/metrics.ts';
 import type { Kernel } from '../kernel.ts';
@@ -26,10 +27,12 @@ export function createRuntimeApp(kernel: Kernel): RuntimeApp {
   const health = healthRouter('runtime', kernel, async () => ({
     securityPosture: await securityPosture(kernel),
   }));
+  const auth = createWalletAuth(kernel, 'runtime');
   return createHttpApp({
     service: 'runtime',
     logger: kernel.logger.child({ service: 'runtime' }),
     bodyLimitBytes: kernel.config.runtime.bodyLimitBytes,
-    routers: [health],
+    middleware: [auth.middleware],
+    routers: [health, auth.router],
   });
 }

@@ -7,7 +7,8 @@ export const authTables: Migration = {
     await db.schema.createTable('siwe_nonces', (t) => {
       t.string('nonce', 64).primary();
       t.string('service', 32).notNullable();
-      t.bigInteger('expires_at').notNullable();
+      // Indexed because each new challenge sweeps the expired ones.
+      t.bigInteger('expires_at').notNullable().index();
       t.bigInteger('used_at').nullable();
     });
     await db.schema.createTable('request_nonces', (t) => {

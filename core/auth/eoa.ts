@@ -1,0 +1,17 @@
+import { verifyMessage, type Address, type Hex, type SignableMessage } from 'viem';
+
+/**
+ * EIP-191 signatures of externally owned accounts, checked offline: no RPC, so smart-contract wallets
+ * (ERC-1271) are not supported. A malformed signature is a mismatch, never an exception.
+ */
+export async function signatureMatches(
+  address: Address,
+  message: SignableMessage,
+  signature: Hex,
+): Promise<boolean> {
+  try {
+    return await verifyMessage({ address, message, signature });
+  } catch {
+    return false;
+  }
+}

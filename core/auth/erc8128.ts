@@ -1,0 +1,146 @@
+import { createHash } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Context } from 'koa';
+import {
+  Erc8128Error,
+  parseKeyId,
+  verifyRequest,
+  type NonceStore,
+  type VerifyFailReason,
+} from '@slicekit/erc8128';
+import { getAddress, type Address } from 'viem';
+import { unixSeconds, type Clock } from '../clock.ts';
+import type { Database } from '../db/database.ts';
+import { readRawBody } from '../http/raw-body.ts';
+import { signatureMatches } from './eoa.ts';
+import { unauthorized } from './principal.ts';
+import type { AuthSettings } from './settings.ts';
+
+/** Expired replay-protection rows are swept at most this often per process. */
+const PRUNE_INTERVAL_MS = 60_000;
+
+const REASONS: Partial<Record<VerifyFailReason, string>> = {
+  missing_headers: 'both Signature and Signature-Input headers are required',
+  bad_signature_input: 'Signature-Input is malformed',
+  bad_keyid: 'keyid must be erc8128:<chainId>:<address>',
+  not_request_bound:
+    'the signature must cover @authority, @method, @path, @query (when present) and content-digest (when there is a body)',
+  nonce_required: 'a nonce is required',
+  replayable_not_allowed: 'a nonce is required',
+  replay: 'the nonce has already been used',
+  expired: 'the signature has expired',
+  not_yet_valid: 'the signature is not valid yet',
+  validity_too_long: 'the validity window (expires - created) is too long',
+  digest_required: 'a Content-Digest header is required for a request with a body',
+  digest_mismatch: 'the body does not match Content-Digest',
+  bad_signature: 'the signature does not match the signer in keyid',
+};
+
+interface RequestNonceRow {
+  key: string;
+  expires_at: number | string;
+}
+
+/** Replay protection shared by replicas: a (signer, nonce) row whose insert fails has been seen before. */
+class DatabaseNonceStore implements NonceStore {
+  private lastPrune = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly db: Database,
+    private readonly clock: Clock,
+    private readonly skewSeconds: number,
+  ) {}
+
+  async consume(key: string, ttlSeconds: number): Promise<boolean> {
+    const now = this.clock.now().getTime();
+    if (now - this.lastPrune >= PRUNE_INTERVAL_MS) {
+      this.lastPrune = now;
+      await this.db<RequestNonceRow>('request_nonces').where('expires_at', '<=', now).delete();
+    }
+    // Kept while the verifier could still accept the signature, i.e. until expiry plus the skew allowance.
+    const inserted = await this.db<RequestNonceRow>('request_nonces')
+      .insert({ key, expires_at: now + (ttlSeconds + this.skewSeconds) * 1000 })
+      .onConflict('key')
+      .ignore()
+      .returning('key');
+    return inserted.length === 1;
+  }
+}
+
+/** The key is the signer plus a digest of the nonce, so a huge client nonce still fits the column. */
+function nonceKey(keyid: string, nonce: string): string {
+  const signer = parseKeyId(keyid)?.address ?? keyid;
+  return `${signer}:${createHash('sha256').update(nonce).digest('base64url')}`;
+}
+
+/** Node's headers as web Headers; repeated fields are joined as HTTP allows. */
+function webHeaders(incoming: IncomingHttpHeaders): Headers {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(incoming)) {
+    if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value);
+  }
+  return headers;
+}
+
+export const hasRequestSignature = (ctx: Context): boolean =>
+  ctx.get('signature') !== '' || ctx.get('signature-input') !== '';
+
+/** ERC-8128 (RFC 9421 signed by an Ethereum account) verification of Koa requests. */
+export class RequestSignatures {
+  private readonly nonces: NonceStore;
+
+  constructor(
+    db: Database,
+    private readonly clock: Clock,
+    private readonly settings: AuthSettings,
+  ) {
+    this.nonces = new DatabaseNonceStore(db, clock, settings.clockSkewSeconds);
+  }
+
+  /** The signer of the request; any defect is a 401 naming it. */
+  async verify(ctx: Context): Promise<Address> {
+    const request = await this.webRequest(ctx);
+    let result;
+    try {
+      result = await verifyRequest({
+        request,
+        verifyMessage: ({ address, message, signature }) => signatureMatches(address, message, signature),
+        nonceStore: this.nonces,
+        policy: {
+          now: () => unixSeconds(this.clock),
+          clockSkewSec: this.settings.clockSkewSeconds,
+          maxValiditySec: this.settings.requestSignatureMaxAgeSeconds,
+          nonceKey,
+        },
+      });
+    } catch (err) {
+      if (err instanceof Erc8128Error) throw unauthorized(`ERC-8128 signature rejected: ${err.message}`);
+      throw err;
+    }
+    if (!result.ok) {
+      throw unauthorized(`ERC-8128 signature rejected: ${REASONS[result.reason] ?? result.reason}`, {
+        reason: result.reason,
+      });
+    }
+    if (result.chainId !== this.settings.chainId) {
+      throw unauthorized(
+        `ERC-8128 signature rejected: chain ${result.chainId} is not accepted (expected ${this.settings.chainId})`,
+      );
+    }
+    return getAddress(result.address);
+  }
+
+  /**
+   * The request as the client signed it: addressed to the service's public URL (so a signature made for
+   * another host does not verify here, whatever Host header arrives) with the exact body bytes.
+   */
+  private async webRequest(ctx: Context): Promise<Request> {
+    const bodyless = ctx.method === 'GET' || ctx.method === 'HEAD';
+    const body = bodyless ? undefined : await readRawBody(ctx, this.settings.bodyLimitBytes);
+    return new Request(`${this.settings.baseUrl}${ctx.originalUrl}`, {
+      method: ctx.method,
+      headers: webHeaders(ctx.req.headers),
+      ...(body === undefined || body.length === 0 ? {} : { body: new Uint8Array(body) }),
+    });
+  }
+}

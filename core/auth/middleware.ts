@@ -1,0 +1,64 @@
+import type { Context, Next } from 'koa';
+import type { Address } from 'viem';
+import { isSigilError } from '../errors.ts';
+import { hasRequestSignature, type RequestSignatures } from './erc8128.ts';
+import { unauthorized, type AuthMethod, type AuthPrincipal } from './principal.ts';
+import type { SessionJwts } from './session-jwt.ts';
+import type { AuthSettings } from './settings.ts';
+import { isWalletToken, type WalletTokens } from './wallet-tokens.ts';
+
+export interface Authenticators {
+  settings: AuthSettings;
+  sessions: SessionJwts;
+  signatures: RequestSignatures;
+  /** Absent where wallet tokens are not accepted (the runtime). */
+  walletTokens: WalletTokens | undefined;
+}
+
+const BEARER = /^Bearer +(\S+)$/i;
+
+/**
+ * Establishes who is calling from whatever credentials the request carries, and puts the principal in
+ * `ctx.state.auth`. Refused credentials do not end the request here: public routes serve it anonymously,
+ * and `requireAuth` reports the refusal (kept in `ctx.state.authError`) on protected ones.
+ */
+export function authenticate(auth: Authenticators) {
+  return async (ctx: Context, next: Next): Promise<void> => {
+    try {
+      const principal = await identify(ctx, auth);
+      if (principal) ctx.state.auth = principal;
+    } catch (err) {
+      if (!isSigilError(err) || err.code !== 'unauthorized') throw err;
+      ctx.state.authError = err;
+    }
+    await next();
+  };
+}
+
+async function identify(ctx: Context, auth: Authenticators): Promise<AuthPrincipal | undefined> {
+  const principal = (address: Address, method: AuthMethod): AuthPrincipal => ({
+    address,
+    method,
+    operator: auth.settings.operators.has(address.toLowerCase()),
+  });
+  // A signature, when present, decides alone: a bearer token cannot rescue a bad one.
+  if (hasRequestSignature(ctx)) return principal(await auth.signatures.verify(ctx), 'erc8128');
+  const header = ctx.get('authorization');
+  if (header === '') return undefined;
+  const token = BEARER.exec(header)?.[1];
+  if (token === undefined) throw unauthorized('Authorization must be "Bearer <token>"');
+  const caller = isWalletToken(token)
+    ? principal(await walletTokenOwner(auth, token), 'wallet-token')
+    : principal(await auth.sessions.verify(token), 'jwt');
+  if (caller.operator && auth.settings.enforceOperatorSignatures) {
+    throw unauthorized('Operator wallets must sign requests with ERC-8128; bearer tokens are not accepted');
+  }
+  return caller;
+}
+
+function walletTokenOwner(auth: Authenticators, token: string): Promise<Address> {
+  if (!auth.walletTokens) {
+    throw unauthorized(`Wallet tokens are not accepted by the ${auth.settings.service}; use a session JWT`);
+  }
+  return auth.walletTokens.authenticate(token);
+}

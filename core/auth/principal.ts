@@ -1,0 +1,45 @@
+import type { Context, Next } from 'koa';
+import { SigilError } from '../errors.ts';
+
+export type AuthMethod = 'jwt' | 'wallet-token' | 'erc8128';
+
+/** Who made the request, as established by the authentication middleware. */
+export interface AuthPrincipal {
+  /** EIP-55 checksummed wallet address. */
+  address: `0x${string}`;
+  method: AuthMethod;
+  operator: boolean;
+}
+
+declare module 'koa' {
+  interface DefaultState {
+    auth?: AuthPrincipal;
+    /** Why presented credentials were refused; kept so protected routes report it instead of a bare 401. */
+    authError?: SigilError;
+  }
+}
+
+export const unauthorized = (message: string, details?: Record<string, unknown>): SigilError =>
+  new SigilError('unauthorized', message, {
+    hint: 'Sign in with GET challenge and POST verify, then send Authorization: Bearer <token>, or sign the request with ERC-8128',
+    ...(details === undefined ? {} : { details }),
+  });
+
+export interface RequireAuthOptions {
+  /** Accepted methods; others get 403 (e.g. a wallet token may not mint more wallet tokens). */
+  methods?: readonly AuthMethod[];
+}
+
+/** Guards a route: 401 with the reason credentials were refused, or 403 for a method the route excludes. */
+export function requireAuth(options: RequireAuthOptions = {}) {
+  return async (ctx: Context, next: Next): Promise<void> => {
+    const principal = ctx.state.auth;
+    if (principal === undefined) throw ctx.state.authError ?? unauthorized('Authentication required');
+    if (options.methods !== undefined && !options.methods.includes(principal.method)) {
+      throw new SigilError('forbidden', `This route does not accept ${principal.method} authentication`, {
+        hint: `Authenticate with one of: ${options.methods.join(', ')}`,
+      });
+    }
+    await next();
+  };
+}
