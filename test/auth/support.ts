@@ -110,19 +110,16 @@ export class Services {
     return (await res.json()) as { token: string; id: string };
   }
 
-  /**
-   * Signs the request with ERC-8128 for the service's public URL (created now on the test clock),
-   * then sends exactly those headers to the real server; `send` may replace the body or add headers.
-   */
-  async signed(
+  /** Signs a request with ERC-8128 for the service's public URL, created now on the test clock. */
+  sign(
     service: Service,
     wallet: PrivateKeyAccount,
     path: string,
     init: RequestInit = {},
-    options: SignOptions & { chainId?: number; signFor?: string; send?: RequestInit } = {},
-  ): Promise<{ response: Response; request: Request }> {
-    const { chainId = 8453, signFor = PUBLIC[service], send = {}, ...signOptions } = options;
-    const request = await signRequest(
+    options: SigningOptions = {},
+  ): Promise<Request> {
+    const { chainId = 8453, signFor = PUBLIC[service], ...signOptions } = options;
+    return signRequest(
       `${signFor}${path}`,
       init,
       {
@@ -132,6 +129,18 @@ export class Services {
       },
       { created: unixSeconds(this.clock), ...signOptions },
     );
+  }
+
+  /** Signs, then sends exactly those headers to the real server; `send` may replace the body or add headers. */
+  async signed(
+    service: Service,
+    wallet: PrivateKeyAccount,
+    path: string,
+    init: RequestInit = {},
+    options: SigningOptions & { send?: RequestInit } = {},
+  ): Promise<{ response: Response; request: Request }> {
+    const { send = {}, ...signing } = options;
+    const request = await this.sign(service, wallet, path, init, signing);
     return {
       response: await this.replay(service, path, request, { body: init.body ?? null, ...send }),
       request,
@@ -149,6 +158,9 @@ export class Services {
     return this.get(service, `${AUTH_PREFIX[service]}/session`, bearer);
   }
 }
+
+/** Signing options, plus the keyid chain and the public URL to sign for (default: the service's). */
+export type SigningOptions = SignOptions & { chainId?: number; signFor?: string };
 
 export interface Challenge {
   nonce: string;
