@@ -100,23 +100,21 @@ export class RequestSignatures {
   /** The signer of the request; any defect is a 401 naming it. */
   async verify(ctx: Context): Promise<Address> {
     const request = await this.webRequest(ctx);
-    let result;
-    try {
-      result = await verifyRequest({
-        request,
-        verifyMessage: ({ address, message, signature }) => signatureMatches(address, message, signature),
-        nonceStore: this.nonces,
-        policy: {
-          now: () => unixSeconds(this.clock),
-          clockSkewSec: this.settings.clockSkewSeconds,
-          maxValiditySec: this.settings.requestSignatureMaxAgeSeconds,
-          nonceKey,
-        },
-      });
-    } catch (err) {
+    const result = await verifyRequest({
+      request,
+      verifyMessage: ({ address, message, signature }) => signatureMatches(address, message, signature),
+      nonceStore: this.nonces,
+      policy: {
+        now: () => unixSeconds(this.clock),
+        clockSkewSec: this.settings.clockSkewSeconds,
+        maxValiditySec: this.settings.requestSignatureMaxAgeSeconds,
+        nonceKey,
+      },
+    }).catch((err: unknown) => {
+      // The library throws for requests it cannot even canonicalise (e.g. a covered header is missing).
       if (err instanceof Erc8128Error) throw unauthorized(`ERC-8128 signature rejected: ${err.message}`);
       throw err;
-    }
+    });
     if (!result.ok) {
       throw unauthorized(`ERC-8128 signature rejected: ${REASONS[result.reason] ?? result.reason}`, {
         reason: result.reason,

@@ -216,3 +216,33 @@ describeEachDatabase('SIWE nonces across restarts', (database) => {
     }
   });
 });
+
+describeEachDatabase('wallet auth across replicas', (database) => {
+  it('two replicas on one database share the signing key and consume a nonce exactly once', async () => {
+    const sticky = stickyDatabase(database);
+    const replicas: Services[] = [];
+    try {
+      replicas.push(await Services.start({ database: sticky.database }));
+      replicas.push(await Services.start({ database: sticky.database }));
+      const [a, b] = replicas as [Services, Services];
+      const wallet = newWallet();
+      // Both generate a key on first use at the same moment; insert-if-absent leaves one.
+      const [fromA, fromB] = await Promise.all([a.signIn('gateway', wallet), b.signIn('gateway', wallet)]);
+      expect((await b.session('gateway', fromA)).status).to.equal(200);
+      expect((await a.session('gateway', fromB)).status).to.equal(200);
+      expect(await a.kernel.db('signing_keys').select('purpose')).to.have.length(1);
+
+      const challenge = await a.challenge('gateway', wallet.address);
+      const signature = await wallet.signMessage({ message: challenge.message });
+      const statuses = await Promise.all(
+        [a, b, a, b].map(
+          async (replica) => (await replica.verify('gateway', challenge.message, signature)).status,
+        ),
+      );
+      expect(statuses.sort()).to.deep.equal([200, 401, 401, 401]);
+    } finally {
+      for (const replica of replicas) await replica.close();
+      await sticky.drop();
+    }
+  });
+});
