@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import Router from '@koa/router';
 import { createHttpApp } from '../core/http/app.ts';
-import { listen, type RunningServer } from '../core/http/server.ts';
+import { listen } from '../core/http/server.ts';
 import { serve } from '../services/serve.ts';
 import { openTestKernel, quietLogger } from '../test/support/kernel.ts';
 
