@@ -1,0 +1,99 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { serve } from '../../services/serve.ts';
+import { openTestKernel, type ConfigOverrides } from '../support/kernel.ts';
+
+/** The `sigil` command as users run it. */
+const SIGIL = join(import.meta.dirname, '../../bin/sigil.js');
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `node bin/sigil.js …` as a child process, with `env` added to this process's environment. */
+export function runSigil(
+  args: readonly string[],
+  env: Record<string, string> = {},
+  cwd?: string,
+): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [SIGIL, ...args], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      ...(cwd ? { cwd } : {}),
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+export interface RunningSigil {
+  runtimeUrl: string;
+  gatewayUrl: string;
+  stop(): Promise<void>;
+}
+
+/** A real kernel serving both services on ephemeral ports, as `sigil up` does. */
+export async function startSigil(config: ConfigOverrides = {}): Promise<RunningSigil> {
+  const kernel = await openTestKernel({
+    config: {
+      ...config,
+      runtime: { port: 0, ...config.runtime },
+      gateway: { port: 0, ...config.gateway },
+    },
+  });
+  const serving = await serve(kernel, ['runtime', 'gateway']);
+  return {
+    runtimeUrl: serving.urls.runtime as string,
+    gatewayUrl: serving.urls.gateway as string,
+    stop: () => serving.stop(),
+  };
+}
+
+export interface TinyServer {
+  url: string;
+  close(): Promise<void>;
+}
+
+/** A bare node:http server for deployments that misbehave in ways a real Sigil never would. */
+export async function startTinyServer(
+  handler: (request: IncomingMessage, response: ServerResponse) => void,
+): Promise<TinyServer> {
+  const server = createServer(handler);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Answers JSON with a status. */
+export function sendJson(response: ServerResponse, status: number, body: unknown): void {
+  response.writeHead(status, { 'content-type': 'application/json' });
+  response.end(JSON.stringify(body));
+}
+
+/** A fresh directory for one run's reports, removed by `cleanup`. */
+export function reportDir(): { dir: string; read(name: string): string; cleanup(): void } {
+  const dir = mkdtempSync(join(tmpdir(), 'sigil-conformance-'));
+  return {
+    dir,
+    read: (name) => readFileSync(join(dir, name), 'utf8'),
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
