@@ -1,0 +1,36 @@
+import type { PluginInstanceOf, PluginKind } from '../../core/plugins/contracts/index.ts';
+import { runChecks } from '../check.ts';
+import { Redactor } from '../redact.ts';
+import { contractChecks, type ContractKit, type KitCheck } from './kit.ts';
+
+/**
+ * Kits as mocha suites, for plugin authors' own test runs. Each check is one test: a pass passes, a
+ * failure throws its reason, a check that does not apply is skipped. Titles carry the level, so
+ * `mocha --grep "(MUST)"` runs only what the CLI's exit code depends on.
+ */
+
+/** Longest one plugin check may take; a hung call fails the check instead of the suite. */
+export const KIT_CHECK_TIMEOUT_MS = 15_000;
+
+export function registerChecks(checks: readonly KitCheck[]): void {
+  for (const check of checks) {
+    it(`${check.id} (${check.level}): ${check.title}`, async function () {
+      this.timeout(KIT_CHECK_TIMEOUT_MS + 1_000);
+      const [result] = await runChecks([check], {
+        redactor: new Redactor(),
+        timeoutMs: KIT_CHECK_TIMEOUT_MS,
+        contextFor: (evidence) => ({ evidence }),
+      });
+      if (result?.status === 'not-applicable') this.skip();
+      if (result?.status === 'fail') throw new Error(`${check.id}: ${result.reason ?? 'failed'}`);
+    });
+  }
+}
+
+/** The contract kit of one kind against instances from `load` (fresh and started on each call). */
+export function describeContractKit<K extends PluginKind>(
+  kit: ContractKit<K>,
+  load: () => Promise<PluginInstanceOf<K>>,
+): void {
+  describe(`${kit.kind} contract kit`, () => registerChecks(contractChecks(kit, load)));
+}

@@ -1,0 +1,133 @@
+import { expect } from 'chai';
+import { join } from 'node:path';
+import teeNone, * as teeNoneModule from '../../attestation/none/index.ts';
+import type { CheckResult } from '../../conformance/check.ts';
+import { describePluginKit } from '../../conformance/kits/plugin-kit.ts';
+import { describeTeeBackendKit } from '../../conformance/kits/tee-backend.ts';
+import { importPluginModule, runPluginKit } from '../../conformance/plugin.ts';
+import { REPORT_FILES } from '../../conformance/report.ts';
+import { quietLogger } from '../support/kernel.ts';
+import { reportDir, runSigil } from './support.ts';
+
+const ROOT = join(import.meta.dirname, '../..');
+const FIXTURES = './test/fixtures/plugins';
+
+/** Runs the kit on a module and returns its results by id. */
+async function kitResults(
+  specifier: string,
+  options: Record<string, unknown> = {},
+): Promise<Record<string, CheckResult>> {
+  const report = await runPluginKit(await importPluginModule(specifier, ROOT), { options });
+  return Object.fromEntries(report.results.map((result) => [result.id, result]));
+}
+
+const failedIds = (results: Record<string, CheckResult>) =>
+  Object.values(results)
+    .filter((result) => result.status === 'fail')
+    .map((result) => result.id);
+
+describe('conformance plugin kits', () => {
+  describe('the tee-backend kit from mocha, on attestation/none instances', () => {
+    describeTeeBackendKit(async () => teeNone.create({ config: {}, deps: {}, logger: quietLogger() }));
+  });
+
+  describe('the whole plugin kit from mocha, on the attestation/none module', () => {
+    describePluginKit(teeNoneModule);
+  });
+
+  describe('runPluginKit', () => {
+    it('passes attestation/none: every MUST passes, attestation checks do not apply', async () => {
+      const results = await kitResults('./attestation/none/index.ts');
+      expect(failedIds(results)).to.deep.equal([]);
+      expect(results['tee-backend.none-attest-undefined']?.status).to.equal('pass');
+      expect(results['tee-backend.attest-evidence']).to.include({
+        status: 'not-applicable',
+        reason: 'status() reports no TEE (teeEnabled: false)',
+      });
+    });
+
+    it('fails a plugin whose instance carries another specVersion than its manifest', async () => {
+      const results = await kitResults(`${FIXTURES}/tee-wrong-spec-version.ts`);
+      expect(failedIds(results)).to.deep.equal(['tee-backend.spec-version']);
+      expect(results['tee-backend.spec-version']?.reason).to.equal(
+        'the instance says specVersion "v2", its manifest "v1"',
+      );
+    });
+
+    it('fails a plugin missing a method of its contract, read from a `manifest` export', async () => {
+      const results = await kitResults(`${FIXTURES}/tee-missing-method.ts`);
+      expect(results['manifest.exported']?.status).to.equal('pass');
+      expect(results['tee-backend.members']?.reason).to.equal('attest is undefined, expected function');
+      expect(failedIds(results)).to.include('tee-backend.none-attest-undefined');
+    });
+
+    it('fails a none backend that pretends to have a TEE', async () => {
+      const results = await kitResults(`${FIXTURES}/tee-pretends.ts`, { region: 'eu' });
+      expect(failedIds(results)).to.deep.equal([
+        'tee-backend.none-reports-no-tee',
+        'tee-backend.none-keys-not-sealed',
+        'tee-backend.none-attest-undefined',
+        'tee-backend.attest-fresh',
+      ]);
+    });
+
+    it('fails a manifest with an unsupported specVersion and a name that is not lowercase', async () => {
+      const results = await kitResults(`${FIXTURES}/unsupported-spec-version.ts`);
+      expect(failedIds(results)).to.include.members([
+        'manifest.spec-version-supported',
+        'manifest.name-format',
+      ]);
+    });
+
+    it('fails options the schema rejects, naming the option, and then checks no instance', async () => {
+      const results = await kitResults(`${FIXTURES}/tee-pretends.ts`, { region: 3 });
+      expect(results['manifest.config-accepts-options']?.reason).to.match(
+        /^config rejects the options at options\.region: /,
+      );
+      expect(results['tee-backend.members']?.status).to.equal('not-applicable');
+      expect(failedIds(results)).to.deep.equal(['manifest.config-accepts-options']);
+    });
+  });
+
+  describe('sigil conformance plugin', () => {
+    it('passes attestation/none with exit code 0 and prints one line per check', async () => {
+      const run = await runSigil(['conformance', 'plugin', './attestation/none/index.ts'], {}, ROOT);
+      expect(run.code, run.stderr).to.equal(0);
+      expect(run.stdout).to.match(/PASS +MUST +tee-backend\.none-reports-no-tee/);
+      expect(run.stdout).to.match(/N\/A +MUST +tee-backend\.attest-fresh/);
+      expect(run.stdout).to.include('plugin conformance: OK');
+    });
+
+    it('exits 1 on a broken plugin and writes the reports when asked', async () => {
+      const out = reportDir();
+      try {
+        const run = await runSigil(
+          ['conformance', 'plugin', `${FIXTURES}/tee-wrong-spec-version.ts`, '--out', out.dir],
+          {},
+          ROOT,
+        );
+        expect(run.code).to.equal(1);
+        expect(run.stdout).to.match(/FAIL +MUST +tee-backend\.spec-version/);
+        const report = JSON.parse(out.read(REPORT_FILES.json)) as { target: Record<string, string> };
+        expect(report.target).to.include({ plugin: 'tee-wrong-spec-version', kind: 'tee-backend' });
+      } finally {
+        out.cleanup();
+      }
+    });
+
+    it('exits 2 for a module that does not exist and for options that are not a JSON object', async () => {
+      const missing = await runSigil(['conformance', 'plugin', './no/such/plugin.ts'], {}, ROOT);
+      expect(missing.code).to.equal(2);
+      expect(missing.stderr).to.include('no such file');
+      const unknownPackage = await runSigil(['conformance', 'plugin', 'sigil-no-such-plugin'], {}, ROOT);
+      expect(unknownPackage.code).to.equal(2);
+      const badOptions = await runSigil(
+        ['conformance', 'plugin', './attestation/none/index.ts', '--options', '[1]'],
+        {},
+        ROOT,
+      );
+      expect(badOptions.code).to.equal(2);
+      expect(badOptions.stderr).to.include('--options must be a JSON object');
+    });
+  });
+});
