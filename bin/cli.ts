@@ -6,6 +6,7 @@ import {
   loadConfig,
   redactConfig,
 } from '../core/config/load.ts';
+import { registerConformanceCommands } from '../conformance/cli.ts';
 import { migrate, openDatabase } from '../core/db/database.ts';
 import { SigilError } from '../core/errors.ts';
 import { PluginLoadError } from '../core/plugins/host.ts';
@@ -141,5 +142,7 @@ function reportAndExit(err: unknown): never {
   process.stderr.write(`sigil: ${(err as Error).stack ?? String(err)}\n`);
   process.exit(1);
 }
+
+registerConformanceCommands(program);
 
 program.parseAsync(process.argv).catch(reportAndExit);

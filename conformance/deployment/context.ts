@@ -1,0 +1,40 @@
+import type { Hex } from 'viem';
+import type { Check } from '../check.ts';
+import type { EvidenceLog } from '../evidence.ts';
+import type { HttpClient, ServiceName } from '../http.ts';
+import type { FeatureName } from './features.ts';
+
+/** What the tester tells the runner beyond the two URLs. */
+export interface DeploymentTarget {
+  runtimeUrl: string;
+  gatewayUrl: string;
+  /**
+   * A private key of one of the gateway's operator wallets. A black box cannot know who the operators
+   * are, so the operator checks need one; without it they are not applicable. Never printed.
+   */
+  operatorKey?: Hex;
+  /** The tester states that the gateway runs with ERC8128_ENFORCE_OPERATOR_MCP=true. */
+  expectOperatorEnforcement?: boolean;
+}
+
+/** What a deployment check runs with. */
+export interface DeploymentContext {
+  target: DeploymentTarget;
+  http: HttpClient;
+  evidence: EvidenceLog;
+  /** Marks a value as secret for the rest of the run (a private key, a token), so no report shows it. */
+  secret(value: string): void;
+}
+
+/** One requirement of a spec, checked over HTTP only. */
+export interface Requirement extends Check<DeploymentContext> {
+  /** `GW-<part>.<slug>` for the gateway spec, `RT-<part>.<slug>` for the runtime spec. */
+  id: `GW-${number}.${string}` | `RT-${number}.${string}`;
+  /** The service the requirement is about (a check may call the other one too). */
+  service: ServiceName;
+  /**
+   * What the deployment must expose beyond what the spec mandates for the check to apply. When a
+   * feature is absent the requirement is reported not applicable, with the probe's finding as reason.
+   */
+  features?: readonly FeatureName[];
+}

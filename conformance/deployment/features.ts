@@ -1,0 +1,60 @@
+import type { HttpClient, ServiceName } from '../http.ts';
+
+/**
+ * Features a requirement may need beyond what the specs mandate. The runner learns whether the
+ * deployment has one from what it exposes (a 404 on the route means it does not), never from being told.
+ */
+interface Feature {
+  /** Probes the deployment; returns why the feature is absent, or undefined when it is there. */
+  probe(http: HttpClient): Promise<string | undefined>;
+}
+
+/** Any well-formed address will do: a probe only asks whether the route exists. */
+const PROBE_ADDRESS = '0x000000000000000000000000000000000000dead';
+
+function absentOn404(service: ServiceName, path: string, absence: string): Feature {
+  return {
+    probe: async (http) => {
+      const response = await http.request({ service, path });
+      return response.status === 404 ? `${absence} (GET ${path.split('?')[0]} answered 404)` : undefined;
+    },
+  };
+}
+
+export const FEATURES = {
+  /** The runtime spec requires a challenge and verify exchange but leaves its paths open; these are Sigil's. */
+  'runtime-wallet-auth': absentOn404(
+    'runtime',
+    `/auth/challenge?address=${PROBE_ADDRESS}`,
+    "the runtime exposes no wallet sign-in at Sigil's paths (the runtime spec does not fix them)",
+  ),
+  /** Sigil's gateway says who a request authenticates as; checks of credentials observe it there. */
+  'gateway-session': absentOn404(
+    'gateway',
+    '/api/auth/session',
+    'the gateway exposes no session introspection, so which credential it accepted cannot be observed',
+  ),
+} satisfies Record<string, Feature>;
+
+export type FeatureName = keyof typeof FEATURES;
+
+/** Probes each feature at most once per run, however many requirements need it. */
+export class FeatureProbe {
+  private readonly findings = new Map<FeatureName, Promise<string | undefined>>();
+
+  constructor(private readonly http: HttpClient) {}
+
+  /** Why the first absent feature of `features` is absent, or undefined when all are there. */
+  async absence(features: readonly FeatureName[]): Promise<string | undefined> {
+    for (const feature of features) {
+      let finding = this.findings.get(feature);
+      if (!finding) {
+        finding = FEATURES[feature].probe(this.http);
+        this.findings.set(feature, finding);
+      }
+      const absent = await finding;
+      if (absent !== undefined) return absent;
+    }
+    return undefined;
+  }
+}

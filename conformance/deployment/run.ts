@@ -1,0 +1,46 @@
+import { notApplicable, runChecks, type CheckResult } from '../check.ts';
+import { HttpClient } from '../http.ts';
+import { Redactor } from '../redact.ts';
+import { buildReport, type Report } from '../report.ts';
+import { REQUIREMENTS } from '../requirements.ts';
+import type { DeploymentContext, DeploymentTarget, Requirement } from './context.ts';
+import { FeatureProbe } from './features.ts';
+
+export interface DeploymentRunOptions {
+  /** The requirements to check, already selected; all of them by default. */
+  requirements?: readonly Requirement[];
+  /** Longest one requirement may take, all its requests included. */
+  timeoutMs?: number;
+  onResult?(result: CheckResult): void;
+}
+
+/**
+ * Checks a running deployment against the requirements, over HTTP only: nothing here imports the
+ * services, so the same run certifies any implementation of the two specs.
+ */
+export async function runDeployment(
+  target: DeploymentTarget,
+  options: DeploymentRunOptions = {},
+): Promise<Report> {
+  const redactor = new Redactor();
+  if (target.operatorKey !== undefined) redactor.remember(target.operatorKey);
+  const baseUrls = { runtime: target.runtimeUrl, gateway: target.gatewayUrl };
+  const features = new FeatureProbe(new HttpClient(baseUrls, redactor, undefined));
+  const started = new Date();
+  const results = await runChecks<DeploymentContext, Requirement>(options.requirements ?? REQUIREMENTS, {
+    redactor,
+    timeoutMs: options.timeoutMs ?? 60_000,
+    contextFor: (evidence) => ({
+      target,
+      evidence,
+      http: new HttpClient(baseUrls, redactor, evidence),
+      secret: (value) => redactor.remember(value),
+    }),
+    precondition: async (requirement) => {
+      const absence = await features.absence(requirement.features ?? []);
+      return absence === undefined ? undefined : notApplicable(absence);
+    },
+    ...(options.onResult ? { onResult: options.onResult } : {}),
+  });
+  return buildReport('deployment', baseUrls, started, results);
+}

@@ -1,0 +1,24 @@
+import type { Requirement } from './deployment/context.ts';
+import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
+import { healthRequirements } from './deployment/health.ts';
+import { foreignTokenRequirement, signInRequirements } from './deployment/sign-in.ts';
+import { GATEWAY_AUTH, RUNTIME_AUTH } from './deployment/wallet.ts';
+
+export type { DeploymentContext, DeploymentTarget, Requirement } from './deployment/context.ts';
+
+/**
+ * Every requirement the deployment runner checks, in the order it runs them. Each area of a spec has
+ * its own file under `deployment/`; add a requirement there and list its array here.
+ *
+ * Ids: `GW-<part>.<slug>` for the gateway spec, `RT-<part>.<slug>` for the runtime spec, where <part>
+ * is the numbered part of the spec the requirement comes from (4 endpoints, 5 authentication, …).
+ * Once published an id never changes meaning: testers pin them in `--only` and `--skip`.
+ */
+export const REQUIREMENTS: readonly Requirement[] = [
+  ...healthRequirements,
+  ...signInRequirements(GATEWAY_AUTH),
+  ...gatewayAuthRequirements,
+  foreignTokenRequirement(GATEWAY_AUTH, RUNTIME_AUTH),
+  ...signInRequirements(RUNTIME_AUTH),
+  foreignTokenRequirement(RUNTIME_AUTH, GATEWAY_AUTH),
+];

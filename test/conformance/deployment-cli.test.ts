@@ -1,0 +1,260 @@
+import { expect } from 'chai';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import type { CheckResult } from '../../conformance/check.ts';
+import { REPORT_FILES, type Report } from '../../conformance/report.ts';
+import { REQUIREMENTS } from '../../conformance/requirements.ts';
+import { leakedIn, makeCanaries } from './canaries.ts';
+import { findAll, parseXml } from './strict-xml.ts';
+import {
+  reportDir,
+  runSigil,
+  sendJson,
+  startSigil,
+  startTinyServer,
+  type CliRun,
+  type RunningSigil,
+  type TinyServer,
+} from './support.ts';
+
+interface DeploymentRun extends CliRun {
+  report: Report;
+  junit: string;
+  summary: string;
+  /** Results by id. */
+  results: Record<string, CheckResult>;
+}
+
+/** `sigil conformance deployment` against two base URLs, with the three report files read back. */
+async function certify(
+  urls: { runtime: string; gateway: string },
+  args: readonly string[] = [],
+  env: Record<string, string> = {},
+): Promise<DeploymentRun> {
+  const out = reportDir();
+  try {
+    const run = await runSigil(
+      [
+        'conformance',
+        'deployment',
+        '--runtime',
+        urls.runtime,
+        '--gateway',
+        urls.gateway,
+        '--out',
+        out.dir,
+        ...args,
+      ],
+      env,
+    );
+    const report = JSON.parse(out.read(REPORT_FILES.json)) as Report;
+    return {
+      ...run,
+      report,
+      junit: out.read(REPORT_FILES.junit),
+      summary: out.read(REPORT_FILES.markdown),
+      results: Object.fromEntries(report.results.map((result) => [result.id, result])),
+    };
+  } finally {
+    out.cleanup();
+  }
+}
+
+const urlsOf = (sigil: RunningSigil) => ({ runtime: sigil.runtimeUrl, gateway: sigil.gatewayUrl });
+const bothAt = (server: TinyServer) => ({ runtime: server.url, gateway: server.url });
+
+describe('sigil conformance deployment', function () {
+  this.timeout(60_000);
+
+  const operatorKey = generatePrivateKey();
+  const operator = privateKeyToAccount(operatorKey).address;
+  /** ERC8128_ENFORCE_OPERATOR_MCP=true, with one operator wallet whose key the tester holds. */
+  let enforcing: RunningSigil;
+  /** The same operator wallet, enforcement off (the default). */
+  let lenient: RunningSigil;
+
+  before(async () => {
+    enforcing = await startSigil({
+      gateway: { operatorWallets: [operator], erc8128EnforceOperatorMcp: true },
+    });
+    lenient = await startSigil({ gateway: { operatorWallets: [operator] } });
+  });
+  after(async () => {
+    await enforcing?.stop();
+    await lenient?.stop();
+  });
+
+  it('sigil conformance deployment passes against a real sigil up', async () => {
+    // The key goes in without 0x, through the environment: it must still be used, and never shown.
+    const bareKey = operatorKey.slice(2);
+    const run = await certify(urlsOf(enforcing), ['--expect-operator-enforcement'], {
+      SIGIL_CONFORMANCE_OPERATOR_KEY: bareKey,
+    });
+    const failures = run.report.results.filter((result) => result.status !== 'pass');
+    expect(failures.map((result) => `${result.id}: ${result.reason}`)).to.deep.equal([]);
+    expect(run.code, run.stderr).to.equal(0);
+    expect(run.report.summary).to.include({ total: REQUIREMENTS.length, pass: REQUIREMENTS.length });
+    expect(findAll(parseXml(run.junit), 'testcase')).to.have.length(REQUIREMENTS.length);
+    expect(run.stdout).to.include('deployment conformance: OK');
+    for (const output of [run.stdout, run.stderr, JSON.stringify(run.report), run.junit, run.summary]) {
+      expect(output).not.to.include(bareKey);
+    }
+  });
+
+  it('runs only what --only selects, less what --skip removes', async () => {
+    const run = await certify(urlsOf(lenient), [
+      '--only',
+      'GW-4,RT-4',
+      '--skip',
+      'RT-4.health-security-posture',
+    ]);
+    expect(run.code).to.equal(0);
+    expect(run.report.results.map((result) => result.id)).to.deep.equal(['GW-4.health', 'RT-4.health']);
+    expect(run.report.target).to.deep.equal({
+      runtime: lenient.runtimeUrl + '/',
+      gateway: lenient.gatewayUrl + '/',
+    });
+    expect(run.results['GW-4.health']?.evidence[0]).to.deep.include({ kind: 'http' });
+  });
+
+  describe('GW-5.erc8128-operator-enforced', () => {
+    const only = ['--only', 'GW-5.erc8128-operator-enforced'];
+
+    it('does not apply without an operator key, and says why', async () => {
+      const run = await certify(urlsOf(enforcing), only);
+      expect(run.code).to.equal(0);
+      expect(run.results['GW-5.erc8128-operator-enforced']?.status).to.equal('not-applicable');
+      const skipped = findAll(parseXml(run.junit), 'skipped')[0];
+      expect(skipped?.attributes.message).to.match(/^no operator key given/);
+      expect(run.summary).to.include('## Not applicable');
+    });
+
+    it('does not apply where the gateway does not enforce, unless the tester expects it to', async () => {
+      const env = { SIGIL_CONFORMANCE_OPERATOR_KEY: operatorKey };
+      const lenientRun = await certify(urlsOf(lenient), only, env);
+      expect(lenientRun.code).to.equal(0);
+      expect(lenientRun.results['GW-5.erc8128-operator-enforced']?.reason).to.include('does not enforce');
+      const expecting = await certify(urlsOf(lenient), [...only, '--expect-operator-enforcement'], env);
+      expect(expecting.code).to.equal(1);
+      expect(expecting.results['GW-5.erc8128-operator-enforced']?.status).to.equal('fail');
+    });
+
+    it('fails with a clear reason when the key is not an operator’s', async () => {
+      const run = await certify(urlsOf(enforcing), [...only, '--operator-key', generatePrivateKey()]);
+      expect(run.code).to.equal(1);
+      expect(run.results['GW-5.erc8128-operator-enforced']?.reason).to.match(
+        /is not an operator of this gateway/,
+      );
+    });
+  });
+
+  describe('against servers that are not Sigil', () => {
+    let servers: TinyServer[] = [];
+    afterEach(async () => {
+      await Promise.all(servers.map((server) => server.close()));
+      servers = [];
+    });
+    const serve = async (handler: Parameters<typeof startTinyServer>[0]) => {
+      const server = await startTinyServer(handler);
+      servers.push(server);
+      return server;
+    };
+
+    it('reports requirements whose feature the deployment lacks as not applicable', async () => {
+      const server = await serve((request, response) =>
+        request.url === '/health' ? sendJson(response, 200, { status: 'ok' }) : sendJson(response, 404, {}),
+      );
+      const run = await certify(bothAt(server), ['--only', 'RT-5,GW-5.session,GW-5.erc8128']);
+      expect(run.code).to.equal(0);
+      const statuses = new Set(run.report.results.map((result) => result.status));
+      expect([...statuses]).to.deep.equal(['not-applicable']);
+      expect(run.results['RT-5.siwe-verify']?.reason).to.match(/^the runtime exposes no wallet sign-in/);
+      expect(run.results['GW-5.session']?.reason).to.match(/^the gateway exposes no session introspection/);
+    });
+
+    it('exits 1 when a MUST fails, with the reason in every report', async () => {
+      const server = await serve((_request, response) => sendJson(response, 500, { code: 'internal' }));
+      const run = await certify(bothAt(server), ['--only', 'GW-4.health']);
+      expect(run.code).to.equal(1);
+      const reason = 'GET /health on the gateway: expected HTTP 200, got 500: {"code":"internal"}';
+      expect(run.results['GW-4.health']).to.include({ status: 'fail', reason });
+      expect(findAll(parseXml(run.junit), 'failure')[0]?.attributes).to.include({
+        message: reason,
+        type: 'MUST',
+      });
+      expect(run.stdout).to.include('deployment conformance: FAIL');
+      expect(run.summary).to.include('## Failures');
+    });
+
+    it('never shows a secret the deployment or the tester hands it', async () => {
+      const canaries = await makeCanaries();
+      const server = await serve((_request, response) => {
+        response.setHeader('www-authenticate', `Bearer error="${canaries.jwt}"`);
+        sendJson(response, 200, {
+          status: 'ok',
+          securityPosture: {},
+          token: canaries.opaqueBearer,
+          echo: `your token ${canaries.opaqueBearer}, wallet token ${canaries.walletToken}`,
+          signed: `sig=:${canaries.httpSignature}: by ${canaries.walletSignature}`,
+          keys: [canaries.privateKey, canaries.pemPrivateKey],
+        });
+      });
+      const run = await certify(bothAt(server), ['--only', 'GW-4.health,RT-4'], {
+        SIGIL_CONFORMANCE_OPERATOR_KEY: canaries.bareHexKey,
+      });
+      expect(run.code).to.equal(0);
+      expect(JSON.stringify(run.results['GW-4.health']?.evidence)).to.include('your token [REDACTED]');
+      for (const [name, text] of Object.entries({
+        stdout: run.stdout,
+        stderr: run.stderr,
+        'report.json': JSON.stringify(run.report),
+        'junit.xml': run.junit,
+        'summary.md': run.summary,
+      })) {
+        expect(leakedIn(text, canaries), name).to.deep.equal([]);
+      }
+    });
+  });
+
+  describe('usage', () => {
+    const urls = ['--runtime', 'http://127.0.0.1:8080', '--gateway', 'http://127.0.0.1:8402'];
+
+    for (const [title, args, message] of [
+      [
+        'a URL that is not one',
+        ['--runtime', 'localhost:8080', '--gateway', 'http://127.0.0.1:8402'],
+        '--runtime must be',
+      ],
+      [
+        'a URL with credentials',
+        ['--runtime', 'http://u:p@127.0.0.1', '--gateway', 'http://127.0.0.1'],
+        'without credentials',
+      ],
+      ['an unknown id in --only', [...urls, '--only', 'GW-5.nope'], 'no requirement matches GW-5.nope'],
+      ['an unknown prefix in --skip', [...urls, '--skip', 'XX-1'], 'no requirement matches XX-1'],
+      ['an operator key that is not one', [...urls, '--operator-key', 'deadbeef-secret'], '32-byte hex'],
+      ['an unknown option', [...urls, '--bogus'], "unknown option '--bogus'"],
+      ['a missing --gateway', ['--runtime', 'http://127.0.0.1:8080'], "required option '--gateway <url>'"],
+    ] as const) {
+      it(`exits 2 for ${title}`, async () => {
+        const run = await runSigil(['conformance', 'deployment', ...args]);
+        expect(run.code, run.stdout).to.equal(2);
+        expect(run.stderr).to.include(message);
+        expect(run.stderr).not.to.include('deadbeef-secret');
+      });
+    }
+
+    it('prints help with exit 0 on every conformance subcommand', async () => {
+      for (const command of [[], ['deployment'], ['plugin'], ['requirements']]) {
+        const run = await runSigil(['conformance', ...command, '--help']);
+        expect(run.code, command.join(' ')).to.equal(0);
+        expect(run.stdout).to.match(new RegExp(`^Usage: sigil conformance ${command.join(' ')}`));
+      }
+    });
+
+    it('lists every requirement id with `sigil conformance requirements`', async () => {
+      const run = await runSigil(['conformance', 'requirements']);
+      expect(run.code).to.equal(0);
+      for (const requirement of REQUIREMENTS) expect(run.stdout).to.include(requirement.id);
+    });
+  });
+});
