@@ -11,6 +11,7 @@ import { migrate, openDatabase } from '../core/db/database.ts';
 import { SigilError } from '../core/errors.ts';
 import { PluginLoadError } from '../core/plugins/host.ts';
 import { openKernel } from '../services/kernel.ts';
+import { serviceMigrations } from '../services/migrations.ts';
 import { serve, type ServiceName } from '../services/serve.ts';
 import { SIGIL_VERSION } from '../services/shared/health.ts';
 
@@ -104,7 +105,7 @@ program
     const { config: effective } = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
     const db = await openDatabase({ url: effective.database.url });
     try {
-      const applied = await migrate(db);
+      const applied = await migrate(db, serviceMigrations);
       process.stdout.write(applied.length ? `applied: ${applied.join(', ')}\n` : 'database is up to date\n');
     } finally {
       await db.destroy();

@@ -6,6 +6,7 @@ import { migrate, openDatabase, type Database } from '../core/db/database.ts';
 import { createLogger, SecretRegistry, type Logger } from '../core/log.ts';
 import { PluginHost } from '../core/plugins/host.ts';
 import { builtinPlugins } from './builtin-plugins.ts';
+import { serviceMigrations } from './migrations.ts';
 
 /** What every service is composed from: the loaded config, the database, plugins and core services. */
 export interface Kernel {
@@ -56,7 +57,7 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
     ...(options.dbSchema ? { schema: options.dbSchema } : {}),
   });
   try {
-    const applied = await migrate(db);
+    const applied = await migrate(db, serviceMigrations);
     if (applied.length > 0) logger.info({ applied }, 'database migrated');
     const plugins = new PluginHost({
       builtins: builtinPlugins,

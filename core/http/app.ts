@@ -12,6 +12,8 @@ export interface HttpAppOptions {
   bodyLimitBytes: number;
   /** Routers in the order they should match. */
   routers: readonly Router[];
+  /** Paths whose handlers read the raw body themselves (e.g. JSON-RPC, which answers bad JSON its own way). */
+  rawBodyPaths?: RegExp;
   /** Middleware to run after parsing and before the routers (e.g. authentication). */
   middleware?: readonly Koa.Middleware[];
 }
@@ -33,6 +35,13 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   app.use(requestContext(options.logger));
   app.use(metrics.middleware());
   app.use(errorHandler(options.logger));
+  const rawBodyPaths = options.rawBodyPaths;
+  if (rawBodyPaths) {
+    app.use((ctx, next) => {
+      if (rawBodyPaths.test(ctx.path)) ctx.disableBodyParser = true;
+      return next();
+    });
+  }
   app.use(
     bodyParser({
       enableTypes: ['json'],

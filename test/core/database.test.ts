@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { describeUrl, migrate, openDatabase } from '../../core/db/database.ts';
 import { SigilError } from '../../core/errors.ts';
+import { serviceMigrations } from '../../services/migrations.ts';
 import { describeEachDatabase, openTestKernel } from '../support/kernel.ts';
 
 describeEachDatabase('database', (database) => {
@@ -10,7 +11,7 @@ describeEachDatabase('database', (database) => {
       for (const table of ['siwe_nonces', 'request_nonces', 'wallet_tokens', 'signing_keys']) {
         expect(await kernel.db.schema.hasTable(table), table).to.equal(true);
       }
-      expect(await migrate(kernel.db)).to.deep.equal([]);
+      expect(await migrate(kernel.db, serviceMigrations)).to.deep.equal([]);
     } finally {
       await kernel.close();
     }

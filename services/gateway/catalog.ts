@@ -1,0 +1,137 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { SigilError } from '../../core/errors.ts';
+import defaultCatalog from './default-catalog.json' with { type: 'json' };
+
+const serverId = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'lowercase letters, digits and dashes; at most 63 characters')
+  .refine((id) => !id.includes('__'), 'must not contain "__" (it separates server and tool names)');
+
+/** One MCP server the gateway can run. The catalog is the operator's list of what may run at all. */
+export const catalogEntrySchema = z
+  .object({
+    id: serverId,
+    title: z.string().min(1).max(120),
+    description: z.string().max(2000).default(''),
+    registry: z.enum(['npm', 'pypi', 'oci', 'git']),
+    package: z.string().min(1).max(214),
+    version: z
+      .string()
+      .min(1)
+      .max(100)
+      .describe('An exact version or a range; resolved and pinned at warmup'),
+    /** How to start it: a bin name of the package (npm), or a path inside the package, plus arguments. */
+    entry: z
+      .object({
+        bin: z.string().min(1).optional(),
+        path: z.string().min(1).optional(),
+        args: z.array(z.string()).default([]),
+      })
+      .strict()
+      .refine((e) => (e.bin === undefined) !== (e.path === undefined), 'give exactly one of "bin" or "path"'),
+    secrets: z
+      .array(
+        z
+          .object({
+            name: z.string().regex(/^[A-Z][A-Z0-9_]*$/),
+            required: z.boolean().default(true),
+            description: z.string().default(''),
+          })
+          .strict(),
+      )
+      .default([]),
+    /** Plain settings for the process (never secrets: those are per wallet, see `secrets`). */
+    env: z.record(z.string().regex(/^[A-Z][A-Z0-9_]*$/), z.string()).default({}),
+    network: z.array(z.string().regex(/^[a-z0-9.-]+:\d{1,5}$/, 'host:port')).default([]),
+    /** A tool that is safe to call with no side effects, used by the warmup probe for `tool_smoke_passed`. */
+    smokeTest: z
+      .object({ tool: z.string(), arguments: z.record(z.string(), z.unknown()).default({}) })
+      .strict()
+      .optional(),
+    allowInstallScripts: z.boolean().default(false),
+  })
+  .strict();
+
+export type CatalogEntry = z.infer<typeof catalogEntrySchema>;
+
+export const catalogFileSchema = z
+  .object({ $schema: z.string().optional(), servers: z.array(catalogEntrySchema) })
+  .strict();
+
+/** The servers the gateway knows, by id: the shipped default catalog, then the operator's file. */
+export class Catalog {
+  private readonly byId: ReadonlyMap<string, CatalogEntry>;
+
+  constructor(entries: readonly CatalogEntry[]) {
+    const byId = new Map<string, CatalogEntry>();
+    for (const entry of entries) byId.set(entry.id, entry);
+    this.byId = byId;
+  }
+
+  get(id: string): CatalogEntry | undefined {
+    return this.byId.get(id);
+  }
+
+  /** The entry, or a 404 that says how to find valid ids. */
+  require(id: string): CatalogEntry {
+    const entry = this.byId.get(id);
+    if (!entry)
+      throw new SigilError('not_found', `No MCP server "${id}" in the catalog`, {
+        hint: 'GET /api/servers lists the catalog',
+      });
+    return entry;
+  }
+
+  all(): CatalogEntry[] {
+    return [...this.byId.values()];
+  }
+
+  /** Case-insensitive match on id, title, description and package. */
+  search(query: string): CatalogEntry[] {
+    const needle = query.trim().toLowerCase();
+    if (needle === '') return this.all();
+    return this.all().filter((entry) =>
+      [entry.id, entry.title, entry.description, entry.package].some((field) =>
+        field.toLowerCase().includes(needle),
+      ),
+    );
+  }
+}
+
+export interface CatalogSources {
+  /** Include the shipped default catalog (real MCP servers from npm). */
+  includeDefaults: boolean;
+  /** An operator's catalog file; its entries replace default entries with the same id. */
+  file?: string;
+}
+
+export function loadCatalog(sources: CatalogSources): Catalog {
+  const entries: CatalogEntry[] = sources.includeDefaults
+    ? catalogFileSchema.parse(defaultCatalog).servers
+    : [];
+  if (sources.file) entries.push(...readCatalogFile(sources.file));
+  return new Catalog(entries);
+}
+
+function readCatalogFile(file: string): CatalogEntry[] {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (cause) {
+    throw new SigilError(
+      'config_invalid',
+      `Cannot read the catalog file ${file}: ${(cause as Error).message}`,
+      { cause },
+    );
+  }
+  const parsed = catalogFileSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new SigilError(
+      'config_invalid',
+      `Invalid catalog file ${file} at ${issue?.path.join('.') ?? ''}: ${issue?.message ?? ''}`,
+    );
+  }
+  return parsed.data.servers;
+}

@@ -1,0 +1,82 @@
+import {
+  ErrorCode,
+  JSONRPCNotificationSchema,
+  JSONRPCRequestSchema,
+  type JSONRPCNotification,
+  type JSONRPCRequest,
+} from '@modelcontextprotocol/sdk/types.js';
+
+export { ErrorCode };
+
+export type RequestId = string | number;
+
+export interface JsonRpcErrorObject {
+  code: number;
+  message: string;
+  data?: unknown;
+}
+
+export type JsonRpcReply =
+  | { jsonrpc: '2.0'; id: RequestId; result: Record<string, unknown> }
+  | { jsonrpc: '2.0'; id: RequestId | null; error: JsonRpcErrorObject };
+
+/** A failure that becomes a JSON-RPC error object; `data` is shown to the client, so never put secrets in it. */
+export class JsonRpcError extends Error {
+  constructor(
+    readonly code: number,
+    message: string,
+    readonly data?: unknown,
+  ) {
+    super(message);
+  }
+}
+
+export const errorReply = (id: RequestId | null, error: JsonRpcErrorObject): JsonRpcReply => ({
+  jsonrpc: '2.0',
+  id,
+  error: {
+    code: error.code,
+    message: error.message,
+    ...(error.data === undefined ? {} : { data: error.data }),
+  },
+});
+
+export type IncomingMessage =
+  | { kind: 'request'; message: JSONRPCRequest }
+  | { kind: 'notification'; message: JSONRPCNotification }
+  | { kind: 'invalid'; reply: JsonRpcReply };
+
+/**
+ * Sorts one parsed body into a request, a notification, or an Invalid Request reply. Batches are
+ * refused: MCP removed JSON-RPC batching in protocol 2025-06-18.
+ */
+export function classify(body: unknown): IncomingMessage {
+  if (Array.isArray(body)) {
+    return {
+      kind: 'invalid',
+      reply: errorReply(null, {
+        code: ErrorCode.InvalidRequest,
+        message: 'Invalid Request: batches are not supported',
+      }),
+    };
+  }
+  const request = JSONRPCRequestSchema.safeParse(body);
+  if (request.success) return { kind: 'request', message: request.data };
+  const notification = JSONRPCNotificationSchema.safeParse(body);
+  if (notification.success && !hasId(body)) return { kind: 'notification', message: notification.data };
+  const id = idOf(body);
+  return {
+    kind: 'invalid',
+    reply: errorReply(id, {
+      code: ErrorCode.InvalidRequest,
+      message: 'Invalid Request: not a JSON-RPC 2.0 request or notification',
+    }),
+  };
+}
+
+const hasId = (body: unknown): boolean => typeof body === 'object' && body !== null && 'id' in body;
+
+function idOf(body: unknown): RequestId | null {
+  const id = hasId(body) ? (body as { id: unknown }).id : null;
+  return typeof id === 'string' || (typeof id === 'number' && Number.isFinite(id)) ? id : null;
+}
