@@ -95,9 +95,10 @@ export async function runChecks<Context, C extends Check<Context>>(
     const evidence = new EvidenceLog(options.redactor);
     const context = options.contextFor(evidence);
     const started = performance.now();
-    const outcome = await settle(async () => {
-      return (await options.precondition?.(check, context)) ?? (await check.check(context));
-    }, options.timeoutMs);
+    const outcome = await settle(
+      async () => (await options.precondition?.(check, context)) ?? (await check.check(context)),
+      options.timeoutMs,
+    );
     const result: CheckResult = {
       id: check.id,
       level: check.level,
@@ -105,7 +106,8 @@ export async function runChecks<Context, C extends Check<Context>>(
       spec: check.spec,
       status: outcome.status,
       ...(outcome.status === 'pass' ? {} : { reason: options.redactor.redact(outcome.reason) }),
-      evidence: evidence.entries,
+      // A copy: a check that timed out may still be running, and must not change a reported result.
+      evidence: [...evidence.entries],
       durationMs: Math.round(performance.now() - started),
     };
     results.push(result);
