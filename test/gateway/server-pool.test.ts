@@ -1,0 +1,109 @@
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { expect } from 'chai';
+import { ServerPool, type RunningServer, type ServerKey } from '../../services/gateway/server-pool.ts';
+import { quietLogger } from '../support/kernel.ts';
+
+const probe = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp', 'probe-server.mjs');
+
+/** Starts the probe server as a plain child process (the sandbox is tested on its own). */
+async function launchProbe(): Promise<RunningServer> {
+  const transport = new StdioClientTransport({ command: process.execPath, args: [probe], stderr: 'ignore' });
+  const client = new Client({ name: 'pool-test', version: '1.0.0' });
+  // Set before connect: the client chains its own close handling onto it.
+  const exited = new Promise<void>((resolve) => (transport.onclose = resolve));
+  await client.connect(transport);
+  return { client, exited, kill: () => client.close() };
+}
+
+const textOf = (result: unknown) =>
+  ((result as { content: { text: string }[] }).content[0] as { text: string }).text;
+
+describe('server pool', function () {
+  this.timeout(30_000);
+  let pool: ServerPool;
+  let launches: ServerKey[];
+  const key = (serverId: string, wallet = 'anonymous'): ServerKey => ({ serverId, wallet });
+  const pidOf = (k: ServerKey) =>
+    pool.use(k, async (s) => textOf(await s.client.callTool({ name: 'pid', arguments: {} })));
+
+  const newPool = (options: { idleMs?: number; maxRunning?: number } = {}) =>
+    new ServerPool({
+      launch: (k) => {
+        launches.push(k);
+        return launchProbe();
+      },
+      idleMs: options.idleMs ?? 60_000,
+      maxRunning: options.maxRunning ?? 4,
+      logger: quietLogger(),
+    });
+
+  beforeEach(() => {
+    launches = [];
+  });
+  afterEach(() => pool.stopAll());
+
+  it('starts on first use and reuses the warm process', async () => {
+    pool = newPool();
+    const first = await pidOf(key('probe'));
+    const second = await pidOf(key('probe'));
+    expect(second).to.equal(first);
+    expect(launches).to.have.length(1);
+  });
+
+  it('starts exactly one process for parallel first calls', async () => {
+    pool = newPool();
+    const pids = await Promise.all(Array.from({ length: 8 }, () => pidOf(key('probe'))));
+    expect(new Set(pids).size).to.equal(1);
+    expect(launches).to.have.length(1);
+  });
+
+  it('keeps one process per wallet', async () => {
+    pool = newPool();
+    const [a, b] = await Promise.all([pidOf(key('probe', '0xA')), pidOf(key('probe', '0xB'))]);
+    expect(a).not.to.equal(b);
+    expect(pool.running()).to.have.length(2);
+  });
+
+  it('stops a process after the inactivity period', async () => {
+    pool = newPool({ idleMs: 150 });
+    await pidOf(key('probe'));
+    expect(pool.running()).to.have.length(1);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(pool.running()).to.have.length(0);
+    await pidOf(key('probe'));
+    expect(launches).to.have.length(2);
+  });
+
+  it('restarts a crashed server on the next call', async () => {
+    pool = newPool();
+    const before = await pidOf(key('probe'));
+    await pool
+      .use(key('probe'), (s) => s.client.callTool({ name: 'crash', arguments: {} }))
+      .catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const after = await pidOf(key('probe'));
+    expect(after).not.to.equal(before);
+    expect(launches).to.have.length(2);
+  });
+
+  it('evicts the least recently used idle process at the cap', async () => {
+    pool = newPool({ maxRunning: 2 });
+    await pidOf(key('one'));
+    await pidOf(key('two'));
+    await pidOf(key('one'));
+    await pidOf(key('three'));
+    expect(pool.running().map((k) => k.serverId)).to.deep.equal(['one', 'three']);
+  });
+
+  it('refuses a new server when every slot is busy', async () => {
+    pool = newPool({ maxRunning: 1 });
+    const slow = pool.use(key('one'), (s) => s.client.callTool({ name: 'sleep', arguments: { ms: 400 } }));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const err = await pidOf(key('two')).catch((e: unknown) => e);
+    expect((err as { code?: string }).code).to.equal('unavailable');
+    expect(textOf(await slow)).to.equal('slept 400');
+  });
+});
