@@ -3,4 +3,5 @@ import type { BuiltinPlugins } from '../core/plugins/host.ts';
 /** Plugins shipped with Sigil, by the name used in `plugins[].resolve`. */
 export const builtinPlugins: BuiltinPlugins = {
   'tee-none': () => import('../attestation/none/index.ts'),
+  'registry-npm': () => import('../registries/npm/index.ts'),
 };

@@ -1,0 +1,172 @@
+import { randomBytes } from 'node:crypto';
+import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type {
+  CacheEntry,
+  RefreshReport,
+  ResolvedPackage,
+} from '../../core/plugins/contracts/package-registry-v1.ts';
+
+/** What an entry directory records about itself, in {@link ENTRY_FILE}. */
+export interface EntryRecord extends CacheEntry {
+  /** Bumped when the layout of an entry changes; entries of another layout are ignored. */
+  layout: 1;
+  /** `name@version` of each package in the tree that declares install scripts (none were run). */
+  installScripts: string[];
+  /** Packages in the installed tree, the root package included. */
+  packages: number;
+}
+
+/** Written last into a staged entry; an entry directory without it is not an entry. */
+export const ENTRY_FILE = 'sigil-entry.json';
+const LAYOUT = 1;
+
+/**
+ * The on-disk layout of the package cache:
+ *
+ *     <root>/entries/<key>/      complete entries only: they appear by an atomic rename
+ *     <root>/staging/<key>.<r>/  installs in progress; whatever is here at start-up is a crash's leftover
+ *     <root>/npm/                npm's own content-addressable cache (packuments, tarballs by integrity)
+ *     <root>/refresh.json        the last refresh report
+ *
+ * `<key>` is `<name>@<version>-<hex>`, with `/` of a scoped name turned into `+` and `<hex>` the first
+ * 128 bits of the sha512 digest: the same name and version with other content is another entry.
+ */
+export class CacheLayout {
+  readonly entries: string;
+  readonly staging: string;
+  readonly npm: string;
+  private readonly refreshFile: string;
+
+  constructor(readonly root: string) {
+    this.entries = join(root, 'entries');
+    this.staging = join(root, 'staging');
+    this.npm = join(root, 'npm');
+    this.refreshFile = join(root, 'refresh.json');
+  }
+
+  /** Creates the directories and removes staged installs that a crash left behind. */
+  async prepare(): Promise<string[]> {
+    await Promise.all([this.entries, this.staging, this.npm].map((dir) => mkdir(dir, { recursive: true })));
+    const leftovers = await readdir(this.staging);
+    await Promise.all(
+      leftovers.map((name) => rm(join(this.staging, name), { recursive: true, force: true })),
+    );
+    return leftovers;
+  }
+
+  static key(resolved: ResolvedPackage): string {
+    return `${resolved.name.replace('/', '+')}@${resolved.version}-${digestHex(resolved.digest).slice(0, 32)}`;
+  }
+
+  entryDir(resolved: ResolvedPackage): string {
+    return join(this.entries, CacheLayout.key(resolved));
+  }
+
+  /** The entry for exactly this name, version and digest, when the cache holds it complete. */
+  async read(resolved: ResolvedPackage): Promise<EntryRecord | undefined> {
+    const record = await readRecord(this.entryDir(resolved));
+    return record?.name === resolved.name &&
+      record.version === resolved.version &&
+      record.digest === resolved.digest
+      ? record
+      : undefined;
+  }
+
+  async list(): Promise<EntryRecord[]> {
+    const keys = await readdir(this.entries).catch(() => []);
+    const records = await Promise.all(keys.map((key) => readRecord(join(this.entries, key))));
+    return records.filter((record): record is EntryRecord => record !== undefined);
+  }
+
+  /** A fresh, empty directory to install into, out of sight of `read` and `list`. */
+  async stage(resolved: ResolvedPackage): Promise<string> {
+    const dir = join(this.staging, `${CacheLayout.key(resolved)}.${randomBytes(4).toString('hex')}`);
+    await mkdir(dir, { recursive: true });
+    return dir;
+  }
+
+  /**
+   * Writes the record into the staged directory, then renames it into place: the entry appears whole
+   * or not at all. When another install (this process or another sharing the cache) got there
+   * first, the staged copy is dropped and theirs kept. Resolves with the entry's directory.
+   */
+  async commit(staged: string, record: Omit<EntryRecord, 'layout'>): Promise<string> {
+    const target = this.entryDir(record);
+    await writeFile(join(staged, ENTRY_FILE), `${JSON.stringify({ layout: LAYOUT, ...record }, null, 2)}\n`);
+    try {
+      await rename(staged, target);
+      return target;
+    } catch (err) {
+      if (!isCode(err, 'ENOTEMPTY', 'EEXIST')) throw err;
+    }
+    if (await this.read(record)) {
+      await this.discard(staged);
+      return target;
+    }
+    // A directory without a valid record is not an entry (left by hand, or an older layout): replace it.
+    const aside = join(this.staging, `replaced.${randomBytes(4).toString('hex')}`);
+    await rename(target, aside);
+    await rename(staged, target);
+    await this.discard(aside);
+    return target;
+  }
+
+  async discard(staged: string): Promise<void> {
+    await rm(staged, { recursive: true, force: true });
+  }
+
+  async readRefreshReport(): Promise<RefreshReport | undefined> {
+    try {
+      return JSON.parse(await readFile(this.refreshFile, 'utf8')) as RefreshReport;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Written through a temporary file and a rename, so a crash never leaves half a report. */
+  async writeRefreshReport(report: RefreshReport): Promise<void> {
+    const temporary = `${this.refreshFile}.${randomBytes(4).toString('hex')}`;
+    await writeFile(temporary, `${JSON.stringify(report, null, 2)}\n`);
+    await rename(temporary, this.refreshFile);
+  }
+}
+
+async function readRecord(dir: string): Promise<EntryRecord | undefined> {
+  try {
+    const record = JSON.parse(await readFile(join(dir, ENTRY_FILE), 'utf8')) as Partial<EntryRecord>;
+    return record.layout === LAYOUT ? (record as EntryRecord) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The sha512 part of an SRI string (`sha512-<base64>`, possibly among other hashes), or undefined. */
+export function sha512Of(sri: string | null | undefined): string | undefined {
+  return sri
+    ?.split(/\s+/)
+    .map((token) => token.split('?')[0] ?? '')
+    .find((token) => /^sha512-[A-Za-z0-9+/]{86}==$/.test(token));
+}
+
+/** Hex of the digest's hash bytes: what `sha512sum` prints for the same tarball. */
+export function digestHex(sri: string): string {
+  const sha512 = sha512Of(sri);
+  if (!sha512) throw new RangeError(`not a sha512 SRI digest: ${sri}`);
+  return Buffer.from(sha512.slice('sha512-'.length), 'base64').toString('hex');
+}
+
+/** Bytes of every file under `dir`, symlinks counted as links. */
+export async function directorySize(dir: string): Promise<number> {
+  let total = 0;
+  for (const dirent of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, dirent.name);
+    total += dirent.isDirectory() ? await directorySize(path) : (await lstat(path)).size;
+  }
+  return total;
+}
+
+export function isCode(err: unknown, ...codes: string[]): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && codes.includes(code);
+}
