@@ -1,0 +1,68 @@
+import { copyFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  describePackageRegistryBehaviour,
+  type PackageRegistryFixture,
+} from '../../../conformance/kits/package-registry-behaviour.ts';
+import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
+import { openRegistry, tempDir, writePackage } from './support.ts';
+
+describe('registry-npm passes the package-registry kit against verdaccio', function () {
+  this.timeout(30_000);
+  const work = tempDir('registry-kit');
+  let registry: Verdaccio;
+  let fixture: PackageRegistryFixture | undefined;
+  let caches = 0;
+
+  before(async () => {
+    const dir = (name: string) => join(work.path, 'fixtures', name);
+    const marker = join(work.path, 'postinstall-ran');
+    // Only packages without dependencies: no uplink needed, so this suite stays fast and offline.
+    registry = await startVerdaccio({
+      uplink: false,
+      packages: ['1.0.0', '1.1.0', '2.0.0'].map((version) => ({
+        dir: writePackage(dir(`plain-${version}`), { name: 'sigil-test-kit-plain', version }),
+      })),
+    });
+    await registry.publish({
+      dir: writePackage(dir('scripted'), {
+        name: 'sigil-test-kit-scripted',
+        version: '1.0.0',
+        scripts: { postinstall: `node -e "require('fs').writeFileSync(${JSON.stringify(marker)}, 'ran')"` },
+      }),
+    });
+    await registry.publish({
+      dir: writePackage(dir('tampered'), { name: 'sigil-test-kit-tampered', version: '1.0.0' }),
+    });
+    const forged = await packPackage({
+      dir: writePackage(
+        dir('forged'),
+        { name: 'sigil-test-kit-tampered', version: '1.0.0' },
+        { 'index.js': 'module.exports = "forged";\n' },
+      ),
+    });
+    copyFileSync(forged.tarball, registry.tarballPath('sigil-test-kit-tampered', '1.0.0'));
+    const plain = registry.published.find((p) => p.version === '1.1.0');
+    if (!plain) throw new Error('sigil-test-kit-plain@1.1.0 was not published');
+    fixture = {
+      plain: { name: plain.name, range: '^1.0.0', version: '1.1.0', digest: plain.integrity },
+      scripted: { name: 'sigil-test-kit-scripted', range: 'latest', marker },
+      tampered: { name: 'sigil-test-kit-tampered', range: '1.0.0' },
+    };
+  });
+
+  after(async () => {
+    await registry?.stop();
+    work.cleanup();
+  });
+
+  describePackageRegistryBehaviour(
+    // Every check gets an instance with an empty cache of its own.
+    () =>
+      openRegistry({ registry: registry.url, cacheDir: join(work.path, 'caches', String((caches += 1))) }),
+    () => {
+      if (!fixture) throw new Error('the registry fixture is not ready');
+      return fixture;
+    },
+  );
+});
