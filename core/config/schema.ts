@@ -50,7 +50,7 @@ export const configSchema = z
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
       })
       .strict()
-      .default({ level: 'info' }),
+      .prefault({}),
     database: z
       .object({
         url: z
@@ -59,7 +59,7 @@ export const configSchema = z
           .describe('postgres://… for PostgreSQL, otherwise a SQLite file path (env DATABASE_URL)'),
       })
       .strict()
-      .default({ url: 'data/sigil.db' }),
+      .prefault({}),
     auth: z
       .object({
         chainId: z.number().int().positive().default(8453),
@@ -82,14 +82,7 @@ export const configSchema = z
           ),
       })
       .strict()
-      .default({
-        chainId: 8453,
-        challengeTtlSeconds: 300,
-        runtimeJwtTtlSeconds: 3600,
-        gatewayJwtTtlSeconds: 86_400,
-        requestSignatureMaxAgeSeconds: 300,
-        clockSkewSeconds: 30,
-      }),
+      .prefault({}),
     runtime: serviceSchema(8080)
       .extend({
         mcpSigningKey: z
@@ -98,7 +91,7 @@ export const configSchema = z
           .describe('ES256 private key for delegated gateway JWTs (env MCP_SIGNING_KEY)'),
         providerApiKey: z.string().optional().describe('Operator provider key slot (env PROVIDER_API_KEY)'),
       })
-      .default({ host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576 }),
+      .prefault({}),
     gateway: serviceSchema(8402)
       .extend({
         operatorWallets: z
@@ -116,14 +109,35 @@ export const configSchema = z
           .describe(
             'Master key for per-wallet secrets (env GATEWAY_SECRET_KEY); secrets are memory-only without it',
           ),
+        catalogFile: z
+          .string()
+          .optional()
+          .describe(
+            'JSON file of MCP servers ({ "servers": [...] }); its entries replace defaults with the same id',
+          ),
+        includeDefaultCatalog: z
+          .boolean()
+          .default(true)
+          .describe('Offer the shipped catalog of MCP servers from npm'),
+        denyList: z
+          .array(z.string().min(1))
+          .default([])
+          .describe('Server ids or package names the security filter blocks'),
+        warmupAtStart: z
+          .boolean()
+          .default(true)
+          .describe('Install and verify catalog servers at start-up (in the background, with progress logs)'),
+        idleTimeoutSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(86_400)
+          .default(300)
+          .describe('A warm MCP server process with no call for this long is stopped'),
+        maxRunningServers: z.number().int().min(1).max(1000).default(32),
+        toolCallTimeoutSeconds: z.number().int().min(1).max(3600).default(60),
       })
-      .default({
-        host: '127.0.0.1',
-        port: 8402,
-        bodyLimitBytes: 1_048_576,
-        operatorWallets: [],
-        erc8128EnforceOperatorMcp: false,
-      }),
+      .prefault({}),
     vault: z
       .object({
         persistenceDir: z
@@ -132,7 +146,7 @@ export const configSchema = z
           .describe('Where vault ciphertext persists (env VAULT_PERSISTENCE_DIR)'),
       })
       .strict()
-      .default({}),
+      .prefault({}),
     plugins: z.array(pluginEntrySchema).default([{ resolve: 'tee-none', enabled: true, options: {} }]),
   })
   .strict();
