@@ -75,21 +75,28 @@ async function gatewaySignatureAudience(context: DeploymentContext): Promise<Sig
   return { chainId: challenge.chainId, baseUrl: challenge.uri };
 }
 
-/** GET /api/auth/session signed by `wallet` with ERC-8128, plus any extra headers (a bearer, say). */
+interface SignedRequestOptions {
+  /** Headers sent beside the signature, e.g. another wallet's bearer token. */
+  alongside?: Record<string, string>;
+  /** Flip a bit of the signature before sending, so it is well-formed but not the wallet's. */
+  tampered?: boolean;
+}
+
+/** GET /api/auth/session signed by `wallet` with ERC-8128; returns the headers too, for a replay. */
 async function signedSessionRequest(
   context: DeploymentContext,
   wallet: PrivateKeyAccount,
-  extraHeaders: Record<string, string> = {},
-  tamper = false,
+  { alongside = {}, tampered = false }: SignedRequestOptions = {},
 ): Promise<{ response: HttpResponse; headers: Record<string, string> }> {
   const signature = await erc8128Headers(context, wallet, await gatewaySignatureAudience(context), {
     method: 'GET',
     path: GATEWAY_AUTH.paths.session,
   });
-  const headers = { ...extraHeaders, ...(tamper ? withTamperedSignature(signature) : signature) };
+  const headers = { ...alongside, ...(tampered ? withTamperedSignature(signature) : signature) };
   return { response: await getSession(context, GATEWAY_AUTH, headers), headers };
 }
 
+/** Fails unless the gateway answered 200 with a session of `wallet` authenticated by `method`. */
 function expectGatewaySession(
   response: HttpResponse,
   wallet: PrivateKeyAccount,
@@ -188,7 +195,9 @@ export const gatewayAuthRequirements: readonly Requirement[] = [
     check: async (context) => {
       const holderOfBearer = await signIn(context, GATEWAY_AUTH);
       const signer = freshWallet(context);
-      const { response } = await signedSessionRequest(context, signer, bearer(holderOfBearer.token));
+      const { response } = await signedSessionRequest(context, signer, {
+        alongside: bearer(holderOfBearer.token),
+      });
       expectGatewaySession(response, signer, 'erc8128', 'a request with both credentials');
       return pass();
     },
@@ -209,12 +218,10 @@ export const gatewayAuthRequirements: readonly Requirement[] = [
         holderOfBearer.wallet,
         'the bearer alone',
       );
-      const { response } = await signedSessionRequest(
-        context,
-        freshWallet(context),
-        bearer(holderOfBearer.token),
-        true,
-      );
+      const { response } = await signedSessionRequest(context, freshWallet(context), {
+        alongside: bearer(holderOfBearer.token),
+        tampered: true,
+      });
       expectStatus(response, 401, 'a tampered ERC-8128 signature beside a valid bearer');
       return pass();
     },
