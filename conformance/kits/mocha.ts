@@ -12,7 +12,16 @@ import { contractChecks, type ContractKit, type KitCheck } from './kit.ts';
 /** Longest one plugin check may take; a hung call fails the check instead of the suite. */
 export const KIT_CHECK_TIMEOUT_MS = 15_000;
 
-export function registerChecks(checks: readonly KitCheck[]): void {
+export interface RegisterOptions {
+  /**
+   * Checks known not to apply to the plugin under test (e.g. TEE checks on `none`): each becomes a test
+   * that passes only when the check indeed reports not-applicable, so nothing is left skipped.
+   */
+  expectNotApplicable?: readonly string[];
+}
+
+export function registerChecks(checks: readonly KitCheck[], options: RegisterOptions = {}): void {
+  const expected = new Set(options.expectNotApplicable ?? []);
   for (const check of checks) {
     it(`${check.id} (${check.level}): ${check.title}`, async function () {
       this.timeout(KIT_CHECK_TIMEOUT_MS + 1_000);
@@ -21,6 +30,11 @@ export function registerChecks(checks: readonly KitCheck[]): void {
         timeoutMs: KIT_CHECK_TIMEOUT_MS,
         contextFor: (evidence) => ({ evidence }),
       });
+      if (expected.has(check.id)) {
+        if (result?.status !== 'not-applicable')
+          throw new Error(`${check.id}: expected not-applicable, got ${result?.status ?? 'nothing'}`);
+        return;
+      }
       if (result?.status === 'not-applicable') this.skip();
       if (result?.status === 'fail') throw new Error(`${check.id}: ${result.reason ?? 'failed'}`);
     });
@@ -31,6 +45,7 @@ export function registerChecks(checks: readonly KitCheck[]): void {
 export function describeContractKit<K extends PluginKind>(
   kit: ContractKit<K>,
   load: () => Promise<PluginInstanceOf<K>>,
+  options: RegisterOptions = {},
 ): void {
-  describe(`${kit.kind} contract kit`, () => registerChecks(contractChecks(kit, load)));
+  describe(`${kit.kind} contract kit`, () => registerChecks(contractChecks(kit, load), options));
 }

@@ -14,7 +14,7 @@ import {
   type PluginUnderTest,
   type UncheckedManifest,
 } from './manifest.ts';
-import { registerChecks } from './mocha.ts';
+import { registerChecks, type RegisterOptions } from './mocha.ts';
 
 /**
  * A whole plugin module under test: the generic manifest kit, then the contract kit of its kind run on
@@ -93,10 +93,14 @@ export function pluginName(exports: unknown): string {
  * For plugin authors' mocha suites: every check a plugin module must pass, e.g.
  * `import * as myPlugin from '../src/index.ts'` then `describePluginKit(myPlugin, { region: 'eu' })`.
  */
-export function describePluginKit(exports: unknown, options: Record<string, unknown> = {}): void {
+export function describePluginKit(
+  exports: unknown,
+  options: Record<string, unknown> = {},
+  registration: RegisterOptions = {},
+): void {
   describe(`plugin kit: ${pluginName(exports)}`, () => {
     const services = new KitServices();
     after(() => services.close());
-    registerChecks(pluginKitChecks({ exports, options }, services));
+    registerChecks(pluginKitChecks({ exports, options }, services), registration);
   });
 }

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { TeeBackendV1, TeeStatus } from '../../core/plugins/contracts/index.ts';
 import { ensure, expectShape, notApplicableBecause, pass } from '../check.ts';
 import type { ContractKit, InstanceCheck, KitContext } from './kit.ts';
-import { describeContractKit } from './mocha.ts';
+import { describeContractKit, type RegisterOptions } from './mocha.ts';
 
 /**
  * `tee-backend` v1 kit: the sentences of core/plugins/contracts/tee-backend-v1.ts, checked. The one
@@ -187,5 +187,7 @@ export const teeBackendKit: ContractKit<'tee-backend'> = {
 };
 
 /** For third parties' mocha suites: `describeTeeBackendKit(async () => createMyBackend())`. */
-export const describeTeeBackendKit = (load: () => Promise<TeeBackendV1>): void =>
-  describeContractKit(teeBackendKit, load);
+export const describeTeeBackendKit = (
+  load: () => Promise<TeeBackendV1>,
+  options: RegisterOptions = {},
+): void => describeContractKit(teeBackendKit, load, options);
