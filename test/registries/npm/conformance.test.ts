@@ -1,9 +1,16 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { expect } from 'chai';
+import { runChecks } from '../../../conformance/check.ts';
+import { contractChecks } from '../../../conformance/kits/kit.ts';
+import { packageRegistryKit } from '../../../conformance/kits/package-registry.ts';
 import {
   describePackageRegistryBehaviour,
+  packageRegistryBehaviour,
   type PackageRegistryFixture,
 } from '../../../conformance/kits/package-registry-behaviour.ts';
+import { Redactor } from '../../../conformance/redact.ts';
+import type { InstalledPackage, PackageRegistryV1 } from '../../../core/plugins/contracts/index.ts';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { openRegistry, tempDir, writePackage } from './support.ts';
 
@@ -56,13 +63,57 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
     work.cleanup();
   });
 
-  describePackageRegistryBehaviour(
-    // Every check gets an instance with an empty cache of its own.
-    () =>
-      openRegistry({ registry: registry.url, cacheDir: join(work.path, 'caches', String((caches += 1))) }),
-    () => {
-      if (!fixture) throw new Error('the registry fixture is not ready');
-      return fixture;
-    },
-  );
+  // Every check gets an instance with an empty cache of its own.
+  const load = () =>
+    openRegistry({ registry: registry.url, cacheDir: join(work.path, 'caches', String((caches += 1))) });
+  const readyFixture = () => {
+    if (!fixture) throw new Error('the registry fixture is not ready');
+    return fixture;
+  };
+
+  describePackageRegistryBehaviour(load, readyFixture);
+
+  /** Runs the behaviour checks on a broken registry; returns the ids that failed. */
+  async function failingChecks(
+    breakIt: (registry: PackageRegistryV1) => Partial<PackageRegistryV1>,
+  ): Promise<string[]> {
+    const kit = { ...packageRegistryKit, behaviour: packageRegistryBehaviour(readyFixture) };
+    const broken = async () => {
+      const instance = await load();
+      return Object.assign(Object.create(instance) as PackageRegistryV1, breakIt(instance));
+    };
+    const results = await runChecks(contractChecks(kit, broken), {
+      redactor: new Redactor(),
+      timeoutMs: 10_000,
+      contextFor: (evidence) => ({ evidence }),
+    });
+    return results.filter((r) => r.status === 'fail').map((r) => r.id);
+  }
+
+  it('the kit fails a registry that swallows integrity failures', async () => {
+    const failed = await failingChecks((real) => ({
+      install: (resolved) =>
+        real.install(resolved).catch((): InstalledPackage => ({
+          ...resolved,
+          installedAt: new Date().toISOString(),
+          sizeBytes: 0,
+          hasInstallScripts: false,
+          path: '/nonexistent',
+          root: '/nonexistent',
+          bin: {},
+        })),
+    }));
+    expect(failed).to.deep.equal(['package-registry.integrity-mismatch-refused']);
+  });
+
+  it('the kit fails a registry that hides install scripts or answers another version', async () => {
+    const failed = await failingChecks((real) => ({
+      install: async (resolved) => ({ ...(await real.install(resolved)), hasInstallScripts: false }),
+      resolve: async (name, range) => ({ ...(await real.resolve(name, range)), version: '0.0.0-other' }),
+    }));
+    expect(failed).to.include.members([
+      'package-registry.resolve-exact',
+      'package-registry.install-scripts-not-run',
+    ]);
+  });
 });
