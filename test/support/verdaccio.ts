@@ -1,6 +1,15 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -177,16 +186,59 @@ async function stopChild(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
+/**
+ * Packages that a registry of this test process fetched through its uplink, kept when it stops and
+ * given to the next one: a suite's registry then serves a dependency tree that an earlier suite's
+ * registry already pulled, without the public registry. verdaccio marks what it proxied with
+ * `_uplinks` in the package's metadata; published packages never are, nor are they kept.
+ */
+function uplinkCache(): string {
+  return join(work(), 'uplink-cache');
+}
+
+/** Package directories of a storage: `name/` and `@scope/name/`. */
+function packageDirs(storage: string): string[] {
+  if (!existsSync(storage)) return [];
+  return readdirSync(storage, { withFileTypes: true })
+    .filter((entry) => entry.isDirectory())
+    .flatMap((entry) =>
+      entry.name.startsWith('@')
+        ? readdirSync(join(storage, entry.name)).map((name) => `${entry.name}/${name}`)
+        : [entry.name],
+    );
+}
+
+function keepProxied(storage: string): void {
+  for (const name of packageDirs(storage)) {
+    try {
+      const metadata = JSON.parse(readFileSync(join(storage, name, 'package.json'), 'utf8')) as {
+        _uplinks?: Record<string, unknown>;
+      };
+      if (Object.keys(metadata._uplinks ?? {}).length === 0) continue;
+    } catch {
+      continue;
+    }
+    cpSync(join(storage, name), join(uplinkCache(), name), { recursive: true });
+  }
+}
+
+function seedProxied(storage: string, localNames: readonly string[]): void {
+  for (const name of packageDirs(uplinkCache())) {
+    if (!localNames.includes(name))
+      cpSync(join(uplinkCache(), name), join(storage, name), { recursive: true });
+  }
+}
+
 export async function startVerdaccio(options: StartVerdaccioOptions = {}): Promise<Verdaccio> {
   const packed = await Promise.all((options.packages ?? []).map(packPackage));
   const root = mkdtempSync(join(work(), 'registry-'));
   const storage = join(root, 'storage');
   mkdirSync(storage);
+  const localNames = [...new Set(packed.map((p) => p.name))];
+  const uplink = options.uplink ?? true;
+  if (uplink) seedProxied(storage, localNames);
   const configFile = join(root, 'config.yaml');
-  writeFileSync(
-    configFile,
-    configYaml(storage, [...new Set(packed.map((p) => p.name))], options.uplink ?? true),
-  );
+  writeFileSync(configFile, configYaml(storage, localNames, uplink));
 
   let child: ChildProcess | undefined;
   let url = '';
@@ -286,6 +338,7 @@ export async function startVerdaccio(options: StartVerdaccioOptions = {}): Promi
     stop: async () => {
       process.off('exit', killOnExit);
       await stopChild(process_);
+      if (uplink) keepProxied(storage);
       rmSync(root, { recursive: true, force: true });
     },
   };
