@@ -162,6 +162,9 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
   }
 
   private async installFresh(resolved: ResolvedPackage): Promise<InstalledPackage> {
+    // An install of the same package may have finished while `install` looked in the cache.
+    const done = await this.cache.read(resolved);
+    if (done) return this.installedFrom(done);
     const packageId = `${resolved.name}@${resolved.version}`;
     const started = Date.now();
     this.logger.info({ package: packageId, digest: resolved.digest }, 'installing package');

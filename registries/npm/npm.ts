@@ -97,7 +97,7 @@ function isUnreachable(err: unknown): boolean {
   return isCode(err, ...NETWORK_CODES) || (typeof status === 'number' && status >= 500);
 }
 
-/** npm's error, as a PackageRegistryError with the contract's reason; other errors pass through. */
+/** npm's error as a PackageRegistryError with the contract's reason; what npm does not name is `install_failed`. */
 function fromNpmError(err: unknown, packageId: string): unknown {
   if (err instanceof SigilError) return err;
   const message = err instanceof Error ? err.message.split('\n')[0] : String(err);
