@@ -6,7 +6,14 @@ import { createRuntimeApp } from './runtime/app.ts';
 
 export type ServiceName = 'runtime' | 'gateway';
 
-const APP_FACTORIES: Record<ServiceName, (kernel: Kernel) => { app: Koa }> = {
+/** A service's app, with optional background work to start once it listens and to stop before the kernel. */
+interface ServiceApp {
+  app: Koa;
+  start?(): void;
+  close?(): Promise<void>;
+}
+
+const APP_FACTORIES: Record<ServiceName, (kernel: Kernel) => ServiceApp> = {
   runtime: createRuntimeApp,
   gateway: createGatewayApp,
 };
@@ -19,17 +26,22 @@ export interface Serving {
 
 export async function serve(kernel: Kernel, services: readonly ServiceName[]): Promise<Serving> {
   const running: RunningServer[] = [];
+  const apps: ServiceApp[] = [];
   const urls: Partial<Record<ServiceName, string>> = {};
   try {
     for (const name of services) {
       const { host, port } = kernel.config[name];
-      const server = await listen(APP_FACTORIES[name](kernel).app, host, port);
+      const service = APP_FACTORIES[name](kernel);
+      apps.push(service);
+      const server = await listen(service.app, host, port);
       running.push(server);
+      service.start?.();
       urls[name] = server.url;
       kernel.logger.info({ service: name, url: server.url }, `${name} listening`);
     }
   } catch (err) {
     await Promise.all(running.map((server) => server.close(0)));
+    await Promise.all(apps.map((service) => service.close?.()));
     throw err;
   }
   let stopping: Promise<void> | undefined;
@@ -38,6 +50,7 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
     stop: () => {
       stopping ??= (async () => {
         await Promise.all(running.map((server) => server.close()));
+        await Promise.all(apps.map((service) => service.close?.()));
         await kernel.close();
       })();
       return stopping;

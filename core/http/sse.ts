@@ -1,5 +1,6 @@
 import { PassThrough } from 'node:stream';
 import type { Context } from 'koa';
+import { disconnectSignal } from './disconnect.ts';
 
 export interface SseStream {
   send(event: string, data: unknown, id?: string): void;
@@ -11,7 +12,7 @@ export interface SseStream {
 /** Opens a Server-Sent Events response with heartbeats; data is JSON, one event per `send`. */
 export function openSse(ctx: Context, heartbeatMs = 15_000): SseStream {
   const stream = new PassThrough();
-  const aborter = new AbortController();
+  const signal = disconnectSignal(ctx);
   ctx.req.socket.setTimeout(0);
   ctx.req.socket.setNoDelay(true);
   ctx.status = 200;
@@ -31,12 +32,9 @@ export function openSse(ctx: Context, heartbeatMs = 15_000): SseStream {
     clearInterval(heartbeat);
     stream.end();
   };
-  ctx.res.on('close', () => {
-    if (!ctx.res.writableFinished) aborter.abort();
-    close();
-  });
+  ctx.res.on('close', close);
   return {
-    signal: aborter.signal,
+    signal,
     send(event, data, id) {
       if (closed) return;
       const lines = [

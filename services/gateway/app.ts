@@ -4,21 +4,35 @@ import { createHttpApp } from '../../core/http/app.ts';
 import type { HttpMetrics } from '../../core/http/metrics.ts';
 import type { Kernel } from '../kernel.ts';
 import { healthRouter } from '../shared/health.ts';
+import { MCP_PATHS } from './mcp/endpoint.ts';
+import { createToolGateway } from './tool-gateway.ts';
 
 export interface GatewayApp {
   app: Koa;
   metrics: HttpMetrics;
+  /** Starts background work (the catalog warmup) once the server listens. */
+  start(): void;
+  close(): Promise<void>;
 }
 
 /** The tool gateway: composition of core middleware and the gateway's routers. */
 export function createGatewayApp(kernel: Kernel): GatewayApp {
   const health = healthRouter('gateway', kernel);
   const auth = createWalletAuth(kernel, 'gateway');
-  return createHttpApp({
+  const tools = createToolGateway(kernel);
+  const http = createHttpApp({
     service: 'gateway',
     logger: kernel.logger.child({ service: 'gateway' }),
     bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
+    rawBodyPaths: MCP_PATHS,
     middleware: [auth.middleware],
-    routers: [health, auth.router],
+    routers: [health, auth.router, ...tools.routers],
   });
+  return {
+    ...http,
+    start: () => {
+      if (kernel.config.gateway.warmupAtStart) void tools.warmup.run('start-up');
+    },
+    close: () => tools.close(),
+  };
 }

@@ -14,9 +14,11 @@ export const gatewayMigrations: readonly Migration[] = [
       });
       await db.schema.createTable('gateway_servers', (t) => {
         t.string('server_id', 63).primary();
-        t.string('version', 100).notNullable();
-        t.string('digest', 200).notNullable();
+        t.string('version', 100).nullable();
+        t.string('digest', 200).nullable();
         t.string('tier', 32).nullable();
+        t.string('filter_status', 16).notNullable();
+        t.string('filter_reason', 500).nullable();
         t.bigInteger('verified_at').nullable();
         t.text('last_error').nullable();
       });

@@ -3,6 +3,7 @@ import type { Context } from 'koa';
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import { SigilError } from '../../../core/errors.ts';
+import { disconnectSignal } from '../../../core/http/disconnect.ts';
 import { readRawBody } from '../../../core/http/raw-body.ts';
 import type { McpDispatcher, McpRequestScope } from './dispatcher.ts';
 import { classify, ErrorCode, errorReply, type JsonRpcReply } from './jsonrpc.ts';
@@ -76,6 +77,8 @@ async function handle(
   const message = classify(body);
   if (message.kind === 'invalid') return reply(ctx, 400, message.reply);
   if (message.kind === 'notification') {
+    // Null first: Koa turns a null body into 204, unless a status is set afterwards.
+    ctx.body = null;
     ctx.status = 202;
     return;
   }
@@ -90,15 +93,11 @@ async function handle(
       }),
     );
   }
-  const aborter = new AbortController();
-  ctx.res.once('close', () => {
-    if (!ctx.res.writableFinished) aborter.abort();
-  });
   const scope: McpRequestScope = {
     wallet: (ctx.state.auth as AuthPrincipal | undefined)?.address,
     sessionId: session === '' ? undefined : session,
     serverId,
-    signal: aborter.signal,
+    signal: disconnectSignal(ctx),
     meta: undefined,
   };
   reply(ctx, 200, await options.dispatcher.dispatch(message.message, scope));

@@ -1,0 +1,154 @@
+import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { SigilError } from '../../core/errors.ts';
+import type { Logger } from '../../core/log.ts';
+import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
+import type {
+  InstalledPackage,
+  PackageRegistryV1,
+  SandboxRuntimeV1,
+} from '../../core/plugins/contracts/index.ts';
+import type { PluginHost } from '../../core/plugins/host.ts';
+import { SIGIL_VERSION } from '../shared/health.ts';
+import type { Catalog, CatalogEntry } from './catalog.ts';
+import type { RunningServer, ServerKey } from './server-pool.ts';
+import type { ProbeResult, ServerProber } from './servers.ts';
+
+/** Longest line a server may send: well above any sane tool result, far below memory trouble. */
+const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+const CONNECT_TIMEOUT_MS = 30_000;
+
+export interface LauncherOptions {
+  plugins: PluginHost;
+  catalog: Catalog;
+  logger: Logger;
+  /** The per-wallet environment of a server process (its secrets); empty until secrets exist. */
+  environmentFor?(key: ServerKey, entry: CatalogEntry): Promise<Record<string, string>>;
+}
+
+/**
+ * Turns catalog entries into running MCP servers: the package from its registry plugin, the process
+ * from the sandbox plugin, and an SDK client over the process's stdio.
+ */
+export class SandboxedServers implements ServerProber {
+  private readonly installs = new Map<string, Promise<InstalledPackage>>();
+
+  constructor(private readonly options: LauncherOptions) {}
+
+  runnable(entry: CatalogEntry): { ok: true } | { ok: false; reason: string } {
+    if (!this.registryFor(entry))
+      return { ok: false, reason: `no package-registry plugin for "${entry.registry}" is loaded` };
+    if (this.options.plugins.all('sandbox-runtime').length === 0)
+      return { ok: false, reason: 'no sandbox-runtime plugin is loaded' };
+    return { ok: true };
+  }
+
+  /** Starts the server of `key` in the sandbox and connects an MCP client to it. */
+  launch = async (key: ServerKey): Promise<RunningServer> => {
+    const entry = this.options.catalog.require(key.serverId);
+    const installed = await this.install(entry);
+    const env = { ...entry.env, ...(await this.options.environmentFor?.(key, entry)) };
+    const child = await this.sandbox().spawn({
+      packagePath: installed.root,
+      command: process.execPath,
+      args: [this.entryFile(entry, installed), ...entry.entry.args],
+      env,
+      networkAllowList: entry.network,
+    });
+    const stderrTail: string[] = [];
+    const transport = new ProcessStdioTransport(child, {
+      maxMessageBytes: MAX_MESSAGE_BYTES,
+      onStderr: (chunk) => {
+        stderrTail.push(chunk.toString('utf8'));
+        if (stderrTail.length > 20) stderrTail.shift();
+      },
+    });
+    const client = new Client({ name: 'sigil-gateway', version: SIGIL_VERSION });
+    try {
+      await client.connect(transport, { timeout: CONNECT_TIMEOUT_MS });
+    } catch (err) {
+      await child.kill();
+      const exit = await child.exited;
+      this.options.logger.warn(
+        { serverId: key.serverId, exit, stderr: stderrTail.join('').slice(-2000) },
+        'MCP server failed to start',
+      );
+      throw new SigilError(
+        'unavailable',
+        `MCP server "${key.serverId}" did not start: ${exit.reason ?? (err as Error).message}`,
+      );
+    }
+    return { client, exited: child.exited, kill: () => client.close() };
+  };
+
+  async probe(entry: CatalogEntry): Promise<ProbeResult> {
+    const installed = await this.install(entry);
+    const server = await this.launch({ serverId: entry.id, wallet: 'warmup' });
+    try {
+      const tools: Tool[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await server.client.listTools(cursor === undefined ? {} : { cursor });
+        tools.push(...page.tools);
+        cursor = page.nextCursor;
+      } while (cursor !== undefined);
+      let smoke: ProbeResult['smoke'] = 'skipped';
+      if (entry.smokeTest) {
+        const result = await server.client
+          .callTool({ name: entry.smokeTest.tool, arguments: entry.smokeTest.arguments })
+          .catch(() => ({ isError: true }));
+        smoke = result.isError ? 'failed' : 'passed';
+      }
+      return {
+        version: installed.version,
+        digest: installed.digest,
+        hasInstallScripts: installed.hasInstallScripts,
+        tools,
+        smoke,
+      };
+    } finally {
+      await server.kill();
+    }
+  }
+
+  /** Installs once per process and entry; the registry's own cache makes later runs offline. */
+  private install(entry: CatalogEntry): Promise<InstalledPackage> {
+    const key = `${entry.registry}:${entry.package}@${entry.version}`;
+    let pending = this.installs.get(key);
+    if (!pending) {
+      const registry = this.registryFor(entry);
+      if (!registry)
+        throw new SigilError('unavailable', `No package-registry plugin for "${entry.registry}" is loaded`);
+      pending = registry.resolve(entry.package, entry.version).then((resolved) => registry.install(resolved));
+      pending.catch(() => this.installs.delete(key));
+      this.installs.set(key, pending);
+    }
+    return pending;
+  }
+
+  private entryFile(entry: CatalogEntry, installed: InstalledPackage): string {
+    if (entry.entry.path) return join(installed.path, entry.entry.path);
+    const bin = installed.bin[entry.entry.bin ?? ''];
+    if (!bin) {
+      throw new SigilError(
+        'unavailable',
+        `Package ${entry.package} has no executable "${entry.entry.bin ?? ''}"`,
+        {
+          hint: `It provides: ${Object.keys(installed.bin).join(', ') || 'none'}`,
+        },
+      );
+    }
+    return bin;
+  }
+
+  private registryFor(entry: CatalogEntry): PackageRegistryV1 | undefined {
+    return this.options.plugins
+      .all('package-registry')
+      .find((registry) => registry.registryKind === entry.registry);
+  }
+
+  private sandbox(): SandboxRuntimeV1 {
+    return this.options.plugins.one('sandbox-runtime');
+  }
+}

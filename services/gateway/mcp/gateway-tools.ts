@@ -1,0 +1,205 @@
+import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
+import { z } from 'zod';
+import { isSigilError } from '../../../core/errors.ts';
+import type { Catalog } from '../catalog.ts';
+import type { ServerDirectory } from '../servers.ts';
+import type { EnabledServers } from '../sessions.ts';
+import type { ToolCaller } from '../tool-calls.ts';
+import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
+import { ErrorCode, JsonRpcError } from './jsonrpc.ts';
+
+/** Separates server id and tool name in namespaced tool names; server ids cannot contain it. */
+export const NAMESPACE_SEPARATOR = '__';
+
+const serverIdInput: Tool['inputSchema'] = {
+  type: 'object',
+  properties: { serverId: { type: 'string', description: 'Id from gateway_search_servers' } },
+  required: ['serverId'],
+};
+
+/** The gateway's own tools: always listed on /mcp, always free. */
+export const META_TOOLS: Tool[] = [
+  {
+    name: 'gateway_search_servers',
+    description: 'Search the MCP servers this gateway can run. An empty query lists them all.',
+    inputSchema: { type: 'object', properties: { query: { type: 'string' } } },
+  },
+  {
+    name: 'gateway_describe_server',
+    description:
+      'Details of one MCP server: package, verification, security filter, tools, required secrets.',
+    inputSchema: serverIdInput,
+  },
+  {
+    name: 'gateway_enable_server',
+    description:
+      "Enable an MCP server for this session: its tools then appear in tools/list as '<serverId>__<tool>'. Needs wallet auth to persist.",
+    inputSchema: serverIdInput,
+  },
+  {
+    name: 'gateway_disable_server',
+    description: 'Disable an MCP server for this session; its tools leave tools/list.',
+    inputSchema: serverIdInput,
+  },
+  {
+    name: 'gateway_list_enabled',
+    description: 'The MCP servers enabled in this session.',
+    inputSchema: { type: 'object', properties: {} },
+  },
+];
+
+const META_NAMES = new Set(META_TOOLS.map((tool) => tool.name));
+const serverIdArgs = z.object({ serverId: z.string().min(1).max(63) });
+const searchArgs = z.object({ query: z.string().max(200).default('') });
+
+const jsonResult = (value: unknown): CallToolResult => ({
+  content: [{ type: 'text', text: JSON.stringify(value, null, 2) }],
+  structuredContent: value as Record<string, unknown>,
+});
+
+/** What MCP clients see: meta-tools for discovery, then the namespaced tools of enabled servers. */
+export class GatewayTools implements McpToolSource {
+  constructor(
+    private readonly deps: {
+      catalog: Catalog;
+      servers: ServerDirectory;
+      enabled: EnabledServers;
+      caller: ToolCaller;
+    },
+  ) {}
+
+  async listTools(scope: McpRequestScope): Promise<Tool[]> {
+    if (scope.serverId !== undefined) return (await this.deps.servers.describe(scope.serverId)).tools;
+    const enabled = await this.deps.enabled.list(scope.wallet, scope.sessionId);
+    const served = await Promise.all(
+      enabled
+        .filter((id) => this.deps.catalog.get(id))
+        .map(async (id) =>
+          (await this.deps.servers.describe(id)).tools.map((tool) => ({
+            ...tool,
+            name: `${id}${NAMESPACE_SEPARATOR}${tool.name}`,
+          })),
+        ),
+    );
+    return [...META_TOOLS, ...served.flat()];
+  }
+
+  async callTool(
+    scope: McpRequestScope,
+    name: string,
+    args: Record<string, unknown>,
+  ): Promise<CallToolResult> {
+    try {
+      if (scope.serverId !== undefined) return await this.callServerTool(scope, scope.serverId, name, args);
+      if (META_NAMES.has(name)) return await this.callMetaTool(scope, name, args);
+      const at = name.indexOf(NAMESPACE_SEPARATOR);
+      if (at <= 0) throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
+      const serverId = name.slice(0, at);
+      const enabled = await this.deps.enabled.list(scope.wallet, scope.sessionId);
+      if (!enabled.includes(serverId)) {
+        throw new JsonRpcError(
+          ErrorCode.InvalidParams,
+          `Unknown tool: ${name} (server "${serverId}" is not enabled in this session; call gateway_enable_server first)`,
+        );
+      }
+      return await this.callServerTool(scope, serverId, name.slice(at + NAMESPACE_SEPARATOR.length), args);
+    } catch (err) {
+      return toolFailure(err);
+    }
+  }
+
+  private callServerTool(
+    scope: McpRequestScope,
+    serverId: string,
+    tool: string,
+    args: Record<string, unknown>,
+  ): Promise<CallToolResult> {
+    return this.deps.caller.call(
+      { serverId, tool, arguments: args, wallet: scope.wallet, meta: scope.meta },
+      scope.signal,
+    );
+  }
+
+  private async callMetaTool(
+    scope: McpRequestScope,
+    name: string,
+    args: Record<string, unknown>,
+  ): Promise<CallToolResult> {
+    if (name === 'gateway_search_servers') {
+      const { query } = parseArgs(searchArgs, args);
+      const details = await Promise.all(
+        this.deps.catalog.search(query).map((entry) => this.deps.servers.describe(entry.id)),
+      );
+      return jsonResult({
+        servers: details.map((d) => ({
+          id: d.id,
+          title: d.title,
+          description: d.description,
+          package: d.package,
+          filter: d.filter.status,
+          tier: d.tier,
+        })),
+      });
+    }
+    if (name === 'gateway_list_enabled')
+      return jsonResult({ enabled: await this.deps.enabled.list(scope.wallet, scope.sessionId) });
+    const { serverId } = parseArgs(serverIdArgs, args);
+    if (name === 'gateway_describe_server') return jsonResult(await this.deps.servers.describe(serverId));
+    if (name === 'gateway_enable_server') {
+      const details = await this.deps.servers.requireServable(serverId);
+      const tools = details.tools.map((tool) => `${serverId}${NAMESPACE_SEPARATOR}${tool.name}`);
+      if (scope.wallet === undefined) {
+        return jsonResult({
+          enabled: [serverId],
+          persisted: false,
+          tools,
+          note:
+            'Anonymous: enabled for this request only. Authenticate (wallet token or JWT) to keep it, or use POST /mcp/server/' +
+            serverId,
+        });
+      }
+      return jsonResult({
+        enabled: await this.deps.enabled.change(scope.wallet, scope.sessionId, serverId, true),
+        persisted: true,
+        tools,
+      });
+    }
+    this.deps.catalog.require(serverId);
+    if (scope.wallet === undefined) return jsonResult({ enabled: [], persisted: false });
+    return jsonResult({
+      enabled: await this.deps.enabled.change(scope.wallet, scope.sessionId, serverId, false),
+      persisted: true,
+    });
+  }
+}
+
+function parseArgs<S extends z.ZodType>(schema: S, args: Record<string, unknown>): z.infer<S> {
+  const parsed = schema.safeParse(args);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  throw new JsonRpcError(
+    ErrorCode.InvalidParams,
+    `Invalid arguments: ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'rejected'}`,
+  );
+}
+
+/**
+ * Protocol mistakes (unknown tool, bad or oversized arguments) are JSON-RPC errors; refusals by the
+ * gateway (blocked, quarantined, not runnable) are tool errors a model can read and act on.
+ */
+function toolFailure(err: unknown): CallToolResult {
+  if (err instanceof JsonRpcError) throw err;
+  if (isSigilError(err) && (err.code === 'invalid_request' || err.code === 'payload_too_large')) {
+    throw new JsonRpcError(ErrorCode.InvalidParams, err.message);
+  }
+  if (isSigilError(err) && err.code === 'not_found' && !err.message.startsWith('No MCP server')) {
+    throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${err.message}`);
+  }
+  if (isSigilError(err)) {
+    return {
+      isError: true,
+      content: [{ type: 'text', text: err.hint ? `${err.message} (${err.hint})` : err.message }],
+    };
+  }
+  throw err;
+}

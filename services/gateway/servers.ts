@@ -1,0 +1,218 @@
+import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import type { Clock } from '../../core/clock.ts';
+import type { Database } from '../../core/db/database.ts';
+import { SigilError } from '../../core/errors.ts';
+import type { Logger } from '../../core/log.ts';
+import type { Catalog, CatalogEntry } from './catalog.ts';
+import type { QuarantinedTool, ToolPins } from './tool-pins.ts';
+
+export type VerificationTier = 'tools_listed' | 'tool_smoke_passed';
+
+/** What a probe of a server found: its package identity and the tools it presented. */
+export interface ProbeResult {
+  version: string;
+  digest: string;
+  hasInstallScripts: boolean;
+  tools: Tool[];
+  /** `passed` when the catalog's smoke tool answered without error; `skipped` when none is declared. */
+  smoke: 'passed' | 'failed' | 'skipped';
+}
+
+/** Installs a server and lists its tools in a sandbox; a failure says why, in words for the operator. */
+export interface ServerProber {
+  probe(entry: CatalogEntry): Promise<ProbeResult>;
+  /** Whether this deployment can run servers of the entry's registry kind at all. */
+  runnable(entry: CatalogEntry): { ok: true } | { ok: false; reason: string };
+}
+
+export interface FilterVerdict {
+  status: 'allowed' | 'blocked' | 'unverified';
+  reason: string | null;
+}
+
+export interface ServerDetails {
+  id: string;
+  title: string;
+  description: string;
+  registry: CatalogEntry['registry'];
+  package: string;
+  versionRange: string;
+  version: string | null;
+  digest: string | null;
+  filter: FilterVerdict;
+  runnable: { ok: boolean; reason: string | null };
+  tier: VerificationTier | null;
+  verifiedAt: string | null;
+  lastError: string | null;
+  tools: Tool[];
+  quarantinedTools: QuarantinedTool[];
+  secrets: { name: string; required: boolean; description: string }[];
+  network: string[];
+}
+
+interface ServerRow {
+  server_id: string;
+  version: string | null;
+  digest: string | null;
+  tier: VerificationTier | null;
+  filter_status: 'allowed' | 'blocked';
+  filter_reason: string | null;
+  verified_at: number | string | null;
+  last_error: string | null;
+}
+
+/**
+ * The catalog as the gateway sees it at run time: each server's security filter verdict, runnability,
+ * verification tier and served tools. Verdicts live in the database, so replicas agree on them.
+ */
+export class ServerDirectory {
+  private readonly inFlight = new Map<string, Promise<ServerDetails>>();
+
+  constructor(
+    private readonly deps: {
+      db: Database;
+      clock: Clock;
+      logger: Logger;
+      catalog: Catalog;
+      pins: ToolPins;
+      prober: ServerProber;
+      denyList: readonly string[];
+    },
+  ) {}
+
+  async describe(id: string): Promise<ServerDetails> {
+    const entry = this.deps.catalog.require(id);
+    const row = (await this.deps.db('gateway_servers').where({ server_id: id }).first()) as
+      ServerRow | undefined;
+    const pins = row?.version
+      ? await this.deps.pins.current(id, row.version)
+      : { served: [], quarantined: [] };
+    const runnable = this.deps.prober.runnable(entry);
+    const denied = this.denial(entry);
+    return {
+      id,
+      title: entry.title,
+      description: entry.description,
+      registry: entry.registry,
+      package: entry.package,
+      versionRange: entry.version,
+      version: row?.version ?? null,
+      digest: row?.digest ?? null,
+      filter:
+        denied ??
+        (row
+          ? { status: row.filter_status, reason: row.filter_reason }
+          : { status: 'unverified', reason: 'not verified yet' }),
+      runnable: runnable.ok ? { ok: true, reason: null } : { ok: false, reason: runnable.reason },
+      tier: row?.tier ?? null,
+      verifiedAt: row?.verified_at ? new Date(Number(row.verified_at)).toISOString() : null,
+      lastError: row?.last_error ?? null,
+      tools: row?.filter_status === 'allowed' ? pins.served : [],
+      quarantinedTools: pins.quarantined,
+      secrets: entry.secrets,
+      network: entry.network,
+    };
+  }
+
+  async list(): Promise<ServerDetails[]> {
+    return Promise.all(this.deps.catalog.all().map((entry) => this.describe(entry.id)));
+  }
+
+  /** Details of a server that is verified, allowed and runnable; verifies it first when needed. */
+  async requireServable(id: string): Promise<ServerDetails> {
+    let details = await this.describe(id);
+    if (!details.runnable.ok) {
+      throw new SigilError(
+        'unavailable',
+        `MCP server "${id}" is not runnable here: ${details.runnable.reason ?? 'unknown reason'}`,
+        {
+          details: { serverId: id },
+        },
+      );
+    }
+    if (details.filter.status === 'unverified') details = await this.verify(id);
+    if (details.filter.status !== 'allowed') {
+      throw new SigilError(
+        'forbidden',
+        `MCP server "${id}" is blocked by the security filter: ${details.filter.reason ?? 'unknown reason'}`,
+        {
+          details: { serverId: id, filter: details.filter },
+        },
+      );
+    }
+    if (details.tier === null) {
+      throw new SigilError(
+        'unavailable',
+        `MCP server "${id}" failed verification: ${details.lastError ?? 'no tools listed'}`,
+        {
+          hint: 'GET /api/servers/:id shows the last verification error',
+        },
+      );
+    }
+    return details;
+  }
+
+  /**
+   * Installs and probes a server, records the verdict and tier, and pins or checks its tools.
+   * Concurrent calls for one server share a single probe.
+   */
+  verify(id: string): Promise<ServerDetails> {
+    const running = this.inFlight.get(id);
+    if (running) return running;
+    const work = this.runVerification(id).finally(() => this.inFlight.delete(id));
+    this.inFlight.set(id, work);
+    return work;
+  }
+
+  private async runVerification(id: string): Promise<ServerDetails> {
+    const entry = this.deps.catalog.require(id);
+    const now = this.deps.clock.now().getTime();
+    const denied = this.denial(entry);
+    if (denied || !this.deps.prober.runnable(entry).ok) return this.describe(id);
+    let row: Omit<ServerRow, 'server_id'>;
+    try {
+      const probe = await this.deps.prober.probe(entry);
+      const scriptsBlocked = probe.hasInstallScripts && !entry.allowInstallScripts;
+      row = {
+        version: probe.version,
+        digest: probe.digest,
+        tier: probe.smoke === 'passed' ? 'tool_smoke_passed' : 'tools_listed',
+        filter_status: scriptsBlocked ? 'blocked' : 'allowed',
+        filter_reason: scriptsBlocked
+          ? 'the package or a dependency declares install scripts (set allowInstallScripts to accept)'
+          : null,
+        verified_at: now,
+        last_error:
+          probe.smoke === 'failed' ? `smoke test of tool "${entry.smokeTest?.tool ?? ''}" failed` : null,
+      };
+      if (!scriptsBlocked) await this.deps.pins.observe(id, probe.version, probe.tools);
+      this.deps.logger.info(
+        { serverId: id, version: probe.version, tier: row.tier, tools: probe.tools.length },
+        'MCP server verified',
+      );
+    } catch (err) {
+      const reason = (err as SigilError).details?.reason;
+      row = {
+        version: null,
+        digest: null,
+        tier: null,
+        filter_status: reason === 'integrity_mismatch' ? 'blocked' : 'allowed',
+        filter_reason: reason === 'integrity_mismatch' ? 'package integrity check failed' : null,
+        verified_at: now,
+        last_error: (err as Error).message,
+      };
+      this.deps.logger.warn({ serverId: id, err: (err as Error).message }, 'MCP server verification failed');
+    }
+    await this.deps
+      .db('gateway_servers')
+      .insert({ server_id: id, ...row })
+      .onConflict('server_id')
+      .merge(['version', 'digest', 'tier', 'filter_status', 'filter_reason', 'verified_at', 'last_error']);
+    return this.describe(id);
+  }
+
+  private denial(entry: CatalogEntry): FilterVerdict | undefined {
+    const denied = this.deps.denyList.find((item) => item === entry.id || item === entry.package);
+    return denied ? { status: 'blocked', reason: `deny-listed by the operator (${denied})` } : undefined;
+  }
+}

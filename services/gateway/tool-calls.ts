@@ -1,0 +1,126 @@
+import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { SigilError } from '../../core/errors.ts';
+import type { Logger } from '../../core/log.ts';
+import type { ServerDirectory } from './servers.ts';
+import type { ServerPool } from './server-pool.ts';
+
+/** The spec's limit on the serialized arguments of one tool call. */
+export const MAX_ARGUMENT_BYTES = 100 * 1024;
+
+export interface ToolCall {
+  serverId: string;
+  tool: string;
+  arguments: Record<string, unknown>;
+  /** The caller's wallet, or undefined when anonymous. */
+  wallet: string | undefined;
+  /** Client-supplied call metadata (MCP `params._meta`, or REST headers mapped to it): payments ride here. */
+  meta: Record<string, unknown> | undefined;
+}
+
+/**
+ * Seams for what surrounds an execution: payment verification before it, settlement and an execution
+ * proof after success, release after failure. Each service composes the hooks it needs.
+ */
+export interface ToolCallHooks {
+  /** Throws to refuse the call before anything runs (e.g. payment missing). */
+  beforeExecute?(call: ToolCall): Promise<void>;
+  /** May decorate the result (e.g. `_meta` with a proof); runs only when the tool succeeded. */
+  afterSuccess?(call: ToolCall, result: CallToolResult): Promise<CallToolResult>;
+  /** Runs when execution failed or the tool reported an error: nothing is charged. */
+  afterFailure?(call: ToolCall, failure: string): Promise<void>;
+}
+
+export interface ToolCallerOptions {
+  servers: ServerDirectory;
+  pool: ServerPool;
+  hooks: ToolCallHooks;
+  timeoutMs: number;
+  logger: Logger;
+}
+
+/** The one execution path of a tool call, shared by MCP and REST. */
+export class ToolCaller {
+  constructor(private readonly options: ToolCallerOptions) {}
+
+  async call(call: ToolCall, signal?: AbortSignal): Promise<CallToolResult> {
+    const size = Buffer.byteLength(JSON.stringify(call.arguments));
+    if (size > MAX_ARGUMENT_BYTES) {
+      throw new SigilError(
+        'payload_too_large',
+        `Tool arguments are ${size} bytes serialized; the limit is ${MAX_ARGUMENT_BYTES}`,
+        {
+          details: { limitBytes: MAX_ARGUMENT_BYTES, sizeBytes: size },
+        },
+      );
+    }
+    const details = await this.options.servers.requireServable(call.serverId);
+    if (!details.tools.some((tool) => tool.name === call.tool)) {
+      const held = details.quarantinedTools.find((tool) => tool.name === call.tool);
+      throw held
+        ? new SigilError(
+            'forbidden',
+            `Tool "${call.tool}" of "${call.serverId}" is quarantined: ${held.reason}`,
+            {
+              hint: 'An operator must approve the changed definition before it is served',
+            },
+          )
+        : new SigilError('not_found', `MCP server "${call.serverId}" has no tool "${call.tool}"`, {
+            hint: `GET /api/servers/${call.serverId}/tools lists its tools`,
+          });
+    }
+    const { hooks } = this.options;
+    await hooks.beforeExecute?.(call);
+    let result: CallToolResult;
+    try {
+      result = await this.execute(call, signal);
+    } catch (err) {
+      await hooks.afterFailure?.(call, (err as Error).message);
+      throw err;
+    }
+    if (result.isError) {
+      await hooks.afterFailure?.(call, 'the tool reported an error');
+      return result;
+    }
+    return hooks.afterSuccess ? hooks.afterSuccess(call, result) : result;
+  }
+
+  private async execute(call: ToolCall, signal: AbortSignal | undefined): Promise<CallToolResult> {
+    const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous' };
+    try {
+      return (await this.options.pool.use(key, (server) =>
+        server.client.callTool({ name: call.tool, arguments: call.arguments }, undefined, {
+          timeout: this.options.timeoutMs,
+          ...(signal ? { signal } : {}),
+        }),
+      )) as CallToolResult;
+    } catch (err) {
+      if (err instanceof SigilError) throw err;
+      if (
+        err instanceof McpError &&
+        err.code !== ErrorCode.RequestTimeout &&
+        err.code !== ErrorCode.ConnectionClosed
+      ) {
+        // The server answered with a JSON-RPC error: it is alive, and its message is the tool's error.
+        return {
+          isError: true,
+          content: [{ type: 'text', text: `Tool "${call.tool}" failed: ${err.message}` }],
+        };
+      }
+      // A server that timed out or broke the protocol may be wedged: never hand it another call.
+      await this.options.pool.discard(key);
+      const timedOut = err instanceof McpError && err.code === ErrorCode.RequestTimeout;
+      this.options.logger.warn({ serverId: call.serverId, tool: call.tool, timedOut }, 'tool call failed');
+      return {
+        isError: true,
+        content: [
+          {
+            type: 'text',
+            text: timedOut
+              ? `Tool "${call.tool}" timed out after ${this.options.timeoutMs} ms; the server was stopped`
+              : `Tool "${call.tool}" failed: the MCP server ended or broke the protocol`,
+          },
+        ],
+      };
+    }
+  }
+}

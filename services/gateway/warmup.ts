@@ -1,0 +1,121 @@
+import type { Clock } from '../../core/clock.ts';
+import type { Logger } from '../../core/log.ts';
+import type { CacheStatus, PackageRegistryV1 } from '../../core/plugins/contracts/index.ts';
+import type { Catalog } from './catalog.ts';
+import type { ServerDirectory } from './servers.ts';
+
+export interface WarmupStatus {
+  summary: {
+    servers: number;
+    verified: number;
+    smokePassed: number;
+    blocked: number;
+    failed: number;
+    running: { done: number; total: number } | null;
+    lastRun: string | null;
+    packages: number;
+    bytes: number;
+    nextRefresh: string | null;
+  };
+  servers: {
+    id: string;
+    version: string | null;
+    tier: string | null;
+    filter: string;
+    lastError: string | null;
+  }[];
+  caches: (CacheStatus & { registry: string })[];
+}
+
+/**
+ * Installs and verifies every catalog server so a new user can list and call tools at once; the
+ * registries keep the packages fresh on their own daily schedule. Progress goes to the log.
+ */
+export class Warmup {
+  private current: Promise<void> | undefined;
+  private progress: { done: number; total: number } | null = null;
+  private lastRun: string | null = null;
+
+  constructor(
+    private readonly deps: {
+      catalog: Catalog;
+      servers: ServerDirectory;
+      registries: () => PackageRegistryV1[];
+      clock: Clock;
+      logger: Logger;
+    },
+  ) {}
+
+  /** Starts a warmup, or joins the one running. */
+  run(trigger: 'start-up' | 'demand'): Promise<void> {
+    this.current ??= this.verifyAll(trigger).finally(() => {
+      this.current = undefined;
+      this.progress = null;
+      this.lastRun = this.deps.clock.now().toISOString();
+    });
+    return this.current;
+  }
+
+  async status(): Promise<WarmupStatus> {
+    const details = await this.deps.servers.list();
+    const caches = await Promise.all(
+      this.deps.registries().map(async (r) => ({ registry: r.registryKind, ...(await r.cacheStatus()) })),
+    );
+    const nextRefreshes = caches
+      .map((c) => c.summary.nextRefresh)
+      .filter((t): t is string => t !== null)
+      .sort();
+    return {
+      summary: {
+        servers: details.length,
+        verified: details.filter((d) => d.tier !== null).length,
+        smokePassed: details.filter((d) => d.tier === 'tool_smoke_passed').length,
+        blocked: details.filter((d) => d.filter.status === 'blocked').length,
+        failed: details.filter((d) => d.tier === null && d.lastError !== null).length,
+        running: this.progress,
+        lastRun: this.lastRun,
+        packages: caches.reduce((sum, c) => sum + c.summary.packages, 0),
+        bytes: caches.reduce((sum, c) => sum + c.summary.bytes, 0),
+        nextRefresh: nextRefreshes[0] ?? null,
+      },
+      servers: details.map((d) => ({
+        id: d.id,
+        version: d.version,
+        tier: d.tier,
+        filter: d.filter.status,
+        lastError: d.lastError,
+      })),
+      caches,
+    };
+  }
+
+  private async verifyAll(trigger: string): Promise<void> {
+    const entries = this.deps.catalog.all();
+    for (const registry of this.deps.registries()) {
+      registry.keepWarm(
+        entries
+          .filter((e) => e.registry === registry.registryKind)
+          .map((e) => ({ name: e.package, range: e.version })),
+      );
+    }
+    this.progress = { done: 0, total: entries.length };
+    this.deps.logger.info(
+      { trigger, servers: entries.length },
+      'warmup: installing and verifying catalog servers',
+    );
+    for (const [index, entry] of entries.entries()) {
+      const details = await this.deps.servers.verify(entry.id);
+      this.progress = { done: index + 1, total: entries.length };
+      this.deps.logger.info(
+        {
+          server: entry.id,
+          tier: details.tier,
+          tools: details.tools.length,
+          filter: details.filter.status,
+          error: details.lastError ?? undefined,
+        },
+        `warmup ${index + 1}/${entries.length}: ${entry.id} ${details.tier ?? 'failed'}`,
+      );
+    }
+  }
+}
