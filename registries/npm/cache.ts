@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type {
   CacheEntry,
@@ -25,7 +26,7 @@ const LAYOUT = 1;
  * The on-disk layout of the package cache:
  *
  *     <root>/entries/<key>/      complete entries only: they appear by an atomic rename
- *     <root>/staging/<key>.<r>/  installs in progress; whatever is here at start-up is a crash's leftover
+ *     <root>/staging/<key>#<host>#<pid>#<r>/  installs in progress, named after their owner process
  *     <root>/npm/                npm's own content-addressable cache (packuments, tarballs by integrity)
  *     <root>/refresh.json        the last refresh report
  *
@@ -45,10 +46,17 @@ export class CacheLayout {
     this.refreshFile = join(root, 'refresh.json');
   }
 
-  /** Creates the directories and removes staged installs that a crash left behind. */
+  /**
+   * Creates the directories and removes staged installs that a crash left behind: those of a dead
+   * process of this host, and those of another host (the cache may be shared) older than a day.
+   * A live process's install in progress is left alone.
+   */
   async prepare(): Promise<string[]> {
     await Promise.all([this.entries, this.staging, this.npm].map((dir) => mkdir(dir, { recursive: true })));
-    const leftovers = await readdir(this.staging);
+    const leftovers: string[] = [];
+    for (const name of await readdir(this.staging)) {
+      if (await isAbandoned(join(this.staging, name))) leftovers.push(name);
+    }
     await Promise.all(
       leftovers.map((name) => rm(join(this.staging, name), { recursive: true, force: true })),
     );
@@ -81,7 +89,11 @@ export class CacheLayout {
 
   /** A fresh, empty directory to install into, out of sight of `read` and `list`. */
   async stage(resolved: ResolvedPackage): Promise<string> {
-    const dir = join(this.staging, `${CacheLayout.key(resolved)}.${randomBytes(4).toString('hex')}`);
+    const dir = join(
+      this.staging,
+      [CacheLayout.key(resolved), ...owner(), randomBytes(4).toString('hex')].join('#'),
+    );
+    ownStaging.add(dir);
     await mkdir(dir, { recursive: true });
     return dir;
   }
@@ -96,6 +108,7 @@ export class CacheLayout {
     await writeFile(join(staged, ENTRY_FILE), `${JSON.stringify({ layout: LAYOUT, ...record }, null, 2)}\n`);
     try {
       await rename(staged, target);
+      ownStaging.delete(staged);
       return target;
     } catch (err) {
       if (!isCode(err, 'ENOTEMPTY', 'EEXIST')) throw err;
@@ -105,15 +118,18 @@ export class CacheLayout {
       return target;
     }
     // A directory without a valid record is not an entry (left by hand, or an older layout): replace it.
-    const aside = join(this.staging, `replaced.${randomBytes(4).toString('hex')}`);
+    const aside = join(this.staging, ['replaced', ...owner(), randomBytes(4).toString('hex')].join('#'));
+    ownStaging.add(aside);
     await rename(target, aside);
     await rename(staged, target);
+    ownStaging.delete(staged);
     await this.discard(aside);
     return target;
   }
 
   async discard(staged: string): Promise<void> {
     await rm(staged, { recursive: true, force: true });
+    ownStaging.delete(staged);
   }
 
   async readRefreshReport(): Promise<RefreshReport | undefined> {
@@ -129,6 +145,32 @@ export class CacheLayout {
     const temporary = `${this.refreshFile}.${randomBytes(4).toString('hex')}`;
     await writeFile(temporary, `${JSON.stringify(report, null, 2)}\n`);
     await rename(temporary, this.refreshFile);
+  }
+}
+
+/** Who stages an install: `#` appears in no key (npm names and versions exclude it) nor host name. */
+const owner = (): [string, string] => [hostname(), String(process.pid)];
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+
+async function isAbandoned(dir: string): Promise<boolean> {
+  const [, host, pid] = (dir.split('/').pop() ?? '').split('#');
+  if (host === hostname() && pid !== undefined && /^\d+$/.test(pid)) return !isAlive(Number(pid), dir);
+  // Another host's (or an unrecognisable name): nothing to ask, so go by age.
+  return Date.now() - (await lstat(dir)).mtimeMs > DAY_MS;
+}
+
+/** Staged installs of this process in progress, whichever instance made them. */
+const ownStaging = new Set<string>();
+
+function isAlive(pid: number, dir: string): boolean {
+  // This pid: ours when we know the directory, else an earlier run's (pid 1 in a container, every time).
+  if (pid === process.pid) return ownStaging.has(dir);
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return isCode(err, 'EPERM'); // exists, owned by another user
   }
 }
 
