@@ -4,4 +4,5 @@ import type { BuiltinPlugins } from '../core/plugins/host.ts';
 export const builtinPlugins: BuiltinPlugins = {
   'tee-none': () => import('../attestation/none/index.ts'),
   'registry-npm': () => import('../registries/npm/index.ts'),
+  'sandbox-linux-namespaces': () => import('../plugins/sandboxes/linux-namespaces/index.ts'),
 };

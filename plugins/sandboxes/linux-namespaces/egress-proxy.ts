@@ -1,0 +1,161 @@
+import { chmodSync } from 'node:fs';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+
+/**
+ * The only way out of a sandbox with an allow-list: an HTTP proxy in the runtime's own process,
+ * listening on a unix socket that is bound into the sandbox (the sandbox has a network namespace of
+ * its own, with nothing but loopback). It relays `CONNECT host:port` tunnels and absolute-form plain
+ * HTTP requests to allow-listed `host:port` pairs and answers 403 to everything else. It resolves
+ * names itself, so the sandbox needs no DNS.
+ */
+
+/** A request head longer than this is refused: no legitimate proxy request needs more. */
+const MAX_HEAD_BYTES = 16 * 1024;
+
+export interface EgressTarget {
+  host: string;
+  port: number;
+}
+
+/** `host:port` or `[v6]:port` to its parts; undefined when it is neither. */
+export function parseHostPort(value: string): EgressTarget | undefined {
+  const match = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:/[\]@]+)):(\d{1,5})$/.exec(value.trim());
+  if (!match) return undefined;
+  const port = Number(match[3]);
+  if (port < 1 || port > 65535) return undefined;
+  return { host: (match[1] ?? match[2] ?? '').toLowerCase(), port };
+}
+
+export interface EgressProxyOptions {
+  socketPath: string;
+  allowList: readonly string[];
+  /** Told about every refused destination (for the operator's log). */
+  onDenied?: (target: string) => void;
+}
+
+export class EgressProxy {
+  private readonly allowed: ReadonlySet<string>;
+  private readonly server: Server;
+  private readonly sockets = new Set<Socket>();
+
+  constructor(private readonly options: EgressProxyOptions) {
+    this.allowed = new Set(
+      options.allowList.map((entry) => {
+        const target = parseHostPort(entry);
+        if (!target) throw new Error(`network allow-list entry "${entry}" is not host:port`);
+        return key(target);
+      }),
+    );
+    this.server = createServer((socket) => this.accept(socket));
+  }
+
+  async listen(): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.options.socketPath, () => resolve());
+    });
+    // The sandbox runs as another user; connecting to a unix socket needs write permission on it.
+    chmodSync(this.options.socketPath, 0o666);
+  }
+
+  async close(): Promise<void> {
+    for (const socket of this.sockets) socket.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private accept(client: Socket): void {
+    this.track(client);
+    let head = Buffer.alloc(0);
+    const onData = (chunk: Buffer) => {
+      head = Buffer.concat([head, chunk]);
+      const end = head.indexOf('\r\n\r\n');
+      if (end === -1) {
+        if (head.length > MAX_HEAD_BYTES) refuse(client, 431, 'request head too large');
+        return;
+      }
+      client.off('data', onData);
+      client.pause();
+      this.route(client, head.subarray(0, end + 4), head.subarray(end + 4));
+    };
+    client.on('data', onData);
+  }
+
+  private route(client: Socket, head: Buffer, rest: Buffer): void {
+    const lines = head.toString('latin1').split('\r\n');
+    const [method = '', target = '', version = 'HTTP/1.1'] = (lines[0] ?? '').split(' ');
+    let destination: EgressTarget | undefined;
+    let forwardHead: string | undefined;
+    if (method === 'CONNECT') destination = parseHostPort(target);
+    else {
+      const url = safeUrl(target);
+      if (url?.protocol === 'http:') {
+        destination = {
+          host: url.hostname.replace(/^\[|\]$/g, '').toLowerCase(),
+          port: Number(url.port || 80),
+        };
+        // Origin-form for the upstream, and no proxy credentials or hop-by-hop proxy headers.
+        const headers = lines.slice(1).filter((line) => line !== '' && !/^proxy-/i.test(line));
+        forwardHead = [`${method} ${url.pathname}${url.search} ${version}`, ...headers, '', ''].join('\r\n');
+      }
+    }
+    if (!destination)
+      return refuse(client, 400, 'only CONNECT host:port and absolute http:// requests are relayed');
+    const name = key(destination);
+    if (!this.allowed.has(name)) {
+      this.options.onDenied?.(name);
+      return refuse(client, 403, `${name} is not on this sandbox's network allow-list`);
+    }
+    const upstream = connect(destination.port, destination.host);
+    this.track(upstream);
+    upstream.once('error', () => refuse(client, 502, `cannot reach ${name}`));
+    upstream.once('connect', () => {
+      upstream.removeAllListeners('error');
+      if (forwardHead === undefined) client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      else upstream.write(forwardHead);
+      if (rest.length > 0) upstream.write(rest);
+      // After the first request every byte of this connection goes to the same upstream, so a
+      // second request on a kept-alive connection cannot reach another host.
+      client.pipe(upstream);
+      upstream.pipe(client);
+      client.resume();
+      const close = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on('error', close).on('close', close);
+      upstream.on('error', close).on('close', close);
+    });
+  }
+
+  private track(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.once('close', () => this.sockets.delete(socket));
+  }
+}
+
+const key = (target: EgressTarget) =>
+  `${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}`;
+
+function safeUrl(value: string): URL | undefined {
+  try {
+    return new URL(value);
+  } catch {
+    return undefined;
+  }
+}
+
+const REASONS: Readonly<Record<number, string>> = {
+  400: 'Bad Request',
+  403: 'Forbidden',
+  431: 'Request Header Fields Too Large',
+};
+
+function refuse(client: Socket, status: number, message: string): void {
+  if (client.destroyed) return;
+  const reason = REASONS[status] ?? 'Bad Gateway';
+  const body = `sigil sandbox: ${message}\n`;
+  client.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}

@@ -1,0 +1,19 @@
+import { definePlugin } from '../../../core/plugins/manifest.ts';
+import { configSchema, LinuxNamespacesRuntime } from './runtime.ts';
+
+/**
+ * The embedded default sandbox: kernel namespaces through util-linux, which every Linux has, so a
+ * fresh machine needs neither bubblewrap nor a container engine. See README.md for what it enforces
+ * and how.
+ */
+export default definePlugin({
+  kind: 'sandbox-runtime',
+  name: 'sandbox-linux-namespaces',
+  specVersion: 'v1',
+  description: 'MCP servers in user, mount, PID, network, IPC and UTS namespaces built with util-linux',
+  config: configSchema,
+  create: ({ config, logger }) => new LinuxNamespacesRuntime({ config, logger }),
+});
+
+export { configSchema, LinuxNamespacesRuntime };
+export type { LinuxNamespacesConfig, LinuxNamespacesStatus, ReapReport } from './runtime.ts';

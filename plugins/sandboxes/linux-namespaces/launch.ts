@@ -1,0 +1,170 @@
+import { EGRESS_FORWARDER, EGRESS_SOCKET } from './root.ts';
+
+/**
+ * The launch chain, one exec after another (no extra process but the mount helpers):
+ *
+ *   setpriv  (as root: become the sandbox user; always: die with the runtime, PR_SET_PDEATHSIG)
+ *   └ unshare  (new user, mount, network, PID, IPC and UTS namespaces; the user namespace maps only
+ *     │         the sandbox user, to itself; --kill-child: its child dies with it)
+ *     └ sh -c SETUP  (PID 1 of the new namespace, holding capabilities only inside it)
+ *         joins its cgroups, `mount -a` the sandbox root, loopback up (allow-list only),
+ *         pivot_root into the new root and detaches the host's
+ *       → prlimit  (rlimits)
+ *       → setpriv  (drop every capability, bounding set and ambient too; no_new_privs)
+ *       → sh -c INIT  (still PID 1, now unprivileged: reads the environment from fd 3, runs the
+ *                      server as its child, reaps orphans, exits with the server's status)
+ *         └ server  (or the egress forwarder, which starts the server once it listens)
+ *
+ * Nothing variable is spliced into the scripts unquoted: paths are single-quoted, and the server's
+ * command and arguments travel as positional parameters ("$@"), never as script text.
+ */
+
+export interface Tools {
+  setpriv: string;
+  unshare: string;
+  sh: string;
+  mount: string;
+  umount: string;
+  pivotRoot: string;
+  prlimit: string;
+  /** iproute2's `ip`, needed only to bring loopback up for an allow-list. */
+  ip?: string;
+}
+
+export interface LaunchLimits {
+  cpuSeconds: number;
+  pids: number;
+  tmpBytes: number;
+  /** RLIMIT_DATA per process, used when no memory cgroup bounds the sandbox as a whole. */
+  dataBytes?: number;
+}
+
+export interface LaunchInput {
+  tools: Tools;
+  /** Become this user first (when the runtime runs as root); otherwise stay the current user. */
+  switchUser?: { uid: number; gid: number };
+  /** The sandbox user, mapped to itself inside the user namespace. */
+  uid: number;
+  gid: number;
+  marker: string;
+  fstab: string;
+  root: string;
+  cwd: string;
+  cgroupProcs: readonly string[];
+  /**
+   * `/proc/sys/user/max_*_namespaces` files to set to 0 inside the sandbox's user namespace: no
+   * nested namespaces, so the sandbox cannot reach the kernel code that an unprivileged user
+   * namespace opens up (the main attack surface left without a seccomp filter).
+   */
+  namespaceLimits: readonly string[];
+  limits: LaunchLimits;
+  /** Node and the forwarder's port, when the sandbox has an allow-list. */
+  egress?: { node: string; port: number };
+  command: string;
+  args: readonly string[];
+}
+
+/** Single-quotes `value` for sh. */
+export const shellQuote = (value: string): string => `'${value.replace(/'/g, `'\\''`)}'`;
+
+/** The exit code of the setup script when a step fails; the step is named on stderr. */
+export const SETUP_FAILED_EXIT = 125;
+export const SETUP_FAILED_PREFIX = 'sigil-sandbox: setup failed:';
+
+/**
+ * Runs as PID 1 without privileges: reads the environment from fd 3 (a socket from the runtime, never
+ * a file; sockets cannot be reopened through /dev/fd, hence `read` rather than `.`), then runs the
+ * server as its child and exits with its status. Its own variables are named so that no environment
+ * name can collide with them (the spec schema refuses the prefix).
+ */
+const INIT = [
+  'unset PWD OLDPWD',
+  '__sigil_env=',
+  'while IFS= read -r __sigil_line <&3 || [ -n "$__sigil_line" ]; do __sigil_env="$__sigil_env$__sigil_line\n"; done',
+  'exec 3<&-',
+  'set -a',
+  'eval "$__sigil_env"',
+  'set +a',
+  'unset __sigil_env __sigil_line',
+  '"$@"',
+  'exit "$?"',
+].join('\n');
+
+export function setupScript(input: LaunchInput): string {
+  const q = shellQuote;
+  const { tools, limits } = input;
+  const step = (command: string, what: string) => `${command} || fail ${q(what)}`;
+  const rlimits = [
+    // A core limit of 1 byte stops core dumps both to files and to a core_pattern pipe helper
+    // (which ignores other limits), so a crash cannot write the process's secrets to disk.
+    '--core=1',
+    `--nproc=${input.limits.pids}`,
+    // SIGXCPU at the soft limit says why the process ended; the hard limit (SIGKILL) backs it up.
+    `--cpu=${limits.cpuSeconds}:${limits.cpuSeconds + 1}`,
+    `--fsize=${limits.tmpBytes}`,
+    ...(limits.dataBytes === undefined ? [] : [`--data=${limits.dataBytes}`]),
+  ];
+  return [
+    `fail() { echo "${SETUP_FAILED_PREFIX} $1" >&2; exit ${SETUP_FAILED_EXIT}; }`,
+    ...input.cgroupProcs.map((file) => step(`echo 0 > ${q(file)}`, `cannot join cgroup ${file}`)),
+    ...input.namespaceLimits.map((file) => step(`echo 0 > ${q(file)}`, `cannot set ${file}`)),
+    step(`${q(tools.mount)} -n -a -T ${q(input.fstab)}`, 'mounting the sandbox root'),
+    ...(input.egress && tools.ip ? [step(`${q(tools.ip)} link set lo up`, 'bringing loopback up')] : []),
+    step(`cd ${q(input.root)}`, 'entering the sandbox root'),
+    step(`${q(tools.pivotRoot)} . .oldroot`, 'pivot_root'),
+    // -n: no utab bookkeeping (nothing to write, and umount refuses otherwise without real root).
+    step(`${q(tools.umount)} -n -l /.oldroot`, 'detaching the host root'),
+    step(`cd ${q(input.cwd)}`, `working directory ${input.cwd}`),
+    `exec ${q(tools.prlimit)} ${rlimits.join(' ')} -- ${q(tools.setpriv)} --inh-caps=-all --bounding-set=-all --no-new-privs -- ${q(tools.sh)} -c ${q(INIT)} "$0" "$@"`,
+  ].join('\n');
+}
+
+/** Arguments of the outermost `setpriv`, which the runtime spawns. */
+export function launchArgs(input: LaunchInput): string[] {
+  const { tools } = input;
+  const user = input.switchUser
+    ? ['--reuid', String(input.switchUser.uid), '--regid', String(input.switchUser.gid), '--clear-groups']
+    : [];
+  const server = input.egress
+    ? [
+        input.egress.node,
+        EGRESS_FORWARDER,
+        String(input.egress.port),
+        EGRESS_SOCKET,
+        input.command,
+        ...input.args,
+      ]
+    : [input.command, ...input.args];
+  return [
+    ...user,
+    '--pdeathsig',
+    'SIGKILL',
+    '--',
+    tools.unshare,
+    `--map-user=${input.uid}`,
+    `--map-group=${input.gid}`,
+    // Ambient capabilities carry the namespace's capabilities across exec into the (non-root) setup
+    // shell and mount; the final setpriv drops them before anything of the server runs.
+    '--keep-caps',
+    '--mount',
+    '--net',
+    '--pid',
+    '--ipc',
+    '--uts',
+    '--fork',
+    '--kill-child=SIGKILL',
+    '--',
+    tools.sh,
+    '-c',
+    setupScript(input),
+    input.marker,
+    ...server,
+  ];
+}
+
+/** The script sourced from fd 3: one `NAME='value'` line per variable (names are checked beforehand). */
+export function environmentScript(env: Readonly<Record<string, string>>): string {
+  return Object.entries(env)
+    .map(([name, value]) => `${name}=${shellQuote(value)}\n`)
+    .join('');
+}

@@ -1,0 +1,236 @@
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  chmodSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readlinkSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { dirname, join, posix } from 'node:path';
+
+/**
+ * The sandbox's root filesystem, as bubblewrap builds one: a read-only skeleton directory holding
+ * only mount points, generated `/etc` files and symlinks, onto which chosen host paths are bound
+ * read-only, plus a fresh `/proc`, a noexec `/tmp` and a minimal `/dev`. The setup script mounts it
+ * all with one `mount -a --fstab` and then `pivot_root`s into it.
+ */
+
+/** Where the sandbox reaches the egress proxy and its forwarder, inside the sandbox. */
+export const EGRESS_SOCKET = '/run/sigil/egress.sock';
+export const EGRESS_FORWARDER = '/run/sigil/egress-forwarder.cjs';
+/**
+ * Parts of the fresh /proc that reach beyond the sandbox (kernel settings, pressure triggers, IRQ
+ * and bus state), bound read-only over themselves as bubblewrap does.
+ */
+const PROC_READ_ONLY = ['sys', 'sysrq-trigger', 'irq', 'bus', 'pressure', 'fs'];
+/** Device nodes bound from the host: nothing else of /dev (no shm, pts, tty or disks) exists inside. */
+const DEVICES = ['/dev/null', '/dev/zero', '/dev/random', '/dev/urandom'];
+
+interface Bind {
+  source: string;
+  /** Path inside the sandbox (and inside the skeleton). */
+  target: string;
+  kind: 'dir' | 'file';
+  options: string;
+}
+
+export interface RootPlan {
+  /** Host paths mounted read-only, each at `target`, parents before children. */
+  binds: Bind[];
+  symlinks: { path: string; target: string }[];
+  files: { path: string; content: string }[];
+  dirs: string[];
+}
+
+export interface RootInput {
+  /** System paths (e.g. /usr, /lib64 -> usr/lib64, /etc/ld.so.cache); missing ones are skipped. */
+  systemPaths: readonly string[];
+  /** Paths that must exist: the package, the executables, extra read-only paths. */
+  requiredPaths: readonly string[];
+  /** Host file of the egress forwarder, when the sandbox has an allow-list. */
+  egressForwarder?: string;
+  uid: number;
+  gid: number;
+}
+
+/** Read-only binds keep `nosuid,nodev` too: no_new_privs already neuters set-uid files, this is depth. */
+const RO_BIND = 'bind,ro,nosuid,nodev';
+const DEVICE_BIND = 'bind,ro,nosuid,noexec';
+
+export function planRoot(input: RootInput): RootPlan {
+  const binds = new Map<string, Bind>();
+  const symlinks = new Map<string, string>();
+
+  const underSymlink = (path: string) =>
+    [...symlinks.keys()].some((link) => path === link || path.startsWith(`${link}/`));
+
+  const add = (hostPath: string, required: boolean): void => {
+    const path = posix.normalize(hostPath);
+    let stat;
+    try {
+      stat = lstatSync(path);
+    } catch {
+      if (required) throw new Error(`${path} does not exist on the host`);
+      return;
+    }
+    if (underSymlink(path)) {
+      // e.g. /lib64/ld-linux-x86-64.so.2 while /lib64 is a symlink in the sandbox: mount the real file.
+      const real = realpathSync(path);
+      if (real !== path) add(real, required);
+      return;
+    }
+    if (stat.isSymbolicLink()) {
+      symlinks.set(path, readlinkSync(path));
+      add(realpathSync(path), required);
+      return;
+    }
+    const kind = stat.isDirectory() ? 'dir' : 'file';
+    binds.set(path, { source: path, target: path, kind, options: RO_BIND });
+  };
+  for (const path of input.systemPaths) add(path, false);
+  for (const path of input.requiredPaths) add(path, true);
+
+  // A bind under another bind is already visible through it; mounting it again would only cost time.
+  const sorted = [...binds.values()].sort((a, b) => a.target.localeCompare(b.target));
+  const kept: Bind[] = [];
+  for (const bind of sorted) {
+    if (!kept.some((parent) => bind.target.startsWith(`${parent.target}/`))) kept.push(bind);
+  }
+  for (const device of DEVICES) {
+    if (existsSync(device)) kept.push({ source: device, target: device, kind: 'file', options: DEVICE_BIND });
+  }
+  if (input.egressForwarder) {
+    kept.push({ source: input.egressForwarder, target: EGRESS_FORWARDER, kind: 'file', options: RO_BIND });
+  }
+
+  const links = [...symlinks].map(([path, target]) => ({ path, target }));
+  links.push(
+    { path: '/dev/fd', target: '/proc/self/fd' },
+    { path: '/dev/stdin', target: '/proc/self/fd/0' },
+    { path: '/dev/stdout', target: '/proc/self/fd/1' },
+    { path: '/dev/stderr', target: '/proc/self/fd/2' },
+  );
+  const covered = (path: string) => kept.some((b) => path === b.target || path.startsWith(`${b.target}/`));
+  // Just enough of /etc for libc and Node (user names, localhost); never the host's own files.
+  const files = [
+    {
+      path: '/etc/passwd',
+      content: `root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:${input.uid}:${input.gid}:sandbox:/tmp:/usr/sbin/nologin\n`,
+    },
+    { path: '/etc/group', content: `root:x:0:\nsandbox:x:${input.gid}:\n` },
+    { path: '/etc/hosts', content: '127.0.0.1 localhost\n::1 localhost\n' },
+    { path: '/etc/nsswitch.conf', content: 'passwd: files\ngroup: files\nhosts: files\n' },
+  ].filter((file) => !covered(file.path));
+  const dirs = ['/proc', '/tmp', '/.oldroot'];
+  if (input.egressForwarder) files.push({ path: EGRESS_SOCKET, content: '' });
+  return { binds: kept, symlinks: links, files, dirs };
+}
+
+/** Identifies a plan's skeleton, so sandboxes with the same layout share one directory. */
+export function planKey(plan: RootPlan): string {
+  return createHash('sha256').update(JSON.stringify(plan)).digest('hex').slice(0, 16);
+}
+
+/**
+ * Creates the skeleton of `plan` under `rootsDir` (once per layout) and returns its path. It is built
+ * beside its final name and renamed into place, so a half-built skeleton is never used.
+ */
+export function ensureSkeleton(plan: RootPlan, rootsDir: string): string {
+  const root = join(rootsDir, planKey(plan));
+  if (existsSync(root)) return root;
+  const building = `${root}.building-${randomBytes(4).toString('hex')}`;
+  try {
+    mkdirSync(building, { mode: 0o755 });
+    const inside = (path: string) => join(building, path);
+    const parentOf = (path: string) => mkdirSafe(building, dirname(path));
+    for (const dir of plan.dirs) mkdirSafe(building, dir);
+    for (const bind of plan.binds) {
+      if (bind.kind === 'dir') mkdirSafe(building, bind.target);
+      else {
+        parentOf(bind.target);
+        writeFileSync(inside(bind.target), '', { mode: 0o644 });
+      }
+    }
+    for (const file of plan.files) {
+      parentOf(file.path);
+      writeFileSync(inside(file.path), file.content, { mode: 0o644 });
+    }
+    for (const link of plan.symlinks) {
+      parentOf(link.path);
+      symlinkSync(link.target, inside(link.path));
+    }
+    chmodSync(building, 0o755);
+    renameSync(building, root);
+  } catch (error) {
+    rmSync(building, { recursive: true, force: true });
+    if (existsSync(root)) return root; // another spawn built the same layout first
+    throw error;
+  }
+  return root;
+}
+
+/**
+ * Creates `path` (absolute inside the sandbox) under `base`, one component at a time, refusing to
+ * pass through a symlink: a link in the skeleton points at the host, and following it would create
+ * directories on the host.
+ */
+function mkdirSafe(base: string, path: string): void {
+  let current = base;
+  for (const part of path.split('/').filter(Boolean)) {
+    current = join(current, part);
+    let stat;
+    try {
+      stat = lstatSync(current);
+    } catch {
+      mkdirSync(current, { mode: 0o755 });
+      continue;
+    }
+    if (!stat.isDirectory()) throw new Error(`cannot create mount point ${path}: ${part} is not a directory`);
+  }
+}
+
+/** One fstab field: whitespace and backslashes are octal escapes, as getmntent(3) reads them. */
+function fstabField(value: string): string {
+  return value.replace(/[\s\\]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
+}
+
+export interface FstabInput {
+  plan: RootPlan;
+  /** Host path of the skeleton, the new root. */
+  root: string;
+  tmpBytes: number;
+  /** Host path of this sandbox's egress socket, when it has an allow-list. */
+  egressSocket?: string;
+}
+
+/**
+ * The fstab that `mount -a` applies, in order: the skeleton bound read-only onto itself (pivot_root
+ * needs the new root to be a mount point), every read-only bind, a `/proc` of the sandbox's own PID
+ * namespace, the private `/tmp`, and the egress socket.
+ */
+export function fstab(input: FstabInput): string {
+  const at = (target: string) => join(input.root, target);
+  const lines: [string, string, string, string][] = [
+    [input.root, input.root, 'none', 'bind,ro,nosuid,nodev'],
+  ];
+  for (const bind of input.plan.binds) lines.push([bind.source, at(bind.target), 'none', bind.options]);
+  lines.push(['proc', at('/proc'), 'proc', 'nosuid,nodev,noexec']);
+  // The host's /proc has the same entries (same kernel), so it tells which exist to be covered.
+  for (const entry of PROC_READ_ONLY.filter((name) => existsSync(`/proc/${name}`))) {
+    lines.push([at(`/proc/${entry}`), at(`/proc/${entry}`), 'none', 'bind,ro,nosuid,nodev,noexec']);
+  }
+  lines.push([
+    'tmpfs',
+    at('/tmp'),
+    'tmpfs',
+    `nosuid,nodev,noexec,mode=1777,size=${input.tmpBytes},nr_inodes=${Math.max(1024, Math.floor(input.tmpBytes / 4096))}`,
+  ]);
+  if (input.egressSocket)
+    lines.push([input.egressSocket, at(EGRESS_SOCKET), 'none', 'bind,ro,nosuid,nodev,noexec']);
+  return lines.map((fields) => `${fields.map(fstabField).join(' ')} 0 0\n`).join('');
+}

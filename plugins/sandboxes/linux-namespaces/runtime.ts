@@ -1,0 +1,747 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import {
+  accessSync,
+  constants,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { constants as osConstants } from 'node:os';
+import { delimiter, dirname, isAbsolute, join } from 'node:path';
+import { Transform, type TransformCallback, type Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+import { SigilError } from '../../../core/errors.ts';
+import type { Logger } from '../../../core/log.ts';
+import type {
+  SandboxExit,
+  SandboxLimitName,
+  SandboxProcess,
+  SandboxRuntimeV1,
+  SandboxSpec,
+} from '../../../core/plugins/contracts/index.ts';
+import { CgroupV1, type SandboxCgroup } from './cgroups.ts';
+import { EgressProxy, parseHostPort } from './egress-proxy.ts';
+import {
+  environmentScript,
+  launchArgs,
+  SETUP_FAILED_EXIT,
+  SETUP_FAILED_PREFIX,
+  type LaunchInput,
+  type Tools,
+} from './launch.ts';
+import { currentOwner, marker, markedProcesses, ownerAlive } from './leftovers.ts';
+import { ensureSkeleton, fstab, planRoot } from './root.ts';
+
+const MiB = 1024 * 1024;
+
+export const limitsSchema = z
+  .object({
+    memoryBytes: z
+      .number()
+      .int()
+      .min(16 * MiB),
+    cpuSeconds: z.number().int().positive(),
+    pids: z.number().int().min(8),
+    outputBytes: z.number().int().positive(),
+    tmpBytes: z.number().int().min(MiB),
+  })
+  .strict();
+
+const absolutePath = z.string().refine(isAbsolute, 'must be an absolute path');
+
+/** What a fresh Debian (or any glibc distribution) needs to run node; missing entries are skipped. */
+export const DEFAULT_SYSTEM_PATHS = [
+  '/usr',
+  '/bin',
+  '/sbin',
+  '/lib',
+  '/lib32',
+  '/lib64',
+  '/libx32',
+  '/etc/ld.so.cache',
+  '/etc/ssl/certs',
+  '/etc/alternatives',
+  '/etc/localtime',
+];
+
+export const configSchema = z
+  .object({
+    /** Per-run state (sandbox roots, fstabs, egress sockets); must be traversable by the sandbox user. */
+    stateDir: absolutePath.default('/tmp/sigil-sandboxes'),
+    /** The host user sandboxes run as when the runtime is root; otherwise they run as the runtime's user. */
+    uid: z.number().int().positive().default(65534),
+    gid: z.number().int().positive().default(65534),
+    limits: limitsSchema.partial().prefault({}),
+    /** `auto`: per-sandbox cgroup v1 limits when available (root, v1 hierarchy); `off`: rlimits only. */
+    cgroups: z.enum(['auto', 'off']).default('auto'),
+    /** CPUs' worth of time a sandbox may use at once (cgroup only). */
+    cpuQuota: z.number().positive().default(1),
+    systemPaths: z.array(absolutePath).default(DEFAULT_SYSTEM_PATHS),
+    /** Further host paths every sandbox sees read-only. */
+    readOnlyPaths: z.array(absolutePath).default([]),
+    /** How long `kill()` waits after closing stdin before it kills the sandbox. */
+    killGraceMs: z.number().int().nonnegative().default(1000),
+    /** Port of the egress forwarder on the sandbox's own loopback (HTTP_PROXY). */
+    proxyPort: z.number().int().min(1).max(65535).default(3128),
+  })
+  .strict();
+
+export type LinuxNamespacesConfig = z.infer<typeof configSchema>;
+
+export const DEFAULT_LIMITS: z.infer<typeof limitsSchema> = {
+  memoryBytes: 512 * MiB,
+  cpuSeconds: 600,
+  pids: 256,
+  outputBytes: 256 * MiB,
+  tmpBytes: 64 * MiB,
+};
+
+/** Shell variable names only; PPID is read-only in sh, and `__sigil_` names are the init script's own. */
+const ENV_NAME = /^(?!PPID$|__sigil_)[A-Za-z_][A-Za-z0-9_]*$/;
+const noNul = (value: string) => !value.includes('\0');
+
+const specSchema = z.object({
+  packagePath: absolutePath,
+  command: z.string().min(1).refine(noNul),
+  args: z.array(z.string().refine(noNul, 'arguments cannot hold NUL')),
+  cwd: absolutePath.optional(),
+  env: z
+    .record(z.string(), z.string().refine(noNul, 'environment values cannot hold NUL'))
+    .superRefine((env, ctx) => {
+      for (const name of Object.keys(env)) {
+        if (!ENV_NAME.test(name)) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message: 'environment names must be shell identifiers, other than PPID and __sigil_*',
+          });
+        }
+      }
+    }),
+  networkAllowList: z.array(
+    z.string().refine((entry) => parseHostPort(entry) !== undefined, 'must be host:port'),
+  ),
+  readOnlyPaths: z.array(absolutePath).optional(),
+  limits: limitsSchema.partial().optional(),
+});
+
+/** Namespace kinds a sandbox may not create (their per-user-namespace maximum is set to 0). */
+const NAMESPACE_KINDS = ['user', 'mnt', 'net', 'pid', 'ipc', 'uts', 'cgroup', 'time'];
+const DEFAULT_PATH = '/usr/local/bin:/usr/bin:/bin';
+const TOOL_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
+const FORWARDER_SOURCE = fileURLToPath(new URL('./egress-forwarder.cjs', import.meta.url));
+
+/** What the runtime enforces on this host, and how (for operators and `/api/attestation/security`). */
+export interface LinuxNamespacesStatus {
+  /** Host user the sandboxes run as. */
+  uid: number;
+  gid: number;
+  namespaces: readonly string[];
+  /** `cgroup-v1`: memory, pids and CPU share per sandbox; `rlimits`: per-process rlimits only. */
+  limits: 'cgroup-v1' | 'rlimits';
+  limitsNote?: string;
+  network: string;
+  /** util-linux has no seccomp tool: no syscall filter is installed (see the README). */
+  syscallFilter: { enforced: false; reason: string };
+  running: number;
+}
+
+export interface ReapReport {
+  processes: number;
+  cgroups: number;
+  stateDirs: number;
+}
+
+interface Ready {
+  tools: Tools;
+  uid: number;
+  gid: number;
+  switchUser?: { uid: number; gid: number };
+  ownerDir: string;
+  forwarder: string;
+  namespaceLimits: string[];
+  cgroups?: CgroupV1;
+  cgroupsNote?: string;
+}
+
+export interface RuntimeOptions {
+  config: LinuxNamespacesConfig;
+  logger: Logger;
+  /** Who owns this runtime's sandboxes; this process unless a test stands in for another one. */
+  owner?: string;
+}
+
+/**
+ * The `sandbox-runtime` built on kernel namespaces through util-linux alone (setpriv, unshare,
+ * mount, umount, pivot_root, prlimit), plus iproute2's `ip` when a sandbox has a network allow-list.
+ */
+export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
+  readonly specVersion = 'v1' as const;
+  readonly owner: string;
+  private readonly config: LinuxNamespacesConfig;
+  private readonly logger: Logger;
+  private readonly limits: z.infer<typeof limitsSchema>;
+  private ready: Promise<Ready> | undefined;
+  private stopped = false;
+  private readonly running = new Set<LinuxSandboxProcess>();
+
+  constructor(options: RuntimeOptions) {
+    this.config = options.config;
+    this.logger = options.logger;
+    this.owner = options.owner ?? currentOwner();
+    this.limits = { ...DEFAULT_LIMITS, ...options.config.limits };
+  }
+
+  /** Finds the tools, prepares the state dir, reaps leftovers of earlier runs and runs a self-test. */
+  async start(): Promise<void> {
+    await this.prepare();
+  }
+
+  /** Kills every sandbox of this runtime and removes its state. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await Promise.all([...this.running].map((sandbox) => sandbox.kill()));
+    const ready = await this.ready?.catch(() => undefined);
+    if (ready) rmSync(ready.ownerDir, { recursive: true, force: true });
+  }
+
+  async spawn(spec: SandboxSpec): Promise<LinuxSandboxProcess> {
+    return this.launch(await this.prepare(), spec);
+  }
+
+  status(): LinuxNamespacesStatus {
+    const cgroups =
+      this.config.cgroups === 'auto' && process.getuid?.() === 0 ? CgroupV1.detect() : undefined;
+    const root = process.getuid?.() === 0;
+    return {
+      uid: root ? this.config.uid : (process.getuid?.() ?? -1),
+      gid: root ? this.config.gid : (process.getgid?.() ?? -1),
+      namespaces: ['user', 'mount', 'pid', 'network', 'ipc', 'uts'],
+      limits: cgroups instanceof CgroupV1 ? 'cgroup-v1' : 'rlimits',
+      ...(cgroups instanceof CgroupV1
+        ? {}
+        : {
+            limitsNote:
+              cgroups?.unavailable ?? 'cgroups off or not root: memory is limited per process (RLIMIT_DATA)',
+          }),
+      network:
+        'own network namespace; allow-listed host:port only, through an HTTP proxy on a bound unix socket',
+      syscallFilter: {
+        enforced: false,
+        reason:
+          'util-linux has no seccomp tool; instead: no capabilities, no_new_privs, no nested namespaces (max_*_namespaces = 0 inside), no /sys, a minimal /dev',
+      },
+      running: this.running.size,
+    };
+  }
+
+  /**
+   * Kills what earlier runs of any runtime on this host left behind: processes, cgroups and state
+   * directories whose owner process is gone. Normally there is nothing (a sandbox dies with its
+   * runtime through PR_SET_PDEATHSIG), but a runtime killed in the instant between starting a
+   * sandbox and the sandbox arming that signal, or a host crash, leaves some.
+   */
+  async reapLeftovers(): Promise<ReapReport> {
+    const leftover = (owner: string) => owner !== this.owner && !ownerAlive(owner);
+    const report: ReapReport = { processes: 0, cgroups: 0, stateDirs: 0 };
+    for (const found of markedProcesses()) {
+      if (!leftover(found.owner)) continue;
+      try {
+        process.kill(found.pid, 'SIGKILL');
+        report.processes++;
+      } catch {
+        // gone meanwhile
+      }
+    }
+    const cgroups = this.config.cgroups === 'auto' ? CgroupV1.detect() : undefined;
+    if (cgroups instanceof CgroupV1) {
+      for (const name of cgroups.names()) {
+        if (!leftover(name.split('-')[0] ?? '')) continue;
+        await cgroups.open(name).remove();
+        report.cgroups++;
+      }
+    }
+    let entries: string[] = [];
+    try {
+      entries = readdirSync(this.config.stateDir);
+    } catch {
+      // no state dir yet
+    }
+    for (const entry of entries) {
+      if (!/^\d+\.\d+$/.test(entry) || !leftover(entry)) continue;
+      rmSync(join(this.config.stateDir, entry), { recursive: true, force: true });
+      report.stateDirs++;
+    }
+    if (report.processes + report.cgroups + report.stateDirs > 0) {
+      this.logger.warn({ reaped: report }, 'killed and removed sandboxes left behind by an earlier run');
+    }
+    return report;
+  }
+
+  private prepare(): Promise<Ready> {
+    if (this.stopped) return Promise.reject(new SigilError('unavailable', 'the sandbox runtime is stopped'));
+    this.ready ??= this.boot();
+    return this.ready;
+  }
+
+  private async boot(): Promise<Ready> {
+    const tools = findTools();
+    const root = process.getuid?.() === 0;
+    const uid = root ? this.config.uid : (process.getuid?.() ?? 0);
+    const gid = root ? this.config.gid : (process.getgid?.() ?? 0);
+    mkdirSync(this.config.stateDir, { recursive: true, mode: 0o755 });
+    assertTraversable(this.config.stateDir, uid, gid, 'the sandbox state dir');
+    await this.reapLeftovers();
+    const ownerDir = join(this.config.stateDir, this.owner);
+    for (const sub of ['roots', 'spawn', 'egress'])
+      mkdirSync(join(ownerDir, sub), { recursive: true, mode: 0o755 });
+    // A copy in the state dir, which the sandbox user can reach wherever the code itself is installed.
+    const forwarder = join(ownerDir, 'egress-forwarder.cjs');
+    copyFileSync(FORWARDER_SOURCE, forwarder);
+    const detected =
+      this.config.cgroups === 'auto' ? CgroupV1.detect() : { unavailable: 'cgroups: off in config' };
+    const ready: Ready = {
+      tools,
+      uid,
+      gid,
+      ...(root ? { switchUser: { uid, gid } } : {}),
+      ownerDir,
+      forwarder,
+      namespaceLimits: NAMESPACE_KINDS.map((kind) => `/proc/sys/user/max_${kind}_namespaces`).filter((file) =>
+        existsSync(file),
+      ),
+      ...(detected instanceof CgroupV1 ? { cgroups: detected } : { cgroupsNote: detected.unavailable }),
+    };
+    await this.selfTest(ready);
+    this.logger.info(
+      { uid, limits: ready.cgroups ? 'cgroup-v1' : 'rlimits', note: ready.cgroupsNote },
+      'sandbox runtime ready',
+    );
+    return ready;
+  }
+
+  /** One trivial sandbox, so a host that cannot build one fails at start-up, not at the first tool call. */
+  private async selfTest(ready: Ready): Promise<void> {
+    const probe = await this.launch(ready, {
+      packagePath: '/usr',
+      command: ready.tools.sh,
+      args: ['-c', 'exit 0'],
+      env: {},
+      networkAllowList: [],
+    });
+    probe.stdout.resume();
+    let stderr = '';
+    probe.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exit = await probe.exited;
+    if (exit.code !== 0) {
+      const detail = exit.reason ?? (stderr.trim() || `exit code ${exit.code}`);
+      throw new Error(`cannot build a sandbox on this host: ${detail}`);
+    }
+  }
+
+  private async launch(ready: Ready, input: SandboxSpec): Promise<LinuxSandboxProcess> {
+    const parsed = specSchema.safeParse(input);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      throw new SigilError(
+        'invalid_request',
+        `sandbox spec ${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}`,
+      );
+    }
+    const spec = parsed.data;
+    const limits = { ...this.limits, ...spec.limits };
+    const network = spec.networkAllowList.length > 0;
+    if (network && !ready.tools.ip) {
+      throw new SigilError(
+        'unavailable',
+        "a network allow-list needs iproute2's `ip` to bring the sandbox's loopback up; install iproute2 or leave the allow-list empty",
+      );
+    }
+    const command = resolveExecutable(spec.command);
+    assertTraversable(spec.packagePath, ready.uid, ready.gid, 'the package directory');
+    const node = network ? realpathSync(process.execPath) : undefined;
+    const plan = planRoot({
+      systemPaths: this.config.systemPaths,
+      requiredPaths: [
+        spec.packagePath,
+        command,
+        ...(node ? [node] : []),
+        ...this.config.readOnlyPaths,
+        ...(spec.readOnlyPaths ?? []),
+      ],
+      ...(network ? { egressForwarder: ready.forwarder } : {}),
+      uid: ready.uid,
+      gid: ready.gid,
+    });
+    const root = ensureSkeleton(plan, join(ready.ownerDir, 'roots'));
+    const id = randomBytes(6).toString('hex');
+    const fstabFile = join(ready.ownerDir, 'spawn', `${id}.fstab`);
+    const socketPath = join(ready.ownerDir, 'egress', `${id}.sock`);
+    const resources = new Resources(fstabFile, socketPath);
+    try {
+      if (network) {
+        resources.proxy = new EgressProxy({
+          socketPath,
+          allowList: spec.networkAllowList,
+          onDenied: (target) => this.logger.warn({ sandbox: id, target }, 'sandbox egress refused'),
+        });
+        await resources.proxy.listen();
+      }
+      writeFileSync(
+        fstabFile,
+        fstab({ plan, root, tmpBytes: limits.tmpBytes, ...(network ? { egressSocket: socketPath } : {}) }),
+        { mode: 0o644 },
+      );
+      if (ready.cgroups) {
+        resources.cgroup = ready.cgroups.create(
+          `${this.owner}-${id}`,
+          { memoryBytes: limits.memoryBytes, pids: limits.pids, cpuQuota: this.config.cpuQuota },
+          { uid: ready.uid, gid: ready.gid },
+        );
+      }
+    } catch (error) {
+      await resources.release();
+      throw error;
+    }
+    const proxyUrl = `http://127.0.0.1:${this.config.proxyPort}`;
+    const env: Record<string, string> = {
+      PATH: dirname(command).startsWith('/usr/') ? DEFAULT_PATH : `${dirname(command)}:${DEFAULT_PATH}`,
+      HOME: '/tmp',
+      ...spec.env,
+      // Set last, so the spec cannot point the server around the allow-list (it could reach nothing anyway).
+      ...(network
+        ? { HTTP_PROXY: proxyUrl, HTTPS_PROXY: proxyUrl, http_proxy: proxyUrl, https_proxy: proxyUrl }
+        : {}),
+    };
+    const launch: LaunchInput = {
+      tools: ready.tools,
+      ...(ready.switchUser ? { switchUser: ready.switchUser } : {}),
+      uid: ready.uid,
+      gid: ready.gid,
+      marker: marker(this.owner, id),
+      fstab: fstabFile,
+      root,
+      cwd: spec.cwd ?? spec.packagePath,
+      cgroupProcs: resources.cgroup?.procsFiles ?? [],
+      namespaceLimits: ready.namespaceLimits,
+      limits: {
+        cpuSeconds: limits.cpuSeconds,
+        pids: limits.pids,
+        tmpBytes: limits.tmpBytes,
+        ...(resources.cgroup ? {} : { dataBytes: limits.memoryBytes }),
+      },
+      ...(node ? { egress: { node, port: this.config.proxyPort } } : {}),
+      command,
+      args: spec.args,
+    };
+    const child = spawn(ready.tools.setpriv, launchArgs(launch), {
+      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+      // Nothing of the host's environment: the launch chain runs on none, the server on `env`.
+      env: {},
+      // Its own session: no controlling terminal, and no terminal signals from the runtime's.
+      detached: true,
+    });
+    const sandbox = new LinuxSandboxProcess(child, {
+      id,
+      marker: launch.marker,
+      outputBytes: limits.outputBytes,
+      graceMs: this.config.killGraceMs,
+      cgroup: resources.cgroup,
+      memoryPerProcess: !resources.cgroup,
+      release: () => resources.release(),
+    });
+    const envPipe = child.stdio[3] as NodeJS.WritableStream | null;
+    envPipe?.on('error', () => undefined); // the setup failed before reading it: `exited` says why
+    envPipe?.end(environmentScript(env));
+    this.running.add(sandbox);
+    void sandbox.exited.then(() => this.running.delete(sandbox));
+    return sandbox;
+  }
+}
+
+/** Per-sandbox files, proxy and cgroup, released once the sandbox has ended. */
+class Resources {
+  proxy: EgressProxy | undefined;
+  cgroup: SandboxCgroup | undefined;
+  private released: Promise<void> | undefined;
+  constructor(
+    private readonly fstabFile: string,
+    private readonly socketPath: string,
+  ) {}
+
+  release(): Promise<void> {
+    this.released ??= this.releaseOnce();
+    return this.released;
+  }
+
+  private async releaseOnce(): Promise<void> {
+    await this.proxy?.close();
+    await this.cgroup?.remove();
+    rmSync(this.fstabFile, { force: true });
+    rmSync(this.socketPath, { force: true });
+  }
+}
+
+interface SandboxOptions {
+  id: string;
+  marker: string;
+  outputBytes: number;
+  graceMs: number;
+  cgroup: SandboxCgroup | undefined;
+  /** True when memory is an RLIMIT_DATA per process (an allocation fails) rather than a cgroup (a kill). */
+  memoryPerProcess: boolean;
+  release: () => Promise<void>;
+}
+
+/** Bytes of stderr kept to explain an exit (setup failures, out-of-memory aborts). */
+const STDERR_TAIL_BYTES = 4096;
+
+export class LinuxSandboxProcess implements SandboxProcess {
+  readonly stdin: NodeJS.WritableStream;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  readonly exited: Promise<SandboxExit>;
+  /** Host pid of the outermost process of the chain (`setpriv`, then `unshare`). */
+  readonly pid: number | undefined;
+  readonly id: string;
+  readonly marker: string;
+  private ended = false;
+  private killedFor: { limit?: SandboxLimitName; reason: string } | undefined;
+  private stderrTail = '';
+
+  constructor(
+    private readonly child: ChildProcess,
+    private readonly options: SandboxOptions,
+  ) {
+    this.id = options.id;
+    this.marker = options.marker;
+    this.pid = child.pid;
+    this.stdin = child.stdin as NodeJS.WritableStream;
+    this.stdin.on('error', () => undefined); // writes to a dead sandbox: `exited` reports its end
+    let written = 0;
+    const meter = (chunk: Buffer): boolean => {
+      written += chunk.length;
+      if (written <= options.outputBytes) return true;
+      this.terminate({ limit: 'output', reason: `stdout and stderr exceeded ${options.outputBytes} bytes` });
+      return false;
+    };
+    this.stdout = (child.stdout as Readable).pipe(new OutputGate(meter));
+    this.stderr = (child.stderr as Readable).pipe(
+      new OutputGate(meter, (chunk) => {
+        this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
+      }),
+    );
+    this.exited = new Promise<SandboxExit>((resolve) => {
+      child.once('error', (error) => {
+        // The launcher itself could not be executed: nothing ran.
+        if (child.pid !== undefined) return;
+        this.ended = true;
+        void options
+          .release()
+          .finally(() =>
+            resolve({ code: null, signal: null, reason: `cannot start the sandbox: ${error.message}` }),
+          );
+      });
+      child.once('close', (code, signal) => {
+        void this.finish(code, signal).then(resolve);
+      });
+    });
+  }
+
+  async kill(): Promise<void> {
+    if (this.ended) {
+      await this.exited;
+      return;
+    }
+    this.stdin.end();
+    const ended = await Promise.race([
+      this.exited.then(() => true),
+      sleep(this.options.graceMs).then(() => false),
+    ]);
+    if (!ended)
+      this.terminate({ reason: `killed: still running ${this.options.graceMs} ms after stdin closed` });
+    await this.exited;
+  }
+
+  /** Kills every process of the sandbox now. */
+  terminate(why: { limit?: SandboxLimitName; reason: string }): void {
+    if (this.ended) return;
+    this.killedFor ??= why;
+    const pid = this.child.pid;
+    if (pid === undefined) return;
+    // The group holds the whole chain unless a process left it; the pdeath signal and PID namespace
+    // take care of those: unshare's death kills the namespace's init, and with it everything inside.
+    for (const target of [-pid, pid]) {
+      try {
+        process.kill(target, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+
+  private async finish(code: number | null, signal: NodeJS.Signals | null): Promise<SandboxExit> {
+    this.ended = true;
+    if (signal !== null) await this.namespaceGone();
+    const exit = this.describe(code, signal);
+    await this.options.release();
+    return exit;
+  }
+
+  /** Waits until no process of this sandbox is left (its init's death takes the namespace down). */
+  private async namespaceGone(): Promise<void> {
+    for (let attempt = 0; attempt < 100; attempt++) {
+      if (!markedProcesses().some((p) => p.id === this.id)) return;
+      await sleep(10);
+    }
+  }
+
+  private describe(code: number | null, signal: NodeJS.Signals | null): SandboxExit {
+    // A process of the sandbox that died of signal N shows as 128 + N from its init.
+    const bySignal = code !== null && code > 128 && code < 128 + 65 ? signalName(code - 128) : null;
+    const exit: SandboxExit = { code, signal: signal ?? bySignal };
+    const limit = this.killedFor?.limit ?? this.limitFrom(code, exit.signal);
+    if (limit) exit.limit = limit;
+    const setup = this.stderrTail.split('\n').find((line) => line.startsWith(SETUP_FAILED_PREFIX));
+    if (this.killedFor) exit.reason = this.killedFor.reason;
+    else if (code === SETUP_FAILED_EXIT && setup) exit.reason = setup.trim();
+    else if (limit) exit.reason = LIMIT_REASONS[limit];
+    return exit;
+  }
+
+  private limitFrom(code: number | null, signal: NodeJS.Signals | null): SandboxLimitName | undefined {
+    if (signal === 'SIGXCPU') return 'cpu';
+    if (signal === 'SIGXFSZ') return 'file-size';
+    if (this.options.cgroup?.oomKilled()) return 'memory';
+    if (
+      code !== 0 &&
+      this.options.memoryPerProcess &&
+      /out of memory|allocation failed/i.test(this.stderrTail)
+    ) {
+      return 'memory';
+    }
+    if (code !== 0 && this.options.cgroup?.pidsLimitHit()) return 'pids';
+    return undefined;
+  }
+}
+
+const LIMIT_REASONS: Record<SandboxLimitName, string> = {
+  memory: 'ended for exceeding its memory limit',
+  cpu: 'ended for exceeding its CPU time limit',
+  pids: 'ended after reaching its process limit',
+  output: 'killed for exceeding its output limit',
+  'file-size': 'ended for writing a file larger than its limit',
+};
+
+function signalName(number: number): NodeJS.Signals | null {
+  const entry = Object.entries(osConstants.signals).find(([, value]) => value === number);
+  return entry ? (entry[0] as NodeJS.Signals) : null;
+}
+
+/** Passes chunks through while `allow` says so; after that the output is cut off (dropped). */
+class OutputGate extends Transform {
+  private open = true;
+  constructor(
+    private readonly allow: (chunk: Buffer) => boolean,
+    private readonly observe?: (chunk: Buffer) => void,
+  ) {
+    super();
+  }
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    this.observe?.(chunk);
+    if (this.open && this.allow(chunk)) callback(null, chunk);
+    else {
+      this.open = false;
+      callback();
+    }
+  }
+}
+
+function findTools(): Tools {
+  const find = (name: string) =>
+    TOOL_DIRS.map((dir) => join(dir, name)).find((path) => {
+      try {
+        accessSync(path, constants.X_OK);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+  const required = {
+    setpriv: 'setpriv',
+    unshare: 'unshare',
+    sh: 'sh',
+    mount: 'mount',
+    umount: 'umount',
+    pivotRoot: 'pivot_root',
+    prlimit: 'prlimit',
+  };
+  const found: Partial<Tools> = {};
+  const missing: string[] = [];
+  for (const [key, name] of Object.entries(required) as [keyof typeof required, string][]) {
+    const path = find(name);
+    if (path) found[key] = realpathSync(path);
+    else missing.push(name);
+  }
+  if (missing.length > 0) {
+    throw new Error(`util-linux tools not found in ${TOOL_DIRS.join(', ')}: ${missing.join(', ')}`);
+  }
+  const ip = find('ip');
+  return { ...(found as Tools), ...(ip ? { ip: realpathSync(ip) } : {}) };
+}
+
+/** The real path of an executable: absolute as given, or found on the host's PATH. */
+function resolveExecutable(command: string): string {
+  const candidates = command.includes('/')
+    ? [command]
+    : (process.env.PATH ?? DEFAULT_PATH)
+        .split(delimiter)
+        .filter(Boolean)
+        .map((dir) => join(dir, command));
+  for (const candidate of candidates) {
+    if (!isAbsolute(candidate)) continue;
+    try {
+      accessSync(candidate, constants.X_OK);
+      if (statSync(candidate).isFile()) return realpathSync(candidate);
+    } catch {
+      // next
+    }
+  }
+  throw new SigilError(
+    'invalid_request',
+    `sandbox spec command: "${command}" is not an executable file here`,
+  );
+}
+
+/**
+ * Fails unless the sandbox user can reach `path`: every directory on the way must let it search.
+ * Otherwise the sandbox would fail later with a bare EACCES from mount, which says nothing.
+ */
+function assertTraversable(path: string, uid: number, gid: number, what: string): void {
+  let current = path;
+  for (;;) {
+    const stat = statSync(current);
+    const bit = stat.uid === uid ? 0o100 : stat.gid === gid ? 0o010 : 0o001;
+    if (!(stat.mode & bit)) {
+      throw new SigilError(
+        'unavailable',
+        `${what} ${path} is not reachable by the sandbox user ${uid}: ${current} is mode ${(stat.mode & 0o777).toString(8)}`,
+        {
+          hint: `chmod o+x ${current}, or choose a state dir / package cache the sandbox user can reach`,
+        },
+      );
+    }
+    const parent = dirname(current);
+    if (parent === current) return;
+    current = parent;
+  }
+}

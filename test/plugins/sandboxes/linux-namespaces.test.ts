@@ -1,0 +1,525 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { expect } from 'chai';
+import { systemClock } from '../../../core/clock.ts';
+import { pluginEntrySchema } from '../../../core/config/schema.ts';
+import { openDatabase } from '../../../core/db/database.ts';
+import { SecretRegistry } from '../../../core/log.ts';
+import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
+import type { SandboxExit, SandboxLimits } from '../../../core/plugins/contracts/index.ts';
+import { PluginHost } from '../../../core/plugins/host.ts';
+import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
+import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
+import { builtinPlugins } from '../../../services/builtin-plugins.ts';
+import { quietLogger } from '../../support/kernel.ts';
+
+const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+const fixtures = join(repoRoot, 'test', 'fixtures', 'sandbox');
+const probeScript = join(fixtures, 'probe.cjs');
+const MiB = 1024 * 1024;
+const isRoot = process.getuid?.() === 0;
+
+function newRuntime(stateDir: string, owner?: string): LinuxNamespacesRuntime {
+  return new LinuxNamespacesRuntime({
+    config: configSchema.parse({ stateDir }),
+    logger: quietLogger(),
+    ...(owner ? { owner } : {}),
+  });
+}
+
+const pidNamespace = (pid: number | 'self') => {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/pid`);
+  } catch {
+    return undefined;
+  }
+};
+
+/**
+ * Host pids of the processes inside a sandbox: its init (which carries the marker and lives in
+ * another PID namespace than the launcher's `unshare`) and everything below it.
+ */
+function sandboxHostPids(id: string): number[] {
+  const ours = pidNamespace('self');
+  const pids = markedProcesses()
+    .filter((p) => p.id === id && pidNamespace(p.pid) !== ours)
+    .map((p) => p.pid);
+  for (let i = 0; i < pids.length; i++) {
+    const pid = pids[i] as number;
+    try {
+      const children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim();
+      if (children) pids.push(...children.split(' ').map(Number));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return [...new Set(pids)];
+}
+
+const alive = (pid: number) =>
+  existsSync(`/proc/${pid}/stat`) && !/\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+
+async function eventually(condition: () => boolean, timeoutMs = 3000): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (condition()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  return condition();
+}
+
+describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
+  this.timeout(30_000);
+  let stateDir: string;
+  let runtime: LinuxNamespacesRuntime;
+
+  before(async () => {
+    stateDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-test-'));
+    chmodSync(stateDir, 0o755); // the sandbox user must be able to reach its root and fstab in here
+    runtime = newRuntime(stateDir);
+    await runtime.start();
+  });
+  after(async () => {
+    await runtime.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  interface ProbeRun<T> {
+    exit: SandboxExit;
+    report: T;
+    stdoutBytes: number;
+    stderr: string;
+  }
+
+  /** Runs the probe in `mode` inside a fresh sandbox and returns its report (its last stdout line). */
+  async function probe<T>(
+    mode: string,
+    options: { args?: string[]; env?: Record<string, string>; allow?: string[]; limits?: SandboxLimits } = {},
+  ): Promise<ProbeRun<T>> {
+    const sandbox = await runtime.spawn({
+      packagePath: fixtures,
+      command: process.execPath,
+      args: [probeScript, mode, ...(options.args ?? [])],
+      env: options.env ?? {},
+      networkAllowList: options.allow ?? [],
+      ...(options.limits ? { limits: options.limits } : {}),
+    });
+    let stdout = '';
+    let stdoutBytes = 0;
+    let stderr = '';
+    sandbox.stdout.on('data', (chunk: Buffer) => {
+      stdoutBytes += chunk.length;
+      if (stdout.length < 4 * MiB) stdout += chunk.toString();
+    });
+    sandbox.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-8192)));
+    const exit = await sandbox.exited;
+    const last = stdout.trim().split('\n').pop() ?? '';
+    let report: T;
+    try {
+      report = JSON.parse(last) as T;
+    } catch {
+      report = undefined as T;
+    }
+    return { exit, report, stdoutBytes, stderr };
+  }
+
+  describe('read-only root filesystem', () => {
+    it('nothing but /tmp is writable, probing every directory and file from inside', async () => {
+      const { exit, report } = await probe<{ writable: string[]; rootWrite: string; mounts: string }>('fs');
+      expect(exit.code, JSON.stringify(exit)).to.equal(0);
+      expect(report.writable).to.deep.equal(['/tmp']);
+      expect(report.rootWrite).to.equal('EROFS');
+      expect(report.mounts).to.match(/^\S+ \/ \S+ ro,/m);
+    });
+
+    it('has a minimal /dev of its own: no /dev/shm, no terminal, no host devices', async () => {
+      const { report } = await probe<{ dev: string[]; shm: string }>('fs');
+      expect(report.dev).to.deep.equal([
+        'fd',
+        'null',
+        'random',
+        'stderr',
+        'stdin',
+        'stdout',
+        'urandom',
+        'zero',
+      ]);
+      expect(report.shm).to.equal('ENOENT');
+    });
+  });
+
+  describe('/tmp', () => {
+    it('is noexec: a binary and a script copied there cannot be run', async () => {
+      const { report } = await probe<{ binary: string; script: string; tmpWritable: boolean }>('tmpExec');
+      expect(report.tmpWritable).to.equal(true);
+      expect(report.binary).to.equal('EACCES');
+      expect(report.script).to.equal('EACCES');
+    });
+
+    it('is size-limited', async () => {
+      const { report } = await probe<{ written: number; error: string }>('fillTmp', {
+        limits: { tmpBytes: 8 * MiB },
+      });
+      expect(report.written).to.be.at.most(8 * MiB);
+      expect(report.error).to.be.oneOf(['ENOSPC', 'EFBIG']);
+    });
+  });
+
+  describe('privileges', () => {
+    it('holds no capability, has no_new_privs, and cannot gain either', async () => {
+      interface Privileges {
+        status: Record<string, string>;
+        setuidRoot: string;
+        nestedUserNamespace: { status: number };
+        raiseCapability: { status: number };
+        hostname: string;
+      }
+      const { report } = await probe<Privileges>('privileges');
+      for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) {
+        expect(report.status[set], set).to.equal('0000000000000000');
+      }
+      expect(report.status.NoNewPrivs).to.equal('1');
+      expect(report.setuidRoot).to.not.equal('ok');
+      expect(report.nestedUserNamespace.status, 'a nested user namespace was created').to.not.equal(0);
+      expect(report.raiseCapability.status, 'a capability was raised').to.not.equal(0);
+      expect(report.hostname).to.not.equal('ok');
+    });
+
+    it('runs as a non-root user on the host, as the host sees it', async () => {
+      const sandbox = await runtime.spawn({
+        packagePath: fixtures,
+        command: process.execPath,
+        args: [probeScript, 'sleep'],
+        env: {},
+        networkAllowList: [],
+      });
+      try {
+        await new Promise((resolve) => sandbox.stdout.once('data', resolve));
+        const pids = sandboxHostPids(sandbox.id);
+        expect(pids.length, 'sandbox processes found on the host').to.be.at.least(2);
+        const expected = isRoot ? 65534 : process.getuid?.();
+        for (const pid of pids) {
+          const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+          const uids = /^Uid:\t(.*)$/m.exec(status)?.[1]?.split('\t').map(Number);
+          expect(uids, `uids of host pid ${pid}`).to.deep.equal([expected, expected, expected, expected]);
+          expect(/^CapEff:\t(.*)$/m.exec(status)?.[1]).to.equal('0000000000000000');
+        }
+      } finally {
+        await sandbox.kill();
+      }
+    });
+  });
+
+  describe('processes', () => {
+    it('has a PID namespace of its own: sees only its processes, cannot signal the host', async () => {
+      const { report } = await probe<{ visible: { pid: number; cmdline: string }[]; signalHost: string[] }>(
+        'pids',
+        { args: [String(process.pid)] },
+      );
+      expect(report.visible.map((p) => p.pid)).to.include(1);
+      expect(report.visible.length).to.be.at.most(3);
+      for (const { cmdline } of report.visible) expect(cmdline).to.match(/probe\.cjs pids/);
+      expect(report.signalHost).to.deep.equal(['ESRCH']);
+    });
+  });
+
+  describe('network', () => {
+    let allowed: Server;
+    let other: Server;
+    const port = (server: Server) => (server.address() as { port: number }).port;
+    const echo = () =>
+      new Promise<Server>((resolve) => {
+        const server = createServer((socket) => socket.pipe(socket));
+        server.listen(0, '127.0.0.1', () => resolve(server));
+      });
+    before(async () => {
+      allowed = await echo();
+      other = await echo();
+    });
+    after(() => {
+      allowed.close();
+      other.close();
+    });
+
+    interface NetReport {
+      results: { target: string; direct: string; proxy: { status: number | string; echo?: string } }[];
+      proxyVariables: (string | null)[];
+    }
+
+    it("without an allow-list reaches nothing, not even the host's loopback", async () => {
+      const { report } = await probe<NetReport>('net', { args: [`127.0.0.1:${port(allowed)}`] });
+      expect(report.results[0]?.direct).to.be.oneOf(['ENETUNREACH', 'ECONNREFUSED', 'EHOSTUNREACH']);
+      expect(report.proxyVariables).to.deep.equal([null, null]);
+    });
+
+    it('with an allow-list reaches exactly the listed host:port, through the egress proxy', async () => {
+      const yes = `127.0.0.1:${port(allowed)}`;
+      const no = `127.0.0.1:${port(other)}`;
+      const { report } = await probe<NetReport>('net', { args: [yes, no], allow: [yes] });
+      const [first, second] = report.results;
+      expect(first?.direct, 'a direct connection to the host').to.not.equal('connected');
+      expect(first?.proxy).to.deep.equal({ status: 200, echo: 'ping' });
+      expect(second?.direct).to.not.equal('connected');
+      expect(second?.proxy.status).to.equal(403);
+    });
+  });
+
+  describe('environment and secrets', () => {
+    it("gets exactly the spec's environment plus PATH and HOME, and no value of it lands in a file", async () => {
+      const canary = `canary-${randomBytes(12).toString('hex')}`;
+      const { report } = await probe<{ env: Record<string, string>; canaryInFiles: string[] }>('env', {
+        args: [canary],
+        env: { API_TOKEN: canary, QUOTED: `it's "quoted"\nand multi-line $HOME` },
+      });
+      expect(report.env).to.deep.equal({
+        API_TOKEN: canary,
+        QUOTED: `it's "quoted"\nand multi-line $HOME`,
+        PATH: '/usr/local/bin:/usr/bin:/bin',
+        HOME: '/tmp',
+      });
+      expect(report.canaryInFiles).to.deep.equal([]);
+      // And nothing the runtime wrote on the host holds it either.
+      const hostFiles: string[] = [];
+      const walk = (dir: string) => {
+        for (const entry of readdirSync(dir, { withFileTypes: true })) {
+          const full = join(dir, entry.name);
+          if (entry.isDirectory()) walk(full);
+          else if (entry.isFile() && readFileSync(full).includes(canary)) hostFiles.push(full);
+        }
+      };
+      walk(stateDir);
+      expect(hostFiles).to.deep.equal([]);
+    });
+
+    it('refuses environment names that are not shell identifiers', async () => {
+      const refused: Record<string, string>[] = [{ 'BAD-NAME': 'x' }, { PPID: '1' }, { __sigil_env: 'x' }];
+      for (const env of refused) {
+        const error = await runtime
+          .spawn({ packagePath: fixtures, command: process.execPath, args: [], env, networkAllowList: [] })
+          .then(
+            () => undefined,
+            (err: Error) => err,
+          );
+        expect(error?.message, JSON.stringify(env)).to.match(/environment names/);
+      }
+    });
+  });
+
+  describe('limits', () => {
+    it('memory: a process allocating past the limit is ended, with `limit: memory`', async () => {
+      const { exit, stderr } = await probe('memory', { args: ['2048'], limits: { memoryBytes: 128 * MiB } });
+      expect(exit.limit, JSON.stringify(exit)).to.equal('memory');
+      const allocated = Math.max(0, ...[...stderr.matchAll(/allocated (\d+) MiB/g)].map((m) => Number(m[1])));
+      expect(allocated).to.be.below(128 + 16);
+    });
+
+    it('CPU time: a spinning process is ended at its limit, with `limit: cpu`', async () => {
+      const started = Date.now();
+      const { exit } = await probe('cpu', { limits: { cpuSeconds: 1 } });
+      expect(exit.limit, JSON.stringify(exit)).to.equal('cpu');
+      expect(exit.signal).to.equal('SIGXCPU');
+      expect(Date.now() - started).to.be.below(10_000);
+    });
+
+    it('processes: a fork bomb is contained and the host stays responsive', async () => {
+      const running = probe<{ attempts: number; failures: number; peak: number }>('forkBomb', {
+        args: ['1500'],
+        limits: { pids: 48 },
+      });
+      await new Promise((resolve) => setTimeout(resolve, 700));
+      const started = Date.now();
+      expect(spawnSync('/bin/true').status, 'the host can still start a process').to.equal(0);
+      expect(Date.now() - started).to.be.below(1000);
+      const { report } = await running;
+      expect(report.peak).to.be.at.most(48);
+      expect(report.failures).to.be.above(0);
+    });
+
+    it('output: a server flooding stdout is cut off and killed, with `limit: output`', async () => {
+      const { exit, stdoutBytes } = await probe('flood', { limits: { outputBytes: MiB } });
+      expect(exit.limit).to.equal('output');
+      expect(exit.reason).to.match(/exceeded 1048576 bytes/);
+      expect(stdoutBytes).to.be.at.most(MiB);
+    });
+  });
+
+  describe('lifecycle', () => {
+    it('kill() ends the sandbox and every process in it', async () => {
+      const sandbox = await runtime.spawn({
+        packagePath: fixtures,
+        command: process.execPath,
+        args: [probeScript, 'sleep'],
+        env: {},
+        networkAllowList: [],
+      });
+      await new Promise((resolve) => sandbox.stdout.once('data', resolve));
+      const pids = sandboxHostPids(sandbox.id);
+      expect(pids.length).to.be.at.least(2);
+      await sandbox.kill();
+      expect((await sandbox.exited).signal).to.equal('SIGKILL');
+      expect(pids.filter(alive)).to.deep.equal([]);
+    });
+
+    it('dies with its runtime, even when the runtime is killed with SIGKILL', async () => {
+      const child = spawn(
+        process.execPath,
+        ['--import', 'tsx', join(fixtures, 'gateway-child.ts'), stateDir],
+        {
+          cwd: repoRoot,
+          stdio: ['ignore', 'pipe', 'inherit'],
+        },
+      );
+      try {
+        const line = await new Promise<string>((resolve, reject) => {
+          child.stdout.once('data', (chunk: Buffer) => resolve(chunk.toString()));
+          child.once('exit', () => reject(new Error('the stand-in gateway exited early')));
+        });
+        const { id } = JSON.parse(line) as { id: string };
+        const pids = sandboxHostPids(id);
+        expect(pids.length, 'sandboxed processes of the child gateway').to.be.at.least(2);
+        child.kill('SIGKILL');
+        expect(
+          await eventually(() => pids.filter(alive).length === 0),
+          'sandbox outlived its runtime',
+        ).to.equal(true);
+      } finally {
+        child.kill('SIGKILL');
+      }
+    });
+
+    it('reapLeftovers() kills the sandboxes, cgroups and state of a runtime that is gone', async () => {
+      // A runtime standing in for a gateway that died without its sandboxes dying (the one window
+      // PR_SET_PDEATHSIG leaves): its owner names a process that does not exist.
+      const deadOwner = `999999999.${Date.now()}`;
+      const orphaned = newRuntime(stateDir, deadOwner);
+      const sandbox = await orphaned.spawn({
+        packagePath: fixtures,
+        command: process.execPath,
+        args: [probeScript, 'sleep'],
+        env: {},
+        networkAllowList: [],
+      });
+      await new Promise((resolve) => sandbox.stdout.once('data', resolve));
+      const pids = sandboxHostPids(sandbox.id);
+      expect(existsSync(join(stateDir, deadOwner))).to.equal(true);
+      const cgroup = `/sys/fs/cgroup/memory/sigil/${deadOwner}-${sandbox.id}`;
+      if (runtime.status().limits === 'cgroup-v1') expect(existsSync(cgroup)).to.equal(true);
+
+      const report = await runtime.reapLeftovers();
+      expect(report.processes).to.be.at.least(1);
+      expect(report.stateDirs).to.equal(1);
+      const exit = await sandbox.exited;
+      expect(exit.signal).to.not.equal(null);
+      expect(await eventually(() => pids.filter(alive).length === 0)).to.equal(true);
+      expect(existsSync(join(stateDir, deadOwner))).to.equal(false);
+      expect(existsSync(cgroup)).to.equal(false);
+    });
+
+    it('refuses a spec it cannot honour before starting anything', async () => {
+      const base = {
+        packagePath: fixtures,
+        command: process.execPath,
+        args: [],
+        env: {},
+        networkAllowList: [],
+      };
+      for (const [spec, message] of [
+        [{ ...base, packagePath: 'relative/dir' }, /absolute path/],
+        [{ ...base, networkAllowList: ['example.com'] }, /host:port/],
+        [{ ...base, command: 'no-such-command-here' }, /not an executable/],
+        [{ ...base, packagePath: join(fixtures, 'missing') }, /does not exist|ENOENT/],
+      ] as const) {
+        const error = await runtime.spawn(spec).then(
+          () => undefined,
+          (err: Error) => err,
+        );
+        expect(error?.message, JSON.stringify(spec)).to.match(message);
+      }
+    });
+  });
+
+  describe('a real MCP server', () => {
+    it('runs @modelcontextprotocol/server-everything: the SDK client lists its tools and calls echo', async () => {
+      const sandbox = await runtime.spawn({
+        packagePath: join(repoRoot, 'node_modules'),
+        command: process.execPath,
+        args: [join(repoRoot, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js'), 'stdio'],
+        env: {},
+        networkAllowList: [],
+      });
+      const client = new Client({ name: 'sandbox-test', version: '1.0.0' });
+      await client.connect(new ProcessStdioTransport(sandbox));
+      try {
+        const { tools } = await client.listTools();
+        expect(tools.map((tool) => tool.name)).to.include('echo');
+        const result = await client.callTool({ name: 'echo', arguments: { message: 'from the sandbox' } });
+        expect(JSON.stringify(result.content)).to.include('from the sandbox');
+      } finally {
+        await client.close();
+      }
+      expect((await sandbox.exited).code).to.not.equal(undefined);
+    });
+  });
+
+  it('loads as the built-in plugin "sandbox-linux-namespaces" of kind sandbox-runtime', async () => {
+    const db = await openDatabase({ url: ':memory:' });
+    // A state dir of its own: stopping this instance removes its state, which the suite's runtime
+    // (same process, so same owner) would otherwise share.
+    const ownStateDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-host-'));
+    chmodSync(ownStateDir, 0o755);
+    const host = new PluginHost({
+      builtins: builtinPlugins,
+      core: { db, logger: quietLogger(), clock: systemClock, secrets: new SecretRegistry() },
+      logger: quietLogger(),
+      baseDir: repoRoot,
+    });
+    try {
+      await host.load([
+        pluginEntrySchema.parse({ resolve: 'sandbox-linux-namespaces', options: { stateDir: ownStateDir } }),
+      ]);
+      expect(host.list()[0]).to.include({
+        name: 'sandbox-linux-namespaces',
+        kind: 'sandbox-runtime',
+        specVersion: 'v1',
+      });
+      await host.start();
+      const sandbox = await host.one('sandbox-runtime').spawn({
+        packagePath: '/usr',
+        command: '/bin/sh',
+        args: ['-c', 'echo hello'],
+        env: {},
+        networkAllowList: [],
+      });
+      let out = '';
+      sandbox.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+      expect((await sandbox.exited).code).to.equal(0);
+      expect(out).to.equal('hello\n');
+    } finally {
+      await host.stop();
+      await db.destroy();
+      rmSync(ownStateDir, { recursive: true, force: true });
+    }
+  });
+
+  it('says what it cannot enforce: no seccomp filter with util-linux alone', () => {
+    const status = runtime.status();
+    expect(status.syscallFilter.enforced).to.equal(false);
+    expect(status.syscallFilter.reason).to.match(/seccomp/);
+    expect(statSync(stateDir).isDirectory()).to.equal(true);
+  });
+});
