@@ -6,7 +6,14 @@ import { expect } from 'chai';
 import { ServerPool, type RunningServer, type ServerKey } from '../../services/gateway/server-pool.ts';
 import { quietLogger } from '../support/kernel.ts';
 
-const probe = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp', 'probe-server.mjs');
+const probe = join(
+  dirname(fileURLToPath(import.meta.url)),
+  '..',
+  'fixtures',
+  'mcp',
+  'probe-package',
+  'server.mjs',
+);
 
 /** Starts the probe server as a plain child process (the sandbox is tested on its own). */
 async function launchProbe(): Promise<RunningServer> {
@@ -26,8 +33,8 @@ describe('server pool', function () {
   let pool: ServerPool;
   let launches: ServerKey[];
   const key = (serverId: string, wallet = 'anonymous'): ServerKey => ({ serverId, wallet });
-  const pidOf = (k: ServerKey) =>
-    pool.use(k, async (s) => textOf(await s.client.callTool({ name: 'pid', arguments: {} })));
+  const instanceOf = (k: ServerKey) =>
+    pool.use(k, async (s) => textOf(await s.client.callTool({ name: 'instance', arguments: {} })));
 
   const newPool = (options: { idleMs?: number; maxRunning?: number } = {}) =>
     new ServerPool({
@@ -47,54 +54,54 @@ describe('server pool', function () {
 
   it('starts on first use and reuses the warm process', async () => {
     pool = newPool();
-    const first = await pidOf(key('probe'));
-    const second = await pidOf(key('probe'));
+    const first = await instanceOf(key('probe'));
+    const second = await instanceOf(key('probe'));
     expect(second).to.equal(first);
     expect(launches).to.have.length(1);
   });
 
   it('starts exactly one process for parallel first calls', async () => {
     pool = newPool();
-    const pids = await Promise.all(Array.from({ length: 8 }, () => pidOf(key('probe'))));
-    expect(new Set(pids).size).to.equal(1);
+    const instances = await Promise.all(Array.from({ length: 8 }, () => instanceOf(key('probe'))));
+    expect(new Set(instances).size).to.equal(1);
     expect(launches).to.have.length(1);
   });
 
   it('keeps one process per wallet', async () => {
     pool = newPool();
-    const [a, b] = await Promise.all([pidOf(key('probe', '0xA')), pidOf(key('probe', '0xB'))]);
+    const [a, b] = await Promise.all([instanceOf(key('probe', '0xA')), instanceOf(key('probe', '0xB'))]);
     expect(a).not.to.equal(b);
     expect(pool.running()).to.have.length(2);
   });
 
   it('stops a process after the inactivity period', async () => {
     pool = newPool({ idleMs: 150 });
-    await pidOf(key('probe'));
+    await instanceOf(key('probe'));
     expect(pool.running()).to.have.length(1);
     await new Promise((resolve) => setTimeout(resolve, 600));
     expect(pool.running()).to.have.length(0);
-    await pidOf(key('probe'));
+    await instanceOf(key('probe'));
     expect(launches).to.have.length(2);
   });
 
   it('restarts a crashed server on the next call', async () => {
     pool = newPool();
-    const before = await pidOf(key('probe'));
+    const before = await instanceOf(key('probe'));
     await pool
       .use(key('probe'), (s) => s.client.callTool({ name: 'crash', arguments: {} }))
       .catch(() => undefined);
     await new Promise((resolve) => setTimeout(resolve, 100));
-    const after = await pidOf(key('probe'));
+    const after = await instanceOf(key('probe'));
     expect(after).not.to.equal(before);
     expect(launches).to.have.length(2);
   });
 
   it('evicts the least recently used idle process at the cap', async () => {
     pool = newPool({ maxRunning: 2 });
-    await pidOf(key('one'));
-    await pidOf(key('two'));
-    await pidOf(key('one'));
-    await pidOf(key('three'));
+    await instanceOf(key('one'));
+    await instanceOf(key('two'));
+    await instanceOf(key('one'));
+    await instanceOf(key('three'));
     expect(pool.running().map((k) => k.serverId)).to.deep.equal(['one', 'three']);
   });
 
@@ -102,7 +109,7 @@ describe('server pool', function () {
     pool = newPool({ maxRunning: 1 });
     const slow = pool.use(key('one'), (s) => s.client.callTool({ name: 'sleep', arguments: { ms: 400 } }));
     await new Promise((resolve) => setTimeout(resolve, 50));
-    const err = await pidOf(key('two')).catch((e: unknown) => e);
+    const err = await instanceOf(key('two')).catch((e: unknown) => e);
     expect((err as { code?: string }).code).to.equal('unavailable');
     expect(textOf(await slow)).to.equal('slept 400');
   });
