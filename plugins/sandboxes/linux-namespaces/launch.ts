@@ -50,6 +50,7 @@ export interface LaunchInput {
   fstab: string;
   root: string;
   cwd: string;
+  /** `cgroup.procs` files to join (at most 6: they are held on fds 4 to 9 meanwhile). */
   cgroupProcs: readonly string[];
   /**
    * `/proc/sys/user/max_*_namespaces` files to set to 0 inside the sandbox's user namespace: no
@@ -106,8 +107,20 @@ export function setupScript(input: LaunchInput): string {
   ];
   return [
     `fail() { echo "${SETUP_FAILED_PREFIX} $1" >&2; exit ${SETUP_FAILED_EXIT}; }`,
-    ...input.cgroupProcs.map((file) => step(`echo 0 > ${q(file)}`, `cannot join cgroup ${file}`)),
     ...input.namespaceLimits.map((file) => step(`echo 0 > ${q(file)}`, `cannot set ${file}`)),
+    // Joining a cgroup waits for an RCU grace period (about 10 ms): a background job moves this
+    // shell ($$, PID 1 here) in while the mounts proceed, and nothing of the server starts before the
+    // `wait` below says it is in (only the short-lived mount helpers may run outside meanwhile). The
+    // files are opened first, on fds 4 and up, since their paths vanish with the host root.
+    ...(input.cgroupProcs.length > 0
+      ? [
+          step(
+            `exec ${input.cgroupProcs.map((file, i) => `${i + 4}>${q(file)}`).join(' ')}`,
+            'opening the cgroups',
+          ),
+          `{ ${input.cgroupProcs.map((_, i) => `echo "$$" >&${i + 4}`).join(' && ')}; } & __sigil_cgroups=$!`,
+        ]
+      : []),
     step(`${q(tools.mount)} -n -a -T ${q(input.fstab)}`, 'mounting the sandbox root'),
     ...(input.egress && tools.ip ? [step(`${q(tools.ip)} link set lo up`, 'bringing loopback up')] : []),
     step(`cd ${q(input.root)}`, 'entering the sandbox root'),
@@ -115,6 +128,12 @@ export function setupScript(input: LaunchInput): string {
     // -n: no utab bookkeeping (nothing to write, and umount refuses otherwise without real root).
     step(`${q(tools.umount)} -n -l /.oldroot`, 'detaching the host root'),
     step(`cd ${q(input.cwd)}`, `working directory ${input.cwd}`),
+    ...(input.cgroupProcs.length > 0
+      ? [
+          step('wait "$__sigil_cgroups"', 'cannot join the cgroups'),
+          `exec ${input.cgroupProcs.map((_, i) => `${i + 4}>&-`).join(' ')}`,
+        ]
+      : []),
     `exec ${q(tools.prlimit)} ${rlimits.join(' ')} -- ${q(tools.setpriv)} --inh-caps=-all --bounding-set=-all --no-new-privs -- ${q(tools.sh)} -c ${q(INIT)} "$0" "$@"`,
   ].join('\n');
 }

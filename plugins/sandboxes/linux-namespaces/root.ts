@@ -39,6 +39,13 @@ interface Bind {
   options: string;
 }
 
+/**
+ * The sandbox's /tmp is a fresh tmpfs, which would hide a host path under /tmp (a package cache
+ * or a test's temporary directory). Such paths are bound after the tmpfs is mounted, onto mount
+ * points `mount` creates in it (X-mount.mkdir), so they stay visible and stay read-only.
+ */
+const inTmp = (target: string) => target.startsWith('/tmp/');
+
 export interface RootPlan {
   /** Host paths mounted read-only, each at `target`, parents before children. */
   binds: Bind[];
@@ -90,7 +97,17 @@ export function planRoot(input: RootInput): RootPlan {
       return;
     }
     const kind = stat.isDirectory() ? 'dir' : 'file';
-    binds.set(path, { source: path, target: path, kind, options: RO_BIND });
+    if (inTmp(path) && kind === 'file') {
+      throw new Error(
+        `${path}: a single file under /tmp cannot be mounted in the sandbox; use its directory`,
+      );
+    }
+    binds.set(path, {
+      source: path,
+      target: path,
+      kind,
+      options: inTmp(path) ? `${RO_BIND},X-mount.mkdir` : RO_BIND,
+    });
   };
   for (const path of input.systemPaths) add(path, false);
   for (const path of input.requiredPaths) add(path, true);
@@ -150,6 +167,7 @@ export function ensureSkeleton(plan: RootPlan, rootsDir: string): string {
     const parentOf = (path: string) => mkdirSafe(building, dirname(path));
     for (const dir of plan.dirs) mkdirSafe(building, dir);
     for (const bind of plan.binds) {
+      if (inTmp(bind.target)) continue; // its mount point is made in the sandbox's tmpfs
       if (bind.kind === 'dir') mkdirSafe(building, bind.target);
       else {
         parentOf(bind.target);
@@ -211,14 +229,16 @@ export interface FstabInput {
 /**
  * The fstab that `mount -a` applies, in order: the skeleton bound read-only onto itself (pivot_root
  * needs the new root to be a mount point), every read-only bind, a `/proc` of the sandbox's own PID
- * namespace, the private `/tmp`, and the egress socket.
+ * namespace (its reaching parts read-only), the private `/tmp`, binds that live under /tmp, and the
+ * egress socket.
  */
 export function fstab(input: FstabInput): string {
   const at = (target: string) => join(input.root, target);
   const lines: [string, string, string, string][] = [
     [input.root, input.root, 'none', 'bind,ro,nosuid,nodev'],
   ];
-  for (const bind of input.plan.binds) lines.push([bind.source, at(bind.target), 'none', bind.options]);
+  const bind = (entry: Bind) => lines.push([entry.source, at(entry.target), 'none', entry.options]);
+  input.plan.binds.filter((entry) => !inTmp(entry.target)).forEach(bind);
   lines.push(['proc', at('/proc'), 'proc', 'nosuid,nodev,noexec']);
   // The host's /proc has the same entries (same kernel), so it tells which exist to be covered.
   for (const entry of PROC_READ_ONLY.filter((name) => existsSync(`/proc/${name}`))) {
@@ -230,6 +250,7 @@ export function fstab(input: FstabInput): string {
     'tmpfs',
     `nosuid,nodev,noexec,mode=1777,size=${input.tmpBytes},nr_inodes=${Math.max(1024, Math.floor(input.tmpBytes / 4096))}`,
   ]);
+  input.plan.binds.filter((entry) => inTmp(entry.target)).forEach(bind);
   if (input.egressSocket)
     lines.push([input.egressSocket, at(EGRESS_SOCKET), 'none', 'bind,ro,nosuid,nodev,noexec']);
   return lines.map((fields) => `${fields.map(fstabField).join(' ')} 0 0\n`).join('');

@@ -67,7 +67,7 @@ export const DEFAULT_SYSTEM_PATHS = [
   '/lib64',
   '/libx32',
   '/etc/ld.so.cache',
-  '/etc/ssl/certs',
+  '/etc/ssl',
   '/etc/alternatives',
   '/etc/localtime',
 ];
@@ -449,6 +449,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       // Its own session: no controlling terminal, and no terminal signals from the runtime's.
       detached: true,
     });
+    if (resources.cgroup && child.pid !== undefined) resources.cgroup.prime(child.pid);
     const sandbox = new LinuxSandboxProcess(child, {
       id,
       marker: launch.marker,
