@@ -99,7 +99,10 @@ async function httpCoreSuite(): Promise<Measurement[]> {
   return results;
 }
 
-const suites: Record<string, () => Promise<Measurement[]>> = { 'http-core': httpCoreSuite };
+const suites: Record<string, () => Promise<Measurement[]>> = {
+  'http-core': httpCoreSuite,
+  'sandbox-cold-start': async () => (await import('./sandbox.ts')).sandboxColdStartSuite(),
+};
 const resultsDir = join(here, 'results');
 mkdirSync(resultsDir, { recursive: true });
 const table: string[] = [

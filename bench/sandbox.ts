@@ -1,0 +1,208 @@
+/**
+ * `sandbox-cold-start`: what the util-linux sandbox adds to a cold start, against a plain spawn of the
+ * same program measured in the same run (runs alternate, so drift in machine load hits both).
+ * Scenarios: `node -e 0` to its exit; a tiny stdio echo server to its first answer; and
+ * server-everything to its first `tools/list` through the MCP SDK client. The `overhead` rows are
+ * the sandboxed median minus the plain one; the target is at most 25 ms.
+ */
+import { spawn } from 'node:child_process';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { pino } from 'pino';
+import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
+import { configSchema, LinuxNamespacesRuntime } from '../plugins/sandboxes/linux-namespaces/index.ts';
+
+const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..');
+const RUNS = Number(process.env.BENCH_COLD_STARTS ?? 30);
+/** server-everything takes ~0.4 s a start; fewer runs keep the suite short. */
+const MCP_RUNS = Math.max(3, Math.round(RUNS / 3));
+
+export interface ColdStartMeasurement {
+  scenario: string;
+  /** Starts run one at a time. */
+  concurrency: 1;
+  /** Starts per second at the median. */
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  /**
+   * CPU time of the started processes (the whole launch chain for the sandbox) per start, in µs, from
+   * this process's children times: every process ends by itself and is waited for, so all of it counts.
+   */
+  serverCpuUsPerRequest: number;
+}
+
+/** Starts the program once; resolves with the milliseconds to its milestone (cleanup is not timed). */
+type Start = () => Promise<number>;
+
+interface Program {
+  name: string;
+  runs: number;
+  plain: Start;
+  sandboxed: Start;
+}
+
+/** Children's CPU (user + system) of this process so far, in µs: every start is waited for. */
+function childrenCpuUs(): number {
+  const stat = readFileSync('/proc/self/stat', 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // cutime and cstime are fields 16 and 17, in clock ticks (100 per second on Linux).
+  return (Number(fields[13]) + Number(fields[14])) * 10_000;
+}
+
+const quantile = (sorted: readonly number[], q: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
+
+function summarize(scenario: string, times: number[], cpuUs: number): ColdStartMeasurement {
+  const sorted = [...times].sort((a, b) => a - b);
+  const p50 = quantile(sorted, 0.5);
+  const measurement: ColdStartMeasurement = {
+    scenario,
+    concurrency: 1,
+    rps: Math.round(1000 / p50),
+    p50Ms: Number(p50.toFixed(2)),
+    p99Ms: Number(quantile(sorted, 0.99).toFixed(2)),
+    serverCpuUsPerRequest: Math.round(cpuUs / times.length),
+  };
+  process.stdout.write(`${JSON.stringify(measurement)}\n`);
+  return measurement;
+}
+
+/** Runs plain and sandboxed starts alternately and reports both and the difference of their medians. */
+async function compare(program: Program): Promise<ColdStartMeasurement[]> {
+  const times = { plain: [] as number[], sandboxed: [] as number[] };
+  const cpu = { plain: 0, sandboxed: 0 };
+  await program.plain(); // warm the page cache for both
+  await program.sandboxed();
+  for (let run = 0; run < program.runs; run++) {
+    for (const kind of ['plain', 'sandboxed'] as const) {
+      const cpuBefore = childrenCpuUs();
+      times[kind].push(await program[kind]());
+      cpu[kind] += childrenCpuUs() - cpuBefore;
+    }
+  }
+  const plain = summarize(`plain: ${program.name}`, times.plain, cpu.plain);
+  const sandboxed = summarize(`sandboxed: ${program.name}`, times.sandboxed, cpu.sandboxed);
+  const overhead: ColdStartMeasurement = {
+    scenario: `overhead (sandboxed − plain median): ${program.name}`,
+    concurrency: 1,
+    rps: 0,
+    p50Ms: Number((sandboxed.p50Ms - plain.p50Ms).toFixed(2)),
+    p99Ms: Number((sandboxed.p99Ms - plain.p99Ms).toFixed(2)),
+    serverCpuUsPerRequest: sandboxed.serverCpuUsPerRequest - plain.serverCpuUsPerRequest,
+  };
+  process.stdout.write(`${JSON.stringify(overhead)}\n`);
+  return [plain, sandboxed, overhead];
+}
+
+const exitOf = (child: { once(event: 'close', listener: () => void): unknown }) =>
+  new Promise<void>((resolve) => child.once('close', resolve));
+
+/** Times `start` up to its milestone, then runs the untimed cleanup it returns. */
+async function timed(start: () => Promise<() => Promise<unknown>>): Promise<number> {
+  const started = performance.now();
+  const cleanup = await start();
+  const elapsed = performance.now() - started;
+  await cleanup();
+  return elapsed;
+}
+
+type Launch = () => Promise<ProcessStdio & { kill(): Promise<void> }>;
+
+/** Writes one line and waits for it to come back: the first answer of a stdio server. */
+const firstEcho = (launch: Launch) =>
+  timed(async () => {
+    const stdio = await launch();
+    const answered = new Promise<void>((resolve) => stdio.stdout.once('data', () => resolve()));
+    stdio.stdin.write('{"jsonrpc":"2.0","id":1,"method":"ping"}\n');
+    await answered;
+    return () => stdio.kill();
+  });
+
+/** Connects the SDK client (initialize) and lists the tools. */
+const firstToolsList = (launch: Launch) =>
+  timed(async () => {
+    const client = new Client({ name: 'bench', version: '1.0.0' });
+    await client.connect(new ProcessStdioTransport(await launch()));
+    await client.listTools();
+    return () => client.close();
+  });
+
+export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
+  const work = mkdtempSync(join(tmpdir(), 'sigil-bench-sandbox-'));
+  chmodSync(work, 0o755);
+  const echoServer = join(work, 'echo.cjs');
+  writeFileSync(echoServer, "process.stdin.on('data', (line) => process.stdout.write(line));\n", {
+    mode: 0o644,
+  });
+  const runtime = new LinuxNamespacesRuntime({
+    config: configSchema.parse({ stateDir: join(work, 'state'), killGraceMs: 2000 }),
+    logger: pino({ level: 'silent' }),
+  });
+  await runtime.start();
+  const node = process.execPath;
+  const plainStdio = (args: string[]) => {
+    const child = spawn(node, args, { stdio: ['pipe', 'pipe', 'ignore'], env: {} });
+    const exited = exitOf(child);
+    return {
+      stdin: child.stdin,
+      stdout: child.stdout,
+      exited,
+      // As the sandbox's kill(): close stdin, let the server exit by itself, SIGKILL only if it does not.
+      kill: async () => {
+        child.stdin.end();
+        const timer = setTimeout(() => child.kill('SIGKILL'), 2000);
+        await exited;
+        clearTimeout(timer);
+      },
+    };
+  };
+  const sandboxed = async (packagePath: string, args: string[]) => {
+    const sandbox = await runtime.spawn({ packagePath, command: node, args, env: {}, networkAllowList: [] });
+    sandbox.stderr.resume();
+    return sandbox;
+  };
+  const everything = join(repoRoot, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js');
+  const programs: Program[] = [
+    {
+      name: 'node -e 0, to exit',
+      runs: RUNS,
+      // To `exited`, which for the sandbox includes removing its cgroups and files.
+      plain: () =>
+        timed(async () => {
+          await exitOf(spawn(node, ['-e', '0'], { stdio: 'ignore', env: {} }));
+          return async () => undefined;
+        }),
+      sandboxed: () =>
+        timed(async () => {
+          await (
+            await sandboxed(work, ['-e', '0'])
+          ).exited;
+          return async () => undefined;
+        }),
+    },
+    {
+      name: 'stdio echo server, to its first answer',
+      runs: RUNS,
+      plain: () => firstEcho(async () => plainStdio([echoServer])),
+      sandboxed: () => firstEcho(() => sandboxed(work, [echoServer])),
+    },
+    {
+      name: 'server-everything, to its first tools/list',
+      runs: MCP_RUNS,
+      plain: () => firstToolsList(async () => plainStdio([everything, 'stdio'])),
+      sandboxed: () => firstToolsList(() => sandboxed(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
+    },
+  ];
+  const results: ColdStartMeasurement[] = [];
+  try {
+    for (const program of programs) results.push(...(await compare(program)));
+  } finally {
+    await runtime.stop();
+    rmSync(work, { recursive: true, force: true });
+  }
+  return results;
+}
