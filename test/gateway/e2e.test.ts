@@ -119,7 +119,7 @@ describe('gateway end to end (verdaccio → registry-npm → sandbox → MCP)', 
         serving = await startGateway(database, {
           idleTimeoutSeconds: 2,
           toolCallTimeoutSeconds: 3,
-        }));
+        });
         url = serving.urls.gateway as string;
         token = await walletToken(url);
       });
