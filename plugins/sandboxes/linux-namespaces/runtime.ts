@@ -7,6 +7,7 @@ import {
   existsSync,
   mkdirSync,
   readdirSync,
+  readlinkSync,
   realpathSync,
   rmSync,
   statSync,
@@ -515,6 +516,7 @@ export class LinuxSandboxProcess implements SandboxProcess {
   readonly id: string;
   readonly marker: string;
   private ended = false;
+  private pidNamespace: string | undefined;
   private killedFor: { limit?: SandboxLimitName; reason: string } | undefined;
   private stderrTail = '';
 
@@ -578,6 +580,8 @@ export class LinuxSandboxProcess implements SandboxProcess {
     this.killedFor ??= why;
     const pid = this.child.pid;
     if (pid === undefined) return;
+    // Which PID namespace to watch empty out: `unshare` made it, and is alive until the kill below.
+    this.pidNamespace = readLink(`/proc/${pid}/ns/pid_for_children`);
     // The group holds the whole chain unless a process left it; the pdeath signal and PID namespace
     // take care of those: unshare's death kills the namespace's init, and with it everything inside.
     for (const target of [-pid, pid]) {
@@ -597,12 +601,21 @@ export class LinuxSandboxProcess implements SandboxProcess {
     return exit;
   }
 
-  /** Waits until no process of this sandbox is left (its init's death takes the namespace down). */
+  /**
+   * Waits until no process of this sandbox is left: its init's death takes the namespace down, but
+   * the others die a moment later. Watched by PID namespace when the kill came from here, otherwise
+   * by the marker of its init.
+   */
   private async namespaceGone(): Promise<void> {
-    for (let attempt = 0; attempt < 100; attempt++) {
-      if (!markedProcesses().some((p) => p.id === this.id)) return;
-      await sleep(10);
-    }
+    const ns = this.pidNamespace;
+    const left =
+      ns === undefined || ns === readLink('/proc/self/ns/pid')
+        ? () => markedProcesses().some((p) => p.id === this.id)
+        : () =>
+            readdirSync('/proc').some(
+              (entry) => /^\d+$/.test(entry) && readLink(`/proc/${entry}/ns/pid`) === ns,
+            );
+    for (let attempt = 0; attempt < 200 && left(); attempt++) await sleep(10);
   }
 
   private describe(code: number | null, signal: NodeJS.Signals | null): SandboxExit {
@@ -641,6 +654,14 @@ const LIMIT_REASONS: Record<SandboxLimitName, string> = {
   output: 'killed for exceeding its output limit',
   'file-size': 'ended for writing a file larger than its limit',
 };
+
+function readLink(path: string): string | undefined {
+  try {
+    return readlinkSync(path);
+  } catch {
+    return undefined;
+  }
+}
 
 function signalName(number: number): NodeJS.Signals | null {
   const entry = Object.entries(osConstants.signals).find(([, value]) => value === number);

@@ -1,0 +1,428 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type {
+  SandboxExit,
+  SandboxLimits,
+  SandboxProcess,
+  SandboxRuntimeV1,
+} from '../../core/plugins/contracts/index.ts';
+import { ensure, notApplicableBecause, pass } from '../check.ts';
+import type { InstanceCheck, KitContext } from './kit.ts';
+
+/**
+ * Behaviour of `sandbox-runtime` v1, black-box: each check spawns a probe (sandbox-probe.cjs, run by
+ * this process's node) through `spawn()` alone, lets it try to break one promise of
+ * core/plugins/contracts/sandbox-runtime-v1.ts from inside, and fails if it managed. Everything the
+ * probe is pointed at lives on this machine (listeners on 127.0.0.1, a process of this host).
+ */
+
+const CONTRACT = 'core/plugins/contracts/sandbox-runtime-v1.ts';
+const PROBE_SOURCE = fileURLToPath(new URL('./sandbox-probe.cjs', import.meta.url));
+const MiB = 1024 * 1024;
+
+type SandboxCheck = InstanceCheck<SandboxRuntimeV1>;
+type SandboxContext = KitContext & { instance: SandboxRuntimeV1 };
+
+interface ProbeOptions {
+  args?: string[];
+  env?: Record<string, string>;
+  allow?: string[];
+  limits?: SandboxLimits;
+}
+
+interface ProbeRun<T> {
+  exit: SandboxExit;
+  /** The probe's last stdout line, parsed; undefined when it printed none. */
+  report: T | undefined;
+  stdoutBytes: number;
+  stderr: string;
+}
+
+/** A package holding only the probe, in a directory anyone can read (the sandbox's user included). */
+async function withProbePackage<T>(body: (probe: string, packagePath: string) => Promise<T>): Promise<T> {
+  const packagePath = mkdtempSync(join(tmpdir(), 'sigil-sandbox-kit-'));
+  try {
+    chmodSync(packagePath, 0o755);
+    const probe = join(packagePath, 'sandbox-probe.cjs');
+    copyFileSync(PROBE_SOURCE, probe);
+    chmodSync(probe, 0o644);
+    return await body(probe, packagePath);
+  } finally {
+    rmSync(packagePath, { recursive: true, force: true });
+  }
+}
+
+async function startProbe(
+  { instance, evidence }: SandboxContext,
+  probe: string,
+  packagePath: string,
+  mode: string,
+  options: ProbeOptions,
+): Promise<SandboxProcess> {
+  const spec = {
+    packagePath,
+    command: process.execPath,
+    args: [probe, mode, ...(options.args ?? [])],
+    env: options.env ?? {},
+    networkAllowList: options.allow ?? [],
+    ...(options.limits ? { limits: options.limits } : {}),
+  };
+  evidence.note(`spawn(probe ${mode})`, {
+    args: spec.args.slice(1),
+    networkAllowList: spec.networkAllowList,
+    limits: options.limits,
+  });
+  return instance.spawn(spec);
+}
+
+/** Runs the probe in `mode` to its end and returns what it reported. */
+function runProbe<T>(
+  context: SandboxContext,
+  mode: string,
+  options: ProbeOptions = {},
+): Promise<ProbeRun<T>> {
+  return withProbePackage(async (probe, packagePath) => {
+    const sandbox = await startProbe(context, probe, packagePath, mode, options);
+    let stdout = '';
+    let stdoutBytes = 0;
+    let stderr = '';
+    sandbox.stdout.on('data', (chunk: Buffer) => {
+      stdoutBytes += chunk.length;
+      if (stdout.length < 4 * MiB) stdout += chunk.toString();
+    });
+    sandbox.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4096)));
+    const exit = await sandbox.exited;
+    const last = stdout.trim().split('\n').pop() ?? '';
+    let report: T | undefined;
+    try {
+      report = JSON.parse(last) as T;
+    } catch {
+      report = undefined;
+    }
+    context.evidence.note(`probe ${mode} ended`, { exit, report: last.slice(0, 1500) });
+    return { exit, report, stdoutBytes, stderr };
+  });
+}
+
+/** The probe's report, or a failure naming how the probe ended instead. */
+function reported<T>(run: ProbeRun<T>): T {
+  ensure(
+    run.report !== undefined,
+    `the probe reported nothing (exit ${JSON.stringify(run.exit)}; stderr: ${run.stderr.slice(-300)})`,
+  );
+  return run.report;
+}
+
+/** Host processes whose command line holds `token`, with their real and effective uids. */
+function hostProcessesWith(token: string): { pid: number; uids: number[] }[] {
+  const found: { pid: number; uids: number[] }[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (!readFileSync(`/proc/${entry}/cmdline`, 'latin1').includes(token)) continue;
+      const status = readFileSync(`/proc/${entry}/status`, 'utf8');
+      const uids = (/^Uid:\t(.*)$/m.exec(status)?.[1] ?? '').split('\t').map(Number);
+      found.push({ pid: Number(entry), uids });
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return found;
+}
+
+/** A probe that says it is ready and stays up, for checks that look at it while it runs. */
+async function withRunningProbe<T>(
+  context: SandboxContext,
+  args: string[],
+  body: (sandbox: SandboxProcess) => Promise<T>,
+): Promise<T> {
+  return withProbePackage(async (probe, packagePath) => {
+    const sandbox = await startProbe(context, probe, packagePath, 'sleep', { args });
+    sandbox.stderr.resume();
+    try {
+      const ready = await Promise.race([
+        new Promise<boolean>((resolve) => sandbox.stdout.once('data', () => resolve(true))),
+        sandbox.exited.then(() => false),
+      ]);
+      ensure(ready, 'the probe ended before saying it was ready');
+      return await body(sandbox);
+    } finally {
+      await sandbox.kill();
+    }
+  });
+}
+
+function echoServer(): Promise<Server> {
+  return new Promise((resolve) => {
+    const server = createServer((socket) => socket.pipe(socket).on('error', () => undefined));
+    server.listen(0, '127.0.0.1', () => resolve(server));
+  });
+}
+
+const portOf = (server: Server) => (server.address() as { port: number }).port;
+
+async function withListeners<T>(count: number, body: (targets: string[]) => Promise<T>): Promise<T> {
+  const servers = await Promise.all(Array.from({ length: count }, echoServer));
+  try {
+    return await body(servers.map((server) => `127.0.0.1:${portOf(server)}`));
+  } finally {
+    for (const server of servers) server.close();
+  }
+}
+
+interface NetReport {
+  results: { target: string; direct: string; proxy: { status: number | string; echo?: string } }[];
+}
+
+const EMPTY_CAPS = '0000000000000000';
+
+export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
+  {
+    id: 'sandbox-runtime.read-only-root',
+    level: 'MUST',
+    title: 'nothing is writable but /tmp (every directory and file probed from inside)',
+    spec: `${CONTRACT}: the root filesystem is read-only: nothing is writable but /tmp`,
+    check: async (context) => {
+      const report = reported(await runProbe<{ writable: string[]; rootWrite: string }>(context, 'fs'));
+      ensure(report.rootWrite !== 'ok', 'the probe wrote a file at /');
+      const others = report.writable.filter((path) => path !== '/tmp' && !path.startsWith('/tmp/'));
+      ensure(others.length === 0, `writable outside /tmp: ${others.slice(0, 10).join(', ')}`);
+      ensure(report.writable.includes('/tmp'), '/tmp is not writable');
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.tmp-noexec',
+    level: 'MUST',
+    title: '/tmp is noexec: a binary or script copied there cannot be run',
+    spec: `${CONTRACT}: /tmp ... mounted noexec, nosuid and nodev`,
+    check: async (context) => {
+      const report = reported(await runProbe<{ binary: string; script: string }>(context, 'tmpExec'));
+      ensure(report.binary !== 'ok', 'a binary copied to /tmp ran');
+      ensure(report.script !== 'ok', 'a script copied to /tmp ran');
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.no-capabilities',
+    level: 'MUST',
+    title: 'every capability set is empty, no_new_privs is set, and neither can be undone from inside',
+    spec: `${CONTRACT}: it holds no capabilities ... and runs with no_new_privs`,
+    check: async (context) => {
+      interface Privileges {
+        status: Record<string, string>;
+        setuidRoot: string;
+        nestedUserNamespace: { status: number | null };
+        raiseCapability: { status: number | null };
+      }
+      const report = reported(await runProbe<Privileges>(context, 'privileges'));
+      for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) {
+        ensure(report.status[set] === EMPTY_CAPS, `${set} is ${report.status[set] ?? 'missing'}`);
+      }
+      ensure(report.status.NoNewPrivs === '1', `NoNewPrivs is ${report.status.NoNewPrivs ?? 'missing'}`);
+      ensure(report.setuidRoot !== 'ok', 'setuid(0) succeeded');
+      ensure(report.raiseCapability.status !== 0, 'a capability was raised');
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.non-root-host-user',
+    level: 'MUST',
+    title: 'the process runs as a non-root user, as this host sees it',
+    spec: `${CONTRACT}: it runs as a non-root user on the host`,
+    check: async (context) => {
+      const token = `sigil-kit-${randomBytes(8).toString('hex')}`;
+      return withRunningProbe(context, [token], async () => {
+        const found = hostProcessesWith(token).filter(({ uids }) => uids.length === 4);
+        context.evidence.note('host processes carrying the probe token', found);
+        if (found.length === 0)
+          notApplicableBecause("the sandboxed process is not visible in this host's /proc");
+        const root = found.filter(({ uids }) => uids.slice(0, 2).includes(0));
+        ensure(root.length === 0, `running as root on the host: pid ${root.map((p) => p.pid).join(', ')}`);
+        return pass();
+      });
+    },
+  },
+  {
+    id: 'sandbox-runtime.own-pid-namespace',
+    level: 'MUST',
+    title: 'sees only its own processes: a process of this host is neither listed nor reachable',
+    spec: `${CONTRACT}: it sees only its own processes (its own PID namespace)`,
+    check: async (context) => {
+      const token = `sigil-kit-witness-${randomBytes(8).toString('hex')}`;
+      const witness: ChildProcess = spawn(process.execPath, ['-e', 'setInterval(() => {}, 60000)', token], {
+        stdio: 'ignore',
+      });
+      try {
+        const report = reported(
+          await runProbe<{ visible: { pid: number; cmdline: string }[]; signalHost: string[] }>(
+            context,
+            'pids',
+            {
+              args: [String(witness.pid)],
+            },
+          ),
+        );
+        const seen = report.visible.filter(({ cmdline }) => cmdline.includes(token));
+        ensure(seen.length === 0, 'the probe lists a process of the host');
+        ensure(report.signalHost[0] !== 'ok', `the probe could signal host pid ${witness.pid}`);
+        return pass();
+      } finally {
+        witness.kill('SIGKILL');
+      }
+    },
+  },
+  {
+    id: 'sandbox-runtime.no-network',
+    level: 'MUST',
+    title: "with an empty allow-list, not even the host's loopback is reachable",
+    spec: `${CONTRACT}: with an empty list it reaches nothing, not even the host's loopback`,
+    check: async (context) =>
+      withListeners(1, async ([target]) => {
+        const report = reported(await runProbe<NetReport>(context, 'net', { args: [target as string] }));
+        const result = report.results[0];
+        ensure(result?.direct !== 'connected', `connected to ${target} on the host`);
+        ensure(result?.proxy.status !== 200, `reached ${target} through a proxy`);
+        return pass();
+      }),
+  },
+  {
+    id: 'sandbox-runtime.network-allow-list',
+    level: 'MUST',
+    title: 'with an allow-list, the listed host:port is reachable through HTTPS_PROXY and no other is',
+    spec: `${CONTRACT}: networkAllowList ... through an HTTP proxy named in HTTP_PROXY/HTTPS_PROXY, which refuses every other destination`,
+    check: async (context) =>
+      withListeners(2, async ([allowed, other]) => {
+        const report = reported(
+          await runProbe<NetReport>(context, 'net', {
+            args: [allowed as string, other as string],
+            allow: [allowed as string],
+          }),
+        );
+        const [yes, no] = report.results;
+        ensure(
+          yes?.proxy.status === 200 && yes.proxy.echo === 'ping',
+          `${allowed} is not reachable through the proxy: ${JSON.stringify(yes?.proxy)}`,
+        );
+        ensure(yes.direct !== 'connected', `connected to ${allowed} without the proxy`);
+        ensure(no?.proxy.status !== 200, `reached ${other}, which is not on the allow-list`);
+        ensure(no?.direct !== 'connected', `connected to ${other} directly`);
+        return pass();
+      }),
+  },
+  {
+    id: 'sandbox-runtime.environment-exact',
+    level: 'MUST',
+    title: "the environment is the spec's plus PATH and HOME only, and no value of it is in a file",
+    spec: `${CONTRACT}: its environment is exactly env plus what SandboxSpec.env lists as added ... no value of env is ever written to a file`,
+    check: async (context) => {
+      const canary = `canary-${randomBytes(12).toString('hex')}`;
+      const env = { SIGIL_KIT_SECRET: canary, SIGIL_KIT_QUOTED: `it's "quoted"\n$HOME \`x\`` };
+      const report = reported(
+        await runProbe<{ env: Record<string, string>; canaryInFiles: string[] }>(context, 'env', {
+          args: [canary],
+          env,
+        }),
+      );
+      const extra = Object.keys(report.env).filter(
+        (name) => !(name in env) && name !== 'PATH' && name !== 'HOME',
+      );
+      ensure(extra.length === 0, `variables the spec did not give: ${extra.join(', ')}`);
+      for (const [name, value] of Object.entries(env)) {
+        ensure(report.env[name] === value, `${name} arrived as ${JSON.stringify(report.env[name])}`);
+      }
+      ensure(report.canaryInFiles.length === 0, `a secret value is in ${report.canaryInFiles.join(', ')}`);
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.limit-memory',
+    level: 'MUST',
+    title: 'a process allocating past memoryBytes is ended, and exited says limit: memory',
+    spec: `${CONTRACT}: limits hold, and a process that breaks one is ended with SandboxExit.limit saying which`,
+    check: async (context) => {
+      const run = await runProbe(context, 'memory', { args: ['2048'], limits: { memoryBytes: 128 * MiB } });
+      const allocated = Math.max(
+        0,
+        ...[...run.stderr.matchAll(/allocated (\d+) MiB/g)].map((m) => Number(m[1])),
+      );
+      ensure(run.report === undefined, 'the probe allocated 2 GiB under a 128 MiB limit');
+      ensure(allocated < 128 + 32, `the probe held ${allocated} MiB under a 128 MiB limit`);
+      ensure(run.exit.limit === 'memory', `exited says ${JSON.stringify(run.exit)}`);
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.limit-cpu',
+    level: 'MUST',
+    title: 'a process spinning past cpuSeconds is ended, and exited says limit: cpu',
+    spec: `${CONTRACT}: SandboxLimits.cpuSeconds, CPU time of each process`,
+    check: async (context) => {
+      const run = await runProbe(context, 'cpu', { limits: { cpuSeconds: 1 } });
+      ensure(run.exit.limit === 'cpu', `exited says ${JSON.stringify(run.exit)}`);
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.limit-pids',
+    level: 'MUST',
+    title: 'a fork bomb never runs more than pids processes, and this host stays responsive',
+    spec: `${CONTRACT}: SandboxLimits.pids, processes and threads the sandbox may run at once`,
+    check: async (context) => {
+      const running = runProbe<{ peak: number; failures: number }>(context, 'forkBomb', {
+        args: ['1500'],
+        limits: { pids: 48 },
+      });
+      await new Promise((resolve) => setTimeout(resolve, 700));
+      const started = performance.now();
+      await new Promise((resolve) => spawn('/bin/sh', ['-c', 'exit 0']).once('close', resolve));
+      const hostSpawnMs = performance.now() - started;
+      context.evidence.note(
+        `this host started a process in ${hostSpawnMs.toFixed(0)} ms during the fork bomb`,
+      );
+      const report = reported(await running);
+      ensure(report.peak <= 48, `the sandbox ran ${report.peak} processes at once under a limit of 48`);
+      ensure(hostSpawnMs < 2000, `this host needed ${hostSpawnMs.toFixed(0)} ms to start a process`);
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.limit-output',
+    level: 'MUST',
+    title: 'a process flooding stdout is cut off at outputBytes and killed, and exited says limit: output',
+    spec: `${CONTRACT}: SandboxLimits.outputBytes ... past it the process is killed`,
+    check: async (context) => {
+      const run = await runProbe(context, 'flood', { limits: { outputBytes: MiB } });
+      ensure(run.stdoutBytes <= MiB, `${run.stdoutBytes} bytes came through under a limit of ${MiB}`);
+      ensure(run.exit.limit === 'output', `exited says ${JSON.stringify(run.exit)}`);
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.kill-ends-everything',
+    level: 'MUST',
+    title: 'kill() ends the process and exited resolves with its code or signal',
+    spec: `${CONTRACT}: kill() ... resolves once it has ended; exited resolves once the process and everything it started have ended`,
+    check: async (context) => {
+      const token = `sigil-kit-${randomBytes(8).toString('hex')}`;
+      let exit: SandboxExit | undefined;
+      await withRunningProbe(context, [token], async (sandbox) => {
+        await sandbox.kill();
+        exit = await sandbox.exited;
+      });
+      context.evidence.note('exited', exit);
+      ensure(
+        exit !== undefined && (exit.code !== null || exit.signal !== null),
+        'exited has neither code nor signal',
+      );
+      const left = hostProcessesWith(token);
+      ensure(left.length === 0, `still running after kill(): pid ${left.map((p) => p.pid).join(', ')}`);
+      return pass();
+    },
+  },
+];
