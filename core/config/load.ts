@@ -32,6 +32,8 @@ export const ENV_OVERRIDES: Record<string, { path: string; coerce: Coerce }> = {
   GATEWAY_SECRET_KEY: { path: 'gateway.secretKey', coerce: asString },
   OPERATOR_WALLETS: { path: 'gateway.operatorWallets', coerce: asList },
   ERC8128_ENFORCE_OPERATOR_MCP: { path: 'gateway.erc8128EnforceOperatorMcp', coerce: asBool },
+  GATEWAY_WARMUP: { path: 'gateway.warmupAtStart', coerce: asBool },
+  GATEWAY_CATALOG: { path: 'gateway.catalogFile', coerce: asString },
   VAULT_PERSISTENCE_DIR: { path: 'vault.persistenceDir', coerce: asString },
   SIGIL_JWT_SIGNING_KEY: { path: 'auth.jwtSigningKey', coerce: asString },
 };

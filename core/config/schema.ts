@@ -38,6 +38,9 @@ const serviceSchema = (defaultPort: number) =>
     })
     .strict();
 
+/** What `sigil up` runs with no config: no TEE, MCP servers from npm, the util-linux sandbox. */
+export const DEFAULT_PLUGINS = ['tee-none', 'registry-npm', 'sandbox-linux-namespaces'] as const;
+
 export const configSchema = z
   .object({
     $schema: z.string().optional(),
@@ -147,7 +150,12 @@ export const configSchema = z
       })
       .strict()
       .prefault({}),
-    plugins: z.array(pluginEntrySchema).default([{ resolve: 'tee-none', enabled: true, options: {} }]),
+    plugins: z
+      .array(pluginEntrySchema)
+      .default(DEFAULT_PLUGINS.map((resolve) => ({ resolve, enabled: true, options: {} })))
+      .describe(
+        'Plugins to load; listing them replaces the default list (tee-none, registry-npm, sandbox-linux-namespaces)',
+      ),
   })
   .strict();
 

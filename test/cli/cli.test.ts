@@ -7,7 +7,7 @@ import { freePort, runSigil, startSigil } from '../support/cli.ts';
 describe('sigil command', function () {
   this.timeout(60_000);
   let dir: string;
-  const env = () => ({ DATABASE_URL: join(dir, 'sigil.db'), SIGIL_CONFIG: '' });
+  const env = () => ({ DATABASE_URL: join(dir, 'sigil.db'), SIGIL_CONFIG: '', GATEWAY_WARMUP: 'false' });
 
   beforeEach(() => {
     dir = mkdtempSync(join(tmpdir(), 'sigil-cli-'));
@@ -76,13 +76,19 @@ describe('sigil command', function () {
   it('plugins lists the loaded plugins', async () => {
     const result = await runSigil(['plugins', '--json'], { cwd: dir, env: env() });
     expect(result.code).to.equal(0);
-    expect(JSON.parse(result.stdout)).to.deep.include({
+    const listed = JSON.parse(result.stdout) as { name: string; kind: string }[];
+    expect(listed).to.deep.include({
       name: 'tee-none',
       kind: 'tee-backend',
       specVersion: 'v1',
       source: 'builtin:tee-none',
       state: 'started',
     });
+    expect(listed.map((p) => [p.kind, p.name])).to.deep.equal([
+      ['tee-backend', 'tee-none'],
+      ['package-registry', 'registry-npm'],
+      ['sandbox-runtime', 'sandbox-linux-namespaces'],
+    ]);
   });
 
   it('db migrate applies migrations once', async () => {

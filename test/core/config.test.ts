@@ -35,7 +35,11 @@ describe('config', () => {
     expect(config.auth.chainId).to.equal(8453);
     expect(config.auth.gatewayJwtTtlSeconds).to.equal(86_400);
     expect(config.database.url).to.equal('data/sigil.db');
-    expect(config.plugins.map((p) => p.resolve)).to.deep.equal(['tee-none']);
+    expect(config.plugins.map((p) => p.resolve)).to.deep.equal([
+      'tee-none',
+      'registry-npm',
+      'sandbox-linux-namespaces',
+    ]);
   });
 
   it('reads ./sigil.config.json, and env overrides it with typed values', () => {

@@ -14,7 +14,9 @@ describe('gateway MCP endpoint (protocol)', function () {
   let url: string;
 
   before(async () => {
-    kernel = await openTestKernel({ config: { gateway: { port: 0, warmupAtStart: false } } });
+    kernel = await openTestKernel({
+      config: { gateway: { port: 0 }, plugins: [{ resolve: 'tee-none', enabled: true, options: {} }] },
+    });
     serving = await serve(kernel, ['gateway']);
     url = serving.urls.gateway as string;
   });

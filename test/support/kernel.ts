@@ -74,7 +74,12 @@ export interface TestKernelOptions {
 /** A real kernel (real database, real plugins) on a fresh database, closed and dropped by `close`. */
 export async function openTestKernel(options: TestKernelOptions = {}): Promise<Kernel> {
   const database = (options.database ?? sqlite).fresh();
-  const raw: Record<string, unknown> = { database: { url: database.url }, log: { level: 'silent' } };
+  // No warmup: tests that want MCP servers install their own from a local registry.
+  const raw: Record<string, unknown> = {
+    database: { url: database.url },
+    log: { level: 'silent' },
+    gateway: { warmupAtStart: false },
+  };
   for (const [section, values] of Object.entries(options.config ?? {}) as [string, unknown][]) {
     const isObject = typeof values === 'object' && values !== null && !Array.isArray(values);
     raw[section] = isObject ? { ...(raw[section] as object | undefined), ...values } : values;
