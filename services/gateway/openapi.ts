@@ -121,6 +121,14 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
           },
         },
       },
+      '/api/servers/{id}/tools/{name}/approve': {
+        post: {
+          summary: "Approve a quarantined tool's changed definition (operator wallets only)",
+          parameters: [serverId, { name: 'name', in: 'path', required: true, schema: { type: 'string' } }],
+          security: [{ bearer: [] }],
+          responses: { '200': json('Server details'), '401': error, '403': error, '404': error },
+        },
+      },
       '/api/warmup/status': {
         get: {
           summary: 'Package cache and verification status; has a summary field',

@@ -62,6 +62,14 @@ export function restRouter(deps: {
       disconnectSignal(ctx),
     );
   });
+  router.post('/api/servers/:id/tools/:name/approve', async (ctx) => {
+    requireOperator(ctx.state.auth as AuthPrincipal | undefined, 'approve changed tool definitions');
+    const { id, name } = parseInput(toolParams, ctx.params, 'params');
+    if (!(await deps.servers.approveTool(id, name))) {
+      throw new SigilError('not_found', `Tool "${name}" of "${id}" is not in quarantine`);
+    }
+    ctx.body = await deps.servers.describe(id);
+  });
   router.get('/api/warmup/status', async (ctx) => {
     ctx.body = await deps.warmup.status();
   });
@@ -77,4 +85,12 @@ export function restRouter(deps: {
     ctx.body = deps.openApi();
   });
   return router;
+}
+
+function requireOperator(auth: AuthPrincipal | undefined, action: string): void {
+  if (!auth) throw new SigilError('unauthorized', `Sign in with an operator wallet to ${action}`);
+  if (!auth.operator)
+    throw new SigilError('forbidden', `Only operator wallets may ${action}`, {
+      hint: 'Operators are listed in gateway.operatorWallets',
+    });
 }

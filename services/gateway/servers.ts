@@ -48,6 +48,8 @@ export interface ServerDetails {
   quarantinedTools: QuarantinedTool[];
   secrets: { name: string; required: boolean; description: string }[];
   network: string[];
+  /** The catalog's side-effect-free tool for probes (and conformance testers), if any. */
+  smokeTool: string | null;
 }
 
 interface ServerRow {
@@ -111,7 +113,14 @@ export class ServerDirectory {
       quarantinedTools: pins.quarantined,
       secrets: entry.secrets,
       network: entry.network,
+      smokeTool: entry.smokeTest?.tool ?? null,
     };
+  }
+
+  /** An operator accepts a quarantined tool's new definition for the server's current version. */
+  async approveTool(id: string, toolName: string): Promise<boolean> {
+    const { version } = await this.describe(id);
+    return version !== null && this.deps.pins.approve(id, version, toolName);
   }
 
   async list(): Promise<ServerDetails[]> {
