@@ -181,6 +181,19 @@ interface NetReport {
 
 const EMPTY_CAPS = '0000000000000000';
 
+/** Mount points of /proc/self/mounts text that are mounted read-write. */
+export function writableMounts(mounts: string): string[] {
+  return mounts
+    .split('\n')
+    .map((line) => line.split(' '))
+    .filter((fields) => fields.length >= 4 && (fields[3] ?? '').split(',').includes('rw'))
+    .map((fields) =>
+      (fields[1] ?? '').replace(/\\([0-7]{3})/g, (_, octal: string) =>
+        String.fromCharCode(parseInt(octal, 8)),
+      ),
+    );
+}
+
 export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
   {
     id: 'sandbox-runtime.read-only-root',
@@ -193,6 +206,18 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
       const others = report.writable.filter((path) => path !== '/tmp' && !path.startsWith('/tmp/'));
       ensure(others.length === 0, `writable outside /tmp: ${others.slice(0, 10).join(', ')}`);
       ensure(report.writable.includes('/tmp'), '/tmp is not writable');
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.read-only-mounts',
+    level: 'SHOULD',
+    title: 'every mount but /tmp and /proc is read-only (not just unwritable for the user)',
+    spec: `${CONTRACT}: the root filesystem is read-only`,
+    check: async (context) => {
+      const report = reported(await runProbe<{ mounts: string }>(context, 'mounts'));
+      const writable = writableMounts(report.mounts).filter((mount) => mount !== '/tmp' && mount !== '/proc');
+      ensure(writable.length === 0, `mounted read-write: ${writable.join(', ')}`);
       return pass();
     },
   },

@@ -25,6 +25,7 @@ import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
 import type { SandboxExit, SandboxLimits } from '../../../core/plugins/contracts/index.ts';
 import { PluginHost } from '../../../core/plugins/host.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
+import { writableMounts } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
 import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
 import { builtinPlugins } from '../../../services/builtin-plugins.ts';
 import { quietLogger } from '../../support/kernel.ts';
@@ -37,10 +38,14 @@ const probePackage = dirname(probeScript);
 const MiB = 1024 * 1024;
 const isRoot = process.getuid?.() === 0;
 
-function newRuntime(stateDir: string, owner?: string): LinuxNamespacesRuntime {
+function newRuntime(
+  stateDir: string,
+  owner?: string,
+  options: { cgroups?: 'auto' | 'off' } = {},
+): LinuxNamespacesRuntime {
   return new LinuxNamespacesRuntime({
     // A short grace: the probes that sleep ignore stdin, so kill() comes down to SIGKILL anyway.
-    config: configSchema.parse({ stateDir, killGraceMs: 200 }),
+    config: configSchema.parse({ stateDir, killGraceMs: 200, ...options }),
     logger: quietLogger(),
     ...(owner ? { owner } : {}),
   });
@@ -143,6 +148,11 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
   }
 
   describe('read-only root filesystem', () => {
+    it("mounts everything read-only but /tmp and /proc, whatever the files' owners would allow", async () => {
+      const { report } = await probe<{ mounts: string }>('mounts');
+      expect(writableMounts(report.mounts)).to.have.members(['/proc', '/tmp']);
+    });
+
     it('has a minimal /dev of its own: no /dev/shm, no terminal, no host devices', async () => {
       const { report } = await probe<{ dev: string[]; shm: string }>('dev');
       expect(report.dev).to.deep.equal([
@@ -324,33 +334,37 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       }
     });
 
-    it('reapLeftovers() kills the sandboxes, cgroups and state of a runtime that is gone', async () => {
-      // A runtime standing in for a gateway that died without its sandboxes dying (the one window
-      // PR_SET_PDEATHSIG leaves): its owner names a process that does not exist.
-      const deadOwner = `999999999.${Date.now()}`;
-      const orphaned = newRuntime(stateDir, deadOwner);
-      const sandbox = await orphaned.spawn({
-        packagePath: probePackage,
-        command: process.execPath,
-        args: [probeScript, 'sleep'],
-        env: {},
-        networkAllowList: [],
-      });
-      await new Promise((resolve) => sandbox.stdout.once('data', resolve));
-      const pids = sandboxHostPids(sandbox.id);
-      expect(existsSync(join(stateDir, deadOwner))).to.equal(true);
-      const cgroup = `/sys/fs/cgroup/memory/sigil/${deadOwner}-${sandbox.id}`;
-      if (runtime.status().limits === 'cgroup-v1') expect(existsSync(cgroup)).to.equal(true);
+    // Twice: with cgroups the cgroup alone would find the processes; without, only their markers can.
+    for (const cgroups of ['auto', 'off'] as const) {
+      it(`reapLeftovers() kills the sandboxes, cgroups and state of a runtime that is gone (cgroups: ${cgroups})`, async () => {
+        // A runtime standing in for a gateway that died without its sandboxes dying (the one window
+        // PR_SET_PDEATHSIG leaves): its owner names a process that does not exist.
+        const deadOwner = `999999999.${Date.now()}`;
+        const orphaned = newRuntime(stateDir, deadOwner, { cgroups });
+        const sandbox = await orphaned.spawn({
+          packagePath: probePackage,
+          command: process.execPath,
+          args: [probeScript, 'sleep'],
+          env: {},
+          networkAllowList: [],
+        });
+        await new Promise((resolve) => sandbox.stdout.once('data', resolve));
+        const pids = sandboxHostPids(sandbox.id);
+        expect(existsSync(join(stateDir, deadOwner))).to.equal(true);
+        const cgroup = `/sys/fs/cgroup/memory/sigil/${deadOwner}-${sandbox.id}`;
+        if (cgroups === 'auto' && runtime.status().limits === 'cgroup-v1')
+          expect(existsSync(cgroup)).to.equal(true);
 
-      const report = await runtime.reapLeftovers();
-      expect(report.processes).to.be.at.least(1);
-      expect(report.stateDirs).to.be.at.least(1); // also the killed stand-in gateway's, if it ran before
-      const exit = await sandbox.exited;
-      expect(exit.signal).to.not.equal(null);
-      expect(await eventually(() => pids.filter(alive).length === 0)).to.equal(true);
-      expect(existsSync(join(stateDir, deadOwner))).to.equal(false);
-      expect(existsSync(cgroup)).to.equal(false);
-    });
+        const report = await runtime.reapLeftovers();
+        expect(report.processes).to.be.at.least(1);
+        expect(report.stateDirs).to.be.at.least(1); // also the killed stand-in gateway's, if it ran before
+        const exit = await sandbox.exited;
+        expect(exit.signal).to.not.equal(null);
+        expect(await eventually(() => pids.filter(alive).length === 0)).to.equal(true);
+        expect(existsSync(join(stateDir, deadOwner))).to.equal(false);
+        expect(existsSync(cgroup)).to.equal(false);
+      });
+    }
 
     it('refuses a spec it cannot honour before starting anything', async () => {
       const base = {
