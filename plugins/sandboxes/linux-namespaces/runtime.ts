@@ -136,6 +136,8 @@ const specSchema = z.object({
 
 /** Namespace kinds a sandbox may not create (their per-user-namespace maximum is set to 0). */
 const NAMESPACE_KINDS = ['user', 'mnt', 'net', 'pid', 'ipc', 'uts', 'cgroup', 'time'];
+/** sun_path holds 108 bytes with its terminating NUL. */
+const MAX_SOCKET_PATH = 107;
 const DEFAULT_PATH = '/usr/local/bin:/usr/bin:/bin';
 const TOOL_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
 const FORWARDER_SOURCE = fileURLToPath(new URL('./egress-forwarder.cjs', import.meta.url));
@@ -300,6 +302,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     const gid = root ? this.config.gid : (process.getgid?.() ?? 0);
     mkdirSync(this.config.stateDir, { recursive: true, mode: 0o755 });
     assertTraversable(this.config.stateDir, uid, gid, 'the sandbox state dir');
+    assertOwnedPrivately(this.config.stateDir);
     await this.reapLeftovers();
     const ownerDir = join(this.config.stateDir, this.owner);
     for (const sub of ['roots', 'spawn', 'egress'])
@@ -386,6 +389,15 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     const id = randomBytes(6).toString('hex');
     const fstabFile = join(ready.ownerDir, 'spawn', `${id}.fstab`);
     const socketPath = join(ready.ownerDir, 'egress', `${id}.sock`);
+    if (network && Buffer.byteLength(socketPath) > MAX_SOCKET_PATH) {
+      throw new SigilError(
+        'unavailable',
+        `the sandbox state dir is too deep for a unix socket path (${socketPath})`,
+        {
+          hint: 'choose a shorter stateDir for the sandbox-linux-namespaces plugin',
+        },
+      );
+    }
     const resources = new Resources(fstabFile, socketPath);
     try {
       if (network) {
@@ -742,6 +754,21 @@ function resolveExecutable(command: string): string {
     'invalid_request',
     `sandbox spec command: "${command}" is not an executable file here`,
   );
+}
+
+/**
+ * Fails unless this process owns the state dir and nobody else may write to it: sandbox roots and
+ * fstabs live there, and whoever could change them would choose what a sandbox mounts.
+ */
+function assertOwnedPrivately(dir: string): void {
+  const stat = statSync(dir);
+  if (stat.uid !== process.getuid?.() || (stat.mode & 0o022) !== 0) {
+    throw new SigilError(
+      'unavailable',
+      `the sandbox state dir ${dir} must be owned by this process's user and writable by it alone (owner ${stat.uid}, mode ${(stat.mode & 0o777).toString(8)})`,
+      { hint: `chown and chmod go-w ${dir}, or choose another stateDir` },
+    );
+  }
 }
 
 /**

@@ -366,6 +366,22 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       });
     }
 
+    it('refuses to start on a state dir that others could write to (they would choose what sandboxes mount)', async () => {
+      const shared = mkdtempSync(join(tmpdir(), 'sigil-sandbox-shared-'));
+      try {
+        chmodSync(shared, 0o777);
+        const error = await newRuntime(shared)
+          .start()
+          .then(
+            () => undefined,
+            (err: Error) => err,
+          );
+        expect(error?.message).to.match(/writable by it alone/);
+      } finally {
+        rmSync(shared, { recursive: true, force: true });
+      }
+    });
+
     it('refuses a spec it cannot honour before starting anything', async () => {
       const base = {
         packagePath: probePackage,
