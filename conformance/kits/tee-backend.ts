@@ -175,6 +175,31 @@ const behaviour: readonly TeeCheck[] = [
       return pass();
     },
   },
+  {
+    id: 'tee-backend.signing-key',
+    level: 'MUST',
+    title:
+      'signingKey(purpose) gives 32 stable bytes per purpose, distinct across purposes, from the source status() reports',
+    spec: `${CONTRACT}: signingKey, "the same key for the same purpose on every call, distinct keys for distinct purposes"`,
+    check: async ({ instance, evidence }) => {
+      const [first, again, other] = [
+        await instance.signingKey('conformance-a'),
+        await instance.signingKey('conformance-a'),
+        await instance.signingKey('conformance-b'),
+      ];
+      const hex = (key: Uint8Array) => Buffer.from(key).toString('hex');
+      evidence.note('signingKey()', { length: first.key.length, source: first.source });
+      ensure(first.key.length === 32, `the key is ${first.key.length} bytes, not 32`);
+      ensure(hex(first.key) === hex(again.key), 'two calls for one purpose gave different keys');
+      ensure(hex(first.key) !== hex(other.key), 'two purposes gave the same key');
+      const status = await instance.status();
+      ensure(
+        first.source === status.keySource,
+        `signingKey says source "${first.source}", status() "${status.keySource}"`,
+      );
+      return pass();
+    },
+  },
   // Binding reportData into the report can only be verified per platform, by parsing its report:
   // those checks belong with the platform's parser (attestation/<platform>), not in the generic kit.
 ];
@@ -182,7 +207,7 @@ const behaviour: readonly TeeCheck[] = [
 export const teeBackendKit: ContractKit<'tee-backend'> = {
   kind: 'tee-backend',
   contractFile: CONTRACT,
-  members: { platform: 'string', status: 'function', attest: 'function' },
+  members: { platform: 'string', status: 'function', attest: 'function', signingKey: 'function' },
   behaviour,
 };
 

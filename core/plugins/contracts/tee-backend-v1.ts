@@ -9,6 +9,18 @@ export interface TeeBackendV1 {
   status(): Promise<TeeStatus>;
   /** A fresh report binding `reportData` (64 bytes), or undefined where the platform cannot attest. */
   attest(reportData: Uint8Array): Promise<AttestationEvidence | undefined>;
+  /**
+   * A 32-byte key for one `purpose` (e.g. `execution-proof`): the same key for the same purpose on every
+   * call, distinct keys for distinct purposes. Sealed to the hardware where the platform can seal (the
+   * same after a restart on the same machine), derived from config otherwise, random per process as a
+   * last resort; `source` says which, and matches `status().keySource`. Never logged or returned to clients.
+   */
+  signingKey(purpose: string): Promise<DerivedKey>;
+}
+
+export interface DerivedKey {
+  key: Uint8Array;
+  source: TeeStatus['keySource'];
 }
 
 export interface TeeStatus {
