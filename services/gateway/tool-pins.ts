@@ -1,15 +1,12 @@
-import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { Clock } from '../../core/clock.ts';
+import { canonicalJson, sha256Hex } from '../../core/crypto.ts';
 import type { Database } from '../../core/db/database.ts';
 
 /** The parts of a tool a model reads: changing any of them can change what a model is talked into doing. */
 export function toolDefinitionHash(tool: Tool): string {
   const material = { name: tool.name, description: tool.description ?? '', inputSchema: tool.inputSchema };
-  return createHash('sha256')
-    .update(canonicalize(material) ?? '')
-    .digest('hex');
+  return sha256Hex(canonicalJson(material));
 }
 
 export interface QuarantinedTool {

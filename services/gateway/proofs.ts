@@ -1,0 +1,140 @@
+import { randomUUID } from 'node:crypto';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { z } from 'zod';
+import type { Clock } from '../../core/clock.ts';
+import { canonicalJson, hmacSha256, sameMac, sha256Hex } from '../../core/crypto.ts';
+import type { DerivedKey, TeeStatus } from '../../core/plugins/contracts/index.ts';
+import type { BuildInfo } from '../shared/build-info.ts';
+
+/** Where a proof rides in a tool result's `_meta`. */
+export const PROOF_META_KEY = 'io.sigil/execution-proof';
+
+export const proofSchema = z
+  .object({
+    version: z.literal('sigil-proof/1'),
+    id: z.string(),
+    gateway: z.object({ codeHash: z.string(), gitCommit: z.string() }).strict(),
+    server: z
+      .object({
+        id: z.string(),
+        package: z.string(),
+        version: z.string(),
+        registry: z.string(),
+        digest: z.string(),
+      })
+      .strict(),
+    tool: z.string(),
+    canonicalization: z.literal('RFC8785'),
+    requestHash: z.string(),
+    responseHash: z.string(),
+    timestamp: z.string(),
+    tee: z.object({ enabled: z.boolean(), platform: z.string() }).strict(),
+    keySource: z.enum(['sealed', 'config', 'ephemeral']),
+    secretNames: z.array(z.string()),
+    /** An HMAC per field, so a verifier can name the field that was changed. */
+    fieldMacs: z.record(z.string(), z.string()),
+    /** HMAC-SHA256 (hex) over the RFC 8785 form of every other field. */
+    signature: z.string(),
+  })
+  .strict();
+
+export type ExecutionProof = z.infer<typeof proofSchema>;
+type SignedFields = Omit<ExecutionProof, 'fieldMacs' | 'signature'>;
+
+export interface ProofInput {
+  server: ExecutionProof['server'];
+  tool: string;
+  arguments: Record<string, unknown>;
+  /** The result as the client receives it (already redacted), without the proof. */
+  result: CallToolResult;
+  secretNames: readonly string[];
+}
+
+export interface ProofCheck {
+  valid: boolean;
+  /** Each field found altered or not matching the given request/response, with why. */
+  problems: { field: string; message: string }[];
+}
+
+/** The canonical request a proof commits to. */
+export const requestHash = (serverId: string, tool: string, args: Record<string, unknown>): string =>
+  sha256Hex(canonicalJson({ serverId, tool, arguments: args }));
+
+/** The canonical response a proof commits to: the result without `_meta`, which carries the proof itself. */
+export function responseHash(result: CallToolResult): string {
+  const { _meta: _ignored, ...rest } = result;
+  return sha256Hex(canonicalJson(rest));
+}
+
+/**
+ * Signs and checks execution proofs with an HMAC key from the TEE backend (sealed where the hardware
+ * can seal; the proof says where the key came from).
+ */
+export class ProofSigner {
+  constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {}
+
+  sign(input: ProofInput): ExecutionProof {
+    const fields: SignedFields = {
+      version: 'sigil-proof/1',
+      id: randomUUID(),
+      gateway: { codeHash: this.deps.build.codeHash, gitCommit: this.deps.build.gitCommit },
+      server: input.server,
+      tool: input.tool,
+      canonicalization: 'RFC8785',
+      requestHash: requestHash(input.server.id, input.tool, input.arguments),
+      responseHash: responseHash(input.result),
+      timestamp: this.deps.clock.now().toISOString(),
+      tee: { enabled: this.deps.tee.teeEnabled, platform: this.deps.tee.platform },
+      keySource: this.deps.key.source,
+      secretNames: [...input.secretNames].sort(),
+    };
+    const fieldMacs = Object.fromEntries(
+      Object.entries(fields).map(([name, value]) => [name, this.fieldMac(name, value)]),
+    );
+    return { ...fields, fieldMacs, signature: this.mac({ ...fields, fieldMacs }) };
+  }
+
+  /** Checks the signature and, when given, the request and response the proof claims to cover. */
+  verify(
+    proof: ExecutionProof,
+    against: {
+      request?: { serverId: string; tool: string; arguments: Record<string, unknown> };
+      response?: CallToolResult;
+    } = {},
+  ): ProofCheck {
+    const problems: ProofCheck['problems'] = [];
+    const { fieldMacs, signature, ...fields } = proof;
+    for (const [name, value] of Object.entries(fields)) {
+      const mac = fieldMacs[name];
+      if (mac === undefined || !sameMac(mac, this.fieldMac(name, value)))
+        problems.push({ field: name, message: 'does not match its signature' });
+    }
+    for (const name of Object.keys(fieldMacs)) {
+      if (!(name in fields))
+        problems.push({ field: `fieldMacs.${name}`, message: 'names no field of the proof' });
+    }
+    // Every field intact but the signature wrong: the signature itself was changed.
+    if (problems.length === 0 && !sameMac(signature, this.mac({ ...fields, fieldMacs }))) {
+      problems.push({ field: 'signature', message: 'the HMAC-SHA256 signature does not match' });
+    }
+    if (
+      against.request &&
+      requestHash(against.request.serverId, against.request.tool, against.request.arguments) !==
+        proof.requestHash
+    ) {
+      problems.push({ field: 'requestHash', message: 'does not match the SHA-256 of the given request' });
+    }
+    if (against.response && responseHash(against.response) !== proof.responseHash) {
+      problems.push({ field: 'responseHash', message: 'does not match the SHA-256 of the given response' });
+    }
+    return { valid: problems.length === 0, problems };
+  }
+
+  private fieldMac(name: string, value: unknown): string {
+    return hmacSha256(this.deps.key.key, `${name}\0${canonicalJson(value)}`).toString('base64url');
+  }
+
+  private mac(value: unknown): string {
+    return hmacSha256(this.deps.key.key, canonicalJson(value)).toString('hex');
+  }
+}

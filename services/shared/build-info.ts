@@ -1,0 +1,64 @@
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { sha256Hex } from '../../core/crypto.ts';
+
+export interface BuildInfo {
+  /** SHA-256 over every source file that runs (path and content hash, sorted): the code hash in proofs. */
+  codeHash: string;
+  /** The git commit the code came from, or `unknown` outside a checkout without SIGIL_GIT_COMMIT. */
+  gitCommit: string;
+  files: number;
+}
+
+const REPO_ROOT = join(fileURLToPath(import.meta.url), '..', '..', '..');
+const SOURCE_DIRS = ['core', 'services', 'providers', 'registries', 'plugins', 'attestation', 'bin'];
+const SOURCE_FILE = /\.(ts|js|cjs|mjs|json)$/;
+
+let cached: BuildInfo | undefined;
+
+/** Computed once per process: the code does not change under a running process. */
+export function buildInfo(): BuildInfo {
+  cached ??= computeBuildInfo(REPO_ROOT);
+  return cached;
+}
+
+export function computeBuildInfo(root: string, env: NodeJS.ProcessEnv = process.env): BuildInfo {
+  const files = [
+    ...SOURCE_DIRS.flatMap((dir) => listFiles(root, join(root, dir))),
+    ...['package.json', 'package-lock.json'].filter((f) => existsSync(join(root, f))),
+  ].sort();
+  const manifest = files.map((file) => `${file}\0${sha256Hex(readFileSync(join(root, file)))}`).join('\n');
+  return {
+    codeHash: sha256Hex(manifest),
+    gitCommit: env.SIGIL_GIT_COMMIT ?? readGitCommit(root) ?? 'unknown',
+    files: files.length,
+  };
+}
+
+function listFiles(root: string, dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return entry.name === 'node_modules' ? [] : listFiles(root, path);
+    return SOURCE_FILE.test(entry.name) ? [relative(root, path)] : [];
+  });
+}
+
+/** Reads HEAD without a git binary: a detached hash, or the ref it names (loose or packed). */
+function readGitCommit(root: string): string | undefined {
+  try {
+    const head = readFileSync(join(root, '.git', 'HEAD'), 'utf8').trim();
+    if (!head.startsWith('ref: ')) return head;
+    const ref = head.slice(5);
+    const loose = join(root, '.git', ref);
+    if (existsSync(loose)) return readFileSync(loose, 'utf8').trim();
+    const packed = readFileSync(join(root, '.git', 'packed-refs'), 'utf8');
+    return packed
+      .split('\n')
+      .find((line) => line.endsWith(` ${ref}`))
+      ?.split(' ')[0];
+  } catch {
+    return undefined;
+  }
+}
