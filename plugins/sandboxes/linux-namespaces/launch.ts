@@ -9,7 +9,7 @@ import { EGRESS_FORWARDER, EGRESS_SOCKET } from './root.ts';
  *     └ sh -c SETUP  (PID 1 of the new namespace, holding capabilities only inside it)
  *         joins its cgroups, `mount -a` the sandbox root, loopback up (allow-list only),
  *         pivot_root into the new root and detaches the host's
- *       → prlimit  (rlimits)
+ *         (rlimits: the shell's ulimit, or prlimit when core dumps go to a pipe helper)
  *       → setpriv  (drop every capability, bounding set and ambient too; no_new_privs)
  *       → sh -c INIT  (still PID 1, now unprivileged: reads the environment from fd 3, runs the
  *                      server as its child, reaps orphans, exits with the server's status)
@@ -59,6 +59,8 @@ export interface LaunchInput {
    */
   namespaceLimits: readonly string[];
   limits: LaunchLimits;
+  /** True when the kernel pipes core dumps to a helper (core_pattern starts with `|`). */
+  coreToPipe: boolean;
   /** Node and the forwarder's port, when the sandbox has an allow-list. */
   egress?: { node: string; port: number };
   command: string;
@@ -95,16 +97,34 @@ export function setupScript(input: LaunchInput): string {
   const q = shellQuote;
   const { tools, limits } = input;
   const step = (command: string, what: string) => `${command} || fail ${q(what)}`;
-  const rlimits = [
-    // A core limit of 1 byte stops core dumps both to files and to a core_pattern pipe helper
-    // (which ignores other limits), so a crash cannot write the process's secrets to disk.
-    '--core=1',
-    `--nproc=${input.limits.pids}`,
-    // SIGXCPU at the soft limit says why the process ended; the hard limit (SIGKILL) backs it up.
-    `--cpu=${limits.cpuSeconds}:${limits.cpuSeconds + 1}`,
-    `--fsize=${limits.tmpBytes}`,
-    ...(limits.dataBytes === undefined ? [] : [`--data=${limits.dataBytes}`]),
-  ];
+  const dropPrivileges = `${q(tools.setpriv)} --inh-caps=-all --bounding-set=-all --no-new-privs -- ${q(tools.sh)} -c ${q(INIT)} "$0" "$@"`;
+  // SIGXCPU at the soft CPU limit says why the process ended; the hard limit (SIGKILL) backs it up.
+  const cpu = { soft: limits.cpuSeconds, hard: limits.cpuSeconds + 1 };
+  const last = input.coreToPipe
+    ? [
+        // A core_pattern pipe helper ignores RLIMIT_CORE except for the value 1 (byte), which stops
+        // it; only prlimit sets byte values. Without a pipe, 0 stops core files and the shell's own
+        // ulimit saves an exec. Either way a crash cannot write the process's secrets to disk.
+        `exec ${q(tools.prlimit)} --core=1 --nproc=${limits.pids} --cpu=${cpu.soft}:${cpu.hard} --fsize=${limits.tmpBytes}${
+          limits.dataBytes === undefined ? '' : ` --data=${limits.dataBytes}`
+        } -- ${dropPrivileges}`,
+      ]
+    : [
+        step(
+          [
+            'ulimit -c 0',
+            `ulimit -p ${limits.pids}`,
+            // Soft first: a hard limit below the current soft one is refused.
+            `ulimit -S -t ${cpu.soft}`,
+            `ulimit -H -t ${cpu.hard}`,
+            // dash counts file sizes in 512-byte blocks and data in KiB.
+            `ulimit -f ${Math.floor(limits.tmpBytes / 512)}`,
+            ...(limits.dataBytes === undefined ? [] : [`ulimit -d ${Math.floor(limits.dataBytes / 1024)}`]),
+          ].join(' && '),
+          'setting rlimits',
+        ),
+        `exec ${dropPrivileges}`,
+      ];
   return [
     `fail() { echo "${SETUP_FAILED_PREFIX} $1" >&2; exit ${SETUP_FAILED_EXIT}; }`,
     ...input.namespaceLimits.map((file) => step(`echo 0 > ${q(file)}`, `cannot set ${file}`)),
@@ -134,7 +154,7 @@ export function setupScript(input: LaunchInput): string {
           `exec ${input.cgroupProcs.map((_, i) => `${i + 4}>&-`).join(' ')}`,
         ]
       : []),
-    `exec ${q(tools.prlimit)} ${rlimits.join(' ')} -- ${q(tools.setpriv)} --inh-caps=-all --bounding-set=-all --no-new-privs -- ${q(tools.sh)} -c ${q(INIT)} "$0" "$@"`,
+    ...last,
   ].join('\n');
 }
 

@@ -7,6 +7,7 @@ import {
   existsSync,
   mkdirSync,
   readdirSync,
+  readFileSync,
   readlinkSync,
   realpathSync,
   rmSync,
@@ -171,6 +172,7 @@ interface Ready {
   ownerDir: string;
   forwarder: string;
   namespaceLimits: string[];
+  coreToPipe: boolean;
   cgroups?: CgroupV1;
   cgroupsNote?: string;
 }
@@ -180,6 +182,8 @@ export interface RuntimeOptions {
   logger: Logger;
   /** Who owns this runtime's sandboxes; this process unless a test stands in for another one. */
   owner?: string;
+  /** Whether core dumps go to a pipe helper; read from the kernel unless a test decides. */
+  coreToPipe?: boolean;
 }
 
 /**
@@ -189,6 +193,7 @@ export interface RuntimeOptions {
 export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   readonly specVersion = 'v1' as const;
   readonly owner: string;
+  private readonly coreToPipe: boolean | undefined;
   private readonly config: LinuxNamespacesConfig;
   private readonly logger: Logger;
   private readonly limits: z.infer<typeof limitsSchema>;
@@ -200,6 +205,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     this.config = options.config;
     this.logger = options.logger;
     this.owner = options.owner ?? currentOwner();
+    this.coreToPipe = options.coreToPipe;
     this.limits = { ...DEFAULT_LIMITS, ...options.config.limits };
   }
 
@@ -279,7 +285,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       // no state dir yet
     }
     for (const entry of entries) {
-      if (!/^\d+\.\d+$/.test(entry) || !leftover(entry)) continue;
+      const owner = /^(\d+\.\d+)-[0-9a-f]+$/.exec(entry)?.[1];
+      if (owner === undefined || !leftover(owner)) continue;
       rmSync(join(this.config.stateDir, entry), { recursive: true, force: true });
       report.stateDirs++;
     }
@@ -304,7 +311,9 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     assertTraversable(this.config.stateDir, uid, gid, 'the sandbox state dir');
     assertOwnedPrivately(this.config.stateDir);
     await this.reapLeftovers();
-    const ownerDir = join(this.config.stateDir, this.owner);
+    // One directory per runtime instance, so two in one process (tests, a second plugin id) never
+    // remove each other's state; the owner part is what the reaper reads.
+    const ownerDir = join(this.config.stateDir, `${this.owner}-${randomBytes(4).toString('hex')}`);
     for (const sub of ['roots', 'spawn', 'egress'])
       mkdirSync(join(ownerDir, sub), { recursive: true, mode: 0o755 });
     // A copy in the state dir, which the sandbox user can reach wherever the code itself is installed.
@@ -319,6 +328,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       ...(root ? { switchUser: { uid, gid } } : {}),
       ownerDir,
       forwarder,
+      coreToPipe: this.coreToPipe ?? coreDumpsGoToPipe(),
       namespaceLimits: NAMESPACE_KINDS.map((kind) => `/proc/sys/user/max_${kind}_namespaces`).filter((file) =>
         existsSync(file),
       ),
@@ -445,6 +455,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       cwd: spec.cwd ?? spec.packagePath,
       cgroupProcs: resources.cgroup?.procsFiles ?? [],
       namespaceLimits: ready.namespaceLimits,
+      coreToPipe: ready.coreToPipe,
       limits: {
         cpuSeconds: limits.cpuSeconds,
         pids: limits.pids,
@@ -666,6 +677,14 @@ const LIMIT_REASONS: Record<SandboxLimitName, string> = {
   output: 'killed for exceeding its output limit',
   'file-size': 'ended for writing a file larger than its limit',
 };
+
+function coreDumpsGoToPipe(): boolean {
+  try {
+    return readFileSync('/proc/sys/kernel/core_pattern', 'utf8').startsWith('|');
+  } catch {
+    return true; // unknown: take the way that stops a pipe helper too
+  }
+}
 
 function readLink(path: string): string | undefined {
   try {

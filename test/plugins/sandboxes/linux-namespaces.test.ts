@@ -42,8 +42,10 @@ function newRuntime(
   stateDir: string,
   owner?: string,
   options: { cgroups?: 'auto' | 'off' } = {},
+  coreToPipe?: boolean,
 ): LinuxNamespacesRuntime {
   return new LinuxNamespacesRuntime({
+    ...(coreToPipe === undefined ? {} : { coreToPipe }),
     // A short grace: the probes that sleep ignore stdin, so kill() comes down to SIGKILL anyway.
     config: configSchema.parse({ stateDir, killGraceMs: 200, ...options }),
     logger: quietLogger(),
@@ -350,7 +352,8 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         });
         await new Promise((resolve) => sandbox.stdout.once('data', resolve));
         const pids = sandboxHostPids(sandbox.id);
-        expect(existsSync(join(stateDir, deadOwner))).to.equal(true);
+        const ownDirs = () => readdirSync(stateDir).filter((entry) => entry.startsWith(`${deadOwner}-`));
+        expect(ownDirs()).to.have.lengthOf(1);
         const cgroup = `/sys/fs/cgroup/memory/sigil/${deadOwner}-${sandbox.id}`;
         if (cgroups === 'auto' && runtime.status().limits === 'cgroup-v1')
           expect(existsSync(cgroup)).to.equal(true);
@@ -361,10 +364,33 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         const exit = await sandbox.exited;
         expect(exit.signal).to.not.equal(null);
         expect(await eventually(() => pids.filter(alive).length === 0)).to.equal(true);
-        expect(existsSync(join(stateDir, deadOwner))).to.equal(false);
+        expect(ownDirs()).to.deep.equal([]);
         expect(existsSync(cgroup)).to.equal(false);
       });
     }
+
+    it('sets the same limits through prlimit when core dumps go to a pipe helper (core limit: 1 byte)', async () => {
+      const piped = newRuntime(stateDir, undefined, {}, true);
+      try {
+        const sandbox = await piped.spawn({
+          packagePath: '/usr',
+          command: '/bin/sh',
+          args: ['-c', 'ulimit -c; ulimit -p; ulimit -t; cat /proc/self/limits | grep -i "core file"'],
+          env: {},
+          networkAllowList: [],
+          limits: { pids: 99, cpuSeconds: 7 },
+        });
+        let out = '';
+        sandbox.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+        sandbox.stderr.resume();
+        expect((await sandbox.exited).code).to.equal(0);
+        const [core, pids, cpu, coreLine] = out.trim().split('\n');
+        expect([core, pids, cpu]).to.deep.equal(['0', '99', '7']); // dash shows the core limit in blocks
+        expect(coreLine).to.match(/^Max core file size\s+1\s+1\s+bytes/);
+      } finally {
+        await piped.stop();
+      }
+    });
 
     it('refuses to start on a state dir that others could write to (they would choose what sandboxes mount)', async () => {
       const shared = mkdtempSync(join(tmpdir(), 'sigil-sandbox-shared-'));
@@ -430,10 +456,6 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
 
   it('loads as the built-in plugin "sandbox-linux-namespaces" of kind sandbox-runtime', async () => {
     const db = await openDatabase({ url: ':memory:' });
-    // A state dir of its own: stopping this instance removes its state, which the suite's runtime
-    // (same process, so same owner) would otherwise share.
-    const ownStateDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-host-'));
-    chmodSync(ownStateDir, 0o755);
     const host = new PluginHost({
       builtins: builtinPlugins,
       core: { db, logger: quietLogger(), clock: systemClock, secrets: new SecretRegistry() },
@@ -442,7 +464,7 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     });
     try {
       await host.load([
-        pluginEntrySchema.parse({ resolve: 'sandbox-linux-namespaces', options: { stateDir: ownStateDir } }),
+        pluginEntrySchema.parse({ resolve: 'sandbox-linux-namespaces', options: { stateDir } }),
       ]);
       expect(host.list()[0]).to.include({
         name: 'sandbox-linux-namespaces',
@@ -464,7 +486,6 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     } finally {
       await host.stop();
       await db.destroy();
-      rmSync(ownStateDir, { recursive: true, force: true });
     }
   });
 
