@@ -13,6 +13,10 @@ export interface HttpRequest {
   headers?: Record<string, string>;
   /** Sent as JSON with `Content-Type: application/json`. */
   json?: unknown;
+  /** Sent as is, with `Content-Type: application/json` (malformed JSON, say); ignored when `json` is given. */
+  rawJson?: string;
+  /** Overrides the client's timeout for this request (a gateway installing a server on demand). */
+  timeoutMs?: number;
 }
 
 export interface HttpResponse {
@@ -24,7 +28,14 @@ export interface HttpResponse {
 }
 
 /** Response headers worth keeping as evidence; the rest is noise (dates, connection handling). */
-const EVIDENCE_RESPONSE_HEADERS = ['content-type', 'www-authenticate', 'location', 'x-request-id'];
+const EVIDENCE_RESPONSE_HEADERS = [
+  'content-type',
+  'www-authenticate',
+  'location',
+  'allow',
+  'mcp-session-id',
+  'x-request-id',
+];
 
 /**
  * HTTP against the deployment's two base URLs, recording every exchange as evidence. Network failures
@@ -47,7 +58,7 @@ export class HttpClient {
     const method = request.method ?? 'GET';
     const url = this.url(request.service, request.path);
     const headers: Record<string, string> = { accept: 'application/json', ...request.headers };
-    const body = request.json === undefined ? undefined : JSON.stringify(request.json);
+    const body = request.json === undefined ? request.rawJson : JSON.stringify(request.json);
     if (body !== undefined) headers['content-type'] = 'application/json';
     // Whatever credential a check sends is a secret from now on, wherever it shows up again.
     for (const [name, value] of Object.entries(headers))
@@ -64,7 +75,7 @@ export class HttpClient {
         headers,
         ...(body === undefined ? {} : { body }),
         redirect: 'manual',
-        signal: AbortSignal.timeout(this.timeoutMs),
+        signal: AbortSignal.timeout(request.timeoutMs ?? this.timeoutMs),
       });
       const text = await response.text();
       const parsed = parseJson(text);

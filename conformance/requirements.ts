@@ -1,7 +1,11 @@
 import type { Requirement } from './deployment/context.ts';
+import { discoveryRequirements } from './deployment/discovery.ts';
 import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
 import { healthRequirements } from './deployment/health.ts';
+import { mcpProtocolRequirements } from './deployment/mcp-protocol.ts';
+import { serversApiRequirements } from './deployment/servers-api.ts';
 import { foreignTokenRequirement, signInRequirements } from './deployment/sign-in.ts';
+import { toolCallRequirements } from './deployment/tool-calls.ts';
 import { GATEWAY_AUTH, RUNTIME_AUTH } from './deployment/wallet.ts';
 
 export type { DeploymentContext, DeploymentTarget, Requirement } from './deployment/context.ts';
@@ -19,6 +23,10 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...signInRequirements(GATEWAY_AUTH),
   ...gatewayAuthRequirements,
   foreignTokenRequirement(GATEWAY_AUTH, RUNTIME_AUTH),
+  ...mcpProtocolRequirements,
+  ...serversApiRequirements,
+  ...discoveryRequirements,
+  ...toolCallRequirements,
   ...signInRequirements(RUNTIME_AUTH),
   foreignTokenRequirement(RUNTIME_AUTH, GATEWAY_AUTH),
 ];
