@@ -466,13 +466,19 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       command,
       args: spec.args,
     };
-    const child = spawn(ready.tools.setpriv, launchArgs(launch), {
-      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
-      // Nothing of the host's environment: the launch chain runs on none, the server on `env`.
-      env: {},
-      // Its own session: no controlling terminal, and no terminal signals from the runtime's.
-      detached: true,
-    });
+    let child: ChildProcess;
+    try {
+      child = spawn(ready.tools.setpriv, launchArgs(launch), {
+        stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+        // Nothing of the host's environment: the launch chain runs on none, the server on `env`.
+        env: {},
+        // Its own session: no controlling terminal, and no terminal signals from the runtime's.
+        detached: true,
+      });
+    } catch (error) {
+      await resources.release(); // spawn(2) itself failed (e.g. EAGAIN): nothing started
+      throw error;
+    }
     if (resources.cgroup && child.pid !== undefined) resources.cgroup.prime(child.pid);
     const sandbox = new LinuxSandboxProcess(child, {
       id,

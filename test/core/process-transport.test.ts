@@ -1,0 +1,88 @@
+import { spawn } from 'node:child_process';
+import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { expect } from 'chai';
+import { ProcessStdioTransport, type ProcessStdio } from '../../core/mcp/process-transport.ts';
+
+/** A process that runs `script` with node, seen through the ProcessStdio shape a sandbox hands out. */
+function started(script: string): ProcessStdio & { killed: () => boolean } {
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let killed = false;
+  const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
+  return {
+    stdin: child.stdin,
+    stdout: child.stdout,
+    stderr: child.stderr,
+    exited,
+    kill: async () => {
+      killed = true;
+      child.kill('SIGKILL');
+      await exited;
+    },
+    killed: () => killed,
+  };
+}
+
+/** Echoes every line of stdin back, and first prints whatever `preamble` says. */
+const echo = (preamble = '') =>
+  `${preamble}; require('readline').createInterface({ input: process.stdin }).on('line', (l) => process.stdout.write(l + '\\n'));`;
+
+const ping = (id: number): JSONRPCMessage => ({ jsonrpc: '2.0', id, method: 'ping' });
+
+describe('ProcessStdioTransport', () => {
+  it('sends newline-delimited JSON-RPC and delivers each line back as a message', async () => {
+    const transport = new ProcessStdioTransport(started(echo()));
+    const received: JSONRPCMessage[] = [];
+    const two = new Promise<void>((resolve) => {
+      transport.onmessage = (message) => {
+        received.push(message);
+        if (received.length === 2) resolve();
+      };
+    });
+    await transport.start();
+    await transport.send(ping(1));
+    await transport.send(ping(2));
+    await two;
+    expect(received).to.deep.equal([ping(1), ping(2)]);
+    await transport.close();
+  });
+
+  it('reports a malformed line and keeps reading the ones after it', async () => {
+    const transport = new ProcessStdioTransport(started(echo("process.stdout.write('not json\\n')")));
+    const errors: Error[] = [];
+    transport.onerror = (error) => errors.push(error);
+    const message = new Promise<JSONRPCMessage>((resolve) => (transport.onmessage = resolve));
+    await transport.start();
+    await transport.send(ping(7));
+    expect(await message).to.deep.equal(ping(7));
+    expect(errors).to.have.lengthOf(1);
+    await transport.close();
+  });
+
+  it('refuses a message longer than maxMessageBytes: error, then the process is killed', async () => {
+    const process = started("process.stdout.write('x'.repeat(100000)); setInterval(() => {}, 1000)");
+    const transport = new ProcessStdioTransport(process, { maxMessageBytes: 10_000 });
+    const error = new Promise<Error>((resolve) => (transport.onerror = resolve));
+    const closed = new Promise<void>((resolve) => (transport.onclose = resolve));
+    await transport.start();
+    expect((await error).message).to.match(/maximum size/);
+    await closed;
+    await process.exited;
+    expect(process.killed()).to.equal(true);
+  });
+
+  it('closes when the process ends, and drains stderr to onStderr', async () => {
+    let stderr = '';
+    const child = started("process.stderr.write('diagnostics'); process.exit(0)");
+    const transport = new ProcessStdioTransport(child, { onStderr: (chunk) => (stderr += chunk.toString()) });
+    const closed = new Promise<void>((resolve) => (transport.onclose = resolve));
+    await transport.start();
+    await closed;
+    await child.exited; // stderr may still be in flight when stdout's end closes the transport
+    expect(stderr).to.equal('diagnostics');
+    const error = await transport.send(ping(1)).then(
+      () => undefined,
+      (err: Error) => err,
+    );
+    expect(error?.message).to.match(/closed/);
+  });
+});
