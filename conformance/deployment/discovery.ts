@@ -212,7 +212,8 @@ export const discoveryRequirements: readonly Requirement[] = [
           `the same wallet with another X-MCP-Session sees ${server.view.id}'s tools: the set is not per session`,
         );
       } finally {
-        await switchServer(first, meta, server.view.id, false);
+        // Tidying up: a failure here must not replace the finding above.
+        await switchServer(first, meta, server.view.id, false).catch(() => undefined);
       }
       return pass();
     },

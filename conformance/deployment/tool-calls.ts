@@ -151,7 +151,10 @@ export const toolCallRequirements: readonly Requirement[] = [
       try {
         const listed = await connection.listTools();
         const added = namespacedTools(server, fresh, listed);
-        const name = added.find((candidate) => candidate !== smoke.name && candidate.endsWith(smoke.name));
+        // The shortest prefix: `srv__echo`, not `srv__say_echo`, when both end with `echo`.
+        const name = added
+          .filter((candidate) => candidate !== smoke.name && candidate.endsWith(smoke.name))
+          .sort((a, b) => a.length - b.length)[0];
         const tool = listed.find((candidate) => candidate.name === name) as McpTool;
         overMcp = await connection.callTool(tool.name, sampleArguments(tool.inputSchema));
         ensure(
@@ -159,7 +162,8 @@ export const toolCallRequirements: readonly Requirement[] = [
           `tools/call ${tool.name} (the smoke tool of ${id}) over MCP answered a tool error: ${excerpt(textOf(overMcp), 300)}`,
         );
       } finally {
-        await switchServer(connection, meta, id, false);
+        // Tidying up: a failure here must not replace the finding above.
+        await switchServer(connection, meta, id, false).catch(() => undefined);
       }
       const response = await context.http.request({
         service: 'gateway',
