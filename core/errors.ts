@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'unsupported_media_type'
   | 'rate_limited'
   | 'payment_required'
+  | 'proof_invalid'
   | 'unavailable'
   | 'internal'
   | 'config_invalid'

@@ -3,6 +3,7 @@ import { systemClock, type Clock } from '../core/clock.ts';
 import { loadConfig, type LoadedConfig } from '../core/config/load.ts';
 import type { SigilConfig } from '../core/config/schema.ts';
 import { migrate, openDatabase, type Database } from '../core/db/database.ts';
+import type { DestinationStream } from 'pino';
 import { createLogger, SecretRegistry, type Logger } from '../core/log.ts';
 import { PluginHost } from '../core/plugins/host.ts';
 import { builtinPlugins } from './builtin-plugins.ts';
@@ -26,6 +27,8 @@ export interface KernelOptions {
   env?: NodeJS.ProcessEnv;
   clock?: Clock;
   logger?: Logger;
+  /** Where the kernel's own logger writes (tests read it to prove secrets never reach logs). */
+  logDestination?: DestinationStream;
   /** Use this config instead of loading one (tests). */
   loaded?: LoadedConfig;
   /** PostgreSQL schema (tests isolate themselves with one). */
@@ -50,7 +53,13 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
   ]) {
     secrets.add(value);
   }
-  const logger = options.logger ?? createLogger({ level: config.log.level, secrets });
+  const logger =
+    options.logger ??
+    createLogger({
+      level: config.log.level,
+      secrets,
+      ...(options.logDestination ? { destination: options.logDestination } : {}),
+    });
   const clock = options.clock ?? systemClock;
   const db = await openDatabase({
     url: config.database.url,

@@ -11,6 +11,7 @@ export const STATUS_BY_CODE: Record<ErrorCode, number> = {
   not_found: 404,
   method_not_allowed: 405,
   conflict: 409,
+  proof_invalid: 422,
   payload_too_large: 413,
   unsupported_media_type: 415,
   rate_limited: 429,

@@ -23,8 +23,8 @@ export interface LauncherOptions {
   plugins: PluginHost;
   catalog: Catalog;
   logger: Logger;
-  /** The per-wallet environment of a server process (its secrets); empty until secrets exist. */
-  environmentFor?(key: ServerKey, entry: CatalogEntry): Promise<Record<string, string>>;
+  /** The wallet's stored secrets for a server (decrypted), or nothing for an anonymous caller. */
+  secretsFor(key: ServerKey): Promise<Record<string, string>>;
 }
 
 /**
@@ -44,11 +44,15 @@ export class SandboxedServers implements ServerProber {
     return { ok: true };
   }
 
-  /** Starts the server of `key` in the sandbox and connects an MCP client to it. */
-  launch = async (key: ServerKey): Promise<RunningServer> => {
+  /** Starts the server of `key` in the sandbox, with the wallet's secrets, and connects an MCP client. */
+  launch = (key: ServerKey): Promise<RunningServer> => this.start(key, true);
+
+  private async start(key: ServerKey, withSecrets: boolean): Promise<RunningServer> {
     const entry = this.options.catalog.require(key.serverId);
     const installed = await this.install(entry);
-    const env = { ...entry.env, ...(await this.options.environmentFor?.(key, entry)) };
+    // A verification probe runs with no wallet and so with no secrets: many servers list tools without them.
+    const secrets = withSecrets ? await this.declaredSecrets(key, entry) : {};
+    const env = { ...entry.env, ...secrets };
     const child = await this.sandbox().spawn({
       packagePath: installed.root,
       command: process.execPath,
@@ -79,12 +83,43 @@ export class SandboxedServers implements ServerProber {
         `MCP server "${key.serverId}" did not start: ${exit.reason ?? (err as Error).message}`,
       );
     }
-    return { client, exited: child.exited, kill: () => client.close() };
-  };
+    return {
+      client,
+      exited: child.exited,
+      kill: () => client.close(),
+      injected: { names: Object.keys(secrets), values: Object.values(secrets) },
+    };
+  }
+
+  /**
+   * Only the secrets the catalog declares reach the process, as environment variables (never files).
+   * A required one that is missing stops the start with a message naming it and how to set it.
+   */
+  private async declaredSecrets(key: ServerKey, entry: CatalogEntry): Promise<Record<string, string>> {
+    const stored = entry.secrets.length === 0 ? {} : await this.options.secretsFor(key);
+    const missing = entry.secrets
+      .filter((secret) => secret.required && stored[secret.name] === undefined)
+      .map((secret) => secret.name);
+    if (missing.length > 0) {
+      throw new SigilError(
+        'forbidden',
+        `MCP server "${entry.id}" needs the secret${missing.length > 1 ? 's' : ''} ${missing.join(', ')}`,
+        {
+          hint: `Store ${missing.length > 1 ? 'them' : 'it'} for your wallet with POST /api/secrets/${entry.id} {"secrets": {"${missing[0] ?? ''}": "…"}} (wallet auth required)`,
+          details: { serverId: entry.id, missingSecrets: missing },
+        },
+      );
+    }
+    return Object.fromEntries(
+      entry.secrets
+        .filter((secret) => stored[secret.name] !== undefined)
+        .map((secret) => [secret.name, stored[secret.name] as string]),
+    );
+  }
 
   async probe(entry: CatalogEntry): Promise<ProbeResult> {
     const installed = await this.install(entry);
-    const server = await this.launch({ serverId: entry.id, wallet: 'warmup' });
+    const server = await this.start({ serverId: entry.id, wallet: 'warmup' }, false);
     try {
       const tools: Tool[] = [];
       let cursor: string | undefined;

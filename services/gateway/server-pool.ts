@@ -5,6 +5,8 @@ import type { Logger } from '../../core/log.ts';
 /** A started MCP server process with a connected client. */
 export interface RunningServer {
   client: Client;
+  /** The wallet's secrets this process was started with: names for proofs, values to redact. */
+  injected: { names: readonly string[]; values: readonly string[] };
   /** Settles when the process has ended, for whatever reason. */
   exited: Promise<unknown>;
   kill(): Promise<void>;

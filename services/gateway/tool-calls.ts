@@ -2,7 +2,8 @@ import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/
 import { SigilError } from '../../core/errors.ts';
 import type { Logger } from '../../core/log.ts';
 import type { ServerDirectory } from './servers.ts';
-import type { ServerPool } from './server-pool.ts';
+import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
+import type { RunningServer, ServerPool } from './server-pool.ts';
 
 /** The spec's limit on the serialized arguments of one tool call. */
 export const MAX_ARGUMENT_BYTES = 100 * 1024;
@@ -34,8 +35,30 @@ export interface ToolCallerOptions {
   servers: ServerDirectory;
   pool: ServerPool;
   hooks: ToolCallHooks;
+  /** Signs the proof every tool result carries. */
+  proofs: () => Promise<ProofSigner>;
   timeoutMs: number;
   logger: Logger;
+}
+
+interface Execution {
+  result: CallToolResult;
+  injected: RunningServer['injected'];
+}
+
+/** Replaces every occurrence of each value in every string of `value` (deeply) with [REDACTED]. */
+export function redactValues<T>(value: T, secrets: readonly string[]): T {
+  const present = secrets.filter((secret) => secret.length > 0);
+  if (present.length === 0) return value;
+  const scrub = (node: unknown): unknown => {
+    if (typeof node === 'string')
+      return present.reduce((text, secret) => text.split(secret).join('[REDACTED]'), node);
+    if (Array.isArray(node)) return node.map(scrub);
+    if (typeof node === 'object' && node !== null)
+      return Object.fromEntries(Object.entries(node).map(([key, child]) => [key, scrub(child)]));
+    return node;
+  };
+  return scrub(value) as T;
 }
 
 /** The one execution path of a tool call, shared by MCP and REST. */
@@ -70,29 +93,52 @@ export class ToolCaller {
     }
     const { hooks } = this.options;
     await hooks.beforeExecute?.(call);
-    let result: CallToolResult;
+    let outcome: Execution;
     try {
-      result = await this.execute(call, signal);
+      outcome = await this.execute(call, signal);
     } catch (err) {
       await hooks.afterFailure?.(call, (err as Error).message);
       throw err;
     }
+    // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
+    const result = redactValues(outcome.result, outcome.injected.values);
+    const proof = (await this.options.proofs()).sign({
+      server: {
+        id: details.id,
+        package: details.package,
+        version: details.version ?? '',
+        registry: details.registry,
+        digest: details.digest ?? '',
+      },
+      tool: call.tool,
+      arguments: call.arguments,
+      result,
+      secretNames: outcome.injected.names,
+    });
+    const proven: CallToolResult = { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
     if (result.isError) {
       await hooks.afterFailure?.(call, 'the tool reported an error');
-      return result;
+      return proven;
     }
-    return hooks.afterSuccess ? hooks.afterSuccess(call, result) : result;
+    return hooks.afterSuccess ? hooks.afterSuccess(call, proven) : proven;
   }
 
-  private async execute(call: ToolCall, signal: AbortSignal | undefined): Promise<CallToolResult> {
+  private async execute(call: ToolCall, signal: AbortSignal | undefined): Promise<Execution> {
     const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous' };
+    let injected: RunningServer['injected'] = { names: [], values: [] };
     try {
-      return (await this.options.pool.use(key, (server) =>
-        server.client.callTool({ name: call.tool, arguments: call.arguments }, undefined, {
-          timeout: this.options.timeoutMs,
-          ...(signal ? { signal } : {}),
-        }),
-      )) as CallToolResult;
+      return await this.options.pool.use(key, async (server) => {
+        injected = server.injected;
+        const result = (await server.client.callTool(
+          { name: call.tool, arguments: call.arguments },
+          undefined,
+          {
+            timeout: this.options.timeoutMs,
+            ...(signal ? { signal } : {}),
+          },
+        )) as CallToolResult;
+        return { result, injected };
+      });
     } catch (err) {
       if (err instanceof SigilError) throw err;
       if (
@@ -102,8 +148,11 @@ export class ToolCaller {
       ) {
         // The server answered with a JSON-RPC error: it is alive, and its message is the tool's error.
         return {
-          isError: true,
-          content: [{ type: 'text', text: `Tool "${call.tool}" failed: ${err.message}` }],
+          injected,
+          result: {
+            isError: true,
+            content: [{ type: 'text', text: `Tool "${call.tool}" failed: ${err.message}` }],
+          },
         };
       }
       // A server that timed out or broke the protocol may be wedged: never hand it another call.
@@ -111,15 +160,18 @@ export class ToolCaller {
       const timedOut = err instanceof McpError && err.code === ErrorCode.RequestTimeout;
       this.options.logger.warn({ serverId: call.serverId, tool: call.tool, timedOut }, 'tool call failed');
       return {
-        isError: true,
-        content: [
-          {
-            type: 'text',
-            text: timedOut
-              ? `Tool "${call.tool}" timed out after ${this.options.timeoutMs} ms; the server was stopped`
-              : `Tool "${call.tool}" failed: the MCP server ended or broke the protocol`,
-          },
-        ],
+        injected,
+        result: {
+          isError: true,
+          content: [
+            {
+              type: 'text',
+              text: timedOut
+                ? `Tool "${call.tool}" timed out after ${this.options.timeoutMs} ms; the server was stopped`
+                : `Tool "${call.tool}" failed: the MCP server ended or broke the protocol`,
+            },
+          ],
+        },
       };
     }
   }

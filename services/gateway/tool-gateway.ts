@@ -14,12 +14,34 @@ import { EnabledServers } from './sessions.ts';
 import { ToolCaller, type ToolCallHooks } from './tool-calls.ts';
 import { ToolPins } from './tool-pins.ts';
 import { Warmup } from './warmup.ts';
+import { buildInfo } from '../shared/build-info.ts';
+import { ProofSigner } from './proofs.ts';
+import { secretsRouter } from './secrets/routes.ts';
+import { SecretVault } from './secrets/vault.ts';
+import { verifyRouter } from './verify.ts';
 
 export interface ToolGateway {
   routers: Router[];
   warmup: Warmup;
   /** Stops every MCP server process. */
   close(): Promise<void>;
+}
+
+/** The proof signer, keyed once by the TEE backend (sealed key where the hardware can seal). */
+function proofSignerFor(kernel: Kernel): () => Promise<ProofSigner> {
+  let signer: Promise<ProofSigner> | undefined;
+  return () => {
+    signer ??= (async () => {
+      const tee = kernel.plugins.one('tee-backend');
+      return new ProofSigner({
+        key: await tee.signingKey('execution-proof'),
+        tee: await tee.status(),
+        build: buildInfo(),
+        clock: kernel.clock,
+      });
+    })();
+    return signer;
+  };
 }
 
 /** Assembles the gateway's MCP and REST surfaces over one catalog, one pool and one execution path. */
@@ -30,7 +52,19 @@ export function createToolGateway(kernel: Kernel, hooks: ToolCallHooks = {}): To
     includeDefaults: settings.includeDefaultCatalog,
     ...(settings.catalogFile ? { file: settings.catalogFile } : {}),
   });
-  const launcher = new SandboxedServers({ plugins: kernel.plugins, catalog, logger });
+  const vault = new SecretVault({
+    masterKey: settings.secretKey,
+    persistenceDir: kernel.config.vault.persistenceDir,
+    logger,
+    registry: kernel.secrets,
+  });
+  const launcher = new SandboxedServers({
+    plugins: kernel.plugins,
+    catalog,
+    logger,
+    secretsFor: (key) =>
+      key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({}),
+  });
   const servers = new ServerDirectory({
     db: kernel.db,
     clock: kernel.clock,
@@ -46,10 +80,12 @@ export function createToolGateway(kernel: Kernel, hooks: ToolCallHooks = {}): To
     maxRunning: settings.maxRunningServers,
     logger,
   });
+  const proofs = proofSignerFor(kernel);
   const caller = new ToolCaller({
     servers,
     pool,
     hooks,
+    proofs,
     timeoutMs: settings.toolCallTimeoutSeconds * 1000,
     logger,
   });
@@ -80,6 +116,8 @@ export function createToolGateway(kernel: Kernel, hooks: ToolCallHooks = {}): To
         assertServerServable: async (serverId) => void (await servers.requireServable(serverId)),
       }),
       restRouter({ servers, caller, warmup, openApi: () => gatewayOpenApi(kernel) }),
+      verifyRouter(proofs),
+      secretsRouter({ catalog, vault, onChange: (wallet, serverId) => pool.discard({ serverId, wallet }) }),
     ],
     warmup,
     close: () => pool.stopAll(),

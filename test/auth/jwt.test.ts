@@ -3,7 +3,8 @@ import { expect } from 'chai';
 import { decodeJwt, decodeProtectedHeader, jwtVerify, SignJWT } from 'jose';
 import { SigilError } from '../../core/errors.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
-import { errorOf, GATEWAY_PUBLIC, newWallet, Services, stickyDatabase } from './support.ts';
+import { stickyDatabase } from '../support/kernel.ts';
+import { errorOf, GATEWAY_PUBLIC, newWallet, Services } from './support.ts';
 
 describeEachDatabase('session JWTs', (database) => {
   let services: Services;

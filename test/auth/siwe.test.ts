@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import type { Hex } from 'viem';
 import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
-import { describeEachDatabase } from '../support/kernel.ts';
+import { describeEachDatabase, stickyDatabase } from '../support/kernel.ts';
 import {
   AUTH_PREFIX,
   errorOf,
@@ -10,7 +10,6 @@ import {
   newWallet,
   RUNTIME_PUBLIC,
   Services,
-  stickyDatabase,
   type Challenge,
 } from './support.ts';
 

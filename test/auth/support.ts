@@ -16,15 +16,6 @@ export type Service = 'gateway' | 'runtime';
 export const AUTH_PREFIX: Record<Service, string> = { gateway: '/api/auth', runtime: '/auth' };
 const PUBLIC: Record<Service, string> = { gateway: GATEWAY_PUBLIC, runtime: RUNTIME_PUBLIC };
 
-/** A test database that hands out the same database every time, so a kernel can be reopened on it. */
-export function stickyDatabase(database: TestDatabase): { database: TestDatabase; drop(): Promise<void> } {
-  const fresh = database.fresh();
-  return {
-    database: { name: database.name, fresh: () => ({ ...fresh, cleanup: async () => undefined }) },
-    drop: fresh.cleanup,
-  };
-}
-
 export interface ServicesOptions {
   database: TestDatabase;
   config?: ConfigOverrides;

@@ -1,17 +1,7 @@
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
-import { privateKeyToAccount, generatePrivateKey } from 'viem/accounts';
-import { serve, type Serving } from '../../services/serve.ts';
-import { openTestKernel, type TestDatabase, TEST_DATABASES } from '../support/kernel.ts';
-import { startVerdaccio, type Verdaccio } from '../support/verdaccio.ts';
-
-const probePackage = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp', 'probe-package');
-const textOf = (result: unknown) => ((result as CallToolResult).content[0] as { text: string }).text;
+import type { Serving } from '../../services/serve.ts';
+import { TEST_DATABASES } from '../support/kernel.ts';
+import { mcpClient, ProbeWorld, textOf, walletToken } from './support.ts';
 
 /**
  * The gateway end to end: a real MCP server package published to a real npm registry (verdaccio),
@@ -20,108 +10,22 @@ const textOf = (result: unknown) => ((result as CallToolResult).content[0] as { 
  */
 describe('gateway end to end (verdaccio → registry-npm → sandbox → MCP)', function () {
   this.timeout(120_000);
-  let registry: Verdaccio;
-  let dir: string;
-  let catalogFile: string;
-
+  let world: ProbeWorld;
   before(async () => {
-    registry = await startVerdaccio({ packages: [{ dir: probePackage }] });
-    // Not under /tmp: the sandbox mounts a private /tmp over it, hiding a package cache there.
-    dir = mkdtempSync(join('/var/tmp', 'sigil-gw-e2e-'));
-    chmodSync(dir, 0o755); // the sandbox user must reach the package cache and its state dir
-    catalogFile = join(dir, 'catalog.json');
-    writeFileSync(
-      catalogFile,
-      JSON.stringify({
-        servers: [
-          {
-            id: 'probe',
-            title: 'Probe',
-            registry: 'npm',
-            package: '@sigil-test/probe-server',
-            version: '^1.0.0',
-            entry: { bin: 'sigil-probe' },
-            smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
-          },
-        ],
-      }),
-    );
+    world = await ProbeWorld.start();
   });
-  after(async () => {
-    await registry.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  async function startGateway(
-    database: TestDatabase | undefined,
-    overrides: { idleTimeoutSeconds?: number; toolCallTimeoutSeconds?: number } = {},
-  ) {
-    const kernel = await openTestKernel({
-      ...(database ? { database } : {}),
-      config: {
-        gateway: { port: 0, warmupAtStart: false, includeDefaultCatalog: false, catalogFile, ...overrides },
-        plugins: [
-          { resolve: 'tee-none', enabled: true, options: {} },
-          {
-            resolve: 'registry-npm',
-            enabled: true,
-            options: { registry: registry.url, cacheDir: join(dir, 'packages'), refresh: { enabled: false } },
-          },
-          {
-            resolve: 'sandbox-linux-namespaces',
-            enabled: true,
-            options: { stateDir: join(dir, 'sandboxes') },
-          },
-        ],
-      },
-    });
-    return serve(kernel, ['gateway']);
-  }
-
-  async function walletToken(gatewayUrl: string): Promise<string> {
-    const wallet = privateKeyToAccount(generatePrivateKey());
-    const challenge = (await (
-      await fetch(`${gatewayUrl}/api/auth/challenge?address=${wallet.address}`)
-    ).json()) as { message: string };
-    const verified = await fetch(`${gatewayUrl}/api/auth/verify`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        message: challenge.message,
-        signature: await wallet.signMessage({ message: challenge.message }),
-      }),
-    });
-    const { token: jwt } = (await verified.json()) as { token: string };
-    const created = await fetch(`${gatewayUrl}/api/auth/create-token`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
-      body: '{}',
-    });
-    return ((await created.json()) as { token: string }).token;
-  }
-
-  async function mcpClient(url: string, token?: string, session?: string): Promise<Client> {
-    const headers: Record<string, string> = {};
-    if (token) headers.authorization = `Bearer ${token}`;
-    if (session) headers['x-mcp-session'] = session;
-    const client = new Client({ name: 'e2e', version: '1.0.0' });
-    await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
-    return client;
-  }
+  after(() => world.stop());
 
   for (const database of TEST_DATABASES) {
     describe(`on ${database.name}`, () => {
-      let serving: Serving;
+      let serving: Serving & { url: string };
       let url: string;
       let token: string;
 
       before(async () => {
-        serving = await startGateway(database, {
-          idleTimeoutSeconds: 2,
-          toolCallTimeoutSeconds: 3,
-        });
-        url = serving.urls.gateway as string;
-        token = await walletToken(url);
+        serving = await world.gateway(database, { idleTimeoutSeconds: 2, toolCallTimeoutSeconds: 3 });
+        url = serving.url;
+        token = (await walletToken(url)).token;
       });
       after(() => serving?.stop());
 
@@ -154,7 +58,7 @@ describe('gateway end to end (verdaccio → registry-npm → sandbox → MCP)', 
         expect(details).to.include({ tier: 'tool_smoke_passed', version: '1.0.0' });
         expect(details.filter.status).to.equal('allowed');
         expect(details.digest).to.equal(
-          registry.published.find((p) => p.name === '@sigil-test/probe-server')?.integrity,
+          world.registry.published.find((p) => p.name === '@sigil-test/probe-server')?.integrity,
         );
         const status = (await (await fetch(`${url}/api/warmup/status`)).json()) as {
           summary: { verified: number; packages: number };
@@ -170,7 +74,7 @@ describe('gateway end to end (verdaccio → registry-npm → sandbox → MCP)', 
         const otherSession = await mcpClient(`${url}/mcp`, token, 'another');
         expect((await otherSession.listTools()).tools.map((t) => t.name)).not.to.include('probe__echo');
         await otherSession.close();
-        const otherWallet = await mcpClient(`${url}/mcp`, await walletToken(url), 'e2e');
+        const otherWallet = await mcpClient(`${url}/mcp`, (await walletToken(url)).token, 'e2e');
         expect((await otherWallet.listTools()).tools.map((t) => t.name)).not.to.include('probe__echo');
         await otherWallet.close();
       });

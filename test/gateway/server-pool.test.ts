@@ -22,7 +22,7 @@ async function launchProbe(): Promise<RunningServer> {
   // Set before connect: the client chains its own close handling onto it.
   const exited = new Promise<void>((resolve) => (transport.onclose = resolve));
   await client.connect(transport);
-  return { client, exited, kill: () => client.close() };
+  return { client, exited, kill: () => client.close(), injected: { names: [], values: [] } };
 }
 
 const textOf = (result: unknown) =>

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import knex from 'knex';
-import { pino } from 'pino';
+import { pino, type DestinationStream } from 'pino';
 import type { Clock } from '../../core/clock.ts';
 import { configSchema, type SigilConfig } from '../../core/config/schema.ts';
 import type { Logger } from '../../core/log.ts';
@@ -51,6 +51,15 @@ export const TEST_DATABASES: readonly TestDatabase[] = [
   ...(process.env.TEST_DATABASE_URL ? [postgres(process.env.TEST_DATABASE_URL)] : []),
 ];
 
+/** A test database that hands out the same database every time, so a kernel can be reopened on it. */
+export function stickyDatabase(database: TestDatabase): { database: TestDatabase; drop(): Promise<void> } {
+  const fresh = database.fresh();
+  return {
+    database: { name: database.name, fresh: () => ({ ...fresh, cleanup: async () => undefined }) },
+    drop: fresh.cleanup,
+  };
+}
+
 /** Runs the same suite once per test database: `describeEachDatabase('ledger', (db) => { … })`. */
 export function describeEachDatabase(title: string, body: (database: TestDatabase) => void): void {
   for (const database of TEST_DATABASES) describe(`${title} [${database.name}]`, () => body(database));
@@ -69,6 +78,8 @@ export interface TestKernelOptions {
   config?: ConfigOverrides;
   clock?: Clock;
   logger?: Logger;
+  /** Instead of a silent logger, the kernel's real one (with secret scrubbing, level debug) writing here. */
+  logDestination?: DestinationStream;
 }
 
 /** A real kernel (real database, real plugins) on a fresh database, closed and dropped by `close`. */
@@ -77,7 +88,7 @@ export async function openTestKernel(options: TestKernelOptions = {}): Promise<K
   // No warmup: tests that want MCP servers install their own from a local registry.
   const raw: Record<string, unknown> = {
     database: { url: database.url },
-    log: { level: 'silent' },
+    log: { level: options.logDestination ? 'debug' : 'silent' },
     gateway: { warmupAtStart: false },
   };
   for (const [section, values] of Object.entries(options.config ?? {}) as [string, unknown][]) {
@@ -87,7 +98,9 @@ export async function openTestKernel(options: TestKernelOptions = {}): Promise<K
   const config = configSchema.parse(raw);
   const kernel = await openKernel({
     loaded: { config, file: undefined, envOverrides: [] },
-    logger: options.logger ?? quietLogger(),
+    ...(options.logDestination
+      ? { logDestination: options.logDestination }
+      : { logger: options.logger ?? quietLogger() }),
     ...(options.clock ? { clock: options.clock } : {}),
     ...(database.schema ? { dbSchema: database.schema } : {}),
   });

@@ -1,0 +1,185 @@
+import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
+import {
+  mkdirSync,
+  openSync,
+  fsyncSync,
+  closeSync,
+  writeFileSync,
+  renameSync,
+  readFileSync,
+  rmSync,
+  existsSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import { hmacSha256 } from '../../../core/crypto.ts';
+import type { Logger, SecretRegistry } from '../../../core/log.ts';
+
+/** One wallet's secrets for one server, as stored: AES-256-GCM ciphertext and what decrypts it. */
+interface SealedEntry {
+  version: 1;
+  /** Random per entry; with the wallet address it salts the HKDF. */
+  salt: string;
+  iv: string;
+  ciphertext: string;
+  tag: string;
+}
+
+export type VaultMode = 'persistent' | 'memory';
+
+export interface SecretVaultOptions {
+  /** GATEWAY_SECRET_KEY; without it a random master key lives in memory and so do the secrets. */
+  masterKey: string | undefined;
+  /** VAULT_PERSISTENCE_DIR; ciphertext goes to `<dir>/gateway-secrets/`. */
+  persistenceDir: string | undefined;
+  logger: Logger;
+  /** Every decrypted value is registered here, so logs scrub it wherever it shows up. */
+  registry: SecretRegistry;
+}
+
+/**
+ * Per-wallet, per-server secrets (gateway spec part 2): AES-256-GCM under a key derived by
+ * HKDF-SHA256 from the master key, the wallet address plus a salt, and the server id; stored under an
+ * HMAC-SHA256 lookup key, so no wallet address is written anywhere.
+ */
+export class SecretVault {
+  readonly mode: VaultMode;
+  private readonly master: Buffer;
+  private readonly dir: string | undefined;
+  private readonly memory = new Map<string, SealedEntry>();
+
+  constructor(private readonly options: SecretVaultOptions) {
+    this.master = options.masterKey === undefined ? randomBytes(32) : Buffer.from(options.masterKey, 'utf8');
+    if (options.masterKey !== undefined && options.persistenceDir !== undefined) {
+      this.mode = 'persistent';
+      this.dir = join(options.persistenceDir, 'gateway-secrets');
+      mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    } else {
+      this.mode = 'memory';
+      options.logger.warn(
+        options.masterKey === undefined
+          ? 'secrets are memory-only: set GATEWAY_SECRET_KEY and VAULT_PERSISTENCE_DIR to keep them across restarts'
+          : 'secrets are memory-only: set VAULT_PERSISTENCE_DIR to keep them across restarts',
+      );
+    }
+  }
+
+  /** Sets (or replaces) some of the wallet's secrets for the server; returns all names now stored. */
+  async put(wallet: string, serverId: string, values: Readonly<Record<string, string>>): Promise<string[]> {
+    const merged = { ...(await this.get(wallet, serverId)), ...values };
+    this.write(wallet, serverId, merged);
+    return Object.keys(merged).sort();
+  }
+
+  async names(wallet: string, serverId: string): Promise<string[]> {
+    return Object.keys(await this.get(wallet, serverId)).sort();
+  }
+
+  /** Decrypts the wallet's secrets for the server; empty when there are none. */
+  get(wallet: string, serverId: string): Promise<Record<string, string>> {
+    const entry = this.read(this.lookupKey(wallet, serverId));
+    if (!entry) return Promise.resolve({});
+    const decipher = createDecipheriv(
+      'aes-256-gcm',
+      this.entryKey(wallet, serverId, Buffer.from(entry.salt, 'base64')),
+      Buffer.from(entry.iv, 'base64'),
+    );
+    decipher.setAAD(Buffer.from(this.lookupKey(wallet, serverId)));
+    decipher.setAuthTag(Buffer.from(entry.tag, 'base64'));
+    const plain = Buffer.concat([
+      decipher.update(Buffer.from(entry.ciphertext, 'base64')),
+      decipher.final(),
+    ]).toString('utf8');
+    const values = JSON.parse(plain) as Record<string, string>;
+    for (const value of Object.values(values)) this.options.registry.add(value);
+    return Promise.resolve(values);
+  }
+
+  /** Removes one secret, or all of them for the server; true when something was removed. */
+  async delete(wallet: string, serverId: string, name?: string): Promise<boolean> {
+    const current = await this.get(wallet, serverId);
+    if (name !== undefined && !(name in current)) return false;
+    if (Object.keys(current).length === 0) return false;
+    const rest =
+      name === undefined ? {} : Object.fromEntries(Object.entries(current).filter(([key]) => key !== name));
+    if (Object.keys(rest).length === 0) this.remove(this.lookupKey(wallet, serverId));
+    else this.write(wallet, serverId, rest);
+    return true;
+  }
+
+  private lookupKey(wallet: string, serverId: string): string {
+    return hmacSha256(this.master, `sigil:secret-lookup\0${wallet.toLowerCase()}\0${serverId}`).toString(
+      'hex',
+    );
+  }
+
+  private entryKey(wallet: string, serverId: string, salt: Buffer): Buffer {
+    return Buffer.from(
+      hkdfSync(
+        'sha256',
+        this.master,
+        Buffer.concat([Buffer.from(wallet.toLowerCase()), salt]),
+        `sigil:secrets:${serverId}`,
+        32,
+      ),
+    );
+  }
+
+  private write(wallet: string, serverId: string, values: Record<string, string>): void {
+    const salt = randomBytes(16);
+    const iv = randomBytes(12);
+    const lookup = this.lookupKey(wallet, serverId);
+    const cipher = createCipheriv('aes-256-gcm', this.entryKey(wallet, serverId, salt), iv);
+    cipher.setAAD(Buffer.from(lookup));
+    const ciphertext = Buffer.concat([cipher.update(JSON.stringify(values), 'utf8'), cipher.final()]);
+    const entry: SealedEntry = {
+      version: 1,
+      salt: salt.toString('base64'),
+      iv: iv.toString('base64'),
+      ciphertext: ciphertext.toString('base64'),
+      tag: cipher.getAuthTag().toString('base64'),
+    };
+    for (const value of Object.values(values)) this.options.registry.add(value);
+    if (this.dir === undefined) {
+      this.memory.set(lookup, entry);
+      return;
+    }
+    writeDurably(join(this.dir, `${lookup}.json`), JSON.stringify(entry));
+  }
+
+  private read(lookup: string): SealedEntry | undefined {
+    if (this.dir === undefined) return this.memory.get(lookup);
+    const file = join(this.dir, `${lookup}.json`);
+    return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as SealedEntry) : undefined;
+  }
+
+  private remove(lookup: string): void {
+    if (this.dir === undefined) this.memory.delete(lookup);
+    else {
+      rmSync(join(this.dir, `${lookup}.json`), { force: true });
+      fsyncDirectory(this.dir);
+    }
+  }
+}
+
+/** Write to a temp file, fsync it, rename over the target, fsync the directory: all or nothing after a crash. */
+function writeDurably(file: string, content: string): void {
+  const temporary = `${file}.${randomBytes(6).toString('hex')}.tmp`;
+  writeFileSync(temporary, content, { mode: 0o600 });
+  const fd = openSync(temporary, 'r+');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(temporary, file);
+  fsyncDirectory(join(file, '..'));
+}
+
+function fsyncDirectory(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}

@@ -1,0 +1,52 @@
+import Router from '@koa/router';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { z } from 'zod';
+import { SigilError } from '../../core/errors.ts';
+import { parseInput } from '../../core/http/validate.ts';
+import { proofSchema, type ProofSigner } from './proofs.ts';
+
+const verifyBody = z
+  .object({
+    proof: proofSchema,
+    /** The request the proof should cover: server id, tool name and arguments. */
+    request: z
+      .object({ serverId: z.string(), tool: z.string(), arguments: z.record(z.string(), z.unknown()) })
+      .strict()
+      .optional(),
+    /** The tool result the proof should cover (its `_meta` is ignored). */
+    response: z
+      .object({ content: z.array(z.unknown()) })
+      .passthrough()
+      .optional(),
+  })
+  .strict();
+
+/** `POST /api/verify`: checks an execution proof; a changed field is refused with the field named. */
+export function verifyRouter(proofs: () => Promise<ProofSigner>): Router {
+  return new Router().post('/api/verify', async (ctx) => {
+    const { proof, request, response } = parseInput(verifyBody, ctx.request.body ?? {}, 'body');
+    const check = (await proofs()).verify(proof, {
+      ...(request ? { request } : {}),
+      ...(response ? { response: response as CallToolResult } : {}),
+    });
+    if (!check.valid) {
+      const fields = check.problems.map((problem) => problem.field);
+      throw new SigilError(
+        'proof_invalid',
+        `Proof rejected: ${check.problems.map((p) => `${p.field} ${p.message}`).join('; ')}`,
+        {
+          details: { fields, problems: check.problems },
+        },
+      );
+    }
+    ctx.body = {
+      valid: true,
+      id: proof.id,
+      server: proof.server,
+      tool: proof.tool,
+      timestamp: proof.timestamp,
+      keySource: proof.keySource,
+      tee: proof.tee,
+    };
+  });
+}

@@ -1,0 +1,129 @@
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import type { SigilConfig } from '../../core/config/schema.ts';
+import { serve, type Serving } from '../../services/serve.ts';
+import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../support/kernel.ts';
+import { startVerdaccio, type Verdaccio } from '../support/verdaccio.ts';
+
+const probePackage = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp', 'probe-package');
+
+export const textOf = (result: unknown): string =>
+  ((result as CallToolResult).content[0] as { text: string }).text;
+
+const probeEntry = {
+  title: 'Probe',
+  registry: 'npm',
+  package: '@sigil-test/probe-server',
+  version: '^1.0.0',
+  entry: { bin: 'sigil-probe' },
+  smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
+};
+
+/**
+ * The probe MCP server published to a real npm registry (verdaccio), and gateways that install it
+ * with the registry-npm plugin and run it in the linux-namespaces sandbox. Catalog: `probe` (an
+ * optional secret PROBE_TOKEN) and `probe-locked` (the same package, PROBE_TOKEN required).
+ */
+export class ProbeWorld {
+  private constructor(
+    readonly registry: Verdaccio,
+    readonly dir: string,
+    readonly catalogFile: string,
+  ) {}
+
+  static async start(): Promise<ProbeWorld> {
+    const registry = await startVerdaccio({ packages: [{ dir: probePackage }] });
+    // Not under /tmp: the sandbox mounts a private /tmp; and the sandbox user must reach the cache.
+    const dir = mkdtempSync(join('/var/tmp', 'sigil-gw-'));
+    chmodSync(dir, 0o755);
+    const catalogFile = join(dir, 'catalog.json');
+    writeFileSync(
+      catalogFile,
+      JSON.stringify({
+        servers: [
+          { id: 'probe', ...probeEntry, secrets: [{ name: 'PROBE_TOKEN', required: false }] },
+          { id: 'probe-locked', ...probeEntry, secrets: [{ name: 'PROBE_TOKEN', required: true }] },
+        ],
+      }),
+    );
+    return new ProbeWorld(registry, dir, catalogFile);
+  }
+
+  async stop(): Promise<void> {
+    await this.registry.stop();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** A gateway on a fresh (or given) database with the probe catalog and real plugins. */
+  async gateway(
+    database: TestDatabase | undefined,
+    gateway: Partial<SigilConfig['gateway']> = {},
+    extra: Omit<TestKernelOptions, 'database' | 'config'> & { vault?: SigilConfig['vault'] } = {},
+  ): Promise<Serving & { url: string }> {
+    const { vault, ...kernelOptions } = extra;
+    const kernel = await openTestKernel({
+      ...kernelOptions,
+      ...(database ? { database } : {}),
+      config: {
+        gateway: { port: 0, includeDefaultCatalog: false, catalogFile: this.catalogFile, ...gateway },
+        ...(vault ? { vault } : {}),
+        plugins: [
+          { resolve: 'tee-none', enabled: true, options: {} },
+          {
+            resolve: 'registry-npm',
+            enabled: true,
+            options: {
+              registry: this.registry.url,
+              cacheDir: join(this.dir, 'packages'),
+              refresh: { enabled: false },
+            },
+          },
+          {
+            resolve: 'sandbox-linux-namespaces',
+            enabled: true,
+            options: { stateDir: join(this.dir, 'sandboxes') },
+          },
+        ],
+      },
+    });
+    const serving = await serve(kernel, ['gateway']);
+    return { ...serving, url: serving.urls.gateway as string };
+  }
+}
+
+/** Signs a fresh wallet in (SIWE) and creates a wallet token for it. */
+export async function walletToken(gatewayUrl: string): Promise<{ token: string; address: string }> {
+  const wallet = privateKeyToAccount(generatePrivateKey());
+  const challenge = (await (
+    await fetch(`${gatewayUrl}/api/auth/challenge?address=${wallet.address}`)
+  ).json()) as { message: string };
+  const verified = await fetch(`${gatewayUrl}/api/auth/verify`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      message: challenge.message,
+      signature: await wallet.signMessage({ message: challenge.message }),
+    }),
+  });
+  const { token: jwt } = (await verified.json()) as { token: string };
+  const created = await fetch(`${gatewayUrl}/api/auth/create-token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
+    body: '{}',
+  });
+  return { token: ((await created.json()) as { token: string }).token, address: wallet.address };
+}
+
+export async function mcpClient(url: string, token?: string, session?: string): Promise<Client> {
+  const headers: Record<string, string> = {};
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (session) headers['x-mcp-session'] = session;
+  const client = new Client({ name: 'sigil-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
+  return client;
+}
