@@ -8,9 +8,11 @@ export function canonicalJson(value: unknown): string {
   return text;
 }
 
-export const sha256Hex = (data: string | Uint8Array): string => createHash('sha256').update(data).digest('hex');
+export const sha256Hex = (data: string | Uint8Array): string =>
+  createHash('sha256').update(data).digest('hex');
 
-export const hmacSha256 = (key: Uint8Array, data: string | Uint8Array): Buffer => createHmac('sha256', key).update(data).digest();
+export const hmacSha256 = (key: Uint8Array, data: string | Uint8Array): Buffer =>
+  createHmac('sha256', key).update(data).digest();
 
 /** Constant-time comparison of two hex or base64url strings of MAC output. */
 export function sameMac(a: string, b: string): boolean {
