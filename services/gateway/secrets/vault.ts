@@ -12,6 +12,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { hmacSha256 } from '../../../core/crypto.ts';
+import { SigilError } from '../../../core/errors.ts';
 import type { Logger, SecretRegistry } from '../../../core/log.ts';
 
 /** One wallet's secrets for one server, as stored: AES-256-GCM ciphertext and what decrypts it. */
@@ -75,23 +76,31 @@ export class SecretVault {
   }
 
   /** Decrypts the wallet's secrets for the server; empty when there are none. */
-  get(wallet: string, serverId: string): Promise<Record<string, string>> {
-    const entry = this.read(this.lookupKey(wallet, serverId));
-    if (!entry) return Promise.resolve({});
-    const decipher = createDecipheriv(
-      'aes-256-gcm',
-      this.entryKey(wallet, serverId, Buffer.from(entry.salt, 'base64')),
-      Buffer.from(entry.iv, 'base64'),
-    );
-    decipher.setAAD(Buffer.from(this.lookupKey(wallet, serverId)));
-    decipher.setAuthTag(Buffer.from(entry.tag, 'base64'));
-    const plain = Buffer.concat([
-      decipher.update(Buffer.from(entry.ciphertext, 'base64')),
-      decipher.final(),
-    ]).toString('utf8');
+  async get(wallet: string, serverId: string): Promise<Record<string, string>> {
+    const lookup = this.lookupKey(wallet, serverId);
+    const entry = this.read(lookup);
+    if (!entry) return {};
+    let plain: string;
+    try {
+      const key = this.entryKey(wallet, serverId, Buffer.from(entry.salt, 'base64'));
+      const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(entry.iv, 'base64'));
+      decipher.setAAD(Buffer.from(lookup));
+      decipher.setAuthTag(Buffer.from(entry.tag, 'base64'));
+      plain = Buffer.concat([
+        decipher.update(Buffer.from(entry.ciphertext, 'base64')),
+        decipher.final(),
+      ]).toString('utf8');
+    } catch (cause) {
+      // GCM refuses a changed byte anywhere: never serve a tampered or mis-keyed entry.
+      throw new SigilError(
+        'internal',
+        `Stored secrets for "${serverId}" failed authentication and were not used`,
+        { cause },
+      );
+    }
     const values = JSON.parse(plain) as Record<string, string>;
     for (const value of Object.values(values)) this.options.registry.add(value);
-    return Promise.resolve(values);
+    return values;
   }
 
   /** Removes one secret, or all of them for the server; true when something was removed. */
