@@ -126,13 +126,23 @@ const servableNow = (view: ServerView): boolean =>
 const mayBecomeServable = (view: ServerView): boolean =>
   view.filter !== 'blocked' && view.runnable !== false && view.tier === null;
 
-function fits(view: ServerView, needSmokeTool: boolean): boolean {
-  if (!servableNow(view)) return false;
+/** A further condition a check puts on the server it needs (say, one that declares a secret). */
+export interface ServerCondition {
+  /** What the check wants, for the reason when no server fits: "declares a secret". */
+  wanted: string;
+  /** Why `view` does not meet the condition, or undefined when it does. */
+  unfit(view: ServerView): string | undefined;
+}
+
+function fits(view: ServerView, needSmokeTool: boolean, where: ServerCondition | undefined): boolean {
+  if (!servableNow(view) || where?.unfit(view) !== undefined) return false;
   if (needSmokeTool) return view.tier === 'tool_smoke_passed' && view.smokeTool !== undefined;
   return view.tier !== null;
 }
 
-function describeUnfit(view: ServerView): string {
+function describeUnfit(view: ServerView, where: ServerCondition | undefined): string {
+  const unmet = where?.unfit(view);
+  if (unmet !== undefined) return `${view.id} (${unmet})`;
   if (view.filter !== undefined && view.filter !== 'allowed') return `${view.id} (filter ${view.filter})`;
   if (view.runnable === false) return `${view.id} (not runnable)`;
   if (view.tier === null || view.tier === undefined) return `${view.id} (not verified)`;
@@ -142,32 +152,40 @@ function describeUnfit(view: ServerView): string {
 
 /**
  * A server an MCP client could use right now: allowed by the filter, runnable, verified (with a smoke
- * tool whose probe passed when `needSmokeTool`). Servers not verified yet are verified on demand, one
- * at a time, by asking for their tools. When none fits, the check is not applicable, with why.
+ * tool whose probe passed when `needSmokeTool`), and meeting the check's own condition `where`, if
+ * any. Servers not verified yet are verified on demand, one at a time, by asking for their tools.
+ * When none fits, the check is not applicable, with why.
  */
 export async function findServableServer(
   context: DeploymentContext,
-  options: { needSmokeTool: boolean },
+  options: { needSmokeTool: boolean; where?: ServerCondition },
 ): Promise<ServableServer> {
+  const { needSmokeTool, where } = options;
   const ids = await listServerIds(context);
   if (ids.length === 0) notApplicableBecause(`GET ${path.servers} lists no MCP servers`);
   const views: ServerView[] = [];
   for (const id of ids) views.push(await readServer(context, id));
-  const ready = views.find((view) => fits(view, options.needSmokeTool));
+  const ready = views.find((view) => fits(view, needSmokeTool, where));
   if (ready) return withTools(context, ready, views);
   const started = performance.now();
   for (const [index, view] of views.entries()) {
-    if (!mayBecomeServable(view) || performance.now() - started > ON_DEMAND_TIMEOUT_MS) continue;
+    if (!mayBecomeServable(view) || where?.unfit(view) !== undefined) continue;
+    if (performance.now() - started > ON_DEMAND_TIMEOUT_MS) continue;
     context.evidence.note(`${view.id} is not verified yet: asking for its tools verifies it on demand`);
     await readServerTools(context, view.id);
     const after = await readServer(context, view.id);
     views[index] = after;
-    if (fits(after, options.needSmokeTool)) return withTools(context, after, views);
+    if (fits(after, needSmokeTool, where)) return withTools(context, after, views);
   }
-  const wanted = options.needSmokeTool
-    ? 'allowed, runnable and verified with a passed smoke tool (tier tool_smoke_passed and a smokeTool)'
-    : 'allowed, runnable and verified';
-  notApplicableBecause(`no MCP server is ${wanted}: ${views.map(describeUnfit).join(', ')}`);
+  const wanted = [
+    needSmokeTool
+      ? 'allowed, runnable and verified with a passed smoke tool (tier tool_smoke_passed and a smokeTool)'
+      : 'allowed, runnable and verified',
+    ...(where ? [where.wanted] : []),
+  ].join(', and ');
+  notApplicableBecause(
+    `no MCP server is ${wanted}: ${views.map((view) => describeUnfit(view, where)).join(', ')}`,
+  );
 }
 
 async function withTools(

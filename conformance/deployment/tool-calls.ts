@@ -46,7 +46,7 @@ async function serverAndTool(
   }
 }
 
-function smokeToolOf(server: ServableServer): McpTool {
+export function smokeToolOf(server: ServableServer): McpTool {
   const name = server.view.smokeTool;
   const tool = server.tools.find((candidate) => candidate.name === name);
   ensure(
