@@ -3,6 +3,8 @@ import { discoveryRequirements } from './deployment/discovery.ts';
 import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
 import { healthRequirements } from './deployment/health.ts';
 import { mcpProtocolRequirements } from './deployment/mcp-protocol.ts';
+import { proofRequirements } from './deployment/proofs.ts';
+import { secretsRequirements } from './deployment/secrets.ts';
 import { serversApiRequirements } from './deployment/servers-api.ts';
 import { foreignTokenRequirement, signInRequirements } from './deployment/sign-in.ts';
 import { toolCallRequirements } from './deployment/tool-calls.ts';
@@ -27,6 +29,8 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...serversApiRequirements,
   ...discoveryRequirements,
   ...toolCallRequirements,
+  ...proofRequirements,
+  ...secretsRequirements,
   ...signInRequirements(RUNTIME_AUTH),
   foreignTokenRequirement(RUNTIME_AUTH, GATEWAY_AUTH),
 ];
