@@ -69,8 +69,8 @@ const probePackage = join(import.meta.dirname, '..', 'fixtures', 'mcp', 'probe-p
 
 /**
  * What `sigil up` needs to serve MCP servers, from a local registry instead of npmjs.org: a catalog
- * with the probe server (smoke tool `echo`) and a deny-listed copy of it, npm from verdaccio, the
- * built-in sandbox, and the warmup at start-up.
+ * with the probe server (smoke tool `echo`, an optional secret PROBE_TOKEN) and a deny-listed copy of
+ * it, npm from verdaccio, the built-in sandbox, and the warmup at start-up.
  */
 function gatewayWithServers(registry: Verdaccio, dir: string) {
   const catalogFile = join(dir, 'catalog.json');
@@ -89,6 +89,8 @@ function gatewayWithServers(registry: Verdaccio, dir: string) {
           title: 'Probe',
           ...probe,
           smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
+          // A declared secret and the probe's `env` tool make the secret and redaction checks apply.
+          secrets: [{ name: 'PROBE_TOKEN', required: false }],
         },
         { id: 'blocked-probe', title: 'Blocked probe', ...probe },
       ],
