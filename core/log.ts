@@ -58,6 +58,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       redact: { paths: REDACT_PATHS, censor: '[REDACTED]' },
       hooks: secrets ? { streamWrite: (line: string) => secrets.scrub(line) } : {},
     },
-    options.destination ?? pino.destination({ dest: 1, sync: false }),
+    // stderr: stdout stays clean for what commands print (URLs, JSON), whatever the log level.
+    options.destination ?? pino.destination({ dest: 2, sync: false }),
   );
 }
