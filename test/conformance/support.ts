@@ -1,41 +1,20 @@
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { serve } from '../../services/serve.ts';
+import { runSigil as runSigilCommand, type CliResult } from '../support/cli.ts';
 import { openTestKernel, type ConfigOverrides } from '../support/kernel.ts';
 
-/** The `sigil` command as users run it. */
-const SIGIL = join(import.meta.dirname, '../../bin/sigil.js');
-
-export interface CliRun {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
+export type CliRun = CliResult;
 
 /** Runs `node bin/sigil.js …` as a child process, with `env` added to this process's environment. */
-export function runSigil(
+export const runSigil = (
   args: readonly string[],
   env: Record<string, string> = {},
   cwd?: string,
-): Promise<CliRun> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SIGIL, ...args], {
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      ...(cwd ? { cwd } : {}),
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+): Promise<CliRun> => runSigilCommand(args, { env, ...(cwd ? { cwd } : {}) });
 
 export interface RunningSigil {
   runtimeUrl: string;
