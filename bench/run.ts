@@ -4,7 +4,7 @@
  */
 import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -102,26 +102,43 @@ async function httpCoreSuite(): Promise<Measurement[]> {
 const suites: Record<string, () => Promise<Measurement[]>> = {
   'http-core': httpCoreSuite,
   'sandbox-cold-start': async () => (await import('./sandbox.ts')).sandboxColdStartSuite(),
+  'gateway-mcp': async () => (await import('./gateway.ts')).gatewayMcpSuite(),
 };
+// `npm run bench -- gateway-mcp` runs the named suites only; the table keeps the others' last results.
+const selected = process.argv.slice(2);
+for (const name of selected) if (!(name in suites)) throw new Error(`No bench suite "${name}"`);
 const resultsDir = join(here, 'results');
 mkdirSync(resultsDir, { recursive: true });
-const table: string[] = [
-  '| suite | scenario | in flight | req/s | p50 ms | p99 ms | server CPU µs/req |',
-  '|---|---|---:|---:|---:|---:|---:|',
-];
 for (const [name, suite] of Object.entries(suites)) {
+  if (selected.length > 0 && !selected.includes(name)) continue;
   const measurements = await suite();
   writeFileSync(
     join(resultsDir, `${name}.json`),
     `${JSON.stringify({ suite: name, date: new Date().toISOString(), node: process.version, requestsPerScenario: TOTAL, measurements }, null, 2)}\n`,
   );
+}
+const table: string[] = [
+  '| suite | scenario | in flight | req/s | p50 ms | p99 ms | server CPU µs/req | MCP server CPU µs/call |',
+  '|---|---|---:|---:|---:|---:|---:|---:|',
+];
+for (const name of Object.keys(suites)) {
+  const file = join(resultsDir, `${name}.json`);
+  if (!existsSync(file)) continue;
+  const { measurements } = JSON.parse(readFileSync(file, 'utf8')) as {
+    measurements: (Measurement & { mcpServerCpuUsPerCall?: number })[];
+  };
   for (const m of measurements)
     table.push(
-      `| ${name} | ${m.scenario} | ${m.concurrency} | ${m.rps} | ${m.p50Ms} | ${m.p99Ms} | ${m.serverCpuUsPerRequest} |`,
+      `| ${name} | ${m.scenario} | ${m.concurrency} | ${m.rps} | ${m.p50Ms} | ${m.p99Ms} | ${m.serverCpuUsPerRequest} | ${m.mcpServerCpuUsPerCall ?? ''} |`,
     );
 }
+// Everything from this marker on in bench/README.md is kept: notes and before/after comparisons.
+const NOTES_MARKER = '<!-- notes: kept by npm run bench -->';
+const readme = join(here, 'README.md');
+const previous = existsSync(readme) ? readFileSync(readme, 'utf8') : '';
+const notes = previous.includes(NOTES_MARKER) ? previous.slice(previous.indexOf(NOTES_MARKER)) : '';
 writeFileSync(
-  join(here, 'README.md'),
-  `# Benchmarks\n\n\`npm run bench\` measures each scenario against a baseline in the same run (2 vCPU machines are noisy:\ncompare rows, not absolute numbers). The load generator (\`bench/load.ts\`) is a separate process with\nkeep-alive node:http connections; server CPU per request is the serving process's CPU time divided by\nrequests. Raw results: \`bench/results/*.json\`.\n\n${table.join('\n')}\n`,
+  readme,
+  `# Benchmarks\n\n\`npm run bench\` measures each scenario against a baseline in the same run (2 vCPU machines are noisy:\ncompare rows, not absolute numbers); \`npm run bench -- <suite>…\` runs some suites and keeps the others' last\nresults. The load generators (\`bench/load.ts\`, \`bench/mcp-load.ts\`) are separate processes with keep-alive\nnode:http connections; server CPU per request is the serving process's CPU time divided by requests. Raw\nresults: \`bench/results/*.json\`.\n\n${table.join('\n')}\n${notes === '' ? '' : `\n${notes}`}`,
 );
 process.exit(0);

@@ -1,0 +1,601 @@
+/**
+ * `gateway-mcp`: the tool gateway's MCP hot path against baselines measured in the same run.
+ *
+ * A real MCP server package (the probe server of the tests) is published to a local verdaccio,
+ * installed by the registry-npm plugin and run in the linux-namespaces sandbox by a real gateway
+ * (SQLite, or PostgreSQL with BENCH_DATABASE_URL; logging at `info` into /dev/null, asynchronously as
+ * in production). Warm scenarios, each repeated BENCH_RUNS times (default 3) with the scenarios
+ * interleaved, medians reported:
+ *
+ * - direct: the SDK `Client` over stdio to the same installed package, sandboxed (the baseline of the
+ *   added latency) and plain, from the load process itself;
+ * - floor: a bare `node:http` JSON-RPC relay (bench/relay.ts) to a warm sandboxed instance of the same
+ *   server: the baseline of the gateway's throughput;
+ * - gateway: `tools/call` of `echo` through POST /mcp/server/probe (anonymous) and through POST /mcp
+ *   with a wallet token and an X-MCP-Session in which the server is enabled (`probe__echo`).
+ *
+ * Cold scenarios: the first `tools/call` after a gateway restart (package in the registry cache, server
+ * verified), and `tools/call`s after the warm process was stopped for inactivity, each alternating
+ * with a plain and a sandboxed start of the same server to its first tools/list and tools/call.
+ *
+ * Load comes from bench/mcp-load.ts in its own process. "server CPU" is the serving process's CPU per
+ * call (the gateway's or the relay's; for the direct rows, the MCP server's); "MCP server CPU" is the
+ * sandboxed server's, from /proc. For cold rows, server CPU is everything the call made run.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import knex from 'knex';
+import { pino } from 'pino';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { createLogger } from '../core/log.ts';
+import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
+import type { PackageRegistryV1 } from '../core/plugins/contracts/index.ts';
+import type { Kernel } from '../services/kernel.ts';
+import { serve, type Serving } from '../services/serve.ts';
+import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';
+import { startVerdaccio } from '../test/support/verdaccio.ts';
+import type { LoadOptions, LoadResult } from './mcp-load.ts';
+import { cpuBetween, descendants, ownCpuUs, reapedChildrenCpuUs } from './proc.ts';
+import { startRelay } from './relay.ts';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const probePackage = join(here, '..', 'test', 'fixtures', 'mcp', 'probe-package');
+const execFileAsync = promisify(execFile);
+
+const CALLS = Number(process.env.BENCH_MCP_CALLS ?? 2000);
+const WARMUP = Number(process.env.BENCH_MCP_WARMUP ?? 2000);
+/** Calls each HTTP target gets once before any run: V8 needs several thousand to optimise the hot path. */
+const PREWARM = Number(process.env.BENCH_MCP_PREWARM ?? 5000);
+const RUNS = Number(process.env.BENCH_RUNS ?? 3);
+const COLD_CALLS = Number(process.env.BENCH_COLD_CALLS ?? 10);
+const RESTARTS = Number(process.env.BENCH_RESTARTS ?? 3);
+
+export interface GatewayMeasurement {
+  scenario: string;
+  concurrency: number;
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** The serving process's CPU per call: the gateway's, the relay's, or (direct rows) the MCP server's. */
+  serverCpuUsPerRequest: number;
+  /** The MCP server process's CPU per call (the sandbox's whole process tree). */
+  mcpServerCpuUsPerCall?: number;
+  /** For rows that check a target: what it is and whether the medians meet it. */
+  target?: string;
+  met?: boolean;
+  /** Measured calls per run (after `warmupCalls` unmeasured ones). */
+  callsPerRun?: number;
+  warmupCalls?: number;
+  /** The per-run figures the medians come from. */
+  runs?: { rps: number; p50Ms: number; p99Ms: number; serverCpuUs: number; mcpServerCpuUs?: number }[];
+}
+
+type Target = LoadOptions['target'];
+
+interface Run {
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  serverCpuUs: number;
+  mcpServerCpuUs?: number;
+}
+
+const median = (values: readonly number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
+};
+const ms = (value: number) => Number(value.toFixed(3));
+
+/** Processes that are not the gateway's servers (verdaccio): left out of the MCP server CPU. */
+let foreignPids = new Set<number>();
+const serverProcesses = () => {
+  const found = descendants();
+  for (const pid of foreignPids) found.delete(pid);
+  return found;
+};
+
+async function load(target: Target, concurrency: number, prewarm = false): Promise<Run> {
+  const options: LoadOptions = prewarm
+    ? { target, total: 1, concurrency, warmup: PREWARM }
+    : { target, total: CALLS, concurrency, warmup: WARMUP };
+  const cpuBefore = ownCpuUs();
+  const serversBefore = serverProcesses();
+  const { stdout } = await execFileAsync(
+    process.execPath,
+    ['--import', 'tsx', join(here, 'mcp-load.ts'), JSON.stringify(options)],
+    { maxBuffer: 1024 * 1024 },
+  );
+  const calls = options.total + options.warmup;
+  const serverCpu = (ownCpuUs() - cpuBefore) / calls;
+  const mcpCpu = cpuBetween(serversBefore, serverProcesses()) / calls;
+  const result = JSON.parse(stdout) as LoadResult;
+  const direct = result.mcpServerCpuUs !== undefined ? result.mcpServerCpuUs / result.requests : undefined;
+  return {
+    rps: result.rps,
+    p50Ms: result.p50,
+    p99Ms: result.p99,
+    // The direct path has no serving process but the MCP server itself.
+    serverCpuUs: direct ?? serverCpu,
+    mcpServerCpuUs: direct ?? mcpCpu,
+  };
+}
+
+function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayMeasurement {
+  const mcp = runs.map((r) => r.mcpServerCpuUs).filter((v): v is number => v !== undefined);
+  const measurement: GatewayMeasurement = {
+    scenario,
+    concurrency,
+    rps: Math.round(median(runs.map((r) => r.rps))),
+    p50Ms: ms(median(runs.map((r) => r.p50Ms))),
+    p99Ms: ms(median(runs.map((r) => r.p99Ms))),
+    serverCpuUsPerRequest: Math.round(median(runs.map((r) => r.serverCpuUs))),
+    ...(mcp.length > 0 ? { mcpServerCpuUsPerCall: Math.round(median(mcp)) } : {}),
+    callsPerRun: CALLS,
+    warmupCalls: WARMUP,
+    runs: runs.map((r) => ({
+      rps: Math.round(r.rps),
+      p50Ms: ms(r.p50Ms),
+      p99Ms: ms(r.p99Ms),
+      serverCpuUs: Math.round(r.serverCpuUs),
+      ...(r.mcpServerCpuUs === undefined ? {} : { mcpServerCpuUs: Math.round(r.mcpServerCpuUs) }),
+    })),
+  };
+  process.stdout.write(`${JSON.stringify({ ...measurement, runs: undefined })}\n`);
+  return measurement;
+}
+
+const callBody = (tool: string) =>
+  JSON.stringify({
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'tools/call',
+    params: { name: tool, arguments: { message: 'bench' } },
+  });
+const mcpHeaders = {
+  accept: 'application/json, text/event-stream',
+  'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+};
+
+/** One POST over a fresh connection, for setup and the cold calls (single requests, client cost negligible). */
+function post(url: string, body: string, headers: Record<string, string> = {}): Promise<string> {
+  const agent = new Agent({ keepAlive: false });
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      { method: 'POST', agent, headers: { ...mcpHeaders, ...headers, 'content-type': 'application/json' } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          if (res.statusCode === 200) resolve(text);
+          else reject(new Error(`POST ${url}: ${res.statusCode} ${text}`));
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+async function walletToken(gatewayUrl: string): Promise<string> {
+  const wallet = privateKeyToAccount(generatePrivateKey());
+  const challenge = (await (
+    await fetch(`${gatewayUrl}/api/auth/challenge?address=${wallet.address}`)
+  ).json()) as { message: string };
+  const verified = await fetch(`${gatewayUrl}/api/auth/verify`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      message: challenge.message,
+      signature: await wallet.signMessage({ message: challenge.message }),
+    }),
+  });
+  const { token: jwt } = (await verified.json()) as { token: string };
+  const created = await fetch(`${gatewayUrl}/api/auth/create-token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
+    body: '{}',
+  });
+  return ((await created.json()) as { token: string }).token;
+}
+
+/** Waits until every MCP server process of the gateway has ended (e.g. stopped for inactivity). */
+async function serversGone(): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  while (serverProcesses().size > 0) {
+    if (Date.now() > deadline) throw new Error('MCP server processes did not stop');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** Times one cold call; CPU counts this process, the server it starts, and any that ended meanwhile. */
+async function coldCall(url: string): Promise<Run> {
+  const cpuBefore = ownCpuUs() + reapedChildrenCpuUs();
+  const serversBefore = serverProcesses();
+  const started = performance.now();
+  const answer = await post(`${url}/mcp/server/probe`, callBody('echo'));
+  const elapsed = performance.now() - started;
+  if (!answer.includes('bench') || answer.includes('"isError":true')) throw new Error(`cold call: ${answer}`);
+  const mcpCpu = cpuBetween(serversBefore, serverProcesses());
+  return {
+    rps: 1000 / elapsed,
+    p50Ms: elapsed,
+    p99Ms: elapsed,
+    serverCpuUs: ownCpuUs() + reapedChildrenCpuUs() - cpuBefore + mcpCpu,
+    mcpServerCpuUs: mcpCpu,
+  };
+}
+
+type Launch = () => Promise<ProcessStdio & { kill(): Promise<void> }>;
+
+/**
+ * The baselines of a cold call: start the same server directly, initialize an SDK client, list the
+ * tools (the first milestone), then call (the second, one list round trip later than a bare call).
+ */
+async function directColdStart(launch: Launch): Promise<{ list: Run; call: Run }> {
+  const serversBefore = serverProcesses();
+  const started = performance.now();
+  const client = new Client({ name: 'bench-cold', version: '1.0.0' });
+  await client.connect(new ProcessStdioTransport(await launch()));
+  await client.listTools();
+  const listed = performance.now() - started;
+  const listCpu = cpuBetween(serversBefore, serverProcesses());
+  const result = (await client.callTool({ name: 'echo', arguments: { message: 'bench' } })) as CallToolResult;
+  const called = performance.now() - started;
+  if (result.isError || !JSON.stringify(result.content).includes('bench'))
+    throw new Error(`direct cold call: ${JSON.stringify(result)}`);
+  const callCpu = cpuBetween(serversBefore, serverProcesses());
+  await client.close();
+  const run = (elapsed: number, cpu: number): Run => ({
+    rps: 1000 / elapsed,
+    p50Ms: elapsed,
+    p99Ms: elapsed,
+    serverCpuUs: cpu,
+    mcpServerCpuUs: cpu,
+  });
+  return { list: run(listed, listCpu), call: run(called, callCpu) };
+}
+
+/** Cold rows: the median and the slowest of single timed calls. */
+function summarizeCold(scenario: string, runs: Run[], target = false): GatewayMeasurement {
+  const p50 = median(runs.map((r) => r.p50Ms));
+  const slowest = Math.max(...runs.map((r) => r.p50Ms));
+  const measurement: GatewayMeasurement = {
+    scenario,
+    concurrency: 1,
+    rps: Math.round(1000 / p50),
+    p50Ms: ms(p50),
+    p99Ms: ms(slowest),
+    serverCpuUsPerRequest: Math.round(median(runs.map((r) => r.serverCpuUs))),
+    mcpServerCpuUsPerCall: Math.round(median(runs.map((r) => r.mcpServerCpuUs ?? 0))),
+    ...(target ? { target: '≤ 500 ms', met: p50 <= 500 } : {}),
+    runs: runs.map((r) => ({
+      rps: Math.round(r.rps),
+      p50Ms: ms(r.p50Ms),
+      p99Ms: ms(r.p99Ms),
+      serverCpuUs: Math.round(r.serverCpuUs),
+      mcpServerCpuUs: Math.round(r.mcpServerCpuUs ?? 0),
+    })),
+  };
+  process.stdout.write(`${JSON.stringify({ ...measurement, runs: undefined })}\n`);
+  return measurement;
+}
+
+export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
+  const registry = await startVerdaccio({ packages: [{ dir: probePackage }] });
+  foreignPids = new Set(descendants().keys());
+  // Not under /tmp: the sandbox mounts a private /tmp over it, hiding a package cache there.
+  const dir = mkdtempSync(join('/var/tmp', 'sigil-bench-gateway-'));
+  chmodSync(dir, 0o755); // the sandbox user must reach the package cache
+  const catalogFile = join(dir, 'catalog.json');
+  writeFileSync(
+    catalogFile,
+    JSON.stringify({
+      servers: [
+        {
+          id: 'probe',
+          title: 'Probe',
+          registry: 'npm',
+          package: '@sigil-test/probe-server',
+          version: '^1.0.0',
+          entry: { bin: 'sigil-probe' },
+          smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
+        },
+      ],
+    }),
+  );
+  // One database across restarts, so a restarted gateway finds the server verified: a SQLite file, or
+  // with BENCH_DATABASE_URL a PostgreSQL schema of its own.
+  const pgUrl = process.env.BENCH_DATABASE_URL;
+  const pgSchema = `bench_${process.pid}`;
+  const database: TestDatabase = pgUrl
+    ? { name: 'postgres', fresh: () => ({ url: pgUrl, schema: pgSchema, cleanup: async () => undefined }) }
+    : { name: 'sqlite', fresh: () => ({ url: join(dir, 'sigil.db'), cleanup: async () => undefined }) };
+  const logger = createLogger({
+    level: 'info',
+    destination: pino.destination({ dest: '/dev/null', sync: false }),
+  });
+  let kernel: Kernel | undefined;
+  const startGateway = async (idleTimeoutSeconds: number): Promise<{ serving: Serving; url: string }> => {
+    kernel = await openTestKernel({
+      database,
+      logger,
+      config: {
+        gateway: {
+          port: 0,
+          warmupAtStart: false,
+          includeDefaultCatalog: false,
+          catalogFile,
+          idleTimeoutSeconds,
+        },
+        plugins: [
+          { resolve: 'tee-none', enabled: true, options: {} },
+          {
+            resolve: 'registry-npm',
+            enabled: true,
+            options: { registry: registry.url, cacheDir: join(dir, 'packages'), refresh: { enabled: false } },
+          },
+          {
+            resolve: 'sandbox-linux-namespaces',
+            enabled: true,
+            options: { stateDir: join(dir, 'sandboxes') },
+          },
+        ],
+      },
+    });
+    const serving = await serve(kernel, ['gateway']);
+    return { serving, url: serving.urls.gateway as string };
+  };
+
+  const results: GatewayMeasurement[] = [];
+  let serving: Serving | undefined;
+  try {
+    const warm = await startGateway(300);
+    serving = warm.serving;
+    const { url } = warm;
+    // Verifies (installs, probes, pins) the server, then warms the anonymous process.
+    await post(`${url}/mcp/server/probe`, callBody('echo'));
+    const token = await walletToken(url);
+    const walletHeaders = { authorization: `Bearer ${token}`, 'x-mcp-session': 'bench' };
+    const enabled = await post(
+      `${url}/mcp`,
+      JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'gateway_enable_server', arguments: { serverId: 'probe' } },
+      }),
+      walletHeaders,
+    );
+    if (!enabled.includes('probe__echo')) throw new Error(`enabling the server failed: ${enabled}`);
+
+    // The same installed package the gateway runs, for the direct and relay baselines.
+    const npm = (kernel as Kernel).plugins
+      .all('package-registry')
+      .find((r: PackageRegistryV1) => r.registryKind === 'npm') as PackageRegistryV1;
+    const installed = await npm.install(await npm.resolve('@sigil-test/probe-server', '^1.0.0'));
+    const entry = installed.bin['sigil-probe'] as string;
+    const relayServer = await (kernel as Kernel).plugins.one('sandbox-runtime').spawn({
+      packagePath: installed.root,
+      command: process.execPath,
+      args: [entry],
+      env: {},
+      networkAllowList: [],
+    });
+    relayServer.stderr?.resume();
+    const relay = await startRelay(relayServer);
+
+    const direct = (sandboxed: boolean): Target => ({
+      kind: 'stdio',
+      packagePath: installed.root,
+      entry,
+      args: [],
+      ...(sandboxed ? { sandboxStateDir: join(dir, 'sandboxes-direct') } : {}),
+      tool: 'echo',
+      arguments: { message: 'bench' },
+      expect: 'bench',
+    });
+    const http = (target: string, tool: string, headers: Record<string, string> = {}): Target => ({
+      kind: 'http',
+      url: target,
+      body: callBody(tool),
+      headers: { ...mcpHeaders, ...headers },
+      expect: 'bench',
+    });
+    const scenarios: { name: string; target: Target }[] = [
+      { name: 'direct: SDK client → server over stdio (sandboxed)', target: direct(true) },
+      { name: 'direct: SDK client → server over stdio (plain)', target: direct(false) },
+      {
+        name: 'floor: bare node:http JSON-RPC relay → warm sandboxed server',
+        target: http(relay.url, 'echo'),
+      },
+      {
+        name: 'gateway: POST /mcp/server/probe, anonymous',
+        target: http(`${url}/mcp/server/probe`, 'echo'),
+      },
+      {
+        name: 'gateway: POST /mcp, wallet token + X-MCP-Session, enabled server',
+        target: http(`${url}/mcp`, 'probe__echo', walletHeaders),
+      },
+    ];
+    const [directSandboxed, , floor, ...gateways] = scenarios;
+    for (const scenario of scenarios)
+      if (scenario.target.kind === 'http') await load(scenario.target, 50, true);
+    for (const concurrency of [1, 50]) {
+      const runs = new Map<string, Run[]>(scenarios.map((s) => [s.name, []]));
+      for (let run = 0; run < RUNS; run++) {
+        for (const scenario of scenarios) {
+          (runs.get(scenario.name) as Run[]).push(await load(scenario.target, concurrency));
+        }
+      }
+      for (const scenario of scenarios)
+        results.push(summarize(scenario.name, concurrency, runs.get(scenario.name) as Run[]));
+      for (const gateway of gateways) {
+        const mine = runs.get(gateway.name) as Run[];
+        if (concurrency === 1) {
+          const base = runs.get((directSandboxed as { name: string }).name) as Run[];
+          const added = (pick: (r: Run) => number) =>
+            median(mine.map((r, i) => pick(r) - pick(base[i] as Run)));
+          const p50 = added((r) => r.p50Ms);
+          const p99 = added((r) => r.p99Ms);
+          const row: GatewayMeasurement = {
+            scenario: `added by the gateway (${gateway.name.replace('gateway: ', '')} − direct sandboxed)`,
+            concurrency,
+            rps: 0,
+            p50Ms: ms(p50),
+            p99Ms: ms(p99),
+            serverCpuUsPerRequest: Math.round(added((r) => r.serverCpuUs)),
+            target: 'added p50 ≤ 1 ms and p99 ≤ 5 ms',
+            met: p50 <= 1 && p99 <= 5,
+          };
+          process.stdout.write(`${JSON.stringify(row)}\n`);
+          results.push(row);
+        } else {
+          const base = runs.get((floor as { name: string }).name) as Run[];
+          const ratio = median(mine.map((r, i) => r.rps / (base[i] as Run).rps));
+          const row: GatewayMeasurement = {
+            scenario: `${gateway.name.replace('gateway: ', '')}: ${Math.round(ratio * 100)} % of the relay floor's req/s`,
+            concurrency,
+            rps: Math.round(median(mine.map((r) => r.rps))),
+            p50Ms: ms(median(mine.map((r) => r.p50Ms))),
+            p99Ms: ms(median(mine.map((r) => r.p99Ms))),
+            serverCpuUsPerRequest: Math.round(median(mine.map((r) => r.serverCpuUs))),
+            target: '≥ 70 % of the floor',
+            met: ratio >= 0.7,
+          };
+          process.stdout.write(`${JSON.stringify(row)}\n`);
+          results.push(row);
+        }
+      }
+    }
+    await relay.close();
+    await relayServer.kill();
+    await serving.stop();
+    serving = undefined;
+
+    // Cold calls: the package is in the registry cache and the server verified (same database).
+    // After the idle stop, each gateway call alternates with direct starts of the same server.
+    const afterRestart: Run[] = [];
+    const cold = {
+      gateway: [] as Run[],
+      plain: [] as Run[],
+      sandboxed: [] as Run[],
+      plainList: [] as Run[],
+      sandboxedList: [] as Run[],
+    };
+    const plainLaunch: Launch = async () => {
+      const child = spawn(process.execPath, [entry], { stdio: ['pipe', 'pipe', 'ignore'], env: {} });
+      const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
+      return {
+        stdin: child.stdin,
+        stdout: child.stdout,
+        exited,
+        kill: async () => {
+          child.stdin.end();
+          await exited;
+        },
+      };
+    };
+    for (let restart = 0; restart < RESTARTS; restart++) {
+      const restarted = await startGateway(1);
+      serving = restarted.serving;
+      afterRestart.push(await coldCall(restarted.url));
+      if (restart < RESTARTS - 1) {
+        await serving.stop();
+        serving = undefined;
+        continue;
+      }
+      const sandboxLaunch: Launch = async () => {
+        const sandbox = await (kernel as Kernel).plugins.one('sandbox-runtime').spawn({
+          packagePath: installed.root,
+          command: process.execPath,
+          args: [entry],
+          env: {},
+          networkAllowList: [],
+        });
+        sandbox.stderr?.resume();
+        return sandbox;
+      };
+      for (let call = 0; call < COLD_CALLS; call++) {
+        await serversGone();
+        cold.gateway.push(await coldCall(restarted.url));
+        const plain = await directColdStart(plainLaunch);
+        cold.plainList.push(plain.list);
+        cold.plain.push(plain.call);
+        await serversGone();
+        const sandboxed = await directColdStart(sandboxLaunch);
+        cold.sandboxedList.push(sandboxed.list);
+        cold.sandboxed.push(sandboxed.call);
+      }
+    }
+    if (afterRestart.length > 0)
+      results.push(
+        summarizeCold(
+          'cold: first tools/call after a gateway restart (registry lookup, cache, sandbox, initialize, call)',
+          afterRestart,
+          true,
+        ),
+      );
+    if (cold.gateway.length > 0) {
+      const gatewayRow = summarizeCold(
+        'cold: tools/call after the idle stop, from the cache (sandbox, initialize, call)',
+        cold.gateway,
+        true,
+      );
+      results.push(
+        summarizeCold('cold start, plain: the same server → initialize → first tools/list', cold.plainList),
+        summarizeCold(
+          'cold start, sandboxed: the same server → initialize → first tools/list',
+          cold.sandboxedList,
+        ),
+        summarizeCold('cold start, plain: … then its first tools/call answered', cold.plain),
+        summarizeCold('cold start, sandboxed: … then its first tools/call answered', cold.sandboxed),
+        gatewayRow,
+      );
+      const added = (mine: Run[], base: Run[]) =>
+        median(mine.map((r, i) => r.p50Ms - (base[i] as Run).p50Ms));
+      for (const [scenario, mine, base] of [
+        [
+          'cold overhead: sandboxed − plain start to the first tools/list (median of paired differences)',
+          cold.sandboxedList,
+          cold.plainList,
+        ],
+        [
+          'cold overhead: gateway tools/call − sandboxed start to its first tools/call (paired)',
+          cold.gateway,
+          cold.sandboxed,
+        ],
+      ] as const) {
+        const row: GatewayMeasurement = {
+          scenario,
+          concurrency: 1,
+          rps: 0,
+          p50Ms: ms(added(mine, base)),
+          p99Ms: 0,
+          serverCpuUsPerRequest: Math.round(
+            median(mine.map((r, i) => r.serverCpuUs - (base[i] as Run).serverCpuUs)),
+          ),
+        };
+        process.stdout.write(`${JSON.stringify(row)}\n`);
+        results.push(row);
+      }
+    }
+  } finally {
+    await serving?.stop();
+    await registry.stop();
+    rmSync(dir, { recursive: true, force: true });
+    if (pgUrl) {
+      const admin = knex({ client: 'pg', connection: pgUrl, pool: { min: 0, max: 1 } });
+      await admin.raw(`drop schema if exists "${pgSchema}" cascade`).finally(() => admin.destroy());
+    }
+  }
+  return results;
+}

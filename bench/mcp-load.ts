@@ -1,0 +1,170 @@
+/**
+ * Load generator for MCP `tools/call`, run as its own process so its CPU never counts as the server's.
+ * One JSON argument says what to call:
+ *
+ * - `{ "kind": "http", url, body, headers, expect }`: POSTs `body` (a JSON-RPC request) over keep-alive
+ *   `node:http` connections (fetch costs several times the server's CPU per request here); every answer
+ *   must be a 200 whose body holds `expect` and no `"isError":true`.
+ * - `{ "kind": "stdio", packagePath, entry, args, sandboxStateDir?, tool, arguments, expect }`: starts
+ *   the server itself (in a linux-namespaces sandbox of its own when `sandboxStateDir` is set, else as a
+ *   plain child) and calls it through the SDK `Client` over stdio: the direct path, no gateway. It also
+ *   reports the server's CPU over the measured calls, from /proc.
+ *
+ * Keeps `concurrency` calls in flight, first `warmup` unmeasured calls, then `total` measured ones, and
+ * prints `{ requests, seconds, rps, p50, p99, mcpServerCpuUs? }` (milliseconds) as JSON.
+ */
+import { spawn } from 'node:child_process';
+import { Agent, request } from 'node:http';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { pino } from 'pino';
+import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
+import { configSchema, LinuxNamespacesRuntime } from '../plugins/sandboxes/linux-namespaces/index.ts';
+import { cpuBetween, descendants } from './proc.ts';
+
+interface HttpTarget {
+  kind: 'http';
+  url: string;
+  body: string;
+  headers: Record<string, string>;
+  expect: string;
+}
+
+interface StdioTarget {
+  kind: 'stdio';
+  packagePath: string;
+  entry: string;
+  args: string[];
+  sandboxStateDir?: string;
+  tool: string;
+  arguments: Record<string, unknown>;
+  expect: string;
+}
+
+export interface LoadOptions {
+  target: HttpTarget | StdioTarget;
+  total: number;
+  concurrency: number;
+  warmup: number;
+}
+
+export interface LoadResult {
+  requests: number;
+  seconds: number;
+  rps: number;
+  p50: number;
+  p99: number;
+  /** The MCP server's CPU over the measured calls (stdio targets only), in µs. */
+  mcpServerCpuUs?: number;
+}
+
+type Call = () => Promise<void>;
+
+function httpCaller(target: HttpTarget, concurrency: number): { call: Call; close(): void } {
+  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
+  const body = Buffer.from(target.body);
+  const headers = { ...target.headers, 'content-type': 'application/json', 'content-length': body.length };
+  const call: Call = () =>
+    new Promise((resolve, reject) => {
+      const req = request(target.url, { method: 'POST', agent, headers }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          if (res.statusCode === 200 && text.includes(target.expect) && !text.includes('"isError":true'))
+            resolve();
+          else reject(new Error(`unexpected answer (${res.statusCode}): ${text.slice(0, 500)}`));
+        });
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+  return { call, close: () => agent.destroy() };
+}
+
+async function stdioCaller(target: StdioTarget): Promise<{ call: Call; close(): Promise<void> }> {
+  let stdio: ProcessStdio;
+  let stop: () => Promise<void>;
+  if (target.sandboxStateDir) {
+    const runtime = new LinuxNamespacesRuntime({
+      config: configSchema.parse({ stateDir: target.sandboxStateDir }),
+      logger: pino({ level: 'silent' }),
+    });
+    await runtime.start();
+    stdio = await runtime.spawn({
+      packagePath: target.packagePath,
+      command: process.execPath,
+      args: [target.entry, ...target.args],
+      env: {},
+      networkAllowList: [],
+    });
+    stop = () => runtime.stop();
+  } else {
+    const child = spawn(process.execPath, [target.entry, ...target.args], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: {},
+    });
+    const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
+    stdio = { stdin: child.stdin, stdout: child.stdout, stderr: child.stderr, exited };
+    stop = async () => {
+      child.stdin.end();
+      await exited;
+    };
+  }
+  const client = new Client({ name: 'bench-direct', version: '1.0.0' });
+  await client.connect(new ProcessStdioTransport(stdio, { maxMessageBytes: 16 * 1024 * 1024 }));
+  const call: Call = async () => {
+    const result = (await client.callTool({
+      name: target.tool,
+      arguments: target.arguments,
+    })) as CallToolResult;
+    if (result.isError || !JSON.stringify(result.content).includes(target.expect))
+      throw new Error(`unexpected result: ${JSON.stringify(result).slice(0, 500)}`);
+  };
+  return {
+    call,
+    close: async () => {
+      await client.close();
+      await stop();
+    },
+  };
+}
+
+async function run(call: Call, count: number, concurrency: number): Promise<number[]> {
+  const latencies: number[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < count) {
+      next += 1;
+      const started = process.hrtime.bigint();
+      await call();
+      latencies.push(Number(process.hrtime.bigint() - started) / 1e6);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return latencies;
+}
+
+const options = JSON.parse(process.argv[2] ?? '{}') as LoadOptions;
+const caller =
+  options.target.kind === 'http'
+    ? httpCaller(options.target, options.concurrency)
+    : await stdioCaller(options.target);
+await run(caller.call, options.warmup, options.concurrency);
+const cpuBefore = descendants();
+const started = process.hrtime.bigint();
+const latencies = (await run(caller.call, options.total, options.concurrency)).sort((a, b) => a - b);
+const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+const mcpServerCpuUs = options.target.kind === 'stdio' ? cpuBetween(cpuBefore, descendants()) : undefined;
+await caller.close();
+const pick = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0;
+const result: LoadResult = {
+  requests: latencies.length,
+  seconds,
+  rps: latencies.length / seconds,
+  p50: pick(0.5),
+  p99: pick(0.99),
+  ...(mcpServerCpuUs === undefined ? {} : { mcpServerCpuUs }),
+};
+process.stdout.write(JSON.stringify(result));
+process.exit(0);

@@ -1,0 +1,68 @@
+/**
+ * CPU accounting from /proc for benchmarks whose work runs in other processes (MCP servers in a
+ * sandbox, started through a chain of setpriv, unshare and sh): every live descendant of a process,
+ * found by walking parent pids, and the children this process has already waited for.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+
+/** Linux reports utime and stime in clock ticks: 100 per second on every mainstream build. */
+const US_PER_TICK = 10_000;
+
+interface Stat {
+  ppid: number;
+  cpuUs: number;
+}
+
+function statOf(pid: string | number): Stat | undefined {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined; // ended meanwhile
+  }
+  // After the command name (which may hold spaces and parentheses): state ppid … utime(14) stime(15).
+  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  return { ppid: Number(fields[1]), cpuUs: (Number(fields[11]) + Number(fields[12])) * US_PER_TICK };
+}
+
+/** Live descendants of `root` (not `root` itself), by pid, with the CPU each has used so far. */
+export function descendants(root: number = process.pid): Map<number, number> {
+  const children = new Map<number, { pid: number; cpuUs: number }[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = statOf(entry);
+    if (!stat) continue;
+    const siblings = children.get(stat.ppid) ?? [];
+    siblings.push({ pid: Number(entry), cpuUs: stat.cpuUs });
+    children.set(stat.ppid, siblings);
+  }
+  const found = new Map<number, number>();
+  const queue = [root];
+  while (queue.length > 0) {
+    for (const child of children.get(queue.pop() as number) ?? []) {
+      found.set(child.pid, child.cpuUs);
+      queue.push(child.pid);
+    }
+  }
+  return found;
+}
+
+/** CPU (µs) used by live descendants of `root` between two snapshots, counting new ones from zero. */
+export function cpuBetween(before: Map<number, number>, after: Map<number, number>): number {
+  let total = 0;
+  for (const [pid, cpu] of after) total += cpu - (before.get(pid) ?? 0);
+  return total;
+}
+
+/** CPU (µs) of this process's children that have ended and been waited for (cutime + cstime). */
+export function reapedChildrenCpuUs(): number {
+  const text = readFileSync('/proc/self/stat', 'utf8');
+  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[13]) + Number(fields[14])) * US_PER_TICK;
+}
+
+/** This process's own CPU (user + system), in µs. */
+export function ownCpuUs(): number {
+  const usage = process.cpuUsage();
+  return usage.user + usage.system;
+}
