@@ -64,11 +64,28 @@ interface ServerRow {
 }
 
 /**
+ * How long a process trusts its in-memory copy of a server's details (verdict, tier, served and
+ * quarantined tools) before reading the database again. Changes made through this process (a
+ * verification, an approval, the quarantine a verification puts a tool in) replace the copy at once;
+ * this bound is only how late a replica sees a change another replica made to the shared database.
+ */
+export const SERVER_DETAILS_TTL_MS = 2000;
+
+interface CachedDetails {
+  /** `performance.now()` after which the copy is read again. */
+  expires: number;
+  details: Promise<ServerDetails>;
+}
+
+/**
  * The catalog as the gateway sees it at run time: each server's security filter verdict, runnability,
- * verification tier and served tools. Verdicts live in the database, so replicas agree on them.
+ * verification tier and served tools. Verdicts live in the database, so replicas agree on them; each
+ * process keeps a short-lived copy, so a tool call does not read them on every request.
  */
 export class ServerDirectory {
   private readonly inFlight = new Map<string, Promise<ServerDetails>>();
+  private readonly cache = new Map<string, CachedDetails>();
+  private readonly ttlMs: number;
 
   constructor(
     private readonly deps: {
@@ -79,10 +96,38 @@ export class ServerDirectory {
       pins: ToolPins;
       prober: ServerProber;
       denyList: readonly string[];
+      /** Overrides {@link SERVER_DETAILS_TTL_MS}; 0 reads the database on every call. */
+      detailsTtlMs?: number;
     },
-  ) {}
+  ) {
+    this.ttlMs = deps.detailsTtlMs ?? SERVER_DETAILS_TTL_MS;
+  }
 
+  /**
+   * A server's details: from this process's copy when it is younger than the TTL, else from the
+   * database. The result is shared and frozen: callers copy what they change.
+   */
   async describe(id: string): Promise<ServerDetails> {
+    this.deps.catalog.require(id);
+    const now = performance.now();
+    const cached = this.cache.get(id);
+    if (cached && cached.expires > now) return cached.details;
+    const details = this.read(id);
+    const fresh: CachedDetails = { expires: now + this.ttlMs, details };
+    this.cache.set(id, fresh);
+    // A failed read is not kept; nor is one that a change made meanwhile has replaced.
+    details.catch(() => {
+      if (this.cache.get(id) === fresh) this.cache.delete(id);
+    });
+    return details;
+  }
+
+  /** Drops this process's copy of a server's details: the next `describe` reads the database. */
+  private invalidate(id: string): void {
+    this.cache.delete(id);
+  }
+
+  private async read(id: string): Promise<ServerDetails> {
     const entry = this.deps.catalog.require(id);
     const row = (await this.deps.db('gateway_servers').where({ server_id: id }).first()) as
       ServerRow | undefined;
@@ -91,7 +136,7 @@ export class ServerDirectory {
       : { served: [], quarantined: [] };
     const runnable = this.deps.prober.runnable(entry);
     const denied = this.denial(entry);
-    return {
+    return deepFreeze<ServerDetails>({
       id,
       title: entry.title,
       description: entry.description,
@@ -111,16 +156,21 @@ export class ServerDirectory {
       lastError: row?.last_error ?? null,
       tools: row?.filter_status === 'allowed' ? pins.served : [],
       quarantinedTools: pins.quarantined,
-      secrets: entry.secrets,
-      network: entry.network,
+      // Copies: freezing the details must not freeze the catalog's own objects.
+      secrets: entry.secrets.map((secret) => ({ ...secret })),
+      network: [...entry.network],
       smokeTool: entry.smokeTest?.tool ?? null,
-    };
+    });
   }
 
   /** An operator accepts a quarantined tool's new definition for the server's current version. */
   async approveTool(id: string, toolName: string): Promise<boolean> {
+    this.deps.catalog.require(id);
+    this.invalidate(id);
     const { version } = await this.describe(id);
-    return version !== null && this.deps.pins.approve(id, version, toolName);
+    const approved = version !== null && (await this.deps.pins.approve(id, version, toolName));
+    if (approved) this.invalidate(id);
+    return approved;
   }
 
   async list(): Promise<ServerDetails[]> {
@@ -139,7 +189,12 @@ export class ServerDirectory {
         },
       );
     }
-    if (details.filter.status === 'unverified') details = await this.verify(id);
+    if (details.filter.status === 'unverified') {
+      // Another replica may have verified it since this process last looked.
+      this.invalidate(id);
+      details = await this.describe(id);
+      if (details.filter.status === 'unverified') details = await this.verify(id);
+    }
     if (details.filter.status !== 'allowed') {
       throw new SigilError(
         'forbidden',
@@ -212,11 +267,16 @@ export class ServerDirectory {
       };
       this.deps.logger.warn({ serverId: id, err: (err as Error).message }, 'MCP server verification failed');
     }
-    await this.deps
-      .db('gateway_servers')
-      .insert({ server_id: id, ...row })
-      .onConflict('server_id')
-      .merge(['version', 'digest', 'tier', 'filter_status', 'filter_reason', 'verified_at', 'last_error']);
+    try {
+      await this.deps
+        .db('gateway_servers')
+        .insert({ server_id: id, ...row })
+        .onConflict('server_id')
+        .merge(['version', 'digest', 'tier', 'filter_status', 'filter_reason', 'verified_at', 'last_error']);
+    } finally {
+      // The pins may have changed even if the verdict could not be written.
+      this.invalidate(id);
+    }
     return this.describe(id);
   }
 
@@ -224,4 +284,13 @@ export class ServerDirectory {
     const denied = this.deps.denyList.find((item) => item === entry.id || item === entry.package);
     return denied ? { status: 'blocked', reason: `deny-listed by the operator (${denied})` } : undefined;
   }
+}
+
+/** Freezes a plain JSON-like value and everything in it, so a shared copy cannot be changed by a reader. */
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
 }
