@@ -71,27 +71,55 @@ export function responseHash(result: CallToolResult): string {
  * can seal; the proof says where the key came from).
  */
 export class ProofSigner {
-  constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {}
+  /**
+   * The RFC 8785 form and MAC of each field that is the same in every proof of this signer, computed
+   * once: signing is on every tool call's path.
+   */
+  private readonly shared: ReadonlyMap<string, { canonical: string; mac: string }>;
+
+  constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {
+    const shared: Partial<SignedFields> = {
+      version: 'sigil-proof/1',
+      gateway: this.gateway(),
+      canonicalization: 'RFC8785',
+      tee: this.tee(),
+      keySource: deps.key.source,
+    };
+    this.shared = new Map(
+      Object.entries(shared).map(([name, value]) => {
+        const canonical = canonicalJson(value);
+        return [name, { canonical, mac: this.macOfCanonical(name, canonical) }];
+      }),
+    );
+  }
 
   sign(input: ProofInput): ExecutionProof {
     const fields: SignedFields = {
       version: 'sigil-proof/1',
       id: randomUUID(),
-      gateway: { codeHash: this.deps.build.codeHash, gitCommit: this.deps.build.gitCommit },
+      gateway: this.gateway(),
       server: input.server,
       tool: input.tool,
       canonicalization: 'RFC8785',
       requestHash: requestHash(input.server.id, input.tool, input.arguments),
       responseHash: responseHash(input.result),
       timestamp: this.deps.clock.now().toISOString(),
-      tee: { enabled: this.deps.tee.teeEnabled, platform: this.deps.tee.platform },
+      tee: this.tee(),
       keySource: this.deps.key.source,
       secretNames: [...input.secretNames].sort(),
     };
-    const fieldMacs = Object.fromEntries(
-      Object.entries(fields).map(([name, value]) => [name, this.fieldMac(name, value)]),
-    );
-    return { ...fields, fieldMacs, signature: this.mac({ ...fields, fieldMacs }) };
+    // The same MACs and signature as fieldMac() and mac() give, from each field's canonical form once.
+    const canonical: Record<string, string> = {};
+    const fieldMacs: Record<string, string> = {};
+    for (const [name, value] of Object.entries(fields)) {
+      const shared = this.shared.get(name);
+      const text = shared?.canonical ?? canonicalJson(value);
+      canonical[name] = text;
+      fieldMacs[name] = shared?.mac ?? this.macOfCanonical(name, text);
+    }
+    canonical.fieldMacs = canonicalJson(fieldMacs);
+    const signature = hmacSha256(this.deps.key.key, canonicalObject(canonical)).toString('hex');
+    return { ...fields, fieldMacs, signature };
   }
 
   /** Checks the signature and, when given, the request and response the proof claims to cover. */
@@ -131,10 +159,33 @@ export class ProofSigner {
   }
 
   private fieldMac(name: string, value: unknown): string {
-    return hmacSha256(this.deps.key.key, `${name}\0${canonicalJson(value)}`).toString('base64url');
+    return this.macOfCanonical(name, canonicalJson(value));
+  }
+
+  private macOfCanonical(name: string, canonical: string): string {
+    return hmacSha256(this.deps.key.key, `${name}\0${canonical}`).toString('base64url');
+  }
+
+  private gateway(): SignedFields['gateway'] {
+    return { codeHash: this.deps.build.codeHash, gitCommit: this.deps.build.gitCommit };
+  }
+
+  private tee(): SignedFields['tee'] {
+    return { enabled: this.deps.tee.teeEnabled, platform: this.deps.tee.platform };
   }
 
   private mac(value: unknown): string {
     return hmacSha256(this.deps.key.key, canonicalJson(value)).toString('hex');
   }
+}
+
+/**
+ * The RFC 8785 form of an object from its members' RFC 8785 forms: exactly what `canonicalJson` gives
+ * for the object itself when every member is defined and no name holds a lone surrogate.
+ */
+export function canonicalObject(members: Readonly<Record<string, string>>): string {
+  const parts = Object.keys(members)
+    .sort()
+    .map((name) => `${JSON.stringify(name)}:${members[name] as string}`);
+  return `{${parts.join(',')}}`;
 }
