@@ -23,7 +23,8 @@
  * sandboxed server's, from /proc. For cold rows, server CPU is everything the call made run.
  */
 import { execFile, spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { Agent, request } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -101,7 +102,34 @@ const serverProcesses = () => {
   return found;
 };
 
-async function load(target: Target, concurrency: number, prewarm = false): Promise<Run> {
+/**
+ * With BENCH_CPU_PROFILE=<dir>, each measured run against an HTTP target writes a V8 CPU profile of
+ * this process (the gateway or the relay) to <dir>: where the serving CPU per call goes.
+ */
+async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
+  const dir = process.env.BENCH_CPU_PROFILE;
+  if (dir === undefined) return work();
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  try {
+    return await work();
+  } finally {
+    const { profile } = await session.post('Profiler.stop');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, `${name.replace(/[^\w.-]+/g, '_')}.cpuprofile`), JSON.stringify(profile));
+    session.disconnect();
+  }
+}
+
+async function load(target: Target, concurrency: number, prewarm = false, name = ''): Promise<Run> {
+  if (!prewarm && target.kind === 'http')
+    return profiled(`${name}-${concurrency}`, () => measure(target, concurrency, false));
+  return measure(target, concurrency, prewarm);
+}
+
+async function measure(target: Target, concurrency: number, prewarm: boolean): Promise<Run> {
   const options: LoadOptions = prewarm
     ? { target, total: 1, concurrency, warmup: PREWARM }
     : { target, total: CALLS, concurrency, warmup: WARMUP };
@@ -433,7 +461,9 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       const runs = new Map<string, Run[]>(scenarios.map((s) => [s.name, []]));
       for (let run = 0; run < RUNS; run++) {
         for (const scenario of scenarios) {
-          (runs.get(scenario.name) as Run[]).push(await load(scenario.target, concurrency));
+          (runs.get(scenario.name) as Run[]).push(
+            await load(scenario.target, concurrency, false, scenario.name),
+          );
         }
       }
       for (const scenario of scenarios)

@@ -1,5 +1,6 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { getAddress, type Address } from 'viem';
+import { TtlCache } from '../cache.ts';
 import type { Clock } from '../clock.ts';
 import type { Database } from '../db/database.ts';
 import { SigilError } from '../errors.ts';
@@ -10,6 +11,17 @@ export const WALLET_TOKEN_PREFIX = 'sigil_wt_';
 const WALLET_TOKEN_PATTERN = /^sigil_wt_[A-Za-z0-9_-]{43}$/;
 /** `last_used_at` is advisory; writing it at most once a minute keeps hot MCP clients from a write per call. */
 const LAST_USED_RESOLUTION_MS = 60_000;
+/**
+ * How long a process trusts a token it has looked up. A revocation through this process takes effect
+ * at once; on another replica sharing the database, within this bound.
+ */
+export const WALLET_TOKEN_CACHE_TTL_MS = 2000;
+
+/** A token found live in the database: its owner, and when its use was last recorded. */
+interface LiveToken {
+  wallet: Address;
+  lastUsedAt: number | null;
+}
 
 export interface WalletTokenInfo {
   id: string;
@@ -39,10 +51,15 @@ const isoOrNull = (ms: number | string | null): string | null =>
 
 /** Long-lived gateway credentials for MCP clients, owned by a wallet and revocable by it. */
 export class WalletTokens {
+  private readonly live: TtlCache<string, LiveToken>;
+
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
-  ) {}
+    options: { cacheTtlMs?: number } = {},
+  ) {
+    this.live = new TtlCache({ ttlMs: options.cacheTtlMs ?? WALLET_TOKEN_CACHE_TTL_MS, maxEntries: 10_000 });
+  }
 
   async create(
     wallet: Address,
@@ -78,22 +95,31 @@ export class WalletTokens {
       .where({ id, wallet })
       .whereNull('revoked_at')
       .update({ revoked_at: this.clock.now().getTime() });
+    // Looked-up tokens are keyed by hash, not id: revocations are rare, so forget them all.
+    this.live.clear();
   }
 
   /** The wallet a live token belongs to. */
   async authenticate(token: string): Promise<Address> {
     if (!WALLET_TOKEN_PATTERN.test(token)) throw unauthorized('Malformed wallet token');
     const tokenHash = hashToken(token);
-    const row = await this.db<WalletTokenRow>('wallet_tokens').where({ token_hash: tokenHash }).first();
-    if (!row) throw unauthorized('Unknown wallet token');
-    if (row.revoked_at !== null) throw unauthorized('Wallet token has been revoked');
+    const live = await this.live.get(tokenHash, async () => {
+      const row = await this.db<WalletTokenRow>('wallet_tokens').where({ token_hash: tokenHash }).first();
+      if (!row) throw unauthorized('Unknown wallet token');
+      if (row.revoked_at !== null) throw unauthorized('Wallet token has been revoked');
+      return {
+        wallet: getAddress(row.wallet),
+        lastUsedAt: row.last_used_at === null ? null : Number(row.last_used_at),
+      };
+    });
     const now = this.clock.now().getTime();
-    if (row.last_used_at === null || now - Number(row.last_used_at) >= LAST_USED_RESOLUTION_MS) {
+    if (live.lastUsedAt === null || now - live.lastUsedAt >= LAST_USED_RESOLUTION_MS) {
+      live.lastUsedAt = now;
       await this.db<WalletTokenRow>('wallet_tokens')
         .where({ token_hash: tokenHash })
         .update({ last_used_at: now });
     }
-    return getAddress(row.wallet);
+    return live.wallet;
   }
 }
 

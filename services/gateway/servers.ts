@@ -1,4 +1,5 @@
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { TtlCache } from '../../core/cache.ts';
 import type { Clock } from '../../core/clock.ts';
 import type { Database } from '../../core/db/database.ts';
 import { SigilError } from '../../core/errors.ts';
@@ -71,12 +72,6 @@ interface ServerRow {
  */
 export const SERVER_DETAILS_TTL_MS = 2000;
 
-interface CachedDetails {
-  /** `performance.now()` after which the copy is read again. */
-  expires: number;
-  details: Promise<ServerDetails>;
-}
-
 /**
  * The catalog as the gateway sees it at run time: each server's security filter verdict, runnability,
  * verification tier and served tools. Verdicts live in the database, so replicas agree on them; each
@@ -84,8 +79,7 @@ interface CachedDetails {
  */
 export class ServerDirectory {
   private readonly inFlight = new Map<string, Promise<ServerDetails>>();
-  private readonly cache = new Map<string, CachedDetails>();
-  private readonly ttlMs: number;
+  private readonly cache: TtlCache<string, ServerDetails>;
 
   constructor(
     private readonly deps: {
@@ -100,7 +94,10 @@ export class ServerDirectory {
       detailsTtlMs?: number;
     },
   ) {
-    this.ttlMs = deps.detailsTtlMs ?? SERVER_DETAILS_TTL_MS;
+    this.cache = new TtlCache({
+      ttlMs: deps.detailsTtlMs ?? SERVER_DETAILS_TTL_MS,
+      maxEntries: 10_000,
+    });
   }
 
   /**
@@ -109,17 +106,7 @@ export class ServerDirectory {
    */
   async describe(id: string): Promise<ServerDetails> {
     this.deps.catalog.require(id);
-    const now = performance.now();
-    const cached = this.cache.get(id);
-    if (cached && cached.expires > now) return cached.details;
-    const details = this.read(id);
-    const fresh: CachedDetails = { expires: now + this.ttlMs, details };
-    this.cache.set(id, fresh);
-    // A failed read is not kept; nor is one that a change made meanwhile has replaced.
-    details.catch(() => {
-      if (this.cache.get(id) === fresh) this.cache.delete(id);
-    });
-    return details;
+    return this.cache.get(id, () => this.read(id));
   }
 
   /** Drops this process's copy of a server's details: the next `describe` reads the database. */

@@ -1,3 +1,4 @@
+import { TtlCache } from '../../core/cache.ts';
 import type { Clock } from '../../core/clock.ts';
 import type { Database } from '../../core/db/database.ts';
 
@@ -5,22 +6,49 @@ import type { Database } from '../../core/db/database.ts';
 const DEFAULT_SESSION = 'default';
 
 /**
+ * How long a process trusts its copy of an enabled set. A change through this process replaces the
+ * copy at once, and a call to a server missing from the copy reads the database again, so the bound
+ * only delays how soon a replica stops serving a server that another replica disabled.
+ */
+export const ENABLED_SET_TTL_MS = 2000;
+
+/**
  * Which servers a caller has enabled. An authenticated wallet's set lives in the database under
  * (wallet, X-MCP-Session), so it survives restarts, works across replicas, and one wallet can never
  * read or change another's even with the same session id. An anonymous caller's set lasts one request.
  */
 export class EnabledServers {
+  private readonly sets: TtlCache<string, readonly string[]>;
+
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
-  ) {}
+    options: { ttlMs?: number } = {},
+  ) {
+    this.sets = new TtlCache({ ttlMs: options.ttlMs ?? ENABLED_SET_TTL_MS, maxEntries: 10_000 });
+  }
 
-  async list(wallet: string | undefined, sessionId: string | undefined): Promise<string[]> {
-    if (wallet === undefined) return [];
-    const row = (await this.db('gateway_sessions')
-      .where({ wallet, session_id: sessionId ?? DEFAULT_SESSION })
-      .first('enabled')) as { enabled: string } | undefined;
-    return row ? (JSON.parse(row.enabled) as string[]) : [];
+  /** The enabled server ids, sorted; shared and frozen. */
+  list(wallet: string | undefined, sessionId: string | undefined): Promise<readonly string[]> {
+    if (wallet === undefined) return Promise.resolve([]);
+    const key = { wallet, session_id: sessionId ?? DEFAULT_SESSION };
+    return this.sets.get(cacheKey(key), async () => {
+      const row = (await this.db('gateway_sessions').where(key).first('enabled')) as
+        { enabled: string } | undefined;
+      return Object.freeze(row ? (JSON.parse(row.enabled) as string[]) : []);
+    });
+  }
+
+  async includes(
+    wallet: string | undefined,
+    sessionId: string | undefined,
+    serverId: string,
+  ): Promise<boolean> {
+    if ((await this.list(wallet, sessionId)).includes(serverId)) return true;
+    if (wallet === undefined) return false;
+    // Another replica may have enabled it since this process last looked.
+    this.sets.delete(cacheKey({ wallet, session_id: sessionId ?? DEFAULT_SESSION }));
+    return (await this.list(wallet, sessionId)).includes(serverId);
   }
 
   /** Adds or removes one server atomically (a transaction, so parallel enables do not lose each other). */
@@ -29,9 +57,9 @@ export class EnabledServers {
     sessionId: string | undefined,
     serverId: string,
     enabled: boolean,
-  ): Promise<string[]> {
+  ): Promise<readonly string[]> {
     const key = { wallet, session_id: sessionId ?? DEFAULT_SESSION };
-    return this.db.transaction(async (trx) => {
+    const next = await this.db.transaction(async (trx) => {
       // Insert-if-absent first, so the row exists to be locked: two first enables then queue on it.
       await trx('gateway_sessions')
         .insert({ ...key, enabled: '[]', updated_at: 0 })
@@ -47,7 +75,11 @@ export class EnabledServers {
       await trx('gateway_sessions')
         .where(key)
         .update({ enabled: JSON.stringify(next), updated_at: this.clock.now().getTime() });
-      return next;
+      return Object.freeze(next);
     });
+    this.sets.set(cacheKey(key), next);
+    return next;
   }
 }
+
+const cacheKey = (key: { wallet: string; session_id: string }): string => `${key.wallet}\0${key.session_id}`;

@@ -1,8 +1,15 @@
 import { createHash } from 'node:crypto';
 import { expect } from 'chai';
 import { WALLET_TOKEN_PREFIX } from '../../core/auth/index.ts';
+import { WalletTokens } from '../../core/auth/wallet-tokens.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { bearerHeader, errorOf, newWallet, Services } from './support.ts';
+
+async function expectRefused(tokens: WalletTokens, token: string): Promise<void> {
+  const refused = await tokens.authenticate(token).catch((err: Error) => err);
+  expect(refused).to.be.instanceOf(Error);
+  expect((refused as Error).message).to.match(/revoked/);
+}
 
 describeEachDatabase('wallet tokens', (database) => {
   let services: Services;
@@ -72,12 +79,34 @@ describeEachDatabase('wallet tokens', (database) => {
   it('revokes: 204, then the token is refused and listed as revoked', async () => {
     const jwt = await services.signIn('gateway', newWallet());
     const { token, id } = await services.createWalletToken(jwt);
+    // Used first, so this process holds it as live: the revocation must still apply at once.
+    expect((await services.session('gateway', token)).status).to.equal(200);
     expect((await revoke(id, jwt)).status).to.equal(204);
     const refused = await errorOf(await services.session('gateway', token));
     expect(refused).to.include({ status: 401, code: 'unauthorized' });
     expect(refused.message).to.match(/revoked/);
     expect((await list(jwt))[0]!.revokedAt).to.equal(services.clock.now().toISOString());
     expect((await revoke(id, jwt)).status).to.equal(204);
+  });
+
+  it('a revocation on another replica applies here within the cache TTL', async () => {
+    const wallet = newWallet();
+    const { token } = await services.createWalletToken(await services.signIn('gateway', wallet));
+    const ttl = 300;
+    const here = new WalletTokens(services.kernel.db, services.clock, { cacheTtlMs: ttl });
+    const other = new WalletTokens(services.kernel.db, services.clock, { cacheTtlMs: ttl });
+    expect(await here.authenticate(token)).to.equal(wallet.address);
+    const [info] = await other.list(wallet.address);
+    await other.revoke(wallet.address, info!.id);
+    await expectRefused(other, token);
+    const revoked = performance.now();
+    for (;;) {
+      const outcome = await here.authenticate(token).catch((err: Error) => err);
+      if (outcome instanceof Error) break;
+      expect(performance.now() - revoked).to.be.below(ttl + 200);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await expectRefused(here, token);
   });
 
   it('another wallet cannot revoke your token: 404, and nothing changes', async () => {

@@ -91,6 +91,33 @@ describeEachDatabase('gateway state', (database) => {
       expect(await enabled.list(alice, 'parallel')).to.have.members(ids);
     });
 
+    it('serves a change made through this process at once, whatever the TTL', async () => {
+      const enabled = new EnabledServers(kernel.db, kernel.clock, { ttlMs: 60_000 });
+      expect(await enabled.list(alice, 'cached')).to.deep.equal([]);
+      await enabled.change(alice, 'cached', 'memory', true);
+      expect(await enabled.list(alice, 'cached')).to.deep.equal(['memory']);
+      expect(await enabled.includes(alice, 'cached', 'memory')).to.equal(true);
+      await enabled.change(alice, 'cached', 'memory', false);
+      expect(await enabled.includes(alice, 'cached', 'memory')).to.equal(false);
+    });
+
+    it('across replicas: an enable elsewhere is callable at once, a disable elsewhere stops within the TTL', async () => {
+      const ttlMs = 300;
+      const here = new EnabledServers(kernel.db, kernel.clock, { ttlMs });
+      const other = new EnabledServers(kernel.db, kernel.clock, { ttlMs });
+      expect(await here.list(alice, 'replicas')).to.deep.equal([]);
+      await other.change(alice, 'replicas', 'memory', true);
+      // The cached empty set is not trusted for a server it lacks.
+      expect(await here.includes(alice, 'replicas', 'memory')).to.equal(true);
+      await other.change(alice, 'replicas', 'memory', false);
+      const disabled = performance.now();
+      while (await here.includes(alice, 'replicas', 'memory')) {
+        expect(performance.now() - disabled).to.be.below(ttlMs + 200);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(await other.includes(bob, 'replicas', 'memory')).to.equal(false);
+    });
+
     it('gives an anonymous caller nothing that persists', async () => {
       expect(await new EnabledServers(kernel.db, kernel.clock).list(undefined, 's1')).to.deep.equal([]);
     });

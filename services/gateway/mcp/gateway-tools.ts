@@ -95,8 +95,7 @@ export class GatewayTools implements McpToolSource {
       const at = name.indexOf(NAMESPACE_SEPARATOR);
       if (at <= 0) throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
       const serverId = name.slice(0, at);
-      const enabled = await this.deps.enabled.list(scope.wallet, scope.sessionId);
-      if (!enabled.includes(serverId)) {
+      if (!(await this.deps.enabled.includes(scope.wallet, scope.sessionId, serverId))) {
         throw new JsonRpcError(
           ErrorCode.InvalidParams,
           `Unknown tool: ${name} (server "${serverId}" is not enabled in this session; call gateway_enable_server first)`,
