@@ -32,9 +32,8 @@ import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import knex from 'knex';
-import { pino } from 'pino';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import { createLogger } from '../core/log.ts';
+import { createLogger, logDestination } from '../core/log.ts';
 import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
 import type { PackageRegistryV1 } from '../core/plugins/contracts/index.ts';
 import type { Kernel } from '../services/kernel.ts';
@@ -349,7 +348,7 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
     : { name: 'sqlite', fresh: () => ({ url: join(dir, 'sigil.db'), cleanup: async () => undefined }) };
   const logger = createLogger({
     level: 'info',
-    destination: pino.destination({ dest: '/dev/null', sync: false }),
+    destination: logDestination('/dev/null'),
   });
   let kernel: Kernel | undefined;
   const startGateway = async (idleTimeoutSeconds: number): Promise<{ serving: Serving; url: string }> => {

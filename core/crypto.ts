@@ -3,6 +3,8 @@ import canonicalize from 'canonicalize';
 
 /** RFC 8785 (JSON Canonicalization Scheme): one byte string per JSON value, so hashes and MACs are stable. */
 export function canonicalJson(value: unknown): string {
+  // A well-formed string's RFC 8785 form is exactly its JSON.stringify form; proofs hash many of them.
+  if (typeof value === 'string' && value.isWellFormed()) return JSON.stringify(value);
   const text = canonicalize(value);
   if (text === undefined) throw new TypeError('value has no JSON form');
   return text;

@@ -49,6 +49,13 @@ export interface LoggerOptions {
   destination?: DestinationStream;
 }
 
+/**
+ * An asynchronous log destination that batches lines: one write per 4 KB or per 250 ms instead of one
+ * per line (a write per request costs a busy service a tenth of its CPU here). Pino flushes it on exit.
+ */
+export const logDestination = (dest: number | string): DestinationStream =>
+  pino.destination({ dest, sync: false, minLength: 4096, periodicFlush: 250 });
+
 export function createLogger(options: LoggerOptions = {}): Logger {
   const secrets = options.secrets;
   return pino(
@@ -59,6 +66,6 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       hooks: secrets ? { streamWrite: (line: string) => secrets.scrub(line) } : {},
     },
     // stderr: stdout stays clean for what commands print (URLs, JSON), whatever the log level.
-    options.destination ?? pino.destination({ dest: 2, sync: false }),
+    options.destination ?? logDestination(2),
   );
 }

@@ -66,6 +66,9 @@ export function responseHash(result: CallToolResult): string {
   return sha256Hex(canonicalJson(rest));
 }
 
+const REPEATING_FIELDS: ReadonlySet<string> = new Set(['server', 'tool', 'secretNames']);
+const MAX_REPEATING_MACS = 4096;
+
 /**
  * Signs and checks execution proofs with an HMAC key from the TEE backend (sealed where the hardware
  * can seal; the proof says where the key came from).
@@ -76,6 +79,7 @@ export class ProofSigner {
    * once: signing is on every tool call's path.
    */
   private readonly shared: ReadonlyMap<string, { canonical: string; mac: string }>;
+  private readonly repeatingMacs = new Map<string, string>();
 
   constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {
     const shared: Partial<SignedFields> = {
@@ -115,7 +119,7 @@ export class ProofSigner {
       const shared = this.shared.get(name);
       const text = shared?.canonical ?? canonicalJson(value);
       canonical[name] = text;
-      fieldMacs[name] = shared?.mac ?? this.macOfCanonical(name, text);
+      fieldMacs[name] = shared?.mac ?? this.macOfRepeating(name, text);
     }
     canonical.fieldMacs = canonicalJson(fieldMacs);
     const signature = hmacSha256(this.deps.key.key, canonicalObject(canonical)).toString('hex');
@@ -160,6 +164,19 @@ export class ProofSigner {
 
   private fieldMac(name: string, value: unknown): string {
     return this.macOfCanonical(name, canonicalJson(value));
+  }
+
+  /** The MAC of a field, kept for fields whose values repeat from call to call (server, tool, secret names). */
+  private macOfRepeating(name: string, canonical: string): string {
+    if (!REPEATING_FIELDS.has(name)) return this.macOfCanonical(name, canonical);
+    const key = `${name}\0${canonical}`;
+    let mac = this.repeatingMacs.get(key);
+    if (mac === undefined) {
+      mac = this.macOfCanonical(name, canonical);
+      if (this.repeatingMacs.size >= MAX_REPEATING_MACS) this.repeatingMacs.clear();
+      this.repeatingMacs.set(key, mac);
+    }
+    return mac;
   }
 
   private macOfCanonical(name: string, canonical: string): string {
