@@ -1,0 +1,135 @@
+import {
+  createPublicClient,
+  createWalletClient,
+  defineChain,
+  getAddress,
+  http,
+  parseAbi,
+  toHex,
+  type Address,
+  type Chain,
+  type Hex,
+} from 'viem';
+import { getEip712Domain } from 'viem/actions';
+import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts';
+import { readSigilDollarArtifact } from '../../contracts/sigil-dollar.ts';
+import type { Logger } from '../../core/log.ts';
+import { DEV_MNEMONIC } from './anvil.ts';
+
+export interface DevWallet {
+  address: Address;
+  privateKey: Hex;
+}
+
+export interface DevChainDeployment {
+  rpcUrl: string;
+  chainId: number;
+  /** The dollar token, with the EIP-712 domain x402's `exact` scheme needs as `extra: { name, version }`. */
+  token: { address: Address; name: string; version: string; decimals: number };
+  accounts: {
+    /** Deployer and owner of the token (the only minter); has ether for gas, so it can settle payments. */
+    operator: DevWallet;
+    /** A wallet funded with dollars, to pay for tool calls in development and tests. */
+    payer: DevWallet;
+  };
+}
+
+export interface DeployOptions {
+  rpcUrl: string;
+  chainId: number;
+  /** Dollars minted to the payer, in base units (6 decimals); 1000 USD by default. */
+  payerFunding?: bigint;
+  logger: Logger;
+}
+
+/** Anvil's dev accounts, from its well-known mnemonic: index 0 operates, index 1 pays. */
+export const OPERATOR_ACCOUNT_INDEX = 0;
+export const PAYER_ACCOUNT_INDEX = 1;
+export const DEFAULT_PAYER_FUNDING = 1_000_000_000n;
+
+const tokenAbi = parseAbi([
+  'function mint(address to, uint256 value)',
+  'function decimals() view returns (uint8)',
+]);
+
+/**
+ * Deploys SigilDollar from the operator and mints the payer's dollars. The deployment is the
+ * operator's first transaction on a fresh chain, so the token's address is the same on every start.
+ */
+export async function deploySigilDollar(options: DeployOptions): Promise<DevChainDeployment> {
+  // The keys below are public knowledge: refuse anything but a chain on this machine.
+  if (!isLoopbackUrl(options.rpcUrl)) throw new Error(`the dev chain must be local, not ${options.rpcUrl}`);
+  const artifact = readSigilDollarArtifact();
+  const chain = devChainDefinition(options.rpcUrl, options.chainId);
+  const operator = devWallet(OPERATOR_ACCOUNT_INDEX);
+  const payer = devWallet(PAYER_ACCOUNT_INDEX);
+  // Anvil mines each transaction as it arrives: poll for receipts often rather than every 4 s.
+  const transport = http(options.rpcUrl);
+  const publicClient = createPublicClient({ chain, transport, pollingInterval: 20 });
+  const walletClient = createWalletClient({
+    chain,
+    transport,
+    account: privateKeyToAccount(operator.privateKey),
+  });
+
+  const deployHash = await walletClient.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode });
+  const deployed = await publicClient.waitForTransactionReceipt({ hash: deployHash });
+  if (deployed.status !== 'success' || !deployed.contractAddress) {
+    throw new Error(`SigilDollar deployment failed (transaction ${deployHash})`);
+  }
+  const address = getAddress(deployed.contractAddress);
+
+  const funding = options.payerFunding ?? DEFAULT_PAYER_FUNDING;
+  const mintHash = await walletClient.writeContract({
+    address,
+    abi: tokenAbi,
+    functionName: 'mint',
+    args: [payer.address, funding],
+  });
+  const minted = await publicClient.waitForTransactionReceipt({ hash: mintHash });
+  if (minted.status !== 'success')
+    throw new Error(`minting the payer's dollars failed (transaction ${mintHash})`);
+
+  // Read back rather than repeat the contract's constants: what is returned is what signatures verify against.
+  const [{ domain }, decimals] = await Promise.all([
+    getEip712Domain(publicClient, { address }),
+    publicClient.readContract({ address, abi: tokenAbi, functionName: 'decimals' }),
+  ]);
+  const token = { address, name: domain.name, version: domain.version, decimals };
+  options.logger.info(
+    { token: address, name: token.name, version: token.version },
+    'dev chain: SigilDollar deployed',
+  );
+  options.logger.info({ payer: payer.address, baseUnits: funding.toString() }, 'dev chain: payer funded');
+  return { rpcUrl: options.rpcUrl, chainId: options.chainId, token, accounts: { operator, payer } };
+}
+
+const derivedWallets = new Map<number, DevWallet>();
+
+/** One of anvil's dev accounts (see DEV_MNEMONIC). Derived once per process: derivation takes ~50 ms. */
+export function devWallet(index: number): DevWallet {
+  let wallet = derivedWallets.get(index);
+  if (!wallet) {
+    const account = mnemonicToAccount(DEV_MNEMONIC, { addressIndex: index });
+    const privateKey = account.getHdKey().privateKey;
+    if (!privateKey) throw new Error(`no private key for dev account ${index}`);
+    wallet = { address: account.address, privateKey: toHex(privateKey) };
+    derivedWallets.set(index, wallet);
+  }
+  return { ...wallet };
+}
+
+/** A viem chain for the dev chain: its only RPC URL is the local one (viem's `base` lists public ones). */
+export function devChainDefinition(rpcUrl: string, chainId: number): Chain {
+  return defineChain({
+    id: chainId,
+    name: 'Sigil dev chain',
+    nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+    rpcUrls: { default: { http: [rpcUrl] } },
+  });
+}
+
+function isLoopbackUrl(url: string): boolean {
+  const host = new URL(url).hostname;
+  return host === 'localhost' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}

@@ -1,0 +1,73 @@
+/**
+ * The local dev chain for payments: anvil (chain id 8453 by default) with the project's own dollar
+ * token, SigilDollar, deployed and a payer wallet funded. What `sigil up` starts when no real chain
+ * is configured, and what tests pay on. Nothing here talks to a public network.
+ */
+import type { Logger } from '../../core/log.ts';
+import { startAnvil } from './anvil.ts';
+import { deploySigilDollar, type DevChainDeployment } from './deploy.ts';
+
+export { DEV_MNEMONIC, anvilBinaryPath, startAnvil, type AnvilOptions, type AnvilProcess } from './anvil.ts';
+export {
+  DEFAULT_PAYER_FUNDING,
+  OPERATOR_ACCOUNT_INDEX,
+  PAYER_ACCOUNT_INDEX,
+  deploySigilDollar,
+  devChainDefinition,
+  devWallet,
+  type DevChainDeployment,
+  type DevWallet,
+} from './deploy.ts';
+
+export interface DevChainOptions {
+  /** Progress and unexpected exits of anvil are logged here (addresses only, never keys). */
+  logger: Logger;
+  /** RPC port; by default the kernel picks a free one. */
+  port?: number;
+  /** 8453 by default. */
+  chainId?: number;
+  /** Dollars minted to the payer, in base units; 1000 USD by default. */
+  payerFunding?: bigint;
+  /** How long anvil may take to answer; 15 s by default. */
+  startTimeoutMs?: number;
+}
+
+export interface DevChain extends DevChainDeployment {
+  /** Pid of the anvil process. */
+  anvilPid: number;
+  /** Settles if anvil exits, including unexpectedly. */
+  exited: Promise<void>;
+  /** Stops anvil; its state is gone with it (each start is a fresh chain). Idempotent. */
+  stop(): Promise<void>;
+}
+
+export async function startDevChain(options: DevChainOptions): Promise<DevChain> {
+  const { logger } = options;
+  const anvil = await startAnvil({
+    logger,
+    ...(options.port === undefined ? {} : { port: options.port }),
+    ...(options.chainId === undefined ? {} : { chainId: options.chainId }),
+    ...(options.startTimeoutMs === undefined ? {} : { startTimeoutMs: options.startTimeoutMs }),
+  });
+  logger.info({ rpcUrl: anvil.rpcUrl, chainId: anvil.chainId, pid: anvil.pid }, 'dev chain: anvil listening');
+  try {
+    const deployment = await deploySigilDollar({
+      rpcUrl: anvil.rpcUrl,
+      chainId: anvil.chainId,
+      logger,
+      ...(options.payerFunding === undefined ? {} : { payerFunding: options.payerFunding }),
+    });
+    return {
+      ...deployment,
+      anvilPid: anvil.pid,
+      exited: anvil.exited,
+      stop: async () => {
+        await anvil.stop();
+        logger.info({ rpcUrl: anvil.rpcUrl }, 'dev chain: stopped');
+      },
+    };
+  } catch (error) {
+    await anvil.stop();
+    throw error;
+  }
+}
