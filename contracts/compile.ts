@@ -1,10 +1,10 @@
 /**
- * Compiles contracts/SigilDollar.sol with solc-js (the `solc` npm package, offline) and writes the
- * artifact contracts/SigilDollar.json. Run it after changing the source:
+ * Compiles the project's contracts (contracts/<Name>.sol) with solc-js (the `solc` npm package,
+ * offline) and writes each artifact, contracts/<Name>.json. Run it after changing a source:
  *
  *   npm run contracts        (node --import tsx contracts/compile.ts)
  *
- * test/chain/contract-artifact.test.ts recompiles and fails when the committed artifact differs.
+ * test/chain/contract-artifact.test.ts recompiles and fails when a committed artifact differs.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -14,14 +14,12 @@ import * as prettier from 'prettier';
 import solc from 'solc';
 import type { Abi, Hex } from 'viem';
 import { z } from 'zod';
-import {
-  SIGIL_DOLLAR_ARTIFACT_PATH,
-  SIGIL_DOLLAR_SOURCE_PATH,
-  type SigilDollarArtifact,
-} from './sigil-dollar.ts';
+import type { ContractArtifact, ContractFiles } from './artifact.ts';
+import { MINI_MULTICALL3 } from './mini-multicall3.ts';
+import { SIGIL_DOLLAR } from './sigil-dollar.ts';
 
-/** The source's name inside the compiler input; it ends up in the metadata, so it is fixed. */
-const SOURCE_UNIT = 'SigilDollar.sol';
+/** Every contract `npm run contracts` compiles and the artifact test checks. */
+export const CONTRACTS: readonly ContractFiles[] = [SIGIL_DOLLAR, MINI_MULTICALL3];
 
 /**
  * Everything besides the source that decides the bytecode. The EVM version is pinned rather than
@@ -29,14 +27,23 @@ const SOURCE_UNIT = 'SigilDollar.sol';
  * runs on anvil and on Base. The metadata hash stays on: it covers the source text, so any edit of
  * the source, comments included, changes the bytecode and the artifact test notices.
  */
-export const COMPILER_SETTINGS = {
-  optimizer: { enabled: true, runs: 200 },
-  evmVersion: 'cancun',
-  metadata: { bytecodeHash: 'ipfs' },
-  outputSelection: {
-    [SOURCE_UNIT]: { SigilDollar: ['abi', 'evm.bytecode.object', 'evm.deployedBytecode.object'] },
-  },
-};
+export function compilerSettings(contractName: string) {
+  return {
+    optimizer: { enabled: true, runs: 200 },
+    evmVersion: 'cancun',
+    metadata: { bytecodeHash: 'ipfs' },
+    outputSelection: {
+      // The source's name inside the compiler input ends up in the metadata, so it is fixed.
+      [sourceUnit(contractName)]: {
+        [contractName]: ['abi', 'evm.bytecode.object', 'evm.deployedBytecode.object'],
+      },
+    },
+  };
+}
+
+function sourceUnit(contractName: string): string {
+  return `${contractName}.sol`;
+}
 
 const diagnosticSchema = z.object({
   severity: z.string(),
@@ -62,19 +69,23 @@ const outputSchema = z.object({
     .optional(),
 });
 
-export interface CompileResult {
-  artifact: SigilDollarArtifact;
-  /** Compiler warnings: the source is expected to have none. */
+export interface CompileResult<Name extends string = string> {
+  artifact: ContractArtifact<Name>;
+  /** Compiler warnings: the sources are expected to have none. */
   warnings: string[];
 }
 
-export function compileSigilDollar(
-  source: string = readFileSync(SIGIL_DOLLAR_SOURCE_PATH, 'utf8'),
-): CompileResult {
+export function compileContract<Name extends string>(
+  contract: ContractFiles<Name>,
+  source: string = readFileSync(contract.sourcePath, 'utf8'),
+): CompileResult<Name> {
+  const { contractName } = contract;
+  const unit = sourceUnit(contractName);
+  const settings = compilerSettings(contractName);
   const input = {
     language: 'Solidity' as const,
-    sources: { [SOURCE_UNIT]: { content: source } },
-    settings: COMPILER_SETTINGS,
+    sources: { [unit]: { content: source } },
+    settings,
   };
   // solc-js is untyped: its standard-JSON interface takes and returns JSON text.
   const compile = solc.compile as (json: string) => string;
@@ -82,23 +93,27 @@ export function compileSigilDollar(
   const diagnostics = output.errors ?? [];
   const describe = (d: z.infer<typeof diagnosticSchema>) => d.formattedMessage ?? d.message;
   const errors = diagnostics.filter((d) => d.severity === 'error').map(describe);
-  if (errors.length > 0) throw new Error(`SigilDollar.sol does not compile:\n${errors.join('\n')}`);
-  const contract = output.contracts?.[SOURCE_UNIT]?.SigilDollar;
-  if (!contract) throw new Error('solc returned no SigilDollar contract');
-  const artifact: SigilDollarArtifact = {
-    contractName: 'SigilDollar',
-    sourcePath: relative(fileURLToPath(new URL('..', import.meta.url)), SIGIL_DOLLAR_SOURCE_PATH),
+  if (errors.length > 0) throw new Error(`${unit} does not compile:\n${errors.join('\n')}`);
+  const compiled = output.contracts?.[unit]?.[contractName];
+  if (!compiled) throw new Error(`solc returned no ${contractName} contract`);
+  const artifact: ContractArtifact<Name> = {
+    contractName,
+    sourcePath: relative(fileURLToPath(new URL('..', import.meta.url)), contract.sourcePath),
     sourceSha256: sha256(source),
     compiler: {
       name: 'solc',
       version: solc.version() as string,
-      input: { language: 'Solidity', settings: COMPILER_SETTINGS },
+      input: { language: 'Solidity', settings },
     },
-    abi: contract.abi as unknown as Abi,
-    bytecode: `0x${contract.evm.bytecode.object}` as Hex,
-    deployedBytecode: `0x${contract.evm.deployedBytecode.object}` as Hex,
+    abi: compiled.abi as unknown as Abi,
+    bytecode: `0x${compiled.evm.bytecode.object}` as Hex,
+    deployedBytecode: `0x${compiled.evm.deployedBytecode.object}` as Hex,
   };
   return { artifact, warnings: diagnostics.filter((d) => d.severity !== 'error').map(describe) };
+}
+
+export function compileSigilDollar(source?: string): CompileResult<'SigilDollar'> {
+  return compileContract(SIGIL_DOLLAR, source);
 }
 
 export function sha256(text: string): string {
@@ -106,19 +121,24 @@ export function sha256(text: string): string {
 }
 
 /** The artifact as committed: JSON in the repository's prettier style, so `npm run lint` accepts it. */
-export async function formatArtifact(artifact: SigilDollarArtifact): Promise<string> {
-  const options = await prettier.resolveConfig(SIGIL_DOLLAR_ARTIFACT_PATH);
-  return prettier.format(JSON.stringify(artifact), { ...options, filepath: SIGIL_DOLLAR_ARTIFACT_PATH });
+export async function formatArtifact(
+  artifact: ContractArtifact,
+  artifactPath: string = SIGIL_DOLLAR.artifactPath,
+): Promise<string> {
+  const options = await prettier.resolveConfig(artifactPath);
+  return prettier.format(JSON.stringify(artifact), { ...options, filepath: artifactPath });
 }
 
 async function main(): Promise<void> {
-  const { artifact, warnings } = compileSigilDollar();
-  for (const warning of warnings) process.stderr.write(`${warning}\n`);
-  writeFileSync(SIGIL_DOLLAR_ARTIFACT_PATH, await formatArtifact(artifact));
-  process.stdout.write(
-    `${relative(process.cwd(), SIGIL_DOLLAR_ARTIFACT_PATH)}: solc ${artifact.compiler.version}, ` +
-      `${(artifact.deployedBytecode.length - 2) / 2} bytes deployed\n`,
-  );
+  for (const contract of CONTRACTS) {
+    const { artifact, warnings } = compileContract(contract);
+    for (const warning of warnings) process.stderr.write(`${warning}\n`);
+    writeFileSync(contract.artifactPath, await formatArtifact(artifact, contract.artifactPath));
+    process.stdout.write(
+      `${relative(process.cwd(), contract.artifactPath)}: solc ${artifact.compiler.version}, ` +
+        `${(artifact.deployedBytecode.length - 2) / 2} bytes deployed\n`,
+    );
+  }
 }
 
 if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) await main();
