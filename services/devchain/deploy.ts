@@ -9,9 +9,11 @@ import {
   type Address,
   type Chain,
   type Hex,
+  type PublicClient,
 } from 'viem';
 import { getEip712Domain } from 'viem/actions';
 import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts';
+import { MULTICALL3_ADDRESS, readMiniMulticall3Artifact } from '../../contracts/mini-multicall3.ts';
 import { readSigilDollarArtifact } from '../../contracts/sigil-dollar.ts';
 import type { Logger } from '../../core/log.ts';
 import { DEV_MNEMONIC } from './anvil.ts';
@@ -31,7 +33,11 @@ export interface DevChainDeployment {
     operator: DevWallet;
     /** A wallet funded with dollars, to pay for tool calls in development and tests. */
     payer: DevWallet;
+    /** Where payments go (the gateway's `payTo`): neither the payer nor the account paying gas. */
+    treasury: { address: Address };
   };
+  /** Multicall3's canonical address, where MiniMulticall3 runs (x402 diagnoses failed payments through it). */
+  multicall3: Address;
 }
 
 export interface DeployOptions {
@@ -42,9 +48,10 @@ export interface DeployOptions {
   logger: Logger;
 }
 
-/** Anvil's dev accounts, from its well-known mnemonic: index 0 operates, index 1 pays. */
+/** Anvil's dev accounts, from its well-known mnemonic: index 0 operates, index 1 pays, index 2 is paid. */
 export const OPERATOR_ACCOUNT_INDEX = 0;
 export const PAYER_ACCOUNT_INDEX = 1;
+export const TREASURY_ACCOUNT_INDEX = 2;
 export const DEFAULT_PAYER_FUNDING = 1_000_000_000n;
 
 const tokenAbi = parseAbi([
@@ -53,8 +60,9 @@ const tokenAbi = parseAbi([
 ]);
 
 /**
- * Deploys SigilDollar from the operator and mints the payer's dollars. The deployment is the
- * operator's first transaction on a fresh chain, so the token's address is the same on every start.
+ * Deploys SigilDollar from the operator, mints the payer's dollars and puts MiniMulticall3 at
+ * Multicall3's address. The deployment is the operator's first transaction on a fresh chain, so the
+ * token's address is the same on every start.
  */
 export async function deploySigilDollar(options: DeployOptions): Promise<DevChainDeployment> {
   // The keys below are public knowledge: refuse anything but a chain on this machine.
@@ -63,6 +71,7 @@ export async function deploySigilDollar(options: DeployOptions): Promise<DevChai
   const chain = devChainDefinition(options.rpcUrl, options.chainId);
   const operator = devWallet(OPERATOR_ACCOUNT_INDEX);
   const payer = devWallet(PAYER_ACCOUNT_INDEX);
+  const treasury = { address: devWallet(TREASURY_ACCOUNT_INDEX).address };
   // Anvil mines each transaction as it arrives: poll for receipts often rather than every 4 s.
   const transport = http(options.rpcUrl);
   const publicClient = createPublicClient({ chain, transport, pollingInterval: 20 });
@@ -71,6 +80,8 @@ export async function deploySigilDollar(options: DeployOptions): Promise<DevChai
     transport,
     account: privateKeyToAccount(operator.privateKey),
   });
+
+  await installMulticall3(publicClient, options.logger);
 
   const deployHash = await walletClient.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode });
   const deployed = await publicClient.waitForTransactionReceipt({ hash: deployHash });
@@ -101,7 +112,32 @@ export async function deploySigilDollar(options: DeployOptions): Promise<DevChai
     'dev chain: SigilDollar deployed',
   );
   options.logger.info({ payer: payer.address, baseUnits: funding.toString() }, 'dev chain: payer funded');
-  return { rpcUrl: options.rpcUrl, chainId: options.chainId, token, accounts: { operator, payer } };
+  return {
+    rpcUrl: options.rpcUrl,
+    chainId: options.chainId,
+    token,
+    accounts: { operator, payer, treasury },
+    multicall3: MULTICALL3_ADDRESS,
+  };
+}
+
+/**
+ * Puts MiniMulticall3's runtime bytecode at Multicall3's canonical address with `anvil_setCode`
+ * (a dev-chain-only RPC method; the caller has checked the chain is local). Without it, x402's
+ * facilitator cannot say why a payment fails to simulate (nonce used, balance too low...).
+ */
+async function installMulticall3(publicClient: PublicClient, logger: Logger): Promise<void> {
+  const { deployedBytecode } = readMiniMulticall3Artifact();
+  await publicClient.request<{
+    Method: 'anvil_setCode';
+    Parameters: [Address, Hex];
+    ReturnType: null;
+  }>({ method: 'anvil_setCode', params: [MULTICALL3_ADDRESS, deployedBytecode] });
+  const code = await publicClient.getCode({ address: MULTICALL3_ADDRESS });
+  if (code?.toLowerCase() !== deployedBytecode.toLowerCase()) {
+    throw new Error(`anvil_setCode did not put MiniMulticall3 at ${MULTICALL3_ADDRESS}`);
+  }
+  logger.info({ address: MULTICALL3_ADDRESS }, 'dev chain: Multicall3 (MiniMulticall3) installed');
 }
 
 const derivedWallets = new Map<number, DevWallet>();

@@ -12,6 +12,7 @@ export {
   DEFAULT_PAYER_FUNDING,
   OPERATOR_ACCOUNT_INDEX,
   PAYER_ACCOUNT_INDEX,
+  TREASURY_ACCOUNT_INDEX,
   deploySigilDollar,
   devChainDefinition,
   devWallet,
@@ -43,6 +44,7 @@ export interface DevChain extends DevChainDeployment {
 
 export async function startDevChain(options: DevChainOptions): Promise<DevChain> {
   const { logger } = options;
+  logger.info({ port: options.port || 'picked by the OS' }, 'dev chain: starting anvil');
   const anvil = await startAnvil({
     logger,
     ...(options.port === undefined ? {} : { port: options.port }),
