@@ -23,6 +23,8 @@ export interface SigilErrorOptions {
   hint?: string;
   /** Machine-readable detail safe to show the caller (never a secret). */
   details?: Record<string, unknown>;
+  /** Response headers the error needs (e.g. x402's PAYMENT-REQUIRED); never a secret. */
+  headers?: Record<string, string>;
   cause?: unknown;
 }
 
@@ -30,6 +32,7 @@ export class SigilError extends Error {
   readonly code: ErrorCode;
   readonly hint: string | undefined;
   readonly details: Record<string, unknown> | undefined;
+  readonly headers: Record<string, string> | undefined;
 
   constructor(code: ErrorCode, message: string, options: SigilErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -37,6 +40,7 @@ export class SigilError extends Error {
     this.code = code;
     this.hint = options.hint;
     this.details = options.details;
+    this.headers = options.headers;
   }
 }
 

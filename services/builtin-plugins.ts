@@ -5,4 +5,5 @@ export const builtinPlugins: BuiltinPlugins = {
   'tee-none': () => import('../attestation/none/index.ts'),
   'registry-npm': () => import('../registries/npm/index.ts'),
   'sandbox-linux-namespaces': () => import('../plugins/sandboxes/linux-namespaces/index.ts'),
+  'payments-x402-evm': () => import('../plugins/payments/x402-evm/index.ts'),
 };

@@ -9,7 +9,7 @@ export type ServiceName = 'runtime' | 'gateway';
 /** A service's app, with optional background work to start once it listens and to stop before the kernel. */
 interface ServiceApp {
   app: Koa;
-  start?(): void;
+  start?(): Promise<void> | void;
   close?(): Promise<void>;
 }
 
@@ -35,7 +35,7 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
       apps.push(service);
       const server = await listen(service.app, host, port);
       running.push(server);
-      service.start?.();
+      await service.start?.();
       urls[name] = server.url;
       kernel.logger.info({ service: name, url: server.url }, `${name} listening`);
     }

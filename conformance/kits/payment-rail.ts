@@ -6,12 +6,14 @@ import { describeContractKit } from './mocha.ts';
 export const paymentRailKit: ContractKit<'payment-rail'> = {
   kind: 'payment-rail',
   contractFile: 'core/plugins/contracts/payment-rail-v1.ts',
-  members: { requirements: 'function', verify: 'function', settle: 'function', release: 'function' },
-  // Next, one check per promise of payment-rail-v1.ts, on a local chain:
-  // - requirements() amounts are integer base units;
-  // - verify() reserves atomically and refuses a payment already used or reserved;
-  // - settle() called twice for one payment id moves the money once;
-  // - release() charges nothing.
+  members: {
+    terms: 'function',
+    paymentRequired: 'function',
+    verify: 'function',
+    settle: 'function',
+    status: 'function',
+    settlementsOnChain: 'function',
+  },
   behaviour: [],
 };
 

@@ -111,3 +111,13 @@ export async function migrate(db: Database, extra: readonly Migration[] = []): P
   ];
   return applied;
 }
+
+/** Whether a failed write broke a unique or primary key constraint (SQLite or PostgreSQL). */
+export function isUniqueViolation(err: unknown): boolean {
+  const { code, errno } = (err ?? {}) as { code?: unknown; errno?: unknown };
+  // PostgreSQL: SQLSTATE 23505; SQLite: SQLITE_CONSTRAINT (19) with a UNIQUE or PRIMARY KEY message.
+  if (code === '23505') return true;
+  return (
+    (code === 'SQLITE_CONSTRAINT' || errno === 19) && /UNIQUE|PRIMARY KEY/i.test((err as Error).message ?? '')
+  );
+}

@@ -82,6 +82,7 @@ export function errorHandler(logger: Logger) {
         (ctx.state.log ?? logger).error({ err }, 'request failed');
       }
       ctx.status = status;
+      if (error.headers) ctx.set(error.headers);
       ctx.body = errorBody(error);
     }
   };

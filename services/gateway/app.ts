@@ -10,8 +10,8 @@ import { createToolGateway } from './tool-gateway.ts';
 export interface GatewayApp {
   app: Koa;
   metrics: HttpMetrics;
-  /** Starts background work (the catalog warmup) once the server listens. */
-  start(): void;
+  /** Recovers unfinished payments, then starts background work (settlement retries, the catalog warmup). */
+  start(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -30,7 +30,8 @@ export function createGatewayApp(kernel: Kernel): GatewayApp {
   });
   return {
     ...http,
-    start: () => {
+    start: async () => {
+      await tools.start();
       if (kernel.config.gateway.warmupAtStart) void tools.warmup.run('start-up');
     },
     close: () => tools.close(),

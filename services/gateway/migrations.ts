@@ -53,4 +53,30 @@ export const gatewayMigrations: readonly Migration[] = [
       }
     },
   },
+  {
+    name: '0110-payment-settlements',
+    async up(db) {
+      // One row per payment authorization, written before the tool runs and before any money moves.
+      await db.schema.createTable('payment_settlements', (t) => {
+        t.string('id', 200).primary();
+        t.string('state', 16).notNullable();
+        t.string('payer', 64).notNullable();
+        t.string('amount', 78).notNullable();
+        t.string('resource', 300).notNullable();
+        t.string('wallet', 42).nullable();
+        t.text('authorization').notNullable();
+        t.bigInteger('valid_before').notNullable();
+        t.string('transaction', 80).nullable();
+        t.text('reason').nullable();
+        t.integer('attempts').notNullable().defaultTo(0);
+        t.bigInteger('next_attempt_at').notNullable().defaultTo(0);
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('updated_at').notNullable();
+        t.index(['state', 'next_attempt_at']);
+      });
+    },
+    async down(db) {
+      await db.schema.dropTableIfExists('payment_settlements');
+    },
+  },
 ];

@@ -4,6 +4,8 @@ import type { AuthPrincipal } from '../../core/auth/index.ts';
 import { SigilError } from '../../core/errors.ts';
 import { disconnectSignal } from '../../core/http/disconnect.ts';
 import { parseInput } from '../../core/http/validate.ts';
+import { PAYMENT_META_KEY } from './payments/payments.ts';
+import { paymentFromHeaders, receiptOf, setPaymentResponse } from './payments/routes.ts';
 import type { ServerDetails, ServerDirectory } from './servers.ts';
 import type { ToolCaller } from './tool-calls.ts';
 import type { Warmup } from './warmup.ts';
@@ -51,16 +53,19 @@ export function restRouter(deps: {
   router.post('/api/servers/:id/tools/:name', async (ctx) => {
     const { id, name } = parseInput(toolParams, ctx.params, 'params');
     const body = parseInput(callBody, ctx.request.body ?? {}, 'body');
-    ctx.body = await deps.caller.call(
+    const payment = paymentFromHeaders(ctx);
+    const result = await deps.caller.call(
       {
         serverId: id,
         tool: name,
         arguments: body.arguments,
         wallet: (ctx.state.auth as AuthPrincipal | undefined)?.address,
-        meta: body._meta,
+        meta: payment === undefined ? body._meta : { ...body._meta, [PAYMENT_META_KEY]: payment },
       },
       disconnectSignal(ctx),
     );
+    setPaymentResponse(ctx, receiptOf(result._meta));
+    ctx.body = result;
   });
   router.post('/api/servers/:id/tools/:name/approve', async (ctx) => {
     requireOperator(ctx.state.auth as AuthPrincipal | undefined, 'approve changed tool definitions');

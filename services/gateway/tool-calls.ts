@@ -2,8 +2,12 @@ import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/
 import { SigilError } from '../../core/errors.ts';
 import type { Logger } from '../../core/log.ts';
 import type { ServerDirectory } from './servers.ts';
+import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './payments/payments.ts';
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
+
+/** Separates server id and tool name in namespaced tool names; server ids cannot contain it. */
+export const NAMESPACE_SEPARATOR = '__';
 
 /** The spec's limit on the serialized arguments of one tool call. */
 export const MAX_ARGUMENT_BYTES = 100 * 1024;
@@ -14,27 +18,15 @@ export interface ToolCall {
   arguments: Record<string, unknown>;
   /** The caller's wallet, or undefined when anonymous. */
   wallet: string | undefined;
-  /** Client-supplied call metadata (MCP `params._meta`, or REST headers mapped to it): payments ride here. */
+  /** Client-supplied call metadata (MCP `params._meta`; REST maps PAYMENT-SIGNATURE into it): payments ride here. */
   meta: Record<string, unknown> | undefined;
-}
-
-/**
- * Seams for what surrounds an execution: payment verification before it, settlement and an execution
- * proof after success, release after failure. Each service composes the hooks it needs.
- */
-export interface ToolCallHooks {
-  /** Throws to refuse the call before anything runs (e.g. payment missing). */
-  beforeExecute?(call: ToolCall): Promise<void>;
-  /** May decorate the result (e.g. `_meta` with a proof); runs only when the tool succeeded. */
-  afterSuccess?(call: ToolCall, result: CallToolResult): Promise<CallToolResult>;
-  /** Runs when execution failed or the tool reported an error: nothing is charged. */
-  afterFailure?(call: ToolCall, failure: string): Promise<void>;
 }
 
 export interface ToolCallerOptions {
   servers: ServerDirectory;
   pool: ServerPool;
-  hooks: ToolCallHooks;
+  /** Absent: calls are free. Present: each call is paid, settled only when it succeeds. */
+  payments: Payments | undefined;
   /** Signs the proof every tool result carries. */
   proofs: () => Promise<ProofSigner>;
   timeoutMs: number;
@@ -91,36 +83,34 @@ export class ToolCaller {
             hint: `GET /api/servers/${call.serverId}/tools lists its tools`,
           });
     }
-    const { hooks } = this.options;
-    await hooks.beforeExecute?.(call);
-    let outcome: Execution;
-    try {
-      outcome = await this.execute(call, signal);
-    } catch (err) {
-      await hooks.afterFailure?.(call, (err as Error).message);
-      throw err;
-    }
-    // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
-    const result = redactValues(outcome.result, outcome.injected.values);
-    const proof = (await this.options.proofs()).sign({
-      server: {
-        id: details.id,
-        package: details.package,
-        version: details.version ?? '',
-        registry: details.registry,
-        digest: details.digest ?? '',
-      },
-      tool: call.tool,
-      arguments: call.arguments,
-      result,
-      secretNames: outcome.injected.names,
-    });
-    const proven: CallToolResult = { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
-    if (result.isError) {
-      await hooks.afterFailure?.(call, 'the tool reported an error');
-      return proven;
-    }
-    return hooks.afterSuccess ? hooks.afterSuccess(call, proven) : proven;
+    const run = async (): Promise<{ value: CallToolResult; succeeded: boolean }> => {
+      const outcome = await this.execute(call, signal);
+      // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
+      const result = redactValues(outcome.result, outcome.injected.values);
+      const proof = (await this.options.proofs()).sign({
+        server: {
+          id: details.id,
+          package: details.package,
+          version: details.version ?? '',
+          registry: details.registry,
+          digest: details.digest ?? '',
+        },
+        tool: call.tool,
+        arguments: call.arguments,
+        result,
+        secretNames: outcome.injected.names,
+      });
+      const proven: CallToolResult = { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
+      return { value: proven, succeeded: result.isError !== true };
+    };
+    const { payments } = this.options;
+    if (!payments) return (await run()).value;
+    const resource = {
+      url: `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
+      description: `Tool "${call.tool}" of MCP server "${call.serverId}"`,
+    };
+    const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, run);
+    return receipt ? { ...value, _meta: { ...value._meta, [PAYMENT_RESPONSE_META_KEY]: receipt } } : value;
   }
 
   private async execute(call: ToolCall, signal: AbortSignal | undefined): Promise<Execution> {

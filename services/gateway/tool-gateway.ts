@@ -11,7 +11,9 @@ import { restRouter } from './rest.ts';
 import { ServerPool } from './server-pool.ts';
 import { ServerDirectory } from './servers.ts';
 import { EnabledServers } from './sessions.ts';
-import { ToolCaller, type ToolCallHooks } from './tool-calls.ts';
+import { ToolCaller } from './tool-calls.ts';
+import { Payments } from './payments/payments.ts';
+import { paymentsRouter } from './payments/routes.ts';
 import { ToolPins } from './tool-pins.ts';
 import { Warmup } from './warmup.ts';
 import { buildInfo } from '../shared/build-info.ts';
@@ -23,7 +25,9 @@ import { verifyRouter } from './verify.ts';
 export interface ToolGateway {
   routers: Router[];
   warmup: Warmup;
-  /** Stops every MCP server process. */
+  /** Recovers unfinished payments and starts retrying pending settlements. */
+  start(): Promise<void>;
+  /** Stops the settlement worker and every MCP server process. */
   close(): Promise<void>;
 }
 
@@ -45,7 +49,7 @@ function proofSignerFor(kernel: Kernel): () => Promise<ProofSigner> {
 }
 
 /** Assembles the gateway's MCP and REST surfaces over one catalog, one pool and one execution path. */
-export function createToolGateway(kernel: Kernel, hooks: ToolCallHooks = {}): ToolGateway {
+export function createToolGateway(kernel: Kernel): ToolGateway {
   const settings = kernel.config.gateway;
   const logger = kernel.logger.child({ component: 'tool-gateway' });
   const catalog = loadCatalog({
@@ -81,10 +85,20 @@ export function createToolGateway(kernel: Kernel, hooks: ToolCallHooks = {}): To
     logger,
   });
   const proofs = proofSignerFor(kernel);
+  const rails = kernel.plugins.all('payment-rail');
+  const payments = rails[0]
+    ? new Payments({
+        rail: rails[0],
+        db: kernel.db,
+        clock: kernel.clock,
+        logger,
+        staleAfterMs: (settings.toolCallTimeoutSeconds + 10) * 1000,
+      })
+    : undefined;
   const caller = new ToolCaller({
     servers,
     pool,
-    hooks,
+    payments,
     proofs,
     timeoutMs: settings.toolCallTimeoutSeconds * 1000,
     logger,
@@ -116,10 +130,19 @@ export function createToolGateway(kernel: Kernel, hooks: ToolCallHooks = {}): To
         assertServerServable: async (serverId) => void (await servers.requireServable(serverId)),
       }),
       restRouter({ servers, caller, warmup, openApi: () => gatewayOpenApi(kernel) }),
-      verifyRouter(proofs),
+      verifyRouter(proofs, payments),
+      paymentsRouter(payments),
       secretsRouter({ catalog, vault, onChange: (wallet, serverId) => pool.discard({ serverId, wallet }) }),
     ],
     warmup,
-    close: () => pool.stopAll(),
+    start: async () => {
+      if (!payments) return;
+      await payments.recover();
+      payments.start();
+    },
+    close: async () => {
+      await payments?.stop();
+      await pool.stopAll();
+    },
   };
 }

@@ -3,7 +3,10 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { SigilError } from '../../core/errors.ts';
 import { parseInput } from '../../core/http/validate.ts';
-import { proofSchema, type ProofSigner } from './proofs.ts';
+import type { AuthPrincipal } from '../../core/auth/index.ts';
+import type { Payments } from './payments/payments.ts';
+import { paymentFromHeaders, setPaymentResponse } from './payments/routes.ts';
+import { proofSchema, type ProofCheck, type ProofSigner } from './proofs.ts';
 
 const verifyBody = z
   .object({
@@ -22,13 +25,30 @@ const verifyBody = z
   .strict();
 
 /** `POST /api/verify`: checks an execution proof; a changed field is refused with the field named. */
-export function verifyRouter(proofs: () => Promise<ProofSigner>): Router {
+export function verifyRouter(proofs: () => Promise<ProofSigner>, payments: Payments | undefined): Router {
   return new Router().post('/api/verify', async (ctx) => {
     const { proof, request, response } = parseInput(verifyBody, ctx.request.body ?? {}, 'body');
-    const check = (await proofs()).verify(proof, {
-      ...(request ? { request } : {}),
-      ...(response ? { response: response as CallToolResult } : {}),
-    });
+    const verify = async () => {
+      const value = (await proofs()).verify(proof, {
+        ...(request ? { request } : {}),
+        ...(response ? { response: response as CallToolResult } : {}),
+      });
+      // A verification that ran is the service paid for, whatever its verdict.
+      return { value, succeeded: true };
+    };
+    let check: ProofCheck;
+    if (payments) {
+      const paid = await payments.run(
+        paymentFromHeaders(ctx),
+        { url: `${ctx.origin}/api/verify`, description: 'Verify an execution proof' },
+        (ctx.state.auth as AuthPrincipal | undefined)?.address,
+        verify,
+      );
+      setPaymentResponse(ctx, paid.receipt);
+      check = paid.value;
+    } else {
+      check = (await verify()).value;
+    }
     if (!check.valid) {
       const fields = check.problems.map((problem) => problem.field);
       throw new SigilError(

@@ -63,9 +63,13 @@ export class ProbeWorld {
   async gateway(
     database: TestDatabase | undefined,
     gateway: Partial<SigilConfig['gateway']> = {},
-    extra: Omit<TestKernelOptions, 'database' | 'config'> & { vault?: SigilConfig['vault'] } = {},
+    extra: Omit<TestKernelOptions, 'database' | 'config'> & {
+      vault?: SigilConfig['vault'];
+      /** More plugins, e.g. a payment rail. */
+      plugins?: SigilConfig['plugins'];
+    } = {},
   ): Promise<Serving & { url: string }> {
-    const { vault, ...kernelOptions } = extra;
+    const { vault, plugins = [], ...kernelOptions } = extra;
     const kernel = await openTestKernel({
       ...kernelOptions,
       ...(database ? { database } : {}),
@@ -88,6 +92,7 @@ export class ProbeWorld {
             enabled: true,
             options: { stateDir: join(this.dir, 'sandboxes') },
           },
+          ...plugins,
         ],
       },
     });

@@ -1,35 +1,89 @@
 /**
- * `payment-rail` v1: charges a tool call. The gateway verifies before execution and settles only
- * after success; a rail must make `settle` idempotent per payment id and `release` free of charge.
+ * `payment-rail` v1: how a call is paid for on one network. The rail speaks to the chain (or a
+ * facilitator) and is stateless; the gateway owns the durable side: it reserves each payment before
+ * verifying it, records every settlement before the money moves, settles only after success, retries,
+ * recovers after a crash and reconciles with what the rail reports on chain.
+ *
+ * Wire objects follow x402 v2 (`PaymentRequired`, `PaymentPayload`, `SettleResponse`). Amounts are
+ * integer base units of the asset.
  */
 export interface PaymentRailV1 {
   readonly specVersion: 'v1';
-  /** What a caller must pay, published in 402 responses. Amounts are integer base units. */
-  requirements(resource: string): Promise<PaymentRequirements>;
-  /** Checks a payment and reserves it atomically; rejects a payment already used or reserved. */
-  verify(payment: unknown, requirements: PaymentRequirements): Promise<VerifiedPayment>;
-  /** Moves the money for a verified payment; calling it again for the same id changes nothing. */
-  settle(payment: VerifiedPayment): Promise<SettlementResult>;
-  /** Drops a reservation after a failed execution: no charge. */
-  release(payment: VerifiedPayment): Promise<void>;
+  /** The published terms (GET /api/payments/config). */
+  terms(): PaymentTerms;
+  /** The x402 v2 `PaymentRequired` object for one paid use of `resource`, with an optional reason. */
+  paymentRequired(resource: PaymentResource, error?: string): X402PaymentRequired;
+  /**
+   * Checks a client's payment (an x402 v2 `PaymentPayload`, as parsed JSON) against the terms and
+   * the chain: signature, amount, payee, asset, validity window, payer balance, authorization unused.
+   * Never moves money and never throws for a bad payment: it says why.
+   */
+  verify(payload: unknown): Promise<VerifyOutcome>;
+  /**
+   * Moves the money for a verified payment. For a payment already settled on chain it answers
+   * `settled` again (with the transaction when known), never charging twice.
+   */
+  settle(payment: VerifiedPayment): Promise<SettleOutcome>;
+  /** Whether the payment's authorization has been used on chain, and by which transaction. */
+  status(payment: VerifiedPayment): Promise<{ used: boolean; transaction?: string }>;
+  /** Payments to `payTo` that the chain records from `fromBlock` on (for reconciliation). */
+  settlementsOnChain(fromBlock: bigint): Promise<OnChainSettlement[]>;
 }
 
-export interface PaymentRequirements {
+export interface PaymentTerms {
   scheme: string;
+  /** CAIP-2, e.g. `eip155:8453`. */
   network: string;
-  asset: string;
+  chainId: number;
+  asset: { address: string; name: string; version: string; decimals: number };
+  /** Base units per paid call. */
+  pricePerCall: bigint;
   payTo: string;
-  amount: bigint;
-  resource: string;
+  /** How long a payment authorization must stay valid: signing, verification, the call and settlement. */
+  maxTimeoutSeconds: number;
+  facilitator: 'builtin' | 'remote';
+}
+
+export interface PaymentResource {
+  /** e.g. `mcp://tool/probe__echo` or the request URL. */
+  url: string;
+  description: string;
+}
+
+/** x402 v2 `PaymentRequired`; kept structural so the contract needs no x402 package. */
+export interface X402PaymentRequired {
+  x402Version: 2;
+  error?: string;
+  resource: { url: string; description?: string; mimeType?: string };
+  accepts: Record<string, unknown>[];
 }
 
 export interface VerifiedPayment {
+  /** Unique per authorization (payer and nonce): the key the gateway reserves. */
   id: string;
   payer: string;
   amount: bigint;
+  /** Unix seconds after which the authorization can no longer be settled. */
+  validBefore: number;
+  /** What `settle` needs later, perhaps after a restart: JSON, stored by the gateway, never logged. */
+  authorization: Record<string, unknown>;
 }
 
-export interface SettlementResult {
+export type VerifyOutcome =
+  | { valid: true; payment: VerifiedPayment }
+  | { valid: false; reason: string; message: string; payer?: string };
+
+export type SettleOutcome =
+  | { status: 'settled'; transaction: string; payer: string }
+  /** Will never succeed (authorization expired or used elsewhere, balance gone): not charged. */
+  | { status: 'rejected'; reason: string; message: string }
+  /** Could not be decided now (RPC down, timeout): try again later; the authorization may still be used. */
+  | { status: 'retry'; reason: string; message: string };
+
+export interface OnChainSettlement {
   id: string;
+  payer: string;
+  amount: bigint;
   transaction: string;
+  block: bigint;
 }

@@ -4,12 +4,14 @@ import { isSigilError } from '../../../core/errors.ts';
 import type { Catalog } from '../catalog.ts';
 import type { ServerDirectory } from '../servers.ts';
 import type { EnabledServers } from '../sessions.ts';
-import type { ToolCaller } from '../tool-calls.ts';
+import { NAMESPACE_SEPARATOR, type ToolCaller } from '../tool-calls.ts';
 import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
 import { ErrorCode, JsonRpcError } from './jsonrpc.ts';
 
-/** Separates server id and tool name in namespaced tool names; server ids cannot contain it. */
-export const NAMESPACE_SEPARATOR = '__';
+/** The JSON-RPC error code of an unpaid tool call (x402's MCP transport, as `@x402/mcp` defines it). */
+export const PAYMENT_REQUIRED_CODE = 402;
+
+export { NAMESPACE_SEPARATOR };
 
 const serverIdInput: Tool['inputSchema'] = {
   type: 'object',
@@ -188,6 +190,10 @@ function parseArgs<S extends z.ZodType>(schema: S, args: Record<string, unknown>
  */
 function toolFailure(err: unknown): CallToolResult {
   if (err instanceof JsonRpcError) throw err;
+  if (isSigilError(err) && err.code === 'payment_required') {
+    // x402's MCP transport: the client reads the terms from the error's data and pays in _meta.
+    throw new JsonRpcError(PAYMENT_REQUIRED_CODE, err.message, err.details?.paymentRequired);
+  }
   if (isSigilError(err) && (err.code === 'invalid_request' || err.code === 'payload_too_large')) {
     throw new JsonRpcError(ErrorCode.InvalidParams, err.message);
   }

@@ -1,0 +1,64 @@
+import { z } from 'zod';
+
+const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'an 0x-prefixed 20-byte address');
+
+export const configSchema = z
+  .object({
+    network: z
+      .string()
+      .regex(/^eip155:\d+$/, 'a CAIP-2 EVM network, e.g. eip155:8453')
+      .default('eip155:8453')
+      .describe('CAIP-2 network the payments are made on'),
+    rpcUrl: z.url({ protocol: /^https?$/ }).describe('JSON-RPC endpoint of that network'),
+    asset: z
+      .object({
+        address,
+        name: z.string().min(1).describe('EIP-712 domain name of the token (Base USDC: "USD Coin")'),
+        version: z.string().min(1).describe('EIP-712 domain version of the token (Base USDC: "2")'),
+        decimals: z.number().int().min(0).max(36).default(6),
+      })
+      .strict()
+      .describe('The EIP-3009 dollar token'),
+    payTo: address.describe('Address the payments go to'),
+    pricePerCall: z
+      .union([z.number().int().positive(), z.string().regex(/^[1-9]\d*$/)])
+      .default(500)
+      .transform((value) => BigInt(value))
+      .describe('Base units per paid call (500 = 0.0005 USD at 6 decimals)'),
+    maxTimeoutSeconds: z
+      .number()
+      .int()
+      .min(15)
+      .max(3600)
+      .default(120)
+      .describe('How long an authorization must stay valid: must cover the tool call and settlement'),
+    startBlock: z
+      .union([z.number().int().nonnegative(), z.string().regex(/^\d+$/)])
+      .default(0)
+      .transform((value) => BigInt(value))
+      .describe('First block the reconciler and settlement lookups read'),
+    facilitator: z
+      .discriminatedUnion('kind', [
+        z
+          .object({
+            kind: z.literal('builtin'),
+            privateKey: z
+              .string()
+              .regex(/^0x[0-9a-fA-F]{64}$/, 'a 0x-prefixed 32-byte hex key')
+              .describe('Key of the account that submits settlements and pays their gas (secret)'),
+          })
+          .strict(),
+        z
+          .object({
+            kind: z.literal('remote'),
+            // Never the x402 library's public default: an empty or missing URL is refused here.
+            url: z.url({ protocol: /^https?$/ }).describe('Base URL of an x402 facilitator'),
+            timeoutMs: z.number().int().positive().default(30_000),
+          })
+          .strict(),
+      ])
+      .describe('Who verifies and settles: this process with its own account, or a remote facilitator'),
+  })
+  .strict();
+
+export type X402EvmConfig = z.infer<typeof configSchema>;

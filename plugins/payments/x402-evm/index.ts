@@ -1,0 +1,26 @@
+import { definePlugin } from '../../../core/plugins/manifest.ts';
+import type { SecretRegistry } from '../../../core/log.ts';
+import { configSchema } from './config.ts';
+import { X402EvmRail } from './rail.ts';
+
+/**
+ * x402 v2 `exact` payments on an EVM chain (Base, chain 8453, in production; the local dev chain
+ * otherwise): EIP-712 signed EIP-3009 authorizations of a dollar token, verified and settled by a
+ * facilitator in this process or a remote one.
+ */
+export default definePlugin({
+  kind: 'payment-rail',
+  name: 'payments-x402-evm',
+  specVersion: 'v1',
+  description: 'x402 v2 exact scheme: EIP-3009 transferWithAuthorization of a dollar token on an EVM chain',
+  config: configSchema,
+  dependencies: ['secrets'],
+  create: ({ config, deps }) => {
+    if (config.facilitator.kind === 'builtin')
+      (deps.secrets as SecretRegistry).add(config.facilitator.privateKey);
+    return new X402EvmRail(config);
+  },
+});
+
+export { configSchema, X402EvmRail };
+export type { X402EvmConfig } from './config.ts';

@@ -1,0 +1,272 @@
+import type { FacilitatorClient } from '@x402/core/server';
+import { parsePaymentPayload } from '@x402/core/schemas';
+import { SettleError, VerifyError, type PaymentPayload, type PaymentRequirements } from '@x402/core/types';
+import {
+  createPublicClient,
+  defineChain,
+  getAddress,
+  http,
+  isAddressEqual,
+  parseAbi,
+  type Address,
+  type Hex,
+  type PublicClient,
+} from 'viem';
+import type {
+  OnChainSettlement,
+  PaymentRailV1,
+  PaymentResource,
+  PaymentTerms,
+  SettleOutcome,
+  VerifiedPayment,
+  VerifyOutcome,
+  X402PaymentRequired,
+} from '../../../core/plugins/contracts/index.ts';
+import type { X402EvmConfig } from './config.ts';
+import { createFacilitator } from './facilitator.ts';
+
+const eip3009 = parseAbi([
+  'function authorizationState(address authorizer, bytes32 nonce) view returns (bool)',
+  'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
+  'event Transfer(address indexed from, address indexed to, uint256 value)',
+]);
+
+/** Failures no retry can cure: the payment will never settle as it is. */
+const PERMANENT =
+  /signature|recipient|value_mismatch|valid_before|valid_after|insufficient|requirements|payload/;
+/** Settlement must leave this much of the authorization's window, as x402's facilitator requires. */
+const SETTLEMENT_MARGIN_SECONDS = 6;
+
+interface StoredAuthorization extends Record<string, unknown> {
+  payload: PaymentPayload;
+  requirements: PaymentRequirements;
+}
+
+interface Eip3009Authorization {
+  from: string;
+  to: string;
+  value: string;
+  validAfter: string;
+  validBefore: string;
+  nonce: string;
+}
+
+/** The x402 `exact` scheme on an EVM chain: EIP-3009 `transferWithAuthorization` of a dollar token. */
+export class X402EvmRail implements PaymentRailV1 {
+  readonly specVersion = 'v1' as const;
+  private readonly chainId: number;
+  private readonly publicClient: PublicClient;
+  private readonly facilitator: FacilitatorClient;
+
+  constructor(
+    private readonly config: X402EvmConfig,
+    options: { facilitator?: FacilitatorClient } = {},
+  ) {
+    this.chainId = Number(config.network.split(':')[1]);
+    const chain = defineChain({
+      id: this.chainId,
+      name: config.network,
+      nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+      rpcUrls: { default: { http: [config.rpcUrl] } },
+    });
+    this.publicClient = createPublicClient({ chain, transport: http(config.rpcUrl) });
+    this.facilitator = options.facilitator ?? createFacilitator(config, chain, this.publicClient);
+  }
+
+  terms(): PaymentTerms {
+    const { config } = this;
+    return {
+      scheme: 'exact',
+      network: config.network,
+      chainId: this.chainId,
+      asset: { ...config.asset, address: getAddress(config.asset.address) },
+      pricePerCall: config.pricePerCall,
+      payTo: getAddress(config.payTo),
+      maxTimeoutSeconds: config.maxTimeoutSeconds,
+      facilitator: config.facilitator.kind,
+    };
+  }
+
+  paymentRequired(resource: PaymentResource, error?: string): X402PaymentRequired {
+    return {
+      x402Version: 2,
+      ...(error === undefined ? {} : { error }),
+      resource: { url: resource.url, description: resource.description, mimeType: 'application/json' },
+      accepts: [this.requirements()],
+    };
+  }
+
+  async verify(payload: unknown): Promise<VerifyOutcome> {
+    const parsed = parsePaymentPayload(payload);
+    if (!parsed.success || parsed.data.x402Version !== 2) {
+      return { valid: false, reason: 'invalid_payload', message: 'Not an x402 v2 PaymentPayload' };
+    }
+    const payment = parsed.data as PaymentPayload;
+    const requirements = this.requirements();
+    const mismatch = requirementsMismatch(payment.accepted, requirements);
+    if (mismatch) return { valid: false, reason: 'requirements_mismatch', message: mismatch };
+    const authorization = authorizationOf(payment);
+    if (!authorization) {
+      return {
+        valid: false,
+        reason: 'invalid_payload',
+        message: 'The payload holds no EIP-3009 authorization',
+      };
+    }
+    let result;
+    try {
+      result = await this.facilitator.verify(payment, requirements);
+    } catch (err) {
+      if (!(err instanceof VerifyError)) throw err;
+      result = { isValid: false, invalidReason: err.invalidReason, invalidMessage: err.invalidMessage };
+    }
+    if (!result.isValid) {
+      return {
+        valid: false,
+        reason: result.invalidReason ?? 'invalid_payment',
+        message: result.invalidMessage ?? result.invalidReason ?? 'The facilitator refused the payment',
+        ...(result.payer ? { payer: result.payer } : {}),
+      };
+    }
+    const stored: StoredAuthorization = { payload: payment, requirements };
+    return {
+      valid: true,
+      payment: {
+        id: paymentId(this.config, authorization),
+        payer: getAddress(authorization.from),
+        amount: BigInt(authorization.value),
+        validBefore: Number(authorization.validBefore),
+        authorization: stored,
+      },
+    };
+  }
+
+  async settle(payment: VerifiedPayment): Promise<SettleOutcome> {
+    const { payload, requirements } = payment.authorization as StoredAuthorization;
+    let failure: { reason: string; message: string };
+    try {
+      const result = await this.facilitator.settle(payload, requirements);
+      if (result.success) return { status: 'settled', transaction: result.transaction, payer: payment.payer };
+      failure = {
+        reason: result.errorReason ?? 'settlement_failed',
+        message: result.errorMessage ?? result.errorReason ?? 'settlement failed',
+      };
+    } catch (err) {
+      failure =
+        err instanceof SettleError
+          ? { reason: err.errorReason ?? 'settlement_failed', message: err.errorMessage ?? err.message }
+          : { reason: 'unreachable', message: (err as Error).message };
+    }
+    // Whatever the failure says, the chain decides: an authorization already used paid this payee.
+    let used: { used: boolean; transaction?: string };
+    try {
+      used = await this.status(payment);
+    } catch (err) {
+      return { status: 'retry', reason: 'unreachable', message: (err as Error).message };
+    }
+    if (used.used) return { status: 'settled', transaction: used.transaction ?? '', payer: payment.payer };
+    const expired = Date.now() / 1000 >= payment.validBefore - SETTLEMENT_MARGIN_SECONDS;
+    if (expired) return { status: 'rejected', reason: 'authorization_expired', message: failure.message };
+    if (PERMANENT.test(failure.reason)) return { status: 'rejected', ...failure };
+    return { status: 'retry', ...failure };
+  }
+
+  async status(payment: VerifiedPayment): Promise<{ used: boolean; transaction?: string }> {
+    const { from, nonce } = authorizationOf((payment.authorization as StoredAuthorization).payload) ?? {};
+    if (!from || !nonce) return { used: false };
+    const used = await this.publicClient.readContract({
+      address: this.config.asset.address as Address,
+      abi: eip3009,
+      functionName: 'authorizationState',
+      args: [from as Address, nonce as Hex],
+    });
+    if (!used) return { used: false };
+    const logs = await this.publicClient.getLogs({
+      address: this.config.asset.address as Address,
+      event: eip3009[1],
+      args: { authorizer: from as Address, nonce: nonce as Hex },
+      fromBlock: this.config.startBlock,
+    });
+    const transaction = logs[0]?.transactionHash;
+    return transaction ? { used: true, transaction } : { used: true };
+  }
+
+  async settlementsOnChain(fromBlock: bigint): Promise<OnChainSettlement[]> {
+    const address = this.config.asset.address as Address;
+    const start = fromBlock > this.config.startBlock ? fromBlock : this.config.startBlock;
+    const [used, transfers] = await Promise.all([
+      this.publicClient.getLogs({ address, event: eip3009[1], fromBlock: start }),
+      this.publicClient.getLogs({
+        address,
+        event: eip3009[2],
+        args: { to: this.config.payTo as Address },
+        fromBlock: start,
+      }),
+    ]);
+    const settlements: OnChainSettlement[] = [];
+    for (const log of used) {
+      const transfer = transfers.find(
+        (t) =>
+          t.transactionHash === log.transactionHash &&
+          t.args.from !== undefined &&
+          log.args.authorizer !== undefined &&
+          isAddressEqual(t.args.from, log.args.authorizer),
+      );
+      if (!transfer || log.args.authorizer === undefined || log.args.nonce === undefined) continue;
+      settlements.push({
+        id: paymentId(this.config, { from: log.args.authorizer, nonce: log.args.nonce }),
+        payer: getAddress(log.args.authorizer),
+        amount: transfer.args.value ?? 0n,
+        transaction: log.transactionHash,
+        block: log.blockNumber,
+      });
+    }
+    return settlements;
+  }
+
+  private requirements(): PaymentRequirements {
+    const { config } = this;
+    return {
+      scheme: 'exact',
+      network: config.network as `${string}:${string}`,
+      asset: getAddress(config.asset.address),
+      amount: config.pricePerCall.toString(),
+      payTo: getAddress(config.payTo),
+      maxTimeoutSeconds: config.maxTimeoutSeconds,
+      extra: { name: config.asset.name, version: config.asset.version },
+    };
+  }
+}
+
+/** One id per authorization: EIP-3009 nonces are unique per authorizer and token. */
+function paymentId(config: X402EvmConfig, authorization: { from: string; nonce: string }): string {
+  return [config.network, config.asset.address, authorization.from, authorization.nonce]
+    .join(':')
+    .toLowerCase();
+}
+
+function authorizationOf(payment: PaymentPayload): Eip3009Authorization | undefined {
+  const authorization = (payment.payload as { authorization?: Partial<Eip3009Authorization> }).authorization;
+  const fields = ['from', 'to', 'value', 'validAfter', 'validBefore', 'nonce'] as const;
+  if (!authorization || !fields.every((field) => typeof authorization[field] === 'string')) return undefined;
+  if (!/^\d+$/.test(authorization.value as string) || !/^\d+$/.test(authorization.validBefore as string))
+    return undefined;
+  return authorization as Eip3009Authorization;
+}
+
+/** What differs between the terms a client accepted and ours, in words; undefined when they match. */
+function requirementsMismatch(accepted: PaymentRequirements, ours: PaymentRequirements): string | undefined {
+  const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
+  const checks: [string, boolean][] = [
+    ['scheme', accepted.scheme === ours.scheme],
+    ['network', accepted.network === ours.network],
+    ['asset', same(accepted.asset, ours.asset)],
+    ['amount', accepted.amount === ours.amount],
+    ['payTo', same(accepted.payTo, ours.payTo)],
+  ];
+  const wrong = checks.filter(([, ok]) => !ok).map(([field]) => field);
+  if (wrong.length === 0) return undefined;
+  return `The accepted ${wrong.join(', ')} ${wrong.length === 1 ? 'does' : 'do'} not match the terms (${wrong
+    .map((field) => `${field} ${String(ours[field as keyof PaymentRequirements])}`)
+    .join(', ')})`;
+}

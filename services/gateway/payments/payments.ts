@@ -1,0 +1,378 @@
+import type { Clock } from '../../../core/clock.ts';
+import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
+import { SigilError } from '../../../core/errors.ts';
+import type { Logger } from '../../../core/log.ts';
+import type {
+  PaymentRailV1,
+  PaymentResource,
+  PaymentTerms,
+  VerifiedPayment,
+  X402PaymentRequired,
+} from '../../../core/plugins/contracts/index.ts';
+import { encodePaymentRequiredHeader } from '@x402/core/http';
+
+/** Where x402's MCP transport carries a payment in `params._meta`, and the settlement in `result._meta`. */
+export const PAYMENT_META_KEY = 'x402/payment';
+export const PAYMENT_RESPONSE_META_KEY = 'x402/payment-response';
+
+/**
+ * A payment's life, one row per authorization: `executing` (verified and reserved: the call runs) →
+ * `settling` (the call succeeded; the money is moving) → `settled`; or `released` (the call failed or
+ * never finished: no charge), or `failed` (the call succeeded but the payment can no longer settle).
+ */
+export type SettlementState = 'executing' | 'settling' | 'settled' | 'released' | 'failed';
+
+interface SettlementRow {
+  id: string;
+  state: SettlementState;
+  payer: string;
+  amount: string;
+  resource: string;
+  wallet: string | null;
+  authorization: string;
+  valid_before: number | string;
+  transaction: string | null;
+  reason: string | null;
+  attempts: number;
+  next_attempt_at: number | string;
+  created_at: number | string;
+  updated_at: number | string;
+}
+
+/** x402 v2 `SettleResponse`: what a paid response carries (PAYMENT-RESPONSE, or `_meta`). */
+export interface PaymentReceipt {
+  success: boolean;
+  transaction: string;
+  network: string;
+  payer: string;
+  errorReason?: string;
+}
+
+export interface Mismatch {
+  id: string;
+  problem: 'settled_not_on_chain' | 'on_chain_not_settled' | 'amount_differs';
+  record?: { state: SettlementState; amount: string; transaction: string | null };
+  chain?: { amount: string; transaction: string };
+}
+
+/** Retry delays of a settlement that could not be decided (RPC down): 1 s doubling to 5 min. */
+const backoffMs = (attempts: number): number => Math.min(1000 * 2 ** Math.max(0, attempts - 1), 300_000);
+/** How long a worker owns a due settlement before another replica may take it over. */
+const CLAIM_MS = 60_000;
+
+/**
+ * Charges per call on a payment rail, exactly: a payment is verified and reserved (its id unique in
+ * the database, so the same authorization never runs twice, on any replica) before the call runs;
+ * its record moves to `settling` before the money moves; only a successful call settles. Settlements
+ * that could not finish are retried with backoff; start-up recovers what a crash left behind; the
+ * reconciler compares the records with the chain.
+ */
+export class Payments {
+  private worker: NodeJS.Timeout | undefined;
+  private sweeping: Promise<void> | undefined;
+
+  constructor(
+    private readonly deps: {
+      rail: PaymentRailV1;
+      db: Database;
+      clock: Clock;
+      logger: Logger;
+      /**
+       * How long a call may run: an `executing` record older than this belongs to a process that died
+       * (other replicas' live calls are younger), so it is released.
+       */
+      staleAfterMs: number;
+      /** How often due settlements are retried; 1 s by default. */
+      retryIntervalMs?: number;
+    },
+  ) {}
+
+  terms(): PaymentTerms {
+    return this.deps.rail.terms();
+  }
+
+  /** The refusal of an unpaid or badly paid call: 402 with x402's PAYMENT-REQUIRED. */
+  paymentRequired(resource: PaymentResource, reason?: { code: string; message: string }): SigilError {
+    const required = this.deps.rail.paymentRequired(resource, reason?.code ?? 'payment_required');
+    return paymentError(required, reason?.message ?? 'Payment required: this call costs', this.terms());
+  }
+
+  /**
+   * Verifies `payload` for `resource` and reserves it. Throws 402 (and nothing is recorded) when the
+   * payment is missing, invalid, or already used or in flight.
+   */
+  async reserve(
+    payload: unknown,
+    resource: PaymentResource,
+    wallet: string | undefined,
+  ): Promise<VerifiedPayment> {
+    if (payload === undefined) throw this.paymentRequired(resource);
+    const outcome = await this.deps.rail.verify(payload);
+    if (!outcome.valid) {
+      throw this.paymentRequired(resource, {
+        code: outcome.reason,
+        message: `Payment refused (${outcome.reason}): ${outcome.message}`,
+      });
+    }
+    const { payment } = outcome;
+    const now = this.deps.clock.now().getTime();
+    const row: SettlementRow = {
+      id: payment.id,
+      state: 'executing',
+      payer: payment.payer,
+      amount: payment.amount.toString(),
+      resource: resource.url.slice(0, 300),
+      wallet: wallet ?? null,
+      authorization: JSON.stringify(payment.authorization),
+      valid_before: payment.validBefore,
+      transaction: null,
+      reason: null,
+      attempts: 0,
+      next_attempt_at: 0,
+      created_at: now,
+      updated_at: now,
+    };
+    try {
+      await this.deps.db('payment_settlements').insert(row);
+    } catch (err) {
+      if (!isUniqueViolation(err)) throw err;
+      throw this.paymentRequired(resource, {
+        code: 'payment_already_used',
+        message: 'Payment refused (payment_already_used): this authorization has been presented before',
+      });
+    }
+    return payment;
+  }
+
+  /**
+   * Runs one paid operation: reserve, `work`, then settle if it succeeded or release if it failed or
+   * threw. The receipt is absent when nothing was charged.
+   */
+  async run<T>(
+    payload: unknown,
+    resource: PaymentResource,
+    wallet: string | undefined,
+    work: () => Promise<{ value: T; succeeded: boolean }>,
+  ): Promise<{ value: T; receipt?: PaymentReceipt }> {
+    const payment = await this.reserve(payload, resource, wallet);
+    let outcome: { value: T; succeeded: boolean };
+    try {
+      outcome = await work();
+    } catch (err) {
+      await this.release(payment, (err as Error).message);
+      throw err;
+    }
+    if (!outcome.succeeded) {
+      await this.release(payment, 'the call reported an error');
+      return { value: outcome.value };
+    }
+    return { value: outcome.value, receipt: await this.settle(payment, resource) };
+  }
+
+  /** The call failed or was refused after the reservation: no charge, ever, for this payment. */
+  async release(payment: VerifiedPayment, reason: string): Promise<void> {
+    await this.move(payment.id, ['executing'], { state: 'released', reason: reason.slice(0, 500) });
+  }
+
+  /**
+   * The call succeeded: settles. Settled → a receipt; not decidable now (RPC down) → a pending receipt
+   * and the worker retries; refused for good → throws 402, and the call's result must be withheld.
+   */
+  async settle(payment: VerifiedPayment, resource: PaymentResource): Promise<PaymentReceipt> {
+    await this.move(payment.id, ['executing'], { state: 'settling' });
+    const receipt = await this.attempt(payment);
+    if (receipt.success || receipt.errorReason === 'settlement_pending') return receipt;
+    throw this.paymentRequired(resource, {
+      code: receipt.errorReason ?? 'settlement_failed',
+      message: `Payment could not be settled (${receipt.errorReason ?? 'settlement_failed'}); nothing was charged and the result is withheld`,
+    });
+  }
+
+  /**
+   * Start-up: settlements that were under way are completed now, and calls left unfinished by a dead
+   * process are released (those of live replicas are younger than `staleAfterMs`; the worker
+   * releases the rest as they age).
+   */
+  async recover(): Promise<{ released: number; settling: number }> {
+    const settling = await this.deps
+      .db('payment_settlements')
+      .where({ state: 'settling' })
+      .update({ next_attempt_at: 0 });
+    const released = await this.releaseStale();
+    if (settling > 0) this.deps.logger.info({ settling }, 'payments: completing settlements left under way');
+    await this.settleDue();
+    return { released, settling };
+  }
+
+  private async releaseStale(): Promise<number> {
+    const now = this.deps.clock.now().getTime();
+    const released = await this.deps
+      .db('payment_settlements')
+      .where({ state: 'executing' })
+      .andWhere('created_at', '<', now - this.deps.staleAfterMs)
+      .update({
+        state: 'released',
+        reason: 'the call never finished (its process stopped)',
+        updated_at: now,
+      });
+    if (released > 0) this.deps.logger.info({ released }, 'payments: released calls that never finished');
+    return released;
+  }
+
+  /** Retries due settlements in the background until `stop()`. */
+  start(): void {
+    this.worker ??= setInterval(() => void this.settleDue(), this.deps.retryIntervalMs ?? 1000);
+    this.worker.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.worker);
+    this.worker = undefined;
+    await this.sweeping;
+  }
+
+  /** Settles every due `settling` record once (claimed atomically, so replicas do not collide). */
+  settleDue(): Promise<void> {
+    this.sweeping ??= (async () => {
+      try {
+        await this.releaseStale();
+        const now = this.deps.clock.now().getTime();
+        const due = (await this.deps
+          .db('payment_settlements')
+          .where({ state: 'settling' })
+          .andWhere('next_attempt_at', '<=', now)
+          .orderBy('next_attempt_at')
+          .limit(100)) as SettlementRow[];
+        for (const row of due) {
+          const claimed = await this.deps
+            .db('payment_settlements')
+            .where({ id: row.id, state: 'settling', next_attempt_at: row.next_attempt_at })
+            .update({ next_attempt_at: now + CLAIM_MS });
+          if (claimed === 1) await this.attempt(paymentOf(row));
+        }
+      } catch (err) {
+        this.deps.logger.warn({ err: (err as Error).message }, 'payments: settlement sweep failed');
+      } finally {
+        this.sweeping = undefined;
+      }
+    })();
+    return this.sweeping;
+  }
+
+  /** One settlement attempt of a `settling` record, and its outcome recorded. */
+  private async attempt(payment: VerifiedPayment): Promise<PaymentReceipt> {
+    const { network } = this.terms();
+    const outcome = await this.deps.rail.settle(payment).catch((err: Error) => ({
+      status: 'retry' as const,
+      reason: 'unreachable',
+      message: err.message,
+    }));
+    const row = (await this.deps.db('payment_settlements').where({ id: payment.id }).first('attempts')) as
+      { attempts: number } | undefined;
+    const attempts = (row?.attempts ?? 0) + 1;
+    if (outcome.status === 'settled') {
+      await this.move(payment.id, ['settling'], {
+        state: 'settled',
+        transaction: outcome.transaction,
+        attempts,
+        reason: null,
+      });
+      return { success: true, transaction: outcome.transaction, network, payer: payment.payer };
+    }
+    if (outcome.status === 'rejected') {
+      await this.move(payment.id, ['settling'], {
+        state: 'failed',
+        reason: outcome.message.slice(0, 500),
+        attempts,
+      });
+      this.deps.logger.warn({ payment: payment.id, reason: outcome.reason }, 'payments: settlement refused');
+      return { success: false, transaction: '', network, payer: payment.payer, errorReason: outcome.reason };
+    }
+    await this.move(payment.id, ['settling'], {
+      attempts,
+      reason: outcome.message.slice(0, 500),
+      next_attempt_at: this.deps.clock.now().getTime() + backoffMs(attempts),
+    });
+    this.deps.logger.warn(
+      { payment: payment.id, reason: outcome.reason, attempts },
+      'payments: settlement pending, will retry',
+    );
+    return {
+      success: false,
+      transaction: '',
+      network,
+      payer: payment.payer,
+      errorReason: 'settlement_pending',
+    };
+  }
+
+  /** Compares the records with the settlements the chain holds; every difference is reported. */
+  async reconcile(): Promise<{ checked: number; onChain: number; mismatches: Mismatch[] }> {
+    const rows = (await this.deps.db('payment_settlements').select()) as SettlementRow[];
+    const chain = await this.deps.rail.settlementsOnChain(0n);
+    const onChain = new Map(chain.map((settlement) => [settlement.id, settlement]));
+    const mismatches: Mismatch[] = [];
+    for (const row of rows) {
+      const settled = onChain.get(row.id);
+      const record = { state: row.state, amount: row.amount, transaction: row.transaction };
+      if (row.state === 'settled' && !settled) {
+        mismatches.push({ id: row.id, problem: 'settled_not_on_chain', record });
+      } else if (settled && row.state !== 'settled' && row.state !== 'settling') {
+        mismatches.push({
+          id: row.id,
+          problem: 'on_chain_not_settled',
+          record,
+          chain: { amount: settled.amount.toString(), transaction: settled.transaction },
+        });
+      } else if (settled && settled.amount.toString() !== row.amount) {
+        mismatches.push({
+          id: row.id,
+          problem: 'amount_differs',
+          record,
+          chain: { amount: settled.amount.toString(), transaction: settled.transaction },
+        });
+      }
+      onChain.delete(row.id);
+    }
+    for (const settled of onChain.values()) {
+      mismatches.push({
+        id: settled.id,
+        problem: 'on_chain_not_settled',
+        chain: { amount: settled.amount.toString(), transaction: settled.transaction },
+      });
+    }
+    if (mismatches.length > 0) this.deps.logger.error({ mismatches }, 'payments: records and chain disagree');
+    return { checked: rows.length, onChain: chain.length, mismatches };
+  }
+
+  private async move(
+    id: string,
+    from: readonly SettlementState[],
+    change: Partial<Omit<SettlementRow, 'id'>>,
+  ): Promise<void> {
+    await this.deps
+      .db('payment_settlements')
+      .where({ id })
+      .whereIn('state', from)
+      .update({ ...change, updated_at: this.deps.clock.now().getTime() });
+  }
+}
+
+function paymentOf(row: SettlementRow): VerifiedPayment {
+  return {
+    id: row.id,
+    payer: row.payer,
+    amount: BigInt(row.amount),
+    validBefore: Number(row.valid_before),
+    authorization: JSON.parse(row.authorization) as Record<string, unknown>,
+  };
+}
+
+function paymentError(required: X402PaymentRequired, message: string, terms: PaymentTerms): SigilError {
+  const price = `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
+  return new SigilError('payment_required', message.endsWith('costs') ? `${message} ${price}` : message, {
+    hint: 'Pay with x402: sign the PAYMENT-REQUIRED terms and send them in PAYMENT-SIGNATURE (REST) or params._meta["x402/payment"] (MCP)',
+    details: { paymentRequired: required },
+    headers: { 'PAYMENT-REQUIRED': encodePaymentRequiredHeader(required as never) },
+  });
+}

@@ -1,0 +1,67 @@
+import Router from '@koa/router';
+import { decodePaymentSignatureHeader, encodePaymentResponseHeader } from '@x402/core/http';
+import type { Context } from 'koa';
+import type { AuthPrincipal } from '../../../core/auth/index.ts';
+import { SigilError } from '../../../core/errors.ts';
+import { PAYMENT_RESPONSE_META_KEY, type PaymentReceipt, type Payments } from './payments.ts';
+
+/** The x402 v2 payment a REST client sent in PAYMENT-SIGNATURE (base64 JSON), if any. */
+export function paymentFromHeaders(ctx: Context): unknown {
+  const header = ctx.get('payment-signature');
+  if (header === '') return undefined;
+  try {
+    return decodePaymentSignatureHeader(header);
+  } catch {
+    throw new SigilError('invalid_request', 'PAYMENT-SIGNATURE is not base64-encoded JSON', {
+      hint: 'Send the x402 v2 PaymentPayload, JSON then base64',
+    });
+  }
+}
+
+/** Puts a receipt in PAYMENT-RESPONSE, as x402's HTTP transport has it. */
+export function setPaymentResponse(ctx: Context, receipt: PaymentReceipt | undefined): void {
+  if (receipt) ctx.set('PAYMENT-RESPONSE', encodePaymentResponseHeader(receipt as never));
+}
+
+export const receiptOf = (meta: Record<string, unknown> | undefined): PaymentReceipt | undefined =>
+  meta?.[PAYMENT_RESPONSE_META_KEY] as PaymentReceipt | undefined;
+
+/** `GET /api/payments/config` (free), and the operator's reconciliation report. */
+export function paymentsRouter(payments: Payments | undefined): Router {
+  const router = new Router();
+  router.get('/api/payments/config', (ctx) => {
+    if (!payments) {
+      ctx.body = { enabled: false, message: 'No payment rail is configured: tool calls are free' };
+      return;
+    }
+    const terms = payments.terms();
+    ctx.body = {
+      enabled: true,
+      x402Version: 2,
+      scheme: terms.scheme,
+      network: terms.network,
+      chainId: terms.chainId,
+      token: terms.asset,
+      pricePerCall: terms.pricePerCall.toString(),
+      priceUsd: baseUnitsToDecimal(terms.pricePerCall, terms.asset.decimals),
+      payTo: terms.payTo,
+      maxTimeoutSeconds: terms.maxTimeoutSeconds,
+      facilitator: terms.facilitator,
+    };
+  });
+  router.get('/api/payments/reconciliation', async (ctx) => {
+    const auth = ctx.state.auth as AuthPrincipal | undefined;
+    if (!auth?.operator) throw new SigilError('forbidden', 'Only operator wallets may reconcile payments');
+    if (!payments) throw new SigilError('not_found', 'No payment rail is configured');
+    ctx.body = await payments.reconcile();
+  });
+  return router;
+}
+
+/** 500 base units at 6 decimals → "0.0005": exact, no floats. */
+export function baseUnitsToDecimal(units: bigint, decimals: number): string {
+  const text = units.toString().padStart(decimals + 1, '0');
+  const whole = text.slice(0, text.length - decimals);
+  const fraction = text.slice(text.length - decimals).replace(/0+$/, '');
+  return fraction === '' ? whole : `${whole}.${fraction}`;
+}
