@@ -13,6 +13,25 @@ const serverId = {
   schema: { type: 'string', pattern: '^[a-z0-9][a-z0-9-]{0,62}$' },
 };
 const bearer = [{ bearer: [] }, {}];
+/** x402 v2 over HTTP: the payment in, the terms of a 402 and the receipt out, each base64 JSON. */
+const paymentSignature = {
+  name: 'PAYMENT-SIGNATURE',
+  in: 'header',
+  required: false,
+  description: 'x402 v2 PaymentPayload (base64 JSON), when payments are enabled',
+  schema: { type: 'string' },
+};
+const paid = (description: string, schema?: Record<string, unknown>) => ({
+  ...json(description, schema),
+  headers: {
+    'PAYMENT-RESPONSE': { description: 'x402 v2 SettleResponse (base64 JSON)', schema: { type: 'string' } },
+  },
+});
+const paymentRequired = {
+  ...error,
+  description: 'Payment required: the terms in PAYMENT-REQUIRED (x402 v2 PaymentRequired, base64 JSON)',
+  headers: { 'PAYMENT-REQUIRED': { schema: { type: 'string' } } },
+};
 
 /** OpenAPI 3.1 description of the gateway's HTTP surface, served at /api/openapi.json. */
 export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
@@ -99,7 +118,11 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
       '/api/servers/{id}/tools/{name}': {
         post: {
           summary: 'Call a tool (x402 payment required once payments are enabled)',
-          parameters: [serverId, { name: 'name', in: 'path', required: true, schema: { type: 'string' } }],
+          parameters: [
+            serverId,
+            { name: 'name', in: 'path', required: true, schema: { type: 'string' } },
+            paymentSignature,
+          ],
           security: bearer,
           requestBody: {
             content: {
@@ -113,12 +136,41 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
             },
           },
           responses: {
-            '200': json('CallToolResult', { $ref: '#/components/schemas/CallToolResult' }),
+            '200': paid('CallToolResult', { $ref: '#/components/schemas/CallToolResult' }),
             '400': error,
+            '402': paymentRequired,
             '403': error,
             '404': error,
             '413': error,
           },
+        },
+      },
+      '/api/verify': {
+        post: {
+          summary: 'Verify an execution proof (x402 payment required once payments are enabled)',
+          parameters: [paymentSignature],
+          requestBody: { content: { 'application/json': { schema: { type: 'object' } } } },
+          responses: {
+            '200': paid('{ valid: true, … }'),
+            '400': error,
+            '402': paymentRequired,
+            '422': error,
+          },
+        },
+      },
+      '/api/payments/config': {
+        get: {
+          summary: 'Payment terms: network, chain id, token, price per call, payTo, scheme (free)',
+          responses: {
+            '200': json('{ enabled, network, chainId, token, pricePerCall, priceUsd, payTo, scheme, … }'),
+          },
+        },
+      },
+      '/api/payments/reconciliation': {
+        get: {
+          summary: 'Settlement records compared with the chain (operator wallets only)',
+          security: bearer,
+          responses: { '200': json('{ checked, onChain, mismatches }'), '403': error },
         },
       },
       '/api/servers/{id}/tools/{name}/approve': {

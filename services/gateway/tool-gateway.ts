@@ -95,6 +95,13 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
         staleAfterMs: (settings.toolCallTimeoutSeconds + 10) * 1000,
       })
     : undefined;
+  const window = payments?.terms().maxTimeoutSeconds;
+  if (window !== undefined && window < settings.toolCallTimeoutSeconds + 15) {
+    logger.warn(
+      { maxTimeoutSeconds: window, toolCallTimeoutSeconds: settings.toolCallTimeoutSeconds },
+      'payments: authorizations may expire before a long tool call settles; raise the rail’s maxTimeoutSeconds',
+    );
+  }
   const caller = new ToolCaller({
     servers,
     pool,

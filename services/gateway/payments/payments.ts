@@ -179,7 +179,11 @@ export class Payments {
    * and the worker retries; refused for good → throws 402, and the call's result must be withheld.
    */
   async settle(payment: VerifiedPayment, resource: PaymentResource): Promise<PaymentReceipt> {
-    await this.move(payment.id, ['executing'], { state: 'settling' });
+    // Claimed by this request for CLAIM_MS, so the retry worker does not settle it at the same time.
+    await this.move(payment.id, ['executing'], {
+      state: 'settling',
+      next_attempt_at: this.deps.clock.now().getTime() + CLAIM_MS,
+    });
     const receipt = await this.attempt(payment);
     if (receipt.success || receipt.errorReason === 'settlement_pending') return receipt;
     throw this.paymentRequired(resource, {
