@@ -1,6 +1,6 @@
 import type { FacilitatorClient } from '@x402/core/server';
 import { parsePaymentPayload } from '@x402/core/schemas';
-import { SettleError, VerifyError, type PaymentPayload, type PaymentRequirements } from '@x402/core/types';
+import type { PaymentPayload, PaymentRequirements, SettleError, VerifyError } from '@x402/core/types';
 import {
   createPublicClient,
   defineChain,
@@ -22,6 +22,7 @@ import type {
   VerifyOutcome,
   X402PaymentRequired,
 } from '../../../core/plugins/contracts/index.ts';
+import { SigilError } from '../../../core/errors.ts';
 import type { X402EvmConfig } from './config.ts';
 import { createFacilitator } from './facilitator.ts';
 
@@ -117,7 +118,12 @@ export class X402EvmRail implements PaymentRailV1 {
     try {
       result = await this.facilitator.verify(payment, requirements);
     } catch (err) {
-      if (!(err instanceof VerifyError)) throw err;
+      if (!isFacilitatorRefusal<VerifyError>(err, 'VerifyError')) {
+        throw new SigilError('unavailable', 'The payment facilitator could not verify the payment now', {
+          hint: 'Try again; nothing was charged',
+          cause: err,
+        });
+      }
       result = { isValid: false, invalidReason: err.invalidReason, invalidMessage: err.invalidMessage };
     }
     if (!result.isValid) {
@@ -152,10 +158,9 @@ export class X402EvmRail implements PaymentRailV1 {
         message: result.errorMessage ?? result.errorReason ?? 'settlement failed',
       };
     } catch (err) {
-      failure =
-        err instanceof SettleError
-          ? { reason: err.errorReason ?? 'settlement_failed', message: err.errorMessage ?? err.message }
-          : { reason: 'unreachable', message: (err as Error).message };
+      failure = isFacilitatorRefusal<SettleError>(err, 'SettleError')
+        ? { reason: err.errorReason ?? 'settlement_failed', message: err.errorMessage ?? err.message }
+        : { reason: 'unreachable', message: (err as Error).message };
     }
     // Whatever the failure says, the chain decides: an authorization already used paid this payee.
     let used: { used: boolean; transaction?: string };
@@ -236,6 +241,14 @@ export class X402EvmRail implements PaymentRailV1 {
       extra: { name: config.asset.name, version: config.asset.version },
     };
   }
+}
+
+/**
+ * Whether a remote facilitator answered with a refusal (x402's VerifyError or SettleError). By name,
+ * not `instanceof`: x402's entry points bundle their own copies of these classes.
+ */
+function isFacilitatorRefusal<E extends Error>(err: unknown, name: string): err is E {
+  return err instanceof Error && err.name === name;
 }
 
 /** One id per authorization: EIP-3009 nonces are unique per authorizer and token. */
