@@ -1,3 +1,4 @@
+import { dirname } from 'node:path';
 import { Command, Option } from 'commander';
 import {
   ConfigError,
@@ -5,11 +6,22 @@ import {
   formatIssues,
   loadConfig,
   redactConfig,
+  type LoadedConfig,
 } from '../core/config/load.ts';
 import { registerConformanceCommands } from '../conformance/cli.ts';
 import { migrate, openDatabase } from '../core/db/database.ts';
 import { SigilError } from '../core/errors.ts';
+import { createLogger, logDestination, SecretRegistry } from '../core/log.ts';
 import { PluginLoadError } from '../core/plugins/host.ts';
+import { builtinPlugins } from '../services/builtin-plugins.ts';
+import {
+  DEV_CHAIN_RAIL,
+  devChainBanner,
+  devChainSkipReason,
+  startDevChain,
+  withDevChainRail,
+  type DevChain,
+} from '../services/devchain/index.ts';
 import { openKernel } from '../services/kernel.ts';
 import { serviceMigrations } from '../services/migrations.ts';
 import { serve, type ServiceName } from '../services/serve.ts';
@@ -26,29 +38,100 @@ const program = new Command('sigil')
 
 const configPath = (): string | undefined => program.opts<{ config?: string }>().config;
 
-async function runServices(services: readonly ServiceName[]): Promise<void> {
-  const kernel = await openKernel({ ...(configPath() ? { configPath: configPath() as string } : {}) });
-  const serving = await serve(kernel, services);
-  for (const [name, url] of Object.entries(serving.urls)) process.stdout.write(`${name.padEnd(8)} ${url}\n`);
-  if (!kernel.configFile) process.stdout.write('config   embedded defaults (no sigil.config.json)\n');
+async function runServices(
+  services: readonly ServiceName[],
+  options: { devChain?: boolean } = {},
+): Promise<void> {
+  const loaded = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
+  // One log stream for the dev chain's progress and the kernel's logs.
+  const destination = logDestination(2);
+  const chain = options.devChain ? await startDevChainFor(loaded, destination) : undefined;
+  const stopChain = async () => {
+    await chain?.stop();
+  };
+  let serving: Awaited<ReturnType<typeof serve>>;
+  let kernel: Awaited<ReturnType<typeof openKernel>>;
+  try {
+    kernel = await openKernel({
+      loaded: chain ? { ...loaded, config: withDevChainRail(loaded.config, chain) } : loaded,
+      logDestination: destination,
+    });
+    serving = await serve(kernel, services);
+  } catch (err) {
+    await stopChain();
+    throw err;
+  }
   const shutdown = (signal: string) => {
     process.stdout.write(`\n${signal}: finishing in-flight requests, then stopping plugins\n`);
-    serving.stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        process.stderr.write(`shutdown failed: ${(err as Error).message}\n`);
-        process.exit(1);
-      },
-    );
+    serving
+      .stop()
+      .then(stopChain)
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          process.stderr.write(`shutdown failed: ${(err as Error).message}\n`);
+          process.exit(1);
+        },
+      );
   };
+  // Before anything is printed: whoever waits for the output may signal at once.
   process.once('SIGINT', () => shutdown('SIGINT'));
   process.once('SIGTERM', () => shutdown('SIGTERM'));
+  for (const [name, url] of Object.entries(serving.urls)) process.stdout.write(`${name.padEnd(8)} ${url}\n`);
+  if (!kernel.configFile) process.stdout.write('config   embedded defaults (no sigil.config.json)\n');
+  const rails = kernel.plugins.list().filter((plugin) => plugin.kind === 'payment-rail');
+  if (services.includes('gateway') && rails.length > 0)
+    process.stdout.write(`payments ${rails.map((rail) => rail.name).join(', ')}\n`);
+  if (chain) process.stdout.write(devChainBanner(chain));
+}
+
+/**
+ * Starts the local dev chain for `sigil up`, unless it is turned off or the config has a payment
+ * rail of its own. Progress goes to the log; what the developer needs is printed once serving.
+ */
+async function startDevChainFor(
+  loaded: LoadedConfig,
+  destination: ReturnType<typeof logDestination>,
+): Promise<DevChain | undefined> {
+  const { config } = loaded;
+  const secrets = new SecretRegistry();
+  const logger = createLogger({ level: config.log.level, secrets, destination });
+  const skip = await devChainSkipReason(config, {
+    builtins: builtinPlugins,
+    baseDir: loaded.file ? dirname(loaded.file) : process.cwd(),
+  });
+  if (skip !== undefined) {
+    logger.info({ reason: skip }, 'dev chain: not started');
+    return undefined;
+  }
+  let chain: DevChain;
+  try {
+    chain = await startDevChain({
+      logger,
+      ...(config.devChain.port === undefined ? {} : { port: config.devChain.port }),
+    });
+  } catch (cause) {
+    throw new SigilError('unavailable', `cannot start the dev chain: ${(cause as Error).message}`, {
+      hint: 'set DEV_CHAIN=false (or devChain.enabled: false) to run without it, or configure a payment-rail plugin',
+      cause,
+    });
+  }
+  // Public dev keys, but keys all the same: never in a log line.
+  secrets.add(chain.accounts.operator.privateKey);
+  secrets.add(chain.accounts.payer.privateKey);
+  logger.info(
+    { rpcUrl: chain.rpcUrl, chainId: chain.chainId, rail: DEV_CHAIN_RAIL },
+    'dev chain: ready; the payment rail points at it',
+  );
+  return chain;
 }
 
 program
   .command('up')
-  .description('Run the runtime and the gateway together on embedded defaults (what `npm start` runs)')
-  .action(() => runServices(['runtime', 'gateway']));
+  .description(
+    'Run the runtime and the gateway together (what `npm start` runs), with a local dev chain for payments unless devChain.enabled is false or a payment rail is configured',
+  )
+  .action(() => runServices(['runtime', 'gateway'], { devChain: true }));
 
 program
   .command('runtime')
@@ -57,7 +140,7 @@ program
 
 program
   .command('gateway')
-  .description('Run the tool gateway alone (port 8402 by default)')
+  .description('Run the tool gateway alone (port 8402 by default); never starts the dev chain')
   .action(() => runServices(['gateway']));
 
 program

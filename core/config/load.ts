@@ -36,6 +36,8 @@ export const ENV_OVERRIDES: Record<string, { path: string; coerce: Coerce }> = {
   GATEWAY_CATALOG: { path: 'gateway.catalogFile', coerce: asString },
   VAULT_PERSISTENCE_DIR: { path: 'vault.persistenceDir', coerce: asString },
   SIGIL_JWT_SIGNING_KEY: { path: 'auth.jwtSigningKey', coerce: asString },
+  DEV_CHAIN: { path: 'devChain.enabled', coerce: asBool },
+  DEV_CHAIN_PORT: { path: 'devChain.port', coerce: asInt },
 };
 
 export interface ConfigIssue {

@@ -150,6 +150,23 @@ export const configSchema = z
       })
       .strict()
       .prefault({}),
+    devChain: z
+      .object({
+        enabled: z
+          .boolean()
+          .default(true)
+          .describe(
+            'sigil up starts a local anvil chain with the dev dollar token and adds a payment rail on it, unless plugins lists a payment-rail (env DEV_CHAIN)',
+          ),
+        port: port
+          .optional()
+          .describe(
+            'RPC port of the dev chain on 127.0.0.1; picked by the OS when unset (env DEV_CHAIN_PORT)',
+          ),
+      })
+      .strict()
+      .prefault({})
+      .describe('The local dev chain of sigil up (never sigil gateway or sigil runtime alone)'),
     plugins: z
       .array(pluginEntrySchema)
       .default(DEFAULT_PLUGINS.map((resolve) => ({ resolve, enabled: true, options: {} })))

@@ -19,6 +19,13 @@ export {
   type DevChainDeployment,
   type DevWallet,
 } from './deploy.ts';
+export {
+  DEV_CHAIN_RAIL,
+  devChainBanner,
+  devChainSkipReason,
+  withDevChainRail,
+  type SkipOptions,
+} from './rail.ts';
 
 export interface DevChainOptions {
   /** Progress and unexpected exits of anvil are logged here (addresses only, never keys). */
