@@ -1,10 +1,21 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
 import { x402Client } from '@x402/core/client';
-import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
+import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from '@x402/core/http';
+import type { PaymentPayload, PaymentRequired, PaymentRequirements } from '@x402/core/types';
 import { ExactEvmScheme as ExactEvmClient } from '@x402/evm/exact/client';
-import { createPublicClient, http, parseAbi, type Address, type LocalAccount } from 'viem';
+import { expect } from 'chai';
+import { createPublicClient, http, parseAbi, type Address, type Hex, type LocalAccount } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import type { Clock } from '../../core/clock.ts';
 import type { SigilConfig } from '../../core/config/schema.ts';
+import { openDatabase, type Database } from '../../core/db/database.ts';
+import { devWallet } from '../../services/devchain/index.ts';
+import type { Serving } from '../../services/serve.ts';
+import { chainClients, randomNonce, signTransfer, sigilDollarAbi, tokenDomain } from '../chain/support.ts';
 import type { DevChain } from '../support/chain.ts';
+import { stickyDatabase, type TestDatabase } from '../support/kernel.ts';
+import type { ProbeWorld } from '../gateway/support.ts';
 
 const balanceAbi = parseAbi(['function balanceOf(address account) view returns (uint256)']);
 
@@ -13,7 +24,7 @@ export function railPlugin(
   chain: DevChain,
   options: Record<string, unknown> = {},
 ): { plugin: SigilConfig['plugins'][number]; payTo: Address } {
-  const payTo = privateKeyToAccount(generatePrivateKey()).address;
+  const payTo = (options.payTo as Address | undefined) ?? privateKeyToAccount(generatePrivateKey()).address;
   const plugin = {
     resolve: 'payments-x402-evm',
     enabled: true,
@@ -21,9 +32,9 @@ export function railPlugin(
       network: `eip155:${chain.chainId}`,
       rpcUrl: chain.rpcUrl,
       asset: chain.token,
-      payTo,
       facilitator: { kind: 'builtin', privateKey: chain.accounts.operator.privateKey },
       ...options,
+      payTo,
     },
   };
   return { plugin, payTo };
@@ -51,4 +62,336 @@ export function balances(chain: DevChain) {
       functionName: 'balanceOf',
       args: [account],
     });
+}
+
+/**
+ * A fresh payer holding `amount` base units (10 USD by default), minted by the token's owner (the
+ * operator). Gateways in these tests settle from other accounts, so this never races their nonces.
+ */
+export async function fundedPayer(chain: DevChain, amount = 10_000_000n): Promise<LocalAccount> {
+  const account = privateKeyToAccount(generatePrivateKey());
+  if (amount === 0n) return account;
+  const { publicClient, operatorWallet } = chainClients(chain);
+  const hash = await operatorWallet.writeContract({
+    address: chain.token.address,
+    abi: sigilDollarAbi,
+    functionName: 'mint',
+    args: [account.address, amount],
+  });
+  const receipt = await publicClient.waitForTransactionReceipt({ hash });
+  if (receipt.status !== 'success') throw new Error(`minting for ${account.address} failed`);
+  return account;
+}
+
+/** The key of anvil dev account `index` (3…9 are unused by the dev chain): a facilitator of its own. */
+export const devAccountKey = (index: number): Hex => devWallet(index).privateKey as Hex;
+
+/** Signs `account` in (SIWE) and creates a wallet token for it. */
+export async function walletTokenFor(gatewayUrl: string, account: LocalAccount): Promise<string> {
+  const challenge = (await (
+    await fetch(`${gatewayUrl}/api/auth/challenge?address=${account.address}`)
+  ).json()) as { message: string };
+  const verified = await fetch(`${gatewayUrl}/api/auth/verify`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      message: challenge.message,
+      signature: await account.signMessage({ message: challenge.message }),
+    }),
+  });
+  const { token: jwt } = (await verified.json()) as { token: string };
+  const created = await fetch(`${gatewayUrl}/api/auth/create-token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
+    body: '{}',
+  });
+  return ((await created.json()) as { token: string }).token;
+}
+
+/**
+ * An x402 `exact` payment signed by hand (viem signTypedData), so tests can craft what a well-behaved
+ * client never sends: an expired window, another amount or payee, an accepted object that differs.
+ */
+export async function craftPayment(
+  chain: DevChain,
+  required: PaymentRequired,
+  signer: LocalAccount,
+  change: {
+    accepted?: Partial<PaymentRequirements>;
+    authorization?: Partial<{ to: Address; value: bigint; validAfter: bigint; validBefore: bigint }>;
+  } = {},
+): Promise<PaymentPayload> {
+  const accepted = { ...required.accepts[0]!, ...change.accepted };
+  const now = BigInt(Math.floor(Date.now() / 1000));
+  const authorization = {
+    from: signer.address,
+    to: accepted.payTo as Address,
+    value: BigInt(accepted.amount),
+    validAfter: now - 600n,
+    validBefore: now + BigInt(accepted.maxTimeoutSeconds),
+    nonce: randomNonce(),
+    ...change.authorization,
+  };
+  const signature = await signTransfer(signer, authorization, tokenDomain(chain));
+  return {
+    x402Version: 2,
+    resource: required.resource,
+    accepted,
+    payload: {
+      signature,
+      authorization: {
+        from: authorization.from,
+        to: authorization.to,
+        value: authorization.value.toString(),
+        validAfter: authorization.validAfter.toString(),
+        validBefore: authorization.validBefore.toString(),
+        nonce: authorization.nonce,
+      },
+    },
+  };
+}
+
+/** A row of payment_settlements, as the tests read it. */
+export interface SettlementRecord {
+  id: string;
+  state: 'executing' | 'settling' | 'settled' | 'released' | 'failed';
+  payer: string;
+  amount: string;
+  transaction: string | null;
+  reason: string | null;
+  attempts: number;
+}
+
+/** A second connection on a gateway's database, to read what it recorded. */
+export async function recordsOf(url: string, schema?: string): Promise<Database> {
+  return openDatabase({ url, ...(schema === undefined ? {} : { schema }) });
+}
+
+export async function settlementRows(db: Database): Promise<SettlementRecord[]> {
+  const rows = (await db('payment_settlements').select()) as (SettlementRecord & { attempts: unknown })[];
+  return rows.map((row) => ({ ...row, attempts: Number(row.attempts) }));
+}
+
+/** Polls `probe` every 50 ms until it returns something truthy; fails after `timeoutMs`. */
+export async function eventually<T>(
+  what: string,
+  probe: () => Promise<T | undefined | false>,
+  timeoutMs = 20_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/**
+ * The books of one gateway: its payee is fresh, its payers are tracked from their funding, so at any
+ * quiet moment the records, the chain and the reconciler must tell the same story.
+ */
+export async function expectBooksBalanced(options: {
+  chain: DevChain;
+  gatewayUrl: string;
+  operatorToken: string;
+  records: Database;
+  payTo: Address;
+  /** Every payer that paid this gateway, with its balance before its first payment. */
+  payers: { address: Address; before: bigint }[];
+}): Promise<{ settled: bigint; rows: SettlementRecord[] }> {
+  const balanceOf = balances(options.chain);
+  const rows = await settlementRows(options.records);
+  const settled = rows
+    .filter((row) => row.state === 'settled')
+    .reduce((sum, row) => sum + BigInt(row.amount), 0n);
+  expect(rows.filter((row) => row.state === 'settling' || row.state === 'executing')).to.deep.equal([]);
+  expect(await balanceOf(options.payTo), 'payTo holds the settled amounts').to.equal(settled);
+  let lost = 0n;
+  for (const payer of options.payers) lost += payer.before - (await balanceOf(payer.address));
+  expect(lost, "the payers' loss is the settled amounts").to.equal(settled);
+  const res = await fetch(`${options.gatewayUrl}/api/payments/reconciliation`, {
+    headers: { authorization: `Bearer ${options.operatorToken}` },
+  });
+  expect(res.status).to.equal(200);
+  const report = (await res.json()) as { checked: number; onChain: number; mismatches: unknown[] };
+  expect(report.mismatches).to.deep.equal([]);
+  expect(report.checked).to.equal(rows.length);
+  expect(report.onChain).to.equal(rows.filter((row) => row.state === 'settled').length);
+  return { settled, rows };
+}
+
+/** What a gateway paid on the dev chain needs: its URL, records, payee, operator and a funded payer. */
+export interface PaidGateway {
+  url: string;
+  payTo: Address;
+  /** A second connection on the gateway's database. */
+  records: Database;
+  /** An operator wallet token (for the reconciliation report). */
+  operatorToken: string;
+  payer: LocalAccount;
+  payerBefore: bigint;
+  serving: Serving;
+  /** The books must balance (see expectBooksBalanced) for this gateway's payee and payer. */
+  expectBalanced(
+    extraPayers?: { address: Address; before: bigint }[],
+  ): ReturnType<typeof expectBooksBalanced>;
+  /** A REST tool call, with a payment in PAYMENT-SIGNATURE when given. */
+  callRest(tool: string, args: unknown, payment?: PaymentPayload): Promise<Response>;
+  /** The PaymentRequired of an unpaid REST call of `tool`. */
+  required(tool?: string): Promise<PaymentRequired>;
+  stop(): Promise<void>;
+}
+
+/**
+ * A gateway on `database` with the probe catalog and the rail on `chain` (through `rpcUrl`, e.g. a
+ * proxy), settling from anvil dev account `facilitatorIndex`, paid to a fresh payee.
+ */
+export async function paidGateway(
+  world: ProbeWorld,
+  chain: DevChain,
+  database: TestDatabase,
+  options: {
+    facilitatorIndex: number;
+    rpcUrl?: string;
+    railOptions?: Record<string, unknown>;
+    gateway?: Partial<SigilConfig['gateway']>;
+    clock?: Clock;
+  },
+): Promise<PaidGateway> {
+  const operator = privateKeyToAccount(generatePrivateKey());
+  const rail = railPlugin(chain, {
+    facilitator: { kind: 'builtin', privateKey: devAccountKey(options.facilitatorIndex) },
+    ...(options.rpcUrl ? { rpcUrl: options.rpcUrl } : {}),
+    ...options.railOptions,
+  });
+  const sticky = stickyDatabase(database);
+  const fresh = sticky.database.fresh();
+  const serving = await world.gateway(
+    sticky.database,
+    { operatorWallets: [operator.address], ...options.gateway },
+    { plugins: [rail.plugin], ...(options.clock ? { clock: options.clock } : {}) },
+  );
+  const records = await recordsOf(fresh.url, fresh.schema);
+  const [operatorToken, payer] = await Promise.all([
+    walletTokenFor(serving.url, operator),
+    fundedPayer(chain),
+  ]);
+  const payerBefore = await balances(chain)(payer.address);
+  const callRest = (tool: string, args: unknown, payment?: PaymentPayload) =>
+    fetch(`${serving.url}/api/servers/probe/tools/${tool}`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(payment ? { 'payment-signature': encodePaymentSignatureHeader(payment) } : {}),
+      },
+      body: JSON.stringify({ arguments: args }),
+    });
+  return {
+    url: serving.url,
+    payTo: rail.payTo,
+    records,
+    operatorToken,
+    payer,
+    payerBefore,
+    serving,
+    callRest,
+    expectBalanced: (extraPayers = []) =>
+      expectBooksBalanced({
+        chain,
+        gatewayUrl: serving.url,
+        operatorToken,
+        records,
+        payTo: rail.payTo,
+        payers: [{ address: payer.address, before: payerBefore }, ...extraPayers],
+      }),
+    required: async (tool = 'echo') => {
+      const res = await callRest(tool, tool === 'echo' ? { message: 'unpaid' } : {});
+      expect(res.status).to.equal(402);
+      return decodePaymentRequiredHeader(res.headers.get('payment-required') as string);
+    },
+    stop: async () => {
+      await serving.stop();
+      await records.destroy();
+      await sticky.drop();
+    },
+  };
+}
+
+/** How the RPC proxy treats one request: pass it on, cut the connection, or pass it on and lose the answer. */
+export type ProxyDecision = 'forward' | 'cut' | 'lose-answer';
+
+/**
+ * A JSON-RPC proxy in front of anvil that tests can switch off, as an RPC outage: while `down`, every
+ * request's connection is cut (the client sees a network error). `intercept` sees each request's
+ * methods first and may hold it (return a promise) or decide its fate.
+ */
+export class RpcProxy {
+  down = false;
+  intercept: ((methods: string[]) => ProxyDecision | Promise<ProxyDecision>) | undefined;
+  /** JSON-RPC calls that reached the proxy, by method (also while down). */
+  readonly seen = new Map<string, number>();
+  private readonly sockets = new Set<Socket>();
+
+  private constructor(
+    private readonly server: Server,
+    readonly upstream: string,
+    readonly url: string,
+  ) {}
+
+  static async start(upstream: string): Promise<RpcProxy> {
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const proxy = new RpcProxy(server, upstream, `http://127.0.0.1:${port}`);
+    server.on('connection', (socket) => {
+      proxy.sockets.add(socket);
+      socket.on('close', () => proxy.sockets.delete(socket));
+    });
+    server.on('request', (req, res) => void proxy.handle(req, res));
+    return proxy;
+  }
+
+  count(method: string): number {
+    return this.seen.get(method) ?? 0;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks).toString('utf8');
+    let methods: string[] = [];
+    try {
+      const parsed = JSON.parse(body) as { method?: string } | { method?: string }[];
+      methods = (Array.isArray(parsed) ? parsed : [parsed]).map((message) => String(message.method));
+    } catch {
+      // Not JSON: forwarded as it is; anvil answers.
+    }
+    for (const method of methods) this.seen.set(method, this.count(method) + 1);
+    const decision = this.down ? 'cut' : ((await this.intercept?.(methods)) ?? 'forward');
+    if (decision === 'cut' || this.down) {
+      req.socket.destroy();
+      return;
+    }
+    try {
+      const answer = await fetch(this.upstream, {
+        method: 'POST',
+        headers: { 'content-type': req.headers['content-type'] ?? 'application/json' },
+        body,
+      });
+      const text = await answer.text();
+      if (decision === 'lose-answer' || this.down) {
+        req.socket.destroy();
+        return;
+      }
+      res.writeHead(answer.status, { 'content-type': 'application/json' }).end(text);
+    } catch {
+      req.socket.destroy();
+    }
+  }
+
+  async stop(): Promise<void> {
+    for (const socket of this.sockets) socket.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
 }
