@@ -70,7 +70,8 @@ describe('sigil up and the dev chain', function () {
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
   it('starts anvil with the dev token, prints the dev wallet, loads the rail, and stops anvil on SIGINT', async () => {
-    const up = await startSigil(['up'], BANNER_END, { cwd: dir, env: await env() });
+    const upEnv = await env();
+    const up = await startSigil(['up'], BANNER_END, { cwd: dir, env: upEnv });
     let banner: ReturnType<typeof parseBanner>;
     try {
       // stdout and the log (stderr) together.
@@ -94,6 +95,17 @@ describe('sigil up and the dev chain', function () {
         args: [banner.payer],
       });
       expect(balance).to.equal(1_000_000_000n);
+      // The gateway charges on that chain, in that token, to the treasury.
+      const terms = await fetch(`http://127.0.0.1:${upEnv.GATEWAY_PORT}/api/payments/config`);
+      const charged = (await terms.json()) as Record<string, unknown>;
+      expect(charged).to.deep.include({
+        enabled: true,
+        network: 'eip155:8453',
+        chainId: 8453,
+        pricePerCall: '500',
+        payTo: banner.treasury,
+      });
+      expect(charged.token).to.include({ address: banner.token, decimals: 6 });
       // Progress lines in the log while it starts.
       for (const step of ['starting anvil', 'anvil listening', 'Multicall3', 'SigilDollar deployed', 'ready'])
         expect(output).to.include(`"msg":"dev chain: ${step}`);
@@ -118,11 +130,14 @@ describe('sigil up and the dev chain', function () {
   });
 
   it('DEV_CHAIN=false starts no chain and no rail; devChain.port from the config is used', async () => {
-    const off = await startSigil(['up'], /gateway\s+http/, {
-      cwd: dir,
-      env: await env({ DEV_CHAIN: 'false' }),
-    });
-    off.child.kill('SIGTERM');
+    const offEnv = await env({ DEV_CHAIN: 'false' });
+    const off = await startSigil(['up'], /gateway\s+http/, { cwd: dir, env: offEnv });
+    try {
+      const terms = await fetch(`http://127.0.0.1:${offEnv.GATEWAY_PORT}/api/payments/config`);
+      expect(await terms.json()).to.include({ enabled: false });
+    } finally {
+      off.child.kill('SIGTERM');
+    }
     expect(await off.exited, off.output()).to.equal(0);
     expect(off.output()).to.not.match(/^dev chain /m);
     expect(off.output()).to.not.match(/^payments /m);
