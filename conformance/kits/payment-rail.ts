@@ -2,7 +2,12 @@ import type { PaymentRailV1 } from '../../core/plugins/contracts/index.ts';
 import type { ContractKit } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
 
-/** `payment-rail` v1 kit: for now the contract's shape; behaviour lands in `behaviour`. */
+/**
+ * `payment-rail` v1 kit: the contract's shape. Its behaviour can only be judged by money moving on a
+ * chain, with a funded payer that only the tester has: those checks are in payment-rail-behaviour.ts
+ * (`describePaymentRailBehaviour(load, harness)`), which the tester gives a way to pay and to read
+ * balances.
+ */
 export const paymentRailKit: ContractKit<'payment-rail'> = {
   kind: 'payment-rail',
   contractFile: 'core/plugins/contracts/payment-rail-v1.ts',
