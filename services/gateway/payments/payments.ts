@@ -69,6 +69,7 @@ const CLAIM_MS = 60_000;
  */
 export class Payments {
   private worker: NodeJS.Timeout | undefined;
+  private reconciler: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | undefined;
 
   constructor(
@@ -84,6 +85,8 @@ export class Payments {
       staleAfterMs: number;
       /** How often due settlements are retried; 1 s by default. */
       retryIntervalMs?: number;
+      /** How often the records are reconciled with the chain (mismatches are logged as errors); 10 min by default. */
+      reconcileIntervalMs?: number;
     },
   ) {}
 
@@ -227,11 +230,21 @@ export class Payments {
   start(): void {
     this.worker ??= setInterval(() => void this.settleDue(), this.deps.retryIntervalMs ?? 1000);
     this.worker.unref();
+    this.reconciler ??= setInterval(
+      () =>
+        void this.reconcile().catch((err: Error) =>
+          this.deps.logger.warn({ err: err.message }, 'payments: reconciliation could not run'),
+        ),
+      this.deps.reconcileIntervalMs ?? 600_000,
+    );
+    this.reconciler.unref();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.worker);
+    clearInterval(this.reconciler);
     this.worker = undefined;
+    this.reconciler = undefined;
     await this.sweeping;
   }
 
