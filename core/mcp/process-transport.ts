@@ -36,6 +36,7 @@ export class ProcessStdioTransport implements Transport {
   private readonly readBuffer: ReadBuffer;
   private closed = false;
   private started = false;
+  private corked = false;
 
   constructor(
     private readonly process: ProcessStdio,
@@ -65,6 +66,7 @@ export class ProcessStdioTransport implements Transport {
     if (this.closed) return Promise.reject(new Error('transport closed: the process has ended'));
     return new Promise((resolve, reject) => {
       const { stdin } = this.process;
+      this.corkUntilNextTick(stdin);
       // Resolving on `drain` rather than on the write callback keeps the SDK's flow control: a slow
       // server holds the caller back instead of growing an unbounded buffer here.
       const flushed = stdin.write(serializeMessage(message), (error) => {
@@ -72,6 +74,21 @@ export class ProcessStdioTransport implements Transport {
       });
       if (flushed) resolve();
       else stdin.once('drain', () => resolve());
+    });
+  }
+
+  /**
+   * Messages sent in one tick (many concurrent calls to a busy server) leave in one write: a pipe
+   * write is a system call, and a busy gateway would otherwise make one per message.
+   */
+  private corkUntilNextTick(stdin: NodeJS.WritableStream): void {
+    const corkable = stdin as NodeJS.WritableStream & { cork?: () => void; uncork?: () => void };
+    if (this.corked || !corkable.cork || !corkable.uncork) return;
+    corkable.cork();
+    this.corked = true;
+    process.nextTick(() => {
+      this.corked = false;
+      corkable.uncork?.();
     });
   }
 
