@@ -232,6 +232,8 @@ export interface PaidGateway {
   payer: LocalAccount;
   payerBefore: bigint;
   serving: Serving;
+  /** The gateway's database: the same one each time (for a replica or a restart). */
+  database: TestDatabase;
   /** The books must balance (see expectBooksBalanced) for this gateway's payee and payer. */
   expectBalanced(
     extraPayers?: { address: Address; before: bigint }[],
@@ -257,15 +259,20 @@ export async function paidGateway(
     railOptions?: Record<string, unknown>;
     gateway?: Partial<SigilConfig['gateway']>;
     clock?: Clock;
+    /** Another replica of this gateway: the same database and payee (its own facilitator account). */
+    replicaOf?: PaidGateway;
   },
 ): Promise<PaidGateway> {
   const operator = privateKeyToAccount(generatePrivateKey());
   const rail = railPlugin(chain, {
     facilitator: { kind: 'builtin', privateKey: devAccountKey(options.facilitatorIndex) },
     ...(options.rpcUrl ? { rpcUrl: options.rpcUrl } : {}),
+    ...(options.replicaOf ? { payTo: options.replicaOf.payTo } : {}),
     ...options.railOptions,
   });
-  const sticky = stickyDatabase(database);
+  const sticky = options.replicaOf
+    ? { database: options.replicaOf.database, drop: async () => undefined }
+    : stickyDatabase(database);
   const fresh = sticky.database.fresh();
   const serving = await world.gateway(
     sticky.database,
@@ -295,6 +302,7 @@ export async function paidGateway(
     payer,
     payerBefore,
     serving,
+    database: sticky.database,
     callRest,
     expectBalanced: (extraPayers = []) =>
       expectBooksBalanced({

@@ -1,0 +1,425 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { decodePaymentRequiredHeader, decodePaymentResponseHeader } from '@x402/core/http';
+import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
+import { expect } from 'chai';
+import { privateKeyToAccount, generatePrivateKey } from 'viem/accounts';
+import type { Address, LocalAccount } from 'viem';
+import type { Database } from '../../core/db/database.ts';
+import { startDevChain, type DevChain } from '../support/chain.ts';
+import { startSigil } from '../support/cli.ts';
+import { describeEachDatabase } from '../support/kernel.ts';
+import { ProbeWorld, textOf } from '../gateway/support.ts';
+import {
+  balances,
+  craftPayment,
+  devAccountKey,
+  eventually,
+  expectBooksBalanced,
+  fundedPayer,
+  payingClient,
+  paidGateway,
+  railPlugin,
+  recordsOf,
+  RpcProxy,
+  settlementRows,
+  walletTokenFor,
+  type PaidGateway,
+  type SettlementRecord,
+} from './support.ts';
+
+/** The reason x402 puts in a refusal's PaymentRequired (PAYMENT-REQUIRED header). */
+const refusalReason = (res: Response): string | undefined =>
+  decodePaymentRequiredHeader(res.headers.get('payment-required') as string).error;
+
+/** Faults on the real chain (anvil): every test ends with the records, the chain and the reconciler agreeing. */
+describe('payments: faults on anvil', function () {
+  this.timeout(120_000);
+  let world: ProbeWorld;
+  let chain: DevChain;
+
+  before(async () => {
+    [world, chain] = await Promise.all([ProbeWorld.start(), startDevChain()]);
+  });
+  after(async () => {
+    await Promise.all([world?.stop(), chain?.stop()]);
+  });
+
+  let facilitatorIndex = 3;
+
+  describeEachDatabase('one gateway', (database) => {
+    let proxy: RpcProxy;
+    let gateway: PaidGateway;
+    /** The gateway's clock: real time, moved forward by `offset` when a test needs time to pass. */
+    const clock = { offset: 0, now: () => new Date(Date.now() + clock.offset) };
+
+    before(async () => {
+      proxy = await RpcProxy.start(chain.rpcUrl);
+      gateway = await paidGateway(world, chain, database, {
+        facilitatorIndex: facilitatorIndex++,
+        rpcUrl: proxy.url,
+        clock,
+      });
+    });
+    afterEach(() => {
+      proxy.down = false;
+      proxy.intercept = undefined;
+    });
+    after(async () => {
+      await gateway?.stop();
+      await proxy?.stop();
+    });
+
+    const payFor = (
+      required: PaymentRequired,
+      payer: LocalAccount = gateway.payer,
+    ): Promise<PaymentPayload> => payingClient(chain, payer).createPaymentPayload(required);
+    const rows = () => settlementRows(gateway.records);
+    const rowOf = async (payment: PaymentPayload): Promise<SettlementRecord | undefined> => {
+      const { from, nonce } = (payment.payload as { authorization: { from: string; nonce: string } })
+        .authorization;
+      return (await rows()).find((row) => row.id.endsWith(`:${from}:${nonce}`.toLowerCase()));
+    };
+
+    it('the same payment sent 20 times at once runs once: one 200, nineteen 402, one transfer', async () => {
+      const payment = await payFor(await gateway.required('instance'));
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, () => gateway.callRest('instance', {}, payment)),
+      );
+      const statuses = answers.map((res) => res.status).sort();
+      expect(statuses).to.deep.equal([200, ...Array<number>(19).fill(402)]);
+      for (const res of answers.filter((res) => res.status === 402)) {
+        expect(refusalReason(res)).to.be.oneOf([
+          'payment_already_used',
+          'invalid_exact_evm_nonce_already_used',
+        ]);
+      }
+      const paid = answers.find((res) => res.status === 200)!;
+      expect(decodePaymentResponseHeader(paid.headers.get('payment-response') as string).success).to.equal(
+        true,
+      );
+      const { settled, rows } = await gateway.expectBalanced();
+      expect(settled).to.equal(500n);
+      expect(rows).to.have.length(1);
+    });
+
+    it('settlement RPC down during the call, then back: a pending receipt, settling, the worker settles once', async () => {
+      const payment = await payFor(await gateway.required('sleep'));
+      const call = gateway.callRest('sleep', { ms: 1500 }, payment);
+      // Verified and reserved through the proxy: now the chain becomes unreachable for the settlement.
+      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
+      proxy.down = true;
+      const res = await call;
+      expect(res.status).to.equal(200);
+      expect(textOf(await res.json())).to.equal('slept 1500');
+      const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
+      expect(receipt).to.include({ success: false, errorReason: 'settlement_pending' });
+      const pending = (await rowOf(payment))!;
+      expect(pending.state).to.equal('settling');
+      expect(await balances(chain)(gateway.payTo)).to.equal(500n);
+      proxy.down = false;
+      const settled = await eventually('the retried settlement', async () => {
+        const row = await rowOf(payment);
+        return row?.state === 'settled' ? row : undefined;
+      });
+      expect(settled.transaction).to.match(/^0x[0-9a-f]{64}$/);
+      expect((await gateway.expectBalanced()).settled).to.equal(1000n);
+    });
+
+    it('only eth_sendRawTransaction refused (the rest of the RPC up): settling, then settled once it is back', async () => {
+      const payment = await payFor(await gateway.required('echo'));
+      proxy.intercept = (methods) => (methods.includes('eth_sendRawTransaction') ? 'cut' : 'forward');
+      const res = await gateway.callRest('echo', { message: 'send refused' }, payment);
+      expect(res.status, JSON.stringify(await res.clone().json())).to.equal(200);
+      const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
+      expect(receipt).to.include({ success: false, errorReason: 'settlement_pending' });
+      expect((await rowOf(payment))!.state).to.equal('settling');
+      proxy.intercept = undefined;
+      await eventually('the retried settlement', async () => (await rowOf(payment))?.state === 'settled');
+      expect((await gateway.expectBalanced()).settled).to.equal(1500n);
+    });
+
+    it('refuses, with a reason and before anything runs, an expired authorization, a wrong amount or payee, and an unfunded payer', async () => {
+      const required = await gateway.required('instance');
+      const stranger = privateKeyToAccount(generatePrivateKey()).address;
+      const now = BigInt(Math.floor(Date.now() / 1000));
+      const unfunded = privateKeyToAccount(generatePrivateKey());
+      const cases: [string, Promise<PaymentPayload>, RegExp][] = [
+        [
+          'expired',
+          craftPayment(chain, required, gateway.payer, {
+            authorization: { validAfter: now - 3600n, validBefore: now - 60n },
+          }),
+          /valid_before/,
+        ],
+        [
+          'accepted amount 400',
+          craftPayment(chain, required, gateway.payer, { accepted: { amount: '400' } }),
+          /^requirements_mismatch$/,
+        ],
+        [
+          'authorized value 400',
+          craftPayment(chain, required, gateway.payer, { authorization: { value: 400n } }),
+          /value_mismatch/,
+        ],
+        [
+          'accepted payTo a stranger',
+          craftPayment(chain, required, gateway.payer, { accepted: { payTo: stranger } }),
+          /^requirements_mismatch$/,
+        ],
+        [
+          'authorized to a stranger',
+          craftPayment(chain, required, gateway.payer, { authorization: { to: stranger } }),
+          /recipient_mismatch/,
+        ],
+        ['unfunded payer', payFor(required, unfunded), /insufficient_balance/],
+      ];
+      for (const [name, crafted, reason] of cases) {
+        const res = await gateway.callRest('instance', {}, await crafted);
+        expect(res.status, name).to.equal(402);
+        expect(refusalReason(res), name).to.match(reason);
+        const body = (await res.json()) as { code: string; message: string };
+        expect(body.code, name).to.equal('payment_required');
+        expect(body.message, name).to.match(/^Payment refused/);
+      }
+      // Nothing was reserved, nothing ran to be settled, nothing moved.
+      const { settled, rows } = await gateway.expectBalanced([{ address: unfunded.address, before: 0n }]);
+      expect(settled).to.equal(1500n);
+      expect(rows.filter((row) => row.state !== 'settled')).to.deep.equal([]);
+    });
+
+    it('a tool that fails is not charged: isError, no PAYMENT-RESPONSE, released, no transfer', async () => {
+      const payment = await payFor(await gateway.required('fail'));
+      const res = await gateway.callRest('fail', {}, payment);
+      expect(res.status).to.equal(200);
+      const result = (await res.json()) as { isError?: boolean };
+      expect(result.isError).to.equal(true);
+      expect(res.headers.get('payment-response')).to.equal(null);
+      const row = (await rowOf(payment))!;
+      expect(row.state).to.equal('released');
+      expect(row.transaction).to.equal(null);
+      expect((await gateway.expectBalanced()).settled).to.equal(1500n);
+    });
+
+    it('oversized arguments (> 100 KB) are refused with 413 before verification: no record; the payment then works', async () => {
+      const payment = await payFor(await gateway.required('echo'));
+      const verifications = proxy.count('eth_call');
+      const tooBig = await gateway.callRest('echo', { message: 'x'.repeat(110 * 1024) }, payment);
+      expect(tooBig.status).to.equal(413);
+      expect(((await tooBig.json()) as { code: string }).code).to.equal('payload_too_large');
+      expect(proxy.count('eth_call'), 'no simulation: the facilitator was not asked').to.equal(verifications);
+      expect(await rowOf(payment)).to.equal(undefined);
+      const res = await gateway.callRest('echo', { message: 'fits' }, payment);
+      expect(res.status).to.equal(200);
+      expect((await rowOf(payment))!.state).to.equal('settled');
+      expect((await gateway.expectBalanced()).settled).to.equal(2000n);
+    });
+
+    it('replayed after success: 402, the tool does not run again, no second transfer', async () => {
+      const payment = await payFor(await gateway.required('instance'));
+      expect((await gateway.callRest('instance', {}, payment)).status).to.equal(200);
+      const replay = await gateway.callRest('instance', {}, payment);
+      expect(replay.status).to.equal(402);
+      expect(refusalReason(replay)).to.be.oneOf([
+        'payment_already_used',
+        'invalid_exact_evm_nonce_already_used',
+      ]);
+      expect(replay.headers.get('payment-response')).to.equal(null);
+      expect((await gateway.expectBalanced()).settled).to.equal(2500n);
+    });
+  });
+
+  describe('a gateway process killed mid-payment, then restarted on the same database (SQLite)', () => {
+    let proxy: RpcProxy;
+    let dir: string;
+    let configFile: string;
+    let payTo: Address;
+    let operator: LocalAccount;
+    let payer: LocalAccount;
+    let payerBefore: bigint;
+    let records: Database;
+    let running: Awaited<ReturnType<typeof startSigil>> | undefined;
+    let url: string;
+
+    before(async () => {
+      proxy = await RpcProxy.start(chain.rpcUrl);
+      // Under the world's directory (not /tmp): the sandbox mounts a private /tmp.
+      dir = join(world.dir, 'killed');
+      mkdirSync(dir, { recursive: true });
+      operator = privateKeyToAccount(generatePrivateKey());
+      const rail = railPlugin(chain, {
+        rpcUrl: proxy.url,
+        facilitator: { kind: 'builtin', privateKey: devAccountKey(facilitatorIndex++) },
+      });
+      payTo = rail.payTo;
+      configFile = join(dir, 'sigil.config.json');
+      writeFileSync(
+        configFile,
+        JSON.stringify({
+          database: { url: join(dir, 'sigil.db') },
+          log: { level: 'warn' },
+          gateway: {
+            port: 0,
+            includeDefaultCatalog: false,
+            catalogFile: world.catalogFile,
+            warmupAtStart: false,
+            toolCallTimeoutSeconds: 2,
+            operatorWallets: [operator.address],
+          },
+          plugins: [
+            { resolve: 'tee-none', enabled: true, options: {} },
+            {
+              resolve: 'registry-npm',
+              enabled: true,
+              options: {
+                registry: world.registry.url,
+                cacheDir: join(world.dir, 'packages'),
+                refresh: { enabled: false },
+              },
+            },
+            {
+              resolve: 'sandbox-linux-namespaces',
+              enabled: true,
+              options: { stateDir: join(dir, 'sandboxes') },
+            },
+            rail.plugin,
+          ],
+        }),
+      );
+      await start();
+      records = await recordsOf(join(dir, 'sigil.db'));
+      payer = await fundedPayer(chain);
+      payerBefore = await balances(chain)(payer.address);
+    });
+    after(async () => {
+      running?.child.kill('SIGKILL');
+      await running?.exited;
+      await records?.destroy();
+      await proxy?.stop();
+    });
+    afterEach(() => {
+      proxy.intercept = undefined;
+    });
+
+    async function start(): Promise<void> {
+      running = await startSigil(['--config', configFile, 'gateway'], /gateway\s+http:\/\/\S+\n/, {
+        env: { DATABASE_URL: join(dir, 'sigil.db'), LOG_LEVEL: 'warn' },
+      });
+      url = /gateway\s+(http:\/\/\S+)\n/.exec(running.output())![1]!;
+    }
+    async function kill(): Promise<void> {
+      running!.child.kill('SIGKILL');
+      expect(await running!.exited).to.equal(null);
+      running = undefined;
+    }
+    const callSleep = (payment: PaymentPayload | undefined, ms: number) =>
+      fetch(`${url}/api/servers/probe/tools/sleep`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          ...(payment
+            ? { 'payment-signature': Buffer.from(JSON.stringify(payment)).toString('base64') }
+            : {}),
+        },
+        body: JSON.stringify({ arguments: { ms } }),
+      });
+    const required = async (): Promise<PaymentRequired> => {
+      const res = await callSleep(undefined, 1);
+      expect(res.status).to.equal(402);
+      return decodePaymentRequiredHeader(res.headers.get('payment-required') as string);
+    };
+    const rowOf = async (payment: PaymentPayload): Promise<SettlementRecord | undefined> => {
+      const { nonce } = (payment.payload as { authorization: { nonce: string } }).authorization;
+      return (await settlementRows(records)).find((row) => row.id.endsWith(nonce.toLowerCase()));
+    };
+    const expectBalanced = async () =>
+      expectBooksBalanced({
+        chain,
+        gatewayUrl: url,
+        operatorToken: await walletTokenFor(url, operator),
+        records,
+        payTo,
+        payers: [{ address: payer.address, before: payerBefore }],
+      });
+
+    it('killed between verification and settlement: after the restart the record is released (once stale), nothing moved', async () => {
+      const payment = await payingClient(chain, payer).createPaymentPayload(await required());
+      const call = callSleep(payment, 1500).then(
+        () => 'answered',
+        () => 'connection lost',
+      );
+      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
+      await kill();
+      expect(await call).to.equal('connection lost');
+      expect((await rowOf(payment))!.state).to.equal('executing');
+      await start();
+      // staleAfterMs = (toolCallTimeoutSeconds 2 + 10) s after the reservation.
+      const released = await eventually(
+        'the release of the unfinished call',
+        async () => {
+          const row = await rowOf(payment);
+          return row?.state === 'released' ? row : undefined;
+        },
+        20_000,
+      );
+      expect(released.transaction).to.equal(null);
+      expect(proxy.count('eth_sendRawTransaction')).to.equal(0);
+      expect((await expectBalanced()).settled).to.equal(0n);
+    });
+
+    it('killed as the settlement transaction is sent, before it reaches the chain: the restart settles it, once', async () => {
+      const payment = await payingClient(chain, payer).createPaymentPayload(await required());
+      let killed: Promise<void> | undefined;
+      proxy.intercept = (methods) => {
+        if (!methods.includes('eth_sendRawTransaction')) return 'forward';
+        killed ??= kill();
+        return killed.then(() => 'cut' as const);
+      };
+      const answer = await callSleep(payment, 10).then(
+        () => 'answered',
+        () => 'connection lost',
+      );
+      expect(answer).to.equal('connection lost');
+      await killed;
+      proxy.intercept = undefined;
+      expect((await rowOf(payment))!.state).to.equal('settling');
+      expect(await balances(chain)(payTo)).to.equal(0n);
+      await start();
+      const settled = await eventually('the settlement completed at start-up', async () => {
+        const row = await rowOf(payment);
+        return row?.state === 'settled' ? row : undefined;
+      });
+      expect(settled.transaction).to.match(/^0x[0-9a-f]{64}$/);
+      expect((await expectBalanced()).settled).to.equal(500n);
+    });
+
+    it('killed after the settlement transaction reached the chain, before its answer: the restart records it, no second transfer', async () => {
+      const payment = await payingClient(chain, payer).createPaymentPayload(await required());
+      let killed: Promise<void> | undefined;
+      proxy.intercept = (methods) => {
+        if (!methods.includes('eth_sendRawTransaction')) return 'forward';
+        killed ??= kill();
+        // The transaction goes on to anvil (mined at once); the dead gateway never hears of it.
+        return killed.then(() => 'lose-answer' as const);
+      };
+      const answer = await callSleep(payment, 10).then(
+        () => 'answered',
+        () => 'connection lost',
+      );
+      expect(answer).to.equal('connection lost');
+      await killed;
+      await eventually('the transfer on chain', async () => (await balances(chain)(payTo)) === 1000n);
+      proxy.intercept = undefined;
+      expect((await rowOf(payment))!.state).to.equal('settling');
+      const sent = proxy.count('eth_sendRawTransaction');
+      await start();
+      const settled = await eventually('the settlement found at start-up', async () => {
+        const row = await rowOf(payment);
+        return row?.state === 'settled' ? row : undefined;
+      });
+      expect(settled.transaction).to.match(/^0x[0-9a-f]{64}$/);
+      expect(proxy.count('eth_sendRawTransaction'), 'no second transaction').to.equal(sent);
+      expect((await expectBalanced()).settled).to.equal(1000n);
+    });
+  });
+});
