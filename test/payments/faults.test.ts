@@ -227,6 +227,50 @@ describe('payments: faults on anvil', function () {
       expect(replay.headers.get('payment-response')).to.equal(null);
       expect((await gateway.expectBalanced()).settled).to.equal(2500n);
     });
+
+    it('a call still running past staleAfterMs (slow start, then the call) is not released under it and is charged once', async () => {
+      const payment = await payFor(await gateway.required('sleep'));
+      const call = gateway.callRest('sleep', { ms: 2500 }, payment);
+      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
+      // As if launching the server had taken most of the stale window: (60 s timeout + 10 s) passes.
+      clock.offset += 71_000;
+      await new Promise((resolve) => setTimeout(resolve, 1500)); // the worker sweeps once a second
+      const res = await call;
+      expect(res.status).to.equal(200);
+      const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
+      const row = (await rowOf(payment))!;
+      // The records and the chain must agree, whichever way the gateway decides.
+      expect([row.state, receipt.success]).to.deep.equal(['settled', true]);
+      expect((await gateway.expectBalanced()).settled).to.equal(3000n);
+    });
+
+    it("another replica releases this replica's long call as stale: the call is then not charged, and the records say so", async () => {
+      const replicaClock = { offset: clock.offset, now: () => new Date(Date.now() + replicaClock.offset) };
+      const replica = await paidGateway(world, chain, database, {
+        facilitatorIndex: facilitatorIndex++,
+        rpcUrl: proxy.url,
+        clock: replicaClock,
+        replicaOf: gateway,
+      });
+      try {
+        const payment = await payFor(await gateway.required('sleep'));
+        const call = gateway.callRest('sleep', { ms: 2500 }, payment);
+        await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
+        // The replica's clock is past the stale window: its worker takes the call for a dead process's.
+        replicaClock.offset += 71_000;
+        await eventually(
+          'the release by the replica',
+          async () => (await rowOf(payment))?.state === 'released',
+        );
+        const res = await call;
+        expect(res.status).to.equal(200);
+        expect(res.headers.get('payment-response'), 'no receipt: nothing was charged').to.equal(null);
+        expect((await rowOf(payment))!.state).to.equal('released');
+        expect((await gateway.expectBalanced()).settled).to.equal(3000n);
+      } finally {
+        await replica.stop();
+      }
+    });
   });
 
   describe('a gateway process killed mid-payment, then restarted on the same database (SQLite)', () => {

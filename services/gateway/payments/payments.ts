@@ -71,6 +71,8 @@ export class Payments {
   private worker: NodeJS.Timeout | undefined;
   private reconciler: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | undefined;
+  /** Payments whose calls run in this process now: never stale, however long they take. */
+  private readonly inFlight = new Set<string>();
 
   constructor(
     private readonly deps: {
@@ -158,18 +160,24 @@ export class Payments {
     work: () => Promise<{ value: T; succeeded: boolean }>,
   ): Promise<{ value: T; receipt?: PaymentReceipt }> {
     const payment = await this.reserve(payload, resource, wallet);
-    let outcome: { value: T; succeeded: boolean };
+    this.inFlight.add(payment.id);
     try {
-      outcome = await work();
-    } catch (err) {
-      await this.release(payment, (err as Error).message);
-      throw err;
+      let outcome: { value: T; succeeded: boolean };
+      try {
+        outcome = await work();
+      } catch (err) {
+        await this.release(payment, (err as Error).message);
+        throw err;
+      }
+      if (!outcome.succeeded) {
+        await this.release(payment, 'the call reported an error');
+        return { value: outcome.value };
+      }
+      const receipt = await this.settle(payment, resource);
+      return receipt ? { value: outcome.value, receipt } : { value: outcome.value };
+    } finally {
+      this.inFlight.delete(payment.id);
     }
-    if (!outcome.succeeded) {
-      await this.release(payment, 'the call reported an error');
-      return { value: outcome.value };
-    }
-    return { value: outcome.value, receipt: await this.settle(payment, resource) };
   }
 
   /** The call failed or was refused after the reservation: no charge, ever, for this payment. */
@@ -180,13 +188,22 @@ export class Payments {
   /**
    * The call succeeded: settles. Settled → a receipt; not decidable now (RPC down) → a pending receipt
    * and the worker retries; refused for good → throws 402, and the call's result must be withheld.
+   * Undefined, and nothing charged, when the record is no longer `executing`: another replica took
+   * the call for a dead process's and released it, and a released payment never moves money.
    */
-  async settle(payment: VerifiedPayment, resource: PaymentResource): Promise<PaymentReceipt> {
+  async settle(payment: VerifiedPayment, resource: PaymentResource): Promise<PaymentReceipt | undefined> {
     // Claimed by this request for CLAIM_MS, so the retry worker does not settle it at the same time.
-    await this.move(payment.id, ['executing'], {
+    const claimed = await this.move(payment.id, ['executing'], {
       state: 'settling',
       next_attempt_at: this.deps.clock.now().getTime() + CLAIM_MS,
     });
+    if (claimed === 0) {
+      this.deps.logger.warn(
+        { payment: payment.id },
+        'payments: the call finished after its record was released as stale; not charged',
+      );
+      return undefined;
+    }
     const receipt = await this.attempt(payment);
     if (receipt.success || receipt.errorReason === 'settlement_pending') return receipt;
     throw this.paymentRequired(resource, {
@@ -217,6 +234,7 @@ export class Payments {
       .db('payment_settlements')
       .where({ state: 'executing' })
       .andWhere('created_at', '<', now - this.deps.staleAfterMs)
+      .whereNotIn('id', [...this.inFlight])
       .update({
         state: 'released',
         reason: 'the call never finished (its process stopped)',
@@ -366,8 +384,8 @@ export class Payments {
     id: string,
     from: readonly SettlementState[],
     change: Partial<Omit<SettlementRow, 'id'>>,
-  ): Promise<void> {
-    await this.deps
+  ): Promise<number> {
+    return this.deps
       .db('payment_settlements')
       .where({ id })
       .whereIn('state', from)
