@@ -1,5 +1,6 @@
 import type { Command, CommanderError } from 'commander';
 import type { Hex } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
 import type { CheckResult } from './check.ts';
 import { runDeployment } from './deployment/run.ts';
 import { importPluginModule, PluginNotFound, runPluginKit } from './plugin.ts';
@@ -15,6 +16,8 @@ import { parseIdList, select, unknownPatterns } from './selection.ts';
 
 const EXIT_USAGE = 2;
 const OPERATOR_KEY_ENV = 'SIGIL_CONFORMANCE_OPERATOR_KEY';
+const PAYER_KEY_ENV = 'SIGIL_CONFORMANCE_PAYER_KEY';
+const RPC_URL_ENV = 'SIGIL_CONFORMANCE_RPC_URL';
 
 /** A mistake in the invocation, reported in one line and with exit code 2. */
 class UsageError extends Error {}
@@ -56,11 +59,25 @@ function parseBaseUrl(value: string, flag: string): string {
 }
 
 /** The key itself never appears in a message: only what is wrong with it. */
-function parseOperatorKey(value: string | undefined, source: string): Hex | undefined {
+function parsePrivateKey(value: string | undefined, source: string): Hex | undefined {
   if (value === undefined || value === '') return undefined;
   if (!/^(0x)?[0-9a-fA-F]{64}$/.test(value))
     throw new UsageError(`${source} must be a 32-byte hex private key`);
   return (value.startsWith('0x') ? value : `0x${value}`) as Hex;
+}
+
+/** An RPC URL may hold an API key: a message says what is wrong with it, never the URL. */
+function parseRpcUrl(value: string | undefined, source: string): string | undefined {
+  if (value === undefined || value === '') return undefined;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new UsageError(`${source} must be an absolute http(s) URL`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new UsageError(`${source} must be an http or https URL`);
+  return value;
 }
 
 function parseSelection(only: string | undefined, skip: string | undefined) {
@@ -92,6 +109,8 @@ interface DeploymentOptions {
   skip?: string;
   operatorKey?: string;
   expectOperatorEnforcement?: boolean;
+  payerKey?: string;
+  rpcUrl?: string;
 }
 
 async function deploymentCommand(options: DeploymentOptions): Promise<number> {
@@ -100,16 +119,27 @@ async function deploymentCommand(options: DeploymentOptions): Promise<number> {
     gatewayUrl: parseBaseUrl(options.gateway, '--gateway'),
   };
   const operatorKey =
-    parseOperatorKey(options.operatorKey, '--operator-key') ??
-    parseOperatorKey(process.env[OPERATOR_KEY_ENV], OPERATOR_KEY_ENV);
+    parsePrivateKey(options.operatorKey, '--operator-key') ??
+    parsePrivateKey(process.env[OPERATOR_KEY_ENV], OPERATOR_KEY_ENV);
+  const payerKey =
+    parsePrivateKey(options.payerKey, '--payer-key') ??
+    parsePrivateKey(process.env[PAYER_KEY_ENV], PAYER_KEY_ENV);
+  const rpcUrl =
+    parseRpcUrl(options.rpcUrl, '--rpc-url') ?? parseRpcUrl(process.env[RPC_URL_ENV], RPC_URL_ENV);
   const requirements = select(REQUIREMENTS, parseSelection(options.only, options.skip));
+  const paying =
+    payerKey === undefined
+      ? ''
+      : `; paying as ${privateKeyToAccount(payerKey).address}${rpcUrl === undefined ? ' (no --rpc-url: balances unread)' : ''}`;
   process.stdout.write(
-    `Checking ${requirements.length} requirement(s) against runtime ${target.runtimeUrl} and gateway ${target.gatewayUrl}\n\n`,
+    `Checking ${requirements.length} requirement(s) against runtime ${target.runtimeUrl} and gateway ${target.gatewayUrl}${paying}\n\n`,
   );
   const report = await runDeployment(
     {
       ...target,
       ...(operatorKey === undefined ? {} : { operatorKey }),
+      ...(payerKey === undefined ? {} : { payerKey }),
+      ...(rpcUrl === undefined ? {} : { rpcUrl }),
       expectOperatorEnforcement: options.expectOperatorEnforcement === true,
     },
     { requirements, onResult: printResult },
@@ -162,6 +192,14 @@ export function registerConformanceCommands(program: Command): void {
     .option(
       '--operator-key <hex>',
       `private key of a gateway operator wallet, for GW-5.erc8128-operator-enforced; prefer env ${OPERATOR_KEY_ENV}, which process lists do not show. Never printed`,
+    )
+    .option(
+      '--payer-key <hex>',
+      `private key of a wallet funded in the deployment's payment token: paid tool calls are paid with it (at most 0.01 USD each) and the payment requirements apply; prefer env ${PAYER_KEY_ENV}. Never printed`,
+    )
+    .option(
+      '--rpc-url <url>',
+      `JSON-RPC URL of the payment chain, to read what payments moved (balances, used authorizations); or env ${RPC_URL_ENV}. Never printed`,
     )
     .option(
       '--expect-operator-enforcement',

@@ -35,6 +35,9 @@ const EVIDENCE_RESPONSE_HEADERS = [
   'allow',
   'mcp-session-id',
   'x-request-id',
+  // x402: the terms asked (public) and the settlement receipt (a transaction hash).
+  'payment-required',
+  'payment-response',
 ];
 
 /**

@@ -3,6 +3,7 @@ import { discoveryRequirements } from './deployment/discovery.ts';
 import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
 import { healthRequirements } from './deployment/health.ts';
 import { mcpProtocolRequirements } from './deployment/mcp-protocol.ts';
+import { paymentRequirements } from './deployment/payments.ts';
 import { proofRequirements } from './deployment/proofs.ts';
 import { secretsRequirements } from './deployment/secrets.ts';
 import { serversApiRequirements } from './deployment/servers-api.ts';
@@ -29,6 +30,7 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...serversApiRequirements,
   ...discoveryRequirements,
   ...toolCallRequirements,
+  ...paymentRequirements,
   ...proofRequirements,
   ...secretsRequirements,
   ...signInRequirements(RUNTIME_AUTH),

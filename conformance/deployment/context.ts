@@ -3,6 +3,7 @@ import type { Check } from '../check.ts';
 import type { EvidenceLog } from '../evidence.ts';
 import type { HttpClient, ServiceName } from '../http.ts';
 import type { FeatureName } from './features.ts';
+import type { Payer } from './payer.ts';
 
 /** What the tester tells the runner beyond the two URLs. */
 export interface DeploymentTarget {
@@ -15,6 +16,13 @@ export interface DeploymentTarget {
   operatorKey?: Hex;
   /** The tester states that the gateway runs with ERC8128_ENFORCE_OPERATOR_MCP=true. */
   expectOperatorEnforcement?: boolean;
+  /**
+   * A private key of a wallet funded in the deployment's payment token, which the runner spends to pay
+   * for tool calls (at most 0.01 USD a call). Without it, paid calls are not applicable. Never printed.
+   */
+  payerKey?: Hex;
+  /** JSON-RPC URL of the payment chain, to read what payments moved. Treated as a secret (it may hold an API key). */
+  rpcUrl?: string;
 }
 
 /** What a deployment check runs with. */
@@ -24,6 +32,8 @@ export interface DeploymentContext {
   evidence: EvidenceLog;
   /** Marks a value as secret for the rest of the run (a private key, a token), so no report shows it. */
   secret(value: string): void;
+  /** The tester's payer, when `payerKey` was given: tool calls that ask for a payment are paid. */
+  payer?: Payer;
 }
 
 /** One requirement of a spec, checked over HTTP only. */

@@ -3,7 +3,9 @@ import { z } from 'zod';
 import { ensure, expectShape, failWith, notApplicableBecause } from '../check.ts';
 import { excerpt } from '../evidence.ts';
 import type { HttpResponse } from '../http.ts';
+import { MCP_PAYMENT_META_KEY } from '../x402.ts';
 import type { DeploymentContext } from './context.ts';
+import { requiredOfMcp, type Payment } from './payer.ts';
 
 /**
  * A minimal MCP client over Streamable HTTP, written for the runner instead of taken from an SDK so
@@ -131,18 +133,41 @@ export function isJsonRpcError(reply: McpReply): boolean {
   return jsonRpcErrorSchema.safeParse(reply.message).success;
 }
 
+/** What a tester gives the runner so that it pays for calls. */
+export const PAYER_OPTIONS =
+  'lend the runner a funded payer with --payer-key (or SIGIL_CONFORMANCE_PAYER_KEY), and --rpc-url for the checks that read balances';
+
 /**
- * Payments are checked by later requirements: a deployment that asks for one (HTTP 402, or a JSON-RPC
- * or tool error naming a payment) makes a tool-call check not applicable, never failed, for now.
+ * A tool call (or POST /api/verify) that still asks for a payment: HTTP 402, an x402 PaymentRequired,
+ * or a JSON-RPC or tool error naming a payment. Without a payer the check is not applicable (the
+ * payment requirements judge the payment flow itself); with one, the runner has paid already, so a
+ * gateway that still asks refused a good payment: a failure.
  */
-export function notApplicableIfPaymentRequired(reply: { response: HttpResponse; message?: unknown }): void {
-  const reason =
-    'the deployment requires an x402 payment for tool calls; paid calls are checked by the payment requirements';
-  if (reply.response.status === 402) notApplicableBecause(`${reason} (HTTP 402)`);
+export function notApplicableIfPaymentRequired(
+  reply: { response: HttpResponse; message?: unknown },
+  context: DeploymentContext,
+): void {
+  const required = requiredOfMcp(reply);
   const text = JSON.stringify(reply.message ?? reply.response.body ?? '');
-  if (/payment[ _-]?required|x402/i.test(text) && /"(error|isError)"/.test(text)) {
-    notApplicableBecause(`${reason} (${excerpt(text, 160)})`);
+  const asks =
+    reply.response.status === 402 ||
+    required !== undefined ||
+    (/payment[ _-]?required|x402/i.test(text) && /"(error|isError)"/.test(text));
+  if (!asks) return;
+  const seen = reply.response.status === 402 ? 'HTTP 402' : excerpt(text, 160);
+  if (!context.payer) {
+    notApplicableBecause(
+      `the deployment requires an x402 payment (${seen}); ${PAYER_OPTIONS} to check paid calls`,
+    );
   }
+  if (required === undefined) {
+    notApplicableBecause(
+      `the deployment asks for a payment the runner cannot read, no x402 v2 PaymentRequired (${seen}); GW-4.x402-payment-required judges that`,
+    );
+  }
+  failWith(
+    `the runner paid as asked and the gateway still asks for a payment (${seen}${required.error === undefined ? '' : `: ${required.error}`})`,
+  );
 }
 
 /** One MCP client connection to a path: the handshake done, its headers carried on every request. */
@@ -150,7 +175,7 @@ export class McpConnection {
   private nextId = 1;
 
   private constructor(
-    private readonly context: DeploymentContext,
+    readonly context: DeploymentContext,
     readonly path: string,
     private readonly headers: Record<string, string>,
     /** What the gateway answered to initialize. */
@@ -219,14 +244,40 @@ export class McpConnection {
       .tools as McpTool[];
   }
 
+  /**
+   * A tools/call as it came back, paid when the gateway asks for a payment and the tester lent a
+   * payer: x402's MCP transport, the payment in `params._meta["x402/payment"]`.
+   */
+  async callToolReply(
+    name: string,
+    args: Record<string, unknown>,
+    timeoutMs = CALL_TIMEOUT_MS,
+  ): Promise<McpReply & { payment?: Payment }> {
+    const reply = await this.send('tools/call', { name, arguments: args }, timeoutMs);
+    const { payer } = this.context;
+    const required = payer ? requiredOfMcp(reply) : undefined;
+    if (!payer || !required) return reply;
+    const payment = await payer.pay(
+      required,
+      this.context.evidence,
+      `tools/call ${name} at POST ${this.path}`,
+    );
+    const paid = await this.send(
+      'tools/call',
+      { name, arguments: args, _meta: { [MCP_PAYMENT_META_KEY]: payment.payload } },
+      timeoutMs,
+    );
+    return { ...paid, payment };
+  }
+
   /** A tools/call that must come back as a CallToolResult (which may still be a tool error). */
   async callTool(
     name: string,
     args: Record<string, unknown>,
     timeoutMs = CALL_TIMEOUT_MS,
   ): Promise<CallToolResult> {
-    const reply = await this.send('tools/call', { name, arguments: args }, timeoutMs);
-    notApplicableIfPaymentRequired(reply);
+    const reply = await this.callToolReply(name, args, timeoutMs);
+    notApplicableIfPaymentRequired(reply, this.context);
     const result = expectResult(reply, `tools/call ${name} at POST ${this.path}`);
     return expectShape(
       callToolResultSchema,

@@ -13,11 +13,13 @@ import {
   expectResult,
   McpConnection,
   notApplicableIfPaymentRequired,
+  PAYER_OPTIONS,
   sampleArguments,
   textOf,
   type CallToolResult,
   type McpTool,
 } from './mcp.ts';
+import { requestPaying } from './payer.ts';
 import { smokeToolOf } from './tool-calls.ts';
 
 /**
@@ -202,8 +204,8 @@ export async function callKeepingMeta(
   args: Json,
 ): Promise<{ result: Json; where: string }> {
   const where = `tools/call ${name} at POST ${connection.path}`;
-  const reply = await connection.send('tools/call', { name, arguments: args }, CALL_TIMEOUT_MS);
-  notApplicableIfPaymentRequired(reply);
+  const reply = await connection.callToolReply(name, args, CALL_TIMEOUT_MS);
+  notApplicableIfPaymentRequired(reply, connection.context);
   const result = expectResult(reply, where);
   expectShape(callToolResultSchema, result, `${where}: the result is not a CallToolResult`);
   return { result, where };
@@ -218,15 +220,19 @@ export async function callOverRest(
   headers: Record<string, string> = {},
 ): Promise<{ result: Json; where: string; response: HttpResponse }> {
   const where = `POST ${path.tool(serverId, name)}`;
-  const response = await context.http.request({
-    service: 'gateway',
-    method: 'POST',
-    path: path.tool(serverId, name),
-    headers,
-    json: { arguments: args },
-    timeoutMs: CALL_TIMEOUT_MS,
-  });
-  notApplicableIfPaymentRequired({ response });
+  const { response } = await requestPaying(
+    context,
+    {
+      service: 'gateway',
+      method: 'POST',
+      path: path.tool(serverId, name),
+      headers,
+      json: { arguments: args },
+      timeoutMs: CALL_TIMEOUT_MS,
+    },
+    where,
+  );
+  notApplicableIfPaymentRequired({ response }, context);
   const result = expectJson(response, 200, callToolResultSchema.loose(), where) as Json;
   return { result, where, response };
 }
@@ -259,18 +265,19 @@ export async function provenSmokeCalls(
   return { server, mcp: proven(overMcp), rest: proven(overRest) };
 }
 
-/** POST /api/verify; a deployment that charges for it (x402) makes the check not applicable. */
+/**
+ * POST /api/verify, paid when the deployment charges for it (x402) and the tester lent a payer; a
+ * charge without a payer makes the check not applicable.
+ */
 export async function postProof(context: DeploymentContext, body: Json): Promise<HttpResponse> {
-  const response = await context.http.request({
-    service: 'gateway',
-    method: 'POST',
-    path: VERIFY,
-    json: body,
-  });
+  const { response } = await requestPaying(
+    context,
+    { service: 'gateway', method: 'POST', path: VERIFY, json: body },
+    `POST ${VERIFY}`,
+  );
   if (response.status === 402) {
-    notApplicableBecause(
-      `POST ${VERIFY} asks for an x402 payment (HTTP 402); paid calls are checked by the payment requirements`,
-    );
+    if (context.payer) notApplicableIfPaymentRequired({ response }, context);
+    notApplicableBecause(`POST ${VERIFY} asks for an x402 payment (HTTP 402); ${PAYER_OPTIONS} to check it`);
   }
   return response;
 }

@@ -5,6 +5,7 @@ import { buildReport, type Report } from '../report.ts';
 import { REQUIREMENTS } from '../requirements.ts';
 import type { DeploymentContext, DeploymentTarget, Requirement } from './context.ts';
 import { FeatureProbe } from './features.ts';
+import { Payer } from './payer.ts';
 
 export interface DeploymentRunOptions {
   /** The requirements to check, already selected; all of them by default. */
@@ -24,6 +25,9 @@ export async function runDeployment(
 ): Promise<Report> {
   const redactor = new Redactor();
   if (target.operatorKey !== undefined) redactor.remember(target.operatorKey);
+  if (target.payerKey !== undefined) redactor.remember(target.payerKey);
+  if (target.rpcUrl !== undefined) redactor.remember(target.rpcUrl);
+  const payer = target.payerKey === undefined ? undefined : new Payer(target.payerKey, target.rpcUrl);
   const baseUrls = { runtime: target.runtimeUrl, gateway: target.gatewayUrl };
   const features = new FeatureProbe(new HttpClient(baseUrls, redactor, undefined));
   const started = new Date();
@@ -35,6 +39,7 @@ export async function runDeployment(
       evidence,
       http: new HttpClient(baseUrls, redactor, evidence),
       secret: (value) => redactor.remember(value),
+      ...(payer ? { payer } : {}),
     }),
     precondition: async (requirement) => {
       const absence = await features.absence(requirement.features ?? []);

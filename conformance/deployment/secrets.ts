@@ -72,7 +72,7 @@ export function readsEnvironment(name: string): boolean {
 }
 
 /** A tool that fails on purpose (`fail`, `throw_error`…), never one that kills its process. */
-function failsOnPurpose(name: string): boolean {
+export function failsOnPurpose(name: string): boolean {
   const words = name.toLowerCase().split(/[^a-z0-9]+/);
   return (
     words.some((word) => ['fail', 'throw', 'error'].includes(word)) &&

@@ -19,12 +19,13 @@ import {
   type CallToolResult,
   type McpTool,
 } from './mcp.ts';
+import { requestPaying } from './payer.ts';
 import { bearer, GATEWAY_AUTH, signIn } from './wallet.ts';
 
 /**
  * Tool calls (gateway spec parts 1, 4 and 8): a verified server's smoke tool answers over MCP and
- * REST, and arguments over 100 KB are refused. Payments (x402) are checked elsewhere: a deployment
- * that asks for one here makes these checks not applicable, never failed.
+ * REST, and arguments over 100 KB are refused. Payments (x402) are judged in payments.ts; here a call
+ * that asks for one is paid when the tester lent a payer, and otherwise makes the check not applicable.
  */
 
 /** Comfortably under and over 100 KB, whether a KB is 1000 or 1024 bytes. */
@@ -32,7 +33,7 @@ const UNDER_LIMIT_BYTES = 95_000;
 const OVER_LIMIT_BYTES = 110_000;
 
 /** A server with a smoke tool when one exists; otherwise any servable server and its first tool. */
-async function serverAndTool(
+export async function serverAndTool(
   context: DeploymentContext,
 ): Promise<{ server: ServableServer; tool: McpTool; smoke: boolean }> {
   try {
@@ -87,12 +88,8 @@ export const toolCallRequirements: readonly Requirement[] = [
           ordinary.isError !== true,
           `the smoke tool ${tool.name} of ${server.view.id} answered a tool error: ${excerpt(textOf(ordinary), 300)}`,
         );
-        const under = await connection.send(
-          'tools/call',
-          { name: tool.name, arguments: argumentsOfSize(tool, UNDER_LIMIT_BYTES) },
-          CALL_TIMEOUT_MS,
-        );
-        notApplicableIfPaymentRequired(under);
+        const under = await connection.callToolReply(tool.name, argumentsOfSize(tool, UNDER_LIMIT_BYTES));
+        notApplicableIfPaymentRequired(under, context);
         expectResult(
           under,
           `tools/call ${tool.name} with ${UNDER_LIMIT_BYTES} bytes of arguments (under 100 KB)`,
@@ -102,12 +99,9 @@ export const toolCallRequirements: readonly Requirement[] = [
           `${tool.name} is no declared smoke tool: it is only called with oversized arguments, which must not run it`,
         );
       }
-      const over = await connection.send(
-        'tools/call',
-        { name: tool.name, arguments: argumentsOfSize(tool, OVER_LIMIT_BYTES) },
-        CALL_TIMEOUT_MS,
-      );
-      notApplicableIfPaymentRequired(over);
+      // Paid when asked: a gateway may ask before it looks at the arguments, and must still refuse them.
+      const over = await connection.callToolReply(tool.name, argumentsOfSize(tool, OVER_LIMIT_BYTES));
+      notApplicableIfPaymentRequired(over, context);
       ensure(
         over.response.status < 500,
         `tools/call with ${OVER_LIMIT_BYTES} bytes of arguments: HTTP ${over.response.status}, a server error`,
@@ -165,14 +159,18 @@ export const toolCallRequirements: readonly Requirement[] = [
         // Tidying up: a failure here must not replace the finding above.
         await switchServer(connection, meta, id, false).catch(() => undefined);
       }
-      const response = await context.http.request({
-        service: 'gateway',
-        method: 'POST',
-        path: path.tool(id, smoke.name),
-        json: { arguments: sampleArguments(smoke.inputSchema) },
-        timeoutMs: CALL_TIMEOUT_MS,
-      });
-      notApplicableIfPaymentRequired({ response });
+      const { response } = await requestPaying(
+        context,
+        {
+          service: 'gateway',
+          method: 'POST',
+          path: path.tool(id, smoke.name),
+          json: { arguments: sampleArguments(smoke.inputSchema) },
+          timeoutMs: CALL_TIMEOUT_MS,
+        },
+        `POST ${path.tool(id, smoke.name)}`,
+      );
+      notApplicableIfPaymentRequired({ response }, context);
       const overRest = expectJson(
         response,
         200,
