@@ -5,6 +5,8 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { CheckResult } from '../../conformance/check.ts';
 import { REPORT_FILES, type Report } from '../../conformance/report.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
+import { railPlugin } from '../payments/support.ts';
+import { startDevChain, type DevChain } from '../support/chain.ts';
 import { leakedIn, makeCanaries } from './canaries.ts';
 import { startVerdaccio, type Verdaccio } from '../support/verdaccio.ts';
 import { findAll, parseXml } from './strict-xml.ts';
@@ -136,10 +138,12 @@ describe('sigil conformance deployment', function () {
   const operatorKey = generatePrivateKey();
   const operator = privateKeyToAccount(operatorKey).address;
   /**
-   * ERC8128_ENFORCE_OPERATOR_MCP=true, with one operator wallet whose key the tester holds, and MCP
-   * servers from a local registry, warmed up: the whole catalog runs against it.
+   * ERC8128_ENFORCE_OPERATOR_MCP=true, with one operator wallet whose key the tester holds, MCP
+   * servers from a local registry, warmed up, and tool calls paid with x402 on a dev chain: the whole
+   * catalog runs against it.
    */
   let enforcing: RunningSigil;
+  let chain: DevChain | undefined;
   /** The same operator wallet, enforcement off (the default). */
   let lenient: RunningSigil;
   let registry: Verdaccio | undefined;
@@ -152,8 +156,10 @@ describe('sigil conformance deployment', function () {
     dir = mkdtempSync(join('/var/tmp', 'sigil-conformance-'));
     chmodSync(dir, 0o755);
     const servers = gatewayWithServers(registry, dir);
+    chain = await startDevChain();
     enforcing = await startSigil({
       ...servers,
+      plugins: [...servers.plugins, railPlugin(chain).plugin],
       gateway: { ...servers.gateway, operatorWallets: [operator], erc8128EnforceOperatorMcp: true },
     });
     lenient = await startSigil({ gateway: { operatorWallets: [operator] } });
@@ -163,15 +169,19 @@ describe('sigil conformance deployment', function () {
     await enforcing?.stop();
     await lenient?.stop();
     await registry?.stop();
+    await chain?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it('sigil conformance deployment passes against a real sigil up', async function () {
-    this.timeout(180_000);
-    // The key goes in without 0x, through the environment: it must still be used, and never shown.
+  it('sigil conformance deployment passes against a real sigil up that charges, with a payer', async function () {
+    this.timeout(300_000);
+    const payerKey = (chain as DevChain).accounts.payer.privateKey;
+    // The keys go in without 0x, through the environment: they must still be used, and never shown.
     const bareKey = operatorKey.slice(2);
     const run = await certify(urlsOf(enforcing), ['--expect-operator-enforcement'], {
       SIGIL_CONFORMANCE_OPERATOR_KEY: bareKey,
+      SIGIL_CONFORMANCE_PAYER_KEY: payerKey.slice(2),
+      SIGIL_CONFORMANCE_RPC_URL: (chain as DevChain).rpcUrl,
     });
     const failures = run.report.results.filter((result) => result.status !== 'pass');
     expect(failures.map((result) => `${result.id}: ${result.reason}`)).to.deep.equal([]);
@@ -179,9 +189,47 @@ describe('sigil conformance deployment', function () {
     expect(run.report.summary).to.include({ total: REQUIREMENTS.length, pass: REQUIREMENTS.length });
     expect(findAll(parseXml(run.junit), 'testcase')).to.have.length(REQUIREMENTS.length);
     expect(run.stdout).to.include('deployment conformance: OK');
+    expect(run.stdout).to.include(`paying as ${(chain as DevChain).accounts.payer.address}`);
     for (const output of [run.stdout, run.stderr, JSON.stringify(run.report), run.junit, run.summary]) {
       expect(output).not.to.include(bareKey);
+      expect(output).not.to.include(payerKey.slice(2));
+      expect(output).not.to.include((chain as DevChain).rpcUrl);
     }
+  });
+
+  describe('payments', () => {
+    const payments = ['--only', 'GW-4.x402,GW-8.x402,GW-3.x402,GW-7.x402,GW-1.tool-call'];
+
+    it('without a payer: the 402 flow, free endpoints and price pass; what needs money does not apply', async function () {
+      this.timeout(120_000);
+      const run = await certify(urlsOf(enforcing), payments);
+      expect(run.code, run.stderr).to.equal(0);
+      const byStatus = (status: string) =>
+        run.report.results.filter((result) => result.status === status).map((result) => result.id);
+      expect(byStatus('pass')).to.have.members([
+        'GW-4.x402-payment-required',
+        'GW-4.x402-mcp-payment-required',
+        'GW-4.x402-verify-payment-required',
+        'GW-4.x402-free-endpoints',
+        'GW-8.x402-price',
+      ]);
+      expect(byStatus('not-applicable')).to.have.members([
+        'GW-1.tool-call',
+        'GW-3.x402-charge-exact',
+        'GW-7.x402-no-charge-on-failure',
+        'GW-3.x402-replay-refused',
+      ]);
+      expect(run.results['GW-3.x402-charge-exact']?.reason).to.match(/^no payer was given: lend the runner/);
+      expect(run.results['GW-1.tool-call']?.reason).to.match(
+        /^the deployment requires an x402 payment \(.*\); lend the runner/,
+      );
+    });
+
+    it('fails the price against a gateway that charges nothing', async () => {
+      const run = await certify(urlsOf(lenient), ['--only', 'GW-8.x402-price']);
+      expect(run.code).to.equal(1);
+      expect(run.results['GW-8.x402-price']?.reason).to.match(/says payments are off/);
+    });
   });
 
   it('runs only what --only selects, less what --skip removes', async () => {
@@ -316,6 +364,16 @@ describe('sigil conformance deployment', function () {
       ['an unknown id in --only', [...urls, '--only', 'GW-5.nope'], 'no requirement matches GW-5.nope'],
       ['an unknown prefix in --skip', [...urls, '--skip', 'XX-1'], 'no requirement matches XX-1'],
       ['an operator key that is not one', [...urls, '--operator-key', 'deadbeef-secret'], '32-byte hex'],
+      [
+        'a payer key that is not one',
+        [...urls, '--payer-key', 'deadbeef-secret'],
+        '--payer-key must be a 32-byte',
+      ],
+      [
+        'an RPC URL that is not one',
+        [...urls, '--rpc-url', 'deadbeef-secret'],
+        '--rpc-url must be an absolute',
+      ],
       ['an unknown option', [...urls, '--bogus'], "unknown option '--bogus'"],
       ['a missing --gateway', ['--runtime', 'http://127.0.0.1:8080'], "required option '--gateway <url>'"],
     ] as const) {
