@@ -3,7 +3,8 @@ import { HTTPFacilitatorClient, type FacilitatorClient } from '@x402/core/server
 import type { SupportedResponse } from '@x402/core/types';
 import { toFacilitatorEvmSigner } from '@x402/evm';
 import { ExactEvmScheme as ExactEvmFacilitator } from '@x402/evm/exact/facilitator';
-import { createWalletClient, http, nonceManager, type Chain, type Hex, type PublicClient } from 'viem';
+import { createWalletClient, http, type Chain, type Hex, type PublicClient } from 'viem';
+import { createNonceManager, jsonRpc } from 'viem/nonce';
 import { privateKeyToAccount } from 'viem/accounts';
 import type { X402EvmConfig } from './config.ts';
 
@@ -21,6 +22,10 @@ export function createFacilitator(
     return new HTTPFacilitatorClient({ url: settings.url, timeoutMs: settings.timeoutMs });
   }
   // The nonce manager lets concurrent settlements from one account get distinct transaction nonces.
+  // One per facilitator, not viem's process-wide one: that remembers the last nonce per address and
+  // chain id, so another rail in this process on a chain with the same id (a dev chain started again)
+  // would send nonces that chain has not reached, and its settlements would never mine.
+  const nonceManager = createNonceManager({ source: jsonRpc() });
   const account = privateKeyToAccount(settings.privateKey as Hex, { nonceManager });
   const wallet = createWalletClient({ account, chain, transport: http(config.rpcUrl) });
   const signer = toFacilitatorEvmSigner({
