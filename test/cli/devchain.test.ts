@@ -2,11 +2,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { createPublicClient, http, parseAbi, type Address } from 'viem';
+import { createPublicClient, http, parseAbi } from 'viem';
 import { startDevChain, type DevChain } from '../support/chain.ts';
-import { freePort, runSigil, startSigil } from '../support/cli.ts';
-
-const BANNER_END = /never for real funds/;
+import { BANNER_END, freePort, parseBanner, runSigil, startSigil } from '../support/cli.ts';
 
 /** The chain id a JSON-RPC URL answers with, or undefined when nothing answers there. */
 async function chainIdAt(rpcUrl: string): Promise<string | undefined> {
@@ -30,23 +28,6 @@ async function expectGone(rpcUrl: string, ms = 5_000): Promise<void> {
     if (Date.now() > deadline) throw new Error(`something still answers at ${rpcUrl}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-}
-
-/** The dev chain block of `sigil up`'s stdout, parsed. */
-function parseBanner(output: string) {
-  const field = (pattern: RegExp) => {
-    const match = pattern.exec(output);
-    if (!match?.[1]) throw new Error(`${pattern} not in:\n${output}`);
-    return match[1];
-  };
-  return {
-    rpcUrl: field(/^dev chain\s+(http:\/\/127\.0\.0\.1:\d+)/m),
-    chainId: Number(field(/^dev chain .*\(chain id (\d+)/m)),
-    token: field(/^\s+token\s+(0x[0-9a-fA-F]{40})/m) as Address,
-    treasury: field(/^\s+treasury\s+(0x[0-9a-fA-F]{40})/m) as Address,
-    payer: field(/^\s+payer\s+(0x[0-9a-fA-F]{40})/m) as Address,
-    key: field(/^\s+key\s+(0x[0-9a-f]{64})/m),
-  };
 }
 
 describe('sigil up and the dev chain', function () {

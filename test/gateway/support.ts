@@ -59,6 +59,23 @@ export class ProbeWorld {
     rmSync(this.dir, { recursive: true, force: true });
   }
 
+  /** The plugins of a gateway that installs the probe package from this world's registry. */
+  plugins(sandboxStateDir = join(this.dir, 'sandboxes')): SigilConfig['plugins'] {
+    return [
+      { resolve: 'tee-none', enabled: true, options: {} },
+      {
+        resolve: 'registry-npm',
+        enabled: true,
+        options: {
+          registry: this.registry.url,
+          cacheDir: join(this.dir, 'packages'),
+          refresh: { enabled: false },
+        },
+      },
+      { resolve: 'sandbox-linux-namespaces', enabled: true, options: { stateDir: sandboxStateDir } },
+    ];
+  }
+
   /** A gateway on a fresh (or given) database with the probe catalog and real plugins. */
   async gateway(
     database: TestDatabase | undefined,
@@ -76,24 +93,7 @@ export class ProbeWorld {
       config: {
         gateway: { port: 0, includeDefaultCatalog: false, catalogFile: this.catalogFile, ...gateway },
         ...(vault ? { vault } : {}),
-        plugins: [
-          { resolve: 'tee-none', enabled: true, options: {} },
-          {
-            resolve: 'registry-npm',
-            enabled: true,
-            options: {
-              registry: this.registry.url,
-              cacheDir: join(this.dir, 'packages'),
-              refresh: { enabled: false },
-            },
-          },
-          {
-            resolve: 'sandbox-linux-namespaces',
-            enabled: true,
-            options: { stateDir: join(this.dir, 'sandboxes') },
-          },
-          ...plugins,
-        ],
+        plugins: [...this.plugins(), ...plugins],
       },
     });
     const serving = await serve(kernel, ['gateway']);

@@ -1,3 +1,4 @@
+import type { Address } from 'viem';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -76,4 +77,24 @@ export function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
+}
+
+/** The end of the dev chain block `sigil up` prints. */
+export const BANNER_END = /never for real funds/;
+
+/** The dev chain block of `sigil up`'s stdout, parsed. */
+export function parseBanner(output: string) {
+  const field = (pattern: RegExp) => {
+    const match = pattern.exec(output);
+    if (!match?.[1]) throw new Error(`${pattern} not in:\n${output}`);
+    return match[1];
+  };
+  return {
+    rpcUrl: field(/^dev chain\s+(http:\/\/127\.0\.0\.1:\d+)/m),
+    chainId: Number(field(/^dev chain .*\(chain id (\d+)/m)),
+    token: field(/^\s+token\s+(0x[0-9a-fA-F]{40})/m) as Address,
+    treasury: field(/^\s+treasury\s+(0x[0-9a-fA-F]{40})/m) as Address,
+    payer: field(/^\s+payer\s+(0x[0-9a-fA-F]{40})/m) as Address,
+    key: field(/^\s+key\s+(0x[0-9a-f]{64})/m),
+  };
 }
