@@ -9,7 +9,7 @@ import type { Database } from '../../core/db/database.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { startSigil } from '../support/cli.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
-import { ProbeWorld, textOf } from '../gateway/support.ts';
+import { textOf, type ProbeWorld } from '../gateway/support.ts';
 import {
   balances,
   craftPayment,
@@ -23,6 +23,8 @@ import {
   recordsOf,
   RpcProxy,
   settlementRows,
+  sharedProbeWorld,
+  stopSharedProbeWorld,
   walletTokenFor,
   type PaidGateway,
   type SettlementRecord,
@@ -32,6 +34,8 @@ import {
 const refusalReason = (res: Response): string | undefined =>
   decodePaymentRequiredHeader(res.headers.get('payment-required') as string).error;
 
+after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
+
 /** Faults on the real chain (anvil): every test ends with the records, the chain and the reconciler agreeing. */
 describe('payments: faults on anvil', function () {
   this.timeout(120_000);
@@ -39,10 +43,10 @@ describe('payments: faults on anvil', function () {
   let chain: DevChain;
 
   before(async () => {
-    [world, chain] = await Promise.all([ProbeWorld.start(), startDevChain()]);
+    [world, chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
   });
   after(async () => {
-    await Promise.all([world?.stop(), chain?.stop()]);
+    await chain?.stop();
   });
 
   let facilitatorIndex = 3;
@@ -105,13 +109,13 @@ describe('payments: faults on anvil', function () {
 
     it('settlement RPC down during the call, then back: a pending receipt, settling, the worker settles once', async () => {
       const payment = await payFor(await gateway.required('sleep'));
-      const call = gateway.callRest('sleep', { ms: 1500 }, payment);
+      const call = gateway.callRest('sleep', { ms: 800 }, payment);
       // Verified and reserved through the proxy: now the chain becomes unreachable for the settlement.
       await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
       proxy.down = true;
       const res = await call;
       expect(res.status).to.equal(200);
-      expect(textOf(await res.json())).to.equal('slept 1500');
+      expect(textOf(await res.json())).to.equal('slept 800');
       const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
       expect(receipt).to.include({ success: false, errorReason: 'settlement_pending' });
       const pending = (await rowOf(payment))!;
@@ -198,6 +202,31 @@ describe('payments: faults on anvil', function () {
       const row = (await rowOf(payment))!;
       expect(row.state).to.equal('released');
       expect(row.transaction).to.equal(null);
+      expect((await gateway.expectBalanced()).settled).to.equal(1500n);
+    });
+
+    it('the client hangs up during the call: the call is stopped, released, not charged', async () => {
+      const payment = await payFor(await gateway.required('sleep'));
+      const aborter = new AbortController();
+      const call = fetch(`${gateway.url}/api/servers/probe/tools/sleep`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'payment-signature': Buffer.from(JSON.stringify(payment)).toString('base64'),
+        },
+        body: JSON.stringify({ arguments: { ms: 1000 } }),
+        signal: aborter.signal,
+      }).catch((err: Error) => err.name);
+      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
+      aborter.abort();
+      expect(await call).to.equal('AbortError');
+      const row = await eventually('the release', async () => {
+        const found = await rowOf(payment);
+        return found?.state === 'released' ? found : undefined;
+      });
+      expect(row.transaction).to.equal(null);
+      await new Promise((resolve) => setTimeout(resolve, 1000)); // past the sleep: still nothing moves
+      expect((await rowOf(payment))!.state).to.equal('released');
       expect((await gateway.expectBalanced()).settled).to.equal(1500n);
     });
 
@@ -376,6 +405,8 @@ describe('payments: faults on anvil', function () {
       const { nonce } = (payment.payload as { authorization: { nonce: string } }).authorization;
       return (await settlementRows(records)).find((row) => row.id.endsWith(nonce.toLowerCase()));
     };
+    /** The call killed before settlement: its record stays `executing` until it is stale. */
+    let unfinished: SettlementRecord | undefined;
     const expectBalanced = async () =>
       expectBooksBalanced({
         chain,
@@ -384,9 +415,10 @@ describe('payments: faults on anvil', function () {
         records,
         payTo,
         payers: [{ address: payer.address, before: payerBefore }],
+        executing: unfinished ? [unfinished.id] : [],
       });
 
-    it('killed between verification and settlement: after the restart the record is released (once stale), nothing moved', async () => {
+    it('killed between verification and settlement: after the restart the record waits, executing, and nothing moved', async () => {
       const payment = await payingClient(chain, payer).createPaymentPayload(await required());
       const call = callSleep(payment, 1500).then(
         () => 'answered',
@@ -395,18 +427,10 @@ describe('payments: faults on anvil', function () {
       await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
       await kill();
       expect(await call).to.equal('connection lost');
-      expect((await rowOf(payment))!.state).to.equal('executing');
       await start();
-      // staleAfterMs = (toolCallTimeoutSeconds 2 + 10) s after the reservation.
-      const released = await eventually(
-        'the release of the unfinished call',
-        async () => {
-          const row = await rowOf(payment);
-          return row?.state === 'released' ? row : undefined;
-        },
-        20_000,
-      );
-      expect(released.transaction).to.equal(null);
+      // Younger than staleAfterMs: as far as this process knows, another replica may be running it.
+      unfinished = (await rowOf(payment))!;
+      expect(unfinished.state).to.equal('executing');
       expect(proxy.count('eth_sendRawTransaction')).to.equal(0);
       expect((await expectBalanced()).settled).to.equal(0n);
     });
@@ -464,6 +488,24 @@ describe('payments: faults on anvil', function () {
       expect(settled.transaction).to.match(/^0x[0-9a-f]{64}$/);
       expect(proxy.count('eth_sendRawTransaction'), 'no second transaction').to.equal(sent);
       expect((await expectBalanced()).settled).to.equal(1000n);
+    });
+
+    it('the call killed before settlement is released once stale (staleAfterMs after its reservation): never charged', async () => {
+      // staleAfterMs = (toolCallTimeoutSeconds 2 + 10) s; the restarts above took most of it.
+      const released = await eventually(
+        'the release of the unfinished call',
+        async () => {
+          const row = (await settlementRows(records)).find((found) => found.id === unfinished!.id);
+          return row?.state === 'released' ? row : undefined;
+        },
+        15_000,
+      );
+      expect(released.transaction).to.equal(null);
+      expect(released.reason).to.match(/never finished/);
+      unfinished = undefined;
+      const { settled, rows } = await expectBalanced();
+      expect(settled).to.equal(1000n);
+      expect(rows.map((row) => row.state).sort()).to.deep.equal(['released', 'settled', 'settled']);
     });
   });
 });

@@ -4,11 +4,20 @@ import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { TEST_DATABASES } from '../support/kernel.ts';
-import { mcpClient, ProbeWorld, textOf, walletToken } from '../gateway/support.ts';
-import { payingClient, paidGateway, settlementRows, type PaidGateway } from './support.ts';
+import { mcpClient, textOf, walletToken, type ProbeWorld } from '../gateway/support.ts';
+import {
+  payingClient,
+  paidGateway,
+  settlementRows,
+  sharedProbeWorld,
+  stopSharedProbeWorld,
+  type PaidGateway,
+} from './support.ts';
 
 const PAYMENT = 'x402/payment';
 const RECEIPT = 'x402/payment-response';
+
+after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
 
 /** An MCP client (the official SDK) pays for tools/call with x402's MCP transport, on anvil. */
 describe('payments: MCP tools/call paid with x402 on anvil', function () {
@@ -19,7 +28,7 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
   let client: Client;
 
   before(async () => {
-    [world, chain] = await Promise.all([ProbeWorld.start(), startDevChain()]);
+    [world, chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
     gateway = await paidGateway(world, chain, TEST_DATABASES[0]!, { facilitatorIndex: 3 });
     const { token } = await walletToken(gateway.url);
     client = await mcpClient(`${gateway.url}/mcp`, token, 'paid');
@@ -32,7 +41,7 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
   after(async () => {
     await client?.close();
     await gateway?.stop();
-    await Promise.all([world?.stop(), chain?.stop()]);
+    await chain?.stop();
   });
 
   /** The JSON-RPC error a call is refused with (the SDK throws it as McpError). */
