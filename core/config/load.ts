@@ -38,6 +38,12 @@ export const ENV_OVERRIDES: Record<string, { path: string; coerce: Coerce }> = {
   SIGIL_JWT_SIGNING_KEY: { path: 'auth.jwtSigningKey', coerce: asString },
   DEV_CHAIN: { path: 'devChain.enabled', coerce: asBool },
   DEV_CHAIN_PORT: { path: 'devChain.port', coerce: asInt },
+  LEDGER_DEPOSIT_MNEMONIC: { path: 'ledger.depositMnemonic', coerce: asString },
+  LEDGER_RPC_URL: { path: 'ledger.rpcUrl', coerce: asString },
+  LEDGER_TOKEN_ADDRESS: { path: 'ledger.tokenAddress', coerce: asString },
+  LEDGER_TREASURY: { path: 'ledger.treasury', coerce: asString },
+  LEDGER_OPERATOR_KEY: { path: 'ledger.operatorKey', coerce: asString },
+  LEDGER_CONFIRMATIONS: { path: 'ledger.confirmations', coerce: asInt },
 };
 
 export interface ConfigIssue {

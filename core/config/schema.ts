@@ -3,6 +3,122 @@ import { z } from 'zod';
 const port = z.number().int().min(0).max(65535);
 const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address');
 
+/** An amount of the ledger's token in integer base units (6 decimals: 1 USD = 1000000), as digits or a safe integer. */
+const baseUnits = z
+  .union([
+    z.string().regex(/^(0|[1-9][0-9]{0,17})$/, 'must be an integer amount in base units, as digits'),
+    z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
+  ])
+  .transform((value) => String(value));
+
+/** The dev chain's deposit mnemonic: public, for `sigil up` on a local chain only; refused in production. */
+export const DEV_DEPOSIT_MNEMONIC =
+  'person spice basic pause innocent elbow tip fortune install elder grit fix';
+
+/**
+ * The runtime's wallet ledger: deposit addresses, the chain it watches, spend and withdrawal limits.
+ * Without `rpcUrl` (and its companions) the ledger keeps spend and budgets but reads no chain.
+ */
+const ledgerSchema = z
+  .object({
+    depositMnemonic: z
+      .string()
+      .optional()
+      .describe(
+        "BIP-39 mnemonic deposit addresses are derived from (m/44'/60'/0'/0/<index>); keep it dedicated and backed up (env LEDGER_DEPOSIT_MNEMONIC; secret)",
+      ),
+    rpcUrl: z
+      .url()
+      .optional()
+      .describe(
+        'JSON-RPC URL of the chain holding the token (env LEDGER_RPC_URL; secret: it may carry an API key)',
+      ),
+    chainId: z.number().int().positive().default(8453),
+    tokenAddress: address
+      .optional()
+      .describe('The 6-decimal EIP-3009 dollar token (Base USDC in production) (env LEDGER_TOKEN_ADDRESS)'),
+    treasury: address
+      .optional()
+      .describe('Where the settlement sweep moves spent funds (env LEDGER_TREASURY)'),
+    operatorKey: z
+      .string()
+      .regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte hex private key')
+      .optional()
+      .describe(
+        'Private key of the account that submits sweeps and withdrawals and pays their gas (env LEDGER_OPERATOR_KEY; secret)',
+      ),
+    confirmations: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .optional()
+      .describe(
+        'Blocks (the including block counts as one) before a transfer counts; 12 by default, 1 on the dev chain of sigil up (env LEDGER_CONFIRMATIONS)',
+      ),
+    pollIntervalMs: z
+      .number()
+      .int()
+      .min(50)
+      .max(600_000)
+      .default(2000)
+      .describe('How often the watcher reads new blocks, and the transfer worker runs'),
+    balanceRefreshSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(86_400)
+      .default(300)
+      .describe('How often every deposit address is read with balanceOf, besides Transfer events'),
+    minimumBalance: baseUnits
+      .default('10000')
+      .describe('Available balance a wallet needs to start a chat (base units; 0.01 USD by default)'),
+    sweep: z
+      .object({
+        intervalSeconds: z.number().int().min(1).max(604_800).default(3600),
+        minimumAmount: baseUnits
+          .default('1000000')
+          .describe('Unsettled spend below this stays at the deposit address until it grows (1 USD)'),
+      })
+      .strict()
+      .prefault({}),
+    withdrawals: z
+      .object({
+        minAmount: baseUnits.default('10000').describe('Smallest withdrawal (0.01 USD)'),
+        maxAmount: baseUnits.default('1000000000').describe('Largest single withdrawal (1000 USD)'),
+        dailyTotal: baseUnits
+          .default('2000000000')
+          .describe('Most a wallet may withdraw per calendar UTC day (2000 USD)'),
+        maxPerHour: z
+          .number()
+          .int()
+          .min(1)
+          .max(1000)
+          .default(5)
+          .describe('Withdrawal requests a wallet may make in any rolling hour'),
+        authorizationTtlSeconds: z
+          .number()
+          .int()
+          .min(60)
+          .max(604_800)
+          .default(3600)
+          .describe(
+            'Validity of the signed transfer: unmined by then, the withdrawal fails and its funds return',
+          ),
+      })
+      .strict()
+      .prefault({}),
+  })
+  .strict()
+  .superRefine((ledger, ctx) => {
+    const chainKeys = ['rpcUrl', 'tokenAddress', 'treasury', 'operatorKey', 'depositMnemonic'] as const;
+    if (ledger.rpcUrl === undefined) return;
+    for (const key of chainKeys) {
+      if (ledger[key] === undefined)
+        ctx.addIssue({ code: 'custom', path: [key], message: `required when ledger.rpcUrl is set` });
+    }
+  });
+
 /** One plugin to load: Medusa's `{ resolve, id, options }` shape. */
 export const pluginEntrySchema = z
   .object({
@@ -167,6 +283,7 @@ export const configSchema = z
       .strict()
       .prefault({})
       .describe('The local dev chain of sigil up (never sigil gateway or sigil runtime alone)'),
+    ledger: ledgerSchema.prefault({}).describe("The runtime's wallet ledger (README: Wallet ledger)"),
     plugins: z
       .array(pluginEntrySchema)
       .default(DEFAULT_PLUGINS.map((resolve) => ({ resolve, enabled: true, options: {} })))
@@ -174,7 +291,16 @@ export const configSchema = z
         'Plugins to load; listing them replaces the default list (tee-none, registry-npm, sandbox-linux-namespaces)',
       ),
   })
-  .strict();
+  .strict()
+  .superRefine((config, ctx) => {
+    if (config.mode === 'production' && config.ledger.depositMnemonic?.trim() === DEV_DEPOSIT_MNEMONIC) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['ledger', 'depositMnemonic'],
+        message: 'is the public dev mnemonic, refused in production: generate a mnemonic of your own',
+      });
+    }
+  });
 
 export type SigilConfig = z.infer<typeof configSchema>;
 export type PluginEntry = z.infer<typeof pluginEntrySchema>;
@@ -185,4 +311,7 @@ export const SECRET_CONFIG_PATHS = [
   'runtime.mcpSigningKey',
   'runtime.providerApiKey',
   'gateway.secretKey',
+  'ledger.depositMnemonic',
+  'ledger.operatorKey',
+  'ledger.rpcUrl',
 ] as const;

@@ -4,10 +4,16 @@ import { createHttpApp } from '../../core/http/app.ts';
 import type { HttpMetrics } from '../../core/http/metrics.ts';
 import type { Kernel } from '../kernel.ts';
 import { healthRouter } from '../shared/health.ts';
+import { createLedgerService, type LedgerService } from './ledger/service.ts';
 
 export interface RuntimeApp {
   app: Koa;
   metrics: HttpMetrics;
+  /** Agents and the wallet ledger (what the chat charges). */
+  ledger: LedgerService;
+  /** Recovers unfinished transfers, then starts the ledger's background work. */
+  start(): Promise<void>;
+  close(): Promise<void>;
 }
 
 /** What the runtime tells about its own protection, shown on `/health` as `securityPosture`. */
@@ -28,11 +34,13 @@ export function createRuntimeApp(kernel: Kernel): RuntimeApp {
     securityPosture: await securityPosture(kernel),
   }));
   const auth = createWalletAuth(kernel, 'runtime');
-  return createHttpApp({
+  const ledger = createLedgerService(kernel);
+  const http = createHttpApp({
     service: 'runtime',
     logger: kernel.logger.child({ service: 'runtime' }),
     bodyLimitBytes: kernel.config.runtime.bodyLimitBytes,
     middleware: [auth.middleware],
-    routers: [health, auth.router],
+    routers: [health, auth.router, ...ledger.routers],
   });
+  return { ...http, ledger, start: () => ledger.start(), close: () => ledger.close() };
 }

@@ -1,0 +1,112 @@
+import type { Migration } from '../../core/db/migrations/index.ts';
+
+/**
+ * Runtime state shared by replicas: wallet-owned agents, and the wallet ledger. Money columns are
+ * integer base units of the ledger's token (bigint: SQLite's 64-bit INTEGER, PostgreSQL's int8); times
+ * are unix milliseconds of the kernel's clock, except EIP-3009 validity bounds (unix seconds, as signed).
+ */
+export const runtimeMigrations: readonly Migration[] = [
+  {
+    name: '0200-runtime-agents-and-ledger',
+    async up(db) {
+      // Minimal agents: the chat issue extends this table.
+      await db.schema.createTable('agents', (t) => {
+        t.string('id', 36).primary();
+        t.string('wallet', 42).notNullable().index();
+        t.string('name', 100).notNullable();
+        t.string('model', 200).notNullable();
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+      // Null limit: no limit for that window.
+      await db.schema.createTable('agent_budgets', (t) => {
+        t.string('agent_id', 36).primary().references('agents.id').onDelete('CASCADE');
+        t.bigInteger('daily_limit').nullable();
+        t.bigInteger('weekly_limit').nullable();
+        t.bigInteger('monthly_limit').nullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+      // One row per wallet: the cached on-chain balance, and running totals of the entries below,
+      // changed only in the transaction that appends the entry (audit() recomputes them by SUM). Every
+      // write to a wallet's money locks this row first.
+      await db.schema.createTable('ledger_wallets', (t) => {
+        t.string('wallet', 42).primary();
+        t.bigInteger('on_chain_balance').notNullable().defaultTo(0);
+        t.bigInteger('balance_block').notNullable().defaultTo(0);
+        t.bigInteger('balance_updated_at').notNullable().defaultTo(0);
+        t.bigInteger('unsettled_spend').notNullable().defaultTo(0);
+        t.bigInteger('settled_spend').notNullable().defaultTo(0);
+        t.bigInteger('pending_withdrawals').notNullable().defaultTo(0);
+        t.bigInteger('withdrawn').notNullable().defaultTo(0);
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+      // The HD index of a wallet's deposit address, assigned once (never reused: the sequence only grows).
+      await db.schema.createTable('ledger_deposit_addresses', (t) => {
+        t.increments('deposit_index').primary();
+        t.string('wallet', 42).notNullable().unique();
+        t.string('address', 42).nullable().unique();
+        t.bigInteger('created_at').notNullable();
+      });
+      // Append-only: rows are inserted, never updated or deleted.
+      await db.schema.createTable('ledger_entries', (t) => {
+        t.bigIncrements('id').primary();
+        t.string('wallet', 42).notNullable();
+        t.string('kind', 24).notNullable();
+        t.bigInteger('amount').notNullable();
+        t.string('agent_id', 36).nullable();
+        t.string('idempotency_key', 240).notNullable();
+        t.string('reference', 100).nullable();
+        t.bigInteger('created_at').notNullable();
+        t.unique(['wallet', 'idempotency_key']);
+        t.index(['wallet', 'id']);
+        t.index(['agent_id', 'kind', 'created_at']);
+        t.check('?? > 0', ['amount'], 'ledger_entries_amount_positive');
+      });
+      // Money leaving a deposit address: withdrawals to the owner, sweeps to the treasury. Recorded
+      // (with the EIP-3009 nonce it will be signed with) before anything is signed or sent.
+      await db.schema.createTable('ledger_transfers', (t) => {
+        t.string('id', 36).primary();
+        t.string('wallet', 42).notNullable();
+        t.string('kind', 16).notNullable();
+        t.bigInteger('amount').notNullable();
+        t.string('from_address', 42).notNullable();
+        t.string('to_address', 42).notNullable();
+        t.string('state', 16).notNullable();
+        t.string('idempotency_key', 200).nullable();
+        t.string('nonce', 66).notNullable().unique();
+        t.bigInteger('valid_before').notNullable();
+        t.string('tx_hash', 66).nullable();
+        t.bigInteger('block_number').nullable();
+        t.text('reason').nullable();
+        t.integer('attempts').notNullable().defaultTo(0);
+        t.bigInteger('next_attempt_at').notNullable().defaultTo(0);
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('updated_at').notNullable();
+        t.unique(['wallet', 'kind', 'idempotency_key']);
+        t.index(['state', 'next_attempt_at']);
+        t.index(['wallet', 'kind', 'created_at']);
+        t.check('?? > 0', ['amount'], 'ledger_transfers_amount_positive');
+      });
+      // How far the watcher has read Transfer events, so a restart resumes there.
+      await db.schema.createTable('ledger_chain_cursor', (t) => {
+        t.string('name', 64).primary();
+        t.bigInteger('block').notNullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+    },
+    async down(db) {
+      for (const table of [
+        'ledger_chain_cursor',
+        'ledger_transfers',
+        'ledger_entries',
+        'ledger_deposit_addresses',
+        'ledger_wallets',
+        'agent_budgets',
+        'agents',
+      ]) {
+        await db.schema.dropTableIfExists(table);
+      }
+    },
+  },
+];
