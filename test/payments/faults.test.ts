@@ -6,6 +6,14 @@ import { expect } from 'chai';
 import { privateKeyToAccount, generatePrivateKey } from 'viem/accounts';
 import type { Address, LocalAccount } from 'viem';
 import type { Database } from '../../core/db/database.ts';
+import {
+  chainClients,
+  randomNonce,
+  sigilDollarAbi,
+  signTransfer,
+  splitSignature,
+  tokenDomain,
+} from '../chain/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { startSigil } from '../support/cli.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
@@ -29,6 +37,38 @@ import {
   type PaidGateway,
   type SettlementRecord,
 } from './support.ts';
+
+/** `payer` moves `value` to `to` with an EIP-3009 authorization that the operator submits (payers hold no ether). */
+async function spendWithAuthorization(chain: DevChain, payer: LocalAccount, to: Address, value: bigint) {
+  const { publicClient, operatorWallet } = chainClients(chain);
+  const now = BigInt(Math.floor(Date.now() / 1000));
+  const authorization = {
+    from: payer.address,
+    to,
+    value,
+    validAfter: 0n,
+    validBefore: now + 600n,
+    nonce: randomNonce(),
+  };
+  const { v, r, s } = splitSignature(await signTransfer(payer, authorization, tokenDomain(chain)));
+  const hash = await operatorWallet.writeContract({
+    address: chain.token.address,
+    abi: sigilDollarAbi,
+    functionName: 'transferWithAuthorization',
+    args: [
+      authorization.from,
+      authorization.to,
+      authorization.value,
+      authorization.validAfter,
+      authorization.validBefore,
+      authorization.nonce,
+      v,
+      r,
+      s,
+    ],
+  });
+  expect((await publicClient.waitForTransactionReceipt({ hash })).status).to.equal('success');
+}
 
 /** The reason x402 puts in a refusal's PaymentRequired (PAYMENT-REQUIRED header). */
 const refusalReason = (res: Response): string | undefined =>
@@ -254,6 +294,38 @@ describe('payments: faults on anvil', function () {
         'invalid_exact_evm_nonce_already_used',
       ]);
       expect(replay.headers.get('payment-response')).to.equal(null);
+      expect((await gateway.expectBalanced()).settled).to.equal(2500n);
+    });
+
+    it("the payer's balance gone during the call: the settlement is refused, the result withheld (402), the record failed", async () => {
+      const payer = await fundedPayer(chain, 500n);
+      const payment = await payFor(await gateway.required('sleep'), payer);
+      const call = gateway.callRest('sleep', { ms: 1000 }, payment);
+      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
+      // Meanwhile the payer spends everything with another authorization, submitted by someone else.
+      const sink = privateKeyToAccount(generatePrivateKey()).address;
+      await spendWithAuthorization(chain, payer, sink, 500n);
+      const res = await call;
+      expect(res.status).to.equal(402);
+      expect(refusalReason(res)).to.equal('invalid_exact_evm_insufficient_balance');
+      expect(((await res.json()) as { message: string }).message).to.match(/result is withheld/);
+      const row = (await rowOf(payment))!;
+      expect([row.state, row.transaction]).to.deep.equal(['failed', null]);
+      expect(await balances(chain)(sink)).to.equal(500n);
+      expect((await gateway.expectBalanced()).settled).to.equal(2500n);
+    });
+
+    it('an authorization that expires during the call: not settled, the result withheld (402), the record failed', async () => {
+      const required = await gateway.required('sleep');
+      const now = BigInt(Math.floor(Date.now() / 1000));
+      // Valid for verification (x402 wants 6 s left), no longer once the 3 s call is over.
+      const payment = await craftPayment(chain, required, gateway.payer, {
+        authorization: { validBefore: now + 8n },
+      });
+      const res = await gateway.callRest('sleep', { ms: 3000 }, payment);
+      expect(res.status).to.equal(402);
+      expect(refusalReason(res)).to.equal('authorization_expired');
+      expect((await rowOf(payment))!.state).to.equal('failed');
       expect((await gateway.expectBalanced()).settled).to.equal(2500n);
     });
 
