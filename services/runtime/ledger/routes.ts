@@ -5,6 +5,7 @@ import { parseInput } from '../../../core/http/validate.ts';
 import { agentParams, callerOf } from '../agent-routes.ts';
 import { amountSchema, TOKEN_DECIMALS } from './amounts.ts';
 import { ENTRY_KINDS, type EntryKind, type Ledger } from './ledger.ts';
+import type { DepositAddresses } from './deposits.ts';
 import { balanceView, budgetsView, entryView } from './views.ts';
 
 const budgetsBody = z
@@ -40,6 +41,10 @@ const historyQuery = z
 
 export interface LedgerRouteDeps {
   ledger: Ledger;
+  deposits: DepositAddresses;
+  confirmations: number;
+  /** Whether balances are read from a chain at all. */
+  watching: boolean;
   /** What the balance says about the token and the chain it is read from. */
   token: () => Record<string, unknown>;
 }
@@ -57,8 +62,21 @@ export function ledgerRouter(deps: LedgerRouteDeps): Router {
     const balance = await ledger.balance(callerOf(ctx.state));
     ctx.body = balanceView(balance, {
       minimumBalance: ledger.settings.minimumBalance.toString(),
+      confirmations: deps.confirmations,
       token: { decimals: TOKEN_DECIMALS, ...deps.token() },
     });
+  });
+
+  // Only its owner sees it: it is derived for the signed-in wallet and never listed elsewhere.
+  router.get('/wallet/deposit-address', auth, async (ctx) => {
+    const deposit = await deps.deposits.of(callerOf(ctx.state));
+    ctx.body = {
+      wallet: deposit.wallet,
+      address: deposit.address,
+      token: { decimals: TOKEN_DECIMALS, ...deps.token() },
+      confirmations: deps.confirmations,
+      watching: deps.watching,
+    };
   });
 
   router.get('/wallet/transactions', auth, async (ctx) => {

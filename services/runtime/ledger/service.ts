@@ -1,16 +1,28 @@
 import type Router from '@koa/router';
+import type { Hex } from 'viem';
 import type { Kernel } from '../../kernel.ts';
 import { Agents } from '../agents.ts';
 import { agentsRouter } from '../agent-routes.ts';
+import { LedgerChain } from './chain.ts';
+import { DepositKeys } from './deposit-keys.ts';
+import { DepositAddresses } from './deposits.ts';
 import { Ledger } from './ledger.ts';
 import { ledgerRouter } from './routes.ts';
+import { BalanceWatcher } from './watcher.ts';
+
+/** Confirmations when the config names none: about 24 s on Base. */
+export const DEFAULT_CONFIRMATIONS = 12;
 
 /** The runtime's agents and wallet ledger, composed from the kernel's config, database and clock. */
 export interface LedgerService {
   agents: Agents;
   ledger: Ledger;
+  deposits: DepositAddresses;
+  /** Present when the ledger is pointed at a chain (ledger.rpcUrl and its companions). */
+  chain: LedgerChain | undefined;
+  watcher: BalanceWatcher | undefined;
   routers: Router[];
-  /** Background work: the chain watcher, the transfer worker and the sweep. */
+  /** Checks the deposit mnemonic against the stored addresses, then starts the background work. */
   start(): Promise<void>;
   close(): Promise<void>;
 }
@@ -18,7 +30,11 @@ export interface LedgerService {
 export function createLedgerService(kernel: Kernel): LedgerService {
   const { config } = kernel;
   const settings = config.ledger;
+  kernel.secrets.add(settings.depositMnemonic);
+  kernel.secrets.add(settings.operatorKey);
+  kernel.secrets.add(settings.rpcUrl);
   const logger = kernel.logger.child({ component: 'ledger' });
+  const confirmations = settings.confirmations ?? DEFAULT_CONFIRMATIONS;
   const agents = new Agents({ db: kernel.db, clock: kernel.clock });
   const ledger = new Ledger({
     db: kernel.db,
@@ -26,15 +42,59 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     logger,
     settings: { minimumBalance: BigInt(settings.minimumBalance) },
   });
+  const keys = settings.depositMnemonic === undefined ? undefined : new DepositKeys(settings.depositMnemonic);
+  const deposits = new DepositAddresses({ db: kernel.db, clock: kernel.clock, keys });
+  const chain =
+    settings.rpcUrl && settings.tokenAddress && settings.operatorKey
+      ? new LedgerChain({
+          rpcUrl: settings.rpcUrl,
+          chainId: settings.chainId,
+          token: settings.tokenAddress as Hex,
+          operatorKey: settings.operatorKey as Hex,
+          confirmations,
+          pollingIntervalMs: Math.min(settings.pollIntervalMs, 1000),
+        })
+      : undefined;
+  const watcher = chain
+    ? new BalanceWatcher({
+        db: kernel.db,
+        ledger,
+        deposits,
+        chain,
+        logger,
+        pollMs: settings.pollIntervalMs,
+        refreshMs: settings.balanceRefreshSeconds * 1000,
+      })
+    : undefined;
   const token = () => ({
     chainId: settings.chainId,
+    network: `eip155:${settings.chainId}`,
     address: settings.tokenAddress ?? null,
   });
   return {
     agents,
     ledger,
-    routers: [agentsRouter(agents), ledgerRouter({ ledger, token })],
-    start: async () => undefined,
-    close: async () => undefined,
+    deposits,
+    chain,
+    watcher,
+    routers: [
+      agentsRouter(agents),
+      ledgerRouter({ ledger, deposits, token, confirmations, watching: chain !== undefined }),
+    ],
+    start: async () => {
+      await deposits.verifyMnemonic();
+      if (!chain) {
+        logger.info('ledger: no chain configured (ledger.rpcUrl): balances are not read from a chain');
+        return;
+      }
+      watcher?.start();
+      logger.info(
+        { chainId: settings.chainId, token: settings.tokenAddress, confirmations },
+        'ledger: watching deposit addresses',
+      );
+    },
+    close: async () => {
+      await watcher?.stop();
+    },
   };
 }
