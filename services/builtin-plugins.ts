@@ -6,4 +6,7 @@ export const builtinPlugins: BuiltinPlugins = {
   'registry-npm': () => import('../registries/npm/index.ts'),
   'sandbox-linux-namespaces': () => import('../plugins/sandboxes/linux-namespaces/index.ts'),
   'payments-x402-evm': () => import('../plugins/payments/x402-evm/index.ts'),
+  'provider-openai-compatible': () => import('../providers/openai-compatible/index.ts'),
+  'provider-anthropic': () => import('../providers/anthropic/index.ts'),
+  'provider-local': () => import('../providers/local/index.ts'),
 };
