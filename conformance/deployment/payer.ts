@@ -36,6 +36,9 @@ const erc20 = parseAbi([
   'function authorizationState(address authorizer, bytes32 nonce) view returns (bool)',
 ]);
 
+/** How long a paid request may take: the gateway settles on chain before it answers. */
+export const PAID_TIMEOUT_MS = 45_000;
+
 /** One payment the runner made: what it accepted and the payload it sent. */
 export interface Payment {
   accepted: X402Requirements;
@@ -236,6 +239,8 @@ export async function requestPaying(
   const paid = await context.http.request({
     ...request,
     headers: { ...request.headers, [HEADER.signature]: encodeHeader(payment.payload) },
+    // A paid answer waits for its settlement on chain.
+    timeoutMs: Math.max(request.timeoutMs ?? 0, PAID_TIMEOUT_MS),
   });
   return { response: paid, payment };
 }

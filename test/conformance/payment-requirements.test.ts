@@ -257,7 +257,8 @@ function fakeGateway(rail: PaymentRailV1, faults: Faults) {
 }
 
 describe('payment requirements against a gateway that is not Sigil, paying on anvil', function () {
-  this.timeout(120_000);
+  // Each run settles a dozen payments on anvil; on a busy machine that takes a while.
+  this.timeout(240_000);
   let chain: DevChain;
   let server: TinyServer | undefined;
   before(async () => {
