@@ -26,7 +26,7 @@ export interface OpenAiChatOptions {
   provider: string;
   /** Up to the version prefix, e.g. `https://api.openai.com/v1`. */
   baseURL: string;
-  /** Per upstream request, including the whole stream. */
+  /** Longest wait for the upstream's response headers; the stream itself is not cut. */
   timeoutMs: number;
   /** SDK retries of a failed request before any part came (429, 5xx, connection errors). */
   maxRetries: number;

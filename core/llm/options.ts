@@ -16,7 +16,9 @@ export const connectionOptions = (defaultBaseURL: string) => ({
     .positive()
     .max(3_600_000)
     .default(600_000)
-    .describe('Longest one upstream request may take, stream included'),
+    .describe(
+      'Longest wait for the upstream to start answering (response headers); a stream then lasts as long as it streams',
+    ),
   maxRetries: z
     .number()
     .int()
