@@ -121,6 +121,13 @@ export class Payments {
     }
     const { payment } = outcome;
     const now = this.deps.clock.now().getTime();
+    // An authorization that lapses before the call could finish would run a tool it cannot pay for.
+    if (payment.validBefore * 1000 < now + this.deps.staleAfterMs) {
+      throw this.paymentRequired(resource, {
+        code: 'authorization_window_too_short',
+        message: `Payment refused (authorization_window_too_short): the authorization must stay valid for at least ${Math.ceil(this.deps.staleAfterMs / 1000)} s, the longest a call and its settlement may take`,
+      });
+    }
     const row: SettlementRow = {
       id: payment.id,
       state: 'executing',
