@@ -32,13 +32,13 @@ import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import knex from 'knex';
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createLogger, logDestination } from '../core/log.ts';
 import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
 import type { PackageRegistryV1 } from '../core/plugins/contracts/index.ts';
 import type { Kernel } from '../services/kernel.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';
+import { walletToken } from '../test/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { LoadOptions, LoadResult } from './mcp-load.ts';
 import { cpuBetween, descendants, ownCpuUs, reapedChildrenCpuUs } from './proc.ts';
@@ -212,28 +212,6 @@ function post(url: string, body: string, headers: Record<string, string> = {}): 
   });
 }
 
-async function walletToken(gatewayUrl: string): Promise<string> {
-  const wallet = privateKeyToAccount(generatePrivateKey());
-  const challenge = (await (
-    await fetch(`${gatewayUrl}/api/auth/challenge?address=${wallet.address}`)
-  ).json()) as { message: string };
-  const verified = await fetch(`${gatewayUrl}/api/auth/verify`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      message: challenge.message,
-      signature: await wallet.signMessage({ message: challenge.message }),
-    }),
-  });
-  const { token: jwt } = (await verified.json()) as { token: string };
-  const created = await fetch(`${gatewayUrl}/api/auth/create-token`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
-    body: '{}',
-  });
-  return ((await created.json()) as { token: string }).token;
-}
-
 /** Waits until every MCP server process of the gateway has ended (e.g. stopped for inactivity). */
 async function serversGone(): Promise<void> {
   const deadline = Date.now() + 15_000;
@@ -390,7 +368,7 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
     const { url } = warm;
     // Verifies (installs, probes, pins) the server, then warms the anonymous process.
     await post(`${url}/mcp/server/probe`, callBody('echo'));
-    const token = await walletToken(url);
+    const { token } = await walletToken(url);
     const walletHeaders = { authorization: `Bearer ${token}`, 'x-mcp-session': 'bench' };
     const enabled = await post(
       `${url}/mcp`,

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { LocalAccount } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { SigilConfig } from '../../core/config/schema.ts';
 import { serve, type Serving } from '../../services/serve.ts';
@@ -101,9 +102,11 @@ export class ProbeWorld {
   }
 }
 
-/** Signs a fresh wallet in (SIWE) and creates a wallet token for it. */
-export async function walletToken(gatewayUrl: string): Promise<{ token: string; address: string }> {
-  const wallet = privateKeyToAccount(generatePrivateKey());
+/** Signs a wallet in (SIWE; a fresh one unless given) and creates a wallet token for it. */
+export async function walletToken(
+  gatewayUrl: string,
+  wallet: LocalAccount = privateKeyToAccount(generatePrivateKey()),
+): Promise<{ token: string; address: string }> {
   const challenge = (await (
     await fetch(`${gatewayUrl}/api/auth/challenge?address=${wallet.address}`)
   ).json()) as { message: string };

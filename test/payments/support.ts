@@ -15,7 +15,7 @@ import type { Serving } from '../../services/serve.ts';
 import { chainClients, randomNonce, signTransfer, sigilDollarAbi, tokenDomain } from '../chain/support.ts';
 import type { DevChain } from '../support/chain.ts';
 import { stickyDatabase, type TestDatabase } from '../support/kernel.ts';
-import { ProbeWorld } from '../gateway/support.ts';
+import { ProbeWorld, walletToken } from '../gateway/support.ts';
 
 const balanceAbi = parseAbi(['function balanceOf(address account) view returns (uint256)']);
 
@@ -87,26 +87,8 @@ export async function fundedPayer(chain: DevChain, amount = 10_000_000n): Promis
 export const devAccountKey = (index: number): Hex => devWallet(index).privateKey as Hex;
 
 /** Signs `account` in (SIWE) and creates a wallet token for it. */
-export async function walletTokenFor(gatewayUrl: string, account: LocalAccount): Promise<string> {
-  const challenge = (await (
-    await fetch(`${gatewayUrl}/api/auth/challenge?address=${account.address}`)
-  ).json()) as { message: string };
-  const verified = await fetch(`${gatewayUrl}/api/auth/verify`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      message: challenge.message,
-      signature: await account.signMessage({ message: challenge.message }),
-    }),
-  });
-  const { token: jwt } = (await verified.json()) as { token: string };
-  const created = await fetch(`${gatewayUrl}/api/auth/create-token`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
-    body: '{}',
-  });
-  return ((await created.json()) as { token: string }).token;
-}
+export const walletTokenFor = async (gatewayUrl: string, account: LocalAccount): Promise<string> =>
+  (await walletToken(gatewayUrl, account)).token;
 
 /**
  * An x402 `exact` payment signed by hand (viem signTypedData), so tests can craft what a well-behaved
