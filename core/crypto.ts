@@ -1,4 +1,12 @@
-import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHash,
+  createHmac,
+  hkdfSync,
+  randomBytes,
+  timingSafeEqual,
+} from 'node:crypto';
 import canonicalize from 'canonicalize';
 
 /** RFC 8785 (JSON Canonicalization Scheme): one byte string per JSON value, so hashes and MACs are stable. */
@@ -13,6 +21,8 @@ export function canonicalJson(value: unknown): string {
 export const sha256Hex = (data: string | Uint8Array): string =>
   createHash('sha256').update(data).digest('hex');
 
+export const sha256 = (data: string | Uint8Array): Buffer => createHash('sha256').update(data).digest();
+
 export const hmacSha256 = (key: Uint8Array, data: string | Uint8Array): Buffer =>
   createHmac('sha256', key).update(data).digest();
 
@@ -20,4 +30,45 @@ export const hmacSha256 = (key: Uint8Array, data: string | Uint8Array): Buffer =
 export function sameMac(a: string, b: string): boolean {
   const [left, right] = [Buffer.from(a), Buffer.from(b)];
   return left.length === right.length && timingSafeEqual(left, right);
+}
+
+/** HKDF-SHA256 (RFC 5869) to a 32-byte key. */
+export const hkdfSha256 = (
+  ikm: Uint8Array | string,
+  salt: Uint8Array | string,
+  info: string,
+  length = 32,
+): Buffer => Buffer.from(hkdfSync('sha256', ikm, salt, info, length));
+
+/** One AES-256-GCM ciphertext, base64 fields, as stored: a fresh 96-bit IV per seal. */
+export interface SealedBox {
+  iv: string;
+  ciphertext: string;
+  tag: string;
+}
+
+/** AES-256-GCM encryption of `plaintext` under a 32-byte key, authenticating `aad` with it. */
+export function sealAesGcm(key: Uint8Array, plaintext: string, aad: string): SealedBox {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, iv);
+  cipher.setAAD(Buffer.from(aad, 'utf8'));
+  const ciphertext = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
+  return {
+    iv: iv.toString('base64'),
+    ciphertext: ciphertext.toString('base64'),
+    tag: cipher.getAuthTag().toString('base64'),
+  };
+}
+
+/**
+ * Decrypts what {@link sealAesGcm} sealed. Throws (an error naming nothing of the content) when a byte
+ * of the box, the key or the AAD differs: GCM never yields a tampered or mis-keyed plaintext.
+ */
+export function openAesGcm(key: Uint8Array, box: SealedBox, aad: string): string {
+  const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(box.iv, 'base64'));
+  decipher.setAAD(Buffer.from(aad, 'utf8'));
+  decipher.setAuthTag(Buffer.from(box.tag, 'base64'));
+  return Buffer.concat([decipher.update(Buffer.from(box.ciphertext, 'base64')), decipher.final()]).toString(
+    'utf8',
+  );
 }

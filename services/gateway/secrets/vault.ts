@@ -1,28 +1,16 @@
-import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
-import {
-  mkdirSync,
-  openSync,
-  fsyncSync,
-  closeSync,
-  writeFileSync,
-  renameSync,
-  readFileSync,
-  rmSync,
-  existsSync,
-} from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { hmacSha256 } from '../../../core/crypto.ts';
+import { hkdfSha256, hmacSha256, openAesGcm, sealAesGcm, type SealedBox } from '../../../core/crypto.ts';
+import { readFileIfExists, removeFileDurably, writeFileDurably } from '../../../core/fs/durable.ts';
 import { SigilError } from '../../../core/errors.ts';
 import type { Logger, SecretRegistry } from '../../../core/log.ts';
 
 /** One wallet's secrets for one server, as stored: AES-256-GCM ciphertext and what decrypts it. */
-interface SealedEntry {
+interface SealedEntry extends SealedBox {
   version: 1;
   /** Random per entry; with the wallet address it salts the HKDF. */
   salt: string;
-  iv: string;
-  ciphertext: string;
-  tag: string;
 }
 
 export type VaultMode = 'persistent' | 'memory';
@@ -82,14 +70,7 @@ export class SecretVault {
     if (!entry) return {};
     let plain: string;
     try {
-      const key = this.entryKey(wallet, serverId, Buffer.from(entry.salt, 'base64'));
-      const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(entry.iv, 'base64'));
-      decipher.setAAD(Buffer.from(lookup));
-      decipher.setAuthTag(Buffer.from(entry.tag, 'base64'));
-      plain = Buffer.concat([
-        decipher.update(Buffer.from(entry.ciphertext, 'base64')),
-        decipher.final(),
-      ]).toString('utf8');
+      plain = openAesGcm(this.entryKey(wallet, serverId, Buffer.from(entry.salt, 'base64')), entry, lookup);
     } catch (cause) {
       // GCM refuses a changed byte anywhere: never serve a tampered or mis-keyed entry.
       throw new SigilError(
@@ -122,73 +103,37 @@ export class SecretVault {
   }
 
   private entryKey(wallet: string, serverId: string, salt: Buffer): Buffer {
-    return Buffer.from(
-      hkdfSync(
-        'sha256',
-        this.master,
-        Buffer.concat([Buffer.from(wallet.toLowerCase()), salt]),
-        `sigil:secrets:${serverId}`,
-        32,
-      ),
+    return hkdfSha256(
+      this.master,
+      Buffer.concat([Buffer.from(wallet.toLowerCase()), salt]),
+      `sigil:secrets:${serverId}`,
     );
   }
 
   private write(wallet: string, serverId: string, values: Record<string, string>): void {
     const salt = randomBytes(16);
-    const iv = randomBytes(12);
     const lookup = this.lookupKey(wallet, serverId);
-    const cipher = createCipheriv('aes-256-gcm', this.entryKey(wallet, serverId, salt), iv);
-    cipher.setAAD(Buffer.from(lookup));
-    const ciphertext = Buffer.concat([cipher.update(JSON.stringify(values), 'utf8'), cipher.final()]);
     const entry: SealedEntry = {
       version: 1,
       salt: salt.toString('base64'),
-      iv: iv.toString('base64'),
-      ciphertext: ciphertext.toString('base64'),
-      tag: cipher.getAuthTag().toString('base64'),
+      ...sealAesGcm(this.entryKey(wallet, serverId, salt), JSON.stringify(values), lookup),
     };
     for (const value of Object.values(values)) this.options.registry.add(value);
     if (this.dir === undefined) {
       this.memory.set(lookup, entry);
       return;
     }
-    writeDurably(join(this.dir, `${lookup}.json`), JSON.stringify(entry));
+    writeFileDurably(join(this.dir, `${lookup}.json`), JSON.stringify(entry));
   }
 
   private read(lookup: string): SealedEntry | undefined {
     if (this.dir === undefined) return this.memory.get(lookup);
-    const file = join(this.dir, `${lookup}.json`);
-    return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as SealedEntry) : undefined;
+    const text = readFileIfExists(join(this.dir, `${lookup}.json`));
+    return text === undefined ? undefined : (JSON.parse(text) as SealedEntry);
   }
 
   private remove(lookup: string): void {
     if (this.dir === undefined) this.memory.delete(lookup);
-    else {
-      rmSync(join(this.dir, `${lookup}.json`), { force: true });
-      fsyncDirectory(this.dir);
-    }
-  }
-}
-
-/** Write to a temp file, fsync it, rename over the target, fsync the directory: all or nothing after a crash. */
-function writeDurably(file: string, content: string): void {
-  const temporary = `${file}.${randomBytes(6).toString('hex')}.tmp`;
-  writeFileSync(temporary, content, { mode: 0o600 });
-  const fd = openSync(temporary, 'r+');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  renameSync(temporary, file);
-  fsyncDirectory(join(file, '..'));
-}
-
-function fsyncDirectory(dir: string): void {
-  const fd = openSync(dir, 'r');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
+    else removeFileDurably(join(this.dir, `${lookup}.json`));
   }
 }
