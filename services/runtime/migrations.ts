@@ -109,4 +109,24 @@ export const runtimeMigrations: readonly Migration[] = [
       }
     },
   },
+  {
+    name: '0210-ledger-transfer-chain-bookkeeping',
+    async up(db) {
+      await db.schema.alterTable('ledger_transfers', (t) => {
+        // The newest block when the transfer was recorded: where a search for its events starts.
+        t.bigInteger('from_block').notNullable().defaultTo(0);
+        // A cancelAuthorization sent for a transfer that can no longer go through.
+        t.string('cancel_tx_hash', 66).nullable();
+        // When the transfer transaction was last sent, to send it again if it never gets mined.
+        t.bigInteger('sent_at').nullable();
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('ledger_transfers', (t) => {
+        t.dropColumn('sent_at');
+        t.dropColumn('cancel_tx_hash');
+        t.dropColumn('from_block');
+      });
+    },
+  },
 ];

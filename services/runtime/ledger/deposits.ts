@@ -65,9 +65,16 @@ export class DepositAddresses {
     return this.view(row, keys);
   }
 
-  /** The deposit address's owner, if `address` is one of ours. */
+  /** The deposit address's owner, if `address` is one of ours (read from the database: any replica's). */
   async ownerOf(address: string): Promise<DepositAddress | undefined> {
-    return (await this.all()).find((deposit) => deposit.address.toLowerCase() === address.toLowerCase());
+    if (!/^0x[0-9a-fA-F]{40}$/.test(address)) return undefined;
+    const row = (await this.deps
+      .db('ledger_deposit_addresses')
+      .where({ address: getAddress(address) })
+      .first('deposit_index', 'wallet', 'address')) as Row | undefined;
+    return row?.address
+      ? { wallet: row.wallet, index: Number(row.deposit_index), address: getAddress(row.address) }
+      : undefined;
   }
 
   /** Every assigned deposit address (cached per call of `refresh`). */

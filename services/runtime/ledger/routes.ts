@@ -4,8 +4,11 @@ import { requireAuth } from '../../../core/auth/index.ts';
 import { parseInput } from '../../../core/http/validate.ts';
 import { agentParams, callerOf } from '../agent-routes.ts';
 import { amountSchema, TOKEN_DECIMALS } from './amounts.ts';
-import { ENTRY_KINDS, type EntryKind, type Ledger } from './ledger.ts';
+import { ENTRY_KINDS, IDEMPOTENCY_KEY, type EntryKind, type Ledger } from './ledger.ts';
 import type { DepositAddresses } from './deposits.ts';
+import type { Transfers } from './transfers.ts';
+import { withdrawalView, type Withdrawals } from './withdrawals.ts';
+import { SigilError } from '../../../core/errors.ts';
 import { balanceView, budgetsView, entryView } from './views.ts';
 
 const budgetsBody = z
@@ -19,6 +22,29 @@ const budgetsBody = z
     (body) => body.daily !== undefined || body.weekly !== undefined || body.monthly !== undefined,
     'give at least one of daily, weekly, monthly',
   );
+
+const withdrawalBody = z
+  .object({
+    amount: amountSchema(),
+    /** Where to; the signed-in wallet itself when omitted. Checked for its EIP-55 checksum. */
+    to: z.string().max(64).optional(),
+    idempotencyKey: z.string().regex(IDEMPOTENCY_KEY, '1 to 200 characters of A-Z a-z 0-9 . _ : -'),
+  })
+  .strict();
+
+const pageQuery = z
+  .object({
+    limit: z
+      .string()
+      .regex(/^[0-9]{1,3}$/, 'must be an integer from 1 to 200')
+      .transform(Number)
+      .refine((value) => value >= 1 && value <= 200, 'must be an integer from 1 to 200')
+      .optional(),
+    cursor: z.string().min(1).max(200).optional(),
+  })
+  .strict();
+
+const withdrawalParams = z.object({ id: z.uuid('must be a withdrawal id (a UUID)') });
 
 const checkBody = z.object({ amount: amountSchema({ allowZero: true }).optional() }).strict();
 
@@ -42,6 +68,8 @@ const historyQuery = z
 export interface LedgerRouteDeps {
   ledger: Ledger;
   deposits: DepositAddresses;
+  withdrawals: Withdrawals;
+  transfers: Transfers;
   confirmations: number;
   /** Whether balances are read from a chain at all. */
   watching: boolean;
@@ -77,6 +105,38 @@ export function ledgerRouter(deps: LedgerRouteDeps): Router {
       confirmations: deps.confirmations,
       watching: deps.watching,
     };
+  });
+
+  router.post('/wallet/withdrawals', auth, async (ctx) => {
+    const body = parseInput(withdrawalBody, ctx.request.body ?? {}, 'body');
+    const wallet = callerOf(ctx.state);
+    const { transfer, replayed } = await deps.withdrawals.request(wallet, {
+      amount: body.amount,
+      to: body.to ?? wallet,
+      idempotencyKey: body.idempotencyKey,
+    });
+    ctx.status = replayed ? 200 : 202;
+    ctx.body = { ...withdrawalView(transfer), replayed };
+  });
+
+  router.get('/wallet/withdrawals', auth, async (ctx) => {
+    const query = parseInput(pageQuery, ctx.query, 'query');
+    const page = await deps.transfers.list(callerOf(ctx.state), 'withdrawal', {
+      limit: query.limit ?? 50,
+      ...(query.cursor === undefined ? {} : { cursor: query.cursor }),
+    });
+    ctx.body = { withdrawals: page.transfers.map(withdrawalView), nextCursor: page.nextCursor ?? null };
+  });
+
+  router.get('/wallet/withdrawals/:id', auth, async (ctx) => {
+    const { id } = parseInput(withdrawalParams, ctx.params, 'params');
+    const transfer = await deps.transfers.get(id, callerOf(ctx.state));
+    if (!transfer || transfer.kind !== 'withdrawal') {
+      throw new SigilError('not_found', `No withdrawal ${id} for this wallet`, {
+        hint: 'List your withdrawals with GET /wallet/withdrawals',
+      });
+    }
+    ctx.body = withdrawalView(transfer);
   });
 
   router.get('/wallet/transactions', auth, async (ctx) => {

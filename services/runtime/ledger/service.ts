@@ -8,7 +8,10 @@ import { DepositKeys } from './deposit-keys.ts';
 import { DepositAddresses } from './deposits.ts';
 import { Ledger } from './ledger.ts';
 import { ledgerRouter } from './routes.ts';
+import { TransferWorker } from './transfer-worker.ts';
+import { Transfers } from './transfers.ts';
 import { BalanceWatcher } from './watcher.ts';
+import { Withdrawals } from './withdrawals.ts';
 
 /** Confirmations when the config names none: about 24 s on Base. */
 export const DEFAULT_CONFIRMATIONS = 12;
@@ -21,6 +24,10 @@ export interface LedgerService {
   /** Present when the ledger is pointed at a chain (ledger.rpcUrl and its companions). */
   chain: LedgerChain | undefined;
   watcher: BalanceWatcher | undefined;
+  transfers: Transfers;
+  withdrawals: Withdrawals;
+  /** Moves recorded withdrawals and sweeps on chain; present with a chain and a deposit mnemonic. */
+  worker: TransferWorker | undefined;
   routers: Router[];
   /** Checks the deposit mnemonic against the stored addresses, then starts the background work. */
   start(): Promise<void>;
@@ -66,6 +73,25 @@ export function createLedgerService(kernel: Kernel): LedgerService {
         refreshMs: settings.balanceRefreshSeconds * 1000,
       })
     : undefined;
+  const transfers = new Transfers(ledger);
+  const worker =
+    chain && keys
+      ? new TransferWorker({ transfers, deposits, keys, chain, logger, pollMs: settings.pollIntervalMs })
+      : undefined;
+  const withdrawals = new Withdrawals({
+    transfers,
+    deposits,
+    chain,
+    worker,
+    treasury: settings.treasury as Hex | undefined,
+    limits: {
+      minAmount: BigInt(settings.withdrawals.minAmount),
+      maxAmount: BigInt(settings.withdrawals.maxAmount),
+      dailyTotal: BigInt(settings.withdrawals.dailyTotal),
+      maxPerHour: settings.withdrawals.maxPerHour,
+      authorizationTtlSeconds: settings.withdrawals.authorizationTtlSeconds,
+    },
+  });
   const token = () => ({
     chainId: settings.chainId,
     network: `eip155:${settings.chainId}`,
@@ -77,9 +103,20 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     deposits,
     chain,
     watcher,
+    transfers,
+    withdrawals,
+    worker,
     routers: [
       agentsRouter(agents),
-      ledgerRouter({ ledger, deposits, token, confirmations, watching: chain !== undefined }),
+      ledgerRouter({
+        ledger,
+        deposits,
+        withdrawals,
+        transfers,
+        token,
+        confirmations,
+        watching: chain !== undefined,
+      }),
     ],
     start: async () => {
       await deposits.verifyMnemonic();
@@ -88,6 +125,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
         return;
       }
       watcher?.start();
+      await worker?.start();
       logger.info(
         { chainId: settings.chainId, token: settings.tokenAddress, confirmations },
         'ledger: watching deposit addresses',
@@ -95,6 +133,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     },
     close: async () => {
       await watcher?.stop();
+      await worker?.stop();
     },
   };
 }

@@ -1,0 +1,271 @@
+import {
+  BaseError,
+  ContractFunctionRevertedError,
+  ExecutionRevertedError,
+  type Hex,
+  type LocalAccount,
+} from 'viem';
+import type { Logger } from '../../../core/log.ts';
+import { CANCEL_AUTHORIZATION_TYPES, TRANSFER_WITH_AUTHORIZATION_TYPES, type LedgerChain } from './chain.ts';
+import type { DepositKeys } from './deposit-keys.ts';
+import type { DepositAddresses } from './deposits.ts';
+import type { Transfer, Transfers } from './transfers.ts';
+
+/** How long a worker owns a due transfer before another replica may take it over. */
+const CLAIM_MS = 60_000;
+/** Retry delays after an attempt failed (RPC down, …): 1 s doubling to 5 min. */
+const backoffMs = (attempts: number): number => Math.min(1000 * 2 ** Math.max(0, attempts), 300_000);
+
+type Step = { finished: true } | { finished: false; againInMs: number };
+const AGAIN_NOW: Step = { finished: false, againInMs: 0 };
+const FINISHED: Step = { finished: true };
+
+/**
+ * Moves recorded transfers on chain and finishes them from what the chain says. The deposit key signs
+ * an EIP-3009 transferWithAuthorization with the transfer's recorded nonce, and the operator account
+ * submits it and pays the gas, so deposit addresses need no ether. Since one nonce can be used once,
+ * sending the same transfer again (after a crash, a timeout, a lost answer) can never move the money
+ * twice, and the chain's authorizationState tells at any time whether it moved:
+ *
+ * - used, in a block with enough confirmations: `completed` (the balance read at that block recorded
+ *   in the same transaction); canceled: `failed`;
+ * - unused, and a block at or after `validBefore` exists: it never can be used: `failed`;
+ * - unused, the transaction reverted (or would revert): a cancelAuthorization is sent first, so the
+ *   signed transfer can never go through later, then `failed` once the cancel is mined;
+ * - unused otherwise: sent (again), as often as it takes.
+ *
+ * Every step is recorded before the next one, and at start-up every open transfer is taken up again.
+ */
+export class TransferWorker {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private again = false;
+
+  constructor(
+    private readonly deps: {
+      transfers: Transfers;
+      deposits: DepositAddresses;
+      keys: DepositKeys;
+      chain: LedgerChain;
+      logger: Logger;
+      pollMs: number;
+      /** A sent transaction not mined after this long is sent again (same authorization). */
+      resendAfterMs?: number;
+    },
+  ) {}
+
+  /** Start-up: every open transfer is due now, whoever was handling it; then polls every pollMs. */
+  async start(): Promise<void> {
+    const open = await this.deps.transfers.makeAllDue();
+    if (open > 0) this.deps.logger.info({ open }, 'ledger: resuming transfers left open');
+    await this.processDue().catch(() => undefined);
+    this.timer ??= setInterval(() => void this.processDue().catch(() => undefined), this.deps.pollMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.running?.catch(() => undefined);
+  }
+
+  /** Asks for a pass now (e.g. a transfer was just recorded). */
+  kick(): void {
+    void this.processDue().catch((err: unknown) =>
+      this.deps.logger.warn({ err: (err as Error).message }, 'ledger: transfer pass failed'),
+    );
+  }
+
+  /** One pass over due transfers; concurrent calls share the running pass and ask for one more. */
+  processDue(): Promise<void> {
+    if (this.running) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = (async () => {
+      try {
+        do {
+          this.again = false;
+          for (const transfer of await this.deps.transfers.claimDue(Date.now(), CLAIM_MS)) {
+            await this.process(transfer);
+          }
+        } while (this.again);
+      } finally {
+        this.running = undefined;
+      }
+    })();
+    return this.running;
+  }
+
+  private async process(claimed: Transfer): Promise<void> {
+    const { transfers, logger } = this.deps;
+    let transfer: Transfer | undefined = claimed;
+    try {
+      for (let round = 0; round < 6 && transfer; round++) {
+        const step = await this.step(transfer);
+        if (step.finished) return;
+        if (step.againInMs > 0 || round === 5) {
+          await transfers.retryAt(
+            transfer.id,
+            Date.now() + Math.max(step.againInMs, this.deps.pollMs),
+            false,
+          );
+          return;
+        }
+        transfer = await transfers.get(transfer.id);
+        if (!transfer || transfer.state === 'completed' || transfer.state === 'failed') return;
+      }
+    } catch (err) {
+      const message = describe(err);
+      logger.warn(
+        { transfer: claimed.id, kind: claimed.kind, err: message },
+        'ledger: transfer attempt failed; retrying',
+      );
+      await transfers.note(claimed.id, { reason: `retrying: ${message}` }).catch(() => undefined);
+      await transfers
+        .retryAt(claimed.id, Date.now() + backoffMs(claimed.attempts), true)
+        .catch(() => undefined);
+    }
+  }
+
+  private async step(transfer: Transfer): Promise<Step> {
+    const { chain, transfers, logger } = this.deps;
+    const head = await chain.head();
+    if (await chain.authorizationState(transfer.from, transfer.nonce)) {
+      const ended = await chain.authorizationOutcome(transfer.from, transfer.nonce, transfer.fromBlock);
+      if (!ended) return { finished: false, againInMs: this.deps.pollMs };
+      if (ended.blockNumber > head.confirmed) {
+        if (transfer.txHash !== ended.transactionHash && ended.outcome === 'used') {
+          await transfers.note(transfer.id, { state: 'submitted', txHash: ended.transactionHash });
+        }
+        return { finished: false, againInMs: this.deps.pollMs };
+      }
+      if (ended.outcome === 'used') {
+        const balance = await chain.balanceOf(transfer.from, head.confirmed);
+        if (
+          await transfers.complete(transfer.id, {
+            txHash: ended.transactionHash,
+            blockNumber: ended.blockNumber,
+            balance,
+            balanceBlock: head.confirmed,
+          })
+        ) {
+          logger.info(
+            {
+              transfer: transfer.id,
+              kind: transfer.kind,
+              amount: transfer.amount.toString(),
+              tx: ended.transactionHash,
+            },
+            `ledger: ${transfer.kind} completed`,
+          );
+        }
+        return FINISHED;
+      }
+      const why = transfer.reason && !transfer.reason.startsWith('retrying') ? ` (${transfer.reason})` : '';
+      await this.failed(transfer, `its authorization was canceled on chain before it was used${why}`);
+      return FINISHED;
+    }
+    if ((await chain.blockTimestamp(head.latest)) >= transfer.validBefore) {
+      await this.failed(transfer, 'the signed transfer expired before it was mined');
+      return FINISHED;
+    }
+    const account = await this.account(transfer);
+    if (transfer.state === 'cancelling')
+      return this.cancel(transfer, account, transfer.reason ?? 'cancelled');
+    if (transfer.state === 'submitted' && transfer.txHash) {
+      const receipt = await chain.receipt(transfer.txHash);
+      if (receipt?.status === 'reverted')
+        return this.cancel(transfer, account, 'the transfer reverted on chain');
+      if (receipt?.status === 'success') return { finished: false, againInMs: this.deps.pollMs };
+      const waited = Date.now() - (transfer.sentAt ?? 0);
+      if (waited < (this.deps.resendAfterMs ?? 60_000))
+        return { finished: false, againInMs: this.deps.pollMs };
+    }
+    const domain = await chain.domain();
+    const message = {
+      from: transfer.from,
+      to: transfer.to,
+      value: transfer.amount,
+      validAfter: 0n,
+      validBefore: transfer.validBefore,
+      nonce: transfer.nonce,
+    };
+    const signature = await account.signTypedData({
+      domain,
+      types: TRANSFER_WITH_AUTHORIZATION_TYPES,
+      primaryType: 'TransferWithAuthorization',
+      message,
+    });
+    let hash: Hex;
+    try {
+      hash = await chain.sendTransfer({ ...message, signature });
+    } catch (err) {
+      if (!isRevert(err)) throw err;
+      return this.cancel(transfer, account, `the transfer would revert (${describe(err)})`);
+    }
+    await transfers.note(transfer.id, { state: 'submitted', txHash: hash, sentAt: Date.now(), reason: null });
+    return AGAIN_NOW;
+  }
+
+  /** Sends (or sends again) a cancelAuthorization for the transfer's nonce. */
+  private async cancel(transfer: Transfer, account: LocalAccount, reason: string): Promise<Step> {
+    const { chain, transfers } = this.deps;
+    if (transfer.state === 'cancelling' && transfer.cancelTxHash) {
+      const receipt = await chain.receipt(transfer.cancelTxHash);
+      if (receipt?.status === 'success') return { finished: false, againInMs: this.deps.pollMs };
+      const waited = Date.now() - (transfer.sentAt ?? 0);
+      if (!receipt && waited < (this.deps.resendAfterMs ?? 60_000)) {
+        return { finished: false, againInMs: this.deps.pollMs };
+      }
+    }
+    const domain = await chain.domain();
+    const signature = await account.signTypedData({
+      domain,
+      types: CANCEL_AUTHORIZATION_TYPES,
+      primaryType: 'CancelAuthorization',
+      message: { authorizer: transfer.from, nonce: transfer.nonce },
+    });
+    await transfers.note(transfer.id, { state: 'cancelling', reason });
+    const hash = await chain.sendCancel(transfer.from, transfer.nonce, signature);
+    await transfers.note(transfer.id, { cancelTxHash: hash, sentAt: Date.now() });
+    this.deps.logger.warn(
+      { transfer: transfer.id, kind: transfer.kind, reason },
+      'ledger: transfer canceled on chain',
+    );
+    return AGAIN_NOW;
+  }
+
+  private async failed(transfer: Transfer, reason: string): Promise<void> {
+    if (await this.deps.transfers.fail(transfer.id, reason)) {
+      this.deps.logger.warn(
+        { transfer: transfer.id, kind: transfer.kind, amount: transfer.amount.toString(), reason },
+        transfer.kind === 'withdrawal'
+          ? 'ledger: withdrawal failed; its funds are available again'
+          : 'ledger: sweep failed; the spend stays unsettled',
+      );
+    }
+  }
+
+  private async account(transfer: Transfer): Promise<LocalAccount> {
+    const deposit = await this.deps.deposits.ownerOf(transfer.from);
+    if (!deposit || deposit.wallet !== transfer.wallet) {
+      throw new Error(`${transfer.from} is not the deposit address of ${transfer.wallet}`);
+    }
+    return this.deps.keys.account(deposit.index);
+  }
+}
+
+/** Whether a failed send is the contract refusing (it would revert now), not the RPC failing. */
+function isRevert(err: unknown): boolean {
+  if (!(err instanceof BaseError)) return false;
+  return (
+    err.walk((e) => e instanceof ContractFunctionRevertedError || e instanceof ExecutionRevertedError) !==
+    null
+  );
+}
+
+function describe(err: unknown): string {
+  if (err instanceof BaseError) return err.shortMessage.slice(0, 300);
+  return ((err as Error)?.message ?? String(err)).slice(0, 300);
+}
