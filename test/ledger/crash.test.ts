@@ -108,8 +108,9 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
     const read = await balance();
     expect(read.onChainBalance).to.equal(String(await tokenBalance(chain, deposit)));
     expect(read.pendingWithdrawals).to.equal('0');
-    expect(BigInt(read.available)).to.equal(
-      BigInt(read.onChainBalance) - BigInt(read.unsettledSpend) - BigInt(read.pendingWithdrawals),
+    const units = (field: string) => BigInt(read[field] as string);
+    expect(units('available')).to.equal(
+      units('onChainBalance') - units('unsettledSpend') - units('pendingWithdrawals'),
     );
   }
 

@@ -24,16 +24,19 @@ interface WalletModel {
   /** What the chain holds at the deposit address (every change to it is recorded in the cache). */
   onChain: bigint;
   charged: bigint;
+  settled: bigint;
   withdrawn: bigint;
   block: bigint;
   /** Open withdrawals: id → amount. */
   open: Map<string, bigint>;
+  /** Open sweeps: id → amount. */
+  sweeps: Map<string, bigint>;
   keys: { key: string; amount: bigint }[];
 }
 
 /**
  * Random sequences of deposits, concurrent charges and withdrawal requests (with replayed keys),
- * withdrawals completing or failing, clock moves across budget windows and budget changes. After
+ * withdrawals completing or failing, sweeps opening, settling or failing, clock moves across budget windows and budget changes. After
  * every step: available = onChainBalance − unsettledSpend − pendingWithdrawals, available ≥ 0, each
  * figure equals the model's, no budget window is over its limit, and the running totals equal the
  * SQL sums of the entries.
@@ -50,7 +53,7 @@ describeEachDatabase('ledger: the balance rule holds for random sequences (prope
   after(() => world?.close());
 
   for (const seed of SEEDS) {
-    it(`seed ${seed}: deposits, charges, withdrawals (completed, failed), replays and clock moves keep available = onChain − unsettled − pending ≥ 0`, async function () {
+    it(`seed ${seed}: deposits, charges, withdrawals, sweeps, replays and clock moves keep available = onChain − unsettled − pending ≥ 0`, async function () {
       this.timeout(120_000);
       const random = seededRandom(seed);
       const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
@@ -65,7 +68,16 @@ describeEachDatabase('ledger: the balance rule holds for random sequences (prope
       }[] = [];
       const chargeKeys: { wallet: string; agentId: string; amount: bigint; key: string }[] = [];
       for (const wallet of wallets) {
-        model.set(wallet, { onChain: 0n, charged: 0n, withdrawn: 0n, block: 0n, open: new Map(), keys: [] });
+        model.set(wallet, {
+          onChain: 0n,
+          charged: 0n,
+          settled: 0n,
+          withdrawn: 0n,
+          block: 0n,
+          open: new Map(),
+          sweeps: new Map(),
+          keys: [],
+        });
         for (let i = 0; i < 2; i++) {
           const id = (await world.service.agents.create(wallet, { name: `a${i}`, model: 'm' })).id;
           const daily = random() < 0.5 ? amount(20_000) : null;
@@ -74,7 +86,7 @@ describeEachDatabase('ledger: the balance rule holds for random sequences (prope
         }
       }
       const context = (step: number) => `seed ${seed}, step ${step}`;
-      const stats = { charges: 0, withdrawals: 0, completed: 0, failed: 0 };
+      const stats = { charges: 0, withdrawals: 0, completed: 0, failed: 0, sweeps: 0, settled: 0 };
       const withdraw = (wallet: string, value: bigint, key: string) =>
         transfers.requestWithdrawal({
           wallet,
@@ -202,7 +214,52 @@ describeEachDatabase('ledger: the balance rule holds for random sequences (prope
             expect(await transfers.fail(id, 'expired'), context(step)).to.equal(true);
             expect(await transfers.fail(id, 'expired'), context(step)).to.equal(false);
           }
-        } else if (roll < 0.9) {
+        } else if (roll < 0.84) {
+          // The settlement sweep opens a sweep of the spend not already being swept.
+          const wallet = pick(wallets);
+          const state = model.get(wallet)!;
+          const sweeping = [...state.sweeps.values()].reduce((sum, v) => sum + v, 0n);
+          const sweep = await transfers.openSweep({
+            wallet,
+            from: wallet as Address,
+            treasury: DESTINATION,
+            minimumAmount: 1n,
+            ttlSeconds: 3600,
+            head: { block: 1n, timestamp: 2n ** 40n },
+          });
+          const expected = state.charged - state.settled - sweeping;
+          expect(sweep?.amount ?? 0n, context(step)).to.equal(expected);
+          if (sweep) {
+            stats.sweeps += 1;
+            state.sweeps.set(sweep.id, sweep.amount);
+          }
+        } else if (roll < 0.88) {
+          // A sweep is mined and confirmed (or, one time in four, fails): settled, or nothing changes.
+          const wallet = pick(wallets);
+          const state = model.get(wallet)!;
+          const open = [...state.sweeps.entries()];
+          if (open.length > 0) {
+            const [id, value] = pick(open);
+            state.sweeps.delete(id);
+            if (random() < 0.25) {
+              expect(await transfers.fail(id, 'expired'), context(step)).to.equal(true);
+            } else {
+              stats.settled += 1;
+              state.onChain -= value;
+              state.settled += value;
+              state.block += 1n;
+              expect(
+                await transfers.complete(id, {
+                  txHash: `0x${'22'.repeat(32)}`,
+                  blockNumber: state.block,
+                  balance: state.onChain,
+                  balanceBlock: state.block,
+                }),
+                context(step),
+              ).to.equal(true);
+            }
+          }
+        } else if (roll < 0.93) {
           world.clock.advance(Math.floor(random() * 30 * 3_600_000));
         } else {
           // Limits change, but never below what the window has spent: then spent ≤ limit must always hold.
@@ -221,7 +278,8 @@ describeEachDatabase('ledger: the balance rule holds for random sequences (prope
           const state = model.get(wallet)!;
           const pending = [...state.open.values()].reduce((sum, v) => sum + v, 0n);
           expect(balance.onChainBalance, context(step)).to.equal(state.onChain);
-          expect(balance.unsettledSpend, context(step)).to.equal(state.charged);
+          expect(balance.unsettledSpend, context(step)).to.equal(state.charged - state.settled);
+          expect(balance.settledSpend, context(step)).to.equal(state.settled);
           expect(balance.pendingWithdrawals, context(step)).to.equal(pending);
           expect(balance.withdrawn, context(step)).to.equal(state.withdrawn);
           expect(balance.available, context(step)).to.equal(
@@ -241,7 +299,7 @@ describeEachDatabase('ledger: the balance rule holds for random sequences (prope
       }
       // The fixed seeds exercise every kind of step (a regression in the generator would go unnoticed).
       if (seed < 2 ** 24) {
-        const kinds = [stats.charges, stats.withdrawals, stats.completed + stats.failed];
+        const kinds = [stats.charges, stats.withdrawals, stats.completed + stats.failed, stats.sweeps];
         expect(
           kinds.every((n) => n > 0),
           JSON.stringify(stats),

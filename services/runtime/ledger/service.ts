@@ -8,6 +8,7 @@ import { DepositKeys } from './deposit-keys.ts';
 import { DepositAddresses } from './deposits.ts';
 import { Ledger } from './ledger.ts';
 import { ledgerRouter } from './routes.ts';
+import { Sweeper } from './sweep.ts';
 import { TransferWorker } from './transfer-worker.ts';
 import { Transfers } from './transfers.ts';
 import { BalanceWatcher } from './watcher.ts';
@@ -28,6 +29,8 @@ export interface LedgerService {
   withdrawals: Withdrawals;
   /** Moves recorded withdrawals and sweeps on chain; present with a chain and a deposit mnemonic. */
   worker: TransferWorker | undefined;
+  /** Moves unsettled spend to the treasury every sweep.intervalSeconds; present with a worker and a treasury. */
+  sweeper: Sweeper | undefined;
   routers: Router[];
   /** Checks the deposit mnemonic against the stored addresses, then starts the background work. */
   start(): Promise<void>;
@@ -78,6 +81,21 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     chain && keys
       ? new TransferWorker({ transfers, deposits, keys, chain, logger, pollMs: settings.pollIntervalMs })
       : undefined;
+  const sweeper =
+    chain && worker && settings.treasury
+      ? new Sweeper({
+          db: kernel.db,
+          transfers,
+          deposits,
+          chain,
+          worker,
+          treasury: settings.treasury as Hex,
+          minimumAmount: BigInt(settings.sweep.minimumAmount),
+          ttlSeconds: settings.withdrawals.authorizationTtlSeconds,
+          intervalMs: settings.sweep.intervalSeconds * 1000,
+          logger,
+        })
+      : undefined;
   const withdrawals = new Withdrawals({
     transfers,
     deposits,
@@ -106,6 +124,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     transfers,
     withdrawals,
     worker,
+    sweeper,
     routers: [
       agentsRouter(agents),
       ledgerRouter({
@@ -126,12 +145,14 @@ export function createLedgerService(kernel: Kernel): LedgerService {
       }
       watcher?.start();
       await worker?.start();
+      sweeper?.start();
       logger.info(
         { chainId: settings.chainId, token: settings.tokenAddress, confirmations },
         'ledger: watching deposit addresses',
       );
     },
     close: async () => {
+      await sweeper?.stop();
       await watcher?.stop();
       await worker?.stop();
     },
