@@ -1,0 +1,608 @@
+/**
+ * `payments`: what an x402 payment adds to a tool call, and whether money stays exact under load.
+ *
+ * A dev chain (anvil, SigilDollar), the probe MCP server published to a local verdaccio, and two
+ * gateways in this process on the same catalog (SQLite each, logging at `info` into /dev/null): one
+ * without a payment rail (the unpaid baseline) and one with `payments-x402-evm` (builtin facilitator
+ * settling from the dev operator's account to a fresh payTo; maxTimeoutSeconds 600, so payments
+ * signed ahead stay valid). Load comes from bench/payments-load.ts in its own process, which signs
+ * each call's payment (a fresh EIP-3009 nonce, as the dev payer) before the timed window.
+ *
+ * 1. One in flight: `POST /api/servers/probe/tools/echo` unpaid vs paid, BENCH_RUNS runs interleaved,
+ *    medians and the paired difference (target: added p50 ≤ 15 ms on anvil). Each phase of a counted
+ *    run stops starting calls after BENCH_PAYMENTS_CAP_SECONDS (20): a paid call whose settlement
+ *    receipt is not there at once waits for viem's next poll (4 s by default), and on a busy machine
+ *    many do, so runs are time-boxed (`capped` and `overOneSecond` in the JSON say how it went).
+ * 2. Sustained: BENCH_PAYMENTS_CONCURRENCY (200) paid calls in flight for BENCH_PAYMENTS_SECONDS (60),
+ *    after an unpaid run at the same concurrency: calls/s, settled rows per second, p50/p99. Then, once
+ *    no record is `settling`, the books are checked against the chain (viem reads of anvil) and the
+ *    suite fails on any break: no double charge (each settled record has exactly one
+ *    AuthorizationUsed; payTo gained 500 × settled records), no lost settlement (every 200 has a
+ *    settled record, nothing left `executing`/`settling`, the payer lost what payTo gained), no charge
+ *    for an answer other than 200, and the gateway's reconciler reports no mismatch.
+ *
+ * "server CPU" is this process's CPU per call (the serving gateway, its facilitator included); the
+ * chain's (anvil's) and the MCP server's CPU per call are in the JSON (`chainCpuUsPerCall`,
+ * `mcpServerCpuUsPerCall`).
+ */
+import { execFile } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { loadavg } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { createPublicClient, getAddress, http, parseAbi, type Address } from 'viem';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { pino } from 'pino';
+import { createLogger, logDestination } from '../core/log.ts';
+import type { Kernel } from '../services/kernel.ts';
+import { startDevChain, type DevChain } from '../services/devchain/index.ts';
+import { serve, type Serving } from '../services/serve.ts';
+import { openTestKernel } from '../test/support/kernel.ts';
+import { startVerdaccio } from '../test/support/verdaccio.ts';
+import type { PaymentsLoadOptions, PaymentsLoadResult } from './payments-load.ts';
+import { cpuBetween, descendants, ownCpuUs } from './proc.ts';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const probePackage = join(here, '..', 'test', 'fixtures', 'mcp', 'probe-package');
+const execFileAsync = promisify(execFile);
+
+const RUNS = Number(process.env.BENCH_RUNS ?? 3);
+/** Measured calls per run at one in flight (after BENCH_PAYMENTS_WARMUP unmeasured ones). */
+const CALLS = Number(process.env.BENCH_PAYMENTS_CALLS ?? 300);
+const WARMUP = Number(process.env.BENCH_PAYMENTS_WARMUP ?? 20);
+/** Calls each gateway gets once before any run (paid ones settle on chain, so fewer than gateway-mcp's). */
+const PREWARM = Number(process.env.BENCH_PAYMENTS_PREWARM ?? 300);
+const SECONDS = Number(process.env.BENCH_PAYMENTS_SECONDS ?? 60);
+const CONCURRENCY = Number(process.env.BENCH_PAYMENTS_CONCURRENCY ?? 200);
+/** Unmeasured calls before the sustained windows; the paid one's rate sizes the pre-signed pool. */
+const SUSTAINED_WARMUP = Number(process.env.BENCH_PAYMENTS_SUSTAINED_WARMUP ?? 400);
+/** The unpaid sustained baseline runs this long (it only sets the paid rate in context). */
+const BASELINE_SECONDS = Math.min(SECONDS, 15);
+const TARGET_ADDED_P50_MS = 15;
+/**
+ * No phase of a counted run (prewarm, warmup, measured) starts calls after this long, so slow calls
+ * cannot stall the suite.
+ */
+const CAP_SECONDS = Number(process.env.BENCH_PAYMENTS_CAP_SECONDS ?? 20);
+
+export interface PaymentsMeasurement {
+  scenario: string;
+  concurrency: number;
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** This process's CPU per call: the serving gateway's, its in-process facilitator included. */
+  serverCpuUsPerRequest: number;
+  /** The sandboxed probe server's CPU per call. */
+  mcpServerCpuUsPerCall?: number;
+  /** Anvil's CPU per call (verification reads, settlement transactions). */
+  chainCpuUsPerCall?: number;
+  target?: string;
+  met?: boolean;
+  callsPerRun?: number;
+  warmupCalls?: number;
+  seconds?: number;
+  runs?: Run[];
+  [extra: string]: unknown;
+}
+
+interface Run {
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** Calls that took over a second (x402's receipt wait falls back to viem's 4 s polling). */
+  overOneSecond: number;
+  /** How busy this process's event loop (the gateway's) was over the run, 0…1. */
+  eventLoopUtilization: number;
+  /** Measured calls, and whether CAP_SECONDS stopped the run before its count. */
+  calls: number;
+  capped: boolean;
+  /** The host's 1-minute load average at the end of the run (other work on the machine skews it all). */
+  hostLoad: number;
+  serverCpuUs: number;
+  mcpServerCpuUs: number;
+  chainCpuUs: number;
+}
+
+const median = (values: readonly number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
+};
+const ms = (value: number) => Number(value.toFixed(3));
+const log = (row: object) => process.stdout.write(`${JSON.stringify({ ...row, runs: undefined })}\n`);
+
+const tokenAbi = parseAbi([
+  'function balanceOf(address account) view returns (uint256)',
+  'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
+]);
+
+/** One POST over a fresh connection (setup only): its status and body. */
+function post(url: string, body: string): Promise<{ status: number; text: string }> {
+  const agent = new Agent({ keepAlive: false });
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      { method: 'POST', agent, headers: { 'content-type': 'application/json' } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+async function walletToken(gatewayUrl: string, key: `0x${string}`): Promise<string> {
+  const wallet = privateKeyToAccount(key);
+  const challenge = (await (
+    await fetch(`${gatewayUrl}/api/auth/challenge?address=${wallet.address}`)
+  ).json()) as { message: string };
+  const verified = await fetch(`${gatewayUrl}/api/auth/verify`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      message: challenge.message,
+      signature: await wallet.signMessage({ message: challenge.message }),
+    }),
+  });
+  const { token: jwt } = (await verified.json()) as { token: string };
+  const created = await fetch(`${gatewayUrl}/api/auth/create-token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
+    body: '{}',
+  });
+  return ((await created.json()) as { token: string }).token;
+}
+
+const callBody = JSON.stringify({ arguments: { message: 'bench' } });
+
+export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
+  const chain: DevChain = await startDevChain({ logger: pino({ level: 'silent' }) });
+  const network = `eip155:${chain.chainId}` as const;
+  const registry = await startVerdaccio({ packages: [{ dir: probePackage }] }).catch(async (err: unknown) => {
+    await chain.stop();
+    throw err;
+  });
+  /** Processes that are not the gateways' MCP servers: verdaccio and anvil. */
+  const foreignPids = new Set(descendants().keys());
+  const serverProcesses = () => {
+    const found = descendants();
+    for (const pid of foreignPids) found.delete(pid);
+    return found;
+  };
+  const chainCpuUs = () => descendants().get(chain.anvilPid) ?? 0;
+  // Not under /tmp: the sandbox mounts a private /tmp over it, hiding a package cache there.
+  const dir = mkdtempSync(join('/var/tmp', 'sigil-bench-payments-'));
+  chmodSync(dir, 0o755); // the sandbox user must reach the package cache
+  const catalogFile = join(dir, 'catalog.json');
+  writeFileSync(
+    catalogFile,
+    JSON.stringify({
+      servers: [
+        {
+          id: 'probe',
+          title: 'Probe',
+          registry: 'npm',
+          package: '@sigil-test/probe-server',
+          version: '^1.0.0',
+          entry: { bin: 'sigil-probe' },
+          smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
+        },
+      ],
+    }),
+  );
+  const logger = createLogger({ level: 'info', destination: logDestination('/dev/null') });
+  const payTo = privateKeyToAccount(generatePrivateKey()).address;
+  const operatorKey = generatePrivateKey();
+  const publicClient = createPublicClient({ transport: http(chain.rpcUrl) });
+  const balanceOf = (account: Address) =>
+    publicClient.readContract({
+      address: chain.token.address,
+      abi: tokenAbi,
+      functionName: 'balanceOf',
+      args: [account],
+    });
+  const payer = getAddress(chain.accounts.payer.address);
+
+  const kernels: Kernel[] = [];
+  const servings: Serving[] = [];
+  const startGateway = async (name: string, paid: boolean): Promise<{ url: string; kernel: Kernel }> => {
+    const kernel = await openTestKernel({
+      database: {
+        name: 'sqlite',
+        fresh: () => ({ url: join(dir, `${name}.db`), cleanup: async () => undefined }),
+      },
+      logger,
+      config: {
+        gateway: {
+          port: 0,
+          warmupAtStart: false,
+          includeDefaultCatalog: false,
+          catalogFile,
+          idleTimeoutSeconds: 600,
+          operatorWallets: [privateKeyToAccount(operatorKey).address],
+        },
+        plugins: [
+          { resolve: 'tee-none', enabled: true, options: {} },
+          {
+            resolve: 'registry-npm',
+            enabled: true,
+            options: {
+              registry: registry.url,
+              cacheDir: join(dir, `packages-${name}`),
+              refresh: { enabled: false },
+            },
+          },
+          {
+            resolve: 'sandbox-linux-namespaces',
+            enabled: true,
+            options: { stateDir: join(dir, `sandboxes-${name}`) },
+          },
+          ...(paid
+            ? [
+                {
+                  resolve: 'payments-x402-evm',
+                  enabled: true,
+                  options: {
+                    network,
+                    rpcUrl: chain.rpcUrl,
+                    asset: chain.token,
+                    payTo,
+                    maxTimeoutSeconds: 600,
+                    facilitator: { kind: 'builtin', privateKey: chain.accounts.operator.privateKey },
+                  },
+                },
+              ]
+            : []),
+        ],
+      },
+    });
+    kernels.push(kernel);
+    const serving = await serve(kernel, ['gateway']);
+    servings.push(serving);
+    return { url: serving.urls.gateway as string, kernel };
+  };
+
+  /** Nonces of the paid calls answered 200, and answered otherwise, over the whole suite. */
+  const okNonces: string[] = [];
+  const refusedNonces: string[] = [];
+  /**
+   * One load run against `url` (paid: as the dev payer, `presign` payments signed before the warmup);
+   * CPU of this process, the MCP servers and anvil over it, per call.
+   */
+  const load = async (
+    url: string,
+    options: Pick<PaymentsLoadOptions, 'concurrency' | 'warmup' | 'total' | 'seconds' | 'capSeconds'>,
+    paid: boolean,
+    presign = 0,
+  ): Promise<{ result: PaymentsLoadResult; run: Run }> => {
+    const full: PaymentsLoadOptions = {
+      url: `${url}/api/servers/probe/tools/echo`,
+      body: callBody,
+      expect: 'bench',
+      capSeconds: CAP_SECONDS,
+      ...options,
+      ...(paid
+        ? {
+            payment: {
+              payerKey: chain.accounts.payer.privateKey,
+              network,
+              asset: chain.token.address,
+              presign,
+            },
+          }
+        : {}),
+    };
+    const cpuBefore = ownCpuUs();
+    const serversBefore = serverProcesses();
+    const chainBefore = chainCpuUs();
+    const loopBefore = performance.eventLoopUtilization();
+    const { stdout } = await execFileAsync(
+      process.execPath,
+      ['--import', 'tsx', join(here, 'payments-load.ts'), JSON.stringify(full)],
+      { maxBuffer: 256 * 1024 * 1024 },
+    );
+    const result = JSON.parse(stdout) as PaymentsLoadResult;
+    const calls = Math.max(1, result.calls);
+    const run: Run = {
+      rps: result.rps,
+      p50Ms: result.p50,
+      p99Ms: result.p99,
+      overOneSecond: result.overOneSecond,
+      eventLoopUtilization: performance.eventLoopUtilization(loopBefore).utilization,
+      calls: result.requests,
+      capped: result.capped,
+      hostLoad: loadavg()[0] ?? 0,
+      serverCpuUs: (ownCpuUs() - cpuBefore) / calls,
+      mcpServerCpuUs: cpuBetween(serversBefore, serverProcesses()) / calls,
+      chainCpuUs: (chainCpuUs() - chainBefore) / calls,
+    };
+    if (paid) {
+      okNonces.push(...(result.paid?.ok ?? []));
+      refusedNonces.push(...(result.paid?.refused ?? []));
+    }
+    return { result, run };
+  };
+  const summarize = (scenario: string, concurrency: number, runs: Run[], extra: object = {}) => {
+    const row: PaymentsMeasurement = {
+      scenario,
+      concurrency,
+      rps: Math.round(median(runs.map((r) => r.rps))),
+      p50Ms: ms(median(runs.map((r) => r.p50Ms))),
+      p99Ms: ms(median(runs.map((r) => r.p99Ms))),
+      serverCpuUsPerRequest: Math.round(median(runs.map((r) => r.serverCpuUs))),
+      mcpServerCpuUsPerCall: Math.round(median(runs.map((r) => r.mcpServerCpuUs))),
+      chainCpuUsPerCall: Math.round(median(runs.map((r) => r.chainCpuUs))),
+      ...extra,
+      runs: runs.map((r) => ({
+        rps: Math.round(r.rps),
+        p50Ms: ms(r.p50Ms),
+        p99Ms: ms(r.p99Ms),
+        overOneSecond: r.overOneSecond,
+        eventLoopUtilization: Number(r.eventLoopUtilization.toFixed(2)),
+        calls: r.calls,
+        capped: r.capped,
+        hostLoad: Number(r.hostLoad.toFixed(2)),
+        serverCpuUs: Math.round(r.serverCpuUs),
+        mcpServerCpuUs: Math.round(r.mcpServerCpuUs),
+        chainCpuUs: Math.round(r.chainCpuUs),
+      })),
+    };
+    log(row);
+    return row;
+  };
+  const failIfErrors = (what: string, result: PaymentsLoadResult) => {
+    if (Object.keys(result.errors).length > 0)
+      throw new Error(`${what}: ${JSON.stringify(result.errors)}; first: ${result.firstError ?? ''}`);
+  };
+
+  const results: PaymentsMeasurement[] = [];
+  try {
+    const unpaid = await startGateway('unpaid', false);
+    const paid = await startGateway('paid', true);
+    // Installs, verifies and warms the probe server of each gateway.
+    const first = await post(`${unpaid.url}/api/servers/probe/tools/echo`, callBody);
+    if (first.status !== 200 || !first.text.includes('bench')) throw new Error(`unpaid call: ${first.text}`);
+    const refused = await post(`${paid.url}/api/servers/probe/tools/echo`, callBody);
+    if (refused.status !== 402) throw new Error(`an unpaid call of the paid gateway: ${refused.status}`);
+    const payerBefore = await balanceOf(payer);
+    if ((await balanceOf(payTo)) !== 0n) throw new Error('payTo is not fresh');
+
+    // V8 needs thousands of calls to optimise the hot path; paid ones each settle on chain.
+    failIfErrors(
+      'prewarm unpaid',
+      (await load(unpaid.url, { concurrency: 20, warmup: PREWARM * 2, total: 0 }, false)).result,
+    );
+    failIfErrors(
+      'prewarm paid',
+      (await load(paid.url, { concurrency: 20, warmup: PREWARM, total: 0 }, true)).result,
+    );
+
+    // 1. One in flight, interleaved runs, paired medians.
+    const runs = { unpaid: [] as Run[], paid: [] as Run[] };
+    for (let i = 0; i < RUNS; i++) {
+      const plain = await load(unpaid.url, { concurrency: 1, warmup: WARMUP, total: CALLS }, false);
+      failIfErrors('unpaid, 1 in flight', plain.result);
+      runs.unpaid.push(plain.run);
+      const paying = await load(paid.url, { concurrency: 1, warmup: WARMUP, total: CALLS }, true);
+      failIfErrors('paid, 1 in flight', paying.result);
+      runs.paid.push(paying.run);
+    }
+    const perRun = { callsPerRun: CALLS, warmupCalls: WARMUP };
+    results.push(
+      summarize(
+        'unpaid: POST /api/servers/probe/tools/echo, gateway without a payment rail',
+        1,
+        runs.unpaid,
+        perRun,
+      ),
+      summarize(
+        'paid: the same call with an x402 payment (verify, reserve, call, settle on anvil)',
+        1,
+        runs.paid,
+        perRun,
+      ),
+    );
+    const added = (pick: (r: Run) => number) =>
+      median(runs.paid.map((r, i) => pick(r) - pick(runs.unpaid[i] as Run)));
+    const addedP50 = added((r) => r.p50Ms);
+    const addedRow: PaymentsMeasurement = {
+      scenario: `added by the payment (paid − unpaid, median of paired runs); target p50 ≤ ${TARGET_ADDED_P50_MS} ms: ${addedP50 <= TARGET_ADDED_P50_MS ? 'met' : 'not met'}`,
+      concurrency: 1,
+      rps: 0,
+      p50Ms: ms(addedP50),
+      p99Ms: ms(added((r) => r.p99Ms)),
+      serverCpuUsPerRequest: Math.round(added((r) => r.serverCpuUs)),
+      chainCpuUsPerCall: Math.round(added((r) => r.chainCpuUs)),
+      target: `added p50 ≤ ${TARGET_ADDED_P50_MS} ms on anvil`,
+      met: addedP50 <= TARGET_ADDED_P50_MS,
+    };
+    log(addedRow);
+    results.push(addedRow);
+
+    // 2. Sustained: the unpaid baseline at the same concurrency, then the paid window.
+    const baseline = await load(
+      unpaid.url,
+      { concurrency: CONCURRENCY, warmup: SUSTAINED_WARMUP, seconds: BASELINE_SECONDS },
+      false,
+    );
+    failIfErrors('unpaid, sustained', baseline.result);
+    results.push(
+      summarize(
+        `unpaid: the same call, ${CONCURRENCY} in flight for ${BASELINE_SECONDS} s (gateway without a rail)`,
+        CONCURRENCY,
+        [baseline.run],
+        { seconds: ms(baseline.result.seconds) },
+      ),
+    );
+    const sustained = await load(
+      paid.url,
+      { concurrency: CONCURRENCY, warmup: SUSTAINED_WARMUP, seconds: SECONDS },
+      true,
+      SUSTAINED_WARMUP,
+    );
+    const { result } = sustained;
+    const db = paid.kernel.db;
+    // Settlements the requests could not finish are retried by the worker: wait until none is left.
+    const drainStarted = Date.now();
+    for (;;) {
+      const open = (
+        await db('payment_settlements').whereIn('state', ['executing', 'settling']).count({ n: '*' })
+      )[0] as {
+        n: number | string;
+      };
+      if (Number(open.n) === 0) break;
+      if (Date.now() - drainStarted > 120_000)
+        throw new Error(`${Number(open.n)} payments still executing or settling 120 s after the run`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const drainMs = Date.now() - drainStarted;
+    const settledInWindow = Number(
+      (
+        (
+          await db('payment_settlements')
+            .where({ state: 'settled' })
+            .andWhere('updated_at', '>=', result.startedAt)
+            .andWhere('updated_at', '<=', result.endedAt)
+            .count({ n: '*' })
+        )[0] as { n: number | string }
+      ).n,
+    );
+    const settledPerSecond = settledInWindow / ((result.endedAt - result.startedAt) / 1000);
+    results.push(
+      summarize(
+        `paid: ${CONCURRENCY} in flight for ${SECONDS} s (calls answered 200 within it, per second)`,
+        CONCURRENCY,
+        [sustained.run],
+        {
+          seconds: ms(result.seconds),
+          drainSeconds: ms(result.drainSeconds),
+          warmupCalls: SUSTAINED_WARMUP,
+          errors: result.errors,
+          ...(result.firstError === undefined ? {} : { firstError: result.firstError }),
+          signing: result.signing,
+          pendingReceipts: result.paid?.pending ?? 0,
+          ratioToUnpaid: Number((result.rps / baseline.result.rps).toFixed(3)),
+        },
+      ),
+    );
+    const settledRow: PaymentsMeasurement = {
+      scenario: `settled: payment_settlements rows settled per second in the ${SECONDS} s window`,
+      concurrency: CONCURRENCY,
+      rps: Math.round(settledPerSecond),
+      p50Ms: 0,
+      p99Ms: 0,
+      serverCpuUsPerRequest: 0,
+      settledInWindow,
+      drainMs,
+    };
+    log(settledRow);
+    results.push(settledRow);
+
+    // The books, against the chain: every record, of every paid call this gateway answered.
+    const rows = (await db('payment_settlements').select('id', 'state', 'amount', 'payer')) as {
+      id: string;
+      state: string;
+      amount: string;
+      payer: string;
+    }[];
+    const nonceOf = (id: string) => id.split(':').at(-1) as string;
+    const byNonce = new Map(rows.map((row) => [nonceOf(row.id), row]));
+    const settled = rows.filter((row) => row.state === 'settled');
+    const events = await publicClient.getLogs({
+      address: chain.token.address,
+      event: tokenAbi[1],
+      args: { authorizer: payer },
+      fromBlock: 0n,
+    });
+    const eventsByNonce = new Map<string, number>();
+    for (const event of events) {
+      const nonce = (event.args.nonce as string).toLowerCase();
+      eventsByNonce.set(nonce, (eventsByNonce.get(nonce) ?? 0) + 1);
+    }
+    const payToGain = await balanceOf(payTo);
+    const payerLoss = payerBefore - (await balanceOf(payer));
+    const problems: string[] = [];
+    const count = (what: string, n: number) => {
+      if (n > 0) problems.push(`${n} ${what}`);
+    };
+    count(
+      'settled records without exactly one AuthorizationUsed',
+      settled.filter((row) => eventsByNonce.get(nonceOf(row.id)) !== 1).length,
+    );
+    count(
+      'AuthorizationUsed events without a settled record',
+      [...eventsByNonce.keys()].filter((nonce) => byNonce.get(nonce)?.state !== 'settled').length,
+    );
+    count('nonces used more than once on chain', [...eventsByNonce.values()].filter((n) => n > 1).length);
+    count('settled records of another amount than 500', settled.filter((row) => row.amount !== '500').length);
+    if (payToGain !== 500n * BigInt(settled.length))
+      problems.push(`payTo gained ${payToGain}, not 500 × ${settled.length} settled records`);
+    count(
+      '200 answers without a settled record',
+      okNonces.filter((nonce) => byNonce.get(nonce.toLowerCase())?.state !== 'settled').length,
+    );
+    count(
+      'records left executing or settling',
+      rows.filter((row) => row.state === 'executing' || row.state === 'settling').length,
+    );
+    if (payerLoss !== payToGain) problems.push(`the payer lost ${payerLoss} but payTo gained ${payToGain}`);
+    count(
+      'answers other than 200 that were charged',
+      refusedNonces.filter((nonce) => eventsByNonce.has(nonce.toLowerCase())).length,
+    );
+    const reconcileStarted = Date.now();
+    const operatorToken = await walletToken(paid.url, operatorKey);
+    const reconciliation = await fetch(`${paid.url}/api/payments/reconciliation`, {
+      headers: { authorization: `Bearer ${operatorToken}` },
+    });
+    const report = (await reconciliation.json()) as {
+      checked: number;
+      onChain: number;
+      mismatches: unknown[];
+    };
+    const reconcileMs = Date.now() - reconcileStarted;
+    if (reconciliation.status !== 200) problems.push(`the reconciliation answered ${reconciliation.status}`);
+    count('mismatches reported by the reconciler', report.mismatches.length);
+    const exact: PaymentsMeasurement = {
+      scenario: `exactly once: ${okNonces.length} paid 200s, ${settled.length} settled records, ${events.length} AuthorizationUsed, payTo +${payToGain} = payer −${payerLoss}; 0 double charges, 0 lost settlements`,
+      concurrency: CONCURRENCY,
+      rps: 0,
+      p50Ms: 0,
+      p99Ms: 0,
+      serverCpuUsPerRequest: 0,
+      target: '0 double charges and 0 lost settlements, against chain balances and events',
+      met: problems.length === 0,
+      paidOk: okNonces.length,
+      paidRefused: refusedNonces.length,
+      records: rows.length,
+      settledRecords: settled.length,
+      authorizationUsedEvents: events.length,
+      payToGain: payToGain.toString(),
+      payerLoss: payerLoss.toString(),
+      reconciliation: {
+        checked: report.checked,
+        onChain: report.onChain,
+        mismatches: report.mismatches.length,
+        ms: reconcileMs,
+      },
+      problems,
+    };
+    log(exact);
+    if (problems.length > 0) throw new Error(`payments: the books do not balance: ${problems.join('; ')}`);
+    results.push(exact);
+  } finally {
+    for (const serving of servings.reverse()) await serving.stop().catch(() => undefined);
+    await registry.stop();
+    await chain.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return results;
+}
