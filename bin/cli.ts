@@ -17,8 +17,10 @@ import { builtinPlugins } from '../services/builtin-plugins.ts';
 import {
   DEV_CHAIN_RAIL,
   devChainBanner,
+  devChainLedgerBanner,
   devChainSkipReason,
   startDevChain,
+  withDevChainLedger,
   withDevChainRail,
   type DevChain,
 } from '../services/devchain/index.ts';
@@ -53,7 +55,9 @@ async function runServices(
   let kernel: Awaited<ReturnType<typeof openKernel>>;
   try {
     kernel = await openKernel({
-      loaded: chain ? { ...loaded, config: withDevChainRail(loaded.config, chain) } : loaded,
+      loaded: chain
+        ? { ...loaded, config: withDevChainLedger(withDevChainRail(loaded.config, chain), chain) }
+        : loaded,
       logDestination: destination,
     });
     serving = await serve(kernel, services);
@@ -82,7 +86,7 @@ async function runServices(
   const rails = kernel.plugins.list().filter((plugin) => plugin.kind === 'payment-rail');
   if (services.includes('gateway') && rails.length > 0)
     process.stdout.write(`payments ${rails.map((rail) => rail.name).join(', ')}\n`);
-  if (chain) process.stdout.write(devChainBanner(chain));
+  if (chain) process.stdout.write(devChainBanner(chain) + devChainLedgerBanner(kernel.config));
 }
 
 /**

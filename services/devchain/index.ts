@@ -20,6 +20,12 @@ export {
   type DevWallet,
 } from './deploy.ts';
 export {
+  DEV_CHAIN_CONFIRMATIONS,
+  LEDGER_OPERATOR_ACCOUNT_INDEX,
+  devChainLedgerBanner,
+  withDevChainLedger,
+} from './ledger.ts';
+export {
   DEV_CHAIN_RAIL,
   devChainBanner,
   devChainSkipReason,

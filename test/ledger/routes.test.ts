@@ -44,6 +44,10 @@ describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (datab
     for (const [method, path] of [
       ['GET', '/wallet/balance'],
       ['GET', '/wallet/transactions'],
+      ['GET', '/wallet/deposit-address'],
+      ['GET', '/wallet/withdrawals'],
+      ['POST', '/wallet/withdrawals'],
+      ['GET', '/wallet/withdrawals/00000000-0000-4000-8000-000000000000'],
       ['GET', '/agents'],
       ['POST', '/agents'],
       ['GET', '/agents/00000000-0000-4000-8000-000000000000/budgets'],
@@ -155,6 +159,14 @@ describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (datab
       ['GET', '/wallet/transactions?limit=201', undefined, /query\.limit/],
       ['GET', '/wallet/transactions?kind=bogus', undefined, /query\.kind/],
       ['GET', '/wallet/transactions?cursor=nonsense', undefined, /cursor/],
+      ['POST', '/wallet/withdrawals', { amount: '1.5', idempotencyKey: 'k' }, /body\.amount/],
+      ['POST', '/wallet/withdrawals', { amount: '0', idempotencyKey: 'k' }, /body\.amount/],
+      ['POST', '/wallet/withdrawals', { amount: '100' }, /body\.idempotencyKey/],
+      ['POST', '/wallet/withdrawals', { amount: '100', idempotencyKey: 'a b' }, /body\.idempotencyKey/],
+      ['POST', '/wallet/withdrawals', { amount: '100', idempotencyKey: 'k', to: 5 }, /body\.to/],
+      ['POST', '/wallet/withdrawals', { amount: '100', idempotencyKey: 'k', memo: 'x' }, /body/],
+      ['GET', '/wallet/withdrawals/not-a-uuid', undefined, /params\.id/],
+      ['GET', '/wallet/withdrawals?limit=abc', undefined, /query\.limit/],
     ];
     for (const [method, path, body, message] of cases) {
       const res = await send(method, path, aliceJwt, body);
@@ -165,6 +177,23 @@ describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (datab
     }
     const budgets = await json(await send('GET', `/agents/${id}/budgets`, aliceJwt));
     expect((budgets.daily as { limit: string }).limit).to.equal('500');
+  });
+
+  it('withdrawals need a chain: without one POST /wallet/withdrawals is a 503 with a hint, and nothing is recorded', async () => {
+    const res = await send('POST', '/wallet/withdrawals', aliceJwt, {
+      amount: '100000',
+      idempotencyKey: 'w',
+    });
+    expect(res.status).to.equal(503);
+    const body = await json(res);
+    expect(body.code).to.equal('unavailable');
+    expect(body.hint).to.match(/ledger\.rpcUrl/);
+    const list = await json(await send('GET', '/wallet/withdrawals', aliceJwt));
+    expect(list.withdrawals).to.deep.equal([]);
+    expect(
+      (await send('GET', '/wallet/withdrawals/00000000-0000-4000-8000-000000000000', aliceJwt)).status,
+    ).to.equal(404);
+    expect((await send('GET', '/wallet/deposit-address', aliceJwt)).status).to.equal(503);
   });
 
   it('GET /wallet/transactions pages newest first with a cursor; appends never shift a page; owner only', async () => {

@@ -125,7 +125,17 @@ export function ledgerRouter(deps: LedgerRouteDeps): Router {
       limit: query.limit ?? 50,
       ...(query.cursor === undefined ? {} : { cursor: query.cursor }),
     });
-    ctx.body = { withdrawals: page.transfers.map(withdrawalView), nextCursor: page.nextCursor ?? null };
+    const { limits } = deps.withdrawals;
+    ctx.body = {
+      withdrawals: page.transfers.map(withdrawalView),
+      nextCursor: page.nextCursor ?? null,
+      limits: {
+        minAmount: limits.minAmount.toString(),
+        maxAmount: limits.maxAmount.toString(),
+        dailyTotal: limits.dailyTotal.toString(),
+        maxPerHour: limits.maxPerHour,
+      },
+    };
   });
 
   router.get('/wallet/withdrawals/:id', auth, async (ctx) => {

@@ -52,15 +52,18 @@ export class BalanceWatcher {
     return pass;
   }
 
+  /** Polls at once (a first start sets the cursor, so deposits from then on are in the history), then every pollMs. */
   start(): void {
-    this.timer ??= setInterval(() => {
+    if (this.timer) return;
+    const poll = () =>
       this.poll().catch((err: unknown) =>
         this.deps.logger.warn(
           { err: (err as Error).message },
           'ledger: balance watcher poll failed; retrying',
         ),
       );
-    }, this.deps.pollMs);
+    void poll();
+    this.timer = setInterval(poll, this.deps.pollMs);
     this.timer.unref();
   }
 
