@@ -37,6 +37,7 @@ export class ProcessStdioTransport implements Transport {
   private closed = false;
   private started = false;
   private corked = false;
+  private readonly drainWaiters: (() => void)[] = [];
 
   constructor(
     private readonly process: ProcessStdio,
@@ -73,7 +74,17 @@ export class ProcessStdioTransport implements Transport {
         if (error) reject(error);
       });
       if (flushed) resolve();
-      else stdin.once('drain', () => resolve());
+      else this.afterDrain(stdin, resolve);
+    });
+  }
+
+  /** One `drain` listener for all the senders waiting on a full pipe, however many calls are in flight. */
+  private afterDrain(stdin: NodeJS.WritableStream, resolve: () => void): void {
+    this.drainWaiters.push(resolve);
+    if (this.drainWaiters.length > 1) return;
+    stdin.once('drain', () => {
+      const waiters = this.drainWaiters.splice(0);
+      for (const waiter of waiters) waiter();
     });
   }
 

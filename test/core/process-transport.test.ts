@@ -85,4 +85,28 @@ describe('ProcessStdioTransport', () => {
     );
     expect(error?.message).to.match(/closed/);
   });
+
+  it('holds many senders on a full pipe with one drain listener, and lets them all go when it drains', async () => {
+    // Reads nothing for 300 ms, so the pipe fills, then echoes everything.
+    const process_ = started(`setTimeout(() => { ${echo()} }, 300);`);
+    const transport = new ProcessStdioTransport(process_);
+    let received = 0;
+    const calls = 200;
+    const all = new Promise<void>((resolve) => {
+      transport.onmessage = () => {
+        if (++received === calls) resolve();
+      };
+    });
+    await transport.start();
+    const big = 'x'.repeat(16 * 1024);
+    const sent = Array.from({ length: calls }, (_, id) =>
+      transport.send({ jsonrpc: '2.0', id, method: 'ping', params: { padding: big } }),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(process_.stdin.listenerCount('drain')).to.be.at.most(1);
+    await Promise.all(sent);
+    await all;
+    expect(received).to.equal(calls);
+    await transport.close();
+  });
 });

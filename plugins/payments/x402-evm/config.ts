@@ -32,6 +32,13 @@ export const configSchema = z
       .max(3600)
       .default(120)
       .describe('How long an authorization must stay valid: must cover the tool call and settlement'),
+    pollingIntervalMs: z
+      .number()
+      .int()
+      .min(10)
+      .max(10_000)
+      .default(100)
+      .describe('How often a settlement transaction is checked for its receipt'),
     startBlock: z
       .union([z.number().int().nonnegative(), z.string().regex(/^\d+$/)])
       .default(0)

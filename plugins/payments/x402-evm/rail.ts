@@ -70,7 +70,12 @@ export class X402EvmRail implements PaymentRailV1 {
       nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
       rpcUrls: { default: { http: [config.rpcUrl] } },
     });
-    this.publicClient = createPublicClient({ chain, transport: http(config.rpcUrl) });
+    // viem polls for receipts every 4 s by default: most of a paid call's latency on a fast chain.
+    this.publicClient = createPublicClient({
+      chain,
+      transport: http(config.rpcUrl),
+      pollingInterval: config.pollingIntervalMs,
+    });
     this.facilitator = options.facilitator ?? createFacilitator(config, chain, this.publicClient);
   }
 
