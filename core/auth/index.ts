@@ -1,16 +1,21 @@
 import type Router from '@koa/router';
 import type { Middleware } from 'koa';
+import type { Logger } from '../log.ts';
+import { DelegationVerifier } from './delegation/verifier.ts';
+import type { EvidenceVerifier } from './delegation/trust.ts';
 import { RequestSignatures } from './erc8128.ts';
 import { authenticate } from './middleware.ts';
 import { authRouter } from './router.ts';
 import { SessionJwts } from './session-jwt.ts';
-import { authSettings, type AuthDeps, type AuthService } from './settings.ts';
+import { authSettings, publicBaseUrl, type AuthDeps, type AuthService } from './settings.ts';
 import { SigningKeyStore } from './signing-key.ts';
 import { SiweChallenges } from './siwe.ts';
 import { WalletTokens } from './wallet-tokens.ts';
 
 export { requireAuth, type AuthMethod, type AuthPrincipal, type RequireAuthOptions } from './principal.ts';
 export { WALLET_TOKEN_PREFIX } from './wallet-tokens.ts';
+export { TRUST_HEADER } from './middleware.ts';
+export type { EvidenceVerifier, RuntimeTrust, TrustState } from './delegation/trust.ts';
 export type { AuthDeps, AuthService } from './settings.ts';
 
 export interface WalletAuth {
@@ -20,8 +25,20 @@ export interface WalletAuth {
   router: Router;
 }
 
+export interface WalletAuthOptions {
+  /**
+   * Verifiers of TEE evidence, by platform, with which the gateway judges the runtime's attestation
+   * (the delegated path's trust state). None are built in yet: they come with real TEE backends.
+   */
+  evidenceVerifiers?: readonly EvidenceVerifier[];
+}
+
 /** Wallet authentication for one service; the gateway and the runtime differ only by `service`. */
-export function createWalletAuth(deps: AuthDeps, service: AuthService): WalletAuth {
+export function createWalletAuth(
+  deps: AuthDeps & { logger: Logger },
+  service: AuthService,
+  options: WalletAuthOptions = {},
+): WalletAuth {
   const settings = authSettings(deps.config, service);
   const keys = new SigningKeyStore(deps.db, deps.clock, deps.secrets, deps.config.auth.jwtSigningKey);
   const parts = {
@@ -30,6 +47,28 @@ export function createWalletAuth(deps: AuthDeps, service: AuthService): WalletAu
     sessions: new SessionJwts(keys, deps.clock, settings),
     signatures: new RequestSignatures(deps.db, deps.clock, settings),
     walletTokens: settings.walletTokens ? new WalletTokens(deps.db, deps.clock) : undefined,
+    delegated: service === 'gateway' ? delegationVerifier(deps, settings.baseUrl, options) : undefined,
   };
   return { middleware: authenticate(parts), router: authRouter(parts) };
+}
+
+/** The gateway's verifier of the runtime's delegated JWTs, when `gateway.delegation.enabled`. */
+function delegationVerifier(
+  deps: AuthDeps & { logger: Logger },
+  audience: string,
+  options: WalletAuthOptions,
+): DelegationVerifier | undefined {
+  const delegation = deps.config.gateway.delegation;
+  if (!delegation.enabled) return undefined;
+  return new DelegationVerifier({
+    runtimeUrl: delegation.runtimeUrl ?? publicBaseUrl(deps.config.runtime).href,
+    issuer: authSettings(deps.config, 'runtime').baseUrl,
+    audience,
+    cacheSeconds: delegation.cacheSeconds,
+    requireTrusted: delegation.requireTrusted,
+    clockSkewSeconds: deps.config.auth.clockSkewSeconds,
+    clock: deps.clock,
+    logger: deps.logger.child({ component: 'delegation' }),
+    verifiers: options.evidenceVerifiers ?? [],
+  });
 }

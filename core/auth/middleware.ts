@@ -1,6 +1,8 @@
 import type { Context, Next } from 'koa';
 import type { Address } from 'viem';
 import { isSigilError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import type { DelegationVerifier } from './delegation/verifier.ts';
 import { hasRequestSignature, type RequestSignatures } from './erc8128.ts';
 import { unauthorized, type AuthMethod, type AuthPrincipal } from './principal.ts';
 import type { SessionJwts } from './session-jwt.ts';
@@ -13,9 +15,14 @@ export interface Authenticators {
   signatures: RequestSignatures;
   /** Absent where wallet tokens are not accepted (the runtime). */
   walletTokens: WalletTokens | undefined;
+  /** The runtime's delegated JWTs; only at the gateway, and only when delegation is enabled. */
+  delegated?: DelegationVerifier | undefined;
 }
 
 const BEARER = /^Bearer +(\S+)$/i;
+
+/** The response header that tells a delegated caller how far the gateway trusts the runtime. */
+export const TRUST_HEADER = 'X-Sigil-Runtime-Trust';
 
 /**
  * Establishes who is calling from whatever credentials the request carries, and puts the principal in
@@ -26,7 +33,15 @@ export function authenticate(auth: Authenticators) {
   return async (ctx: Context, next: Next): Promise<void> => {
     try {
       const principal = await identify(ctx, auth);
-      if (principal) ctx.state.auth = principal;
+      if (principal) {
+        ctx.state.auth = principal;
+        if (principal.trust) {
+          // Seen by the caller, and on the request's log line (which uses the request's logger).
+          ctx.set(TRUST_HEADER, principal.trust.state);
+          const state = ctx.state as { log?: Logger };
+          state.log = state.log?.child({ auth: principal.method, runtimeTrust: principal.trust.state });
+        }
+      }
     } catch (err) {
       if (!isSigilError(err) || err.code !== 'unauthorized') throw err;
       ctx.state.authError = err;
@@ -47,9 +62,20 @@ async function identify(ctx: Context, auth: Authenticators): Promise<AuthPrincip
   if (header === '') return undefined;
   const token = BEARER.exec(header)?.[1];
   if (token === undefined) throw unauthorized('Authorization must be "Bearer <token>"');
-  const caller = isWalletToken(token)
-    ? principal(await walletTokenOwner(auth, token), 'wallet-token')
-    : principal(await auth.sessions.verify(token), 'jwt');
+  if (auth.delegated?.claims(token)) {
+    const { address, trust } = await auth.delegated.verify(token);
+    // The runtime speaks for the wallet, not for an operator: operator actions need the operator itself.
+    return { address, method: 'delegated-jwt', operator: false, trust };
+  }
+  let caller: AuthPrincipal;
+  if (isWalletToken(token)) caller = principal(await walletTokenOwner(auth, token), 'wallet-token');
+  else {
+    const session = await auth.sessions.verify(token);
+    caller = {
+      ...principal(session.address, 'jwt'),
+      session: { id: session.id, expiresAt: session.expiresAt },
+    };
+  }
   if (caller.operator && auth.settings.enforceOperatorSignatures) {
     throw unauthorized('Operator wallets must sign requests with ERC-8128; bearer tokens are not accepted');
   }

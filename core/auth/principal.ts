@@ -1,14 +1,24 @@
 import type { Context, Next } from 'koa';
 import { SigilError } from '../errors.ts';
+import type { RuntimeTrust } from './delegation/trust.ts';
 
-export type AuthMethod = 'jwt' | 'wallet-token' | 'erc8128';
+/**
+ * `jwt`: the service's own session JWT; `wallet-token`: a gateway wallet token; `erc8128`: a signed
+ * request; `delegated-jwt`: the runtime's per-wallet JWT at the gateway (the delegated path).
+ */
+export type AuthMethod = 'jwt' | 'wallet-token' | 'erc8128' | 'delegated-jwt';
 
 /** Who made the request, as established by the authentication middleware. */
 export interface AuthPrincipal {
   /** EIP-55 checksummed wallet address. */
   address: `0x${string}`;
   method: AuthMethod;
+  /** Never for a delegated JWT: operator actions take the operator's own signature or session. */
   operator: boolean;
+  /** The session a session JWT belongs to (its `jti`) and when it ends; only for `jwt`. */
+  session?: { id: string; expiresAt: Date };
+  /** How far the gateway trusts the runtime that issued a delegated JWT; only for `delegated-jwt`. */
+  trust?: RuntimeTrust;
 }
 
 declare module 'koa' {

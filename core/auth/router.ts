@@ -67,8 +67,21 @@ export function authRouter(auth: AuthRoutes): Router {
     };
   });
   router.get('/session', requireAuth(), (ctx) => {
-    const { address: wallet, method, operator } = caller(ctx);
-    ctx.body = { address: wallet, method, operator };
+    const { address: wallet, method, operator, trust } = caller(ctx);
+    ctx.body = {
+      address: wallet,
+      method,
+      operator,
+      // The delegated path: how far this gateway trusts the runtime that vouched for the wallet.
+      ...(trust === undefined
+        ? {}
+        : {
+            trust: trust.state,
+            trustReason: trust.reason,
+            trustPlatform: trust.platform,
+            runtimeJwksSha256: trust.jwksSha256,
+          }),
+    };
   });
   if (auth.walletTokens) walletTokenRoutes(router, auth.walletTokens);
   return router;

@@ -6,6 +6,13 @@ import type { AuthSettings } from './settings.ts';
 import type { SigningKeyStore } from './signing-key.ts';
 import { unauthorized } from './principal.ts';
 
+/** A verified session JWT: its wallet, its id (`jti`) and when it expires. */
+export interface VerifiedSession {
+  address: Address;
+  id: string;
+  expiresAt: Date;
+}
+
 export interface SessionToken {
   token: string;
   expiresAt: Date;
@@ -36,10 +43,12 @@ export class SessionJwts {
     return { token, expiresAt: new Date(expiresAt * 1000), expiresIn: this.settings.jwtTtlSeconds };
   }
 
-  /** The wallet a token was issued to; any defect is a 401 naming it. */
-  async verify(token: string): Promise<Address> {
+  /** The wallet a token was issued to, and its session; any defect is a 401 naming it. */
+  async verify(token: string): Promise<VerifiedSession> {
     const key = await this.keys.current();
     let subject: string | undefined;
+    let id: string;
+    let expiresAt: number;
     try {
       const { payload } = await jwtVerify(
         token,
@@ -57,6 +66,8 @@ export class SessionJwts {
         },
       );
       subject = payload.sub;
+      id = String(payload.jti);
+      expiresAt = (payload.exp as number) * 1000;
     } catch (err) {
       if (err instanceof joseErrors.JOSEError) throw unauthorized(`Session token rejected: ${err.message}`);
       throw err;
@@ -64,6 +75,6 @@ export class SessionJwts {
     if (subject === undefined || !isAddress(subject)) {
       throw unauthorized('Session token rejected: "sub" is not a wallet address');
     }
-    return getAddress(subject);
+    return { address: getAddress(subject), id, expiresAt: new Date(expiresAt) };
   }
 }

@@ -207,7 +207,29 @@ export const configSchema = z
         mcpSigningKey: z
           .string()
           .optional()
-          .describe('ES256 private key for delegated gateway JWTs (env MCP_SIGNING_KEY)'),
+          .describe(
+            'ES256 private key (PKCS#8 PEM or JWK JSON) that signs delegated gateway JWTs; ephemeral in development when unset, required in production (env MCP_SIGNING_KEY)',
+          ),
+        mcpSigningKeyPrevious: z
+          .string()
+          .optional()
+          .describe(
+            'The ES256 key MCP_SIGNING_KEY replaced (PEM or JWK, private or public): still published in the JWKS during a rotation, never used to sign (env MCP_SIGNING_KEY_PREVIOUS)',
+          ),
+        delegatedJwtTtlSeconds: z
+          .number()
+          .int()
+          .min(30)
+          .max(900)
+          .default(300)
+          .describe('Lifetime of a delegated gateway JWT'),
+        operatorKey: z
+          .string()
+          .regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte hex private key')
+          .optional()
+          .describe(
+            "Private key of the runtime's operator wallet, which signs its gateway requests with ERC-8128 (env RUNTIME_OPERATOR_KEY; secret)",
+          ),
         providerApiKey: z.string().optional().describe('Operator provider key slot (env PROVIDER_API_KEY)'),
       })
       .prefault({}),
@@ -255,6 +277,35 @@ export const configSchema = z
           .describe('A warm MCP server process with no call for this long is stopped'),
         maxRunningServers: z.number().int().min(1).max(1000).default(32),
         toolCallTimeoutSeconds: z.number().int().min(1).max(3600).default(60),
+        delegation: z
+          .object({
+            enabled: z
+              .boolean()
+              .default(true)
+              .describe("Accept the runtime's delegated ES256 JWTs as wallet auth (env GATEWAY_DELEGATION)"),
+            runtimeUrl: z
+              .url()
+              .optional()
+              .describe(
+                "Where the gateway reads the runtime's /.well-known/jwks.json and /api/attestation/report; the runtime's public URL when unset (env GATEWAY_RUNTIME_URL)",
+              ),
+            cacheSeconds: z
+              .number()
+              .int()
+              .min(1)
+              .max(86_400)
+              .default(300)
+              .describe("How long the runtime's JWKS and its trust state are reused before being read again"),
+            requireTrusted: z
+              .boolean()
+              .default(false)
+              .describe(
+                'Refuse delegated JWTs unless the runtime is trusted (its attestation binds its JWKS)',
+              ),
+          })
+          .strict()
+          .prefault({})
+          .describe("The runtime's delegated path (README: Delegated gateway access)"),
       })
       .prefault({}),
     vault: z
@@ -309,6 +360,8 @@ export type PluginEntry = z.infer<typeof pluginEntrySchema>;
 export const SECRET_CONFIG_PATHS = [
   'auth.jwtSigningKey',
   'runtime.mcpSigningKey',
+  'runtime.mcpSigningKeyPrevious',
+  'runtime.operatorKey',
   'runtime.providerApiKey',
   'gateway.secretKey',
   'ledger.depositMnemonic',

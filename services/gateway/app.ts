@@ -1,5 +1,5 @@
 import type Koa from 'koa';
-import { createWalletAuth } from '../../core/auth/index.ts';
+import { createWalletAuth, type WalletAuthOptions } from '../../core/auth/index.ts';
 import { createHttpApp } from '../../core/http/app.ts';
 import type { HttpMetrics } from '../../core/http/metrics.ts';
 import type { Kernel } from '../kernel.ts';
@@ -15,10 +15,13 @@ export interface GatewayApp {
   close(): Promise<void>;
 }
 
+/** What a gateway is composed with beyond the kernel. */
+export type GatewayAppOptions = WalletAuthOptions;
+
 /** The tool gateway: composition of core middleware and the gateway's routers. */
-export function createGatewayApp(kernel: Kernel): GatewayApp {
+export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}): GatewayApp {
   const health = healthRouter('gateway', kernel);
-  const auth = createWalletAuth(kernel, 'gateway');
+  const auth = createWalletAuth(kernel, 'gateway', options);
   const tools = createToolGateway(kernel);
   const http = createHttpApp({
     service: 'gateway',

@@ -1,37 +1,71 @@
 import type Koa from 'koa';
+import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import { createWalletAuth } from '../../core/auth/index.ts';
+import { authSettings } from '../../core/auth/settings.ts';
 import { createHttpApp } from '../../core/http/app.ts';
 import type { HttpMetrics } from '../../core/http/metrics.ts';
 import type { Kernel } from '../kernel.ts';
 import { healthRouter } from '../shared/health.ts';
+import { attestationRouter } from './delegation/attestation.ts';
+import { delegationKeysFrom } from './delegation/keys.ts';
+import { delegationRouter } from './delegation/routes.ts';
+import { GatewayClient } from './gateway-client.ts';
 import { createLedgerService, type LedgerService } from './ledger/service.ts';
+import { createProviderVault, type ProviderVault } from './vault/index.ts';
 
 export interface RuntimeApp {
   app: Koa;
   metrics: HttpMetrics;
   /** Agents and the wallet ledger (what the chat charges). */
   ledger: LedgerService;
+  /** The BYOK vault: `vault.providerKey(session, slot)` gives the chat a wallet's key. */
+  vault: ProviderVault;
+  /** The delegated path's signing keys (and JWKS). */
+  delegation: DelegationKeys;
+  /** The runtime as an MCP client of the gateway: operator (ERC-8128) and delegated (JWT) transports. */
+  gateway: GatewayClient;
   /** Recovers unfinished transfers, then starts the ledger's background work. */
   start(): Promise<void>;
   close(): Promise<void>;
 }
 
+export interface RuntimeAppOptions {
+  /** Where the runtime reaches the gateway; its public URL (`gateway.publicUrl`) by default. */
+  gatewayUrl?: string;
+}
+
 /** What the runtime tells about its own protection, shown on `/health` as `securityPosture`. */
-async function securityPosture(kernel: Kernel): Promise<Record<string, unknown>> {
+async function securityPosture(
+  kernel: Kernel,
+  vault: ProviderVault,
+  delegation: DelegationKeys,
+): Promise<Record<string, unknown>> {
   const tee = await kernel.plugins.one('tee-backend').status();
   return {
     mode: kernel.config.mode,
     tee: { enabled: tee.teeEnabled, platform: tee.platform, keySource: tee.keySource },
-    vaultPersistence: kernel.config.vault.persistenceDir ? 'persistent' : 'memory-only',
+    vaultPersistence: vault.persistence === 'persistent' ? 'persistent' : 'memory-only',
     sessionJwt: { alg: 'ES256', ttlSeconds: kernel.config.auth.runtimeJwtTtlSeconds },
-    delegatedGatewayJwt: kernel.config.runtime.mcpSigningKey ? 'configured' : 'not-configured',
+    delegatedGatewayJwt: delegation.source === 'config' ? 'configured' : 'ephemeral',
   };
 }
 
 /** The agent runtime: composition of core middleware and the runtime's routers. */
-export function createRuntimeApp(kernel: Kernel): RuntimeApp {
+export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}): RuntimeApp {
+  const { vault, router: vaultRouter } = createProviderVault(kernel);
+  const delegation = delegationKeysFrom(kernel);
+  const gatewayUrl = authSettings(kernel.config, 'gateway').baseUrl;
+  kernel.secrets.add(kernel.config.runtime.operatorKey);
+  const gateway = new GatewayClient({
+    url: options.gatewayUrl ?? gatewayUrl,
+    publicUrl: gatewayUrl,
+    keys: delegation,
+    operatorKey: kernel.config.runtime.operatorKey as `0x${string}` | undefined,
+    chainId: kernel.config.auth.chainId,
+    clock: kernel.clock,
+  });
   const health = healthRouter('runtime', kernel, async () => ({
-    securityPosture: await securityPosture(kernel),
+    securityPosture: await securityPosture(kernel, vault, delegation),
   }));
   const auth = createWalletAuth(kernel, 'runtime');
   const ledger = createLedgerService(kernel);
@@ -40,7 +74,28 @@ export function createRuntimeApp(kernel: Kernel): RuntimeApp {
     logger: kernel.logger.child({ service: 'runtime' }),
     bodyLimitBytes: kernel.config.runtime.bodyLimitBytes,
     middleware: [auth.middleware],
-    routers: [health, auth.router, ...ledger.routers],
+    routers: [
+      health,
+      auth.router,
+      delegationRouter(delegation, gatewayUrl),
+      attestationRouter(kernel.plugins.one('tee-backend'), delegation),
+      vaultRouter,
+      ...ledger.routers,
+    ],
   });
-  return { ...http, ledger, start: () => ledger.start(), close: () => ledger.close() };
+  return {
+    ...http,
+    ledger,
+    vault,
+    delegation,
+    gateway,
+    start: async () => {
+      await vault.ready();
+      await ledger.start();
+    },
+    close: async () => {
+      vault.close();
+      await ledger.close();
+    },
+  };
 }

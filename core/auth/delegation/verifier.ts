@@ -1,0 +1,273 @@
+import { randomBytes } from 'node:crypto';
+import {
+  createLocalJWKSet,
+  decodeJwt,
+  decodeProtectedHeader,
+  errors as joseErrors,
+  jwtVerify,
+  type JWTVerifyGetKey,
+} from 'jose';
+import { getAddress, isAddress, type Address } from 'viem';
+import { z } from 'zod';
+import type { Clock } from '../../clock.ts';
+import type { Logger } from '../../log.ts';
+import type { AttestationEvidence } from '../../plugins/contracts/tee-backend-v1.ts';
+import { unauthorized } from '../principal.ts';
+import { DELEGATED_JWT_TYPE, type Jwks, type PublishedJwk } from './keys.ts';
+import { jwksSha256 } from './report-data.ts';
+import { evaluateTrust, type EvidenceVerifier, type RuntimeTrust } from './trust.ts';
+
+/** The longest lifetime (exp - iat) a delegated JWT may claim: they are meant to be minutes. */
+export const MAX_DELEGATED_LIFETIME_SECONDS = 900;
+/** After an unknown `kid`, the JWKS is read again at most this often (a rotation needs one read). */
+const REFETCH_COOLDOWN_MS = 30_000;
+const FETCH_TIMEOUT_MS = 5_000;
+const MAX_DOCUMENT_BYTES = 64 * 1024;
+
+const jwkSchema = z.looseObject({
+  kty: z.string(),
+  kid: z.string().min(1).optional(),
+  alg: z.string().optional(),
+  crv: z.string().optional(),
+  x: z.string().optional(),
+  y: z.string().optional(),
+  d: z.string().optional(),
+});
+const jwksSchema = z.looseObject({ keys: z.array(jwkSchema).max(16) });
+
+const evidenceSchema = z.object({
+  platform: z.string().min(1),
+  report: z.string(),
+  certificates: z.array(z.string()).default([]),
+});
+const reportSchema = z.looseObject({ evidence: evidenceSchema.nullable().optional() });
+
+export interface DelegationVerifierOptions {
+  /** Where the runtime serves `/.well-known/jwks.json` and `/api/attestation/report`. */
+  runtimeUrl: string;
+  /** The `iss` delegated JWTs carry: the runtime's public base URL. */
+  issuer: string;
+  /** The `aud` they must carry: this gateway's public base URL. */
+  audience: string;
+  cacheSeconds: number;
+  requireTrusted: boolean;
+  clockSkewSeconds: number;
+  clock: Clock;
+  logger: Logger;
+  verifiers: readonly EvidenceVerifier[];
+}
+
+export interface DelegatedCaller {
+  address: Address;
+  trust: RuntimeTrust;
+}
+
+/** What the gateway knows of the runtime from one reading: its keys and how far to trust them. */
+interface RuntimeSnapshot {
+  fetchedAt: number;
+  keys: JWTVerifyGetKey;
+  trust: RuntimeTrust;
+}
+
+/**
+ * The gateway's side of the delegated path: verifies the runtime's per-wallet ES256 JWTs through the
+ * runtime's JWKS (read again after `cacheSeconds`, and once more on an unknown `kid`, which is how a
+ * rotation arrives), and judges the runtime's trust state each time it reads the JWKS.
+ */
+export class DelegationVerifier {
+  private snapshot: RuntimeSnapshot | undefined;
+  private loading: Promise<RuntimeSnapshot> | undefined;
+  private readonly runtimeUrl: string;
+
+  constructor(private readonly options: DelegationVerifierOptions) {
+    this.runtimeUrl = options.runtimeUrl.replace(/\/+$/, '');
+  }
+
+  /**
+   * Whether a bearer token claims to be a delegated JWT (its unverified `typ` and `iss`; the runtime's
+   * session JWTs share the issuer but not the type). Only routing: such a token is then verified by
+   * {@link verify}, and nothing else ever accepts it.
+   */
+  claims(token: string): boolean {
+    try {
+      return (
+        decodeProtectedHeader(token).typ === DELEGATED_JWT_TYPE &&
+        decodeJwt(token).iss === this.options.issuer
+      );
+    } catch {
+      return false;
+    }
+  }
+
+  async verify(token: string): Promise<DelegatedCaller> {
+    let snapshot = await this.current();
+    let subject: string | undefined;
+    try {
+      subject = await this.check(token, snapshot);
+    } catch (err) {
+      if (!(err instanceof joseErrors.JWKSNoMatchingKey)) throw refused(err);
+      // An unknown kid: perhaps the runtime rotated its key since the last reading.
+      if (this.options.clock.now().getTime() - snapshot.fetchedAt < REFETCH_COOLDOWN_MS) throw refused(err);
+      snapshot = await this.refresh();
+      try {
+        subject = await this.check(token, snapshot);
+      } catch (again) {
+        throw refused(again);
+      }
+    }
+    if (subject === undefined || !isAddress(subject)) {
+      throw unauthorized('Delegated token rejected: "sub" is not a wallet address');
+    }
+    if (this.options.requireTrusted && snapshot.trust.state !== 'trusted') {
+      throw unauthorized(
+        `Delegated token rejected: this gateway requires a trusted runtime, and the runtime is ${snapshot.trust.state} (${snapshot.trust.reason})`,
+      );
+    }
+    return { address: getAddress(subject), trust: snapshot.trust };
+  }
+
+  /** The runtime's trust state as of the latest reading (reading it first when there is none). */
+  async trust(): Promise<RuntimeTrust> {
+    return (await this.current()).trust;
+  }
+
+  private async check(token: string, snapshot: RuntimeSnapshot): Promise<string | undefined> {
+    const { payload } = await jwtVerify(token, snapshot.keys, {
+      algorithms: ['ES256'],
+      typ: DELEGATED_JWT_TYPE,
+      issuer: this.options.issuer,
+      audience: this.options.audience,
+      requiredClaims: ['sub', 'iat', 'exp', 'jti'],
+      clockTolerance: this.options.clockSkewSeconds,
+      currentDate: this.options.clock.now(),
+    });
+    const lifetime = (payload.exp as number) - (payload.iat as number);
+    if (lifetime > MAX_DELEGATED_LIFETIME_SECONDS) {
+      throw new joseErrors.JWTClaimValidationFailed(
+        `lives ${lifetime} s (exp - iat); delegated tokens may live at most ${MAX_DELEGATED_LIFETIME_SECONDS} s`,
+        payload,
+        'exp',
+        'check_failed',
+      );
+    }
+    return payload.sub;
+  }
+
+  private async current(): Promise<RuntimeSnapshot> {
+    const snapshot = this.snapshot;
+    const age = snapshot === undefined ? Infinity : this.options.clock.now().getTime() - snapshot.fetchedAt;
+    if (snapshot !== undefined && age < this.options.cacheSeconds * 1000) return snapshot;
+    try {
+      return await this.refresh();
+    } catch (err) {
+      // The runtime is unreachable: its last keys stay usable for one more cache period, no longer.
+      if (snapshot !== undefined && age < 2 * this.options.cacheSeconds * 1000) {
+        this.options.logger.warn(
+          { err, runtime: this.runtimeUrl },
+          'runtime JWKS could not be read again; using the last one',
+        );
+        return snapshot;
+      }
+      throw err;
+    }
+  }
+
+  /** One reading at a time: concurrent requests share it. A failure is not kept. */
+  private refresh(): Promise<RuntimeSnapshot> {
+    this.loading ??= this.read().finally(() => {
+      this.loading = undefined;
+    });
+    return this.loading;
+  }
+
+  private async read(): Promise<RuntimeSnapshot> {
+    const jwksUrl = `${this.runtimeUrl}/.well-known/jwks.json`;
+    let document: z.infer<typeof jwksSchema>;
+    try {
+      document = jwksSchema.parse(await fetchJson(jwksUrl));
+    } catch (err) {
+      throw unauthorized(
+        `Delegated token cannot be verified: the runtime's JWKS (${jwksUrl}) could not be read`,
+        {
+          reason: (err as Error).message,
+        },
+      );
+    }
+    // Only public EC P-256 keys for ES256 can verify anything: a key of another type is never used.
+    const usable = document.keys.filter(
+      (key) =>
+        key.kty === 'EC' &&
+        key.crv === 'P-256' &&
+        key.kid !== undefined &&
+        (key.alg === undefined || key.alg === 'ES256') &&
+        key.d === undefined,
+    ) as unknown as PublishedJwk[];
+    const jwksHash = jwksSha256(document);
+    const nonce = randomBytes(32);
+    const evidence = await this.readEvidence(nonce);
+    const previous = this.snapshot?.trust;
+    const trust =
+      typeof evidence === 'string'
+        ? {
+            state: 'degraded_no_attestation' as const,
+            reason: evidence,
+            platform: 'unknown',
+            jwksSha256: jwksHash.toString('hex'),
+            checkedAt: this.options.clock.now(),
+          }
+        : await evaluateTrust({
+            evidence,
+            nonce,
+            jwksHash,
+            verifiers: this.options.verifiers,
+            now: this.options.clock.now(),
+          });
+    const fields = {
+      runtime: this.runtimeUrl,
+      trust: trust.state,
+      reason: trust.reason,
+      jwksSha256: trust.jwksSha256,
+    };
+    if (previous?.state !== trust.state || previous.jwksSha256 !== trust.jwksSha256) {
+      if (trust.state === 'trusted') this.options.logger.info(fields, 'runtime trust state');
+      else this.options.logger.warn(fields, 'runtime trust state');
+    }
+    const snapshot: RuntimeSnapshot = {
+      fetchedAt: this.options.clock.now().getTime(),
+      keys: createLocalJWKSet({ keys: usable }),
+      trust,
+    };
+    this.snapshot = snapshot;
+    return snapshot;
+  }
+
+  /** The runtime's evidence for this nonce, undefined when it has none, or why it could not be read. */
+  private async readEvidence(nonce: Buffer): Promise<AttestationEvidence | undefined | string> {
+    const url = `${this.runtimeUrl}/api/attestation/report?nonce=${nonce.toString('hex')}`;
+    try {
+      const report = reportSchema.parse(await fetchJson(url));
+      return report.evidence ?? undefined;
+    } catch (err) {
+      return `the runtime's attestation report could not be read: ${(err as Error).message}`;
+    }
+  }
+}
+
+function refused(err: unknown): Error {
+  if (err instanceof joseErrors.JOSEError) return unauthorized(`Delegated token rejected: ${err.message}`);
+  return err as Error;
+}
+
+async function fetchJson(url: string): Promise<unknown> {
+  const response = await fetch(url, {
+    headers: { accept: 'application/json' },
+    redirect: 'error',
+    signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
+  });
+  const body = await response.text();
+  if (!response.ok) throw new Error(`HTTP ${response.status}`);
+  if (body.length > MAX_DOCUMENT_BYTES) throw new Error('the document is too large');
+  return JSON.parse(body) as unknown;
+}
+
+export type { Jwks };

@@ -1,0 +1,155 @@
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
+import { signRequest } from '@slicekit/erc8128';
+import type { Address, Hex } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
+import { unixSeconds, type Clock } from '../../core/clock.ts';
+import { SigilError } from '../../core/errors.ts';
+
+/** Signs an RFC 9421 signature base as an EIP-191 message: a viem account does. */
+export interface OperatorSigner {
+  address: Address;
+  signMessage(args: { message: { raw: Uint8Array } }): Promise<Hex>;
+}
+
+export interface OperatorFetchOptions {
+  signer: OperatorSigner;
+  /** The chain id in the ERC-8128 keyid (the gateway accepts its `auth.chainId`, 8453). */
+  chainId: number;
+  clock: Clock;
+  /**
+   * The gateway's public URL, which it checks signatures against. When requests go to another address
+   * (an internal one, a test port), the signature is made for this origin with the request's path.
+   */
+  signFor?: string;
+  /** Validity of each signature; at most the gateway's `auth.requestSignatureMaxAgeSeconds`. */
+  ttlSeconds?: number;
+  fetch?: FetchLike;
+}
+
+/**
+ * A `fetch` that signs every request with the operator wallet (ERC-8128: RFC 9421 over the authority,
+ * method, path, query and body digest, with a fresh nonce), for the MCP SDK's
+ * StreamableHTTPClientTransport: `new StreamableHTTPClientTransport(url, { fetch: operatorFetch(…) })`.
+ */
+export function operatorFetch(options: OperatorFetchOptions): FetchLike {
+  const send = options.fetch ?? fetch;
+  const signer = {
+    address: options.signer.address,
+    chainId: options.chainId,
+    signMessage: (message: Uint8Array) => options.signer.signMessage({ message: { raw: message } }),
+  };
+  return async (url, init = {}) => {
+    const target = new URL(url);
+    const signedUrl =
+      options.signFor === undefined ? target : new URL(`${target.pathname}${target.search}`, options.signFor);
+    const { signal, ...rest } = init;
+    const signed = await signRequest(signedUrl.href, rest, signer, {
+      created: unixSeconds(options.clock),
+      ttlSeconds: options.ttlSeconds ?? 60,
+    });
+    return send(target, {
+      ...rest,
+      headers: signed.headers,
+      ...(signal === undefined ? {} : { signal }),
+    });
+  };
+}
+
+export interface DelegatedFetchOptions {
+  keys: DelegationKeys;
+  wallet: Address;
+  /** The gateway's public base URL: the JWT's `aud`. */
+  audience: string;
+  clock: Clock;
+  fetch?: FetchLike;
+}
+
+/** A token is minted again when less than this is left of it. */
+const REMINT_MARGIN_MS = 60_000;
+
+/**
+ * A `fetch` that carries a delegated JWT for `wallet` as its bearer token, minted on first use and again
+ * shortly before it expires, for the MCP SDK's StreamableHTTPClientTransport.
+ */
+export function delegatedFetch(options: DelegatedFetchOptions): FetchLike {
+  const send = options.fetch ?? fetch;
+  let current: { token: string; expiresAt: number } | undefined;
+  return async (url, init = {}) => {
+    if (current === undefined || current.expiresAt - options.clock.now().getTime() < REMINT_MARGIN_MS) {
+      const minted = await options.keys.sign(options.wallet, options.audience);
+      current = { token: minted.token, expiresAt: minted.expiresAt.getTime() };
+    }
+    const headers = new Headers(init.headers);
+    headers.set('authorization', `Bearer ${current.token}`);
+    return send(url, { ...init, headers });
+  };
+}
+
+export interface GatewayClientOptions {
+  /** Where the runtime reaches the gateway (its public URL unless told otherwise). */
+  url: string;
+  /** The gateway's public base URL: delegated JWTs' audience, and what signatures are made for. */
+  publicUrl: string;
+  keys: DelegationKeys;
+  /** `runtime.operatorKey`: the operator wallet; without it there is no operator path. */
+  operatorKey: Hex | undefined;
+  chainId: number;
+  clock: Clock;
+}
+
+/**
+ * The runtime as a client of the tool gateway, both ways the runtime spec names: the operator path
+ * (ERC-8128 signed by the operator wallet) and the delegated path (a wallet's ES256 JWT). Each gives
+ * a transport for the official MCP SDK client.
+ */
+export class GatewayClient {
+  private readonly operator: OperatorSigner | undefined;
+
+  constructor(private readonly options: GatewayClientOptions) {
+    this.operator = options.operatorKey === undefined ? undefined : privateKeyToAccount(options.operatorKey);
+  }
+
+  /** The operator wallet's address, when one is configured. */
+  get operatorAddress(): Address | undefined {
+    return this.operator?.address;
+  }
+
+  operatorFetch(): FetchLike {
+    if (this.operator === undefined) {
+      throw new SigilError('unavailable', 'No operator wallet is configured for gateway calls', {
+        hint: "Set runtime.operatorKey (RUNTIME_OPERATOR_KEY) to the private key of one of the gateway's operator wallets",
+      });
+    }
+    return operatorFetch({
+      signer: this.operator,
+      chainId: this.options.chainId,
+      clock: this.options.clock,
+      signFor: this.options.publicUrl,
+    });
+  }
+
+  delegatedFetch(wallet: Address): FetchLike {
+    return delegatedFetch({
+      keys: this.options.keys,
+      wallet,
+      audience: this.options.publicUrl,
+      clock: this.options.clock,
+    });
+  }
+
+  /** A transport to the gateway's `path` (`/mcp` or `/mcp/server/:id`) signed by the operator wallet. */
+  operatorTransport(path = '/mcp'): StreamableHTTPClientTransport {
+    return new StreamableHTTPClientTransport(this.endpoint(path), { fetch: this.operatorFetch() });
+  }
+
+  /** A transport to the gateway's `path` acting for `wallet` with delegated JWTs. */
+  delegatedTransport(wallet: Address, path = '/mcp'): StreamableHTTPClientTransport {
+    return new StreamableHTTPClientTransport(this.endpoint(path), { fetch: this.delegatedFetch(wallet) });
+  }
+
+  private endpoint(path: string): URL {
+    return new URL(`${this.options.url.replace(/\/+$/, '')}${path}`);
+  }
+}
