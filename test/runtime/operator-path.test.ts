@@ -1,0 +1,93 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { expect } from 'chai';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { isSigilError } from '../../core/errors.ts';
+import { operatorFetch } from '../../services/runtime/gateway-client.ts';
+import { describeEachDatabase } from '../support/kernel.ts';
+import { errorOf } from '../auth/support.ts';
+import { GATEWAY_PUBLIC, Stack } from './support.ts';
+
+describeEachDatabase('operator path: ERC-8128 signed gateway requests from the runtime', (database) => {
+  const operatorKey = generatePrivateKey();
+  const operator = privateKeyToAccount(operatorKey);
+  let stack: Stack;
+  before(async () => {
+    stack = await Stack.start({
+      database,
+      config: {
+        runtime: { operatorKey },
+        gateway: { operatorWallets: [operator.address], erc8128EnforceOperatorMcp: true },
+      },
+    });
+  });
+  after(() => stack?.close());
+
+  it('signs every request with the operator wallet: the gateway sees an operator, by erc8128', async () => {
+    const signed = stack.runtime.gateway.operatorFetch();
+    const res = await signed(stack.url('gateway', '/api/auth/session'));
+    expect(res.status).to.equal(200);
+    expect(await res.json()).to.deep.equal({ address: operator.address, method: 'erc8128', operator: true });
+    // Bearer-only requests of the operator are refused here (ERC8128_ENFORCE_OPERATOR_MCP).
+    const jwt = await stack.signIn(operator, 'gateway');
+    const error = await errorOf(await stack.get('gateway', '/api/auth/session', jwt));
+    expect(error).to.include({ status: 401 });
+  });
+
+  it('drives the official MCP SDK client over /mcp with the runtime’s operator transport', async () => {
+    const client = new Client({ name: 'sigil-runtime', version: '1.0.0' });
+    await client.connect(stack.runtime.gateway.operatorTransport());
+    const { tools } = await client.listTools();
+    expect(tools.map((tool) => tool.name)).to.include.members([
+      'gateway_search_servers',
+      'gateway_list_enabled',
+    ]);
+    const result = await client.callTool({ name: 'gateway_list_enabled', arguments: {} });
+    expect(result.isError ?? false).to.equal(false);
+    await client.close();
+  });
+
+  it('signs each request afresh (a nonce each), so a captured one replayed is refused', async () => {
+    const sent: { url: string; init: RequestInit }[] = [];
+    const signed = operatorFetch({
+      signer: operator,
+      chainId: 8453,
+      clock: stack.clock,
+      signFor: GATEWAY_PUBLIC,
+      fetch: (url, init) => {
+        sent.push({ url: String(url), init: init ?? {} });
+        return fetch(url, init);
+      },
+    });
+    const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} });
+    const init = {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body,
+    };
+    expect((await signed(stack.url('gateway', '/mcp'), init)).status).to.equal(200);
+    expect((await signed(stack.url('gateway', '/mcp'), init)).status).to.equal(200);
+    const [first, second] = sent as [{ url: string; init: RequestInit }, { url: string; init: RequestInit }];
+    const signatureOf = (request: { init: RequestInit }) =>
+      new Headers(request.init.headers).get('signature');
+    expect(signatureOf(first)).to.not.equal(signatureOf(second));
+    const replay = await errorOf(await fetch(first.url, first.init));
+    expect(replay).to.include({ status: 401 });
+    expect(replay.message).to.match(/nonce has already been used/);
+  });
+
+  it('has no operator path without runtime.operatorKey', async () => {
+    const plain = await Stack.start({ database });
+    try {
+      let failure: unknown;
+      try {
+        plain.runtime.gateway.operatorTransport();
+      } catch (err) {
+        failure = err;
+      }
+      expect(isSigilError(failure) && failure.code).to.equal('unavailable');
+      expect(String((failure as Error & { hint?: string }).hint)).to.include('RUNTIME_OPERATOR_KEY');
+    } finally {
+      await plain.close();
+    }
+  });
+});
