@@ -1,6 +1,7 @@
 import type Router from '@koa/router';
 import type { Middleware } from 'koa';
 import type { Logger } from '../log.ts';
+import { HttpRuntimeSource, localRuntime, type RuntimeSource } from './delegation/source.ts';
 import { DelegationVerifier } from './delegation/verifier.ts';
 import type { EvidenceVerifier } from './delegation/trust.ts';
 import { RequestSignatures } from './erc8128.ts';
@@ -61,7 +62,7 @@ function delegationVerifier(
   const delegation = deps.config.gateway.delegation;
   if (!delegation.enabled) return undefined;
   return new DelegationVerifier({
-    runtimeUrl: delegation.runtimeUrl ?? publicBaseUrl(deps.config.runtime).href,
+    source: runtimeSource(deps.config),
     issuer: authSettings(deps.config, 'runtime').baseUrl,
     audience,
     cacheSeconds: delegation.cacheSeconds,
@@ -71,4 +72,18 @@ function delegationVerifier(
     logger: deps.logger.child({ component: 'delegation' }),
     verifiers: options.evidenceVerifiers ?? [],
   });
+}
+
+/**
+ * The runtime the gateway trusts: at `gateway.delegation.runtimeUrl` when configured; otherwise the
+ * runtime this process serves (`sigil up`), read directly; otherwise the runtime's public URL.
+ */
+function runtimeSource(config: AuthDeps['config']): () => RuntimeSource {
+  const configured = config.gateway.delegation.runtimeUrl;
+  if (configured !== undefined) {
+    const http = new HttpRuntimeSource(configured);
+    return () => http;
+  }
+  const fallback = new HttpRuntimeSource(publicBaseUrl(config.runtime).href);
+  return () => localRuntime(config) ?? fallback;
 }

@@ -6,7 +6,8 @@ import { createHttpApp } from '../../core/http/app.ts';
 import type { HttpMetrics } from '../../core/http/metrics.ts';
 import type { Kernel } from '../kernel.ts';
 import { healthRouter } from '../shared/health.ts';
-import { attestationRouter } from './delegation/attestation.ts';
+import { registerLocalRuntime } from '../../core/auth/delegation/source.ts';
+import { attestationReport, attestationRouter } from './delegation/attestation.ts';
 import { delegationKeysFrom } from './delegation/keys.ts';
 import { delegationRouter } from './delegation/routes.ts';
 import { GatewayClient } from './gateway-client.ts';
@@ -67,6 +68,13 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
   const health = healthRouter('runtime', kernel, async () => ({
     securityPosture: await securityPosture(kernel, vault, delegation),
   }));
+  const tee = kernel.plugins.one('tee-backend');
+  // A gateway served by this process reads this runtime's keys and attestation directly.
+  registerLocalRuntime(kernel.config, {
+    name: 'in-process',
+    jwks: () => delegation.jwks(),
+    evidence: async (nonce) => (await attestationReport(tee, delegation, nonce)).evidence ?? undefined,
+  });
   const auth = createWalletAuth(kernel, 'runtime');
   const ledger = createLedgerService(kernel);
   const http = createHttpApp({
@@ -78,7 +86,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
       health,
       auth.router,
       delegationRouter(delegation, gatewayUrl),
-      attestationRouter(kernel.plugins.one('tee-backend'), delegation),
+      attestationRouter(tee, delegation),
       vaultRouter,
       ...ledger.routers,
     ],

@@ -6,7 +6,8 @@ import { calculateJwkThumbprint, decodeJwt, decodeProtectedHeader, SignJWT } fro
 import { DelegationKeys, DELEGATED_JWT_TYPE } from '../../core/auth/delegation/keys.ts';
 import { jwksSha256 } from '../../core/auth/delegation/report-data.ts';
 import { createRuntimeApp } from '../../services/runtime/app.ts';
-import { describeEachDatabase } from '../support/kernel.ts';
+import { serve } from '../../services/serve.ts';
+import { describeEachDatabase, openTestKernel } from '../support/kernel.ts';
 import { errorOf, newWallet } from '../auth/support.ts';
 import { fakeEvidenceVerifier } from './fixtures/tee-fake.ts';
 import {
@@ -267,6 +268,50 @@ describeEachDatabase('delegated gateway access', (database) => {
         )
         .catch((err: unknown) => (failure = err));
       expect(String(failure)).to.match(/401|Delegated token rejected/);
+    });
+  });
+
+  describe('one process (sigil up)', () => {
+    it('reads the runtime it serves directly: no runtime URL to configure, even on ephemeral ports', async () => {
+      const kernel = await openTestKernel({
+        database,
+        config: { runtime: { port: 0 }, gateway: { port: 0 } },
+      });
+      const serving = await serve(kernel, ['runtime', 'gateway']);
+      try {
+        const wallet = newWallet();
+        const runtime = serving.urls.runtime as string;
+        const challenge = (await (
+          await fetch(`${runtime}/auth/challenge?address=${wallet.address}`)
+        ).json()) as {
+          message: string;
+        };
+        const verified = await fetch(`${runtime}/auth/verify`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            message: challenge.message,
+            signature: await wallet.signMessage({ message: challenge.message }),
+          }),
+        });
+        const { token: jwt } = (await verified.json()) as { token: string };
+        const minted = await fetch(`${runtime}/wallet/gateway-token`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${jwt}` },
+        });
+        const { token } = (await minted.json()) as { token: string };
+        const session = await fetch(`${serving.urls.gateway as string}/api/auth/session`, {
+          headers: { authorization: `Bearer ${token}` },
+        });
+        expect(session.status).to.equal(200);
+        expect(await session.json()).to.include({
+          address: wallet.address,
+          method: 'delegated-jwt',
+          trust: 'degraded_no_attestation',
+        });
+      } finally {
+        await serving.stop();
+      }
     });
   });
 

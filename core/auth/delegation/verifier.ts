@@ -11,18 +11,16 @@ import { getAddress, isAddress, type Address } from 'viem';
 import { z } from 'zod';
 import type { Clock } from '../../clock.ts';
 import type { Logger } from '../../log.ts';
-import type { AttestationEvidence } from '../../plugins/contracts/tee-backend-v1.ts';
 import { unauthorized } from '../principal.ts';
 import { DELEGATED_JWT_TYPE, type Jwks, type PublishedJwk } from './keys.ts';
 import { jwksSha256 } from './report-data.ts';
+import type { RuntimeSource } from './source.ts';
 import { evaluateTrust, type EvidenceVerifier, type RuntimeTrust } from './trust.ts';
 
 /** The longest lifetime (exp - iat) a delegated JWT may claim: they are meant to be minutes. */
 export const MAX_DELEGATED_LIFETIME_SECONDS = 900;
 /** After an unknown `kid`, the JWKS is read again at most this often (a rotation needs one read). */
 const REFETCH_COOLDOWN_MS = 30_000;
-const FETCH_TIMEOUT_MS = 5_000;
-const MAX_DOCUMENT_BYTES = 64 * 1024;
 
 const jwkSchema = z.looseObject({
   kty: z.string(),
@@ -35,16 +33,9 @@ const jwkSchema = z.looseObject({
 });
 const jwksSchema = z.looseObject({ keys: z.array(jwkSchema).max(16) });
 
-const evidenceSchema = z.object({
-  platform: z.string().min(1),
-  report: z.string(),
-  certificates: z.array(z.string()).default([]),
-});
-const reportSchema = z.looseObject({ evidence: evidenceSchema.nullable().optional() });
-
 export interface DelegationVerifierOptions {
-  /** Where the runtime serves `/.well-known/jwks.json` and `/api/attestation/report`. */
-  runtimeUrl: string;
+  /** Where the runtime's JWKS and attestation are read; asked again at every reading. */
+  source: () => RuntimeSource;
   /** The `iss` delegated JWTs carry: the runtime's public base URL. */
   issuer: string;
   /** The `aud` they must carry: this gateway's public base URL. */
@@ -77,11 +68,8 @@ interface RuntimeSnapshot {
 export class DelegationVerifier {
   private snapshot: RuntimeSnapshot | undefined;
   private loading: Promise<RuntimeSnapshot> | undefined;
-  private readonly runtimeUrl: string;
 
-  constructor(private readonly options: DelegationVerifierOptions) {
-    this.runtimeUrl = options.runtimeUrl.replace(/\/+$/, '');
-  }
+  constructor(private readonly options: DelegationVerifierOptions) {}
 
   /**
    * Whether a bearer token claims to be a delegated JWT (its unverified `typ` and `iss`; the runtime's
@@ -163,7 +151,7 @@ export class DelegationVerifier {
       // The runtime is unreachable: its last keys stay usable for one more cache period, no longer.
       if (snapshot !== undefined && age < 2 * this.options.cacheSeconds * 1000) {
         this.options.logger.warn(
-          { err, runtime: this.runtimeUrl },
+          { err, runtime: this.options.source().name },
           'runtime JWKS could not be read again; using the last one',
         );
         return snapshot;
@@ -181,16 +169,14 @@ export class DelegationVerifier {
   }
 
   private async read(): Promise<RuntimeSnapshot> {
-    const jwksUrl = `${this.runtimeUrl}/.well-known/jwks.json`;
+    const source = this.options.source();
     let document: z.infer<typeof jwksSchema>;
     try {
-      document = jwksSchema.parse(await fetchJson(jwksUrl));
+      document = jwksSchema.parse(await source.jwks());
     } catch (err) {
       throw unauthorized(
-        `Delegated token cannot be verified: the runtime's JWKS (${jwksUrl}) could not be read`,
-        {
-          reason: (err as Error).message,
-        },
+        `Delegated token cannot be verified: the runtime's JWKS (${source.name}) could not be read`,
+        { reason: (err as Error).message },
       );
     }
     // Only public EC P-256 keys for ES256 can verify anything: a key of another type is never used.
@@ -204,26 +190,28 @@ export class DelegationVerifier {
     ) as unknown as PublishedJwk[];
     const jwksHash = jwksSha256(document);
     const nonce = randomBytes(32);
-    const evidence = await this.readEvidence(nonce);
+    const now = () => this.options.clock.now();
+    let trust: RuntimeTrust;
+    try {
+      trust = await evaluateTrust({
+        evidence: await source.evidence(nonce),
+        nonce,
+        jwksHash,
+        verifiers: this.options.verifiers,
+        now: now(),
+      });
+    } catch (err) {
+      trust = {
+        state: 'degraded_no_attestation',
+        reason: `the runtime's attestation report could not be read: ${(err as Error).message}`,
+        platform: 'unknown',
+        jwksSha256: jwksHash.toString('hex'),
+        checkedAt: now(),
+      };
+    }
     const previous = this.snapshot?.trust;
-    const trust =
-      typeof evidence === 'string'
-        ? {
-            state: 'degraded_no_attestation' as const,
-            reason: evidence,
-            platform: 'unknown',
-            jwksSha256: jwksHash.toString('hex'),
-            checkedAt: this.options.clock.now(),
-          }
-        : await evaluateTrust({
-            evidence,
-            nonce,
-            jwksHash,
-            verifiers: this.options.verifiers,
-            now: this.options.clock.now(),
-          });
     const fields = {
-      runtime: this.runtimeUrl,
+      runtime: source.name,
       trust: trust.state,
       reason: trust.reason,
       jwksSha256: trust.jwksSha256,
@@ -233,41 +221,18 @@ export class DelegationVerifier {
       else this.options.logger.warn(fields, 'runtime trust state');
     }
     const snapshot: RuntimeSnapshot = {
-      fetchedAt: this.options.clock.now().getTime(),
+      fetchedAt: now().getTime(),
       keys: createLocalJWKSet({ keys: usable }),
       trust,
     };
     this.snapshot = snapshot;
     return snapshot;
   }
-
-  /** The runtime's evidence for this nonce, undefined when it has none, or why it could not be read. */
-  private async readEvidence(nonce: Buffer): Promise<AttestationEvidence | undefined | string> {
-    const url = `${this.runtimeUrl}/api/attestation/report?nonce=${nonce.toString('hex')}`;
-    try {
-      const report = reportSchema.parse(await fetchJson(url));
-      return report.evidence ?? undefined;
-    } catch (err) {
-      return `the runtime's attestation report could not be read: ${(err as Error).message}`;
-    }
-  }
 }
 
 function refused(err: unknown): Error {
   if (err instanceof joseErrors.JOSEError) return unauthorized(`Delegated token rejected: ${err.message}`);
   return err as Error;
-}
-
-async function fetchJson(url: string): Promise<unknown> {
-  const response = await fetch(url, {
-    headers: { accept: 'application/json' },
-    redirect: 'error',
-    signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
-  });
-  const body = await response.text();
-  if (!response.ok) throw new Error(`HTTP ${response.status}`);
-  if (body.length > MAX_DOCUMENT_BYTES) throw new Error('the document is too large');
-  return JSON.parse(body) as unknown;
 }
 
 export type { Jwks };

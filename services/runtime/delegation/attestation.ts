@@ -9,7 +9,7 @@ import {
   NONCE_BYTES,
 } from '../../../core/auth/delegation/report-data.ts';
 import { parseInput } from '../../../core/http/validate.ts';
-import type { TeeBackendV1 } from '../../../core/plugins/contracts/tee-backend-v1.ts';
+import type { AttestationEvidence, TeeBackendV1 } from '../../../core/plugins/contracts/tee-backend-v1.ts';
 
 const reportQuery = z.object({
   nonce: z
@@ -28,6 +28,34 @@ const LAYOUT = {
   },
   reserved: { offset: JWKS_HASH_OFFSET + JWKS_HASH_BYTES, bytes: 64 - JWKS_HASH_OFFSET - JWKS_HASH_BYTES },
 };
+
+/** A fresh report binding `nonce` and the JWKS hash, with how REPORT_DATA is laid out. */
+export async function attestationReport(
+  tee: TeeBackendV1,
+  keys: DelegationKeys,
+  nonce: Uint8Array,
+): Promise<{
+  teeEnabled: boolean;
+  platform: string;
+  nonce: string;
+  jwksSha256: string;
+  reportData: string;
+  reportDataLayout: typeof LAYOUT;
+  evidence: AttestationEvidence | null;
+}> {
+  const jwksHash = jwksSha256(await keys.jwks());
+  const reportData = delegationReportData(nonce, jwksHash);
+  const [status, evidence] = await Promise.all([tee.status(), tee.attest(reportData)]);
+  return {
+    teeEnabled: status.teeEnabled,
+    platform: status.platform,
+    nonce: Buffer.from(nonce).toString('hex'),
+    jwksSha256: jwksHash.toString('hex'),
+    reportData: reportData.toString('hex'),
+    reportDataLayout: LAYOUT,
+    evidence: evidence ?? null,
+  };
+}
 
 /**
  * The runtime's attestation (runtime spec part 4): `GET /api/attestation`, a summary, and
@@ -54,19 +82,8 @@ export function attestationRouter(tee: TeeBackendV1, keys: DelegationKeys): Rout
   router.get('/report', async (ctx) => {
     const { nonce } = parseInput(reportQuery, ctx.query, 'query');
     const nonceBytes = nonce === undefined ? Buffer.alloc(NONCE_BYTES) : Buffer.from(nonce, 'hex');
-    const jwksHash = jwksSha256(await keys.jwks());
-    const reportData = delegationReportData(nonceBytes, jwksHash);
-    const [status, evidence] = await Promise.all([tee.status(), tee.attest(reportData)]);
     ctx.set('Cache-Control', 'no-store');
-    ctx.body = {
-      teeEnabled: status.teeEnabled,
-      platform: status.platform,
-      nonce: nonceBytes.toString('hex'),
-      jwksSha256: jwksHash.toString('hex'),
-      reportData: reportData.toString('hex'),
-      reportDataLayout: LAYOUT,
-      evidence: evidence ?? null,
-    };
+    ctx.body = await attestationReport(tee, keys, nonceBytes);
   });
   return router;
 }

@@ -1,0 +1,64 @@
+import { z } from 'zod';
+import type { AttestationEvidence } from '../../plugins/contracts/tee-backend-v1.ts';
+
+/**
+ * Where the gateway reads the runtime it trusts: its JWKS and, for a nonce, its attestation evidence
+ * (undefined when it has none). Over HTTP from the runtime's URL, or directly from a runtime served by
+ * the same process (`sigil up`), which needs no address.
+ */
+export interface RuntimeSource {
+  /** For logs: the runtime's URL, or `in-process`. */
+  readonly name: string;
+  jwks(): Promise<unknown>;
+  evidence(nonce: Uint8Array): Promise<AttestationEvidence | undefined>;
+}
+
+const FETCH_TIMEOUT_MS = 5_000;
+const MAX_DOCUMENT_BYTES = 64 * 1024;
+
+const evidenceSchema = z.object({
+  platform: z.string().min(1),
+  report: z.string(),
+  certificates: z.array(z.string()).default([]),
+});
+const reportSchema = z.looseObject({ evidence: evidenceSchema.nullable().optional() });
+
+/** `GET <url>/.well-known/jwks.json` and `GET <url>/api/attestation/report?nonce=<hex>`. */
+export class HttpRuntimeSource implements RuntimeSource {
+  readonly name: string;
+
+  constructor(url: string) {
+    this.name = url.replace(/\/+$/, '');
+  }
+
+  jwks(): Promise<unknown> {
+    return fetchJson(`${this.name}/.well-known/jwks.json`);
+  }
+
+  async evidence(nonce: Uint8Array): Promise<AttestationEvidence | undefined> {
+    const url = `${this.name}/api/attestation/report?nonce=${Buffer.from(nonce).toString('hex')}`;
+    return reportSchema.parse(await fetchJson(url)).evidence ?? undefined;
+  }
+}
+
+async function fetchJson(url: string): Promise<unknown> {
+  const response = await fetch(url, {
+    headers: { accept: 'application/json' },
+    redirect: 'error',
+    signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
+  });
+  const body = await response.text();
+  if (!response.ok) throw new Error(`HTTP ${response.status} from ${url}`);
+  if (body.length > MAX_DOCUMENT_BYTES) throw new Error(`the document at ${url} is too large`);
+  return JSON.parse(body) as unknown;
+}
+
+/** Runtimes served by this process, by the config object they were composed from. */
+const local = new WeakMap<object, RuntimeSource>();
+
+/** A runtime announces itself, so a gateway of the same process (same config) reads it directly. */
+export function registerLocalRuntime(config: object, source: RuntimeSource): void {
+  local.set(config, source);
+}
+
+export const localRuntime = (config: object): RuntimeSource | undefined => local.get(config);
