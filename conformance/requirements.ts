@@ -2,6 +2,7 @@ import type { Requirement } from './deployment/context.ts';
 import { discoveryRequirements } from './deployment/discovery.ts';
 import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
 import { healthRequirements } from './deployment/health.ts';
+import { ledgerRequirements } from './deployment/ledger.ts';
 import { mcpProtocolRequirements } from './deployment/mcp-protocol.ts';
 import { paymentRequirements } from './deployment/payments.ts';
 import { proofRequirements } from './deployment/proofs.ts';
@@ -35,4 +36,5 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...secretsRequirements,
   ...signInRequirements(RUNTIME_AUTH),
   foreignTokenRequirement(RUNTIME_AUTH, GATEWAY_AUTH),
+  ...ledgerRequirements,
 ];

@@ -28,6 +28,12 @@ export const FEATURES = {
     `/auth/challenge?address=${PROBE_ADDRESS}`,
     "the runtime exposes no wallet sign-in at Sigil's paths (the runtime spec does not fix them)",
   ),
+  /** The runtime spec names the ledger's fields but not its routes; these are Sigil's (401 unsigned, never 404). */
+  'runtime-ledger': absentOn404(
+    'runtime',
+    '/wallet/balance',
+    "the runtime exposes no wallet ledger at Sigil's paths (the runtime spec does not fix them)",
+  ),
   /** Sigil's gateway says who a request authenticates as; checks of credentials observe it there. */
   'gateway-session': absentOn404(
     'gateway',

@@ -5,6 +5,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { CheckResult } from '../../conformance/check.ts';
 import { REPORT_FILES, type Report } from '../../conformance/report.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
+import { ledgerOnChain } from '../ledger/chain-support.ts';
 import { railPlugin } from '../payments/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { leakedIn, makeCanaries } from './canaries.ts';
@@ -161,6 +162,8 @@ describe('sigil conformance deployment', function () {
       ...servers,
       plugins: [...servers.plugins, railPlugin(chain).plugin],
       gateway: { ...servers.gateway, operatorWallets: [operator], erc8128EnforceOperatorMcp: true },
+      // The wallet ledger on the same chain, so the payer can also deposit and withdraw.
+      ledger: ledgerOnChain(chain, { confirmations: 1, pollIntervalMs: 100 }),
     });
     lenient = await startSigil({ gateway: { operatorWallets: [operator] } });
     await warmedUp(enforcing.gatewayUrl);
