@@ -1,4 +1,5 @@
 import type { Requirement } from './deployment/context.ts';
+import { delegationRequirements } from './deployment/delegation.ts';
 import { discoveryRequirements } from './deployment/discovery.ts';
 import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
 import { healthRequirements } from './deployment/health.ts';
@@ -36,5 +37,6 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...secretsRequirements,
   ...signInRequirements(RUNTIME_AUTH),
   foreignTokenRequirement(RUNTIME_AUTH, GATEWAY_AUTH),
+  ...delegationRequirements,
   ...ledgerRequirements,
 ];
