@@ -72,9 +72,8 @@ export class DelegationKeys {
     }
     this.publicKeys = [createPublicKey(this.privateKey)];
     if (options.previous !== undefined) {
-      this.publicKeys.push(
-        createPublicKey(parseKey(options.previous, 'runtime.mcpSigningKeyPrevious', 'any')),
-      );
+      const previous = parseKey(options.previous, 'runtime.mcpSigningKeyPrevious', 'any');
+      this.publicKeys.push(previous.type === 'public' ? previous : createPublicKey(previous));
     }
   }
 
