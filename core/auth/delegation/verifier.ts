@@ -114,11 +114,6 @@ export class DelegationVerifier {
     return { address: getAddress(subject), trust: snapshot.trust };
   }
 
-  /** The runtime's trust state as of the latest reading (reading it first when there is none). */
-  async trust(): Promise<RuntimeTrust> {
-    return (await this.current()).trust;
-  }
-
   private async check(token: string, snapshot: RuntimeSnapshot): Promise<string | undefined> {
     const { payload } = await jwtVerify(token, snapshot.keys, {
       algorithms: ['ES256'],
@@ -185,6 +180,8 @@ export class DelegationVerifier {
         key.kty === 'EC' &&
         key.crv === 'P-256' &&
         key.kid !== undefined &&
+        typeof key.x === 'string' &&
+        typeof key.y === 'string' &&
         (key.alg === undefined || key.alg === 'ES256') &&
         key.d === undefined,
     ) as unknown as PublishedJwk[];
@@ -230,9 +227,10 @@ export class DelegationVerifier {
   }
 }
 
+/** Any failure to verify is a 401: a malformed token must never become a 500. */
 function refused(err: unknown): Error {
   if (err instanceof joseErrors.JOSEError) return unauthorized(`Delegated token rejected: ${err.message}`);
-  return err as Error;
+  return unauthorized('Delegated token rejected: it could not be verified');
 }
 
 export type { Jwks };
