@@ -101,6 +101,7 @@ describe('payments: facilitators', function () {
       // Settling again answers settled (the chain has it), moving nothing more.
       expect((await rail.settle(verified.payment)).status).to.equal('settled');
       expect(await balanceOf(payTo)).to.equal(500n);
+      await rail.stop();
     } finally {
       remote.server.close();
     }

@@ -43,6 +43,7 @@ describe('payments-x402-evm: transaction nonces of the built-in facilitator, on 
           ),
         ),
       ]);
+      await rail.stop();
       expect(outcome.status, `chain ${chain.rpcUrl}: ${JSON.stringify(outcome)}`).to.equal('settled');
       expect(await balances(chain)(payTo)).to.equal(500n);
     }

@@ -30,7 +30,7 @@ export function railPlugin(
     enabled: true,
     options: {
       network: `eip155:${chain.chainId}`,
-      rpcUrl: chain.rpcUrl,
+      rpcUrl: chain.rpcUrl.replace(/^http/, 'ws'),
       asset: chain.token,
       facilitator: { kind: 'builtin', privateKey: chain.accounts.operator.privateKey },
       ...options,

@@ -9,7 +9,11 @@ export const configSchema = z
       .regex(/^eip155:\d+$/, 'a CAIP-2 EVM network, e.g. eip155:8453')
       .default('eip155:8453')
       .describe('CAIP-2 network the payments are made on'),
-    rpcUrl: z.url({ protocol: /^https?$/ }).describe('JSON-RPC endpoint of that network'),
+    rpcUrl: z
+      .url({ protocol: /^(https?|wss?)$/ })
+      .describe(
+        'JSON-RPC endpoint of that network; ws(s):// costs a quarter of the CPU of http(s):// per request',
+      ),
     asset: z
       .object({
         address,

@@ -3,10 +3,11 @@ import { HTTPFacilitatorClient, type FacilitatorClient } from '@x402/core/server
 import type { SupportedResponse } from '@x402/core/types';
 import { toFacilitatorEvmSigner } from '@x402/evm';
 import { ExactEvmScheme as ExactEvmFacilitator } from '@x402/evm/exact/facilitator';
-import { createWalletClient, http, type Chain, type Hex, type PublicClient } from 'viem';
+import { createWalletClient, type Chain, type Hex, type PublicClient } from 'viem';
 import { createNonceManager, jsonRpc } from 'viem/nonce';
 import { privateKeyToAccount } from 'viem/accounts';
 import type { X402EvmConfig } from './config.ts';
+import { rpcTransport } from './transport.ts';
 
 /**
  * The facilitator that verifies and settles: in this process, with the operator's own account on the
@@ -27,7 +28,7 @@ export function createFacilitator(
   // would send nonces that chain has not reached, and its settlements would never mine.
   const nonceManager = createNonceManager({ source: jsonRpc() });
   const account = privateKeyToAccount(settings.privateKey as Hex, { nonceManager });
-  const wallet = createWalletClient({ account, chain, transport: http(config.rpcUrl) });
+  const wallet = createWalletClient({ account, chain, transport: rpcTransport(config.rpcUrl) });
   const signer = toFacilitatorEvmSigner({
     address: account.address,
     getCode: (args) => publicClient.getCode(args),

@@ -5,7 +5,6 @@ import {
   createPublicClient,
   defineChain,
   getAddress,
-  http,
   isAddressEqual,
   parseAbi,
   type Address,
@@ -25,6 +24,7 @@ import type {
 import { SigilError } from '../../../core/errors.ts';
 import type { X402EvmConfig } from './config.ts';
 import { createFacilitator } from './facilitator.ts';
+import { rpcTransport } from './transport.ts';
 
 const eip3009 = parseAbi([
   'function authorizationState(address authorizer, bytes32 nonce) view returns (bool)',
@@ -73,10 +73,16 @@ export class X402EvmRail implements PaymentRailV1 {
     // viem polls for receipts every 4 s by default: most of a paid call's latency on a fast chain.
     this.publicClient = createPublicClient({
       chain,
-      transport: http(config.rpcUrl),
+      transport: rpcTransport(config.rpcUrl),
       pollingInterval: config.pollingIntervalMs,
     });
     this.facilitator = options.facilitator ?? createFacilitator(config, chain, this.publicClient);
+  }
+
+  /** Closes the RPC WebSocket, if any (the facilitator's client shares it), so nothing reconnects after stop. */
+  async stop(): Promise<void> {
+    const transport = this.publicClient.transport as { getRpcClient?: () => Promise<{ close(): void }> };
+    (await transport.getRpcClient?.())?.close();
   }
 
   terms(): PaymentTerms {
