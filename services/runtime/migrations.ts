@@ -129,4 +129,20 @@ export const runtimeMigrations: readonly Migration[] = [
       });
     },
   },
+  {
+    name: '0220-ledger-agent-daily-spend',
+    async up(db) {
+      // An agent's charges summed per calendar UTC day, changed in the charge's own transaction: a
+      // day, a week or a month of spend is then a sum of at most 31 rows (audit() checks them).
+      await db.schema.createTable('agent_daily_spend', (t) => {
+        t.string('agent_id', 36).notNullable();
+        t.bigInteger('day').notNullable();
+        t.bigInteger('amount').notNullable();
+        t.primary(['agent_id', 'day']);
+      });
+    },
+    async down(db) {
+      await db.schema.dropTableIfExists('agent_daily_spend');
+    },
+  },
 ];

@@ -7,7 +7,7 @@ import type { Logger } from '../../../core/log.ts';
 import { agentNotFound } from '../agents.ts';
 import { asText, MAX_AMOUNT, toAmount } from './amounts.ts';
 import { SpendRefused } from './errors.ts';
-import { BUDGET_WINDOWS, windowBounds, type BudgetWindow } from './windows.ts';
+import { BUDGET_WINDOWS, utcDay, windowBounds, type BudgetWindow } from './windows.ts';
 
 /**
  * What an entry does to a wallet's running totals. `deposit` entries record incoming transfers for the
@@ -207,14 +207,17 @@ export class Ledger {
       agentId?: string;
       reference?: string;
     },
+    options: { knownNew?: boolean } = {},
   ): Promise<LedgerEntry | undefined> {
     if (entry.amount <= 0n || entry.amount > MAX_AMOUNT * 1000n) {
       throw new SigilError('internal', `Ledger entry amount out of range: ${entry.amount}`);
     }
-    const existing = await trx('ledger_entries')
-      .where({ wallet: entry.wallet, idempotency_key: entry.idempotencyKey })
-      .first('id');
-    if (existing) return undefined;
+    if (!options.knownNew) {
+      const existing = await trx('ledger_entries')
+        .where({ wallet: entry.wallet, idempotency_key: entry.idempotencyKey })
+        .first('id');
+      if (existing) return undefined;
+    }
     const now = this.now();
     const row = {
       wallet: entry.wallet,
@@ -225,14 +228,38 @@ export class Ledger {
       reference: entry.reference ?? null,
       created_at: now,
     };
-    const [inserted] = (await trx('ledger_entries').insert(row, ['id'])) as { id: string | number }[];
     const effects: Partial<Record<TotalColumn, 1 | -1>> = ENTRY_EFFECTS[entry.kind];
     const update: Record<string, unknown> = { updated_at: now };
     for (const [column, sign] of Object.entries(effects) as [TotalColumn, 1 | -1][]) {
       update[column] = trx.raw(`?? ${sign > 0 ? '+' : '-'} cast(? as bigint)`, [column, row.amount]);
     }
-    await trx('ledger_wallets').where({ wallet: entry.wallet }).update(update);
-    return entryOf({ ...row, id: (inserted as { id: string | number }).id });
+    const insertEntry = trx('ledger_entries').insert(row, ['id']);
+    const updateWallet = trx('ledger_wallets').where({ wallet: entry.wallet }).update(update);
+    const addSpend =
+      entry.kind === 'charge' && entry.agentId !== undefined
+        ? trx('agent_daily_spend')
+            .insert({
+              agent_id: entry.agentId,
+              day: utcDay(new Date(now)).start.getTime(),
+              amount: row.amount,
+            })
+            .onConflict(['agent_id', 'day'])
+            .merge({ amount: trx.raw('?? + cast(? as bigint)', ['agent_daily_spend.amount', row.amount]) })
+        : undefined;
+    let id: string | number;
+    if (this.postgres) {
+      // One round trip while the wallet's lock is held: data-modifying CTEs all run, in one statement.
+      let query = trx.with('entry', insertEntry).with('wallet_totals', updateWallet);
+      if (addSpend) query = query.with('agent_spend', addSpend);
+      const [inserted] = (await query.select('id').from('entry')) as { id: string | number }[];
+      id = (inserted as { id: string | number }).id;
+    } else {
+      const [inserted] = (await insertEntry) as { id: string | number }[];
+      await updateWallet;
+      if (addSpend) await addSpend;
+      id = (inserted as { id: string | number }).id;
+    }
+    return entryOf({ ...row, id });
   }
 
   /**
@@ -260,10 +287,12 @@ export class Ledger {
     const key = CHARGE_KEY_PREFIX + input.idempotencyKey;
     const attempt = () =>
       this.withWallet(wallet, async (trx, balance) => {
-        const first = await this.entryByKey(trx, wallet, key);
-        if (first) return { entry: sameCharge(first, input), replayed: true };
-        const budgets = await this.readBudgets(trx, wallet, input.agentId, { sumUnlimited: false });
-        refuseOverBudget(budgets, input.amount, input.agentId);
+        const context = await this.readBudgets(trx, wallet, input.agentId, { replayKey: key });
+        if (context.replayId !== undefined) {
+          const first = (await this.entryByKey(trx, wallet, key)) as LedgerEntry;
+          return { entry: sameCharge(first, input), replayed: true };
+        }
+        refuseOverBudget(context.budgets, input.amount, input.agentId);
         if (input.amount > balance.available) {
           throw new SpendRefused('available', {
             requested: input.amount,
@@ -271,13 +300,11 @@ export class Ledger {
             agentId: input.agentId,
           });
         }
-        const entry = await this.append(trx, {
-          wallet,
-          kind: 'charge',
-          amount: input.amount,
-          idempotencyKey: key,
-          agentId: input.agentId,
-        });
+        const entry = await this.append(
+          trx,
+          { wallet, kind: 'charge', amount: input.amount, idempotencyKey: key, agentId: input.agentId },
+          { knownNew: true },
+        );
         return { entry: entry as LedgerEntry, replayed: false };
       });
     try {
@@ -296,7 +323,7 @@ export class Ledger {
    */
   async check(wallet: string, agentId: string, amount = 0n): Promise<{ balance: Balance; budgets: Budgets }> {
     const address = getAddress(wallet);
-    const budgets = await this.readBudgets(this.deps.db, address, agentId);
+    const { budgets } = await this.readBudgets(this.deps.db, address, agentId);
     refuseOverBudget(budgets, amount > 0n ? amount : 1n, agentId, amount);
     const balance = await this.balance(address);
     const minimum = this.settings.minimumBalance;
@@ -316,7 +343,7 @@ export class Ledger {
 
   /** The agent's limits and what it has spent in each current window. 404 unless `wallet` owns it. */
   async budgets(wallet: string, agentId: string): Promise<Budgets> {
-    return this.readBudgets(this.deps.db, getAddress(wallet), agentId);
+    return (await this.readBudgets(this.deps.db, getAddress(wallet), agentId)).budgets;
   }
 
   /** Replaces the agent's limits (null: no limit). Applies at once to the current windows' spend. */
@@ -342,58 +369,64 @@ export class Ledger {
   }
 
   /**
-   * The agent's limits and its spend in each current window. The spend is summed in SQL over the
-   * agent's charges since the earliest window start; `sumUnlimited: false` skips the sum when no
-   * window has a limit (a charge needs no spend it will not compare).
+   * In one query: that `wallet` owns the agent (404 otherwise), its limits, its spend in each current
+   * window (sums over the agent's daily spend rows: windows are whole UTC days), and, given a key,
+   * whether the wallet already has an entry under it.
    */
   private async readBudgets(
     db: Knex,
     wallet: string,
     agentId: string,
-    options: { sumUnlimited: boolean } = { sumUnlimited: true },
-  ): Promise<Budgets> {
-    await this.ownAgent(db, wallet, agentId);
-    const limitsRow = (await db('agent_budgets')
-      .where({ agent_id: agentId })
-      .first(['daily_limit', 'weekly_limit', 'monthly_limit'].map((column) => asText(db, column)))) as
-      Record<string, string | null> | undefined;
+    options: { replayKey?: string } = {},
+  ): Promise<{ budgets: Budgets; replayId: string | undefined }> {
     const now = this.deps.clock.now();
-    const bounds = Object.fromEntries(BUDGET_WINDOWS.map((w) => [w, windowBounds(w, now)])) as Record<
-      BudgetWindow,
-      { start: Date; resetsAt: Date }
-    >;
-    const limitOf = (window: BudgetWindow): bigint | null => {
-      const value = limitsRow?.[`${window}_limit`];
-      return value === null || value === undefined ? null : toAmount(value);
+    const bounds: Record<BudgetWindow, { start: Date; resetsAt: Date }> = {
+      daily: windowBounds('daily', now),
+      weekly: windowBounds('weekly', now),
+      monthly: windowBounds('monthly', now),
     };
-    const spent: Record<BudgetWindow, bigint> = { daily: 0n, weekly: 0n, monthly: 0n };
-    if (options.sumUnlimited || BUDGET_WINDOWS.some((window) => limitOf(window) !== null)) {
-      const starts = BUDGET_WINDOWS.map((window) => bounds[window].start.getTime());
-      const row = (await db('ledger_entries')
-        .where({ agent_id: agentId, kind: 'charge' })
-        .andWhere('created_at', '>=', Math.min(...starts))
-        .first(
-          db.raw(
-            BUDGET_WINDOWS.map(
-              (window) =>
-                `cast(coalesce(sum(case when created_at >= ? then amount else 0 end), 0) as text) as ${window}`,
-            ).join(', '),
-            starts,
-          ),
-        )) as Record<BudgetWindow, string> | undefined;
-      for (const window of BUDGET_WINDOWS) spent[window] = toAmount(row?.[window] ?? '0');
-    }
+    const spentSql = (window: BudgetWindow) =>
+      `(select cast(coalesce(sum(s.amount), 0) as text) from agent_daily_spend s where s.agent_id = a.id and s.day >= ?) as ${window}_spent`;
+    const replaySql =
+      options.replayKey === undefined
+        ? 'null as replay_id'
+        : '(select cast(e.id as text) from ledger_entries e where e.wallet = ? and e.idempotency_key = ?) as replay_id';
+    const sql = [
+      'select a.id,',
+      ...BUDGET_WINDOWS.map((window) => `cast(b.${window}_limit as text) as ${window}_limit,`),
+      ...BUDGET_WINDOWS.map((window) => `${spentSql(window)},`),
+      replaySql,
+      'from agents a left join agent_budgets b on b.agent_id = a.id where a.id = ? and a.wallet = ?',
+    ].join(' ');
+    const bindings: (string | number)[] = [
+      ...BUDGET_WINDOWS.map((window) => bounds[window].start.getTime()),
+      ...(options.replayKey === undefined ? [] : [wallet, options.replayKey]),
+      agentId,
+      wallet,
+    ];
+    const result = (await db.raw(sql, bindings)) as unknown;
+    // knex.raw answers { rows } on PostgreSQL and the rows themselves on SQLite.
+    const rows = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as Record<
+      string,
+      string | null
+    >[];
+    const row = rows[0];
+    if (!row) throw agentNotFound(agentId);
     const state = (window: BudgetWindow): BudgetWindowState => {
-      const limit = limitOf(window);
-      const used = spent[window];
+      const rawLimit = row[`${window}_limit`];
+      const limit = rawLimit === null || rawLimit === undefined ? null : toAmount(rawLimit);
+      const spent = toAmount(row[`${window}_spent`] ?? '0');
       return {
         limit,
-        spent: used,
-        remaining: limit === null ? null : limit > used ? limit - used : 0n,
+        spent,
+        remaining: limit === null ? null : limit > spent ? limit - spent : 0n,
         ...bounds[window],
       };
     };
-    return { daily: state('daily'), weekly: state('weekly'), monthly: state('monthly') };
+    return {
+      budgets: { daily: state('daily'), weekly: state('weekly'), monthly: state('monthly') },
+      replayId: row.replay_id ?? undefined,
+    };
   }
 
   private async entryByKey(db: Knex, wallet: string, key: string): Promise<LedgerEntry | undefined> {
@@ -539,13 +572,56 @@ export class Ledger {
         mismatches.push({ wallet: owner, total: 'missing_wallet_row', recorded: 0n, fromEntries: 0n });
       }
     }
+    // Each agent's daily spend rows against its charges, grouped by UTC day.
+    const scoped = (q: Knex.QueryBuilder, column: string) => {
+      if (wallet)
+        q.whereIn(
+          column,
+          db('agents')
+            .where({ wallet: getAddress(wallet) })
+            .select('id'),
+        );
+    };
+    const byDay = (await db('ledger_entries')
+      .where({ kind: 'charge' })
+      .whereNotNull('agent_id')
+      .modify((q) => scoped(q, 'agent_id'))
+      .groupBy('agent_id', db.raw('(created_at / 86400000) * 86400000'))
+      .select(
+        'agent_id',
+        db.raw('cast((created_at / 86400000) * 86400000 as text) as day'),
+        db.raw('cast(sum(amount) as text) as total'),
+      )) as { agent_id: string; day: string; total: string }[];
+    const buckets = (await db('agent_daily_spend')
+      .modify((q) => scoped(q, 'agent_id'))
+      .select('agent_id', asText(db, 'day'), asText(db, 'amount'))) as {
+      agent_id: string;
+      day: string;
+      amount: string;
+    }[];
+    const bucketOf = new Map(buckets.map((b) => [`${b.agent_id}:${b.day}`, toAmount(b.amount)]));
+    for (const { agent_id: agent, day, total } of byDay) {
+      const recorded = bucketOf.get(`${agent}:${day}`) ?? 0n;
+      if (recorded !== toAmount(total)) {
+        mismatches.push({
+          wallet: `agent ${agent} day ${day}`,
+          total: 'daily_spend',
+          recorded,
+          fromEntries: toAmount(total),
+        });
+      }
+      bucketOf.delete(`${agent}:${day}`);
+    }
+    for (const [key, recorded] of bucketOf) {
+      if (recorded !== 0n) mismatches.push({ wallet: key, total: 'daily_spend', recorded, fromEntries: 0n });
+    }
     return { ok: mismatches.length === 0, mismatches, wallets: rows.length };
   }
 }
 
 export interface AuditMismatch {
   wallet: string;
-  total: TotalColumn | 'negative' | 'missing_wallet_row';
+  total: TotalColumn | 'negative' | 'missing_wallet_row' | 'daily_spend';
   recorded: bigint;
   fromEntries: bigint;
 }
