@@ -104,6 +104,7 @@ const suites: Record<string, () => Promise<Measurement[]>> = {
   'sandbox-cold-start': async () => (await import('./sandbox.ts')).sandboxColdStartSuite(),
   'gateway-mcp': async () => (await import('./gateway.ts')).gatewayMcpSuite(),
   payments: async () => (await import('./payments.ts')).paymentsSuite(),
+  ledger: async () => (await import('./ledger.ts')).ledgerSuite(),
 };
 // `npm run bench -- gateway-mcp` runs the named suites only; the table keeps the others' last results.
 const selected = process.argv.slice(2);

@@ -1,0 +1,206 @@
+/**
+ * `ledger`: charges per second of the runtime's wallet ledger, on SQLite and on PostgreSQL, with the
+ * invariant checked at the end.
+ *
+ * Each database gets a fresh kernel (SQLite: a file under the OS temp dir, WAL; PostgreSQL: a schema
+ * of its own in BENCH_DATABASE_URL, else TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test,
+ * skipped with a note when unreachable) and calls `Ledger.charge` in this process, BENCH_LEDGER_CONCURRENCY
+ * (50) in flight, BENCH_LEDGER_CHARGES (4000) charges of 1000 base units per scenario, every agent with
+ * a daily, weekly and monthly budget (so every charge sums its windows):
+ *
+ * - hot wallet: one wallet, one agent; the wallet holds enough for 90 % of the charges, so the last
+ *   tenth is refused for the available balance under full contention on one row lock;
+ * - many wallets: 200 wallets of one agent each, charges spread at random, each wallet funded for
+ *   everything.
+ *
+ * At the end of each scenario the suite fails unless exactly the expected charges succeeded, every
+ * wallet's available = onChainBalance − unsettledSpend − pendingWithdrawals ≥ 0, unsettled spend equals
+ * 1000 × its successful charges, no budget window is over its limit, and the running totals equal the
+ * SQL sums of the entries (`Ledger.audit`). "req/s" in the table is charges per second; "server CPU" is
+ * this process's CPU per charge (the database server's own CPU is not counted for PostgreSQL).
+ */
+import { loadavg } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import knex from 'knex';
+import { getAddress } from 'viem';
+import { randomBytes } from 'node:crypto';
+import { ManualClock } from '../core/clock.ts';
+import { createLedgerService, type LedgerService } from '../services/runtime/ledger/service.ts';
+import { SpendRefused } from '../services/runtime/ledger/errors.ts';
+import { openTestKernel, TEST_DATABASES, type TestDatabase } from '../test/support/kernel.ts';
+
+const CHARGES = Number(process.env.BENCH_LEDGER_CHARGES ?? 4000);
+const CONCURRENCY = Number(process.env.BENCH_LEDGER_CONCURRENCY ?? 50);
+const MANY_WALLETS = Number(process.env.BENCH_LEDGER_WALLETS ?? 200);
+const AMOUNT = 1000n;
+const POSTGRES_URL =
+  process.env.BENCH_DATABASE_URL ??
+  process.env.TEST_DATABASE_URL ??
+  'postgres://postgres@127.0.0.1:5432/test';
+
+interface Measurement {
+  scenario: string;
+  concurrency: number;
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  serverCpuUsPerRequest: number;
+  charges: number;
+  succeeded: number;
+  refused: number;
+  wallets: number;
+  /** The machine's 1-minute load average as the scenario ended (2 vCPUs here: above 2, it was shared). */
+  loadAverage1m: number;
+}
+
+const wallet = () => getAddress(`0x${randomBytes(20).toString('hex')}`);
+
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
+}
+
+async function postgresReachable(): Promise<boolean> {
+  const probe = knex({ client: 'pg', connection: POSTGRES_URL, pool: { min: 0, max: 1 } });
+  try {
+    await probe.raw('select 1');
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await probe.destroy();
+  }
+}
+
+function postgresDatabase(): TestDatabase {
+  const existing = TEST_DATABASES.find((database) => database.name === 'postgres');
+  if (existing && POSTGRES_URL === process.env.TEST_DATABASE_URL) return existing;
+  return {
+    name: 'postgres',
+    fresh() {
+      const schema = `bench_${process.pid}_${randomBytes(4).toString('hex')}`;
+      return {
+        url: POSTGRES_URL,
+        schema,
+        cleanup: async () => {
+          const admin = knex({ client: 'pg', connection: POSTGRES_URL, pool: { min: 0, max: 1 } });
+          try {
+            await admin.raw(`drop schema if exists "${schema}" cascade`);
+          } finally {
+            await admin.destroy();
+          }
+        },
+      };
+    },
+  };
+}
+
+async function scenario(database: TestDatabase, name: 'hot wallet' | 'many wallets'): Promise<Measurement> {
+  const kernel = await openTestKernel({ database, clock: new ManualClock(Date.UTC(2026, 2, 18, 12)) });
+  const service: LedgerService = createLedgerService(kernel);
+  const { ledger, agents } = service;
+  try {
+    const walletCount = name === 'hot wallet' ? 1 : MANY_WALLETS;
+    const owners = Array.from({ length: walletCount }, wallet);
+    const agentOf = new Map<string, string>();
+    const big = AMOUNT * BigInt(CHARGES) * 10n;
+    for (const owner of owners) {
+      const agent = await agents.create(owner, { name: 'bench', model: 'bench' });
+      agentOf.set(owner, agent.id);
+      await ledger.setBudgets(owner, agent.id, { daily: big, weekly: big, monthly: big });
+      // The hot wallet holds enough for 90 % of the charges; the many wallets for all of theirs.
+      const funds = name === 'hot wallet' ? (AMOUNT * BigInt(CHARGES) * 9n) / 10n : big;
+      await ledger.recordOnChainBalance(owner, funds, 1n);
+    }
+    const expected = name === 'hot wallet' ? Math.floor((CHARGES * 9) / 10) : CHARGES;
+    const latencies: number[] = [];
+    const succeededBy = new Map<string, number>();
+    let next = 0;
+    let refused = 0;
+    const cpu = process.cpuUsage();
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: CONCURRENCY }, async () => {
+        for (;;) {
+          const i = next++;
+          if (i >= CHARGES) return;
+          const owner = owners[name === 'hot wallet' ? 0 : Math.floor(Math.random() * walletCount)] as string;
+          const t0 = performance.now();
+          try {
+            await ledger.charge({
+              wallet: owner,
+              agentId: agentOf.get(owner) as string,
+              amount: AMOUNT,
+              idempotencyKey: `bench-${i}`,
+            });
+            succeededBy.set(owner, (succeededBy.get(owner) ?? 0) + 1);
+          } catch (err) {
+            if (!(err instanceof SpendRefused)) throw err;
+            refused += 1;
+          }
+          latencies.push(performance.now() - t0);
+        }
+      }),
+    );
+    const seconds = (performance.now() - started) / 1000;
+    const used = process.cpuUsage(cpu);
+    // The invariant, after the fact.
+    const succeeded = [...succeededBy.values()].reduce((sum, n) => sum + n, 0);
+    const problems: string[] = [];
+    if (succeeded !== expected) problems.push(`${succeeded} charges succeeded, expected ${expected}`);
+    for (const owner of owners) {
+      const balance = await ledger.balance(owner);
+      const rule = balance.onChainBalance - balance.unsettledSpend - balance.pendingWithdrawals;
+      if (balance.available !== rule || balance.available < 0n) {
+        problems.push(`${owner}: available ${balance.available}, rule ${rule}`);
+      }
+      const want = AMOUNT * BigInt(succeededBy.get(owner) ?? 0);
+      if (balance.unsettledSpend !== want)
+        problems.push(`${owner}: unsettled ${balance.unsettledSpend}, expected ${want}`);
+      const budgets = await ledger.budgets(owner, agentOf.get(owner) as string);
+      for (const window of ['daily', 'weekly', 'monthly'] as const) {
+        const state = budgets[window];
+        if (state.limit !== null && state.spent > state.limit)
+          problems.push(`${owner}: ${window} over its limit`);
+      }
+    }
+    const audit = await ledger.audit();
+    if (!audit.ok)
+      problems.push(
+        `audit: ${JSON.stringify(audit.mismatches.slice(0, 3), (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`,
+      );
+    if (problems.length > 0)
+      throw new Error(`ledger bench ${database.name} ${name}: invariant broken:\n${problems.join('\n')}`);
+    latencies.sort((a, b) => a - b);
+    const measurement: Measurement = {
+      scenario: `${database.name}: ${name} (${walletCount} wallet${walletCount === 1 ? '' : 's'}), charge with budgets; invariant held`,
+      concurrency: CONCURRENCY,
+      rps: Math.round(CHARGES / seconds),
+      p50Ms: Number(percentile(latencies, 50).toFixed(3)),
+      p99Ms: Number(percentile(latencies, 99).toFixed(3)),
+      serverCpuUsPerRequest: Math.round((used.user + used.system) / CHARGES),
+      charges: CHARGES,
+      succeeded,
+      refused,
+      wallets: walletCount,
+      loadAverage1m: Number(loadavg()[0]?.toFixed(2)),
+    };
+    process.stdout.write(`${JSON.stringify(measurement)}\n`);
+    return measurement;
+  } finally {
+    await service.close();
+    await kernel.close();
+  }
+}
+
+export async function ledgerSuite(): Promise<Measurement[]> {
+  const sqlite = TEST_DATABASES.find((database) => database.name === 'sqlite') as TestDatabase;
+  const databases: TestDatabase[] = [sqlite];
+  if (await postgresReachable()) databases.push(postgresDatabase());
+  else process.stdout.write(`ledger bench: PostgreSQL not reachable at ${POSTGRES_URL}; SQLite only\n`);
+  const results: Measurement[] = [];
+  for (const database of databases) {
+    for (const name of ['hot wallet', 'many wallets'] as const) results.push(await scenario(database, name));
+  }
+  return results;
+}
