@@ -29,6 +29,7 @@ const ledgerSchema = z
       ),
     rpcUrl: z
       .url()
+      .regex(/^https?:\/\//, 'must be an http(s):// JSON-RPC URL')
       .optional()
       .describe(
         'JSON-RPC URL of the chain holding the token (env LEDGER_RPC_URL; secret: it may carry an API key)',

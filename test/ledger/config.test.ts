@@ -48,6 +48,13 @@ describe('ledger: config', () => {
       .and.matches(/ledger\.depositMnemonic/);
   });
 
+  it('the RPC URL is http(s): a WebSocket URL is refused at start-up, not at the first read', () => {
+    expect(() => load({ LEDGER_RPC_URL: 'ws://127.0.0.1:8545' }))
+      .to.throw(ConfigError)
+      .with.property('message')
+      .that.matches(/ledger\.rpcUrl: must be an http\(s\):\/\/ JSON-RPC URL/);
+  });
+
   it('production refuses the public dev mnemonic', () => {
     expect(() => load({ SIGIL_MODE: 'production', LEDGER_DEPOSIT_MNEMONIC: DEV_DEPOSIT_MNEMONIC }))
       .to.throw(ConfigError)
