@@ -231,7 +231,49 @@ export const configSchema = z
           .describe(
             "Private key of the runtime's operator wallet, which signs its gateway requests with ERC-8128 (env RUNTIME_OPERATOR_KEY; secret)",
           ),
-        providerApiKey: z.string().optional().describe('Operator provider key slot (env PROVIDER_API_KEY)'),
+        providerApiKey: z
+          .string()
+          .optional()
+          .describe(
+            "The operator's internal provider key, used for a chat when the wallet stored none and chat.internalKey allows it (env PROVIDER_API_KEY; secret)",
+          ),
+        chat: z
+          .object({
+            internalKey: z
+              .boolean()
+              .default(false)
+              .describe(
+                'Let wallets without a key of their own chat on runtime.providerApiKey (priced 1.15 × baseLlmCost instead of 0.10 ×) (env RUNTIME_CHAT_INTERNAL_KEY)',
+              ),
+            gatewayPath: z
+              .enum(['delegated', 'operator'])
+              .default('delegated')
+              .describe(
+                "How the tool loop reaches the gateway: the wallet's delegated ES256 JWT, or the operator wallet's ERC-8128 signatures (env RUNTIME_GATEWAY_PATH)",
+              ),
+            gatewayUrl: z
+              .url()
+              .optional()
+              .describe(
+                'Where the tool loop reaches the gateway, when not at gateway.publicUrl (sigil up sets it to its own gateway) (env RUNTIME_GATEWAY_URL)',
+              ),
+            maxSessionsPerAgent: z.number().int().min(1).max(1000).default(20),
+            maxMessagesPerSession: z.number().int().min(1).max(10_000).default(100),
+            maxInputChars: z.number().int().min(1).max(1_000_000).default(32_000),
+            maxSteps: z.number().int().min(1).max(50).default(8),
+            maxToolCallsPerTurn: z.number().int().min(0).max(100).default(16),
+            maxServersPerSession: z.number().int().min(0).max(50).default(8),
+            maxOutputTokens: z.number().int().min(1).max(1_000_000).default(4096),
+            sessionIdleSeconds: z
+              .number()
+              .int()
+              .min(60)
+              .max(7 * 86_400)
+              .default(3600),
+          })
+          .strict()
+          .prefault({})
+          .describe('Chat sessions and their limits (README: Chat)'),
       })
       .prefault({}),
     gateway: serviceSchema(8402)

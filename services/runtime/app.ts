@@ -10,6 +10,8 @@ import { registerLocalRuntime } from '../../core/auth/delegation/source.ts';
 import { attestationReport, attestationRouter } from './delegation/attestation.ts';
 import { delegationKeysFrom } from './delegation/keys.ts';
 import { delegationRouter } from './delegation/routes.ts';
+import { ChatService } from './chat/chat.ts';
+import { chatRouter } from './chat/routes.ts';
 import { GatewayClient } from './gateway-client.ts';
 import { createLedgerService, type LedgerService } from './ledger/service.ts';
 import { createProviderVault, type ProviderVault } from './vault/index.ts';
@@ -25,6 +27,8 @@ export interface RuntimeApp {
   delegation: DelegationKeys;
   /** The runtime as an MCP client of the gateway: operator (ERC-8128) and delegated (JWT) transports. */
   gateway: GatewayClient;
+  /** Chat sessions and the chat loop. */
+  chat: ChatService;
   /** Recovers unfinished transfers, then starts the ledger's background work. */
   start(): Promise<void>;
   close(): Promise<void>;
@@ -58,7 +62,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
   const gatewayUrl = authSettings(kernel.config, 'gateway').baseUrl;
   kernel.secrets.add(kernel.config.runtime.operatorKey);
   const gateway = new GatewayClient({
-    url: options.gatewayUrl ?? gatewayUrl,
+    url: options.gatewayUrl ?? kernel.config.runtime.chat.gatewayUrl ?? gatewayUrl,
     publicUrl: gatewayUrl,
     keys: delegation,
     operatorKey: kernel.config.runtime.operatorKey as `0x${string}` | undefined,
@@ -77,6 +81,14 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
   });
   const auth = createWalletAuth(kernel, 'runtime');
   const ledger = createLedgerService(kernel);
+  const chat = new ChatService({
+    kernel,
+    agents: ledger.agents,
+    ledger: ledger.ledger,
+    vault,
+    gateway,
+    logger: kernel.logger.child({ component: 'chat' }),
+  });
   const http = createHttpApp({
     service: 'runtime',
     logger: kernel.logger.child({ service: 'runtime' }),
@@ -89,6 +101,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
       attestationRouter(tee, delegation),
       vaultRouter,
       ...ledger.routers,
+      chatRouter(chat),
     ],
   });
   return {
@@ -97,6 +110,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     vault,
     delegation,
     gateway,
+    chat,
     start: async () => {
       await vault.ready();
       await ledger.start();

@@ -1,0 +1,360 @@
+import { randomUUID } from 'node:crypto';
+import type { Address, Hex } from 'viem';
+import type { AuthPrincipal } from '../../../core/auth/index.ts';
+import { SigilError } from '../../../core/errors.ts';
+import type { SseStream } from '../../../core/http/sse.ts';
+import { baseLlmCost } from '../../../core/llm/cost.ts';
+import { isLlmProviderError } from '../../../core/llm/errors.ts';
+import { estimateTokens } from '../../../core/llm/stream.ts';
+import type {
+  LlmFinishReason,
+  LlmMessage,
+  LlmModelInfo,
+  LlmProviderV1,
+  LlmToolCall,
+} from '../../../core/plugins/contracts/llm-provider-v1.ts';
+import type { Logger } from '../../../core/log.ts';
+import type { Kernel } from '../../kernel.ts';
+import type { Agents } from '../agents.ts';
+import type { GatewayClient } from '../gateway-client.ts';
+import type { Ledger } from '../ledger/ledger.ts';
+import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
+import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
+import { ChatSessions, type ChatSession } from './sessions.ts';
+import { GatewayToolSession, type ToolPayments } from './tools.ts';
+
+export type ChatSettings = Kernel['config']['runtime']['chat'];
+
+interface ProviderEntry {
+  name: string;
+  provider: LlmProviderV1;
+  model: LlmModelInfo;
+}
+
+/** A chat request ready to stream: its key, prices and estimate were checked before the response. */
+export interface PreparedChat {
+  session: ChatSession;
+  messageId: string;
+  content: string;
+  entry: ProviderEntry;
+  apiKey: string;
+  keyKind: KeyKind;
+  estimate: bigint;
+}
+
+export interface ChatDeps {
+  kernel: Kernel;
+  agents: Agents;
+  ledger: Ledger;
+  vault: ProviderVault;
+  gateway: GatewayClient;
+  logger: Logger;
+}
+
+/** Sessions, the chat loop (model ↔ gateway tools), and what it charges (README: Chat). */
+export class ChatService {
+  readonly sessions: ChatSessions;
+  readonly settings: ChatSettings;
+  private readonly payments: ToolPayments | undefined;
+
+  constructor(private readonly options: ChatDeps) {
+    const deps = options;
+    this.settings = deps.kernel.config.runtime.chat;
+    this.sessions = new ChatSessions(this.settings, deps.kernel.clock);
+    const { runtime, ledger } = deps.kernel.config;
+    this.payments =
+      runtime.operatorKey && ledger.tokenAddress
+        ? {
+            payerKey: runtime.operatorKey as Hex,
+            network: `eip155:${ledger.chainId}`,
+            asset: ledger.tokenAddress as Address,
+          }
+        : undefined;
+  }
+
+  deps(): ChatDeps {
+    return this.options;
+  }
+
+  /** The loaded llm-provider that offers `model`, or undefined. */
+  async providerFor(model: string): Promise<ProviderEntry | undefined> {
+    const names = this.options.kernel.plugins
+      .list()
+      .filter((plugin) => plugin.kind === 'llm-provider')
+      .map((plugin) => plugin.name);
+    const providers = this.options.kernel.plugins.all('llm-provider');
+    for (const [index, provider] of providers.entries()) {
+      const found = (await provider.listModels()).find((m) => m.id === model);
+      if (found) return { name: names[index] ?? `llm-provider-${index}`, provider, model: found };
+    }
+    return undefined;
+  }
+
+  async offeredModels(): Promise<string[]> {
+    const lists = await Promise.all(
+      this.options.kernel.plugins.all('llm-provider').map((p) => p.listModels()),
+    );
+    return lists.flat().map((m) => m.id);
+  }
+
+  async openSession(
+    wallet: string,
+    agentId: string,
+    input: { servers?: string[] | undefined; system?: string | undefined },
+  ): Promise<ChatSession> {
+    const agent = await this.options.agents.get(wallet, agentId);
+    const entry = await this.providerFor(agent.model);
+    if (!entry) {
+      const offered = await this.offeredModels();
+      throw new SigilError('conflict', `Model ${agent.model} of agent ${agentId} is not offered here`, {
+        hint: offered.length
+          ? `Create an agent with one of the offered models: ${offered.join(', ')}`
+          : 'No llm-provider plugin is loaded: the operator adds one (e.g. provider-local) to plugins',
+        details: { reason: 'model_not_offered', model: agent.model, offered },
+      });
+    }
+    const servers = [...new Set(input.servers ?? [])];
+    if (servers.length > this.settings.maxServersPerSession) {
+      throw new SigilError(
+        'invalid_request',
+        `At most ${this.settings.maxServersPerSession} servers a session`,
+        {
+          details: { reason: 'too_many_servers', limit: this.settings.maxServersPerSession },
+        },
+      );
+    }
+    return this.sessions.open({
+      agentId,
+      wallet,
+      model: agent.model,
+      provider: entry.name,
+      servers,
+      system: input.system,
+    });
+  }
+
+  /**
+   * Everything that can refuse a message before the stream opens (each a plain JSON 4xx): the session,
+   * one request at a time, the key (the wallet's, else the internal one when allowed), the budget check
+   * with an estimate.
+   */
+  async prepare(
+    principal: AuthPrincipal,
+    agentId: string,
+    sessionId: string,
+    body: { content: string; id?: string | undefined },
+  ): Promise<PreparedChat> {
+    const session = this.sessions.get(principal.address, agentId, sessionId);
+    const messageId = body.id ?? randomUUID();
+    const entry = await this.providerFor(session.model);
+    if (!entry)
+      throw new SigilError('conflict', `Model ${session.model} is no longer offered here`, {
+        details: { reason: 'model_not_offered', model: session.model },
+      });
+    const { apiKey, keyKind } = await this.keyFor(principal, entry.provider.keySlot);
+    const estimate = this.estimate(session, body.content, entry.model, keyKind);
+    await this.options.ledger.check(principal.address, agentId, estimate);
+    this.sessions.begin(session, messageId);
+    return { session, messageId, content: body.content, entry, apiKey, keyKind, estimate };
+  }
+
+  private async keyFor(
+    principal: AuthPrincipal,
+    slot: string,
+  ): Promise<{ apiKey: string; keyKind: KeyKind }> {
+    try {
+      return { apiKey: await this.options.vault.providerKey(principal, slot), keyKind: 'byok' };
+    } catch (err) {
+      const internal = this.options.kernel.config.runtime.providerApiKey;
+      if (
+        err instanceof ProviderKeyUnavailable &&
+        err.reason === 'provider_key_missing' &&
+        this.settings.internalKey &&
+        internal
+      )
+        return { apiKey: internal, keyKind: 'internal' };
+      throw err;
+    }
+  }
+
+  /**
+   * What the first model turn may cost at most: the conversation's input tokens (about 4 characters
+   * each) and `maxOutputTokens` out, at the model's prices, with the key's multiplier.
+   */
+  estimate(session: ChatSession, content: string, model: LlmModelInfo, keyKind: KeyKind): bigint {
+    const input = estimateTokens(JSON.stringify(session.messages)) + estimateTokens(content);
+    return platformCost(
+      keyKind,
+      baseLlmCost({ inputTokens: input, outputTokens: this.settings.maxOutputTokens }, model),
+      0,
+    ).platformCost;
+  }
+
+  /**
+   * Runs the loop and streams it: model turns, the gateway's tools, until the model stops or
+   * `maxSteps` turns. Whatever happens (an error, the client gone), what was used is charged once,
+   * under `chat:<sessionId>:<messageId>`.
+   */
+  async run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
+    const { session, entry } = chat;
+    const signal = sse.signal;
+    const messages: LlmMessage[] = [...session.messages, { role: 'user', content: chat.content }];
+    let base = 0n;
+    let toolCalls = 0;
+    let steps = 0;
+    let finish: LlmFinishReason | 'max-steps' = 'stop';
+    let completed = false;
+    let tools: GatewayToolSession | undefined;
+    try {
+      if (session.servers.length > 0) {
+        tools = await GatewayToolSession.open({
+          gateway: this.options.gateway,
+          path: this.settings.gatewayPath,
+          wallet: principal.address as Address,
+          servers: session.servers,
+          payments: this.payments,
+          signal,
+        });
+      }
+      for (;;) {
+        if (steps >= this.settings.maxSteps) {
+          finish = 'max-steps';
+          break;
+        }
+        steps++;
+        let text = '';
+        const calls: LlmToolCall[] = [];
+        const definitions = tools?.definitions() ?? [];
+        for await (const part of entry.provider.doStream({
+          model: session.model,
+          messages,
+          ...(definitions.length ? { tools: definitions } : {}),
+          maxOutputTokens: this.settings.maxOutputTokens,
+          apiKey: chat.apiKey,
+          signal,
+        })) {
+          switch (part.type) {
+            case 'text-delta':
+              text += part.text;
+              sse.send('text-delta', { step: steps, text: part.text });
+              break;
+            case 'tool-call':
+              calls.push({ id: part.id, name: part.name, input: part.input });
+              sse.send('tool-call', { step: steps, id: part.id, name: part.name, input: part.input });
+              break;
+            case 'usage': {
+              const cost = baseLlmCost(part, entry.model);
+              base += cost;
+              sse.send('usage', {
+                step: steps,
+                inputTokens: part.inputTokens,
+                outputTokens: part.outputTokens,
+                estimated: part.estimated === true,
+                baseLlmCost: cost.toString(),
+              });
+              break;
+            }
+            case 'finish':
+              finish = part.reason;
+              break;
+          }
+        }
+        messages.push({ role: 'assistant', content: text, ...(calls.length ? { toolCalls: calls } : {}) });
+        if (finish !== 'tool-calls' || calls.length === 0) break;
+        if (calls.length > this.settings.maxToolCallsPerTurn) {
+          throw new SigilError(
+            'invalid_request',
+            `The model called ${calls.length} tools in one turn; at most ${this.settings.maxToolCallsPerTurn} are run`,
+            { details: { reason: 'too_many_tool_calls', limit: this.settings.maxToolCallsPerTurn } },
+          );
+        }
+        for (const call of calls) {
+          toolCalls++;
+          const outcome = tools
+            ? await tools.call(call.name, call.input, signal).catch((err: unknown) => ({
+                content: `the gateway failed: ${(err as Error).message}`,
+                isError: true,
+              }))
+            : { content: `No tool ${call.name}: this session has no gateway servers`, isError: true };
+          signal.throwIfAborted();
+          sse.send('tool-result', { step: steps, id: call.id, name: call.name, ...outcome });
+          messages.push({
+            role: 'tool',
+            toolCallId: call.id,
+            content: outcome.content,
+            ...(outcome.isError ? { isError: true } : {}),
+          });
+        }
+      }
+      completed = true;
+    } catch (err) {
+      if (!signal.aborted) sse.send('error', errorEvent(err));
+      if (!signal.aborted && !(err instanceof SigilError || isLlmProviderError(err)))
+        this.options.logger.warn({ err, sessionId: session.id }, 'chat: the request failed');
+    } finally {
+      await tools?.close();
+      const cost = platformCost(chat.keyKind, base, toolCalls);
+      const charge = await this.charge(principal.address, chat, cost);
+      this.sessions.end(session, chat.messageId, completed ? messages : undefined);
+      sse.send('cost', {
+        ...costView(cost),
+        estimate: chat.estimate.toString(),
+        charged: charge.charged,
+        ...(charge.entryId ? { entryId: charge.entryId } : {}),
+        ...(charge.error ? { error: charge.error } : {}),
+      });
+      if (completed)
+        sse.send('done', {
+          messageId: chat.messageId,
+          sessionId: session.id,
+          finishReason: finish,
+          steps,
+          toolCalls,
+        });
+      sse.close();
+    }
+  }
+
+  private async charge(
+    wallet: string,
+    chat: PreparedChat,
+    cost: CostBreakdown,
+  ): Promise<{ charged: string; entryId?: string; error?: ReturnType<typeof errorEvent> }> {
+    if (cost.platformCost === 0n) return { charged: '0' };
+    try {
+      const charge = await this.options.ledger.charge({
+        wallet,
+        agentId: chat.session.agentId,
+        amount: cost.platformCost,
+        idempotencyKey: `chat:${chat.session.id}:${chat.messageId}`,
+      });
+      return { charged: charge.entry.amount.toString(), entryId: charge.entry.id };
+    } catch (err) {
+      this.options.logger.error(
+        { err, sessionId: chat.session.id, messageId: chat.messageId, amount: cost.platformCost.toString() },
+        'chat: the charge was refused',
+      );
+      return { charged: '0', error: errorEvent(err) };
+    }
+  }
+}
+
+/** The `error` event's payload: code, message, hint, and for provider failures kind and retryable. */
+export function errorEvent(err: unknown): Record<string, unknown> {
+  if (isLlmProviderError(err))
+    return {
+      code: 'provider_error',
+      kind: err.kind,
+      retryable: err.retryable,
+      message: err.message,
+      ...(err.retryAfterMs === undefined ? {} : { retryAfterMs: err.retryAfterMs }),
+    };
+  if (err instanceof SigilError)
+    return {
+      code: err.code,
+      message: err.message,
+      ...(err.hint ? { hint: err.hint } : {}),
+      ...(err.details ? { details: err.details } : {}),
+    };
+  return { code: 'internal', message: 'The chat failed; the operator finds the cause in the logs' };
+}

@@ -1,0 +1,157 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { x402Client } from '@x402/core/client';
+import type { PaymentRequired } from '@x402/core/types';
+import { ExactEvmScheme } from '@x402/evm/exact/client';
+import type { Address, Hex } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import type { LlmToolDefinition } from '../../../core/plugins/contracts/llm-provider-v1.ts';
+import type { GatewayClient } from '../gateway-client.ts';
+
+/** x402's MCP transport: an unpaid call is JSON-RPC error 402 with the terms in `data`. */
+const PAYMENT_REQUIRED_CODE = 402;
+const PAYMENT_META_KEY = 'x402/payment';
+const PAYMENT_RESPONSE_META_KEY = 'x402/payment-response';
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+export interface ToolPayments {
+  /** The operator wallet that pays paid tools (runtime.operatorKey). */
+  payerKey: Hex;
+  /** x402 network (`eip155:<chainId>`) and the asset it may pay in (the ledger's token). */
+  network: `${string}:${string}`;
+  asset: Address;
+}
+
+export interface ToolOutcome {
+  content: string;
+  isError: boolean;
+  /** Set when the runtime's operator wallet paid for the call (x402). */
+  paid?: { amount: string; asset: string; network: string; transaction?: string };
+}
+
+/** `<server>__<tool>` tools of the gateway for one chat request, over the official MCP SDK client. */
+export class GatewayToolSession {
+  private tools: LlmToolDefinition[] = [];
+
+  private constructor(
+    private readonly client: Client,
+    private readonly payer: x402Client | undefined,
+  ) {}
+
+  /**
+   * Connects (the wallet's delegated JWT, or the operator's ERC-8128 signatures), enables `servers`
+   * with `gateway_enable_server` and lists the tools to offer the model.
+   */
+  static async open(options: {
+    gateway: GatewayClient;
+    path: 'delegated' | 'operator';
+    wallet: Address;
+    servers: readonly string[];
+    payments: ToolPayments | undefined;
+    signal: AbortSignal;
+  }): Promise<GatewayToolSession> {
+    const client = new Client({ name: 'sigil-runtime', version: '1.0.0' });
+    const transport =
+      options.path === 'operator'
+        ? options.gateway.operatorTransport()
+        : options.gateway.delegatedTransport(options.wallet);
+    await client.connect(transport, { signal: options.signal });
+    const payer =
+      options.payments === undefined
+        ? undefined
+        : new x402Client()
+            .register(
+              options.payments.network,
+              new ExactEvmScheme(privateKeyToAccount(options.payments.payerKey)),
+            )
+            .setSpendControls({
+              allowedAssets: [{ network: options.payments.network, asset: options.payments.asset }],
+            });
+    const session = new GatewayToolSession(client, payer);
+    try {
+      for (const serverId of options.servers) {
+        const result = (await client.callTool(
+          { name: 'gateway_enable_server', arguments: { serverId } },
+          undefined,
+          { signal: options.signal },
+        )) as CallToolResult;
+        if (result.isError) throw new Error(`the gateway did not enable ${serverId}: ${textOf(result)}`);
+      }
+      await session.refresh(options.signal);
+    } catch (err) {
+      await session.close();
+      throw err;
+    }
+    return session;
+  }
+
+  /** The tools to offer the model (meta-tools included). */
+  definitions(): LlmToolDefinition[] {
+    return this.tools;
+  }
+
+  async refresh(signal: AbortSignal): Promise<void> {
+    const listed = await this.client.listTools(undefined, { signal });
+    this.tools = listed.tools
+      .filter((tool) => TOOL_NAME.test(tool.name))
+      .map((tool) => ({
+        name: tool.name,
+        description: tool.description ?? '',
+        inputSchema: tool.inputSchema as Record<string, unknown>,
+      }));
+  }
+
+  /** Calls a tool; pays with the operator wallet when the gateway asks (x402) and a payer is set. */
+  async call(name: string, input: Record<string, unknown>, signal: AbortSignal): Promise<ToolOutcome> {
+    let outcome: ToolOutcome;
+    try {
+      outcome = outcomeOf(
+        (await this.client.callTool({ name, arguments: input }, undefined, { signal })) as CallToolResult,
+      );
+    } catch (err) {
+      if (!(err instanceof McpError) || err.code !== PAYMENT_REQUIRED_CODE) throw err;
+      if (this.payer === undefined) {
+        return {
+          content: `${name} is a paid tool and this runtime has no operator wallet to pay it (runtime.operatorKey)`,
+          isError: true,
+        };
+      }
+      const required = err.data as PaymentRequired;
+      const payment = await this.payer.createPaymentPayload(required);
+      const result = (await this.client.callTool(
+        { name, arguments: input, _meta: { [PAYMENT_META_KEY]: payment } },
+        undefined,
+        { signal },
+      )) as CallToolResult;
+      outcome = outcomeOf(result);
+      const accepted = payment.accepted as { amount?: string; asset?: string; network?: string };
+      const settled = result._meta?.[PAYMENT_RESPONSE_META_KEY] as { transaction?: string } | undefined;
+      outcome.paid = {
+        amount: String(accepted.amount ?? ''),
+        asset: String(accepted.asset ?? ''),
+        network: String(accepted.network ?? ''),
+        ...(settled?.transaction ? { transaction: settled.transaction } : {}),
+      };
+    }
+    if (name === 'gateway_enable_server' && !outcome.isError) await this.refresh(signal);
+    return outcome;
+  }
+
+  async close(): Promise<void> {
+    await this.client.close().catch(() => undefined);
+  }
+}
+
+function textOf(result: CallToolResult): string {
+  const parts = (result.content ?? []).map((part) =>
+    part.type === 'text' ? part.text : JSON.stringify(part),
+  );
+  if (parts.length === 0 && result.structuredContent !== undefined)
+    return JSON.stringify(result.structuredContent);
+  return parts.join('\n');
+}
+
+const outcomeOf = (result: CallToolResult): ToolOutcome => ({
+  content: textOf(result),
+  isError: result.isError === true,
+});
