@@ -95,14 +95,14 @@ export function anvilBinaryPath(): string {
   const arch = npmArch[process.arch];
   const binaryName = process.platform === 'win32' ? 'anvil.exe' : 'anvil';
   const platformPackage = `@foundry-rs/anvil-${process.platform}-${arch ?? process.arch}`;
-  // Resolved from the wrapper package, which depends on the platform package: the wrapper's own
-  // bin script would put a node process between us and anvil, and signals would stop there.
-  const fromWrapper = createRequire(createRequire(import.meta.url).resolve('@foundry-rs/anvil/package.json'));
+  // The platform's binary package directly (an optional dependency: npm installs the one for this
+  // platform): the wrapper's bin script would put a node process between us and anvil.
+  const require = createRequire(import.meta.url);
   try {
-    return fromWrapper.resolve(`${platformPackage}/bin/${binaryName}`);
+    return require.resolve(`${platformPackage}/bin/${binaryName}`);
   } catch {
     throw new Error(
-      `anvil binary not found: the npm package ${platformPackage} is not installed (is this platform supported by @foundry-rs/anvil?)`,
+      `anvil binary not found: the npm package ${platformPackage} is not installed (package.json lists anvil for Linux x64; add this platform's @foundry-rs/anvil-* package)`,
     );
   }
 }
