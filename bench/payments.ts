@@ -40,6 +40,7 @@ import type { Kernel } from '../services/kernel.ts';
 import { startDevChain, type DevChain } from '../services/devchain/index.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel } from '../test/support/kernel.ts';
+import { walletToken } from '../test/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { PaymentsLoadOptions, PaymentsLoadResult } from './payments-load.ts';
 import { cpuBetween, descendants, ownCpuUs } from './proc.ts';
@@ -137,28 +138,6 @@ function post(url: string, body: string): Promise<{ status: number; text: string
     req.on('error', reject);
     req.end(body);
   });
-}
-
-async function walletToken(gatewayUrl: string, key: `0x${string}`): Promise<string> {
-  const wallet = privateKeyToAccount(key);
-  const challenge = (await (
-    await fetch(`${gatewayUrl}/api/auth/challenge?address=${wallet.address}`)
-  ).json()) as { message: string };
-  const verified = await fetch(`${gatewayUrl}/api/auth/verify`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      message: challenge.message,
-      signature: await wallet.signMessage({ message: challenge.message }),
-    }),
-  });
-  const { token: jwt } = (await verified.json()) as { token: string };
-  const created = await fetch(`${gatewayUrl}/api/auth/create-token`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
-    body: '{}',
-  });
-  return ((await created.json()) as { token: string }).token;
 }
 
 const callBody = JSON.stringify({ arguments: { message: 'bench' } });
@@ -559,7 +538,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       refusedNonces.filter((nonce) => eventsByNonce.has(nonce.toLowerCase())).length,
     );
     const reconcileStarted = Date.now();
-    const operatorToken = await walletToken(paid.url, operatorKey);
+    const { token: operatorToken } = await walletToken(paid.url, privateKeyToAccount(operatorKey));
     const reconciliation = await fetch(`${paid.url}/api/payments/reconciliation`, {
       headers: { authorization: `Bearer ${operatorToken}` },
     });
