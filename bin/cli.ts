@@ -14,6 +14,7 @@ import { SigilError } from '../core/errors.ts';
 import { createLogger, logDestination, SecretRegistry } from '../core/log.ts';
 import { PluginLoadError } from '../core/plugins/host.ts';
 import { builtinPlugins } from '../services/builtin-plugins.ts';
+import { withUpDefaults } from '../services/up-defaults.ts';
 import {
   DEV_CHAIN_RAIL,
   devChainBanner,
@@ -42,9 +43,11 @@ const configPath = (): string | undefined => program.opts<{ config?: string }>()
 
 async function runServices(
   services: readonly ServiceName[],
+  /** `sigil up`: the dev chain, provider-local and a persistent vault (services/up-defaults.ts). */
   options: { devChain?: boolean } = {},
 ): Promise<void> {
-  const loaded = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
+  const read = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
+  const loaded = options.devChain ? { ...read, config: withUpDefaults(read.config) } : read;
   // One log stream for the dev chain's progress and the kernel's logs.
   const destination = logDestination(2);
   const chain = options.devChain ? await startDevChainFor(loaded, destination) : undefined;

@@ -9,6 +9,8 @@ export type ServiceName = 'runtime' | 'gateway';
 /** A service's app, with optional background work to start once it listens and to stop before the kernel. */
 interface ServiceApp {
   app: Koa;
+  /** The runtime's gateway client, pointed at the gateway this process serves (sigil up). */
+  gateway?: { reachAt(url: string): void };
   start?(): Promise<void> | void;
   close?(): Promise<void>;
 }
@@ -39,6 +41,11 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
       urls[name] = server.url;
       kernel.logger.info({ service: name, url: server.url }, `${name} listening`);
     }
+    const runtime = apps[services.indexOf('runtime')];
+    // Both here (sigil up): the runtime's tool loop reaches this gateway where it listens, ephemeral
+    // ports included, unless runtime.chat.gatewayUrl names another address.
+    if (runtime?.gateway && urls.gateway && kernel.config.runtime.chat.gatewayUrl === undefined)
+      runtime.gateway.reachAt(urls.gateway);
   } catch (err) {
     await Promise.all(running.map((server) => server.close(0)));
     await Promise.all(apps.map((service) => service.close?.()));

@@ -111,6 +111,19 @@ export class GatewayClient {
     this.operator = options.operatorKey === undefined ? undefined : privateKeyToAccount(options.operatorKey);
   }
 
+  /**
+   * Points the client at another address of the same gateway (its public URL stays what JWTs and
+   * signatures name): `sigil up` sets the URL its own gateway listens on.
+   */
+  reachAt(url: string): void {
+    this.options.url = url;
+  }
+
+  /** Where requests go now. */
+  get url(): string {
+    return this.options.url;
+  }
+
   /** The operator wallet's address, when one is configured. */
   get operatorAddress(): Address | undefined {
     return this.operator?.address;
