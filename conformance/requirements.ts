@@ -1,4 +1,5 @@
 import type { Requirement } from './deployment/context.ts';
+import { chatRequirements } from './deployment/chat.ts';
 import { delegationRequirements } from './deployment/delegation.ts';
 import { discoveryRequirements } from './deployment/discovery.ts';
 import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
@@ -39,4 +40,5 @@ export const REQUIREMENTS: readonly Requirement[] = [
   foreignTokenRequirement(RUNTIME_AUTH, GATEWAY_AUTH),
   ...delegationRequirements,
   ...ledgerRequirements,
+  ...chatRequirements,
 ];

@@ -34,6 +34,18 @@ export const FEATURES = {
     '/wallet/balance',
     "the runtime exposes no wallet ledger at Sigil's paths (the runtime spec does not fix them)",
   ),
+  /** The spec names chat sessions and SSE but not their routes; these are Sigil's (401 unsigned, never 404). */
+  'runtime-chat': absentOn404(
+    'runtime',
+    '/agents/00000000-0000-4000-8000-000000000000/sessions',
+    "the runtime exposes no chat sessions at Sigil's paths (the runtime spec does not fix them)",
+  ),
+  /** The BYOK vault's routes, Sigil's: the message to sign is public, the rest needs a session. */
+  'runtime-provider-vault': absentOn404(
+    'runtime',
+    '/wallet/provider-vault/message',
+    "the runtime exposes no provider-key vault at Sigil's paths (the runtime spec does not fix them)",
+  ),
   /** Sigil's gateway says who a request authenticates as; checks of credentials observe it there. */
   'gateway-session': absentOn404(
     'gateway',
