@@ -105,6 +105,7 @@ const suites: Record<string, () => Promise<Measurement[]>> = {
   'gateway-mcp': async () => (await import('./gateway.ts')).gatewayMcpSuite(),
   payments: async () => (await import('./payments.ts')).paymentsSuite(),
   ledger: async () => (await import('./ledger.ts')).ledgerSuite(),
+  chat: async () => (await import('./chat.ts')).chatSuite(),
 };
 // `npm run bench -- gateway-mcp` runs the named suites only; the table keeps the others' last results.
 const selected = process.argv.slice(2);

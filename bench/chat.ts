@@ -1,0 +1,270 @@
+/**
+ * `chat`: what the runtime adds to a chat turn, against a direct SDK call to the same model server.
+ *
+ * One process holds everything: the runtime (Sigil's test Stack: a real kernel on SQLite, the
+ * runtime and gateway apps on ephemeral ports, logging quiet) with `provider-local`, whose stand-in
+ * is the model server of both paths. A wallet signs in, has 1000 USD on its ledger, stores and
+ * unlocks its BYOK key, and owns an agent on `sigil-echo`.
+ *
+ * - direct: the `openai` SDK (one client, `baseURL` the stand-in's `/v1`) streams
+ *   `chat.completions.create({ stream: true })`; time to first token is the first chunk with content.
+ * - runtime: `POST /agents/:id/sessions/:sid/messages` over HTTP (fetch, keep-alive), the answer an SSE
+ *   stream; time to first token is the first `text-delta` event, total time the end of the stream
+ *   (after `cost` and `done`, i.e. with the ledger charge). Each turn gets a fresh session without
+ *   tool servers (opened and closed outside the timing), so every turn sends the same prompt.
+ *
+ * BENCH_RUNS runs (3), each BENCH_CHAT_TURNS measured turns (200) after BENCH_CHAT_WARMUP (30), one in
+ * flight; the runs alternate direct, runtime, direct, …; rows are medians over runs and the added rows
+ * the median of paired differences (target: added time-to-first-token p50 ≤ 5 ms). "server CPU" is
+ * this process's CPU per turn: client, stand-in and (on the runtime rows) the runtime.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import OpenAI from 'openai';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import type { LocalProvider } from '../providers/local/index.ts';
+import { PROVIDER_VAULT_MESSAGE } from '../services/runtime/vault/index.ts';
+import { setOnChain } from '../test/ledger/support.ts';
+import { Stack } from '../test/runtime/support.ts';
+import { TEST_DATABASES } from '../test/support/kernel.ts';
+
+const RUNS = Number(process.env.BENCH_RUNS ?? 3);
+const TURNS = Number(process.env.BENCH_CHAT_TURNS ?? 200);
+const WARMUP = Number(process.env.BENCH_CHAT_WARMUP ?? 30);
+const TARGET_ADDED_TTFT_P50_MS = 5;
+const MODEL = 'sigil-echo';
+const PROMPT = 'the quick brown fox jumps over the lazy dog and runs far away into the green hills';
+
+export interface ChatMeasurement {
+  scenario: string;
+  concurrency: number;
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  serverCpuUsPerRequest: number;
+  target?: string;
+  met?: boolean;
+  turnsPerRun?: number;
+  warmupTurns?: number;
+  runs?: Run[];
+}
+
+interface Run {
+  rps: number;
+  ttftP50Ms: number;
+  ttftP99Ms: number;
+  totalP50Ms: number;
+  totalP99Ms: number;
+  cpuUsPerTurn: number;
+  hostLoad: number;
+}
+
+interface Turn {
+  ttftMs: number;
+  totalMs: number;
+}
+
+const median = (values: readonly number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
+};
+const percentile = (values: readonly number[], p: number): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+};
+const ms = (value: number) => Number(value.toFixed(3));
+const log = (row: object) => process.stdout.write(`${JSON.stringify({ ...row, runs: undefined })}\n`);
+
+async function measureRun(turn: () => Promise<Turn>): Promise<Run> {
+  for (let i = 0; i < WARMUP; i++) await turn();
+  const turns: Turn[] = [];
+  const cpuBefore = process.cpuUsage();
+  const started = performance.now();
+  for (let i = 0; i < TURNS; i++) turns.push(await turn());
+  const elapsed = performance.now() - started;
+  const cpu = process.cpuUsage(cpuBefore);
+  const ttft = turns.map((t) => t.ttftMs);
+  const total = turns.map((t) => t.totalMs);
+  return {
+    rps: Math.round((TURNS / elapsed) * 1000),
+    ttftP50Ms: ms(percentile(ttft, 50)),
+    ttftP99Ms: ms(percentile(ttft, 99)),
+    totalP50Ms: ms(percentile(total, 50)),
+    totalP99Ms: ms(percentile(total, 99)),
+    cpuUsPerTurn: Math.round((cpu.user + cpu.system) / TURNS),
+    hostLoad: Number((loadavg()[0] ?? 0).toFixed(2)),
+  };
+}
+
+export async function chatSuite(): Promise<ChatMeasurement[]> {
+  const dir = mkdtempSync(join(tmpdir(), 'sigil-bench-chat-'));
+  const database = TEST_DATABASES[0];
+  if (!database) throw new Error('no test database');
+  const stack = await Stack.start({
+    database,
+    config: {
+      vault: { persistenceDir: dir },
+      plugins: [
+        { resolve: 'tee-none', enabled: true, options: {} },
+        { resolve: 'registry-npm', enabled: true, options: {} },
+        { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
+        { resolve: 'provider-local', enabled: true, options: {} },
+      ],
+    },
+  });
+  try {
+    const standIn = (stack.kernel.plugins.all('llm-provider')[0] as LocalProvider).standIn;
+    if (!standIn) throw new Error('the provider-local stand-in is not running');
+    const apiKey = 'sk-bench-own-key';
+
+    // The runtime's wallet: signed in, funded on its ledger, its key stored and unlocked, an agent.
+    const wallet = privateKeyToAccount(generatePrivateKey());
+    const jwt = await stack.signIn(wallet);
+    await setOnChain(stack.runtime.ledger.ledger, wallet.address, 1_000_000_000n);
+    const base = stack.url('runtime');
+    const call = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(`${base}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${jwt}`,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+      const text = await res.text();
+      if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+      return (text === '' ? {} : JSON.parse(text)) as Record<string, unknown>;
+    };
+    const signature = await wallet.signMessage({ message: PROVIDER_VAULT_MESSAGE });
+    await call('PUT', '/wallet/provider-vault/keys/PROVIDER_API_KEY', { apiKey, signature });
+    await call('POST', '/wallet/provider-vault/unlock', { signature });
+    const agentId = (await call('POST', '/agents', { name: 'bench', model: MODEL })).id as string;
+
+    const runtimeTurn = async (): Promise<Turn> => {
+      const session = (await call('POST', `/agents/${agentId}/sessions`, {})).id as string;
+      const started = performance.now();
+      const res = await fetch(`${base}/agents/${agentId}/sessions/${session}/messages`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${jwt}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ content: PROMPT }),
+      });
+      if (res.status !== 200) throw new Error(`chat: ${res.status} ${await res.text()}`);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const decoder = new TextDecoder();
+      let seen = '';
+      let ttft: number | undefined;
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        seen += decoder.decode(value, { stream: true });
+        if (ttft === undefined && seen.includes('event: text-delta')) ttft = performance.now() - started;
+      }
+      const total = performance.now() - started;
+      if (!seen.includes('event: done') || seen.includes('event: error'))
+        throw new Error(`chat: the stream did not end with done: ${seen.slice(-400)}`);
+      await call('DELETE', `/agents/${agentId}/sessions/${session}`);
+      return { ttftMs: ttft ?? total, totalMs: total };
+    };
+
+    const client = new OpenAI({ apiKey, baseURL: `${standIn.url}/v1`, maxRetries: 0 });
+    const directTurn = async (): Promise<Turn> => {
+      const started = performance.now();
+      const stream = await client.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: 'user', content: PROMPT }],
+        max_tokens: 4096,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      let ttft: number | undefined;
+      let text = '';
+      for await (const chunk of stream) {
+        const delta = chunk.choices[0]?.delta?.content;
+        if (delta) {
+          if (ttft === undefined) ttft = performance.now() - started;
+          text += delta;
+        }
+      }
+      const total = performance.now() - started;
+      if (text !== PROMPT) throw new Error(`direct: unexpected answer ${JSON.stringify(text)}`);
+      return { ttftMs: ttft ?? total, totalMs: total };
+    };
+
+    const runs = { direct: [] as Run[], runtime: [] as Run[] };
+    for (let i = 0; i < RUNS; i++) {
+      runs.direct.push(await measureRun(directTurn));
+      runs.runtime.push(await measureRun(runtimeTurn));
+    }
+    const perRun = { turnsPerRun: TURNS, warmupTurns: WARMUP };
+    const row = (
+      scenario: string,
+      list: Run[],
+      p50: (r: Run) => number,
+      p99: (r: Run) => number,
+    ): ChatMeasurement => ({
+      scenario,
+      concurrency: 1,
+      rps: Math.round(median(list.map((r) => r.rps))),
+      p50Ms: ms(median(list.map(p50))),
+      p99Ms: ms(median(list.map(p99))),
+      serverCpuUsPerRequest: Math.round(median(list.map((r) => r.cpuUsPerTurn))),
+      ...perRun,
+      runs: list,
+    });
+    const added = (pick: (r: Run) => number) =>
+      median(runs.runtime.map((r, i) => pick(r) - pick(runs.direct[i] as Run)));
+    const addedTtft = added((r) => r.ttftP50Ms);
+    const results: ChatMeasurement[] = [
+      row(
+        `direct: openai SDK streaming ${MODEL} from the provider-local stand-in, time to first token`,
+        runs.direct,
+        (r) => r.ttftP50Ms,
+        (r) => r.ttftP99Ms,
+      ),
+      row(
+        'direct: the same call, total time',
+        runs.direct,
+        (r) => r.totalP50Ms,
+        (r) => r.totalP99Ms,
+      ),
+      row(
+        'runtime: one chat turn over SSE (BYOK key unlocked, no tool servers), time to first token',
+        runs.runtime,
+        (r) => r.ttftP50Ms,
+        (r) => r.ttftP99Ms,
+      ),
+      row(
+        'runtime: the same turn, total time (to the end of the stream: cost, charge, done)',
+        runs.runtime,
+        (r) => r.totalP50Ms,
+        (r) => r.totalP99Ms,
+      ),
+      {
+        scenario: `added by the runtime to time to first token (runtime − direct, median of paired runs); target p50 ≤ ${TARGET_ADDED_TTFT_P50_MS} ms: ${addedTtft <= TARGET_ADDED_TTFT_P50_MS ? 'met' : 'not met'}`,
+        concurrency: 1,
+        rps: 0,
+        p50Ms: ms(addedTtft),
+        p99Ms: ms(added((r) => r.ttftP99Ms)),
+        serverCpuUsPerRequest: Math.round(added((r) => r.cpuUsPerTurn)),
+        target: `added TTFT p50 ≤ ${TARGET_ADDED_TTFT_P50_MS} ms`,
+        met: addedTtft <= TARGET_ADDED_TTFT_P50_MS,
+      },
+      {
+        scenario: 'added by the runtime to total time (runtime − direct, median of paired runs)',
+        concurrency: 1,
+        rps: 0,
+        p50Ms: ms(added((r) => r.totalP50Ms)),
+        p99Ms: ms(added((r) => r.totalP99Ms)),
+        serverCpuUsPerRequest: Math.round(added((r) => r.cpuUsPerTurn)),
+      },
+    ];
+    for (const result of results) log(result);
+    return results;
+  } finally {
+    await stack.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
