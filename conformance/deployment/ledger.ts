@@ -207,7 +207,16 @@ export const ledgerRequirements: readonly Requirement[] = [
       );
       const before = await readBalance(context, who);
       const minimum = before.minimumBalance && before.minimumBalance > 0n ? before.minimumBalance : 10_000n;
-      const amount = 2n * minimum;
+      // The withdrawal: the minimum balance, or the smallest withdrawal the deployment takes if larger.
+      const limits = await context.http.request({
+        service: 'runtime',
+        path: '/wallet/withdrawals?limit=1',
+        headers: bearer(who.token),
+      });
+      const smallest = z.object({ limits: z.object({ minAmount: units }) }).safeParse(limits.body).data
+        ?.limits.minAmount;
+      const withdrawn = smallest !== undefined && smallest > minimum ? smallest : minimum;
+      const amount = minimum + withdrawn;
       const token = deposit.token.address as Address;
       const payer = privateKeyToAccount(payerKey as Hex);
       const publicClient = createPublicClient({ transport: http(rpcUrl) });
@@ -255,7 +264,11 @@ export const ledgerRequirements: readonly Requirement[] = [
         method: 'POST',
         path: '/wallet/withdrawals',
         headers: bearer(who.token),
-        json: { amount: minimum.toString(), to: payer.address, idempotencyKey: `conformance-${Date.now()}` },
+        json: {
+          amount: withdrawn.toString(),
+          to: payer.address,
+          idempotencyKey: `conformance-${Date.now()}`,
+        },
       });
       ensure(
         withdrawal.status === 200 || withdrawal.status === 202,
@@ -269,8 +282,8 @@ export const ledgerRequirements: readonly Requirement[] = [
       );
       const right = await readBalance(context, who);
       ensure(
-        right.available <= funded.available - minimum,
-        `right after a withdrawal of ${minimum}, available is ${right.available} (was ${funded.available}): the withdrawal is not counted`,
+        right.available <= funded.available - withdrawn,
+        `right after a withdrawal of ${withdrawn}, available is ${right.available} (was ${funded.available}): the withdrawal is not counted`,
       );
       await eventually('the withdrawal did not complete', async () => {
         const read = await context.http.request({
