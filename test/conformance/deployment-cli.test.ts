@@ -160,7 +160,12 @@ describe('sigil conformance deployment', function () {
     chain = await startDevChain();
     enforcing = await startSigil({
       ...servers,
-      plugins: [...servers.plugins, railPlugin(chain).plugin],
+      // provider-local, as sigil up adds it: the chat requirements need a model to chat with.
+      plugins: [
+        ...servers.plugins,
+        railPlugin(chain).plugin,
+        { resolve: 'provider-local', enabled: true, options: {} },
+      ],
       gateway: { ...servers.gateway, operatorWallets: [operator], erc8128EnforceOperatorMcp: true },
       // The wallet ledger on the same chain, so the payer can also deposit and withdraw.
       ledger: ledgerOnChain(chain, { confirmations: 1, pollIntervalMs: 100 }),
