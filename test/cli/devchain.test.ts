@@ -87,13 +87,13 @@ describe('sigil up and the dev chain', function () {
         payTo: banner.treasury,
       });
       expect(charged.token).to.include({ address: banner.token, decimals: 6 });
-      // Progress lines in the log while it starts.
-      for (const step of ['starting anvil', 'anvil listening', 'Multicall3', 'SigilDollar deployed', 'ready'])
-        expect(output).to.include(`"msg":"dev chain: ${step}`);
     } finally {
       up.child.kill('SIGINT');
     }
     expect(await up.exited).to.equal(0);
+    // Progress lines in the log while it started (log lines are batched: read once it has exited).
+    for (const step of ['starting anvil', 'anvil listening', 'Multicall3', 'SigilDollar deployed', 'ready'])
+      expect(up.output()).to.include(`"msg":"dev chain: ${step}`);
     // The payer's key appears once, in the printed block, never in a log line; the operator's never.
     expect(up.output().split(banner.key).length - 1).to.equal(1);
     expect(up.output()).to.not.include('ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80');
