@@ -231,7 +231,8 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
                   enabled: true,
                   options: {
                     network,
-                    rpcUrl: chain.rpcUrl,
+                    // As sigil up configures it: the dev chain's WebSocket.
+                    rpcUrl: chain.rpcUrl.replace(/^http/, 'ws'),
                     asset: chain.token,
                     payTo,
                     maxTimeoutSeconds: 600,
