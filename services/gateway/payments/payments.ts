@@ -211,7 +211,7 @@ export class Payments {
       );
       return undefined;
     }
-    const receipt = await this.attempt(payment);
+    const receipt = await this.attempt(payment, 0);
     if (receipt.success || receipt.errorReason === 'settlement_pending') return receipt;
     throw this.paymentRequired(resource, {
       code: receipt.errorReason ?? 'settlement_failed',
@@ -290,7 +290,7 @@ export class Payments {
             .db('payment_settlements')
             .where({ id: row.id, state: 'settling', next_attempt_at: row.next_attempt_at })
             .update({ next_attempt_at: now + CLAIM_MS });
-          if (claimed === 1) await this.attempt(paymentOf(row));
+          if (claimed === 1) await this.attempt(paymentOf(row), Number(row.attempts));
         }
       } catch (err) {
         this.deps.logger.warn({ err: (err as Error).message }, 'payments: settlement sweep failed');
@@ -301,17 +301,15 @@ export class Payments {
     return this.sweeping;
   }
 
-  /** One settlement attempt of a `settling` record, and its outcome recorded. */
-  private async attempt(payment: VerifiedPayment): Promise<PaymentReceipt> {
+  /** One settlement attempt of a `settling` record (after `previousAttempts`), and its outcome recorded. */
+  private async attempt(payment: VerifiedPayment, previousAttempts: number): Promise<PaymentReceipt> {
     const { network } = this.terms();
     const outcome = await this.deps.rail.settle(payment).catch((err: Error) => ({
       status: 'retry' as const,
       reason: 'unreachable',
       message: err.message,
     }));
-    const row = (await this.deps.db('payment_settlements').where({ id: payment.id }).first('attempts')) as
-      { attempts: number } | undefined;
-    const attempts = (row?.attempts ?? 0) + 1;
+    const attempts = previousAttempts + 1;
     if (outcome.status === 'settled') {
       await this.move(payment.id, ['settling'], {
         state: 'settled',
