@@ -23,8 +23,7 @@
  * sandboxed server's, from /proc. For cold rows, server CPU is everything the call made run.
  */
 import { execFile, spawn } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -41,7 +40,7 @@ import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';
 import { walletToken } from '../test/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { LoadOptions, LoadResult } from './mcp-load.ts';
-import { cpuBetween, descendants, ownCpuUs, reapedChildrenCpuUs } from './proc.ts';
+import { cpuBetween, descendants, ownCpuUs, profiled, reapedChildrenCpuUs } from './proc.ts';
 import { startRelay } from './relay.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -100,27 +99,6 @@ const serverProcesses = () => {
   for (const pid of foreignPids) found.delete(pid);
   return found;
 };
-
-/**
- * With BENCH_CPU_PROFILE=<dir>, each measured run against an HTTP target writes a V8 CPU profile of
- * this process (the gateway or the relay) to <dir>: where the serving CPU per call goes.
- */
-async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
-  const dir = process.env.BENCH_CPU_PROFILE;
-  if (dir === undefined) return work();
-  const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  try {
-    return await work();
-  } finally {
-    const { profile } = await session.post('Profiler.stop');
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, `${name.replace(/[^\w.-]+/g, '_')}.cpuprofile`), JSON.stringify(profile));
-    session.disconnect();
-  }
-}
 
 async function load(target: Target, concurrency: number, prewarm = false, name = ''): Promise<Run> {
   if (!prewarm && target.kind === 'http')

@@ -43,7 +43,7 @@ import { openTestKernel } from '../test/support/kernel.ts';
 import { walletToken } from '../test/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { PaymentsLoadOptions, PaymentsLoadResult } from './payments-load.ts';
-import { cpuBetween, descendants, ownCpuUs } from './proc.ts';
+import { cpuBetween, descendants, ownCpuUs, profiled } from './proc.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const probePackage = join(here, '..', 'test', 'fixtures', 'mcp', 'probe-package');
@@ -284,10 +284,10 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
     const serversBefore = serverProcesses();
     const chainBefore = chainCpuUs();
     const loopBefore = performance.eventLoopUtilization();
-    const { stdout } = await execFileAsync(
-      process.execPath,
-      ['--import', 'tsx', join(here, 'payments-load.ts'), JSON.stringify(full)],
-      { maxBuffer: 256 * 1024 * 1024 },
+    const { stdout } = await profiled(`${paid ? 'paid' : 'unpaid'}-${options.concurrency}`, () =>
+      execFileAsync(process.execPath, ['--import', 'tsx', join(here, 'payments-load.ts'), JSON.stringify(full)], {
+        maxBuffer: 256 * 1024 * 1024,
+      }),
     );
     const result = JSON.parse(stdout) as PaymentsLoadResult;
     const calls = Math.max(1, result.calls);

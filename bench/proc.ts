@@ -3,7 +3,9 @@
  * sandbox, started through a chain of setpriv, unshare and sh): every live descendant of a process,
  * found by walking parent pids, and the children this process has already waited for.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { join } from 'node:path';
 
 /** Linux reports utime and stime in clock ticks: 100 per second on every mainstream build. */
 const US_PER_TICK = 10_000;
@@ -65,4 +67,25 @@ export function reapedChildrenCpuUs(): number {
 export function ownCpuUs(): number {
   const usage = process.cpuUsage();
   return usage.user + usage.system;
+}
+
+/**
+ * With BENCH_CPU_PROFILE=<dir>, each measured run against an HTTP target writes a V8 CPU profile of
+ * this process to <dir>: where the serving CPU per call goes.
+ */
+export async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
+  const dir = process.env.BENCH_CPU_PROFILE;
+  if (dir === undefined) return work();
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  try {
+    return await work();
+  } finally {
+    const { profile } = await session.post('Profiler.stop');
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, `${name.replace(/[^\w.-]+/g, '_')}.cpuprofile`), JSON.stringify(profile));
+    session.disconnect();
+  }
 }
