@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import type { Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { openDatabase, type Database } from '../../core/db/database.ts';
-import { RpcProxy } from '../payments/support.ts';
+import { RpcProxy, sendsTransaction } from '../payments/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { freePort, startSigil } from '../support/cli.ts';
 import { fundedAccount, ledgerOnChain, sendToken, tokenBalance } from './chain-support.ts';
@@ -118,11 +118,11 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
     const to = privateKeyToAccount(generatePrivateKey()).address;
     let killed: Promise<void> | undefined;
     proxy.intercept = (methods) => {
-      if (!methods.includes('eth_sendRawTransaction')) return 'forward';
+      if (!sendsTransaction(methods)) return 'forward';
       killed ??= kill();
       return killed.then(() => 'cut' as const);
     };
-    const sent = proxy.count('eth_sendRawTransaction');
+    const sent = proxy.transactionsSent();
     const res = await withdraw(3n * USD, to, 'crash-1');
     expect(res.status).to.equal(202);
     const { id } = (await res.json()) as { id: string };
@@ -139,7 +139,7 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
     });
     expect(done.transactionHash).to.match(/^0x[0-9a-f]{64}$/);
     expect(await tokenBalance(chain, to)).to.equal(3n * USD);
-    expect(proxy.count('eth_sendRawTransaction') - sent).to.equal(2); // the cut one, then the one that went
+    expect(proxy.transactionsSent() - sent).to.equal(2); // the cut one, then the one that went
     await expectAgreement();
   });
 
@@ -147,7 +147,7 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
     const to = privateKeyToAccount(generatePrivateKey()).address;
     let killed: Promise<void> | undefined;
     proxy.intercept = (methods) => {
-      if (!methods.includes('eth_sendRawTransaction')) return 'forward';
+      if (!sendsTransaction(methods)) return 'forward';
       killed ??= kill();
       return killed.then(() => 'lose-answer' as const);
     };
@@ -159,7 +159,7 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
     await eventually('the transfer on chain', async () => (await tokenBalance(chain, to)) === 2n * USD);
     proxy.intercept = undefined;
     expect((await rowOf(id))!.state).to.equal('pending');
-    const sent = proxy.count('eth_sendRawTransaction');
+    const sent = proxy.transactionsSent();
     await start();
     jwt = await signIn(user);
     const done = await eventually('the withdrawal found at start-up', async () => {
@@ -167,7 +167,7 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
       return row.status === 'completed' ? row : undefined;
     });
     expect(done.transactionHash).to.match(/^0x[0-9a-f]{64}$/);
-    expect(proxy.count('eth_sendRawTransaction'), 'no second transaction').to.equal(sent);
+    expect(proxy.transactionsSent(), 'no second transaction').to.equal(sent);
     expect(await tokenBalance(chain, to)).to.equal(2n * USD);
     await expectAgreement();
     expect((await balance()).withdrawn).to.equal(String(5n * USD));

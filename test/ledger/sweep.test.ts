@@ -3,7 +3,7 @@ import type { Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type LocalAccount } from 'viem/accounts';
 import type { Transfer } from '../../services/runtime/ledger/transfers.ts';
 import { chainClients } from '../chain/support.ts';
-import { RpcProxy } from '../payments/support.ts';
+import { RpcProxy, sendsTransaction } from '../payments/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { fundedAccount, ledgerOnChain, mine, sendToken, tokenBalance } from './chain-support.ts';
@@ -98,7 +98,7 @@ describe('ledger: settlement sweep on anvil', function () {
       const { wallet, agentId } = await walletWithSpend(10n * USD, [500_000n]);
       expect((await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet)).to.deep.equal([]);
       await world.ledger.charge({ wallet, agentId, amount: 700_000n, idempotencyKey: 'more' });
-      proxy.intercept = (methods) => (methods.includes('eth_sendRawTransaction') ? 'cut' : 'forward');
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const first = (await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet);
       expect(first.map((t) => t.amount)).to.deep.equal([1_200_000n]);
       // Still open (the send is cut): a second sweep finds nothing new to take...
@@ -116,7 +116,7 @@ describe('ledger: settlement sweep on anvil', function () {
 
     it('a sweep that cannot go through fails and changes no entry; the next sweep takes the spend', async () => {
       const { wallet, deposit } = await walletWithSpend(5n * USD, [2n * USD]);
-      proxy.intercept = (methods) => (methods.includes('eth_sendRawTransaction') ? 'cut' : 'forward');
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const [sweep] = (await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet);
       await chainClients(chain).publicClient.request({
         method: 'evm_increaseTime' as never,

@@ -7,7 +7,7 @@ import { DepositKeys } from '../../services/runtime/ledger/deposit-keys.ts';
 import { SpendRefused } from '../../services/runtime/ledger/errors.ts';
 import type { Transfer } from '../../services/runtime/ledger/transfers.ts';
 import { chainClients, sigilDollarAbi, tokenDomain } from '../chain/support.ts';
-import { RpcProxy } from '../payments/support.ts';
+import { RpcProxy, sendsTransaction } from '../payments/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { fundedAccount, ledgerOnChain, mine, sendToken, tokenBalance } from './chain-support.ts';
@@ -294,7 +294,7 @@ describe('ledger: withdrawals on anvil', function () {
 
     it('an authorization canceled by the key holder before it was sent: failed, funds restored, nothing moved', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
-      proxy.intercept = (methods) => (methods.includes('eth_sendRawTransaction') ? 'cut' : 'forward');
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const to = fresh();
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
@@ -329,7 +329,7 @@ describe('ledger: withdrawals on anvil', function () {
 
     it('the RPC refuses the send, then is back: retried with the same authorization, transferred once', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
-      proxy.intercept = (methods) => (methods.includes('eth_sendRawTransaction') ? 'cut' : 'forward');
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const to = fresh();
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
@@ -351,9 +351,9 @@ describe('ledger: withdrawals on anvil', function () {
 
     it('the transaction reaches the chain but its answer is lost: the next attempt finds it, no second transfer', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
-      proxy.intercept = (methods) => (methods.includes('eth_sendRawTransaction') ? 'lose-answer' : 'forward');
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'lose-answer' : 'forward');
       const to = fresh();
-      const sentBefore = proxy.count('eth_sendRawTransaction');
+      const sentBefore = proxy.transactionsSent();
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
         to,
@@ -364,14 +364,14 @@ describe('ledger: withdrawals on anvil', function () {
       await world.service.transfers.makeAllDue();
       const done = await settle(transfer.id);
       expect(done.state).to.equal('completed');
-      expect(proxy.count('eth_sendRawTransaction') - sentBefore).to.equal(1);
+      expect(proxy.transactionsSent() - sentBefore).to.equal(1);
       expect(await tokenBalance(chain, to)).to.equal(USD);
       await expectAgreement(wallet, deposit);
     });
 
     it('never mined before its validBefore (the RPC refuses every send): failed once expired, funds restored', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
-      proxy.intercept = (methods) => (methods.includes('eth_sendRawTransaction') ? 'cut' : 'forward');
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
         to: fresh(),

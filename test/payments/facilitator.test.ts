@@ -2,11 +2,13 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import type { FacilitatorClient } from '@x402/core/server';
-import { createPublicClient, defineChain, http } from 'viem';
+import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
+import { createPublicClient, defineChain, http, type LocalAccount } from 'viem';
 import { configSchema, X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
 import { createFacilitator } from '../../plugins/payments/x402-evm/facilitator.ts';
+import { devChainDefinition } from '../../services/devchain/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
-import { balances, payingClient, railPlugin } from './support.ts';
+import { balances, devAccountKey, fundedPayer, payingClient, railPlugin, RpcProxy } from './support.ts';
 
 const readBody = (req: IncomingMessage) =>
   new Promise<string>((resolve) => {
@@ -105,5 +107,112 @@ describe('payments: facilitators', function () {
     } finally {
       remote.server.close();
     }
+  });
+});
+
+/**
+ * The built-in facilitator settles a payment it has verified itself without x402's second
+ * verification, in one EIP-7966 synchronous send; everything else takes x402's own path.
+ */
+describe('payments: the built-in facilitator’s settlement of payments it verified', function () {
+  this.timeout(60_000);
+  let chain: DevChain;
+  let proxy: RpcProxy;
+  before(async () => {
+    chain = await startDevChain();
+    proxy = await RpcProxy.start(chain.rpcUrl);
+  });
+  after(async () => {
+    await proxy?.stop();
+    await chain?.stop();
+  });
+  afterEach(() => {
+    proxy.intercept = undefined;
+    proxy.seen.clear();
+  });
+
+  /** A rail on the proxy (HTTP, so every request is seen), settling from its own dev account. */
+  const railOnProxy = (options: Record<string, unknown> = {}) => {
+    const { plugin, payTo } = railPlugin(chain, {
+      rpcUrl: proxy.url,
+      facilitator: { kind: 'builtin', privateKey: devAccountKey(8) },
+      ...options,
+    });
+    return { rail: new X402EvmRail(configSchema.parse(plugin.options)), payTo, options: plugin.options };
+  };
+  const paymentFor = async (rail: X402EvmRail, payer?: LocalAccount) =>
+    payingClient(chain, payer).createPaymentPayload(
+      rail.paymentRequired({ url: 'test://fast-path', description: 'fast path' }) as PaymentRequired,
+    );
+  const verifiedBy = async (rail: X402EvmRail, payload: PaymentPayload) => {
+    const outcome = await rail.verify(payload);
+    if (!outcome.valid) throw new Error(`not verified: ${outcome.reason}`);
+    return outcome.payment;
+  };
+
+  it('one synchronous send for a payment it verified, the payer’s code read once for both steps', async () => {
+    const { rail, payTo } = railOnProxy();
+    const payment = await verifiedBy(rail, await paymentFor(rail, await fundedPayer(chain)));
+    const outcome = await rail.settle(payment);
+    await rail.stop();
+    expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
+    expect(await balances(chain)(payTo)).to.equal(500n);
+    expect(proxy.count('eth_sendRawTransactionSync')).to.equal(1);
+    expect(proxy.count('eth_sendRawTransaction')).to.equal(0);
+    // No estimate: the gas limit is the configured one.
+    expect(proxy.count('eth_estimateGas')).to.equal(0);
+    // The payer's code (verify reads it twice, settle twice more) and at most the token's once.
+    expect(proxy.count('eth_getCode')).to.be.at.most(2);
+  });
+
+  it('a payment verified by another process is settled through x402’s path, once', async () => {
+    const first = railOnProxy();
+    const second = railOnProxy({ payTo: first.payTo });
+    const payment = await verifiedBy(first.rail, await paymentFor(first.rail));
+    const outcome = await second.rail.settle(payment);
+    await Promise.all([first.rail.stop(), second.rail.stop()]);
+    expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
+    expect(proxy.count('eth_sendRawTransactionSync')).to.equal(0);
+    expect(proxy.count('eth_sendRawTransaction')).to.equal(1);
+    expect(await balances(chain)(first.payTo)).to.equal(500n);
+  });
+
+  it('an authorization altered after verification is not taken for the verified one: refused, nothing sent', async () => {
+    const { rail, payTo, options } = railOnProxy();
+    const parsed = configSchema.parse(options);
+    const definition = devChainDefinition(proxy.url, chain.chainId);
+    const facilitator = createFacilitator(
+      parsed,
+      definition,
+      createPublicClient({ chain: definition, transport: http(proxy.url) }),
+    );
+    const payload = await paymentFor(rail);
+    const requirements = payload.accepted;
+    expect((await facilitator.verify(payload, requirements)).isValid).to.equal(true);
+    const altered = structuredClone(payload);
+    const authorization = (altered.payload as { authorization: { validBefore: string } }).authorization;
+    authorization.validBefore = String(BigInt(authorization.validBefore) + 1n);
+    const refused = await facilitator.settle(altered, requirements);
+    expect(refused.success).to.equal(false);
+    expect(refused.errorReason).to.match(/signature/);
+    expect(proxy.transactionsSent()).to.equal(0);
+    // The payment as verified still settles, once.
+    expect((await facilitator.settle(payload, requirements)).success).to.equal(true);
+    expect(await balances(chain)(payTo)).to.equal(500n);
+    await rail.stop();
+  });
+
+  it('a node without eth_sendRawTransactionSync: settled through x402’s path, and not asked again', async () => {
+    const { rail, payTo } = railOnProxy();
+    proxy.intercept = (methods) =>
+      methods.includes('eth_sendRawTransactionSync') ? 'method-not-found' : 'forward';
+    for (let i = 0; i < 2; i++) {
+      const outcome = await rail.settle(await verifiedBy(rail, await paymentFor(rail)));
+      expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
+    }
+    await rail.stop();
+    expect(proxy.count('eth_sendRawTransactionSync')).to.equal(1);
+    expect(proxy.count('eth_sendRawTransaction')).to.equal(2);
+    expect(await balances(chain)(payTo)).to.equal(1000n);
   });
 });

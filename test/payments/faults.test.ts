@@ -30,6 +30,7 @@ import {
   railPlugin,
   recordsOf,
   RpcProxy,
+  sendsTransaction,
   settlementRows,
   sharedProbeWorld,
   stopSharedProbeWorld,
@@ -172,7 +173,7 @@ describe('payments: faults on anvil', function () {
 
     it('only eth_sendRawTransaction refused (the rest of the RPC up): settling, then settled once it is back', async () => {
       const payment = await payFor(await gateway.required('echo'));
-      proxy.intercept = (methods) => (methods.includes('eth_sendRawTransaction') ? 'cut' : 'forward');
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const res = await gateway.callRest('echo', { message: 'send refused' }, payment);
       expect(res.status, JSON.stringify(await res.clone().json())).to.equal(200);
       const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
@@ -505,7 +506,7 @@ describe('payments: faults on anvil', function () {
       // Younger than staleAfterMs: as far as this process knows, another replica may be running it.
       unfinished = (await rowOf(payment))!;
       expect(unfinished.state).to.equal('executing');
-      expect(proxy.count('eth_sendRawTransaction')).to.equal(0);
+      expect(proxy.transactionsSent()).to.equal(0);
       expect((await expectBalanced()).settled).to.equal(0n);
     });
 
@@ -513,7 +514,7 @@ describe('payments: faults on anvil', function () {
       const payment = await payingClient(chain, payer).createPaymentPayload(await required());
       let killed: Promise<void> | undefined;
       proxy.intercept = (methods) => {
-        if (!methods.includes('eth_sendRawTransaction')) return 'forward';
+        if (!sendsTransaction(methods)) return 'forward';
         killed ??= kill();
         return killed.then(() => 'cut' as const);
       };
@@ -539,7 +540,7 @@ describe('payments: faults on anvil', function () {
       const payment = await payingClient(chain, payer).createPaymentPayload(await required());
       let killed: Promise<void> | undefined;
       proxy.intercept = (methods) => {
-        if (!methods.includes('eth_sendRawTransaction')) return 'forward';
+        if (!sendsTransaction(methods)) return 'forward';
         killed ??= kill();
         // The transaction goes on to anvil (mined at once); the dead gateway never hears of it.
         return killed.then(() => 'lose-answer' as const);
@@ -553,14 +554,14 @@ describe('payments: faults on anvil', function () {
       await eventually('the transfer on chain', async () => (await balances(chain)(payTo)) === 1000n);
       proxy.intercept = undefined;
       expect((await rowOf(payment))!.state).to.equal('settling');
-      const sent = proxy.count('eth_sendRawTransaction');
+      const sent = proxy.transactionsSent();
       await start();
       const settled = await eventually('the settlement found at start-up', async () => {
         const row = await rowOf(payment);
         return row?.state === 'settled' ? row : undefined;
       });
       expect(settled.transaction).to.match(/^0x[0-9a-f]{64}$/);
-      expect(proxy.count('eth_sendRawTransaction'), 'no second transaction').to.equal(sent);
+      expect(proxy.transactionsSent(), 'no second transaction').to.equal(sent);
       expect((await expectBalanced()).settled).to.equal(1000n);
     });
 

@@ -330,8 +330,15 @@ export async function paidGateway(
   };
 }
 
-/** How the RPC proxy treats one request: pass it on, cut the connection, or pass it on and lose the answer. */
-export type ProxyDecision = 'forward' | 'cut' | 'lose-answer';
+/** Whether a JSON-RPC request sends a transaction (EIP-7966's synchronous send included). */
+export const sendsTransaction = (methods: string[]): boolean =>
+  methods.some((method) => method === 'eth_sendRawTransaction' || method === 'eth_sendRawTransactionSync');
+
+/**
+ * How the RPC proxy treats one request: pass it on, cut the connection, pass it on and lose the
+ * answer, or answer that the method does not exist (as a node without it would).
+ */
+export type ProxyDecision = 'forward' | 'cut' | 'lose-answer' | 'method-not-found';
 
 /**
  * A JSON-RPC proxy in front of anvil that tests can switch off, as an RPC outage: while `down`, every
@@ -368,21 +375,38 @@ export class RpcProxy {
     return this.seen.get(method) ?? 0;
   }
 
+  /** Transactions sent through the proxy, either way. */
+  transactionsSent(): number {
+    return this.count('eth_sendRawTransaction') + this.count('eth_sendRawTransactionSync');
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const body = Buffer.concat(chunks).toString('utf8');
-    let methods: string[] = [];
+    let messages: { id?: unknown; method?: string }[] = [];
     try {
       const parsed = JSON.parse(body) as { method?: string } | { method?: string }[];
-      methods = (Array.isArray(parsed) ? parsed : [parsed]).map((message) => String(message.method));
+      messages = Array.isArray(parsed) ? parsed : [parsed];
     } catch {
       // Not JSON: forwarded as it is; anvil answers.
     }
+    const methods = messages.map((message) => String(message.method));
     for (const method of methods) this.seen.set(method, this.count(method) + 1);
     const decision = this.down ? 'cut' : ((await this.intercept?.(methods)) ?? 'forward');
     if (decision === 'cut' || this.down) {
       req.socket.destroy();
+      return;
+    }
+    if (decision === 'method-not-found') {
+      const errors = messages.map(({ id, method }) => ({
+        jsonrpc: '2.0',
+        id,
+        error: { code: -32601, message: `the method ${method} does not exist/is not available` },
+      }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify(errors.length === 1 ? errors[0] : errors));
       return;
     }
     try {

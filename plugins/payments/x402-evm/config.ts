@@ -43,6 +43,15 @@ export const configSchema = z
       .max(10_000)
       .default(100)
       .describe('How often a settlement transaction is checked for its receipt'),
+    settlementGasLimit: z
+      .number()
+      .int()
+      .min(50_000)
+      .max(10_000_000)
+      .default(200_000)
+      .describe(
+        'Gas limit of a settlement transaction, sent without an estimate (transferWithAuthorization follows one path: about 90k gas at worst for Base USDC); unused gas is not paid',
+      ),
     startBlock: z
       .union([z.number().int().nonnegative(), z.string().regex(/^\d+$/)])
       .default(0)

@@ -1,13 +1,49 @@
 import { x402Facilitator } from '@x402/core/facilitator';
 import { HTTPFacilitatorClient, type FacilitatorClient } from '@x402/core/server';
-import type { SupportedResponse } from '@x402/core/types';
-import { toFacilitatorEvmSigner } from '@x402/evm';
+import type {
+  PaymentPayload,
+  PaymentRequirements,
+  SettleResponse,
+  SupportedResponse,
+} from '@x402/core/types';
+import { toFacilitatorEvmSigner, type ExactEIP3009Payload } from '@x402/evm';
 import { ExactEvmScheme as ExactEvmFacilitator } from '@x402/evm/exact/facilitator';
-import { createWalletClient, type Chain, type Hex, type PublicClient } from 'viem';
-import { createNonceManager, jsonRpc } from 'viem/nonce';
-import { privateKeyToAccount } from 'viem/accounts';
+import {
+  BaseError,
+  MethodNotFoundRpcError,
+  MethodNotSupportedRpcError,
+  createWalletClient,
+  getAddress,
+  isAddressEqual,
+  parseAbi,
+  parseEventLogs,
+  parseSignature,
+  type Address,
+  type Chain,
+  type Hex,
+  type PublicClient,
+  type TransactionReceipt,
+  type WalletClient,
+  WaitForTransactionReceiptTimeoutError,
+} from 'viem';
+import { getTransactionCount } from 'viem/actions';
+import type { NonceManager } from 'viem/nonce';
+import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
+import { TtlCache } from '../../../core/cache.ts';
 import type { X402EvmConfig } from './config.ts';
 import { rpcTransport } from './transport.ts';
+
+const transferWithAuthorization = parseAbi([
+  'function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, uint8 v, bytes32 r, bytes32 s)',
+  'event Transfer(address indexed from, address indexed to, uint256 value)',
+]);
+
+/** x402's margin: an authorization must stay valid this long after settlement is sent. */
+const VALID_BEFORE_MARGIN_SECONDS = 6;
+/** A payer's code is read once for the verification and the settlement of one payment. */
+const PAYER_CODE_TTL_MS = 5_000;
+/** Payments verified here and waiting for their call to finish; more are settled the long way. */
+const MAX_REMEMBERED = 20_000;
 
 /**
  * The facilitator that verifies and settles: in this process, with the operator's own account on the
@@ -22,16 +58,13 @@ export function createFacilitator(
   if (settings.kind === 'remote') {
     return new HTTPFacilitatorClient({ url: settings.url, timeoutMs: settings.timeoutMs });
   }
-  // The nonce manager lets concurrent settlements from one account get distinct transaction nonces.
-  // One per facilitator, not viem's process-wide one: that remembers the last nonce per address and
-  // chain id, so another rail in this process on a chain with the same id (a dev chain started again)
-  // would send nonces that chain has not reached, and its settlements would never mine.
-  const nonceManager = createNonceManager({ source: jsonRpc() });
-  const account = privateKeyToAccount(settings.privateKey as Hex, { nonceManager });
+  const account = privateKeyToAccount(settings.privateKey as Hex, { nonceManager: localNonceManager() });
   const wallet = createWalletClient({ account, chain, transport: rpcTransport(config.rpcUrl) });
+  // x402 reads the payer's code twice in verify and twice again in settle: once per payment is enough.
+  const payerCode = new TtlCache<string, Hex | undefined>({ ttlMs: PAYER_CODE_TTL_MS, maxEntries: 10_000 });
   const signer = toFacilitatorEvmSigner({
     address: account.address,
-    getCode: (args) => publicClient.getCode(args),
+    getCode: (args) => payerCode.get(args.address.toLowerCase(), () => publicClient.getCode(args)),
     readContract: (args) =>
       publicClient.readContract({ ...args, args: args.args ?? [] } as Parameters<
         typeof publicClient.readContract
@@ -47,9 +80,215 @@ export function createFacilitator(
     config.network as `${string}:${string}`,
     new ExactEvmFacilitator(signer),
   );
+  const verified = new VerifiedPayments();
+  let syncSettlement = true;
   return {
-    verify: (payload, requirements) => facilitator.verify(payload, requirements),
-    settle: (payload, requirements) => facilitator.settle(payload, requirements),
+    verify: async (payload, requirements) => {
+      const result = await facilitator.verify(payload, requirements);
+      if (result.isValid) verified.remember(payload, requirements);
+      return result;
+    },
+    settle: async (payload, requirements) => {
+      if (!verified.take(payload, requirements) || !syncSettlement)
+        return facilitator.settle(payload, requirements);
+      const outcome = await settleVerified({
+        payload,
+        requirements,
+        wallet,
+        account,
+        gas: BigInt(config.settlementGasLimit),
+        noSync: () => (syncSettlement = false),
+      });
+      // Refused before a transaction left (a revert in gas estimation, say): x402's own path decides
+      // again and names the reason precisely.
+      return outcome ?? facilitator.settle(payload, requirements);
+    },
     getSupported: () => Promise.resolve(facilitator.getSupported() as SupportedResponse),
+  };
+}
+
+/**
+ * Payments this facilitator has verified (plain ECDSA signatures of accounts without code), each
+ * remembered once for its settlement. x402's settle verifies a payment again before it moves money:
+ * the signature is recovered a second time (pure-JS secp256k1, 3 ms of CPU here, the largest part of
+ * a paid call's overhead) and the payer's code read twice more. Nothing of that can have changed
+ * since this process's own verify: the signature covers every field of the authorization, which the
+ * key binds exactly; only time moves, and settleVerified checks the window again. The token checks
+ * the signature on chain either way.
+ */
+class VerifiedPayments {
+  private readonly entries = new Map<string, number>();
+
+  remember(payload: PaymentPayload, requirements: PaymentRequirements): void {
+    const key = verifiedKey(payload, requirements);
+    if (!key) return;
+    if (this.entries.size >= MAX_REMEMBERED) this.forgetExpired();
+    if (this.entries.size >= MAX_REMEMBERED) return;
+    const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
+    this.entries.set(key, Number(authorization.validBefore));
+  }
+
+  /** Whether the payment was verified here (and is then forgotten: one settlement per verification). */
+  take(payload: PaymentPayload, requirements: PaymentRequirements): boolean {
+    const key = verifiedKey(payload, requirements);
+    return key !== undefined && this.entries.delete(key);
+  }
+
+  private forgetExpired(): void {
+    const now = Date.now() / 1000;
+    for (const [key, validBefore] of this.entries) if (validBefore < now) this.entries.delete(key);
+  }
+}
+
+/** Everything settlement depends on, or undefined for what takes x402's full path (ERC-6492, ERC-1271). */
+function verifiedKey(payload: PaymentPayload, requirements: PaymentRequirements): string | undefined {
+  const { authorization, signature } = payload.payload as Partial<ExactEIP3009Payload>;
+  if (!authorization || typeof signature !== 'string' || !/^0x[0-9a-fA-F]{130}$/.test(signature))
+    return undefined;
+  const { from, to, value, validAfter, validBefore, nonce } = authorization;
+  const { scheme, network, asset, amount, payTo, extra } = requirements;
+  return JSON.stringify([
+    signature,
+    from,
+    to,
+    value,
+    validAfter,
+    validBefore,
+    nonce,
+    payload.accepted.scheme,
+    payload.accepted.network,
+    scheme,
+    network,
+    asset,
+    amount,
+    payTo,
+    extra?.name,
+    extra?.version,
+  ]);
+}
+
+/**
+ * Sends the EIP-3009 transfer of a payment verified here and checks its receipt as x402's settle
+ * does (status, then the Transfer event). Undefined, for x402's path to settle or refuse it, when
+ * it was refused before a transaction left, reverted, or the node does not know EIP-7966's
+ * eth_sendRawTransactionSync.
+ */
+async function settleVerified(context: {
+  payload: PaymentPayload;
+  requirements: PaymentRequirements;
+  wallet: WalletClient;
+  account: PrivateKeyAccount;
+  gas: bigint;
+  /** Called when the node lacks eth_sendRawTransactionSync: later settlements take x402's path. */
+  noSync: () => void;
+}): Promise<SettleResponse | undefined> {
+  const { payload, requirements, wallet, account, gas } = context;
+  const { authorization, signature } = payload.payload as unknown as ExactEIP3009Payload;
+  const network = requirements.network;
+  const payer = authorization.from;
+  if (BigInt(authorization.validBefore) < BigInt(Math.floor(Date.now() / 1000) + VALID_BEFORE_MARGIN_SECONDS))
+    return undefined;
+  const asset = getAddress(requirements.asset);
+  const { v, r, s, yParity } = parseSignature(signature as Hex);
+  let receipt: TransactionReceipt;
+  try {
+    // EIP-7966: the node answers with the receipt, one round trip instead of a wait and a poll. No
+    // timeout parameter: the node's own applies (anvil accepts none), then viem waits up to 5 s more.
+    receipt = await wallet.writeContractSync({
+      account,
+      chain: wallet.chain,
+      address: asset,
+      abi: transferWithAuthorization,
+      functionName: 'transferWithAuthorization',
+      // No estimate: the node would run the transfer a dozen times (2.4 ms of anvil's CPU, the
+      // largest wait of a settlement), and verify() simulated it moments ago.
+      gas,
+      args: [
+        getAddress(authorization.from),
+        getAddress(authorization.to),
+        BigInt(authorization.value),
+        BigInt(authorization.validAfter),
+        BigInt(authorization.validBefore),
+        authorization.nonce as Hex,
+        Number(v ?? BigInt(yParity + 27)),
+        r,
+        s,
+      ],
+    });
+  } catch (err) {
+    // Sent, but its receipt not seen in time: pending (the rail then asks the chain by the
+    // authorization's nonce, the retry worker again later).
+    if (walk(err, WaitForTransactionReceiptTimeoutError))
+      return { success: false, errorReason: 'settlement_pending', transaction: '', network, payer };
+    if (walk(err, MethodNotFoundRpcError) || walk(err, MethodNotSupportedRpcError)) context.noSync();
+    // Most likely refused before it left. Should it have left after all, the chain refuses the
+    // authorization's reuse when x402's path sends it again: that costs gas, never a second charge.
+    return undefined;
+  }
+  const transaction = receipt.transactionHash;
+  // Reverted: the payer spent the funds or cancelled the authorization since verify (the gas is
+  // lost either way). x402's path then fails it in its estimate, with the precise reason.
+  if (receipt.status !== 'success') return undefined;
+  const transferred = parseEventLogs({
+    abi: transferWithAuthorization,
+    logs: receipt.logs,
+    eventName: 'Transfer',
+  }).some(
+    (log) =>
+      isAddressEqual(log.address, asset) &&
+      isAddressEqual(log.args.from, authorization.from as Address) &&
+      isAddressEqual(log.args.to, authorization.to as Address) &&
+      log.args.value === BigInt(authorization.value),
+  );
+  if (!transferred)
+    return {
+      success: false,
+      errorReason: 'invalid_exact_evm_transfer_event_mismatch',
+      transaction,
+      network,
+      payer,
+    };
+  return { success: true, transaction, network, payer };
+}
+
+const walk = (err: unknown, type: new (...args: never[]) => Error): boolean =>
+  err instanceof BaseError && err.walk((cause) => cause instanceof type) !== null;
+
+/**
+ * Transaction nonces counted in this process after one read of the chain's pending count. viem's
+ * JSON-RPC nonce manager reads the count before every transaction (a round trip per settlement);
+ * this one reads it again only after viem resets it for a failed send. One per facilitator, not
+ * viem's process-wide one: another rail in this process on a chain with the same id (a dev chain
+ * started again) must not inherit nonces that chain has not reached.
+ */
+function localNonceManager(): NonceManager {
+  const next = new Map<string, Promise<number>>();
+  const keyOf = ({ address, chainId }: { address: Address; chainId: number }) => `${address}.${chainId}`;
+  const store = (key: string, nonce: Promise<number>) => {
+    next.set(key, nonce);
+    // A failed read is not kept: the next transaction reads the chain again.
+    nonce.catch(() => next.get(key) === nonce && next.delete(key));
+    return nonce;
+  };
+  const get: NonceManager['get'] = ({ address, chainId, client }) =>
+    next.get(keyOf({ address, chainId })) ??
+    store(keyOf({ address, chainId }), getTransactionCount(client, { address, blockTag: 'pending' }));
+  const advance = (key: string) => {
+    const nonce = next.get(key);
+    if (nonce)
+      store(
+        key,
+        nonce.then((value) => value + 1),
+      );
+  };
+  return {
+    get,
+    consume: (parameters) => {
+      const nonce = get(parameters);
+      advance(keyOf(parameters));
+      return nonce;
+    },
+    increment: (parameters) => advance(keyOf(parameters)),
+    reset: (parameters) => void next.delete(keyOf(parameters)),
   };
 }
