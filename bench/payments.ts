@@ -285,9 +285,13 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
     const chainBefore = chainCpuUs();
     const loopBefore = performance.eventLoopUtilization();
     const { stdout } = await profiled(`${paid ? 'paid' : 'unpaid'}-${options.concurrency}`, () =>
-      execFileAsync(process.execPath, ['--import', 'tsx', join(here, 'payments-load.ts'), JSON.stringify(full)], {
-        maxBuffer: 256 * 1024 * 1024,
-      }),
+      execFileAsync(
+        process.execPath,
+        ['--import', 'tsx', join(here, 'payments-load.ts'), JSON.stringify(full)],
+        {
+          maxBuffer: 256 * 1024 * 1024,
+        },
+      ),
     );
     const result = JSON.parse(stdout) as PaymentsLoadResult;
     const calls = Math.max(1, result.calls);
