@@ -66,6 +66,7 @@ export function createFacilitator(
     address: account.address,
     getCode: (args) => payerCode.get(args.address.toLowerCase(), () => publicClient.getCode(args)),
     readContract: (args) =>
+      simulations.take(args) ??
       publicClient.readContract({ ...args, args: args.args ?? [] } as Parameters<
         typeof publicClient.readContract
       >[0]),
@@ -81,12 +82,18 @@ export function createFacilitator(
     new ExactEvmFacilitator(signer),
   );
   const verified = new VerifiedPayments();
+  const simulations = new Simulations(publicClient);
   let syncSettlement = true;
   return {
     verify: async (payload, requirements) => {
-      const result = await facilitator.verify(payload, requirements);
-      if (result.isValid) verified.remember(payload, requirements);
-      return result;
+      const simulation = simulations.start(payload, requirements);
+      try {
+        const result = await facilitator.verify(payload, requirements);
+        if (result.isValid) verified.remember(payload, requirements);
+        return result;
+      } finally {
+        simulation?.forget();
+      }
     },
     settle: async (payload, requirements) => {
       if (!verified.take(payload, requirements) || !syncSettlement)
@@ -105,6 +112,79 @@ export function createFacilitator(
     },
     getSupported: () => Promise.resolve(facilitator.getSupported() as SupportedResponse),
   };
+}
+
+/**
+ * x402's verify recovers the signer (3 ms of CPU here), then simulates the transfer with an eth_call:
+ * started with the verification, the same call runs on the node meanwhile and x402's read takes its
+ * answer. Only a read identical in every argument does; anything else reads the chain itself.
+ */
+class Simulations {
+  private readonly running = new Map<string, Promise<unknown>>();
+
+  constructor(private readonly publicClient: PublicClient) {}
+
+  start(payload: PaymentPayload, requirements: PaymentRequirements): { forget(): void } | undefined {
+    const call = transferCall(payload, requirements);
+    if (!call) return undefined;
+    const key = readKey(call);
+    const answer = this.publicClient.readContract(call);
+    answer.catch(() => undefined); // a refusal reaches x402 when it reads; unread, it is dropped
+    this.running.set(key, answer);
+    return { forget: () => this.running.delete(key) };
+  }
+
+  take(read: {
+    address: string;
+    functionName: string;
+    args?: readonly unknown[];
+  }): Promise<unknown> | undefined {
+    const key = readKey(read);
+    const answer = this.running.get(key);
+    this.running.delete(key);
+    return answer;
+  }
+}
+
+/** A read's identity: contract, function and arguments (numbers of any type compared as decimals). */
+const readKey = (read: { address: string; functionName: string; args?: readonly unknown[] }): string =>
+  JSON.stringify([read.address.toLowerCase(), read.functionName, read.args ?? []], (_, value: unknown) =>
+    typeof value === 'bigint' || typeof value === 'number' ? String(value) : value,
+  );
+
+/** A payment's EIP-3009 authorization signed by a plain 65-byte ECDSA signature (not ERC-6492/1271). */
+function ecdsaAuthorization(payload: PaymentPayload): ExactEIP3009Payload | undefined {
+  const { authorization, signature } = payload.payload as Partial<ExactEIP3009Payload>;
+  if (!authorization || typeof signature !== 'string' || !/^0x[0-9a-fA-F]{130}$/.test(signature))
+    return undefined;
+  return { authorization, signature };
+}
+
+/** transferWithAuthorization of an ECDSA-signed EIP-3009 payment, as x402 simulates and we settle it. */
+function transferCall(payload: PaymentPayload, requirements: PaymentRequirements) {
+  const { authorization, signature } = ecdsaAuthorization(payload) ?? {};
+  if (!authorization || !signature) return undefined;
+  try {
+    const { v, r, s, yParity } = parseSignature(signature as Hex);
+    return {
+      address: getAddress(requirements.asset),
+      abi: transferWithAuthorization,
+      functionName: 'transferWithAuthorization' as const,
+      args: [
+        getAddress(authorization.from),
+        getAddress(authorization.to),
+        BigInt(authorization.value),
+        BigInt(authorization.validAfter),
+        BigInt(authorization.validBefore),
+        authorization.nonce as Hex,
+        Number(v ?? BigInt(yParity + 27)),
+        r,
+        s,
+      ] as const,
+    };
+  } catch {
+    return undefined; // malformed: x402's verification says how
+  }
 }
 
 /**
@@ -142,9 +222,8 @@ class VerifiedPayments {
 
 /** Everything settlement depends on, or undefined for what takes x402's full path (ERC-6492, ERC-1271). */
 function verifiedKey(payload: PaymentPayload, requirements: PaymentRequirements): string | undefined {
-  const { authorization, signature } = payload.payload as Partial<ExactEIP3009Payload>;
-  if (!authorization || typeof signature !== 'string' || !/^0x[0-9a-fA-F]{130}$/.test(signature))
-    return undefined;
+  const { authorization, signature } = ecdsaAuthorization(payload) ?? {};
+  if (!authorization || !signature) return undefined;
   const { from, to, value, validAfter, validBefore, nonce } = authorization;
   const { scheme, network, asset, amount, payTo, extra } = requirements;
   return JSON.stringify([
@@ -183,37 +262,24 @@ async function settleVerified(context: {
   noSync: () => void;
 }): Promise<SettleResponse | undefined> {
   const { payload, requirements, wallet, account, gas } = context;
-  const { authorization, signature } = payload.payload as unknown as ExactEIP3009Payload;
+  const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
   const network = requirements.network;
   const payer = authorization.from;
   if (BigInt(authorization.validBefore) < BigInt(Math.floor(Date.now() / 1000) + VALID_BEFORE_MARGIN_SECONDS))
     return undefined;
-  const asset = getAddress(requirements.asset);
-  const { v, r, s, yParity } = parseSignature(signature as Hex);
+  const call = transferCall(payload, requirements);
+  if (!call) return undefined;
   let receipt: TransactionReceipt;
   try {
     // EIP-7966: the node answers with the receipt, one round trip instead of a wait and a poll. No
     // timeout parameter: the node's own applies (anvil accepts none), then viem waits up to 5 s more.
     receipt = await wallet.writeContractSync({
+      ...call,
       account,
       chain: wallet.chain,
-      address: asset,
-      abi: transferWithAuthorization,
-      functionName: 'transferWithAuthorization',
       // No estimate: the node would run the transfer a dozen times (2.4 ms of anvil's CPU, the
       // largest wait of a settlement), and verify() simulated it moments ago.
       gas,
-      args: [
-        getAddress(authorization.from),
-        getAddress(authorization.to),
-        BigInt(authorization.value),
-        BigInt(authorization.validAfter),
-        BigInt(authorization.validBefore),
-        authorization.nonce as Hex,
-        Number(v ?? BigInt(yParity + 27)),
-        r,
-        s,
-      ],
     });
   } catch (err) {
     // Sent, but its receipt not seen in time: pending (the rail then asks the chain by the
@@ -235,7 +301,7 @@ async function settleVerified(context: {
     eventName: 'Transfer',
   }).some(
     (log) =>
-      isAddressEqual(log.address, asset) &&
+      isAddressEqual(log.address, call.address) &&
       isAddressEqual(log.args.from, authorization.from as Address) &&
       isAddressEqual(log.args.to, authorization.to as Address) &&
       log.args.value === BigInt(authorization.value),
