@@ -169,6 +169,9 @@ export async function eventually<T>(
   }
 }
 
+/** How long a settled mark may take after the answer (the retry worker's claim lasts a minute). */
+const SETTLED_MARK_MS = 2_000;
+
 /**
  * The books of one gateway: its payee is fresh, its payers are tracked from their funding, so at any
  * quiet moment the records, the chain and the reconciler must tell the same story.
@@ -185,7 +188,15 @@ export async function expectBooksBalanced(options: {
   executing?: string[];
 }): Promise<{ settled: bigint; rows: SettlementRecord[] }> {
   const balanceOf = balances(options.chain);
-  const rows = await settlementRows(options.records);
+  // A paid answer leaves while its settled mark is written: a moment later the mark is in.
+  const rows = await eventually(
+    'the settled marks of answered calls',
+    async () => {
+      const current = await settlementRows(options.records);
+      return !current.some((row) => row.state === 'settling') && current;
+    },
+    SETTLED_MARK_MS,
+  ).catch(() => settlementRows(options.records));
   const settled = rows
     .filter((row) => row.state === 'settled')
     .reduce((sum, row) => sum + BigInt(row.amount), 0n);

@@ -73,6 +73,8 @@ export class Payments {
   private sweeping: Promise<void> | undefined;
   /** Payments whose calls run in this process now: never stale, however long they take. */
   private readonly inFlight = new Set<string>();
+  /** Record writes under way that no answer waits for. */
+  private readonly writing = new Set<Promise<void>>();
 
   constructor(
     private readonly deps: {
@@ -211,7 +213,7 @@ export class Payments {
       );
       return undefined;
     }
-    const receipt = await this.attempt(payment, 0);
+    const receipt = await this.attempt(payment, 0, true);
     if (receipt.success || receipt.errorReason === 'settlement_pending') return receipt;
     throw this.paymentRequired(resource, {
       code: receipt.errorReason ?? 'settlement_failed',
@@ -270,7 +272,7 @@ export class Payments {
     clearInterval(this.reconciler);
     this.worker = undefined;
     this.reconciler = undefined;
-    await this.sweeping;
+    await Promise.all([this.sweeping, ...this.writing]);
   }
 
   /** Settles every due `settling` record once (claimed atomically, so replicas do not collide). */
@@ -301,8 +303,17 @@ export class Payments {
     return this.sweeping;
   }
 
-  /** One settlement attempt of a `settling` record (after `previousAttempts`), and its outcome recorded. */
-  private async attempt(payment: VerifiedPayment, previousAttempts: number): Promise<PaymentReceipt> {
+  /**
+   * One settlement attempt of a `settling` record (after `previousAttempts`), and its outcome
+   * recorded. With `answerFirst`, a settlement's `settled` mark is written while the answer leaves
+   * (the chain holds the transfer and the record already says `settling`: should the write be lost
+   * with the process, start-up recovery or the retry worker finds the transfer on chain and writes it).
+   */
+  private async attempt(
+    payment: VerifiedPayment,
+    previousAttempts: number,
+    answerFirst = false,
+  ): Promise<PaymentReceipt> {
     const { network } = this.terms();
     const outcome = await this.deps.rail.settle(payment).catch((err: Error) => ({
       status: 'retry' as const,
@@ -311,12 +322,14 @@ export class Payments {
     }));
     const attempts = previousAttempts + 1;
     if (outcome.status === 'settled') {
-      await this.move(payment.id, ['settling'], {
+      const recorded = this.move(payment.id, ['settling'], {
         state: 'settled',
         transaction: outcome.transaction,
         attempts,
         reason: null,
       });
+      if (answerFirst) this.inBackground(recorded, payment.id);
+      else await recorded;
       return { success: true, transaction: outcome.transaction, network, payer: payment.payer };
     }
     if (outcome.status === 'rejected') {
@@ -383,6 +396,21 @@ export class Payments {
     }
     if (mismatches.length > 0) this.deps.logger.error({ mismatches }, 'payments: records and chain disagree');
     return { checked: rows.length, onChain: chain.length, mismatches };
+  }
+
+  /** A record write the answer does not wait for; stop() waits for it. */
+  private inBackground(write: Promise<unknown>, payment: string): void {
+    const tracked: Promise<void> = write
+      .then(
+        () => undefined,
+        (err: Error) =>
+          this.deps.logger.warn(
+            { payment, err: err.message },
+            'payments: a settled mark was not written; the retry worker will',
+          ),
+      )
+      .finally(() => this.writing.delete(tracked));
+    this.writing.add(tracked);
   }
 
   private async move(
