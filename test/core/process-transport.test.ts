@@ -58,6 +58,44 @@ describe('ProcessStdioTransport', () => {
     await transport.close();
   });
 
+  it('reads messages split across writes, several in one write, and CRLF line ends', async () => {
+    // One message in three pieces (a pause between them), then two in one write, the second with CRLF.
+    const script = `
+      const w = (s) => process.stdout.write(s);
+      w('{"jsonrpc":"2.0",'); setTimeout(() => w('"id":1,"result":{"te'), 50);
+      setTimeout(() => w('xt":"é"}}\\n{"jsonrpc":"2.0","id":2,"result":{}}\\n{"jsonrpc":"2.0","id":3,"result":{}}\\r\\n'), 100);
+      setInterval(() => {}, 1000);`;
+    const transport = new ProcessStdioTransport(started(script));
+    const received: JSONRPCMessage[] = [];
+    const three = new Promise<void>((resolve) => {
+      transport.onmessage = (message) => {
+        received.push(message);
+        if (received.length === 3) resolve();
+      };
+    });
+    await transport.start();
+    await three;
+    expect(received).to.deep.equal([
+      { jsonrpc: '2.0', id: 1, result: { text: 'é' } },
+      { jsonrpc: '2.0', id: 2, result: {} },
+      { jsonrpc: '2.0', id: 3, result: {} },
+    ]);
+    await transport.close();
+  });
+
+  it('reports lines that are JSON but not JSON-RPC 2.0 messages, and skips them', async () => {
+    const script = `process.stdout.write('[1,2]\\n{"jsonrpc":"1.0","id":1}\\n"text"\\n{"jsonrpc":"2.0","id":4,"result":{}}\\n'); setInterval(() => {}, 1000)`;
+    const transport = new ProcessStdioTransport(started(script));
+    const errors: Error[] = [];
+    transport.onerror = (error) => errors.push(error);
+    const message = new Promise<JSONRPCMessage>((resolve) => (transport.onmessage = resolve));
+    await transport.start();
+    expect(await message).to.deep.equal({ jsonrpc: '2.0', id: 4, result: {} });
+    expect(errors.map((error) => error.message)).to.have.lengthOf(3);
+    expect(errors[1]?.message).to.match(/"jsonrpc" must be "2.0"/);
+    await transport.close();
+  });
+
   it('refuses a message longer than maxMessageBytes: error, then the process is killed', async () => {
     const process = started("process.stdout.write('x'.repeat(100000)); setInterval(() => {}, 1000)");
     const transport = new ProcessStdioTransport(process, { maxMessageBytes: 10_000 });
