@@ -66,8 +66,21 @@ export function responseHash(result: CallToolResult): string {
   return sha256Hex(canonicalJson(rest));
 }
 
-const REPEATING_FIELDS: ReadonlySet<string> = new Set(['server', 'tool', 'secretNames']);
-const MAX_REPEATING_MACS = 4096;
+const MAX_REPEATING_FORMS = 4096;
+
+/** The key of a repeating field's value (its strings as a JSON array), or undefined for a field that does not repeat. */
+function repeatingKey(name: string, value: unknown): string | undefined {
+  if (name === 'tool' && typeof value === 'string') return JSON.stringify([name, value]);
+  if (name === 'secretNames' && Array.isArray(value) && value.every((item) => typeof item === 'string'))
+    return JSON.stringify([name, ...(value as string[])]);
+  if (name === 'server' && typeof value === 'object' && value !== null) {
+    const server = value as ExecutionProof['server'];
+    const parts = [server.id, server.package, server.version, server.registry, server.digest];
+    if (Object.keys(server).length === parts.length && parts.every((part) => typeof part === 'string'))
+      return JSON.stringify([name, ...parts]);
+  }
+  return undefined;
+}
 
 /**
  * Signs and checks execution proofs with an HMAC key from the TEE backend (sealed where the hardware
@@ -79,7 +92,7 @@ export class ProofSigner {
    * once: signing is on every tool call's path.
    */
   private readonly shared: ReadonlyMap<string, { canonical: string; mac: string }>;
-  private readonly repeatingMacs = new Map<string, string>();
+  private readonly repeating = new Map<string, { canonical: string; mac: string }>();
 
   constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {
     const shared: Partial<SignedFields> = {
@@ -115,13 +128,14 @@ export class ProofSigner {
     // The same MACs and signature as fieldMac() and mac() give, from each field's canonical form once.
     const canonical: Record<string, string> = {};
     const fieldMacs: Record<string, string> = {};
+    const macTexts: Record<string, string> = {};
     for (const [name, value] of Object.entries(fields)) {
-      const shared = this.shared.get(name);
-      const text = shared?.canonical ?? canonicalJson(value);
+      const { canonical: text, mac } = this.shared.get(name) ?? this.formOf(name, value);
       canonical[name] = text;
-      fieldMacs[name] = shared?.mac ?? this.macOfRepeating(name, text);
+      fieldMacs[name] = mac;
+      macTexts[name] = JSON.stringify(mac); // base64url: its JSON form is its RFC 8785 form
     }
-    canonical.fieldMacs = canonicalJson(fieldMacs);
+    canonical.fieldMacs = canonicalObject(macTexts);
     const signature = hmacSha256(this.deps.key.key, canonicalObject(canonical)).toString('hex');
     return { ...fields, fieldMacs, signature };
   }
@@ -166,17 +180,21 @@ export class ProofSigner {
     return this.macOfCanonical(name, canonicalJson(value));
   }
 
-  /** The MAC of a field, kept for fields whose values repeat from call to call (server, tool, secret names). */
-  private macOfRepeating(name: string, canonical: string): string {
-    if (!REPEATING_FIELDS.has(name)) return this.macOfCanonical(name, canonical);
-    const key = `${name}\0${canonical}`;
-    let mac = this.repeatingMacs.get(key);
-    if (mac === undefined) {
-      mac = this.macOfCanonical(name, canonical);
-      if (this.repeatingMacs.size >= MAX_REPEATING_MACS) this.repeatingMacs.clear();
-      this.repeatingMacs.set(key, mac);
+  /**
+   * A field's RFC 8785 form and MAC. Those of fields whose values repeat from call to call (server,
+   * tool, secret names) are kept, found by a key built from their strings without canonicalizing.
+   */
+  private formOf(name: string, value: unknown): { canonical: string; mac: string } {
+    const key = repeatingKey(name, value);
+    const kept = key === undefined ? undefined : this.repeating.get(key);
+    if (kept) return kept;
+    const canonical = canonicalJson(value);
+    const form = { canonical, mac: this.macOfCanonical(name, canonical) };
+    if (key !== undefined) {
+      if (this.repeating.size >= MAX_REPEATING_FORMS) this.repeating.clear();
+      this.repeating.set(key, form);
     }
-    return mac;
+    return form;
   }
 
   private macOfCanonical(name: string, canonical: string): string {

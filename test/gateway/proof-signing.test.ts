@@ -72,6 +72,26 @@ describe('execution proof signing', () => {
     });
   }
 
+  it('a server, tool or secret names differing in one string from ones signed before get their own MACs', () => {
+    const base = inputs[0] as ProofInput;
+    signer.sign(base);
+    const variants: ProofInput[] = [
+      { ...base, server: { ...base.server, digest: 'sha512-y' } },
+      { ...base, server: { ...base.server, version: '1.0.1' } },
+      { ...base, tool: 'echo2' },
+      { ...base, secretNames: ['A_KEY'] },
+      { ...base, secretNames: ['A_KEY', 'B'] },
+    ];
+    for (const variant of variants) {
+      const { fieldMacs, signature: _signature, ...fields } = signer.sign(variant);
+      for (const name of ['server', 'tool', 'secretNames'] as const) {
+        expect(fieldMacs[name], `${name} of ${JSON.stringify(variant[name])}`).to.equal(
+          hmacSha256(key, `${name}\0${canonicalJson(fields[name])}`).toString('base64url'),
+        );
+      }
+    }
+  });
+
   it('hands out proofs that share nothing another proof could change', () => {
     const first = signer.sign(inputs[0] as ProofInput);
     const second = signer.sign(inputs[0] as ProofInput);
