@@ -36,10 +36,12 @@ export function authenticate(auth: Authenticators) {
       if (principal) {
         ctx.state.auth = principal;
         if (principal.trust) {
-          // Seen by the caller, and on the request's log line (which uses the request's logger).
+          // Seen by the caller, on the request's log lines and on its access line.
           ctx.set(TRUST_HEADER, principal.trust.state);
-          const state = ctx.state as { log?: Logger };
-          state.log = state.log?.child({ auth: principal.method, runtimeTrust: principal.trust.state });
+          const fields = { auth: principal.method, runtimeTrust: principal.trust.state };
+          const state = ctx.state as { log?: Logger; logFields?: Record<string, unknown> };
+          state.log = state.log?.child(fields);
+          state.logFields = { ...state.logFields, ...fields };
         }
       }
     } catch (err) {

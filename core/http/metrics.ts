@@ -6,6 +6,11 @@ export class HttpMetrics {
   readonly registry = new Registry();
   private readonly requests: Counter<'method' | 'route' | 'status'>;
   private readonly duration: Histogram<'method' | 'route'>;
+  /** Bounded as the labels are: methods × route templates × statuses. */
+  private readonly series = new Map<
+    string,
+    { requests: { inc(): void }; duration: { observe(seconds: number): void } }
+  >();
 
   constructor(service: string) {
     this.registry.setDefaultLabels({ service });
@@ -27,16 +32,31 @@ export class HttpMetrics {
 
   middleware() {
     return async (ctx: Context, next: Next): Promise<void> => {
-      const stop = this.duration.startTimer();
+      const started = performance.now();
       try {
         await next();
       } finally {
         // The route template, not the path, keeps label cardinality bounded.
         const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute ?? 'unmatched';
-        this.requests.inc({ method: ctx.method, route, status: String(ctx.status) });
-        stop({ method: ctx.method, route });
+        const series = this.seriesOf(ctx.method, route, ctx.status);
+        series.requests.inc();
+        series.duration.observe((performance.now() - started) / 1000);
       }
     };
+  }
+
+  /** The counter and histogram of one label set, looked up once (prom-client hashes labels on each use). */
+  private seriesOf(method: string, route: string, status: number) {
+    const key = `${method} ${status} ${route}`;
+    let series = this.series.get(key);
+    if (!series) {
+      series = {
+        requests: this.requests.labels({ method, route, status: String(status) }),
+        duration: this.duration.labels({ method, route }),
+      };
+      this.series.set(key, series);
+    }
+    return series;
   }
 
   async render(ctx: Context): Promise<void> {
