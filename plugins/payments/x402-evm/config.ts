@@ -52,11 +52,18 @@ export const configSchema = z
       .describe(
         'Gas limit of a settlement transaction, sent without an estimate (transferWithAuthorization follows one path: about 90k gas at worst for Base USDC); unused gas is not paid',
       ),
+    logBlockRange: z
+      .union([z.number().int().min(1).max(1_000_000), z.string().regex(/^[1-9]\d*$/)])
+      .default(2000)
+      .transform((value) => BigInt(value))
+      .describe('Largest block range one eth_getLogs asks for (hosted RPC endpoints cap it)'),
     startBlock: z
       .union([z.number().int().nonnegative(), z.string().regex(/^\d+$/)])
       .default(0)
       .transform((value) => BigInt(value))
-      .describe('First block the reconciler and settlement lookups read'),
+      .describe(
+        'First block the reconciler and settlement lookups read: on a public chain, the block at which this gateway began taking payments',
+      ),
     facilitator: z
       .discriminatedUnion('kind', [
         z

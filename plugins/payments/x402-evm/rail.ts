@@ -9,6 +9,7 @@ import {
   parseAbi,
   type Address,
   type Hex,
+  type Log,
   type PublicClient,
 } from 'viem';
 import type {
@@ -21,6 +22,7 @@ import type {
   VerifyOutcome,
   X402PaymentRequired,
 } from '../../../core/plugins/contracts/index.ts';
+import { blockRanges, blockRangesBackwards } from '../../../core/chain/block-ranges.ts';
 import { SigilError } from '../../../core/errors.ts';
 import type { X402EvmConfig } from './config.ts';
 import { createFacilitator } from './facilitator.ts';
@@ -35,6 +37,8 @@ const eip3009 = parseAbi([
 /** Failures no retry can cure: the payment will never settle as it is. */
 const PERMANENT =
   /signature|recipient|value_mismatch|valid_before|valid_after|insufficient|requirements|payload/;
+/** How many log ranges back status() looks for the transaction that used an authorization. */
+const STATUS_LOOKBACK_RANGES = 5;
 /** Settlement must leave this much of the authorization's window, as x402's facilitator requires. */
 const SETTLEMENT_MARGIN_SECONDS = 6;
 
@@ -197,41 +201,69 @@ export class X402EvmRail implements PaymentRailV1 {
       args: [from as Address, nonce as Hex],
     });
     if (!used) return { used: false };
-    const logs = await this.publicClient.getLogs({
-      address: this.config.asset.address as Address,
-      event: eip3009[1],
-      args: { authorizer: from as Address, nonce: nonce as Hex },
-      fromBlock: this.config.startBlock,
-    });
-    const transaction = logs[0]?.transactionHash;
-    return transaction ? { used: true, transaction } : { used: true };
+    return { used: true, ...(await this.usedIn(from as Address, nonce as Hex)) };
+  }
+
+  /**
+   * The transaction that used an authorization: looked for in the newest STATUS_LOOKBACK_RANGES log
+   * ranges (a settlement is recent when it is asked about). Not found, or the logs unreadable: the
+   * authorization is used all the same, and that is what settles the record.
+   */
+  private async usedIn(authorizer: Address, nonce: Hex): Promise<{ transaction?: string }> {
+    try {
+      const latest = await this.publicClient.getBlockNumber({ cacheTime: 0 });
+      let ranges = 0;
+      for (const range of blockRangesBackwards(this.config.startBlock, latest, this.config.logBlockRange)) {
+        if (ranges++ >= STATUS_LOOKBACK_RANGES) break;
+        const logs = await this.publicClient.getLogs({
+          address: this.config.asset.address as Address,
+          event: eip3009[1],
+          args: { authorizer, nonce },
+          ...range,
+        });
+        const transaction = logs[0]?.transactionHash;
+        if (transaction) return { transaction };
+      }
+    } catch {
+      // The RPC refused the log query: the chain has still said the authorization is used.
+    }
+    return {};
   }
 
   async settlementsOnChain(fromBlock: bigint): Promise<OnChainSettlement[]> {
     const address = this.config.asset.address as Address;
     const start = fromBlock > this.config.startBlock ? fromBlock : this.config.startBlock;
-    const [used, transfers] = await Promise.all([
-      this.publicClient.getLogs({ address, event: eip3009[1], fromBlock: start }),
-      this.publicClient.getLogs({
-        address,
-        event: eip3009[2],
-        args: { to: this.config.payTo as Address },
-        fromBlock: start,
-      }),
-    ]);
+    const latest = await this.publicClient.getBlockNumber({ cacheTime: 0 });
+    const used: Log<bigint, number, false, (typeof eip3009)[1]>[] = [];
+    const transfersByTransaction = new Map<string, Log<bigint, number, false, (typeof eip3009)[2]>[]>();
+    for (const range of blockRanges(start, latest, this.config.logBlockRange)) {
+      const [usedInRange, transfersInRange] = await Promise.all([
+        this.publicClient.getLogs({ address, event: eip3009[1], ...range }),
+        this.publicClient.getLogs({
+          address,
+          event: eip3009[2],
+          args: { to: this.config.payTo as Address },
+          ...range,
+        }),
+      ]);
+      used.push(...usedInRange);
+      for (const transfer of transfersInRange) {
+        const inTransaction = transfersByTransaction.get(transfer.transactionHash) ?? [];
+        inTransaction.push(transfer);
+        transfersByTransaction.set(transfer.transactionHash, inTransaction);
+      }
+    }
     const settlements: OnChainSettlement[] = [];
     for (const log of used) {
-      const transfer = transfers.find(
-        (t) =>
-          t.transactionHash === log.transactionHash &&
-          t.args.from !== undefined &&
-          log.args.authorizer !== undefined &&
-          isAddressEqual(t.args.from, log.args.authorizer),
-      );
-      if (!transfer || log.args.authorizer === undefined || log.args.nonce === undefined) continue;
+      const { authorizer, nonce } = log.args;
+      if (authorizer === undefined || nonce === undefined) continue;
+      const transfer = transfersByTransaction
+        .get(log.transactionHash)
+        ?.find((t) => t.args.from !== undefined && isAddressEqual(t.args.from, authorizer));
+      if (!transfer) continue;
       settlements.push({
-        id: paymentId(this.config, { from: log.args.authorizer, nonce: log.args.nonce }),
-        payer: getAddress(log.args.authorizer),
+        id: paymentId(this.config, { from: authorizer, nonce }),
+        payer: getAddress(authorizer),
         amount: transfer.args.value ?? 0n,
         transaction: log.transactionHash,
         block: log.blockNumber,

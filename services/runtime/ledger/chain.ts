@@ -11,6 +11,7 @@ import {
   type WalletClient,
 } from 'viem';
 import { privateKeyToAccount, type LocalAccount } from 'viem/accounts';
+import { blockRanges } from '../../../core/chain/block-ranges.ts';
 
 export const ledgerTokenAbi = parseAbi([
   'function name() view returns (string)',
@@ -69,8 +70,7 @@ export interface LedgerChainOptions {
   pollingIntervalMs?: number;
 }
 
-/** Largest block range and address list one eth_getLogs asks for (public RPCs cap both). */
-const LOG_BLOCK_SPAN = 2000n;
+/** Largest address list one eth_getLogs asks for (public RPCs cap it, as they cap block ranges). */
 const LOG_ADDRESS_CHUNK = 100;
 
 /**
@@ -130,8 +130,7 @@ export class LedgerChain {
   /** Token transfers to or from any of `accounts` in blocks `from`…`to` (inclusive). */
   async transfers(accounts: readonly Address[], from: bigint, to: bigint): Promise<TokenTransfer[]> {
     const found = new Map<string, TokenTransfer>();
-    for (let start = from; start <= to; start += LOG_BLOCK_SPAN) {
-      const end = start + LOG_BLOCK_SPAN - 1n < to ? start + LOG_BLOCK_SPAN - 1n : to;
+    for (const range of blockRanges(from, to)) {
       for (let i = 0; i < accounts.length; i += LOG_ADDRESS_CHUNK) {
         const chunk = accounts.slice(i, i + LOG_ADDRESS_CHUNK) as Address[];
         for (const args of [{ to: chunk }, { from: chunk }]) {
@@ -139,8 +138,7 @@ export class LedgerChain {
             address: this.token,
             event: TRANSFER_EVENT as NonNullable<typeof TRANSFER_EVENT>,
             args,
-            fromBlock: start,
-            toBlock: end,
+            ...range,
           });
           for (const log of logs) {
             const transfer = transferOf(log);
@@ -190,14 +188,12 @@ export class LedgerChain {
       ['used', USED_EVENT],
       ['canceled', CANCELED_EVENT],
     ] as const) {
-      for (let start = fromBlock; start <= latest; start += LOG_BLOCK_SPAN) {
-        const end = start + LOG_BLOCK_SPAN - 1n < latest ? start + LOG_BLOCK_SPAN - 1n : latest;
+      for (const range of blockRanges(fromBlock, latest)) {
         const logs = await this.publicClient.getLogs({
           address: this.token,
           event: event as NonNullable<typeof USED_EVENT>,
           args: { authorizer, nonce },
-          fromBlock: start,
-          toBlock: end,
+          ...range,
         });
         const log = logs[0];
         if (log?.transactionHash && log.blockNumber !== null) {

@@ -1,0 +1,31 @@
+/**
+ * Largest block range one `eth_getLogs` asks for by default: hosted RPC endpoints refuse wider ones
+ * (commonly 2,000 to 10,000 blocks, some fewer), so log scans go in ranges of at most this many.
+ */
+export const DEFAULT_LOG_BLOCK_RANGE = 2000n;
+
+/** Inclusive block ranges covering `from`…`to`, each at most `span` blocks, oldest first. */
+export function* blockRanges(
+  from: bigint,
+  to: bigint,
+  span: bigint = DEFAULT_LOG_BLOCK_RANGE,
+): Generator<{ fromBlock: bigint; toBlock: bigint }> {
+  if (span < 1n) throw new RangeError('a block range spans at least one block');
+  for (let start = from; start <= to; start += span) {
+    const end = start + span - 1n;
+    yield { fromBlock: start, toBlock: end < to ? end : to };
+  }
+}
+
+/** The same ranges, newest first: for finding something recent without reading back to `from`. */
+export function* blockRangesBackwards(
+  from: bigint,
+  to: bigint,
+  span: bigint = DEFAULT_LOG_BLOCK_RANGE,
+): Generator<{ fromBlock: bigint; toBlock: bigint }> {
+  if (span < 1n) throw new RangeError('a block range spans at least one block');
+  for (let end = to; end >= from; end -= span) {
+    const start = end - span + 1n;
+    yield { fromBlock: start > from ? start : from, toBlock: end };
+  }
+}
