@@ -3,8 +3,7 @@ import type { Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type LocalAccount } from 'viem/accounts';
 import type { Transfer } from '../../services/runtime/ledger/transfers.ts';
 import { chainClients } from '../chain/support.ts';
-import { RpcProxy, sendsTransaction } from '../payments/support.ts';
-import { startDevChain, type DevChain } from '../support/chain.ts';
+import { chainBehindProxy, sendsTransaction } from '../payments/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { fundedAccount, ledgerOnChain, mine, sendToken, tokenBalance } from './chain-support.ts';
 import { eventually, openLedgerWorld, randomWallet, type LedgerWorld } from './support.ts';
@@ -13,19 +12,7 @@ const USD = 1_000_000n;
 
 describe('ledger: settlement sweep on anvil', function () {
   this.timeout(120_000);
-  let chain: DevChain;
-  let proxy: RpcProxy;
-  before(async () => {
-    chain = await startDevChain();
-    proxy = await RpcProxy.start(chain.rpcUrl);
-  });
-  after(async () => {
-    await proxy?.stop();
-    await chain?.stop();
-  });
-  afterEach(() => {
-    proxy.intercept = undefined;
-  });
+  const rpc = chainBehindProxy();
 
   describeEachDatabase('sweep', (database) => {
     let world: LedgerWorld;
@@ -33,20 +20,20 @@ describe('ledger: settlement sweep on anvil', function () {
     let funder: LocalAccount;
 
     beforeEach(async () => {
-      settings = ledgerOnChain(chain, {
-        rpcUrl: proxy.url,
+      settings = ledgerOnChain(rpc.chain, {
+        rpcUrl: rpc.proxy.url,
         confirmations: 1,
         sweep: { intervalSeconds: 3600, minimumAmount: String(USD) },
       });
       world = await openLedgerWorld(database, { config: { ledger: settings } });
-      funder ??= await fundedAccount(chain, 1000n * USD);
+      funder ??= await fundedAccount(rpc.chain, 1000n * USD);
     });
     afterEach(() => world?.close());
 
     async function walletWithSpend(deposit: bigint, charges: bigint[]) {
       const wallet = randomWallet();
       const address = (await world.service.deposits.of(wallet)).address;
-      await sendToken(chain, funder, address, deposit);
+      await sendToken(rpc.chain, funder, address, deposit);
       await world.service.watcher!.poll({ fullRefresh: true });
       const agentId = (await world.service.agents.create(wallet, { name: 'a', model: 'm' })).id;
       for (const [i, amount] of charges.entries()) {
@@ -63,7 +50,7 @@ describe('ledger: settlement sweep on anvil', function () {
     async function expectAgreement(wallet: Address, deposit: Address): Promise<void> {
       await world.service.watcher!.poll({ fullRefresh: true });
       const balance = await world.ledger.balance(wallet);
-      expect(balance.onChainBalance).to.equal(await tokenBalance(chain, deposit));
+      expect(balance.onChainBalance).to.equal(await tokenBalance(rpc.chain, deposit));
       expect((await world.ledger.audit(wallet)).mismatches).to.deep.equal([]);
     }
 
@@ -75,10 +62,10 @@ describe('ledger: settlement sweep on anvil', function () {
       expect(others.filter((t) => t.wallet === wallet)).to.deep.equal([]);
       expect(sweep).to.include({ wallet, amount: 3n * USD, to: settings.treasury, kind: 'sweep' });
       expect((await finished(sweep!.id)).state).to.equal('completed');
-      expect(await tokenBalance(chain, settings.treasury)).to.equal(3n * USD);
-      expect(await tokenBalance(chain, deposit)).to.equal(7n * USD);
+      expect(await tokenBalance(rpc.chain, settings.treasury)).to.equal(3n * USD);
+      expect(await tokenBalance(rpc.chain, deposit)).to.equal(7n * USD);
       // The deposit address signed; the operator paid the gas.
-      expect(await chainClients(chain).publicClient.getBalance({ address: deposit })).to.equal(0n);
+      expect(await chainClients(rpc.chain).publicClient.getBalance({ address: deposit })).to.equal(0n);
       const after = await world.ledger.balance(wallet);
       expect(after).to.include({
         onChainBalance: 7n * USD,
@@ -98,7 +85,7 @@ describe('ledger: settlement sweep on anvil', function () {
       const { wallet, agentId } = await walletWithSpend(10n * USD, [500_000n]);
       expect((await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet)).to.deep.equal([]);
       await world.ledger.charge({ wallet, agentId, amount: 700_000n, idempotencyKey: 'more' });
-      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const first = (await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet);
       expect(first.map((t) => t.amount)).to.deep.equal([1_200_000n]);
       // Still open (the send is cut): a second sweep finds nothing new to take...
@@ -107,7 +94,7 @@ describe('ledger: settlement sweep on anvil', function () {
       await world.ledger.charge({ wallet, agentId, amount: USD, idempotencyKey: 'again' });
       const second = (await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet);
       expect(second.map((t) => t.amount)).to.deep.equal([USD]);
-      proxy.intercept = undefined;
+      rpc.proxy.intercept = undefined;
       await world.service.transfers.makeAllDue();
       for (const sweep of [...first, ...second])
         expect((await finished(sweep.id)).state).to.equal('completed');
@@ -116,13 +103,13 @@ describe('ledger: settlement sweep on anvil', function () {
 
     it('a sweep that cannot go through fails and changes no entry; the next sweep takes the spend', async () => {
       const { wallet, deposit } = await walletWithSpend(5n * USD, [2n * USD]);
-      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const [sweep] = (await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet);
-      await chainClients(chain).publicClient.request({
+      await chainClients(rpc.chain).publicClient.request({
         method: 'evm_increaseTime' as never,
         params: [3601] as never,
       });
-      await mine(chain, 1);
+      await mine(rpc.chain, 1);
       await world.service.transfers.makeAllDue();
       expect((await finished(sweep!.id)).state).to.equal('failed');
       expect(await world.ledger.balance(wallet)).to.include({
@@ -130,7 +117,7 @@ describe('ledger: settlement sweep on anvil', function () {
         settledSpend: 0n,
         available: 3n * USD,
       });
-      proxy.intercept = undefined;
+      rpc.proxy.intercept = undefined;
       const [retry] = (await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet);
       expect(retry!.amount).to.equal(2n * USD);
       expect((await finished(retry!.id)).state).to.equal('completed');
@@ -142,7 +129,7 @@ describe('ledger: settlement sweep on anvil', function () {
       await expectAgreement(wallet, deposit);
     });
 
-    it('a sweep and a withdrawal of one wallet at once: both complete, and chain and ledger agree', async () => {
+    it('a sweep and a withdrawal of one wallet at once: both complete, and rpc.chain and ledger agree', async () => {
       const { wallet, deposit } = await walletWithSpend(10n * USD, [4n * USD]);
       const to = privateKeyToAccount(generatePrivateKey()).address;
       const [[sweep], { transfer }] = await Promise.all([
@@ -152,8 +139,8 @@ describe('ledger: settlement sweep on anvil', function () {
       expect((await world.ledger.balance(wallet)).available).to.equal(0n);
       expect((await finished(sweep!.id)).state).to.equal('completed');
       expect((await finished(transfer.id)).state).to.equal('completed');
-      expect(await tokenBalance(chain, deposit)).to.equal(0n);
-      expect(await tokenBalance(chain, to)).to.equal(6n * USD);
+      expect(await tokenBalance(rpc.chain, deposit)).to.equal(0n);
+      expect(await tokenBalance(rpc.chain, to)).to.equal(6n * USD);
       expect(await world.ledger.balance(wallet)).to.include({
         onChainBalance: 0n,
         unsettledSpend: 0n,

@@ -7,8 +7,7 @@ import { DepositKeys } from '../../services/runtime/ledger/deposit-keys.ts';
 import { SpendRefused } from '../../services/runtime/ledger/errors.ts';
 import type { Transfer } from '../../services/runtime/ledger/transfers.ts';
 import { chainClients, sigilDollarAbi, tokenDomain } from '../chain/support.ts';
-import { RpcProxy, sendsTransaction } from '../payments/support.ts';
-import { startDevChain, type DevChain } from '../support/chain.ts';
+import { chainBehindProxy, sendsTransaction } from '../payments/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { fundedAccount, ledgerOnChain, mine, sendToken, tokenBalance } from './chain-support.ts';
 import { eventually, openLedgerWorld, randomWallet, type LedgerWorld } from './support.ts';
@@ -17,20 +16,7 @@ const USD = 1_000_000n;
 
 describe('ledger: withdrawals on anvil', function () {
   this.timeout(120_000);
-  let chain: DevChain;
-  let proxy: RpcProxy;
-  before(async () => {
-    chain = await startDevChain();
-    proxy = await RpcProxy.start(chain.rpcUrl);
-  });
-  after(async () => {
-    await proxy?.stop();
-    await chain?.stop();
-  });
-  afterEach(() => {
-    proxy.down = false;
-    proxy.intercept = undefined;
-  });
+  const rpc = chainBehindProxy();
 
   describeEachDatabase('withdrawals', (database) => {
     let world: LedgerWorld;
@@ -38,10 +24,10 @@ describe('ledger: withdrawals on anvil', function () {
     let funder: LocalAccount;
 
     beforeEach(async () => {
-      settings = ledgerOnChain(chain, { rpcUrl: proxy.url, confirmations: 1 });
+      settings = ledgerOnChain(rpc.chain, { rpcUrl: rpc.proxy.url, confirmations: 1 });
       world = await openLedgerWorld(database, { config: { ledger: settings } });
       await world.service.watcher!.poll(); // the cursor: deposits from now on are recorded in the history
-      funder ??= await fundedAccount(chain, 1000n * USD);
+      funder ??= await fundedAccount(rpc.chain, 1000n * USD);
     });
     afterEach(() => world?.close());
 
@@ -49,7 +35,7 @@ describe('ledger: withdrawals on anvil', function () {
     async function fundedWallet(amount: bigint): Promise<{ wallet: Address; deposit: Address }> {
       const wallet = randomWallet();
       const deposit = (await world.service.deposits.of(wallet)).address;
-      await sendToken(chain, funder, deposit, amount);
+      await sendToken(rpc.chain, funder, deposit, amount);
       await world.service.watcher!.poll({ fullRefresh: true });
       expect((await world.ledger.balance(wallet)).onChainBalance).to.equal(amount);
       return { wallet, deposit };
@@ -67,17 +53,17 @@ describe('ledger: withdrawals on anvil', function () {
     async function expectAgreement(wallet: Address, deposit: Address): Promise<void> {
       await world.service.watcher!.poll({ fullRefresh: true });
       const balance = await world.ledger.balance(wallet);
-      expect(balance.onChainBalance).to.equal(await tokenBalance(chain, deposit));
+      expect(balance.onChainBalance).to.equal(await tokenBalance(rpc.chain, deposit));
       expect(balance.available).to.equal(
         balance.onChainBalance - balance.unsettledSpend - balance.pendingWithdrawals,
       );
       expect((await world.ledger.audit(wallet)).mismatches).to.deep.equal([]);
     }
 
-    it('request → pending at once (pendingWithdrawals) → transferred by the operator → completed; chain and ledger agree', async () => {
+    it('request → pending at once (pendingWithdrawals) → transferred by the operator → completed; rpc.chain and ledger agree', async () => {
       const { wallet, deposit } = await fundedWallet(10n * USD);
       const to = fresh();
-      const operatorEther = await chainClients(chain).publicClient.getBalance({
+      const operatorEther = await chainClients(rpc.chain).publicClient.getBalance({
         address: world.service.chain!.operator.address,
       });
       const { transfer } = await world.service.withdrawals.request(wallet, {
@@ -87,14 +73,14 @@ describe('ledger: withdrawals on anvil', function () {
       });
       expect(transfer.state).to.equal('pending');
       const held = await world.ledger.balance(wallet);
-      // Counted at once, before anything reached the chain.
+      // Counted at once, before anything reached the rpc.chain.
       expect(held.pendingWithdrawals === 3n * USD || held.withdrawn === 3n * USD).to.equal(true);
       expect(held.available).to.equal(7n * USD);
       const done = await settle(transfer.id);
       expect(done.state).to.equal('completed');
       expect(done.txHash).to.match(/^0x[0-9a-f]{64}$/);
-      expect(await tokenBalance(chain, to)).to.equal(3n * USD);
-      expect(await tokenBalance(chain, deposit)).to.equal(7n * USD);
+      expect(await tokenBalance(rpc.chain, to)).to.equal(3n * USD);
+      expect(await tokenBalance(rpc.chain, deposit)).to.equal(7n * USD);
       const balance = await world.ledger.balance(wallet);
       expect(balance).to.include({
         onChainBalance: 7n * USD,
@@ -103,8 +89,8 @@ describe('ledger: withdrawals on anvil', function () {
         available: 7n * USD,
       });
       // The deposit address needed no ether: the operator paid the gas.
-      expect(await chainClients(chain).publicClient.getBalance({ address: deposit })).to.equal(0n);
-      const operatorAfter = await chainClients(chain).publicClient.getBalance({
+      expect(await chainClients(rpc.chain).publicClient.getBalance({ address: deposit })).to.equal(0n);
+      const operatorAfter = await chainClients(rpc.chain).publicClient.getBalance({
         address: world.service.chain!.operator.address,
       });
       expect(operatorAfter < operatorEther).to.equal(true);
@@ -118,8 +104,8 @@ describe('ledger: withdrawals on anvil', function () {
       world = await openLedgerWorld(database, { config: { ledger: { ...settings, confirmations: 3 } } });
       const wallet = randomWallet();
       const deposit = (await world.service.deposits.of(wallet)).address;
-      await sendToken(chain, funder, deposit, 5n * USD);
-      await mine(chain, 2);
+      await sendToken(rpc.chain, funder, deposit, 5n * USD);
+      await mine(rpc.chain, 2);
       await world.service.watcher!.poll({ fullRefresh: true });
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
@@ -134,10 +120,10 @@ describe('ledger: withdrawals on anvil', function () {
       await world.service.worker!.processDue();
       expect((await world.service.transfers.get(transfer.id))!.state).to.equal('submitted');
       expect((await world.ledger.balance(wallet)).pendingWithdrawals).to.equal(USD);
-      await mine(chain, 2);
+      await mine(rpc.chain, 2);
       await world.service.transfers.makeAllDue();
       expect((await settle(transfer.id)).state).to.equal('completed');
-      await mine(chain, 2);
+      await mine(rpc.chain, 2);
       await expectAgreement(wallet, deposit);
     });
 
@@ -159,7 +145,7 @@ describe('ledger: withdrawals on anvil', function () {
         );
       expect(err?.code).to.equal('conflict');
       await settle(results[0]!.transfer.id);
-      expect(await tokenBalance(chain, to)).to.equal(2n * USD);
+      expect(await tokenBalance(rpc.chain, to)).to.equal(2n * USD);
       await expectAgreement(wallet, deposit);
     });
 
@@ -237,7 +223,7 @@ describe('ledger: withdrawals on anvil', function () {
         ],
         ['0x1234', /20-byte hex address/],
         [zeroAddress, /zero address/],
-        [chain.token.address, /token contract/],
+        [rpc.chain.token.address, /token contract/],
         [settings.treasury, /service's own addresses/],
         [world.service.chain!.operator.address, /service's own addresses/],
         [other, /deposit address/],
@@ -257,16 +243,16 @@ describe('ledger: withdrawals on anvil', function () {
       expect((await world.ledger.balance(wallet)).available).to.equal(5n * USD);
     });
 
-    it('a transfer that would revert (deposit address drained behind the ledger’s back) is canceled on chain, then failed: its funds are no longer pending', async () => {
+    it('a transfer that would revert (deposit address drained behind the ledger’s back) is canceled on rpc.chain, then failed: its funds are no longer pending', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
       // The deposit key moves the tokens out itself, so the ledger's transfer must fail.
       const keys = new DepositKeys(settings.depositMnemonic as string);
       const index = (await world.service.deposits.of(wallet)).index;
       const depositAccount = keys.account(index);
-      await chainClients(chain).operatorWallet.sendTransaction({ to: deposit, value: 10n ** 16n });
-      const { publicClient, walletFor } = chainClients(chain);
+      await chainClients(rpc.chain).operatorWallet.sendTransaction({ to: deposit, value: 10n ** 16n });
+      const { publicClient, walletFor } = chainClients(rpc.chain);
       const drained = await walletFor(depositAccount).writeContract({
-        address: chain.token.address,
+        address: rpc.chain.token.address,
         abi: sigilDollarAbi,
         functionName: 'transfer',
         args: [funder.address, 5n * USD],
@@ -294,7 +280,7 @@ describe('ledger: withdrawals on anvil', function () {
 
     it('an authorization canceled by the key holder before it was sent: failed, funds restored, nothing moved', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
-      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const to = fresh();
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
@@ -304,32 +290,32 @@ describe('ledger: withdrawals on anvil', function () {
       const keys = new DepositKeys(settings.depositMnemonic as string);
       const depositAccount = keys.account((await world.service.deposits.of(wallet)).index);
       const signature = await depositAccount.signTypedData({
-        domain: tokenDomain(chain),
+        domain: tokenDomain(rpc.chain),
         types: CANCEL_AUTHORIZATION_TYPES,
         primaryType: 'CancelAuthorization',
         message: { authorizer: deposit, nonce: transfer.nonce },
       });
-      const { publicClient, operatorWallet } = chainClients(chain);
+      const { publicClient, operatorWallet } = chainClients(rpc.chain);
       await publicClient.waitForTransactionReceipt({
         hash: await operatorWallet.writeContract({
-          address: chain.token.address,
+          address: rpc.chain.token.address,
           abi: sigilDollarAbi,
           functionName: 'cancelAuthorization',
           args: [deposit, transfer.nonce as Hex, signature],
         }),
       });
-      proxy.intercept = undefined;
+      rpc.proxy.intercept = undefined;
       await world.service.transfers.makeAllDue();
       const done = await settle(transfer.id);
       expect(done.state).to.equal('failed');
-      expect(await tokenBalance(chain, to)).to.equal(0n);
+      expect(await tokenBalance(rpc.chain, to)).to.equal(0n);
       expect((await world.ledger.balance(wallet)).available).to.equal(5n * USD);
       await expectAgreement(wallet, deposit);
     });
 
     it('the RPC refuses the send, then is back: retried with the same authorization, transferred once', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
-      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const to = fresh();
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
@@ -342,50 +328,50 @@ describe('ledger: withdrawals on anvil', function () {
         return row && row.attempts > 0 ? row : undefined;
       });
       expect((await world.service.transfers.get(transfer.id))!.state).to.equal('pending');
-      proxy.intercept = undefined;
+      rpc.proxy.intercept = undefined;
       await world.service.transfers.makeAllDue();
       expect((await settle(transfer.id)).state).to.equal('completed');
-      expect(await tokenBalance(chain, to)).to.equal(USD);
+      expect(await tokenBalance(rpc.chain, to)).to.equal(USD);
       await expectAgreement(wallet, deposit);
     });
 
-    it('the transaction reaches the chain but its answer is lost: the next attempt finds it, no second transfer', async () => {
+    it('the transaction reaches the rpc.chain but its answer is lost: the next attempt finds it, no second transfer', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
-      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'lose-answer' : 'forward');
+      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'lose-answer' : 'forward');
       const to = fresh();
-      const sentBefore = proxy.transactionsSent();
+      const sentBefore = rpc.proxy.transactionsSent();
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
         to,
         idempotencyKey: 'l',
       });
-      await eventually('the transfer on chain', async () => (await tokenBalance(chain, to)) === USD);
-      proxy.intercept = undefined;
+      await eventually('the transfer on rpc.chain', async () => (await tokenBalance(rpc.chain, to)) === USD);
+      rpc.proxy.intercept = undefined;
       await world.service.transfers.makeAllDue();
       const done = await settle(transfer.id);
       expect(done.state).to.equal('completed');
-      expect(proxy.transactionsSent() - sentBefore).to.equal(1);
-      expect(await tokenBalance(chain, to)).to.equal(USD);
+      expect(rpc.proxy.transactionsSent() - sentBefore).to.equal(1);
+      expect(await tokenBalance(rpc.chain, to)).to.equal(USD);
       await expectAgreement(wallet, deposit);
     });
 
     it('never mined before its validBefore (the RPC refuses every send): failed once expired, funds restored', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
-      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const { transfer } = await world.service.withdrawals.request(wallet, {
         amount: USD,
         to: fresh(),
         idempotencyKey: 'e',
       });
-      const { publicClient } = chainClients(chain);
+      const { publicClient } = chainClients(rpc.chain);
       await publicClient.request({ method: 'evm_increaseTime' as never, params: [3601] as never });
-      await mine(chain, 1);
+      await mine(rpc.chain, 1);
       await world.service.transfers.makeAllDue();
       const done = await settle(transfer.id);
       expect(done.state).to.equal('failed');
       expect(done.reason).to.match(/expired/);
       expect((await world.ledger.balance(wallet)).available).to.equal(5n * USD);
-      proxy.intercept = undefined;
+      rpc.proxy.intercept = undefined;
       await expectAgreement(wallet, deposit);
     });
   });

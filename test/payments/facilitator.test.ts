@@ -8,7 +8,14 @@ import { configSchema, X402EvmRail } from '../../plugins/payments/x402-evm/index
 import { createFacilitator } from '../../plugins/payments/x402-evm/facilitator.ts';
 import { devChainDefinition } from '../../services/devchain/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
-import { balances, devAccountKey, fundedPayer, payingClient, railPlugin, RpcProxy } from './support.ts';
+import {
+  balances,
+  chainBehindProxy,
+  devAccountKey,
+  fundedPayer,
+  payingClient,
+  railPlugin,
+} from './support.ts';
 
 const readBody = (req: IncomingMessage) =>
   new Promise<string>((resolve) => {
@@ -116,32 +123,19 @@ describe('payments: facilitators', function () {
  */
 describe('payments: the built-in facilitator’s settlement of payments it verified', function () {
   this.timeout(60_000);
-  let chain: DevChain;
-  let proxy: RpcProxy;
-  before(async () => {
-    chain = await startDevChain();
-    proxy = await RpcProxy.start(chain.rpcUrl);
-  });
-  after(async () => {
-    await proxy?.stop();
-    await chain?.stop();
-  });
-  afterEach(() => {
-    proxy.intercept = undefined;
-    proxy.seen.clear();
-  });
+  const world = chainBehindProxy();
 
-  /** A rail on the proxy (HTTP, so every request is seen), settling from its own dev account. */
+  /** A rail on the world.proxy (HTTP, so every request is seen), settling from its own dev account. */
   const railOnProxy = (options: Record<string, unknown> = {}) => {
-    const { plugin, payTo } = railPlugin(chain, {
-      rpcUrl: proxy.url,
+    const { plugin, payTo } = railPlugin(world.chain, {
+      rpcUrl: world.proxy.url,
       facilitator: { kind: 'builtin', privateKey: devAccountKey(8) },
       ...options,
     });
     return { rail: new X402EvmRail(configSchema.parse(plugin.options)), payTo, options: plugin.options };
   };
   const paymentFor = async (rail: X402EvmRail, payer?: LocalAccount) =>
-    payingClient(chain, payer).createPaymentPayload(
+    payingClient(world.chain, payer).createPaymentPayload(
       rail.paymentRequired({ url: 'test://fast-path', description: 'fast path' }) as PaymentRequired,
     );
   const verifiedBy = async (rail: X402EvmRail, payload: PaymentPayload) => {
@@ -152,17 +146,17 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
 
   it('one synchronous send for a payment it verified, the payer’s code read once for both steps', async () => {
     const { rail, payTo } = railOnProxy();
-    const payment = await verifiedBy(rail, await paymentFor(rail, await fundedPayer(chain)));
+    const payment = await verifiedBy(rail, await paymentFor(rail, await fundedPayer(world.chain)));
     const outcome = await rail.settle(payment);
     await rail.stop();
     expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
-    expect(await balances(chain)(payTo)).to.equal(500n);
-    expect(proxy.count('eth_sendRawTransactionSync')).to.equal(1);
-    expect(proxy.count('eth_sendRawTransaction')).to.equal(0);
+    expect(await balances(world.chain)(payTo)).to.equal(500n);
+    expect(world.proxy.count('eth_sendRawTransactionSync')).to.equal(1);
+    expect(world.proxy.count('eth_sendRawTransaction')).to.equal(0);
     // No estimate: the gas limit is the configured one.
-    expect(proxy.count('eth_estimateGas')).to.equal(0);
+    expect(world.proxy.count('eth_estimateGas')).to.equal(0);
     // The payer's code (verify reads it twice, settle twice more) and at most the token's once.
-    expect(proxy.count('eth_getCode')).to.be.at.most(2);
+    expect(world.proxy.count('eth_getCode')).to.be.at.most(2);
   });
 
   it('a payment verified by another process is settled through x402’s path, once', async () => {
@@ -172,19 +166,19 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
     const outcome = await second.rail.settle(payment);
     await Promise.all([first.rail.stop(), second.rail.stop()]);
     expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
-    expect(proxy.count('eth_sendRawTransactionSync')).to.equal(0);
-    expect(proxy.count('eth_sendRawTransaction')).to.equal(1);
-    expect(await balances(chain)(first.payTo)).to.equal(500n);
+    expect(world.proxy.count('eth_sendRawTransactionSync')).to.equal(0);
+    expect(world.proxy.count('eth_sendRawTransaction')).to.equal(1);
+    expect(await balances(world.chain)(first.payTo)).to.equal(500n);
   });
 
   it('an authorization altered after verification is not taken for the verified one: refused, nothing sent', async () => {
     const { rail, payTo, options } = railOnProxy();
     const parsed = configSchema.parse(options);
-    const definition = devChainDefinition(proxy.url, chain.chainId);
+    const definition = devChainDefinition(world.proxy.url, world.chain.chainId);
     const facilitator = createFacilitator(
       parsed,
       definition,
-      createPublicClient({ chain: definition, transport: http(proxy.url) }),
+      createPublicClient({ chain: definition, transport: http(world.proxy.url) }),
     );
     const payload = await paymentFor(rail);
     const requirements = payload.accepted;
@@ -195,24 +189,24 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
     const refused = await facilitator.settle(altered, requirements);
     expect(refused.success).to.equal(false);
     expect(refused.errorReason).to.match(/signature/);
-    expect(proxy.transactionsSent()).to.equal(0);
+    expect(world.proxy.transactionsSent()).to.equal(0);
     // The payment as verified still settles, once.
     expect((await facilitator.settle(payload, requirements)).success).to.equal(true);
-    expect(await balances(chain)(payTo)).to.equal(500n);
+    expect(await balances(world.chain)(payTo)).to.equal(500n);
     await rail.stop();
   });
 
   it('a node without eth_sendRawTransactionSync: settled through x402’s path, and not asked again', async () => {
     const { rail, payTo } = railOnProxy();
-    proxy.intercept = (methods) =>
+    world.proxy.intercept = (methods) =>
       methods.includes('eth_sendRawTransactionSync') ? 'method-not-found' : 'forward';
     for (let i = 0; i < 2; i++) {
       const outcome = await rail.settle(await verifiedBy(rail, await paymentFor(rail)));
       expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
     }
     await rail.stop();
-    expect(proxy.count('eth_sendRawTransactionSync')).to.equal(1);
-    expect(proxy.count('eth_sendRawTransaction')).to.equal(2);
-    expect(await balances(chain)(payTo)).to.equal(1000n);
+    expect(world.proxy.count('eth_sendRawTransactionSync')).to.equal(1);
+    expect(world.proxy.count('eth_sendRawTransaction')).to.equal(2);
+    expect(await balances(world.chain)(payTo)).to.equal(1000n);
   });
 });

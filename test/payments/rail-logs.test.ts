@@ -1,8 +1,7 @@
 import type { PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
 import { configSchema, X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
-import { startDevChain, type DevChain } from '../support/chain.ts';
-import { devAccountKey, payingClient, railPlugin, RpcProxy } from './support.ts';
+import { chainBehindProxy, devAccountKey, payingClient, railPlugin } from './support.ts';
 
 /**
  * The rail reads the chain's logs in ranges of `logBlockRange` blocks, as hosted RPC endpoints
@@ -10,20 +9,11 @@ import { devAccountKey, payingClient, railPlugin, RpcProxy } from './support.ts'
  */
 describe('payments-x402-evm: log reads in block ranges, on anvil', function () {
   this.timeout(60_000);
-  let chain: DevChain;
-  let proxy: RpcProxy;
-  before(async () => {
-    chain = await startDevChain();
-    proxy = await RpcProxy.start(chain.rpcUrl);
-  });
-  after(async () => {
-    await proxy?.stop();
-    await chain?.stop();
-  });
+  const world = chainBehindProxy();
 
   it('finds every settlement and its transaction with a range of one block, and settles a used authorization when logs are refused', async () => {
-    const { plugin } = railPlugin(chain, {
-      rpcUrl: proxy.url,
+    const { plugin } = railPlugin(world.chain, {
+      rpcUrl: world.proxy.url,
       logBlockRange: 1,
       facilitator: { kind: 'builtin', privateKey: devAccountKey(7) },
     });
@@ -31,7 +21,7 @@ describe('payments-x402-evm: log reads in block ranges, on anvil', function () {
     const required = rail.paymentRequired({ url: 'test://logs', description: 'logs' }) as PaymentRequired;
     const payments = [];
     for (let i = 0; i < 3; i++) {
-      const verified = await rail.verify(await payingClient(chain).createPaymentPayload(required));
+      const verified = await rail.verify(await payingClient(world.chain).createPaymentPayload(required));
       if (!verified.valid) throw new Error(`not verified: ${verified.reason}`);
       const settled = await rail.settle(verified.payment);
       if (settled.status !== 'settled') throw new Error(JSON.stringify(settled));
@@ -47,11 +37,11 @@ describe('payments-x402-evm: log reads in block ranges, on anvil', function () {
       expect(await rail.status(payment)).to.deep.equal({ used: true, transaction });
     }
 
-    proxy.intercept = (methods) => (methods.includes('eth_getLogs') ? 'cut' : 'forward');
+    world.proxy.intercept = (methods) => (methods.includes('eth_getLogs') ? 'cut' : 'forward');
     const first = payments[0]!;
     expect(await rail.status(first.payment)).to.deep.equal({ used: true });
     expect((await rail.settle(first.payment)).status).to.equal('settled');
-    proxy.intercept = undefined;
+    world.proxy.intercept = undefined;
     await rail.stop();
   });
 });

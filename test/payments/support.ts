@@ -13,7 +13,7 @@ import { openDatabase, type Database } from '../../core/db/database.ts';
 import { devWallet } from '../../services/devchain/index.ts';
 import type { Serving } from '../../services/serve.ts';
 import { chainClients, randomNonce, signTransfer, sigilDollarAbi, tokenDomain } from '../chain/support.ts';
-import type { DevChain } from '../support/chain.ts';
+import { startDevChain, type DevChain } from '../support/chain.ts';
 import { stickyDatabase, type TestDatabase } from '../support/kernel.ts';
 import { ProbeWorld, walletToken } from '../gateway/support.ts';
 
@@ -339,6 +339,28 @@ export async function paidGateway(
       await sticky.drop();
     },
   };
+}
+
+/**
+ * A fresh dev chain with an RpcProxy in front of it for the enclosing describe block (started in
+ * `before`, stopped in `after`); the proxy's switches and counts are reset after each test.
+ */
+export function chainBehindProxy(): { readonly chain: DevChain; readonly proxy: RpcProxy } {
+  const world = {} as { chain: DevChain; proxy: RpcProxy };
+  before(async () => {
+    world.chain = await startDevChain();
+    world.proxy = await RpcProxy.start(world.chain.rpcUrl);
+  });
+  after(async () => {
+    await world.proxy?.stop();
+    await world.chain?.stop();
+  });
+  afterEach(() => {
+    world.proxy.down = false;
+    world.proxy.intercept = undefined;
+    world.proxy.seen.clear();
+  });
+  return world;
 }
 
 /** Whether a JSON-RPC request sends a transaction (EIP-7966's synchronous send included). */
