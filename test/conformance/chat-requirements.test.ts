@@ -5,51 +5,26 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { UnsecuredJWT } from 'jose';
-import type { Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
-import type { CheckResult } from '../../conformance/check.ts';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
-import { runDeployment } from '../../conformance/deployment/run.ts';
-import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { DEFAULT_PLUGINS } from '../../core/config/schema.ts';
 import { serve, type Serving } from '../../services/serve.ts';
-import { chainClients, sigilDollarAbi } from '../chain/support.ts';
 import { ledgerOnChain } from '../ledger/chain-support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { openTestKernel } from '../support/kernel.ts';
-import { sendJson, startTinyServer, type TinyServer } from './support.ts';
+import {
+  payerKey,
+  runRequirements,
+  sendJson,
+  startTinyServer,
+  statuses,
+  type TinyServer,
+} from './support.ts';
 
 const IDS = ['RT-7.session-validation', 'RT-7.missing-key-guidance', 'RT-8.cost-formula-byok'];
 
-async function run(target: DeploymentTarget): Promise<Record<string, CheckResult>> {
-  const report = await runDeployment(target, {
-    requirements: REQUIREMENTS.filter((requirement) => IDS.includes(requirement.id)),
-  });
-  return Object.fromEntries(report.results.map((result) => [result.id, result]));
-}
-
-const statuses = (results: Record<string, CheckResult>) =>
-  Object.fromEntries(Object.entries(results).map(([id, result]) => [id, result.status]));
-
-/** A funded payer of the tester's: the token minted to it, and ether for the deposit's gas. */
-async function payerKey(chain: DevChain): Promise<Hex> {
-  const key = generatePrivateKey();
-  const { address } = privateKeyToAccount(key);
-  const { publicClient, operatorWallet } = chainClients(chain);
-  await publicClient.waitForTransactionReceipt({
-    hash: await operatorWallet.writeContract({
-      address: chain.token.address,
-      abi: sigilDollarAbi,
-      functionName: 'mint',
-      args: [address, 1_000_000n],
-    }),
-  });
-  await publicClient.waitForTransactionReceipt({
-    hash: await operatorWallet.sendTransaction({ to: address, value: 10n ** 17n }),
-  });
-  return key;
-}
+const run = (target: DeploymentTarget) => runRequirements(target, IDS);
 
 describe('chat: conformance requirements (sessions, the missing-key hint, the BYOK cost)', function () {
   this.timeout(120_000);

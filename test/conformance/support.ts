@@ -3,7 +3,15 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Hex } from 'viem';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import type { CheckResult } from '../../conformance/check.ts';
+import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
+import { runDeployment } from '../../conformance/deployment/run.ts';
+import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { serve } from '../../services/serve.ts';
+import { chainClients, sigilDollarAbi } from '../chain/support.ts';
+import type { DevChain } from '../support/chain.ts';
 import { runSigil as runSigilCommand, type CliResult } from '../support/cli.ts';
 import { openTestKernel, type ConfigOverrides } from '../support/kernel.ts';
 
@@ -75,4 +83,37 @@ export function reportDir(): { dir: string; read(name: string): string; cleanup(
     read: (name) => readFileSync(join(dir, name), 'utf8'),
     cleanup: () => rmSync(dir, { recursive: true, force: true }),
   };
+}
+
+/** Runs the deployment requirements `ids` against `target`: each one's result, by id. */
+export async function runRequirements(
+  target: DeploymentTarget,
+  ids: readonly string[],
+): Promise<Record<string, CheckResult>> {
+  const report = await runDeployment(target, {
+    requirements: REQUIREMENTS.filter((requirement) => ids.includes(requirement.id)),
+  });
+  return Object.fromEntries(report.results.map((result) => [result.id, result]));
+}
+
+export const statuses = (results: Record<string, CheckResult>) =>
+  Object.fromEntries(Object.entries(results).map(([id, result]) => [id, result.status]));
+
+/** A funded payer of the tester's: the token minted to it, and ether for the deposit's gas. */
+export async function payerKey(chain: DevChain): Promise<Hex> {
+  const key = generatePrivateKey();
+  const { address } = privateKeyToAccount(key);
+  const { publicClient, operatorWallet } = chainClients(chain);
+  await publicClient.waitForTransactionReceipt({
+    hash: await operatorWallet.writeContract({
+      address: chain.token.address,
+      abi: sigilDollarAbi,
+      functionName: 'mint',
+      args: [address, 1_000_000n],
+    }),
+  });
+  await publicClient.waitForTransactionReceipt({
+    hash: await operatorWallet.sendTransaction({ to: address, value: 10n ** 17n }),
+  });
+  return key;
 }

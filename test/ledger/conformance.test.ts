@@ -2,16 +2,18 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { expect } from 'chai';
 import { UnsecuredJWT } from 'jose';
-import type { Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
-import type { CheckResult } from '../../conformance/check.ts';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
-import { runDeployment } from '../../conformance/deployment/run.ts';
-import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { serve, type Serving } from '../../services/serve.ts';
-import { chainClients, sigilDollarAbi } from '../chain/support.ts';
-import { sendJson, startTinyServer, type TinyServer } from '../conformance/support.ts';
+import {
+  payerKey,
+  runRequirements,
+  sendJson,
+  startTinyServer,
+  statuses,
+  type TinyServer,
+} from '../conformance/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { openTestKernel } from '../support/kernel.ts';
 import { ledgerOnChain } from './chain-support.ts';
@@ -23,34 +25,7 @@ const IDS = [
   'RT-8.ledger-minimum-balance',
 ];
 
-async function run(target: DeploymentTarget): Promise<Record<string, CheckResult>> {
-  const report = await runDeployment(target, {
-    requirements: REQUIREMENTS.filter((requirement) => IDS.includes(requirement.id)),
-  });
-  return Object.fromEntries(report.results.map((result) => [result.id, result]));
-}
-
-const statuses = (results: Record<string, CheckResult>) =>
-  Object.fromEntries(Object.entries(results).map(([id, result]) => [id, result.status]));
-
-/** A funded payer of the tester's: the token minted to it, and ether for the deposit's gas. */
-async function payerKey(chain: DevChain): Promise<Hex> {
-  const key = generatePrivateKey();
-  const { address } = privateKeyToAccount(key);
-  const { publicClient, operatorWallet } = chainClients(chain);
-  await publicClient.waitForTransactionReceipt({
-    hash: await operatorWallet.writeContract({
-      address: chain.token.address,
-      abi: sigilDollarAbi,
-      functionName: 'mint',
-      args: [address, 1_000_000n],
-    }),
-  });
-  await publicClient.waitForTransactionReceipt({
-    hash: await operatorWallet.sendTransaction({ to: address, value: 10n ** 17n }),
-  });
-  return key;
-}
+const run = (target: DeploymentTarget) => runRequirements(target, IDS);
 
 describe('ledger: conformance requirements', function () {
   this.timeout(120_000);
