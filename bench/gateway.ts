@@ -23,7 +23,7 @@
  * sandboxed server's, from /proc. For cold rows, server CPU is everything the call made run.
  */
 import { execFile, spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -40,11 +40,11 @@ import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';
 import { walletToken } from '../test/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { LoadOptions, LoadResult } from './mcp-load.ts';
+import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';
 import { cpuBetween, descendants, ownCpuUs, profiled, reapedChildrenCpuUs } from './proc.ts';
 import { startRelay } from './relay.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const probePackage = join(here, '..', 'test', 'fixtures', 'mcp', 'probe-package');
 const execFileAsync = promisify(execFile);
 
 const CALLS = Number(process.env.BENCH_MCP_CALLS ?? 2000);
@@ -275,26 +275,7 @@ function summarizeCold(scenario: string, runs: Run[], target = false): GatewayMe
 export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
   const registry = await startVerdaccio({ packages: [{ dir: probePackage }] });
   foreignPids = new Set(descendants().keys());
-  // Not under /tmp: the sandbox mounts a private /tmp over it, hiding a package cache there.
-  const dir = mkdtempSync(join('/var/tmp', 'sigil-bench-gateway-'));
-  chmodSync(dir, 0o755); // the sandbox user must reach the package cache
-  const catalogFile = join(dir, 'catalog.json');
-  writeFileSync(
-    catalogFile,
-    JSON.stringify({
-      servers: [
-        {
-          id: 'probe',
-          title: 'Probe',
-          registry: 'npm',
-          package: '@sigil-test/probe-server',
-          version: '^1.0.0',
-          entry: { bin: 'sigil-probe' },
-          smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
-        },
-      ],
-    }),
-  );
+  const { dir, catalogFile } = probeWorkDir('sigil-bench-gateway-');
   // One database across restarts, so a restarted gateway finds the server verified: a SQLite file, or
   // with BENCH_DATABASE_URL a PostgreSQL schema of its own.
   const pgUrl = process.env.BENCH_DATABASE_URL;
@@ -311,28 +292,12 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
     kernel = await openTestKernel({
       database,
       logger,
-      config: {
-        gateway: {
-          port: 0,
-          warmupAtStart: false,
-          includeDefaultCatalog: false,
-          catalogFile,
-          idleTimeoutSeconds,
-        },
-        plugins: [
-          { resolve: 'tee-none', enabled: true, options: {} },
-          {
-            resolve: 'registry-npm',
-            enabled: true,
-            options: { registry: registry.url, cacheDir: join(dir, 'packages'), refresh: { enabled: false } },
-          },
-          {
-            resolve: 'sandbox-linux-namespaces',
-            enabled: true,
-            options: { stateDir: join(dir, 'sandboxes') },
-          },
-        ],
-      },
+      config: probeGatewayConfig({
+        dir,
+        catalogFile,
+        registryUrl: registry.url,
+        gateway: { idleTimeoutSeconds },
+      }),
     });
     const serving = await serve(kernel, ['gateway']);
     return { serving, url: serving.urls.gateway as string };

@@ -26,7 +26,7 @@
  * `mcpServerCpuUsPerCall`).
  */
 import { execFile } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -43,10 +43,10 @@ import { openTestKernel } from '../test/support/kernel.ts';
 import { walletToken } from '../test/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { PaymentsLoadOptions, PaymentsLoadResult } from './payments-load.ts';
+import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';
 import { cpuBetween, descendants, ownCpuUs, profiled } from './proc.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const probePackage = join(here, '..', 'test', 'fixtures', 'mcp', 'probe-package');
 const execFileAsync = promisify(execFile);
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
@@ -157,26 +157,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
     return found;
   };
   const chainCpuUs = () => descendants().get(chain.anvilPid) ?? 0;
-  // Not under /tmp: the sandbox mounts a private /tmp over it, hiding a package cache there.
-  const dir = mkdtempSync(join('/var/tmp', 'sigil-bench-payments-'));
-  chmodSync(dir, 0o755); // the sandbox user must reach the package cache
-  const catalogFile = join(dir, 'catalog.json');
-  writeFileSync(
-    catalogFile,
-    JSON.stringify({
-      servers: [
-        {
-          id: 'probe',
-          title: 'Probe',
-          registry: 'npm',
-          package: '@sigil-test/probe-server',
-          version: '^1.0.0',
-          entry: { bin: 'sigil-probe' },
-          smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
-        },
-      ],
-    }),
-  );
+  const { dir, catalogFile } = probeWorkDir('sigil-bench-payments-');
   const logger = createLogger({ level: 'info', destination: logDestination('/dev/null') });
   const payTo = privateKeyToAccount(generatePrivateKey()).address;
   const operatorKey = generatePrivateKey();
@@ -199,50 +180,30 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
         fresh: () => ({ url: join(dir, `${name}.db`), cleanup: async () => undefined }),
       },
       logger,
-      config: {
-        gateway: {
-          port: 0,
-          warmupAtStart: false,
-          includeDefaultCatalog: false,
-          catalogFile,
-          idleTimeoutSeconds: 600,
-          operatorWallets: [privateKeyToAccount(operatorKey).address],
-        },
-        plugins: [
-          { resolve: 'tee-none', enabled: true, options: {} },
-          {
-            resolve: 'registry-npm',
-            enabled: true,
-            options: {
-              registry: registry.url,
-              cacheDir: join(dir, `packages-${name}`),
-              refresh: { enabled: false },
-            },
-          },
-          {
-            resolve: 'sandbox-linux-namespaces',
-            enabled: true,
-            options: { stateDir: join(dir, `sandboxes-${name}`) },
-          },
-          ...(paid
-            ? [
-                {
-                  resolve: 'payments-x402-evm',
-                  enabled: true,
-                  options: {
-                    network,
-                    // As sigil up configures it: the dev chain's WebSocket.
-                    rpcUrl: chain.rpcUrl.replace(/^http/, 'ws'),
-                    asset: chain.token,
-                    payTo,
-                    maxTimeoutSeconds: 600,
-                    facilitator: { kind: 'builtin', privateKey: chain.accounts.operator.privateKey },
-                  },
+      config: probeGatewayConfig({
+        dir,
+        catalogFile,
+        registryUrl: registry.url,
+        suffix: `-${name}`,
+        gateway: { idleTimeoutSeconds: 600, operatorWallets: [privateKeyToAccount(operatorKey).address] },
+        plugins: paid
+          ? [
+              {
+                resolve: 'payments-x402-evm',
+                enabled: true,
+                options: {
+                  network,
+                  // As sigil up configures it: the dev chain's WebSocket.
+                  rpcUrl: chain.rpcUrl.replace(/^http/, 'ws'),
+                  asset: chain.token,
+                  payTo,
+                  maxTimeoutSeconds: 600,
+                  facilitator: { kind: 'builtin', privateKey: chain.accounts.operator.privateKey },
                 },
-              ]
-            : []),
-        ],
-      },
+              },
+            ]
+          : [],
+      }),
     });
     kernels.push(kernel);
     const serving = await serve(kernel, ['gateway']);
