@@ -166,5 +166,5 @@ const result: LoadResult = {
   p99: pick(0.99),
   ...(mcpServerCpuUs === undefined ? {} : { mcpServerCpuUs }),
 };
-process.stdout.write(JSON.stringify(result));
-process.exit(0);
+// Exit once the result is out: a pipe takes 64 KB at a time, and exit() would cut a longer one short.
+process.stdout.write(JSON.stringify(result), () => process.exit(0));

@@ -334,5 +334,5 @@ const result: PaymentsLoadResult = {
       }
     : {}),
 };
-process.stdout.write(JSON.stringify(result));
-process.exit(0);
+// Exit once the result is out: a pipe takes 64 KB at a time, and exit() would cut a longer one short.
+process.stdout.write(JSON.stringify(result), () => process.exit(0));
