@@ -2,7 +2,7 @@
  * `npm run bench`: each scenario is measured against a baseline in the same run, since absolute
  * numbers on these machines are noisy. Writes bench/results/<suite>.json and the table in bench/README.md.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -108,17 +108,35 @@ const suites: Record<string, () => Promise<Measurement[]>> = {
   chat: async () => (await import('./chat.ts')).chatSuite(),
 };
 // `npm run bench -- gateway-mcp` runs the named suites only; the table keeps the others' last results.
-const selected = process.argv.slice(2);
-for (const name of selected) if (!(name in suites)) throw new Error(`No bench suite "${name}"`);
+// Each suite runs in a process of its own: one suite's servers, timers and heap never slow the next.
 const resultsDir = join(here, 'results');
 mkdirSync(resultsDir, { recursive: true });
-for (const [name, suite] of Object.entries(suites)) {
-  if (selected.length > 0 && !selected.includes(name)) continue;
+if (process.argv[2] === '--suite') {
+  const name = process.argv[3] ?? '';
+  const suite = suites[name];
+  if (!suite) throw new Error(`No bench suite "${name}"`);
   const measurements = await suite();
   writeFileSync(
     join(resultsDir, `${name}.json`),
     `${JSON.stringify({ suite: name, date: new Date().toISOString(), node: process.version, requestsPerScenario: TOTAL, measurements }, null, 2)}\n`,
   );
+  process.exit(0);
+}
+const selected = process.argv.slice(2);
+for (const name of selected) if (!(name in suites)) throw new Error(`No bench suite "${name}"`);
+for (const name of Object.keys(suites)) {
+  if (selected.length > 0 && !selected.includes(name)) continue;
+  const run = spawnSync(
+    process.execPath,
+    [...process.execArgv, fileURLToPath(import.meta.url), '--suite', name],
+    {
+      stdio: 'inherit',
+    },
+  );
+  if (run.status !== 0) {
+    process.stderr.write(`bench suite ${name} failed (${run.status ?? run.signal})\n`);
+    process.exit(1);
+  }
 }
 const table: string[] = [
   '| suite | scenario | in flight | req/s | p50 ms | p99 ms | server CPU µs/req | MCP server CPU µs/call |',
@@ -142,6 +160,6 @@ const previous = existsSync(readme) ? readFileSync(readme, 'utf8') : '';
 const notes = previous.includes(NOTES_MARKER) ? previous.slice(previous.indexOf(NOTES_MARKER)) : '';
 writeFileSync(
   readme,
-  `# Benchmarks\n\n\`npm run bench\` measures each scenario against a baseline in the same run (2 vCPU machines are noisy:\ncompare rows, not absolute numbers); \`npm run bench -- <suite>…\` runs some suites and keeps the others' last\nresults. The load generators (\`bench/load.ts\`, \`bench/mcp-load.ts\`) are separate processes with keep-alive\nnode:http connections; server CPU per request is the serving process's CPU time divided by requests. Raw\nresults: \`bench/results/*.json\`.\n\n${table.join('\n')}\n${notes === '' ? '' : `\n${notes}`}`,
+  `# Benchmarks\n\n\`npm run bench\` measures each scenario against a baseline in the same run (2 vCPU machines are noisy:\ncompare rows, not absolute numbers); \`npm run bench -- <suite>…\` runs some suites and keeps the others' last\nresults; each suite runs in a process of its own. The load generators (\`bench/load.ts\`, \`bench/mcp-load.ts\`) are separate processes with keep-alive\nnode:http connections; server CPU per request is the serving process's CPU time divided by requests. Raw\nresults: \`bench/results/*.json\`.\n\n${table.join('\n')}\n${notes === '' ? '' : `\n${notes}`}`,
 );
 process.exit(0);
