@@ -129,7 +129,7 @@ describe('ledger: settlement sweep on anvil', function () {
       await expectAgreement(wallet, deposit);
     });
 
-    it('a sweep and a withdrawal of one wallet at once: both complete, and rpc.chain and ledger agree', async () => {
+    it('a sweep and a withdrawal of one wallet at once: both complete, and chain and ledger agree', async () => {
       const { wallet, deposit } = await walletWithSpend(10n * USD, [4n * USD]);
       const to = privateKeyToAccount(generatePrivateKey()).address;
       const [[sweep], { transfer }] = await Promise.all([

@@ -60,7 +60,7 @@ describe('ledger: withdrawals on anvil', function () {
       expect((await world.ledger.audit(wallet)).mismatches).to.deep.equal([]);
     }
 
-    it('request → pending at once (pendingWithdrawals) → transferred by the operator → completed; rpc.chain and ledger agree', async () => {
+    it('request → pending at once (pendingWithdrawals) → transferred by the operator → completed; chain and ledger agree', async () => {
       const { wallet, deposit } = await fundedWallet(10n * USD);
       const to = fresh();
       const operatorEther = await chainClients(rpc.chain).publicClient.getBalance({
@@ -73,7 +73,7 @@ describe('ledger: withdrawals on anvil', function () {
       });
       expect(transfer.state).to.equal('pending');
       const held = await world.ledger.balance(wallet);
-      // Counted at once, before anything reached the rpc.chain.
+      // Counted at once, before anything reached the chain.
       expect(held.pendingWithdrawals === 3n * USD || held.withdrawn === 3n * USD).to.equal(true);
       expect(held.available).to.equal(7n * USD);
       const done = await settle(transfer.id);
@@ -243,7 +243,7 @@ describe('ledger: withdrawals on anvil', function () {
       expect((await world.ledger.balance(wallet)).available).to.equal(5n * USD);
     });
 
-    it('a transfer that would revert (deposit address drained behind the ledger’s back) is canceled on rpc.chain, then failed: its funds are no longer pending', async () => {
+    it('a transfer that would revert (deposit address drained behind the ledger’s back) is canceled on chain, then failed: its funds are no longer pending', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
       // The deposit key moves the tokens out itself, so the ledger's transfer must fail.
       const keys = new DepositKeys(settings.depositMnemonic as string);
@@ -335,7 +335,7 @@ describe('ledger: withdrawals on anvil', function () {
       await expectAgreement(wallet, deposit);
     });
 
-    it('the transaction reaches the rpc.chain but its answer is lost: the next attempt finds it, no second transfer', async () => {
+    it('the transaction reaches the chain but its answer is lost: the next attempt finds it, no second transfer', async () => {
       const { wallet, deposit } = await fundedWallet(5n * USD);
       rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'lose-answer' : 'forward');
       const to = fresh();
@@ -345,7 +345,7 @@ describe('ledger: withdrawals on anvil', function () {
         to,
         idempotencyKey: 'l',
       });
-      await eventually('the transfer on rpc.chain', async () => (await tokenBalance(rpc.chain, to)) === USD);
+      await eventually('the transfer on chain', async () => (await tokenBalance(rpc.chain, to)) === USD);
       rpc.proxy.intercept = undefined;
       await world.service.transfers.makeAllDue();
       const done = await settle(transfer.id);

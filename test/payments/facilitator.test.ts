@@ -125,7 +125,7 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
   this.timeout(60_000);
   const world = chainBehindProxy();
 
-  /** A rail on the world.proxy (HTTP, so every request is seen), settling from its own dev account. */
+  /** A rail on the proxy (HTTP, so every request is seen), settling from its own dev account. */
   const railOnProxy = (options: Record<string, unknown> = {}) => {
     const { plugin, payTo } = railPlugin(world.chain, {
       rpcUrl: world.proxy.url,
