@@ -23,7 +23,8 @@ export type KitCheck = Check<KitContext>;
 /** A behavioural check, given a fresh instance of the contract. */
 export type InstanceCheck<Instance> = Check<KitContext & { instance: Instance }>;
 
-export type MemberType = 'function' | 'string' | 'boolean';
+/** A member's `typeof`; with `?`, the member is optional (absent, or of that type). */
+export type MemberType = 'function' | 'string' | 'boolean' | 'function?';
 
 /**
  * Every member of a contract but `specVersion`, with the type it must have. Being a mapped type, it
@@ -83,7 +84,7 @@ export function contractChecks<K extends PluginKind>(
       spec: spec(Object.keys(kit.members).join(', ')),
       check: async ({ instance }) => {
         const problems = Object.entries(kit.members as Record<string, MemberType>)
-          .filter(([name, type]) => typeof instance[name] !== type)
+          .filter(([name, type]) => !memberMatches(typeof instance[name], type))
           .map(([name, type]) => `${name} is ${typeof instance[name]}, expected ${type}`);
         ensure(problems.length === 0, problems.join('; '));
         return pass();
@@ -118,3 +119,6 @@ function onFreshInstance(check: InstanceCheck<unknown>, load: LoadInstance): Kit
     },
   };
 }
+
+const memberMatches = (actual: string, expected: MemberType): boolean =>
+  expected.endsWith('?') ? actual === 'undefined' || actual === expected.slice(0, -1) : actual === expected;

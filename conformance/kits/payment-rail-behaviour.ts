@@ -331,6 +331,37 @@ export function paymentRailBehaviour(harness: () => PaymentRailHarness): readonl
       },
     },
     {
+      id: 'payment-rail.peek-matches-verify',
+      level: 'MUST',
+      title:
+        'peek(), where the rail has it, reads from a good payment what verify() returns, and nothing from junk',
+      spec: spec(
+        'peek: "the payment `verify` would return for this payload if it were valid, read from the payload alone … or undefined when it cannot be read"',
+      ),
+      check: async (context) => {
+        const { peek } = context.instance;
+        if (!peek) notApplicableBecause('the rail has no peek()');
+        const h = harness();
+        const before = await balancesOf(context, h);
+        const payload = await payFor(context, h);
+        const peeked = peek.call(context.instance, structuredClone(payload));
+        const verified = await verifyValid(context, payload, 'a good payment');
+        context.evidence.note('peek() of the good payment', plain(peeked));
+        ensure(peeked !== undefined, 'peek() read nothing from a good payment');
+        const differs = (['id', 'payer', 'amount', 'validBefore'] as const).filter(
+          (field) => String(peeked[field]) !== String(verified[field]),
+        );
+        ensure(differs.length === 0, `peek() and verify() differ in ${differs.join(', ')}`);
+        for (const junk of [undefined, null, 'payment', { x402Version: 2 }, []])
+          ensure(
+            peek.call(context.instance, junk) === undefined,
+            `peek(${JSON.stringify(junk)}) read a payment`,
+          );
+        await expectMoved(context, h, before, 0n, 'peek() and a verification');
+        return pass();
+      },
+    },
+    {
       id: 'payment-rail.verify-refuses-amount',
       level: 'MUST',
       title:

@@ -15,6 +15,7 @@ export const paymentRailKit: ContractKit<'payment-rail'> = {
     terms: 'function',
     paymentRequired: 'function',
     verify: 'function',
+    peek: 'function?',
     settle: 'function',
     status: 'function',
     settlementsOnChain: 'function',

@@ -184,6 +184,29 @@ describe('payments: faults on anvil', function () {
       expect((await gateway.expectBalanced()).settled).to.equal(1500n);
     });
 
+    it('writes the reservation while the payment is verified, and drops it when verification fails: no record', async () => {
+      const unfunded = await fundedPayer(chain, 0n);
+      const payment = await payFor(await gateway.required('echo'), unfunded);
+      let release = () => {};
+      const simulation = new Promise<void>((resolve) => (release = resolve));
+      // The transfer's simulation (eth_call) is held: the verification waits on it, the reservation does not.
+      proxy.intercept = async (methods) => {
+        if (methods.includes('eth_call')) await simulation;
+        return 'forward' as const;
+      };
+      const call = gateway.callRest('echo', { message: 'unfunded' }, payment);
+      await eventually(
+        'the reservation during verification',
+        async () => (await rowOf(payment))?.state === 'executing',
+      );
+      release();
+      const res = await call;
+      expect(res.status).to.equal(402);
+      expect(refusalReason(res)).to.match(/insufficient/);
+      expect(await rowOf(payment)).to.equal(undefined);
+      await gateway.expectBalanced();
+    });
+
     it('refuses, with a reason and before anything runs, an expired authorization, a wrong amount or payee, and an unfunded payer', async () => {
       const required = await gateway.required('instance');
       const stranger = privateKeyToAccount(generatePrivateKey()).address;

@@ -20,6 +20,12 @@ export interface PaymentRailV1 {
    */
   verify(payload: unknown): Promise<VerifyOutcome>;
   /**
+   * Optional: the payment `verify` would return for this payload if it were valid, read from the
+   * payload alone (no signature check, no chain), or undefined when it cannot be read. The gateway
+   * then writes the reservation while the payment is verified, and drops it if verification fails.
+   */
+  peek?(payload: unknown): VerifiedPayment | undefined;
+  /**
    * Moves the money for a verified payment. For a payment already settled on chain it answers
    * `settled` again (with the transaction when known), never charging twice.
    */

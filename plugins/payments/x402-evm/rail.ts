@@ -5,6 +5,7 @@ import {
   createPublicClient,
   defineChain,
   getAddress,
+  isAddress,
   isAddressEqual,
   parseAbi,
   type Address,
@@ -112,26 +113,18 @@ export class X402EvmRail implements PaymentRailV1 {
     };
   }
 
+  peek(payload: unknown): VerifiedPayment | undefined {
+    const read = this.read(payload);
+    return 'payment' in read ? read.payment : undefined;
+  }
+
   async verify(payload: unknown): Promise<VerifyOutcome> {
-    const parsed = parsePaymentPayload(payload);
-    if (!parsed.success || parsed.data.x402Version !== 2) {
-      return { valid: false, reason: 'invalid_payload', message: 'Not an x402 v2 PaymentPayload' };
-    }
-    const payment = parsed.data as PaymentPayload;
-    const requirements = this.requirements();
-    const mismatch = requirementsMismatch(payment.accepted, requirements);
-    if (mismatch) return { valid: false, reason: 'requirements_mismatch', message: mismatch };
-    const authorization = authorizationOf(payment);
-    if (!authorization) {
-      return {
-        valid: false,
-        reason: 'invalid_payload',
-        message: 'The payload holds no EIP-3009 authorization',
-      };
-    }
+    const read = this.read(payload);
+    if (!('payment' in read)) return read;
+    const { payload: parsed, requirements } = read.payment.authorization as StoredAuthorization;
     let result;
     try {
-      result = await this.facilitator.verify(payment, requirements);
+      result = await this.facilitator.verify(parsed, requirements);
     } catch (err) {
       if (!isFacilitatorRefusal<VerifyError>(err, 'VerifyError')) {
         throw new SigilError('unavailable', 'The payment facilitator could not verify the payment now', {
@@ -149,9 +142,36 @@ export class X402EvmRail implements PaymentRailV1 {
         ...(result.payer ? { payer: result.payer } : {}),
       };
     }
+    return { valid: true, payment: read.payment };
+  }
+
+  /** The payment a payload claims to be, from its own fields and our terms, before any check of it. */
+  private read(payload: unknown): { payment: VerifiedPayment } | Extract<VerifyOutcome, { valid: false }> {
+    const parsed = parsePaymentPayload(payload);
+    if (!parsed.success || parsed.data.x402Version !== 2) {
+      return { valid: false, reason: 'invalid_payload', message: 'Not an x402 v2 PaymentPayload' };
+    }
+    const payment = parsed.data as PaymentPayload;
+    const requirements = this.requirements();
+    const mismatch = requirementsMismatch(payment.accepted, requirements);
+    if (mismatch) return { valid: false, reason: 'requirements_mismatch', message: mismatch };
+    const authorization = authorizationOf(payment);
+    if (!authorization) {
+      return {
+        valid: false,
+        reason: 'invalid_payload',
+        message: 'The payload holds no EIP-3009 authorization',
+      };
+    }
+    if (!isAddress(authorization.from, { strict: false })) {
+      return {
+        valid: false,
+        reason: 'invalid_payload',
+        message: 'The authorization’s "from" is not an address',
+      };
+    }
     const stored: StoredAuthorization = { payload: payment, requirements };
     return {
-      valid: true,
       payment: {
         id: paymentId(this.config, authorization),
         payer: getAddress(authorization.from),

@@ -107,6 +107,11 @@ export class Payments {
   /**
    * Verifies `payload` for `resource` and reserves it. Throws 402 (and nothing is recorded) when the
    * payment is missing, invalid, or already used or in flight.
+   *
+   * A rail that can `peek` lets the reservation be written while the payment is verified (its commit
+   * and the verification overlap); a payment that fails verification has its reservation dropped. A
+   * payment's id is known to no one else until it is presented (x402 on EVM: the payer's random
+   * EIP-3009 nonce), so a forged payment cannot hold a real one's place.
    */
   async reserve(
     payload: unknown,
@@ -114,6 +119,32 @@ export class Payments {
     wallet: string | undefined,
   ): Promise<VerifiedPayment> {
     if (payload === undefined) throw this.paymentRequired(resource);
+    const claimed = this.deps.rail.peek?.(payload);
+    const early = claimed ? this.insertReservation(claimed, resource, wallet) : undefined;
+    early?.catch(() => undefined); // awaited below, after the verification: its failure is reported there
+    let payment: VerifiedPayment;
+    try {
+      payment = await this.verified(payload, resource);
+    } catch (err) {
+      await this.dropReservation(early, claimed);
+      throw err;
+    }
+    let reserved = claimed?.id === payment.id ? early : undefined;
+    if (!reserved) {
+      await this.dropReservation(early, claimed);
+      reserved = this.insertReservation(payment, resource, wallet);
+    }
+    if (!(await reserved)) {
+      throw this.paymentRequired(resource, {
+        code: 'payment_already_used',
+        message: 'Payment refused (payment_already_used): this authorization has been presented before',
+      });
+    }
+    return payment;
+  }
+
+  /** The rail's verification, and a window long enough for the call: else 402 with the reason. */
+  private async verified(payload: unknown, resource: PaymentResource): Promise<VerifiedPayment> {
     const outcome = await this.deps.rail.verify(payload);
     if (!outcome.valid) {
       throw this.paymentRequired(resource, {
@@ -121,15 +152,26 @@ export class Payments {
         message: `Payment refused (${outcome.reason}): ${outcome.message}`,
       });
     }
-    const { payment } = outcome;
+    this.refuseShortWindow(outcome.payment, resource);
+    return outcome.payment;
+  }
+
+  /** An authorization that lapses before the call could finish would run a tool it cannot pay for. */
+  private refuseShortWindow(payment: VerifiedPayment, resource: PaymentResource): void {
+    if (payment.validBefore * 1000 >= this.deps.clock.now().getTime() + this.deps.staleAfterMs) return;
+    throw this.paymentRequired(resource, {
+      code: 'authorization_window_too_short',
+      message: `Payment refused (authorization_window_too_short): the authorization must stay valid for at least ${Math.ceil(this.deps.staleAfterMs / 1000)} s, the longest a call and its settlement may take`,
+    });
+  }
+
+  /** Writes the `executing` record of a payment: true, or false when its id is already recorded. */
+  private async insertReservation(
+    payment: VerifiedPayment,
+    resource: PaymentResource,
+    wallet: string | undefined,
+  ): Promise<boolean> {
     const now = this.deps.clock.now().getTime();
-    // An authorization that lapses before the call could finish would run a tool it cannot pay for.
-    if (payment.validBefore * 1000 < now + this.deps.staleAfterMs) {
-      throw this.paymentRequired(resource, {
-        code: 'authorization_window_too_short',
-        message: `Payment refused (authorization_window_too_short): the authorization must stay valid for at least ${Math.ceil(this.deps.staleAfterMs / 1000)} s, the longest a call and its settlement may take`,
-      });
-    }
     const row: SettlementRow = {
       id: payment.id,
       state: 'executing',
@@ -148,14 +190,20 @@ export class Payments {
     };
     try {
       await this.deps.db('payment_settlements').insert(row);
+      return true;
     } catch (err) {
-      if (!isUniqueViolation(err)) throw err;
-      throw this.paymentRequired(resource, {
-        code: 'payment_already_used',
-        message: 'Payment refused (payment_already_used): this authorization has been presented before',
-      });
+      if (isUniqueViolation(err)) return false;
+      throw err;
     }
-    return payment;
+  }
+
+  /** Removes a reservation written for a payment that then failed: as if it had never been presented. */
+  private async dropReservation(
+    reservation: Promise<boolean> | undefined,
+    payment: VerifiedPayment | undefined,
+  ): Promise<void> {
+    if (!reservation || !payment || !(await reservation.catch(() => false))) return;
+    await this.deps.db('payment_settlements').where({ id: payment.id, state: 'executing' }).delete();
   }
 
   /**
