@@ -6,6 +6,7 @@
 import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { probeEntry } from '../test/gateway/support.ts';
 import type { ConfigOverrides } from '../test/support/kernel.ts';
 
 export const probePackage = join(
@@ -26,17 +27,7 @@ export function probeWorkDir(prefix: string): { dir: string; catalogFile: string
   writeFileSync(
     catalogFile,
     JSON.stringify({
-      servers: [
-        {
-          id: 'probe',
-          title: 'Probe',
-          registry: 'npm',
-          package: '@sigil-test/probe-server',
-          version: '^1.0.0',
-          entry: { bin: 'sigil-probe' },
-          smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
-        },
-      ],
+      servers: [{ id: 'probe', ...probeEntry }],
     }),
   );
   return { dir, catalogFile };

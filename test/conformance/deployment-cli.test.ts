@@ -5,6 +5,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { CheckResult } from '../../conformance/check.ts';
 import { REPORT_FILES, type Report } from '../../conformance/report.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
+import { probeEntry } from '../gateway/support.ts';
 import { ledgerOnChain } from '../ledger/chain-support.ts';
 import { railPlugin } from '../payments/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
@@ -77,25 +78,17 @@ const probePackage = join(import.meta.dirname, '..', 'fixtures', 'mcp', 'probe-p
  */
 function gatewayWithServers(registry: Verdaccio, dir: string) {
   const catalogFile = join(dir, 'catalog.json');
-  const probe = {
-    registry: 'npm',
-    package: '@sigil-test/probe-server',
-    version: '^1.0.0',
-    entry: { bin: 'sigil-probe' },
-  };
   writeFileSync(
     catalogFile,
     JSON.stringify({
       servers: [
         {
           id: 'probe',
-          title: 'Probe',
-          ...probe,
-          smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
+          ...probeEntry,
           // A declared secret and the probe's `env` tool make the secret and redaction checks apply.
           secrets: [{ name: 'PROBE_TOKEN', required: false }],
         },
-        { id: 'blocked-probe', title: 'Blocked probe', ...probe },
+        { id: 'blocked-probe', ...probeEntry, title: 'Blocked probe' },
       ],
     }),
   );

@@ -16,7 +16,8 @@ const probePackage = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtur
 export const textOf = (result: unknown): string =>
   ((result as CallToolResult).content[0] as { text: string }).text;
 
-const probeEntry = {
+/** The probe MCP server's catalog entry (without its id): the package the tests publish to verdaccio. */
+export const probeEntry = {
   title: 'Probe',
   registry: 'npm',
   package: '@sigil-test/probe-server',
