@@ -29,6 +29,7 @@ import { PROVIDER_VAULT_MESSAGE } from '../services/runtime/vault/index.ts';
 import { setOnChain } from '../test/ledger/support.ts';
 import { Stack } from '../test/runtime/support.ts';
 import { TEST_DATABASES } from '../test/support/kernel.ts';
+import { log, median, ms } from './stats.ts';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 const TURNS = Number(process.env.BENCH_CHAT_TURNS ?? 200);
@@ -66,17 +67,10 @@ interface Turn {
   totalMs: number;
 }
 
-const median = (values: readonly number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
-};
 const percentile = (values: readonly number[], p: number): number => {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 };
-const ms = (value: number) => Number(value.toFixed(3));
-const log = (row: object) => process.stdout.write(`${JSON.stringify({ ...row, runs: undefined })}\n`);
 
 async function measureRun(turn: () => Promise<Turn>): Promise<Run> {
   for (let i = 0; i < WARMUP; i++) await turn();

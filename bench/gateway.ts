@@ -43,6 +43,7 @@ import type { LoadOptions, LoadResult } from './mcp-load.ts';
 import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';
 import { cpuBetween, descendants, ownCpuUs, profiled, reapedChildrenCpuUs } from './proc.ts';
 import { startRelay } from './relay.ts';
+import { log, median, ms } from './stats.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const execFileAsync = promisify(execFile);
@@ -84,13 +85,6 @@ interface Run {
   serverCpuUs: number;
   mcpServerCpuUs?: number;
 }
-
-const median = (values: readonly number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
-};
-const ms = (value: number) => Number(value.toFixed(3));
 
 /** Processes that are not the gateway's servers (verdaccio): left out of the MCP server CPU. */
 let foreignPids = new Set<number>();
@@ -152,7 +146,7 @@ function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayM
       ...(r.mcpServerCpuUs === undefined ? {} : { mcpServerCpuUs: Math.round(r.mcpServerCpuUs) }),
     })),
   };
-  process.stdout.write(`${JSON.stringify({ ...measurement, runs: undefined })}\n`);
+  log(measurement);
   return measurement;
 }
 
@@ -268,7 +262,7 @@ function summarizeCold(scenario: string, runs: Run[], target = false): GatewayMe
       mcpServerCpuUs: Math.round(r.mcpServerCpuUs ?? 0),
     })),
   };
-  process.stdout.write(`${JSON.stringify({ ...measurement, runs: undefined })}\n`);
+  log(measurement);
   return measurement;
 }
 

@@ -45,6 +45,7 @@ import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { PaymentsLoadOptions, PaymentsLoadResult } from './payments-load.ts';
 import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';
 import { cpuBetween, descendants, ownCpuUs, profiled } from './proc.ts';
+import { log, median, ms } from './stats.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const execFileAsync = promisify(execFile);
@@ -106,14 +107,6 @@ interface Run {
   mcpServerCpuUs: number;
   chainCpuUs: number;
 }
-
-const median = (values: readonly number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
-};
-const ms = (value: number) => Number(value.toFixed(3));
-const log = (row: object) => process.stdout.write(`${JSON.stringify({ ...row, runs: undefined })}\n`);
 
 const tokenAbi = parseAbi([
   'function balanceOf(address account) view returns (uint256)',
