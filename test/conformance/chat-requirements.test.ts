@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { UnsecuredJWT } from 'jose';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
 import { DEFAULT_PLUGINS } from '../../core/config/schema.ts';
 import { serve, type Serving } from '../../services/serve.ts';
@@ -14,6 +12,7 @@ import { ledgerOnChain } from '../ledger/chain-support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { openTestKernel } from '../support/kernel.ts';
 import {
+  fakeSignedInService,
   payerKey,
   runRequirements,
   sendJson,
@@ -157,117 +156,83 @@ function fakeRuntime(faults: Faults, token: string) {
   const sessions = new Map<string, string>();
   const keys = new Set<string>();
   const charges = new Map<string, { kind: string; amount: string; agentId: string }[]>();
-  return (request: IncomingMessage, response: ServerResponse) => {
-    let body = '';
-    request.on('data', (chunk: Buffer) => (body += chunk.toString()));
-    request.on('end', () => {
-      const url = new URL(request.url ?? '/', 'http://fake');
-      const route = `${request.method} ${url.pathname}`;
-      const json = () => (body ? (JSON.parse(body) as Record<string, unknown>) : {});
-      if (route === 'GET /auth/challenge') {
-        const address = url.searchParams.get('address') as `0x${string}`;
-        const issuedAt = new Date();
-        const fields = {
-          domain: 'fake.example',
-          uri: 'http://fake.example',
-          chainId: 8453,
-          nonce: randomUUID().replace(/-/g, ''),
-        };
-        const message = createSiweMessage({ ...fields, address, version: '1', issuedAt });
-        return sendJson(response, 200, {
-          ...fields,
-          message,
-          issuedAt: issuedAt.toISOString(),
-          expiresAt: new Date(Date.now() + 300_000).toISOString(),
+  return fakeSignedInService(({ request, route, json }, response) => {
+    if (route === 'GET /wallet/provider-vault/message')
+      return sendJson(response, 200, { message: 'fake vault: sign me' });
+    const auth = /^Bearer (.+)$/.exec(request.headers.authorization ?? '')?.[1];
+    if (!auth) return sendJson(response, 401, { error: 'sign in' });
+    const owner = String(UnsecuredJWT.decode(auth).payload.sub);
+    if (route === 'GET /wallet/balance')
+      return sendJson(response, 200, {
+        onChainBalance: 1_000_000,
+        unsettledSpend: 0,
+        pendingWithdrawals: 0,
+        available: 1_000_000,
+      });
+    if (route === 'GET /wallet/deposit-address')
+      return sendJson(response, 200, {
+        address: privateKeyToAccount(generatePrivateKey()).address,
+        token: { address: token },
+      });
+    if (route === 'GET /wallet/transactions')
+      return sendJson(response, 200, { transactions: charges.get(owner) ?? [] });
+    if (
+      route === 'PUT /wallet/provider-vault/keys/OPENAI_API_KEY' ||
+      route === 'PUT /wallet/provider-vault/keys/PROVIDER_API_KEY'
+    ) {
+      keys.add(owner);
+      return sendJson(response, 201, { stored: true });
+    }
+    if (route === 'POST /wallet/provider-vault/unlock') return sendJson(response, 200, { unlocked: true });
+    if (route === 'POST /agents') {
+      const id = randomUUID();
+      agents.set(id, { owner, model: String(json().model) });
+      return sendJson(response, 201, { id });
+    }
+    const open = /^POST \/agents\/([^/]+)\/sessions$/.exec(route);
+    const message = /^POST \/agents\/([^/]+)\/sessions\/([^/]+)\/messages$/.exec(route);
+    const agentId = (open ?? message)?.[1] ?? '';
+    const agent = agents.get(agentId);
+    if (open) {
+      if (!agent || (agent.owner !== owner && !faults.ownerNotChecked))
+        return sendJson(response, 404, { error: 'no such agent' });
+      const input = json();
+      const valid =
+        Object.keys(input).every((k) => k === 'servers' || k === 'system') &&
+        (input.servers === undefined ||
+          (Array.isArray(input.servers) && input.servers.every((s) => /^[a-z0-9-]+$/.test(String(s))))) &&
+        (input.system === undefined || typeof input.system === 'string');
+      if (!valid && !faults.lenientBody) return sendJson(response, 400, { error: 'bad body' });
+      if (agent.model !== 'echo-1')
+        return sendJson(response, 422, { error: 'unknown model', details: { offered: ['echo-1'] } });
+      const id = randomUUID();
+      sessions.set(id, agentId);
+      return sendJson(response, 201, { id });
+    }
+    if (message) {
+      if (!agent || agent.owner !== owner || sessions.get(message[2] ?? '') !== agentId)
+        return sendJson(response, 404, { error: 'no such session' });
+      if (!keys.has(owner))
+        return sendJson(response, 403, {
+          error: 'no key',
+          hint: faults.hintWithoutSlot
+            ? 'Store your key in the vault first'
+            : 'Store your key: PUT /wallet/provider-vault/keys/OPENAI_API_KEY, then unlock',
         });
-      }
-      if (route === 'POST /auth/verify') {
-        const { address } = parseSiweMessage((json() as { message: string }).message);
-        return sendJson(response, 200, {
-          token: new UnsecuredJWT({ sub: address }).encode(),
-          tokenType: 'Bearer',
-          expiresAt: 'in an hour',
-          expiresIn: 3600,
-          address,
-        });
-      }
-      if (route === 'GET /wallet/provider-vault/message')
-        return sendJson(response, 200, { message: 'fake vault: sign me' });
-      const auth = /^Bearer (.+)$/.exec(request.headers.authorization ?? '')?.[1];
-      if (!auth) return sendJson(response, 401, { error: 'sign in' });
-      const owner = String(UnsecuredJWT.decode(auth).payload.sub);
-      if (route === 'GET /wallet/balance')
-        return sendJson(response, 200, {
-          onChainBalance: 1_000_000,
-          unsettledSpend: 0,
-          pendingWithdrawals: 0,
-          available: 1_000_000,
-        });
-      if (route === 'GET /wallet/deposit-address')
-        return sendJson(response, 200, {
-          address: privateKeyToAccount(generatePrivateKey()).address,
-          token: { address: token },
-        });
-      if (route === 'GET /wallet/transactions')
-        return sendJson(response, 200, { transactions: charges.get(owner) ?? [] });
-      if (
-        route === 'PUT /wallet/provider-vault/keys/OPENAI_API_KEY' ||
-        route === 'PUT /wallet/provider-vault/keys/PROVIDER_API_KEY'
-      ) {
-        keys.add(owner);
-        return sendJson(response, 201, { stored: true });
-      }
-      if (route === 'POST /wallet/provider-vault/unlock') return sendJson(response, 200, { unlocked: true });
-      if (route === 'POST /agents') {
-        const id = randomUUID();
-        agents.set(id, { owner, model: String(json().model) });
-        return sendJson(response, 201, { id });
-      }
-      const open = /^POST \/agents\/([^/]+)\/sessions$/.exec(route);
-      const message = /^POST \/agents\/([^/]+)\/sessions\/([^/]+)\/messages$/.exec(route);
-      const agentId = (open ?? message)?.[1] ?? '';
-      const agent = agents.get(agentId);
-      if (open) {
-        if (!agent || (agent.owner !== owner && !faults.ownerNotChecked))
-          return sendJson(response, 404, { error: 'no such agent' });
-        const input = json();
-        const valid =
-          Object.keys(input).every((k) => k === 'servers' || k === 'system') &&
-          (input.servers === undefined ||
-            (Array.isArray(input.servers) && input.servers.every((s) => /^[a-z0-9-]+$/.test(String(s))))) &&
-          (input.system === undefined || typeof input.system === 'string');
-        if (!valid && !faults.lenientBody) return sendJson(response, 400, { error: 'bad body' });
-        if (agent.model !== 'echo-1')
-          return sendJson(response, 422, { error: 'unknown model', details: { offered: ['echo-1'] } });
-        const id = randomUUID();
-        sessions.set(id, agentId);
-        return sendJson(response, 201, { id });
-      }
-      if (message) {
-        if (!agent || agent.owner !== owner || sessions.get(message[2] ?? '') !== agentId)
-          return sendJson(response, 404, { error: 'no such session' });
-        if (!keys.has(owner))
-          return sendJson(response, 403, {
-            error: 'no key',
-            hint: faults.hintWithoutSlot
-              ? 'Store your key in the vault first'
-              : 'Store your key: PUT /wallet/provider-vault/keys/OPENAI_API_KEY, then unlock',
-          });
-        const platformCost = faults.floorCost ? 0 : 1;
-        const list = charges.get(owner) ?? [];
-        list.push({ kind: 'charge', amount: String(faults.chargesMore ? 2 : platformCost), agentId });
-        charges.set(owner, list);
-        response.writeHead(200, { 'content-type': 'text/event-stream' });
-        const send = (event: string, data: unknown) =>
-          response.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
-        send('text-delta', { text: 'hello' });
-        send('usage', { inputTokens: 3, outputTokens: 3, baseLlmCost: '9' });
-        send('cost', { keyKind: 'byok', baseLlmCost: 9, toolCalls: 0, platformCost });
-        send('done', {});
-        response.end();
-        return;
-      }
-      return sendJson(response, 404, { error: 'not found' });
-    });
-  };
+      const platformCost = faults.floorCost ? 0 : 1;
+      const list = charges.get(owner) ?? [];
+      list.push({ kind: 'charge', amount: String(faults.chargesMore ? 2 : platformCost), agentId });
+      charges.set(owner, list);
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      const send = (event: string, data: unknown) =>
+        response.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+      send('text-delta', { text: 'hello' });
+      send('usage', { inputTokens: 3, outputTokens: 3, baseLlmCost: '9' });
+      send('cost', { keyKind: 'byok', baseLlmCost: 9, toolCalls: 0, platformCost });
+      send('done', {});
+      response.end();
+      return;
+    }
+    return sendJson(response, 404, { error: 'not found' });
+  });
 }

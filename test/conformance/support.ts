@@ -3,7 +3,10 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { UnsecuredJWT } from 'jose';
 import type { Hex } from 'viem';
+import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { CheckResult } from '../../conformance/check.ts';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
@@ -116,4 +119,58 @@ export async function payerKey(chain: DevChain): Promise<Hex> {
     hash: await operatorWallet.sendTransaction({ to: address, value: 10n ** 17n }),
   });
   return key;
+}
+
+/** One request to a fake service: its route (`GET /path`), URL and JSON body. */
+export interface FakeRequest {
+  request: IncomingMessage;
+  url: URL;
+  route: string;
+  json: () => Record<string, unknown>;
+}
+
+/**
+ * A fake runtime's request handler that signs wallets in as a runtime would (SIWE challenge, then an
+ * unsigned JWT naming the address) and passes every other request, read whole, to `handle`.
+ */
+export function fakeSignedInService(
+  handle: (request: FakeRequest, response: ServerResponse) => void,
+): (request: IncomingMessage, response: ServerResponse) => void {
+  return (request, response) => {
+    let body = '';
+    request.on('data', (chunk: Buffer) => (body += chunk.toString()));
+    request.on('end', () => {
+      const url = new URL(request.url ?? '/', 'http://fake');
+      const route = `${request.method} ${url.pathname}`;
+      const json = () => (body ? (JSON.parse(body) as Record<string, unknown>) : {});
+      if (route === 'GET /auth/challenge') {
+        const address = url.searchParams.get('address') as `0x${string}`;
+        const issuedAt = new Date();
+        const fields = {
+          domain: 'fake.example',
+          uri: 'http://fake.example',
+          chainId: 8453,
+          nonce: randomUUID().replace(/-/g, ''),
+        };
+        const message = createSiweMessage({ ...fields, address, version: '1', issuedAt });
+        return sendJson(response, 200, {
+          ...fields,
+          message,
+          issuedAt: issuedAt.toISOString(),
+          expiresAt: new Date(Date.now() + 300_000).toISOString(),
+        });
+      }
+      if (route === 'POST /auth/verify') {
+        const { address } = parseSiweMessage((json() as { message: string }).message);
+        return sendJson(response, 200, {
+          token: new UnsecuredJWT({ sub: address }).encode(),
+          tokenType: 'Bearer',
+          expiresAt: 'in an hour',
+          expiresIn: 3600,
+          address,
+        });
+      }
+      handle({ request, url, route, json }, response);
+    });
+  };
 }

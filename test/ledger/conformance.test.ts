@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { expect } from 'chai';
 import { UnsecuredJWT } from 'jose';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import {
+  fakeSignedInService,
   payerKey,
   runRequirements,
   sendJson,
@@ -155,112 +154,77 @@ function fakeRuntime(faults: Faults) {
   const agents = new Map<string, { owner: string; daily: number | null; monthly: number | null }>();
   // Ignoring budgets, it also lets anyone chat: the over-budget check then answers 200 outright.
   const minimum = faults.noMinimumBalance || faults.ignoresBudgets ? 0 : 10_000;
-  return (request: IncomingMessage, response: ServerResponse) => {
-    let body = '';
-    request.on('data', (chunk: Buffer) => (body += chunk.toString()));
-    request.on('end', () => {
-      const url = new URL(request.url ?? '/', 'http://fake');
-      const route = `${request.method} ${url.pathname}`;
-      const json = () => (body ? (JSON.parse(body) as Record<string, unknown>) : {});
-      if (route === 'GET /auth/challenge') {
-        const address = url.searchParams.get('address') as `0x${string}`;
-        const issuedAt = new Date();
-        const fields = {
-          domain: 'fake.example',
-          uri: 'http://fake.example',
-          chainId: 8453,
-          nonce: randomUUID().replace(/-/g, ''),
-        };
-        const message = createSiweMessage({ ...fields, address, version: '1', issuedAt });
+  return fakeSignedInService(({ request, route, json }, response) => {
+    if (faults.noLedger) return sendJson(response, 404, { error: 'not found' });
+    const auth = /^Bearer (.+)$/.exec(request.headers.authorization ?? '')?.[1];
+    if (!auth) return sendJson(response, 401, { error: 'sign in' });
+    const owner = String(UnsecuredJWT.decode(auth).payload.sub);
+    if (route === 'GET /wallet/balance') {
+      // Every wallet shows 1.5 USD on chain, 0.5 USD of it pending withdrawal.
+      if (faults.availableIgnoresPending) {
+        // 1.5 USD on chain, 0.5 USD of it pending withdrawal, and available forgets that.
         return sendJson(response, 200, {
-          ...fields,
-          message,
-          issuedAt: issuedAt.toISOString(),
-          expiresAt: new Date(Date.now() + 300_000).toISOString(),
-        });
-      }
-      if (route === 'POST /auth/verify') {
-        const { address } = parseSiweMessage((json() as { message: string }).message);
-        return sendJson(response, 200, {
-          token: new UnsecuredJWT({ sub: address }).encode(),
-          tokenType: 'Bearer',
-          expiresAt: 'in an hour',
-          expiresIn: 3600,
-          address,
-        });
-      }
-      if (faults.noLedger) return sendJson(response, 404, { error: 'not found' });
-      const auth = /^Bearer (.+)$/.exec(request.headers.authorization ?? '')?.[1];
-      if (!auth) return sendJson(response, 401, { error: 'sign in' });
-      const owner = String(UnsecuredJWT.decode(auth).payload.sub);
-      if (route === 'GET /wallet/balance') {
-        // Every wallet shows 1.5 USD on chain, 0.5 USD of it pending withdrawal.
-        if (faults.availableIgnoresPending) {
-          // 1.5 USD on chain, 0.5 USD of it pending withdrawal, and available forgets that.
-          return sendJson(response, 200, {
-            onChainBalance: 1_500_000,
-            unsettledSpend: 0,
-            pendingWithdrawals: 500_000,
-            available: 1_500_000,
-          });
-        }
-        return sendJson(response, 200, {
-          onChainBalance: 0,
+          onChainBalance: 1_500_000,
           unsettledSpend: 0,
-          pendingWithdrawals: 0,
-          available: 0,
-          minimumBalance: minimum,
+          pendingWithdrawals: 500_000,
+          available: 1_500_000,
         });
       }
-      if (route === 'GET /wallet/deposit-address') {
-        return sendJson(response, 200, {
-          address: privateKeyToAccount(generatePrivateKey()).address,
-          token: { address: faults.token ?? '0x5FbDB2315678afecb367f032d93F642f64180aa3' },
+      return sendJson(response, 200, {
+        onChainBalance: 0,
+        unsettledSpend: 0,
+        pendingWithdrawals: 0,
+        available: 0,
+        minimumBalance: minimum,
+      });
+    }
+    if (route === 'GET /wallet/deposit-address') {
+      return sendJson(response, 200, {
+        address: privateKeyToAccount(generatePrivateKey()).address,
+        token: { address: faults.token ?? '0x5FbDB2315678afecb367f032d93F642f64180aa3' },
+      });
+    }
+    if (route === 'POST /agents') {
+      const id = randomUUID();
+      agents.set(id, { owner, daily: null, monthly: null });
+      return sendJson(response, 201, { id });
+    }
+    const budgets = /^PUT \/agents\/([^/]+)\/budgets$/.exec(route);
+    const check = /^POST \/agents\/([^/]+)\/budget-check$/.exec(route);
+    const agent = agents.get((budgets ?? check)?.[1] ?? '');
+    if ((budgets || check) && (!agent || agent.owner !== owner))
+      return sendJson(response, 404, { error: 'no agent' });
+    if (budgets && agent) {
+      const input = json() as { daily?: number | string | null; monthly?: number | string | null };
+      if (input.daily !== undefined) agent.daily = input.daily === null ? null : Number(input.daily);
+      if (input.monthly !== undefined) agent.monthly = input.monthly === null ? null : Number(input.monthly);
+      return sendJson(response, 200, { daily: agent.daily, monthly: agent.monthly });
+    }
+    if (check && agent) {
+      const amount = Number((json() as { amount?: string }).amount ?? 0);
+      const refuse = (limit: string, remaining: number, resetsInMs: number | undefined, extra = {}) =>
+        sendJson(response, 429, {
+          code: 'over_limit',
+          message: `over the ${limit} limit`,
+          details: {
+            limit,
+            remaining,
+            ...(resetsInMs === undefined || faults.refusalWithoutReset
+              ? {}
+              : { resetsAt: new Date(Date.now() + resetsInMs).toISOString() }),
+            ...extra,
+          },
         });
-      }
-      if (route === 'POST /agents') {
-        const id = randomUUID();
-        agents.set(id, { owner, daily: null, monthly: null });
-        return sendJson(response, 201, { id });
-      }
-      const budgets = /^PUT \/agents\/([^/]+)\/budgets$/.exec(route);
-      const check = /^POST \/agents\/([^/]+)\/budget-check$/.exec(route);
-      const agent = agents.get((budgets ?? check)?.[1] ?? '');
-      if ((budgets || check) && (!agent || agent.owner !== owner))
-        return sendJson(response, 404, { error: 'no agent' });
-      if (budgets && agent) {
-        const input = json() as { daily?: number | string | null; monthly?: number | string | null };
-        if (input.daily !== undefined) agent.daily = input.daily === null ? null : Number(input.daily);
-        if (input.monthly !== undefined)
-          agent.monthly = input.monthly === null ? null : Number(input.monthly);
-        return sendJson(response, 200, { daily: agent.daily, monthly: agent.monthly });
-      }
-      if (check && agent) {
-        const amount = Number((json() as { amount?: string }).amount ?? 0);
-        const refuse = (limit: string, remaining: number, resetsInMs: number | undefined, extra = {}) =>
-          sendJson(response, 429, {
-            code: 'over_limit',
-            message: `over the ${limit} limit`,
-            details: {
-              limit,
-              remaining,
-              ...(resetsInMs === undefined || faults.refusalWithoutReset
-                ? {}
-                : { resetsAt: new Date(Date.now() + resetsInMs).toISOString() }),
-              ...extra,
-            },
-          });
-        if (!faults.ignoresBudgets) {
-          if (agent.daily !== null && amount > agent.daily) {
-            return refuse('daily', agent.daily, faults.rollingWeekForDaily ? 7 * 86_400_000 : 86_400_000);
-          }
-          if (agent.monthly !== null && amount > agent.monthly)
-            return refuse('monthly', agent.monthly, 30 * 86_400_000);
+      if (!faults.ignoresBudgets) {
+        if (agent.daily !== null && amount > agent.daily) {
+          return refuse('daily', agent.daily, faults.rollingWeekForDaily ? 7 * 86_400_000 : 86_400_000);
         }
-        if (minimum > 0) return refuse('minimum_balance', 0, undefined, { limitAmount: minimum });
-        return sendJson(response, 200, { ok: true });
+        if (agent.monthly !== null && amount > agent.monthly)
+          return refuse('monthly', agent.monthly, 30 * 86_400_000);
       }
-      return sendJson(response, 404, { error: 'not found' });
-    });
-  };
+      if (minimum > 0) return refuse('minimum_balance', 0, undefined, { limitAmount: minimum });
+      return sendJson(response, 200, { ok: true });
+    }
+    return sendJson(response, 404, { error: 'not found' });
+  });
 }
