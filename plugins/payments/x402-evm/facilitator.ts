@@ -39,7 +39,7 @@ const transferWithAuthorization = parseAbi([
 ]);
 
 /** x402's margin: an authorization must stay valid this long after settlement is sent. */
-const VALID_BEFORE_MARGIN_SECONDS = 6;
+export const SETTLEMENT_MARGIN_SECONDS = 6;
 /** A payer's code is read once for the verification and the settlement of one payment. */
 const PAYER_CODE_TTL_MS = 5_000;
 /** Payments verified here and waiting for their call to finish; more are settled the long way. */
@@ -265,7 +265,7 @@ async function settleVerified(context: {
   const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
   const network = requirements.network;
   const payer = authorization.from;
-  if (BigInt(authorization.validBefore) < BigInt(Math.floor(Date.now() / 1000) + VALID_BEFORE_MARGIN_SECONDS))
+  if (BigInt(authorization.validBefore) < BigInt(Math.floor(Date.now() / 1000) + SETTLEMENT_MARGIN_SECONDS))
     return undefined;
   const call = transferCall(payload, requirements);
   if (!call) return undefined;

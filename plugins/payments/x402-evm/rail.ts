@@ -26,7 +26,7 @@ import type {
 import { blockRanges, blockRangesBackwards } from '../../../core/chain/block-ranges.ts';
 import { SigilError } from '../../../core/errors.ts';
 import type { X402EvmConfig } from './config.ts';
-import { createFacilitator } from './facilitator.ts';
+import { createFacilitator, SETTLEMENT_MARGIN_SECONDS } from './facilitator.ts';
 import { rpcTransport } from './transport.ts';
 
 const eip3009 = parseAbi([
@@ -40,8 +40,6 @@ const PERMANENT =
   /signature|recipient|value_mismatch|valid_before|valid_after|insufficient|requirements|payload/;
 /** How many log ranges back status() looks for the transaction that used an authorization. */
 const STATUS_LOOKBACK_RANGES = 5;
-/** Settlement must leave this much of the authorization's window, as x402's facilitator requires. */
-const SETTLEMENT_MARGIN_SECONDS = 6;
 
 interface StoredAuthorization extends Record<string, unknown> {
   payload: PaymentPayload;
