@@ -3,14 +3,16 @@ import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import type { FacilitatorClient } from '@x402/core/server';
 import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
-import { createPublicClient, defineChain, http, type LocalAccount } from 'viem';
+import { createPublicClient, defineChain, http, type Address, type LocalAccount } from 'viem';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { configSchema, X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
-import { createFacilitator } from '../../plugins/payments/x402-evm/facilitator.ts';
+import { createFacilitator, validOnChain } from '../../plugins/payments/x402-evm/facilitator.ts';
 import { devChainDefinition } from '../../services/devchain/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import {
   balances,
   chainBehindProxy,
+  craftPayment,
   devAccountKey,
   fundedPayer,
   payingClient,
@@ -153,8 +155,9 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
     expect(await balances(world.chain)(payTo)).to.equal(500n);
     expect(world.proxy.count('eth_sendRawTransactionSync')).to.equal(1);
     expect(world.proxy.count('eth_sendRawTransaction')).to.equal(0);
-    // No estimate: the gas limit is the configured one.
+    // No estimate: the gas limit is the configured one; the fees were read during verification.
     expect(world.proxy.count('eth_estimateGas')).to.equal(0);
+    expect(world.proxy.count('eth_fillTransaction')).to.equal(0);
     // The payer's code (verify reads it twice, settle twice more) and at most the token's once.
     expect(world.proxy.count('eth_getCode')).to.be.at.most(2);
   });
@@ -208,5 +211,104 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
     expect(world.proxy.count('eth_sendRawTransactionSync')).to.equal(1);
     expect(world.proxy.count('eth_sendRawTransaction')).to.equal(2);
     expect(await balances(world.chain)(payTo)).to.equal(1000n);
+  });
+});
+
+/**
+ * The built-in facilitator decides a payment valid without recovering its signer when the fields match
+ * the requirements and the token's simulation of the transfer succeeds; x402 decides everything else.
+ */
+describe('payments: verification with the signature left to the token’s simulation', function () {
+  this.timeout(60_000);
+  let chain: DevChain;
+  before(async () => {
+    chain = await startDevChain();
+  });
+  after(() => chain?.stop());
+
+  const setUp = async () => {
+    const { plugin } = railPlugin(chain);
+    const rail = new X402EvmRail(configSchema.parse(plugin.options));
+    const required = rail.paymentRequired({ url: 'test://simulation', description: 'x' }) as PaymentRequired;
+    const client = createPublicClient({
+      chain: devChainDefinition(chain.rpcUrl, chain.chainId),
+      transport: http(chain.rpcUrl),
+    });
+    const codeAt = (address: string) => client.getCode({ address: address as Address });
+    const payer = privateKeyToAccount(chain.accounts.payer.privateKey);
+    await rail.stop();
+    return { required, codeAt, payer };
+  };
+  const succeeded = Promise.resolve(undefined);
+
+  it('valid: fields as required, the token has code, the payer none, the simulation succeeded', async () => {
+    const { required, codeAt, payer } = await setUp();
+    const payload = await craftPayment(chain, required, payer);
+    expect(await validOnChain(payload, required.accepts[0]!, succeeded, codeAt)).to.equal(true);
+  });
+
+  it('not decided (x402 then refuses) for what a successful simulation cannot rule out, or a failed one', async () => {
+    const { required, codeAt, payer } = await setUp();
+    const requirements = required.accepts[0]!;
+    const now = BigInt(Math.floor(Date.now() / 1000));
+    const stranger = privateKeyToAccount(generatePrivateKey()).address;
+    const reverted = Promise.reject(new Error('FiatTokenV2: invalid signature'));
+    reverted.catch(() => undefined);
+    const cases: [string, Promise<unknown>, Awaited<ReturnType<typeof craftPayment>>, typeof requirements][] =
+      [
+        // The token would move the money to whoever was authorized, or the amount authorized.
+        [
+          'to a stranger',
+          succeeded,
+          await craftPayment(chain, required, payer, { authorization: { to: stranger } }),
+          requirements,
+        ],
+        [
+          'value 400',
+          succeeded,
+          await craftPayment(chain, required, payer, { authorization: { value: 400n } }),
+          requirements,
+        ],
+        // Valid on chain now, but not for long enough to settle after the call.
+        [
+          'lapses in 3 s',
+          succeeded,
+          await craftPayment(chain, required, payer, { authorization: { validBefore: now + 3n } }),
+          requirements,
+        ],
+        [
+          'valid only later',
+          succeeded,
+          await craftPayment(chain, required, payer, { authorization: { validAfter: now + 60n } }),
+          requirements,
+        ],
+        // A call to an address without code "succeeds" with nothing done.
+        [
+          'a token without code',
+          succeeded,
+          await craftPayment(chain, required, payer),
+          { ...requirements, asset: stranger },
+        ],
+        // A payer with code signs through ERC-1271: x402's path.
+        ['a payer with code', succeeded, await craftPayment(chain, required, payer), requirements],
+        [
+          'another scheme',
+          succeeded,
+          await craftPayment(chain, required, payer),
+          { ...requirements, scheme: 'upto' },
+        ],
+        [
+          'no EIP-712 domain',
+          succeeded,
+          await craftPayment(chain, required, payer),
+          { ...requirements, extra: {} },
+        ],
+        ['the simulation reverted', reverted, await craftPayment(chain, required, payer), requirements],
+      ];
+    const withCode = cases.find(([name]) => name === 'a payer with code')![2];
+    (withCode.payload as { authorization: { from: string } }).authorization.from = chain.token.address;
+    for (const [name, simulation, payload, against] of cases) {
+      expect(await validOnChain(payload, against, simulation, codeAt), name).to.equal(false);
+    }
   });
 });

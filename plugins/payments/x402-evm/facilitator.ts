@@ -20,6 +20,7 @@ import {
   parseSignature,
   type Address,
   type Chain,
+  type FeeValuesEIP1559,
   type Hex,
   type PublicClient,
   type TransactionReceipt,
@@ -40,8 +41,15 @@ const transferWithAuthorization = parseAbi([
 
 /** x402's margin: an authorization must stay valid this long after settlement is sent. */
 export const SETTLEMENT_MARGIN_SECONDS = 6;
-/** A payer's code is read once for the verification and the settlement of one payment. */
-const PAYER_CODE_TTL_MS = 5_000;
+/** A payer's (and the token's) code is read once for the verification and the settlement of one payment. */
+const CODE_TTL_MS = 5_000;
+/**
+ * Fee estimates are reused this long. Settlement offers viem's estimate (1.2 × the base fee, plus the
+ * priority fee); a base fee rises at most 12.5 % a block, so within one block interval the offer still
+ * covers it. Should it not, the node refuses the transaction before it leaves and x402's path
+ * settles with a fresh estimate.
+ */
+const FEES_TTL_MS = 1_000;
 /** Payments verified here and waiting for their call to finish; more are settled the long way. */
 const MAX_REMEMBERED = 20_000;
 
@@ -61,10 +69,12 @@ export function createFacilitator(
   const account = privateKeyToAccount(settings.privateKey as Hex, { nonceManager: localNonceManager() });
   const wallet = createWalletClient({ account, chain, transport: rpcTransport(config.rpcUrl) });
   // x402 reads the payer's code twice in verify and twice again in settle: once per payment is enough.
-  const payerCode = new TtlCache<string, Hex | undefined>({ ttlMs: PAYER_CODE_TTL_MS, maxEntries: 10_000 });
+  const codes = new TtlCache<string, Hex | undefined>({ ttlMs: CODE_TTL_MS, maxEntries: 10_000 });
+  const codeAt = (address: string) =>
+    codes.get(address.toLowerCase(), () => publicClient.getCode({ address: address as Address }));
   const signer = toFacilitatorEvmSigner({
     address: account.address,
-    getCode: (args) => payerCode.get(args.address.toLowerCase(), () => publicClient.getCode(args)),
+    getCode: (args) => codeAt(args.address),
     readContract: (args) =>
       simulations.take(args) ??
       publicClient.readContract({ ...args, args: args.args ?? [] } as Parameters<
@@ -83,11 +93,22 @@ export function createFacilitator(
   );
   const verified = new VerifiedPayments();
   const simulations = new Simulations(publicClient);
+  const fees = new TtlCache<'fees', FeeValuesEIP1559>({ ttlMs: FEES_TTL_MS, maxEntries: 1 });
+  const currentFees = () => fees.get('fees', () => publicClient.estimateFeesPerGas());
   let syncSettlement = true;
   return {
     verify: async (payload, requirements) => {
       const simulation = simulations.start(payload, requirements);
+      // Read now, while the payment is checked: its settlement then needs no read before it is sent.
+      currentFees().catch(() => undefined);
       try {
+        if (simulation && (await validOnChain(payload, requirements, simulation.answer, codeAt))) {
+          verified.remember(payload, requirements);
+          return {
+            isValid: true,
+            payer: (payload.payload as unknown as ExactEIP3009Payload).authorization.from,
+          };
+        }
         const result = await facilitator.verify(payload, requirements);
         if (result.isValid) verified.remember(payload, requirements);
         return result;
@@ -104,7 +125,9 @@ export function createFacilitator(
         wallet,
         account,
         gas: BigInt(config.settlementGasLimit),
+        fees: await currentFees().catch(() => undefined),
         noSync: () => (syncSettlement = false),
+        refused: () => fees.delete('fees'),
       });
       // Refused before a transaction left (a revert in gas estimation, say): x402's own path decides
       // again and names the reason precisely.
@@ -115,23 +138,26 @@ export function createFacilitator(
 }
 
 /**
- * x402's verify recovers the signer (3 ms of CPU here), then simulates the transfer with an eth_call:
- * started with the verification, the same call runs on the node meanwhile and x402's read takes its
- * answer. Only a read identical in every argument does; anything else reads the chain itself.
+ * The transfer's simulation (an eth_call), started as verification begins: `validOnChain` awaits it,
+ * and should x402's verify run after all, its own read of the same call takes the answer. Only a read
+ * identical in every argument does; anything else reads the chain itself.
  */
 class Simulations {
   private readonly running = new Map<string, Promise<unknown>>();
 
   constructor(private readonly publicClient: PublicClient) {}
 
-  start(payload: PaymentPayload, requirements: PaymentRequirements): { forget(): void } | undefined {
+  start(
+    payload: PaymentPayload,
+    requirements: PaymentRequirements,
+  ): { answer: Promise<unknown>; forget(): void } | undefined {
     const call = transferCall(payload, requirements);
     if (!call) return undefined;
     const key = readKey(call);
     const answer = this.publicClient.readContract(call);
     answer.catch(() => undefined); // a refusal reaches x402 when it reads; unread, it is dropped
     this.running.set(key, answer);
-    return { forget: () => this.running.delete(key) };
+    return { answer, forget: () => this.running.delete(key) };
   }
 
   take(read: {
@@ -151,6 +177,50 @@ const readKey = (read: { address: string; functionName: string; args?: readonly 
   JSON.stringify([read.address.toLowerCase(), read.functionName, read.args ?? []], (_, value: unknown) =>
     typeof value === 'bigint' || typeof value === 'number' ? String(value) : value,
   );
+
+/**
+ * Whether a payment is valid as x402's verify would find it, decided without x402's recovery of the
+ * signer (pure-JS secp256k1: 2 ms of CPU here, a fifth of a paid call's overhead). x402's verify
+ * checks the fields against the requirements, recovers the signer, then simulates the transfer; the
+ * simulation alone has the token check the signature, the window, the balance and the nonce, natively
+ * and against the chain. So: the same field checks, the same simulation (already under way), and
+ * accounts as x402 takes them (a token with code, a payer without: no ERC-1271 or ERC-6492). False
+ * means not decided here: x402's verify then runs in full, so a refusal always carries x402's reason.
+ * Hand-written because x402 offers no way to verify with the signature check left to the chain.
+ */
+export async function validOnChain(
+  payload: PaymentPayload,
+  requirements: PaymentRequirements,
+  simulation: Promise<unknown>,
+  codeAt: (address: string) => Promise<Hex | undefined>,
+): Promise<boolean> {
+  const { authorization } = ecdsaAuthorization(payload) ?? {};
+  if (!authorization) return false;
+  const now = BigInt(Math.floor(Date.now() / 1000));
+  try {
+    const fieldsMatch =
+      payload.accepted.scheme === 'exact' &&
+      requirements.scheme === 'exact' &&
+      payload.accepted.network === requirements.network &&
+      typeof requirements.extra?.name === 'string' &&
+      typeof requirements.extra.version === 'string' &&
+      isAddressEqual(authorization.to as Address, requirements.payTo as Address) &&
+      BigInt(authorization.value) === BigInt(requirements.amount) &&
+      BigInt(authorization.validAfter) <= now &&
+      BigInt(authorization.validBefore) >= now + BigInt(SETTLEMENT_MARGIN_SECONDS);
+    if (!fieldsMatch) return false;
+    const [tokenCode, payerCode] = await Promise.all([
+      codeAt(requirements.asset),
+      codeAt(authorization.from),
+      simulation,
+    ]);
+    return hasCode(tokenCode) && !hasCode(payerCode);
+  } catch {
+    return false; // malformed, reverted or unreachable: x402's verification says which
+  }
+}
+
+const hasCode = (code: Hex | undefined): boolean => code !== undefined && code !== '0x';
 
 /** A payment's EIP-3009 authorization signed by a plain 65-byte ECDSA signature (not ERC-6492/1271). */
 function ecdsaAuthorization(payload: PaymentPayload): ExactEIP3009Payload | undefined {
@@ -190,8 +260,7 @@ function transferCall(payload: PaymentPayload, requirements: PaymentRequirements
 /**
  * Payments this facilitator has verified (plain ECDSA signatures of accounts without code), each
  * remembered once for its settlement. x402's settle verifies a payment again before it moves money:
- * the signature is recovered a second time (pure-JS secp256k1, 3 ms of CPU here, the largest part of
- * a paid call's overhead) and the payer's code read twice more. Nothing of that can have changed
+ * the signature is recovered (pure-JS secp256k1, 2 ms of CPU here) and the payer's code read twice. Nothing of that can have changed
  * since this process's own verify: the signature covers every field of the authorization, which the
  * key binds exactly; only time moves, and settleVerified checks the window again. The token checks
  * the signature on chain either way.
@@ -258,10 +327,14 @@ async function settleVerified(context: {
   wallet: WalletClient;
   account: PrivateKeyAccount;
   gas: bigint;
+  /** Fees to offer; read from the node when absent. */
+  fees: FeeValuesEIP1559 | undefined;
   /** Called when the node lacks eth_sendRawTransactionSync: later settlements take x402's path. */
   noSync: () => void;
+  /** Called when the node refused the transaction (the fees offered may be too low now). */
+  refused: () => void;
 }): Promise<SettleResponse | undefined> {
-  const { payload, requirements, wallet, account, gas } = context;
+  const { payload, requirements, wallet, account, gas, fees } = context;
   const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
   const network = requirements.network;
   const payer = authorization.from;
@@ -269,24 +342,30 @@ async function settleVerified(context: {
     return undefined;
   const call = transferCall(payload, requirements);
   if (!call) return undefined;
+  // No estimate: the node would run the transfer a dozen times (2.4 ms of anvil's CPU, the largest
+  // wait of a settlement), and verify() simulated it moments ago. With the fees known and the chain
+  // id given (viem passes it on to its preparation, which types it), viem fills nothing through the
+  // node: eth_fillTransaction would be one more round trip before the send.
+  const request = {
+    ...call,
+    account,
+    chain: wallet.chain,
+    chainId: wallet.chain?.id,
+    gas,
+    ...(fees ? { maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas } : {}),
+  };
   let receipt: TransactionReceipt;
   try {
     // EIP-7966: the node answers with the receipt, one round trip instead of a wait and a poll. No
     // timeout parameter: the node's own applies (anvil accepts none), then viem waits up to 5 s more.
-    receipt = await wallet.writeContractSync({
-      ...call,
-      account,
-      chain: wallet.chain,
-      // No estimate: the node would run the transfer a dozen times (2.4 ms of anvil's CPU, the
-      // largest wait of a settlement), and verify() simulated it moments ago.
-      gas,
-    });
+    receipt = await wallet.writeContractSync(request);
   } catch (err) {
     // Sent, but its receipt not seen in time: pending (the rail then asks the chain by the
     // authorization's nonce, the retry worker again later).
     if (walk(err, WaitForTransactionReceiptTimeoutError))
       return { success: false, errorReason: 'settlement_pending', transaction: '', network, payer };
     if (walk(err, MethodNotFoundRpcError) || walk(err, MethodNotSupportedRpcError)) context.noSync();
+    else context.refused();
     // Most likely refused before it left. Should it have left after all, the chain refuses the
     // authorization's reuse when x402's path sends it again: that costs gas, never a second charge.
     return undefined;
