@@ -67,6 +67,14 @@ export function responseHash(result: CallToolResult): string {
 }
 
 const MAX_REPEATING_FORMS = 4096;
+/**
+ * The signed fields, and the members the signature covers (those and `fieldMacs`), in RFC 8785 member
+ * order: the names are ASCII, so UTF-16 code-unit order is plain string order.
+ */
+const SIGNED_FIELD_NAMES = Object.keys(proofSchema.shape)
+  .filter((name) => name !== 'fieldMacs' && name !== 'signature')
+  .sort();
+const MAC_INPUT_NAMES = [...SIGNED_FIELD_NAMES, 'fieldMacs'].sort();
 
 /** The key of a repeating field's value (its strings as a JSON array), or undefined for a field that does not repeat. */
 function repeatingKey(name: string, value: unknown): string | undefined {
@@ -125,18 +133,24 @@ export class ProofSigner {
       keySource: this.deps.key.source,
       secretNames: [...input.secretNames].sort(),
     };
-    // The same MACs and signature as fieldMac() and mac() give, from each field's canonical form once.
-    const canonical: Record<string, string> = {};
+    // The same MACs and signature as fieldMac() and mac() give, from each field's canonical form once,
+    // joined in RFC 8785 member order without sorting on every call.
     const fieldMacs: Record<string, string> = {};
-    const macTexts: Record<string, string> = {};
-    for (const [name, value] of Object.entries(fields)) {
-      const { canonical: text, mac } = this.shared.get(name) ?? this.formOf(name, value);
-      canonical[name] = text;
+    const members: Record<string, string> = {};
+    let macsObject = '';
+    for (const name of SIGNED_FIELD_NAMES) {
+      const { canonical, mac } =
+        this.shared.get(name) ?? this.formOf(name, fields[name as keyof SignedFields]);
+      members[name] = canonical;
       fieldMacs[name] = mac;
-      macTexts[name] = JSON.stringify(mac); // base64url: its JSON form is its RFC 8785 form
+      // base64url: its JSON form is its RFC 8785 form.
+      macsObject += `${macsObject === '' ? '{' : ','}"${name}":"${mac}"`;
     }
-    canonical.fieldMacs = canonicalObject(macTexts);
-    const signature = hmacSha256(this.deps.key.key, canonicalObject(canonical)).toString('hex');
+    members.fieldMacs = `${macsObject}}`;
+    let signedObject = '';
+    for (const name of MAC_INPUT_NAMES)
+      signedObject += `${signedObject === '' ? '{' : ','}"${name}":${members[name] as string}`;
+    const signature = hmacSha256(this.deps.key.key, `${signedObject}}`).toString('hex');
     return { ...fields, fieldMacs, signature };
   }
 
@@ -212,15 +226,4 @@ export class ProofSigner {
   private mac(value: unknown): string {
     return hmacSha256(this.deps.key.key, canonicalJson(value)).toString('hex');
   }
-}
-
-/**
- * The RFC 8785 form of an object from its members' RFC 8785 forms: exactly what `canonicalJson` gives
- * for the object itself when every member is defined and no name holds a lone surrogate.
- */
-export function canonicalObject(members: Readonly<Record<string, string>>): string {
-  const parts = Object.keys(members)
-    .sort()
-    .map((name) => `${JSON.stringify(name)}:${members[name] as string}`);
-  return `{${parts.join(',')}}`;
 }

@@ -3,7 +3,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import { ManualClock } from '../../core/clock.ts';
 import { canonicalJson, hmacSha256 } from '../../core/crypto.ts';
-import { canonicalObject, ProofSigner, type ProofInput } from '../../services/gateway/proofs.ts';
+import { ProofSigner, type ProofInput } from '../../services/gateway/proofs.ts';
 
 /**
  * Signing precomputes what every proof of a signer shares and builds the signature from each field's
@@ -55,7 +55,7 @@ describe('execution proof signing', () => {
     it(`gives the MACs and signature of the definitions (input ${index + 1})`, () => {
       const proof = signer.sign(input);
       const { fieldMacs, signature, ...fields } = proof;
-      expect(Object.keys(fieldMacs)).to.deep.equal(Object.keys(fields));
+      expect(Object.keys(fieldMacs).sort()).to.deep.equal(Object.keys(fields).sort());
       for (const [name, value] of Object.entries(fields)) {
         expect(fieldMacs[name], name).to.equal(
           hmacSha256(key, `${name}\0${canonicalJson(value)}`).toString('base64url'),
@@ -101,22 +101,5 @@ describe('execution proof signing', () => {
     expect(second.tee.platform).to.equal('none');
     expect(signer.verify(second).valid).to.equal(true);
     expect(signer.verify(first).problems.map((p) => p.field)).to.deep.equal(['gateway', 'tee']);
-  });
-
-  it('builds an object’s RFC 8785 form from its members’ forms as canonicalJson does', () => {
-    const object = {
-      b: [1, 'two'],
-      a: { y: 1, x: 2 },
-      '"k"': null,
-      é: 'x',
-      Z: 0.1,
-      'a\u0000': true,
-      '': 'empty',
-    };
-    const members = Object.fromEntries(
-      Object.entries(object).map(([name, value]) => [name, canonicalJson(value)]),
-    );
-    expect(canonicalObject(members)).to.equal(canonicalJson(object));
-    expect(canonicalObject({})).to.equal('{}');
   });
 });
