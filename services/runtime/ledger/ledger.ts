@@ -432,16 +432,7 @@ export class Ledger {
   private async entryByKey(db: Knex, wallet: string, key: string): Promise<LedgerEntry | undefined> {
     const row = (await db('ledger_entries')
       .where({ wallet, idempotency_key: key })
-      .first(
-        'id',
-        'wallet',
-        'kind',
-        asText(db, 'amount'),
-        'agent_id',
-        'idempotency_key',
-        'reference',
-        'created_at',
-      )) as EntryRow | undefined;
+      .first(...entryColumns(db))) as EntryRow | undefined;
     return row ? entryOf(row) : undefined;
   }
 
@@ -458,16 +449,7 @@ export class Ledger {
       .where({ wallet: getAddress(wallet) })
       .orderBy('id', 'desc')
       .limit(options.limit + 1)
-      .select(
-        'id',
-        'wallet',
-        'kind',
-        asText(db, 'amount'),
-        'agent_id',
-        'idempotency_key',
-        'reference',
-        'created_at',
-      );
+      .select(...entryColumns(db));
     if (options.cursor !== undefined) query = query.andWhere('id', '<', decodeCursor(options.cursor));
     if (options.kinds && options.kinds.length > 0) query = query.whereIn('kind', options.kinds);
     const rows = (await query) as EntryRow[];
@@ -643,6 +625,19 @@ function balanceOf(wallet: string, row: WalletRow | undefined): Balance {
     balanceUpdatedAt: updatedAt === 0n ? undefined : new Date(Number(updatedAt)),
   };
 }
+
+/** The columns `entryOf` reads, the amount as text so it never passes through a float. */
+const entryColumns = (db: Knex) =>
+  [
+    'id',
+    'wallet',
+    'kind',
+    asText(db, 'amount'),
+    'agent_id',
+    'idempotency_key',
+    'reference',
+    'created_at',
+  ] as const;
 
 function entryOf(row: EntryRow): LedgerEntry {
   return {

@@ -32,17 +32,18 @@ const withdrawalBody = z
   })
   .strict();
 
-const pageQuery = z
-  .object({
-    limit: z
-      .string()
-      .regex(/^[0-9]{1,3}$/, 'must be an integer from 1 to 200')
-      .transform(Number)
-      .refine((value) => value >= 1 && value <= 200, 'must be an integer from 1 to 200')
-      .optional(),
-    cursor: z.string().min(1).max(200).optional(),
-  })
-  .strict();
+/** `?limit=&cursor=` of a paged list: 1 to 200 items, after the previous page's cursor. */
+const pageFields = {
+  limit: z
+    .string()
+    .regex(/^[0-9]{1,3}$/, 'must be an integer from 1 to 200')
+    .transform(Number)
+    .refine((value) => value >= 1 && value <= 200, 'must be an integer from 1 to 200')
+    .optional(),
+  cursor: z.string().min(1).max(200).optional(),
+};
+
+const pageQuery = z.object(pageFields).strict();
 
 const withdrawalParams = z.object({ id: z.uuid('must be a withdrawal id (a UUID)') });
 
@@ -50,13 +51,7 @@ const checkBody = z.object({ amount: amountSchema({ allowZero: true }).optional(
 
 const historyQuery = z
   .object({
-    limit: z
-      .string()
-      .regex(/^[0-9]{1,3}$/, 'must be an integer from 1 to 200')
-      .transform(Number)
-      .refine((value) => value >= 1 && value <= 200, 'must be an integer from 1 to 200')
-      .optional(),
-    cursor: z.string().min(1).max(200).optional(),
+    ...pageFields,
     kind: z
       .string()
       .transform((value) => value.split(','))
