@@ -147,6 +147,18 @@ function payerFor(context: DeploymentContext): Payer {
 }
 
 /** Ends the check as not applicable when the deployment asks no payment for a call. */
+/** A servable server's smoke tool, its 402 over REST, and the runner's payment for that call. */
+async function firstPaymentForSmokeTool(context: DeploymentContext) {
+  const payer = payerFor(context);
+  const server = await findServableServer(context, { needSmokeTool: true });
+  const tool = smokeToolOf(server);
+  const id = server.view.id;
+  const args = sampleArguments(tool.inputSchema);
+  const what = `POST ${path.tool(id, tool.name)}`;
+  const required = requireCharged(await context.http.request(restCall(id, tool, args)), what);
+  return { payer, id, tool, args, what, payment: await payer.pay(required, context.evidence, what) };
+}
+
 function requireCharged(response: HttpResponse, what: string): X402PaymentRequiredWire {
   if (response.status !== 402) {
     notApplicableBecause(
@@ -613,15 +625,8 @@ export const paymentRequirements: readonly Requirement[] = [
     spec: `${SPEC_FLOW}; ${SPEC_PRICE}; x402 v2: PAYMENT-RESPONSE (HTTP), _meta["x402/payment-response"] (MCP)`,
     service: 'gateway',
     check: async (context) => {
-      const payer = payerFor(context);
-      const server = await findServableServer(context, { needSmokeTool: true });
-      const tool = smokeToolOf(server);
-      const id = server.view.id;
-      const args = sampleArguments(tool.inputSchema);
       // REST: 402, paid, 200 with PAYMENT-RESPONSE; the payer's balance drops by the price.
-      const what = `POST ${path.tool(id, tool.name)}`;
-      const required = requireCharged(await context.http.request(restCall(id, tool, args)), what);
-      const payment = await payer.pay(required, context.evidence, what);
+      const { payer, id, tool, args, what, payment } = await firstPaymentForSmokeTool(context);
       const price = await specPrice(payer, payment.accepted.asset);
       const before = await payer.balanceOf(payment.accepted.asset, payer.address, context.evidence);
       const paid = await context.http.request({
@@ -781,14 +786,7 @@ export const paymentRequirements: readonly Requirement[] = [
     spec: `${SPEC_FLOW}: a verified payment is settled once`,
     service: 'gateway',
     check: async (context) => {
-      const payer = payerFor(context);
-      const server = await findServableServer(context, { needSmokeTool: true });
-      const tool = smokeToolOf(server);
-      const id = server.view.id;
-      const args = sampleArguments(tool.inputSchema);
-      const what = `POST ${path.tool(id, tool.name)}`;
-      const required = requireCharged(await context.http.request(restCall(id, tool, args)), what);
-      const payment = await payer.pay(required, context.evidence, what);
+      const { payer, id, tool, args, what, payment } = await firstPaymentForSmokeTool(context);
       const before = await payer.balanceOf(payment.accepted.asset, payer.address, context.evidence);
       const paidRequest = {
         ...restCall(id, tool, args),
