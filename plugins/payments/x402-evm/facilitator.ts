@@ -260,10 +260,10 @@ function transferCall(payload: PaymentPayload, requirements: PaymentRequirements
 /**
  * Payments this facilitator has verified (plain ECDSA signatures of accounts without code), each
  * remembered once for its settlement. x402's settle verifies a payment again before it moves money:
- * the signature is recovered (pure-JS secp256k1, 2 ms of CPU here) and the payer's code read twice. Nothing of that can have changed
- * since this process's own verify: the signature covers every field of the authorization, which the
- * key binds exactly; only time moves, and settleVerified checks the window again. The token checks
- * the signature on chain either way.
+ * the signature is recovered (pure-JS secp256k1, 2 ms of CPU here) and the payer's code read twice.
+ * Nothing of that can have changed since this process's own verify: the signature covers every field
+ * of the authorization, which the key binds exactly; only time moves, and settleVerified checks the
+ * window again. The token checks the signature on chain either way.
  */
 class VerifiedPayments {
   private readonly entries = new Map<string, number>();
