@@ -83,10 +83,26 @@ describe('gateway MCP endpoint (protocol)', function () {
     expect(
       (await rpcJson({ jsonrpc: '2.0', id: 1, method: 'resources/teleport' })).body.error?.code,
     ).to.equal(-32601);
-    expect(
-      (await rpcJson({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { arguments: {} } })).body.error
-        ?.code,
-    ).to.equal(-32602);
+    for (const params of [
+      { arguments: {} },
+      { name: 5, arguments: {} },
+      { name: 'gateway_list_enabled', arguments: [1] },
+      { name: 'gateway_list_enabled', arguments: null },
+      { name: 'gateway_list_enabled', arguments: 'x' },
+      { name: 'gateway_list_enabled', task: 'not an object' },
+    ]) {
+      const { body } = await rpcJson({ jsonrpc: '2.0', id: 2, method: 'tools/call', params });
+      expect(body.error?.code, JSON.stringify(params)).to.equal(-32602);
+    }
+    // What the SDK's schema accepts is accepted: no arguments, unknown members, a well-formed _meta.
+    for (const params of [
+      { name: 'gateway_list_enabled' },
+      { name: 'gateway_list_enabled', arguments: {}, extra: true },
+      { name: 'gateway_list_enabled', arguments: {}, _meta: { progressToken: 1 } },
+    ]) {
+      const { body } = await rpcJson({ jsonrpc: '2.0', id: 2, method: 'tools/call', params });
+      expect(body.error, JSON.stringify(params)).to.equal(undefined);
+    }
     expect(
       (await rpcJson({ jsonrpc: '2.0', id: 3, method: 'initialize', params: { protocolVersion: 7 } })).body
         .error?.code,

@@ -98,10 +98,28 @@ export class McpDispatcher {
   }
 
   private async callTool(request: JSONRPCRequest, scope: McpRequestScope): Promise<Record<string, unknown>> {
-    const { params } = parseParams(CallToolRequestSchema, request);
+    const params = plainCallParams(request.params) ?? parseParams(CallToolRequestSchema, request).params;
     return (await this.tools.callTool(scope, params.name, params.arguments ?? {})) as Record<string, unknown>;
   }
 }
+
+/**
+ * The params of a plain tools/call (a name, and arguments as an object), checked without zod: the
+ * SDK schema's parse is a tenth of a busy gateway's CPU per call. Anything else (`_meta`, `task`, a
+ * malformed value) is undefined, and the SDK schema decides.
+ */
+function plainCallParams(params: unknown): { name: string; arguments?: Record<string, unknown> } | undefined {
+  if (!isPlainObject(params) || '_meta' in params || 'task' in params) return undefined;
+  const { name, arguments: args } = params;
+  if (typeof name !== 'string' || !(args === undefined || isPlainObject(args))) return undefined;
+  return args === undefined ? { name } : { name, arguments: args };
+}
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' &&
+  value !== null &&
+  !Array.isArray(value) &&
+  (Object.getPrototypeOf(value) === Object.prototype || Object.getPrototypeOf(value) === null);
 
 function parseParams<S extends z.ZodType>(schema: S, request: JSONRPCRequest): z.infer<S> {
   const parsed = schema.safeParse({ method: request.method, params: request.params });
