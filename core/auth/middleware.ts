@@ -1,7 +1,6 @@
 import type { Context, Next } from 'koa';
 import type { Address } from 'viem';
 import { isSigilError } from '../errors.ts';
-import type { Logger } from '../log.ts';
 import type { DelegationVerifier } from './delegation/verifier.ts';
 import { hasRequestSignature, type RequestSignatures } from './erc8128.ts';
 import { unauthorized, type AuthMethod, type AuthPrincipal } from './principal.ts';
@@ -38,10 +37,12 @@ export function authenticate(auth: Authenticators) {
         if (principal.trust) {
           // Seen by the caller, on the request's log lines and on its access line.
           ctx.set(TRUST_HEADER, principal.trust.state);
-          const fields = { auth: principal.method, runtimeTrust: principal.trust.state };
-          const state = ctx.state as { log?: Logger; logFields?: Record<string, unknown> };
-          state.log = state.log?.child(fields);
-          state.logFields = { ...state.logFields, ...fields };
+          const state = ctx.state as { logFields?: Record<string, unknown> };
+          state.logFields = {
+            ...state.logFields,
+            auth: principal.method,
+            runtimeTrust: principal.trust.state,
+          };
         }
       }
     } catch (err) {

@@ -5,8 +5,9 @@ import type { Logger } from '../log.ts';
 const INCOMING_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 /**
- * Gives each request an id (kept from X-Request-Id when well-formed) and a logger bound to it, and logs
- * a line when it ends (with any `ctx.state.logFields` a later middleware added, e.g. the auth method).
+ * Gives each request an id (kept from X-Request-Id when well-formed) and a logger bound to it and to
+ * `ctx.state.logFields` (fields a later middleware adds, e.g. the auth method), and logs a line with
+ * them when it ends.
  */
 export function requestContext(logger: Logger) {
   // The access line holds the request's id, method, path, status and time, and the named values of
@@ -17,7 +18,18 @@ export function requestContext(logger: Logger) {
     const incoming = ctx.get('x-request-id');
     const requestId = INCOMING_ID.test(incoming) ? incoming : randomUUID();
     ctx.state.requestId = requestId;
-    ctx.state.log = logger.child({ reqId: requestId });
+    // Made on first use (most requests log nothing but their access line: a child logger per request
+    // is a measurable share of a busy gateway's CPU), with the `logFields` set by then.
+    let made: { fields: unknown; log: Logger } | undefined;
+    Object.defineProperty(ctx.state, 'log', {
+      enumerable: true,
+      get: (): Logger => {
+        const fields = ctx.state.logFields as Record<string, unknown> | undefined;
+        if (made === undefined || made.fields !== fields)
+          made = { fields, log: logger.child({ reqId: requestId, ...fields }) };
+        return made.log;
+      },
+    });
     ctx.set('X-Request-Id', requestId);
     const started = process.hrtime.bigint();
     try {

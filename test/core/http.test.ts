@@ -1,8 +1,10 @@
 import { request as httpRequest } from 'node:http';
 import Router from '@koa/router';
 import { expect } from 'chai';
+import { pino } from 'pino';
 import { z } from 'zod';
 import { SigilError } from '../../core/errors.ts';
+import type { Logger } from '../../core/log.ts';
 import { createHttpApp } from '../../core/http/app.ts';
 import { listen, type RunningServer } from '../../core/http/server.ts';
 import { openSse } from '../../core/http/sse.ts';
@@ -174,5 +176,32 @@ describe('HTTP core', () => {
     expect(res.status).to.equal(200);
     expect(await res.json()).to.deep.equal({ finished: true });
     await closed;
+  });
+});
+
+describe('HTTP core: request logging', () => {
+  it('gives a request’s log lines its id and the fields set by then, and ends with an access line holding them', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const router = new Router();
+    router.get('/logs', (ctx) => {
+      const state = ctx.state as { log: Logger; logFields?: Record<string, unknown> };
+      state.log.info('before');
+      state.logFields = { auth: 'wallet-token' };
+      state.log.info('after');
+      ctx.body = {};
+    });
+    const { app } = createHttpApp({ service: 'test', logger, bodyLimitBytes: 1024, routers: [router] });
+    const running = await listen(app, '127.0.0.1', 0);
+    try {
+      const res = await fetch(`${running.url}/logs`, { headers: { 'x-request-id': 'req-1' } });
+      expect(res.status).to.equal(200);
+    } finally {
+      await running.close(0);
+    }
+    const line = (msg: string) => lines.find((entry) => entry.msg === msg);
+    expect(line('before')).to.include({ reqId: 'req-1' }).and.not.have.property('auth');
+    expect(line('after')).to.include({ reqId: 'req-1', auth: 'wallet-token' });
+    expect(line('request')).to.include({ reqId: 'req-1', auth: 'wallet-token', path: '/logs', status: 200 });
   });
 });
