@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Clock } from '../../core/clock.ts';
-import { canonicalJson, hmacSha256, sameMac, sha256Hex } from '../../core/crypto.ts';
+import { canonicalJson, hmacSha256Text, sameMac, sha256Hex } from '../../core/crypto.ts';
 import type { DerivedKey, TeeStatus } from '../../core/plugins/contracts/index.ts';
 import type { BuildInfo } from '../shared/build-info.ts';
 
@@ -150,7 +150,7 @@ export class ProofSigner {
     let signedObject = '';
     for (const name of MAC_INPUT_NAMES)
       signedObject += `${signedObject === '' ? '{' : ','}"${name}":${members[name] as string}`;
-    const signature = hmacSha256(this.deps.key.key, `${signedObject}}`).toString('hex');
+    const signature = hmacSha256Text(this.deps.key.key, `${signedObject}}`, 'hex');
     return { ...fields, fieldMacs, signature };
   }
 
@@ -212,7 +212,7 @@ export class ProofSigner {
   }
 
   private macOfCanonical(name: string, canonical: string): string {
-    return hmacSha256(this.deps.key.key, `${name}\0${canonical}`).toString('base64url');
+    return hmacSha256Text(this.deps.key.key, `${name}\0${canonical}`, 'base64url');
   }
 
   private gateway(): SignedFields['gateway'] {
@@ -224,6 +224,6 @@ export class ProofSigner {
   }
 
   private mac(value: unknown): string {
-    return hmacSha256(this.deps.key.key, canonicalJson(value)).toString('hex');
+    return hmacSha256Text(this.deps.key.key, canonicalJson(value), 'hex');
   }
 }
