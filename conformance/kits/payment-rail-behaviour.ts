@@ -583,6 +583,31 @@ export function paymentRailBehaviour(harness: () => PaymentRailHarness): readonl
         return pass();
       },
     },
+    {
+      id: 'payment-rail.latest-block',
+      level: 'MUST',
+      title: 'latestBlock(), where the rail has it, is at or past the block of a settlement it lists',
+      spec: spec('latestBlock: "the chain\'s newest block now"'),
+      check: async (context) => {
+        const { latestBlock } = context.instance;
+        if (!latestBlock) notApplicableBecause('the rail has no latestBlock()');
+        const { payment } = await settledPayment(context, harness());
+        const entry = (await context.instance.settlementsOnChain(0n)).find(
+          (other) => other.id === payment.id,
+        );
+        ensure(entry, 'settlementsOnChain(0) leaves out the settled payment');
+        const latest = await latestBlock.call(context.instance);
+        context.evidence.note(
+          'latestBlock() and the settlement’s block',
+          plain({ latest, block: entry.block }),
+        );
+        ensure(
+          latest >= entry.block,
+          `latestBlock() is ${latest}, before the settlement's block ${entry.block}`,
+        );
+        return pass();
+      },
+    },
   ];
 }
 

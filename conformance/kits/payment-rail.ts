@@ -16,6 +16,7 @@ export const paymentRailKit: ContractKit<'payment-rail'> = {
     paymentRequired: 'function',
     verify: 'function',
     peek: 'function?',
+    latestBlock: 'function?',
     settle: 'function',
     status: 'function',
     settlementsOnChain: 'function',

@@ -34,6 +34,12 @@ export interface PaymentRailV1 {
   status(payment: VerifiedPayment): Promise<{ used: boolean; transaction?: string }>;
   /** Payments to `payTo` that the chain records from `fromBlock` on (for reconciliation). */
   settlementsOnChain(fromBlock: bigint): Promise<OnChainSettlement[]>;
+  /**
+   * Optional: the chain's newest block now. With it the gateway reconciles incrementally, reading
+   * only the blocks since its last reading (and a margin for reorganizations); without it every
+   * reconciliation reads the settlements from block 0 on.
+   */
+  latestBlock?(): Promise<bigint>;
 }
 
 export interface PaymentTerms {

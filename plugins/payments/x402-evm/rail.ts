@@ -248,6 +248,10 @@ export class X402EvmRail implements PaymentRailV1 {
     return {};
   }
 
+  latestBlock(): Promise<bigint> {
+    return this.publicClient.getBlockNumber({ cacheTime: 0 });
+  }
+
   async settlementsOnChain(fromBlock: bigint): Promise<OnChainSettlement[]> {
     const address = this.config.asset.address as Address;
     const start = fromBlock > this.config.startBlock ? fromBlock : this.config.startBlock;
