@@ -79,4 +79,26 @@ export const gatewayMigrations: readonly Migration[] = [
       await db.schema.dropTableIfExists('payment_settlements');
     },
   },
+  {
+    name: '0120-payment-chain-settlements',
+    async up(db) {
+      // The settlements the chain holds, as the reconciler last read them, and how far it has read:
+      // each reconciliation reads only the blocks since (and a margin for reorganizations).
+      await db.schema.createTable('payment_chain_settlements', (t) => {
+        t.string('id', 200).primary();
+        t.string('payer', 64).notNullable();
+        t.string('amount', 78).notNullable();
+        t.string('transaction', 80).notNullable();
+        t.bigInteger('block').notNullable().index();
+      });
+      await db.schema.createTable('payment_chain_cursor', (t) => {
+        t.string('name', 32).primary();
+        t.bigInteger('scanned_to').notNullable();
+      });
+    },
+    async down(db) {
+      await db.schema.dropTableIfExists('payment_chain_cursor');
+      await db.schema.dropTableIfExists('payment_chain_settlements');
+    },
+  },
 ];

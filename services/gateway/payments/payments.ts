@@ -3,6 +3,7 @@ import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
 import { SigilError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/log.ts';
 import type {
+  OnChainSettlement,
   PaymentRailV1,
   PaymentResource,
   PaymentTerms,
@@ -59,6 +60,14 @@ export interface Mismatch {
 const backoffMs = (attempts: number): number => Math.min(1000 * 2 ** Math.max(0, attempts - 1), 300_000);
 /** How long a worker owns a due settlement before another replica may take it over. */
 const CLAIM_MS = 60_000;
+/**
+ * Blocks read again by each reconciliation below the last one read: settlements a reorganization
+ * moved or undid there are read as the chain now has them (Base's reorganizations are a few blocks).
+ */
+const REREAD_BLOCKS = 64n;
+const CURSOR = 'settlements';
+/** Rows per insert of chain settlements (SQLite binds at most 999 variables per statement). */
+const INSERT_BATCH = 150;
 
 /**
  * Charges per call on a payment rail, exactly: a payment is verified and reserved (its id unique in
@@ -409,8 +418,9 @@ export class Payments {
 
   /** Compares the records with the settlements the chain holds; every difference is reported. */
   async reconcile(): Promise<{ checked: number; onChain: number; mismatches: Mismatch[] }> {
+    // Records first: a record marked settled after this read has its transfer on chain by the next.
     const rows = (await this.deps.db('payment_settlements').select()) as SettlementRow[];
-    const chain = await this.deps.rail.settlementsOnChain(0n);
+    const chain = await this.settlementsOnChain();
     const onChain = new Map(chain.map((settlement) => [settlement.id, settlement]));
     const mismatches: Mismatch[] = [];
     for (const row of rows) {
@@ -444,6 +454,63 @@ export class Payments {
     }
     if (mismatches.length > 0) this.deps.logger.error({ mismatches }, 'payments: records and chain disagree');
     return { checked: rows.length, onChain: chain.length, mismatches };
+  }
+
+  /**
+   * Every settlement the chain holds. With a rail that tells its newest block, those read before are
+   * kept in the database and only the blocks since the last reading are read again, from
+   * `REREAD_BLOCKS` back: a reorganization within that depth drops what it undid, and a chain shorter
+   * than the last reading is read from block 0 again. Without, the rail reads them all, every time.
+   */
+  private async settlementsOnChain(): Promise<OnChainSettlement[]> {
+    const { rail, db } = this.deps;
+    if (!rail.latestBlock) return rail.settlementsOnChain(0n);
+    const latest = await rail.latestBlock();
+    const cursor = (await db('payment_chain_cursor').where({ name: CURSOR }).first()) as
+      { scanned_to: number | string } | undefined;
+    const scannedTo = cursor === undefined ? undefined : BigInt(cursor.scanned_to);
+    // A chain now shorter than what was read is another chain (a dev chain started again) or a
+    // reorganization deeper than REREAD_BLOCKS: read it all again.
+    const from =
+      scannedTo === undefined || scannedTo < REREAD_BLOCKS || latest < scannedTo
+        ? 0n
+        : scannedTo - REREAD_BLOCKS;
+    const found = await rail.settlementsOnChain(from);
+    await db.transaction(async (trx) => {
+      await trx('payment_chain_settlements').where('block', '>=', from.toString()).delete();
+      for (let at = 0; at < found.length; at += INSERT_BATCH) {
+        await trx('payment_chain_settlements')
+          .insert(
+            found.slice(at, at + INSERT_BATCH).map((settlement) => ({
+              id: settlement.id,
+              payer: settlement.payer,
+              amount: settlement.amount.toString(),
+              transaction: settlement.transaction,
+              block: settlement.block.toString(),
+            })),
+          )
+          .onConflict('id')
+          .merge();
+      }
+      await trx('payment_chain_cursor')
+        .insert({ name: CURSOR, scanned_to: latest.toString() })
+        .onConflict('name')
+        .merge();
+    });
+    const stored = (await db('payment_chain_settlements').select()) as {
+      id: string;
+      payer: string;
+      amount: string;
+      transaction: string;
+      block: number | string;
+    }[];
+    return stored.map((row) => ({
+      id: row.id,
+      payer: row.payer,
+      amount: BigInt(row.amount),
+      transaction: row.transaction,
+      block: BigInt(row.block),
+    }));
   }
 
   /** A record write the answer does not wait for; stop() waits for it. */
