@@ -166,6 +166,20 @@ describe('payment-rail kit on payments-x402-evm (anvil)', function () {
       );
     });
 
+    it('fails latest-block for a rail whose newest block is behind its own settlements, and skips a rail without one', async () => {
+      const stale = patched(() => ({ latestBlock: async () => 0n }));
+      const results = await resultsFor(stale, ['payment-rail.latest-block']);
+      expect(results['payment-rail.latest-block']?.reason).to.match(
+        /^latestBlock\(\) is 0, before the settlement's block \d+$/,
+      );
+      const without = patched(() => ({ latestBlock: undefined }));
+      expect(
+        (await resultsFor(without, ['payment-rail.latest-block']))['payment-rail.latest-block'],
+      ).to.include({
+        status: 'not-applicable',
+      });
+    });
+
     it('fails payment-required-x402 and verify-valid for a rail that publishes another price than it takes', async () => {
       const dearer = patched((rail) => ({
         paymentRequired: (resource, error) => {
