@@ -41,6 +41,10 @@ const transferWithAuthorization = parseAbi([
 
 /** x402's margin: an authorization must stay valid this long after settlement is sent. */
 export const SETTLEMENT_MARGIN_SECONDS = 6;
+/** Whether an authorization valid before `validBefore` (Unix seconds) still leaves time to settle. */
+const settlesInTime = (validBefore: string, now: bigint): boolean =>
+  BigInt(validBefore) >= now + BigInt(SETTLEMENT_MARGIN_SECONDS);
+const nowSeconds = (): bigint => BigInt(Math.floor(Date.now() / 1000));
 /** A payer's (and the token's) code is read once for the verification and the settlement of one payment. */
 const CODE_TTL_MS = 5_000;
 /**
@@ -196,7 +200,7 @@ export async function validOnChain(
 ): Promise<boolean> {
   const { authorization } = ecdsaAuthorization(payload) ?? {};
   if (!authorization) return false;
-  const now = BigInt(Math.floor(Date.now() / 1000));
+  const now = nowSeconds();
   try {
     const fieldsMatch =
       payload.accepted.scheme === 'exact' &&
@@ -207,7 +211,7 @@ export async function validOnChain(
       isAddressEqual(authorization.to as Address, requirements.payTo as Address) &&
       BigInt(authorization.value) === BigInt(requirements.amount) &&
       BigInt(authorization.validAfter) <= now &&
-      BigInt(authorization.validBefore) >= now + BigInt(SETTLEMENT_MARGIN_SECONDS);
+      settlesInTime(authorization.validBefore, now);
     if (!fieldsMatch) return false;
     const [tokenCode, payerCode] = await Promise.all([
       codeAt(requirements.asset),
@@ -338,8 +342,7 @@ async function settleVerified(context: {
   const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
   const network = requirements.network;
   const payer = authorization.from;
-  if (BigInt(authorization.validBefore) < BigInt(Math.floor(Date.now() / 1000) + SETTLEMENT_MARGIN_SECONDS))
-    return undefined;
+  if (!settlesInTime(authorization.validBefore, nowSeconds())) return undefined;
   const call = transferCall(payload, requirements);
   if (!call) return undefined;
   // No estimate: the node would run the transfer a dozen times (2.4 ms of anvil's CPU, the largest
