@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { Writable } from 'node:stream';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import { ProcessStdioTransport, type ProcessStdio } from '../../core/mcp/process-transport.ts';
@@ -122,6 +123,39 @@ describe('ProcessStdioTransport', () => {
       (err: Error) => err,
     );
     expect(error?.message).to.match(/closed/);
+  });
+
+  it('sends the messages of one event-loop turn, from separate callbacks, in one write', async () => {
+    const process_ = started(echo());
+    // The child's stdin, behind a stream that records how many messages each write to it carried.
+    const writes: number[] = [];
+    const stdin = new Writable({
+      writev(chunks, callback) {
+        writes.push(chunks.length);
+        process_.stdin.write(Buffer.concat(chunks.map(({ chunk }) => chunk as Buffer)), callback);
+      },
+      write(chunk: Buffer, _encoding, callback) {
+        writes.push(1);
+        process_.stdin.write(chunk, callback);
+      },
+    });
+    const transport = new ProcessStdioTransport({ ...process_, stdin });
+    let received = 0;
+    const all = new Promise<void>((resolve) => {
+      transport.onmessage = () => {
+        if (++received === 20) resolve();
+      };
+    });
+    await transport.start();
+    // Each send from a callback of its own, as the calls of separate HTTP requests are.
+    const sent = Array.from(
+      { length: 20 },
+      (_, id) => new Promise<void>((resolve) => setImmediate(() => resolve(transport.send(ping(id))))),
+    );
+    await Promise.all(sent);
+    await all;
+    expect(writes).to.deep.equal([20]);
+    await transport.close();
   });
 
   it('holds many senders on a full pipe with one drain listener, and lets them all go when it drains', async () => {
