@@ -72,10 +72,27 @@ describe('gateway MCP endpoint (protocol)', function () {
       { id: 1 },
       [{ jsonrpc: '2.0', id: 1, method: 'ping' }],
       42,
+      { jsonrpc: '2.0', id: 1.5, method: 'ping' },
+      { jsonrpc: '2.0', id: true, method: 'ping' },
+      { jsonrpc: '2.0', id: 1, method: 7 },
+      { jsonrpc: '2.0', id: 1, method: 'ping', extra: true },
+      { jsonrpc: '2.0', id: 1, method: 'ping', params: [1] },
+      { jsonrpc: '2.0', id: 1, method: 'ping', params: 'x' },
+      { jsonrpc: '2.0', id: 1, method: 'ping', params: { _meta: 'not an object' } },
     ]) {
       const { status, body } = await rpcJson(bad);
       expect(status, JSON.stringify(bad)).to.equal(400);
-      expect(body.error?.code).to.equal(-32600);
+      expect(body.error?.code, JSON.stringify(bad)).to.equal(-32600);
+    }
+    // What the SDK's schema accepts is a request: string ids, params with or without a valid _meta.
+    for (const good of [
+      { jsonrpc: '2.0', id: 'a-1', method: 'ping' },
+      { jsonrpc: '2.0', id: 0, method: 'ping', params: {} },
+      { jsonrpc: '2.0', id: 2, method: 'ping', params: { _meta: { progressToken: 'p' } } },
+    ]) {
+      const { status, body } = await rpcJson(good);
+      expect(status, JSON.stringify(good)).to.equal(200);
+      expect(body, JSON.stringify(good)).to.deep.equal({ jsonrpc: '2.0', id: good.id, result: {} });
     }
   });
 

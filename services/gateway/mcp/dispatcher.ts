@@ -10,7 +10,7 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { z } from 'zod';
-import { ErrorCode, errorReply, JsonRpcError, type JsonRpcReply } from './jsonrpc.ts';
+import { ErrorCode, errorReply, isPlainObject, JsonRpcError, type JsonRpcReply } from './jsonrpc.ts';
 
 /** Everything a tool list or call may depend on: who asks, in which session, through which endpoint. */
 export interface McpRequestScope {
@@ -114,12 +114,6 @@ function plainCallParams(params: unknown): { name: string; arguments?: Record<st
   if (typeof name !== 'string' || !(args === undefined || isPlainObject(args))) return undefined;
   return args === undefined ? { name } : { name, arguments: args };
 }
-
-const isPlainObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === 'object' &&
-  value !== null &&
-  !Array.isArray(value) &&
-  (Object.getPrototypeOf(value) === Object.prototype || Object.getPrototypeOf(value) === null);
 
 function parseParams<S extends z.ZodType>(schema: S, request: JSONRPCRequest): z.infer<S> {
   const parsed = schema.safeParse({ method: request.method, params: request.params });
