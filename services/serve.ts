@@ -1,4 +1,4 @@
-import type Koa from 'koa';
+import type { RequestListener } from 'node:http';
 import { listen, type RunningServer } from '../core/http/server.ts';
 import { createGatewayApp } from './gateway/app.ts';
 import type { Kernel } from './kernel.ts';
@@ -8,7 +8,7 @@ export type ServiceName = 'runtime' | 'gateway';
 
 /** A service's app, with optional background work to start once it listens and to stop before the kernel. */
 interface ServiceApp {
-  app: Koa;
+  callback(): RequestListener;
   /** The runtime's gateway client, pointed at the gateway this process serves (sigil up). */
   gateway?: { reachAt(url: string): void };
   start?(): Promise<void> | void;
@@ -35,7 +35,7 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
       const { host, port } = kernel.config[name];
       const service = APP_FACTORIES[name](kernel);
       apps.push(service);
-      const server = await listen(service.app, host, port);
+      const server = await listen(service, host, port);
       running.push(server);
       await service.start?.();
       urls[name] = server.url;

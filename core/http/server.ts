@@ -1,6 +1,5 @@
-import { createServer, type Server, type ServerResponse } from 'node:http';
+import { createServer, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type Koa from 'koa';
 
 export interface RunningServer {
   server: Server;
@@ -9,7 +8,12 @@ export interface RunningServer {
   close(graceMs?: number): Promise<void>;
 }
 
-export async function listen(app: Koa, host: string, port: number): Promise<RunningServer> {
+/** Serves `app` (a Koa app, or a service's `HttpApp`) on `host`:`port`. */
+export async function listen(
+  app: { callback(): RequestListener },
+  host: string,
+  port: number,
+): Promise<RunningServer> {
   const server = createServer(app.callback());
   server.keepAliveTimeout = 5_000;
   // Responses still being produced when shutdown begins are told to close their connection, so a

@@ -1,15 +1,11 @@
-import type Koa from 'koa';
 import { createWalletAuth, type WalletAuthOptions } from '../../core/auth/index.ts';
-import { createHttpApp } from '../../core/http/app.ts';
-import type { HttpMetrics } from '../../core/http/metrics.ts';
+import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
 import { healthRouter } from '../shared/health.ts';
 import { MCP_PATHS } from './mcp/endpoint.ts';
 import { createToolGateway } from './tool-gateway.ts';
 
-export interface GatewayApp {
-  app: Koa;
-  metrics: HttpMetrics;
+export interface GatewayApp extends HttpApp {
   /** Recovers unfinished payments, then starts background work (settlement retries, the catalog warmup). */
   start(): Promise<void>;
   close(): Promise<void>;
@@ -29,7 +25,13 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
     rawBodyPaths: MCP_PATHS,
     middleware: [auth.middleware],
-    routers: [health, auth.router, ...tools.routers],
+    routers: [health, auth.router, tools.mcp, ...tools.routers],
+    // Tool calls: authentication, then the MCP endpoint alone.
+    hotRoutes: {
+      matches: (method, url) => method === 'POST' && url !== undefined && MCP_PATHS.test(url),
+      middleware: [auth.middleware],
+      router: tools.mcp,
+    },
   });
   return {
     ...http,

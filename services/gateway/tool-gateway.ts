@@ -23,6 +23,9 @@ import { SecretVault } from './secrets/vault.ts';
 import { verifyRouter } from './verify.ts';
 
 export interface ToolGateway {
+  /** The MCP endpoint (the gateway's hot routes). */
+  mcp: Router;
+  /** Everything else: REST, proof verification, payments, secrets. */
   routers: Router[];
   warmup: Warmup;
   /** Recovers unfinished payments and starts retrying pending settlements. */
@@ -130,12 +133,12 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     logger,
   });
   return {
+    mcp: mcpRouter({
+      dispatcher,
+      bodyLimitBytes: settings.bodyLimitBytes,
+      assertServerServable: async (serverId) => void (await servers.requireServable(serverId)),
+    }),
     routers: [
-      mcpRouter({
-        dispatcher,
-        bodyLimitBytes: settings.bodyLimitBytes,
-        assertServerServable: async (serverId) => void (await servers.requireServable(serverId)),
-      }),
       restRouter({ servers, caller, warmup, openApi: () => gatewayOpenApi(kernel) }),
       verifyRouter(proofs, payments),
       paymentsRouter(payments),

@@ -1,9 +1,7 @@
-import type Koa from 'koa';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import { createWalletAuth } from '../../core/auth/index.ts';
 import { authSettings } from '../../core/auth/settings.ts';
-import { createHttpApp } from '../../core/http/app.ts';
-import type { HttpMetrics } from '../../core/http/metrics.ts';
+import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
 import { healthRouter } from '../shared/health.ts';
 import { registerLocalRuntime } from '../../core/auth/delegation/source.ts';
@@ -16,9 +14,7 @@ import { GatewayClient } from './gateway-client.ts';
 import { createLedgerService, type LedgerService } from './ledger/service.ts';
 import { createProviderVault, type ProviderVault } from './vault/index.ts';
 
-export interface RuntimeApp {
-  app: Koa;
-  metrics: HttpMetrics;
+export interface RuntimeApp extends HttpApp {
   /** Agents and the wallet ledger (what the chat charges). */
   ledger: LedgerService;
   /** The BYOK vault: `vault.providerKey(session, slot)` gives the chat a wallet's key. */

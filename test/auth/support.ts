@@ -43,8 +43,8 @@ export class Services {
       },
     });
     try {
-      const gateway = await listen(createGatewayApp(kernel).app, '127.0.0.1', 0);
-      const runtime = await listen(createRuntimeApp(kernel).app, '127.0.0.1', 0);
+      const gateway = await listen(createGatewayApp(kernel), '127.0.0.1', 0);
+      const runtime = await listen(createRuntimeApp(kernel), '127.0.0.1', 0);
       return new Services(kernel, clock, { gateway, runtime });
     } catch (err) {
       await kernel.close();

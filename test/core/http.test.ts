@@ -204,4 +204,64 @@ describe('HTTP core: request logging', () => {
     expect(line('after')).to.include({ reqId: 'req-1', auth: 'wallet-token' });
     expect(line('request')).to.include({ reqId: 'req-1', auth: 'wallet-token', path: '/logs', status: 200 });
   });
+  it('serves hot routes by their own chain: core middleware and theirs, no body parser, no other router', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const seenBy =
+      (chain: string) => async (ctx: { state: Record<string, unknown> }, next: () => Promise<unknown>) => {
+        ctx.state.chain = chain;
+        await next();
+      };
+    const answer = (ctx: { state: Record<string, unknown>; request: { body?: unknown }; body: unknown }) => {
+      ctx.body = { chain: ctx.state.chain, parsed: ctx.request.body !== undefined };
+    };
+    const full = new Router().post('/hot', answer).post('/cold', answer);
+    const hot = new Router().post('/hot', answer).post('/hot/fail', () => {
+      throw new SigilError('conflict', 'Already done');
+    });
+    const app = createHttpApp({
+      service: 'test',
+      logger,
+      bodyLimitBytes: 1024,
+      middleware: [seenBy('full')],
+      routers: [full],
+      hotRoutes: {
+        matches: (method, url) => method === 'POST' && url?.startsWith('/hot') === true,
+        middleware: [seenBy('hot')],
+        router: hot,
+      },
+    });
+    const running = await listen(app, '127.0.0.1', 0);
+    const send = (path: string) =>
+      fetch(`${running.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-request-id': `id${path.replaceAll('/', '-')}` },
+        body: '{"a":1}',
+      });
+    try {
+      const hotAnswer = await send('/hot');
+      expect(hotAnswer.status).to.equal(200);
+      expect(hotAnswer.headers.get('x-request-id')).to.equal('id-hot');
+      expect(await hotAnswer.json()).to.deep.equal({ chain: 'hot', parsed: false });
+      expect(await (await send('/cold')).json()).to.deep.equal({ chain: 'full', parsed: true });
+      const failed = await send('/hot/fail');
+      expect(failed.status).to.equal(409);
+      expect(await failed.json()).to.deep.equal({ code: 'conflict', message: 'Already done' });
+      const nowhere = await send('/hot/nowhere');
+      expect(nowhere.status).to.equal(404);
+      expect(((await nowhere.json()) as { code: string }).code).to.equal('not_found');
+      const metrics = await (await fetch(`${running.url}/metrics`)).text();
+      expect(metrics).to.match(/http_requests_total\{[^}]*route="\/hot"[^}]*status="200"[^}]*\} 1/);
+      expect(metrics).to.match(/http_requests_total\{[^}]*route="\/hot\/fail"[^}]*status="409"[^}]*\} 1/);
+    } finally {
+      await running.close(0);
+    }
+    const access = lines.filter((line) => line.msg === 'request');
+    expect(access.map((line) => [line.reqId, line.status])).to.deep.include.members([
+      ['id-hot', 200],
+      ['id-cold', 200],
+      ['id-hot-fail', 409],
+      ['id-hot-nowhere', 404],
+    ]);
+  });
 });

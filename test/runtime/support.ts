@@ -122,9 +122,9 @@ export class Stack {
     try {
       const runtime = createRuntimeApp(kernel, { gatewayUrl: ports.gateway.url });
       await runtime.vault.ready();
-      ports.runtime.serve(runtime.app.callback());
+      ports.runtime.serve(runtime.callback());
       const gateway = createGatewayApp(kernel, options.gateway ?? {});
-      ports.gateway.serve(gateway.app.callback());
+      ports.gateway.serve(gateway.callback());
       return new Stack(kernel, clock, runtime, ports, [
         async () => runtime.vault.close(),
         () => gateway.close(),
@@ -138,7 +138,7 @@ export class Stack {
 
   /** Serves another runtime app on the runtime's port (a restart with other keys, for rotation). */
   replaceRuntime(runtime: RuntimeApp): void {
-    this.ports.runtime.serve(runtime.app.callback());
+    this.ports.runtime.serve(runtime.callback());
     this.closers.push(async () => runtime.vault.close());
   }
 
