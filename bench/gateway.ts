@@ -14,6 +14,9 @@
  * - gateway: `tools/call` of `echo` through POST /mcp/server/probe (anonymous) and through POST /mcp
  *   with a wallet token and an X-MCP-Session in which the server is enabled (`probe__echo`).
  *
+ * The scenarios' order turns by one place from run to run, so no scenario always runs after the same
+ * one; ratios and differences pair the runs of one round.
+ *
  * Cold scenarios: the first `tools/call` after a gateway restart (package in the registry cache, server
  * verified), and `tools/call`s after the warm process was stopped for inactivity, each alternating
  * with a plain and a sandboxed start of the same server to its first tools/list and tools/call.
@@ -149,6 +152,12 @@ function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayM
   log(measurement);
   return measurement;
 }
+
+/** `items` rotated left by `by` places. */
+const rotated = <T>(items: readonly T[], by: number): T[] => {
+  const start = by % items.length;
+  return [...items.slice(start), ...items.slice(0, start)];
+};
 
 const callBody = (tool: string) =>
   JSON.stringify({
@@ -374,7 +383,9 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
     for (const concurrency of [1, 50]) {
       const runs = new Map<string, Run[]>(scenarios.map((s) => [s.name, []]));
       for (let run = 0; run < RUNS; run++) {
-        for (const scenario of scenarios) {
+        // Each run in another order: a scenario's runs are not always the ones after the same other
+        // scenario (garbage left by the one before, a server process just gone idle).
+        for (const scenario of rotated(scenarios, run)) {
           (runs.get(scenario.name) as Run[]).push(
             await load(scenario.target, concurrency, false, scenario.name),
           );
