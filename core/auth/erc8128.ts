@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Context } from 'koa';
 import {
   Erc8128Error,
   parseKeyId,
@@ -11,7 +10,7 @@ import {
 import { getAddress, type Address } from 'viem';
 import { unixSeconds, type Clock } from '../clock.ts';
 import type { Database } from '../db/database.ts';
-import { readRawBody } from '../http/raw-body.ts';
+import type { IncomingRequest } from '../http/incoming.ts';
 import { signatureMatches } from './eoa.ts';
 import { unauthorized } from './principal.ts';
 import type { AuthSettings } from './settings.ts';
@@ -82,10 +81,10 @@ function webHeaders(incoming: IncomingHttpHeaders): Headers {
   return headers;
 }
 
-export const hasRequestSignature = (ctx: Context): boolean =>
-  ctx.get('signature') !== '' || ctx.get('signature-input') !== '';
+export const hasRequestSignature = (request: IncomingRequest): boolean =>
+  request.header('signature') !== '' || request.header('signature-input') !== '';
 
-/** ERC-8128 (RFC 9421 signed by an Ethereum account) verification of Koa requests. */
+/** ERC-8128 (RFC 9421 signed by an Ethereum account) verification of requests. */
 export class RequestSignatures {
   private readonly nonces: NonceStore;
 
@@ -98,8 +97,8 @@ export class RequestSignatures {
   }
 
   /** The signer of the request; any defect is a 401 naming it. */
-  async verify(ctx: Context): Promise<Address> {
-    const request = await this.webRequest(ctx);
+  async verify(incoming: IncomingRequest): Promise<Address> {
+    const request = await this.webRequest(incoming);
     const result = await verifyRequest({
       request,
       verifyMessage: ({ address, message, signature }) => signatureMatches(address, message, signature),
@@ -132,12 +131,12 @@ export class RequestSignatures {
    * The request as the client signed it: addressed to the service's public URL (so a signature made for
    * another host does not verify here, whatever Host header arrives) with the exact body bytes.
    */
-  private async webRequest(ctx: Context): Promise<Request> {
-    const bodyless = ctx.method === 'GET' || ctx.method === 'HEAD';
-    const body = bodyless ? undefined : await readRawBody(ctx, this.settings.bodyLimitBytes);
-    return new Request(`${this.settings.baseUrl}${ctx.originalUrl}`, {
-      method: ctx.method,
-      headers: webHeaders(ctx.req.headers),
+  private async webRequest(incoming: IncomingRequest): Promise<Request> {
+    const bodyless = incoming.method === 'GET' || incoming.method === 'HEAD';
+    const body = bodyless ? undefined : await incoming.rawBody();
+    return new Request(`${this.settings.baseUrl}${incoming.url}`, {
+      method: incoming.method,
+      headers: webHeaders(incoming.headers),
       ...(body === undefined || body.length === 0 ? {} : { body: new Uint8Array(body) }),
     });
   }

@@ -1,11 +1,12 @@
 import type Router from '@koa/router';
 import type { Middleware } from 'koa';
+import type { LaneStep } from '../http/lane.ts';
 import type { Logger } from '../log.ts';
 import { HttpRuntimeSource, localRuntime, type RuntimeSource } from './delegation/source.ts';
 import { DelegationVerifier } from './delegation/verifier.ts';
 import type { EvidenceVerifier } from './delegation/trust.ts';
 import { RequestSignatures } from './erc8128.ts';
-import { authenticate } from './middleware.ts';
+import { authenticate, authenticateLane } from './middleware.ts';
 import { authRouter } from './router.ts';
 import { SessionJwts } from './session-jwt.ts';
 import { authSettings, publicBaseUrl, type AuthDeps, type AuthService } from './settings.ts';
@@ -22,6 +23,8 @@ export type { AuthDeps, AuthService } from './settings.ts';
 export interface WalletAuth {
   /** App-wide middleware that sets `ctx.state.auth`; put it before every router. */
   middleware: Middleware;
+  /** The same for a lane: sets `state.auth` of each exchange. */
+  laneStep: LaneStep;
   /** The service's sign-in routes. */
   router: Router;
 }
@@ -50,7 +53,7 @@ export function createWalletAuth(
     walletTokens: settings.walletTokens ? new WalletTokens(deps.db, deps.clock) : undefined,
     delegated: service === 'gateway' ? delegationVerifier(deps, settings.baseUrl, options) : undefined,
   };
-  return { middleware: authenticate(parts), router: authRouter(parts) };
+  return { middleware: authenticate(parts), laneStep: authenticateLane(parts), router: authRouter(parts) };
 }
 
 /** The gateway's verifier of the runtime's delegated JWTs, when `gateway.delegation.enabled`. */

@@ -1,6 +1,9 @@
 import type { Context, Next } from 'koa';
 import type { Address } from 'viem';
-import { isSigilError } from '../errors.ts';
+import { isSigilError, type SigilError } from '../errors.ts';
+import type { IncomingRequest } from '../http/incoming.ts';
+import type { LaneStep } from '../http/lane.ts';
+import { incomingOfContext } from '../http/raw-body.ts';
 import type { DelegationVerifier } from './delegation/verifier.ts';
 import { hasRequestSignature, type RequestSignatures } from './erc8128.ts';
 import { unauthorized, type AuthMethod, type AuthPrincipal } from './principal.ts';
@@ -23,45 +26,71 @@ const BEARER = /^Bearer +(\S+)$/i;
 /** The response header that tells a delegated caller how far the gateway trusts the runtime. */
 export const TRUST_HEADER = 'X-Sigil-Runtime-Trust';
 
+/** Who is calling, as established from a request's credentials, and what the answer shows of it. */
+interface Identification {
+  principal?: AuthPrincipal;
+  /** Why presented credentials were refused (a 401 to report on protected routes). */
+  error?: SigilError;
+  /** For the caller, on the request's log lines and on its access line (the delegated path's trust). */
+  trust?: { header: string; logFields: Record<string, unknown> };
+}
+
 /**
- * Establishes who is calling from whatever credentials the request carries, and puts the principal in
- * `ctx.state.auth`. Refused credentials do not end the request here: public routes serve it anonymously,
- * and `requireAuth` reports the refusal (kept in `ctx.state.authError`) on protected ones.
+ * Establishes who is calling from whatever credentials the request carries. Refused credentials do not
+ * end the request here: public routes serve it anonymously, and protected ones report the refusal.
  */
+async function identification(request: IncomingRequest, auth: Authenticators): Promise<Identification> {
+  try {
+    const principal = await identify(request, auth);
+    if (!principal?.trust) return { principal };
+    const trust = principal.trust.state;
+    return {
+      principal,
+      trust: { header: trust, logFields: { auth: principal.method, runtimeTrust: trust } },
+    };
+  } catch (err) {
+    if (!isSigilError(err) || err.code !== 'unauthorized') throw err;
+    return { error: err };
+  }
+}
+
+/** Koa middleware: the principal in `ctx.state.auth`, a refusal in `ctx.state.authError`. */
 export function authenticate(auth: Authenticators) {
   return async (ctx: Context, next: Next): Promise<void> => {
-    try {
-      const principal = await identify(ctx, auth);
-      if (principal) {
-        ctx.state.auth = principal;
-        if (principal.trust) {
-          // Seen by the caller, on the request's log lines and on its access line.
-          ctx.set(TRUST_HEADER, principal.trust.state);
-          const state = ctx.state as { logFields?: Record<string, unknown> };
-          state.logFields = {
-            ...state.logFields,
-            auth: principal.method,
-            runtimeTrust: principal.trust.state,
-          };
-        }
-      }
-    } catch (err) {
-      if (!isSigilError(err) || err.code !== 'unauthorized') throw err;
-      ctx.state.authError = err;
+    const found = await identification(incomingOfContext(ctx, auth.settings.bodyLimitBytes), auth);
+    if (found.principal) ctx.state.auth = found.principal;
+    if (found.error) ctx.state.authError = found.error;
+    if (found.trust) {
+      ctx.set(TRUST_HEADER, found.trust.header);
+      const state = ctx.state as { logFields?: Record<string, unknown> };
+      state.logFields = { ...state.logFields, ...found.trust.logFields };
     }
     await next();
   };
 }
 
-async function identify(ctx: Context, auth: Authenticators): Promise<AuthPrincipal | undefined> {
+/** The same as a lane step: the principal in `state.auth`, a refusal in `state.authError`. */
+export function authenticateLane(auth: Authenticators): LaneStep {
+  return async (exchange) => {
+    const found = await identification(exchange.request, auth);
+    if (found.principal) exchange.state.auth = found.principal;
+    if (found.error) exchange.state.authError = found.error;
+    if (found.trust) {
+      exchange.setHeader(TRUST_HEADER, found.trust.header);
+      exchange.logFields = { ...exchange.logFields, ...found.trust.logFields };
+    }
+  };
+}
+
+async function identify(request: IncomingRequest, auth: Authenticators): Promise<AuthPrincipal | undefined> {
   const principal = (address: Address, method: AuthMethod): AuthPrincipal => ({
     address,
     method,
     operator: auth.settings.operators.has(address.toLowerCase()),
   });
   // A signature, when present, decides alone: a bearer token cannot rescue a bad one.
-  if (hasRequestSignature(ctx)) return principal(await auth.signatures.verify(ctx), 'erc8128');
-  const header = ctx.get('authorization');
+  if (hasRequestSignature(request)) return principal(await auth.signatures.verify(request), 'erc8128');
+  const header = request.header('authorization');
   if (header === '') return undefined;
   const token = BEARER.exec(header)?.[1];
   if (token === undefined) throw unauthorized('Authorization must be "Bearer <token>"');

@@ -21,12 +21,21 @@ export interface AuthPrincipal {
   trust?: RuntimeTrust;
 }
 
+/** What the authentication middleware (or lane step) leaves for the routes after it. */
+interface AuthState {
+  auth?: AuthPrincipal;
+  /** Why presented credentials were refused; kept so protected routes report it instead of a bare 401. */
+  authError?: SigilError;
+}
+
 declare module 'koa' {
-  interface DefaultState {
-    auth?: AuthPrincipal;
-    /** Why presented credentials were refused; kept so protected routes report it instead of a bare 401. */
-    authError?: SigilError;
-  }
+  // eslint-disable-next-line @typescript-eslint/no-empty-object-type -- declaration merging
+  interface DefaultState extends AuthState {}
+}
+
+declare module '../http/lane.ts' {
+  // eslint-disable-next-line @typescript-eslint/no-empty-object-type -- declaration merging
+  interface LaneState extends AuthState {}
 }
 
 export const unauthorized = (message: string, details?: Record<string, unknown>): SigilError =>

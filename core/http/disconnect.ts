@@ -1,10 +1,10 @@
-import type { Context } from 'koa';
+import type { ServerResponse } from 'node:http';
 
 /** Aborts when the client goes away before the response is complete, so upstream work can stop. */
-export function disconnectSignal(ctx: Context): AbortSignal {
+export function disconnectSignal(res: ServerResponse): AbortSignal {
   const aborter = new AbortController();
-  ctx.res.once('close', () => {
-    if (!ctx.res.writableFinished) aborter.abort();
+  res.once('close', () => {
+    if (!res.writableFinished) aborter.abort();
   });
   return aborter.signal;
 }

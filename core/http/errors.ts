@@ -67,7 +67,19 @@ export function errorBody(error: SigilError): ErrorBody {
   };
 }
 
-/** Turns anything thrown downstream into the one JSON error shape; unexpected errors are logged, not shown. */
+/** The answer to anything thrown while serving a request: its status, headers and the one JSON error shape. */
+export function errorAnswer(
+  err: unknown,
+  log: Logger,
+): { status: number; headers: Record<string, string> | undefined; body: ErrorBody } {
+  const error = toSigilError(err);
+  const status = STATUS_BY_CODE[error.code];
+  // Unexpected errors are logged, not shown.
+  if (status >= 500) log.error({ err }, 'request failed');
+  return { status, headers: error.headers, body: errorBody(error) };
+}
+
+/** Turns anything thrown downstream into the one JSON error shape. */
 export function errorHandler(logger: Logger) {
   return async (ctx: Context, next: Next): Promise<void> => {
     try {
@@ -76,14 +88,10 @@ export function errorHandler(logger: Logger) {
         throw new SigilError('not_found', `No route for ${ctx.method} ${ctx.path}`);
       }
     } catch (err) {
-      const error = toSigilError(err);
-      const status = STATUS_BY_CODE[error.code];
-      if (status >= 500) {
-        (ctx.state.log ?? logger).error({ err }, 'request failed');
-      }
-      ctx.status = status;
-      if (error.headers) ctx.set(error.headers);
-      ctx.body = errorBody(error);
+      const answer = errorAnswer(err, (ctx.state.log as Logger | undefined) ?? logger);
+      ctx.status = answer.status;
+      if (answer.headers) ctx.set(answer.headers);
+      ctx.body = answer.body;
     }
   };
 }

@@ -36,13 +36,18 @@ export class HttpMetrics {
       try {
         await next();
       } finally {
-        // The route template, not the path, keeps label cardinality bounded.
-        const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute ?? 'unmatched';
-        const series = this.seriesOf(ctx.method, route, ctx.status);
-        series.requests.inc();
-        series.duration.observe((performance.now() - started) / 1000);
+        const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute;
+        this.record(ctx.method, route, ctx.status, started);
       }
     };
+  }
+
+  /** Counts a request that began at `started` (performance.now()) and observes its duration. */
+  record(method: string, route: string | undefined, status: number, started: number): void {
+    // The route template, not the path, keeps label cardinality bounded.
+    const series = this.seriesOf(method, route ?? 'unmatched', status);
+    series.requests.inc();
+    series.duration.observe((performance.now() - started) / 1000);
   }
 
   /** The counter and histogram of one label set, looked up once (prom-client hashes labels on each use). */

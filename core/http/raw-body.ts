@@ -1,7 +1,5 @@
 import type { Context } from 'koa';
-import { SigilError } from '../errors.ts';
-
-const tooLarge = () => new SigilError('payload_too_large', 'Request body is too large');
+import { headerOf, readBody, type IncomingRequest } from './incoming.ts';
 
 /**
  * The request body as bytes, for checks over exactly what was sent (ERC-8128 content digests). The body
@@ -11,17 +9,18 @@ const tooLarge = () => new SigilError('payload_too_large', 'Request body is too 
 export async function readRawBody(ctx: Context, limitBytes: number): Promise<Buffer> {
   const parsed = ctx.request.rawBody as string | undefined;
   if (parsed !== undefined) return Buffer.from(parsed, 'utf8');
-  const declared = ctx.get('content-length');
-  if (!ctx.get('transfer-encoding') && (declared === '' || declared === '0')) return Buffer.alloc(0);
-  if (Number(declared) > limitBytes) throw tooLarge();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limitBytes) throw tooLarge();
-    chunks.push(chunk);
-  }
-  const body = Buffer.concat(chunks);
+  const body = await readBody(ctx.req, limitBytes);
   ctx.request.rawBody = body.toString('utf8');
   return body;
+}
+
+/** A Koa request as an `IncomingRequest`, its body read as `readRawBody` reads it. */
+export function incomingOfContext(ctx: Context, limitBytes: number): IncomingRequest {
+  return {
+    method: ctx.method,
+    url: ctx.originalUrl,
+    headers: ctx.req.headers,
+    header: (name) => headerOf(ctx.req.headers, name),
+    rawBody: () => readRawBody(ctx, limitBytes),
+  };
 }

@@ -12,7 +12,7 @@ export interface SseStream {
 /** Opens a Server-Sent Events response with heartbeats; data is JSON, one event per `send`. */
 export function openSse(ctx: Context, heartbeatMs = 15_000): SseStream {
   const stream = new PassThrough();
-  const signal = disconnectSignal(ctx);
+  const signal = disconnectSignal(ctx.res);
   ctx.req.socket.setTimeout(0);
   ctx.req.socket.setNoDelay(true);
   ctx.status = 200;

@@ -2,7 +2,6 @@ import { createWalletAuth, type WalletAuthOptions } from '../../core/auth/index.
 import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
 import { healthRouter } from '../shared/health.ts';
-import { MCP_PATHS } from './mcp/endpoint.ts';
 import { createToolGateway } from './tool-gateway.ts';
 
 export interface GatewayApp extends HttpApp {
@@ -23,15 +22,10 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     service: 'gateway',
     logger: kernel.logger.child({ service: 'gateway' }),
     bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
-    rawBodyPaths: MCP_PATHS,
     middleware: [auth.middleware],
-    routers: [health, auth.router, tools.mcp, ...tools.routers],
-    // Tool calls: authentication, then the MCP endpoint alone.
-    hotRoutes: {
-      matches: (method, url) => method === 'POST' && url !== undefined && MCP_PATHS.test(url),
-      middleware: [auth.middleware],
-      router: tools.mcp,
-    },
+    routers: [health, auth.router, tools.mcp.router, ...tools.routers],
+    // Tool calls: authentication, then the MCP endpoint, without Koa.
+    lane: { steps: [auth.laneStep], routes: tools.mcp.lane },
   });
   return {
     ...http,

@@ -62,7 +62,7 @@ export function restRouter(deps: {
         wallet: (ctx.state.auth as AuthPrincipal | undefined)?.address,
         meta: payment === undefined ? body._meta : { ...body._meta, [PAYMENT_META_KEY]: payment },
       },
-      disconnectSignal(ctx),
+      disconnectSignal(ctx.res),
     );
     setPaymentResponse(ctx, receiptOf(result._meta));
     ctx.body = result;

@@ -1,10 +1,11 @@
 import type Router from '@koa/router';
+import type { LaneRoute } from '../../core/http/lane.ts';
 import type { Kernel } from '../kernel.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
 import { loadCatalog } from './catalog.ts';
 import { SandboxedServers } from './launcher.ts';
 import { McpDispatcher } from './mcp/dispatcher.ts';
-import { mcpRouter } from './mcp/endpoint.ts';
+import { mcpRoutes } from './mcp/endpoint.ts';
 import { GatewayTools } from './mcp/gateway-tools.ts';
 import { gatewayOpenApi } from './openapi.ts';
 import { restRouter } from './rest.ts';
@@ -23,8 +24,8 @@ import { SecretVault } from './secrets/vault.ts';
 import { verifyRouter } from './verify.ts';
 
 export interface ToolGateway {
-  /** The MCP endpoint (the gateway's hot routes). */
-  mcp: Router;
+  /** The MCP endpoint: its POSTs (the gateway's lane) and the router that refuses other methods. */
+  mcp: { lane: LaneRoute[]; router: Router };
   /** Everything else: REST, proof verification, payments, secrets. */
   routers: Router[];
   warmup: Warmup;
@@ -133,9 +134,8 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     logger,
   });
   return {
-    mcp: mcpRouter({
+    mcp: mcpRoutes({
       dispatcher,
-      bodyLimitBytes: settings.bodyLimitBytes,
       assertServerServable: async (serverId) => void (await servers.requireServable(serverId)),
     }),
     routers: [

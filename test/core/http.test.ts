@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { SigilError } from '../../core/errors.ts';
 import type { Logger } from '../../core/log.ts';
 import { createHttpApp } from '../../core/http/app.ts';
+import type { LaneRoute } from '../../core/http/lane.ts';
 import { listen, type RunningServer } from '../../core/http/server.ts';
 import { openSse } from '../../core/http/sse.ts';
 import { parseInput } from '../../core/http/validate.ts';
@@ -204,64 +205,101 @@ describe('HTTP core: request logging', () => {
     expect(line('after')).to.include({ reqId: 'req-1', auth: 'wallet-token' });
     expect(line('request')).to.include({ reqId: 'req-1', auth: 'wallet-token', path: '/logs', status: 200 });
   });
-  it('serves hot routes by their own chain: core middleware and theirs, no body parser, no other router', async () => {
+  it('serves lane routes without Koa: the same id, access line, metrics and error shape; the rest goes to the app', async () => {
     const lines: Record<string, unknown>[] = [];
     const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
-    const seenBy =
-      (chain: string) => async (ctx: { state: Record<string, unknown> }, next: () => Promise<unknown>) => {
-        ctx.state.chain = chain;
-        await next();
-      };
-    const answer = (ctx: { state: Record<string, unknown>; request: { body?: unknown }; body: unknown }) => {
-      ctx.body = { chain: ctx.state.chain, parsed: ctx.request.body !== undefined };
-    };
-    const full = new Router().post('/hot', answer).post('/cold', answer);
-    const hot = new Router().post('/hot', answer).post('/hot/fail', () => {
-      throw new SigilError('conflict', 'Already done');
+    const koaRouter = new Router().post('/cold', (ctx) => {
+      ctx.body = { parsed: ctx.request.body };
     });
-    const app = createHttpApp({
+    const echo: LaneRoute = {
+      method: 'POST',
+      path: '/lane/:name',
+      handle: async (exchange) => {
+        if (exchange.params.name === 'fail')
+          throw new SigilError('payment_required', 'Pay first', { headers: { 'PAYMENT-REQUIRED': 'abc' } });
+        if (exchange.params.name === 'crash') throw new Error('db password is hunter2-canary');
+        if (exchange.params.name === 'quiet') return { status: 202, body: null };
+        const body = (await exchange.request.rawBody()).toString('utf8');
+        return {
+          status: 200,
+          body: JSON.stringify({ name: exchange.params.name, body, steps: exchange.logFields }),
+        };
+      },
+    };
+    const { callback } = createHttpApp({
       service: 'test',
       logger,
-      bodyLimitBytes: 1024,
-      middleware: [seenBy('full')],
-      routers: [full],
-      hotRoutes: {
-        matches: (method, url) => method === 'POST' && url?.startsWith('/hot') === true,
-        middleware: [seenBy('hot')],
-        router: hot,
+      bodyLimitBytes: 64,
+      routers: [koaRouter],
+      lane: {
+        steps: [
+          async (exchange) => {
+            exchange.logFields = { first: true };
+          },
+          async (exchange) => {
+            exchange.logFields = { ...exchange.logFields, second: true };
+            exchange.setHeader('X-Step', 'ran');
+          },
+        ],
+        routes: [echo],
       },
     });
-    const running = await listen(app, '127.0.0.1', 0);
-    const send = (path: string) =>
+    const running = await listen({ callback }, '127.0.0.1', 0);
+    const idOf = (path: string) => `id${path.replace(/[^a-z]/g, '-')}`;
+    const send = (path: string, body = '{"a":1}') =>
       fetch(`${running.url}${path}`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-request-id': `id${path.replaceAll('/', '-')}` },
-        body: '{"a":1}',
+        headers: { 'content-type': 'application/json', 'x-request-id': idOf(path) },
+        body,
       });
     try {
-      const hotAnswer = await send('/hot');
-      expect(hotAnswer.status).to.equal(200);
-      expect(hotAnswer.headers.get('x-request-id')).to.equal('id-hot');
-      expect(await hotAnswer.json()).to.deep.equal({ chain: 'hot', parsed: false });
-      expect(await (await send('/cold')).json()).to.deep.equal({ chain: 'full', parsed: true });
-      const failed = await send('/hot/fail');
-      expect(failed.status).to.equal(409);
-      expect(await failed.json()).to.deep.equal({ code: 'conflict', message: 'Already done' });
-      const nowhere = await send('/hot/nowhere');
-      expect(nowhere.status).to.equal(404);
-      expect(((await nowhere.json()) as { code: string }).code).to.equal('not_found');
+      const served = await send('/lane/h%C3%A9?q=1');
+      expect(served.status).to.equal(200);
+      expect(served.headers.get('x-request-id')).to.equal(idOf('/lane/h%C3%A9?q=1'));
+      expect(served.headers.get('x-step')).to.equal('ran');
+      expect(served.headers.get('content-type')).to.equal('application/json; charset=utf-8');
+      expect(await served.json()).to.deep.equal({
+        name: 'hé',
+        body: '{"a":1}',
+        steps: { first: true, second: true },
+      });
+      expect((await send('/lane/slash/')).status).to.equal(200);
+      expect(await (await send('/cold')).json()).to.deep.equal({ parsed: { a: 1 } });
+
+      const failed = await send('/lane/fail');
+      expect(failed.status).to.equal(402);
+      expect(failed.headers.get('payment-required')).to.equal('abc');
+      expect(await failed.json()).to.deep.equal({ code: 'payment_required', message: 'Pay first' });
+      const crashed = await send('/lane/crash');
+      expect(crashed.status).to.equal(500);
+      const crashText = await crashed.text();
+      expect(crashText).to.not.include('hunter2').and.not.include('at ');
+      expect(JSON.parse(crashText)).to.include({ code: 'internal' });
+      const quiet = await send('/lane/quiet');
+      expect(quiet.status).to.equal(202);
+      expect(await quiet.text()).to.equal('');
+      expect((await send('/lane/big', JSON.stringify({ pad: 'x'.repeat(100) }))).status).to.equal(413);
+      // Not a lane route: the app answers, in the same shape.
+      const elsewhere = await send('/lane/a/b');
+      expect(elsewhere.status).to.equal(404);
+      expect(((await elsewhere.json()) as { code: string }).code).to.equal('not_found');
+
       const metrics = await (await fetch(`${running.url}/metrics`)).text();
-      expect(metrics).to.match(/http_requests_total\{[^}]*route="\/hot"[^}]*status="200"[^}]*\} 1/);
-      expect(metrics).to.match(/http_requests_total\{[^}]*route="\/hot\/fail"[^}]*status="409"[^}]*\} 1/);
+      expect(metrics).to.match(/http_requests_total\{[^}]*route="\/lane\/:name"[^}]*status="200"[^}]*\} 2/);
+      expect(metrics).to.match(/http_requests_total\{[^}]*route="\/lane\/:name"[^}]*status="402"[^}]*\} 1/);
     } finally {
       await running.close(0);
     }
     const access = lines.filter((line) => line.msg === 'request');
-    expect(access.map((line) => [line.reqId, line.status])).to.deep.include.members([
-      ['id-hot', 200],
-      ['id-cold', 200],
-      ['id-hot-fail', 409],
-      ['id-hot-nowhere', 404],
-    ]);
+    expect(access.find((line) => line.reqId === idOf('/lane/h%C3%A9?q=1'))).to.include({
+      method: 'POST',
+      path: '/lane/h%C3%A9',
+      status: 200,
+      first: true,
+      second: true,
+    });
+    expect(access.map((line) => line.status)).to.include.members([402, 500, 202, 413, 404]);
+    const failure = lines.find((line) => line.msg === 'request failed');
+    expect(failure).to.include({ reqId: idOf('/lane/crash'), first: true, second: true });
   });
 });

@@ -1,10 +1,8 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
-import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import { SigilError } from '../../../core/errors.ts';
-import { disconnectSignal } from '../../../core/http/disconnect.ts';
-import { readRawBody } from '../../../core/http/raw-body.ts';
+import type { LaneAnswer, LaneExchange, LaneRoute } from '../../../core/http/lane.ts';
 import type { McpDispatcher, McpRequestScope } from './dispatcher.ts';
 import { classify, ErrorCode, errorReply, type JsonRpcReply } from './jsonrpc.ts';
 
@@ -13,17 +11,17 @@ const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export interface McpEndpointOptions {
   dispatcher: McpDispatcher;
-  bodyLimitBytes: number;
   /** Checks a per-server endpoint before any request is accepted (exists, allowed, runnable). */
   assertServerServable(serverId: string): Promise<void>;
 }
 
 /**
- * Streamable HTTP, stateless: every POST carries one JSON-RPC message and gets one JSON answer.
- * GET (a server-initiated stream) and DELETE (ending a protocol session) make no sense without
- * protocol sessions, so they are 405.
+ * Streamable HTTP, stateless: every POST carries one JSON-RPC message and gets one JSON answer. The
+ * POSTs are the gateway's lane (served without Koa: every tool call comes this way); GET (a
+ * server-initiated stream) and DELETE (ending a protocol session) make no sense without protocol
+ * sessions, so the app's router answers them 405.
  */
-export function mcpRouter(options: McpEndpointOptions): Router {
+export function mcpRoutes(options: McpEndpointOptions): { lane: LaneRoute[]; router: Router } {
   const router = new Router();
   const refuse = (ctx: Context) => {
     ctx.set('Allow', 'POST');
@@ -33,29 +31,31 @@ export function mcpRouter(options: McpEndpointOptions): Router {
   };
   router.get('/mcp', refuse).delete('/mcp', refuse);
   router.get('/mcp/server/:serverId', refuse).delete('/mcp/server/:serverId', refuse);
-  router.post('/mcp', (ctx) => handle(ctx, options, undefined));
-  router.post('/mcp/server/:serverId', async (ctx) => {
-    const serverId = ctx.params.serverId as string;
-    await options.assertServerServable(serverId);
-    await handle(ctx, options, serverId);
-  });
-  return router;
+  const lane: LaneRoute[] = [
+    { method: 'POST', path: '/mcp', handle: (exchange) => handle(exchange, options, undefined) },
+    {
+      method: 'POST',
+      path: '/mcp/server/:serverId',
+      handle: async (exchange) => {
+        const serverId = exchange.params.serverId as string;
+        await options.assertServerServable(serverId);
+        return handle(exchange, options, serverId);
+      },
+    },
+  ];
+  return { lane, router };
 }
 
-/** Paths whose bodies this endpoint reads itself, so malformed JSON gets a JSON-RPC parse error. */
-export const MCP_PATHS = /^\/mcp(\/|$)/;
-
 async function handle(
-  ctx: Context,
+  exchange: LaneExchange,
   options: McpEndpointOptions,
   serverId: string | undefined,
-): Promise<void> {
-  const authError = ctx.state.authError as SigilError | undefined;
-  if (authError) throw authError;
-  const protocolVersion = ctx.get('mcp-protocol-version');
+): Promise<LaneAnswer> {
+  const { request, state } = exchange;
+  if (state.authError) throw state.authError;
+  const protocolVersion = request.header('mcp-protocol-version');
   if (protocolVersion !== '' && !SUPPORTED_PROTOCOL_VERSIONS.includes(protocolVersion)) {
     return reply(
-      ctx,
       400,
       errorReply(null, {
         code: ErrorCode.InvalidRequest,
@@ -65,27 +65,20 @@ async function handle(
   }
   let body: unknown;
   try {
-    body = JSON.parse((await readRawBody(ctx, options.bodyLimitBytes)).toString('utf8'));
+    body = JSON.parse((await request.rawBody()).toString('utf8'));
   } catch (err) {
     if (err instanceof SigilError) throw err;
     return reply(
-      ctx,
       400,
       errorReply(null, { code: ErrorCode.ParseError, message: 'Parse error: the body is not valid JSON' }),
     );
   }
   const message = classify(body);
-  if (message.kind === 'invalid') return reply(ctx, 400, message.reply);
-  if (message.kind === 'notification') {
-    // Null first: Koa turns a null body into 204, unless a status is set afterwards.
-    ctx.body = null;
-    ctx.status = 202;
-    return;
-  }
-  const session = ctx.get(SESSION_HEADER);
+  if (message.kind === 'invalid') return reply(400, message.reply);
+  if (message.kind === 'notification') return { status: 202, body: null };
+  const session = request.header(SESSION_HEADER);
   if (session !== '' && !SESSION_ID.test(session)) {
     return reply(
-      ctx,
       400,
       errorReply(message.message.id, {
         code: ErrorCode.InvalidRequest,
@@ -94,17 +87,13 @@ async function handle(
     );
   }
   const scope: McpRequestScope = {
-    wallet: (ctx.state.auth as AuthPrincipal | undefined)?.address,
+    wallet: state.auth?.address,
     sessionId: session === '' ? undefined : session,
     serverId,
-    signal: disconnectSignal(ctx),
+    signal: exchange.disconnectSignal(),
     meta: undefined,
   };
-  reply(ctx, 200, await options.dispatcher.dispatch(message.message, scope));
+  return reply(200, await options.dispatcher.dispatch(message.message, scope));
 }
 
-function reply(ctx: Context, status: number, body: JsonRpcReply): void {
-  ctx.status = status;
-  ctx.type = 'application/json';
-  ctx.body = JSON.stringify(body);
-}
+const reply = (status: number, body: JsonRpcReply): LaneAnswer => ({ status, body: JSON.stringify(body) });
