@@ -25,20 +25,39 @@ export function headerOf(headers: IncomingHttpHeaders, name: string): string {
   return Array.isArray(value) ? value.join(', ') : value;
 }
 
-/** Reads the body of `req` (nothing when it declares none), refusing more than `limitBytes`. */
-export async function readBody(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
+/**
+ * Reads the body of `req` (nothing when it declares none), refusing more than `limitBytes`: a declared
+ * length at once, a chunked body when it grows past the limit (then the rest is left unread, for the
+ * server to drop, and the 413 can still be answered). Listens for chunks rather than iterating the
+ * stream: an async iterator per request is a measurable share of a busy gateway's CPU.
+ */
+export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
   const declared = headerOf(req.headers, 'content-length');
   if (headerOf(req.headers, 'transfer-encoding') === '' && (declared === '' || declared === '0'))
-    return Buffer.alloc(0);
-  if (Number(declared) > limitBytes) throw tooLarge();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limitBytes) throw tooLarge();
-    chunks.push(chunk);
-  }
-  return chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
+    return Promise.resolve(Buffer.alloc(0));
+  if (Number(declared) > limitBytes) return Promise.reject(tooLarge());
+  if (req.readableEnded) return Promise.resolve(Buffer.alloc(0)); // read by someone before
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const settle = (error: Error | undefined) => {
+      req.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
+      if (error) reject(error);
+      else resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limitBytes) chunks.push(chunk);
+      else {
+        req.pause();
+        settle(tooLarge());
+      }
+    };
+    const onEnd = () => settle(undefined);
+    const onError = (error: Error) => settle(error);
+    const onClose = () => settle(new Error('the client closed the connection before the body ended'));
+    req.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
+  });
 }
 
 /** A node:http request as an `IncomingRequest`. */

@@ -279,6 +279,17 @@ describe('HTTP core: request logging', () => {
       expect(quiet.status).to.equal(202);
       expect(await quiet.text()).to.equal('');
       expect((await send('/lane/big', JSON.stringify({ pad: 'x'.repeat(100) }))).status).to.equal(413);
+      // Chunked, no declared length: refused when it grows past the limit, and still answered.
+      const chunked = await new Promise<number>((resolve, reject) => {
+        const req = httpRequest(`${running.url}/lane/chunked`, { method: 'POST' }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('error', reject);
+        req.write('x'.repeat(50));
+        setTimeout(() => req.end('y'.repeat(50)), 20);
+      });
+      expect(chunked).to.equal(413);
       // Not a lane route: the app answers, in the same shape.
       const elsewhere = await send('/lane/a/b');
       expect(elsewhere.status).to.equal(404);
@@ -299,6 +310,7 @@ describe('HTTP core: request logging', () => {
       second: true,
     });
     expect(access.map((line) => line.status)).to.include.members([402, 500, 202, 413, 404]);
+    expect(access.filter((line) => line.path === '/lane/chunked')).to.have.lengthOf(1);
     const failure = lines.find((line) => line.msg === 'request failed');
     expect(failure).to.include({ reqId: idOf('/lane/crash'), first: true, second: true });
   });
