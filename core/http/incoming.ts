@@ -37,37 +37,70 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buff
     return Promise.resolve(Buffer.alloc(0));
   if (Number(declared) > limitBytes) return Promise.reject(tooLarge());
   if (req.readableEnded) return Promise.resolve(Buffer.alloc(0)); // read by someone before
+  // Anonymous listeners, left on the request when it ends: named closures per request cost a
+  // defineProperty each under tsx (esbuild's keepNames).
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    const settle = (error: Error | undefined) => {
-      req.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
-      if (error) reject(error);
-      else resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
-    };
-    const onData = (chunk: Buffer) => {
+    let settled = false;
+    req.on('data', (chunk: Buffer) => {
+      if (settled) return;
       size += chunk.length;
-      if (size <= limitBytes) chunks.push(chunk);
-      else {
-        req.pause();
-        settle(tooLarge());
+      if (size <= limitBytes) {
+        chunks.push(chunk);
+        return;
       }
-    };
-    const onEnd = () => settle(undefined);
-    const onError = (error: Error) => settle(error);
-    const onClose = () => settle(new Error('the client closed the connection before the body ended'));
-    req.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
+      settled = true;
+      req.pause();
+      reject(tooLarge());
+    });
+    req.once('end', () => {
+      if (settled) return;
+      settled = true;
+      resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
+    });
+    req.once('error', (error: Error) => {
+      if (settled) return;
+      settled = true;
+      reject(error);
+    });
+    req.once('close', () => {
+      if (settled) return;
+      settled = true;
+      reject(new Error('the client closed the connection before the body ended'));
+    });
   });
 }
 
-/** A node:http request as an `IncomingRequest`. */
-export function incomingOf(req: IncomingMessage, limitBytes: number): IncomingRequest {
-  let body: Promise<Buffer> | undefined;
-  return {
-    method: req.method ?? 'GET',
-    url: req.url ?? '/',
-    headers: req.headers,
-    header: (name) => headerOf(req.headers, name),
-    rawBody: () => (body ??= readBody(req, limitBytes)),
-  };
+/** A node:http request as an `IncomingRequest` (a class: one per request, no closures). */
+class NodeIncomingRequest implements IncomingRequest {
+  private body: Promise<Buffer> | undefined;
+
+  constructor(
+    private readonly req: IncomingMessage,
+    private readonly limitBytes: number,
+  ) {}
+
+  get method(): string {
+    return this.req.method ?? 'GET';
+  }
+
+  get url(): string {
+    return this.req.url ?? '/';
+  }
+
+  get headers(): IncomingHttpHeaders {
+    return this.req.headers;
+  }
+
+  header(name: string): string {
+    return headerOf(this.req.headers, name);
+  }
+
+  rawBody(): Promise<Buffer> {
+    return (this.body ??= readBody(this.req, this.limitBytes));
+  }
 }
+
+export const incomingOf = (req: IncomingMessage, limitBytes: number): IncomingRequest =>
+  new NodeIncomingRequest(req, limitBytes);

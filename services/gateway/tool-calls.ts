@@ -1,7 +1,7 @@
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { SigilError } from '../../core/errors.ts';
 import type { Logger } from '../../core/log.ts';
-import type { ServerDirectory } from './servers.ts';
+import type { ServerDetails, ServerDirectory } from './servers.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './payments/payments.ts';
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
@@ -40,6 +40,7 @@ interface Execution {
 
 /** Replaces every occurrence of each value in every string of `value` (deeply) with [REDACTED]. */
 export function redactValues<T>(value: T, secrets: readonly string[]): T {
+  if (secrets.length === 0) return value;
   const present = secrets.filter((secret) => secret.length > 0);
   if (present.length === 0) return value;
   const scrub = (node: unknown): unknown => {
@@ -83,34 +84,42 @@ export class ToolCaller {
             hint: `GET /api/servers/${call.serverId}/tools lists its tools`,
           });
     }
-    const run = async (): Promise<{ value: CallToolResult; succeeded: boolean }> => {
-      const outcome = await this.execute(call, signal);
-      // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
-      const result = redactValues(outcome.result, outcome.injected.values);
-      const proof = (await this.options.proofs()).sign({
-        server: {
-          id: details.id,
-          package: details.package,
-          version: details.version ?? '',
-          registry: details.registry,
-          digest: details.digest ?? '',
-        },
-        tool: call.tool,
-        arguments: call.arguments,
-        result,
-        secretNames: outcome.injected.names,
-      });
-      const proven: CallToolResult = { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
-      return { value: proven, succeeded: result.isError !== true };
-    };
     const { payments } = this.options;
-    if (!payments) return (await run()).value;
+    if (!payments) return (await this.run(call, details, signal)).value;
     const resource = {
       url: `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
       description: `Tool "${call.tool}" of MCP server "${call.serverId}"`,
     };
-    const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, run);
+    const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, () =>
+      this.run(call, details, signal),
+    );
     return receipt ? { ...value, _meta: { ...value._meta, [PAYMENT_RESPONSE_META_KEY]: receipt } } : value;
+  }
+
+  /** Executes the call and proves its result. */
+  private async run(
+    call: ToolCall,
+    details: ServerDetails,
+    signal: AbortSignal | undefined,
+  ): Promise<{ value: CallToolResult; succeeded: boolean }> {
+    const outcome = await this.execute(call, signal);
+    // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
+    const result = redactValues(outcome.result, outcome.injected.values);
+    const proof = (await this.options.proofs()).sign({
+      server: {
+        id: details.id,
+        package: details.package,
+        version: details.version ?? '',
+        registry: details.registry,
+        digest: details.digest ?? '',
+      },
+      tool: call.tool,
+      arguments: call.arguments,
+      result,
+      secretNames: outcome.injected.names,
+    });
+    const proven: CallToolResult = { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
+    return { value: proven, succeeded: result.isError !== true };
   }
 
   private async execute(call: ToolCall, signal: AbortSignal | undefined): Promise<Execution> {
