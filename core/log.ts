@@ -50,11 +50,13 @@ export interface LoggerOptions {
 }
 
 /**
- * An asynchronous log destination that batches lines: one write per 4 KB or per 250 ms instead of one
- * per line (a write per request costs a busy service a tenth of its CPU here). Pino flushes it on exit.
+ * An asynchronous log destination that batches lines: one write per 16 KB or per 250 ms instead of one
+ * per line (a write per request costs a busy service a tenth of its CPU here; each write wakes a thread
+ * of the pool, and at 4 KB a busy gateway's access lines still took 2 % of its CPU). Pino flushes it on
+ * exit.
  */
 export const logDestination = (dest: number | string): DestinationStream =>
-  pino.destination({ dest, sync: false, minLength: 4096, periodicFlush: 250 });
+  pino.destination({ dest, sync: false, minLength: 16 * 1024, maxWrite: 64 * 1024, periodicFlush: 250 });
 
 export function createLogger(options: LoggerOptions = {}): Logger {
   const secrets = options.secrets;
