@@ -4,7 +4,7 @@
  * A real MCP server package (the probe server of the tests) is published to a local verdaccio,
  * installed by the registry-npm plugin and run in the linux-namespaces sandbox by a real gateway
  * (SQLite, or PostgreSQL with BENCH_DATABASE_URL; logging at `info` into /dev/null, asynchronously as
- * in production). Warm scenarios, each repeated BENCH_RUNS times (default 3) with the scenarios
+ * in production). Warm scenarios, each repeated BENCH_RUNS times (default 5) with the scenarios
  * interleaved, medians reported:
  *
  * - direct: the SDK `Client` over stdio to the same installed package, sandboxed (the baseline of the
@@ -51,11 +51,13 @@ import { log, median, ms } from './stats.ts';
 const here = dirname(fileURLToPath(import.meta.url));
 const execFileAsync = promisify(execFile);
 
-const CALLS = Number(process.env.BENCH_MCP_CALLS ?? 2000);
+// At 50 in flight a run of 2000 calls lasts under half a second, and one scheduling hiccup of the
+// 2-vCPU machine moved a ratio by 20 points: runs are longer, and there are five.
+const CALLS = Number(process.env.BENCH_MCP_CALLS ?? 5000);
 const WARMUP = Number(process.env.BENCH_MCP_WARMUP ?? 2000);
 /** Calls each HTTP target gets once before any run: V8 needs several thousand to optimise the hot path. */
 const PREWARM = Number(process.env.BENCH_MCP_PREWARM ?? 5000);
-const RUNS = Number(process.env.BENCH_RUNS ?? 3);
+const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 const COLD_CALLS = Number(process.env.BENCH_COLD_CALLS ?? 10);
 const RESTARTS = Number(process.env.BENCH_RESTARTS ?? 3);
 
