@@ -1,7 +1,8 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { getAddress, type Address } from 'viem';
 import { TtlCache } from '../cache.ts';
 import type { Clock } from '../clock.ts';
+import { sha256Hex } from '../crypto.ts';
 import type { Database } from '../db/database.ts';
 import { SigilError } from '../errors.ts';
 import { unauthorized } from './principal.ts';
@@ -44,7 +45,7 @@ interface WalletTokenRow {
 export const isWalletToken = (bearer: string): boolean => bearer.startsWith(WALLET_TOKEN_PREFIX);
 
 /** Only the SHA-256 of a token is stored: a database leak yields nothing usable. */
-const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex');
+const hashToken = (token: string): string => sha256Hex(token);
 
 const isoOrNull = (ms: number | string | null): string | null =>
   ms === null ? null : new Date(Number(ms)).toISOString();
