@@ -101,6 +101,7 @@ export class ProofSigner {
    */
   private readonly shared: ReadonlyMap<string, { canonical: string; mac: string }>;
   private readonly repeating = new Map<string, { canonical: string; mac: string }>();
+  private lastTimestamp: { value: string; form: { canonical: string; mac: string } } | undefined;
 
   constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {
     const shared: Partial<SignedFields> = {
@@ -140,7 +141,10 @@ export class ProofSigner {
     let macsObject = '';
     for (const name of SIGNED_FIELD_NAMES) {
       const { canonical, mac } =
-        this.shared.get(name) ?? this.formOf(name, fields[name as keyof SignedFields]);
+        this.shared.get(name) ??
+        (name === 'timestamp'
+          ? this.timestampForm(fields.timestamp)
+          : this.formOf(name, fields[name as keyof SignedFields]));
       members[name] = canonical;
       fieldMacs[name] = mac;
       // base64url: its JSON form is its RFC 8785 form.
@@ -209,6 +213,18 @@ export class ProofSigner {
       this.repeating.set(key, form);
     }
     return form;
+  }
+
+  /** A timestamp's form, kept for the calls signed within the same millisecond (many, on a busy gateway). */
+  private timestampForm(timestamp: string): { canonical: string; mac: string } {
+    if (this.lastTimestamp?.value !== timestamp) {
+      const canonical = canonicalJson(timestamp);
+      this.lastTimestamp = {
+        value: timestamp,
+        form: { canonical, mac: this.macOfCanonical('timestamp', canonical) },
+      };
+    }
+    return this.lastTimestamp.form;
   }
 
   private macOfCanonical(name: string, canonical: string): string {

@@ -12,11 +12,12 @@ import { ProofSigner, type ProofInput } from '../../services/gateway/proofs.ts';
  */
 describe('execution proof signing', () => {
   const key = randomBytes(32);
+  const clock = new ManualClock(Date.UTC(2026, 10, 22, 12, 0, 0));
   const signer = new ProofSigner({
     key: { key, source: 'config' },
     tee: { teeEnabled: false, platform: 'none', keySource: 'config' },
     build: { codeHash: `sha256:${'a'.repeat(64)}`, gitCommit: 'b'.repeat(40), files: 1 },
-    clock: new ManualClock(Date.UTC(2026, 10, 22, 12, 0, 0)),
+    clock,
   });
   const inputs: ProofInput[] = [
     {
@@ -90,6 +91,20 @@ describe('execution proof signing', () => {
         );
       }
     }
+  });
+
+  it('a timestamp of another millisecond gets its own MAC, and the one before it still has its own', () => {
+    const base = inputs[0] as ProofInput;
+    const macs = new Map<string, string>();
+    for (const step of [0, 1, 0, 999, -1000]) {
+      clock.advance(step);
+      const { fieldMacs, timestamp } = signer.sign(base);
+      expect(fieldMacs.timestamp, timestamp).to.equal(
+        hmacSha256(key, `timestamp\0${canonicalJson(timestamp)}`).toString('base64url'),
+      );
+      macs.set(timestamp, fieldMacs.timestamp as string);
+    }
+    expect(macs.size).to.equal(3);
   });
 
   it('hands out proofs that share nothing another proof could change', () => {
