@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../log.ts';
-import { disconnectSignal } from './disconnect.ts';
+import { disconnection, type Disconnection } from './disconnect.ts';
 import { errorAnswer } from './errors.ts';
 import { incomingOf, type IncomingRequest } from './incoming.ts';
 import type { HttpMetrics } from './metrics.ts';
@@ -24,8 +24,8 @@ export interface LaneExchange {
   logFields: LogFields;
   /** The request's logger, bound to its id and log fields. */
   readonly log: Logger;
-  /** A signal that aborts when the client goes away before the answer is complete. */
-  disconnectSignal(): AbortSignal;
+  /** Tells work for this request that the client went away before the answer was complete. */
+  disconnection(): Disconnection;
   setHeader(name: string, value: string): void;
 }
 
@@ -117,8 +117,8 @@ class Exchange implements LaneExchange {
     return this.logOf();
   }
 
-  disconnectSignal(): AbortSignal {
-    return disconnectSignal(this.res);
+  disconnection(): Disconnection {
+    return disconnection(this.res);
   }
 
   setHeader(name: string, value: string): void {

@@ -1,6 +1,6 @@
 import { serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import type { JSONRPCMessage, JSONRPCResponse } from '@modelcontextprotocol/sdk/types.js';
 
 /** The stdio of a process someone else started (a sandbox, a container): what the transport needs. */
 export interface ProcessStdio {
@@ -38,6 +38,9 @@ export class ProcessStdioTransport implements Transport {
   private started = false;
   private corked = false;
   private readonly drainWaiters: (() => void)[] = [];
+  /** Requests sent with `request()`, by id: their answers go to these, never to the SDK. */
+  private readonly ownRequests = new Map<string, (answer: OwnAnswer) => void>();
+  private nextOwnId = 0;
 
   constructor(
     private readonly process: ProcessStdio,
@@ -103,6 +106,22 @@ export class ProcessStdioTransport implements Transport {
     });
   }
 
+  /**
+   * Sends a request outside the SDK's `Protocol`, on the same stdio: its answer (or the transport's
+   * end) goes to `onAnswer` and never reaches the SDK. Ids are strings, which the SDK's own requests
+   * (numbers) never use. `forget` drops the request (timed out, cancelled), so a late answer is ignored.
+   */
+  request(
+    method: string,
+    params: Record<string, unknown>,
+    onAnswer: (answer: OwnAnswer) => void,
+  ): { id: string; sent: Promise<void>; forget(): void } {
+    const id = `sigil-${this.nextOwnId++}`;
+    if (!this.closed) this.ownRequests.set(id, onAnswer);
+    const sent = this.send({ jsonrpc: '2.0', id, method, params });
+    return { id, sent, forget: () => this.ownRequests.delete(id) };
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.finish();
@@ -127,7 +146,9 @@ export class ProcessStdioTransport implements Transport {
         this.onerror?.(error as Error);
         continue;
       }
-      this.onmessage?.(message);
+      const own = ownAnswerHandler(this.ownRequests, message);
+      if (own) own(message as JSONRPCResponse);
+      else this.onmessage?.(message);
     }
   };
 
@@ -143,8 +164,28 @@ export class ProcessStdioTransport implements Transport {
     this.closed = true;
     this.process.stdout.off('data', this.onData);
     this.lines.clear();
+    const waiting = [...this.ownRequests.values()];
+    this.ownRequests.clear();
+    for (const onAnswer of waiting) onAnswer(TRANSPORT_CLOSED);
     this.onclose?.();
   }
+}
+
+/** What answers an own request: the server's response or error, or the transport's end. */
+export type OwnAnswer = JSONRPCResponse | typeof TRANSPORT_CLOSED;
+
+export const TRANSPORT_CLOSED = Symbol('transport closed');
+
+/** The handler of an own request that `message` answers (a response, not a request, with its id). */
+function ownAnswerHandler(
+  requests: Map<string, (answer: OwnAnswer) => void>,
+  message: JSONRPCMessage,
+): ((answer: OwnAnswer) => void) | undefined {
+  const { id } = message as { id?: unknown };
+  if (typeof id !== 'string' || requests.size === 0 || 'method' in message) return undefined;
+  const handler = requests.get(id);
+  if (handler) requests.delete(id);
+  return handler;
 }
 
 /** As the SDK's stdio transports: 10 MB. */

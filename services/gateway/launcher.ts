@@ -3,6 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { SigilError } from '../../core/errors.ts';
 import type { Logger } from '../../core/log.ts';
+import { callTool } from '../../core/mcp/call-tool.ts';
 import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
 import type {
   InstalledPackage,
@@ -85,6 +86,7 @@ export class SandboxedServers implements ServerProber {
     }
     return {
       client,
+      callTool: (name, args, options) => callTool(transport, name, args, options),
       exited: child.exited,
       kill: () => client.close(),
       injected: { names: Object.keys(secrets), values: Object.values(secrets) },

@@ -2,7 +2,7 @@ import Router from '@koa/router';
 import { z } from 'zod';
 import type { AuthPrincipal } from '../../core/auth/index.ts';
 import { SigilError } from '../../core/errors.ts';
-import { disconnectSignal } from '../../core/http/disconnect.ts';
+import { disconnection } from '../../core/http/disconnect.ts';
 import { parseInput } from '../../core/http/validate.ts';
 import { PAYMENT_META_KEY } from './payments/payments.ts';
 import { paymentFromHeaders, receiptOf, setPaymentResponse } from './payments/routes.ts';
@@ -62,7 +62,7 @@ export function restRouter(deps: {
         wallet: (ctx.state.auth as AuthPrincipal | undefined)?.address,
         meta: payment === undefined ? body._meta : { ...body._meta, [PAYMENT_META_KEY]: payment },
       },
-      disconnectSignal(ctx.res),
+      disconnection(ctx.res),
     );
     setPaymentResponse(ctx, receiptOf(result._meta));
     ctx.body = result;

@@ -1,10 +1,14 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolOptions } from '../../core/mcp/call-tool.ts';
 import { SigilError } from '../../core/errors.ts';
 import type { Logger } from '../../core/log.ts';
 
 /** A started MCP server process with a connected client. */
 export interface RunningServer {
   client: Client;
+  /** tools/call on this process: the hot path, without the SDK's Protocol (see core/mcp/call-tool.ts). */
+  callTool(name: string, args: Record<string, unknown>, options: CallToolOptions): Promise<CallToolResult>;
   /** The wallet's secrets this process was started with: names for proofs, values to redact. */
   injected: { names: readonly string[]; values: readonly string[] };
   /** Settles when the process has ended, for whatever reason. */

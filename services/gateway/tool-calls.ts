@@ -1,5 +1,7 @@
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { SigilError } from '../../core/errors.ts';
+import type { Disconnection } from '../../core/http/disconnect.ts';
+import { CallCancelled } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
 import type { ServerDetails, ServerDirectory } from './servers.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './payments/payments.ts';
@@ -58,7 +60,8 @@ export function redactValues<T>(value: T, secrets: readonly string[]): T {
 export class ToolCaller {
   constructor(private readonly options: ToolCallerOptions) {}
 
-  async call(call: ToolCall, signal?: AbortSignal): Promise<CallToolResult> {
+  /** `disconnection`: the caller's client going away cancels the call (the server is told). */
+  async call(call: ToolCall, disconnection?: Disconnection): Promise<CallToolResult> {
     const size = Buffer.byteLength(JSON.stringify(call.arguments));
     if (size > MAX_ARGUMENT_BYTES) {
       throw new SigilError(
@@ -85,13 +88,13 @@ export class ToolCaller {
           });
     }
     const { payments } = this.options;
-    if (!payments) return (await this.run(call, details, signal)).value;
+    if (!payments) return (await this.run(call, details, disconnection)).value;
     const resource = {
       url: `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
       description: `Tool "${call.tool}" of MCP server "${call.serverId}"`,
     };
     const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, () =>
-      this.run(call, details, signal),
+      this.run(call, details, disconnection),
     );
     return receipt ? { ...value, _meta: { ...value._meta, [PAYMENT_RESPONSE_META_KEY]: receipt } } : value;
   }
@@ -100,9 +103,9 @@ export class ToolCaller {
   private async run(
     call: ToolCall,
     details: ServerDetails,
-    signal: AbortSignal | undefined,
+    disconnection: Disconnection | undefined,
   ): Promise<{ value: CallToolResult; succeeded: boolean }> {
-    const outcome = await this.execute(call, signal);
+    const outcome = await this.execute(call, disconnection);
     // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
     const result = redactValues(outcome.result, outcome.injected.values);
     const proof = (await this.options.proofs()).sign({
@@ -122,24 +125,30 @@ export class ToolCaller {
     return { value: proven, succeeded: result.isError !== true };
   }
 
-  private async execute(call: ToolCall, signal: AbortSignal | undefined): Promise<Execution> {
+  private async execute(call: ToolCall, disconnection: Disconnection | undefined): Promise<Execution> {
     const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous' };
     let injected: RunningServer['injected'] = { names: [], values: [] };
     try {
       return await this.options.pool.use(key, async (server) => {
         injected = server.injected;
-        const result = (await server.client.callTool(
-          { name: call.tool, arguments: call.arguments },
-          undefined,
-          {
-            timeout: this.options.timeoutMs,
-            ...(signal ? { signal } : {}),
-          },
-        )) as CallToolResult;
+        const result = await server.callTool(call.tool, call.arguments, {
+          timeoutMs: this.options.timeoutMs,
+          ...(disconnection ? { disconnection } : {}),
+        });
         return { result, injected };
       });
     } catch (err) {
       if (err instanceof SigilError) throw err;
+      if (err instanceof CallCancelled) {
+        // Nobody waits for this answer; the server is fine. An error result: nothing is settled.
+        return {
+          injected,
+          result: {
+            isError: true,
+            content: [{ type: 'text', text: `Tool "${call.tool}" was cancelled: ${err.message}` }],
+          },
+        };
+      }
       if (
         err instanceof McpError &&
         err.code !== ErrorCode.RequestTimeout &&

@@ -126,6 +126,29 @@ describe('gateway end to end (verdaccio → registry-npm → sandbox → MCP)', 
         await client.close();
       });
 
+      it('cancels the call of a client that went away, and keeps the process warm', async () => {
+        const client = await mcpClient(`${url}/mcp/server/probe`);
+        const before = textOf(await client.callTool({ name: 'instance', arguments: {} }));
+        const leaving = new AbortController();
+        const abandoned = fetch(`${url}/mcp/server/probe`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: JSON.stringify({
+            jsonrpc: '2.0',
+            id: 1,
+            method: 'tools/call',
+            params: { name: 'sleep', arguments: { ms: 1500 } },
+          }),
+          signal: leaving.signal,
+        });
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        leaving.abort();
+        expect(await abandoned.catch((err: Error) => err.name)).to.equal('AbortError');
+        // Cancelled, not timed out: the process was not replaced.
+        expect(textOf(await client.callTool({ name: 'instance', arguments: {} }))).to.equal(before);
+        await client.close();
+      });
+
       it('restarts a crashed server on the next call, and stops an idle one', async () => {
         const client = await mcpClient(`${url}/mcp/server/probe`);
         const before = textOf(await client.callTool({ name: 'instance', arguments: {} }));

@@ -2,6 +2,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import { ServerPool, type RunningServer, type ServerKey } from '../../services/gateway/server-pool.ts';
 import { quietLogger } from '../support/kernel.ts';
@@ -22,7 +23,17 @@ async function launchProbe(): Promise<RunningServer> {
   // Set before connect: the client chains its own close handling onto it.
   const exited = new Promise<void>((resolve) => (transport.onclose = resolve));
   await client.connect(transport);
-  return { client, exited, kill: () => client.close(), injected: { names: [], values: [] } };
+  return {
+    client,
+    // The SDK client's own call: the pool does not care how a tool is called.
+    callTool: async (name, args, options) =>
+      (await client.callTool({ name, arguments: args }, undefined, {
+        timeout: options.timeoutMs,
+      })) as CallToolResult,
+    exited,
+    kill: () => client.close(),
+    injected: { names: [], values: [] },
+  };
 }
 
 const textOf = (result: unknown) =>

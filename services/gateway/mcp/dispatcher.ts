@@ -10,6 +10,7 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { z } from 'zod';
+import type { Disconnection } from '../../../core/http/disconnect.ts';
 import { ErrorCode, errorReply, isPlainObject, JsonRpcError, type JsonRpcReply } from './jsonrpc.ts';
 
 /** Everything a tool list or call may depend on: who asks, in which session, through which endpoint. */
@@ -20,7 +21,8 @@ export interface McpRequestScope {
   sessionId: string | undefined;
   /** Set on POST /mcp/server/:serverId: only that server's tools, un-namespaced, no meta-tools. */
   serverId: string | undefined;
-  signal: AbortSignal;
+  /** Tells a tool call that the client went away. */
+  disconnection: Disconnection;
   /** Payment and other per-call data the client sent in `params._meta`. */
   meta: Record<string, unknown> | undefined;
 }

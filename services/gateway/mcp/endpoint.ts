@@ -90,7 +90,7 @@ async function handle(
     wallet: state.auth?.address,
     sessionId: session === '' ? undefined : session,
     serverId,
-    signal: exchange.disconnectSignal(),
+    disconnection: exchange.disconnection(),
     meta: undefined,
   };
   return reply(200, await options.dispatcher.dispatch(message.message, scope));

@@ -117,7 +117,7 @@ export class GatewayTools implements McpToolSource {
   ): Promise<CallToolResult> {
     return this.deps.caller.call(
       { serverId, tool, arguments: args, wallet: scope.wallet, meta: scope.meta },
-      scope.signal,
+      scope.disconnection,
     );
   }
 
