@@ -93,7 +93,10 @@ describe('callTool over a process transport (without the SDK Protocol)', () => {
     const error = await callTool(server.transport, 'slow', {}, { timeoutMs: 100 }).catch((e: unknown) => e);
     expect(error).to.be.instanceOf(McpError).and.include({ code: ErrorCode.RequestTimeout });
     await until(() => server.others.length > 0);
-    const told = server.others[0] as { method: string; params: { requestId: unknown; reason: string } };
+    const told = server.others[0] as unknown as {
+      method: string;
+      params: { requestId: unknown; reason: string };
+    };
     expect(told.method).to.equal('test/cancelled');
     expect(told.params.requestId).to.be.a('string');
     expect(told.params.reason).to.match(/timed out after 100 ms/);
