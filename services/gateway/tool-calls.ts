@@ -40,6 +40,12 @@ interface Execution {
   injected: RunningServer['injected'];
 }
 
+/** A tool result that reports an error in text, as MCP clients show tool errors. */
+export const toolError = (text: string): CallToolResult => ({
+  isError: true,
+  content: [{ type: 'text', text }],
+});
+
 /** Replaces every occurrence of each value in every string of `value` (deeply) with [REDACTED]. */
 export function redactValues<T>(value: T, secrets: readonly string[]): T {
   if (secrets.length === 0) return value;
@@ -141,13 +147,7 @@ export class ToolCaller {
       if (err instanceof SigilError) throw err;
       if (err instanceof CallCancelled) {
         // Nobody waits for this answer; the server is fine. An error result: nothing is settled.
-        return {
-          injected,
-          result: {
-            isError: true,
-            content: [{ type: 'text', text: `Tool "${call.tool}" was cancelled: ${err.message}` }],
-          },
-        };
+        return { injected, result: toolError(`Tool "${call.tool}" was cancelled: ${err.message}`) };
       }
       if (
         err instanceof McpError &&
@@ -155,13 +155,7 @@ export class ToolCaller {
         err.code !== ErrorCode.ConnectionClosed
       ) {
         // The server answered with a JSON-RPC error: it is alive, and its message is the tool's error.
-        return {
-          injected,
-          result: {
-            isError: true,
-            content: [{ type: 'text', text: `Tool "${call.tool}" failed: ${err.message}` }],
-          },
-        };
+        return { injected, result: toolError(`Tool "${call.tool}" failed: ${err.message}`) };
       }
       // A server that timed out or broke the protocol may be wedged: never hand it another call.
       await this.options.pool.discard(key);
@@ -169,17 +163,11 @@ export class ToolCaller {
       this.options.logger.warn({ serverId: call.serverId, tool: call.tool, timedOut }, 'tool call failed');
       return {
         injected,
-        result: {
-          isError: true,
-          content: [
-            {
-              type: 'text',
-              text: timedOut
-                ? `Tool "${call.tool}" timed out after ${this.options.timeoutMs} ms; the server was stopped`
-                : `Tool "${call.tool}" failed: the MCP server ended or broke the protocol`,
-            },
-          ],
-        },
+        result: toolError(
+          timedOut
+            ? `Tool "${call.tool}" timed out after ${this.options.timeoutMs} ms; the server was stopped`
+            : `Tool "${call.tool}" failed: the MCP server ended or broke the protocol`,
+        ),
       };
     }
   }

@@ -4,7 +4,7 @@ import { isSigilError } from '../../../core/errors.ts';
 import type { Catalog } from '../catalog.ts';
 import type { ServerDirectory } from '../servers.ts';
 import type { EnabledServers } from '../sessions.ts';
-import { NAMESPACE_SEPARATOR, type ToolCaller } from '../tool-calls.ts';
+import { NAMESPACE_SEPARATOR, toolError, type ToolCaller } from '../tool-calls.ts';
 import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
 import { ErrorCode, JsonRpcError } from './jsonrpc.ts';
 
@@ -200,11 +200,6 @@ function toolFailure(err: unknown): CallToolResult {
   if (isSigilError(err) && err.code === 'not_found' && !err.message.startsWith('No MCP server')) {
     throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${err.message}`);
   }
-  if (isSigilError(err)) {
-    return {
-      isError: true,
-      content: [{ type: 'text', text: err.hint ? `${err.message} (${err.hint})` : err.message }],
-    };
-  }
+  if (isSigilError(err)) return toolError(err.hint ? `${err.message} (${err.hint})` : err.message);
   throw err;
 }
