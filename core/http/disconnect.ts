@@ -1,14 +1,5 @@
 import type { ServerResponse } from 'node:http';
 
-/** Aborts when the client goes away before the response is complete, so upstream work can stop. */
-export function disconnectSignal(res: ServerResponse): AbortSignal {
-  const aborter = new AbortController();
-  res.once('close', () => {
-    if (!res.writableFinished) aborter.abort();
-  });
-  return aborter.signal;
-}
-
 /**
  * Tells work done for a request that its client went away before the answer was complete. For the
  * hot path, where an AbortSignal per request (its creation and listener) costs several microseconds.
@@ -29,3 +20,10 @@ class ResponseDisconnection implements Disconnection {
 }
 
 export const disconnection = (res: ServerResponse): Disconnection => new ResponseDisconnection(res);
+
+/** The same as an AbortSignal, for work that takes one (an upstream fetch, a stream). */
+export function disconnectSignal(res: ServerResponse): AbortSignal {
+  const aborter = new AbortController();
+  disconnection(res).whenGone(() => aborter.abort());
+  return aborter.signal;
+}
