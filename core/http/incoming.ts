@@ -37,39 +37,47 @@ export function readBody(req: IncomingMessage, limitBytes: number): Promise<Buff
     return Promise.resolve(Buffer.alloc(0));
   if (Number(declared) > limitBytes) return Promise.reject(tooLarge());
   if (req.readableEnded) return Promise.resolve(Buffer.alloc(0)); // read by someone before
-  // Anonymous listeners, left on the request when it ends: named closures per request cost a
-  // defineProperty each under tsx (esbuild's keepNames).
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let settled = false;
-    req.on('data', (chunk: Buffer) => {
-      if (settled) return;
-      size += chunk.length;
-      if (size <= limitBytes) {
-        chunks.push(chunk);
-        return;
-      }
-      settled = true;
-      req.pause();
-      reject(tooLarge());
-    });
-    req.once('end', () => {
-      if (settled) return;
-      settled = true;
-      resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
-    });
-    req.once('error', (error: Error) => {
-      if (settled) return;
-      settled = true;
-      reject(error);
-    });
-    req.once('close', () => {
-      if (settled) return;
-      settled = true;
-      reject(new Error('the client closed the connection before the body ended'));
-    });
-  });
+  return new Promise((resolve, reject) => new BodyRead(req, limitBytes, resolve, reject));
+}
+
+/**
+ * One body being read. A class rather than closures: under tsx each named closure per request costs a
+ * defineProperty (esbuild's keepNames). Its listeners stay on the request, which ends with it.
+ */
+class BodyRead {
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  private settled = false;
+
+  constructor(
+    private readonly req: IncomingMessage,
+    private readonly limitBytes: number,
+    private readonly resolve: (body: Buffer) => void,
+    private readonly reject: (error: Error) => void,
+  ) {
+    req.on('data', (chunk: Buffer) => this.take(chunk));
+    req.once('end', () => this.end(undefined));
+    req.once('error', (error: Error) => this.end(error));
+    req.once('close', () => this.end(new Error('the client closed the connection before the body ended')));
+  }
+
+  private take(chunk: Buffer): void {
+    if (this.settled) return;
+    this.size += chunk.length;
+    if (this.size <= this.limitBytes) this.chunks.push(chunk);
+    else {
+      this.req.pause();
+      this.end(tooLarge());
+    }
+  }
+
+  /** The first of the end, an error, the close or the limit decides. */
+  private end(error: Error | undefined): void {
+    if (this.settled) return;
+    this.settled = true;
+    if (error) this.reject(error);
+    else this.resolve(this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks));
+  }
 }
 
 /** A node:http request as an `IncomingRequest` (a class: one per request, no closures). */
