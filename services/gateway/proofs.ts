@@ -66,6 +66,12 @@ export function responseHash(result: CallToolResult): string {
   return sha256Hex(canonicalJson(rest));
 }
 
+/** A signed field's RFC 8785 form and its MAC. */
+interface FieldForm {
+  canonical: string;
+  mac: string;
+}
+
 const MAX_REPEATING_FORMS = 4096;
 /**
  * The signed fields, and the members the signature covers (those and `fieldMacs`), in RFC 8785 member
@@ -99,9 +105,9 @@ export class ProofSigner {
    * The RFC 8785 form and MAC of each field that is the same in every proof of this signer, computed
    * once: signing is on every tool call's path.
    */
-  private readonly shared: ReadonlyMap<string, { canonical: string; mac: string }>;
-  private readonly repeating = new Map<string, { canonical: string; mac: string }>();
-  private lastTimestamp: { value: string; form: { canonical: string; mac: string } } | undefined;
+  private readonly shared: ReadonlyMap<string, FieldForm>;
+  private readonly repeating = new Map<string, FieldForm>();
+  private lastTimestamp: { value: string; form: FieldForm } | undefined;
 
   constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {
     const shared: Partial<SignedFields> = {
@@ -202,7 +208,7 @@ export class ProofSigner {
    * A field's RFC 8785 form and MAC. Those of fields whose values repeat from call to call (server,
    * tool, secret names) are kept, found by a key built from their strings without canonicalizing.
    */
-  private formOf(name: string, value: unknown): { canonical: string; mac: string } {
+  private formOf(name: string, value: unknown): FieldForm {
     const key = repeatingKey(name, value);
     const kept = key === undefined ? undefined : this.repeating.get(key);
     if (kept) return kept;
@@ -216,7 +222,7 @@ export class ProofSigner {
   }
 
   /** A timestamp's form, kept for the calls signed within the same millisecond (many, on a busy gateway). */
-  private timestampForm(timestamp: string): { canonical: string; mac: string } {
+  private timestampForm(timestamp: string): FieldForm {
     if (this.lastTimestamp?.value !== timestamp) {
       const canonical = canonicalJson(timestamp);
       this.lastTimestamp = {
