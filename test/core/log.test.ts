@@ -1,6 +1,14 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { expect } from 'chai';
-import { createLogger, SecretRegistry } from '../../core/log.ts';
+import { createLogger, logDestination, SecretRegistry } from '../../core/log.ts';
+
+const logModule = fileURLToPath(new URL('../../core/log.ts', import.meta.url));
 
 describe('logger', () => {
   const capture = () => {
@@ -45,5 +53,65 @@ describe('logger', () => {
     const secrets = new SecretRegistry();
     secrets.add('ok');
     expect(secrets.scrub('ok then')).to.equal('ok then');
+  });
+
+  describe('the batched file destination', () => {
+    let dir: string;
+    beforeEach(() => {
+      dir = mkdtempSync(join(tmpdir(), 'sigil-log-'));
+    });
+    afterEach(() => rmSync(dir, { recursive: true, force: true }));
+    const linesIn = (file: string) =>
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => (JSON.parse(line) as { msg: string }).msg);
+
+    it('writes every line, in order, once flushed', async () => {
+      const file = join(dir, 'out.log');
+      const logger = createLogger({ destination: logDestination(file) });
+      // More than one batch, so a hand-over happens while the previous write may be under way.
+      for (let index = 0; index < 500; index += 1) logger.info(`line ${index} ${'x'.repeat(60)}`);
+      await new Promise<void>((resolve, reject) => logger.flush((err) => (err ? reject(err) : resolve())));
+      const written = linesIn(file);
+      expect(written).to.have.length(500);
+      expect(written[0]).to.match(/^line 0 /);
+      expect(written[499]).to.match(/^line 499 /);
+    });
+
+    it('writes a partial batch within its flush period, unasked', async () => {
+      const file = join(dir, 'out.log');
+      const logger = createLogger({ destination: logDestination(file) });
+      await new Promise((resolve) => setTimeout(resolve, 50)); // the file is open
+      logger.info('lonely line');
+      expect(readFileSync(file, 'utf8')).to.equal('');
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(linesIn(file)).to.deep.equal(['lonely line']);
+    });
+
+    it('writes the lines still waiting when the process exits at once', async () => {
+      const file = join(dir, 'out.log');
+      const script = [
+        `import { createLogger, logDestination } from ${JSON.stringify(logModule)};`,
+        `const logger = createLogger({ destination: logDestination(${JSON.stringify(file)}) });`,
+        'setTimeout(() => {',
+        "  for (let i = 0; i < 3; i += 1) logger.info('before exit ' + i);",
+        '  process.exit(3);',
+        '}, 100);',
+      ].join('\n');
+      const run = promisify(execFile)(process.execPath, [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        script,
+      ]);
+      const failed = await run.then(
+        () => undefined,
+        (err: { code?: number }) => err,
+      );
+      expect(failed?.code).to.equal(3);
+      expect(linesIn(file)).to.deep.equal(['before exit 0', 'before exit 1', 'before exit 2']);
+    });
   });
 });
