@@ -82,21 +82,23 @@ export function authenticateLane(auth: Authenticators): LaneStep {
   };
 }
 
+// A function of the module, not a closure made per request (tsx names each closure it makes).
+const principal = (auth: Authenticators, address: Address, method: AuthMethod): AuthPrincipal => ({
+  address,
+  method,
+  operator: auth.settings.operators.has(address.toLowerCase()),
+});
+
 async function identify(request: IncomingRequest, auth: Authenticators): Promise<AuthPrincipal | undefined> {
-  const principal = (address: Address, method: AuthMethod): AuthPrincipal => ({
-    address,
-    method,
-    operator: auth.settings.operators.has(address.toLowerCase()),
-  });
   // A signature, when present, decides alone: a bearer token cannot rescue a bad one.
-  if (hasRequestSignature(request)) return principal(await auth.signatures.verify(request), 'erc8128');
+  if (hasRequestSignature(request)) return principal(auth, await auth.signatures.verify(request), 'erc8128');
   const header = request.header('authorization');
   if (header === '') return undefined;
   const token = BEARER.exec(header)?.[1];
   if (token === undefined) throw unauthorized('Authorization must be "Bearer <token>"');
   let caller: AuthPrincipal;
   // Wallet tokens first, by their prefix: asking jose whether one is a JWT costs a thrown error per call.
-  if (isWalletToken(token)) caller = principal(await walletTokenOwner(auth, token), 'wallet-token');
+  if (isWalletToken(token)) caller = principal(auth, await walletTokenOwner(auth, token), 'wallet-token');
   else if (auth.delegated?.claims(token)) {
     const { address, trust } = await auth.delegated.verify(token);
     // The runtime speaks for the wallet, not for an operator: operator actions need the operator itself.
@@ -104,7 +106,7 @@ async function identify(request: IncomingRequest, auth: Authenticators): Promise
   } else {
     const session = await auth.sessions.verify(token);
     caller = {
-      ...principal(session.address, 'jwt'),
+      ...principal(auth, session.address, 'jwt'),
       session: { id: session.id, expiresAt: session.expiresAt },
     };
   }

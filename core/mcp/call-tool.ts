@@ -44,7 +44,7 @@ export function callTool(
 class PendingToolCall {
   private settled = false;
   private readonly timer: NodeJS.Timeout;
-  private readonly request: { id: string; sent: Promise<void>; forget(): void };
+  private readonly request: { id: string; sent: Promise<void> };
 
   constructor(
     private readonly transport: ProcessStdioTransport,
@@ -105,7 +105,7 @@ class PendingToolCall {
     if (this.settled) return false;
     this.settled = true;
     clearTimeout(this.timer);
-    this.request.forget();
+    this.transport.forget(this.request.id);
     return true;
   }
 }

@@ -109,17 +109,21 @@ export class ProcessStdioTransport implements Transport {
   /**
    * Sends a request outside the SDK's `Protocol`, on the same stdio: its answer (or the transport's
    * end) goes to `onAnswer` and never reaches the SDK. Ids are strings, which the SDK's own requests
-   * (numbers) never use. `forget` drops the request (timed out, cancelled), so a late answer is ignored.
+   * (numbers) never use. `forget(id)` drops the request (timed out, cancelled), so a late answer is
+   * ignored.
    */
   request(
     method: string,
     params: Record<string, unknown>,
     onAnswer: (answer: OwnAnswer) => void,
-  ): { id: string; sent: Promise<void>; forget(): void } {
+  ): { id: string; sent: Promise<void> } {
     const id = `sigil-${this.nextOwnId++}`;
     if (!this.closed) this.ownRequests.set(id, onAnswer);
-    const sent = this.send({ jsonrpc: '2.0', id, method, params });
-    return { id, sent, forget: () => this.ownRequests.delete(id) };
+    return { id, sent: this.send({ jsonrpc: '2.0', id, method, params }) };
+  }
+
+  forget(id: string): void {
+    this.ownRequests.delete(id);
   }
 
   async close(): Promise<void> {
