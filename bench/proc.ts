@@ -74,6 +74,25 @@ export function ownCpuUs(): number {
  * this process to <dir>: where the serving CPU per call goes.
  */
 export async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
+  const heapDir = process.env.BENCH_HEAP_PROFILE;
+  if (heapDir !== undefined) {
+    const session = new Session();
+    session.connect();
+    await session.post('HeapProfiler.enable');
+    await session.post('HeapProfiler.startSampling', {
+      samplingInterval: 4096,
+      includeObjectsCollectedByMajorGC: true,
+      includeObjectsCollectedByMinorGC: true,
+    });
+    try {
+      return await work();
+    } finally {
+      const { profile } = await session.post('HeapProfiler.stopSampling');
+      mkdirSync(heapDir, { recursive: true });
+      writeFileSync(join(heapDir, `${name.replace(/[^\w.-]+/g, '_')}.heapprofile`), JSON.stringify(profile));
+      session.disconnect();
+    }
+  }
   const dir = process.env.BENCH_CPU_PROFILE;
   if (dir === undefined) return work();
   const session = new Session();
