@@ -72,7 +72,31 @@ interface FieldForm {
   mac: string;
 }
 
-const MAX_REPEATING_FORMS = 4096;
+/** The signed fields that change from call to call; every other one is the same for a server, tool and secret names. */
+const PER_CALL_FIELDS = ['id', 'requestHash', 'responseHash', 'timestamp'] as const;
+type PerCallField = (typeof PER_CALL_FIELDS)[number];
+type Hole = PerCallField | 'fieldMacs';
+
+/** RFC 8785 text with holes where the per-call parts go: `literals` has one more entry than `holes`. */
+interface Template {
+  literals: string[];
+  holes: Hole[];
+}
+
+/**
+ * The proofs of one server, tool and secret names, prepared once: the field MACs of what does not
+ * change from call to call, and the RFC 8785 texts of the field MACs and of the signed object with
+ * holes for what does. Signing is on every tool call's path.
+ */
+interface Layout {
+  secretNames: readonly string[];
+  /** The MAC of each field that is not per call. */
+  macs: Readonly<Record<string, string>>;
+  macsText: Template;
+  signedText: Template;
+}
+
+const MAX_LAYOUTS = 4096;
 /**
  * The signed fields, and the members the signature covers (those and `fieldMacs`), in RFC 8785 member
  * order: the names are ASCII, so UTF-16 code-unit order is plain string order.
@@ -82,18 +106,50 @@ const SIGNED_FIELD_NAMES = Object.keys(proofSchema.shape)
   .sort();
 const MAC_INPUT_NAMES = [...SIGNED_FIELD_NAMES, 'fieldMacs'].sort();
 
-/** The key of a repeating field's value (its strings as a JSON array), or undefined for a field that does not repeat. */
-function repeatingKey(name: string, value: unknown): string | undefined {
-  if (name === 'tool' && typeof value === 'string') return JSON.stringify([name, value]);
-  if (name === 'secretNames' && Array.isArray(value) && value.every((item) => typeof item === 'string'))
-    return JSON.stringify([name, ...(value as string[])]);
-  if (name === 'server' && typeof value === 'object' && value !== null) {
-    const server = value as ExecutionProof['server'];
-    const parts = [server.id, server.package, server.version, server.registry, server.digest];
-    if (Object.keys(server).length === parts.length && parts.every((part) => typeof part === 'string'))
-      return JSON.stringify([name, ...parts]);
+const isPerCall = (name: string): name is PerCallField =>
+  (PER_CALL_FIELDS as readonly string[]).includes(name);
+
+/** Builds the RFC 8785 text of an object member by member, leaving holes. */
+class TemplateBuilder {
+  private readonly template: Template = { literals: [''], holes: [] };
+
+  /** A member: its text, or (undefined) a hole, between `quote`s when the hole's value is a string's content. */
+  member(name: string, text: string | undefined, hole: Hole, quote: '' | '"' = ''): void {
+    const { literals, holes } = this.template;
+    // The member names are ASCII without quotes or escapes: JSON and RFC 8785 write them as they are.
+    const head = `${literals.length === 1 && literals[0] === '' ? '{' : ','}"${name}":`;
+    if (text !== undefined) {
+      literals[literals.length - 1] += head + text;
+      return;
+    }
+    literals[literals.length - 1] += head + quote;
+    holes.push(hole);
+    literals.push(quote);
   }
-  return undefined;
+
+  build(): Template {
+    this.template.literals[this.template.literals.length - 1] += '}';
+    return this.template;
+  }
+}
+
+function fill(template: Template, values: Readonly<Record<Hole, string>>): string {
+  let text = template.literals[0] as string;
+  for (let index = 0; index < template.holes.length; index += 1) {
+    text += values[template.holes[index] as Hole] + (template.literals[index + 1] as string);
+  }
+  return text;
+}
+
+/** The key of a server, tool and secret names (their strings as a JSON array), or undefined when not all strings. */
+function layoutKey(input: ProofInput): string | undefined {
+  const { server, tool, secretNames } = input;
+  const parts = [server.id, server.package, server.version, server.registry, server.digest];
+  if (Object.keys(server).length !== parts.length || !parts.every((part) => typeof part === 'string')) {
+    return undefined;
+  }
+  if (typeof tool !== 'string' || !secretNames.every((name) => typeof name === 'string')) return undefined;
+  return JSON.stringify([...parts, tool, ...secretNames]);
 }
 
 /**
@@ -101,67 +157,57 @@ function repeatingKey(name: string, value: unknown): string | undefined {
  * can seal; the proof says where the key came from).
  */
 export class ProofSigner {
-  /**
-   * The RFC 8785 form and MAC of each field that is the same in every proof of this signer, computed
-   * once: signing is on every tool call's path.
-   */
-  private readonly shared: ReadonlyMap<string, FieldForm>;
-  private readonly repeating = new Map<string, FieldForm>();
+  private readonly layouts = new Map<string, Layout>();
   private lastTimestamp: { value: string; form: FieldForm } | undefined;
 
-  constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {
-    const shared: Partial<SignedFields> = {
-      version: 'sigil-proof/1',
-      gateway: this.gateway(),
-      canonicalization: 'RFC8785',
-      tee: this.tee(),
-      keySource: deps.key.source,
-    };
-    this.shared = new Map(
-      Object.entries(shared).map(([name, value]) => {
-        const canonical = canonicalJson(value);
-        return [name, { canonical, mac: this.macOfCanonical(name, canonical) }];
-      }),
-    );
-  }
+  constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {}
 
   sign(input: ProofInput): ExecutionProof {
-    const fields: SignedFields = {
+    const layout = this.layoutOf(input);
+    const id = randomUUID();
+    const timestamp = this.deps.clock.now().toISOString();
+    const request = requestHash(input.server.id, input.tool, input.arguments);
+    const response = responseHash(input.result);
+    const perCall: Record<PerCallField, FieldForm> = {
+      id: this.formOf('id', id),
+      requestHash: this.formOf('requestHash', request),
+      responseHash: this.formOf('responseHash', response),
+      timestamp: this.timestampForm(timestamp),
+    };
+    const macsText = fill(layout.macsText, {
+      id: perCall.id.mac,
+      requestHash: perCall.requestHash.mac,
+      responseHash: perCall.responseHash.mac,
+      timestamp: perCall.timestamp.mac,
+      fieldMacs: '',
+    });
+    const signedText = fill(layout.signedText, {
+      id: perCall.id.canonical,
+      requestHash: perCall.requestHash.canonical,
+      responseHash: perCall.responseHash.canonical,
+      timestamp: perCall.timestamp.canonical,
+      fieldMacs: macsText,
+    });
+    const fieldMacs: Record<string, string> = {};
+    for (const name of SIGNED_FIELD_NAMES) {
+      fieldMacs[name] = isPerCall(name) ? perCall[name].mac : (layout.macs[name] as string);
+    }
+    return {
       version: 'sigil-proof/1',
-      id: randomUUID(),
+      id,
       gateway: this.gateway(),
       server: input.server,
       tool: input.tool,
       canonicalization: 'RFC8785',
-      requestHash: requestHash(input.server.id, input.tool, input.arguments),
-      responseHash: responseHash(input.result),
-      timestamp: this.deps.clock.now().toISOString(),
+      requestHash: request,
+      responseHash: response,
+      timestamp,
       tee: this.tee(),
       keySource: this.deps.key.source,
-      secretNames: [...input.secretNames].sort(),
+      secretNames: [...layout.secretNames],
+      fieldMacs,
+      signature: hmacSha256Text(this.deps.key.key, signedText, 'hex'),
     };
-    // The same MACs and signature as fieldMac() and mac() give, from each field's canonical form once,
-    // joined in RFC 8785 member order without sorting on every call.
-    const fieldMacs: Record<string, string> = {};
-    const members: Record<string, string> = {};
-    let macsObject = '';
-    for (const name of SIGNED_FIELD_NAMES) {
-      const { canonical, mac } =
-        this.shared.get(name) ??
-        (name === 'timestamp'
-          ? this.timestampForm(fields.timestamp)
-          : this.formOf(name, fields[name as keyof SignedFields]));
-      members[name] = canonical;
-      fieldMacs[name] = mac;
-      // base64url: its JSON form is its RFC 8785 form.
-      macsObject += `${macsObject === '' ? '{' : ','}"${name}":"${mac}"`;
-    }
-    members.fieldMacs = `${macsObject}}`;
-    let signedObject = '';
-    for (const name of MAC_INPUT_NAMES)
-      signedObject += `${signedObject === '' ? '{' : ','}"${name}":${members[name] as string}`;
-    const signature = hmacSha256Text(this.deps.key.key, `${signedObject}}`, 'hex');
-    return { ...fields, fieldMacs, signature };
   }
 
   /** Checks the signature and, when given, the request and response the proof claims to cover. */
@@ -204,31 +250,54 @@ export class ProofSigner {
     return this.macOfCanonical(name, canonicalJson(value));
   }
 
-  /**
-   * A field's RFC 8785 form and MAC. Those of fields whose values repeat from call to call (server,
-   * tool, secret names) are kept, found by a key built from their strings without canonicalizing.
-   */
-  private formOf(name: string, value: unknown): FieldForm {
-    const key = repeatingKey(name, value);
-    const kept = key === undefined ? undefined : this.repeating.get(key);
+  /** The layout of `input`'s server, tool and secret names: kept, unless they are not all strings. */
+  private layoutOf(input: ProofInput): Layout {
+    const key = layoutKey(input);
+    const kept = key === undefined ? undefined : this.layouts.get(key);
     if (kept) return kept;
-    const canonical = canonicalJson(value);
-    const form = { canonical, mac: this.macOfCanonical(name, canonical) };
-    if (key !== undefined) {
-      if (this.repeating.size >= MAX_REPEATING_FORMS) this.repeating.clear();
-      this.repeating.set(key, form);
+    const secretNames = [...input.secretNames].sort();
+    const values: Omit<SignedFields, PerCallField> = {
+      version: 'sigil-proof/1',
+      gateway: this.gateway(),
+      server: input.server,
+      tool: input.tool,
+      canonicalization: 'RFC8785',
+      tee: this.tee(),
+      keySource: this.deps.key.source,
+      secretNames,
+    };
+    const macs: Record<string, string> = {};
+    const texts = new Map<string, string>();
+    for (const [name, value] of Object.entries(values)) {
+      const canonical = canonicalJson(value);
+      texts.set(name, canonical);
+      macs[name] = this.macOfCanonical(name, canonical);
     }
-    return form;
+    const macsText = new TemplateBuilder();
+    for (const name of SIGNED_FIELD_NAMES) {
+      // base64url: a MAC's JSON form is its RFC 8785 form, the MAC between quotes.
+      macsText.member(name, isPerCall(name) ? undefined : `"${macs[name] as string}"`, name as Hole, '"');
+    }
+    const signedText = new TemplateBuilder();
+    for (const name of MAC_INPUT_NAMES) signedText.member(name, texts.get(name), name as Hole);
+    const layout = { secretNames, macs, macsText: macsText.build(), signedText: signedText.build() };
+    if (key !== undefined) {
+      if (this.layouts.size >= MAX_LAYOUTS) this.layouts.clear();
+      this.layouts.set(key, layout);
+    }
+    return layout;
+  }
+
+  /** A per-call field's form: its value is a string that JSON writes as RFC 8785 does (hex, a UUID). */
+  private formOf(name: PerCallField, value: string): FieldForm {
+    const canonical = canonicalJson(value);
+    return { canonical, mac: this.macOfCanonical(name, canonical) };
   }
 
   /** A timestamp's form, kept for the calls signed within the same millisecond (many, on a busy gateway). */
   private timestampForm(timestamp: string): FieldForm {
     if (this.lastTimestamp?.value !== timestamp) {
-      const canonical = canonicalJson(timestamp);
-      this.lastTimestamp = {
-        value: timestamp,
-        form: { canonical, mac: this.macOfCanonical('timestamp', canonical) },
-      };
+      this.lastTimestamp = { value: timestamp, form: this.formOf('timestamp', timestamp) };
     }
     return this.lastTimestamp.form;
   }
