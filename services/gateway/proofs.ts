@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Clock } from '../../core/clock.ts';
-import { canonicalJson, hmacSha256Text, sameMac, sha256Hex } from '../../core/crypto.ts';
+import { canonicalJson, HmacSha256Key, sameMac, sha256Hex } from '../../core/crypto.ts';
 import type { DerivedKey, TeeStatus } from '../../core/plugins/contracts/index.ts';
 import type { BuildInfo } from '../shared/build-info.ts';
 
@@ -160,7 +160,11 @@ export class ProofSigner {
   private readonly layouts = new Map<string, Layout>();
   private lastTimestamp: { value: string; form: FieldForm } | undefined;
 
-  constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {}
+  private readonly hmac: HmacSha256Key;
+
+  constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: BuildInfo; clock: Clock }) {
+    this.hmac = new HmacSha256Key(deps.key.key);
+  }
 
   sign(input: ProofInput): ExecutionProof {
     const layout = this.layoutOf(input);
@@ -206,7 +210,7 @@ export class ProofSigner {
       keySource: this.deps.key.source,
       secretNames: [...layout.secretNames],
       fieldMacs,
-      signature: hmacSha256Text(this.deps.key.key, signedText, 'hex'),
+      signature: this.hmac.mac(signedText, 'hex'),
     };
   }
 
@@ -303,7 +307,7 @@ export class ProofSigner {
   }
 
   private macOfCanonical(name: string, canonical: string): string {
-    return hmacSha256Text(this.deps.key.key, `${name}\0${canonical}`, 'base64url');
+    return this.hmac.mac(`${name}\0${canonical}`, 'base64url');
   }
 
   private gateway(): SignedFields['gateway'] {
@@ -315,6 +319,6 @@ export class ProofSigner {
   }
 
   private mac(value: unknown): string {
-    return hmacSha256Text(this.deps.key.key, canonicalJson(value), 'hex');
+    return this.hmac.mac(canonicalJson(value), 'hex');
   }
 }
