@@ -57,7 +57,13 @@ const FLUSH_EVERY_MS = 250;
 // Lines still waiting when the process exits are written synchronously (as sonic-boom does its own).
 const flushedAtExit = new Set<LineBatches>();
 process.on('exit', () => {
-  for (const batches of flushedAtExit) batches.flushSync();
+  for (const batches of flushedAtExit) {
+    try {
+      batches.flushSync();
+    } catch {
+      // A log file not open yet (the process ends at start-up): nothing can be written any more.
+    }
+  }
 });
 
 /**
