@@ -69,42 +69,67 @@ export function ownCpuUs(): number {
   return usage.user + usage.system;
 }
 
-/**
- * With BENCH_CPU_PROFILE=<dir>, each measured run against an HTTP target writes a V8 CPU profile of
- * this process to <dir>: where the serving CPU per call goes.
- */
-export async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
-  const heapDir = process.env.BENCH_HEAP_PROFILE;
-  if (heapDir !== undefined) {
-    const session = new Session();
-    session.connect();
+/** A V8 profiler run over a session: started before the work, its profile taken after it. */
+interface Recorder {
+  extension: string;
+  start(session: Session): Promise<unknown>;
+  stop(session: Session): Promise<object>;
+}
+
+const cpuProfile: Recorder = {
+  extension: 'cpuprofile',
+  start: async (session) => {
+    await session.post('Profiler.enable');
+    await session.post('Profiler.start');
+  },
+  stop: async (session) => (await session.post('Profiler.stop')).profile,
+};
+
+/** Sampled allocations, the collected ones included: what a run allocates, not what it keeps. */
+const heapProfile: Recorder = {
+  extension: 'heapprofile',
+  start: async (session) => {
     await session.post('HeapProfiler.enable');
     await session.post('HeapProfiler.startSampling', {
       samplingInterval: 4096,
       includeObjectsCollectedByMajorGC: true,
       includeObjectsCollectedByMinorGC: true,
     });
-    try {
-      return await work();
-    } finally {
-      const { profile } = await session.post('HeapProfiler.stopSampling');
-      mkdirSync(heapDir, { recursive: true });
-      writeFileSync(join(heapDir, `${name.replace(/[^\w.-]+/g, '_')}.heapprofile`), JSON.stringify(profile));
-      session.disconnect();
-    }
-  }
-  const dir = process.env.BENCH_CPU_PROFILE;
-  if (dir === undefined) return work();
+  },
+  stop: async (session) => (await session.post('HeapProfiler.stopSampling')).profile,
+};
+
+/**
+ * With BENCH_CPU_PROFILE=<dir>, each measured run against an HTTP target writes a V8 CPU profile of
+ * this process to <dir>: where the serving CPU per call goes. With BENCH_HEAP_PROFILE=<dir>, a
+ * sampling heap profile instead: what allocates (each allocation costs the serving process GC time).
+ */
+export async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {
+  const heapDir = process.env.BENCH_HEAP_PROFILE;
+  const cpuDir = process.env.BENCH_CPU_PROFILE;
+  if (heapDir !== undefined) return recorded(heapProfile, heapDir, name, work);
+  if (cpuDir !== undefined) return recorded(cpuProfile, cpuDir, name, work);
+  return work();
+}
+
+async function recorded<T>(
+  recorder: Recorder,
+  dir: string,
+  name: string,
+  work: () => Promise<T>,
+): Promise<T> {
   const session = new Session();
   session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
+  await recorder.start(session);
   try {
     return await work();
   } finally {
-    const { profile } = await session.post('Profiler.stop');
+    const profile = await recorder.stop(session);
     mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, `${name.replace(/[^\w.-]+/g, '_')}.cpuprofile`), JSON.stringify(profile));
+    writeFileSync(
+      join(dir, `${name.replace(/[^\w.-]+/g, '_')}.${recorder.extension}`),
+      JSON.stringify(profile),
+    );
     session.disconnect();
   }
 }
