@@ -53,23 +53,24 @@ describe('execution proof signing', () => {
   ];
 
   for (const [index, input] of inputs.entries()) {
-    it(`gives the MACs and signature of the definitions (input ${index + 1})`, () => {
-      const proof = signer.sign(input);
-      const { fieldMacs, signature, ...fields } = proof;
-      expect(Object.keys(fieldMacs).sort()).to.deep.equal(Object.keys(fields).sort());
-      for (const [name, value] of Object.entries(fields)) {
-        expect(fieldMacs[name], name).to.equal(
-          hmacSha256(key, `${name}\0${canonicalJson(value)}`).toString('base64url'),
-        );
+    it(`gives the MACs and signature of the definitions (input ${index + 1}), first and from its kept layout`, () => {
+      for (const proof of [signer.sign(input), signer.sign({ ...input, server: { ...input.server } })]) {
+        const { fieldMacs, signature, ...fields } = proof;
+        expect(Object.keys(fieldMacs).sort()).to.deep.equal(Object.keys(fields).sort());
+        for (const [name, value] of Object.entries(fields)) {
+          expect(fieldMacs[name], name).to.equal(
+            hmacSha256(key, `${name}\0${canonicalJson(value)}`).toString('base64url'),
+          );
+        }
+        expect(signature).to.equal(hmacSha256(key, canonicalJson({ ...fields, fieldMacs })).toString('hex'));
+        expect(proof.secretNames).to.deep.equal([...input.secretNames].sort());
+        expect(
+          signer.verify(proof, {
+            request: { serverId: input.server.id, tool: input.tool, arguments: input.arguments },
+            response: input.result as CallToolResult,
+          }),
+        ).to.deep.equal({ valid: true, problems: [] });
       }
-      expect(signature).to.equal(hmacSha256(key, canonicalJson({ ...fields, fieldMacs })).toString('hex'));
-      expect(proof.secretNames).to.deep.equal([...input.secretNames].sort());
-      expect(
-        signer.verify(proof, {
-          request: { serverId: input.server.id, tool: input.tool, arguments: input.arguments },
-          response: input.result as CallToolResult,
-        }),
-      ).to.deep.equal({ valid: true, problems: [] });
     });
   }
 
@@ -82,6 +83,10 @@ describe('execution proof signing', () => {
       { ...base, tool: 'echo2' },
       { ...base, secretNames: ['A_KEY'] },
       { ...base, secretNames: ['A_KEY', 'B'] },
+      // Strings that would run together in a key joined without escaping.
+      { ...base, tool: 'a', secretNames: ['B'] },
+      { ...base, tool: 'a","B', secretNames: [] },
+      { ...base, tool: 'a\u0000B', secretNames: [] },
     ];
     for (const variant of variants) {
       const { fieldMacs, signature: _signature, ...fields } = signer.sign(variant);
