@@ -8,6 +8,7 @@ import {
   sharedProbeWorld,
   stopSharedProbeWorld,
   type PaidGateway,
+  type ProxyDecision,
 } from './support.ts';
 
 after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
@@ -21,7 +22,8 @@ interface Report {
 /**
  * The reconciler keeps the settlements it has read from the chain and reads only the blocks since its
  * last reading, from REREAD_BLOCKS (64) back, so a reorganization within that depth is seen; a chain
- * shorter than its last reading is read again from block 0.
+ * shorter than its last reading is read again from block 0. When a record marked settled is missing
+ * from what it read, it reads again (incrementally: 65 blocks) before it reports it.
  */
 describe('payments: incremental reconciliation, on anvil', function () {
   this.timeout(120_000);
@@ -81,6 +83,77 @@ describe('payments: incremental reconciliation, on anvil', function () {
       expect(second.blocksRead).to.be.within(64, 64 + 10);
     });
 
+    it('does not report a payment settled while it read the chain: it reads again first', async () => {
+      let held: (() => void) | undefined;
+      const reading = new Promise<void>((reached) => {
+        const release = new Promise<void>((resolve) => (held = resolve));
+        let first = true;
+        world.proxy.intercept = async (methods): Promise<ProxyDecision> => {
+          if (!first || !methods.includes('eth_getLogs')) return 'forward';
+          first = false;
+          reached();
+          await release;
+          return 'forward';
+        };
+      });
+      const reconciled = reconcile();
+      await reading; // the chain's newest block is read; its logs wait
+      const transaction = await paidCall();
+      held?.();
+      const { report } = await reconciled;
+      expect(report).to.deep.include({ checked: 3, onChain: 3, mismatches: [] });
+      expect((await reconcile()).report.mismatches).to.deep.equal([]);
+      expect(transaction).to.match(/^0x[0-9a-f]{64}$/);
+    });
+
+    it('names each kind of disagreement: amount, state, a settlement without its record', async () => {
+      const table = () => gateway.records('payment_settlements');
+      const settled = (await table().where({ state: 'settled' }).orderBy('id')) as {
+        id: string;
+        amount: string;
+        transaction: string;
+      }[];
+      expect(settled).to.have.length(3);
+      const [altered, failed, removed] = settled as [
+        (typeof settled)[0],
+        (typeof settled)[0],
+        (typeof settled)[0],
+      ];
+      const removedRow = (await table().where({ id: removed.id }).first()) as Record<string, unknown>;
+      await table().where({ id: altered.id }).update({ amount: '1' });
+      await table().where({ id: failed.id }).update({ state: 'failed' });
+      await table().where({ id: removed.id }).delete();
+      try {
+        const { report } = await reconcile();
+        expect(report.checked).to.equal(2);
+        expect(report.onChain).to.equal(3);
+        const byId = new Map(report.mismatches.map((m) => [m.id, m]));
+        expect(byId.size).to.equal(3);
+        expect(byId.get(altered.id)).to.deep.equal({
+          id: altered.id,
+          problem: 'amount_differs',
+          record: { state: 'settled', amount: '1', transaction: altered.transaction },
+          chain: { amount: altered.amount, transaction: altered.transaction },
+        });
+        expect(byId.get(failed.id)).to.deep.equal({
+          id: failed.id,
+          problem: 'on_chain_not_settled',
+          record: { state: 'failed', amount: failed.amount, transaction: failed.transaction },
+          chain: { amount: failed.amount, transaction: failed.transaction },
+        });
+        expect(byId.get(removed.id)).to.deep.equal({
+          id: removed.id,
+          problem: 'on_chain_not_settled',
+          chain: { amount: removed.amount, transaction: removed.transaction },
+        });
+      } finally {
+        await table().where({ id: altered.id }).update({ amount: altered.amount });
+        await table().where({ id: failed.id }).update({ state: 'settled' });
+        await table().insert(removedRow);
+      }
+      expect((await reconcile()).report).to.deep.include({ checked: 3, onChain: 3, mismatches: [] });
+    });
+
     it('sees a settlement undone by a reorganization within the depth it reads again', async () => {
       const snapshot = await anvil('evm_snapshot');
       const transaction = await paidCall();
@@ -88,7 +161,8 @@ describe('payments: incremental reconciliation, on anvil', function () {
       await anvil('evm_revert', [snapshot]);
       await anvil('anvil_mine', ['0x5']); // the chain grows past the last reading again, without it
       const { report, blocksRead } = await reconcile();
-      expect(blocksRead).to.be.below(100);
+      // Twice from 64 blocks below the last reading: the second time for the missing settlement.
+      expect(blocksRead).to.be.below(2 * 100);
       expect(report.mismatches.map((m) => [m.problem, m.record?.transaction])).to.deep.equal([
         ['settled_not_on_chain', transaction],
       ]);
@@ -101,10 +175,11 @@ describe('payments: incremental reconciliation, on anvil', function () {
       await anvil('evm_revert', [snapshot]);
       const latest = Number(await anvil('eth_blockNumber'));
       const { report, blocksRead } = await reconcile();
-      expect(blocksRead).to.equal(latest + 1);
+      // From block 0, then again from 64 below that reading for the settlement the first one lacks.
+      expect(blocksRead).to.equal(latest + 1 + 65);
       // Still one payment undone by the reorganization before, and the rest on chain.
       expect(report.mismatches.map((m) => m.problem)).to.deep.equal(['settled_not_on_chain']);
-      expect(report.onChain).to.equal(2);
+      expect(report.onChain).to.equal(3);
     });
   });
 });

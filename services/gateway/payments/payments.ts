@@ -3,7 +3,6 @@ import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
 import { SigilError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/log.ts';
 import type {
-  OnChainSettlement,
   PaymentRailV1,
   PaymentResource,
   PaymentTerms,
@@ -56,6 +55,12 @@ export interface Mismatch {
   chain?: { amount: string; transaction: string };
 }
 
+/** A record joined with the chain settlement of the same id. */
+interface JoinedRow extends Pick<SettlementRow, 'id' | 'state' | 'amount' | 'transaction'> {
+  chain_amount: string;
+  chain_transaction: string;
+}
+
 /** Retry delays of a settlement that could not be decided (RPC down): 1 s doubling to 5 min. */
 const backoffMs = (attempts: number): number => Math.min(1000 * 2 ** Math.max(0, attempts - 1), 300_000);
 /** How long a worker owns a due settlement before another replica may take it over. */
@@ -68,6 +73,8 @@ const REREAD_BLOCKS = 64n;
 const CURSOR = 'settlements';
 /** Rows per insert of chain settlements (SQLite binds at most 999 variables per statement). */
 const INSERT_BATCH = 150;
+/** Ids per `IN (…)` list, for the same reason. */
+const ID_BATCH = 500;
 
 /**
  * Charges per call on a payment rail, exactly: a payment is verified and reserved (its id unique in
@@ -416,63 +423,118 @@ export class Payments {
     };
   }
 
-  /** Compares the records with the settlements the chain holds; every difference is reported. */
+  /**
+   * Compares the records with the settlements the chain holds; every difference is reported. The chain
+   * is read into the database first and the two are compared there, so memory holds the differences,
+   * not the history. A record marked settled after the chain was read looks missing from it: those
+   * differences are judged again after a second (incremental) reading, when their transfers, sent
+   * before the mark, are on chain unless the chain lost them.
+   */
   async reconcile(): Promise<{ checked: number; onChain: number; mismatches: Mismatch[] }> {
-    // Records first: a record marked settled after this read has its transfer on chain by the next.
-    const rows = (await this.deps.db('payment_settlements').select()) as SettlementRow[];
-    const chain = await this.settlementsOnChain();
-    const onChain = new Map(chain.map((settlement) => [settlement.id, settlement]));
-    const mismatches: Mismatch[] = [];
-    for (const row of rows) {
-      const settled = onChain.get(row.id);
-      const record = { state: row.state, amount: row.amount, transaction: row.transaction };
-      if (row.state === 'settled' && !settled) {
-        mismatches.push({ id: row.id, problem: 'settled_not_on_chain', record });
-      } else if (settled && row.state !== 'settled' && row.state !== 'settling') {
-        mismatches.push({
-          id: row.id,
-          problem: 'on_chain_not_settled',
-          record,
-          chain: { amount: settled.amount.toString(), transaction: settled.transaction },
-        });
-      } else if (settled && settled.amount.toString() !== row.amount) {
-        mismatches.push({
-          id: row.id,
-          problem: 'amount_differs',
-          record,
-          chain: { amount: settled.amount.toString(), transaction: settled.transaction },
-        });
-      }
-      onChain.delete(row.id);
+    await this.readChain();
+    const first = await this.differences();
+    const missing = first.filter((mismatch) => mismatch.problem === 'settled_not_on_chain');
+    let stillMissing: Mismatch[] = [];
+    if (missing.length > 0) {
+      await this.readChain();
+      stillMissing = await this.settledNotOnChain(missing.map((mismatch) => mismatch.id));
     }
-    for (const settled of onChain.values()) {
-      mismatches.push({
-        id: settled.id,
-        problem: 'on_chain_not_settled',
-        chain: { amount: settled.amount.toString(), transaction: settled.transaction },
-      });
-    }
+    const mismatches = [
+      ...first.filter((mismatch) => mismatch.problem !== 'settled_not_on_chain'),
+      ...stillMissing,
+    ];
+    const count = async (table: string) =>
+      Number(((await this.deps.db(table).count({ n: '*' }).first()) as { n: number | string }).n);
+    const [checked, onChain] = [await count('payment_settlements'), await count('payment_chain_settlements')];
     if (mismatches.length > 0) this.deps.logger.error({ mismatches }, 'payments: records and chain disagree');
-    return { checked: rows.length, onChain: chain.length, mismatches };
+    return { checked, onChain, mismatches };
+  }
+
+  /** Records and chain settlements that disagree, as the database holds them now. */
+  private async differences(): Promise<Mismatch[]> {
+    const { db } = this.deps;
+    const joined = () =>
+      db('payment_chain_settlements as chain')
+        .join('payment_settlements as record', 'record.id', 'chain.id')
+        .select(
+          'record.id',
+          'record.state',
+          'record.amount',
+          'record.transaction',
+          'chain.amount as chain_amount',
+          'chain.transaction as chain_transaction',
+        )
+        .orderBy('record.id');
+    const notSettled = (await joined().whereNotIn('record.state', ['settled', 'settling'])) as JoinedRow[];
+    const amountDiffers = (await joined()
+      .whereIn('record.state', ['settled', 'settling'])
+      .whereRaw('?? <> ??', ['chain.amount', 'record.amount'])) as JoinedRow[];
+    const unrecorded = (await db('payment_chain_settlements as chain')
+      .leftJoin('payment_settlements as record', 'record.id', 'chain.id')
+      .whereNull('record.id')
+      .select('chain.id', 'chain.amount', 'chain.transaction')
+      .orderBy('chain.id')) as { id: string; amount: string; transaction: string }[];
+    const withChain = (row: JoinedRow, problem: Mismatch['problem']): Mismatch => ({
+      id: row.id,
+      problem,
+      record: { state: row.state, amount: row.amount, transaction: row.transaction },
+      chain: { amount: row.chain_amount, transaction: row.chain_transaction },
+    });
+    return [
+      ...(await this.settledNotOnChain()),
+      ...notSettled.map((row) => withChain(row, 'on_chain_not_settled')),
+      ...amountDiffers.map((row) => withChain(row, 'amount_differs')),
+      ...unrecorded.map((settled) => ({
+        id: settled.id,
+        problem: 'on_chain_not_settled' as const,
+        chain: { amount: settled.amount, transaction: settled.transaction },
+      })),
+    ];
+  }
+
+  /** Records marked settled that the stored chain settlements lack (only those of `ids`, when given). */
+  private async settledNotOnChain(ids?: string[]): Promise<Mismatch[]> {
+    const query = () =>
+      this.deps
+        .db('payment_settlements as record')
+        .leftJoin('payment_chain_settlements as chain', 'chain.id', 'record.id')
+        .where('record.state', 'settled')
+        .whereNull('chain.id')
+        .select('record.id', 'record.state', 'record.amount', 'record.transaction')
+        .orderBy('record.id');
+    type Row = Pick<SettlementRow, 'id' | 'state' | 'amount' | 'transaction'>;
+    let rows: Row[];
+    if (ids === undefined) rows = (await query()) as Row[];
+    else {
+      rows = [];
+      // In slices: SQLite caps the variables of one statement.
+      for (let at = 0; at < ids.length; at += ID_BATCH) {
+        rows.push(...((await query().whereIn('record.id', ids.slice(at, at + ID_BATCH))) as Row[]));
+      }
+    }
+    return rows.map((row) => ({
+      id: row.id,
+      problem: 'settled_not_on_chain',
+      record: { state: row.state, amount: row.amount, transaction: row.transaction },
+    }));
   }
 
   /**
-   * Every settlement the chain holds. With a rail that tells its newest block, those read before are
-   * kept in the database and only the blocks since the last reading are read again, from
-   * `REREAD_BLOCKS` back: a reorganization within that depth drops what it undid, and a chain shorter
-   * than the last reading is read from block 0 again. Without, the rail reads them all, every time.
+   * Brings the stored chain settlements up to date. With a rail that tells its newest block, only the
+   * blocks since the last reading are read, from `REREAD_BLOCKS` back: a reorganization within that
+   * depth drops what it undid, and a chain shorter than the last reading is read from block 0 again.
+   * Without, the rail reads them all, every time, and they replace what was stored.
    */
-  private async settlementsOnChain(): Promise<OnChainSettlement[]> {
+  private async readChain(): Promise<void> {
     const { rail, db } = this.deps;
-    if (!rail.latestBlock) return rail.settlementsOnChain(0n);
-    const latest = await rail.latestBlock();
+    const latest = rail.latestBlock ? await rail.latestBlock() : undefined;
     const cursor = (await db('payment_chain_cursor').where({ name: CURSOR }).first()) as
       { scanned_to: number | string } | undefined;
     const scannedTo = cursor === undefined ? undefined : BigInt(cursor.scanned_to);
     // A chain now shorter than what was read is another chain (a dev chain started again) or a
     // reorganization deeper than REREAD_BLOCKS: read it all again.
     const from =
-      scannedTo === undefined || scannedTo < REREAD_BLOCKS || latest < scannedTo
+      latest === undefined || scannedTo === undefined || scannedTo < REREAD_BLOCKS || latest < scannedTo
         ? 0n
         : scannedTo - REREAD_BLOCKS;
     const found = await rail.settlementsOnChain(from);
@@ -492,25 +554,12 @@ export class Payments {
           .onConflict('id')
           .merge();
       }
+      if (latest === undefined) return;
       await trx('payment_chain_cursor')
         .insert({ name: CURSOR, scanned_to: latest.toString() })
         .onConflict('name')
         .merge();
     });
-    const stored = (await db('payment_chain_settlements').select()) as {
-      id: string;
-      payer: string;
-      amount: string;
-      transaction: string;
-      block: number | string;
-    }[];
-    return stored.map((row) => ({
-      id: row.id,
-      payer: row.payer,
-      amount: BigInt(row.amount),
-      transaction: row.transaction,
-      block: BigInt(row.block),
-    }));
   }
 
   /** A record write the answer does not wait for; stop() waits for it. */
