@@ -1,10 +1,17 @@
 import { decodePaymentResponseHeader } from '@x402/core/http';
 import { expect } from 'chai';
-import { describeEachDatabase } from '../support/kernel.ts';
+import { systemClock } from '../../core/clock.ts';
+import { SecretRegistry } from '../../core/log.ts';
+import type { PaymentRailV1 } from '../../core/plugins/contracts/index.ts';
+import x402Evm from '../../plugins/payments/x402-evm/index.ts';
+import { Payments } from '../../services/gateway/payments/payments.ts';
+import { describeEachDatabase, quietLogger } from '../support/kernel.ts';
 import {
   chainBehindProxy,
+  devAccountKey,
   paidGateway,
   payingClient,
+  railPlugin,
   sharedProbeWorld,
   stopSharedProbeWorld,
   type PaidGateway,
@@ -180,6 +187,45 @@ describe('payments: incremental reconciliation, on anvil', function () {
       // Still one payment undone by the reorganization before, and the rest on chain.
       expect(report.mismatches.map((m) => m.problem)).to.deep.equal(['settled_not_on_chain']);
       expect(report.onChain).to.equal(3);
+    });
+
+    it('reads a rail without latestBlock() whole each time, keeping only what it read last', async () => {
+      const { plugin } = railPlugin(world.chain, {
+        payTo: gateway.payTo,
+        facilitator: { kind: 'builtin', privateKey: devAccountKey(5) },
+      });
+      const instance = (await x402Evm.create({
+        config: x402Evm.config.parse(plugin.options),
+        deps: { secrets: new SecretRegistry() },
+        logger: quietLogger(),
+      })) as PaymentRailV1 & { stop(): Promise<void> };
+      const withoutLatestBlock = new Proxy(instance, {
+        get: (target, name) => (name === 'latestBlock' ? undefined : (Reflect.get(target, name) as unknown)),
+      });
+      const payments = new Payments({
+        rail: withoutLatestBlock,
+        db: gateway.records,
+        clock: systemClock,
+        logger: quietLogger(),
+        staleAfterMs: 60_000,
+      });
+      const cursor = () => gateway.records('payment_chain_cursor').select();
+      const cursorBefore = await cursor();
+      try {
+        const expected = (await reconcile()).report;
+        for (let round = 0; round < 2; round += 1) {
+          const report = await payments.reconcile();
+          expect(report, `round ${round + 1}`).to.deep.equal(expected);
+          const stored = (await gateway.records('payment_chain_settlements').count({ n: '*' }).first()) as {
+            n: number | string;
+          };
+          expect(Number(stored.n)).to.equal(expected.onChain);
+        }
+        // The gateway's own incremental reading is left where it was.
+        expect(await cursor()).to.deep.equal(cursorBefore);
+      } finally {
+        await instance.stop();
+      }
     });
   });
 });
