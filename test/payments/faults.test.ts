@@ -148,13 +148,16 @@ describe('payments: faults on anvil', function () {
       expect(rows).to.have.length(1);
     });
 
-    it('settlement RPC down during the call, then back: a pending receipt, settling, the worker settles once', async () => {
+    it('the RPC down from the settlement on, then back: a pending receipt, settling, the worker settles once', async () => {
       const payment = await payFor(await gateway.required('sleep'));
-      const call = gateway.callRest('sleep', { ms: 800 }, payment);
-      // Verified and reserved through the proxy: now the chain becomes unreachable for the settlement.
-      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
-      proxy.down = true;
-      const res = await call;
+      // The chain becomes unreachable once the payment is verified, as the settlement is sent. (Cut
+      // when the record reads `executing`, the RPC could still owe verification its answer: the
+      // reservation is written while the payment is verified, and a slow machine then refused it.)
+      proxy.intercept = (methods) => {
+        if (sendsTransaction(methods)) proxy.down = true;
+        return 'forward';
+      };
+      const res = await gateway.callRest('sleep', { ms: 800 }, payment);
       expect(res.status).to.equal(200);
       expect(textOf(await res.json())).to.equal('slept 800');
       const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
@@ -162,6 +165,7 @@ describe('payments: faults on anvil', function () {
       const pending = (await rowOf(payment))!;
       expect(pending.state).to.equal('settling');
       expect(await balances(chain)(gateway.payTo)).to.equal(500n);
+      proxy.intercept = undefined;
       proxy.down = false;
       const settled = await eventually('the retried settlement', async () => {
         const row = await rowOf(payment);
