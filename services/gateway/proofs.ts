@@ -90,8 +90,8 @@ interface Template {
  */
 interface Layout {
   secretNames: readonly string[];
-  /** The MAC of each field that is not per call. */
-  macs: Readonly<Record<string, string>>;
+  /** The form of each field that is not per call. */
+  forms: Readonly<Record<string, FieldForm>>;
   macsText: Template;
   signedText: Template;
 }
@@ -133,10 +133,10 @@ class TemplateBuilder {
   }
 }
 
-function fill(template: Template, values: Readonly<Record<Hole, string>>): string {
+function fill(template: Template, valueOf: (hole: Hole) => string): string {
   let text = template.literals[0] as string;
   for (let index = 0; index < template.holes.length; index += 1) {
-    text += values[template.holes[index] as Hole] + (template.literals[index + 1] as string);
+    text += valueOf(template.holes[index] as Hole) + (template.literals[index + 1] as string);
   }
   return text;
 }
@@ -178,23 +178,14 @@ export class ProofSigner {
       responseHash: this.formOf('responseHash', response),
       timestamp: this.timestampForm(timestamp),
     };
-    const macsText = fill(layout.macsText, {
-      id: perCall.id.mac,
-      requestHash: perCall.requestHash.mac,
-      responseHash: perCall.responseHash.mac,
-      timestamp: perCall.timestamp.mac,
-      fieldMacs: '',
-    });
-    const signedText = fill(layout.signedText, {
-      id: perCall.id.canonical,
-      requestHash: perCall.requestHash.canonical,
-      responseHash: perCall.responseHash.canonical,
-      timestamp: perCall.timestamp.canonical,
-      fieldMacs: macsText,
-    });
+    // The MACs' text has a hole per per-call field; the signed text one more, for the MACs' text.
+    const macsText = fill(layout.macsText, (hole) => perCall[hole as PerCallField].mac);
+    const signedText = fill(layout.signedText, (hole) =>
+      hole === 'fieldMacs' ? macsText : perCall[hole].canonical,
+    );
     const fieldMacs: Record<string, string> = {};
     for (const name of SIGNED_FIELD_NAMES) {
-      fieldMacs[name] = isPerCall(name) ? perCall[name].mac : (layout.macs[name] as string);
+      fieldMacs[name] = (isPerCall(name) ? perCall[name] : (layout.forms[name] as FieldForm)).mac;
     }
     return {
       version: 'sigil-proof/1',
@@ -251,7 +242,7 @@ export class ProofSigner {
   }
 
   private fieldMac(name: string, value: unknown): string {
-    return this.macOfCanonical(name, canonicalJson(value));
+    return this.formOf(name, value).mac;
   }
 
   /** The layout of `input`'s server, tool and secret names: kept, unless they are not all strings. */
@@ -270,21 +261,17 @@ export class ProofSigner {
       keySource: this.deps.key.source,
       secretNames,
     };
-    const macs: Record<string, string> = {};
-    const texts = new Map<string, string>();
-    for (const [name, value] of Object.entries(values)) {
-      const canonical = canonicalJson(value);
-      texts.set(name, canonical);
-      macs[name] = this.macOfCanonical(name, canonical);
-    }
+    const forms: Record<string, FieldForm> = {};
+    for (const [name, value] of Object.entries(values)) forms[name] = this.formOf(name, value);
     const macsText = new TemplateBuilder();
     for (const name of SIGNED_FIELD_NAMES) {
       // base64url: a MAC's JSON form is its RFC 8785 form, the MAC between quotes.
-      macsText.member(name, isPerCall(name) ? undefined : `"${macs[name] as string}"`, name as Hole, '"');
+      const mac = forms[name]?.mac;
+      macsText.member(name, mac === undefined ? undefined : `"${mac}"`, name as Hole, '"');
     }
     const signedText = new TemplateBuilder();
-    for (const name of MAC_INPUT_NAMES) signedText.member(name, texts.get(name), name as Hole);
-    const layout = { secretNames, macs, macsText: macsText.build(), signedText: signedText.build() };
+    for (const name of MAC_INPUT_NAMES) signedText.member(name, forms[name]?.canonical, name as Hole);
+    const layout = { secretNames, forms, macsText: macsText.build(), signedText: signedText.build() };
     if (key !== undefined) {
       if (this.layouts.size >= MAX_LAYOUTS) this.layouts.clear();
       this.layouts.set(key, layout);
@@ -292,10 +279,10 @@ export class ProofSigner {
     return layout;
   }
 
-  /** A per-call field's form: its value is a string that JSON writes as RFC 8785 does (hex, a UUID). */
-  private formOf(name: PerCallField, value: string): FieldForm {
+  /** A field's RFC 8785 form and its MAC, over `name \0 form`. */
+  private formOf(name: string, value: unknown): FieldForm {
     const canonical = canonicalJson(value);
-    return { canonical, mac: this.macOfCanonical(name, canonical) };
+    return { canonical, mac: this.hmac.mac(`${name}\0${canonical}`, 'base64url') };
   }
 
   /** A timestamp's form, kept for the calls signed within the same millisecond (many, on a busy gateway). */
@@ -304,10 +291,6 @@ export class ProofSigner {
       this.lastTimestamp = { value: timestamp, form: this.formOf('timestamp', timestamp) };
     }
     return this.lastTimestamp.form;
-  }
-
-  private macOfCanonical(name: string, canonical: string): string {
-    return this.hmac.mac(`${name}\0${canonical}`, 'base64url');
   }
 
   private gateway(): SignedFields['gateway'] {
