@@ -432,17 +432,13 @@ export class Payments {
    */
   async reconcile(): Promise<{ checked: number; onChain: number; mismatches: Mismatch[] }> {
     await this.readChain();
-    const first = await this.differences();
-    const missing = first.filter((mismatch) => mismatch.problem === 'settled_not_on_chain');
-    let stillMissing: Mismatch[] = [];
+    let missing = await this.settledNotOnChain();
+    const others = await this.otherDifferences();
     if (missing.length > 0) {
       await this.readChain();
-      stillMissing = await this.settledNotOnChain(missing.map((mismatch) => mismatch.id));
+      missing = await this.settledNotOnChain(missing.map((mismatch) => mismatch.id));
     }
-    const mismatches = [
-      ...first.filter((mismatch) => mismatch.problem !== 'settled_not_on_chain'),
-      ...stillMissing,
-    ];
+    const mismatches = [...missing, ...others];
     const count = async (table: string) =>
       Number(((await this.deps.db(table).count({ n: '*' }).first()) as { n: number | string }).n);
     const [checked, onChain] = [await count('payment_settlements'), await count('payment_chain_settlements')];
@@ -450,8 +446,8 @@ export class Payments {
     return { checked, onChain, mismatches };
   }
 
-  /** Records and chain settlements that disagree, as the database holds them now. */
-  private async differences(): Promise<Mismatch[]> {
+  /** Chain settlements whose record disagrees (amount, state) or is missing, as the database holds them now. */
+  private async otherDifferences(): Promise<Mismatch[]> {
     const { db } = this.deps;
     const joined = () =>
       db('payment_chain_settlements as chain')
@@ -481,7 +477,6 @@ export class Payments {
       chain: { amount: row.chain_amount, transaction: row.chain_transaction },
     });
     return [
-      ...(await this.settledNotOnChain()),
       ...notSettled.map((row) => withChain(row, 'on_chain_not_settled')),
       ...amountDiffers.map((row) => withChain(row, 'amount_differs')),
       ...unrecorded.map((settled) => ({
