@@ -34,6 +34,12 @@ export interface PaymentRailHarness {
   pay(required: X402PaymentRequired): Promise<unknown>;
   /** The asset's balance of `address` on the rail's chain, in base units. */
   balanceOf(address: string): Promise<bigint>;
+  /**
+   * Optional: cancels on chain, as the payer, the authorization of a payment `pay` signed, and resolves
+   * once the cancellation is final (for EIP-3009, `cancelAuthorization` signed by the payer, mined).
+   * Without it the check that a cancelled authorization never counts as settled is not applicable.
+   */
+  cancel?(payload: unknown): Promise<void>;
 }
 
 const CONTRACT = 'core/plugins/contracts/payment-rail-v1.ts';
@@ -529,6 +535,37 @@ export function paymentRailBehaviour(harness: () => PaymentRailHarness): readonl
             `status() names transaction ${status.transaction}, settle() ${outcome.transaction}`,
           );
         }
+        return pass();
+      },
+    },
+    {
+      id: 'payment-rail.cancelled-not-settled',
+      level: 'MUST',
+      title:
+        'a payment whose authorization the payer cancelled after verify() is never settled: settle() rejects it, status() says unused, nothing moves',
+      spec: spec(
+        'settle: "an authorization used up any other way (cancelled by the payer, spent on another transfer) is never reported `settled`; it is `rejected`, not charged"; status: "a cancelled authorization is never reported used"',
+      ),
+      check: async (context) => {
+        const h = harness();
+        if (!h.cancel) notApplicableBecause('the harness cannot cancel an authorization');
+        const before = await balancesOf(context, h);
+        const payload = await payFor(context, h);
+        const payment = await verifyValid(context, payload, 'a good payment');
+        await h.cancel(payload);
+        const outcome = await settleOnce(
+          context,
+          payment,
+          'the payment after its authorization was cancelled',
+        );
+        ensure(
+          outcome.status === 'rejected',
+          `settle() of a cancelled authorization answered ${outcome.status}${outcome.status === 'settled' ? ` (transaction "${outcome.transaction}")` : ''}, not rejected`,
+        );
+        const status = await context.instance.status(payment);
+        context.evidence.note('status() of the cancelled authorization', status);
+        ensure(!status.used, 'status() says a cancelled authorization is used (settled)');
+        await expectMoved(context, h, before, 0n, 'settle() of a cancelled authorization');
         return pass();
       },
     },

@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { privateKeyToAccount } from 'viem/accounts';
 import type { PaymentRailV1 } from '../../core/plugins/contracts/index.ts';
 import { SecretRegistry } from '../../core/log.ts';
 import { runChecks, type CheckResult } from '../../conformance/check.ts';
@@ -13,7 +14,7 @@ import { Redactor } from '../../conformance/redact.ts';
 import x402Evm from '../../plugins/payments/x402-evm/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { quietLogger } from '../support/kernel.ts';
-import { balances, pay, payingClient, railPlugin } from '../payments/support.ts';
+import { balances, cancelAuthorization, pay, payingClient, railPlugin } from '../payments/support.ts';
 
 /**
  * The payment-rail kit with behaviour, run on payments-x402-evm on a fresh anvil: the way a rail's
@@ -42,6 +43,8 @@ function harness(): PaymentRailHarness {
     payer: chain.accounts.payer.address,
     pay: (required) => pay(client, required as never),
     balanceOf: (address) => balanceOf(address as `0x${string}`),
+    cancel: (payload) =>
+      cancelAuthorization(chain!, privateKeyToAccount(chain!.accounts.payer.privateKey), payload as never),
   };
 }
 
@@ -163,6 +166,29 @@ describe('payment-rail kit on payments-x402-evm (anvil)', function () {
       );
       expect(results['payment-rail.settlements-on-chain']?.reason).to.equal(
         'settlementsOnChain(0) lists the settled payment 0 times',
+      );
+    });
+
+    it('fails cancelled-not-settled for a rail that takes a used nonce for a settlement (the cancelled authorization served as paid)', async () => {
+      // What the x402-evm rail did before: any used nonce read as settled, with no transaction.
+      const nonceTrusting = patched((rail) => ({
+        settle: async (payment) => {
+          const outcome = await rail.settle(payment);
+          return outcome.status === 'rejected' && outcome.reason === 'authorization_canceled'
+            ? { status: 'settled', transaction: '', payer: payment.payer }
+            : outcome;
+        },
+        status: async (payment) => {
+          const status = await rail.status(payment);
+          return status.used || status.spent ? { used: true } : status;
+        },
+      }));
+      const results = await resultsFor(nonceTrusting, ['payment-rail.cancelled-not-settled']);
+      expect(results['payment-rail.cancelled-not-settled']?.reason).to.equal(
+        'settle() of a cancelled authorization answered settled (transaction "") , not rejected'.replace(
+          ' ,',
+          ',',
+        ),
       );
     });
 

@@ -12,7 +12,14 @@ import type { SigilConfig } from '../../core/config/schema.ts';
 import { openDatabase, type Database } from '../../core/db/database.ts';
 import { devWallet } from '../../services/devchain/index.ts';
 import type { Serving } from '../../services/serve.ts';
-import { chainClients, randomNonce, signTransfer, sigilDollarAbi, tokenDomain } from '../chain/support.ts';
+import {
+  cancelAuthorizationTypes,
+  chainClients,
+  randomNonce,
+  signTransfer,
+  sigilDollarAbi,
+  tokenDomain,
+} from '../chain/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { stickyDatabase, type TestDatabase } from '../support/kernel.ts';
 import { ProbeWorld, walletToken } from '../gateway/support.ts';
@@ -81,6 +88,33 @@ export async function fundedPayer(chain: DevChain, amount = 10_000_000n): Promis
   const receipt = await publicClient.waitForTransactionReceipt({ hash });
   if (receipt.status !== 'success') throw new Error(`minting for ${account.address} failed`);
   return account;
+}
+
+/**
+ * The payer cancels the EIP-3009 authorization of `payment` on chain: it signs a CancelAuthorization
+ * for the nonce (viem signTypedData) and anyone, here the token's owner, submits it; resolves once mined.
+ */
+export async function cancelAuthorization(
+  chain: DevChain,
+  payer: LocalAccount,
+  payment: PaymentPayload,
+): Promise<void> {
+  const { nonce } = (payment.payload as { authorization: { nonce: Hex } }).authorization;
+  const signature = await payer.signTypedData({
+    domain: tokenDomain(chain),
+    types: cancelAuthorizationTypes,
+    primaryType: 'CancelAuthorization',
+    message: { authorizer: payer.address, nonce },
+  });
+  const { publicClient, operatorWallet } = chainClients(chain);
+  const hash = await operatorWallet.writeContract({
+    address: chain.token.address,
+    abi: sigilDollarAbi,
+    functionName: 'cancelAuthorization',
+    args: [payer.address, nonce, signature],
+  });
+  const receipt = await publicClient.waitForTransactionReceipt({ hash });
+  if (receipt.status !== 'success') throw new Error(`cancelling ${nonce} reverted`);
 }
 
 /** The key of anvil dev account `index` (3…9 are unused by the dev chain): a facilitator of its own. */

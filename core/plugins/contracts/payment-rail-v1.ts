@@ -27,11 +27,18 @@ export interface PaymentRailV1 {
   peek?(payload: unknown): VerifiedPayment | undefined;
   /**
    * Moves the money for a verified payment. For a payment already settled on chain it answers
-   * `settled` again (with the transaction when known), never charging twice.
+   * `settled` again (with the transaction when known), never charging twice. A payment counts as
+   * settled only when the chain shows its amount moved to `payTo` by its authorization: an
+   * authorization used up any other way (cancelled by the payer, spent on another transfer) is never
+   * reported `settled`; it is `rejected`, not charged.
    */
   settle(payment: VerifiedPayment): Promise<SettleOutcome>;
-  /** Whether the payment's authorization has been used on chain, and by which transaction. */
-  status(payment: VerifiedPayment): Promise<{ used: boolean; transaction?: string }>;
+  /**
+   * Whether the payment's authorization has been used on chain, and by which transaction. `used` only
+   * when that use moved the payment's amount to `payTo`: a cancelled authorization is never reported
+   * used (it is `used: false, spent: true`), and no more is one spent on another transfer.
+   */
+  status(payment: VerifiedPayment): Promise<AuthorizationStatus>;
   /** Payments to `payTo` that the chain records from `fromBlock` on (for reconciliation). */
   settlementsOnChain(fromBlock: bigint): Promise<OnChainSettlement[]>;
   /**
@@ -84,6 +91,18 @@ export interface VerifiedPayment {
 export type VerifyOutcome =
   | { valid: true; payment: VerifiedPayment }
   | { valid: false; reason: string; message: string; payer?: string };
+
+/** How a payment's authorization stands on chain (`status()`). */
+export type AuthorizationStatus =
+  /** Used by a transfer of the payment's amount to `payTo`: the payment is settled. */
+  | { used: true; transaction?: string }
+  /** Not used: it may still settle, until it expires. */
+  | { used: false; spent?: false }
+  /**
+   * Used up without paying `payTo` (the payer cancelled it, or it moved money elsewhere): it can never
+   * settle, and the payment is not charged. `reason` is a stable code such as `authorization_canceled`.
+   */
+  | { used: false; spent: true; reason: string; transaction?: string };
 
 export type SettleOutcome =
   | { status: 'settled'; transaction: string; payer: string }

@@ -8,12 +8,14 @@ import {
   isAddress,
   isAddressEqual,
   parseAbi,
+  parseEventLogs,
   type Address,
   type Hex,
   type Log,
   type PublicClient,
 } from 'viem';
 import type {
+  AuthorizationStatus,
   OnChainSettlement,
   PaymentRailV1,
   PaymentResource,
@@ -33,12 +35,14 @@ const eip3009 = parseAbi([
   'function authorizationState(address authorizer, bytes32 nonce) view returns (bool)',
   'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
   'event Transfer(address indexed from, address indexed to, uint256 value)',
+  'event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce)',
 ]);
+const [, AUTHORIZATION_USED, TRANSFER, AUTHORIZATION_CANCELED] = eip3009;
 
 /** Failures no retry can cure: the payment will never settle as it is. */
 const PERMANENT =
   /signature|recipient|value_mismatch|valid_before|valid_after|insufficient|requirements|payload/;
-/** How many log ranges back status() looks for the transaction that used an authorization. */
+/** How many log ranges back status() looks for the event that used up an authorization. */
 const STATUS_LOOKBACK_RANGES = 5;
 
 interface StoredAuthorization extends Record<string, unknown> {
@@ -195,21 +199,31 @@ export class X402EvmRail implements PaymentRailV1 {
         ? { reason: err.errorReason ?? 'settlement_failed', message: err.errorMessage ?? err.message }
         : { reason: 'unreachable', message: (err as Error).message };
     }
-    // Whatever the failure says, the chain decides: an authorization already used paid this payee.
-    let used: { used: boolean; transaction?: string };
+    // Whatever the failure says, the chain decides: settled only if the authorization paid this payee
+    // (our earlier attempt landed), never merely because its nonce is used: the payer's own
+    // cancelAuthorization uses it too, and a paid result must not be served for that.
+    let standing: AuthorizationStatus;
     try {
-      used = await this.status(payment);
+      standing = await this.status(payment);
     } catch (err) {
       return { status: 'retry', reason: 'unreachable', message: (err as Error).message };
     }
-    if (used.used) return { status: 'settled', transaction: used.transaction ?? '', payer: payment.payer };
+    if (standing.used)
+      return { status: 'settled', transaction: standing.transaction ?? '', payer: payment.payer };
+    if (standing.spent) {
+      return {
+        status: 'rejected',
+        reason: standing.reason,
+        message: `The authorization was used up on chain without paying for this call (${standing.reason})`,
+      };
+    }
     const expired = Date.now() / 1000 >= payment.validBefore - SETTLEMENT_MARGIN_SECONDS;
     if (expired) return { status: 'rejected', reason: 'authorization_expired', message: failure.message };
     if (PERMANENT.test(failure.reason)) return { status: 'rejected', ...failure };
     return { status: 'retry', ...failure };
   }
 
-  async status(payment: VerifiedPayment): Promise<{ used: boolean; transaction?: string }> {
+  async status(payment: VerifiedPayment): Promise<AuthorizationStatus> {
     const { from, nonce } = authorizationOf((payment.authorization as StoredAuthorization).payload) ?? {};
     if (!from || !nonce) return { used: false };
     const used = await this.publicClient.readContract({
@@ -219,33 +233,64 @@ export class X402EvmRail implements PaymentRailV1 {
       args: [from as Address, nonce as Hex],
     });
     if (!used) return { used: false };
-    return { used: true, ...(await this.usedIn(from as Address, nonce as Hex)) };
+    return this.howUsed(payment, from as Address, nonce as Hex);
   }
 
   /**
-   * The transaction that used an authorization: looked for in the newest STATUS_LOOKBACK_RANGES log
-   * ranges (a settlement is recent when it is asked about). Not found, or the logs unreadable: the
-   * authorization is used all the same, and that is what settles the record.
+   * How a used authorization was used up, from the chain's event for its nonce, looked for in the
+   * newest STATUS_LOOKBACK_RANGES log ranges (a payment is asked about while its authorization is
+   * valid, or soon after): AuthorizationCanceled is the payer's cancellation, never a payment;
+   * AuthorizationUsed pays us only if the token's next log in that transaction is the Transfer of the
+   * payment's amount from the payer to `payTo` (EIP-3009 tokens, FiatToken as SigilDollar, mark the
+   * nonce used and then transfer). Throws when no event says: the record waits for a later attempt.
    */
-  private async usedIn(authorizer: Address, nonce: Hex): Promise<{ transaction?: string }> {
-    try {
-      const latest = await this.publicClient.getBlockNumber({ cacheTime: 0 });
-      let ranges = 0;
-      for (const range of blockRangesBackwards(this.config.startBlock, latest, this.config.logBlockRange)) {
-        if (ranges++ >= STATUS_LOOKBACK_RANGES) break;
-        const logs = await this.publicClient.getLogs({
-          address: this.config.asset.address as Address,
-          event: eip3009[1],
-          args: { authorizer, nonce },
-          ...range,
-        });
-        const transaction = logs[0]?.transactionHash;
-        if (transaction) return { transaction };
-      }
-    } catch {
-      // The RPC refused the log query: the chain has still said the authorization is used.
+  private async howUsed(
+    payment: VerifiedPayment,
+    authorizer: Address,
+    nonce: Hex,
+  ): Promise<AuthorizationStatus> {
+    const token = this.config.asset.address as Address;
+    const latest = await this.publicClient.getBlockNumber({ cacheTime: 0 });
+    let ranges = 0;
+    for (const range of blockRangesBackwards(this.config.startBlock, latest, this.config.logBlockRange)) {
+      if (ranges++ >= STATUS_LOOKBACK_RANGES) break;
+      const args = { authorizer, nonce };
+      const [used, canceled] = await Promise.all([
+        this.publicClient.getLogs({ address: token, event: AUTHORIZATION_USED, args, ...range }),
+        this.publicClient.getLogs({ address: token, event: AUTHORIZATION_CANCELED, args, ...range }),
+      ]);
+      const cancellation = canceled[0];
+      if (cancellation)
+        return {
+          used: false,
+          spent: true,
+          reason: 'authorization_canceled',
+          transaction: cancellation.transactionHash,
+        };
+      const use = used[0];
+      if (!use) continue;
+      const receipt = await this.publicClient.getTransactionReceipt({ hash: use.transactionHash });
+      const next = receipt.logs.find(
+        (log) => log.logIndex > use.logIndex && isAddressEqual(log.address, token),
+      );
+      const [transfer] = next ? parseEventLogs({ abi: eip3009, eventName: 'Transfer', logs: [next] }) : [];
+      const paid =
+        transfer !== undefined &&
+        isAddressEqual(transfer.args.from, authorizer) &&
+        isAddressEqual(transfer.args.to, this.config.payTo as Address) &&
+        transfer.args.value === payment.amount;
+      return paid
+        ? { used: true, transaction: use.transactionHash }
+        : {
+            used: false,
+            spent: true,
+            reason: 'authorization_used_elsewhere',
+            transaction: use.transactionHash,
+          };
     }
-    return {};
+    throw new SigilError('unavailable', 'The authorization is used on chain, but no recent event says how', {
+      hint: 'Its settlement is tried again later; the reconciler compares the records with the chain',
+    });
   }
 
   latestBlock(): Promise<bigint> {
@@ -256,14 +301,14 @@ export class X402EvmRail implements PaymentRailV1 {
     const address = this.config.asset.address as Address;
     const start = fromBlock > this.config.startBlock ? fromBlock : this.config.startBlock;
     const latest = await this.publicClient.getBlockNumber({ cacheTime: 0 });
-    const used: Log<bigint, number, false, (typeof eip3009)[1]>[] = [];
-    const transfersByTransaction = new Map<string, Log<bigint, number, false, (typeof eip3009)[2]>[]>();
+    const used: Log<bigint, number, false, typeof AUTHORIZATION_USED>[] = [];
+    const transfersByTransaction = new Map<string, Log<bigint, number, false, typeof TRANSFER>[]>();
     for (const range of blockRanges(start, latest, this.config.logBlockRange)) {
       const [usedInRange, transfersInRange] = await Promise.all([
-        this.publicClient.getLogs({ address, event: eip3009[1], ...range }),
+        this.publicClient.getLogs({ address, event: AUTHORIZATION_USED, ...range }),
         this.publicClient.getLogs({
           address,
-          event: eip3009[2],
+          event: TRANSFER,
           args: { to: this.config.payTo as Address },
           ...range,
         }),

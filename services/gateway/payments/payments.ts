@@ -225,6 +225,13 @@ export class Payments {
   /**
    * Runs one paid operation: reserve, `work`, then settle if it succeeded or release if it failed or
    * threw. The receipt is absent when nothing was charged.
+   *
+   * The settlement is sent, and its receipt awaited, after the work and before its result leaves: a
+   * payer who cancels its authorization while the work runs (EIP-3009 `cancelAuthorization`) makes
+   * the settlement fail, and then gets the 402, never the result. Settling (or broadcasting) before
+   * the work would shut that door earlier, but would charge for calls that then fail: an EIP-3009
+   * transfer cannot be refunded, and only a successful call is paid for. What a cancelling payer
+   * gains is the work's running time, which the call timeout and the per-caller limits bound.
    */
   async run<T>(
     payload: unknown,

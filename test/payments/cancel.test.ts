@@ -1,0 +1,133 @@
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
+import { expect } from 'chai';
+import { startDevChain, type DevChain } from '../support/chain.ts';
+import { describeEachDatabase } from '../support/kernel.ts';
+import { mcpClient, textOf, walletToken, type ProbeWorld } from '../gateway/support.ts';
+import {
+  balances,
+  cancelAuthorization,
+  eventually,
+  payingClient,
+  paidGateway,
+  RpcProxy,
+  sendsTransaction,
+  settlementRows,
+  sharedProbeWorld,
+  stopSharedProbeWorld,
+  type PaidGateway,
+  type SettlementRecord,
+} from './support.ts';
+
+const PAYMENT = 'x402/payment';
+const RECEIPT = 'x402/payment-response';
+
+after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
+
+/**
+ * The payer cancels its EIP-3009 authorization on chain (cancelAuthorization, signed with viem) while
+ * the paid tool runs. A cancelled authorization is used up, but it paid no one: the call must not be
+ * recorded settled, and its result must not be served.
+ */
+describe('payments: an authorization cancelled by the payer during the call (anvil, MCP)', function () {
+  this.timeout(120_000);
+  let world: ProbeWorld;
+  let chain: DevChain;
+  let facilitatorIndex = 3;
+
+  before(async () => {
+    [world, chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
+  });
+  after(async () => {
+    await chain?.stop();
+  });
+
+  describeEachDatabase('one gateway', (database) => {
+    let proxy: RpcProxy;
+    let gateway: PaidGateway;
+    let client: Client;
+
+    before(async () => {
+      proxy = await RpcProxy.start(chain.rpcUrl);
+      gateway = await paidGateway(world, chain, database, {
+        facilitatorIndex: facilitatorIndex++,
+        rpcUrl: proxy.url,
+      });
+      client = await mcpClient(`${gateway.url}/mcp`, (await walletToken(gateway.url)).token, 'cancel');
+      const enabled = await client.callTool({
+        name: 'gateway_enable_server',
+        arguments: { serverId: 'probe' },
+      });
+      expect(enabled.isError, textOf(enabled)).to.not.equal(true);
+    });
+    afterEach(() => {
+      proxy.down = false;
+      proxy.intercept = undefined;
+    });
+    after(async () => {
+      await client?.close();
+      await gateway?.stop();
+      await proxy?.stop();
+    });
+
+    const rowOf = async (payment: PaymentPayload): Promise<SettlementRecord | undefined> => {
+      const { nonce } = (payment.payload as { authorization: { nonce: string } }).authorization;
+      return (await settlementRows(gateway.records)).find((row) => row.id.endsWith(nonce.toLowerCase()));
+    };
+    const paymentFor = async (tool: string): Promise<PaymentPayload> => {
+      const err = await client.callTool({ name: tool, arguments: { ms: 1 } }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(err).to.be.instanceOf(McpError);
+      return payingClient(chain, gateway.payer).createPaymentPayload(
+        (err as McpError).data as PaymentRequired,
+      );
+    };
+
+    it('cancelled while the tool runs: a JSON-RPC 402 (authorization_canceled), not the result; the record failed, nothing moved', async () => {
+      const payment = await paymentFor('probe__sleep');
+      const call = client
+        .callTool({ name: 'probe__sleep', arguments: { ms: 1500 }, _meta: { [PAYMENT]: payment } })
+        .then(
+          (result) => result as CallToolResult,
+          (error: unknown) => error,
+        );
+      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
+      await cancelAuthorization(chain, gateway.payer, payment);
+      const answer = await call;
+      expect(answer, `the result was served: ${JSON.stringify(answer)}`).to.be.instanceOf(McpError);
+      const refusal = answer as McpError;
+      expect(refusal.code).to.equal(402);
+      expect((refusal.data as PaymentRequired).error).to.equal('authorization_canceled');
+      expect(JSON.stringify(refusal.data)).to.not.include('slept');
+      const row = (await rowOf(payment))!;
+      expect([row.state, row.transaction]).to.deep.equal(['failed', null]);
+      const { settled } = await gateway.expectBalanced();
+      expect(settled).to.equal(0n);
+    });
+
+    it('cancelled while its settlement is pending (the RPC cut as it was sent): the retry records it failed, not settled', async () => {
+      const payment = await paymentFor('probe__sleep');
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      const result = (await client.callTool({
+        name: 'probe__sleep',
+        arguments: { ms: 10 },
+        _meta: { [PAYMENT]: payment },
+      })) as CallToolResult;
+      expect(result._meta?.[RECEIPT]).to.include({ success: false, errorReason: 'settlement_pending' });
+      expect((await rowOf(payment))!.state).to.equal('settling');
+      await cancelAuthorization(chain, gateway.payer, payment);
+      proxy.intercept = undefined;
+      const row = await eventually('the retried settlement', async () => {
+        const found = await rowOf(payment);
+        return found?.state === 'settling' ? undefined : found;
+      });
+      expect([row.state, row.transaction]).to.deep.equal(['failed', null]);
+      expect(await balances(chain)(gateway.payTo)).to.equal(0n);
+      const { settled } = await gateway.expectBalanced();
+      expect(settled).to.equal(0n);
+    });
+  });
+});
