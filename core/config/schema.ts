@@ -320,6 +320,15 @@ export const configSchema = z
           .describe('A warm MCP server process with no call for this long is stopped'),
         maxRunningServers: z.number().int().min(1).max(1000).default(32),
         toolCallTimeoutSeconds: z.number().int().min(1).max(3600).default(60),
+        paidResultRetentionHours: z
+          .number()
+          .int()
+          .min(0)
+          .max(720)
+          .default(24)
+          .describe(
+            'How long a paid call’s result is kept for its payer to fetch again (GET /api/payments/:paymentId/result) should the answer be lost; 0 keeps none',
+          ),
         delegation: z
           .object({
             enabled: z

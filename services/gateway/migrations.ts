@@ -101,4 +101,22 @@ export const gatewayMigrations: readonly Migration[] = [
       await db.schema.dropTableIfExists('payment_chain_settlements');
     },
   },
+  {
+    name: '0130-payment-results',
+    async up(db) {
+      // A paid call's result, kept with its settlement for a while (written as the settlement
+      // starts): a payer whose answer was lost (a crash, a dropped connection) fetches it by payment id.
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.text('result').nullable();
+        t.bigInteger('result_expires_at').nullable().index();
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.dropIndex(['result_expires_at']);
+        t.dropColumn('result');
+        t.dropColumn('result_expires_at');
+      });
+    },
+  },
 ];

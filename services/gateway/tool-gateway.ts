@@ -97,6 +97,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
         clock: kernel.clock,
         logger,
         staleAfterMs: (settings.toolCallTimeoutSeconds + 10) * 1000,
+        resultRetentionMs: settings.paidResultRetentionHours * 3_600_000,
       })
     : undefined;
   const window = payments?.terms().maxTimeoutSeconds;

@@ -507,6 +507,14 @@ describe('payments: faults on anvil', function () {
       const { nonce } = (payment.payload as { authorization: { nonce: string } }).authorization;
       return (await settlementRows(records)).find((row) => row.id.endsWith(nonce.toLowerCase()));
     };
+    /** What the payer fetches of a paid call whose answer it never got, signed in with its own wallet. */
+    const paidResultText = async (id: string): Promise<string> => {
+      const res = await fetch(`${url}/api/payments/${encodeURIComponent(id)}/result`, {
+        headers: { authorization: `Bearer ${await walletTokenFor(url, payer)}` },
+      });
+      expect(res.status).to.equal(200);
+      return textOf(((await res.json()) as { result: unknown }).result);
+    };
     /** The call killed before settlement: its record stays `executing` until it is stale. */
     let unfinished: SettlementRecord | undefined;
     const expectBalanced = async () =>
@@ -537,7 +545,7 @@ describe('payments: faults on anvil', function () {
       expect((await expectBalanced()).settled).to.equal(0n);
     });
 
-    it('killed as the settlement transaction is sent, before it reaches the chain: the restart settles it, once', async () => {
+    it('killed as the settlement transaction is sent, before it reaches the chain: the restart settles it, once, and the payer fetches the result it paid for', async () => {
       const payment = await payingClient(chain, payer).createPaymentPayload(await required());
       let killed: Promise<void> | undefined;
       proxy.intercept = (methods) => {
@@ -560,10 +568,11 @@ describe('payments: faults on anvil', function () {
         return row?.state === 'settled' ? row : undefined;
       });
       expect(settled.transaction).to.match(/^0x[0-9a-f]{64}$/);
+      expect(await paidResultText(settled.id)).to.equal('slept 10');
       expect((await expectBalanced()).settled).to.equal(500n);
     });
 
-    it('killed after the settlement transaction reached the chain, before its answer: the restart records it, no second transfer', async () => {
+    it('killed after the settlement transaction reached the chain, before its answer: the restart records it, no second transfer, and the payer fetches the result', async () => {
       const payment = await payingClient(chain, payer).createPaymentPayload(await required());
       let killed: Promise<void> | undefined;
       proxy.intercept = (methods) => {
@@ -589,6 +598,7 @@ describe('payments: faults on anvil', function () {
       });
       expect(settled.transaction).to.match(/^0x[0-9a-f]{64}$/);
       expect(proxy.transactionsSent(), 'no second transaction').to.equal(sent);
+      expect(await paidResultText(settled.id)).to.equal('slept 10');
       expect((await expectBalanced()).settled).to.equal(1000n);
     });
 

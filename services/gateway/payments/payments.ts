@@ -37,7 +37,22 @@ interface SettlementRow {
   next_attempt_at: number | string;
   created_at: number | string;
   updated_at: number | string;
+  /** The call's result (JSON), kept for its payer from the settlement's start until `result_expires_at`. */
+  result?: string | null;
+  result_expires_at?: number | string | null;
 }
+
+/** The columns a settlement attempt needs (not the kept result, which may be large). */
+const SETTLEMENT_COLUMNS = [
+  'id',
+  'state',
+  'payer',
+  'amount',
+  'authorization',
+  'valid_before',
+  'attempts',
+  'next_attempt_at',
+] as const;
 
 /** x402 v2 `SettleResponse`: what a paid response carries (PAYMENT-RESPONSE, or `_meta`). */
 export interface PaymentReceipt {
@@ -75,6 +90,15 @@ const CURSOR = 'settlements';
 const INSERT_BATCH = 150;
 /** Ids per `IN (…)` list, for the same reason. */
 const ID_BATCH = 500;
+/** How often, at most, kept results past their retention are deleted. */
+const RESULT_SWEEP_MS = 60_000;
+/**
+ * The largest result (serialized) kept for its payer: a bigger one is served once, as it leaves, and
+ * not kept, so a tool's output cannot grow the settlement table without bound.
+ */
+const MAX_KEPT_RESULT_CHARS = 4_000_000;
+/** How long a paid result is kept for its payer by default: a day. */
+export const DEFAULT_RESULT_RETENTION_MS = 24 * 3_600_000;
 
 /**
  * Charges per call on a payment rail, exactly: a payment is verified and reserved (its id unique in
@@ -91,6 +115,8 @@ export class Payments {
   private readonly inFlight = new Set<string>();
   /** Record writes under way that no answer waits for. */
   private readonly writing = new Set<Promise<void>>();
+  /** When the worker next deletes the kept results past their retention (by the injected clock). */
+  private nextResultSweepAt = 0;
 
   constructor(
     private readonly deps: {
@@ -107,6 +133,11 @@ export class Payments {
       retryIntervalMs?: number;
       /** How often the records are reconciled with the chain (mismatches are logged as errors); 10 min by default. */
       reconcileIntervalMs?: number;
+      /**
+       * How long a paid call's result is kept for its payer to fetch again (`paidResult`), from the
+       * start of its settlement; a day by default, 0 keeps none.
+       */
+      resultRetentionMs?: number;
     },
   ) {}
 
@@ -253,7 +284,7 @@ export class Payments {
         await this.release(payment, 'the call reported an error');
         return { value: outcome.value };
       }
-      const receipt = await this.settle(payment, resource);
+      const receipt = await this.settle(payment, resource, outcome.value);
       return receipt ? { value: outcome.value, receipt } : { value: outcome.value };
     } finally {
       this.inFlight.delete(payment.id);
@@ -270,12 +301,28 @@ export class Payments {
    * and the worker retries; refused for good → throws 402, and the call's result must be withheld.
    * Undefined, and nothing charged, when the record is no longer `executing`: another replica took
    * the call for a dead process's and released it, and a released payment never moves money.
+   *
+   * `result` (already redacted and proven) is written with the `settling` mark, before any money
+   * moves: should the answer never reach the payer (the process dies mid-settlement, the connection
+   * drops), the payer fetches it once settled (`paidResult`), until the retention ends.
    */
-  async settle(payment: VerifiedPayment, resource: PaymentResource): Promise<PaymentReceipt | undefined> {
+  async settle(
+    payment: VerifiedPayment,
+    resource: PaymentResource,
+    result?: unknown,
+  ): Promise<PaymentReceipt | undefined> {
+    const now = this.deps.clock.now().getTime();
+    const retention = this.deps.resultRetentionMs ?? DEFAULT_RESULT_RETENTION_MS;
+    const serialized = result === undefined || retention === 0 ? undefined : JSON.stringify(result);
+    const kept =
+      serialized === undefined || serialized.length > MAX_KEPT_RESULT_CHARS
+        ? {}
+        : { result: serialized, result_expires_at: now + retention };
     // Claimed by this request for CLAIM_MS, so the retry worker does not settle it at the same time.
     const claimed = await this.move(payment.id, ['executing'], {
       state: 'settling',
-      next_attempt_at: this.deps.clock.now().getTime() + CLAIM_MS,
+      next_attempt_at: now + CLAIM_MS,
+      ...kept,
     });
     if (claimed === 0) {
       this.deps.logger.warn(
@@ -324,6 +371,60 @@ export class Payments {
     return released;
   }
 
+  /**
+   * The result of a settled call, for its payer only (`caller`: the authenticated wallet, compared
+   * with the payer of the payment), while it is kept. 404 for anyone else, for an unknown, unpaid or
+   * expired payment alike (nothing says which); 409 to the payer while the settlement is under way.
+   */
+  async paidResult(id: string, caller: string): Promise<{ result: unknown; receipt: PaymentReceipt }> {
+    const now = this.deps.clock.now().getTime();
+    const row = (await this.deps
+      .db('payment_settlements')
+      .select('state', 'payer', 'transaction', 'result')
+      .where({ id })
+      .whereNotNull('result')
+      .andWhere('result_expires_at', '>', now)
+      .first()) as Pick<SettlementRow, 'state' | 'payer' | 'transaction' | 'result'> | undefined;
+    const mine = row !== undefined && row.payer.toLowerCase() === caller.toLowerCase();
+    if (!mine || (row.state !== 'settled' && row.state !== 'settling')) {
+      throw new SigilError('not_found', 'No paid result of yours is kept under this payment id', {
+        hint: 'Results are kept for the payer only (sign in with the paying wallet), for a limited time',
+      });
+    }
+    if (row.state === 'settling') {
+      throw new SigilError(
+        'conflict',
+        'The payment is still being settled; its result is served once it is',
+        {
+          hint: 'Ask again in a few seconds',
+          details: { state: row.state },
+        },
+      );
+    }
+    return {
+      result: JSON.parse(row.result as string) as unknown,
+      receipt: {
+        success: true,
+        transaction: row.transaction ?? '',
+        network: this.terms().network,
+        payer: row.payer,
+      },
+    };
+  }
+
+  /** Deletes the kept results past their retention, at most once per RESULT_SWEEP_MS. */
+  private async forgetExpiredResults(): Promise<void> {
+    const now = this.deps.clock.now().getTime();
+    if (now < this.nextResultSweepAt) return;
+    this.nextResultSweepAt = now + RESULT_SWEEP_MS;
+    const forgotten = await this.deps
+      .db('payment_settlements')
+      .where('result_expires_at', '<=', now)
+      .update({ result: null, result_expires_at: null });
+    if (forgotten > 0)
+      this.deps.logger.debug({ forgotten }, 'payments: deleted paid results past their retention');
+  }
+
   /** Retries due settlements in the background until `stop()`. */
   start(): void {
     this.worker ??= setInterval(() => void this.settleDue(), this.deps.retryIntervalMs ?? 1000);
@@ -351,9 +452,11 @@ export class Payments {
     this.sweeping ??= (async () => {
       try {
         await this.releaseStale();
+        await this.forgetExpiredResults();
         const now = this.deps.clock.now().getTime();
         const due = (await this.deps
           .db('payment_settlements')
+          .select(...SETTLEMENT_COLUMNS)
           .where({ state: 'settling' })
           .andWhere('next_attempt_at', '<=', now)
           .orderBy('next_attempt_at')
@@ -404,10 +507,13 @@ export class Payments {
       return { success: true, transaction: outcome.transaction, network, payer: payment.payer };
     }
     if (outcome.status === 'rejected') {
+      // Never paid for: its result is not kept for anyone to fetch.
       await this.move(payment.id, ['settling'], {
         state: 'failed',
         reason: outcome.message.slice(0, 500),
         attempts,
+        result: null,
+        result_expires_at: null,
       });
       this.deps.logger.warn({ payment: payment.id, reason: outcome.reason }, 'payments: settlement refused');
       return { success: false, transaction: '', network, payer: payment.payer, errorReason: outcome.reason };

@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import { decodePaymentSignatureHeader, encodePaymentResponseHeader } from '@x402/core/http';
 import type { Context } from 'koa';
-import type { AuthPrincipal } from '../../../core/auth/index.ts';
+import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
 import { SigilError } from '../../../core/errors.ts';
 import { PAYMENT_RESPONSE_META_KEY, type PaymentReceipt, type Payments } from './payments.ts';
 
@@ -26,7 +26,10 @@ export function setPaymentResponse(ctx: Context, receipt: PaymentReceipt | undef
 export const receiptOf = (meta: Record<string, unknown> | undefined): PaymentReceipt | undefined =>
   meta?.[PAYMENT_RESPONSE_META_KEY] as PaymentReceipt | undefined;
 
-/** `GET /api/payments/config` (free), and the operator's reconciliation report. */
+/**
+ * `GET /api/payments/config` (free), the operator's reconciliation report, and a paid result fetched
+ * again by its payer.
+ */
 export function paymentsRouter(payments: Payments | undefined): Router {
   const router = new Router();
   router.get('/api/payments/config', (ctx) => {
@@ -54,6 +57,15 @@ export function paymentsRouter(payments: Payments | undefined): Router {
     if (!auth?.operator) throw new SigilError('forbidden', 'Only operator wallets may reconcile payments');
     if (!payments) throw new SigilError('not_found', 'No payment rail is configured');
     ctx.body = await payments.reconcile();
+  });
+  // The payer proves itself with its wallet (the key that signed the payment signs in too): the
+  // signed payment is no proof, its signature is public on chain once settled.
+  router.get('/api/payments/:paymentId/result', requireAuth(), async (ctx) => {
+    if (!payments) throw new SigilError('not_found', 'No payment rail is configured');
+    const auth = ctx.state.auth as AuthPrincipal;
+    const { result, receipt } = await payments.paidResult(ctx.params.paymentId as string, auth.address);
+    setPaymentResponse(ctx, receipt);
+    ctx.body = { paymentId: ctx.params.paymentId, result, receipt };
   });
   return router;
 }

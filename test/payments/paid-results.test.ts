@@ -1,0 +1,202 @@
+import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
+import { decodePaymentResponseHeader, encodePaymentSignatureHeader } from '@x402/core/http';
+import { expect } from 'chai';
+import type { LocalAccount } from 'viem';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { startDevChain, type DevChain } from '../support/chain.ts';
+import { describeEachDatabase } from '../support/kernel.ts';
+import { textOf, type ProbeWorld } from '../gateway/support.ts';
+import {
+  cancelAuthorization,
+  eventually,
+  payingClient,
+  paidGateway,
+  RpcProxy,
+  sendsTransaction,
+  settlementRows,
+  sharedProbeWorld,
+  stopSharedProbeWorld,
+  walletTokenFor,
+  type PaidGateway,
+  type SettlementRecord,
+} from './support.ts';
+
+after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
+
+/** The id the x402-evm rail gives a payment: network, token, payer and nonce, lower case. */
+const paymentIdOf = (chain: DevChain, payment: PaymentPayload): string => {
+  const { from, nonce } = (payment.payload as { authorization: { from: string; nonce: string } })
+    .authorization;
+  return `eip155:${chain.chainId}:${chain.token.address}:${from}:${nonce}`.toLowerCase();
+};
+
+/**
+ * A paid result whose answer never reached the payer (its connection gone, or the process dead, as
+ * the settlement went out) is kept with the settlement: its payer, and only its payer, fetches it by
+ * payment id for `gateway.paidResultRetentionHours`. (The process-kill case is in faults.test.ts.)
+ */
+describe('payments: a paid result fetched again by its payer (anvil)', function () {
+  this.timeout(120_000);
+  let world: ProbeWorld;
+  let chain: DevChain;
+  let facilitatorIndex = 3;
+
+  before(async () => {
+    [world, chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
+  });
+  after(async () => {
+    await chain?.stop();
+  });
+
+  describeEachDatabase('one gateway', (database) => {
+    let proxy: RpcProxy;
+    let gateway: PaidGateway;
+    let payerToken: string;
+    /** The gateway's clock: real time, moved forward by `offset` when a test needs time to pass. */
+    const clock = { offset: 0, now: () => new Date(Date.now() + clock.offset) };
+
+    before(async () => {
+      proxy = await RpcProxy.start(chain.rpcUrl);
+      gateway = await paidGateway(world, chain, database, {
+        facilitatorIndex: facilitatorIndex++,
+        rpcUrl: proxy.url,
+        clock,
+      });
+      payerToken = await walletTokenFor(gateway.url, gateway.payer);
+    });
+    afterEach(() => {
+      proxy.down = false;
+      proxy.intercept = undefined;
+    });
+    after(async () => {
+      await gateway?.stop();
+      await proxy?.stop();
+    });
+
+    const payFor = (required: PaymentRequired, payer: LocalAccount = gateway.payer) =>
+      payingClient(chain, payer).createPaymentPayload(required);
+    const fetchResult = (id: string, token?: string) =>
+      fetch(`${gateway.url}/api/payments/${encodeURIComponent(id)}/result`, {
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+      });
+    const rowOf = async (id: string): Promise<(SettlementRecord & { result?: string | null }) | undefined> =>
+      (await settlementRows(gateway.records)).find((row) => row.id === id);
+
+    /** A paid REST call whose client goes away as the settlement is sent: the answer never arrives. */
+    async function lostAnswer(payment: PaymentPayload, message: string): Promise<void> {
+      const aborter = new AbortController();
+      proxy.intercept = (methods) => {
+        if (sendsTransaction(methods)) aborter.abort();
+        return 'forward';
+      };
+      const outcome = await fetch(`${gateway.url}/api/servers/probe/tools/echo`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'payment-signature': encodePaymentSignatureHeader(payment),
+        },
+        body: JSON.stringify({ arguments: { message } }),
+        signal: aborter.signal,
+      }).then(
+        () => 'answered',
+        (err: Error) => err.name,
+      );
+      expect(outcome).to.equal('AbortError');
+      proxy.intercept = undefined;
+    }
+
+    it('the answer lost as the settlement went out: the payer fetches the result it paid for by payment id; others 404, no token 401', async () => {
+      const payment = await payFor(await gateway.required('echo'));
+      await lostAnswer(payment, 'lost on the way');
+      const id = paymentIdOf(chain, payment);
+      const settled = await eventually('the settled mark', async () => {
+        const row = await rowOf(id);
+        return row?.state === 'settled' ? row : undefined;
+      });
+      const res = await fetchResult(id, payerToken);
+      expect(res.status).to.equal(200);
+      const body = (await res.json()) as {
+        paymentId: string;
+        result: unknown;
+        receipt: Record<string, unknown>;
+      };
+      expect(body.paymentId).to.equal(id);
+      expect(textOf(body.result)).to.equal('lost on the way');
+      expect((body.result as { _meta: Record<string, unknown> })._meta).to.have.property(
+        'io.sigil/execution-proof',
+      );
+      expect(body.receipt).to.deep.include({ success: true, transaction: settled.transaction });
+      expect(decodePaymentResponseHeader(res.headers.get('payment-response') as string)).to.include({
+        success: true,
+        transaction: settled.transaction,
+      });
+
+      const stranger = await walletTokenFor(gateway.url, privateKeyToAccount(generatePrivateKey()));
+      for (const [what, answer] of [
+        ['another wallet', await fetchResult(id, stranger)],
+        ['an unknown id', await fetchResult(`${id.slice(0, -4)}0000`, payerToken)],
+        ['the operator', await fetchResult(id, gateway.operatorToken)],
+      ] as const) {
+        expect(answer.status, what).to.equal(404);
+        const refusal = (await answer.json()) as { code: string; message: string };
+        expect(refusal.code, what).to.equal('not_found');
+        expect(JSON.stringify(refusal), what).to.not.include('lost on the way');
+      }
+      const anonymous = await fetchResult(id);
+      expect(anonymous.status).to.equal(401);
+      expect(await anonymous.text()).to.not.include('lost on the way');
+      expect((await gateway.expectBalanced()).settled).to.equal(500n);
+    });
+
+    it('while the settlement is pending the payer gets 409; once the worker settles it, the result', async () => {
+      const payment = await payFor(await gateway.required('echo'));
+      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      const res = await gateway.callRest('echo', { message: 'pending' }, payment);
+      expect(res.status).to.equal(200);
+      const id = paymentIdOf(chain, payment);
+      const pending = await fetchResult(id, payerToken);
+      expect(pending.status).to.equal(409);
+      expect(((await pending.json()) as { code: string }).code).to.equal('conflict');
+      proxy.intercept = undefined;
+      await eventually('the retried settlement', async () => (await rowOf(id))?.state === 'settled');
+      const fetched = await fetchResult(id, payerToken);
+      expect(fetched.status).to.equal(200);
+      expect(textOf(((await fetched.json()) as { result: unknown }).result)).to.equal('pending');
+      expect((await gateway.expectBalanced()).settled).to.equal(1000n);
+    });
+
+    it('a result never paid for is not kept: the authorization cancelled during the call, 402, then 404 for its payer', async () => {
+      const payment = await payFor(await gateway.required('sleep'));
+      const id = paymentIdOf(chain, payment);
+      const call = gateway.callRest('sleep', { ms: 1500 }, payment);
+      await eventually('the reservation', async () => (await rowOf(id))?.state === 'executing');
+      await cancelAuthorization(chain, gateway.payer, payment);
+      expect((await call).status).to.equal(402);
+      const row = (await rowOf(id))!;
+      expect([row.state, row.result]).to.deep.equal(['failed', null]);
+      expect((await fetchResult(id, payerToken)).status).to.equal(404);
+      expect((await gateway.expectBalanced()).settled).to.equal(1000n);
+    });
+
+    it('kept for the retention only: a day later 404, and the worker deletes it from the database', async () => {
+      const payment = await payFor(await gateway.required('echo'));
+      expect((await gateway.callRest('echo', { message: 'a day' }, payment)).status).to.equal(200);
+      const id = paymentIdOf(chain, payment);
+      await eventually('the settled mark', async () => (await rowOf(id))?.state === 'settled');
+      expect((await fetchResult(id, payerToken)).status).to.equal(200);
+      expect((await rowOf(id))!.result).to.be.a('string');
+      clock.offset += 24 * 3_600_000 + 1000;
+      try {
+        expect((await fetchResult(id, payerToken)).status).to.equal(404);
+        const swept = await eventually('the sweep', async () => {
+          const row = await rowOf(id);
+          return row?.result === null ? row : undefined;
+        });
+        expect(swept.state).to.equal('settled');
+      } finally {
+        clock.offset -= 24 * 3_600_000 + 1000;
+      }
+      expect((await gateway.expectBalanced()).settled).to.equal(1500n);
+    });
+  });
+});
