@@ -59,7 +59,8 @@ export function paymentsRouter(payments: Payments | undefined): Router {
     ctx.body = await payments.reconcile();
   });
   // The payer proves itself with its wallet (the key that signed the payment signs in too): the
-  // signed payment is no proof, its signature is public on chain once settled.
+  // signed payment is no proof, its signature is public on chain once settled. The id is the rail's
+  // (x402-evm: `<network>:<token>:<payer>:<nonce>`, lower case), which the payer can form itself.
   router.get('/api/payments/:paymentId/result', requireAuth(), async (ctx) => {
     if (!payments) throw new SigilError('not_found', 'No payment rail is configured');
     const auth = ctx.state.auth as AuthPrincipal;
