@@ -74,6 +74,15 @@ const ledgerSchema = z
     minimumBalance: baseUnits
       .default('10000')
       .describe('Available balance a wallet needs to start a chat (base units; 0.01 USD by default)'),
+    holdTtlSeconds: z
+      .number()
+      .int()
+      .min(10)
+      .max(86_400)
+      .default(600)
+      .describe(
+        'A hold (what a running chat reserved) not settled or extended within this time is released by a sweep: its holder crashed or hung',
+      ),
     sweep: z
       .object({
         intervalSeconds: z.number().int().min(1).max(604_800).default(3600),
