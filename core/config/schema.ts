@@ -186,6 +186,13 @@ export const configSchema = z
           .string()
           .default('data/sigil.db')
           .describe('postgres://… for PostgreSQL, otherwise a SQLite file path (env DATABASE_URL)'),
+        dataKey: z
+          .string()
+          .min(32, 'must be at least 32 characters (e.g. openssl rand -base64 32)')
+          .optional()
+          .describe(
+            'Key that encrypts secrets the database keeps (the session signing key) at rest, AES-256-GCM; plain text without it (env SIGIL_DATA_KEY; secret)',
+          ),
       })
       .strict()
       .prefault({}),
@@ -410,6 +417,7 @@ export type PluginEntry = z.infer<typeof pluginEntrySchema>;
 
 /** Config paths whose values are secrets: redacted in every printout. */
 export const SECRET_CONFIG_PATHS = [
+  'database.dataKey',
   'auth.jwtSigningKey',
   'runtime.mcpSigningKey',
   'runtime.mcpSigningKeyPrevious',
