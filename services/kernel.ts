@@ -46,6 +46,7 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
   const { config } = loaded;
   const secrets = new SecretRegistry();
   for (const value of [
+    config.database.dataKey,
     config.auth.jwtSigningKey,
     config.runtime.mcpSigningKey,
     config.runtime.providerApiKey,

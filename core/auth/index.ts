@@ -44,7 +44,11 @@ export function createWalletAuth(
   options: WalletAuthOptions = {},
 ): WalletAuth {
   const settings = authSettings(deps.config, service);
-  const keys = new SigningKeyStore(deps.db, deps.clock, deps.secrets, deps.config.auth.jwtSigningKey);
+  const keys = new SigningKeyStore(deps.db, deps.clock, deps.secrets, deps.config.auth.jwtSigningKey, {
+    dataKey: deps.config.database.dataKey,
+    logger: deps.logger,
+    production: deps.config.mode === 'production',
+  });
   const parts = {
     settings,
     siwe: new SiweChallenges(deps.db, deps.clock, settings),

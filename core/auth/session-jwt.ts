@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { errors as joseErrors, jwtVerify, SignJWT, type JWTHeaderParameters } from 'jose';
 import { getAddress, isAddress, type Address } from 'viem';
 import { unixSeconds, type Clock } from '../clock.ts';
+import { refuseFutureIssuedAt } from './issued-at.ts';
 import type { AuthSettings } from './settings.ts';
 import type { SigningKeyStore } from './signing-key.ts';
 import { unauthorized } from './principal.ts';
@@ -65,6 +66,7 @@ export class SessionJwts {
           currentDate: this.clock.now(),
         },
       );
+      refuseFutureIssuedAt(payload, this.clock.now(), this.settings.clockSkewSeconds);
       subject = payload.sub;
       id = String(payload.jti);
       expiresAt = (payload.exp as number) * 1000;

@@ -24,6 +24,7 @@ interface NonceRow {
   service: string;
   expires_at: number | string;
   used_at: number | string | null;
+  client: string | null;
 }
 
 const SIWE_VERSION = '1';
@@ -43,17 +44,25 @@ export class SiweChallenges {
     this.assertPublicUrlFits();
   }
 
-  async issue(address: Address): Promise<Challenge> {
+  /**
+   * A challenge for `address`, asked by `client` (its network address). Anyone may ask, so each is
+   * bounded: expired challenges are deleted first, then a client holding `challengeMaxPerClient`
+   * unexpired ones of this service, or the service holding `challengeMaxOutstanding`, is refused
+   * (429 with Retry-After, nothing recorded). Concurrent requests may pass a limit by their number.
+   */
+  async issue(address: Address, client: string): Promise<Challenge> {
     const now = this.clock.now();
     const expiresAt = new Date(now.getTime() + this.settings.challengeTtlSeconds * 1000);
     // Hex is alphanumeric, as EIP-4361 requires, and 128 bits cannot be guessed.
     const nonce = randomBytes(16).toString('hex');
     await this.db<NonceRow>('siwe_nonces').where('expires_at', '<=', now.getTime()).delete();
+    await this.refuseOverLimit(client.slice(0, 64), now.getTime());
     await this.db<NonceRow>('siwe_nonces').insert({
       nonce,
       service: this.settings.service,
       expires_at: expiresAt.getTime(),
       used_at: null,
+      client: client.slice(0, 64),
     });
     return {
       nonce,
@@ -118,6 +127,35 @@ export class SiweChallenges {
       .update({ used_at: now });
     if (consumed !== 1) throw unauthorized('SIWE nonce has already been used');
     return address;
+  }
+
+  private async refuseOverLimit(client: string, now: number): Promise<void> {
+    const { service, challengeMaxPerClient, challengeMaxOutstanding } = this.settings;
+    const live = () => this.db<NonceRow>('siwe_nonces').where({ service }).andWhere('expires_at', '>', now);
+    // Counted up to the limit only: a full table costs no more to check than one at its limit.
+    const count = async (query: ReturnType<typeof live>, limit: number) =>
+      ((await query.clone().limit(limit).select('expires_at')) as Pick<NonceRow, 'expires_at'>[]).length;
+    const scopes = [
+      { scope: 'client', limit: challengeMaxPerClient, query: live().andWhere({ client }) },
+      { scope: 'service', limit: challengeMaxOutstanding, query: live() },
+    ] as const;
+    for (const { scope, limit, query } of scopes) {
+      if ((await count(query, limit)) < limit) continue;
+      const oldest = (await query.clone().orderBy('expires_at').first('expires_at')) as
+        Pick<NonceRow, 'expires_at'> | undefined;
+      const retryAfter = Math.max(1, Math.ceil((Number(oldest?.expires_at ?? now) - now) / 1000));
+      throw new SigilError(
+        'rate_limited',
+        scope === 'client'
+          ? `This client holds ${limit} unexpired sign-in challenges, the most it may`
+          : `This service holds ${limit} unexpired sign-in challenges, the most it keeps`,
+        {
+          hint: `Sign one of the challenges already issued, or ask again in ${retryAfter} s`,
+          details: { reason: 'too_many_challenges', scope, limit },
+          headers: { 'retry-after': String(retryAfter) },
+        },
+      );
+    }
   }
 
   /** Times in the message bind too; a skew allowance forgives wallets whose clocks drift. */

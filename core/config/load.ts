@@ -21,6 +21,7 @@ export const ENV_OVERRIDES: Record<string, { path: string; coerce: Coerce }> = {
   SIGIL_MODE: { path: 'mode', coerce: asString },
   LOG_LEVEL: { path: 'log.level', coerce: asString },
   DATABASE_URL: { path: 'database.url', coerce: asString },
+  SIGIL_DATA_KEY: { path: 'database.dataKey', coerce: asString },
   RUNTIME_HOST: { path: 'runtime.host', coerce: asString },
   RUNTIME_PORT: { path: 'runtime.port', coerce: asInt },
   RUNTIME_PUBLIC_URL: { path: 'runtime.publicUrl', coerce: asString },

@@ -74,6 +74,15 @@ const ledgerSchema = z
     minimumBalance: baseUnits
       .default('10000')
       .describe('Available balance a wallet needs to start a chat (base units; 0.01 USD by default)'),
+    holdTtlSeconds: z
+      .number()
+      .int()
+      .min(10)
+      .max(86_400)
+      .default(600)
+      .describe(
+        'A hold (what a running chat reserved) not settled or extended within this time is released by a sweep: its holder crashed or hung',
+      ),
     sweep: z
       .object({
         intervalSeconds: z.number().int().min(1).max(604_800).default(3600),
@@ -177,6 +186,13 @@ export const configSchema = z
           .string()
           .default('data/sigil.db')
           .describe('postgres://… for PostgreSQL, otherwise a SQLite file path (env DATABASE_URL)'),
+        dataKey: z
+          .string()
+          .min(32, 'must be at least 32 characters (e.g. openssl rand -base64 32)')
+          .optional()
+          .describe(
+            'Key that encrypts secrets the database keeps (the session signing key) at rest, AES-256-GCM; plain text without it (env SIGIL_DATA_KEY; secret)',
+          ),
       })
       .strict()
       .prefault({}),
@@ -184,6 +200,20 @@ export const configSchema = z
       .object({
         chainId: z.number().int().positive().default(8453),
         challengeTtlSeconds: z.number().int().min(30).max(3600).default(300),
+        challengeMaxPerClient: z
+          .number()
+          .int()
+          .min(1)
+          .max(100_000)
+          .default(100)
+          .describe('SIWE challenges one client address may hold unexpired per service (then 429)'),
+        challengeMaxOutstanding: z
+          .number()
+          .int()
+          .min(1)
+          .max(10_000_000)
+          .default(10_000)
+          .describe('SIWE challenges a service keeps unexpired in all (then 429): bounds their table'),
         runtimeJwtTtlSeconds: z.number().int().min(60).max(86_400).default(3600),
         gatewayJwtTtlSeconds: z.number().int().min(60).max(86_400).default(86_400),
         requestSignatureMaxAgeSeconds: z
@@ -410,6 +440,7 @@ export type PluginEntry = z.infer<typeof pluginEntrySchema>;
 
 /** Config paths whose values are secrets: redacted in every printout. */
 export const SECRET_CONFIG_PATHS = [
+  'database.dataKey',
   'auth.jwtSigningKey',
   'runtime.mcpSigningKey',
   'runtime.mcpSigningKeyPrevious',

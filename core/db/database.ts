@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import knex, { type Knex } from 'knex';
 import { SigilError } from '../errors.ts';
@@ -31,7 +31,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
 
 function openSqlite(url: string): Database {
   const filename = url.replace(/^sqlite:(\/\/)?/, '');
-  if (filename !== ':memory:') mkdirSync(dirname(filename), { recursive: true });
+  if (filename !== ':memory:') makePrivate(filename);
   return knex({
     client: 'sqlite3',
     connection: { filename },
@@ -48,6 +48,20 @@ function openSqlite(url: string): Database {
         conn.exec('PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;', done),
     },
   });
+}
+
+/**
+ * The database holds sessions' signing key, nonces and the ledger: only the service's user may read it.
+ * The data directory is created 0700 (an existing one is left as it is: it may be shared, like /tmp),
+ * and the file is created, or tightened, to 0600 before SQLite opens it; SQLite gives its -wal and
+ * -shm files the database file's mode, and any left from before are tightened too.
+ */
+function makePrivate(filename: string): void {
+  mkdirSync(dirname(filename), { recursive: true, mode: 0o700 });
+  closeSync(openSync(filename, 'a', 0o600));
+  for (const file of [filename, `${filename}-wal`, `${filename}-shm`, `${filename}-journal`]) {
+    if (existsSync(file)) chmodSync(file, 0o600);
+  }
 }
 
 async function openPostgres(options: DatabaseOptions): Promise<Database> {

@@ -80,7 +80,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
   const chat = new ChatService({
     kernel,
     agents: ledger.agents,
-    ledger: ledger.ledger,
+    holds: ledger.holds,
     vault,
     gateway,
     logger: kernel.logger.child({ component: 'chat' }),

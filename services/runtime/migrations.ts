@@ -145,4 +145,33 @@ export const runtimeMigrations: readonly Migration[] = [
       await db.schema.dropTableIfExists('agent_daily_spend');
     },
   },
+  {
+    name: '0230-ledger-spend-holds',
+    async up(db) {
+      // Money a running request may spend (a chat's estimate), reserved before the work starts: one
+      // row per open hold, deleted in the transaction that settles or releases it, so the table holds
+      // only what is in flight. held_spend is their running total per wallet (audit() recomputes it).
+      await db.schema.createTable('ledger_holds', (t) => {
+        t.string('id', 36).primary();
+        t.string('wallet', 42).notNullable();
+        t.string('agent_id', 36).notNullable().index();
+        t.bigInteger('amount').notNullable();
+        t.string('idempotency_key', 240).notNullable();
+        t.bigInteger('created_at').notNullable();
+        // When the expiry sweep releases it: a holder that crashed or hung never settles.
+        t.bigInteger('expires_at').notNullable().index();
+        t.unique(['wallet', 'idempotency_key']);
+        t.check('?? > 0', ['amount'], 'ledger_holds_amount_positive');
+      });
+      await db.schema.alterTable('ledger_wallets', (t) => {
+        t.bigInteger('held_spend').notNullable().defaultTo(0);
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('ledger_wallets', (t) => {
+        t.dropColumn('held_spend');
+      });
+      await db.schema.dropTableIfExists('ledger_holds');
+    },
+  },
 ];

@@ -65,6 +65,26 @@ describeEachDatabase('session JWTs', (database) => {
     }
   });
 
+  it('refuses an "iat" later than the clock skew allows, signed with the real session key', async () => {
+    const jwt = await services.signIn('gateway', newWallet());
+    const { kid } = decodeProtectedHeader(jwt);
+    const row = await services.kernel.db('signing_keys').where({ purpose: 'session-jwt' }).first();
+    const key = createPrivateKey({ key: JSON.parse(row.private_jwk) as JsonWebKey, format: 'jwk' });
+    const sign = (claims: Record<string, unknown>) =>
+      new SignJWT({ ...claimsFor(), ...claims })
+        .setProtectedHeader({ alg: 'ES256', typ: 'JWT', kid: kid! })
+        .sign(key);
+    const now = Math.floor(services.clock.now().getTime() / 1000);
+    // Issued an hour from now: a token from the future is refused, whatever its exp.
+    await expectRefused(
+      await services.session('gateway', await sign({ iat: now + 3600, exp: now + 4200 })),
+      /"iat"/,
+    );
+    // Within the 30 s skew a clock slightly ahead is fine, and one second past it is not.
+    expect((await services.session('gateway', await sign({ iat: now + 30 }))).status).to.equal(200);
+    await expectRefused(await services.session('gateway', await sign({ iat: now + 31 })), /"iat"/);
+  });
+
   it("refuses the other service's JWT in each direction", async () => {
     const wallet = newWallet();
     const atRuntime = await services.signIn('runtime', wallet);

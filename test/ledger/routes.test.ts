@@ -99,6 +99,7 @@ describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (datab
     expect(body.daily).to.deep.equal({
       limit: '1000',
       spent: '0',
+      held: '0',
       remaining: '1000',
       start: '2026-03-18T00:00:00.000Z',
       resetsAt: '2026-03-19T00:00:00.000Z',

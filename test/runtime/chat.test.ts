@@ -241,5 +241,11 @@ describe('runtime chat: sessions, SSE, keys, budgets, cancellation', function ()
       view = await dave.client.json('GET', `/agents/${dave.agentId}/sessions/${session.id}`);
     }
     expect(view.body).to.include({ busy: false, messages: 0 });
+    // The hold taken before the model ran is given back: nothing stays reserved, nothing was charged.
+    expect(await stack.runtime.ledger.ledger.balance(dave.wallet.address)).to.include({
+      heldSpend: 0n,
+      unsettledSpend: 0n,
+      available: USD,
+    });
   });
 });

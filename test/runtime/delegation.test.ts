@@ -186,6 +186,14 @@ describeEachDatabase('delegated gateway access', (database) => {
       await expectRefused(stack, `${header}.${altered}.${signature}`, /signature verification failed/);
       const now = Math.floor(stack.clock.now().getTime() / 1000);
       await expectRefused(stack, await forge({ claims: { exp: now + 3600 } }), /at most 900 s/);
+      // A future iat cannot carry the 900 s cap forward: iat is refused past the skew, and exp is
+      // capped from the gateway's clock (now + 900 s + skew), not from the token's iat.
+      await expectRefused(stack, await forge({ claims: { iat: now + 3600, exp: now + 4500 } }), /"iat"/);
+      await expectRefused(stack, await forge({ claims: { iat: now + 31, exp: now + 931 } }), /"iat"/);
+      await expectRefused(stack, await forge({ claims: { iat: now + 30, exp: now + 931 } }), /at most 900 s/);
+      expect(
+        (await gatewaySession(stack, await forge({ claims: { iat: now + 30, exp: now + 930 } }))).status,
+      ).to.equal(200);
       await expectRefused(
         stack,
         await forge({ header: { typ: 'JWT' }, claims: {} }),

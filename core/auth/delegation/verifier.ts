@@ -11,6 +11,7 @@ import { getAddress, isAddress, type Address } from 'viem';
 import { z } from 'zod';
 import type { Clock } from '../../clock.ts';
 import type { Logger } from '../../log.ts';
+import { refuseFutureIssuedAt } from '../issued-at.ts';
 import { unauthorized } from '../principal.ts';
 import { DELEGATED_JWT_TYPE, type Jwks, type PublishedJwk } from './keys.ts';
 import { jwksSha256 } from './report-data.ts';
@@ -114,20 +115,30 @@ export class DelegationVerifier {
     return { address: getAddress(subject), trust: snapshot.trust };
   }
 
+  /**
+   * The token's subject once jose has checked it, and then its times: `iat` no later than the skew
+   * allows, and a lifetime within the cap both as claimed (exp − iat) and as measured from this
+   * gateway's clock (exp − now, plus the skew), so no `iat` can carry the cap forward.
+   */
   private async check(token: string, snapshot: RuntimeSnapshot): Promise<string | undefined> {
+    const now = this.options.clock.now();
+    const skew = this.options.clockSkewSeconds;
     const { payload } = await jwtVerify(token, snapshot.keys, {
       algorithms: ['ES256'],
       typ: DELEGATED_JWT_TYPE,
       issuer: this.options.issuer,
       audience: this.options.audience,
       requiredClaims: ['sub', 'iat', 'exp', 'jti'],
-      clockTolerance: this.options.clockSkewSeconds,
-      currentDate: this.options.clock.now(),
+      clockTolerance: skew,
+      currentDate: now,
     });
-    const lifetime = (payload.exp as number) - (payload.iat as number);
-    if (lifetime > MAX_DELEGATED_LIFETIME_SECONDS) {
+    refuseFutureIssuedAt(payload, now, skew);
+    const exp = payload.exp as number;
+    const claimed = exp - (payload.iat as number);
+    const remaining = exp - Math.floor(now.getTime() / 1000);
+    if (claimed > MAX_DELEGATED_LIFETIME_SECONDS || remaining > MAX_DELEGATED_LIFETIME_SECONDS + skew) {
       throw new joseErrors.JWTClaimValidationFailed(
-        `lives ${lifetime} s (exp - iat); delegated tokens may live at most ${MAX_DELEGATED_LIFETIME_SECONDS} s`,
+        `lives ${Math.max(claimed, remaining - skew)} s (exp - iat, or exp - now less the skew); delegated tokens may live at most ${MAX_DELEGATED_LIFETIME_SECONDS} s`,
         payload,
         'exp',
         'check_failed',

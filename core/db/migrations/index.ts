@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { authTables } from './0001-auth.ts';
+import { siweNonceClients } from './0002-siwe-nonce-clients.ts';
 
 /** A schema change. Names sort in the order they apply, so prefix them with a number. */
 export interface Migration {
@@ -8,4 +9,4 @@ export interface Migration {
   down(db: Knex): Promise<void>;
 }
 
-export const kernelMigrations: readonly Migration[] = [authTables];
+export const kernelMigrations: readonly Migration[] = [authTables, siweNonceClients];

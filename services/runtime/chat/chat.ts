@@ -5,7 +5,6 @@ import { SigilError } from '../../../core/errors.ts';
 import type { SseStream } from '../../../core/http/sse.ts';
 import { baseLlmCost } from '../../../core/llm/cost.ts';
 import { isLlmProviderError } from '../../../core/llm/errors.ts';
-import { estimateTokens } from '../../../core/llm/stream.ts';
 import type {
   LlmFinishReason,
   LlmMessage,
@@ -17,7 +16,7 @@ import type { Logger } from '../../../core/log.ts';
 import type { Kernel } from '../../kernel.ts';
 import type { Agents } from '../agents.ts';
 import type { GatewayClient } from '../gateway-client.ts';
-import type { Ledger } from '../ledger/ledger.ts';
+import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
 import { ChatSessions, type ChatSession } from './sessions.ts';
@@ -39,13 +38,15 @@ export interface PreparedChat {
   entry: ProviderEntry;
   apiKey: string;
   keyKind: KeyKind;
+  /** The first turn's estimate, reserved on the ledger before the response (README: Chat, "Holds"). */
   estimate: bigint;
+  hold: Hold;
 }
 
 export interface ChatDeps {
   kernel: Kernel;
   agents: Agents;
-  ledger: Ledger;
+  holds: Holds;
   vault: ProviderVault;
   gateway: GatewayClient;
   logger: Logger;
@@ -135,8 +136,8 @@ export class ChatService {
 
   /**
    * Everything that can refuse a message before the stream opens (each a plain JSON 4xx): the session,
-   * one request at a time, the key (the wallet's, else the internal one when allowed), the budget check
-   * with an estimate.
+   * one request at a time, the key (the wallet's, else the internal one when allowed), then the hold of
+   * the first turn's estimate on the ledger (a 402 when a budget or the balance has no room for it).
    */
   async prepare(
     principal: AuthPrincipal,
@@ -152,10 +153,21 @@ export class ChatService {
         details: { reason: 'model_not_offered', model: session.model },
       });
     const { apiKey, keyKind } = await this.keyFor(principal, entry.provider.keySlot);
-    const estimate = this.estimate(session, body.content, entry.model, keyKind);
-    await this.options.ledger.check(principal.address, agentId, estimate);
+    const messages: LlmMessage[] = [...session.messages, { role: 'user', content: body.content }];
+    const estimate = platformCost(keyKind, this.turnCost(messages, [], entry.model), 0).platformCost;
     this.sessions.begin(session, messageId);
-    return { session, messageId, content: body.content, entry, apiKey, keyKind, estimate };
+    try {
+      const hold = await this.options.holds.hold({
+        wallet: principal.address,
+        agentId,
+        amount: estimate,
+        idempotencyKey: chargeKey(session, messageId),
+      });
+      return { session, messageId, content: body.content, entry, apiKey, keyKind, estimate, hold };
+    } catch (err) {
+      this.sessions.end(session, messageId, undefined);
+      throw err;
+    }
   }
 
   private async keyFor(
@@ -178,22 +190,29 @@ export class ChatService {
   }
 
   /**
-   * What the first model turn may cost at most: the conversation's input tokens (about 4 characters
-   * each) and `maxOutputTokens` out, at the model's prices, with the key's multiplier.
+   * What one model turn may cost upstream (baseLlmCost) at most: one input token per UTF-8 byte of
+   * the messages and tool definitions as JSON (a byte-level BPE tokenizer never makes more tokens than
+   * bytes, and the JSON framing covers the chat template's few tokens a message), and
+   * `maxOutputTokens` out, at the model's prices.
    */
-  estimate(session: ChatSession, content: string, model: LlmModelInfo, keyKind: KeyKind): bigint {
-    const input = estimateTokens(JSON.stringify(session.messages)) + estimateTokens(content);
-    return platformCost(
-      keyKind,
-      baseLlmCost({ inputTokens: input, outputTokens: this.settings.maxOutputTokens }, model),
-      0,
-    ).platformCost;
+  turnCost(messages: LlmMessage[], tools: readonly unknown[], model: LlmModelInfo): bigint {
+    const bytes =
+      Buffer.byteLength(JSON.stringify(messages)) +
+      (tools.length ? Buffer.byteLength(JSON.stringify(tools)) : 0);
+    return baseLlmCost({ inputTokens: bytes, outputTokens: this.settings.maxOutputTokens }, model);
+  }
+
+  /** Extends the chat's hold to cover `base` upstream and `toolCalls` calls, before that work runs. */
+  private async reserve(chat: PreparedChat, base: bigint, toolCalls: number): Promise<void> {
+    const needed = platformCost(chat.keyKind, base, toolCalls).platformCost;
+    if (needed > chat.hold.amount) chat.hold = await this.options.holds.extend(chat.hold, needed);
   }
 
   /**
    * Runs the loop and streams it: model turns, the gateway's tools, until the model stops or
-   * `maxSteps` turns. Whatever happens (an error, the client gone), what was used is charged once,
-   * under `chat:<sessionId>:<messageId>`.
+   * `maxSteps` turns. Before each turn and each batch of tool calls the hold is extended to cover them
+   * (a refusal ends the loop with a payment_required error). Whatever happens (an error, the client
+   * gone), the hold is settled to what was used, charged once under `chat:<sessionId>:<messageId>`.
    */
   async run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     const { session, entry } = chat;
@@ -225,6 +244,7 @@ export class ChatService {
         let text = '';
         const calls: LlmToolCall[] = [];
         const definitions = tools?.definitions() ?? [];
+        await this.reserve(chat, base + this.turnCost(messages, definitions, entry.model), toolCalls);
         for await (const part of entry.provider.doStream({
           model: session.model,
           messages,
@@ -268,6 +288,7 @@ export class ChatService {
             { details: { reason: 'too_many_tool_calls', limit: this.settings.maxToolCallsPerTurn } },
           );
         }
+        await this.reserve(chat, base, toolCalls + calls.length);
         for (const call of calls) {
           toolCalls++;
           const outcome = tools
@@ -294,12 +315,13 @@ export class ChatService {
     } finally {
       await tools?.close();
       const cost = platformCost(chat.keyKind, base, toolCalls);
-      const charge = await this.charge(principal.address, chat, cost);
+      const charge = await this.settle(chat, cost);
       this.sessions.end(session, chat.messageId, completed ? messages : undefined);
       sse.send('cost', {
         ...costView(cost),
         estimate: chat.estimate.toString(),
         charged: charge.charged,
+        ...(charge.uncharged ? { uncharged: charge.uncharged } : {}),
         ...(charge.entryId ? { entryId: charge.entryId } : {}),
         ...(charge.error ? { error: charge.error } : {}),
       });
@@ -315,29 +337,35 @@ export class ChatService {
     }
   }
 
-  private async charge(
-    wallet: string,
+  /** Settles the hold to the request's cost; a failure leaves the hold to the expiry sweep. */
+  private async settle(
     chat: PreparedChat,
     cost: CostBreakdown,
-  ): Promise<{ charged: string; entryId?: string; error?: ReturnType<typeof errorEvent> }> {
-    if (cost.platformCost === 0n) return { charged: '0' };
+  ): Promise<{
+    charged: string;
+    uncharged?: string;
+    entryId?: string;
+    error?: ReturnType<typeof errorEvent>;
+  }> {
     try {
-      const charge = await this.options.ledger.charge({
-        wallet,
-        agentId: chat.session.agentId,
-        amount: cost.platformCost,
-        idempotencyKey: `chat:${chat.session.id}:${chat.messageId}`,
-      });
-      return { charged: charge.entry.amount.toString(), entryId: charge.entry.id };
+      const settled = await this.options.holds.settle(chat.hold, cost.platformCost);
+      return {
+        charged: settled.charged.toString(),
+        ...(settled.uncharged > 0n ? { uncharged: settled.uncharged.toString() } : {}),
+        ...(settled.entry ? { entryId: settled.entry.id } : {}),
+      };
     } catch (err) {
       this.options.logger.error(
         { err, sessionId: chat.session.id, messageId: chat.messageId, amount: cost.platformCost.toString() },
-        'chat: the charge was refused',
+        'chat: the charge failed; the hold stays until the expiry sweep releases it',
       );
       return { charged: '0', error: errorEvent(err) };
     }
   }
 }
+
+/** The ledger key of a message's hold and charge: one charge per message id of a session. */
+const chargeKey = (session: ChatSession, messageId: string): string => `chat:${session.id}:${messageId}`;
 
 /** The `error` event's payload: code, message, hint, and for provider failures kind and retryable. */
 export function errorEvent(err: unknown): Record<string, unknown> {

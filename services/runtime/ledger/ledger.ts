@@ -6,46 +6,20 @@ import { SigilError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/log.ts';
 import { agentNotFound } from '../agents.ts';
 import { asText, MAX_AMOUNT, toAmount } from './amounts.ts';
+import { auditLedger, type LedgerAudit } from './audit.ts';
+import {
+  balanceOf,
+  ENTRY_EFFECTS,
+  WALLET_MONEY,
+  type Balance,
+  type EntryKind,
+  type TotalColumn,
+  type WalletRow,
+} from './balance.ts';
 import { SpendRefused } from './errors.ts';
 import { BUDGET_WINDOWS, utcDay, windowBounds, type BudgetWindow } from './windows.ts';
 
-/**
- * What an entry does to a wallet's running totals. `deposit` entries record incoming transfers for the
- * history only: the on-chain balance is read from the chain, never summed from entries.
- */
-export const ENTRY_EFFECTS = {
-  charge: { unsettled_spend: 1 },
-  settlement: { unsettled_spend: -1, settled_spend: 1 },
-  withdrawal_hold: { pending_withdrawals: 1 },
-  withdrawal_release: { pending_withdrawals: -1 },
-  withdrawal_complete: { pending_withdrawals: -1, withdrawn: 1 },
-  deposit: {},
-} as const satisfies Record<string, Partial<Record<TotalColumn, 1 | -1>>>;
-
-export type EntryKind = keyof typeof ENTRY_EFFECTS;
-export const ENTRY_KINDS = Object.keys(ENTRY_EFFECTS) as EntryKind[];
-
-const TOTAL_COLUMNS = ['unsettled_spend', 'settled_spend', 'pending_withdrawals', 'withdrawn'] as const;
-type TotalColumn = (typeof TOTAL_COLUMNS)[number];
-
-/** A wallet's ledger, in base units. `available = onChainBalance − unsettledSpend − pendingWithdrawals`. */
-export interface Balance {
-  wallet: string;
-  /** The token balance of the wallet's deposit address at `balanceBlock`, a block with enough confirmations. */
-  onChainBalance: bigint;
-  /** Charged but not yet swept to the treasury. */
-  unsettledSpend: bigint;
-  /** Requested withdrawals whose transfer has not completed or failed. */
-  pendingWithdrawals: bigint;
-  available: bigint;
-  /** Charged and swept to the treasury (no longer at the deposit address). */
-  settledSpend: bigint;
-  /** Withdrawals completed on chain. */
-  withdrawn: bigint;
-  balanceBlock: bigint;
-  /** When the on-chain balance was last read; undefined before the first read. */
-  balanceUpdatedAt: Date | undefined;
-}
+export { ENTRY_KINDS, type Balance, type EntryKind } from './balance.ts';
 
 export interface LedgerEntry {
   id: string;
@@ -75,7 +49,9 @@ export interface BudgetLimits {
 export interface BudgetWindowState {
   limit: bigint | null;
   spent: bigint;
-  /** limit − spent, never below 0; null without a limit. */
+  /** The agent's open holds: counted in every current window until they settle. */
+  held: bigint;
+  /** limit − spent − held, never below 0; null without a limit. */
   remaining: bigint | null;
   start: Date;
   resetsAt: Date;
@@ -86,17 +62,6 @@ export type Budgets = Record<BudgetWindow, BudgetWindowState>;
 export interface LedgerSettings {
   /** Available balance a chat needs to start. */
   minimumBalance: bigint;
-}
-
-interface WalletRow {
-  wallet: string;
-  on_chain_balance: string;
-  balance_block: string;
-  balance_updated_at: string;
-  unsettled_spend: string;
-  settled_spend: string;
-  pending_withdrawals: string;
-  withdrawn: string;
 }
 
 interface EntryRow {
@@ -110,10 +75,8 @@ interface EntryRow {
   created_at: string | number;
 }
 
-const WALLET_MONEY = ['on_chain_balance', 'balance_block', 'balance_updated_at', ...TOTAL_COLUMNS] as const;
-
 /** Charges carry the caller's key under this prefix, so they can never meet the ledger's own keys. */
-const CHARGE_KEY_PREFIX = 'charge:';
+export const CHARGE_KEY_PREFIX = 'charge:';
 
 export const IDEMPOTENCY_KEY = /^[A-Za-z0-9._:-]{1,200}$/;
 
@@ -370,10 +333,10 @@ export class Ledger {
 
   /**
    * In one query: that `wallet` owns the agent (404 otherwise), its limits, its spend in each current
-   * window (sums over the agent's daily spend rows: windows are whole UTC days), and, given a key,
-   * whether the wallet already has an entry under it.
+   * window (sums over the agent's daily spend rows: windows are whole UTC days), its open holds, and,
+   * given a key, whether the wallet already has an entry under it.
    */
-  private async readBudgets(
+  async readBudgets(
     db: Knex,
     wallet: string,
     agentId: string,
@@ -395,6 +358,7 @@ export class Ledger {
       'select a.id,',
       ...BUDGET_WINDOWS.map((window) => `cast(b.${window}_limit as text) as ${window}_limit,`),
       ...BUDGET_WINDOWS.map((window) => `${spentSql(window)},`),
+      '(select cast(coalesce(sum(h.amount), 0) as text) from ledger_holds h where h.agent_id = a.id) as held,',
       replaySql,
       'from agents a left join agent_budgets b on b.agent_id = a.id where a.id = ? and a.wallet = ?',
     ].join(' ');
@@ -412,6 +376,7 @@ export class Ledger {
     >[];
     const row = rows[0];
     if (!row) throw agentNotFound(agentId);
+    const held = toAmount(row.held ?? '0');
     const state = (window: BudgetWindow): BudgetWindowState => {
       const rawLimit = row[`${window}_limit`];
       const limit = rawLimit === null || rawLimit === undefined ? null : toAmount(rawLimit);
@@ -419,7 +384,8 @@ export class Ledger {
       return {
         limit,
         spent,
-        remaining: limit === null ? null : limit > spent ? limit - spent : 0n,
+        held,
+        remaining: limit === null ? null : limit > spent + held ? limit - spent - held : 0n,
         ...bounds[window],
       };
     };
@@ -429,7 +395,7 @@ export class Ledger {
     };
   }
 
-  private async entryByKey(db: Knex, wallet: string, key: string): Promise<LedgerEntry | undefined> {
+  async entryByKey(db: Knex, wallet: string, key: string): Promise<LedgerEntry | undefined> {
     const row = (await db('ledger_entries')
       .where({ wallet, idempotency_key: key })
       .first(...entryColumns(db))) as EntryRow | undefined;
@@ -487,143 +453,12 @@ export class Ledger {
   }
 
   /**
-   * Recomputes each running total from the entries with SQL sums and compares: what a property test,
-   * the benchmark and an operator check. `ok` when every wallet (or the one given) agrees.
+   * Recomputes each running total from the entries (and held spend from the open holds) with SQL sums
+   * and compares: what a property test, the benchmark and an operator check. `ok` when all agree.
    */
-  async audit(wallet?: string): Promise<{ ok: boolean; mismatches: AuditMismatch[]; wallets: number }> {
-    const db = this.deps.db;
-    const sums = (await db('ledger_entries')
-      .modify((q) => {
-        if (wallet) q.where({ wallet: getAddress(wallet) });
-      })
-      .groupBy('wallet', 'kind')
-      .select('wallet', 'kind', db.raw('cast(sum(amount) as text) as total'))) as {
-      wallet: string;
-      kind: EntryKind;
-      total: string;
-    }[];
-    const expected = new Map<string, Record<TotalColumn, bigint>>();
-    for (const { wallet: owner, kind, total } of sums) {
-      const totals = expected.get(owner) ?? {
-        unsettled_spend: 0n,
-        settled_spend: 0n,
-        pending_withdrawals: 0n,
-        withdrawn: 0n,
-      };
-      const effects: Partial<Record<TotalColumn, 1 | -1>> = ENTRY_EFFECTS[kind] ?? {};
-      for (const [column, sign] of Object.entries(effects) as [TotalColumn, 1 | -1][]) {
-        totals[column] += BigInt(sign) * toAmount(total);
-      }
-      expected.set(owner, totals);
-    }
-    const rows = (await db('ledger_wallets')
-      .modify((q) => {
-        if (wallet) q.where({ wallet: getAddress(wallet) });
-      })
-      .select('wallet', ...WALLET_MONEY.map((column) => asText(db, column)))) as WalletRow[];
-    const mismatches: AuditMismatch[] = [];
-    for (const row of rows) {
-      const want = expected.get(row.wallet) ?? {
-        unsettled_spend: 0n,
-        settled_spend: 0n,
-        pending_withdrawals: 0n,
-        withdrawn: 0n,
-      };
-      for (const column of TOTAL_COLUMNS) {
-        if (toAmount(row[column]) !== want[column]) {
-          mismatches.push({
-            wallet: row.wallet,
-            total: column,
-            recorded: toAmount(row[column]),
-            fromEntries: want[column],
-          });
-        }
-      }
-      const balance = balanceOf(row.wallet, row);
-      if (balance.unsettledSpend < 0n || balance.pendingWithdrawals < 0n) {
-        mismatches.push({
-          wallet: row.wallet,
-          total: 'negative',
-          recorded: balance.unsettledSpend,
-          fromEntries: balance.pendingWithdrawals,
-        });
-      }
-    }
-    for (const owner of expected.keys()) {
-      if (!rows.some((row) => row.wallet === owner)) {
-        mismatches.push({ wallet: owner, total: 'missing_wallet_row', recorded: 0n, fromEntries: 0n });
-      }
-    }
-    // Each agent's daily spend rows against its charges, grouped by UTC day.
-    const scoped = (q: Knex.QueryBuilder, column: string) => {
-      if (wallet)
-        q.whereIn(
-          column,
-          db('agents')
-            .where({ wallet: getAddress(wallet) })
-            .select('id'),
-        );
-    };
-    const byDay = (await db('ledger_entries')
-      .where({ kind: 'charge' })
-      .whereNotNull('agent_id')
-      .modify((q) => scoped(q, 'agent_id'))
-      .groupBy('agent_id', db.raw('(created_at / 86400000) * 86400000'))
-      .select(
-        'agent_id',
-        db.raw('cast((created_at / 86400000) * 86400000 as text) as day'),
-        db.raw('cast(sum(amount) as text) as total'),
-      )) as { agent_id: string; day: string; total: string }[];
-    const buckets = (await db('agent_daily_spend')
-      .modify((q) => scoped(q, 'agent_id'))
-      .select('agent_id', asText(db, 'day'), asText(db, 'amount'))) as {
-      agent_id: string;
-      day: string;
-      amount: string;
-    }[];
-    const bucketOf = new Map(buckets.map((b) => [`${b.agent_id}:${b.day}`, toAmount(b.amount)]));
-    for (const { agent_id: agent, day, total } of byDay) {
-      const recorded = bucketOf.get(`${agent}:${day}`) ?? 0n;
-      if (recorded !== toAmount(total)) {
-        mismatches.push({
-          wallet: `agent ${agent} day ${day}`,
-          total: 'daily_spend',
-          recorded,
-          fromEntries: toAmount(total),
-        });
-      }
-      bucketOf.delete(`${agent}:${day}`);
-    }
-    for (const [key, recorded] of bucketOf) {
-      if (recorded !== 0n) mismatches.push({ wallet: key, total: 'daily_spend', recorded, fromEntries: 0n });
-    }
-    return { ok: mismatches.length === 0, mismatches, wallets: rows.length };
+  audit(wallet?: string): Promise<LedgerAudit> {
+    return auditLedger(this.deps.db, wallet);
   }
-}
-
-export interface AuditMismatch {
-  wallet: string;
-  total: TotalColumn | 'negative' | 'missing_wallet_row' | 'daily_spend';
-  recorded: bigint;
-  fromEntries: bigint;
-}
-
-function balanceOf(wallet: string, row: WalletRow | undefined): Balance {
-  const onChainBalance = toAmount(row?.on_chain_balance ?? '0');
-  const unsettledSpend = toAmount(row?.unsettled_spend ?? '0');
-  const pendingWithdrawals = toAmount(row?.pending_withdrawals ?? '0');
-  const updatedAt = toAmount(row?.balance_updated_at ?? '0');
-  return {
-    wallet,
-    onChainBalance,
-    unsettledSpend,
-    pendingWithdrawals,
-    available: onChainBalance - unsettledSpend - pendingWithdrawals,
-    settledSpend: toAmount(row?.settled_spend ?? '0'),
-    withdrawn: toAmount(row?.withdrawn ?? '0'),
-    balanceBlock: toAmount(row?.balance_block ?? '0'),
-    balanceUpdatedAt: updatedAt === 0n ? undefined : new Date(Number(updatedAt)),
-  };
 }
 
 /** The columns `entryOf` reads, the amount as text so it never passes through a float. */
@@ -665,7 +500,12 @@ function sameCharge(first: LedgerEntry, input: { agentId: string; amount: bigint
   return first;
 }
 
-function refuseOverBudget(budgets: Budgets, amount: bigint, agentId: string, requested = amount): void {
+export function refuseOverBudget(
+  budgets: Budgets,
+  amount: bigint,
+  agentId: string,
+  requested = amount,
+): void {
   for (const window of BUDGET_WINDOWS) {
     const state = budgets[window];
     if (state.limit === null || state.remaining === null) continue;

@@ -6,6 +6,7 @@ import { agentsRouter } from '../agent-routes.ts';
 import { LedgerChain } from './chain.ts';
 import { DepositKeys } from './deposit-keys.ts';
 import { DepositAddresses } from './deposits.ts';
+import { Holds } from './holds.ts';
 import { Ledger } from './ledger.ts';
 import { ledgerRouter } from './routes.ts';
 import { Sweeper } from './sweep.ts';
@@ -17,10 +18,15 @@ import { Withdrawals } from './withdrawals.ts';
 /** Confirmations when the config names none: about 24 s on Base. */
 export const DEFAULT_CONFIRMATIONS = 12;
 
+/** Expired holds are looked for at least this often (and twice per hold lifetime). */
+const HOLD_SWEEP_MAX_INTERVAL_MS = 60_000;
+
 /** The runtime's agents and wallet ledger, composed from the kernel's config, database and clock. */
 export interface LedgerService {
   agents: Agents;
   ledger: Ledger;
+  /** Reservations of running requests (chat); expired ones are released by its sweep. */
+  holds: Holds;
   deposits: DepositAddresses;
   /** Present when the ledger is pointed at a chain (ledger.rpcUrl and its companions). */
   chain: LedgerChain | undefined;
@@ -51,6 +57,13 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     clock: kernel.clock,
     logger,
     settings: { minimumBalance: BigInt(settings.minimumBalance) },
+  });
+  const holdTtlMs = settings.holdTtlSeconds * 1000;
+  const holds = new Holds({
+    ledger,
+    logger,
+    ttlMs: holdTtlMs,
+    sweepIntervalMs: Math.min(holdTtlMs / 2, HOLD_SWEEP_MAX_INTERVAL_MS),
   });
   const keys = settings.depositMnemonic === undefined ? undefined : new DepositKeys(settings.depositMnemonic);
   const deposits = new DepositAddresses({ db: kernel.db, clock: kernel.clock, keys });
@@ -118,6 +131,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
   return {
     agents,
     ledger,
+    holds,
     deposits,
     chain,
     watcher,
@@ -139,6 +153,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     ],
     start: async () => {
       await deposits.verifyMnemonic();
+      holds.start();
       if (!chain) {
         logger.info('ledger: no chain configured (ledger.rpcUrl): balances are not read from a chain');
         return;
@@ -152,6 +167,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
       );
     },
     close: async () => {
+      await holds.stop();
       await sweeper?.stop();
       await watcher?.stop();
       await worker?.stop();

@@ -9,6 +9,7 @@ export function balanceView(balance: Balance, extra: Record<string, unknown> = {
     onChainBalance: balance.onChainBalance.toString(),
     unsettledSpend: balance.unsettledSpend.toString(),
     pendingWithdrawals: balance.pendingWithdrawals.toString(),
+    heldSpend: balance.heldSpend.toString(),
     available: balance.available.toString(),
     settledSpend: balance.settledSpend.toString(),
     withdrawn: balance.withdrawn.toString(),
@@ -30,6 +31,7 @@ export function budgetsView(agentId: string, budgets: Budgets): Record<string, u
           {
             limit: state.limit?.toString() ?? null,
             spent: state.spent.toString(),
+            held: state.held.toString(),
             remaining: state.remaining?.toString() ?? null,
             start: state.start.toISOString(),
             resetsAt: state.resetsAt.toISOString(),

@@ -1,0 +1,360 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import { getAddress } from 'viem';
+import { SigilError } from '../../../core/errors.ts';
+import type { Logger } from '../../../core/log.ts';
+import { MAX_AMOUNT, minus, plus, toAmount } from './amounts.ts';
+import { SpendRefused } from './errors.ts';
+import {
+  CHARGE_KEY_PREFIX,
+  IDEMPOTENCY_KEY,
+  refuseOverBudget,
+  type Balance,
+  type Budgets,
+  type Ledger,
+  type LedgerEntry,
+} from './ledger.ts';
+
+/**
+ * Money a running request may spend, reserved before the work starts. While open it counts in the
+ * wallet's `heldSpend` (so in `available`, like a pending withdrawal) and in every current budget
+ * window of its agent; settling turns it into a charge of the real cost, releasing gives it back.
+ */
+export interface Hold {
+  id: string;
+  wallet: string;
+  agentId: string;
+  amount: bigint;
+  /** The caller's key: the hold's, and the key its settlement charges under. */
+  idempotencyKey: string;
+  createdAt: Date;
+  /** The expiry sweep releases the hold from then on; each extension moves it. */
+  expiresAt: Date;
+}
+
+export interface Settlement {
+  /** The charge; undefined when nothing was charged (a cost of 0, or no room left at all). */
+  entry: LedgerEntry | undefined;
+  charged: bigint;
+  /**
+   * What the request used beyond what could be charged: only when its cost outgrew its hold and the
+   * balance or a budget had no room for the rest. Never charged later (the wallet is never taken
+   * below 0 nor past a budget); the caller reports it and the settlement logs it.
+   */
+  uncharged: bigint;
+  /** True when the key had already charged: this is that first charge, not a new one. */
+  replayed: boolean;
+}
+
+interface HoldRow {
+  id: string;
+  wallet: string;
+  agent_id: string;
+  amount: string | number;
+  idempotency_key: string;
+  created_at: string | number;
+  expires_at: string | number;
+}
+
+const HOLD_COLUMNS = ['id', 'wallet', 'agent_id', 'amount', 'idempotency_key', 'created_at', 'expires_at'];
+
+/** How many expired holds one sweep step releases (each in its own wallet transaction). */
+const EXPIRY_BATCH = 100;
+
+/**
+ * Holds on the wallet ledger: `hold` before the work, `extend` before more of it, then `settle` to the
+ * real cost or `release`. Each is one transaction under the wallet's lock (Ledger.withWallet:
+ * SELECT … FOR UPDATE on PostgreSQL, the write lock on SQLite), so the checks and the reservation they
+ * allow are one atomic step however many requests race; a hold whose holder crashed or hung is
+ * released by the expiry sweep once `ttlMs` has passed since its last extension.
+ */
+export class Holds {
+  private timer: NodeJS.Timeout | undefined;
+  private sweeping: Promise<number> | undefined;
+
+  constructor(
+    private readonly deps: { ledger: Ledger; logger: Logger; ttlMs: number; sweepIntervalMs: number },
+  ) {}
+
+  private get ledger(): Ledger {
+    return this.deps.ledger;
+  }
+
+  /**
+   * Reserves `amount` for `agentId`'s work. Refused (SpendRefused, 402, nothing recorded) when a
+   * budget window has no room for it beside the spend and the other holds, when the available balance
+   * is below the ledger's minimum balance, or below `amount`. The same key answers the same open hold;
+   * a key that already charged is a 409 (a new piece of work needs a new key).
+   */
+  async hold(input: {
+    wallet: string;
+    agentId: string;
+    amount: bigint;
+    idempotencyKey: string;
+  }): Promise<Hold> {
+    checkAmount(input.amount);
+    if (!IDEMPOTENCY_KEY.test(input.idempotencyKey)) {
+      throw new SigilError(
+        'invalid_request',
+        'An idempotency key is 1 to 200 characters of A-Z a-z 0-9 . _ : -',
+      );
+    }
+    const wallet = getAddress(input.wallet);
+    return this.ledger.withWallet(wallet, async (trx, balance) => {
+      const { budgets, replayId } = await this.ledger.readBudgets(trx, wallet, input.agentId, {
+        replayKey: CHARGE_KEY_PREFIX + input.idempotencyKey,
+      });
+      if (replayId !== undefined) {
+        throw new SigilError('conflict', 'This idempotency key has already charged', {
+          hint: 'Use a new idempotency key for new work',
+          details: { reason: 'already_charged', entryId: replayId },
+        });
+      }
+      const open = await this.byKey(trx, wallet, input.idempotencyKey);
+      if (open) {
+        if (open.agentId !== input.agentId)
+          throw new SigilError('conflict', 'This idempotency key holds funds for another agent', {
+            details: { reason: 'hold_key_reused', agentId: open.agentId },
+          });
+        return open;
+      }
+      this.refuse(budgets, balance, input.amount, input.agentId, { minimumBalance: true });
+      const now = this.ledger.now();
+      const hold: Hold = {
+        id: randomUUID(),
+        wallet,
+        agentId: input.agentId,
+        amount: input.amount,
+        idempotencyKey: input.idempotencyKey,
+        createdAt: new Date(now),
+        expiresAt: new Date(now + this.deps.ttlMs),
+      };
+      await trx('ledger_holds').insert({
+        id: hold.id,
+        wallet,
+        agent_id: hold.agentId,
+        amount: hold.amount.toString(),
+        idempotency_key: hold.idempotencyKey,
+        created_at: now,
+        expires_at: hold.expiresAt.getTime(),
+      });
+      await this.addHeld(trx, wallet, hold.amount);
+      return hold;
+    });
+  }
+
+  /**
+   * Raises the hold to `amount` in all (what the work needs before its next step), and moves its
+   * expiry. Only the increase is checked, against the budgets and the balance (not the minimum
+   * balance: the work has started); a refusal (SpendRefused) leaves the hold as it was. A hold the
+   * expiry sweep already released is taken again, checked for its whole amount.
+   */
+  async extend(hold: Hold, amount: bigint): Promise<Hold> {
+    checkAmount(amount);
+    return this.ledger.withWallet(hold.wallet, async (trx, balance) => {
+      const current = await this.byKey(trx, hold.wallet, hold.idempotencyKey);
+      const increase = amount - (current?.amount ?? 0n);
+      const now = this.ledger.now();
+      const extended: Hold = {
+        ...hold,
+        amount: increase > 0n ? amount : (current?.amount ?? amount),
+        expiresAt: new Date(now + this.deps.ttlMs),
+      };
+      if (increase > 0n) {
+        const { budgets } = await this.ledger.readBudgets(trx, hold.wallet, hold.agentId);
+        this.refuse(budgets, balance, increase, hold.agentId, { minimumBalance: false });
+        await this.addHeld(trx, hold.wallet, increase);
+      }
+      const row = { amount: extended.amount.toString(), expires_at: extended.expiresAt.getTime() };
+      if (current) await trx('ledger_holds').where({ id: current.id }).update(row);
+      else
+        await trx('ledger_holds').insert({
+          ...row,
+          id: hold.id,
+          wallet: hold.wallet,
+          agent_id: hold.agentId,
+          idempotency_key: hold.idempotencyKey,
+          created_at: hold.createdAt.getTime(),
+        });
+      return extended;
+    });
+  }
+
+  /**
+   * Ends the hold and charges `cost`, the work's real cost, under the hold's key, in one transaction.
+   * Within the hold this always succeeds. Past it (the estimate fell short), the charge is capped at
+   * what the available balance and every budget window allow once the hold is given back, never
+   * below 0; the rest is `uncharged`. Settling again answers the first charge (`replayed`).
+   */
+  async settle(hold: Hold, cost: bigint): Promise<Settlement> {
+    if (cost < 0n || cost > MAX_AMOUNT) throw new SigilError('internal', `A cost out of range: ${cost}`);
+    const key = CHARGE_KEY_PREFIX + hold.idempotencyKey;
+    const settlement = await this.ledger.withWallet(hold.wallet, async (trx, balance) => {
+      const released = await this.drop(trx, hold.wallet, hold.idempotencyKey);
+      const first = await this.ledger.entryByKey(trx, hold.wallet, key);
+      if (first) return { entry: first, charged: first.amount, uncharged: 0n, replayed: true };
+      if (cost === 0n) return { entry: undefined, charged: 0n, uncharged: 0n, replayed: false };
+      const { budgets } = await this.ledger.readBudgets(trx, hold.wallet, hold.agentId);
+      let room = balance.available + released;
+      for (const state of Object.values(budgets))
+        if (state.remaining !== null && state.remaining < room) room = state.remaining;
+      const charged = cost < room ? cost : room > 0n ? room : 0n;
+      const entry =
+        charged > 0n
+          ? await this.ledger.append(
+              trx,
+              {
+                wallet: hold.wallet,
+                kind: 'charge',
+                amount: charged,
+                idempotencyKey: key,
+                agentId: hold.agentId,
+              },
+              { knownNew: true },
+            )
+          : undefined;
+      return { entry, charged, uncharged: cost - charged, replayed: false };
+    });
+    if (settlement.uncharged > 0n) {
+      this.deps.logger.warn(
+        {
+          wallet: hold.wallet,
+          agentId: hold.agentId,
+          key: hold.idempotencyKey,
+          hold: hold.amount.toString(),
+          cost: cost.toString(),
+          uncharged: settlement.uncharged.toString(),
+        },
+        'ledger: a cost outgrew its hold and the balance or budget could not cover the rest',
+      );
+    }
+    return settlement;
+  }
+
+  /** Gives the hold back without charging (the work failed before it used anything). */
+  async release(hold: Hold): Promise<boolean> {
+    return this.ledger.withWallet(
+      hold.wallet,
+      async (trx) => (await this.drop(trx, hold.wallet, hold.idempotencyKey)) > 0n,
+    );
+  }
+
+  /** The wallet's open hold under `idempotencyKey`, if any. */
+  async get(wallet: string, idempotencyKey: string): Promise<Hold | undefined> {
+    return this.byKey(this.ledger.db, getAddress(wallet), idempotencyKey);
+  }
+
+  /** Releases every hold whose expiry has passed (by the ledger's clock); resolves with how many. */
+  releaseExpired(): Promise<number> {
+    this.sweeping ??= this.sweepExpired().finally(() => (this.sweeping = undefined));
+    return this.sweeping;
+  }
+
+  start(): void {
+    this.timer ??= setInterval(() => {
+      this.releaseExpired().catch((err: unknown) =>
+        this.deps.logger.warn(
+          { err: (err as Error).message },
+          'ledger: hold expiry sweep failed; retrying at the next',
+        ),
+      );
+    }, this.deps.sweepIntervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.sweeping?.catch(() => undefined);
+  }
+
+  private async sweepExpired(): Promise<number> {
+    let released = 0;
+    for (;;) {
+      const now = this.ledger.now();
+      const due = (await this.ledger
+        .db('ledger_holds')
+        .where('expires_at', '<=', now)
+        .orderBy('expires_at')
+        .limit(EXPIRY_BATCH)
+        .select('wallet', 'idempotency_key')) as { wallet: string; idempotency_key: string }[];
+      for (const { wallet, idempotency_key: key } of due) {
+        // Checked again under the wallet's lock: an extension may have moved the expiry meanwhile.
+        const freed = await this.ledger.withWallet(wallet, (trx) => this.drop(trx, wallet, key, now));
+        if (freed > 0n) released++;
+      }
+      if (due.length < EXPIRY_BATCH) break;
+    }
+    if (released > 0)
+      this.deps.logger.warn(
+        { holds: released },
+        'ledger: released expired holds (their holder never settled)',
+      );
+    return released;
+  }
+
+  /** Deletes the hold (only if expired by `expiredBy`, when given) and lowers held spend; returns its amount. */
+  private async drop(
+    trx: Knex.Transaction,
+    wallet: string,
+    key: string,
+    expiredBy?: number,
+  ): Promise<bigint> {
+    const open = await this.byKey(trx, wallet, key);
+    if (!open || (expiredBy !== undefined && open.expiresAt.getTime() > expiredBy)) return 0n;
+    await trx('ledger_holds').where({ id: open.id }).delete();
+    await trx('ledger_wallets')
+      .where({ wallet })
+      .update({ held_spend: minus(trx, 'held_spend', open.amount), updated_at: this.ledger.now() });
+    return open.amount;
+  }
+
+  private async addHeld(trx: Knex.Transaction, wallet: string, amount: bigint): Promise<void> {
+    await trx('ledger_wallets')
+      .where({ wallet })
+      .update({ held_spend: plus(trx, 'held_spend', amount), updated_at: this.ledger.now() });
+  }
+
+  private async byKey(db: Knex, wallet: string, key: string): Promise<Hold | undefined> {
+    const row = (await db('ledger_holds')
+      .where({ wallet, idempotency_key: key })
+      .first(HOLD_COLUMNS.map((column) => db.raw('cast(?? as text) as ??', [column, column])))) as
+      HoldRow | undefined;
+    return row ? holdOf(row) : undefined;
+  }
+
+  /** Budgets first, then (when starting) the minimum balance, then the amount against available. */
+  private refuse(
+    budgets: Budgets,
+    balance: Balance,
+    amount: bigint,
+    agentId: string,
+    options: { minimumBalance: boolean },
+  ): void {
+    refuseOverBudget(budgets, amount, agentId);
+    const remaining = balance.available < 0n ? 0n : balance.available;
+    const minimum = this.ledger.settings.minimumBalance;
+    if (options.minimumBalance && balance.available < minimum)
+      throw new SpendRefused('minimum_balance', { requested: amount, remaining, limit: minimum, agentId });
+    if (amount > balance.available)
+      throw new SpendRefused('available', { requested: amount, remaining, agentId });
+  }
+}
+
+function checkAmount(amount: bigint): void {
+  if (amount <= 0n || amount > MAX_AMOUNT) {
+    throw new SigilError('invalid_request', `A hold must be between 1 and ${MAX_AMOUNT} base units`);
+  }
+}
+
+function holdOf(row: HoldRow): Hold {
+  return {
+    id: row.id,
+    wallet: row.wallet,
+    agentId: row.agent_id,
+    amount: toAmount(row.amount),
+    idempotencyKey: row.idempotency_key,
+    createdAt: new Date(Number(row.created_at)),
+    expiresAt: new Date(Number(row.expires_at)),
+  };
+}
