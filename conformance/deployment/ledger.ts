@@ -33,6 +33,8 @@ const balanceSchema = z.object({
   pendingWithdrawals: units,
   available: units,
   minimumBalance: units.optional(),
+  /** Spend reserved for work in progress (a chat's hold); a deployment without holds omits it. */
+  heldSpend: units.optional(),
 });
 type LedgerBalance = z.infer<typeof balanceSchema>;
 
@@ -77,10 +79,11 @@ async function readBalance(context: DeploymentContext, who: Session): Promise<Le
     headers: bearer(who.token),
   });
   const balance = expectJson(response, 200, balanceSchema, 'GET /wallet/balance');
-  const rule = balance.onChainBalance - balance.unsettledSpend - balance.pendingWithdrawals;
+  const held = balance.heldSpend ?? 0n;
+  const rule = balance.onChainBalance - balance.unsettledSpend - balance.pendingWithdrawals - held;
   ensure(
     balance.available === rule,
-    `GET /wallet/balance: available is ${balance.available}, but onChainBalance − unsettledSpend − pendingWithdrawals is ${balance.onChainBalance} − ${balance.unsettledSpend} − ${balance.pendingWithdrawals} = ${rule}`,
+    `GET /wallet/balance: available is ${balance.available}, but onChainBalance − unsettledSpend − pendingWithdrawals − heldSpend is ${balance.onChainBalance} − ${balance.unsettledSpend} − ${balance.pendingWithdrawals} − ${held} = ${rule}`,
   );
   return balance;
 }
@@ -164,7 +167,7 @@ export const ledgerRequirements: readonly Requirement[] = [
     id: 'RT-2.ledger-balance-rule',
     level: 'MUST',
     title:
-      'A wallet’s ledger shows onChainBalance, unsettledSpend, pendingWithdrawals and available, in integer base units, with available = onChainBalance − unsettledSpend − pendingWithdrawals',
+      'A wallet’s ledger shows onChainBalance, unsettledSpend, pendingWithdrawals and available, in integer base units, with available = onChainBalance − unsettledSpend − pendingWithdrawals (less any heldSpend reserved for work in progress)',
     spec: 'runtime spec part 2: Ledger (onChainBalance, unsettledSpend, pendingWithdrawals, available); balance rule',
     service: 'runtime',
     features: ['runtime-wallet-auth', 'runtime-ledger'],
