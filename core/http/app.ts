@@ -3,15 +3,18 @@ import Koa from 'koa';
 import type Router from '@koa/router';
 import { bodyParser } from '@koa/bodyparser';
 import type { Logger } from '../log.ts';
+import { EdgePolicy, type EdgeSettings } from './edge.ts';
 import { errorHandler } from './errors.ts';
 import { HttpMetrics } from './metrics.ts';
-import { laneServer, type Lane } from './lane.ts';
+import { laneServer, type Lane, type LaneServer } from './lane.ts';
 import { RequestLogging, requestContext } from './request-context.ts';
 
 export interface HttpAppOptions {
   service: string;
   logger: Logger;
   bodyLimitBytes: number;
+  /** Where the service listens and what its edge allows (its config section): Host, Origin, CORS. */
+  edge: EdgeSettings;
   /** Routers in the order they should match. */
   routers: readonly Router[];
   /** Middleware to run after parsing and before the routers (e.g. authentication). */
@@ -29,17 +32,28 @@ export interface HttpApp {
 
 /**
  * The one place a service's middleware is assembled, in this order: request id and log line,
- * metrics (served at `/metrics`), error shape, body parsing with a size limit, the service's middleware,
- * its routes; and, before all of it, the routes of its lane.
+ * metrics (served at `/metrics`), error shape, Host and Origin checks (and CORS), body parsing with a
+ * size limit, the service's middleware, its routes; and, before all of it, the routes of its lane,
+ * which run the same steps up to the body.
  */
 export function createHttpApp(options: HttpAppOptions): HttpApp {
   const app = new Koa({ proxy: false });
   app.silent = true;
   const metrics = new HttpMetrics(options.service);
   const logging = new RequestLogging(options.logger);
+  const { lane } = options;
+  // A preflight for a lane's path lists the lane's methods there (POST for /mcp).
+  const edge = new EdgePolicy(options.edge, (path) => laned?.methodsAt(path));
+  const laned: LaneServer | undefined = lane
+    ? laneServer(lane, { edge, logging, metrics, bodyLimitBytes: options.bodyLimitBytes })
+    : undefined;
   app.use(requestContext(logging));
   app.use(metrics.middleware());
   app.use(errorHandler(options.logger));
+  app.use(async (ctx, next) => {
+    if (edge.admit(ctx.req, ctx.res)) ctx.status = 204;
+    else await next();
+  });
   app.use(
     bodyParser({
       enableTypes: ['json'],
@@ -55,9 +69,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     app.use(router.routes());
     app.use(router.allowedMethods({ throw: true }));
   }
-  const { lane } = options;
-  if (!lane) return { app, metrics, callback: () => app.callback() };
-  const laned = laneServer(lane, { logging, metrics, bodyLimitBytes: options.bodyLimitBytes });
+  if (!laned) return { app, metrics, callback: () => app.callback() };
   return {
     app,
     metrics,

@@ -8,6 +8,8 @@ export const STATUS_BY_CODE: Record<ErrorCode, number> = {
   unauthorized: 401,
   payment_required: 402,
   forbidden: 403,
+  /** The request named a host this service does not answer for (DNS rebinding). */
+  misdirected_request: 421,
   not_found: 404,
   method_not_allowed: 405,
   conflict: 409,

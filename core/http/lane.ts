@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../log.ts';
 import { disconnection, type Disconnection } from './disconnect.ts';
+import type { EdgePolicy } from './edge.ts';
 import { errorAnswer } from './errors.ts';
 import { incomingOf, type IncomingRequest } from './incoming.ts';
 import type { HttpMetrics } from './metrics.ts';
@@ -57,6 +58,8 @@ export interface Lane {
 }
 
 export interface LaneDeps {
+  /** Host and Origin checks, as on the app's chain. */
+  edge: EdgePolicy;
   logging: RequestLogging;
   metrics: HttpMetrics;
   bodyLimitBytes: number;
@@ -76,6 +79,8 @@ export interface LaneMatch {
 /** A lane ready to serve: which requests it takes, and how it answers them. */
 export interface LaneServer {
   match(method: string | undefined, url: string | undefined): LaneMatch | undefined;
+  /** The methods of the lane's routes at `path` (for CORS preflights), if any route has that path. */
+  methodsAt(path: string): string | undefined;
   serve(req: IncomingMessage, res: ServerResponse, match: LaneMatch): void;
 }
 
@@ -149,6 +154,8 @@ export function laneServer(lane: Lane, deps: LaneDeps): LaneServer {
     res.setHeader('X-Request-Id', requestId);
     let status = 500;
     try {
+      // A preflight never reaches the lane (its routes take no OPTIONS), so admitting only checks here.
+      deps.edge.admit(req, res);
       for (const step of lane.steps) await step(exchange);
       const handled = await route.handle(exchange);
       status = handled.status;
@@ -172,6 +179,10 @@ export function laneServer(lane: Lane, deps: LaneDeps): LaneServer {
     }
   };
   return {
+    methodsAt: (path) => {
+      const methods = routes.filter(({ pattern }) => pattern.test(path)).map(({ route }) => route.method);
+      return methods.length === 0 ? undefined : [...new Set(methods)].join(', ');
+    },
     match: (method, url) => {
       if (method === undefined || url === undefined) return undefined;
       const path = pathOf(url);

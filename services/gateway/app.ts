@@ -22,6 +22,7 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     service: 'gateway',
     logger: kernel.logger.child({ service: 'gateway' }),
     bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
+    edge: kernel.config.gateway,
     middleware: [auth.middleware],
     routers: [health, auth.router, tools.mcp.router, ...tools.routers],
     // Tool calls: authentication, then the MCP endpoint, without Koa.

@@ -89,6 +89,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     service: 'runtime',
     logger: kernel.logger.child({ service: 'runtime' }),
     bodyLimitBytes: kernel.config.runtime.bodyLimitBytes,
+    edge: kernel.config.runtime,
     middleware: [auth.middleware],
     routers: [
       health,

@@ -12,6 +12,9 @@ import { openSse } from '../../core/http/sse.ts';
 import { parseInput } from '../../core/http/validate.ts';
 import { quietLogger } from '../support/kernel.ts';
 
+/** A service on 127.0.0.1 at a port the OS picks, allowing no other name or origin. */
+const LOOPBACK_EDGE = { host: '127.0.0.1', port: 0, http: { allowedHosts: [], allowedOrigins: [] } };
+
 describe('HTTP core', () => {
   let server: RunningServer;
   let releaseSlow: () => void = () => undefined;
@@ -49,6 +52,7 @@ describe('HTTP core', () => {
       service: 'test',
       logger: quietLogger(),
       bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
       routers: [router],
     });
     server = await listen(app, '127.0.0.1', 0);
@@ -155,6 +159,7 @@ describe('HTTP core', () => {
       service: 'graceful',
       logger: quietLogger(),
       bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
       routers: [
         new Router().get('/slow', async (ctx) => {
           await new Promise<void>((resolve) => (releaseSlow = resolve));
@@ -192,7 +197,13 @@ describe('HTTP core: request logging', () => {
       state.log.info('after');
       ctx.body = {};
     });
-    const { app } = createHttpApp({ service: 'test', logger, bodyLimitBytes: 1024, routers: [router] });
+    const { app } = createHttpApp({
+      service: 'test',
+      logger,
+      bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
+      routers: [router],
+    });
     const running = await listen(app, '127.0.0.1', 0);
     try {
       const res = await fetch(`${running.url}/logs`, { headers: { 'x-request-id': 'req-1' } });
@@ -230,6 +241,7 @@ describe('HTTP core: request logging', () => {
       service: 'test',
       logger,
       bodyLimitBytes: 64,
+      edge: LOOPBACK_EDGE,
       routers: [koaRouter],
       lane: {
         steps: [
