@@ -4,7 +4,7 @@ import type Router from '@koa/router';
 import { bodyParser } from '@koa/bodyparser';
 import type { Logger } from '../log.ts';
 import { EdgePolicy, type EdgeSettings } from './edge.ts';
-import { errorHandler } from './errors.ts';
+import { errorHandler, type AuthChallenge } from './errors.ts';
 import { HttpMetrics } from './metrics.ts';
 import { laneServer, type Lane, type LaneServer } from './lane.ts';
 import { RequestLogging, requestContext } from './request-context.ts';
@@ -15,6 +15,8 @@ export interface HttpAppOptions {
   bodyLimitBytes: number;
   /** Where the service listens and what its edge allows (its config section): Host, Origin, CORS. */
   edge: EdgeSettings;
+  /** The `WWW-Authenticate` of the service's 401 answers (wallet auth's `challenge`). */
+  challenge?: AuthChallenge;
   /** Routers in the order they should match. */
   routers: readonly Router[];
   /** Middleware to run after parsing and before the routers (e.g. authentication). */
@@ -45,11 +47,17 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   // A preflight for a lane's path lists the lane's methods there (POST for /mcp).
   const edge = new EdgePolicy(options.edge, (path) => laned?.methodsAt(path));
   const laned: LaneServer | undefined = lane
-    ? laneServer(lane, { edge, logging, metrics, bodyLimitBytes: options.bodyLimitBytes })
+    ? laneServer(lane, {
+        edge,
+        challenge: options.challenge,
+        logging,
+        metrics,
+        bodyLimitBytes: options.bodyLimitBytes,
+      })
     : undefined;
   app.use(requestContext(logging));
   app.use(metrics.middleware());
-  app.use(errorHandler(options.logger));
+  app.use(errorHandler(options.logger, options.challenge));
   app.use(async (ctx, next) => {
     if (edge.admit(ctx.req, ctx.res)) ctx.status = 204;
     else await next();

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../log.ts';
 import { disconnection, type Disconnection } from './disconnect.ts';
 import type { EdgePolicy } from './edge.ts';
-import { errorAnswer } from './errors.ts';
+import { errorAnswer, type AuthChallenge } from './errors.ts';
 import { incomingOf, type IncomingRequest } from './incoming.ts';
 import type { HttpMetrics } from './metrics.ts';
 import type { LogFields, RequestLogging } from './request-context.ts';
@@ -60,6 +60,8 @@ export interface Lane {
 export interface LaneDeps {
   /** Host and Origin checks, as on the app's chain. */
   edge: EdgePolicy;
+  /** The `WWW-Authenticate` of 401 answers, as on the app's chain. */
+  challenge: AuthChallenge | undefined;
   logging: RequestLogging;
   metrics: HttpMetrics;
   bodyLimitBytes: number;
@@ -161,7 +163,7 @@ export function laneServer(lane: Lane, deps: LaneDeps): LaneServer {
       status = handled.status;
       answer(res, status, handled.body);
     } catch (err) {
-      const failed = errorAnswer(err, exchange.log);
+      const failed = errorAnswer(err, exchange.log, { headers: req.headers, challenge: deps.challenge });
       if (res.headersSent) return; // failed while answering: nothing more can be said
       status = failed.status;
       for (const [name, value] of Object.entries(failed.headers ?? {})) res.setHeader(name, value);

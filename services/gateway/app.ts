@@ -23,8 +23,15 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     logger: kernel.logger.child({ service: 'gateway' }),
     bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
     edge: kernel.config.gateway,
+    challenge: auth.challenge,
     middleware: [auth.middleware],
-    routers: [health, auth.router, tools.mcp.router, ...tools.routers],
+    routers: [
+      health,
+      auth.router,
+      ...(auth.resourceMetadata ? [auth.resourceMetadata] : []),
+      tools.mcp.router,
+      ...tools.routers,
+    ],
     // Tool calls: authentication, then the MCP endpoint, without Koa.
     lane: { steps: [auth.laneStep], routes: tools.mcp.lane },
   });

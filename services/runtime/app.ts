@@ -90,6 +90,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     logger: kernel.logger.child({ service: 'runtime' }),
     bodyLimitBytes: kernel.config.runtime.bodyLimitBytes,
     edge: kernel.config.runtime,
+    challenge: auth.challenge,
     middleware: [auth.middleware],
     routers: [
       health,
