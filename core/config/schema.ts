@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { SERVER_LIMITS } from '../http/server.ts';
 
 const port = z.number().int().min(0).max(65535);
 const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address');
@@ -162,7 +163,7 @@ const httpEdgeSchema = z
       .int()
       .min(100)
       .max(300_000)
-      .default(10_000)
+      .default(SERVER_LIMITS.headersTimeoutMs)
       .describe(
         'A request whose headers have not all arrived by then is answered 408 and its connection closed',
       ),
@@ -171,7 +172,7 @@ const httpEdgeSchema = z
       .int()
       .min(100)
       .max(3_600_000)
-      .default(30_000)
+      .default(SERVER_LIMITS.requestTimeoutMs)
       .describe(
         'The whole request, headers and body, must arrive within this (the body read timeout); answering it may take longer',
       ),
@@ -180,14 +181,14 @@ const httpEdgeSchema = z
       .int()
       .min(100)
       .max(600_000)
-      .default(5_000)
+      .default(SERVER_LIMITS.keepAliveTimeoutMs)
       .describe('An idle keep-alive connection is closed after this'),
     maxConnections: z
       .number()
       .int()
       .min(1)
       .max(1_000_000)
-      .default(1024)
+      .default(SERVER_LIMITS.maxConnections)
       .describe('Open connections beyond this are closed as they arrive'),
   })
   .strict()
