@@ -225,7 +225,19 @@ export const configSchema = z
       .describe('production fails closed where development falls back (e.g. memory-only vaults)'),
     log: z
       .object({
-        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        level: z
+          .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
+          .default('info')
+          .describe(
+            'Each request has an access line at debug; at info, a count of requests by route and status',
+          ),
+        requestSummarySeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(86_400)
+          .default(60)
+          .describe('How often the count of requests by route and status is logged at info'),
       })
       .strict()
       .prefault({}),

@@ -21,6 +21,8 @@ export interface HttpAppOptions {
   routers: readonly Router[];
   /** Middleware to run after parsing and before the routers (e.g. authentication). */
   middleware?: readonly Koa.Middleware[];
+  /** How often the count of requests by route and status is logged at info; never without it. */
+  requestSummaryMs?: number;
   /** Routes served without Koa, with the same request id, access line, metrics and error shape. */
   lane?: Lane;
 }
@@ -30,6 +32,8 @@ export interface HttpApp {
   metrics: HttpMetrics;
   /** The service's request listener: its lane's routes, then the app. */
   callback(): RequestListener;
+  /** Logs the last request summary and stops summarizing (at shutdown). */
+  stopLogging(): void;
 }
 
 /**
@@ -42,7 +46,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   const app = new Koa({ proxy: false });
   app.silent = true;
   const metrics = new HttpMetrics(options.service);
-  const logging = new RequestLogging(options.logger);
+  const logging = new RequestLogging(options.logger, options.requestSummaryMs);
   const { lane } = options;
   // A preflight for a lane's path lists the lane's methods there (POST for /mcp).
   const edge = new EdgePolicy(options.edge, (path) => laned?.methodsAt(path));
@@ -77,10 +81,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     app.use(router.routes());
     app.use(router.allowedMethods({ throw: true }));
   }
-  if (!laned) return { app, metrics, callback: () => app.callback() };
+  const stopLogging = () => logging.stop();
+  if (!laned) return { app, metrics, stopLogging, callback: () => app.callback() };
   return {
     app,
     metrics,
+    stopLogging,
     callback: () => {
       const served = app.callback();
       return (req, res) => {

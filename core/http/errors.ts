@@ -81,8 +81,11 @@ export function errorAnswer(
 ): { status: number; headers: Record<string, string> | undefined; body: ErrorBody } {
   const error = toSigilError(err);
   const status = STATUS_BY_CODE[error.code];
-  // Unexpected errors are logged, not shown.
-  if (status >= 500) log.error({ err }, 'request failed');
+  // An expected 503 (at capacity, a part not configured or not reachable) is a warning, told by its
+  // message; anything else unexpected is an error with its stack, logged and not shown.
+  if (error.code === 'unavailable')
+    log.warn({ code: error.code, error: error.message }, 'request unavailable');
+  else if (status >= 500) log.error({ err }, 'request failed');
   // Every 401 says how to authenticate (RFC 9110), and why presented credentials were refused.
   const headers =
     status === 401 && request.challenge

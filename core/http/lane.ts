@@ -175,6 +175,7 @@ export function laneServer(lane: Lane, deps: LaneDeps): LaneServer {
         exchange.logFields,
         request.method,
         pathOf(request.url),
+        route.path,
         status,
         started,
       );

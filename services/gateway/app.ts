@@ -23,6 +23,7 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     logger: kernel.logger.child({ service: 'gateway' }),
     bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
     edge: kernel.config.gateway,
+    requestSummaryMs: kernel.config.log.requestSummarySeconds * 1000,
     challenge: auth.challenge,
     middleware: [auth.middleware],
     routers: [
@@ -41,6 +42,9 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
       await tools.start();
       if (kernel.config.gateway.warmupAtStart) void tools.warmup.run('start-up');
     },
-    close: () => tools.close(),
+    close: () => {
+      http.stopLogging();
+      return tools.close();
+    },
   };
 }

@@ -188,7 +188,7 @@ describe('HTTP core', () => {
 describe('HTTP core: request logging', () => {
   it('gives a request’s log lines its id and the fields set by then, and ends with an access line holding them', async () => {
     const lines: Record<string, unknown>[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const logger = pino({ level: 'debug' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const router = new Router();
     router.get('/logs', (ctx) => {
       const state = ctx.state as { log: Logger; logFields?: Record<string, unknown> };
@@ -218,7 +218,7 @@ describe('HTTP core: request logging', () => {
   });
   it('serves lane routes without Koa: the same id, access line, metrics and error shape; the rest goes to the app', async () => {
     const lines: Record<string, unknown>[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const logger = pino({ level: 'debug' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const koaRouter = new Router().post('/cold', (ctx) => {
       ctx.body = { parsed: ctx.request.body };
     });
