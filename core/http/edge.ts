@@ -56,8 +56,8 @@ const DEFAULT_PORTS: Record<string, string> = { 'http:': '80', 'https:': '443' }
  * as `Host` and that site as `Origin`: both are refused before any route runs. Requests without an
  * `Origin` (non-browser clients) are served; a browser at an allowed origin gets CORS headers.
  *
- * Allowed names are strings made once (and, for an OS-picked port, at the first request), so each
- * request costs two set look-ups and no URL parsing.
+ * Allowed names are strings made once (those with the port it really listens on at the first
+ * request), so each request costs a set look-up or two and no URL parsing.
  */
 export class EdgePolicy {
   private readonly hosts = new Set<string>();
