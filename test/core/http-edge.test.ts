@@ -12,7 +12,7 @@ interface RawResponse {
 }
 
 /** One request over node:http, which sends any Host and Origin as given (fetch cannot forge Host). */
-export function rawRequest(
+function rawRequest(
   url: string,
   options: { method?: string; path?: string; headers?: Record<string, string>; body?: string },
 ): Promise<RawResponse> {
@@ -33,7 +33,7 @@ export function rawRequest(
 }
 
 /** A service's edge settings as config gives them by default. */
-export const HTTP_DEFAULTS = configSchema.parse({}).gateway.http;
+const HTTP_DEFAULTS = configSchema.parse({}).gateway.http;
 
 const INITIALIZE = JSON.stringify({
   jsonrpc: '2.0',
