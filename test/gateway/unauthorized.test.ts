@@ -196,4 +196,30 @@ describe('gateway: a refused token is a 401 with WWW-Authenticate and protected-
       expect(document.wallet_tokens.token_endpoint).to.equal(`${url}/api/auth/create-token`);
     }
   });
+
+  it('names the runtime as the authorization server when its URL is configured (it issues the delegated JWTs)', async () => {
+    const kernel = await openTestKernel({
+      config: {
+        gateway: {
+          port: 0,
+          delegation: {
+            enabled: true,
+            cacheSeconds: 300,
+            requireTrusted: false,
+            runtimeUrl: 'https://runtime.example',
+          },
+        },
+        plugins: [{ resolve: 'tee-none', enabled: true, options: {} }],
+      },
+    });
+    const withRuntime = await serve(kernel, ['gateway']);
+    try {
+      const res = await fetch(`${withRuntime.urls.gateway}/.well-known/oauth-protected-resource`);
+      expect(((await res.json()) as { authorization_servers: string[] }).authorization_servers).to.deep.equal(
+        ['https://runtime.example'],
+      );
+    } finally {
+      await withRuntime.stop();
+    }
+  });
 });
