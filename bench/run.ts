@@ -16,6 +16,8 @@ import { openTestKernel, quietLogger } from '../test/support/kernel.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const run = promisify(execFile);
+/** The edge of a service on 127.0.0.1 at a port the OS picks, allowing no other name or origin. */
+const LOOPBACK_EDGE = { host: '127.0.0.1', port: 0, http: { allowedHosts: [], allowedOrigins: [] } };
 const TOTAL = Number(process.env.BENCH_REQUESTS ?? 4000);
 
 interface Measurement {
@@ -66,6 +68,7 @@ async function httpCoreSuite(): Promise<Measurement[]> {
       service: 'bench',
       logger: quietLogger(),
       bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
       routers: [new Router().get('/ok', (ctx) => void (ctx.body = { ok: true }))],
     }).app,
     '127.0.0.1',

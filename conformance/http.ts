@@ -1,3 +1,5 @@
+import { request as nodeRequest } from 'node:http';
+import { request as nodeRequestTls } from 'node:https';
 import { failWith } from './check.ts';
 import { excerpt, type EvidenceLog, type HttpEvidence } from './evidence.ts';
 import { isSecretName, type Redactor } from './redact.ts';
@@ -7,7 +9,7 @@ export type ServiceName = 'runtime' | 'gateway';
 
 export interface HttpRequest {
   service: ServiceName;
-  method?: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  method?: 'GET' | 'POST' | 'PUT' | 'DELETE' | 'OPTIONS';
   /** Path and query, e.g. `/api/auth/challenge?address=0x…`. */
   path: string;
   headers?: Record<string, string>;
@@ -17,6 +19,8 @@ export interface HttpRequest {
   rawJson?: string;
   /** Overrides the client's timeout for this request (a gateway installing a server on demand). */
   timeoutMs?: number;
+  /** A `Host` other than the URL's (a DNS-rebinding page's name), which fetch cannot send. */
+  host?: string;
 }
 
 export interface HttpResponse {
@@ -34,6 +38,10 @@ const EVIDENCE_RESPONSE_HEADERS = [
   'location',
   'allow',
   'mcp-session-id',
+  'access-control-allow-origin',
+  'access-control-allow-methods',
+  'access-control-allow-headers',
+  'access-control-expose-headers',
   'x-request-id',
   // x402: the terms asked (public) and the settlement receipt (a transaction hash).
   'payment-required',
@@ -60,7 +68,11 @@ export class HttpClient {
   async request(request: HttpRequest): Promise<HttpResponse> {
     const method = request.method ?? 'GET';
     const url = this.url(request.service, request.path);
-    const headers: Record<string, string> = { accept: 'application/json', ...request.headers };
+    const headers: Record<string, string> = {
+      accept: 'application/json',
+      ...request.headers,
+      ...(request.host === undefined ? {} : { host: request.host }),
+    };
     const body = request.json === undefined ? request.rawJson : JSON.stringify(request.json);
     if (body !== undefined) headers['content-type'] = 'application/json';
     // Whatever credential a check sends is a secret from now on, wherever it shows up again.
@@ -72,14 +84,18 @@ export class HttpClient {
       durationMs: 0,
     };
     const started = performance.now();
+    const signal = AbortSignal.timeout(request.timeoutMs ?? this.timeoutMs);
     try {
-      const response = await fetch(url, {
-        method,
-        headers,
-        ...(body === undefined ? {} : { body }),
-        redirect: 'manual',
-        signal: AbortSignal.timeout(request.timeoutMs ?? this.timeoutMs),
-      });
+      const response =
+        request.host === undefined
+          ? await fetch(url, {
+              method,
+              headers,
+              ...(body === undefined ? {} : { body }),
+              redirect: 'manual',
+              signal,
+            })
+          : await withHost(url, method, headers, body, signal);
       const text = await response.text();
       const parsed = parseJson(text);
       this.rememberSecretFields(parsed);
@@ -126,4 +142,34 @@ function describeNetworkError(err: unknown): string {
   if (err.name === 'TimeoutError') return 'timed out';
   const cause = (err as Error & { cause?: { code?: string; message?: string } }).cause;
   return cause?.code ?? cause?.message ?? err.message;
+}
+
+/** One request over node:http(s), which sends the `host` header given, answered as fetch answers. */
+function withHost(
+  url: string,
+  method: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+  signal: AbortSignal,
+): Promise<Response> {
+  const send = url.startsWith('https:') ? nodeRequestTls : nodeRequest;
+  return new Promise((resolve, reject) => {
+    const length = body === undefined ? {} : { 'content-length': String(Buffer.byteLength(body)) };
+    const req = send(url, { method, headers: { ...headers, ...length }, signal }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('error', reject);
+      res.on('end', () => {
+        const answered = new Headers();
+        for (const [name, value] of Object.entries(res.headers))
+          for (const one of Array.isArray(value) ? value : [value])
+            if (one !== undefined) answered.append(name, one);
+        const status = res.statusCode ?? 0;
+        const nullBody = status === 204 || status === 304 || status < 200;
+        resolve(new Response(nullBody ? null : Buffer.concat(chunks), { status, headers: answered }));
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
 }

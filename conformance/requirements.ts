@@ -2,6 +2,7 @@ import type { Requirement } from './deployment/context.ts';
 import { chatRequirements } from './deployment/chat.ts';
 import { delegationRequirements } from './deployment/delegation.ts';
 import { discoveryRequirements } from './deployment/discovery.ts';
+import { edgeRequirements } from './deployment/edge.ts';
 import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
 import { healthRequirements } from './deployment/health.ts';
 import { ledgerRequirements } from './deployment/ledger.ts';
@@ -30,6 +31,7 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...gatewayAuthRequirements,
   foreignTokenRequirement(GATEWAY_AUTH, RUNTIME_AUTH),
   ...mcpProtocolRequirements,
+  ...edgeRequirements,
   ...serversApiRequirements,
   ...discoveryRequirements,
   ...toolCallRequirements,

@@ -6,6 +6,7 @@ export type ErrorCode =
   | 'invalid_request'
   | 'unauthorized'
   | 'forbidden'
+  | 'misdirected_request'
   | 'not_found'
   | 'method_not_allowed'
   | 'conflict'

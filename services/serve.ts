@@ -32,10 +32,10 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
   const urls: Partial<Record<ServiceName, string>> = {};
   try {
     for (const name of services) {
-      const { host, port } = kernel.config[name];
+      const { host, port, http } = kernel.config[name];
       const service = APP_FACTORIES[name](kernel);
       apps.push(service);
-      const server = await listen(service, host, port);
+      const server = await listen(service, host, port, http);
       running.push(server);
       await service.start?.();
       urls[name] = server.url;

@@ -41,7 +41,7 @@ const walletTokenSchema = z.object({
   prefix: z.literal(WALLET_TOKEN_PREFIX),
 });
 
-interface WalletToken {
+export interface WalletToken {
   wallet: PrivateKeyAccount;
   jwt: string;
   token: string;
@@ -49,7 +49,7 @@ interface WalletToken {
 }
 
 /** Signs a fresh wallet in and creates a wallet token for it, checking the answer on the way. */
-async function createWalletToken(context: DeploymentContext): Promise<WalletToken> {
+export async function createWalletToken(context: DeploymentContext): Promise<WalletToken> {
   const { wallet, token: jwt } = await signIn(context, GATEWAY_AUTH);
   const label = 'conformance';
   const response = await context.http.request({

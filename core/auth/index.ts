@@ -7,6 +7,9 @@ import { DelegationVerifier } from './delegation/verifier.ts';
 import type { EvidenceVerifier } from './delegation/trust.ts';
 import { RequestSignatures } from './erc8128.ts';
 import { authenticate, authenticateLane } from './middleware.ts';
+import { bearerChallenge } from './challenge.ts';
+import type { AuthChallenge } from '../http/errors.ts';
+import { protectedResourceRouter } from './resource-metadata.ts';
 import { authRouter } from './router.ts';
 import { SessionJwts } from './session-jwt.ts';
 import { authSettings, publicBaseUrl, type AuthDeps, type AuthService } from './settings.ts';
@@ -27,6 +30,10 @@ export interface WalletAuth {
   laneStep: LaneStep;
   /** The service's sign-in routes. */
   router: Router;
+  /** The `WWW-Authenticate` of the service's 401 answers. */
+  challenge: AuthChallenge;
+  /** The gateway's protected-resource metadata (RFC 9728), which MCP clients read after a 401. */
+  resourceMetadata?: Router;
 }
 
 export interface WalletAuthOptions {
@@ -57,7 +64,22 @@ export function createWalletAuth(
     walletTokens: settings.walletTokens ? new WalletTokens(deps.db, deps.clock) : undefined,
     delegated: service === 'gateway' ? delegationVerifier(deps, settings.baseUrl, options) : undefined,
   };
-  return { middleware: authenticate(parts), laneStep: authenticateLane(parts), router: authRouter(parts) };
+  return {
+    middleware: authenticate(parts),
+    laneStep: authenticateLane(parts),
+    router: authRouter(parts),
+    // The gateway's 401s name its protected-resource metadata, which MCP clients read.
+    challenge: bearerChallenge(settings, service === 'gateway'),
+    ...(service === 'gateway'
+      ? { resourceMetadata: protectedResourceRouter(settings, delegationIssuer(deps.config)) }
+      : {}),
+  };
+}
+
+/** The runtime, as the issuer of the delegated JWTs the gateway accepts, when its URL is configured. */
+function delegationIssuer(config: AuthDeps['config']): string | undefined {
+  if (!config.gateway.delegation.enabled) return undefined;
+  return config.gateway.delegation.runtimeUrl ?? config.runtime.publicUrl;
 }
 
 /** The gateway's verifier of the runtime's delegated JWTs, when `gateway.delegation.enabled`. */

@@ -19,6 +19,8 @@ export interface AuthSettings {
   service: AuthService;
   /** `http(s)://host[:port][/base]` without a trailing slash: SIWE `URI`, JWT `iss`, ERC-8128 base. */
   baseUrl: string;
+  /** Whether `baseUrl` is the configured public URL (not the bind address, a stand-in for local use). */
+  publicUrlConfigured: boolean;
   /** SIWE `domain`: host and port of the public URL. */
   domain: string;
   /** SIWE scheme, e.g. `https`. */
@@ -56,6 +58,7 @@ export function authSettings(config: SigilConfig, service: AuthService): AuthSet
   return {
     service,
     baseUrl: `${url.origin}${url.pathname.replace(/\/+$/, '')}`,
+    publicUrlConfigured: config[service].publicUrl !== undefined,
     domain: url.host,
     scheme: url.protocol.replace(/:$/, ''),
     audience: `sigil:${service}`,

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { SERVER_LIMITS } from '../http/server.ts';
 
 const port = z.number().int().min(0).max(65535);
 const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address');
@@ -151,6 +152,60 @@ export const pluginEntrySchema = z
   })
   .strict();
 
+/** What a service accepts at its HTTP edge, before any route: names, origins, time and connections. */
+const httpEdgeSchema = z
+  .object({
+    allowedHosts: z
+      .array(z.string().min(1))
+      .default([])
+      .describe(
+        'Host header values accepted besides the public URL\'s host and, when bound to loopback or all interfaces, localhost, 127.0.0.1 and [::1] with the port (e.g. "gw.internal:8402"); "*" accepts any, only behind a proxy that checks Host itself',
+      ),
+    allowedOrigins: z
+      .array(z.string().regex(/^https?:\/\/[^/]+$/, 'must be an origin: scheme://host[:port], no path'))
+      .default([])
+      .describe(
+        "Browser origins that may call the service cross-origin (CORS), e.g. https://app.example.com; the service's own origins are always allowed, any other Origin is refused",
+      ),
+    headersTimeoutMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(300_000)
+      .default(SERVER_LIMITS.headersTimeoutMs)
+      .describe(
+        'A request whose headers have not all arrived by then is answered 408 and its connection closed',
+      ),
+    requestTimeoutMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(3_600_000)
+      .default(SERVER_LIMITS.requestTimeoutMs)
+      .describe(
+        'The whole request, headers and body, must arrive within this (the body read timeout); answering it may take longer',
+      ),
+    keepAliveTimeoutMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(600_000)
+      .default(SERVER_LIMITS.keepAliveTimeoutMs)
+      .describe('An idle keep-alive connection is closed after this'),
+    maxConnections: z
+      .number()
+      .int()
+      .min(1)
+      .max(1_000_000)
+      .default(SERVER_LIMITS.maxConnections)
+      .describe('Open connections beyond this are closed as they arrive'),
+  })
+  .strict()
+  .refine((http) => http.headersTimeoutMs <= http.requestTimeoutMs, {
+    path: ['headersTimeoutMs'],
+    message: 'must not exceed requestTimeoutMs',
+  });
+
 const serviceSchema = (defaultPort: number) =>
   z
     .object({
@@ -161,6 +216,9 @@ const serviceSchema = (defaultPort: number) =>
         .optional()
         .describe('URL clients use to reach the service; SIWE domain and URI are checked against it'),
       bodyLimitBytes: z.number().int().positive().default(1_048_576),
+      http: httpEdgeSchema
+        .prefault({})
+        .describe('The HTTP edge: allowed Host and Origin values, timeouts, connections'),
     })
     .strict();
 
@@ -176,7 +234,19 @@ export const configSchema = z
       .describe('production fails closed where development falls back (e.g. memory-only vaults)'),
     log: z
       .object({
-        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        level: z
+          .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
+          .default('info')
+          .describe(
+            'Each request has an access line at debug; at info, a count of requests by route and status',
+          ),
+        requestSummarySeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(86_400)
+          .default(60)
+          .describe('How often the count of requests by route and status is logged at info'),
       })
       .strict()
       .prefault({}),

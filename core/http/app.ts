@@ -3,19 +3,26 @@ import Koa from 'koa';
 import type Router from '@koa/router';
 import { bodyParser } from '@koa/bodyparser';
 import type { Logger } from '../log.ts';
-import { errorHandler } from './errors.ts';
+import { EdgePolicy, type EdgeSettings } from './edge.ts';
+import { errorHandler, type AuthChallenge } from './errors.ts';
 import { HttpMetrics } from './metrics.ts';
-import { laneServer, type Lane } from './lane.ts';
+import { laneServer, type Lane, type LaneServer } from './lane.ts';
 import { RequestLogging, requestContext } from './request-context.ts';
 
 export interface HttpAppOptions {
   service: string;
   logger: Logger;
   bodyLimitBytes: number;
+  /** Where the service listens and what its edge allows (its config section): Host, Origin, CORS. */
+  edge: EdgeSettings;
+  /** The `WWW-Authenticate` of the service's 401 answers (wallet auth's `challenge`). */
+  challenge?: AuthChallenge;
   /** Routers in the order they should match. */
   routers: readonly Router[];
   /** Middleware to run after parsing and before the routers (e.g. authentication). */
   middleware?: readonly Koa.Middleware[];
+  /** How often the count of requests by route and status is logged at info; never without it. */
+  requestSummaryMs?: number;
   /** Routes served without Koa, with the same request id, access line, metrics and error shape. */
   lane?: Lane;
 }
@@ -25,21 +32,40 @@ export interface HttpApp {
   metrics: HttpMetrics;
   /** The service's request listener: its lane's routes, then the app. */
   callback(): RequestListener;
+  /** Logs the last request summary and stops summarizing (at shutdown). */
+  stopLogging(): void;
 }
 
 /**
  * The one place a service's middleware is assembled, in this order: request id and log line,
- * metrics (served at `/metrics`), error shape, body parsing with a size limit, the service's middleware,
- * its routes; and, before all of it, the routes of its lane.
+ * metrics (served at `/metrics`), error shape, Host and Origin checks (and CORS), body parsing with a
+ * size limit, the service's middleware, its routes; and, before all of it, the routes of its lane,
+ * which run the same steps up to the body.
  */
 export function createHttpApp(options: HttpAppOptions): HttpApp {
   const app = new Koa({ proxy: false });
   app.silent = true;
   const metrics = new HttpMetrics(options.service);
-  const logging = new RequestLogging(options.logger);
+  const logging = new RequestLogging(options.logger, options.requestSummaryMs);
+  const { lane } = options;
+  // A preflight for a lane's path lists the lane's methods there (POST for /mcp).
+  const edge = new EdgePolicy(options.edge, (path) => laned?.methodsAt(path));
+  const laned: LaneServer | undefined = lane
+    ? laneServer(lane, {
+        edge,
+        challenge: options.challenge,
+        logging,
+        metrics,
+        bodyLimitBytes: options.bodyLimitBytes,
+      })
+    : undefined;
   app.use(requestContext(logging));
   app.use(metrics.middleware());
-  app.use(errorHandler(options.logger));
+  app.use(errorHandler(options.logger, options.challenge));
+  app.use(async (ctx, next) => {
+    if (edge.admit(ctx.req, ctx.res)) ctx.status = 204;
+    else await next();
+  });
   app.use(
     bodyParser({
       enableTypes: ['json'],
@@ -55,12 +81,12 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     app.use(router.routes());
     app.use(router.allowedMethods({ throw: true }));
   }
-  const { lane } = options;
-  if (!lane) return { app, metrics, callback: () => app.callback() };
-  const laned = laneServer(lane, { logging, metrics, bodyLimitBytes: options.bodyLimitBytes });
+  const stopLogging = () => logging.stop();
+  if (!laned) return { app, metrics, stopLogging, callback: () => app.callback() };
   return {
     app,
     metrics,
+    stopLogging,
     callback: () => {
       const served = app.callback();
       return (req, res) => {

@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Context, Next } from 'koa';
 import { isSigilError, SigilError, type ErrorCode } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -8,6 +9,8 @@ export const STATUS_BY_CODE: Record<ErrorCode, number> = {
   unauthorized: 401,
   payment_required: 402,
   forbidden: 403,
+  /** The request named a host this service does not answer for (DNS rebinding). */
+  misdirected_request: 421,
   not_found: 404,
   method_not_allowed: 405,
   conflict: 409,
@@ -67,20 +70,32 @@ export function errorBody(error: SigilError): ErrorBody {
   };
 }
 
+/** The `WWW-Authenticate` value of a service's 401 answer to a request with these headers. */
+export type AuthChallenge = (error: SigilError, headers: IncomingHttpHeaders) => string;
+
 /** The answer to anything thrown while serving a request: its status, headers and the one JSON error shape. */
 export function errorAnswer(
   err: unknown,
   log: Logger,
+  request: { headers: IncomingHttpHeaders; challenge: AuthChallenge | undefined },
 ): { status: number; headers: Record<string, string> | undefined; body: ErrorBody } {
   const error = toSigilError(err);
   const status = STATUS_BY_CODE[error.code];
-  // Unexpected errors are logged, not shown.
-  if (status >= 500) log.error({ err }, 'request failed');
-  return { status, headers: error.headers, body: errorBody(error) };
+  // An expected 503 (at capacity, a part not configured or not reachable) is a warning, told by its
+  // message; anything else unexpected is an error with its stack, logged and not shown.
+  if (error.code === 'unavailable')
+    log.warn({ code: error.code, error: error.message }, 'request unavailable');
+  else if (status >= 500) log.error({ err }, 'request failed');
+  // Every 401 says how to authenticate (RFC 9110), and why presented credentials were refused.
+  const headers =
+    status === 401 && request.challenge
+      ? { ...error.headers, 'WWW-Authenticate': request.challenge(error, request.headers) }
+      : error.headers;
+  return { status, headers, body: errorBody(error) };
 }
 
 /** Turns anything thrown downstream into the one JSON error shape. */
-export function errorHandler(logger: Logger) {
+export function errorHandler(logger: Logger, challenge?: AuthChallenge) {
   return async (ctx: Context, next: Next): Promise<void> => {
     try {
       await next();
@@ -88,7 +103,10 @@ export function errorHandler(logger: Logger) {
         throw new SigilError('not_found', `No route for ${ctx.method} ${ctx.path}`);
       }
     } catch (err) {
-      const answer = errorAnswer(err, (ctx.state.log as Logger | undefined) ?? logger);
+      const answer = errorAnswer(err, (ctx.state.log as Logger | undefined) ?? logger, {
+        headers: ctx.req.headers,
+        challenge,
+      });
       ctx.status = answer.status;
       if (answer.headers) ctx.set(answer.headers);
       ctx.body = answer.body;

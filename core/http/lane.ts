@@ -1,7 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../log.ts';
 import { disconnection, type Disconnection } from './disconnect.ts';
-import { errorAnswer } from './errors.ts';
+import type { EdgePolicy } from './edge.ts';
+import { errorAnswer, type AuthChallenge } from './errors.ts';
 import { incomingOf, type IncomingRequest } from './incoming.ts';
 import type { HttpMetrics } from './metrics.ts';
 import type { LogFields, RequestLogging } from './request-context.ts';
@@ -57,6 +58,10 @@ export interface Lane {
 }
 
 export interface LaneDeps {
+  /** Host and Origin checks, as on the app's chain. */
+  edge: EdgePolicy;
+  /** The `WWW-Authenticate` of 401 answers, as on the app's chain. */
+  challenge: AuthChallenge | undefined;
   logging: RequestLogging;
   metrics: HttpMetrics;
   bodyLimitBytes: number;
@@ -76,6 +81,8 @@ export interface LaneMatch {
 /** A lane ready to serve: which requests it takes, and how it answers them. */
 export interface LaneServer {
   match(method: string | undefined, url: string | undefined): LaneMatch | undefined;
+  /** The methods of the lane's routes at `path` (for CORS preflights), if any route has that path. */
+  methodsAt(path: string): string | undefined;
   serve(req: IncomingMessage, res: ServerResponse, match: LaneMatch): void;
 }
 
@@ -149,12 +156,14 @@ export function laneServer(lane: Lane, deps: LaneDeps): LaneServer {
     res.setHeader('X-Request-Id', requestId);
     let status = 500;
     try {
+      // A preflight never reaches the lane (its routes take no OPTIONS), so admitting only checks here.
+      deps.edge.admit(req, res);
       for (const step of lane.steps) await step(exchange);
       const handled = await route.handle(exchange);
       status = handled.status;
       answer(res, status, handled.body);
     } catch (err) {
-      const failed = errorAnswer(err, exchange.log);
+      const failed = errorAnswer(err, exchange.log, { headers: req.headers, challenge: deps.challenge });
       if (res.headersSent) return; // failed while answering: nothing more can be said
       status = failed.status;
       for (const [name, value] of Object.entries(failed.headers ?? {})) res.setHeader(name, value);
@@ -166,12 +175,17 @@ export function laneServer(lane: Lane, deps: LaneDeps): LaneServer {
         exchange.logFields,
         request.method,
         pathOf(request.url),
+        route.path,
         status,
         started,
       );
     }
   };
   return {
+    methodsAt: (path) => {
+      const methods = routes.filter(({ pattern }) => pattern.test(path)).map(({ route }) => route.method);
+      return methods.length === 0 ? undefined : [...new Set(methods)].join(', ');
+    },
     match: (method, url) => {
       if (method === undefined || url === undefined) return undefined;
       const path = pathOf(url);

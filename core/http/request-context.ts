@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Context, Next } from 'koa';
 import type { Logger } from '../log.ts';
+import { RequestSummary } from './request-summary.ts';
 
 const INCOMING_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
@@ -9,7 +10,8 @@ export type LogFields = Record<string, unknown> | undefined;
 
 /**
  * What every request gets, with Koa or without: an id (kept from X-Request-Id when well-formed), a
- * logger bound to it and to its log fields, made on first use, and an access line when it ends.
+ * logger bound to it and to its log fields, made on first use, and when it ends an access line at
+ * debug and a count in the summary logged at info every interval.
  */
 export class RequestLogging {
   /**
@@ -18,9 +20,24 @@ export class RequestLogging {
    * the cost of a line logged on every request. The secret scrubber still sees it.
    */
   private readonly access: Logger;
+  /** Whether access lines are written at all (the level is fixed at start: checked once). */
+  private readonly accessLines: boolean;
+  private readonly summary: RequestSummary | undefined;
 
-  constructor(private readonly logger: Logger) {
+  constructor(
+    private readonly logger: Logger,
+    /** How often the request summary is logged; none without it. */
+    summaryIntervalMs?: number,
+  ) {
     this.access = logger.child({}, { redact: { paths: [] } });
+    this.accessLines = this.access.isLevelEnabled('debug');
+    this.summary =
+      summaryIntervalMs === undefined ? undefined : new RequestSummary(logger, summaryIntervalMs);
+  }
+
+  /** Logs the summary of the requests not yet summarized, and stops summarizing. */
+  stop(): void {
+    this.summary?.stop();
   }
 
   requestId(incoming: string): string {
@@ -41,17 +58,24 @@ export class RequestLogging {
     };
   }
 
-  /** The access line of a request that began at `started` (process.hrtime.bigint()). Path only: query strings can carry tokens. */
+  /**
+   * The end of a request that began at `started` (process.hrtime.bigint()): counted by its route
+   * template (`unmatched` without one) and status, and its access line. Path only: query strings can
+   * carry tokens.
+   */
   accessLine(
     requestId: string,
     fields: LogFields,
     method: string,
     path: string,
+    route: string | undefined,
     status: number,
     started: bigint,
   ): void {
+    this.summary?.count(method, route ?? 'unmatched', status);
+    if (!this.accessLines) return;
     const ms = Number(process.hrtime.bigint() - started) / 1e6;
-    this.access.info(
+    this.access.debug(
       { reqId: requestId, ...fields, method, path, status, ms: Math.round(ms * 10) / 10 },
       'request',
     );
@@ -78,6 +102,7 @@ export function requestContext(logging: RequestLogging) {
         ctx.state.logFields as LogFields,
         ctx.method,
         ctx.path,
+        (ctx as Context & { _matchedRoute?: string })._matchedRoute,
         ctx.status,
         started,
       );

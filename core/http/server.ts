@@ -1,6 +1,26 @@
 import { createServer, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
+/** Bounds on what a client may hold of a server: time to send a request, idle time, connections. */
+export interface ServerLimits {
+  /** Until all headers arrived (then 408 and the connection closed): slow headers (slowloris). */
+  headersTimeoutMs: number;
+  /** Until the whole request, body included, arrived: slow bodies. */
+  requestTimeoutMs: number;
+  /** An idle keep-alive connection's life. */
+  keepAliveTimeoutMs: number;
+  /** Connections beyond this are closed as they arrive. */
+  maxConnections: number;
+}
+
+/** The defaults of a service's `http` config (`core/config/schema.ts`). */
+export const SERVER_LIMITS: Readonly<ServerLimits> = {
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 5_000,
+  maxConnections: 1024,
+};
+
 export interface RunningServer {
   server: Server;
   url: string;
@@ -8,14 +28,25 @@ export interface RunningServer {
   close(graceMs?: number): Promise<void>;
 }
 
-/** Serves `app` (a Koa app, or a service's `HttpApp`) on `host`:`port`. */
+/** Serves `app` (a Koa app, or a service's `HttpApp`) on `host`:`port`, within `limits`. */
 export async function listen(
   app: { callback(): RequestListener },
   host: string,
   port: number,
+  limits: ServerLimits = SERVER_LIMITS,
 ): Promise<RunningServer> {
-  const server = createServer(app.callback());
-  server.keepAliveTimeout = 5_000;
+  const server = createServer(
+    {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      keepAliveTimeout: limits.keepAliveTimeoutMs,
+      // Node looks for requests over their time this often (30 s by default, which would let a
+      // slow client keep its connection for up to 30 s past the limit).
+      connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(limits.headersTimeoutMs / 4))),
+    },
+    app.callback(),
+  );
+  server.maxConnections = limits.maxConnections;
   // Responses still being produced when shutdown begins are told to close their connection, so a
   // keep-alive client does not hold the server open after its last answer.
   const inFlight = new Set<ServerResponse>();

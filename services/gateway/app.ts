@@ -22,8 +22,17 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     service: 'gateway',
     logger: kernel.logger.child({ service: 'gateway' }),
     bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
+    edge: kernel.config.gateway,
+    requestSummaryMs: kernel.config.log.requestSummarySeconds * 1000,
+    challenge: auth.challenge,
     middleware: [auth.middleware],
-    routers: [health, auth.router, tools.mcp.router, ...tools.routers],
+    routers: [
+      health,
+      auth.router,
+      ...(auth.resourceMetadata ? [auth.resourceMetadata] : []),
+      tools.mcp.router,
+      ...tools.routers,
+    ],
     // Tool calls: authentication, then the MCP endpoint, without Koa.
     lane: { steps: [auth.laneStep], routes: tools.mcp.lane },
   });
@@ -33,6 +42,9 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
       await tools.start();
       if (kernel.config.gateway.warmupAtStart) void tools.warmup.run('start-up');
     },
-    close: () => tools.close(),
+    close: () => {
+      http.stopLogging();
+      return tools.close();
+    },
   };
 }

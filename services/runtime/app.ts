@@ -89,6 +89,9 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     service: 'runtime',
     logger: kernel.logger.child({ service: 'runtime' }),
     bodyLimitBytes: kernel.config.runtime.bodyLimitBytes,
+    edge: kernel.config.runtime,
+    requestSummaryMs: kernel.config.log.requestSummarySeconds * 1000,
+    challenge: auth.challenge,
     middleware: [auth.middleware],
     routers: [
       health,
@@ -112,6 +115,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
       await ledger.start();
     },
     close: async () => {
+      http.stopLogging();
       vault.close();
       await ledger.close();
     },

@@ -64,6 +64,34 @@ describe('config', () => {
     expect(envOverrides).to.include.members(['GATEWAY_PORT', 'DATABASE_URL']);
   });
 
+  it('gives each service an HTTP edge with safe defaults, its allowed names from env lists, and refuses inverted timeouts', () => {
+    const { config } = loadConfig({
+      cwd: dir,
+      env: {
+        GATEWAY_ALLOWED_HOSTS: 'tools.internal:8402, tools.example.com',
+        GATEWAY_ALLOWED_ORIGINS: 'https://app.example.com',
+      },
+    });
+    expect(config.gateway.http).to.deep.equal({
+      allowedHosts: ['tools.internal:8402', 'tools.example.com'],
+      allowedOrigins: ['https://app.example.com'],
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 30_000,
+      keepAliveTimeoutMs: 5_000,
+      maxConnections: 1024,
+    });
+    expect(config.runtime.http.allowedHosts).to.deep.equal([]);
+    expect(config.log.requestSummarySeconds).to.equal(60);
+    write({ runtime: { http: { headersTimeoutMs: 60_000, requestTimeoutMs: 30_000 } } });
+    expect(issuesOf(() => loadConfig({ cwd: dir, env: {} })).map((i) => i.path)).to.deep.equal([
+      'runtime.http.headersTimeoutMs',
+    ]);
+    const origin = issuesOf(() =>
+      loadConfig({ cwd: dir, env: { RUNTIME_ALLOWED_ORIGINS: 'https://app.example.com/path' } }),
+    );
+    expect(origin.map((i) => i.path)).to.include('runtime.http.allowedOrigins.0');
+  });
+
   it('takes the path from SIGIL_CONFIG, and fails when an explicit path is missing', () => {
     const file = join(dir, 'custom.json');
     writeFileSync(file, JSON.stringify({ runtime: { port: 9090 } }));

@@ -12,6 +12,9 @@ import { openSse } from '../../core/http/sse.ts';
 import { parseInput } from '../../core/http/validate.ts';
 import { quietLogger } from '../support/kernel.ts';
 
+/** A service on 127.0.0.1 at a port the OS picks, allowing no other name or origin. */
+const LOOPBACK_EDGE = { host: '127.0.0.1', port: 0, http: { allowedHosts: [], allowedOrigins: [] } };
+
 describe('HTTP core', () => {
   let server: RunningServer;
   let releaseSlow: () => void = () => undefined;
@@ -49,6 +52,7 @@ describe('HTTP core', () => {
       service: 'test',
       logger: quietLogger(),
       bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
       routers: [router],
     });
     server = await listen(app, '127.0.0.1', 0);
@@ -155,6 +159,7 @@ describe('HTTP core', () => {
       service: 'graceful',
       logger: quietLogger(),
       bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
       routers: [
         new Router().get('/slow', async (ctx) => {
           await new Promise<void>((resolve) => (releaseSlow = resolve));
@@ -183,7 +188,7 @@ describe('HTTP core', () => {
 describe('HTTP core: request logging', () => {
   it('gives a request’s log lines its id and the fields set by then, and ends with an access line holding them', async () => {
     const lines: Record<string, unknown>[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const logger = pino({ level: 'debug' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const router = new Router();
     router.get('/logs', (ctx) => {
       const state = ctx.state as { log: Logger; logFields?: Record<string, unknown> };
@@ -192,7 +197,13 @@ describe('HTTP core: request logging', () => {
       state.log.info('after');
       ctx.body = {};
     });
-    const { app } = createHttpApp({ service: 'test', logger, bodyLimitBytes: 1024, routers: [router] });
+    const { app } = createHttpApp({
+      service: 'test',
+      logger,
+      bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
+      routers: [router],
+    });
     const running = await listen(app, '127.0.0.1', 0);
     try {
       const res = await fetch(`${running.url}/logs`, { headers: { 'x-request-id': 'req-1' } });
@@ -207,7 +218,7 @@ describe('HTTP core: request logging', () => {
   });
   it('serves lane routes without Koa: the same id, access line, metrics and error shape; the rest goes to the app', async () => {
     const lines: Record<string, unknown>[] = [];
-    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const logger = pino({ level: 'debug' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const koaRouter = new Router().post('/cold', (ctx) => {
       ctx.body = { parsed: ctx.request.body };
     });
@@ -230,6 +241,7 @@ describe('HTTP core: request logging', () => {
       service: 'test',
       logger,
       bodyLimitBytes: 64,
+      edge: LOOPBACK_EDGE,
       routers: [koaRouter],
       lane: {
         steps: [

@@ -103,11 +103,11 @@ export class ProbeWorld {
   }
 }
 
-/** Signs a wallet in (SIWE; a fresh one unless given) and creates a wallet token for it. */
+/** Signs a wallet in (SIWE; a fresh one unless given) and creates a wallet token for it (its id, and the session JWT). */
 export async function walletToken(
   gatewayUrl: string,
   wallet: LocalAccount = privateKeyToAccount(generatePrivateKey()),
-): Promise<{ token: string; address: string }> {
+): Promise<{ token: string; address: string; id: string; jwt: string }> {
   const challenge = (await (
     await fetch(`${gatewayUrl}/api/auth/challenge?address=${wallet.address}`)
   ).json()) as { message: string };
@@ -125,7 +125,8 @@ export async function walletToken(
     headers: { 'content-type': 'application/json', authorization: `Bearer ${jwt}` },
     body: '{}',
   });
-  return { token: ((await created.json()) as { token: string }).token, address: wallet.address };
+  const { token, id } = (await created.json()) as { token: string; id: string };
+  return { token, address: wallet.address, id, jwt };
 }
 
 export async function mcpClient(url: string, token?: string, session?: string): Promise<Client> {
