@@ -64,7 +64,6 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     masterKey: settings.secretKey,
     persistenceDir: kernel.config.vault.persistenceDir,
     logger,
-    registry: kernel.secrets,
   });
   const launcher = new SandboxedServers({
     plugins: kernel.plugins,
@@ -72,6 +71,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     logger,
     secretsFor: (key) =>
       key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({}),
+    registry: kernel.secrets,
   });
   const servers = new ServerDirectory({
     db: kernel.db,

@@ -1,0 +1,115 @@
+/**
+ * Secret redaction by every encoding a secret can take in text: a server that echoes, escapes or
+ * encodes its secret (in a result, an error or its stderr) must not get it past the gateway, nor into
+ * a log line. The encodings of a set of secrets are computed once, when a {@link Redactor} is made
+ * (a process's start), and matched in one pass of one regular expression per text.
+ */
+
+export const REDACTED = '[REDACTED]';
+
+/**
+ * A derived encoding shorter than this is not redacted on its own: a few base64 or hex characters
+ * would match ordinary text (a secret's own raw form is always redacted, whatever its length).
+ */
+const MIN_ENCODED_CHARS = 6;
+
+/** The JSON string escape of `text`, without the quotes (as JSON.stringify and most encoders write it). */
+const jsonEscaped = (text: string): string => JSON.stringify(text).slice(1, -1);
+
+/** The same with every non-ASCII code unit as `\uXXXX` (Python's json.dumps, ensure_ascii). */
+const asciiJsonEscaped = (text: string): string =>
+  jsonEscaped(text).replace(
+    /[\u0080-\uffff]/g,
+    (unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
+
+const lowerPercents = (text: string): string =>
+  text.replace(/%[0-9A-F]{2}/g, (escape) => escape.toLowerCase());
+
+/**
+ * The characters of the base64 (or base64url) encoding of `bytes` that do not depend on what comes
+ * before or after them, for each of the three alignments the secret can have in a longer stream:
+ * character i is the secret's alone when its six bits lie inside the secret's bits.
+ */
+function base64Middles(bytes: Buffer, alphabet: 'base64' | 'base64url'): string[] {
+  const middles: string[] = [];
+  for (let offset = 0; offset < 3; offset += 1) {
+    const encoded = Buffer.concat([Buffer.alloc(offset), bytes]).toString(alphabet);
+    middles.push(encoded.slice(Math.ceil((8 * offset) / 6), Math.floor((8 * (offset + bytes.length)) / 6)));
+  }
+  return middles;
+}
+
+/**
+ * Every form of `secret` to redact: raw, JSON-escaped (plain and ASCII-only), URL-encoded
+ * (encodeURIComponent and form encoding, upper- and lower-case escapes), hex (both cases), base64 and
+ * base64url at each byte alignment; and each of those JSON-escaped once and twice more, as it reads
+ * inside a JSON string (a log line) or a JSON text inside one (a result quoted in a log line).
+ */
+export function encodingsOf(secret: string): string[] {
+  const wellFormed = secret.toWellFormed();
+  const bytes = Buffer.from(wellFormed, 'utf8');
+  const uri = encodeURIComponent(wellFormed);
+  const form = new URLSearchParams({ s: wellFormed }).toString().slice(2);
+  const hex = bytes.toString('hex');
+  const derived = [
+    asciiJsonEscaped(secret),
+    uri,
+    lowerPercents(uri),
+    form,
+    lowerPercents(form),
+    hex,
+    hex.toUpperCase(),
+    ...base64Middles(bytes, 'base64'),
+    ...base64Middles(bytes, 'base64url'),
+  ];
+  const forms = new Set<string>();
+  for (const base of [secret, ...derived]) {
+    const once = jsonEscaped(base);
+    for (const encoded of [base, once, jsonEscaped(once)]) {
+      if (encoded === secret || encoded.length >= MIN_ENCODED_CHARS) forms.add(encoded);
+    }
+  }
+  return [...forms];
+}
+
+const regExpEscaped = (text: string): string => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** Redacts a fixed set of secrets, in every encoding, from text and from JSON values (keys too). */
+export class Redactor {
+  static readonly none = new Redactor([]);
+
+  /** Longest first, so a form that contains another is replaced whole. */
+  readonly encodings: readonly string[];
+  private readonly pattern: RegExp | undefined;
+
+  private constructor(encodings: Iterable<string>) {
+    this.encodings = [...new Set(encodings)].sort((a, b) => b.length - a.length);
+    this.pattern =
+      this.encodings.length === 0 ? undefined : new RegExp(this.encodings.map(regExpEscaped).join('|'), 'g');
+  }
+
+  /** `minLength`: forms shorter than this are left alone (log lines are mostly ordinary words). */
+  static of(secrets: Iterable<string>, minLength = 1): Redactor {
+    const encodings: string[] = [];
+    for (const secret of secrets) if (secret.length > 0) encodings.push(...encodingsOf(secret));
+    const kept = encodings.filter((form) => form.length >= minLength);
+    return kept.length === 0 ? Redactor.none : new Redactor(kept);
+  }
+
+  /** One redactor for the secrets of several (their encodings already computed). */
+  static union(redactors: Iterable<Redactor>, minLength = 1): Redactor {
+    const encodings: string[] = [];
+    for (const redactor of redactors)
+      encodings.push(...redactor.encodings.filter((form) => form.length >= minLength));
+    return encodings.length === 0 ? Redactor.none : new Redactor(encodings);
+  }
+
+  get empty(): boolean {
+    return this.pattern === undefined;
+  }
+
+  text(text: string): string {
+    return this.pattern === undefined ? text : text.replace(this.pattern, REDACTED);
+  }
+}

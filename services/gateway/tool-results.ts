@@ -1,0 +1,60 @@
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { Redactor } from '../../core/redaction.ts';
+
+/**
+ * Containers a tool result may nest. Only a guard for the gateway's own recursion (this walk, and the
+ * proof's RFC 8785 form): a deeper result is withheld as the server's error, and so never charged.
+ */
+export const MAX_RESULT_DEPTH = 256;
+
+/** A result nested deeper than {@link MAX_RESULT_DEPTH}: the server broke the protocol. */
+export const TOO_DEEP = Symbol('too deep');
+
+/**
+ * A tool result as the client receives it and its proof commits to, in one walk that copies only what
+ * changes: every string and member name with the process's secrets redacted (every encoding), and
+ * with each lone surrogate as U+FFFD, which is what the result's JSON text could carry anyway. A
+ * result is proven after the tool ran, so nothing in it may make the proof fail (RFC 8785 refuses
+ * lone surrogates): that would turn a delivered side effect into an unpaid call.
+ */
+export function cleanResult(result: CallToolResult, redactor: Redactor): CallToolResult | typeof TOO_DEEP {
+  return clean(result, redactor, 1) as CallToolResult | typeof TOO_DEEP;
+}
+
+const cleanText = (text: string, redactor: Redactor): string =>
+  redactor.text(text.isWellFormed() ? text : text.toWellFormed());
+
+function clean(node: unknown, redactor: Redactor, depth: number): unknown {
+  if (typeof node === 'string') return cleanText(node, redactor);
+  if (typeof node !== 'object' || node === null) return node;
+  if (depth > MAX_RESULT_DEPTH) return TOO_DEEP;
+  if (Array.isArray(node)) {
+    let copy: unknown[] | undefined;
+    for (let index = 0; index < node.length; index += 1) {
+      const child: unknown = node[index];
+      const cleaned = clean(child, redactor, depth + 1);
+      if (cleaned === TOO_DEEP) return TOO_DEEP;
+      if (cleaned !== child) (copy ??= node.slice())[index] = cleaned;
+    }
+    return copy ?? node;
+  }
+  let copy: Record<string, unknown> | undefined;
+  const entries = Object.entries(node);
+  for (let index = 0; index < entries.length; index += 1) {
+    const [key, child] = entries[index] as [string, unknown];
+    const cleanKey = cleanText(key, redactor);
+    const cleaned = clean(child, redactor, depth + 1);
+    if (cleaned === TOO_DEEP) return TOO_DEEP;
+    if (copy === undefined && (cleanKey !== key || cleaned !== child)) {
+      // From here on the object is rebuilt: the members before this one as they were.
+      copy = {};
+      for (const [earlier, value] of entries.slice(0, index)) setMember(copy, earlier, value);
+    }
+    if (copy !== undefined) setMember(copy, cleanKey, cleaned);
+  }
+  return copy ?? node;
+}
+
+/** An own member, also when named `__proto__` (as JSON.parse makes it), which assignment would not be. */
+const setMember = (object: Record<string, unknown>, key: string, value: unknown): void =>
+  void Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
