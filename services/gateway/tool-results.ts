@@ -38,18 +38,15 @@ function clean(node: unknown, redactor: Redactor, depth: number): unknown {
     }
     return copy ?? node;
   }
+  // for…in, not Object.entries: no array per object on every call's path (JSON.parse makes no inherited members).
   let copy: Record<string, unknown> | undefined;
-  const entries = Object.entries(node);
-  for (let index = 0; index < entries.length; index += 1) {
-    const [key, child] = entries[index] as [string, unknown];
+  const object = node as Record<string, unknown>;
+  for (const key in object) {
+    const child = object[key];
     const cleanKey = cleanText(key, redactor);
     const cleaned = clean(child, redactor, depth + 1);
     if (cleaned === TOO_DEEP) return TOO_DEEP;
-    if (copy === undefined && (cleanKey !== key || cleaned !== child)) {
-      // From here on the object is rebuilt: the members before this one as they were.
-      copy = {};
-      for (const [earlier, value] of entries.slice(0, index)) setMember(copy, earlier, value);
-    }
+    if (copy === undefined && (cleanKey !== key || cleaned !== child)) copy = membersBefore(object, key);
     if (copy !== undefined) setMember(copy, cleanKey, cleaned);
   }
   return copy ?? node;
@@ -58,3 +55,13 @@ function clean(node: unknown, redactor: Redactor, depth: number): unknown {
 /** An own member, also when named `__proto__` (as JSON.parse makes it), which assignment would not be. */
 const setMember = (object: Record<string, unknown>, key: string, value: unknown): void =>
   void Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
+
+/** A copy of the members of `object` that come before `key` (from which on the copy is rebuilt). */
+function membersBefore(object: Record<string, unknown>, key: string): Record<string, unknown> {
+  const copy: Record<string, unknown> = {};
+  for (const earlier in object) {
+    if (earlier === key) break;
+    setMember(copy, earlier, object[earlier]);
+  }
+  return copy;
+}
