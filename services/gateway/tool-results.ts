@@ -12,10 +12,10 @@ export const TOO_DEEP = Symbol('too deep');
 
 /**
  * A tool result as the client receives it and its proof commits to, in one walk that copies only what
- * changes: every string and member name with the process's secrets redacted (every encoding), and
- * with each lone surrogate as U+FFFD, which is what the result's JSON text could carry anyway. A
- * result is proven after the tool ran, so nothing in it may make the proof fail (RFC 8785 refuses
- * lone surrogates): that would turn a delivered side effect into an unpaid call.
+ * changes: every string and member name with the process's secrets redacted (every encoding), with
+ * each lone surrogate as U+FFFD and each number beyond a double as null (what JSON.stringify makes of
+ * them). A result is proven after the tool ran, so nothing in it may make the proof fail (RFC 8785
+ * refuses both): that would turn a delivered side effect into an unpaid call.
  */
 export function cleanResult(result: CallToolResult, redactor: Redactor): CallToolResult | typeof TOO_DEEP {
   return clean(result, redactor, 1) as CallToolResult | typeof TOO_DEEP;
@@ -26,6 +26,8 @@ const cleanText = (text: string, redactor: Redactor): string =>
 
 function clean(node: unknown, redactor: Redactor, depth: number): unknown {
   if (typeof node === 'string') return cleanText(node, redactor);
+  // A number beyond a double (`1e400` parses as Infinity) as JSON.stringify writes it: null.
+  if (typeof node === 'number') return Number.isFinite(node) ? node : null;
   if (typeof node !== 'object' || node === null) return node;
   if (depth > MAX_RESULT_DEPTH) return TOO_DEEP;
   if (Array.isArray(node)) {

@@ -49,8 +49,8 @@ describe('gateway: tool arguments are checked before anything runs', function ()
       headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
       body: JSON.stringify({ arguments: args }),
     });
-  /** tools/call of `record` as raw JSON-RPC text: the SDK client cannot serialize arguments this deep. */
-  const rawCall = async (depth: number) => {
+  /** tools/call of `record` with `value` as raw JSON text: the SDK client cannot write it deep, or 1e400. */
+  const rawCall = async (value: string) => {
     const res = await fetch(`${gateway.url}/mcp/server/hostile`, {
       method: 'POST',
       headers: {
@@ -58,11 +58,18 @@ describe('gateway: tool arguments are checked before anything runs', function ()
         accept: 'application/json, text/event-stream',
         authorization: `Bearer ${token}`,
       },
-      body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"record","arguments":{"value":${'['.repeat(depth)}${']'.repeat(depth)}}}}`,
+      body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"record","arguments":{"value":${value}}}}`,
     });
     expect(res.status).to.equal(200);
-    return (await res.json()) as { error?: { code: number; data: unknown } };
+    return (await res.json()) as { error?: { code: number; message: string; data: unknown } };
   };
+  const rawRest = (value: string) =>
+    fetch(`${gateway.url}/api/servers/hostile/tools/record`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: `{"arguments":{"value":${value}}}`,
+    });
+  const arrays = (depth: number) => `${'['.repeat(depth)}${']'.repeat(depth)}`;
   const timesRun = async () => textOf(await client.callTool({ name: 'recorded', arguments: {} }));
 
   it('refuses a lone surrogate in a value or a key with -32602 and 400, naming where it is; the tool never runs', async () => {
@@ -92,14 +99,10 @@ describe('gateway: tool arguments are checked before anything runs', function ()
     expect(err.code).to.equal(-32602);
     expect(err.data).to.deep.include({ code: 'invalid_request', reason: 'too_deep' });
     for (const depth of [MAX_ARGUMENT_DEPTH, 10_000, 50_000]) {
-      const { error } = await rawCall(depth);
+      const { error } = await rawCall(arrays(depth));
       expect(error?.code, String(depth)).to.equal(-32602);
       expect(error?.data).to.deep.include({ code: 'invalid_request', reason: 'too_deep' });
-      const res = await fetch(`${gateway.url}/api/servers/hostile/tools/record`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-        body: `{"arguments":{"value":${'['.repeat(depth)}${']'.repeat(depth)}}}`,
-      });
+      const res = await rawRest(arrays(depth));
       expect(res.status, String(depth)).to.equal(400);
       expect(((await res.json()) as { details: { reason: string } }).details.reason).to.equal('too_deep');
     }
@@ -110,6 +113,26 @@ describe('gateway: tool arguments are checked before anything runs', function ()
       arguments: { value: nested(MAX_ARGUMENT_DEPTH - 1) },
     });
     expect(textOf(deepest)).to.equal('recorded 1');
+  });
+
+  it('refuses a number beyond a double (1e400, which parses as Infinity) with -32602 and 400; the tool never runs', async () => {
+    const before = await timesRun();
+    for (const value of ['1e400', '[1, {"n": -1e999}]']) {
+      const { error } = await rawCall(value);
+      expect(error?.code, value).to.equal(-32602);
+      expect(error?.data).to.deep.include({ code: 'invalid_request', reason: 'not_finite' });
+      const res = await rawRest(value);
+      expect(res.status, value).to.equal(400);
+      expect(((await res.json()) as { details: { reason: string } }).details.reason).to.equal('not_finite');
+    }
+    expect(await timesRun()).to.equal(before);
+  });
+
+  it('answers a number beyond a double in a result as null (as JSON.stringify writes it), proven', async () => {
+    const result = (await client.callTool({ name: 'huge-number', arguments: {} })) as CallToolResult;
+    expect(result.isError, textOf(result)).to.not.equal(true);
+    expect(result.structuredContent).to.deep.equal({ n: null, list: [null] });
+    expect(result._meta?.[PROOF_META_KEY]).to.be.an('object');
   });
 
   it('answers a lone surrogate in a result as U+FFFD (what JSON text can carry), proven, in values and keys', async () => {
