@@ -109,10 +109,9 @@ export class SandboxedServers implements ServerProber {
         { serverId: key.serverId, exit, stderr: injected.redactor.text(stderrTail.join('')).slice(-2000) },
         'MCP server failed to start',
       );
-      throw new SigilError(
-        'unavailable',
-        `MCP server "${key.serverId}" did not start: ${exit.reason ?? (err as Error).message}`,
-      );
+      // The server's own answer (an error to initialize) may quote its secrets.
+      const why = injected.redactor.text(exit.reason ?? (err as Error).message);
+      throw new SigilError('unavailable', `MCP server "${key.serverId}" did not start: ${why}`);
     }
     void child.exited.then(release, release);
     return {

@@ -128,12 +128,15 @@ describeEachDatabase(
       expectNoLeak(JSON.stringify(result), canary, core);
     });
 
-    it('redacts every encoding of the secret in the log of a server that said it on stderr and failed to start', async () => {
+    it('redacts every encoding of the secret in the log and the error of a server that said it on stderr and to initialize', async () => {
       const client = await mcpClient(`${gateway.url}/mcp/server/hostile-leaky-start`, token);
       const result = (await client.callTool({ name: 'leak', arguments: {} })) as CallToolResult;
       await client.close();
       expect(result.isError).to.equal(true);
-      expect(textOf(result)).to.match(/did not start/);
+      // Why it did not start: its answer to initialize, which quoted the secret.
+      expect(textOf(result))
+        .to.match(/did not start/)
+        .and.to.include('[REDACTED]');
       expectNoLeak(JSON.stringify(result), canary, core);
       const logged = lines.join('');
       const failure = logged.split('\n').find((line) => line.includes('MCP server failed to start'));
