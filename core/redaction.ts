@@ -16,15 +16,45 @@ const MIN_ENCODED_CHARS = 6;
 /** The JSON string escape of `text`, without the quotes (as JSON.stringify and most encoders write it). */
 const jsonEscaped = (text: string): string => JSON.stringify(text).slice(1, -1);
 
-/** The same with every non-ASCII code unit as `\uXXXX` (Python's json.dumps, ensure_ascii). */
-const asciiJsonEscaped = (text: string): string =>
-  jsonEscaped(text).replace(
-    /[\u0080-\uffff]/g,
-    (unit) => `\\u${unit.charCodeAt(0).toString(16).padStart(4, '0')}`,
-  );
+const unicodeEscape = (unit: string): string => `\\u${unit.charCodeAt(0).toString(16).padStart(4, '0')}`;
+
+/**
+ * The other JSON escapes common encoders write: every non-ASCII code unit as `\uxxxx` (Python's
+ * json.dumps, PHP's json_encode; Java's encoders in upper case), `<`, `>`, `&`, U+2028 and U+2029 as
+ * `\u` escapes (Go's encoding/json), `/` as `\/` (PHP).
+ */
+function otherJsonEscapes(text: string): string[] {
+  const plain = jsonEscaped(text);
+  const ascii = plain.replace(/[\u0080-\uffff]/g, unicodeEscape);
+  return [
+    ascii,
+    ascii.replace(/\\u[0-9a-f]{4}/g, (escape) => `\\u${escape.slice(2).toUpperCase()}`),
+    plain.replace(/[<>&\u2028\u2029]/g, unicodeEscape),
+    ascii.replaceAll('/', '\\/'),
+  ];
+}
 
 const lowerPercents = (text: string): string =>
   text.replace(/%[0-9A-F]{2}/g, (escape) => escape.toLowerCase());
+
+/**
+ * Percent-encodings: encodeURIComponent, the form encoding of URLSearchParams (space as `+`), and
+ * RFC 3986's strictest (all but `A-Z a-z 0-9 - . _ ~`, space as `%20` or `+`: Python's quote and
+ * quote_plus, Go's QueryEscape); each with upper- and lower-case escapes.
+ */
+function percentEncodings(text: string): string[] {
+  const strict = encodeURIComponent(text).replace(
+    /[!'()*]/g,
+    (unit) => `%${unit.charCodeAt(0).toString(16).toUpperCase()}`,
+  );
+  const encodings = [
+    encodeURIComponent(text),
+    new URLSearchParams({ s: text }).toString().slice(2),
+    strict,
+    strict.replaceAll('%20', '+'),
+  ];
+  return [...encodings, ...encodings.map(lowerPercents)];
+}
 
 /**
  * The characters of the base64 (or base64url) encoding of `bytes` that do not depend on what comes
@@ -41,23 +71,18 @@ function base64Middles(bytes: Buffer, alphabet: 'base64' | 'base64url'): string[
 }
 
 /**
- * Every form of `secret` to redact: raw, JSON-escaped (plain and ASCII-only), URL-encoded
- * (encodeURIComponent and form encoding, upper- and lower-case escapes), hex (both cases), base64 and
- * base64url at each byte alignment; and each of those JSON-escaped once and twice more, as it reads
- * inside a JSON string (a log line) or a JSON text inside one (a result quoted in a log line).
+ * Every form of `secret` to redact: raw, JSON-escaped (as each common encoder escapes), percent-encoded
+ * (likewise), hex (both cases), base64 and base64url at each byte alignment; and each of those
+ * JSON-escaped once and twice more, as it reads inside a JSON string (a log line) or a JSON text
+ * inside one (a result quoted in a log line).
  */
 export function encodingsOf(secret: string): string[] {
   const wellFormed = secret.toWellFormed();
   const bytes = Buffer.from(wellFormed, 'utf8');
-  const uri = encodeURIComponent(wellFormed);
-  const form = new URLSearchParams({ s: wellFormed }).toString().slice(2);
   const hex = bytes.toString('hex');
   const derived = [
-    asciiJsonEscaped(secret),
-    uri,
-    lowerPercents(uri),
-    form,
-    lowerPercents(form),
+    ...otherJsonEscapes(secret),
+    ...percentEncodings(wellFormed),
     hex,
     hex.toUpperCase(),
     ...base64Middles(bytes, 'base64'),

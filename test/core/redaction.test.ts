@@ -24,6 +24,24 @@ describe('redaction', () => {
     expect(redactor.text(`${hex}|${hex.toUpperCase()}`)).to.equal('[REDACTED]|[REDACTED]');
   });
 
+  it('redacts the secret as common encoders escape it in JSON and percent-encode it', () => {
+    const tricky = 'a/b<c>&d é"e!*~';
+    const redactor = Redactor.of([tricky]);
+    for (const [encoder, form] of [
+      ['Python json.dumps', String.raw`a/b<c>&d \u00e9\"e!*~`],
+      ['Java, upper-case escapes', String.raw`a/b<c>&d \u00E9\"e!*~`],
+      ['Go encoding/json', String.raw`a/b\u003cc\u003e\u0026d é\"e!*~`],
+      ['PHP json_encode', String.raw`a\/b<c>&d \u00e9\"e!*~`],
+      ['Python quote_plus', 'a%2Fb%3Cc%3E%26d+%C3%A9%22e%21%2A~'],
+      ["Python quote(safe='')", 'a%2Fb%3Cc%3E%26d%20%C3%A9%22e%21%2A~'],
+      ['encodeURIComponent', encodeURIComponent(tricky)],
+      ['form encoding', new URLSearchParams({ s: tricky }).toString().slice(2)],
+      ['lower-case escapes', encodeURIComponent(tricky).toLowerCase()],
+    ]) {
+      expect(redactor.text(`<${form as string}>`), encoder).to.equal('<[REDACTED]>');
+    }
+  });
+
   it('keeps short derived forms out (they would match ordinary text), but always the raw secret', () => {
     expect(encodingsOf('ab')).to.deep.equal(['ab']);
     expect(Redactor.of(['abc']).text('xabcx')).to.equal('x[REDACTED]x');
