@@ -99,11 +99,13 @@ export function encodingsOf(secret: string): string[] {
 }
 
 /**
- * Up to this many forms (a secret or two: a process's), a text is searched for each and replaced only
- * when one is found: most texts hold none, and the searches take a quarter of the alternation's time.
- * Beyond (the log scrubber's union of every running process's), one pass of the alternation is faster.
+ * Text at least this many characters per form is searched for each form, and replaced only when one
+ * is found (most texts hold none): a search per form costs a fixed ~40 ns and then far less per
+ * character than the alternation, which is faster for short texts and many forms (a log line, and
+ * the log scrubber's union of every running process's forms). Measured on this machine: 10 KB and
+ * 6 forms, 7 µs searched against 28 µs; 150 characters and 300 forms, 13 µs against 1 µs.
  */
-const SEARCHED_FORMS = 16;
+const CHARS_PER_SEARCH = 16;
 
 const regExpEscaped = (text: string): string => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
@@ -143,7 +145,7 @@ export class Redactor {
 
   text(text: string): string {
     if (this.pattern === undefined) return text;
-    if (this.encodings.length > SEARCHED_FORMS) return text.replace(this.pattern, REDACTED);
+    if (text.length < this.encodings.length * CHARS_PER_SEARCH) return text.replace(this.pattern, REDACTED);
     for (const form of this.encodings) if (text.includes(form)) return text.replace(this.pattern, REDACTED);
     return text;
   }
