@@ -109,7 +109,7 @@ const CHARS_PER_SEARCH = 16;
 
 const regExpEscaped = (text: string): string => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
-/** Redacts a fixed set of secrets, in every encoding, from text and from JSON values (keys too). */
+/** Redacts a fixed set of secrets, in every encoding, from text (services/gateway/tool-results.ts walks results with it). */
 export class Redactor {
   static readonly none = new Redactor([]);
 
