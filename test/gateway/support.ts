@@ -106,16 +106,21 @@ export class ProbeWorld {
       vault?: SigilConfig['vault'];
       /** More plugins, e.g. a payment rail. */
       plugins?: SigilConfig['plugins'];
+      /** A tee-backend plugin instead of tee-none. */
+      tee?: SigilConfig['plugins'][number];
     } = {},
   ): Promise<Serving & { url: string }> {
-    const { vault, plugins = [], ...kernelOptions } = extra;
+    const { vault, plugins = [], tee, ...kernelOptions } = extra;
     const kernel = await openTestKernel({
       ...kernelOptions,
       ...(database ? { database } : {}),
       config: {
         gateway: { port: 0, includeDefaultCatalog: false, catalogFile: this.catalogFile, ...gateway },
         ...(vault ? { vault } : {}),
-        plugins: [...this.plugins(), ...plugins],
+        plugins: [
+          ...this.plugins().map((plugin) => (tee && plugin.resolve === 'tee-none' ? tee : plugin)),
+          ...plugins,
+        ],
       },
     });
     const serving = await serve(kernel, ['gateway']);

@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
@@ -162,5 +163,37 @@ describe('gateway: tool arguments are checked before anything runs', function ()
     const result = await client.callTool({ name: 'deep', arguments: { depth: 100_000 } });
     expect(result.isError).to.equal(true);
     expect(textOf(result)).to.match(/nested deeper than/);
+  });
+
+  it('asks for the proof key before the tool runs: a key not available yet is a 503 with nothing run, and the next call gets it', async () => {
+    const lateKey = await world.gateway(
+      TEST_DATABASES[0],
+      {},
+      {
+        tee: {
+          resolve: fileURLToPath(new URL('../fixtures/plugins/tee-key-late.ts', import.meta.url)),
+          enabled: true,
+          options: {},
+        },
+      },
+    );
+    try {
+      const owner = await walletToken(lateKey.url);
+      const call = () =>
+        fetch(`${lateKey.url}/api/servers/hostile/tools/record`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${owner.token}` },
+          body: JSON.stringify({ arguments: { value: 'side effect' } }),
+        });
+      const refused = await call();
+      expect(refused.status).to.equal(503);
+      expect(((await refused.json()) as { code: string }).code).to.equal('unavailable');
+      const second = await call();
+      expect(second.status).to.equal(200);
+      // The same process of the same wallet: the refused call never reached the tool.
+      expect(textOf(await second.json())).to.equal('recorded 1');
+    } finally {
+      await lateKey.stop();
+    }
   });
 });
