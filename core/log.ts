@@ -13,20 +13,20 @@ const MIN_LOGGED_SECRET_CHARS = 6;
  * encoding (core/redaction.ts), even where no redaction path foresaw it.
  */
 export class SecretRegistry {
-  private readonly values = new Set<string>();
+  /** Each value's forms, computed once (the union is rebuilt from them at each change). */
+  private readonly values = new Map<string, Redactor>();
   private readonly held = new Set<Redactor>();
-  /** Both rebuilt at the first line after a change (a process starting or ending), not per line. */
-  private lasting: Redactor | undefined = Redactor.none;
+  /** Rebuilt at the first line after a change (a process starting or ending), not per line. */
   private redactor: Redactor | undefined = Redactor.none;
 
   add(value: string | undefined): void {
     if (value === undefined || value.length < MIN_LOGGED_SECRET_CHARS || this.values.has(value)) return;
-    this.values.add(value);
-    this.lasting = this.redactor = undefined;
+    this.values.set(value, Redactor.of([value], MIN_LOGGED_SECRET_CHARS));
+    this.redactor = undefined;
   }
 
   remove(value: string): void {
-    if (this.values.delete(value)) this.lasting = this.redactor = undefined;
+    if (this.values.delete(value)) this.redactor = undefined;
   }
 
   /** Scrubs the secrets of `redactor` (a running process's) from log lines until the returned release. */
@@ -40,8 +40,7 @@ export class SecretRegistry {
   }
 
   scrub(text: string): string {
-    this.lasting ??= Redactor.of(this.values, MIN_LOGGED_SECRET_CHARS);
-    this.redactor ??= Redactor.union([this.lasting, ...this.held], MIN_LOGGED_SECRET_CHARS);
+    this.redactor ??= Redactor.union([...this.values.values(), ...this.held], MIN_LOGGED_SECRET_CHARS);
     return this.redactor.text(text);
   }
 }

@@ -109,6 +109,15 @@ const CHARS_PER_SEARCH = 16;
 
 const regExpEscaped = (text: string): string => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
+/**
+ * Above this many forms (the log scrubber's union, with many processes or sessions holding secrets),
+ * a text is scanned once with the forms indexed by their first characters: a regular expression of
+ * 600 forms took 15 ms to compile at each change and 3.5 µs a line, of 6000 forms 180 ms and 24 µs.
+ */
+const INDEXED_ABOVE = 256;
+/** The prefix the index keys forms by: the log scrubber's shortest form. */
+const INDEX_PREFIX = 6;
+
 /** Redacts a fixed set of secrets, in every encoding, from text (services/gateway/tool-results.ts walks results with it). */
 export class Redactor {
   static readonly none = new Redactor([]);
@@ -116,11 +125,18 @@ export class Redactor {
   /** Longest first, so a form that contains another is replaced whole. */
   readonly encodings: readonly string[];
   private readonly pattern: RegExp | undefined;
+  /** Forms by their first {@link INDEX_PREFIX} characters (longest first), when there are many. */
+  private readonly index: PrefixIndex | undefined;
 
   private constructor(encodings: Iterable<string>) {
     this.encodings = [...new Set(encodings)].sort((a, b) => b.length - a.length);
+    const indexed =
+      this.encodings.length > INDEXED_ABOVE && this.encodings.every((form) => form.length >= INDEX_PREFIX);
+    this.index = indexed ? indexByPrefix(this.encodings) : undefined;
     this.pattern =
-      this.encodings.length === 0 ? undefined : new RegExp(this.encodings.map(regExpEscaped).join('|'), 'g');
+      indexed || this.encodings.length === 0
+        ? undefined
+        : new RegExp(this.encodings.map(regExpEscaped).join('|'), 'g');
   }
 
   /** `minLength`: forms shorter than this are left alone (log lines are mostly ordinary words). */
@@ -140,13 +156,60 @@ export class Redactor {
   }
 
   get empty(): boolean {
-    return this.pattern === undefined;
+    return this.encodings.length === 0;
   }
 
   text(text: string): string {
+    if (this.index !== undefined) return replaceIndexed(text, this.index);
     if (this.pattern === undefined) return text;
     if (text.length < this.encodings.length * CHARS_PER_SEARCH) return text.replace(this.pattern, REDACTED);
     for (const form of this.encodings) if (text.includes(form)) return text.replace(this.pattern, REDACTED);
     return text;
   }
+}
+
+/** Forms by their first {@link INDEX_PREFIX} characters, with a cheap first test on three of them. */
+interface PrefixIndex {
+  /** {@link threeUnits} of every form's start. */
+  starts: Set<number>;
+  /** Longest first. */
+  forms: Map<string, string[]>;
+}
+
+/** Three UTF-16 code units at `at` as one number (below 2^48: exact in a double). */
+const threeUnits = (text: string, at: number): number =>
+  (text.charCodeAt(at) * 65536 + text.charCodeAt(at + 1)) * 65536 + text.charCodeAt(at + 2);
+
+function indexByPrefix(forms: readonly string[]): PrefixIndex {
+  const index: PrefixIndex = { starts: new Set(), forms: new Map() };
+  // `forms` is longest first, and so is each list.
+  for (const form of forms) {
+    index.starts.add(threeUnits(form, 0));
+    const prefix = form.slice(0, INDEX_PREFIX);
+    const list = index.forms.get(prefix);
+    if (list) list.push(form);
+    else index.forms.set(prefix, [form]);
+  }
+  return index;
+}
+
+/** One scan of `text`, replacing at each position the longest form that starts there. */
+function replaceIndexed(text: string, index: PrefixIndex): string {
+  let out: string | undefined;
+  let copied = 0;
+  for (let at = 0; at + INDEX_PREFIX <= text.length;) {
+    const form = index.starts.has(threeUnits(text, at))
+      ? index.forms
+          .get(text.slice(at, at + INDEX_PREFIX))
+          ?.find((candidate) => text.startsWith(candidate, at))
+      : undefined;
+    if (form === undefined) {
+      at += 1;
+      continue;
+    }
+    out = `${out ?? ''}${text.slice(copied, at)}${REDACTED}`;
+    at += form.length;
+    copied = at;
+  }
+  return out === undefined ? text : out + text.slice(copied);
 }

@@ -72,4 +72,25 @@ describe('redaction', () => {
     expect(released).to.include('newline-é-0123456789');
     release(); // twice is harmless
   });
+
+  it('redacts as well with the forms of many secrets at once (an index instead of one expression), in one scan', () => {
+    const registry = new SecretRegistry();
+    const values = Array.from(
+      { length: 100 },
+      (_, index) => `session-key-${index}-${'x'.repeat(index % 7)}"q`,
+    );
+    for (const value of values) registry.add(value);
+    const release = registry.hold(Redactor.of([secret]));
+    const text = values
+      .map((value, index) =>
+        index % 2 === 0 ? JSON.stringify({ value }) : Buffer.from(`a${value}`).toString('base64url'),
+      )
+      .join(' ');
+    const scrubbed = registry.scrub(`${text} ${Buffer.from(secret).toString('hex')} the end`);
+    expect(scrubbed.match(/\[REDACTED\]/g)).to.have.length(101);
+    expect(scrubbed).to.match(/ the end$/);
+    expect(scrubbed).not.to.include('session-key');
+    release();
+    expect(registry.scrub(Buffer.from(secret).toString('hex'))).to.equal(Buffer.from(secret).toString('hex'));
+  });
 });
