@@ -1,30 +1,47 @@
 import { pino, type Logger as PinoLogger, type DestinationStream } from 'pino';
+import { Redactor } from './redaction.ts';
 
 export type Logger = PinoLogger;
 
+/** Log lines are mostly ordinary words: shorter secrets (and shorter encodings of them) are left alone. */
+const MIN_LOGGED_SECRET_CHARS = 6;
+
 /**
- * Secret values known to the process (config secrets, and later per-wallet secrets while in use).
- * Every log line passes through `scrub` before it is written, so a secret that slips into a message,
- * an error or a field is replaced even where no redaction path foresaw it.
+ * Secret values known to the process: config secrets for its life, and the secrets of a running MCP
+ * server (or an unlocked session) only while it runs. Every log line passes through `scrub` before it
+ * is written, so a secret that slips into a message, an error or a field is replaced, in every
+ * encoding (core/redaction.ts), even where no redaction path foresaw it.
  */
 export class SecretRegistry {
-  private readonly values = new Set<string>();
+  /** Each value's forms, computed once (the union is rebuilt from them at each change). */
+  private readonly values = new Map<string, Redactor>();
+  private readonly held = new Set<Redactor>();
+  /** Rebuilt at the first line after a change (a process starting or ending), not per line. */
+  private redactor: Redactor | undefined = Redactor.none;
 
   add(value: string | undefined): void {
-    // Very short values would redact ordinary words; nobody uses a 5-character secret.
-    if (value !== undefined && value.length >= 6) this.values.add(value);
+    if (value === undefined || value.length < MIN_LOGGED_SECRET_CHARS || this.values.has(value)) return;
+    this.values.set(value, Redactor.of([value], MIN_LOGGED_SECRET_CHARS));
+    this.redactor = undefined;
   }
 
   remove(value: string): void {
-    this.values.delete(value);
+    if (this.values.delete(value)) this.redactor = undefined;
+  }
+
+  /** Scrubs the secrets of `redactor` (a running process's) from log lines until the returned release. */
+  hold(redactor: Redactor): () => void {
+    if (redactor.empty) return () => undefined;
+    this.held.add(redactor);
+    this.redactor = undefined;
+    return () => {
+      if (this.held.delete(redactor)) this.redactor = undefined;
+    };
   }
 
   scrub(text: string): string {
-    let out = text;
-    for (const value of this.values) {
-      if (out.includes(value)) out = out.split(value).join('[REDACTED]');
-    }
-    return out;
+    this.redactor ??= Redactor.union([...this.values.values(), ...this.held], MIN_LOGGED_SECRET_CHARS);
+    return this.redactor.text(text);
   }
 }
 

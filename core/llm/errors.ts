@@ -1,4 +1,5 @@
 import type { LlmErrorKind } from '../plugins/contracts/llm-provider-v1.ts';
+import { Redactor } from '../redaction.ts';
 
 /** Longest upstream message kept in an error: enough to say why, not a whole response body. */
 const MESSAGE_LIMIT = 500;
@@ -61,9 +62,9 @@ export function llmErrorKindForStatus(status: number | undefined): LlmErrorKind 
   }
 }
 
-/** `text` with every occurrence of `secret` replaced, and cut to a readable length. */
+/** `text` with `secret` replaced in every encoding (an upstream may quote it escaped or base64), and cut to a readable length. */
 export function scrubSecret(text: string, secret: string): string {
-  const scrubbed = secret.length > 0 ? text.split(secret).join('[REDACTED]') : text;
+  const scrubbed = Redactor.of([secret]).text(text);
   return scrubbed.length <= MESSAGE_LIMIT ? scrubbed : `${scrubbed.slice(0, MESSAGE_LIMIT)}…`;
 }
 

@@ -2,8 +2,9 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { SigilError } from '../../core/errors.ts';
-import type { Logger } from '../../core/log.ts';
+import type { Logger, SecretRegistry } from '../../core/log.ts';
 import { callTool } from '../../core/mcp/call-tool.ts';
+import { Redactor } from '../../core/redaction.ts';
 import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
 import type {
   InstalledPackage,
@@ -26,6 +27,8 @@ export interface LauncherOptions {
   logger: Logger;
   /** The wallet's stored secrets for a server (decrypted), or nothing for an anonymous caller. */
   secretsFor(key: ServerKey): Promise<Record<string, string>>;
+  /** Log lines scrub a process's secrets while it runs (from before it starts until it has ended). */
+  registry: SecretRegistry;
 }
 
 /**
@@ -54,6 +57,32 @@ export class SandboxedServers implements ServerProber {
     // A verification probe runs with no wallet and so with no secrets: many servers list tools without them.
     const secrets = withSecrets ? await this.declaredSecrets(key, entry) : {};
     const env = { ...entry.env, ...secrets };
+    // Every encoding of the secrets, computed once per process: each of its results is redacted with it.
+    const redactor = Redactor.of(Object.values(secrets));
+    const release = this.options.registry.hold(redactor);
+    try {
+      return await this.connect(
+        key,
+        entry,
+        installed,
+        env,
+        { names: Object.keys(secrets), redactor },
+        release,
+      );
+    } catch (err) {
+      release();
+      throw err;
+    }
+  }
+
+  private async connect(
+    key: ServerKey,
+    entry: CatalogEntry,
+    installed: InstalledPackage,
+    env: Record<string, string>,
+    injected: RunningServer['injected'],
+    release: () => void,
+  ): Promise<RunningServer> {
     const child = await this.sandbox().spawn({
       packagePath: installed.root,
       command: process.execPath,
@@ -76,20 +105,21 @@ export class SandboxedServers implements ServerProber {
       await child.kill();
       const exit = await child.exited;
       this.options.logger.warn(
-        { serverId: key.serverId, exit, stderr: stderrTail.join('').slice(-2000) },
+        // Redacted before it is cut: a cut could leave part of a secret that no longer matches whole.
+        { serverId: key.serverId, exit, stderr: injected.redactor.text(stderrTail.join('')).slice(-2000) },
         'MCP server failed to start',
       );
-      throw new SigilError(
-        'unavailable',
-        `MCP server "${key.serverId}" did not start: ${exit.reason ?? (err as Error).message}`,
-      );
+      // The server's own answer (an error to initialize) may quote its secrets.
+      const why = injected.redactor.text(exit.reason ?? (err as Error).message);
+      throw new SigilError('unavailable', `MCP server "${key.serverId}" did not start: ${why}`);
     }
+    void child.exited.then(release, release);
     return {
       client,
       callTool: (name, args, options) => callTool(transport, name, args, options),
       exited: child.exited,
       kill: () => client.close(),
-      injected: { names: Object.keys(secrets), values: Object.values(secrets) },
+      injected,
     };
   }
 

@@ -3,14 +3,15 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { CallToolOptions } from '../../core/mcp/call-tool.ts';
 import { SigilError } from '../../core/errors.ts';
 import type { Logger } from '../../core/log.ts';
+import type { Redactor } from '../../core/redaction.ts';
 
 /** A started MCP server process with a connected client. */
 export interface RunningServer {
   client: Client;
   /** tools/call on this process: the hot path, without the SDK's Protocol (see core/mcp/call-tool.ts). */
   callTool(name: string, args: Record<string, unknown>, options: CallToolOptions): Promise<CallToolResult>;
-  /** The wallet's secrets this process was started with: names for proofs, values to redact. */
-  injected: { names: readonly string[]; values: readonly string[] };
+  /** The wallet's secrets this process was started with: names for proofs, and their redaction. */
+  injected: { names: readonly string[]; redactor: Redactor };
   /** Settles when the process has ended, for whatever reason. */
   exited: Promise<unknown>;
   kill(): Promise<void>;

@@ -3,10 +3,13 @@ import { SigilError } from '../../core/errors.ts';
 import type { Disconnection } from '../../core/http/disconnect.ts';
 import { CallCancelled } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
+import { Redactor } from '../../core/redaction.ts';
 import type { ServerDetails, ServerDirectory } from './servers.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './payments/payments.ts';
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
+import { checkArguments } from './tool-arguments.ts';
+import { cleanResult, MAX_RESULT_DEPTH, TOO_DEEP } from './tool-results.ts';
 
 /** Separates server id and tool name in namespaced tool names; server ids cannot contain it. */
 export const NAMESPACE_SEPARATOR = '__';
@@ -46,28 +49,14 @@ export const toolError = (text: string): CallToolResult => ({
   content: [{ type: 'text', text }],
 });
 
-/** Replaces every occurrence of each value in every string of `value` (deeply) with [REDACTED]. */
-export function redactValues<T>(value: T, secrets: readonly string[]): T {
-  if (secrets.length === 0) return value;
-  const present = secrets.filter((secret) => secret.length > 0);
-  if (present.length === 0) return value;
-  const scrub = (node: unknown): unknown => {
-    if (typeof node === 'string')
-      return present.reduce((text, secret) => text.split(secret).join('[REDACTED]'), node);
-    if (Array.isArray(node)) return node.map(scrub);
-    if (typeof node === 'object' && node !== null)
-      return Object.fromEntries(Object.entries(node).map(([key, child]) => [key, scrub(child)]));
-    return node;
-  };
-  return scrub(value) as T;
-}
-
 /** The one execution path of a tool call, shared by MCP and REST. */
 export class ToolCaller {
   constructor(private readonly options: ToolCallerOptions) {}
 
   /** `disconnection`: the caller's client going away cancels the call (the server is told). */
   async call(call: ToolCall, disconnection?: Disconnection): Promise<CallToolResult> {
+    // Before anything runs or is paid: what the proof could not commit to after the tool ran.
+    checkArguments(call.arguments);
     const size = Buffer.byteLength(JSON.stringify(call.arguments));
     if (size > MAX_ARGUMENT_BYTES) {
       throw new SigilError(
@@ -93,28 +82,38 @@ export class ToolCaller {
             hint: `GET /api/servers/${call.serverId}/tools lists its tools`,
           });
     }
+    // The key is ready before the tool runs: a key error afterwards would make a side effect unpaid.
+    const signer = await this.options.proofs();
     const { payments } = this.options;
-    if (!payments) return (await this.run(call, details, disconnection)).value;
+    if (!payments) return (await this.run(call, details, signer, disconnection)).value;
     const resource = {
       url: `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
       description: `Tool "${call.tool}" of MCP server "${call.serverId}"`,
     };
     const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, () =>
-      this.run(call, details, disconnection),
+      this.run(call, details, signer, disconnection),
     );
     return receipt ? { ...value, _meta: { ...value._meta, [PAYMENT_RESPONSE_META_KEY]: receipt } } : value;
   }
 
-  /** Executes the call and proves its result. */
+  /**
+   * Executes the call and proves its result. Proving cannot fail once the tool has run (the key is
+   * ready, the arguments were checked, the result is cleaned), so a delivered result is settled.
+   */
   private async run(
     call: ToolCall,
     details: ServerDetails,
+    signer: ProofSigner,
     disconnection: Disconnection | undefined,
   ): Promise<{ value: CallToolResult; succeeded: boolean }> {
     const outcome = await this.execute(call, disconnection);
     // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
-    const result = redactValues(outcome.result, outcome.injected.values);
-    const proof = (await this.options.proofs()).sign({
+    const cleaned = cleanResult(outcome.result, outcome.injected.redactor);
+    const result =
+      cleaned === TOO_DEEP
+        ? toolError(`Tool "${call.tool}" answered a result nested deeper than ${MAX_RESULT_DEPTH} levels`)
+        : cleaned;
+    const proof = signer.sign({
       server: {
         id: details.id,
         package: details.package,
@@ -133,7 +132,7 @@ export class ToolCaller {
 
   private async execute(call: ToolCall, disconnection: Disconnection | undefined): Promise<Execution> {
     const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous' };
-    let injected: RunningServer['injected'] = { names: [], values: [] };
+    let injected: RunningServer['injected'] = { names: [], redactor: Redactor.none };
     try {
       return await this.options.pool.use(key, async (server) => {
         injected = server.injected;

@@ -1,4 +1,5 @@
 import type Router from '@koa/router';
+import { SigilError } from '../../core/errors.ts';
 import type { LaneRoute } from '../../core/http/lane.ts';
 import type { Kernel } from '../kernel.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
@@ -35,7 +36,11 @@ export interface ToolGateway {
   close(): Promise<void>;
 }
 
-/** The proof signer, keyed once by the TEE backend (sealed key where the hardware can seal). */
+/**
+ * The proof signer, keyed once by the TEE backend (sealed key where the hardware can seal). A key the
+ * backend cannot give yet is `unavailable` (every tool call asks for the signer before it runs, so
+ * nothing ran or was charged), and is asked for again by the next call.
+ */
 function proofSignerFor(kernel: Kernel): () => Promise<ProofSigner> {
   let signer: Promise<ProofSigner> | undefined;
   return () => {
@@ -47,7 +52,18 @@ function proofSignerFor(kernel: Kernel): () => Promise<ProofSigner> {
         build: buildInfo(),
         clock: kernel.clock,
       });
-    })();
+    })().catch((cause: unknown) => {
+      signer = undefined;
+      kernel.logger.error({ err: cause }, 'the execution-proof key is not available');
+      throw new SigilError(
+        'unavailable',
+        'The execution-proof key is not available: nothing was run or charged',
+        {
+          hint: 'Retry shortly',
+          cause,
+        },
+      );
+    });
     return signer;
   };
 }
@@ -64,7 +80,6 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     masterKey: settings.secretKey,
     persistenceDir: kernel.config.vault.persistenceDir,
     logger,
-    registry: kernel.secrets,
   });
   const launcher = new SandboxedServers({
     plugins: kernel.plugins,
@@ -72,6 +87,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     logger,
     secretsFor: (key) =>
       key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({}),
+    registry: kernel.secrets,
   });
   const servers = new ServerDirectory({
     db: kernel.db,

@@ -4,6 +4,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
+import { Redactor } from '../../core/redaction.ts';
 import { ServerPool, type RunningServer, type ServerKey } from '../../services/gateway/server-pool.ts';
 import { quietLogger } from '../support/kernel.ts';
 
@@ -32,7 +33,7 @@ async function launchProbe(): Promise<RunningServer> {
       })) as CallToolResult,
     exited,
     kill: () => client.close(),
-    injected: { names: [], values: [] },
+    injected: { names: [], redactor: Redactor.none },
   };
 }
 

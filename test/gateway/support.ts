@@ -11,10 +11,24 @@ import { serve, type Serving } from '../../services/serve.ts';
 import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../support/kernel.ts';
 import { startVerdaccio, type Verdaccio } from '../support/verdaccio.ts';
 
-const probePackage = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp', 'probe-package');
+const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp');
+const probePackage = join(fixtures, 'probe-package');
+/** A server that leaks its secret CANARY_SECRET in every encoding and answers what proofs cannot hold. */
+export const hostilePackage = join(fixtures, 'hostile-package');
 
 export const textOf = (result: unknown): string =>
   ((result as CallToolResult).content[0] as { text: string }).text;
+
+/** The hostile server's catalog entry: it records each call of `record`, so a test sees whether one ran. */
+export const hostileEntry = {
+  id: 'hostile',
+  title: 'Hostile',
+  registry: 'npm',
+  package: '@sigil-test/hostile-server',
+  version: '^1.0.0',
+  entry: { bin: 'sigil-hostile' },
+  secrets: [{ name: 'CANARY_SECRET', required: false }],
+};
 
 /** The probe MCP server's catalog entry (without its id): the package the tests publish to verdaccio. */
 export const probeEntry = {
@@ -38,8 +52,13 @@ export class ProbeWorld {
     readonly catalogFile: string,
   ) {}
 
-  static async start(): Promise<ProbeWorld> {
-    const registry = await startVerdaccio({ packages: [{ dir: probePackage }] });
+  /** `more`: further package directories to publish, and their catalog entries. */
+  static async start(
+    more: { packages?: string[]; servers?: Record<string, unknown>[] } = {},
+  ): Promise<ProbeWorld> {
+    const registry = await startVerdaccio({
+      packages: [probePackage, ...(more.packages ?? [])].map((dir) => ({ dir })),
+    });
     // Not under /tmp: the sandbox mounts a private /tmp; and the sandbox user must reach the cache.
     const dir = mkdtempSync(join('/var/tmp', 'sigil-gw-'));
     chmodSync(dir, 0o755);
@@ -50,6 +69,7 @@ export class ProbeWorld {
         servers: [
           { id: 'probe', ...probeEntry, secrets: [{ name: 'PROBE_TOKEN', required: false }] },
           { id: 'probe-locked', ...probeEntry, secrets: [{ name: 'PROBE_TOKEN', required: true }] },
+          ...(more.servers ?? []),
         ],
       }),
     );
@@ -86,16 +106,21 @@ export class ProbeWorld {
       vault?: SigilConfig['vault'];
       /** More plugins, e.g. a payment rail. */
       plugins?: SigilConfig['plugins'];
+      /** A tee-backend plugin instead of tee-none. */
+      tee?: SigilConfig['plugins'][number];
     } = {},
   ): Promise<Serving & { url: string }> {
-    const { vault, plugins = [], ...kernelOptions } = extra;
+    const { vault, plugins = [], tee, ...kernelOptions } = extra;
     const kernel = await openTestKernel({
       ...kernelOptions,
       ...(database ? { database } : {}),
       config: {
         gateway: { port: 0, includeDefaultCatalog: false, catalogFile: this.catalogFile, ...gateway },
         ...(vault ? { vault } : {}),
-        plugins: [...this.plugins(), ...plugins],
+        plugins: [
+          ...this.plugins().map((plugin) => (tee && plugin.resolve === 'tee-none' ? tee : plugin)),
+          ...plugins,
+        ],
       },
     });
     const serving = await serve(kernel, ['gateway']);

@@ -61,6 +61,14 @@ describe('LlmProviderError (core/llm/errors.ts)', () => {
     expect(String(error.stack)).to.not.include(key);
   });
 
+  it('scrubs the key in the forms an upstream may quote it in: JSON-escaped, URL-encoded, in Basic auth’s base64', () => {
+    const key = 'sk-test"key/with+specials';
+    const quoted = `{"key":${JSON.stringify(key)}} ${encodeURIComponent(key)} Basic ${Buffer.from(`user:${key}`).toString('base64')}`;
+    const scrubbed = scrubSecret(quoted, key);
+    expect(scrubbed.match(/\[REDACTED\]/g)).to.have.length(3);
+    expect(scrubbed).not.to.include('specials');
+  });
+
   it('cuts a long upstream message', () => {
     expect(scrubSecret('x'.repeat(600), 'k')).to.have.length(501);
   });

@@ -195,7 +195,8 @@ function toolFailure(err: unknown): CallToolResult {
     throw new JsonRpcError(PAYMENT_REQUIRED_CODE, err.message, err.details?.paymentRequired);
   }
   if (isSigilError(err) && (err.code === 'invalid_request' || err.code === 'payload_too_large')) {
-    throw new JsonRpcError(ErrorCode.InvalidParams, err.message);
+    // The stable code (and what the gateway found, e.g. the reason and path) for clients that branch on it.
+    throw new JsonRpcError(ErrorCode.InvalidParams, err.message, { code: err.code, ...err.details });
   }
   if (isSigilError(err) && err.code === 'not_found' && !err.message.startsWith('No MCP server')) {
     throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${err.message}`);

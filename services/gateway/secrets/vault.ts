@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { hkdfSha256, hmacSha256, openAesGcm, sealAesGcm, type SealedBox } from '../../../core/crypto.ts';
 import { readFileIfExists, removeFileDurably, writeFileDurably } from '../../../core/fs/durable.ts';
 import { SigilError } from '../../../core/errors.ts';
-import type { Logger, SecretRegistry } from '../../../core/log.ts';
+import type { Logger } from '../../../core/log.ts';
 
 /** One wallet's secrets for one server, as stored: AES-256-GCM ciphertext and what decrypts it. */
 interface SealedEntry extends SealedBox {
@@ -21,8 +21,6 @@ export interface SecretVaultOptions {
   /** VAULT_PERSISTENCE_DIR; ciphertext goes to `<dir>/gateway-secrets/`. */
   persistenceDir: string | undefined;
   logger: Logger;
-  /** Every decrypted value is registered here, so logs scrub it wherever it shows up. */
-  registry: SecretRegistry;
 }
 
 /**
@@ -79,9 +77,8 @@ export class SecretVault {
         { cause },
       );
     }
-    const values = JSON.parse(plain) as Record<string, string>;
-    for (const value of Object.values(values)) this.options.registry.add(value);
-    return values;
+    // Not registered for log scrubbing here: a process holds its secrets there while it runs (launcher.ts).
+    return JSON.parse(plain) as Record<string, string>;
   }
 
   /** Removes one secret, or all of them for the server; true when something was removed. */
@@ -118,7 +115,6 @@ export class SecretVault {
       salt: salt.toString('base64'),
       ...sealAesGcm(this.entryKey(wallet, serverId, salt), JSON.stringify(values), lookup),
     };
-    for (const value of Object.values(values)) this.options.registry.add(value);
     if (this.dir === undefined) {
       this.memory.set(lookup, entry);
       return;

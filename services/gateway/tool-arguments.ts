@@ -1,0 +1,72 @@
+import { SigilError } from '../../core/errors.ts';
+
+/**
+ * Containers (objects and arrays) a tool call's arguments may nest, the arguments object included.
+ * Deeper input is refused before anything runs: serializing, hashing and proving arguments recurse,
+ * and a body of `[[[[…` nested tens of thousands deep overflowed the stack (a 500 after the tool ran).
+ */
+export const MAX_ARGUMENT_DEPTH = 64;
+
+/** Why arguments are refused, in the error's details (`reason`), for clients that branch on it. */
+export type ArgumentProblem = 'lone_surrogate' | 'not_finite' | 'too_deep';
+
+/**
+ * Refuses, with `invalid_request` naming the path, arguments that a proof cannot commit to: a string
+ * or member name holding a lone surrogate, or a number beyond a double (`1e400` parses as Infinity):
+ * RFC 8785 takes I-JSON, which has neither, so the proof would fail after the tool ran; or containers
+ * nested deeper than {@link MAX_ARGUMENT_DEPTH}. One walk.
+ */
+export function checkArguments(args: Record<string, unknown>): void {
+  const problem = problemIn(args, 1);
+  if (problem) refuse(problem.reason, `arguments${problem.path.reverse().join('')}`);
+}
+
+/** The first problem in `node`, with its path's segments innermost first (built only on failure). */
+interface Found {
+  reason: ArgumentProblem;
+  path: string[];
+}
+
+function problemIn(node: unknown, depth: number): Found | undefined {
+  if (typeof node === 'string')
+    return node.isWellFormed() ? undefined : { reason: 'lone_surrogate', path: [] };
+  if (typeof node === 'number') return Number.isFinite(node) ? undefined : { reason: 'not_finite', path: [] };
+  if (typeof node !== 'object' || node === null) return undefined;
+  if (depth > MAX_ARGUMENT_DEPTH) return { reason: 'too_deep', path: [] };
+  if (Array.isArray(node)) {
+    for (let index = 0; index < node.length; index += 1) {
+      const found = problemIn(node[index], depth + 1);
+      if (found) return (found.path.push(`[${index}]`), found);
+    }
+    return undefined;
+  }
+  for (const key in node) {
+    const found = key.isWellFormed()
+      ? problemIn((node as Record<string, unknown>)[key], depth + 1)
+      : { reason: 'lone_surrogate' as const, path: [] };
+    if (found) return (found.path.push(IDENTIFIER.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`), found);
+  }
+  return undefined;
+}
+
+const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
+
+const REFUSALS: Record<ArgumentProblem, { message: string; hint: string }> = {
+  lone_surrogate: {
+    message: 'Tool arguments hold a lone surrogate (half of a UTF-16 pair, which JSON text cannot carry) at',
+    hint: 'Send well-formed Unicode strings',
+  },
+  not_finite: {
+    message: 'Tool arguments hold a number beyond the range of a double (I-JSON) at',
+    hint: 'Send numbers within ±1.8e308, or large values as strings',
+  },
+  too_deep: {
+    message: `Tool arguments nest deeper than ${MAX_ARGUMENT_DEPTH} levels at`,
+    hint: `Flatten the arguments to at most ${MAX_ARGUMENT_DEPTH} nested objects and arrays`,
+  },
+};
+
+function refuse(reason: ArgumentProblem, path: string): never {
+  const { message, hint } = REFUSALS[reason];
+  throw new SigilError('invalid_request', `${message} ${path}`, { hint, details: { reason, path } });
+}
