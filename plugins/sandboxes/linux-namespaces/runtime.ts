@@ -1,46 +1,34 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
-  accessSync,
-  constants,
   copyFileSync,
   existsSync,
   mkdirSync,
   readdirSync,
-  readFileSync,
-  readlinkSync,
   realpathSync,
   rmSync,
-  statSync,
   writeFileSync,
 } from 'node:fs';
-import { constants as osConstants } from 'node:os';
-import { delimiter, dirname, isAbsolute, join } from 'node:path';
-import { Transform, type TransformCallback, type Readable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { SigilError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/log.ts';
-import type {
-  SandboxExit,
-  SandboxLimitName,
-  SandboxProcess,
-  SandboxRuntimeV1,
-  SandboxSpec,
-} from '../../../core/plugins/contracts/index.ts';
+import type { SandboxRuntimeV1, SandboxSpec } from '../../../core/plugins/contracts/index.ts';
 import { CgroupV1, type SandboxCgroup } from './cgroups.ts';
 import { EgressProxy, parseHostPort } from './egress-proxy.ts';
 import {
-  environmentScript,
-  launchArgs,
-  SETUP_FAILED_EXIT,
-  SETUP_FAILED_PREFIX,
-  type LaunchInput,
-  type Tools,
-} from './launch.ts';
+  assertOwnedPrivately,
+  assertTraversable,
+  coreDumpsGoToPipe,
+  DEFAULT_PATH,
+  findTools,
+  resolveExecutable,
+} from './host.ts';
+import { environmentScript, launchArgs, type LaunchInput, type Tools } from './launch.ts';
 import { currentOwner, marker, markedProcesses, ownerAlive } from './leftovers.ts';
 import { ensureSkeleton, fstab, planRoot } from './root.ts';
+import { LinuxSandboxProcess } from './sandbox-process.ts';
 
 const MiB = 1024 * 1024;
 
@@ -139,8 +127,6 @@ const specSchema = z.object({
 const NAMESPACE_KINDS = ['user', 'mnt', 'net', 'pid', 'ipc', 'uts', 'cgroup', 'time'];
 /** sun_path holds 108 bytes with its terminating NUL. */
 const MAX_SOCKET_PATH = 107;
-const DEFAULT_PATH = '/usr/local/bin:/usr/bin:/bin';
-const TOOL_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
 const FORWARDER_SOURCE = fileURLToPath(new URL('./egress-forwarder.cjs', import.meta.url));
 
 /** What the runtime enforces on this host, and how (for operators and `/api/attestation/security`). */
@@ -518,304 +504,5 @@ class Resources {
     await this.cgroup?.remove();
     rmSync(this.fstabFile, { force: true });
     rmSync(this.socketPath, { force: true });
-  }
-}
-
-interface SandboxOptions {
-  id: string;
-  marker: string;
-  outputBytes: number;
-  graceMs: number;
-  cgroup: SandboxCgroup | undefined;
-  /** True when memory is an RLIMIT_DATA per process (an allocation fails) rather than a cgroup (a kill). */
-  memoryPerProcess: boolean;
-  release: () => Promise<void>;
-}
-
-/** Bytes of stderr kept to explain an exit (setup failures, out-of-memory aborts). */
-const STDERR_TAIL_BYTES = 4096;
-
-export class LinuxSandboxProcess implements SandboxProcess {
-  readonly stdin: NodeJS.WritableStream;
-  readonly stdout: Readable;
-  readonly stderr: Readable;
-  readonly exited: Promise<SandboxExit>;
-  /** Host pid of the outermost process of the chain (`setpriv`, then `unshare`). */
-  readonly pid: number | undefined;
-  readonly id: string;
-  readonly marker: string;
-  private ended = false;
-  private pidNamespace: string | undefined;
-  private killedFor: { limit?: SandboxLimitName; reason: string } | undefined;
-  private stderrTail = '';
-
-  constructor(
-    private readonly child: ChildProcess,
-    private readonly options: SandboxOptions,
-  ) {
-    this.id = options.id;
-    this.marker = options.marker;
-    this.pid = child.pid;
-    this.stdin = child.stdin as NodeJS.WritableStream;
-    this.stdin.on('error', () => undefined); // writes to a dead sandbox: `exited` reports its end
-    let written = 0;
-    const meter = (chunk: Buffer): boolean => {
-      written += chunk.length;
-      if (written <= options.outputBytes) return true;
-      this.terminate({ limit: 'output', reason: `stdout and stderr exceeded ${options.outputBytes} bytes` });
-      return false;
-    };
-    this.stdout = (child.stdout as Readable).pipe(new OutputGate(meter));
-    this.stderr = (child.stderr as Readable).pipe(
-      new OutputGate(meter, (chunk) => {
-        this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
-      }),
-    );
-    this.exited = new Promise<SandboxExit>((resolve) => {
-      child.once('error', (error) => {
-        // The launcher itself could not be executed: nothing ran.
-        if (child.pid !== undefined) return;
-        this.ended = true;
-        void options
-          .release()
-          .finally(() =>
-            resolve({ code: null, signal: null, reason: `cannot start the sandbox: ${error.message}` }),
-          );
-      });
-      child.once('close', (code, signal) => {
-        void this.finish(code, signal).then(resolve);
-      });
-    });
-  }
-
-  async kill(): Promise<void> {
-    if (this.ended) {
-      await this.exited;
-      return;
-    }
-    this.stdin.end();
-    const ended = await Promise.race([
-      this.exited.then(() => true),
-      sleep(this.options.graceMs).then(() => false),
-    ]);
-    if (!ended)
-      this.terminate({ reason: `killed: still running ${this.options.graceMs} ms after stdin closed` });
-    await this.exited;
-  }
-
-  /** Kills every process of the sandbox now. */
-  terminate(why: { limit?: SandboxLimitName; reason: string }): void {
-    if (this.ended) return;
-    this.killedFor ??= why;
-    const pid = this.child.pid;
-    if (pid === undefined) return;
-    // Which PID namespace to watch empty out: `unshare` made it, and is alive until the kill below.
-    this.pidNamespace = readLink(`/proc/${pid}/ns/pid_for_children`);
-    // The group holds the whole chain unless a process left it; the pdeath signal and PID namespace
-    // take care of those: unshare's death kills the namespace's init, and with it everything inside.
-    for (const target of [-pid, pid]) {
-      try {
-        process.kill(target, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  }
-
-  private async finish(code: number | null, signal: NodeJS.Signals | null): Promise<SandboxExit> {
-    this.ended = true;
-    if (signal !== null) await this.namespaceGone();
-    const exit = this.describe(code, signal);
-    await this.options.release();
-    return exit;
-  }
-
-  /**
-   * Waits until no process of this sandbox is left: its init's death takes the namespace down, but
-   * the others die a moment later. Watched by PID namespace when the kill came from here, otherwise
-   * by the marker of its init.
-   */
-  private async namespaceGone(): Promise<void> {
-    const ns = this.pidNamespace;
-    const left =
-      ns === undefined || ns === readLink('/proc/self/ns/pid')
-        ? () => markedProcesses().some((p) => p.id === this.id)
-        : () =>
-            readdirSync('/proc').some(
-              (entry) => /^\d+$/.test(entry) && readLink(`/proc/${entry}/ns/pid`) === ns,
-            );
-    for (let attempt = 0; attempt < 200 && left(); attempt++) await sleep(10);
-  }
-
-  private describe(code: number | null, signal: NodeJS.Signals | null): SandboxExit {
-    // A process of the sandbox that died of signal N shows as 128 + N from its init.
-    const bySignal = code !== null && code > 128 && code < 128 + 65 ? signalName(code - 128) : null;
-    const exit: SandboxExit = { code, signal: signal ?? bySignal };
-    const limit = this.killedFor?.limit ?? this.limitFrom(code, exit.signal);
-    if (limit) exit.limit = limit;
-    const setup = this.stderrTail.split('\n').find((line) => line.startsWith(SETUP_FAILED_PREFIX));
-    if (this.killedFor) exit.reason = this.killedFor.reason;
-    else if (code === SETUP_FAILED_EXIT && setup) exit.reason = setup.trim();
-    else if (limit) exit.reason = LIMIT_REASONS[limit];
-    return exit;
-  }
-
-  private limitFrom(code: number | null, signal: NodeJS.Signals | null): SandboxLimitName | undefined {
-    if (signal === 'SIGXCPU') return 'cpu';
-    if (signal === 'SIGXFSZ') return 'file-size';
-    if (this.options.cgroup?.oomKilled()) return 'memory';
-    if (
-      code !== 0 &&
-      this.options.memoryPerProcess &&
-      /out of memory|allocation failed/i.test(this.stderrTail)
-    ) {
-      return 'memory';
-    }
-    if (code !== 0 && this.options.cgroup?.pidsLimitHit()) return 'pids';
-    return undefined;
-  }
-}
-
-const LIMIT_REASONS: Record<SandboxLimitName, string> = {
-  memory: 'ended for exceeding its memory limit',
-  cpu: 'ended for exceeding its CPU time limit',
-  pids: 'ended after reaching its process limit',
-  output: 'killed for exceeding its output limit',
-  'file-size': 'ended for writing a file larger than its limit',
-};
-
-function coreDumpsGoToPipe(): boolean {
-  try {
-    return readFileSync('/proc/sys/kernel/core_pattern', 'utf8').startsWith('|');
-  } catch {
-    return true; // unknown: take the way that stops a pipe helper too
-  }
-}
-
-function readLink(path: string): string | undefined {
-  try {
-    return readlinkSync(path);
-  } catch {
-    return undefined;
-  }
-}
-
-function signalName(number: number): NodeJS.Signals | null {
-  const entry = Object.entries(osConstants.signals).find(([, value]) => value === number);
-  return entry ? (entry[0] as NodeJS.Signals) : null;
-}
-
-/** Passes chunks through while `allow` says so; after that the output is cut off (dropped). */
-class OutputGate extends Transform {
-  private open = true;
-  constructor(
-    private readonly allow: (chunk: Buffer) => boolean,
-    private readonly observe?: (chunk: Buffer) => void,
-  ) {
-    super();
-  }
-
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.observe?.(chunk);
-    if (this.open && this.allow(chunk)) callback(null, chunk);
-    else {
-      this.open = false;
-      callback();
-    }
-  }
-}
-
-function findTools(): Tools {
-  const find = (name: string) =>
-    TOOL_DIRS.map((dir) => join(dir, name)).find((path) => {
-      try {
-        accessSync(path, constants.X_OK);
-        return true;
-      } catch {
-        return false;
-      }
-    });
-  const required = {
-    setpriv: 'setpriv',
-    unshare: 'unshare',
-    sh: 'sh',
-    mount: 'mount',
-    umount: 'umount',
-    pivotRoot: 'pivot_root',
-    prlimit: 'prlimit',
-  };
-  const found: Partial<Tools> = {};
-  const missing: string[] = [];
-  for (const [key, name] of Object.entries(required) as [keyof typeof required, string][]) {
-    const path = find(name);
-    if (path) found[key] = realpathSync(path);
-    else missing.push(name);
-  }
-  if (missing.length > 0) {
-    throw new Error(`util-linux tools not found in ${TOOL_DIRS.join(', ')}: ${missing.join(', ')}`);
-  }
-  const ip = find('ip');
-  return { ...(found as Tools), ...(ip ? { ip: realpathSync(ip) } : {}) };
-}
-
-/** The real path of an executable: absolute as given, or found on the host's PATH. */
-function resolveExecutable(command: string): string {
-  const candidates = command.includes('/')
-    ? [command]
-    : (process.env.PATH ?? DEFAULT_PATH)
-        .split(delimiter)
-        .filter(Boolean)
-        .map((dir) => join(dir, command));
-  for (const candidate of candidates) {
-    if (!isAbsolute(candidate)) continue;
-    try {
-      accessSync(candidate, constants.X_OK);
-      if (statSync(candidate).isFile()) return realpathSync(candidate);
-    } catch {
-      // next
-    }
-  }
-  throw new SigilError(
-    'invalid_request',
-    `sandbox spec command: "${command}" is not an executable file here`,
-  );
-}
-
-/**
- * Fails unless this process owns the state dir and nobody else may write to it: sandbox roots and
- * fstabs live there, and whoever could change them would choose what a sandbox mounts.
- */
-function assertOwnedPrivately(dir: string): void {
-  const stat = statSync(dir);
-  if (stat.uid !== process.getuid?.() || (stat.mode & 0o022) !== 0) {
-    throw new SigilError(
-      'unavailable',
-      `the sandbox state dir ${dir} must be owned by this process's user and writable by it alone (owner ${stat.uid}, mode ${(stat.mode & 0o777).toString(8)})`,
-      { hint: `chown and chmod go-w ${dir}, or choose another stateDir` },
-    );
-  }
-}
-
-/**
- * Fails unless the sandbox user can reach `path`: every directory on the way must let it search.
- * Otherwise the sandbox would fail later with a bare EACCES from mount, which says nothing.
- */
-function assertTraversable(path: string, uid: number, gid: number, what: string): void {
-  let current = path;
-  for (;;) {
-    const stat = statSync(current);
-    const bit = stat.uid === uid ? 0o100 : stat.gid === gid ? 0o010 : 0o001;
-    if (!(stat.mode & bit)) {
-      throw new SigilError(
-        'unavailable',
-        `${what} ${path} is not reachable by the sandbox user ${uid}: ${current} is mode ${(stat.mode & 0o777).toString(8)}`,
-        {
-          hint: `chmod o+x ${current}, or choose a state dir / package cache the sandbox user can reach`,
-        },
-      );
-    }
-    const parent = dirname(current);
-    if (parent === current) return;
-    current = parent;
   }
 }
