@@ -135,22 +135,33 @@ function hostProcessesWith(token: string): { pid: number; uids: number[] }[] {
   return found;
 }
 
-/** A probe that says it is ready and stays up, for checks that look at it while it runs. */
+/**
+ * A probe (`sleep`, unless `mode` says otherwise) that reports once and stays up, for checks that look
+ * at it while it runs; `body` gets its report line.
+ */
 async function withRunningProbe<T>(
   context: SandboxContext,
   args: string[],
-  body: (sandbox: SandboxProcess) => Promise<T>,
+  body: (sandbox: SandboxProcess, report: string) => Promise<T>,
+  mode = 'sleep',
 ): Promise<T> {
   return withProbePackage(async (probe, packagePath) => {
-    const sandbox = await startProbe(context, probe, packagePath, 'sleep', { args });
+    const sandbox = await startProbe(context, probe, packagePath, mode, { args });
     sandbox.stderr.resume();
     try {
-      const ready = await Promise.race([
-        new Promise<boolean>((resolve) => sandbox.stdout.once('data', () => resolve(true))),
-        sandbox.exited.then(() => false),
+      let out = '';
+      const line = await Promise.race([
+        new Promise<string>((resolve) =>
+          sandbox.stdout.on('data', (chunk: Buffer) => {
+            out += chunk.toString();
+            if (out.includes('\n')) resolve(out.trim());
+          }),
+        ),
+        sandbox.exited.then(() => undefined),
       ]);
-      ensure(ready, 'the probe ended before saying it was ready');
-      return await body(sandbox);
+      ensure(line !== undefined, 'the probe ended before saying it was ready');
+      context.evidence.note(`probe ${mode} running`, { report: line.slice(0, 1500) });
+      return await body(sandbox, line);
     } finally {
       await sandbox.kill();
     }
@@ -173,6 +184,36 @@ async function withListeners<T>(count: number, body: (targets: string[]) => Prom
   } finally {
     for (const server of servers) server.close();
   }
+}
+
+/** Host uids of the processes whose command line holds `token` (each seen by this host's /proc). */
+const hostUidsOf = (token: string) => new Set(hostProcessesWith(token).map(({ uids }) => uids[1]));
+
+/** What the probe's keyring `steal` saw of another sandbox's key, and what keyctl answered it. */
+interface StealReport {
+  unavailable?: string;
+  listed: string[];
+  stolen: number[];
+  keyctl: number | string;
+}
+
+/** Runs `body` while a probe holds `canary` in its session and user keyrings (as far as it may). */
+function withKeyHolder<T>(
+  context: SandboxContext,
+  canary: string,
+  body: (stored: Record<string, unknown>) => Promise<T>,
+): Promise<T> {
+  return withRunningProbe(
+    context,
+    ['store', canary],
+    async (_sandbox, line) => {
+      const stored = JSON.parse(line) as Record<string, unknown>;
+      if (typeof stored.unavailable === 'string')
+        notApplicableBecause(`the probe cannot make system calls: ${stored.unavailable}`);
+      return body(stored);
+    },
+    'keyring',
+  );
 }
 
 interface NetReport {
@@ -269,6 +310,68 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
           notApplicableBecause("the sandboxed process is not visible in this host's /proc");
         const root = found.filter(({ uids }) => uids.slice(0, 2).includes(0));
         ensure(root.length === 0, `running as root on the host: pid ${root.map((p) => p.pid).join(', ')}`);
+        return pass();
+      });
+    },
+  },
+  {
+    id: 'sandbox-runtime.distinct-host-users',
+    level: 'MUST',
+    title: 'two sandboxes running at once run as two different host users',
+    spec: `${CONTRACT}: it runs as a host user that no other running sandbox shares`,
+    check: async (context) => {
+      const [first, second] = [1, 2].map(() => `sigil-kit-${randomBytes(8).toString('hex')}`) as [
+        string,
+        string,
+      ];
+      return withRunningProbe(context, [first], () =>
+        withRunningProbe(context, [second], async () => {
+          const uids = [hostUidsOf(first), hostUidsOf(second)];
+          context.evidence.note(
+            'host uids of the two sandboxes',
+            uids.map((set) => [...set]),
+          );
+          if (uids.some((set) => set.size === 0))
+            notApplicableBecause("the sandboxed processes are not visible in this host's /proc");
+          const shared = [...(uids[0] as Set<number | undefined>)].filter((uid) => uids[1]?.has(uid));
+          ensure(shared.length === 0, `both sandboxes run as host uid ${shared.join(', ')}`);
+          return pass();
+        }),
+      );
+    },
+  },
+  {
+    id: 'sandbox-runtime.keyring-isolated',
+    level: 'MUST',
+    title: 'a sandbox neither lists nor reads a key another running sandbox put in its keyrings',
+    spec: `${CONTRACT}: no secret of it is reachable from another sandbox through any kernel channel (the kernel keyring included)`,
+    check: async (context) => {
+      const canary = `canary-${randomBytes(12).toString('hex')}`;
+      return withKeyHolder(context, canary, async () => {
+        const report = reported(await runProbe<StealReport>(context, 'keyring', { args: ['steal', canary] }));
+        if (report.unavailable)
+          notApplicableBecause(`the probe cannot make system calls: ${report.unavailable}`);
+        ensure(report.stolen.length === 0, `read the other sandbox's key ${report.stolen.join(', ')}`);
+        ensure(report.listed.length === 0, `lists the other sandbox's keys: ${report.listed.join('; ')}`);
+        return pass();
+      });
+    },
+  },
+  {
+    id: 'sandbox-runtime.keyring-refused',
+    level: 'MUST',
+    title: 'add_key and keyctl are refused inside a sandbox',
+    spec: `${CONTRACT}: the kernel keyring is closed to it: add_key, request_key and keyctl fail`,
+    check: async (context) => {
+      const canary = `canary-${randomBytes(12).toString('hex')}`;
+      return withKeyHolder(context, canary, async (stored) => {
+        const added = Object.entries(stored).filter(([, result]) => typeof result !== 'string');
+        ensure(
+          added.length === 0,
+          `add_key stored a key in the ${added.map(([ring]) => ring).join(' and ')} keyring`,
+        );
+        const report = reported(await runProbe<StealReport>(context, 'keyring', { args: ['steal', canary] }));
+        ensure(typeof report.keyctl === 'string', `keyctl answered ${report.keyctl}`);
         return pass();
       });
     },

@@ -7,7 +7,9 @@
  *   (`/dev/shm`, IPC, other processes' files) is visible;
  * - it holds no capabilities (effective, permitted, inheritable, bounding and ambient sets empty) and
  *   runs with no_new_privs, so no exec can grant any;
- * - it runs as a non-root user on the host;
+ * - it runs as a non-root user on the host, and as a host user that no other running sandbox shares;
+ * - no secret of it is reachable from another sandbox through any kernel channel (the kernel keyring
+ *   included): the kernel keyring is closed to it: add_key, request_key and keyctl fail;
  * - it sees only its own processes (its own PID namespace);
  * - it reaches no network but the `host:port` pairs of `networkAllowList`; with an empty list it
  *   reaches nothing, not even the host's loopback;

@@ -43,8 +43,12 @@ export function findTools(): Tools {
   if (missing.length > 0) {
     throw new Error(`util-linux tools not found in ${TOOL_DIRS.join(', ')}: ${missing.join(', ')}`);
   }
-  const ip = find('ip');
-  return { ...(found as Tools), ...(ip ? { ip: realpathSync(ip) } : {}) };
+  const optional: Partial<Tools> = {};
+  for (const name of ['ip', 'perl', 'python3'] as const) {
+    const path = find(name);
+    if (path) optional[name] = realpathSync(path);
+  }
+  return { ...(found as Tools), ...optional };
 }
 
 /** The real path of an executable: absolute as given, or found on the host's PATH. */
@@ -89,11 +93,11 @@ export function assertOwnedPrivately(dir: string): void {
  * Fails unless the sandbox user can reach `path`: every directory on the way must let it search.
  * Otherwise the sandbox would fail later with a bare EACCES from mount, which says nothing.
  */
-export function assertTraversable(path: string, uid: number, gid: number, what: string): void {
+export function assertTraversable(path: string, uid: number, what: string): void {
   let current = path;
   for (;;) {
     const stat = statSync(current);
-    const bit = stat.uid === uid ? 0o100 : stat.gid === gid ? 0o010 : 0o001;
+    const bit = stat.uid === uid ? 0o100 : stat.gid === uid ? 0o010 : 0o001;
     if (!(stat.mode & bit)) {
       throw new SigilError(
         'unavailable',

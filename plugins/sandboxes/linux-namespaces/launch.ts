@@ -1,4 +1,4 @@
-import { EGRESS_FORWARDER, EGRESS_SOCKET } from './root.ts';
+import { EGRESS_FORWARDER, EGRESS_SOCKET, SANDBOX_ID } from './root.ts';
 
 /**
  * The launch chain, one exec after another (no extra process but the mount helpers):
@@ -29,6 +29,9 @@ export interface Tools {
   prlimit: string;
   /** iproute2's `ip`, needed only to bring loopback up for an allow-list. */
   ip?: string;
+  /** Either loads the syscall filter (seccomp.ts); it runs on the host, before the chain. */
+  perl?: string;
+  python3?: string;
 }
 
 export interface LaunchLimits {
@@ -41,11 +44,11 @@ export interface LaunchLimits {
 
 export interface LaunchInput {
   tools: Tools;
-  /** Become this user first (when the runtime runs as root); otherwise stay the current user. */
-  switchUser?: { uid: number; gid: number };
-  /** The sandbox user, mapped to itself inside the user namespace. */
-  uid: number;
-  gid: number;
+  /**
+   * Become this host user (as uid and gid) first, when the runtime runs as root; otherwise stay the
+   * current user. Inside, either is mapped to {@link SANDBOX_ID}.
+   */
+  switchUser?: number;
   marker: string;
   fstab: string;
   root: string;
@@ -161,9 +164,10 @@ export function setupScript(input: LaunchInput): string {
 /** Arguments of the outermost `setpriv`, which the runtime spawns. */
 export function launchArgs(input: LaunchInput): string[] {
   const { tools } = input;
-  const user = input.switchUser
-    ? ['--reuid', String(input.switchUser.uid), '--regid', String(input.switchUser.gid), '--clear-groups']
-    : [];
+  const user =
+    input.switchUser === undefined
+      ? []
+      : ['--reuid', String(input.switchUser), '--regid', String(input.switchUser), '--clear-groups'];
   const server = input.egress
     ? [
         input.egress.node,
@@ -180,8 +184,8 @@ export function launchArgs(input: LaunchInput): string[] {
     'SIGKILL',
     '--',
     tools.unshare,
-    `--map-user=${input.uid}`,
-    `--map-group=${input.gid}`,
+    `--map-user=${SANDBOX_ID}`,
+    `--map-group=${SANDBOX_ID}`,
     // Ambient capabilities carry the namespace's capabilities across exec into the (non-root) setup
     // shell and mount; the final setpriv drops them before anything of the server runs.
     '--keep-caps',

@@ -20,6 +20,12 @@ import { dirname, join, posix } from 'node:path';
  * all with one `mount -a --fstab` and then `pivot_root`s into it.
  */
 
+/**
+ * The user and group a sandbox sees itself as, whatever host uid it runs as (the user namespace maps
+ * this one id to it), so every sandbox shares one skeleton and one /etc/passwd.
+ */
+export const SANDBOX_ID = 1000;
+
 /** Where the sandbox reaches the egress proxy and its forwarder, inside the sandbox. */
 export const EGRESS_SOCKET = '/run/sigil/egress.sock';
 export const EGRESS_FORWARDER = '/run/sigil/egress-forwarder.cjs';
@@ -61,8 +67,6 @@ export interface RootInput {
   requiredPaths: readonly string[];
   /** Host file of the egress forwarder, when the sandbox has an allow-list. */
   egressForwarder?: string;
-  uid: number;
-  gid: number;
 }
 
 /** Read-only binds keep `nosuid,nodev` too: no_new_privs already neuters set-uid files, this is depth. */
@@ -137,9 +141,9 @@ export function planRoot(input: RootInput): RootPlan {
   const files = [
     {
       path: '/etc/passwd',
-      content: `root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:${input.uid}:${input.gid}:sandbox:/tmp:/usr/sbin/nologin\n`,
+      content: `root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:${SANDBOX_ID}:${SANDBOX_ID}:sandbox:/tmp:/usr/sbin/nologin\n`,
     },
-    { path: '/etc/group', content: `root:x:0:\nsandbox:x:${input.gid}:\n` },
+    { path: '/etc/group', content: `root:x:0:\nsandbox:x:${SANDBOX_ID}:\n` },
     { path: '/etc/hosts', content: '127.0.0.1 localhost\n::1 localhost\n' },
     { path: '/etc/nsswitch.conf', content: 'passwd: files\ngroup: files\nhosts: files\n' },
   ].filter((file) => !covered(file.path));

@@ -29,6 +29,20 @@ import { environmentScript, launchArgs, type LaunchInput, type Tools } from './l
 import { currentOwner, marker, markedProcesses, ownerAlive } from './leftovers.ts';
 import { ensureSkeleton, fstab, planRoot } from './root.ts';
 import { LinuxSandboxProcess } from './sandbox-process.ts';
+import {
+  syscallFilter,
+  type FilterInterpreter,
+  type SyscallFilter,
+  type SyscallFilterStatus,
+} from './seccomp.ts';
+import {
+  assertRangeUnused,
+  DEFAULT_UID_RANGE,
+  UidAllocator,
+  uidRangeSchema,
+  type UidLease,
+  type UidRange,
+} from './uids.ts';
 
 const MiB = 1024 * 1024;
 
@@ -66,9 +80,13 @@ export const configSchema = z
   .object({
     /** Per-run state (sandbox roots, fstabs, egress sockets); must be traversable by the sandbox user. */
     stateDir: absolutePath.default('/tmp/sigil-sandboxes'),
-    /** The host user sandboxes run as when the runtime is root; otherwise they run as the runtime's user. */
-    uid: z.number().int().positive().default(65534),
-    gid: z.number().int().positive().default(65534),
+    /**
+     * Host uids (and gids) for sandboxes when the runtime is root: each live sandbox holds one of its
+     * own; it must be no one else's on this host. Not root: every sandbox runs as the runtime's user.
+     */
+    uidRange: uidRangeSchema.default(DEFAULT_UID_RANGE),
+    /** `seccomp`: no kernel keyring, no foreign ABIs (needs perl or python3 on the host); `off`: none. */
+    syscallFilter: z.enum(['seccomp', 'off']).default('seccomp'),
     limits: limitsSchema.partial().prefault({}),
     /** `auto`: per-sandbox cgroup v1 limits when available (root, v1 hierarchy); `off`: rlimits only. */
     cgroups: z.enum(['auto', 'off']).default('auto'),
@@ -131,16 +149,15 @@ const FORWARDER_SOURCE = fileURLToPath(new URL('./egress-forwarder.cjs', import.
 
 /** What the runtime enforces on this host, and how (for operators and `/api/attestation/security`). */
 export interface LinuxNamespacesStatus {
-  /** Host user the sandboxes run as. */
-  uid: number;
-  gid: number;
+  /** Host users: one of `range` per live sandbox (as root), or the runtime's own for all. */
+  users:
+    { perSandbox: true; range: UidRange; inUse: number } | { perSandbox: false; uid: number; reason: string };
   namespaces: readonly string[];
   /** `cgroup-v1`: memory, pids and CPU share per sandbox; `rlimits`: per-process rlimits only. */
   limits: 'cgroup-v1' | 'rlimits';
   limitsNote?: string;
   network: string;
-  /** util-linux has no seccomp tool: no syscall filter is installed (see the README). */
-  syscallFilter: { enforced: false; reason: string };
+  syscallFilter: SyscallFilterStatus | { enforced: false; reason: string };
   running: number;
 }
 
@@ -152,9 +169,10 @@ export interface ReapReport {
 
 interface Ready {
   tools: Tools;
-  uid: number;
-  gid: number;
-  switchUser?: { uid: number; gid: number };
+  /** Not root: the runtime's own uid, which every sandbox runs as. Root: a uid per sandbox. */
+  sharedUid?: number;
+  /** Installs the syscall filter, then execs the chain. */
+  filterLoader?: string[];
   ownerDir: string;
   forwarder: string;
   namespaceLimits: string[];
@@ -170,6 +188,8 @@ export interface RuntimeOptions {
   owner?: string;
   /** Whether core dumps go to a pipe helper; read from the kernel unless a test decides. */
   coreToPipe?: boolean;
+  /** Which interpreter loads the syscall filter: perl when present, else python3, unless a test decides. */
+  filterInterpreter?: FilterInterpreter;
 }
 
 /**
@@ -180,19 +200,23 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   readonly specVersion = 'v1' as const;
   readonly owner: string;
   private readonly coreToPipe: boolean | undefined;
+  private readonly filterInterpreter: FilterInterpreter | undefined;
   private readonly config: LinuxNamespacesConfig;
   private readonly logger: Logger;
   private readonly limits: z.infer<typeof limitsSchema>;
   private ready: Promise<Ready> | undefined;
   private stopped = false;
   private readonly running = new Set<LinuxSandboxProcess>();
+  private readonly users: UidAllocator;
 
   constructor(options: RuntimeOptions) {
     this.config = options.config;
     this.logger = options.logger;
     this.owner = options.owner ?? currentOwner();
     this.coreToPipe = options.coreToPipe;
+    this.filterInterpreter = options.filterInterpreter;
     this.limits = { ...DEFAULT_LIMITS, ...options.config.limits };
+    this.users = new UidAllocator(options.config.uidRange);
   }
 
   /** Finds the tools, prepares the state dir, reaps leftovers of earlier runs and runs a self-test. */
@@ -216,9 +240,15 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     const cgroups =
       this.config.cgroups === 'auto' && process.getuid?.() === 0 ? CgroupV1.detect() : undefined;
     const root = process.getuid?.() === 0;
+    const filter = this.config.syscallFilter === 'seccomp' ? this.filter(findTools()) : undefined;
     return {
-      uid: root ? this.config.uid : (process.getuid?.() ?? -1),
-      gid: root ? this.config.gid : (process.getgid?.() ?? -1),
+      users: root
+        ? { perSandbox: true, range: this.config.uidRange, inUse: this.users.inUse }
+        : {
+            perSandbox: false,
+            uid: process.getuid?.() ?? -1,
+            reason: "not root: every sandbox runs as the runtime's own user",
+          },
       namespaces: ['user', 'mount', 'pid', 'network', 'ipc', 'uts'],
       limits: cgroups instanceof CgroupV1 ? 'cgroup-v1' : 'rlimits',
       ...(cgroups instanceof CgroupV1
@@ -229,11 +259,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
           }),
       network:
         'own network namespace; allow-listed host:port only, through an HTTP proxy on a bound unix socket',
-      syscallFilter: {
-        enforced: false,
-        reason:
-          'util-linux has no seccomp tool; instead: no capabilities, no_new_privs, no nested namespaces (max_*_namespaces = 0 inside), no /sys, a minimal /dev',
-      },
+      syscallFilter: filter?.status ?? { enforced: false, reason: 'syscallFilter: off in config' },
       running: this.running.size,
     };
   }
@@ -291,10 +317,10 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   private async boot(): Promise<Ready> {
     const tools = findTools();
     const root = process.getuid?.() === 0;
-    const uid = root ? this.config.uid : (process.getuid?.() ?? 0);
-    const gid = root ? this.config.gid : (process.getgid?.() ?? 0);
+    if (root) assertRangeUnused(this.config.uidRange);
+    const filter = this.config.syscallFilter === 'seccomp' ? this.filter(tools) : undefined;
     mkdirSync(this.config.stateDir, { recursive: true, mode: 0o755 });
-    assertTraversable(this.config.stateDir, uid, gid, 'the sandbox state dir');
+    assertTraversable(this.config.stateDir, this.someSandboxUid(), 'the sandbox state dir');
     assertOwnedPrivately(this.config.stateDir);
     await this.reapLeftovers();
     // One directory per runtime instance, so two in one process (tests, a second plugin id) never
@@ -309,9 +335,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       this.config.cgroups === 'auto' ? CgroupV1.detect() : { unavailable: 'cgroups: off in config' };
     const ready: Ready = {
       tools,
-      uid,
-      gid,
-      ...(root ? { switchUser: { uid, gid } } : {}),
+      ...(root ? {} : { sharedUid: this.someSandboxUid() }),
+      ...(filter ? { filterLoader: filter.loader } : {}),
       ownerDir,
       forwarder,
       coreToPipe: this.coreToPipe ?? coreDumpsGoToPipe(),
@@ -322,10 +347,39 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     };
     await this.selfTest(ready);
     this.logger.info(
-      { uid, limits: ready.cgroups ? 'cgroup-v1' : 'rlimits', note: ready.cgroupsNote },
+      {
+        users: root ? this.config.uidRange : 'shared (not root)',
+        syscallFilter: filter?.status.loader ?? 'off',
+        limits: ready.cgroups ? 'cgroup-v1' : 'rlimits',
+        note: ready.cgroupsNote,
+      },
       'sandbox runtime ready',
     );
     return ready;
+  }
+
+  /** The syscall filter and its loader, or an error saying why there can be none on this host. */
+  private filter(tools: Tools): SyscallFilter {
+    const name = this.filterInterpreter ?? (tools.perl ? 'perl' : 'python3');
+    const path = tools[name];
+    const filter = path ? syscallFilter({ name, path }) : undefined;
+    if (!filter) {
+      throw new SigilError(
+        'unavailable',
+        path
+          ? `the sandbox syscall filter has no syscall table for ${process.arch}`
+          : `the sandbox syscall filter needs ${this.filterInterpreter ?? 'perl or python3'} on the host (in /usr/bin or /bin)`,
+        {
+          hint: 'install perl-base or python3, or set syscallFilter: off for the sandbox-linux-namespaces plugin',
+        },
+      );
+    }
+    return filter;
+  }
+
+  /** A uid a sandbox may run as, for checks that any of them would pass alike. */
+  private someSandboxUid(): number {
+    return process.getuid?.() === 0 ? this.config.uidRange.first : (process.getuid?.() ?? 0);
   }
 
   /** One trivial sandbox, so a host that cannot build one fails at start-up, not at the first tool call. */
@@ -366,7 +420,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       );
     }
     const command = resolveExecutable(spec.command);
-    assertTraversable(spec.packagePath, ready.uid, ready.gid, 'the package directory');
+    assertTraversable(spec.packagePath, this.someSandboxUid(), 'the package directory');
     const node = network ? realpathSync(process.execPath) : undefined;
     const plan = planRoot({
       systemPaths: this.config.systemPaths,
@@ -378,8 +432,6 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         ...(spec.readOnlyPaths ?? []),
       ],
       ...(network ? { egressForwarder: ready.forwarder } : {}),
-      uid: ready.uid,
-      gid: ready.gid,
     });
     const root = ensureSkeleton(plan, join(ready.ownerDir, 'roots'));
     const id = randomBytes(6).toString('hex');
@@ -395,7 +447,11 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       );
     }
     const resources = new Resources(fstabFile, socketPath);
+    let hostUid: number;
     try {
+      const lease = ready.sharedUid === undefined ? await this.users.claim() : undefined;
+      resources.uid = lease;
+      hostUid = lease?.uid ?? (ready.sharedUid as number);
       if (network) {
         resources.proxy = new EgressProxy({
           socketPath,
@@ -413,7 +469,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         resources.cgroup = ready.cgroups.create(
           `${this.owner}-${id}`,
           { memoryBytes: limits.memoryBytes, pids: limits.pids, cpuQuota: this.config.cpuQuota },
-          { uid: ready.uid, gid: ready.gid },
+          { uid: hostUid, gid: hostUid },
         );
       }
     } catch (error) {
@@ -432,9 +488,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     };
     const launch: LaunchInput = {
       tools: ready.tools,
-      ...(ready.switchUser ? { switchUser: ready.switchUser } : {}),
-      uid: ready.uid,
-      gid: ready.gid,
+      ...(ready.sharedUid === undefined ? { switchUser: hostUid } : {}),
       marker: marker(this.owner, id),
       fstab: fstabFile,
       root,
@@ -454,7 +508,9 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     };
     let child: ChildProcess;
     try {
-      child = spawn(ready.tools.setpriv, launchArgs(launch), {
+      // The filter's loader (when there is one) installs it and execs the chain's first setpriv.
+      const [file, ...args] = [...(ready.filterLoader ?? []), ready.tools.setpriv, ...launchArgs(launch)];
+      child = spawn(file as string, args, {
         stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
         // Nothing of the host's environment: the launch chain runs on none, the server on `env`.
         env: {},
@@ -488,6 +544,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
 class Resources {
   proxy: EgressProxy | undefined;
   cgroup: SandboxCgroup | undefined;
+  uid: UidLease | undefined;
   private released: Promise<void> | undefined;
   constructor(
     private readonly fstabFile: string,
@@ -502,6 +559,7 @@ class Resources {
   private async releaseOnce(): Promise<void> {
     await this.proxy?.close();
     await this.cgroup?.remove();
+    await this.uid?.release();
     rmSync(this.fstabFile, { force: true });
     rmSync(this.socketPath, { force: true });
   }
