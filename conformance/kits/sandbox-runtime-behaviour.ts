@@ -144,9 +144,10 @@ async function withRunningProbe<T>(
   args: string[],
   body: (sandbox: SandboxProcess, report: string) => Promise<T>,
   mode = 'sleep',
+  options: Omit<ProbeOptions, 'args'> = {},
 ): Promise<T> {
   return withProbePackage(async (probe, packagePath) => {
-    const sandbox = await startProbe(context, probe, packagePath, mode, { args });
+    const sandbox = await startProbe(context, probe, packagePath, mode, { ...options, args });
     sandbox.stderr.resume();
     try {
       let out = '';
@@ -530,6 +531,46 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
       ensure(run.exit.limit === 'output', `exited says ${JSON.stringify(run.exit)}`);
       return pass();
     },
+  },
+  {
+    id: 'sandbox-runtime.limit-open-files',
+    level: 'MUST',
+    title: 'a process holds at most openFiles descriptors (RLIMIT_NOFILE, soft and hard)',
+    spec: `${CONTRACT}: each process holds at most limits.openFiles`,
+    check: async (context) => {
+      const report = reported(
+        await runProbe<{ soft: number; hard: number; opened: number; error: string }>(context, 'openFiles', {
+          limits: { openFiles: 128 },
+        }),
+      );
+      ensure(report.soft === 128 && report.hard === 128, `RLIMIT_NOFILE is ${report.soft}/${report.hard}`);
+      ensure(report.opened < 128, `opened ${report.opened} descriptors under a limit of 128`);
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.limit-egress-connections',
+    level: 'MUST',
+    title: 'a sandbox holds at most egressConnections connections through its allow-list; more are refused',
+    spec: `${CONTRACT}: the sandbox at most limits.egressConnections connections through its allow-list (more are refused)`,
+    check: async (context) =>
+      withListeners(1, async ([target]) =>
+        withRunningProbe(
+          context,
+          [target as string, '40'],
+          async (_sandbox, line) => {
+            const report = JSON.parse(line) as { established: number; outcomes: Record<string, number> };
+            ensure(report.established >= 1, `no connection got through: ${JSON.stringify(report.outcomes)}`);
+            ensure(
+              report.established <= 8,
+              `${report.established} connections held at once under a limit of 8`,
+            );
+            return pass();
+          },
+          'egressFlood',
+          { allow: [target as string], limits: { egressConnections: 8 } },
+        ),
+      ),
   },
   {
     id: 'sandbox-runtime.kill-ends-everything',

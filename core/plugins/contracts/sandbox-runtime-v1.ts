@@ -16,6 +16,8 @@
  * - its environment is exactly `env` plus what {@link SandboxSpec.env} lists as added: nothing of the
  *   host's leaks in, and no value of `env` is ever written to a file;
  * - `limits` hold, and a process that breaks one is ended with {@link SandboxExit.limit} saying which;
+ * - it cannot exhaust the host's descriptors: each process holds at most `limits.openFiles`, and the
+ *   sandbox at most `limits.egressConnections` connections through its allow-list (more are refused);
  * - it does not outlive the runtime's host process, even when that process is killed with SIGKILL.
  */
 export interface SandboxRuntimeV1 {
@@ -69,6 +71,13 @@ export interface SandboxLimits {
   outputBytes?: number;
   /** Size of the writable `/tmp`, and so the largest file the process can write. */
   tmpBytes?: number;
+  /** Descriptors each process may hold open at once (RLIMIT_NOFILE, soft and hard). */
+  openFiles?: number;
+  /**
+   * Connections the sandbox may hold open at once through its network allow-list; the runtime
+   * refuses more, so that a sandbox cannot exhaust the host's descriptors.
+   */
+  egressConnections?: number;
 }
 
 /** Which limit ended a process. */

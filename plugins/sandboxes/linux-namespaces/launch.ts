@@ -38,6 +38,8 @@ export interface LaunchLimits {
   cpuSeconds: number;
   pids: number;
   tmpBytes: number;
+  /** RLIMIT_NOFILE per process (soft and hard). */
+  openFiles: number;
   /** RLIMIT_DATA per process, used when no memory cgroup bounds the sandbox as a whole. */
   dataBytes?: number;
 }
@@ -108,7 +110,7 @@ export function setupScript(input: LaunchInput): string {
         // A core_pattern pipe helper ignores RLIMIT_CORE except for the value 1 (byte), which stops
         // it; only prlimit sets byte values. Without a pipe, 0 stops core files and the shell's own
         // ulimit saves an exec. Either way a crash cannot write the process's secrets to disk.
-        `exec ${q(tools.prlimit)} --core=1 --nproc=${limits.pids} --cpu=${cpu.soft}:${cpu.hard} --fsize=${limits.tmpBytes}${
+        `exec ${q(tools.prlimit)} --core=1 --nproc=${limits.pids} --cpu=${cpu.soft}:${cpu.hard} --fsize=${limits.tmpBytes} --nofile=${limits.openFiles}${
           limits.dataBytes === undefined ? '' : ` --data=${limits.dataBytes}`
         } -- ${dropPrivileges}`,
       ]
@@ -122,6 +124,7 @@ export function setupScript(input: LaunchInput): string {
             `ulimit -H -t ${cpu.hard}`,
             // dash counts file sizes in 512-byte blocks and data in KiB.
             `ulimit -f ${Math.floor(limits.tmpBytes / 512)}`,
+            `ulimit -n ${limits.openFiles}`,
             ...(limits.dataBytes === undefined ? [] : [`ulimit -d ${Math.floor(limits.dataBytes / 1024)}`]),
           ].join(' && '),
           'setting rlimits',

@@ -56,6 +56,8 @@ export const limitsSchema = z
     pids: z.number().int().min(8),
     outputBytes: z.number().int().positive(),
     tmpBytes: z.number().int().min(MiB),
+    openFiles: z.number().int().min(16),
+    egressConnections: z.number().int().min(1),
   })
   .strict();
 
@@ -99,6 +101,16 @@ export const configSchema = z
     killGraceMs: z.number().int().nonnegative().default(1000),
     /** Port of the egress forwarder on the sandbox's own loopback (HTTP_PROXY). */
     proxyPort: z.number().int().min(1).max(65535).default(3128),
+    /** Timers of the egress proxy (the connection cap is `limits.egressConnections`). */
+    egress: z
+      .object({
+        /** From a connection's accept until its tunnel is up: request head read, upstream connected. */
+        headerTimeoutMs: z.number().int().positive().default(10_000),
+        /** A tunnel with no traffic either way for this long is closed. */
+        idleTimeoutMs: z.number().int().positive().default(300_000),
+      })
+      .strict()
+      .prefault({}),
   })
   .strict();
 
@@ -110,6 +122,8 @@ export const DEFAULT_LIMITS: z.infer<typeof limitsSchema> = {
   pids: 256,
   outputBytes: 256 * MiB,
   tmpBytes: 64 * MiB,
+  openFiles: 1024,
+  egressConnections: 64,
 };
 
 /** Shell variable names only; PPID is read-only in sh, and `__sigil_` names are the init script's own. */
@@ -456,6 +470,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         resources.proxy = new EgressProxy({
           socketPath,
           allowList: spec.networkAllowList,
+          maxConnections: limits.egressConnections,
+          ...this.config.egress,
           onDenied: (target) => this.logger.warn({ sandbox: id, target }, 'sandbox egress refused'),
         });
         await resources.proxy.listen();
@@ -500,6 +516,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         cpuSeconds: limits.cpuSeconds,
         pids: limits.pids,
         tmpBytes: limits.tmpBytes,
+        openFiles: limits.openFiles,
         ...(resources.cgroup ? {} : { dataBytes: limits.memoryBytes }),
       },
       ...(node ? { egress: { node, port: this.config.proxyPort } } : {}),
