@@ -1,5 +1,6 @@
 import { chmodSync } from 'node:fs';
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, isIP, type Server, type Socket } from 'node:net';
+import type { EgressAddresses } from './egress-addresses.ts';
 
 /**
  * The only way out of a sandbox with an allow-list: an HTTP proxy in the runtime's own process,
@@ -42,6 +43,8 @@ export interface EgressLimits {
 export interface EgressProxyOptions extends EgressLimits {
   socketPath: string;
   allowList: readonly string[];
+  /** Where allowed names may lead (resolved once, special ranges only when listed). */
+  addresses: EgressAddresses;
   /** Told about every refused destination (for the operator's log). */
   onDenied?: (target: string) => void;
 }
@@ -150,10 +153,51 @@ export class EgressProxy {
       return refuse(client, 403, `${name} is not on this sandbox's network allow-list`);
     }
     tunnel.connecting();
-    const upstream = connect(destination.port, destination.host);
+    const { port } = destination;
+    this.options.addresses.pin(destination.host).then(
+      (pinned) => {
+        if ('addresses' in pinned)
+          return this.relay(
+            client,
+            { host: destination.host, port, addresses: pinned.addresses, name },
+            forwardHead,
+            rest,
+            tunnel,
+          );
+        this.options.onDenied?.(name);
+        refuse(client, 403, pinned.refused);
+      },
+      () => refuse(client, 502, `cannot resolve ${destination.host}`),
+    );
+  }
+
+  /** Connects to the pinned addresses (never the name again) and pipes both ways once it is up. */
+  private relay(
+    client: Socket,
+    upstreamAt: { host: string; port: number; addresses: string[]; name: string },
+    forwardHead: string | undefined,
+    rest: Buffer,
+    tunnel: Tunnel,
+  ): void {
+    if (client.destroyed) return;
+    // The resolver here answers with the pinned addresses only; node tries them (both families) in turn.
+    const [first = ''] = upstreamAt.addresses;
+    const upstream = connect({
+      port: upstreamAt.port,
+      host: upstreamAt.host,
+      autoSelectFamily: true,
+      lookup: (_host, options, callback) => {
+        if (options.all)
+          callback(
+            null,
+            upstreamAt.addresses.map((address) => ({ address, family: isIP(address) })),
+          );
+        else callback(null, first, isIP(first));
+      },
+    });
     this.track(upstream);
     client.once('close', () => upstream.destroy());
-    upstream.once('error', () => refuse(client, 502, `cannot reach ${name}`));
+    upstream.once('error', () => refuse(client, 502, `cannot reach ${upstreamAt.name}`));
     upstream.once('connect', () => {
       upstream.removeAllListeners('error');
       if (forwardHead === undefined) client.write('HTTP/1.1 200 Connection Established\r\n\r\n');

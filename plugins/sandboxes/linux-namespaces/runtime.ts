@@ -16,6 +16,7 @@ import { SigilError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { SandboxRuntimeV1, SandboxSpec } from '../../../core/plugins/contracts/index.ts';
 import { CgroupV1, type SandboxCgroup } from './cgroups.ts';
+import { EgressAddresses, parseRange } from './egress-addresses.ts';
 import { EgressProxy, parseHostPort } from './egress-proxy.ts';
 import {
   assertOwnedPrivately,
@@ -108,6 +109,15 @@ export const configSchema = z
         headerTimeoutMs: z.number().int().positive().default(10_000),
         /** A tunnel with no traffic either way for this long is closed. */
         idleTimeoutMs: z.number().int().positive().default(300_000),
+        /**
+         * Private, loopback, link-local and other special ranges (CIDR) an allowed host name may
+         * resolve to; by default none (an allow-list entry that is itself an address is always kept).
+         */
+        privateRanges: z
+          .array(
+            z.string().refine((value) => parseRange(value) !== undefined, 'must be an address or CIDR range'),
+          )
+          .default([]),
       })
       .strict()
       .prefault({}),
@@ -222,6 +232,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   private stopped = false;
   private readonly running = new Set<LinuxSandboxProcess>();
   private readonly users: UidAllocator;
+  private readonly egressAddresses: EgressAddresses;
 
   constructor(options: RuntimeOptions) {
     this.config = options.config;
@@ -231,6 +242,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     this.filterInterpreter = options.filterInterpreter;
     this.limits = { ...DEFAULT_LIMITS, ...options.config.limits };
     this.users = new UidAllocator(options.config.uidRange);
+    this.egressAddresses = new EgressAddresses(options.config.egress.privateRanges);
   }
 
   /** Finds the tools, prepares the state dir, reaps leftovers of earlier runs and runs a self-test. */
@@ -471,7 +483,9 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
           socketPath,
           allowList: spec.networkAllowList,
           maxConnections: limits.egressConnections,
-          ...this.config.egress,
+          headerTimeoutMs: this.config.egress.headerTimeoutMs,
+          idleTimeoutMs: this.config.egress.idleTimeoutMs,
+          addresses: this.egressAddresses,
           onDenied: (target) => this.logger.warn({ sandbox: id, target }, 'sandbox egress refused'),
         });
         await resources.proxy.listen();

@@ -54,19 +54,19 @@ describe('sandbox-linux-namespaces: egress proxy limits', function () {
     return runtime;
   }
 
-  /** Starts the probe with `target` allowed; resolves with its first report line, parsed. */
+  /** Starts the probe with `target` (or `allow`) allowed; resolves with its first report line, parsed. */
   async function start<T>(
     runtime: LinuxNamespacesRuntime,
     mode: string,
     args: string[],
-    limits?: SandboxLimits,
+    { limits, allow = [target] }: { limits?: SandboxLimits; allow?: string[] } = {},
   ): Promise<T> {
     const sandbox = await runtime.spawn({
       packagePath: dirname(probeScript),
       command: process.execPath,
       args: [probeScript, mode, ...args],
       env: {},
-      networkAllowList: [target],
+      networkAllowList: allow,
       ...(limits ? { limits } : {}),
     });
     sandboxes.push(sandbox);
@@ -129,5 +129,34 @@ describe('sandbox-linux-namespaces: egress proxy limits', function () {
     );
     expect(report).to.deep.include({ soft: 1024, hard: 1024, error: 'EMFILE' });
     expect(report.opened).to.be.below(1024);
+  });
+
+  describe('where an allowed name may lead', () => {
+    interface NetReport {
+      results: { target: string; proxy: { status: number | string; echo?: string } }[];
+    }
+    const viaLocalhost = () => `localhost:${target.split(':')[1]}`;
+
+    it('refuses a name that resolves to loopback when no address or range is listed (403)', async () => {
+      const runtime = await newRuntime();
+      const name = viaLocalhost();
+      const report = await start<NetReport>(runtime, 'net', [name], { allow: [name] });
+      expect(report.results[0]?.proxy.status).to.equal(403);
+    });
+
+    it('reaches an address listed as itself, and a name whose address is in a listed range', async () => {
+      const literal = await start<NetReport>(await newRuntime(), 'net', [target]);
+      expect(literal.results[0]?.proxy).to.deep.equal({ status: 200, echo: 'ping' });
+      // Only 127.0.0.0/8 is listed: localhost's ::1 is dropped, its 127.0.0.1 (where the echo server
+      // listens) is the address the proxy connects to.
+      const runtime = await newRuntime({ egress: { privateRanges: ['127.0.0.0/8'] } });
+      const name = viaLocalhost();
+      const report = await start<NetReport>(runtime, 'net', [name], { allow: [name] });
+      expect(report.results[0]?.proxy).to.deep.equal({ status: 200, echo: 'ping' });
+    });
+
+    it('refuses a private range that is not an address or CIDR range in the config', () => {
+      expect(() => configSchema.parse({ egress: { privateRanges: ['10.0.0.0/33'] } })).to.throw(/CIDR/);
+    });
   });
 });
