@@ -470,6 +470,40 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
     },
   },
   {
+    id: 'sandbox-runtime.no-host-traces',
+    level: 'SHOULD',
+    title: "no process's environment (PID 1's included) nor the mount table names anything of the host's",
+    spec: `${CONTRACT}: nothing of the host's leaks in`,
+    check: async (context) => {
+      const report = reported(
+        await runProbe<{
+          environments: Record<string, string[] | string>;
+          mounts: { root: string; mountPoint: string }[];
+        }>(context, 'hostTraces', { env: { SIGIL_KIT_VALUE: 'kit' } }),
+      );
+      for (const [pid, environment] of Object.entries(report.environments)) {
+        if (typeof environment === 'string') continue; // not readable: nothing shown
+        const extra = environment.filter(
+          (entry) =>
+            !['SIGIL_KIT_VALUE=kit', 'PATH', 'HOME'].some(
+              (name) => entry === name || entry.startsWith(`${name}=`),
+            ),
+        );
+        ensure(extra.length === 0, `/proc/${pid}/environ holds ${extra.join(', ')}`);
+      }
+      // A mount shows its directory's path inside its filesystem: the same path as where it is seen
+      // (a host path bound at itself), or a tail of it (/sys at /proc/sys), never another host path.
+      const foreign = report.mounts.filter(
+        ({ root, mountPoint }) => root !== '/' && root !== mountPoint && !mountPoint.endsWith(root),
+      );
+      ensure(
+        foreign.length === 0,
+        `the mount table names host paths: ${foreign.map(({ root, mountPoint }) => `${root} at ${mountPoint}`).join(', ')}`,
+      );
+      return pass();
+    },
+  },
+  {
     id: 'sandbox-runtime.limit-memory',
     level: 'MUST',
     title: 'a process allocating past memoryBytes is ended, and exited says limit: memory',

@@ -32,6 +32,7 @@ export function findTools(): Tools {
     umount: 'umount',
     pivotRoot: 'pivot_root',
     prlimit: 'prlimit',
+    cp: 'cp',
   };
   const found: Partial<Tools> = {};
   const missing: string[] = [];

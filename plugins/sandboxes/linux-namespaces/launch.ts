@@ -7,7 +7,8 @@ import { EGRESS_FORWARDER, EGRESS_SOCKET, SANDBOX_ID } from './root.ts';
  *   └ unshare  (new user, mount, network, PID, IPC and UTS namespaces; the user namespace maps only
  *     │         the sandbox user, to itself; --kill-child: its child dies with it)
  *     └ sh -c SETUP  (PID 1 of the new namespace, holding capabilities only inside it)
- *         joins its cgroups, `mount -a` the sandbox root, loopback up (allow-list only),
+ *         joins its cgroups, copies the skeleton onto a tmpfs, `mount -a` the sandbox root,
+ *         loopback up (allow-list only),
  *         pivot_root into the new root and detaches the host's
  *         (rlimits: the shell's ulimit, or prlimit when core dumps go to a pipe helper)
  *       → setpriv  (drop every capability, bounding set and ambient too; no_new_privs)
@@ -27,6 +28,7 @@ export interface Tools {
   umount: string;
   pivotRoot: string;
   prlimit: string;
+  cp: string;
   /** iproute2's `ip`, needed only to bring loopback up for an allow-list. */
   ip?: string;
   /** Either loads the syscall filter (seccomp.ts); it runs on the host, before the chain. */
@@ -53,7 +55,10 @@ export interface LaunchInput {
   switchUser?: number;
   marker: string;
   fstab: string;
+  /** Host path of the skeleton, where the root is mounted. */
   root: string;
+  /** An empty host directory the root's tmpfs is first mounted on (see the fstab's first line). */
+  staging: string;
   cwd: string;
   /** `cgroup.procs` files to join (at most 6: they are held on fds 4 to 9 meanwhile). */
   cgroupProcs: readonly string[];
@@ -147,6 +152,13 @@ export function setupScript(input: LaunchInput): string {
           `{ ${input.cgroupProcs.map((_, i) => `echo "$$" >&${i + 4}`).join(' && ')}; } & __sigil_cgroups=$!`,
         ]
       : []),
+    // The skeleton is copied onto a tmpfs, which the fstab then binds read-only over the skeleton:
+    // bound from the host, the root's line in /proc/self/mountinfo would name the skeleton's host
+    // path; a tmpfs of its own names '/'.
+    step(
+      `${q(tools.mount)} -n -t tmpfs -o mode=755,size=1m,nr_inodes=4096 sigil ${q(input.staging)} && ${q(tools.cp)} -PR ${q(`${input.root}/.`)} ${q(input.staging)}`,
+      'building the sandbox root',
+    ),
     step(`${q(tools.mount)} -n -a -T ${q(input.fstab)}`, 'mounting the sandbox root'),
     ...(input.egress && tools.ip ? [step(`${q(tools.ip)} link set lo up`, 'bringing loopback up')] : []),
     step(`cd ${q(input.root)}`, 'entering the sandbox root'),
@@ -154,6 +166,8 @@ export function setupScript(input: LaunchInput): string {
     // -n: no utab bookkeeping (nothing to write, and umount refuses otherwise without real root).
     step(`${q(tools.umount)} -n -l /.oldroot`, 'detaching the host root'),
     step(`cd ${q(input.cwd)}`, `working directory ${input.cwd}`),
+    // cd exported both; OLDPWD is the skeleton's host path, which would stay in PID 1's environ.
+    'unset PWD OLDPWD',
     ...(input.cgroupProcs.length > 0
       ? [
           step('wait "$__sigil_cgroups"', 'cannot join the cgroups'),

@@ -225,21 +225,23 @@ export interface FstabInput {
   plan: RootPlan;
   /** Host path of the skeleton, the new root. */
   root: string;
+  /** Host path of the tmpfs holding the skeleton's copy, bound read-only onto `root`. */
+  staging: string;
   tmpBytes: number;
   /** Host path of this sandbox's egress socket, when it has an allow-list. */
   egressSocket?: string;
 }
 
 /**
- * The fstab that `mount -a` applies, in order: the skeleton bound read-only onto itself (pivot_root
- * needs the new root to be a mount point), every read-only bind, a `/proc` of the sandbox's own PID
+ * The fstab that `mount -a` applies, in order: the root (a tmpfs holding a copy of the skeleton, see
+ * launch.ts) bound read-only onto itself, every read-only bind, a `/proc` of the sandbox's own PID
  * namespace (its reaching parts read-only), the private `/tmp`, binds that live under /tmp, and the
  * egress socket.
  */
 export function fstab(input: FstabInput): string {
   const at = (target: string) => join(input.root, target);
   const lines: [string, string, string, string][] = [
-    [input.root, input.root, 'none', 'bind,ro,nosuid,nodev'],
+    [input.staging, input.root, 'none', 'bind,ro,nosuid,nodev'],
   ];
   const bind = (entry: Bind) => lines.push([entry.source, at(entry.target), 'none', entry.options]);
   input.plan.binds.filter((entry) => !inTmp(entry.target)).forEach(bind);

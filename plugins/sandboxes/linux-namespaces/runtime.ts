@@ -472,7 +472,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         },
       );
     }
-    const resources = new Resources(fstabFile, socketPath);
+    const staging = join(ready.ownerDir, 'spawn', `${id}.root`);
+    const resources = new Resources(fstabFile, socketPath, staging);
     let hostUid: number;
     try {
       const lease = ready.sharedUid === undefined ? await this.users.claim() : undefined;
@@ -490,9 +491,16 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         });
         await resources.proxy.listen();
       }
+      mkdirSync(staging, { mode: 0o755 });
       writeFileSync(
         fstabFile,
-        fstab({ plan, root, tmpBytes: limits.tmpBytes, ...(network ? { egressSocket: socketPath } : {}) }),
+        fstab({
+          plan,
+          root,
+          staging,
+          tmpBytes: limits.tmpBytes,
+          ...(network ? { egressSocket: socketPath } : {}),
+        }),
         { mode: 0o644 },
       );
       if (ready.cgroups) {
@@ -521,6 +529,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       ...(ready.sharedUid === undefined ? { switchUser: hostUid } : {}),
       marker: marker(this.owner, id),
       fstab: fstabFile,
+      staging,
       root,
       cwd: spec.cwd ?? spec.packagePath,
       cgroupProcs: resources.cgroup?.procsFiles ?? [],
@@ -580,6 +589,8 @@ class Resources {
   constructor(
     private readonly fstabFile: string,
     private readonly socketPath: string,
+    /** Empty on the host: only the sandbox's own mount namespace ever mounts on it. */
+    private readonly staging: string,
   ) {}
 
   release(): Promise<void> {
@@ -592,6 +603,7 @@ class Resources {
     await this.cgroup?.remove();
     await this.uid?.release();
     rmSync(this.fstabFile, { force: true });
+    rmSync(this.staging, { recursive: true, force: true });
     rmSync(this.socketPath, { force: true });
   }
 }
