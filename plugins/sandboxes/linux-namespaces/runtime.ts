@@ -266,7 +266,6 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     const cgroups =
       this.config.cgroups === 'auto' && process.getuid?.() === 0 ? CgroupV1.detect() : undefined;
     const root = process.getuid?.() === 0;
-    const filter = this.config.syscallFilter === 'seccomp' ? this.filter(findTools()) : undefined;
     return {
       users: root
         ? { perSandbox: true, range: this.config.uidRange, inUse: this.users.inUse }
@@ -285,7 +284,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
           }),
       network:
         'own network namespace; allow-listed host:port only, through an HTTP proxy on a bound unix socket',
-      syscallFilter: filter?.status ?? { enforced: false, reason: 'syscallFilter: off in config' },
+      syscallFilter: this.filterStatus(),
       running: this.running.size,
     };
   }
@@ -401,6 +400,16 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       );
     }
     return filter;
+  }
+
+  private filterStatus(): LinuxNamespacesStatus['syscallFilter'] {
+    if (this.config.syscallFilter === 'off')
+      return { enforced: false, reason: 'syscallFilter: off in config' };
+    try {
+      return this.filter(findTools()).status;
+    } catch (error) {
+      return { enforced: false, reason: (error as Error).message }; // and start() fails for the same reason
+    }
   }
 
   /** A uid a sandbox may run as, for checks that any of them would pass alike. */
