@@ -135,22 +135,34 @@ function hostProcessesWith(token: string): { pid: number; uids: number[] }[] {
   return found;
 }
 
-/** A probe that says it is ready and stays up, for checks that look at it while it runs. */
+/**
+ * A probe (`sleep`, unless `mode` says otherwise) that reports once and stays up, for checks that look
+ * at it while it runs; `body` gets its report line.
+ */
 async function withRunningProbe<T>(
   context: SandboxContext,
   args: string[],
-  body: (sandbox: SandboxProcess) => Promise<T>,
+  body: (sandbox: SandboxProcess, report: string) => Promise<T>,
+  mode = 'sleep',
+  options: Omit<ProbeOptions, 'args'> = {},
 ): Promise<T> {
   return withProbePackage(async (probe, packagePath) => {
-    const sandbox = await startProbe(context, probe, packagePath, 'sleep', { args });
+    const sandbox = await startProbe(context, probe, packagePath, mode, { ...options, args });
     sandbox.stderr.resume();
     try {
-      const ready = await Promise.race([
-        new Promise<boolean>((resolve) => sandbox.stdout.once('data', () => resolve(true))),
-        sandbox.exited.then(() => false),
+      let out = '';
+      const line = await Promise.race([
+        new Promise<string>((resolve) =>
+          sandbox.stdout.on('data', (chunk: Buffer) => {
+            out += chunk.toString();
+            if (out.includes('\n')) resolve(out.trim());
+          }),
+        ),
+        sandbox.exited.then(() => undefined),
       ]);
-      ensure(ready, 'the probe ended before saying it was ready');
-      return await body(sandbox);
+      ensure(line !== undefined, 'the probe ended before saying it was ready');
+      context.evidence.note(`probe ${mode} running`, { report: line.slice(0, 1500) });
+      return await body(sandbox, line);
     } finally {
       await sandbox.kill();
     }
@@ -173,6 +185,36 @@ async function withListeners<T>(count: number, body: (targets: string[]) => Prom
   } finally {
     for (const server of servers) server.close();
   }
+}
+
+/** Host uids of the processes whose command line holds `token` (each seen by this host's /proc). */
+const hostUidsOf = (token: string) => new Set(hostProcessesWith(token).map(({ uids }) => uids[1]));
+
+/** What the probe's keyring `steal` saw of another sandbox's key, and what keyctl answered it. */
+interface StealReport {
+  unavailable?: string;
+  listed: string[];
+  stolen: number[];
+  keyctl: number | string;
+}
+
+/** Runs `body` while a probe holds `canary` in its session and user keyrings (as far as it may). */
+function withKeyHolder<T>(
+  context: SandboxContext,
+  canary: string,
+  body: (stored: Record<string, unknown>) => Promise<T>,
+): Promise<T> {
+  return withRunningProbe(
+    context,
+    ['store', canary],
+    async (_sandbox, line) => {
+      const stored = JSON.parse(line) as Record<string, unknown>;
+      if (typeof stored.unavailable === 'string')
+        notApplicableBecause(`the probe cannot make system calls: ${stored.unavailable}`);
+      return body(stored);
+    },
+    'keyring',
+  );
 }
 
 interface NetReport {
@@ -274,6 +316,68 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
     },
   },
   {
+    id: 'sandbox-runtime.distinct-host-users',
+    level: 'MUST',
+    title: 'two sandboxes running at once run as two different host users',
+    spec: `${CONTRACT}: it runs as a host user that no other running sandbox shares`,
+    check: async (context) => {
+      const [first, second] = [1, 2].map(() => `sigil-kit-${randomBytes(8).toString('hex')}`) as [
+        string,
+        string,
+      ];
+      return withRunningProbe(context, [first], () =>
+        withRunningProbe(context, [second], async () => {
+          const uids = [hostUidsOf(first), hostUidsOf(second)];
+          context.evidence.note(
+            'host uids of the two sandboxes',
+            uids.map((set) => [...set]),
+          );
+          if (uids.some((set) => set.size === 0))
+            notApplicableBecause("the sandboxed processes are not visible in this host's /proc");
+          const shared = [...(uids[0] as Set<number | undefined>)].filter((uid) => uids[1]?.has(uid));
+          ensure(shared.length === 0, `both sandboxes run as host uid ${shared.join(', ')}`);
+          return pass();
+        }),
+      );
+    },
+  },
+  {
+    id: 'sandbox-runtime.keyring-isolated',
+    level: 'MUST',
+    title: 'a sandbox neither lists nor reads a key another running sandbox put in its keyrings',
+    spec: `${CONTRACT}: no secret of it is reachable from another sandbox through any kernel channel (the kernel keyring included)`,
+    check: async (context) => {
+      const canary = `canary-${randomBytes(12).toString('hex')}`;
+      return withKeyHolder(context, canary, async () => {
+        const report = reported(await runProbe<StealReport>(context, 'keyring', { args: ['steal', canary] }));
+        if (report.unavailable)
+          notApplicableBecause(`the probe cannot make system calls: ${report.unavailable}`);
+        ensure(report.stolen.length === 0, `read the other sandbox's key ${report.stolen.join(', ')}`);
+        ensure(report.listed.length === 0, `lists the other sandbox's keys: ${report.listed.join('; ')}`);
+        return pass();
+      });
+    },
+  },
+  {
+    id: 'sandbox-runtime.keyring-refused',
+    level: 'MUST',
+    title: 'add_key and keyctl are refused inside a sandbox',
+    spec: `${CONTRACT}: the kernel keyring is closed to it: add_key, request_key and keyctl fail`,
+    check: async (context) => {
+      const canary = `canary-${randomBytes(12).toString('hex')}`;
+      return withKeyHolder(context, canary, async (stored) => {
+        const added = Object.entries(stored).filter(([, result]) => typeof result !== 'string');
+        ensure(
+          added.length === 0,
+          `add_key stored a key in the ${added.map(([ring]) => ring).join(' and ')} keyring`,
+        );
+        const report = reported(await runProbe<StealReport>(context, 'keyring', { args: ['steal', canary] }));
+        ensure(typeof report.keyctl === 'string', `keyctl answered ${report.keyctl}`);
+        return pass();
+      });
+    },
+  },
+  {
     id: 'sandbox-runtime.own-pid-namespace',
     level: 'MUST',
     title: 'sees only its own processes: a process of this host is neither listed nor reachable',
@@ -366,6 +470,40 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
     },
   },
   {
+    id: 'sandbox-runtime.no-host-traces',
+    level: 'SHOULD',
+    title: "no process's environment (PID 1's included) nor the mount table names anything of the host's",
+    spec: `${CONTRACT}: nothing of the host's leaks in`,
+    check: async (context) => {
+      const report = reported(
+        await runProbe<{
+          environments: Record<string, string[] | string>;
+          mounts: { root: string; mountPoint: string }[];
+        }>(context, 'hostTraces', { env: { SIGIL_KIT_VALUE: 'kit' } }),
+      );
+      for (const [pid, environment] of Object.entries(report.environments)) {
+        if (typeof environment === 'string') continue; // not readable: nothing shown
+        const extra = environment.filter(
+          (entry) =>
+            !['SIGIL_KIT_VALUE=kit', 'PATH', 'HOME'].some(
+              (name) => entry === name || entry.startsWith(`${name}=`),
+            ),
+        );
+        ensure(extra.length === 0, `/proc/${pid}/environ holds ${extra.join(', ')}`);
+      }
+      // A mount shows its directory's path inside its filesystem: the same path as where it is seen
+      // (a host path bound at itself), or a tail of it (/sys at /proc/sys), never another host path.
+      const foreign = report.mounts.filter(
+        ({ root, mountPoint }) => root !== '/' && root !== mountPoint && !mountPoint.endsWith(root),
+      );
+      ensure(
+        foreign.length === 0,
+        `the mount table names host paths: ${foreign.map(({ root, mountPoint }) => `${root} at ${mountPoint}`).join(', ')}`,
+      );
+      return pass();
+    },
+  },
+  {
     id: 'sandbox-runtime.limit-memory',
     level: 'MUST',
     title: 'a process allocating past memoryBytes is ended, and exited says limit: memory',
@@ -427,6 +565,46 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
       ensure(run.exit.limit === 'output', `exited says ${JSON.stringify(run.exit)}`);
       return pass();
     },
+  },
+  {
+    id: 'sandbox-runtime.limit-open-files',
+    level: 'MUST',
+    title: 'a process holds at most openFiles descriptors (RLIMIT_NOFILE, soft and hard)',
+    spec: `${CONTRACT}: each process holds at most limits.openFiles`,
+    check: async (context) => {
+      const report = reported(
+        await runProbe<{ soft: number; hard: number; opened: number; error: string }>(context, 'openFiles', {
+          limits: { openFiles: 128 },
+        }),
+      );
+      ensure(report.soft === 128 && report.hard === 128, `RLIMIT_NOFILE is ${report.soft}/${report.hard}`);
+      ensure(report.opened < 128, `opened ${report.opened} descriptors under a limit of 128`);
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.limit-egress-connections',
+    level: 'MUST',
+    title: 'a sandbox holds at most egressConnections connections through its allow-list; more are refused',
+    spec: `${CONTRACT}: the sandbox at most limits.egressConnections connections through its allow-list (more are refused)`,
+    check: async (context) =>
+      withListeners(1, async ([target]) =>
+        withRunningProbe(
+          context,
+          [target as string, '40'],
+          async (_sandbox, line) => {
+            const report = JSON.parse(line) as { established: number; outcomes: Record<string, number> };
+            ensure(report.established >= 1, `no connection got through: ${JSON.stringify(report.outcomes)}`);
+            ensure(
+              report.established <= 8,
+              `${report.established} connections held at once under a limit of 8`,
+            );
+            return pass();
+          },
+          'egressFlood',
+          { allow: [target as string], limits: { egressConnections: 8 } },
+        ),
+      ),
   },
   {
     id: 'sandbox-runtime.kill-ends-everything',

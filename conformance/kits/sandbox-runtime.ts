@@ -6,7 +6,9 @@ import { describeContractKit } from './mocha.ts';
 /**
  * `sandbox-runtime` v1 kit: the contract's shape, then its promises probed from inside spawned
  * processes (sandbox-runtime-behaviour.ts): read-only root, noexec /tmp, no capabilities, non-root
- * host user, own PID namespace, network only through the allow-list, exact environment, limits, kill.
+ * host user (a different one per running sandbox), no kernel keyring and no reach into another
+ * sandbox's keys, own PID namespace, network only through the allow-list, exact environment, limits,
+ * kill.
  */
 export const sandboxRuntimeKit: ContractKit<'sandbox-runtime'> = {
   kind: 'sandbox-runtime',

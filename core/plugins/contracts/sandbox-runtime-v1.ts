@@ -7,13 +7,17 @@
  *   (`/dev/shm`, IPC, other processes' files) is visible;
  * - it holds no capabilities (effective, permitted, inheritable, bounding and ambient sets empty) and
  *   runs with no_new_privs, so no exec can grant any;
- * - it runs as a non-root user on the host;
+ * - it runs as a non-root user on the host, and as a host user that no other running sandbox shares;
+ * - no secret of it is reachable from another sandbox through any kernel channel (the kernel keyring
+ *   included): the kernel keyring is closed to it: add_key, request_key and keyctl fail;
  * - it sees only its own processes (its own PID namespace);
  * - it reaches no network but the `host:port` pairs of `networkAllowList`; with an empty list it
  *   reaches nothing, not even the host's loopback;
  * - its environment is exactly `env` plus what {@link SandboxSpec.env} lists as added: nothing of the
  *   host's leaks in, and no value of `env` is ever written to a file;
  * - `limits` hold, and a process that breaks one is ended with {@link SandboxExit.limit} saying which;
+ * - it cannot exhaust the host's descriptors: each process holds at most `limits.openFiles`, and the
+ *   sandbox at most `limits.egressConnections` connections through its allow-list (more are refused);
  * - it does not outlive the runtime's host process, even when that process is killed with SIGKILL.
  */
 export interface SandboxRuntimeV1 {
@@ -67,6 +71,13 @@ export interface SandboxLimits {
   outputBytes?: number;
   /** Size of the writable `/tmp`, and so the largest file the process can write. */
   tmpBytes?: number;
+  /** Descriptors each process may hold open at once (RLIMIT_NOFILE, soft and hard). */
+  openFiles?: number;
+  /**
+   * Connections the sandbox may hold open at once through its network allow-list; the runtime
+   * refuses more, so that a sandbox cannot exhaust the host's descriptors.
+   */
+  egressConnections?: number;
 }
 
 /** Which limit ended a process. */

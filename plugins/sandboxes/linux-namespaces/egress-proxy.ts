@@ -1,5 +1,6 @@
 import { chmodSync } from 'node:fs';
-import { connect, createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, isIP, type Server, type Socket } from 'node:net';
+import type { EgressAddresses } from './egress-addresses.ts';
 
 /**
  * The only way out of a sandbox with an allow-list: an HTTP proxy in the runtime's own process,
@@ -7,6 +8,10 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
  * its own, with nothing but loopback). It relays `CONNECT host:port` tunnels and absolute-form plain
  * HTTP requests to allow-listed `host:port` pairs and answers 403 to everything else. It resolves
  * names itself, so the sandbox needs no DNS.
+ *
+ * Every connection costs this process descriptors (the sandbox's end and the upstream), so a sandbox
+ * may hold only `maxConnections` at once (503 beyond), must send its request head and have the
+ * upstream answer within `headerTimeoutMs` (408 or 504), and loses a tunnel idle for `idleTimeoutMs`.
  */
 
 /** A request head longer than this is refused: no legitimate proxy request needs more. */
@@ -26,17 +31,36 @@ export function parseHostPort(value: string): EgressTarget | undefined {
   return { host: (match[1] ?? match[2] ?? '').toLowerCase(), port };
 }
 
-export interface EgressProxyOptions {
+export interface EgressLimits {
+  /** Connections the sandbox may hold open at once; more are answered 503 and closed. */
+  maxConnections: number;
+  /** From accept until the tunnel is up: the request head read and the upstream connected. */
+  headerTimeoutMs: number;
+  /** A tunnel with no byte either way for this long is closed. */
+  idleTimeoutMs: number;
+}
+
+export interface EgressProxyOptions extends EgressLimits {
   socketPath: string;
   allowList: readonly string[];
+  /** Where allowed names may lead (resolved once, special ranges only when listed). */
+  addresses: EgressAddresses;
   /** Told about every refused destination (for the operator's log). */
   onDenied?: (target: string) => void;
+}
+
+/** How `route` tells `accept` where a connection stands, for its timers. */
+interface Tunnel {
+  connecting(): void;
+  established(): void;
 }
 
 export class EgressProxy {
   private readonly allowed: ReadonlySet<string>;
   private readonly server: Server;
   private readonly sockets = new Set<Socket>();
+  /** Connections from the sandbox now open. */
+  private clients = 0;
 
   constructor(private readonly options: EgressProxyOptions) {
     this.allowed = new Set(
@@ -65,6 +89,29 @@ export class EgressProxy {
 
   private accept(client: Socket): void {
     this.track(client);
+    if (this.clients >= this.options.maxConnections) {
+      this.options.onDenied?.(
+        `connection ${this.clients + 1} (at most ${this.options.maxConnections} at once)`,
+      );
+      return refuse(client, 503, `at most ${this.options.maxConnections} connections at once`);
+    }
+    this.clients++;
+    client.once('close', () => this.clients--);
+    // Absolute, not an inactivity timer: a head trickled a byte at a time must not hold a slot forever.
+    let waitingFor: 'request head' | 'upstream' = 'request head';
+    const deadline = setTimeout(() => {
+      const status = waitingFor === 'upstream' ? 504 : 408;
+      refuse(client, status, `no ${waitingFor} within ${this.options.headerTimeoutMs} ms`);
+    }, this.options.headerTimeoutMs);
+    client.once('close', () => clearTimeout(deadline));
+    const tunnel: Tunnel = {
+      connecting: () => (waitingFor = 'upstream'),
+      established: () => {
+        clearTimeout(deadline);
+        // Writes to the client count as activity too, so its idle timer covers both directions.
+        client.setTimeout(this.options.idleTimeoutMs, () => client.destroy());
+      },
+    };
     let head = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       head = Buffer.concat([head, chunk]);
@@ -75,12 +122,12 @@ export class EgressProxy {
       }
       client.off('data', onData);
       client.pause();
-      this.route(client, head.subarray(0, end + 4), head.subarray(end + 4));
+      this.route(client, head.subarray(0, end + 4), head.subarray(end + 4), tunnel);
     };
     client.on('data', onData);
   }
 
-  private route(client: Socket, head: Buffer, rest: Buffer): void {
+  private route(client: Socket, head: Buffer, rest: Buffer, tunnel: Tunnel): void {
     const lines = head.toString('latin1').split('\r\n');
     const [method = '', target = '', version = 'HTTP/1.1'] = (lines[0] ?? '').split(' ');
     let destination: EgressTarget | undefined;
@@ -105,9 +152,52 @@ export class EgressProxy {
       this.options.onDenied?.(name);
       return refuse(client, 403, `${name} is not on this sandbox's network allow-list`);
     }
-    const upstream = connect(destination.port, destination.host);
+    tunnel.connecting();
+    const { port } = destination;
+    this.options.addresses.pin(destination.host).then(
+      (pinned) => {
+        if ('addresses' in pinned)
+          return this.relay(
+            client,
+            { host: destination.host, port, addresses: pinned.addresses, name },
+            forwardHead,
+            rest,
+            tunnel,
+          );
+        this.options.onDenied?.(name);
+        refuse(client, 403, pinned.refused);
+      },
+      () => refuse(client, 502, `cannot resolve ${destination.host}`),
+    );
+  }
+
+  /** Connects to the pinned addresses (never the name again) and pipes both ways once it is up. */
+  private relay(
+    client: Socket,
+    upstreamAt: { host: string; port: number; addresses: string[]; name: string },
+    forwardHead: string | undefined,
+    rest: Buffer,
+    tunnel: Tunnel,
+  ): void {
+    if (client.destroyed) return;
+    // The resolver here answers with the pinned addresses only; node tries them (both families) in turn.
+    const [first = ''] = upstreamAt.addresses;
+    const upstream = connect({
+      port: upstreamAt.port,
+      host: upstreamAt.host,
+      autoSelectFamily: true,
+      lookup: (_host, options, callback) => {
+        if (options.all)
+          callback(
+            null,
+            upstreamAt.addresses.map((address) => ({ address, family: isIP(address) })),
+          );
+        else callback(null, first, isIP(first));
+      },
+    });
     this.track(upstream);
-    upstream.once('error', () => refuse(client, 502, `cannot reach ${name}`));
+    client.once('close', () => upstream.destroy());
+    upstream.once('error', () => refuse(client, 502, `cannot reach ${upstreamAt.name}`));
     upstream.once('connect', () => {
       upstream.removeAllListeners('error');
       if (forwardHead === undefined) client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
@@ -118,6 +208,7 @@ export class EgressProxy {
       client.pipe(upstream);
       upstream.pipe(client);
       client.resume();
+      tunnel.established();
       const close = () => {
         client.destroy();
         upstream.destroy();
@@ -148,14 +239,19 @@ function safeUrl(value: string): URL | undefined {
 const REASONS: Readonly<Record<number, string>> = {
   400: 'Bad Request',
   403: 'Forbidden',
+  408: 'Request Timeout',
   431: 'Request Header Fields Too Large',
+  503: 'Service Unavailable',
+  504: 'Gateway Timeout',
 };
 
 function refuse(client: Socket, status: number, message: string): void {
   if (client.destroyed) return;
   const reason = REASONS[status] ?? 'Bad Gateway';
   const body = `sigil sandbox: ${message}\n`;
+  // Closed once the answer is flushed, not when the sandbox closes its end: it need not, ever.
   client.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    () => client.destroy(),
   );
 }

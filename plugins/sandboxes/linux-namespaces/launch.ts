@@ -1,4 +1,4 @@
-import { EGRESS_FORWARDER, EGRESS_SOCKET } from './root.ts';
+import { EGRESS_FORWARDER, EGRESS_SOCKET, SANDBOX_ID } from './root.ts';
 
 /**
  * The launch chain, one exec after another (no extra process but the mount helpers):
@@ -7,7 +7,8 @@ import { EGRESS_FORWARDER, EGRESS_SOCKET } from './root.ts';
  *   └ unshare  (new user, mount, network, PID, IPC and UTS namespaces; the user namespace maps only
  *     │         the sandbox user, to itself; --kill-child: its child dies with it)
  *     └ sh -c SETUP  (PID 1 of the new namespace, holding capabilities only inside it)
- *         joins its cgroups, `mount -a` the sandbox root, loopback up (allow-list only),
+ *         joins its cgroups, copies the skeleton onto a tmpfs, `mount -a` the sandbox root,
+ *         loopback up (allow-list only),
  *         pivot_root into the new root and detaches the host's
  *         (rlimits: the shell's ulimit, or prlimit when core dumps go to a pipe helper)
  *       → setpriv  (drop every capability, bounding set and ambient too; no_new_privs)
@@ -27,28 +28,37 @@ export interface Tools {
   umount: string;
   pivotRoot: string;
   prlimit: string;
+  cp: string;
   /** iproute2's `ip`, needed only to bring loopback up for an allow-list. */
   ip?: string;
+  /** Either loads the syscall filter (seccomp.ts); it runs on the host, before the chain. */
+  perl?: string;
+  python3?: string;
 }
 
 export interface LaunchLimits {
   cpuSeconds: number;
   pids: number;
   tmpBytes: number;
+  /** RLIMIT_NOFILE per process (soft and hard). */
+  openFiles: number;
   /** RLIMIT_DATA per process, used when no memory cgroup bounds the sandbox as a whole. */
   dataBytes?: number;
 }
 
 export interface LaunchInput {
   tools: Tools;
-  /** Become this user first (when the runtime runs as root); otherwise stay the current user. */
-  switchUser?: { uid: number; gid: number };
-  /** The sandbox user, mapped to itself inside the user namespace. */
-  uid: number;
-  gid: number;
+  /**
+   * Become this host user (as uid and gid) first, when the runtime runs as root; otherwise stay the
+   * current user. Inside, either is mapped to {@link SANDBOX_ID}.
+   */
+  switchUser?: number;
   marker: string;
   fstab: string;
+  /** Host path of the skeleton, where the root is mounted. */
   root: string;
+  /** An empty host directory the root's tmpfs is first mounted on (see the fstab's first line). */
+  staging: string;
   cwd: string;
   /** `cgroup.procs` files to join (at most 6: they are held on fds 4 to 9 meanwhile). */
   cgroupProcs: readonly string[];
@@ -105,7 +115,7 @@ export function setupScript(input: LaunchInput): string {
         // A core_pattern pipe helper ignores RLIMIT_CORE except for the value 1 (byte), which stops
         // it; only prlimit sets byte values. Without a pipe, 0 stops core files and the shell's own
         // ulimit saves an exec. Either way a crash cannot write the process's secrets to disk.
-        `exec ${q(tools.prlimit)} --core=1 --nproc=${limits.pids} --cpu=${cpu.soft}:${cpu.hard} --fsize=${limits.tmpBytes}${
+        `exec ${q(tools.prlimit)} --core=1 --nproc=${limits.pids} --cpu=${cpu.soft}:${cpu.hard} --fsize=${limits.tmpBytes} --nofile=${limits.openFiles}${
           limits.dataBytes === undefined ? '' : ` --data=${limits.dataBytes}`
         } -- ${dropPrivileges}`,
       ]
@@ -119,6 +129,7 @@ export function setupScript(input: LaunchInput): string {
             `ulimit -H -t ${cpu.hard}`,
             // dash counts file sizes in 512-byte blocks and data in KiB.
             `ulimit -f ${Math.floor(limits.tmpBytes / 512)}`,
+            `ulimit -n ${limits.openFiles}`,
             ...(limits.dataBytes === undefined ? [] : [`ulimit -d ${Math.floor(limits.dataBytes / 1024)}`]),
           ].join(' && '),
           'setting rlimits',
@@ -141,6 +152,13 @@ export function setupScript(input: LaunchInput): string {
           `{ ${input.cgroupProcs.map((_, i) => `echo "$$" >&${i + 4}`).join(' && ')}; } & __sigil_cgroups=$!`,
         ]
       : []),
+    // The skeleton is copied onto a tmpfs, which the fstab then binds read-only over the skeleton:
+    // bound from the host, the root's line in /proc/self/mountinfo would name the skeleton's host
+    // path; a tmpfs of its own names '/'.
+    step(
+      `${q(tools.mount)} -n -t tmpfs -o mode=755,size=1m,nr_inodes=4096 sigil ${q(input.staging)} && ${q(tools.cp)} -PR ${q(`${input.root}/.`)} ${q(input.staging)}`,
+      'building the sandbox root',
+    ),
     step(`${q(tools.mount)} -n -a -T ${q(input.fstab)}`, 'mounting the sandbox root'),
     ...(input.egress && tools.ip ? [step(`${q(tools.ip)} link set lo up`, 'bringing loopback up')] : []),
     step(`cd ${q(input.root)}`, 'entering the sandbox root'),
@@ -148,6 +166,8 @@ export function setupScript(input: LaunchInput): string {
     // -n: no utab bookkeeping (nothing to write, and umount refuses otherwise without real root).
     step(`${q(tools.umount)} -n -l /.oldroot`, 'detaching the host root'),
     step(`cd ${q(input.cwd)}`, `working directory ${input.cwd}`),
+    // cd exported both; OLDPWD is the skeleton's host path, which would stay in PID 1's environ.
+    'unset PWD OLDPWD',
     ...(input.cgroupProcs.length > 0
       ? [
           step('wait "$__sigil_cgroups"', 'cannot join the cgroups'),
@@ -161,9 +181,10 @@ export function setupScript(input: LaunchInput): string {
 /** Arguments of the outermost `setpriv`, which the runtime spawns. */
 export function launchArgs(input: LaunchInput): string[] {
   const { tools } = input;
-  const user = input.switchUser
-    ? ['--reuid', String(input.switchUser.uid), '--regid', String(input.switchUser.gid), '--clear-groups']
-    : [];
+  const user =
+    input.switchUser === undefined
+      ? []
+      : ['--reuid', String(input.switchUser), '--regid', String(input.switchUser), '--clear-groups'];
   const server = input.egress
     ? [
         input.egress.node,
@@ -180,8 +201,8 @@ export function launchArgs(input: LaunchInput): string[] {
     'SIGKILL',
     '--',
     tools.unshare,
-    `--map-user=${input.uid}`,
-    `--map-group=${input.gid}`,
+    `--map-user=${SANDBOX_ID}`,
+    `--map-group=${SANDBOX_ID}`,
     // Ambient capabilities carry the namespace's capabilities across exec into the (non-root) setup
     // shell and mount; the final setpriv drops them before anything of the server runs.
     '--keep-caps',

@@ -20,6 +20,12 @@ import { dirname, join, posix } from 'node:path';
  * all with one `mount -a --fstab` and then `pivot_root`s into it.
  */
 
+/**
+ * The user and group a sandbox sees itself as, whatever host uid it runs as (the user namespace maps
+ * this one id to it), so every sandbox shares one skeleton and one /etc/passwd.
+ */
+export const SANDBOX_ID = 1000;
+
 /** Where the sandbox reaches the egress proxy and its forwarder, inside the sandbox. */
 export const EGRESS_SOCKET = '/run/sigil/egress.sock';
 export const EGRESS_FORWARDER = '/run/sigil/egress-forwarder.cjs';
@@ -61,8 +67,6 @@ export interface RootInput {
   requiredPaths: readonly string[];
   /** Host file of the egress forwarder, when the sandbox has an allow-list. */
   egressForwarder?: string;
-  uid: number;
-  gid: number;
 }
 
 /** Read-only binds keep `nosuid,nodev` too: no_new_privs already neuters set-uid files, this is depth. */
@@ -137,9 +141,9 @@ export function planRoot(input: RootInput): RootPlan {
   const files = [
     {
       path: '/etc/passwd',
-      content: `root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:${input.uid}:${input.gid}:sandbox:/tmp:/usr/sbin/nologin\n`,
+      content: `root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:${SANDBOX_ID}:${SANDBOX_ID}:sandbox:/tmp:/usr/sbin/nologin\n`,
     },
-    { path: '/etc/group', content: `root:x:0:\nsandbox:x:${input.gid}:\n` },
+    { path: '/etc/group', content: `root:x:0:\nsandbox:x:${SANDBOX_ID}:\n` },
     { path: '/etc/hosts', content: '127.0.0.1 localhost\n::1 localhost\n' },
     { path: '/etc/nsswitch.conf', content: 'passwd: files\ngroup: files\nhosts: files\n' },
   ].filter((file) => !covered(file.path));
@@ -221,21 +225,23 @@ export interface FstabInput {
   plan: RootPlan;
   /** Host path of the skeleton, the new root. */
   root: string;
+  /** Host path of the tmpfs holding the skeleton's copy, bound read-only onto `root`. */
+  staging: string;
   tmpBytes: number;
   /** Host path of this sandbox's egress socket, when it has an allow-list. */
   egressSocket?: string;
 }
 
 /**
- * The fstab that `mount -a` applies, in order: the skeleton bound read-only onto itself (pivot_root
- * needs the new root to be a mount point), every read-only bind, a `/proc` of the sandbox's own PID
+ * The fstab that `mount -a` applies, in order: the root (a tmpfs holding a copy of the skeleton, see
+ * launch.ts) bound read-only onto itself, every read-only bind, a `/proc` of the sandbox's own PID
  * namespace (its reaching parts read-only), the private `/tmp`, binds that live under /tmp, and the
  * egress socket.
  */
 export function fstab(input: FstabInput): string {
   const at = (target: string) => join(input.root, target);
   const lines: [string, string, string, string][] = [
-    [input.root, input.root, 'none', 'bind,ro,nosuid,nodev'],
+    [input.staging, input.root, 'none', 'bind,ro,nosuid,nodev'],
   ];
   const bind = (entry: Bind) => lines.push([entry.source, at(entry.target), 'none', entry.options]);
   input.plan.binds.filter((entry) => !inTmp(entry.target)).forEach(bind);

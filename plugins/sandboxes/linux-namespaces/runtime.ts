@@ -1,46 +1,49 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
-  accessSync,
-  constants,
   copyFileSync,
   existsSync,
   mkdirSync,
   readdirSync,
-  readFileSync,
-  readlinkSync,
   realpathSync,
   rmSync,
-  statSync,
   writeFileSync,
 } from 'node:fs';
-import { constants as osConstants } from 'node:os';
-import { delimiter, dirname, isAbsolute, join } from 'node:path';
-import { Transform, type TransformCallback, type Readable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { SigilError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/log.ts';
-import type {
-  SandboxExit,
-  SandboxLimitName,
-  SandboxProcess,
-  SandboxRuntimeV1,
-  SandboxSpec,
-} from '../../../core/plugins/contracts/index.ts';
+import type { SandboxRuntimeV1, SandboxSpec } from '../../../core/plugins/contracts/index.ts';
 import { CgroupV1, type SandboxCgroup } from './cgroups.ts';
+import { EgressAddresses, parseRange } from './egress-addresses.ts';
 import { EgressProxy, parseHostPort } from './egress-proxy.ts';
 import {
-  environmentScript,
-  launchArgs,
-  SETUP_FAILED_EXIT,
-  SETUP_FAILED_PREFIX,
-  type LaunchInput,
-  type Tools,
-} from './launch.ts';
+  assertOwnedPrivately,
+  assertTraversable,
+  coreDumpsGoToPipe,
+  DEFAULT_PATH,
+  findTools,
+  resolveExecutable,
+} from './host.ts';
+import { environmentScript, launchArgs, type LaunchInput, type Tools } from './launch.ts';
 import { currentOwner, marker, markedProcesses, ownerAlive } from './leftovers.ts';
 import { ensureSkeleton, fstab, planRoot } from './root.ts';
+import { LinuxSandboxProcess } from './sandbox-process.ts';
+import {
+  syscallFilter,
+  type FilterInterpreter,
+  type SyscallFilter,
+  type SyscallFilterStatus,
+} from './seccomp.ts';
+import {
+  assertRangeUnused,
+  DEFAULT_UID_RANGE,
+  UidAllocator,
+  uidRangeSchema,
+  type UidLease,
+  type UidRange,
+} from './uids.ts';
 
 const MiB = 1024 * 1024;
 
@@ -54,6 +57,8 @@ export const limitsSchema = z
     pids: z.number().int().min(8),
     outputBytes: z.number().int().positive(),
     tmpBytes: z.number().int().min(MiB),
+    openFiles: z.number().int().min(16),
+    egressConnections: z.number().int().min(1),
   })
   .strict();
 
@@ -78,9 +83,13 @@ export const configSchema = z
   .object({
     /** Per-run state (sandbox roots, fstabs, egress sockets); must be traversable by the sandbox user. */
     stateDir: absolutePath.default('/tmp/sigil-sandboxes'),
-    /** The host user sandboxes run as when the runtime is root; otherwise they run as the runtime's user. */
-    uid: z.number().int().positive().default(65534),
-    gid: z.number().int().positive().default(65534),
+    /**
+     * Host uids (and gids) for sandboxes when the runtime is root: each live sandbox holds one of its
+     * own; it must be no one else's on this host. Not root: every sandbox runs as the runtime's user.
+     */
+    uidRange: uidRangeSchema.default(DEFAULT_UID_RANGE),
+    /** `seccomp`: no kernel keyring, no foreign ABIs (needs perl or python3 on the host); `off`: none. */
+    syscallFilter: z.enum(['seccomp', 'off']).default('seccomp'),
     limits: limitsSchema.partial().prefault({}),
     /** `auto`: per-sandbox cgroup v1 limits when available (root, v1 hierarchy); `off`: rlimits only. */
     cgroups: z.enum(['auto', 'off']).default('auto'),
@@ -93,6 +102,25 @@ export const configSchema = z
     killGraceMs: z.number().int().nonnegative().default(1000),
     /** Port of the egress forwarder on the sandbox's own loopback (HTTP_PROXY). */
     proxyPort: z.number().int().min(1).max(65535).default(3128),
+    /** Timers of the egress proxy (the connection cap is `limits.egressConnections`). */
+    egress: z
+      .object({
+        /** From a connection's accept until its tunnel is up: request head read, upstream connected. */
+        headerTimeoutMs: z.number().int().positive().default(10_000),
+        /** A tunnel with no traffic either way for this long is closed. */
+        idleTimeoutMs: z.number().int().positive().default(300_000),
+        /**
+         * Private, loopback, link-local and other special ranges (CIDR) an allowed host name may
+         * resolve to; by default none (an allow-list entry that is itself an address is always kept).
+         */
+        privateRanges: z
+          .array(
+            z.string().refine((value) => parseRange(value) !== undefined, 'must be an address or CIDR range'),
+          )
+          .default([]),
+      })
+      .strict()
+      .prefault({}),
   })
   .strict();
 
@@ -104,6 +132,8 @@ export const DEFAULT_LIMITS: z.infer<typeof limitsSchema> = {
   pids: 256,
   outputBytes: 256 * MiB,
   tmpBytes: 64 * MiB,
+  openFiles: 1024,
+  egressConnections: 64,
 };
 
 /** Shell variable names only; PPID is read-only in sh, and `__sigil_` names are the init script's own. */
@@ -139,22 +169,19 @@ const specSchema = z.object({
 const NAMESPACE_KINDS = ['user', 'mnt', 'net', 'pid', 'ipc', 'uts', 'cgroup', 'time'];
 /** sun_path holds 108 bytes with its terminating NUL. */
 const MAX_SOCKET_PATH = 107;
-const DEFAULT_PATH = '/usr/local/bin:/usr/bin:/bin';
-const TOOL_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
 const FORWARDER_SOURCE = fileURLToPath(new URL('./egress-forwarder.cjs', import.meta.url));
 
 /** What the runtime enforces on this host, and how (for operators and `/api/attestation/security`). */
 export interface LinuxNamespacesStatus {
-  /** Host user the sandboxes run as. */
-  uid: number;
-  gid: number;
+  /** Host users: one of `range` per live sandbox (as root), or the runtime's own for all. */
+  users:
+    { perSandbox: true; range: UidRange; inUse: number } | { perSandbox: false; uid: number; reason: string };
   namespaces: readonly string[];
   /** `cgroup-v1`: memory, pids and CPU share per sandbox; `rlimits`: per-process rlimits only. */
   limits: 'cgroup-v1' | 'rlimits';
   limitsNote?: string;
   network: string;
-  /** util-linux has no seccomp tool: no syscall filter is installed (see the README). */
-  syscallFilter: { enforced: false; reason: string };
+  syscallFilter: SyscallFilterStatus | { enforced: false; reason: string };
   running: number;
 }
 
@@ -166,9 +193,10 @@ export interface ReapReport {
 
 interface Ready {
   tools: Tools;
-  uid: number;
-  gid: number;
-  switchUser?: { uid: number; gid: number };
+  /** Not root: the runtime's own uid, which every sandbox runs as. Root: a uid per sandbox. */
+  sharedUid?: number;
+  /** Installs the syscall filter, then execs the chain. */
+  filterLoader?: string[];
   ownerDir: string;
   forwarder: string;
   namespaceLimits: string[];
@@ -184,6 +212,8 @@ export interface RuntimeOptions {
   owner?: string;
   /** Whether core dumps go to a pipe helper; read from the kernel unless a test decides. */
   coreToPipe?: boolean;
+  /** Which interpreter loads the syscall filter: perl when present, else python3, unless a test decides. */
+  filterInterpreter?: FilterInterpreter;
 }
 
 /**
@@ -194,19 +224,25 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   readonly specVersion = 'v1' as const;
   readonly owner: string;
   private readonly coreToPipe: boolean | undefined;
+  private readonly filterInterpreter: FilterInterpreter | undefined;
   private readonly config: LinuxNamespacesConfig;
   private readonly logger: Logger;
   private readonly limits: z.infer<typeof limitsSchema>;
   private ready: Promise<Ready> | undefined;
   private stopped = false;
   private readonly running = new Set<LinuxSandboxProcess>();
+  private readonly users: UidAllocator;
+  private readonly egressAddresses: EgressAddresses;
 
   constructor(options: RuntimeOptions) {
     this.config = options.config;
     this.logger = options.logger;
     this.owner = options.owner ?? currentOwner();
     this.coreToPipe = options.coreToPipe;
+    this.filterInterpreter = options.filterInterpreter;
     this.limits = { ...DEFAULT_LIMITS, ...options.config.limits };
+    this.users = new UidAllocator(options.config.uidRange);
+    this.egressAddresses = new EgressAddresses(options.config.egress.privateRanges);
   }
 
   /** Finds the tools, prepares the state dir, reaps leftovers of earlier runs and runs a self-test. */
@@ -231,8 +267,13 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       this.config.cgroups === 'auto' && process.getuid?.() === 0 ? CgroupV1.detect() : undefined;
     const root = process.getuid?.() === 0;
     return {
-      uid: root ? this.config.uid : (process.getuid?.() ?? -1),
-      gid: root ? this.config.gid : (process.getgid?.() ?? -1),
+      users: root
+        ? { perSandbox: true, range: this.config.uidRange, inUse: this.users.inUse }
+        : {
+            perSandbox: false,
+            uid: process.getuid?.() ?? -1,
+            reason: "not root: every sandbox runs as the runtime's own user",
+          },
       namespaces: ['user', 'mount', 'pid', 'network', 'ipc', 'uts'],
       limits: cgroups instanceof CgroupV1 ? 'cgroup-v1' : 'rlimits',
       ...(cgroups instanceof CgroupV1
@@ -243,11 +284,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
           }),
       network:
         'own network namespace; allow-listed host:port only, through an HTTP proxy on a bound unix socket',
-      syscallFilter: {
-        enforced: false,
-        reason:
-          'util-linux has no seccomp tool; instead: no capabilities, no_new_privs, no nested namespaces (max_*_namespaces = 0 inside), no /sys, a minimal /dev',
-      },
+      syscallFilter: this.filterStatus(),
       running: this.running.size,
     };
   }
@@ -305,10 +342,10 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   private async boot(): Promise<Ready> {
     const tools = findTools();
     const root = process.getuid?.() === 0;
-    const uid = root ? this.config.uid : (process.getuid?.() ?? 0);
-    const gid = root ? this.config.gid : (process.getgid?.() ?? 0);
+    if (root) assertRangeUnused(this.config.uidRange);
+    const filter = this.config.syscallFilter === 'seccomp' ? this.filter(tools) : undefined;
     mkdirSync(this.config.stateDir, { recursive: true, mode: 0o755 });
-    assertTraversable(this.config.stateDir, uid, gid, 'the sandbox state dir');
+    assertTraversable(this.config.stateDir, this.someSandboxUid(), 'the sandbox state dir');
     assertOwnedPrivately(this.config.stateDir);
     await this.reapLeftovers();
     // One directory per runtime instance, so two in one process (tests, a second plugin id) never
@@ -323,9 +360,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       this.config.cgroups === 'auto' ? CgroupV1.detect() : { unavailable: 'cgroups: off in config' };
     const ready: Ready = {
       tools,
-      uid,
-      gid,
-      ...(root ? { switchUser: { uid, gid } } : {}),
+      ...(root ? {} : { sharedUid: this.someSandboxUid() }),
+      ...(filter ? { filterLoader: filter.loader } : {}),
       ownerDir,
       forwarder,
       coreToPipe: this.coreToPipe ?? coreDumpsGoToPipe(),
@@ -336,10 +372,49 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     };
     await this.selfTest(ready);
     this.logger.info(
-      { uid, limits: ready.cgroups ? 'cgroup-v1' : 'rlimits', note: ready.cgroupsNote },
+      {
+        users: root ? this.config.uidRange : 'shared (not root)',
+        syscallFilter: filter?.status.loader ?? 'off',
+        limits: ready.cgroups ? 'cgroup-v1' : 'rlimits',
+        note: ready.cgroupsNote,
+      },
       'sandbox runtime ready',
     );
     return ready;
+  }
+
+  /** The syscall filter and its loader, or an error saying why there can be none on this host. */
+  private filter(tools: Tools): SyscallFilter {
+    const name = this.filterInterpreter ?? (tools.perl ? 'perl' : 'python3');
+    const path = tools[name];
+    const filter = path ? syscallFilter({ name, path }) : undefined;
+    if (!filter) {
+      throw new SigilError(
+        'unavailable',
+        path
+          ? `the sandbox syscall filter has no syscall table for ${process.arch}`
+          : `the sandbox syscall filter needs ${this.filterInterpreter ?? 'perl or python3'} on the host (in /usr/bin or /bin)`,
+        {
+          hint: 'install perl-base or python3, or set syscallFilter: off for the sandbox-linux-namespaces plugin',
+        },
+      );
+    }
+    return filter;
+  }
+
+  private filterStatus(): LinuxNamespacesStatus['syscallFilter'] {
+    if (this.config.syscallFilter === 'off')
+      return { enforced: false, reason: 'syscallFilter: off in config' };
+    try {
+      return this.filter(findTools()).status;
+    } catch (error) {
+      return { enforced: false, reason: (error as Error).message }; // and start() fails for the same reason
+    }
+  }
+
+  /** A uid a sandbox may run as, for checks that any of them would pass alike. */
+  private someSandboxUid(): number {
+    return process.getuid?.() === 0 ? this.config.uidRange.first : (process.getuid?.() ?? 0);
   }
 
   /** One trivial sandbox, so a host that cannot build one fails at start-up, not at the first tool call. */
@@ -380,7 +455,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       );
     }
     const command = resolveExecutable(spec.command);
-    assertTraversable(spec.packagePath, ready.uid, ready.gid, 'the package directory');
+    assertTraversable(spec.packagePath, this.someSandboxUid(), 'the package directory');
     const node = network ? realpathSync(process.execPath) : undefined;
     const plan = planRoot({
       systemPaths: this.config.systemPaths,
@@ -392,8 +467,6 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         ...(spec.readOnlyPaths ?? []),
       ],
       ...(network ? { egressForwarder: ready.forwarder } : {}),
-      uid: ready.uid,
-      gid: ready.gid,
     });
     const root = ensureSkeleton(plan, join(ready.ownerDir, 'roots'));
     const id = randomBytes(6).toString('hex');
@@ -408,26 +481,42 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         },
       );
     }
-    const resources = new Resources(fstabFile, socketPath);
+    const staging = join(ready.ownerDir, 'spawn', `${id}.root`);
+    const resources = new Resources(fstabFile, socketPath, staging);
+    let hostUid: number;
     try {
+      const lease = ready.sharedUid === undefined ? await this.users.claim() : undefined;
+      resources.uid = lease;
+      hostUid = lease?.uid ?? (ready.sharedUid as number);
       if (network) {
         resources.proxy = new EgressProxy({
           socketPath,
           allowList: spec.networkAllowList,
+          maxConnections: limits.egressConnections,
+          headerTimeoutMs: this.config.egress.headerTimeoutMs,
+          idleTimeoutMs: this.config.egress.idleTimeoutMs,
+          addresses: this.egressAddresses,
           onDenied: (target) => this.logger.warn({ sandbox: id, target }, 'sandbox egress refused'),
         });
         await resources.proxy.listen();
       }
+      mkdirSync(staging, { mode: 0o755 });
       writeFileSync(
         fstabFile,
-        fstab({ plan, root, tmpBytes: limits.tmpBytes, ...(network ? { egressSocket: socketPath } : {}) }),
+        fstab({
+          plan,
+          root,
+          staging,
+          tmpBytes: limits.tmpBytes,
+          ...(network ? { egressSocket: socketPath } : {}),
+        }),
         { mode: 0o644 },
       );
       if (ready.cgroups) {
         resources.cgroup = ready.cgroups.create(
           `${this.owner}-${id}`,
           { memoryBytes: limits.memoryBytes, pids: limits.pids, cpuQuota: this.config.cpuQuota },
-          { uid: ready.uid, gid: ready.gid },
+          { uid: hostUid, gid: hostUid },
         );
       }
     } catch (error) {
@@ -446,11 +535,10 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     };
     const launch: LaunchInput = {
       tools: ready.tools,
-      ...(ready.switchUser ? { switchUser: ready.switchUser } : {}),
-      uid: ready.uid,
-      gid: ready.gid,
+      ...(ready.sharedUid === undefined ? { switchUser: hostUid } : {}),
       marker: marker(this.owner, id),
       fstab: fstabFile,
+      staging,
       root,
       cwd: spec.cwd ?? spec.packagePath,
       cgroupProcs: resources.cgroup?.procsFiles ?? [],
@@ -460,6 +548,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         cpuSeconds: limits.cpuSeconds,
         pids: limits.pids,
         tmpBytes: limits.tmpBytes,
+        openFiles: limits.openFiles,
         ...(resources.cgroup ? {} : { dataBytes: limits.memoryBytes }),
       },
       ...(node ? { egress: { node, port: this.config.proxyPort } } : {}),
@@ -468,7 +557,9 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     };
     let child: ChildProcess;
     try {
-      child = spawn(ready.tools.setpriv, launchArgs(launch), {
+      // The filter's loader (when there is one) installs it and execs the chain's first setpriv.
+      const [file, ...args] = [...(ready.filterLoader ?? []), ready.tools.setpriv, ...launchArgs(launch)];
+      child = spawn(file as string, args, {
         stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
         // Nothing of the host's environment: the launch chain runs on none, the server on `env`.
         env: {},
@@ -502,10 +593,13 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
 class Resources {
   proxy: EgressProxy | undefined;
   cgroup: SandboxCgroup | undefined;
+  uid: UidLease | undefined;
   private released: Promise<void> | undefined;
   constructor(
     private readonly fstabFile: string,
     private readonly socketPath: string,
+    /** Empty on the host: only the sandbox's own mount namespace ever mounts on it. */
+    private readonly staging: string,
   ) {}
 
   release(): Promise<void> {
@@ -516,306 +610,9 @@ class Resources {
   private async releaseOnce(): Promise<void> {
     await this.proxy?.close();
     await this.cgroup?.remove();
+    await this.uid?.release();
     rmSync(this.fstabFile, { force: true });
+    rmSync(this.staging, { recursive: true, force: true });
     rmSync(this.socketPath, { force: true });
-  }
-}
-
-interface SandboxOptions {
-  id: string;
-  marker: string;
-  outputBytes: number;
-  graceMs: number;
-  cgroup: SandboxCgroup | undefined;
-  /** True when memory is an RLIMIT_DATA per process (an allocation fails) rather than a cgroup (a kill). */
-  memoryPerProcess: boolean;
-  release: () => Promise<void>;
-}
-
-/** Bytes of stderr kept to explain an exit (setup failures, out-of-memory aborts). */
-const STDERR_TAIL_BYTES = 4096;
-
-export class LinuxSandboxProcess implements SandboxProcess {
-  readonly stdin: NodeJS.WritableStream;
-  readonly stdout: Readable;
-  readonly stderr: Readable;
-  readonly exited: Promise<SandboxExit>;
-  /** Host pid of the outermost process of the chain (`setpriv`, then `unshare`). */
-  readonly pid: number | undefined;
-  readonly id: string;
-  readonly marker: string;
-  private ended = false;
-  private pidNamespace: string | undefined;
-  private killedFor: { limit?: SandboxLimitName; reason: string } | undefined;
-  private stderrTail = '';
-
-  constructor(
-    private readonly child: ChildProcess,
-    private readonly options: SandboxOptions,
-  ) {
-    this.id = options.id;
-    this.marker = options.marker;
-    this.pid = child.pid;
-    this.stdin = child.stdin as NodeJS.WritableStream;
-    this.stdin.on('error', () => undefined); // writes to a dead sandbox: `exited` reports its end
-    let written = 0;
-    const meter = (chunk: Buffer): boolean => {
-      written += chunk.length;
-      if (written <= options.outputBytes) return true;
-      this.terminate({ limit: 'output', reason: `stdout and stderr exceeded ${options.outputBytes} bytes` });
-      return false;
-    };
-    this.stdout = (child.stdout as Readable).pipe(new OutputGate(meter));
-    this.stderr = (child.stderr as Readable).pipe(
-      new OutputGate(meter, (chunk) => {
-        this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
-      }),
-    );
-    this.exited = new Promise<SandboxExit>((resolve) => {
-      child.once('error', (error) => {
-        // The launcher itself could not be executed: nothing ran.
-        if (child.pid !== undefined) return;
-        this.ended = true;
-        void options
-          .release()
-          .finally(() =>
-            resolve({ code: null, signal: null, reason: `cannot start the sandbox: ${error.message}` }),
-          );
-      });
-      child.once('close', (code, signal) => {
-        void this.finish(code, signal).then(resolve);
-      });
-    });
-  }
-
-  async kill(): Promise<void> {
-    if (this.ended) {
-      await this.exited;
-      return;
-    }
-    this.stdin.end();
-    const ended = await Promise.race([
-      this.exited.then(() => true),
-      sleep(this.options.graceMs).then(() => false),
-    ]);
-    if (!ended)
-      this.terminate({ reason: `killed: still running ${this.options.graceMs} ms after stdin closed` });
-    await this.exited;
-  }
-
-  /** Kills every process of the sandbox now. */
-  terminate(why: { limit?: SandboxLimitName; reason: string }): void {
-    if (this.ended) return;
-    this.killedFor ??= why;
-    const pid = this.child.pid;
-    if (pid === undefined) return;
-    // Which PID namespace to watch empty out: `unshare` made it, and is alive until the kill below.
-    this.pidNamespace = readLink(`/proc/${pid}/ns/pid_for_children`);
-    // The group holds the whole chain unless a process left it; the pdeath signal and PID namespace
-    // take care of those: unshare's death kills the namespace's init, and with it everything inside.
-    for (const target of [-pid, pid]) {
-      try {
-        process.kill(target, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  }
-
-  private async finish(code: number | null, signal: NodeJS.Signals | null): Promise<SandboxExit> {
-    this.ended = true;
-    if (signal !== null) await this.namespaceGone();
-    const exit = this.describe(code, signal);
-    await this.options.release();
-    return exit;
-  }
-
-  /**
-   * Waits until no process of this sandbox is left: its init's death takes the namespace down, but
-   * the others die a moment later. Watched by PID namespace when the kill came from here, otherwise
-   * by the marker of its init.
-   */
-  private async namespaceGone(): Promise<void> {
-    const ns = this.pidNamespace;
-    const left =
-      ns === undefined || ns === readLink('/proc/self/ns/pid')
-        ? () => markedProcesses().some((p) => p.id === this.id)
-        : () =>
-            readdirSync('/proc').some(
-              (entry) => /^\d+$/.test(entry) && readLink(`/proc/${entry}/ns/pid`) === ns,
-            );
-    for (let attempt = 0; attempt < 200 && left(); attempt++) await sleep(10);
-  }
-
-  private describe(code: number | null, signal: NodeJS.Signals | null): SandboxExit {
-    // A process of the sandbox that died of signal N shows as 128 + N from its init.
-    const bySignal = code !== null && code > 128 && code < 128 + 65 ? signalName(code - 128) : null;
-    const exit: SandboxExit = { code, signal: signal ?? bySignal };
-    const limit = this.killedFor?.limit ?? this.limitFrom(code, exit.signal);
-    if (limit) exit.limit = limit;
-    const setup = this.stderrTail.split('\n').find((line) => line.startsWith(SETUP_FAILED_PREFIX));
-    if (this.killedFor) exit.reason = this.killedFor.reason;
-    else if (code === SETUP_FAILED_EXIT && setup) exit.reason = setup.trim();
-    else if (limit) exit.reason = LIMIT_REASONS[limit];
-    return exit;
-  }
-
-  private limitFrom(code: number | null, signal: NodeJS.Signals | null): SandboxLimitName | undefined {
-    if (signal === 'SIGXCPU') return 'cpu';
-    if (signal === 'SIGXFSZ') return 'file-size';
-    if (this.options.cgroup?.oomKilled()) return 'memory';
-    if (
-      code !== 0 &&
-      this.options.memoryPerProcess &&
-      /out of memory|allocation failed/i.test(this.stderrTail)
-    ) {
-      return 'memory';
-    }
-    if (code !== 0 && this.options.cgroup?.pidsLimitHit()) return 'pids';
-    return undefined;
-  }
-}
-
-const LIMIT_REASONS: Record<SandboxLimitName, string> = {
-  memory: 'ended for exceeding its memory limit',
-  cpu: 'ended for exceeding its CPU time limit',
-  pids: 'ended after reaching its process limit',
-  output: 'killed for exceeding its output limit',
-  'file-size': 'ended for writing a file larger than its limit',
-};
-
-function coreDumpsGoToPipe(): boolean {
-  try {
-    return readFileSync('/proc/sys/kernel/core_pattern', 'utf8').startsWith('|');
-  } catch {
-    return true; // unknown: take the way that stops a pipe helper too
-  }
-}
-
-function readLink(path: string): string | undefined {
-  try {
-    return readlinkSync(path);
-  } catch {
-    return undefined;
-  }
-}
-
-function signalName(number: number): NodeJS.Signals | null {
-  const entry = Object.entries(osConstants.signals).find(([, value]) => value === number);
-  return entry ? (entry[0] as NodeJS.Signals) : null;
-}
-
-/** Passes chunks through while `allow` says so; after that the output is cut off (dropped). */
-class OutputGate extends Transform {
-  private open = true;
-  constructor(
-    private readonly allow: (chunk: Buffer) => boolean,
-    private readonly observe?: (chunk: Buffer) => void,
-  ) {
-    super();
-  }
-
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.observe?.(chunk);
-    if (this.open && this.allow(chunk)) callback(null, chunk);
-    else {
-      this.open = false;
-      callback();
-    }
-  }
-}
-
-function findTools(): Tools {
-  const find = (name: string) =>
-    TOOL_DIRS.map((dir) => join(dir, name)).find((path) => {
-      try {
-        accessSync(path, constants.X_OK);
-        return true;
-      } catch {
-        return false;
-      }
-    });
-  const required = {
-    setpriv: 'setpriv',
-    unshare: 'unshare',
-    sh: 'sh',
-    mount: 'mount',
-    umount: 'umount',
-    pivotRoot: 'pivot_root',
-    prlimit: 'prlimit',
-  };
-  const found: Partial<Tools> = {};
-  const missing: string[] = [];
-  for (const [key, name] of Object.entries(required) as [keyof typeof required, string][]) {
-    const path = find(name);
-    if (path) found[key] = realpathSync(path);
-    else missing.push(name);
-  }
-  if (missing.length > 0) {
-    throw new Error(`util-linux tools not found in ${TOOL_DIRS.join(', ')}: ${missing.join(', ')}`);
-  }
-  const ip = find('ip');
-  return { ...(found as Tools), ...(ip ? { ip: realpathSync(ip) } : {}) };
-}
-
-/** The real path of an executable: absolute as given, or found on the host's PATH. */
-function resolveExecutable(command: string): string {
-  const candidates = command.includes('/')
-    ? [command]
-    : (process.env.PATH ?? DEFAULT_PATH)
-        .split(delimiter)
-        .filter(Boolean)
-        .map((dir) => join(dir, command));
-  for (const candidate of candidates) {
-    if (!isAbsolute(candidate)) continue;
-    try {
-      accessSync(candidate, constants.X_OK);
-      if (statSync(candidate).isFile()) return realpathSync(candidate);
-    } catch {
-      // next
-    }
-  }
-  throw new SigilError(
-    'invalid_request',
-    `sandbox spec command: "${command}" is not an executable file here`,
-  );
-}
-
-/**
- * Fails unless this process owns the state dir and nobody else may write to it: sandbox roots and
- * fstabs live there, and whoever could change them would choose what a sandbox mounts.
- */
-function assertOwnedPrivately(dir: string): void {
-  const stat = statSync(dir);
-  if (stat.uid !== process.getuid?.() || (stat.mode & 0o022) !== 0) {
-    throw new SigilError(
-      'unavailable',
-      `the sandbox state dir ${dir} must be owned by this process's user and writable by it alone (owner ${stat.uid}, mode ${(stat.mode & 0o777).toString(8)})`,
-      { hint: `chown and chmod go-w ${dir}, or choose another stateDir` },
-    );
-  }
-}
-
-/**
- * Fails unless the sandbox user can reach `path`: every directory on the way must let it search.
- * Otherwise the sandbox would fail later with a bare EACCES from mount, which says nothing.
- */
-function assertTraversable(path: string, uid: number, gid: number, what: string): void {
-  let current = path;
-  for (;;) {
-    const stat = statSync(current);
-    const bit = stat.uid === uid ? 0o100 : stat.gid === gid ? 0o010 : 0o001;
-    if (!(stat.mode & bit)) {
-      throw new SigilError(
-        'unavailable',
-        `${what} ${path} is not reachable by the sandbox user ${uid}: ${current} is mode ${(stat.mode & 0o777).toString(8)}`,
-        {
-          hint: `chmod o+x ${current}, or choose a state dir / package cache the sandbox user can reach`,
-        },
-      );
-    }
-    const parent = dirname(current);
-    if (parent === current) return;
-    current = parent;
   }
 }

@@ -1,0 +1,115 @@
+import { accessSync, constants, readFileSync, realpathSync, statSync } from 'node:fs';
+import { delimiter, dirname, isAbsolute, join } from 'node:path';
+import { SigilError } from '../../../core/errors.ts';
+import type { Tools } from './launch.ts';
+
+/** What the runtime needs of the host, checked before a sandbox is built: tools, paths, permissions. */
+
+export const DEFAULT_PATH = '/usr/local/bin:/usr/bin:/bin';
+const TOOL_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
+export function coreDumpsGoToPipe(): boolean {
+  try {
+    return readFileSync('/proc/sys/kernel/core_pattern', 'utf8').startsWith('|');
+  } catch {
+    return true; // unknown: take the way that stops a pipe helper too
+  }
+}
+export function findTools(): Tools {
+  const find = (name: string) =>
+    TOOL_DIRS.map((dir) => join(dir, name)).find((path) => {
+      try {
+        accessSync(path, constants.X_OK);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+  const required = {
+    setpriv: 'setpriv',
+    unshare: 'unshare',
+    sh: 'sh',
+    mount: 'mount',
+    umount: 'umount',
+    pivotRoot: 'pivot_root',
+    prlimit: 'prlimit',
+    cp: 'cp',
+  };
+  const found: Partial<Tools> = {};
+  const missing: string[] = [];
+  for (const [key, name] of Object.entries(required) as [keyof typeof required, string][]) {
+    const path = find(name);
+    if (path) found[key] = realpathSync(path);
+    else missing.push(name);
+  }
+  if (missing.length > 0) {
+    throw new Error(`util-linux tools not found in ${TOOL_DIRS.join(', ')}: ${missing.join(', ')}`);
+  }
+  const optional: Partial<Tools> = {};
+  for (const name of ['ip', 'perl', 'python3'] as const) {
+    const path = find(name);
+    if (path) optional[name] = realpathSync(path);
+  }
+  return { ...(found as Tools), ...optional };
+}
+
+/** The real path of an executable: absolute as given, or found on the host's PATH. */
+export function resolveExecutable(command: string): string {
+  const candidates = command.includes('/')
+    ? [command]
+    : (process.env.PATH ?? DEFAULT_PATH)
+        .split(delimiter)
+        .filter(Boolean)
+        .map((dir) => join(dir, command));
+  for (const candidate of candidates) {
+    if (!isAbsolute(candidate)) continue;
+    try {
+      accessSync(candidate, constants.X_OK);
+      if (statSync(candidate).isFile()) return realpathSync(candidate);
+    } catch {
+      // next
+    }
+  }
+  throw new SigilError(
+    'invalid_request',
+    `sandbox spec command: "${command}" is not an executable file here`,
+  );
+}
+
+/**
+ * Fails unless this process owns the state dir and nobody else may write to it: sandbox roots and
+ * fstabs live there, and whoever could change them would choose what a sandbox mounts.
+ */
+export function assertOwnedPrivately(dir: string): void {
+  const stat = statSync(dir);
+  if (stat.uid !== process.getuid?.() || (stat.mode & 0o022) !== 0) {
+    throw new SigilError(
+      'unavailable',
+      `the sandbox state dir ${dir} must be owned by this process's user and writable by it alone (owner ${stat.uid}, mode ${(stat.mode & 0o777).toString(8)})`,
+      { hint: `chown and chmod go-w ${dir}, or choose another stateDir` },
+    );
+  }
+}
+
+/**
+ * Fails unless the sandbox user can reach `path`: every directory on the way must let it search.
+ * Otherwise the sandbox would fail later with a bare EACCES from mount, which says nothing.
+ */
+export function assertTraversable(path: string, uid: number, what: string): void {
+  let current = path;
+  for (;;) {
+    const stat = statSync(current);
+    const bit = stat.uid === uid ? 0o100 : stat.gid === uid ? 0o010 : 0o001;
+    if (!(stat.mode & bit)) {
+      throw new SigilError(
+        'unavailable',
+        `${what} ${path} is not reachable by the sandbox user ${uid}: ${current} is mode ${(stat.mode & 0o777).toString(8)}`,
+        {
+          hint: `chmod o+x ${current}, or choose a state dir / package cache the sandbox user can reach`,
+        },
+      );
+    }
+    const parent = dirname(current);
+    if (parent === current) return;
+    current = parent;
+  }
+}

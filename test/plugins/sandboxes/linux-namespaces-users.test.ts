@@ -1,0 +1,177 @@
+import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import { SigilError } from '../../../core/errors.ts';
+import type { SandboxProcess } from '../../../core/plugins/contracts/index.ts';
+import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
+import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
+import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
+import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
+import { quietLogger } from '../../support/kernel.ts';
+
+/**
+ * What keeps one sandbox's secrets from another through the kernel, beyond the namespaces: a host uid
+ * of its own per live sandbox (from the operator's range), and the syscall filter (no keyring, no
+ * foreign ABIs). The kit probes the same from outside (distinct-host-users, keyring-*); these tests
+ * take each layer alone and the allocator's edges. Run as root, as the runtime is in production.
+ */
+
+const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+const probeScript = join(repoRoot, 'conformance', 'kits', 'sandbox-probe.cjs');
+/** Outside the default range (0x70000000 + 65536), so no other runtime on this host hands these out. */
+const TEST_RANGE = 0x70010000;
+
+describe('sandbox-linux-namespaces: host users and the syscall filter', function () {
+  this.timeout(30_000);
+  let stateDir: string;
+  const runtimes: LinuxNamespacesRuntime[] = [];
+
+  before(() => {
+    stateDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-users-'));
+    chmodSync(stateDir, 0o755);
+  });
+  afterEach(async () => {
+    await Promise.all(runtimes.splice(0).map((runtime) => runtime.stop()));
+  });
+  after(() => {
+    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  async function newRuntime(
+    options: Record<string, unknown> = {},
+    filterInterpreter?: FilterInterpreter,
+  ): Promise<LinuxNamespacesRuntime> {
+    const runtime = new LinuxNamespacesRuntime({
+      config: configSchema.parse({ stateDir, killGraceMs: 100, ...options }),
+      logger: quietLogger(),
+      ...(filterInterpreter ? { filterInterpreter } : {}),
+    });
+    runtimes.push(runtime);
+    await runtime.start();
+    return runtime;
+  }
+
+  /** Starts the probe in `mode`; resolves with the sandbox and its first report line, parsed. */
+  async function start<T>(
+    runtime: LinuxNamespacesRuntime,
+    mode: string,
+    args: string[] = [],
+  ): Promise<{ sandbox: LinuxSandboxProcess; report: T }> {
+    const sandbox = await runtime.spawn({
+      packagePath: dirname(probeScript),
+      command: process.execPath,
+      args: [probeScript, mode, ...args],
+      env: {},
+      networkAllowList: [],
+    });
+    sandbox.stderr.resume();
+    let out = '';
+    const line = await new Promise<string>((resolve, reject) => {
+      sandbox.stdout.on('data', (chunk: Buffer) => {
+        out += chunk.toString();
+        if (out.includes('\n')) resolve(out.trim());
+      });
+      void sandbox.exited.then((exit) => reject(new Error(`probe ${mode} ended: ${JSON.stringify(exit)}`)));
+    });
+    return { sandbox, report: JSON.parse(line) as T };
+  }
+
+  /** The host uid of the sandbox's launch chain (every process of it runs as the sandbox's user). */
+  function hostUid(sandbox: SandboxProcess): number {
+    const { id } = sandbox as LinuxSandboxProcess;
+    const uids = markedProcesses()
+      .filter((p) => p.id === id)
+      .map((p) => Number(/^Uid:\t(\d+)/m.exec(readFileSync(`/proc/${p.pid}/status`, 'utf8'))?.[1]));
+    expect(new Set(uids).size, `one uid for the whole sandbox: ${uids.join(', ')}`).to.equal(1);
+    return uids[0] as number;
+  }
+
+  it('gives each live sandbox its own host uid from the range, and refuses clearly when all are held', async () => {
+    const runtime = await newRuntime({ uidRange: { first: TEST_RANGE, count: 2 } });
+    const a = await start(runtime, 'sleep');
+    const b = await start(runtime, 'sleep');
+    const uids = [hostUid(a.sandbox), hostUid(b.sandbox)];
+    expect(uids[0]).to.not.equal(uids[1]);
+    for (const uid of uids) expect(uid).to.be.within(TEST_RANGE, TEST_RANGE + 1);
+    expect(runtime.status().users).to.deep.include({ perSandbox: true, inUse: 2 });
+
+    const error = await start(runtime, 'sleep').then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(error).to.be.instanceOf(SigilError);
+    expect((error as SigilError).code).to.equal('unavailable');
+    expect((error as SigilError).message).to.match(/every sandbox uid .* is held/);
+
+    // Released when the sandbox ends: the next one gets that uid.
+    await a.sandbox.kill();
+    const c = await start(runtime, 'sleep');
+    expect(hostUid(c.sandbox)).to.equal(uids[0]);
+  });
+
+  it('never hands one uid to two runtimes at once, even two sharing one range', async () => {
+    const first = await newRuntime({ uidRange: { first: TEST_RANGE + 2, count: 1 } });
+    const second = await newRuntime({ uidRange: { first: TEST_RANGE + 2, count: 1 } });
+    const held = await start(first, 'sleep');
+    const error = await start(second, 'sleep').then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect((error as SigilError | undefined)?.code).to.equal('unavailable');
+    await held.sandbox.kill();
+    const after = await start(second, 'sleep');
+    expect(hostUid(after.sandbox)).to.equal(TEST_RANGE + 2);
+  });
+
+  it('refuses to start on a uid range that a user of this host already has', async () => {
+    const error = await newRuntime({ uidRange: { first: 65534, count: 1 } }).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect((error as SigilError | undefined)?.code).to.equal('config_invalid');
+    expect((error as Error).message).to.match(/already used on this host: \/etc\/passwd: nobody/);
+  });
+
+  it('keeps another sandbox out of a key by the uid alone, with the syscall filter off', async () => {
+    const runtime = await newRuntime({ syscallFilter: 'off', uidRange: { first: TEST_RANGE + 3, count: 2 } });
+    const canary = 'canary-uid-only';
+    const holder = await start<Record<string, unknown>>(runtime, 'keyring', ['store', canary]);
+    expect(holder.report.session, 'add_key works without the filter').to.be.an('object');
+    const thief = await start<{ listed: string[]; stolen: number[] }>(runtime, 'keyring', ['steal', canary]);
+    expect(thief.report).to.deep.include({ listed: [], stolen: [] });
+  });
+
+  // Both loaders install the same program: each is checked end to end.
+  for (const interpreter of ['perl', 'python3'] as const) {
+    it(`loaded by ${interpreter}: refuses the keyring, and kills a call through the x32 numbering or the i386 ABI`, async () => {
+      const runtime = await newRuntime({ uidRange: { first: TEST_RANGE + 16, count: 8 } }, interpreter);
+      expect(runtime.status().syscallFilter).to.include({ enforced: true, loader: interpreter });
+      const keys = await start<Record<string, unknown>>(runtime, 'keyring', ['store', 'canary']);
+      expect(keys.report).to.deep.equal({ session: 'EPERM', user: 'EPERM' });
+      for (const abi of ['x32', 'i386']) {
+        const { report } = await start<{ signal?: string; result?: unknown }>(runtime, 'syscallAbi', [abi]);
+        expect(report, abi).to.deep.include({ signal: 'SIGSYS' });
+      }
+    });
+  }
+
+  it('says what it enforces: a uid per sandbox from the range, and the filter', async () => {
+    const runtime = await newRuntime({ uidRange: { first: TEST_RANGE + 32, count: 4 } });
+    const status = runtime.status();
+    expect(status.users).to.deep.equal({
+      perSandbox: true,
+      range: { first: TEST_RANGE + 32, count: 4 },
+      inUse: 0,
+    });
+    expect(status.syscallFilter).to.deep.equal({
+      enforced: true,
+      arch: 'x86_64',
+      denied: ['add_key', 'request_key', 'keyctl'],
+      otherAbis: 'killed',
+      keyring: 'fresh-session',
+      loader: 'perl',
+    });
+  });
+});
