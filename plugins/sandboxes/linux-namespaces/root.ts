@@ -116,11 +116,6 @@ export function planRoot(input: RootInput): RootPlan {
       return;
     }
     const kind = stat.isDirectory() ? 'dir' : 'file';
-    if (inTmp(path) && kind === 'file') {
-      throw new Error(
-        `${path}: a single file under /tmp cannot be mounted in the sandbox; use its directory`,
-      );
-    }
     binds.set(path, {
       source: path,
       target: path,
@@ -136,6 +131,13 @@ export function planRoot(input: RootInput): RootPlan {
   const kept: Bind[] = [];
   for (const bind of sorted) {
     if (!kept.some((parent) => bind.target.startsWith(`${parent.target}/`))) kept.push(bind);
+  }
+  // (A library of a package under /tmp is in its package's directory: only a file alone is refused.)
+  const tmpFile = kept.find((bind) => inTmp(bind.target) && bind.kind === 'file');
+  if (tmpFile) {
+    throw new Error(
+      `${tmpFile.target}: a single file under /tmp cannot be mounted in the sandbox; use its directory`,
+    );
   }
   for (const device of DEVICES) {
     if (existsSync(device)) kept.push({ source: device, target: device, kind: 'file', options: DEVICE_BIND });

@@ -246,6 +246,24 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       expect(exit.code, stderr).to.equal(0);
       expect(stdout).to.match(/^ran on node v\d+/);
     });
+
+    it("runs a command that lives in its package under the host's /tmp (the package's directory holds it)", async () => {
+      const packageDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-package-'));
+      try {
+        chmodSync(packageDir, 0o755);
+        copyFileSync(join(fixtures, 'env-node-script'), join(packageDir, 'server'));
+        chmodSync(join(packageDir, 'server'), 0o755);
+        const { exit, stdout, stderr } = await runToEnd({
+          packagePath: packageDir,
+          command: join(packageDir, 'server'),
+          args: [],
+        });
+        expect(exit.code, stderr).to.equal(0);
+        expect(stdout).to.match(/^ran on node v\d+/);
+      } finally {
+        rmSync(packageDir, { recursive: true, force: true });
+      }
+    });
   });
 
   describe('/tmp', () => {
