@@ -11,7 +11,7 @@ import { DEFAULT_PATH } from './host.ts';
  * (and again only if the file is replaced) and cached for the life of the runtime.
  *
  * ldd asks the system's loader (glibc's `ld.so --list`, musl's `ld-musl`) rather than running the
- * program, and loads no code of it: it is how the loader itself would resolve them, search paths,
+ * program, and runs none of its code: it is how the loader itself would resolve them, search paths,
  * RPATH and ld.so.cache included. Libraries a program opens later by name (dlopen) are not listed;
  * they go in `readOnlyPaths`.
  */
