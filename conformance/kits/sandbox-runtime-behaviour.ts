@@ -1,6 +1,6 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,7 +28,64 @@ const MiB = 1024 * 1024;
 type SandboxCheck = InstanceCheck<SandboxRuntimeV1>;
 type SandboxContext = KitContext & { instance: SandboxRuntimeV1 };
 
+/** Host programs the probe borrows, at the paths it looks for them (sandbox-probe.cjs). */
+const PROBE_PROGRAMS = ['/usr/bin/find', '/bin/true', '/usr/bin/unshare', '/usr/bin/setpriv'];
+const PYTHON = ['/usr/bin/python3', '/bin/python3'].find((file) => existsSync(file));
+let probeTools: string[] | undefined;
+
+/**
+ * What the probe borrows of this host, given to each probe's sandbox as `readOnlyPaths`: the programs
+ * above, and python3 with its standard library and ctypes module (the keyring and ABI modes make raw
+ * system calls through it). A runtime that mounts only what a server needs would otherwise leave the
+ * probe without them, and the checks that rely on them would pass, or not apply, for want of a tool.
+ */
+export function probeReadOnlyPaths(): string[] {
+  probeTools ??= [
+    ...PROBE_PROGRAMS.filter((file) => existsSync(file)),
+    ...(PYTHON
+      ? [
+          PYTHON,
+          ...execFileSync(
+            PYTHON,
+            [
+              '-I',
+              '-S',
+              '-c',
+              'import os, _ctypes; print(os.path.dirname(os.__file__)); print(_ctypes.__file__)',
+            ],
+            { encoding: 'utf8' },
+          )
+            .trim()
+            .split('\n'),
+        ]
+      : []),
+  ];
+  return probeTools;
+}
+
+/**
+ * Host paths no server needs, which a sandbox that mounts only what its program needs does not show:
+ * documentation, headers, compilers, package managers, interpreters it was not given, users' homes.
+ */
+const UNNEEDED_HOST_PATHS = [
+  '/usr/share/doc',
+  '/usr/include',
+  '/usr/lib/gcc',
+  '/usr/bin/gcc',
+  '/usr/bin/cc',
+  '/usr/bin/apt-get',
+  '/usr/bin/perl',
+  '/usr/bin/python3',
+  '/usr/bin/curl',
+  '/var/lib',
+  '/home',
+  '/root',
+  '/etc/shadow',
+];
+
 interface ProbeOptions {
+  /** Without the probe's tools (see {@link probeReadOnlyPaths}). */
+  bare?: boolean;
   args?: string[];
   env?: Record<string, string>;
   allow?: string[];
@@ -70,6 +127,7 @@ async function startProbe(
     args: [probe, mode, ...(options.args ?? [])],
     env: options.env ?? {},
     networkAllowList: options.allow ?? [],
+    ...(options.bare ? {} : { readOnlyPaths: probeReadOnlyPaths() }),
     ...(options.limits ? { limits: options.limits } : {}),
   };
   evidence.note(`spawn(probe ${mode})`, {
@@ -260,6 +318,22 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
       const report = reported(await runProbe<{ mounts: string }>(context, 'mounts'));
       const writable = writableMounts(report.mounts).filter((mount) => mount !== '/tmp' && mount !== '/proc');
       ensure(writable.length === 0, `mounted read-write: ${writable.join(', ')}`);
+      return pass();
+    },
+  },
+  {
+    id: 'sandbox-runtime.only-what-it-needs',
+    level: 'SHOULD',
+    title: 'the host paths no server needs (docs, compilers, package managers, homes) are not visible',
+    spec: `${CONTRACT}: of the host's files it should see only the package, what command needs to run and readOnlyPaths`,
+    check: async (context) => {
+      const onHost = UNNEEDED_HOST_PATHS.filter((path) => existsSync(path));
+      if (onHost.length === 0)
+        notApplicableBecause(`none of ${UNNEEDED_HOST_PATHS.join(', ')} is on this host`);
+      const report = reported(
+        await runProbe<{ visible: string[] }>(context, 'visible', { args: onHost, bare: true }),
+      );
+      ensure(report.visible.length === 0, `visible inside: ${report.visible.join(', ')}`);
       return pass();
     },
   },

@@ -5,6 +5,8 @@
  * - the root filesystem is read-only: nothing is writable but `/tmp`, which is a fresh, private,
  *   size-limited filesystem mounted noexec, nosuid and nodev; nothing of the host's shared state
  *   (`/dev/shm`, IPC, other processes' files) is visible;
+ * - of the host's files it should see only the package, what `command` needs to run and
+ *   `readOnlyPaths` (a SHOULD: no documentation, compiler, package manager or home of the host);
  * - it holds no capabilities (effective, permitted, inheritable, bounding and ambient sets empty) and
  *   runs with no_new_privs, so no exec can grant any;
  * - it runs as a non-root user on the host, and as a host user that no other running sandbox shares;
@@ -54,7 +56,11 @@ export interface SandboxSpec {
    * refuses every other destination.
    */
   networkAllowList: readonly string[];
-  /** Further absolute host paths (files or directories) to mount read-only at the same path. */
+  /**
+   * Further absolute host paths (files or directories) to mount read-only at the same path. The
+   * runtime mounts what `command` needs to run (its interpreter, shared libraries); an executable or
+   * shared library given here brings its shared libraries too. Nothing else of the host need be visible.
+   */
   readOnlyPaths?: readonly string[];
   /** Each limit overrides the runtime's default for this process. */
   limits?: SandboxLimits;

@@ -45,7 +45,7 @@ export function findTools(): Tools {
     throw new Error(`util-linux tools not found in ${TOOL_DIRS.join(', ')}: ${missing.join(', ')}`);
   }
   const optional: Partial<Tools> = {};
-  for (const name of ['ip', 'perl', 'python3'] as const) {
+  for (const name of ['ip', 'perl', 'python3', 'ldd'] as const) {
     const path = find(name);
     if (path) optional[name] = realpathSync(path);
   }

@@ -34,6 +34,8 @@ export interface Tools {
   /** Either loads the syscall filter (seccomp.ts); it runs on the host, before the chain. */
   perl?: string;
   python3?: string;
+  /** Lists the shared libraries of what a sandbox runs (dependencies.ts), which are all of /usr it sees. */
+  ldd?: string;
 }
 
 export interface LaunchLimits {

@@ -5,7 +5,6 @@ import {
   lstatSync,
   mkdirSync,
   readlinkSync,
-  realpathSync,
   renameSync,
   rmSync,
   symlinkSync,
@@ -69,6 +68,23 @@ export interface RootInput {
   egressForwarder?: string;
 }
 
+/** As the kernel's limit on symlinks followed in one path lookup (MAXSYMLINKS). */
+const MAX_SYMLINKS = 40;
+
+/** The first symlink along `path` (absolute, normalized), and what of the path follows it. */
+function firstSymlink(path: string): { path: string; rest: string } | undefined {
+  const parts = path.split('/').filter(Boolean);
+  for (let i = 0; i < parts.length; i++) {
+    const prefix = `/${parts.slice(0, i + 1).join('/')}`;
+    try {
+      if (lstatSync(prefix).isSymbolicLink()) return { path: prefix, rest: parts.slice(i + 1).join('/') };
+    } catch {
+      return undefined; // missing: the caller's lstat says so
+    }
+  }
+  return undefined;
+}
+
 /** Read-only binds keep `nosuid,nodev` too: no_new_privs already neuters set-uid files, this is depth. */
 const RO_BIND = 'bind,ro,nosuid,nodev';
 const DEVICE_BIND = 'bind,ro,nosuid,noexec';
@@ -77,35 +93,29 @@ export function planRoot(input: RootInput): RootPlan {
   const binds = new Map<string, Bind>();
   const symlinks = new Map<string, string>();
 
-  const underSymlink = (path: string) =>
-    [...symlinks.keys()].some((link) => path === link || path.startsWith(`${link}/`));
-
+  /**
+   * Makes `hostPath` resolve inside as it does on the host: each symlink on its way (`/lib` ->
+   * `usr/lib`, then a library's version link) becomes the same symlink in the skeleton, and only the
+   * real file or directory at the end is bound, never a whole directory a link passes through.
+   */
   const add = (hostPath: string, required: boolean): void => {
-    const path = posix.normalize(hostPath);
+    let path = posix.normalize(hostPath);
+    for (let hops = 0; ; hops++) {
+      const link = firstSymlink(path);
+      if (!link) break;
+      if (hops === MAX_SYMLINKS) throw new Error(`${hostPath}: too many levels of symbolic links`);
+      const target = readlinkSync(link.path);
+      symlinks.set(link.path, target);
+      path = posix.join(posix.resolve(posix.dirname(link.path), target), link.rest);
+    }
     let stat;
     try {
       stat = lstatSync(path);
     } catch {
-      if (required) throw new Error(`${path} does not exist on the host`);
-      return;
-    }
-    if (underSymlink(path)) {
-      // e.g. /lib64/ld-linux-x86-64.so.2 while /lib64 is a symlink in the sandbox: mount the real file.
-      const real = realpathSync(path);
-      if (real !== path) add(real, required);
-      return;
-    }
-    if (stat.isSymbolicLink()) {
-      symlinks.set(path, readlinkSync(path));
-      add(realpathSync(path), required);
+      if (required) throw new Error(`${hostPath} does not exist on the host`);
       return;
     }
     const kind = stat.isDirectory() ? 'dir' : 'file';
-    if (inTmp(path) && kind === 'file') {
-      throw new Error(
-        `${path}: a single file under /tmp cannot be mounted in the sandbox; use its directory`,
-      );
-    }
     binds.set(path, {
       source: path,
       target: path,
@@ -121,6 +131,13 @@ export function planRoot(input: RootInput): RootPlan {
   const kept: Bind[] = [];
   for (const bind of sorted) {
     if (!kept.some((parent) => bind.target.startsWith(`${parent.target}/`))) kept.push(bind);
+  }
+  // (A library of a package under /tmp is in its package's directory: only a file alone is refused.)
+  const tmpFile = kept.find((bind) => inTmp(bind.target) && bind.kind === 'file');
+  if (tmpFile) {
+    throw new Error(
+      `${tmpFile.target}: a single file under /tmp cannot be mounted in the sandbox; use its directory`,
+    );
   }
   for (const device of DEVICES) {
     if (existsSync(device)) kept.push({ source: device, target: device, kind: 'file', options: DEVICE_BIND });

@@ -29,6 +29,7 @@ import {
 import { environmentScript, launchArgs, type LaunchInput, type Tools } from './launch.ts';
 import { currentOwner, marker, markedProcesses, ownerAlive } from './leftovers.ts';
 import { ensureSkeleton, fstab, planRoot } from './root.ts';
+import { Dependencies } from './dependencies.ts';
 import { LinuxSandboxProcess } from './sandbox-process.ts';
 import {
   syscallFilter,
@@ -64,20 +65,15 @@ export const limitsSchema = z
 
 const absolutePath = z.string().refine(isAbsolute, 'must be an absolute path');
 
-/** What a fresh Debian (or any glibc distribution) needs to run node; missing entries are skipped. */
-export const DEFAULT_SYSTEM_PATHS = [
-  '/usr',
-  '/bin',
-  '/sbin',
-  '/lib',
-  '/lib32',
-  '/lib64',
-  '/libx32',
-  '/etc/ld.so.cache',
-  '/etc/ssl',
-  '/etc/alternatives',
-  '/etc/localtime',
-];
+/**
+ * Host files every sandbox sees besides the programs it runs and their libraries (which the runtime
+ * finds itself); missing entries are skipped. Not /usr: a server sees no compiler, shell tool or
+ * document of the host that it was not given.
+ */
+export const DEFAULT_SYSTEM_PATHS = ['/etc/ld.so.cache', '/etc/localtime'];
+const SHELL = '/bin/sh';
+/** CA certificates (Debian's /etc/ssl/certs links into /usr/share/ca-certificates), for an allow-list only. */
+const NETWORK_PATHS = ['/etc/ssl', '/usr/share/ca-certificates', '/etc/pki'];
 
 export const configSchema = z
   .object({
@@ -197,6 +193,14 @@ interface Ready {
   sharedUid?: number;
   /** Installs the syscall filter, then execs the chain. */
   filterLoader?: string[];
+  /**
+   * What the chain runs after it has switched into the sandbox's root (umount, prlimit, setpriv, sh)
+   * and their libraries.
+   */
+  chainFiles: readonly string[];
+  dependencies: Dependencies;
+  /** An empty directory, the self-test's package. */
+  selfTestPackage: string;
   ownerDir: string;
   forwarder: string;
   namespaceLimits: string[];
@@ -341,6 +345,12 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
 
   private async boot(): Promise<Ready> {
     const tools = findTools();
+    if (!tools.ldd) {
+      throw new SigilError('unavailable', 'the sandbox needs ldd to find the libraries of what it runs', {
+        hint: 'install libc-bin (or your C library’s ldd)',
+      });
+    }
+    const dependencies = new Dependencies(tools.ldd);
     const root = process.getuid?.() === 0;
     if (root) assertRangeUnused(this.config.uidRange);
     const filter = this.config.syscallFilter === 'seccomp' ? this.filter(tools) : undefined;
@@ -358,13 +368,26 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     copyFileSync(FORWARDER_SOURCE, forwarder);
     const detected =
       this.config.cgroups === 'auto' ? CgroupV1.detect() : { unavailable: 'cgroups: off in config' };
+    const coreToPipe = this.coreToPipe ?? coreDumpsGoToPipe();
+    const selfTestPackage = join(ownerDir, 'self-test');
+    mkdirSync(selfTestPackage, { mode: 0o755 });
     const ready: Ready = {
       tools,
+      chainFiles: await dependencies.of([
+        tools.sh,
+        tools.setpriv,
+        tools.umount,
+        ...(coreToPipe ? [tools.prlimit] : []),
+        // The same shell, where system(3), popen(3) and node's `shell: true` look for it.
+        ...(existsSync(SHELL) ? [SHELL] : []),
+      ]),
+      dependencies,
+      selfTestPackage,
       ...(root ? {} : { sharedUid: this.someSandboxUid() }),
       ...(filter ? { filterLoader: filter.loader } : {}),
       ownerDir,
       forwarder,
-      coreToPipe: this.coreToPipe ?? coreDumpsGoToPipe(),
+      coreToPipe,
       namespaceLimits: NAMESPACE_KINDS.map((kind) => `/proc/sys/user/max_${kind}_namespaces`).filter((file) =>
         existsSync(file),
       ),
@@ -420,7 +443,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   /** One trivial sandbox, so a host that cannot build one fails at start-up, not at the first tool call. */
   private async selfTest(ready: Ready): Promise<void> {
     const probe = await this.launch(ready, {
-      packagePath: '/usr',
+      packagePath: ready.selfTestPackage,
       command: ready.tools.sh,
       args: ['-c', 'exit 0'],
       env: {},
@@ -458,13 +481,17 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     assertTraversable(spec.packagePath, this.someSandboxUid(), 'the package directory');
     const node = network ? realpathSync(process.execPath) : undefined;
     const plan = planRoot({
-      systemPaths: this.config.systemPaths,
+      systemPaths: [...this.config.systemPaths, ...(network ? NETWORK_PATHS : [])],
       requiredPaths: [
         spec.packagePath,
-        command,
-        ...(node ? [node] : []),
-        ...this.config.readOnlyPaths,
-        ...(spec.readOnlyPaths ?? []),
+        ...ready.chainFiles,
+        // The programs it runs, and every executable or library it was given, bring their libraries.
+        ...(await ready.dependencies.of([
+          command,
+          ...(node ? [node] : []),
+          ...this.config.readOnlyPaths,
+          ...(spec.readOnlyPaths ?? []),
+        ])),
       ],
       ...(network ? { egressForwarder: ready.forwarder } : {}),
     });

@@ -6,6 +6,7 @@ import { expect } from 'chai';
 import { SigilError } from '../../../core/errors.ts';
 import type { SandboxProcess } from '../../../core/plugins/contracts/index.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
+import { probeReadOnlyPaths } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
 import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
 import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
 import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
@@ -65,6 +66,7 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
       args: [probeScript, mode, ...args],
       env: {},
       networkAllowList: [],
+      readOnlyPaths: probeReadOnlyPaths(), // python3, which makes the raw system calls
     });
     sandbox.stderr.resume();
     let out = '';

@@ -8,6 +8,7 @@ import {
   readdirSync,
   readFileSync,
   readlinkSync,
+  realpathSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
@@ -21,7 +22,7 @@ import { pluginEntrySchema } from '../../../core/config/schema.ts';
 import { openDatabase } from '../../../core/db/database.ts';
 import { SecretRegistry } from '../../../core/log.ts';
 import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
-import type { SandboxExit, SandboxLimits } from '../../../core/plugins/contracts/index.ts';
+import type { SandboxExit, SandboxLimits, SandboxSpec } from '../../../core/plugins/contracts/index.ts';
 import { PluginHost } from '../../../core/plugins/host.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import { writableMounts } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
@@ -188,6 +189,77 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         sandbox.stderr.resume();
         expect((await sandbox.exited).code).to.equal(0);
         expect(JSON.parse(out)).to.deep.equal({ read: 'package data', write: 'EROFS' });
+      } finally {
+        rmSync(packageDir, { recursive: true, force: true });
+      }
+    });
+  });
+
+  /** Runs `spec` to its end; its exit and what it printed. */
+  async function runToEnd(spec: Omit<SandboxSpec, 'env' | 'networkAllowList'>) {
+    const sandbox = await runtime.spawn({ env: {}, networkAllowList: [], ...spec });
+    let stdout = '';
+    let stderr = '';
+    sandbox.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    sandbox.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    return { exit: await sandbox.exited, stdout, stderr };
+  }
+
+  describe('only what it needs of the host', () => {
+    it("shows nothing of the host's /usr it was not given: no documentation, headers, compiler or other interpreter", async () => {
+      const unneeded = [
+        '/usr/share/doc',
+        '/usr/include',
+        '/usr/lib/gcc',
+        '/usr/bin/gcc',
+        '/usr/bin/perl',
+        '/usr/bin/python3',
+      ].filter((path) => existsSync(path));
+      expect(unneeded, 'host paths to look for').to.include('/usr/share/doc');
+      const { report } = await probe<{ visible: string[] }>('visible', { args: unneeded });
+      expect(report.visible).to.deep.equal([]);
+    });
+
+    it('runs an executable given in readOnlyPaths with the shared libraries it needs, and no other program', async () => {
+      const { exit, stdout, stderr } = await runToEnd({
+        packagePath: probePackage,
+        command: '/bin/sh',
+        args: ['-c', 'find /usr/bin -type f'],
+        readOnlyPaths: ['/usr/bin/find'], // libselinux and libpcre2 come along
+      });
+      expect(exit.code, stderr).to.equal(0);
+      const programs = stdout.trim().split('\n');
+      expect(programs).to.include('/usr/bin/find');
+      // What the launch chain runs once inside, the given one, and node if it lives there too.
+      const allowed = ['sh', 'setpriv', 'umount', 'prlimit', 'find']
+        .map((name) => realpathSync(`/usr/bin/${name}`))
+        .concat(realpathSync(process.execPath));
+      expect(programs.filter((file) => !allowed.includes(file))).to.deep.equal([]);
+    });
+
+    it('runs a script through what its #! line names (#!/usr/bin/env node), with no readOnlyPaths', async () => {
+      const { exit, stdout, stderr } = await runToEnd({
+        packagePath: fixtures,
+        command: join(fixtures, 'env-node-script'),
+        args: [],
+      });
+      expect(exit.code, stderr).to.equal(0);
+      expect(stdout).to.match(/^ran on node v\d+/);
+    });
+
+    it("runs a command that lives in its package under the host's /tmp (the package's directory holds it)", async () => {
+      const packageDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-package-'));
+      try {
+        chmodSync(packageDir, 0o755);
+        copyFileSync(join(fixtures, 'env-node-script'), join(packageDir, 'server'));
+        chmodSync(join(packageDir, 'server'), 0o755);
+        const { exit, stdout, stderr } = await runToEnd({
+          packagePath: packageDir,
+          command: join(packageDir, 'server'),
+          args: [],
+        });
+        expect(exit.code, stderr).to.equal(0);
+        expect(stdout).to.match(/^ran on node v\d+/);
       } finally {
         rmSync(packageDir, { recursive: true, force: true });
       }
@@ -374,9 +446,13 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       const piped = newRuntime(stateDir, undefined, {}, true);
       try {
         const sandbox = await piped.spawn({
-          packagePath: '/usr',
+          // Not /usr as the package: prlimit must be there because the chain needs it, not by chance.
+          packagePath: probePackage,
           command: '/bin/sh',
-          args: ['-c', 'ulimit -c; ulimit -p; ulimit -t; cat /proc/self/limits | grep -i "core file"'],
+          args: [
+            '-c',
+            'ulimit -c; ulimit -p; ulimit -t; while read -r line; do case $line in "Max core file size"*) echo "$line";; esac; done < /proc/self/limits',
+          ],
           env: {},
           networkAllowList: [],
           limits: { pids: 99, cpuSeconds: 7 },
