@@ -59,6 +59,8 @@ class Waiter {
 
   constructor(
     private readonly queue: Waiter[],
+    /** The slot it waits to start or join (none for a one-shot call). */
+    readonly slotId: string | undefined,
     waitMs: number,
     private readonly resolve: () => void,
     private readonly reject: (error: Error) => void,
@@ -165,23 +167,49 @@ export class ServerPool {
       );
     if (this.waiting.length >= queueLength) throw refusal();
     const deadline = performance.now() + queueWaitMs;
+    const id = oneShot ? undefined : slotId(key);
     for (let first = true; ; first = false) {
       const waitMs = deadline - performance.now();
-      if (waitMs <= 0) throw refusal();
+      if (waitMs <= 0) {
+        this.passOn();
+        throw refusal();
+      }
       await new Promise<void>((resolve, reject) => {
-        const waiter = new Waiter(this.waiting, waitMs, resolve, reject, refusal);
+        const waiter = new Waiter(this.waiting, id, waitMs, resolve, reject, refusal);
         // Woken but beaten to the room: back to the head, not the tail.
         if (first) this.waiting.push(waiter);
         else this.waiting.unshift(waiter);
       });
       const slot = this.acquire(key, oneShot, true);
-      if (slot) return slot;
+      if (slot) {
+        this.wakeJoiners(id);
+        // It may have joined its key's process, leaving the room it was woken for to the next.
+        this.passOn();
+        return slot;
+      }
     }
   }
 
   /** A process may be free (idle, or gone): the first waiting call tries for it. */
   private wakeOne(): void {
     this.waiting.shift()?.wake();
+  }
+
+  /** Wakes the calls that wait for the same key's process: now there is one to join. */
+  private wakeJoiners(id: string | undefined): void {
+    if (id === undefined) return;
+    for (let at = this.waiting.length - 1; at >= 0; at -= 1) {
+      const waiter = this.waiting[at] as Waiter;
+      if (waiter.slotId !== id) continue;
+      this.waiting.splice(at, 1);
+      waiter.wake();
+    }
+  }
+
+  /** Wakes the next waiting call if there is room that no call has taken. */
+  private passOn(): void {
+    if (this.waiting.length > 0 && (this.slots.size < this.options.maxRunning || this.idleSlot()))
+      this.wakeOne();
   }
 
   private start(key: ServerKey, id: string): Promise<RunningServer> {
@@ -210,14 +238,17 @@ export class ServerPool {
   /** True when one more process may start: under the cap, or the least recently used idle one stopped. */
   private makeRoom(): boolean {
     if (this.slots.size < this.options.maxRunning) return true;
-    for (const slot of this.slots.values()) {
-      if (slot.busy === 0) {
-        this.slots.delete(slot.id); // the room is this call's: no waiting call is woken for it
-        void this.stop(slot, 'evicted (least recently used)');
-        return true;
-      }
-    }
-    return false;
+    const idle = this.idleSlot();
+    if (!idle) return false;
+    this.slots.delete(idle.id); // the room is this call's: no waiting call is woken for it
+    void this.stop(idle, 'evicted (least recently used)');
+    return true;
+  }
+
+  /** The least recently used process with no call. */
+  private idleSlot(): Slot | undefined {
+    for (const slot of this.slots.values()) if (slot.busy === 0) return slot;
+    return undefined;
   }
 
   /** Its last call ended: idle from now on, and free for a call waiting for room. */

@@ -160,6 +160,20 @@ describe('server pool', function () {
     expect(launches.map((k) => k.serverId)).to.deep.equal(['one', 'two', 'three']);
   });
 
+  it('lets a queued call join the process another queued call of its key started', async () => {
+    pool = newPool({ maxRunning: 1, queueLength: 4, queueWaitMs: 20_000 });
+    let finish!: () => void;
+    const held = pool.use(key('one'), () => new Promise<void>((resolve) => (finish = resolve)));
+    await until(() => finish !== undefined);
+    // The first call for 'two' holds its process until the second has been served on it.
+    let second!: Promise<string>;
+    const first = pool.use(key('two'), () => second);
+    second = instanceOf(key('two'));
+    finish();
+    await Promise.all([held, first, second]);
+    expect(launches.map((k) => k.serverId)).to.deep.equal(['one', 'two']);
+  });
+
   it('refuses a queued call when its wait runs out', async () => {
     pool = newPool({ maxRunning: 1, queueLength: 4, queueWaitMs: 300 });
     let finish!: () => void;
