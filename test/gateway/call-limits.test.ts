@@ -2,7 +2,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import type { SigilConfig } from '../../core/config/schema.ts';
+import { CallerLimits } from '../../services/gateway/call-limits.ts';
 import { RETRY_LATER_CODES } from '../../services/gateway/mcp/jsonrpc.ts';
+import { RetryLater } from '../../services/gateway/retry-later.ts';
 import { probeEntry, ProbeWorld, textOf, walletToken } from './support.ts';
 
 type Gateway = Awaited<ReturnType<ProbeWorld['gateway']>>;
@@ -305,5 +307,56 @@ describe('gateway call limits (a real gateway, the probe and server-memory in th
       );
       expect(same.status).to.equal(429);
     });
+  });
+});
+
+describe('gateway call limits: who an anonymous client is', () => {
+  const origin = (remoteAddress: string, forwardedFor = '') => ({
+    remoteAddress,
+    header: (name: string) => (name === 'x-forwarded-for' ? forwardedFor : ''),
+  });
+  const limits = (trustedProxies: string[] = []) =>
+    new CallerLimits({ perWallet: 2, perAnonymousClient: 1, trustedProxies });
+
+  it('is the remote address; an IPv4 one as such on a dual-stack socket; an IPv6 one by its /64', () => {
+    const caller = limits();
+    expect(caller.clientOf(origin('203.0.113.9'))).to.equal('203.0.113.9');
+    expect(caller.clientOf(origin('::ffff:203.0.113.9'))).to.equal('203.0.113.9');
+    expect(caller.clientOf(origin('2001:db8:0:12:a:b:c:d'))).to.equal('2001:db8:0:12::/64');
+    expect(caller.clientOf(origin('2001:db8::1'))).to.equal('2001:db8:0:0::/64');
+    expect(caller.clientOf(origin('2001:db8::2'))).to.equal(caller.clientOf(origin('2001:db8:0:0:ffff::9')));
+    expect(caller.clientOf(origin('::1'))).to.equal('0:0:0:0::/64');
+  });
+
+  it('believes X-Forwarded-For only from a trusted proxy, and only the entries trusted proxies added', () => {
+    expect(limits().clientOf(origin('10.0.0.5', '198.51.100.1'))).to.equal('10.0.0.5');
+    const behind = limits(['10.0.0.0/8', '192.0.2.1']);
+    expect(behind.clientOf(origin('10.0.0.5', '198.51.100.1'))).to.equal('198.51.100.1');
+    // The client may send its own X-Forwarded-For: only what our proxies appended counts.
+    expect(behind.clientOf(origin('10.0.0.5', '1.2.3.4, 198.51.100.1, 192.0.2.1'))).to.equal('198.51.100.1');
+    expect(behind.clientOf(origin('10.0.0.5', 'garbage, 198.51.100.1'))).to.equal('198.51.100.1');
+    expect(behind.clientOf(origin('10.0.0.5', ''))).to.equal('10.0.0.5');
+    expect(behind.clientOf(origin('198.51.100.7', '10.0.0.9'))).to.equal('198.51.100.7');
+  });
+
+  it('counts calls in flight per caller and refuses one over the limit with a RetryLater, until one ends', () => {
+    const caller = limits();
+    const wallet = '0x1111111111111111111111111111111111111111';
+    const a = caller.admit(wallet, undefined);
+    caller.admit(wallet, undefined);
+    const refused = (() => {
+      try {
+        caller.admit(wallet, undefined);
+      } catch (err) {
+        return err;
+      }
+      return undefined;
+    })();
+    expect(refused).to.be.instanceOf(RetryLater);
+    expect(refused).to.include({ code: 'rate_limited', retryAfterSeconds: 1 });
+    caller.release(a);
+    expect(caller.admit(wallet, undefined)).to.equal(wallet);
+    expect(caller.admit(undefined, origin('203.0.113.9'))).to.equal('203.0.113.9');
+    expect(() => caller.admit(undefined, origin('::ffff:203.0.113.9'))).to.throw(RetryLater);
   });
 });
