@@ -47,8 +47,6 @@ export interface ToolCallerOptions {
 interface Execution {
   result: CallToolResult;
   injected: RunningServer['injected'];
-  /** The call ran until its time limit: charged, although its result is an error (see execute). */
-  ranOutOfTime?: true;
 }
 
 /** A tool result that reports an error in text, as MCP clients show tool errors. */
@@ -135,16 +133,16 @@ export class ToolCaller {
       secretNames: outcome.injected.names,
     });
     const proven: CallToolResult = { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
-    return { value: proven, succeeded: result.isError !== true || outcome.ranOutOfTime === true };
+    return { value: proven, succeeded: result.isError !== true };
   }
 
   /**
    * Runs the call on a process of the caller's, within the caller's limit of calls in flight (429
    * beyond it) and the server's time limit. Anonymous callers cannot be told apart, so they share a
    * process only where the catalog declares the server stateless; elsewhere each anonymous call gets a
-   * fresh process, stopped after it. A call that runs until its time limit is charged: the server
-   * worked for all the time the operator allows it, and a free timeout made holding processes free
-   * (and renewable). A call that fails sooner, is cancelled by its client or is refused is not charged.
+   * fresh process, stopped after it. A call that runs until its time limit is not charged: it failed,
+   * and the gateway spec settles no failed call (part 7). What bounds the processes a caller can hold
+   * for nothing is its limit of calls in flight, not a price.
    */
   private async execute(call: ToolCall, disconnection: Disconnection | undefined): Promise<Execution> {
     const settings = this.options.settingsOf(call.serverId);
@@ -183,18 +181,13 @@ export class ToolCaller {
       }
       const timedOut = err instanceof McpError && err.code === ErrorCode.RequestTimeout;
       this.options.logger.warn({ serverId: call.serverId, tool: call.tool, timedOut }, 'tool call failed');
-      if (timedOut) {
-        return {
-          injected,
-          ranOutOfTime: true,
-          result: toolError(
-            `Tool "${call.tool}" timed out after ${settings.timeoutMs} ms; the server was stopped`,
-          ),
-        };
-      }
       return {
         injected,
-        result: toolError(`Tool "${call.tool}" failed: the MCP server ended or broke the protocol`),
+        result: toolError(
+          timedOut
+            ? `Tool "${call.tool}" timed out after ${settings.timeoutMs} ms; the server was stopped`
+            : `Tool "${call.tool}" failed: the MCP server ended or broke the protocol`,
+        ),
       };
     } finally {
       this.options.limits.release(caller);

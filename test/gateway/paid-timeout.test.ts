@@ -14,8 +14,9 @@ import { textOf, type ProbeWorld } from './support.ts';
 after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
 
 /**
- * Whether a paid call is charged depends on how it ended: run until its time limit, it is (holding a
- * process for the whole limit was free before, and renewable); failed sooner, it is not.
+ * A paid call that runs until its time limit has failed, and the gateway spec settles no failed call
+ * (part 7): it is not charged, like one that fails sooner. What keeps such calls from holding every
+ * process for nothing is the caller's limit of calls in flight (call-limits.test.ts).
  */
 describe('gateway: a paid call that runs until its time limit', function () {
   this.timeout(120_000);
@@ -50,22 +51,22 @@ describe('gateway: a paid call that runs until its time limit', function () {
       return { res, body: (await res.json()) as Record<string, unknown> };
     };
 
-    it('is charged once: the timeout is the result, with a settled receipt', async () => {
+    it('is not charged: the timeout is the result, with no receipt, and nothing moved', async () => {
       const { res, body } = await paidCall('sleep', { ms: 600_000 });
       expect(res.status).to.equal(200);
       expect(body.isError).to.equal(true);
       expect(textOf(body)).to.equal('Tool "sleep" timed out after 2000 ms; the server was stopped');
-      const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
-      expect(receipt.success).to.equal(true);
+      expect(res.headers.get('payment-response')).to.equal(null);
       const { settled } = await gateway.expectBalanced();
-      expect(settled).to.equal(500n);
+      expect(settled).to.equal(0n);
     });
 
-    it('a call that fails before its time limit is not charged', async () => {
-      const { res, body } = await paidCall('fail', {});
+    it('a call that succeeds after a timed-out one (its server restarted) is charged once', async () => {
+      const { res, body } = await paidCall('echo', { message: 'after the timeout' });
       expect(res.status).to.equal(200);
-      expect(body.isError).to.equal(true);
-      expect(res.headers.get('payment-response')).to.equal(null);
+      expect(textOf(body)).to.equal('after the timeout');
+      const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
+      expect(receipt.success).to.equal(true);
       const { settled } = await gateway.expectBalanced();
       expect(settled).to.equal(500n);
     });
