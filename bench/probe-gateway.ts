@@ -52,6 +52,14 @@ export function probeGatewayConfig(options: {
       warmupAtStart: false,
       includeDefaultCatalog: false,
       catalogFile: options.catalogFile,
+      // The load generators are one client (one address, or one wallet) with up to 200 calls in flight.
+      callLimits: {
+        perWallet: 1000,
+        perAnonymousClient: 1000,
+        queueLength: 64,
+        queueWaitSeconds: 10,
+        trustedProxies: [],
+      },
       ...options.gateway,
     },
     plugins: [

@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { SERVER_LIMITS } from '../http/server.ts';
 
@@ -222,6 +223,64 @@ const serviceSchema = (defaultPort: number) =>
     })
     .strict();
 
+/** An IPv4 or IPv6 address, or a CIDR block of them. */
+const addressOrBlock = z.string().refine((value) => {
+  const [ip = '', bits, ...rest] = value.split('/');
+  const family = isIP(ip);
+  if (family === 0 || rest.length > 0) return false;
+  if (bits === undefined) return true;
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128);
+}, 'an IP address or a CIDR block (10.0.0.0/8, fd00::/8)');
+
+/**
+ * What one caller may hold of the gateway's MCP server processes, and how long a call waits for one:
+ * a slow or hanging call holds a process until its time limit, so without these a few callers held
+ * them all (README: Security).
+ */
+const callLimitsSchema = z
+  .object({
+    perWallet: z
+      .number()
+      .int()
+      .min(1)
+      .max(100_000)
+      .default(8)
+      .describe('Tool calls one wallet may have in flight (queued included); more are refused 429'),
+    perAnonymousClient: z
+      .number()
+      .int()
+      .min(1)
+      .max(100_000)
+      .default(4)
+      .describe(
+        'Tool calls one anonymous client (a remote address; an IPv6 /64) may have in flight; more are refused 429',
+      ),
+    queueLength: z
+      .number()
+      .int()
+      .min(0)
+      .max(100_000)
+      .default(64)
+      .describe(
+        'Calls that may wait for a process while all maxRunningServers are busy; more are refused 503',
+      ),
+    queueWaitSeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(300)
+      .default(10)
+      .describe('How long a call waits for a process before a 503'),
+    trustedProxies: z
+      .array(addressOrBlock)
+      .default([])
+      .describe(
+        "Proxies whose X-Forwarded-For names the anonymous client; otherwise the client is the connection's remote address (behind a proxy: the proxy)",
+      ),
+  })
+  .strict()
+  .prefault({});
+
 /** What `sigil up` runs with no config: no TEE, MCP servers from npm, the util-linux sandbox. */
 export const DEFAULT_PLUGINS = ['tee-none', 'registry-npm', 'sandbox-linux-namespaces'] as const;
 
@@ -419,7 +478,23 @@ export const configSchema = z
           .default(300)
           .describe('A warm MCP server process with no call for this long is stopped'),
         maxRunningServers: z.number().int().min(1).max(1000).default(32),
-        toolCallTimeoutSeconds: z.number().int().min(1).max(3600).default(60),
+        toolCallTimeoutSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(3600)
+          .default(60)
+          .describe("A tool call's time limit, for servers whose catalog entry sets none"),
+        maxToolCallTimeoutSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(3600)
+          .default(600)
+          .describe(
+            'The longest time limit a catalog entry may set for its calls (its toolCallTimeoutSeconds)',
+          ),
+        callLimits: callLimitsSchema,
         paidResultRetentionHours: z
           .number()
           .int()

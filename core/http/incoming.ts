@@ -10,6 +10,8 @@ export interface IncomingRequest {
   /** Path and query string, as the client sent them. */
   readonly url: string;
   readonly headers: IncomingHttpHeaders;
+  /** The connection's remote address ('' once the socket is gone); behind a proxy, the proxy's. */
+  readonly remoteAddress: string;
   /** A header's value, '' when absent. */
   header(name: string): string;
   /** The body's bytes, up to the body limit (a 413 beyond it); read once, then kept. */
@@ -107,6 +109,10 @@ class NodeIncomingRequest implements IncomingRequest {
 
   get headers(): IncomingHttpHeaders {
     return this.req.headers;
+  }
+
+  get remoteAddress(): string {
+    return this.req.socket.remoteAddress ?? '';
   }
 
   header(name: string): string {

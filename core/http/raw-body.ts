@@ -20,6 +20,7 @@ export function incomingOfContext(ctx: Context, limitBytes: number): IncomingReq
     method: ctx.method,
     url: ctx.originalUrl,
     headers: ctx.req.headers,
+    remoteAddress: ctx.req.socket.remoteAddress ?? '',
     header: (name) => headerOf(ctx.req.headers, name),
     rawBody: () => readRawBody(ctx, limitBytes),
   };

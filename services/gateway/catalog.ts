@@ -50,6 +50,14 @@ export const catalogEntrySchema = z
       .strict()
       .optional(),
     allowInstallScripts: z.boolean().default(false),
+    /** This server's tool-call time limit: gateway.toolCallTimeoutSeconds when unset, at most gateway.maxToolCallTimeoutSeconds. */
+    toolCallTimeoutSeconds: z.number().int().min(1).max(3600).optional(),
+    /**
+     * The operator vouches that the server keeps nothing between calls (in memory or in files): then
+     * anonymous callers share one warm process. Otherwise every anonymous call gets a fresh process,
+     * stopped after it, since anonymous callers cannot be told apart (a wallet has a process of its own).
+     */
+    stateless: z.boolean().default(false),
   })
   .strict();
 

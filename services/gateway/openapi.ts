@@ -27,6 +27,11 @@ const paid = (description: string, schema?: Record<string, unknown>) => ({
     'PAYMENT-RESPONSE': { description: 'x402 v2 SettleResponse (base64 JSON)', schema: { type: 'string' } },
   },
 });
+const retryLater = (description: string) => ({
+  ...error,
+  description,
+  headers: { 'Retry-After': { description: 'Seconds to wait before retrying', schema: { type: 'integer' } } },
+});
 const paymentRequired = {
   ...error,
   description: 'Payment required: the terms in PAYMENT-REQUIRED (x402 v2 PaymentRequired, base64 JSON)',
@@ -142,6 +147,8 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
             '403': error,
             '404': error,
             '413': error,
+            '429': retryLater('rate_limited: the caller has its limit of tool calls in flight'),
+            '503': retryLater('unavailable: every MCP server process is busy, and the wait for one ran out'),
           },
         },
       },

@@ -1,9 +1,9 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { CallToolOptions } from '../../core/mcp/call-tool.ts';
-import { SigilError } from '../../core/errors.ts';
 import type { Logger } from '../../core/log.ts';
 import type { Redactor } from '../../core/redaction.ts';
+import { RetryLater } from './retry-later.ts';
 
 /** A started MCP server process with a connected client. */
 export interface RunningServer {
@@ -31,43 +31,92 @@ export interface ServerPoolOptions {
   idleMs: number;
   /** At most this many processes run; starting one more stops the least recently used idle one. */
   maxRunning: number;
+  /** Calls that may wait for a process while all `maxRunning` are busy; more are refused (503). */
+  queueLength: number;
+  /** How long a call waits for a process before it is refused (503). */
+  queueWaitMs: number;
   logger: Logger;
 }
 
 interface Slot {
+  /** The key's id; one-shot slots have one of their own. */
+  id: string;
   key: ServerKey;
   server: Promise<RunningServer>;
+  /** The process, once started. */
+  running: RunningServer | undefined;
   busy: number;
   idleTimer: NodeJS.Timeout | undefined;
+  /** A process for one call only: stopped when that call ends. */
+  oneShot: boolean;
 }
 
 const slotId = (key: ServerKey) => `${key.serverId}\u0000${key.wallet.toLowerCase()}`;
 
+/** A call waiting for a process: woken when one may be free, refused when its time is up. */
+class Waiter {
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly queue: Waiter[],
+    /** The slot it waits to start or join (none for a one-shot call). */
+    readonly slotId: string | undefined,
+    waitMs: number,
+    private readonly resolve: () => void,
+    private readonly reject: (error: Error) => void,
+    private readonly refusal: () => Error,
+  ) {
+    this.timer = setTimeout(() => this.expire(), waitMs);
+  }
+
+  wake(): void {
+    clearTimeout(this.timer);
+    this.resolve();
+  }
+
+  private expire(): void {
+    const at = this.queue.indexOf(this);
+    if (at !== -1) this.queue.splice(at, 1);
+    this.reject(this.refusal());
+  }
+}
+
 /**
  * Warm MCP server processes: started on demand, shared by the calls of one key, stopped when idle,
- * restarted after a crash, capped in number with least-recently-used eviction.
+ * restarted after a crash, capped in number with least-recently-used eviction. A call that needs a new
+ * process while every one is busy waits in a bounded queue (length and time), first come first served.
  */
 export class ServerPool {
   /** Insertion order is recency: a slot is moved to the end whenever it is used. */
   private readonly slots = new Map<string, Slot>();
+  private readonly waiting: Waiter[] = [];
+  private oneShots = 0;
 
   constructor(private readonly options: ServerPoolOptions) {}
 
-  /** Runs `work` against the key's warm server, starting it first if needed. */
-  async use<T>(key: ServerKey, work: (server: RunningServer) => Promise<T>): Promise<T> {
-    const slot = this.acquire(key);
+  /**
+   * Runs `work` against the key's warm server, starting it first if needed; with `oneShot`, against a
+   * fresh process of its own, stopped when `work` ends (nothing it keeps reaches another call).
+   */
+  async use<T>(key: ServerKey, work: (server: RunningServer) => Promise<T>, oneShot = false): Promise<T> {
+    const slot = this.acquire(key, oneShot, false) ?? (await this.queue(key, oneShot));
     try {
       return await work(await slot.server);
     } finally {
       slot.busy -= 1;
-      if (this.slots.get(slotId(key)) === slot) this.armIdleTimer(slot);
+      if (oneShot) void this.stop(slot, 'its one call ended');
+      else if (this.slots.get(slot.id) === slot) this.released(slot);
     }
   }
 
-  /** Kills the key's process (a timed-out or misbehaving server); the next call starts a fresh one. */
-  async discard(key: ServerKey): Promise<void> {
+  /**
+   * Stops the key's process (a timed-out or misbehaving server; with `server`, only if that is still the
+   * key's process): its slot is free at once, for the next call; resolves when the process has ended.
+   */
+  discard(key: ServerKey, server?: RunningServer): Promise<void> {
     const slot = this.slots.get(slotId(key));
-    if (slot) await this.stop(slot, 'discarded');
+    if (!slot || (server && slot.running !== server)) return Promise.resolve();
+    return this.stop(slot, 'discarded');
   }
 
   running(): ServerKey[] {
@@ -78,14 +127,27 @@ export class ServerPool {
     await Promise.all([...this.slots.values()].map((slot) => this.stop(slot, 'shutdown')));
   }
 
-  private acquire(key: ServerKey): Slot {
-    const id = slotId(key);
-    let slot = this.slots.get(id);
+  /**
+   * The key's slot, counted busy; undefined when a new process is needed and there is no room for it,
+   * or (unless `queued`, the head of the queue) when earlier calls already wait for room.
+   */
+  private acquire(key: ServerKey, oneShot: boolean, queued: boolean): Slot | undefined {
+    let id = slotId(key);
+    let slot = oneShot ? undefined : this.slots.get(id);
     if (slot) {
       this.slots.delete(id);
     } else {
-      this.makeRoom();
-      slot = { key, server: this.start(key, id), busy: 0, idleTimer: undefined };
+      if ((!queued && this.waiting.length > 0) || !this.makeRoom()) return undefined;
+      if (oneShot) id = `${id}\u0000${(this.oneShots += 1)}`;
+      slot = {
+        id,
+        key,
+        server: this.start(key, id),
+        running: undefined,
+        busy: 0,
+        idleTimer: undefined,
+        oneShot,
+      };
     }
     this.slots.set(id, slot);
     slot.busy += 1;
@@ -93,50 +155,121 @@ export class ServerPool {
     return slot;
   }
 
+  /** Waits for room, first come first served, or refuses: the queue is full, or the wait too long. */
+  private async queue(key: ServerKey, oneShot: boolean): Promise<Slot> {
+    const { queueLength, queueWaitMs, maxRunning } = this.options;
+    const refusal = () =>
+      new RetryLater(
+        'unavailable',
+        `All ${maxRunning} MCP server processes are busy`,
+        Math.max(1, Math.ceil(queueWaitMs / 1000)),
+        'Retry after the time given, or ask the operator to raise gateway.maxRunningServers',
+      );
+    if (this.waiting.length >= queueLength) throw refusal();
+    const deadline = performance.now() + queueWaitMs;
+    const id = oneShot ? undefined : slotId(key);
+    for (let first = true; ; first = false) {
+      const waitMs = deadline - performance.now();
+      if (waitMs <= 0) {
+        this.passOn();
+        throw refusal();
+      }
+      await new Promise<void>((resolve, reject) => {
+        const waiter = new Waiter(this.waiting, id, waitMs, resolve, reject, refusal);
+        // Woken but beaten to the room: back to the head, not the tail.
+        if (first) this.waiting.push(waiter);
+        else this.waiting.unshift(waiter);
+      });
+      const slot = this.acquire(key, oneShot, true);
+      if (slot) {
+        this.wakeJoiners(id);
+        // It may have joined its key's process, leaving the room it was woken for to the next.
+        this.passOn();
+        return slot;
+      }
+    }
+  }
+
+  /** A process may be free (idle, or gone): the first waiting call tries for it. */
+  private wakeOne(): void {
+    this.waiting.shift()?.wake();
+  }
+
+  /** Wakes the calls that wait for the same key's process: now there is one to join. */
+  private wakeJoiners(id: string | undefined): void {
+    if (id === undefined) return;
+    for (let at = this.waiting.length - 1; at >= 0; at -= 1) {
+      const waiter = this.waiting[at] as Waiter;
+      if (waiter.slotId !== id) continue;
+      this.waiting.splice(at, 1);
+      waiter.wake();
+    }
+  }
+
+  /** Wakes the next waiting call if there is room that no call has taken. */
+  private passOn(): void {
+    if (this.waiting.length > 0 && (this.slots.size < this.options.maxRunning || this.idleSlot()))
+      this.wakeOne();
+  }
+
   private start(key: ServerKey, id: string): Promise<RunningServer> {
     const started = this.options.launch(key);
     started.then(
       (server) => {
+        const slot = this.slots.get(id);
+        if (slot && slot.server === started) slot.running = server;
         // A crashed server leaves the pool at once, so the next call starts a new one.
         void server.exited.then(() => {
           const slot = this.slots.get(id);
           if (slot && slot.server === started) {
-            clearTimeout(slot.idleTimer);
-            this.slots.delete(id);
+            this.remove(slot);
             this.options.logger.info({ serverId: key.serverId }, 'MCP server process ended');
           }
         });
       },
       () => {
         const slot = this.slots.get(id);
-        if (slot && slot.server === started) this.slots.delete(id);
+        if (slot && slot.server === started) this.remove(slot);
       },
     );
     return started;
   }
 
-  private makeRoom(): void {
-    if (this.slots.size < this.options.maxRunning) return;
-    const idle = [...this.slots.values()].find((slot) => slot.busy === 0);
-    if (!idle) {
-      throw new SigilError('unavailable', `All ${this.options.maxRunning} MCP server slots are busy`, {
-        hint: 'Retry shortly, or raise gateway.maxRunningServers',
-      });
-    }
+  /** True when one more process may start: under the cap, or the least recently used idle one stopped. */
+  private makeRoom(): boolean {
+    if (this.slots.size < this.options.maxRunning) return true;
+    const idle = this.idleSlot();
+    if (!idle) return false;
+    this.slots.delete(idle.id); // the room is this call's: no waiting call is woken for it
     void this.stop(idle, 'evicted (least recently used)');
+    return true;
   }
 
-  private armIdleTimer(slot: Slot): void {
+  /** The least recently used process with no call. */
+  private idleSlot(): Slot | undefined {
+    for (const slot of this.slots.values()) if (slot.busy === 0) return slot;
+    return undefined;
+  }
+
+  /** Its last call ended: idle from now on, and free for a call waiting for room. */
+  private released(slot: Slot): void {
     if (slot.busy > 0) return;
     clearTimeout(slot.idleTimer);
     slot.idleTimer = setTimeout(() => void this.stop(slot, 'idle'), this.options.idleMs);
     slot.idleTimer.unref();
+    this.wakeOne();
   }
 
-  private async stop(slot: Slot, reason: string): Promise<void> {
-    const id = slotId(slot.key);
-    if (this.slots.get(id) === slot) this.slots.delete(id);
+  private remove(slot: Slot): void {
     clearTimeout(slot.idleTimer);
+    if (this.slots.get(slot.id) !== slot) return;
+    this.slots.delete(slot.id);
+    this.wakeOne();
+  }
+
+  /** Frees the slot at once; the process ends in the background, and the promise settles then. */
+  private async stop(slot: Slot, reason: string): Promise<void> {
+    this.remove(slot);
     try {
       const server = await slot.server;
       this.options.logger.info({ serverId: slot.key.serverId, reason }, 'stopping MCP server process');

@@ -7,6 +7,7 @@ import { Redactor } from '../../core/redaction.ts';
 import type { ServerDetails, ServerDirectory } from './servers.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './payments/payments.ts';
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
+import type { CallerLimits, CallOrigin, ServerCallSettings } from './call-limits.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
 import { checkArguments } from './tool-arguments.ts';
 import { cleanResult, MAX_RESULT_DEPTH, TOO_DEEP } from './tool-results.ts';
@@ -25,6 +26,8 @@ export interface ToolCall {
   wallet: string | undefined;
   /** Client-supplied call metadata (MCP `params._meta`; REST maps PAYMENT-SIGNATURE into it): payments ride here. */
   meta: Record<string, unknown> | undefined;
+  /** The request it came in on: tells anonymous callers apart for their limit of calls in flight. */
+  origin?: CallOrigin;
 }
 
 export interface ToolCallerOptions {
@@ -34,7 +37,10 @@ export interface ToolCallerOptions {
   payments: Payments | undefined;
   /** Signs the proof every tool result carries. */
   proofs: () => Promise<ProofSigner>;
-  timeoutMs: number;
+  /** Calls in flight per caller. */
+  limits: CallerLimits;
+  /** A catalog server's time limit, and whether anonymous callers may share its process. */
+  settingsOf(serverId: string): ServerCallSettings;
   logger: Logger;
 }
 
@@ -130,44 +136,71 @@ export class ToolCaller {
     return { value: proven, succeeded: result.isError !== true };
   }
 
+  /**
+   * Runs the call on a process of the caller's, within the caller's limit of calls in flight (429
+   * beyond it) and the server's time limit. Anonymous callers cannot be told apart, so they share a
+   * process only where the catalog declares the server stateless; elsewhere each anonymous call gets a
+   * fresh process, stopped after it. A call that runs until its time limit is not charged: it failed,
+   * and the gateway spec settles no failed call (part 7). What bounds the processes a caller can hold
+   * for nothing is its limit of calls in flight, not a price.
+   */
   private async execute(call: ToolCall, disconnection: Disconnection | undefined): Promise<Execution> {
+    const settings = this.options.settingsOf(call.serverId);
+    const caller = this.options.limits.admit(call.wallet, call.origin);
     const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous' };
     let injected: RunningServer['injected'] = { names: [], redactor: Redactor.none };
     try {
-      return await this.options.pool.use(key, async (server) => {
-        injected = server.injected;
-        const result = await server.callTool(call.tool, call.arguments, {
-          timeoutMs: this.options.timeoutMs,
-          ...(disconnection ? { disconnection } : {}),
-        });
-        return { result, injected };
-      });
+      return await this.options.pool.use(
+        key,
+        async (server) => {
+          injected = server.injected;
+          try {
+            const result = await server.callTool(call.tool, call.arguments, {
+              timeoutMs: settings.timeoutMs,
+              ...(disconnection ? { disconnection } : {}),
+            });
+            return { result, injected };
+          } catch (err) {
+            // Stopped before this call stops counting on it, so no call joins it meanwhile; its slot
+            // is free at once, and it ends in the background.
+            if (wedged(err)) void this.options.pool.discard(key, server);
+            throw err;
+          }
+        },
+        call.wallet === undefined && !settings.stateless,
+      );
     } catch (err) {
       if (err instanceof SigilError) throw err;
       if (err instanceof CallCancelled) {
         // Nobody waits for this answer; the server is fine. An error result: nothing is settled.
         return { injected, result: toolError(`Tool "${call.tool}" was cancelled: ${err.message}`) };
       }
-      if (
-        err instanceof McpError &&
-        err.code !== ErrorCode.RequestTimeout &&
-        err.code !== ErrorCode.ConnectionClosed
-      ) {
+      if (!wedged(err)) {
         // The server answered with a JSON-RPC error: it is alive, and its message is the tool's error.
-        return { injected, result: toolError(`Tool "${call.tool}" failed: ${err.message}`) };
+        return { injected, result: toolError(`Tool "${call.tool}" failed: ${(err as Error).message}`) };
       }
-      // A server that timed out or broke the protocol may be wedged: never hand it another call.
-      await this.options.pool.discard(key);
       const timedOut = err instanceof McpError && err.code === ErrorCode.RequestTimeout;
       this.options.logger.warn({ serverId: call.serverId, tool: call.tool, timedOut }, 'tool call failed');
       return {
         injected,
         result: toolError(
           timedOut
-            ? `Tool "${call.tool}" timed out after ${this.options.timeoutMs} ms; the server was stopped`
+            ? `Tool "${call.tool}" timed out after ${settings.timeoutMs} ms; the server was stopped`
             : `Tool "${call.tool}" failed: the MCP server ended or broke the protocol`,
         ),
       };
+    } finally {
+      this.options.limits.release(caller);
     }
   }
 }
+
+/** A server that timed out or broke the protocol may be wedged: it is never handed another call. */
+const wedged = (err: unknown): boolean =>
+  !(err instanceof SigilError) &&
+  !(err instanceof CallCancelled) &&
+  !(
+    err instanceof McpError &&
+    err.code !== ErrorCode.RequestTimeout &&
+    err.code !== ErrorCode.ConnectionClosed
+  );

@@ -4,6 +4,7 @@ import type { LaneRoute } from '../../core/http/lane.ts';
 import type { Kernel } from '../kernel.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
 import { loadCatalog } from './catalog.ts';
+import { CallerLimits, serverCallSettings } from './call-limits.ts';
 import { SandboxedServers } from './launcher.ts';
 import { McpDispatcher } from './mcp/dispatcher.ts';
 import { mcpRoutes } from './mcp/endpoint.ts';
@@ -98,12 +99,26 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     prober: launcher,
     denyList: settings.denyList,
   });
+  const { callLimits } = settings;
   const pool = new ServerPool({
     launch: launcher.launch,
     idleMs: settings.idleTimeoutSeconds * 1000,
     maxRunning: settings.maxRunningServers,
+    queueLength: callLimits.queueLength,
+    queueWaitMs: callLimits.queueWaitSeconds * 1000,
     logger,
   });
+  const settingsOf = serverCallSettings(catalog.all(), {
+    defaultSeconds: settings.toolCallTimeoutSeconds,
+    maxSeconds: settings.maxToolCallTimeoutSeconds,
+  });
+  // The longest a paid call may take from its reservation: queued, then run to its time limit.
+  const longestCallSeconds =
+    callLimits.queueWaitSeconds +
+    Math.max(
+      settings.toolCallTimeoutSeconds,
+      ...catalog.all().map((entry) => settingsOf(entry.id).timeoutMs / 1000),
+    );
   const proofs = proofSignerFor(kernel);
   const rails = kernel.plugins.all('payment-rail');
   const payments = rails[0]
@@ -112,14 +127,14 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
         db: kernel.db,
         clock: kernel.clock,
         logger,
-        staleAfterMs: (settings.toolCallTimeoutSeconds + 10) * 1000,
+        staleAfterMs: (longestCallSeconds + 10) * 1000,
         resultRetentionMs: settings.paidResultRetentionHours * 3_600_000,
       })
     : undefined;
   const window = payments?.terms().maxTimeoutSeconds;
-  if (window !== undefined && window < settings.toolCallTimeoutSeconds + 15) {
+  if (window !== undefined && window < longestCallSeconds + 15) {
     logger.warn(
-      { maxTimeoutSeconds: window, toolCallTimeoutSeconds: settings.toolCallTimeoutSeconds },
+      { maxTimeoutSeconds: window, longestCallSeconds },
       'payments: authorizations may expire before a long tool call settles; raise the rail’s maxTimeoutSeconds',
     );
   }
@@ -128,7 +143,8 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     pool,
     payments,
     proofs,
-    timeoutMs: settings.toolCallTimeoutSeconds * 1000,
+    limits: new CallerLimits(callLimits),
+    settingsOf,
     logger,
   });
   const tools = new GatewayTools({

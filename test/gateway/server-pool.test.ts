@@ -6,6 +6,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import { Redactor } from '../../core/redaction.ts';
 import { ServerPool, type RunningServer, type ServerKey } from '../../services/gateway/server-pool.ts';
+import { RetryLater } from '../../services/gateway/retry-later.ts';
 import { quietLogger } from '../support/kernel.ts';
 
 const probe = join(
@@ -37,6 +38,10 @@ async function launchProbe(): Promise<RunningServer> {
   };
 }
 
+async function until(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setImmediate(resolve));
+}
+
 const textOf = (result: unknown) =>
   ((result as { content: { text: string }[] }).content[0] as { text: string }).text;
 
@@ -48,14 +53,24 @@ describe('server pool', function () {
   const instanceOf = (k: ServerKey) =>
     pool.use(k, async (s) => textOf(await s.client.callTool({ name: 'instance', arguments: {} })));
 
-  const newPool = (options: { idleMs?: number; maxRunning?: number } = {}) =>
+  const newPool = (
+    options: {
+      idleMs?: number;
+      maxRunning?: number;
+      queueLength?: number;
+      queueWaitMs?: number;
+      launch?: () => Promise<RunningServer>;
+    } = {},
+  ) =>
     new ServerPool({
       launch: (k) => {
         launches.push(k);
-        return launchProbe();
+        return (options.launch ?? launchProbe)();
       },
       idleMs: options.idleMs ?? 60_000,
       maxRunning: options.maxRunning ?? 4,
+      queueLength: options.queueLength ?? 0,
+      queueWaitMs: options.queueWaitMs ?? 0,
       logger: quietLogger(),
     });
 
@@ -122,7 +137,103 @@ describe('server pool', function () {
     const slow = pool.use(key('one'), (s) => s.client.callTool({ name: 'sleep', arguments: { ms: 400 } }));
     await new Promise((resolve) => setTimeout(resolve, 50));
     const err = await instanceOf(key('two')).catch((e: unknown) => e);
-    expect((err as { code?: string }).code).to.equal('unavailable');
+    expect(err).to.be.instanceOf(RetryLater);
+    expect(err).to.include({ code: 'unavailable', retryAfterSeconds: 1 });
+    expect((err as RetryLater).headers).to.deep.equal({ 'Retry-After': '1' });
     expect(textOf(await slow)).to.equal('slept 400');
+  });
+
+  it('queues a call for a process until one is free, first come first served', async () => {
+    pool = newPool({ maxRunning: 1, queueLength: 2, queueWaitMs: 20_000 });
+    let finish!: () => void;
+    const held = pool.use(key('one'), () => new Promise<void>((resolve) => (finish = resolve)));
+    await until(() => finish !== undefined);
+    const order: string[] = [];
+    const second = instanceOf(key('two')).then(() => order.push('two'));
+    const third = instanceOf(key('three')).then(() => order.push('three'));
+    const refused = await instanceOf(key('four')).catch((e: unknown) => e);
+    expect(refused, 'the queue is full').to.include({ code: 'unavailable' });
+    expect(pool.running().map((k) => k.serverId)).to.deep.equal(['one']);
+    finish();
+    await Promise.all([held, second, third]);
+    expect(order).to.deep.equal(['two', 'three']);
+    expect(launches.map((k) => k.serverId)).to.deep.equal(['one', 'two', 'three']);
+  });
+
+  it('lets a queued call join the process another queued call of its key started', async () => {
+    pool = newPool({ maxRunning: 1, queueLength: 4, queueWaitMs: 20_000 });
+    let finish!: () => void;
+    const held = pool.use(key('one'), () => new Promise<void>((resolve) => (finish = resolve)));
+    await until(() => finish !== undefined);
+    // The first call for 'two' holds its process until the second has been served on it.
+    let second!: Promise<string>;
+    const first = pool.use(key('two'), () => second);
+    second = instanceOf(key('two'));
+    finish();
+    await Promise.all([held, first, second]);
+    expect(launches.map((k) => k.serverId)).to.deep.equal(['one', 'two']);
+  });
+
+  it('refuses a queued call when its wait runs out', async () => {
+    pool = newPool({ maxRunning: 1, queueLength: 4, queueWaitMs: 300 });
+    let finish!: () => void;
+    const held = pool.use(key('one'), () => new Promise<void>((resolve) => (finish = resolve)));
+    await until(() => finish !== undefined);
+    const err = await instanceOf(key('two')).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(RetryLater);
+    expect(err).to.include({ code: 'unavailable' });
+    finish();
+    await held;
+    expect(launches).to.have.length(1);
+  });
+
+  it('frees the slot of a discarded process at once, before the process has ended', async () => {
+    // A process that takes forever to die: the next call must not wait for it.
+    let endless: RunningServer | undefined;
+    pool = newPool({
+      maxRunning: 1,
+      launch: async () => {
+        if (endless) return launchProbe();
+        const server = await launchProbe();
+        endless = { ...server, kill: () => new Promise<void>(() => undefined) };
+        return endless;
+      },
+    });
+    let killed: Promise<void> | undefined;
+    await pool.use(key('one', '0xA'), (server) => {
+      killed = pool.discard(key('one', '0xA'), server);
+      return Promise.resolve();
+    });
+    expect(pool.running()).to.deep.equal([]);
+    expect(await instanceOf(key('two', '0xB'))).to.be.a('string');
+    let ended = false;
+    void killed?.then(() => (ended = true));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(ended, 'the first process is still being stopped').to.equal(false);
+    await endless?.client.close();
+  });
+
+  it('discards only the process it is given, not one started since for the same key', async () => {
+    pool = newPool();
+    let first: RunningServer | undefined;
+    await pool.use(key('probe'), (server) => Promise.resolve((first = server)));
+    await pool.discard(key('probe'));
+    const second = await instanceOf(key('probe'));
+    await pool.discard(key('probe'), first);
+    expect(await instanceOf(key('probe'))).to.equal(second);
+  });
+
+  it('gives a one-shot call a fresh process and stops it after', async () => {
+    pool = newPool();
+    const warm = await instanceOf(key('probe'));
+    const once = (): Promise<string> =>
+      pool.use(
+        key('probe'),
+        async (s) => textOf(await s.client.callTool({ name: 'instance', arguments: {} })),
+        true,
+      );
+    const [a, b] = await Promise.all([once(), once()]);
+    expect(new Set([warm, a, b]).size).to.equal(3);
+    expect(pool.running()).to.have.length(1);
   });
 });

@@ -38,6 +38,8 @@ export const probeEntry = {
   version: '^1.0.0',
   entry: { bin: 'sigil-probe' },
   smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
+  // Its one piece of state is an id per process, which says nothing of any caller.
+  stateless: true,
 };
 
 /**

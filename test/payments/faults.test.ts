@@ -361,12 +361,12 @@ describe('payments: faults on anvil', function () {
       const payment = await payFor(await gateway.required('sleep'));
       const call = gateway.callRest('sleep', { ms: 2500 }, payment);
       await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
-      // As if launching the server had taken most of the stale window: (60 s timeout + 10 s) passes.
-      clock.offset += 71_000;
+      // As if launching the server had taken most of the stale window: (10 s queue + 60 s timeout + 10 s) passes.
+      clock.offset += 81_000;
       await new Promise((resolve) => setTimeout(resolve, 1500)); // the worker sweeps once a second
       const res = await call;
-      // Back to real time: a gateway clock 71 s ahead would find every new authorization too short.
-      clock.offset -= 71_000;
+      // Back to real time: a gateway clock 81 s ahead would find every new authorization too short.
+      clock.offset -= 81_000;
       expect(res.status).to.equal(200);
       const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
       expect(receipt.success).to.equal(true);
@@ -388,7 +388,7 @@ describe('payments: faults on anvil', function () {
         const call = gateway.callRest('sleep', { ms: 2500 }, payment);
         await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
         // The replica's clock is past the stale window: its worker takes the call for a dead process's.
-        replicaClock.offset += 71_000;
+        replicaClock.offset += 81_000;
         await eventually(
           'the release by the replica',
           async () => (await rowOf(payment))?.state === 'released',
@@ -439,6 +439,8 @@ describe('payments: faults on anvil', function () {
             catalogFile: world.catalogFile,
             warmupAtStart: false,
             toolCallTimeoutSeconds: 2,
+            // No wait for a process: staleAfterMs is then (2 s timeout + 10 s).
+            callLimits: { queueWaitSeconds: 0 },
             operatorWallets: [operator.address],
           },
           plugins: [

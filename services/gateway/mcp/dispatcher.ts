@@ -11,6 +11,7 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import type { z } from 'zod';
 import type { Disconnection } from '../../../core/http/disconnect.ts';
+import type { CallOrigin } from '../call-limits.ts';
 import { ErrorCode, errorReply, isPlainObject, JsonRpcError, type JsonRpcReply } from './jsonrpc.ts';
 
 /** Everything a tool list or call may depend on: who asks, in which session, through which endpoint. */
@@ -25,6 +26,8 @@ export interface McpRequestScope {
   disconnection: Disconnection;
   /** Payment and other per-call data the client sent in `params._meta`. */
   meta: Record<string, unknown> | undefined;
+  /** The HTTP request: tells anonymous callers apart (their limit of calls in flight). */
+  origin: CallOrigin;
 }
 
 /** The tools behind the endpoint; the dispatcher only speaks the protocol. */

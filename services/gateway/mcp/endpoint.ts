@@ -92,6 +92,7 @@ async function handle(
     serverId,
     disconnection: exchange.disconnection(),
     meta: undefined,
+    origin: request,
   };
   return reply(200, await options.dispatcher.dispatch(message.message, scope));
 }

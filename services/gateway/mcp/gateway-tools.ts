@@ -6,7 +6,8 @@ import type { ServerDirectory } from '../servers.ts';
 import type { EnabledServers } from '../sessions.ts';
 import { NAMESPACE_SEPARATOR, toolError, type ToolCaller } from '../tool-calls.ts';
 import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
-import { ErrorCode, JsonRpcError } from './jsonrpc.ts';
+import { RetryLater } from '../retry-later.ts';
+import { ErrorCode, JsonRpcError, RETRY_LATER_CODES } from './jsonrpc.ts';
 
 /** The JSON-RPC error code of an unpaid tool call (x402's MCP transport, as `@x402/mcp` defines it). */
 export const PAYMENT_REQUIRED_CODE = 402;
@@ -116,7 +117,7 @@ export class GatewayTools implements McpToolSource {
     args: Record<string, unknown>,
   ): Promise<CallToolResult> {
     return this.deps.caller.call(
-      { serverId, tool, arguments: args, wallet: scope.wallet, meta: scope.meta },
+      { serverId, tool, arguments: args, wallet: scope.wallet, meta: scope.meta, origin: scope.origin },
       scope.disconnection,
     );
   }
@@ -193,6 +194,12 @@ function toolFailure(err: unknown): CallToolResult {
   if (isSigilError(err) && err.code === 'payment_required') {
     // x402's MCP transport: the client reads the terms from the error's data and pays in _meta.
     throw new JsonRpcError(PAYMENT_REQUIRED_CODE, err.message, err.details?.paymentRequired);
+  }
+  if (err instanceof RetryLater) {
+    throw new JsonRpcError(RETRY_LATER_CODES[err.code], err.message, {
+      code: err.code,
+      retryAfterSeconds: err.retryAfterSeconds,
+    });
   }
   if (isSigilError(err) && (err.code === 'invalid_request' || err.code === 'payload_too_large')) {
     // The stable code (and what the gateway found, e.g. the reason and path) for clients that branch on it.

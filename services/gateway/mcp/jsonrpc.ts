@@ -10,6 +10,18 @@ export { ErrorCode };
 
 export type RequestId = string | number;
 
+/**
+ * The gateway's own JSON-RPC codes (in the server-error range -32000…-32099) for a tool call refused
+ * for now, beside the HTTP status of the same `SigilError` code; `data` holds that code and
+ * `retryAfterSeconds`.
+ */
+export const RETRY_LATER_CODES = {
+  /** 429: the caller has its limit of calls in flight. */
+  rate_limited: -32029,
+  /** 503: every MCP server process is busy and the queue for one is full, or the wait ran out. */
+  unavailable: -32053,
+} as const;
+
 export interface JsonRpcErrorObject {
   code: number;
   message: string;
