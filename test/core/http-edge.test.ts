@@ -92,9 +92,9 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
       for (const [url, method, path, body] of [
         [gateway, 'POST', '/mcp', INITIALIZE],
         [gateway, 'POST', '/mcp/server/memory', INITIALIZE],
-        [gateway, 'GET', '/health', undefined],
         [gateway, 'GET', '/api/servers', undefined],
-        [runtime, 'GET', '/health', undefined],
+        [gateway, 'POST', '/health', undefined],
+        [runtime, 'GET', '/health/x', undefined],
         [runtime, 'GET', '/auth/challenge?address=0x0000000000000000000000000000000000000001', undefined],
       ] as const) {
         const res = await rawRequest(url, { method, path, headers: { ...MCP_HEADERS, host }, body });
@@ -106,6 +106,30 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
         expect(error.message, what).to.include(host);
         expect(res.body, what).not.to.include('protocolVersion');
       }
+    }
+  });
+
+  it('answers GET and HEAD /health whatever the Host (probes address a pod by its IP), and nothing else', async () => {
+    const port = new URL(gateway).port;
+    // A Kubernetes or load-balancer probe of a service bound to 0.0.0.0 names the pod's address.
+    for (const host of ['10.244.1.17:8402', `attacker.example:${port}`]) {
+      for (const url of [gateway, runtime]) {
+        for (const path of ['/health', '/health?probe=1']) {
+          const what = `${host} ${url === gateway ? 'gateway' : 'runtime'}${path}`;
+          const health = await rawRequest(url, { path, headers: { host } });
+          expect(health.status, what).to.equal(200);
+          expect(JSON.parse(health.body), what).to.deep.include({ status: 'ok' });
+          const head = await rawRequest(url, { method: 'HEAD', path, headers: { host } });
+          expect(head.status, `HEAD ${what}`).to.equal(200);
+        }
+      }
+      const mcp = await rawRequest(gateway, {
+        method: 'POST',
+        path: '/mcp',
+        headers: { ...MCP_HEADERS, host },
+        body: INITIALIZE,
+      });
+      expect(mcp.status, host).to.equal(421);
     }
   });
 
