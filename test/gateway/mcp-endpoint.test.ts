@@ -160,6 +160,18 @@ describe('gateway MCP endpoint (protocol)', function () {
     );
   });
 
+  it('answers a server id the catalog does not hold as a tool error (not an unknown tool)', async () => {
+    const { body } = await rpcJson({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { name: 'gateway_describe_server', arguments: { serverId: 'no-such-server' } },
+    });
+    expect(body.error).to.equal(undefined);
+    expect(body.result?.isError).to.equal(true);
+    expect(JSON.stringify(body.result)).to.match(/No MCP server \\"no-such-server\\" in the catalog/);
+  });
+
   it('checks the per-server endpoint before accepting anything', async () => {
     const missing = await fetch(`${url}/mcp/server/no-such-server`, {
       method: 'POST',
