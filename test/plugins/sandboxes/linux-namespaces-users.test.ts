@@ -1,4 +1,7 @@
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { chmodSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -7,9 +10,14 @@ import { SigilError } from '../../../core/errors.ts';
 import type { SandboxProcess } from '../../../core/plugins/contracts/index.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import { probeReadOnlyPaths } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
-import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
-import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
+import {
+  currentOwner,
+  marker,
+  markedProcesses,
+} from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
+import { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
 import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
+import { UidAllocator } from '../../../plugins/sandboxes/linux-namespaces/uids.ts';
 import { quietLogger } from '../../support/kernel.ts';
 
 /**
@@ -23,6 +31,33 @@ const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 const probeScript = join(repoRoot, 'conformance', 'kits', 'sandbox-probe.cjs');
 /** Outside the default range (0x70000000 + 65536), so no other runtime on this host hands these out. */
 const TEST_RANGE = 0x70010000;
+
+/**
+ * Runs `action` with this process's soft limit on open files lowered to what it holds now, so
+ * opening anything fails with EMFILE (set with util-linux's prlimit, which the plugin needs anyway).
+ */
+async function withoutDescriptors<T>(action: () => Promise<T>): Promise<T> {
+  const limit = /^Max open files\s+(\d+)\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+  const [soft, hard] = [limit?.[1], limit?.[2]];
+  // Headroom for prlimit's own pipes when the limit is put back, taken up until then.
+  const headroom = 16;
+  execFileSync('prlimit', [
+    `--pid=${process.pid}`,
+    `--nofile=${readdirSync('/proc/self/fd').length + headroom}:${hard}`,
+  ]);
+  const fillers: number[] = [];
+  try {
+    for (;;) fillers.push(openSync('/dev/null', 'r'));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EMFILE') throw error;
+  }
+  try {
+    return await action();
+  } finally {
+    for (const fd of fillers) closeSync(fd);
+    execFileSync('prlimit', [`--pid=${process.pid}`, `--nofile=${soft}:${hard}`]);
+  }
+}
 
 describe('sandbox-linux-namespaces: host users and the syscall filter', function () {
   this.timeout(30_000);
@@ -125,6 +160,64 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
     await held.sandbox.kill();
     const after = await start(second, 'sleep');
     expect(hostUid(after.sandbox)).to.equal(TEST_RANGE + 2);
+  });
+
+  it('keeps a uid free when holding it failed (no descriptor left), so the next claim gets it', async () => {
+    const allocator = new UidAllocator({ first: TEST_RANGE + 40, count: 1 });
+    const error = await withoutDescriptors(() => allocator.claim()).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect((error as NodeJS.ErrnoException | undefined)?.code).to.equal('EMFILE');
+    expect(allocator.inUse).to.equal(0);
+    const lease = await allocator.claim();
+    expect(lease.uid).to.equal(TEST_RANGE + 40);
+    await lease.release();
+  });
+
+  it("keeps a killed sandbox's uid held while one of its processes outlives the wait, and frees it once gone", async () => {
+    const allocator = new UidAllocator({ first: TEST_RANGE + 41, count: 1 });
+    const lease = await allocator.claim();
+    const id = randomBytes(4).toString('hex');
+    const tag = marker(currentOwner(), id);
+    // A process of the sandbox that the kill does not reach in time (outside its process group here;
+    // in production, one stuck in the kernel): it carries the sandbox's marker, as they all do.
+    const survivor = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1 << 30)', tag], {
+      detached: true,
+      stdio: 'ignore',
+    });
+    const child = spawn('sleep', ['1000'], { detached: true });
+    try {
+      await Promise.all([once(survivor, 'spawn'), once(child, 'spawn')]);
+      let released!: () => void;
+      const releasedOnce = new Promise<void>((resolve) => (released = resolve));
+      const sandbox = new LinuxSandboxProcess(child, {
+        id,
+        marker: tag,
+        outputBytes: 1 << 20,
+        graceMs: 10,
+        cgroup: undefined,
+        memoryPerProcess: false,
+        release: () => lease.release().then(released),
+      });
+      await sandbox.kill();
+      const error = await allocator.claim().then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect((error as SigilError | undefined)?.code, 'the uid a live process runs as').to.equal(
+        'unavailable',
+      );
+
+      survivor.kill('SIGKILL');
+      await releasedOnce;
+      const next = await allocator.claim();
+      expect(next.uid).to.equal(TEST_RANGE + 41);
+      await next.release();
+    } finally {
+      survivor.kill('SIGKILL');
+      child.kill('SIGKILL');
+    }
   });
 
   it('refuses to start on a uid range that a user of this host already has', async () => {
