@@ -1,15 +1,12 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { chmodSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { expect } from 'chai';
 import { SigilError } from '../../../core/errors.ts';
 import type { SandboxProcess } from '../../../core/plugins/contracts/index.ts';
-import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import { probeReadOnlyPaths } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
+import type { LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import {
   currentOwner,
   marker,
@@ -18,7 +15,7 @@ import {
 import { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
 import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
 import { UidAllocator } from '../../../plugins/sandboxes/linux-namespaces/uids.ts';
-import { quietLogger } from '../../support/kernel.ts';
+import { ProbeRuntimes } from './support.ts';
 
 /**
  * What keeps one sandbox's secrets from another through the kernel, beyond the namespaces: a host uid
@@ -27,8 +24,6 @@ import { quietLogger } from '../../support/kernel.ts';
  * take each layer alone and the allocator's edges. Run as root, as the runtime is in production.
  */
 
-const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const probeScript = join(repoRoot, 'conformance', 'kits', 'sandbox-probe.cjs');
 /** Outside the default range (0x70000000 + 65536), so no other runtime on this host hands these out. */
 const TEST_RANGE = 0x70010000;
 
@@ -61,59 +56,17 @@ async function withoutDescriptors<T>(action: () => Promise<T>): Promise<T> {
 
 describe('sandbox-linux-namespaces: host users and the syscall filter', function () {
   this.timeout(30_000);
-  let stateDir: string;
-  const runtimes: LinuxNamespacesRuntime[] = [];
+  let probes: ProbeRuntimes;
 
-  before(() => {
-    stateDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-users-'));
-    chmodSync(stateDir, 0o755);
-  });
-  afterEach(async () => {
-    await Promise.all(runtimes.splice(0).map((runtime) => runtime.stop()));
-  });
-  after(() => {
-    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
-  });
+  before(() => (probes = new ProbeRuntimes('users')));
+  afterEach(() => probes.stop());
+  after(() => probes?.remove());
 
-  async function newRuntime(
-    options: Record<string, unknown> = {},
-    filterInterpreter?: FilterInterpreter,
-  ): Promise<LinuxNamespacesRuntime> {
-    const runtime = new LinuxNamespacesRuntime({
-      config: configSchema.parse({ stateDir, killGraceMs: 100, ...options }),
-      logger: quietLogger(),
-      ...(filterInterpreter ? { filterInterpreter } : {}),
-    });
-    runtimes.push(runtime);
-    await runtime.start();
-    return runtime;
-  }
-
-  /** Starts the probe in `mode`; resolves with the sandbox and its first report line, parsed. */
-  async function start<T>(
-    runtime: LinuxNamespacesRuntime,
-    mode: string,
-    args: string[] = [],
-  ): Promise<{ sandbox: LinuxSandboxProcess; report: T }> {
-    const sandbox = await runtime.spawn({
-      packagePath: dirname(probeScript),
-      command: process.execPath,
-      args: [probeScript, mode, ...args],
-      env: {},
-      networkAllowList: [],
-      readOnlyPaths: probeReadOnlyPaths(), // python3, which makes the raw system calls
-    });
-    sandbox.stderr.resume();
-    let out = '';
-    const line = await new Promise<string>((resolve, reject) => {
-      sandbox.stdout.on('data', (chunk: Buffer) => {
-        out += chunk.toString();
-        if (out.includes('\n')) resolve(out.trim());
-      });
-      void sandbox.exited.then((exit) => reject(new Error(`probe ${mode} ended: ${JSON.stringify(exit)}`)));
-    });
-    return { sandbox, report: JSON.parse(line) as T };
-  }
+  const newRuntime = (options: Record<string, unknown> = {}, filterInterpreter?: FilterInterpreter) =>
+    probes.runtime(options, filterInterpreter);
+  // python3, which makes the raw system calls, is mounted in.
+  const start = <T>(runtime: LinuxNamespacesRuntime, mode: string, args: string[] = []) =>
+    probes.probe<T>(runtime, mode, args, { readOnlyPaths: probeReadOnlyPaths() });
 
   /** The host uid of the sandbox's launch chain (every process of it runs as the sandbox's user). */
   function hostUid(sandbox: SandboxProcess): number {
