@@ -200,6 +200,15 @@ const httpEdgeSchema = z
       .max(1_000_000)
       .default(SERVER_LIMITS.maxConnections)
       .describe('Open connections beyond this are closed as they arrive'),
+    maxConnectionsPerClient: z
+      .number()
+      .int()
+      .min(0)
+      .max(1_000_000)
+      .default(SERVER_LIMITS.maxConnectionsPerClient)
+      .describe(
+        'Open connections from one client address (an IPv6 /64) beyond this are closed as they arrive; 0 turns it off. Behind a proxy or load balancer, the proxy is one client: raise it or let the proxy cap clients',
+      ),
   })
   .strict()
   .refine((http) => http.headersTimeoutMs <= http.requestTimeoutMs, {

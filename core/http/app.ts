@@ -17,6 +17,8 @@ export interface HttpAppOptions {
   edge: EdgeSettings;
   /** The `WWW-Authenticate` of the service's 401 answers (wallet auth's `challenge`). */
   challenge?: AuthChallenge;
+  /** Paths whose GET and HEAD any `Host` may read: health probes (see `EdgePolicy`). */
+  probePaths?: readonly string[];
   /** Routers in the order they should match. */
   routers: readonly Router[];
   /** Middleware to run after parsing and before the routers (e.g. authentication). */
@@ -49,7 +51,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   const logging = new RequestLogging(options.logger, options.requestSummaryMs);
   const { lane } = options;
   // A preflight for a lane's path lists the lane's methods there (POST for /mcp).
-  const edge = new EdgePolicy(options.edge, (path) => laned?.methodsAt(path));
+  const edge = new EdgePolicy(options.edge, (path) => laned?.methodsAt(path), options.probePaths);
   const laned: LaneServer | undefined = lane
     ? laneServer(lane, {
         edge,

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { SigilError } from '../errors.ts';
+import { pathOf } from './incoming.ts';
 
 /** Where a service listens and what its operator allows at its edge (a service's config section). */
 export interface EdgeSettings {
@@ -68,11 +69,20 @@ export class EdgePolicy {
   private readonly bindName: string | undefined;
   private portLearnt = false;
 
+  private readonly probePaths: ReadonlySet<string>;
+
   constructor(
     settings: EdgeSettings,
     /** The methods a route serves at a path, for preflights (undefined: the default list). */
     private readonly methodsAt: (path: string) => string | undefined = () => undefined,
+    /**
+     * Paths whose GET and HEAD are answered whatever the `Host`: health probes. A load balancer or
+     * Kubernetes probes a service bound to every interface by the pod's address, which no operator
+     * lists; what such a path shows is read-only and public, so a rebinding page gains nothing by it.
+     */
+    probePaths: readonly string[] = [],
   ) {
+    this.probePaths = new Set(probePaths);
     this.anyHost = settings.http.allowedHosts.includes('*');
     this.loopback = LOOPBACK_REACHABLE.test(settings.host);
     const bound = settings.host.includes(':') ? `[${settings.host}]` : settings.host;
@@ -95,7 +105,13 @@ export class EdgePolicy {
     if (!this.portLearnt) this.learnPort(req);
     const { host, origin } = req.headers;
     // No Host at all is HTTP/1.0 without a name: no browser sends that, so no page can rebind it.
-    if (host !== undefined && !this.anyHost && !this.hosts.has(host) && !this.hosts.has(host.toLowerCase()))
+    if (
+      host !== undefined &&
+      !this.anyHost &&
+      !this.hosts.has(host) &&
+      !this.hosts.has(host.toLowerCase()) &&
+      !this.isProbe(req)
+    )
       throw new SigilError('misdirected_request', `This service does not answer for the host "${host}"`, {
         hint: 'Use the service at its public URL; an operator adds other names to http.allowedHosts',
         details: { reason: 'host_not_allowed' },
@@ -116,13 +132,13 @@ export class EdgePolicy {
     return false;
   }
 
+  private isProbe(req: IncomingMessage): boolean {
+    if ((req.method !== 'GET' && req.method !== 'HEAD') || this.probePaths.size === 0) return false;
+    return this.probePaths.has(pathOf(req.url ?? '/'));
+  }
+
   private preflightHeaders(req: IncomingMessage, res: ServerResponse): void {
-    const url = req.url ?? '/';
-    const query = url.indexOf('?');
-    res.setHeader(
-      'Access-Control-Allow-Methods',
-      this.methodsAt(query === -1 ? url : url.slice(0, query)) ?? DEFAULT_METHODS,
-    );
+    res.setHeader('Access-Control-Allow-Methods', this.methodsAt(pathOf(req.url ?? '/')) ?? DEFAULT_METHODS);
     res.setHeader('Access-Control-Allow-Headers', ALLOWED_REQUEST_HEADERS);
     res.setHeader('Access-Control-Max-Age', PREFLIGHT_MAX_AGE_SECONDS);
   }

@@ -18,6 +18,12 @@ export interface IncomingRequest {
   rawBody(): Promise<Buffer>;
 }
 
+/** A request target's path, without its query. */
+export function pathOf(url: string): string {
+  const query = url.indexOf('?');
+  return query === -1 ? url : url.slice(0, query);
+}
+
 const tooLarge = () => new SigilError('payload_too_large', 'Request body is too large');
 
 /** A header's value as one string ('' when absent), as Koa's `ctx.get` gives it. */

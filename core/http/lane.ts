@@ -3,7 +3,7 @@ import type { Logger } from '../log.ts';
 import { disconnection, type Disconnection } from './disconnect.ts';
 import type { EdgePolicy } from './edge.ts';
 import { errorAnswer, type AuthChallenge } from './errors.ts';
-import { incomingOf, type IncomingRequest } from './incoming.ts';
+import { incomingOf, pathOf, type IncomingRequest } from './incoming.ts';
 import type { HttpMetrics } from './metrics.ts';
 import type { LogFields, RequestLogging } from './request-context.ts';
 
@@ -85,11 +85,6 @@ export interface LaneServer {
   methodsAt(path: string): string | undefined;
   serve(req: IncomingMessage, res: ServerResponse, match: LaneMatch): void;
 }
-
-const pathOf = (url: string): string => {
-  const query = url.indexOf('?');
-  return query === -1 ? url : url.slice(0, query);
-};
 
 function compile(route: LaneRoute): CompiledRoute {
   const names: string[] = [];

@@ -1,5 +1,6 @@
 import { createServer, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { capConnectionsPerClient } from './client-connections.ts';
 
 /** Bounds on what a client may hold of a server: time to send a request, idle time, connections. */
 export interface ServerLimits {
@@ -11,6 +12,8 @@ export interface ServerLimits {
   keepAliveTimeoutMs: number;
   /** Connections beyond this are closed as they arrive. */
   maxConnections: number;
+  /** A client's connections (by address, an IPv6 /64) beyond this are closed as they arrive; 0: no cap. */
+  maxConnectionsPerClient: number;
 }
 
 /** The defaults of a service's `http` config (`core/config/schema.ts`). */
@@ -19,6 +22,7 @@ export const SERVER_LIMITS: Readonly<ServerLimits> = {
   requestTimeoutMs: 30_000,
   keepAliveTimeoutMs: 5_000,
   maxConnections: 1024,
+  maxConnectionsPerClient: 128,
 };
 
 export interface RunningServer {
@@ -47,6 +51,7 @@ export async function listen(
     app.callback(),
   );
   server.maxConnections = limits.maxConnections;
+  if (limits.maxConnectionsPerClient > 0) capConnectionsPerClient(server, limits.maxConnectionsPerClient);
   // Responses still being produced when shutdown begins are told to close their connection, so a
   // keep-alive client does not hold the server open after its last answer.
   const inFlight = new Set<ServerResponse>();

@@ -1,7 +1,7 @@
 import { createWalletAuth, type WalletAuthOptions } from '../../core/auth/index.ts';
 import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
-import { healthRouter } from '../shared/health.ts';
+import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
 import { createToolGateway } from './tool-gateway.ts';
 
 export interface GatewayApp extends HttpApp {
@@ -24,6 +24,7 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     bodyLimitBytes: kernel.config.gateway.bodyLimitBytes,
     edge: kernel.config.gateway,
     requestSummaryMs: kernel.config.log.requestSummarySeconds * 1000,
+    probePaths: [HEALTH_PATH],
     challenge: auth.challenge,
     middleware: [auth.middleware],
     routers: [

@@ -63,6 +63,9 @@ export const catalogEntrySchema = z
 
 export type CatalogEntry = z.infer<typeof catalogEntrySchema>;
 
+/** The `reason` in the details of the `not_found` for a server id the catalog does not hold. */
+export const UNKNOWN_SERVER = 'unknown_server';
+
 export const catalogFileSchema = z
   .object({ $schema: z.string().optional(), servers: z.array(catalogEntrySchema) })
   .strict();
@@ -87,6 +90,7 @@ export class Catalog {
     if (!entry)
       throw new SigilError('not_found', `No MCP server "${id}" in the catalog`, {
         hint: 'GET /api/servers lists the catalog',
+        details: { reason: UNKNOWN_SERVER },
       });
     return entry;
   }

@@ -3,7 +3,7 @@ import { createWalletAuth } from '../../core/auth/index.ts';
 import { authSettings } from '../../core/auth/settings.ts';
 import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
-import { healthRouter } from '../shared/health.ts';
+import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
 import { registerLocalRuntime } from '../../core/auth/delegation/source.ts';
 import { attestationReport, attestationRouter } from './delegation/attestation.ts';
 import { delegationKeysFrom } from './delegation/keys.ts';
@@ -91,6 +91,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     bodyLimitBytes: kernel.config.runtime.bodyLimitBytes,
     edge: kernel.config.runtime,
     requestSummaryMs: kernel.config.log.requestSummarySeconds * 1000,
+    probePaths: [HEALTH_PATH],
     challenge: auth.challenge,
     middleware: [auth.middleware],
     routers: [

@@ -3,6 +3,12 @@ import type { Kernel } from '../kernel.ts';
 
 export const SIGIL_VERSION = '0.1.0';
 
+/**
+ * Where both services answer health probes; its GET and HEAD are served whatever the `Host`, since
+ * probes address a pod by its IP (what it shows is read-only: status, version, uptime, posture).
+ */
+export const HEALTH_PATH = '/health';
+
 /** `/health`, shared by both services; `extra` adds service-specific health fields. */
 export function healthRouter(
   service: 'runtime' | 'gateway',
@@ -11,7 +17,7 @@ export function healthRouter(
 ): Router {
   const router = new Router();
   const startedAt = kernel.clock.now().getTime();
-  router.get('/health', async (ctx) => {
+  router.get(HEALTH_PATH, async (ctx) => {
     let database = 'ok';
     try {
       await kernel.db.raw('select 1');

@@ -79,6 +79,7 @@ describe('config', () => {
       requestTimeoutMs: 30_000,
       keepAliveTimeoutMs: 5_000,
       maxConnections: 1024,
+      maxConnectionsPerClient: 128,
     });
     expect(config.runtime.http.allowedHosts).to.deep.equal([]);
     expect(config.log.requestSummarySeconds).to.equal(60);

@@ -42,6 +42,15 @@ const INITIALIZE = JSON.stringify({
   params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } },
 });
 const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+
+/** An MCP initialize POSTed to `url`'s /mcp with `headers` (a Host or an Origin) besides MCP's own. */
+const initialize = (url: string, headers: Record<string, string>) =>
+  rawRequest(url, {
+    method: 'POST',
+    path: '/mcp',
+    headers: { ...MCP_HEADERS, ...headers },
+    body: INITIALIZE,
+  });
 const ALLOWED_ORIGIN = 'https://app.example';
 
 /**
@@ -76,12 +85,7 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
     for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `LOCALHOST:${port}`, 'gw.internal:8402']) {
       const health = await rawRequest(gateway, { path: '/health', headers: { host } });
       expect(health.status, host).to.equal(200);
-      const mcp = await rawRequest(gateway, {
-        method: 'POST',
-        path: '/mcp',
-        headers: { ...MCP_HEADERS, host },
-        body: INITIALIZE,
-      });
+      const mcp = await initialize(gateway, { host });
       expect(mcp.status, host).to.equal(200);
     }
   });
@@ -92,9 +96,9 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
       for (const [url, method, path, body] of [
         [gateway, 'POST', '/mcp', INITIALIZE],
         [gateway, 'POST', '/mcp/server/memory', INITIALIZE],
-        [gateway, 'GET', '/health', undefined],
         [gateway, 'GET', '/api/servers', undefined],
-        [runtime, 'GET', '/health', undefined],
+        [gateway, 'POST', '/health', undefined],
+        [runtime, 'GET', '/health/x', undefined],
         [runtime, 'GET', '/auth/challenge?address=0x0000000000000000000000000000000000000001', undefined],
       ] as const) {
         const res = await rawRequest(url, { method, path, headers: { ...MCP_HEADERS, host }, body });
@@ -106,6 +110,25 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
         expect(error.message, what).to.include(host);
         expect(res.body, what).not.to.include('protocolVersion');
       }
+    }
+  });
+
+  it('answers GET and HEAD /health whatever the Host (probes address a pod by its IP), and nothing else', async () => {
+    const port = new URL(gateway).port;
+    // A Kubernetes or load-balancer probe of a service bound to 0.0.0.0 names the pod's address.
+    for (const host of ['10.244.1.17:8402', `attacker.example:${port}`]) {
+      for (const url of [gateway, runtime]) {
+        for (const path of ['/health', '/health?probe=1']) {
+          const what = `${host} ${url === gateway ? 'gateway' : 'runtime'}${path}`;
+          const health = await rawRequest(url, { path, headers: { host } });
+          expect(health.status, what).to.equal(200);
+          expect(JSON.parse(health.body), what).to.deep.include({ status: 'ok' });
+          const head = await rawRequest(url, { method: 'HEAD', path, headers: { host } });
+          expect(head.status, `HEAD ${what}`).to.equal(200);
+        }
+      }
+      const mcp = await initialize(gateway, { host });
+      expect(mcp.status, host).to.equal(421);
     }
   });
 
@@ -142,12 +165,7 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
 
   it('serves requests without an Origin (clients that are not browsers) and its own origin', async () => {
     const own = `http://127.0.0.1:${new URL(gateway).port}`;
-    const res = await rawRequest(gateway, {
-      method: 'POST',
-      path: '/mcp',
-      headers: { ...MCP_HEADERS, origin: own },
-      body: INITIALIZE,
-    });
+    const res = await initialize(gateway, { origin: own });
     expect(res.status).to.equal(200);
     expect(res.headers['access-control-allow-origin']).to.equal(own);
   });
@@ -183,12 +201,7 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
     expect(perServer.status).to.equal(204);
     expect(perServer.headers['access-control-allow-methods']).to.equal('POST');
 
-    const call = await rawRequest(gateway, {
-      method: 'POST',
-      path: '/mcp',
-      headers: { ...MCP_HEADERS, origin: ALLOWED_ORIGIN },
-      body: INITIALIZE,
-    });
+    const call = await initialize(gateway, { origin: ALLOWED_ORIGIN });
     expect(call.status).to.equal(200);
     expect(call.headers['access-control-allow-origin']).to.equal(ALLOWED_ORIGIN);
     const exposed = (call.headers['access-control-expose-headers'] as string).split(', ');
@@ -199,11 +212,9 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
       'payment-response',
     ]);
     // An error keeps them, so the page can read why (a bad token here).
-    const refused = await rawRequest(gateway, {
-      method: 'POST',
-      path: '/mcp',
-      headers: { ...MCP_HEADERS, origin: ALLOWED_ORIGIN, authorization: 'Bearer sigil_wt_not-a-token' },
-      body: INITIALIZE,
+    const refused = await initialize(gateway, {
+      origin: ALLOWED_ORIGIN,
+      authorization: 'Bearer sigil_wt_not-a-token',
     });
     expect(refused.status).to.equal(401);
     expect(refused.headers['access-control-allow-origin']).to.equal(ALLOWED_ORIGIN);

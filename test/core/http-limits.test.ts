@@ -1,6 +1,7 @@
 import { connect, type Socket } from 'node:net';
 import { expect } from 'chai';
 import { configSchema } from '../../core/config/schema.ts';
+import { clientOf } from '../../core/http/client-connections.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { openTestKernel } from '../support/kernel.ts';
 
@@ -15,9 +16,10 @@ class RawConnection {
   readonly closed: Promise<void>;
   private readonly socket: Socket;
 
-  constructor(url: string) {
+  /** `from`: the local address to connect from (another loopback address is another client). */
+  constructor(url: string, from?: string) {
     const { hostname, port } = new URL(url);
-    this.socket = connect(Number(port), hostname);
+    this.socket = connect({ port: Number(port), host: hostname, localAddress: from });
     this.socket.setEncoding('utf8');
     this.socket.on('data', (chunk: string) => (this.received += chunk));
     this.socket.on('error', () => undefined); // a refused or reset connection is what some tests expect
@@ -74,6 +76,20 @@ class RawConnection {
 }
 
 const healthRequest = (url: string) => `GET /health HTTP/1.1\r\nHost: ${new URL(url).host}\r\n\r\n`;
+
+/**
+ * The answer to a request on a new connection, after a held one closed: the server learns of that
+ * close on its own time, so a few attempts, each ended by an event. The connections join `held`.
+ */
+async function answeredOnceFreed(url: string, held: RawConnection[], from?: string): Promise<string> {
+  let answered = '';
+  for (let attempt = 0; attempt < 20 && answered === ''; attempt++) {
+    const next = new RawConnection(url, from);
+    answered = await next.roundTrip(healthRequest(url)).catch(() => '');
+    held.push(next);
+  }
+  return answered;
+}
 
 /**
  * A client may hold a service only so long and so much: slow headers and slow bodies are cut off, and
@@ -135,14 +151,60 @@ describe('HTTP edge: server limits (slowloris, slow bodies, connection cap)', fu
     expect(refused.received, 'the connection over the cap').to.equal('');
 
     await (held.shift() as RawConnection).close();
-    // The server learns of that close on its own time: a few attempts, each ended by an event.
-    let answered = '';
-    for (let attempt = 0; attempt < 20 && answered === ''; attempt++) {
-      const next = new RawConnection(urls.gateway);
-      answered = await next.roundTrip(healthRequest(urls.gateway)).catch(() => '');
-      held.push(next);
-    }
-    expect(answered).to.match(/^HTTP\/1\.1 200 /);
+    expect(await answeredOnceFreed(urls.gateway, held)).to.match(/^HTTP\/1\.1 200 /);
     await Promise.all(held.map((connection) => connection.close()));
+  });
+});
+
+/**
+ * One client cannot take a service's every connection: beyond `maxConnectionsPerClient` from one
+ * address (an IPv6 /64), its new connections are closed as they arrive, while other clients are served.
+ */
+describe('HTTP edge: connections per client', function () {
+  this.timeout(60_000);
+  const PER_CLIENT = 5;
+  let serving: Serving;
+  let gateway: string;
+
+  before(async () => {
+    const http = { ...configSchema.parse({}).gateway.http, maxConnectionsPerClient: PER_CLIENT };
+    const kernel = await openTestKernel({
+      config: { gateway: { port: 0, http }, plugins: [{ resolve: 'tee-none', enabled: true, options: {} }] },
+    });
+    serving = await serve(kernel, ['gateway']);
+    gateway = serving.urls.gateway as string;
+  });
+  after(() => serving.stop());
+
+  it("closes a client's connections beyond its cap, serves another client, and takes the first again once one closes", async () => {
+    const held: RawConnection[] = [];
+    for (let i = 0; i < PER_CLIENT; i++) {
+      const connection = new RawConnection(gateway, '127.0.0.1');
+      held.push(connection);
+      expect(await connection.roundTrip(healthRequest(gateway))).to.match(/^HTTP\/1\.1 200 /);
+    }
+    const refused = new RawConnection(gateway, '127.0.0.1');
+    refused.write(healthRequest(gateway));
+    await refused.closed;
+    expect(refused.received, "the connection over the client's cap").to.equal('');
+
+    // Another address on loopback is another client: the first one's connections do not count.
+    const other = new RawConnection(gateway, '127.0.0.2');
+    expect(await other.roundTrip(healthRequest(gateway))).to.match(/^HTTP\/1\.1 200 /);
+    held.push(other);
+
+    await (held.shift() as RawConnection).close();
+    expect(await answeredOnceFreed(gateway, held, '127.0.0.1')).to.match(/^HTTP\/1\.1 200 /);
+    await Promise.all(held.map((connection) => connection.close()));
+  });
+
+  it('counts an IPv6 client by its /64 and an IPv4-mapped address as the IPv4 one', () => {
+    expect(clientOf('2001:db8:1:2::1')).to.equal(clientOf('2001:db8:1:2:ffff:ffff:ffff:ffff'));
+    expect(clientOf('2001:db8:1:2::1')).to.equal(clientOf('2001:0DB8:0001:0002:0:0:0:7'));
+    expect(clientOf('2001:db8:1:2::1')).not.to.equal(clientOf('2001:db8:1:3::1'));
+    expect(clientOf('::1')).not.to.equal(clientOf('::2:0:0:0:1'));
+    expect(clientOf('fe80::1%eth0')).to.equal(clientOf('fe80::2'));
+    expect(clientOf('::ffff:10.0.0.7')).to.equal(clientOf('10.0.0.7'));
+    expect(clientOf('10.0.0.7')).not.to.equal(clientOf('10.0.0.8'));
   });
 });

@@ -5,6 +5,7 @@ import type { Kernel } from '../../services/kernel.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { META_TOOLS } from '../../services/gateway/mcp/gateway-tools.ts';
 import { openTestKernel } from '../support/kernel.ts';
+import { postMcp } from './support.ts';
 
 /** The MCP protocol surface of the gateway, with no registry or sandbox plugin loaded. */
 describe('gateway MCP endpoint (protocol)', function () {
@@ -22,16 +23,7 @@ describe('gateway MCP endpoint (protocol)', function () {
   });
   after(() => serving.stop());
 
-  const rpc = (body: string, headers: Record<string, string> = {}) =>
-    fetch(`${url}/mcp`, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-        ...headers,
-      },
-      body,
-    });
+  const rpc = (body: string, headers: Record<string, string> = {}) => postMcp(`${url}/mcp`, body, headers);
   const rpcJson = async (message: unknown) => {
     const res = await rpc(JSON.stringify(message));
     return {
@@ -42,6 +34,8 @@ describe('gateway MCP endpoint (protocol)', function () {
       },
     };
   };
+  const callTool = (name: string, args: Record<string, unknown>) =>
+    rpcJson({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name, arguments: args } });
 
   it('serves the official SDK client: initialize, then only the meta-tools', async () => {
     const client = new Client({ name: 'test', version: '1.0.0' });
@@ -124,12 +118,7 @@ describe('gateway MCP endpoint (protocol)', function () {
       (await rpcJson({ jsonrpc: '2.0', id: 3, method: 'initialize', params: { protocolVersion: 7 } })).body
         .error?.code,
     ).to.equal(-32602);
-    const unknownTool = await rpcJson({
-      jsonrpc: '2.0',
-      id: 4,
-      method: 'tools/call',
-      params: { name: 'nope__nothing', arguments: {} },
-    });
+    const unknownTool = await callTool('nope__nothing', {});
     expect(unknownTool.body.error?.code).to.equal(-32602);
     expect(unknownTool.body.error?.message).to.match(/not enabled/);
   });
@@ -148,16 +137,18 @@ describe('gateway MCP endpoint (protocol)', function () {
   });
 
   it('explains why a server cannot be enabled here, as a tool error', async () => {
-    const { body } = await rpcJson({
-      jsonrpc: '2.0',
-      id: 1,
-      method: 'tools/call',
-      params: { name: 'gateway_enable_server', arguments: { serverId: 'memory' } },
-    });
+    const { body } = await callTool('gateway_enable_server', { serverId: 'memory' });
     expect(body.result?.isError).to.equal(true);
     expect(JSON.stringify(body.result)).to.match(
       /not runnable here: no package-registry plugin for \\"npm\\"/,
     );
+  });
+
+  it('answers a server id the catalog does not hold as a tool error (not an unknown tool)', async () => {
+    const { body } = await callTool('gateway_describe_server', { serverId: 'no-such-server' });
+    expect(body.error).to.equal(undefined);
+    expect(body.result?.isError).to.equal(true);
+    expect(JSON.stringify(body.result)).to.match(/No MCP server \\"no-such-server\\" in the catalog/);
   });
 
   it('checks the per-server endpoint before accepting anything', async () => {

@@ -164,3 +164,15 @@ export async function mcpClient(url: string, token?: string, session?: string): 
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
   return client;
 }
+
+/** A JSON-RPC message POSTed to the MCP endpoint at `url` (`…/mcp`), as an MCP client sends it. */
+export const postMcp = (url: string, body: string, headers: Record<string, string> = {}) =>
+  fetch(url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      ...headers,
+    },
+    body,
+  });

@@ -5,7 +5,7 @@ import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { expect } from 'chai';
 import { serve, type Serving } from '../../services/serve.ts';
 import { openTestKernel } from '../support/kernel.ts';
-import { walletToken } from './support.ts';
+import { postMcp, walletToken } from './support.ts';
 
 const REDIRECT = 'http://127.0.0.1:1/callback';
 
@@ -146,15 +146,7 @@ describe('gateway: a refused token is a 401 with WWW-Authenticate and protected-
 
   it('answers raw requests: the challenge for each refusal, none of error for no credentials, and the metadata document', async () => {
     const post = (headers: Record<string, string>) =>
-      fetch(`${url}/mcp`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          ...headers,
-        },
-        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
-      });
+      postMcp(`${url}/mcp`, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }), headers);
     for (const [authorization, reason] of [
       ['Bearer sigil_wt_0000000000000000000000000000000000000000000', /wallet token/i],
       ['Bearer not.a.jwt', /session token rejected/i],

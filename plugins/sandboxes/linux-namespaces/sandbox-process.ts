@@ -116,27 +116,32 @@ export class LinuxSandboxProcess implements SandboxProcess {
 
   private async finish(code: number | null, signal: NodeJS.Signals | null): Promise<SandboxExit> {
     this.ended = true;
-    if (signal !== null) await this.namespaceGone();
+    const left = signal === null ? undefined : this.processesLeft();
+    if (left) await waitUntilGone(left, NAMESPACE_WAIT_MS, NAMESPACE_POLL_MS);
     const exit = this.describe(code, signal);
-    await this.options.release();
+    if (left?.()) {
+      // A process outlived the wait (stuck in the kernel, say) and still runs as the sandbox's uid:
+      // the uid (and the proxy and cgroup) stay held until it is gone, so no new sandbox gets it.
+      void waitUntilGone(left, Infinity, SURVIVOR_POLL_MS).then(() => this.options.release());
+    } else {
+      await this.options.release();
+    }
     return exit;
   }
 
   /**
-   * Waits until no process of this sandbox is left: its init's death takes the namespace down, but
-   * the others die a moment later. Watched by PID namespace when the kill came from here, otherwise
-   * by the marker of its init.
+   * Whether a process of this sandbox is left: its init's death takes the namespace down, but the
+   * others die a moment later. Watched by PID namespace when the kill came from here, otherwise by
+   * the marker of its init.
    */
-  private async namespaceGone(): Promise<void> {
+  private processesLeft(): () => boolean {
     const ns = this.pidNamespace;
-    const left =
-      ns === undefined || ns === readLink('/proc/self/ns/pid')
-        ? () => markedProcesses().some((p) => p.id === this.id)
-        : () =>
-            readdirSync('/proc').some(
-              (entry) => /^\d+$/.test(entry) && readLink(`/proc/${entry}/ns/pid`) === ns,
-            );
-    for (let attempt = 0; attempt < 200 && left(); attempt++) await sleep(10);
+    return ns === undefined || ns === readLink('/proc/self/ns/pid')
+      ? () => markedProcesses().some((p) => p.id === this.id)
+      : () =>
+          readdirSync('/proc').some(
+            (entry) => /^\d+$/.test(entry) && readLink(`/proc/${entry}/ns/pid`) === ns,
+          );
   }
 
   private describe(code: number | null, signal: NodeJS.Signals | null): SandboxExit {
@@ -175,6 +180,18 @@ const LIMIT_REASONS: Record<SandboxLimitName, string> = {
   output: 'killed for exceeding its output limit',
   'file-size': 'ended for writing a file larger than its limit',
 };
+
+/** How long `exited` waits for a killed sandbox's processes to be gone, and how often it looks. */
+const NAMESPACE_WAIT_MS = 2_000;
+const NAMESPACE_POLL_MS = 10;
+/** How often a process that outlived that wait is looked for again. */
+const SURVIVOR_POLL_MS = 1_000;
+
+/** Resolves once `left()` is false, or after about `forMs`; an endless watch keeps no process alive. */
+async function waitUntilGone(left: () => boolean, forMs: number, everyMs: number): Promise<void> {
+  for (let waited = 0; waited < forMs && left(); waited += everyMs)
+    await sleep(everyMs, undefined, { ref: Number.isFinite(forMs) });
+}
 
 function readLink(path: string): string | undefined {
   try {

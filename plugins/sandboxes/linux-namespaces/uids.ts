@@ -6,9 +6,10 @@ import { SigilError } from '../../../core/errors.ts';
 /**
  * Host users for sandboxes, one per live sandbox, so that no kernel object keyed by uid (keyrings,
  * /proc access, signals, ptrace, quotas) is shared between two of them. A uid is held by binding the
- * abstract unix socket `@sigil-sandbox-uid/<uid>`: the kernel grants a name to one socket at a time on
- * the host (its network namespace), so two runtimes, even in two processes, never hand out one uid,
- * and it frees the name when its holder dies, so a crashed gateway's uids come back without cleanup.
+ * abstract unix socket `@sigil-sandbox-uid/<uid>`: the kernel grants a name to one socket at a time in
+ * a network namespace, so two runtimes there, even in two processes, never hand out one uid, and it
+ * frees the name when its holder dies, so a crashed gateway's uids come back without cleanup. Runtimes
+ * in separate network namespaces on one host do not see each other's names: each needs its own range.
  */
 
 export const uidRangeSchema = z
@@ -51,7 +52,11 @@ export class UidAllocator {
       this.cursor = (this.cursor + 1) % count;
       if (this.held.has(uid)) continue;
       this.held.add(uid);
-      const lock = await bindName(`\0sigil-sandbox-uid/${uid}`);
+      const lock = await bindName(`\0sigil-sandbox-uid/${uid}`).catch((error: unknown) => {
+        // Nothing holds it (the bind failed: EMFILE, say), so it stays free for the next claim.
+        this.held.delete(uid);
+        throw error;
+      });
       if (lock) {
         return {
           uid,

@@ -1,7 +1,7 @@
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { isSigilError } from '../../../core/errors.ts';
-import type { Catalog } from '../catalog.ts';
+import { UNKNOWN_SERVER, type Catalog } from '../catalog.ts';
 import type { ServerDirectory } from '../servers.ts';
 import type { EnabledServers } from '../sessions.ts';
 import { NAMESPACE_SEPARATOR, toolError, type ToolCaller } from '../tool-calls.ts';
@@ -205,7 +205,7 @@ function toolFailure(err: unknown): CallToolResult {
     // The stable code (and what the gateway found, e.g. the reason and path) for clients that branch on it.
     throw new JsonRpcError(ErrorCode.InvalidParams, err.message, { code: err.code, ...err.details });
   }
-  if (isSigilError(err) && err.code === 'not_found' && !err.message.startsWith('No MCP server')) {
+  if (isSigilError(err) && err.code === 'not_found' && err.details?.reason !== UNKNOWN_SERVER) {
     throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${err.message}`);
   }
   if (isSigilError(err)) return toolError(err.hint ? `${err.message} (${err.hint})` : err.message);

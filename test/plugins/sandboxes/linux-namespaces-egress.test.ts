@@ -1,13 +1,12 @@
-import { chmodSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import type { SandboxLimits } from '../../../core/plugins/contracts/index.ts';
-import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
-import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
-import { quietLogger } from '../../support/kernel.ts';
+import {
+  configSchema,
+  type LinuxNamespacesRuntime,
+} from '../../../plugins/sandboxes/linux-namespaces/index.ts';
+import { ProbeRuntimes } from './support.ts';
 
 /**
  * The egress proxy runs in the runtime's own process, so every connection a sandbox makes through
@@ -16,43 +15,27 @@ import { quietLogger } from '../../support/kernel.ts';
  * per-sandbox connection cap, the deadline on a request head, the idle timeout, RLIMIT_NOFILE.
  */
 
-const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const probeScript = join(repoRoot, 'conformance', 'kits', 'sandbox-probe.cjs');
 const openDescriptors = () => readdirSync('/proc/self/fd').length;
 
 describe('sandbox-linux-namespaces: egress proxy limits', function () {
   this.timeout(60_000);
-  let stateDir: string;
+  let probes: ProbeRuntimes;
   let echo: Server;
   let target: string;
-  const runtimes: LinuxNamespacesRuntime[] = [];
-  const sandboxes: LinuxSandboxProcess[] = [];
 
   before(async () => {
-    stateDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-egress-'));
-    chmodSync(stateDir, 0o755);
+    probes = new ProbeRuntimes('egress');
     echo = createServer((socket) => socket.pipe(socket).on('error', () => undefined));
     await new Promise<void>((resolve) => echo.listen(0, '127.0.0.1', resolve));
     target = `127.0.0.1:${(echo.address() as { port: number }).port}`;
   });
-  afterEach(async () => {
-    await Promise.all(sandboxes.splice(0).map((sandbox) => sandbox.kill()));
-    await Promise.all(runtimes.splice(0).map((runtime) => runtime.stop()));
-  });
+  afterEach(() => probes.stop());
   after(() => {
     echo.close();
-    rmSync(stateDir, { recursive: true, force: true });
+    probes.remove();
   });
 
-  async function newRuntime(options: Record<string, unknown> = {}): Promise<LinuxNamespacesRuntime> {
-    const runtime = new LinuxNamespacesRuntime({
-      config: configSchema.parse({ stateDir, killGraceMs: 100, ...options }),
-      logger: quietLogger(),
-    });
-    runtimes.push(runtime);
-    await runtime.start();
-    return runtime;
-  }
+  const newRuntime = (options: Record<string, unknown> = {}) => probes.runtime(options);
 
   /** Starts the probe with `target` (or `allow`) allowed; resolves with its first report line, parsed. */
   async function start<T>(
@@ -61,25 +44,7 @@ describe('sandbox-linux-namespaces: egress proxy limits', function () {
     args: string[],
     { limits, allow = [target] }: { limits?: SandboxLimits; allow?: string[] } = {},
   ): Promise<T> {
-    const sandbox = await runtime.spawn({
-      packagePath: dirname(probeScript),
-      command: process.execPath,
-      args: [probeScript, mode, ...args],
-      env: {},
-      networkAllowList: allow,
-      ...(limits ? { limits } : {}),
-    });
-    sandboxes.push(sandbox);
-    sandbox.stderr.resume();
-    let out = '';
-    const line = await new Promise<string>((resolve, reject) => {
-      sandbox.stdout.on('data', (chunk: Buffer) => {
-        out += chunk.toString();
-        if (out.includes('\n')) resolve(out.trim());
-      });
-      void sandbox.exited.then((exit) => reject(new Error(`probe ${mode} ended: ${JSON.stringify(exit)}`)));
-    });
-    return JSON.parse(line) as T;
+    return (await probes.probe<T>(runtime, mode, args, { allow, ...(limits ? { limits } : {}) })).report;
   }
 
   it("holds a sandbox's flood of connections to its cap (64 by default): this process's descriptors stay bounded", async () => {
@@ -100,25 +65,31 @@ describe('sandbox-linux-namespaces: egress proxy limits', function () {
     expect(again.established).to.equal(4);
   });
 
-  it('closes a connection that sends no request head within headerTimeoutMs (408)', async () => {
-    const runtime = await newRuntime({ egress: { headerTimeoutMs: 300 } });
-    const report = await start<{ closed: boolean; afterMs: number; answer: string }>(runtime, 'egressHold', [
-      'silent',
-      target,
-      '20000',
-    ]);
-    expect(report).to.include({ closed: true, answer: 'HTTP/1.1 408' });
-  });
-
-  it('closes a tunnel idle for idleTimeoutMs', async () => {
-    const runtime = await newRuntime({ egress: { idleTimeoutMs: 300 } });
-    const report = await start<{ closed: boolean; afterMs: number; answer: string }>(runtime, 'egressHold', [
-      'idle',
-      target,
-      '20000',
-    ]);
-    expect(report).to.include({ closed: true, answer: 'HTTP/1.1 200' });
-  });
+  // A connection that holds the proxy without using it: silent before its request head, or idle after.
+  for (const { what, timeout, hold, answer } of [
+    {
+      what: 'a connection that sends no request head within headerTimeoutMs (408)',
+      timeout: 'headerTimeoutMs',
+      hold: 'silent',
+      answer: 'HTTP/1.1 408',
+    },
+    {
+      what: 'a tunnel idle for idleTimeoutMs',
+      timeout: 'idleTimeoutMs',
+      hold: 'idle',
+      answer: 'HTTP/1.1 200',
+    },
+  ]) {
+    it(`closes ${what}`, async () => {
+      const runtime = await newRuntime({ egress: { [timeout]: 300 } });
+      const report = await start<{ closed: boolean; afterMs: number; answer: string }>(
+        runtime,
+        'egressHold',
+        [hold, target, '20000'],
+      );
+      expect(report).to.include({ closed: true, answer });
+    });
+  }
 
   it('sets RLIMIT_NOFILE in the sandbox (1024 by default), not what the runtime has', async () => {
     const runtime = await newRuntime();

@@ -1,16 +1,21 @@
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { expect } from 'chai';
 import { SigilError } from '../../../core/errors.ts';
 import type { SandboxProcess } from '../../../core/plugins/contracts/index.ts';
-import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import { probeReadOnlyPaths } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
-import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
-import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
+import type { LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
+import {
+  currentOwner,
+  marker,
+  markedProcesses,
+} from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
+import { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
 import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
-import { quietLogger } from '../../support/kernel.ts';
+import { UidAllocator } from '../../../plugins/sandboxes/linux-namespaces/uids.ts';
+import { ProbeRuntimes } from './support.ts';
 
 /**
  * What keeps one sandbox's secrets from another through the kernel, beyond the namespaces: a host uid
@@ -19,66 +24,49 @@ import { quietLogger } from '../../support/kernel.ts';
  * take each layer alone and the allocator's edges. Run as root, as the runtime is in production.
  */
 
-const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const probeScript = join(repoRoot, 'conformance', 'kits', 'sandbox-probe.cjs');
 /** Outside the default range (0x70000000 + 65536), so no other runtime on this host hands these out. */
 const TEST_RANGE = 0x70010000;
 
+/**
+ * Runs `action` with this process's soft limit on open files lowered to what it holds now, so
+ * opening anything fails with EMFILE (set with util-linux's prlimit, which the plugin needs anyway).
+ */
+async function withoutDescriptors<T>(action: () => Promise<T>): Promise<T> {
+  const limit = /^Max open files\s+(\d+)\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+  const [soft, hard] = [limit?.[1], limit?.[2]];
+  // Headroom for prlimit's own pipes when the limit is put back, taken up until then.
+  const headroom = 16;
+  execFileSync('prlimit', [
+    `--pid=${process.pid}`,
+    `--nofile=${readdirSync('/proc/self/fd').length + headroom}:${hard}`,
+  ]);
+  const fillers: number[] = [];
+  try {
+    for (;;) fillers.push(openSync('/dev/null', 'r'));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EMFILE') throw error;
+  }
+  try {
+    return await action();
+  } finally {
+    for (const fd of fillers) closeSync(fd);
+    execFileSync('prlimit', [`--pid=${process.pid}`, `--nofile=${soft}:${hard}`]);
+  }
+}
+
 describe('sandbox-linux-namespaces: host users and the syscall filter', function () {
   this.timeout(30_000);
-  let stateDir: string;
-  const runtimes: LinuxNamespacesRuntime[] = [];
+  let probes: ProbeRuntimes;
 
-  before(() => {
-    stateDir = mkdtempSync(join(tmpdir(), 'sigil-sandbox-users-'));
-    chmodSync(stateDir, 0o755);
-  });
-  afterEach(async () => {
-    await Promise.all(runtimes.splice(0).map((runtime) => runtime.stop()));
-  });
-  after(() => {
-    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
-  });
+  before(() => (probes = new ProbeRuntimes('users')));
+  afterEach(() => probes.stop());
+  after(() => probes?.remove());
 
-  async function newRuntime(
-    options: Record<string, unknown> = {},
-    filterInterpreter?: FilterInterpreter,
-  ): Promise<LinuxNamespacesRuntime> {
-    const runtime = new LinuxNamespacesRuntime({
-      config: configSchema.parse({ stateDir, killGraceMs: 100, ...options }),
-      logger: quietLogger(),
-      ...(filterInterpreter ? { filterInterpreter } : {}),
-    });
-    runtimes.push(runtime);
-    await runtime.start();
-    return runtime;
-  }
-
-  /** Starts the probe in `mode`; resolves with the sandbox and its first report line, parsed. */
-  async function start<T>(
-    runtime: LinuxNamespacesRuntime,
-    mode: string,
-    args: string[] = [],
-  ): Promise<{ sandbox: LinuxSandboxProcess; report: T }> {
-    const sandbox = await runtime.spawn({
-      packagePath: dirname(probeScript),
-      command: process.execPath,
-      args: [probeScript, mode, ...args],
-      env: {},
-      networkAllowList: [],
-      readOnlyPaths: probeReadOnlyPaths(), // python3, which makes the raw system calls
-    });
-    sandbox.stderr.resume();
-    let out = '';
-    const line = await new Promise<string>((resolve, reject) => {
-      sandbox.stdout.on('data', (chunk: Buffer) => {
-        out += chunk.toString();
-        if (out.includes('\n')) resolve(out.trim());
-      });
-      void sandbox.exited.then((exit) => reject(new Error(`probe ${mode} ended: ${JSON.stringify(exit)}`)));
-    });
-    return { sandbox, report: JSON.parse(line) as T };
-  }
+  const newRuntime = (options: Record<string, unknown> = {}, filterInterpreter?: FilterInterpreter) =>
+    probes.runtime(options, filterInterpreter);
+  // python3, which makes the raw system calls, is mounted in.
+  const start = <T>(runtime: LinuxNamespacesRuntime, mode: string, args: string[] = []) =>
+    probes.probe<T>(runtime, mode, args, { readOnlyPaths: probeReadOnlyPaths() });
 
   /** The host uid of the sandbox's launch chain (every process of it runs as the sandbox's user). */
   function hostUid(sandbox: SandboxProcess): number {
@@ -125,6 +113,64 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
     await held.sandbox.kill();
     const after = await start(second, 'sleep');
     expect(hostUid(after.sandbox)).to.equal(TEST_RANGE + 2);
+  });
+
+  it('keeps a uid free when holding it failed (no descriptor left), so the next claim gets it', async () => {
+    const allocator = new UidAllocator({ first: TEST_RANGE + 40, count: 1 });
+    const error = await withoutDescriptors(() => allocator.claim()).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect((error as NodeJS.ErrnoException | undefined)?.code).to.equal('EMFILE');
+    expect(allocator.inUse).to.equal(0);
+    const lease = await allocator.claim();
+    expect(lease.uid).to.equal(TEST_RANGE + 40);
+    await lease.release();
+  });
+
+  it("keeps a killed sandbox's uid held while one of its processes outlives the wait, and frees it once gone", async () => {
+    const allocator = new UidAllocator({ first: TEST_RANGE + 41, count: 1 });
+    const lease = await allocator.claim();
+    const id = randomBytes(4).toString('hex');
+    const tag = marker(currentOwner(), id);
+    // A process of the sandbox that the kill does not reach in time (outside its process group here;
+    // in production, one stuck in the kernel): it carries the sandbox's marker, as they all do.
+    const survivor = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1 << 30)', tag], {
+      detached: true,
+      stdio: 'ignore',
+    });
+    const child = spawn('sleep', ['1000'], { detached: true });
+    try {
+      await Promise.all([once(survivor, 'spawn'), once(child, 'spawn')]);
+      let released!: () => void;
+      const releasedOnce = new Promise<void>((resolve) => (released = resolve));
+      const sandbox = new LinuxSandboxProcess(child, {
+        id,
+        marker: tag,
+        outputBytes: 1 << 20,
+        graceMs: 10,
+        cgroup: undefined,
+        memoryPerProcess: false,
+        release: () => lease.release().then(released),
+      });
+      await sandbox.kill();
+      const error = await allocator.claim().then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect((error as SigilError | undefined)?.code, 'the uid a live process runs as').to.equal(
+        'unavailable',
+      );
+
+      survivor.kill('SIGKILL');
+      await releasedOnce;
+      const next = await allocator.claim();
+      expect(next.uid).to.equal(TEST_RANGE + 41);
+      await next.release();
+    } finally {
+      survivor.kill('SIGKILL');
+      child.kill('SIGKILL');
+    }
   });
 
   it('refuses to start on a uid range that a user of this host already has', async () => {
