@@ -166,9 +166,10 @@ describe('server pool', function () {
     const held = pool.use(key('one'), () => new Promise<void>((resolve) => (finish = resolve)));
     await until(() => finish !== undefined);
     // The first call for 'two' holds its process until the second has been served on it.
-    let second!: Promise<string>;
+    let serveSecond!: (served: Promise<string>) => void;
+    const second = new Promise<string>((resolve) => (serveSecond = resolve));
     const first = pool.use(key('two'), () => second);
-    second = instanceOf(key('two'));
+    serveSecond(instanceOf(key('two')));
     finish();
     await Promise.all([held, first, second]);
     expect(launches.map((k) => k.serverId)).to.deep.equal(['one', 'two']);
