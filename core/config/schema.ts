@@ -571,6 +571,14 @@ export const configSchema = z
   })
   .strict()
   .superRefine((config, ctx) => {
+    // A chat refreshes its hold before each tool call: the TTL must outlast the longest one.
+    if (config.ledger.holdTtlSeconds <= config.gateway.toolCallTimeoutSeconds) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['ledger', 'holdTtlSeconds'],
+        message: `must be longer than gateway.toolCallTimeoutSeconds (${config.gateway.toolCallTimeoutSeconds}): a running chat's hold would expire during one tool call`,
+      });
+    }
     if (config.mode === 'production' && config.ledger.depositMnemonic?.trim() === DEV_DEPOSIT_MNEMONIC) {
       ctx.addIssue({
         code: 'custom',

@@ -202,16 +202,31 @@ export class ChatService {
     return baseLlmCost({ inputTokens: bytes, outputTokens: this.settings.maxOutputTokens }, model);
   }
 
-  /** Extends the chat's hold to cover `base` upstream and `toolCalls` calls, before that work runs. */
+  /**
+   * Before each step (a model turn, a tool call): extends the chat's hold to cover `base` upstream and
+   * `toolCalls` calls, or when it already does, refreshes its expiry, so the expiry sweep never
+   * releases a running chat's hold however many steps it takes (holdTtlSeconds need only outlast one).
+   */
   private async reserve(chat: PreparedChat, base: bigint, toolCalls: number): Promise<void> {
     const needed = platformCost(chat.keyKind, base, toolCalls).platformCost;
-    if (needed > chat.hold.amount) chat.hold = await this.options.holds.extend(chat.hold, needed);
+    chat.hold =
+      needed > chat.hold.amount
+        ? await this.options.holds.extend(chat.hold, needed)
+        : await this.options.holds.refresh(chat.hold);
+  }
+
+  /** While a model turn streams: refreshes the hold once half its TTL has passed (a long stream). */
+  private async keepHeld(chat: PreparedChat): Promise<void> {
+    const now = this.options.kernel.clock.now().getTime();
+    if (chat.hold.expiresAt.getTime() - now < this.options.holds.ttlMs / 2)
+      chat.hold = await this.options.holds.refresh(chat.hold);
   }
 
   /**
    * Runs the loop and streams it: model turns, the gateway's tools, until the model stops or
    * `maxSteps` turns. Before each turn and each batch of tool calls the hold is extended to cover them
-   * (a refusal ends the loop with a payment_required error). Whatever happens (an error, the client
+   * (a refusal ends the loop with a payment_required error), and its expiry refreshed before each turn,
+   * each tool call and during a long stream. Whatever happens (an error, the client
    * gone), the hold is settled to what was used, charged once under `chat:<sessionId>:<messageId>`.
    */
   async run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
@@ -253,6 +268,7 @@ export class ChatService {
           apiKey: chat.apiKey,
           signal,
         })) {
+          await this.keepHeld(chat);
           switch (part.type) {
             case 'text-delta':
               text += part.text;
@@ -288,8 +304,9 @@ export class ChatService {
             { details: { reason: 'too_many_tool_calls', limit: this.settings.maxToolCallsPerTurn } },
           );
         }
-        await this.reserve(chat, base, toolCalls + calls.length);
+        const batch = toolCalls + calls.length;
         for (const call of calls) {
+          await this.reserve(chat, base, batch);
           toolCalls++;
           const outcome = tools
             ? await tools.call(call.name, call.input, signal).catch((err: unknown) => ({

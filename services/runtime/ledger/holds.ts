@@ -181,6 +181,25 @@ export class Holds {
   }
 
   /**
+   * Moves the hold's expiry to a full TTL from now without changing its amount: one UPDATE, no lock,
+   * no checks (nothing more is reserved). The holder calls it before each step of its work, so the TTL
+   * only has to outlast one step. A hold the sweep already released is taken again like `extend`.
+   */
+  async refresh(hold: Hold): Promise<Hold> {
+    const expiresAt = new Date(this.ledger.now() + this.deps.ttlMs);
+    const moved = await this.ledger
+      .db('ledger_holds')
+      .where({ wallet: hold.wallet, idempotency_key: hold.idempotencyKey })
+      .update({ expires_at: expiresAt.getTime() });
+    return moved > 0 ? { ...hold, expiresAt } : this.extend(hold, hold.amount);
+  }
+
+  /** How long a hold stays without a refresh or an extension (ledger.holdTtlSeconds). */
+  get ttlMs(): number {
+    return this.deps.ttlMs;
+  }
+
+  /**
    * Ends the hold and charges `cost`, the work's real cost, under the hold's key, in one transaction.
    * Within the hold this always succeeds. Past it (the estimate fell short), the charge is capped at
    * what the available balance and every budget window allow once the hold is given back, never
