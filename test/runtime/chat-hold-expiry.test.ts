@@ -21,9 +21,10 @@ const TTL_SECONDS = 120;
  * than ledger.holdTtlSeconds (16 calls × 60 s by default, against 600 s) lost its hold to the expiry
  * sweep while the chat still ran, and concurrent chats could spend the same balance. The gateway here
  * is an official-SDK MCP server in process whose one tool lets the injected clock pass the TTL and
- * runs the sweep while the call is in flight.
+ * runs the sweep while the call is in flight. And a settlement that failed (a database fault) left
+ * the hold to the sweep, which released it: the work was served free.
  */
-describe('runtime chat: a hold outlives a long tool batch', function () {
+describe('runtime chat: a running chat keeps its hold, and a failed charge is not served free', function () {
   this.timeout(120_000);
 
   describeEachDatabase('chat hold expiry', (database) => {
@@ -106,6 +107,61 @@ describe('runtime chat: a hold outlives a long tool batch', function () {
       const cost = events.find((e) => e.event === 'cost')!.data;
       expect(cost.charged).to.equal(cost.platformCost);
       expect(await ledger.ledger.balance(wallet.address)).to.include({ heldSpend: 0n });
+    });
+
+    /** A real database fault: every charge insert for `wallet` is refused until `heal` drops it. */
+    async function refuseCharges(wallet: string): Promise<{ heal(): Promise<void> }> {
+      const db = stack.kernel.db;
+      const address = wallet.replace(/[^0-9A-Fa-fx]/g, '');
+      if (database.name === 'postgres') {
+        await db.raw(`create function refuse_charge() returns trigger language plpgsql as $$
+          begin raise exception 'injected fault: ledger_entries is read-only'; end $$`);
+        await db.raw(`create trigger refuse_charge before insert on ledger_entries for each row
+          when (new.wallet = '${address}' and new.kind = 'charge') execute function refuse_charge()`);
+        return {
+          heal: async () => {
+            await db.raw('drop trigger refuse_charge on ledger_entries');
+            await db.raw('drop function refuse_charge()');
+          },
+        };
+      }
+      await db.raw(`create trigger refuse_charge before insert on ledger_entries
+        when new.wallet = '${address}' and new.kind = 'charge'
+        begin select raise(abort, 'injected fault: ledger_entries is read-only'); end`);
+      return { heal: async () => void (await db.raw('drop trigger refuse_charge')) };
+    }
+
+    it('a settlement that keeps failing leaves the real cost on the hold: the sweep charges it, once', async () => {
+      const wallet = newWallet();
+      const ledger = stack.runtime.ledger;
+      await setOnChain(ledger.ledger, wallet.address, 1_000_000n);
+      const agentId = (await ledger.agents.create(wallet.address, { name: 'a', model: 'sigil-echo' })).id;
+      const chat = stack.runtime.chat;
+      const principal: AuthPrincipal = { address: wallet.address, method: 'jwt', operator: false };
+      const session = await chat.openSession(wallet.address, agentId, {});
+      const prepared = await chat.prepare(principal, agentId, session.id, { content: 'hello there world' });
+      const fault = await refuseCharges(wallet.address);
+      const events: SseEvent[] = [];
+      await chat.run(principal, prepared, {
+        send: (event, data) => events.push({ event, data: data as Record<string, unknown> }),
+        close: () => undefined,
+        signal: new AbortController().signal,
+      });
+      const cost = events.find((e) => e.event === 'cost')!.data;
+      expect(cost).to.include({ charged: '0' });
+      expect(cost.error).to.include({ code: 'internal' });
+      const platformCost = BigInt(cost.platformCost as string);
+      expect(platformCost > 0n).to.equal(true);
+      // Still held (the work is not given back), with its cost due at the next sweep.
+      expect((await ledger.ledger.balance(wallet.address)).heldSpend > 0n).to.equal(true);
+      await fault.heal();
+      stack.clock.advance((TTL_SECONDS + 1) * 1000);
+      expect(await ledger.holds.releaseExpired()).to.be.at.least(1);
+      const balance = await ledger.ledger.balance(wallet.address);
+      expect(balance).to.include({ heldSpend: 0n, unsettledSpend: platformCost });
+      expect(await ledger.holds.releaseExpired()).to.equal(0);
+      expect((await ledger.ledger.balance(wallet.address)).unsettledSpend).to.equal(platformCost);
+      expect((await ledger.ledger.audit(wallet.address)).mismatches).to.deep.equal([]);
     });
   });
 });

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Address, Hex } from 'viem';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import { SigilError } from '../../../core/errors.ts';
@@ -354,7 +355,11 @@ export class ChatService {
     }
   }
 
-  /** Settles the hold to the request's cost; a failure leaves the hold to the expiry sweep. */
+  /**
+   * Settles the hold to the request's cost, trying SETTLE_ATTEMPTS times (a lock timeout, a dropped
+   * connection). When every attempt failed, the cost is recorded on the hold and the expiry sweep
+   * charges it: the work is never served free for a database fault.
+   */
   private async settle(
     chat: PreparedChat,
     cost: CostBreakdown,
@@ -364,22 +369,43 @@ export class ChatService {
     entryId?: string;
     error?: ReturnType<typeof errorEvent>;
   }> {
-    try {
-      const settled = await this.options.holds.settle(chat.hold, cost.platformCost);
-      return {
-        charged: settled.charged.toString(),
-        ...(settled.uncharged > 0n ? { uncharged: settled.uncharged.toString() } : {}),
-        ...(settled.entry ? { entryId: settled.entry.id } : {}),
-      };
-    } catch (err) {
-      this.options.logger.error(
-        { err, sessionId: chat.session.id, messageId: chat.messageId, amount: cost.platformCost.toString() },
-        'chat: the charge failed; the hold stays until the expiry sweep releases it',
-      );
-      return { charged: '0', error: errorEvent(err) };
+    const { holds, logger } = this.options;
+    const context = {
+      sessionId: chat.session.id,
+      messageId: chat.messageId,
+      amount: cost.platformCost.toString(),
+    };
+    let failure: unknown;
+    for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
+      try {
+        const settled = await holds.settle(chat.hold, cost.platformCost);
+        return {
+          charged: settled.charged.toString(),
+          ...(settled.uncharged > 0n ? { uncharged: settled.uncharged.toString() } : {}),
+          ...(settled.entry ? { entryId: settled.entry.id } : {}),
+        };
+      } catch (err) {
+        failure = err;
+        logger.warn({ err, attempt, ...context }, 'chat: the charge failed; trying again');
+        if (attempt < SETTLE_ATTEMPTS) await delay(SETTLE_RETRY_MS * attempt);
+      }
     }
+    const recorded = await holds.recordCost(chat.hold, cost.platformCost).catch((err: unknown) => {
+      logger.error({ err, ...context }, 'chat: the charge failed and its cost could not be recorded');
+      return false;
+    });
+    if (recorded)
+      logger.error(
+        { err: failure, ...context },
+        'chat: the charge failed; the hold keeps its cost and the expiry sweep charges it',
+      );
+    return { charged: '0', error: errorEvent(failure) };
   }
 }
+
+/** How many times a chat tries to settle its hold before leaving its cost to the expiry sweep. */
+const SETTLE_ATTEMPTS = 3;
+const SETTLE_RETRY_MS = 200;
 
 /** The ledger key of a message's hold and charge: one charge per message id of a session. */
 const chargeKey = (session: ChatSession, messageId: string): string => `chat:${session.id}:${messageId}`;
