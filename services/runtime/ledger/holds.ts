@@ -5,6 +5,7 @@ import { SigilError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/log.ts';
 import { MAX_AMOUNT, minus, plus, toAmount } from './amounts.ts';
 import { SpendRefused } from './errors.ts';
+import { PeriodicPass } from './periodic.ts';
 import {
   CHARGE_KEY_PREFIX,
   IDEMPOTENCY_KEY,
@@ -81,12 +82,18 @@ const EXPIRY_BATCH = 100;
  * released by the expiry sweep once `ttlMs` has passed since its last extension.
  */
 export class Holds {
-  private timer: NodeJS.Timeout | undefined;
-  private sweeping: Promise<number> | undefined;
+  private readonly expirySweep: PeriodicPass<number>;
 
   constructor(
     private readonly deps: { ledger: Ledger; logger: Logger; ttlMs: number; sweepIntervalMs: number },
-  ) {}
+  ) {
+    this.expirySweep = new PeriodicPass({
+      pass: () => this.sweepExpired(),
+      intervalMs: deps.sweepIntervalMs,
+      logger: deps.logger,
+      failure: 'ledger: hold expiry sweep failed; retrying at the next',
+    });
+  }
 
   private get ledger(): Ledger {
     return this.deps.ledger;
@@ -308,26 +315,15 @@ export class Holds {
    * its holder's settlement failed (recordCost), released otherwise; resolves with how many.
    */
   releaseExpired(): Promise<number> {
-    this.sweeping ??= this.sweepExpired().finally(() => (this.sweeping = undefined));
-    return this.sweeping;
+    return this.expirySweep.run();
   }
 
   start(): void {
-    this.timer ??= setInterval(() => {
-      this.releaseExpired().catch((err: unknown) =>
-        this.deps.logger.warn(
-          { err: (err as Error).message },
-          'ledger: hold expiry sweep failed; retrying at the next',
-        ),
-      );
-    }, this.deps.sweepIntervalMs);
-    this.timer.unref();
+    this.expirySweep.start();
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    await this.sweeping?.catch(() => undefined);
+  stop(): Promise<void> {
+    return this.expirySweep.stop();
   }
 
   private async sweepExpired(): Promise<number> {
