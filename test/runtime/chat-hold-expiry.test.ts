@@ -9,7 +9,7 @@ import type { SseStream } from '../../core/http/sse.ts';
 import { ChatService } from '../../services/runtime/chat/chat.ts';
 import type { GatewayClient } from '../../services/runtime/gateway-client.ts';
 import { newWallet } from '../auth/support.ts';
-import { setOnChain } from '../ledger/support.ts';
+import { refuseCharges, setOnChain } from '../ledger/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import type { SseEvent } from './chat-support.ts';
 import { Stack } from './support.ts';
@@ -109,28 +109,6 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
       expect(await ledger.ledger.balance(wallet.address)).to.include({ heldSpend: 0n });
     });
 
-    /** A real database fault: every charge insert for `wallet` is refused until `heal` drops it. */
-    async function refuseCharges(wallet: string): Promise<{ heal(): Promise<void> }> {
-      const db = stack.kernel.db;
-      const address = wallet.replace(/[^0-9A-Fa-fx]/g, '');
-      if (database.name === 'postgres') {
-        await db.raw(`create function refuse_charge() returns trigger language plpgsql as $$
-          begin raise exception 'injected fault: ledger_entries is read-only'; end $$`);
-        await db.raw(`create trigger refuse_charge before insert on ledger_entries for each row
-          when (new.wallet = '${address}' and new.kind = 'charge') execute function refuse_charge()`);
-        return {
-          heal: async () => {
-            await db.raw('drop trigger refuse_charge on ledger_entries');
-            await db.raw('drop function refuse_charge()');
-          },
-        };
-      }
-      await db.raw(`create trigger refuse_charge before insert on ledger_entries
-        when new.wallet = '${address}' and new.kind = 'charge'
-        begin select raise(abort, 'injected fault: ledger_entries is read-only'); end`);
-      return { heal: async () => void (await db.raw('drop trigger refuse_charge')) };
-    }
-
     it('a settlement that keeps failing leaves the real cost on the hold: the sweep charges it, once', async () => {
       const wallet = newWallet();
       const ledger = stack.runtime.ledger;
@@ -140,7 +118,7 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
       const principal: AuthPrincipal = { address: wallet.address, method: 'jwt', operator: false };
       const session = await chat.openSession(wallet.address, agentId, {});
       const prepared = await chat.prepare(principal, agentId, session.id, { content: 'hello there world' });
-      const fault = await refuseCharges(wallet.address);
+      const fault = await refuseCharges(stack.kernel.db, database, wallet.address);
       const events: SseEvent[] = [];
       await chat.run(principal, prepared, {
         send: (event, data) => events.push({ event, data: data as Record<string, unknown> }),

@@ -227,8 +227,8 @@ export class ChatService {
    * Runs the loop and streams it: model turns, the gateway's tools, until the model stops or
    * `maxSteps` turns. Before each turn and each batch of tool calls the hold is extended to cover them
    * (a refusal ends the loop with a payment_required error), and its expiry refreshed before each turn,
-   * each tool call and during a long stream. Whatever happens (an error, the client
-   * gone), the hold is settled to what was used, charged once under `chat:<sessionId>:<messageId>`.
+   * each tool call and during a long stream. Whatever happens (an error, the client gone), the hold is
+   * settled to what was used, charged once under `chat:<sessionId>:<messageId>`.
    */
   async run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     const { session, entry } = chat;
@@ -386,19 +386,21 @@ export class ChatService {
         };
       } catch (err) {
         failure = err;
+        if (attempt === SETTLE_ATTEMPTS) break;
         logger.warn({ err, attempt, ...context }, 'chat: the charge failed; trying again');
-        if (attempt < SETTLE_ATTEMPTS) await delay(SETTLE_RETRY_MS * attempt);
+        await delay(SETTLE_RETRY_MS * attempt);
       }
     }
     const recorded = await holds.recordCost(chat.hold, cost.platformCost).catch((err: unknown) => {
-      logger.error({ err, ...context }, 'chat: the charge failed and its cost could not be recorded');
+      logger.error({ err, ...context }, 'chat: recording the cost of a failed charge failed too');
       return false;
     });
-    if (recorded)
-      logger.error(
-        { err: failure, ...context },
-        'chat: the charge failed; the hold keeps its cost and the expiry sweep charges it',
-      );
+    logger.error(
+      { err: failure, recorded, ...context },
+      recorded
+        ? 'chat: the charge failed; the hold keeps its cost and the expiry sweep charges it'
+        : 'chat: the charge failed and its cost is not on the hold: the expiry sweep releases it',
+    );
     return { charged: '0', error: errorEvent(failure) };
   }
 }

@@ -327,8 +327,7 @@ export class Holds {
   }
 
   private async sweepExpired(): Promise<number> {
-    let released = 0;
-    let settled = 0;
+    const ended = { released: 0, settled: 0 };
     for (;;) {
       const now = this.ledger.now();
       const due = (await this.ledger
@@ -337,35 +336,50 @@ export class Holds {
         .orderBy('expires_at')
         .limit(EXPIRY_BATCH)
         .select('wallet', 'idempotency_key')) as { wallet: string; idempotency_key: string }[];
+      let failed = false;
       for (const { wallet, idempotency_key: key } of due) {
-        // Checked again under the wallet's lock: an extension may have moved the expiry meanwhile.
-        const ended = await this.ledger.withWallet(wallet, async (trx, balance) => {
-          const open = await this.byKey(trx, wallet, key);
-          if (!open || open.expiresAt.getTime() > now) return undefined;
-          if (open.settleCost === undefined) {
-            await this.drop(trx, wallet, key);
-            return 'released';
-          }
-          const settlement = await this.settleIn(trx, balance, open, open.settleCost);
-          this.warnUncharged(open, open.settleCost, settlement);
-          return 'settled';
-        });
-        if (ended === 'released') released++;
-        if (ended === 'settled') settled++;
+        try {
+          const outcome = await this.endExpired(wallet, key, now);
+          if (outcome) ended[outcome]++;
+        } catch (err) {
+          // One hold that cannot be settled (its charge keeps failing) does not keep the others held.
+          failed = true;
+          this.deps.logger.warn(
+            { err, wallet, key },
+            'ledger: an expired hold could not be ended; retrying at the next sweep',
+          );
+        }
       }
-      if (due.length < EXPIRY_BATCH) break;
+      // After a failure the same holds would come first again: the next sweep tries them.
+      if (failed || due.length < EXPIRY_BATCH) break;
     }
-    if (released > 0)
+    if (ended.released > 0)
       this.deps.logger.warn(
-        { holds: released },
+        { holds: ended.released },
         'ledger: released expired holds (their holder never settled)',
       );
-    if (settled > 0)
+    if (ended.settled > 0)
       this.deps.logger.warn(
-        { holds: settled },
+        { holds: ended.settled },
         'ledger: settled holds whose holder could not (their recorded cost)',
       );
-    return released + settled;
+    return ended.released + ended.settled;
+  }
+
+  /** Settles the hold to its recorded cost, or releases it; checked again under the wallet's lock. */
+  private endExpired(wallet: string, key: string, now: number): Promise<'released' | 'settled' | undefined> {
+    return this.ledger.withWallet(wallet, async (trx, balance) => {
+      const open = await this.byKey(trx, wallet, key);
+      // An extension or a refresh may have moved the expiry meanwhile.
+      if (!open || open.expiresAt.getTime() > now) return undefined;
+      if (open.settleCost === undefined) {
+        await this.drop(trx, wallet, key);
+        return 'released';
+      }
+      const settlement = await this.settleIn(trx, balance, open, open.settleCost);
+      this.warnUncharged(open, open.settleCost, settlement);
+      return 'settled';
+    });
   }
 
   /** Deletes the hold and lowers held spend; returns its amount. */
