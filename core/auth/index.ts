@@ -58,7 +58,7 @@ export function createWalletAuth(
   });
   const parts = {
     settings,
-    siwe: new SiweChallenges(deps.db, deps.clock, settings),
+    siwe: new SiweChallenges(deps.db, deps.clock, settings, keys),
     sessions: new SessionJwts(keys, deps.clock, settings),
     signatures: new RequestSignatures(deps.db, deps.clock, settings),
     walletTokens: settings.walletTokens ? new WalletTokens(deps.db, deps.clock) : undefined,

@@ -52,7 +52,7 @@ export function authRouter(auth: AuthRoutes): Router {
   const router = new Router({ prefix: auth.settings.routePrefix });
   router.get('/challenge', async (ctx) => {
     const query = parseInput(challengeQuery, ctx.query, 'query');
-    ctx.body = await auth.siwe.issue(query.address, ctx.ip);
+    ctx.body = await auth.siwe.issue(query.address);
   });
   router.post('/verify', async (ctx) => {
     const body = parseInput(verifyBody, ctx.request.body, 'body');

@@ -37,9 +37,6 @@ export interface AuthSettings {
   operators: ReadonlySet<string>;
   chainId: number;
   challengeTtlSeconds: number;
-  /** Unexpired SIWE challenges one client may hold, and the service in all. */
-  challengeMaxPerClient: number;
-  challengeMaxOutstanding: number;
   clockSkewSeconds: number;
   requestSignatureMaxAgeSeconds: number;
   bodyLimitBytes: number;
@@ -69,8 +66,6 @@ export function authSettings(config: SigilConfig, service: AuthService): AuthSet
     operators: new Set(config.gateway.operatorWallets.map((wallet) => wallet.toLowerCase())),
     chainId: config.auth.chainId,
     challengeTtlSeconds: config.auth.challengeTtlSeconds,
-    challengeMaxPerClient: config.auth.challengeMaxPerClient,
-    challengeMaxOutstanding: config.auth.challengeMaxOutstanding,
     clockSkewSeconds: config.auth.clockSkewSeconds,
     requestSignatureMaxAgeSeconds: config.auth.requestSignatureMaxAgeSeconds,
     bodyLimitBytes: config[service].bodyLimitBytes,

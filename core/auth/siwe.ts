@@ -2,11 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { getAddress, type Address, type Hex } from 'viem';
 import { createSiweMessage, parseSiweMessage, SiweInvalidMessageFieldError } from 'viem/siwe';
 import type { Clock } from '../clock.ts';
+import { hkdfSha256, hmacSha256, sameMac } from '../crypto.ts';
 import type { Database } from '../db/database.ts';
 import { SigilError } from '../errors.ts';
 import { signatureMatches } from './eoa.ts';
 import { unauthorized } from './principal.ts';
 import type { AuthSettings } from './settings.ts';
+import type { SigningKeyStore } from './signing-key.ts';
 
 export interface Challenge {
   nonce: string;
@@ -19,12 +21,12 @@ export interface Challenge {
   expiresAt: string;
 }
 
-interface NonceRow {
+/** A used nonce, kept until its expiry so it cannot be replayed (then pruned). */
+interface UsedNonceRow {
   nonce: string;
   service: string;
   expires_at: number | string;
-  used_at: number | string | null;
-  client: string | null;
+  used_at: number | string;
 }
 
 const SIWE_VERSION = '1';
@@ -32,38 +34,43 @@ const SIWE_VERSION = '1';
 const PROBE_ADDRESS = '0x0000000000000000000000000000000000000001';
 
 /**
- * Sign-In with Ethereum for one service. Nonces live in the database, so a challenge issued by one
- * replica verifies on another and survives a restart; each is consumed exactly once.
+ * A nonce is `random ‖ expiry ‖ MAC` in hex (alphanumeric, as EIP-4361 requires; 64 characters, the
+ * column's width): 96 random bits, the expiry in Unix milliseconds (48 bits), and the first 112 bits
+ * of an HMAC-SHA256 over them, the service, its domain and its URI.
+ */
+const NONCE = /^([0-9a-f]{24})([0-9a-f]{12})([0-9a-f]{28})$/;
+const RANDOM_BYTES = 12;
+const EXPIRY_HEX = 12;
+const MAC_HEX = 28;
+/** How often a verification deletes the used nonces that expired (they can no longer be replayed). */
+const PRUNE_INTERVAL_MS = 60_000;
+
+/**
+ * Sign-In with Ethereum for one service. A challenge is stateless: its nonce carries its expiry and a
+ * MAC under a key derived from the session signing key (shared by replicas and restarts), so issuing
+ * one writes nothing and anyone may ask for any number. Verifying checks the MAC and expiry, then
+ * records the nonce as used until it expires: each is accepted exactly once, on any replica.
  */
 export class SiweChallenges {
+  private macKey: Promise<Buffer> | undefined;
+  private lastPrune = Number.NEGATIVE_INFINITY;
+
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
     private readonly settings: AuthSettings,
+    private readonly keys: SigningKeyStore,
   ) {
     this.assertPublicUrlFits();
   }
 
-  /**
-   * A challenge for `address`, asked by `client` (its network address). Anyone may ask, so each is
-   * bounded: expired challenges are deleted first, then a client holding `challengeMaxPerClient`
-   * unexpired ones of this service, or the service holding `challengeMaxOutstanding`, is refused
-   * (429 with Retry-After, nothing recorded). Concurrent requests may pass a limit by their number.
-   */
-  async issue(address: Address, client: string): Promise<Challenge> {
+  /** A challenge for `address`; nothing is recorded until it is verified. */
+  async issue(address: Address): Promise<Challenge> {
     const now = this.clock.now();
     const expiresAt = new Date(now.getTime() + this.settings.challengeTtlSeconds * 1000);
-    // Hex is alphanumeric, as EIP-4361 requires, and 128 bits cannot be guessed.
-    const nonce = randomBytes(16).toString('hex');
-    await this.db<NonceRow>('siwe_nonces').where('expires_at', '<=', now.getTime()).delete();
-    await this.refuseOverLimit(client.slice(0, 64), now.getTime());
-    await this.db<NonceRow>('siwe_nonces').insert({
-      nonce,
-      service: this.settings.service,
-      expires_at: expiresAt.getTime(),
-      used_at: null,
-      client: client.slice(0, 64),
-    });
+    const random = randomBytes(RANDOM_BYTES).toString('hex');
+    const expiry = expiresAt.getTime().toString(16).padStart(EXPIRY_HEX, '0');
+    const nonce = `${random}${expiry}${await this.mac(random, expiry)}`;
     return {
       nonce,
       message: this.message(address, nonce, now, expiresAt),
@@ -111,51 +118,57 @@ export class SiweChallenges {
     }
     this.checkTimes(issuedAt, fields.expirationTime, fields.notBefore);
     const now = this.clock.now().getTime();
-    const row = await this.db<NonceRow>('siwe_nonces').where({ nonce, service: expected.service }).first();
-    if (!row) throw unauthorized('SIWE nonce was not issued by this service');
-    if (row.used_at !== null) throw unauthorized('SIWE nonce has already been used');
-    if (Number(row.expires_at) <= now) throw unauthorized('SIWE challenge has expired');
+    const expiresAt = await this.expiryOf(nonce);
+    if (expiresAt <= now) throw unauthorized('SIWE challenge has expired');
     const address = getAddress(fields.address);
     if (!(await signatureMatches(address, message, signature))) {
       throw unauthorized(`Signature was not made by ${address} over this message`);
     }
-    // One conditional UPDATE is the consume: of two concurrent verifications, on any replica, one wins.
-    const consumed = await this.db<NonceRow>('siwe_nonces')
-      .where({ nonce, service: expected.service })
-      .whereNull('used_at')
-      .andWhere('expires_at', '>', now)
-      .update({ used_at: now });
-    if (consumed !== 1) throw unauthorized('SIWE nonce has already been used');
+    await this.pruneUsed(now);
+    // The insert is the consume: of two concurrent verifications, on any replica, one wins.
+    const consumed = await this.db<UsedNonceRow>('siwe_nonces')
+      .insert({ nonce, service: expected.service, expires_at: expiresAt, used_at: now })
+      .onConflict('nonce')
+      .ignore()
+      .returning('nonce');
+    if (consumed.length !== 1) throw unauthorized('SIWE nonce has already been used');
     return address;
   }
 
-  private async refuseOverLimit(client: string, now: number): Promise<void> {
-    const { service, challengeMaxPerClient, challengeMaxOutstanding } = this.settings;
-    const live = () => this.db<NonceRow>('siwe_nonces').where({ service }).andWhere('expires_at', '>', now);
-    // Counted up to the limit only: a full table costs no more to check than one at its limit.
-    const count = async (query: ReturnType<typeof live>, limit: number) =>
-      ((await query.clone().limit(limit).select('expires_at')) as Pick<NonceRow, 'expires_at'>[]).length;
-    const scopes = [
-      { scope: 'client', limit: challengeMaxPerClient, query: live().andWhere({ client }) },
-      { scope: 'service', limit: challengeMaxOutstanding, query: live() },
-    ] as const;
-    for (const { scope, limit, query } of scopes) {
-      if ((await count(query, limit)) < limit) continue;
-      const oldest = (await query.clone().orderBy('expires_at').first('expires_at')) as
-        Pick<NonceRow, 'expires_at'> | undefined;
-      const retryAfter = Math.max(1, Math.ceil((Number(oldest?.expires_at ?? now) - now) / 1000));
-      throw new SigilError(
-        'rate_limited',
-        scope === 'client'
-          ? `This client holds ${limit} unexpired sign-in challenges, the most it may`
-          : `This service holds ${limit} unexpired sign-in challenges, the most it keeps`,
-        {
-          hint: `Sign one of the challenges already issued, or ask again in ${retryAfter} s`,
-          details: { reason: 'too_many_challenges', scope, limit },
-          headers: { 'retry-after': String(retryAfter) },
-        },
-      );
+  /** The nonce's expiry, once its MAC shows this service issued it. */
+  private async expiryOf(nonce: string): Promise<number> {
+    const [, random = '', expiry = '', tag = ''] = NONCE.exec(nonce) ?? [];
+    if (!sameMac(await this.mac(random, expiry), tag) || tag === '') {
+      throw unauthorized('SIWE nonce was not issued by this service');
     }
+    return Number.parseInt(expiry, 16);
+  }
+
+  private async mac(random: string, expiry: string): Promise<string> {
+    const { service, domain, baseUrl } = this.settings;
+    const tag = hmacSha256(await this.key(), `${service}\n${domain}\n${baseUrl}\n${random}\n${expiry}`);
+    return tag.toString('hex').slice(0, MAC_HEX);
+  }
+
+  /** Derived from the session signing key, so every replica (and a restart) checks the same MACs. */
+  private key(): Promise<Buffer> {
+    // A failed load (database down) is retried by the next request rather than cached.
+    this.macKey ??= this.keys.current().then(
+      ({ privateKey }) =>
+        hkdfSha256(privateKey.export({ format: 'der', type: 'pkcs8' }), '', 'sigil:siwe-challenge:v1'),
+      (err: unknown) => {
+        this.macKey = undefined;
+        throw err;
+      },
+    );
+    return this.macKey;
+  }
+
+  /** Used nonces past their expiry cannot be replayed (the MAC check refuses them): deleted. */
+  private async pruneUsed(now: number): Promise<void> {
+    if (now - this.lastPrune < PRUNE_INTERVAL_MS) return;
+    this.lastPrune = now;
+    await this.db<UsedNonceRow>('siwe_nonces').where('expires_at', '<=', now).delete();
   }
 
   /** Times in the message bind too; a skew allowance forgives wallets whose clocks drift. */

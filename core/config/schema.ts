@@ -338,20 +338,6 @@ export const configSchema = z
       .object({
         chainId: z.number().int().positive().default(8453),
         challengeTtlSeconds: z.number().int().min(30).max(3600).default(300),
-        challengeMaxPerClient: z
-          .number()
-          .int()
-          .min(1)
-          .max(100_000)
-          .default(100)
-          .describe('SIWE challenges one client address may hold unexpired per service (then 429)'),
-        challengeMaxOutstanding: z
-          .number()
-          .int()
-          .min(1)
-          .max(10_000_000)
-          .default(10_000)
-          .describe('SIWE challenges a service keeps unexpired in all (then 429): bounds their table'),
         runtimeJwtTtlSeconds: z.number().int().min(60).max(86_400).default(3600),
         gatewayJwtTtlSeconds: z.number().int().min(60).max(86_400).default(86_400),
         requestSignatureMaxAgeSeconds: z
@@ -580,6 +566,14 @@ export const configSchema = z
   })
   .strict()
   .superRefine((config, ctx) => {
+    // A chat refreshes its hold before each tool call: the TTL must outlast the longest one.
+    if (config.ledger.holdTtlSeconds <= config.gateway.toolCallTimeoutSeconds) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['ledger', 'holdTtlSeconds'],
+        message: `must be longer than gateway.toolCallTimeoutSeconds (${config.gateway.toolCallTimeoutSeconds}): a running chat's hold would expire during one tool call`,
+      });
+    }
     if (config.mode === 'production' && config.ledger.depositMnemonic?.trim() === DEV_DEPOSIT_MNEMONIC) {
       ctx.addIssue({
         code: 'custom',

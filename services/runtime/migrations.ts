@@ -174,4 +174,19 @@ export const runtimeMigrations: readonly Migration[] = [
       await db.schema.dropTableIfExists('ledger_holds');
     },
   },
+  {
+    name: '0240-ledger-hold-settle-cost',
+    async up(db) {
+      // The real cost of work whose settlement failed: the expiry sweep charges it instead of
+      // releasing the hold (null while the work runs: a hold without one is released).
+      await db.schema.alterTable('ledger_holds', (t) => {
+        t.bigInteger('settle_cost');
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('ledger_holds', (t) => {
+        t.dropColumn('settle_cost');
+      });
+    },
+  },
 ];

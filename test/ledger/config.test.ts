@@ -62,6 +62,17 @@ describe('ledger: config', () => {
       .that.matches(/ledger\.depositMnemonic: is the public dev mnemonic/);
   });
 
+  it('a hold TTL no longer than one tool call is refused: a running chat would lose its hold', () => {
+    const raw = { ledger: { holdTtlSeconds: 60 }, gateway: { toolCallTimeoutSeconds: 60 } };
+    expect(() => loadFromObject(raw))
+      .to.throw(ConfigError)
+      .with.property('message')
+      .that.matches(/ledger\.holdTtlSeconds: must be longer than gateway\.toolCallTimeoutSeconds \(60\)/);
+    expect(loadFromObject({ ...raw, ledger: { holdTtlSeconds: 61 } }).config.ledger.holdTtlSeconds).to.equal(
+      61,
+    );
+  });
+
   it('amounts are integers in base units: "1.5" and -1 are refused', () => {
     for (const bad of ['"1.5"', '-1', '"0x10"']) {
       const raw = JSON.parse(`{ "ledger": { "minimumBalance": ${bad} } }`) as unknown;

@@ -4,7 +4,14 @@ import { SpendRefused } from '../../services/runtime/ledger/errors.ts';
 import type { Holds } from '../../services/runtime/ledger/holds.ts';
 import type { Ledger } from '../../services/runtime/ledger/ledger.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
-import { MIDWEEK, openLedgerWorld, randomWallet, setOnChain, type LedgerWorld } from './support.ts';
+import {
+  MIDWEEK,
+  openLedgerWorld,
+  randomWallet,
+  refuseCharges,
+  setOnChain,
+  type LedgerWorld,
+} from './support.ts';
 
 const TTL_MS = 600_000;
 
@@ -153,6 +160,42 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     expect(await holds.settle(late, 150n)).to.include({ charged: 150n, replayed: true });
     expect(await ledger.balance(wallet)).to.include({ unsettledSpend: 150n, available: 850n });
     expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
+  });
+
+  it('a refresh moves only the expiry: the sweep keeps a refreshed hold, and a swept one is taken again', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n);
+    let hold = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'r' });
+    world.clock.advance(TTL_MS - 1000);
+    hold = await holds.refresh(hold);
+    world.clock.advance(2000);
+    expect(await holds.releaseExpired()).to.equal(0);
+    expect(await holds.get(wallet, 'r')).to.include({ amount: 100n });
+    world.clock.advance(TTL_MS);
+    expect(await holds.releaseExpired()).to.equal(1);
+    hold = await holds.refresh(hold);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 100n, available: 900n });
+    expect((await holds.settle(hold, 40n)).charged).to.equal(40n);
+  });
+
+  it('the sweep charges a recorded cost instead of releasing; one hold it cannot settle keeps no other', async () => {
+    const failing = await walletWithAgent(1000n);
+    const other = await walletWithAgent(1000n);
+    const owed = await holds.hold({ ...failing, amount: 300n, idempotencyKey: 'owed' });
+    await holds.hold({ ...other, amount: 200n, idempotencyKey: 'crashed' });
+    expect(await holds.recordCost(owed, 120n)).to.equal(true);
+    const fault = await refuseCharges(world.kernel.db, database, failing.wallet);
+    try {
+      world.clock.advance(TTL_MS);
+      expect(await holds.releaseExpired()).to.equal(1);
+      expect(await ledger.balance(other.wallet)).to.include({ heldSpend: 0n });
+      expect(await ledger.balance(failing.wallet)).to.include({ heldSpend: 300n, unsettledSpend: 0n });
+    } finally {
+      await fault.heal();
+    }
+    expect(await holds.releaseExpired()).to.equal(1);
+    expect(await ledger.balance(failing.wallet)).to.include({ heldSpend: 0n, unsettledSpend: 120n });
+    expect(await holds.settle(owed, 120n)).to.include({ charged: 120n, replayed: true });
+    expect((await ledger.audit()).mismatches).to.deep.equal([]);
   });
 
   it('another wallet cannot hold on an agent it does not own: 404, nothing held', async () => {

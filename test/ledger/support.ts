@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { getAddress } from 'viem';
 import { ManualClock } from '../../core/clock.ts';
+import type { Database } from '../../core/db/database.ts';
 import type { Kernel } from '../../services/kernel.ts';
 import { createLedgerService, type LedgerService } from '../../services/runtime/ledger/service.ts';
 import type { Ledger } from '../../services/runtime/ledger/ledger.ts';
@@ -80,4 +81,32 @@ export async function eventually<T>(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+}
+
+/**
+ * A real database fault for `wallet`: every charge entry it would get is refused by a trigger (the
+ * transaction fails and rolls back) until `heal` drops the trigger.
+ */
+export async function refuseCharges(
+  db: Database,
+  database: TestDatabase,
+  wallet: string,
+): Promise<{ heal(): Promise<void> }> {
+  const address = getAddress(wallet);
+  if (database.name === 'postgres') {
+    await db.raw(`create function refuse_charge() returns trigger language plpgsql as $$
+      begin raise exception 'injected fault: no charge for this wallet'; end $$`);
+    await db.raw(`create trigger refuse_charge before insert on ledger_entries for each row
+      when (new.wallet = '${address}' and new.kind = 'charge') execute function refuse_charge()`);
+    return {
+      heal: async () => {
+        await db.raw('drop trigger refuse_charge on ledger_entries');
+        await db.raw('drop function refuse_charge()');
+      },
+    };
+  }
+  await db.raw(`create trigger refuse_charge before insert on ledger_entries
+    when new.wallet = '${address}' and new.kind = 'charge'
+    begin select raise(abort, 'injected fault: no charge for this wallet'); end`);
+  return { heal: async () => void (await db.raw('drop trigger refuse_charge')) };
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Address, Hex } from 'viem';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import { SigilError } from '../../../core/errors.ts';
@@ -202,17 +203,32 @@ export class ChatService {
     return baseLlmCost({ inputTokens: bytes, outputTokens: this.settings.maxOutputTokens }, model);
   }
 
-  /** Extends the chat's hold to cover `base` upstream and `toolCalls` calls, before that work runs. */
+  /**
+   * Before each step (a model turn, a tool call): extends the chat's hold to cover `base` upstream and
+   * `toolCalls` calls, or when it already does, refreshes its expiry, so the expiry sweep never
+   * releases a running chat's hold however many steps it takes (holdTtlSeconds need only outlast one).
+   */
   private async reserve(chat: PreparedChat, base: bigint, toolCalls: number): Promise<void> {
     const needed = platformCost(chat.keyKind, base, toolCalls).platformCost;
-    if (needed > chat.hold.amount) chat.hold = await this.options.holds.extend(chat.hold, needed);
+    chat.hold =
+      needed > chat.hold.amount
+        ? await this.options.holds.extend(chat.hold, needed)
+        : await this.options.holds.refresh(chat.hold);
+  }
+
+  /** While a model turn streams: refreshes the hold once half its TTL has passed (a long stream). */
+  private async keepHeld(chat: PreparedChat): Promise<void> {
+    const now = this.options.kernel.clock.now().getTime();
+    if (chat.hold.expiresAt.getTime() - now < this.options.holds.ttlMs / 2)
+      chat.hold = await this.options.holds.refresh(chat.hold);
   }
 
   /**
    * Runs the loop and streams it: model turns, the gateway's tools, until the model stops or
    * `maxSteps` turns. Before each turn and each batch of tool calls the hold is extended to cover them
-   * (a refusal ends the loop with a payment_required error). Whatever happens (an error, the client
-   * gone), the hold is settled to what was used, charged once under `chat:<sessionId>:<messageId>`.
+   * (a refusal ends the loop with a payment_required error), and its expiry refreshed before each turn,
+   * each tool call and during a long stream. Whatever happens (an error, the client gone), the hold is
+   * settled to what was used, charged once under `chat:<sessionId>:<messageId>`.
    */
   async run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     const { session, entry } = chat;
@@ -253,6 +269,7 @@ export class ChatService {
           apiKey: chat.apiKey,
           signal,
         })) {
+          await this.keepHeld(chat);
           switch (part.type) {
             case 'text-delta':
               text += part.text;
@@ -288,8 +305,9 @@ export class ChatService {
             { details: { reason: 'too_many_tool_calls', limit: this.settings.maxToolCallsPerTurn } },
           );
         }
-        await this.reserve(chat, base, toolCalls + calls.length);
+        const batch = toolCalls + calls.length;
         for (const call of calls) {
+          await this.reserve(chat, base, batch);
           toolCalls++;
           const outcome = tools
             ? await tools.call(call.name, call.input, signal).catch((err: unknown) => ({
@@ -337,7 +355,11 @@ export class ChatService {
     }
   }
 
-  /** Settles the hold to the request's cost; a failure leaves the hold to the expiry sweep. */
+  /**
+   * Settles the hold to the request's cost, trying SETTLE_ATTEMPTS times (a lock timeout, a dropped
+   * connection). When every attempt failed, the cost is recorded on the hold and the expiry sweep
+   * charges it: the work is never served free for a database fault.
+   */
   private async settle(
     chat: PreparedChat,
     cost: CostBreakdown,
@@ -347,22 +369,45 @@ export class ChatService {
     entryId?: string;
     error?: ReturnType<typeof errorEvent>;
   }> {
-    try {
-      const settled = await this.options.holds.settle(chat.hold, cost.platformCost);
-      return {
-        charged: settled.charged.toString(),
-        ...(settled.uncharged > 0n ? { uncharged: settled.uncharged.toString() } : {}),
-        ...(settled.entry ? { entryId: settled.entry.id } : {}),
-      };
-    } catch (err) {
-      this.options.logger.error(
-        { err, sessionId: chat.session.id, messageId: chat.messageId, amount: cost.platformCost.toString() },
-        'chat: the charge failed; the hold stays until the expiry sweep releases it',
-      );
-      return { charged: '0', error: errorEvent(err) };
+    const { holds, logger } = this.options;
+    const context = {
+      sessionId: chat.session.id,
+      messageId: chat.messageId,
+      amount: cost.platformCost.toString(),
+    };
+    let failure: unknown;
+    for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
+      try {
+        const settled = await holds.settle(chat.hold, cost.platformCost);
+        return {
+          charged: settled.charged.toString(),
+          ...(settled.uncharged > 0n ? { uncharged: settled.uncharged.toString() } : {}),
+          ...(settled.entry ? { entryId: settled.entry.id } : {}),
+        };
+      } catch (err) {
+        failure = err;
+        if (attempt === SETTLE_ATTEMPTS) break;
+        logger.warn({ err, attempt, ...context }, 'chat: the charge failed; trying again');
+        await delay(SETTLE_RETRY_MS * attempt);
+      }
     }
+    const recorded = await holds.recordCost(chat.hold, cost.platformCost).catch((err: unknown) => {
+      logger.error({ err, ...context }, 'chat: recording the cost of a failed charge failed too');
+      return false;
+    });
+    logger.error(
+      { err: failure, recorded, ...context },
+      recorded
+        ? 'chat: the charge failed; the hold keeps its cost and the expiry sweep charges it'
+        : 'chat: the charge failed and its cost is not on the hold: the expiry sweep releases it',
+    );
+    return { charged: '0', error: errorEvent(failure) };
   }
 }
+
+/** How many times a chat tries to settle its hold before leaving its cost to the expiry sweep. */
+const SETTLE_ATTEMPTS = 3;
+const SETTLE_RETRY_MS = 200;
 
 /** The ledger key of a message's hold and charge: one charge per message id of a session. */
 const chargeKey = (session: ChatSession, messageId: string): string => `chat:${session.id}:${messageId}`;

@@ -5,6 +5,7 @@ import { SigilError } from '../../../core/errors.ts';
 import type { Logger } from '../../../core/log.ts';
 import { MAX_AMOUNT, minus, plus, toAmount } from './amounts.ts';
 import { SpendRefused } from './errors.ts';
+import { PeriodicPass } from './periodic.ts';
 import {
   CHARGE_KEY_PREFIX,
   IDEMPOTENCY_KEY,
@@ -30,6 +31,8 @@ export interface Hold {
   createdAt: Date;
   /** The expiry sweep releases the hold from then on; each extension moves it. */
   expiresAt: Date;
+  /** The work's real cost, recorded when its settlement failed: the sweep charges it (recordCost). */
+  settleCost?: bigint;
 }
 
 export interface Settlement {
@@ -54,9 +57,19 @@ interface HoldRow {
   idempotency_key: string;
   created_at: string | number;
   expires_at: string | number;
+  settle_cost: string | number | null;
 }
 
-const HOLD_COLUMNS = ['id', 'wallet', 'agent_id', 'amount', 'idempotency_key', 'created_at', 'expires_at'];
+const HOLD_COLUMNS = [
+  'id',
+  'wallet',
+  'agent_id',
+  'amount',
+  'idempotency_key',
+  'created_at',
+  'expires_at',
+  'settle_cost',
+];
 
 /** How many expired holds one sweep step releases (each in its own wallet transaction). */
 const EXPIRY_BATCH = 100;
@@ -69,12 +82,18 @@ const EXPIRY_BATCH = 100;
  * released by the expiry sweep once `ttlMs` has passed since its last extension.
  */
 export class Holds {
-  private timer: NodeJS.Timeout | undefined;
-  private sweeping: Promise<number> | undefined;
+  private readonly expirySweep: PeriodicPass<number>;
 
   constructor(
     private readonly deps: { ledger: Ledger; logger: Logger; ttlMs: number; sweepIntervalMs: number },
-  ) {}
+  ) {
+    this.expirySweep = new PeriodicPass({
+      pass: () => this.sweepExpired(),
+      intervalMs: deps.sweepIntervalMs,
+      logger: deps.logger,
+      failure: 'ledger: hold expiry sweep failed; retrying at the next',
+    });
+  }
 
   private get ledger(): Ledger {
     return this.deps.ledger;
@@ -181,6 +200,25 @@ export class Holds {
   }
 
   /**
+   * Moves the hold's expiry to a full TTL from now without changing its amount: one UPDATE, no lock,
+   * no checks (nothing more is reserved). The holder calls it before each step of its work, so the TTL
+   * only has to outlast one step. A hold the sweep already released is taken again like `extend`.
+   */
+  async refresh(hold: Hold): Promise<Hold> {
+    const expiresAt = new Date(this.ledger.now() + this.deps.ttlMs);
+    const moved = await this.ledger
+      .db('ledger_holds')
+      .where({ wallet: hold.wallet, idempotency_key: hold.idempotencyKey })
+      .update({ expires_at: expiresAt.getTime() });
+    return moved > 0 ? { ...hold, expiresAt } : this.extend(hold, hold.amount);
+  }
+
+  /** How long a hold stays without a refresh or an extension (ledger.holdTtlSeconds). */
+  get ttlMs(): number {
+    return this.deps.ttlMs;
+  }
+
+  /**
    * Ends the hold and charges `cost`, the work's real cost, under the hold's key, in one transaction.
    * Within the hold this always succeeds. Past it (the estimate fell short), the charge is capped at
    * what the available balance and every budget window allow once the hold is given back, never
@@ -188,33 +226,62 @@ export class Holds {
    */
   async settle(hold: Hold, cost: bigint): Promise<Settlement> {
     if (cost < 0n || cost > MAX_AMOUNT) throw new SigilError('internal', `A cost out of range: ${cost}`);
+    const settlement = await this.ledger.withWallet(hold.wallet, (trx, balance) =>
+      this.settleIn(trx, balance, hold, cost),
+    );
+    this.warnUncharged(hold, cost, settlement);
+    return settlement;
+  }
+
+  /**
+   * When `settle` failed (the database was unreachable, a lock timed out): records the work's real
+   * cost on the hold and makes it due, so the next expiry sweep settles it to that cost instead of
+   * releasing it. False when the hold is gone (settled meanwhile, or already swept).
+   */
+  async recordCost(hold: Hold, cost: bigint): Promise<boolean> {
+    if (cost < 0n || cost > MAX_AMOUNT) throw new SigilError('internal', `A cost out of range: ${cost}`);
+    const moved = await this.ledger
+      .db('ledger_holds')
+      .where({ wallet: hold.wallet, idempotency_key: hold.idempotencyKey })
+      .update({ settle_cost: cost.toString(), expires_at: this.ledger.now() });
+    return moved > 0;
+  }
+
+  /** Ends the hold and charges `cost` within the wallet's transaction (see `settle`). */
+  private async settleIn(
+    trx: Knex.Transaction,
+    balance: Balance,
+    hold: Hold,
+    cost: bigint,
+  ): Promise<Settlement> {
     const key = CHARGE_KEY_PREFIX + hold.idempotencyKey;
-    const settlement = await this.ledger.withWallet(hold.wallet, async (trx, balance) => {
-      const released = await this.drop(trx, hold.wallet, hold.idempotencyKey);
-      const first = await this.ledger.entryByKey(trx, hold.wallet, key);
-      if (first) return { entry: first, charged: first.amount, uncharged: 0n, replayed: true };
-      if (cost === 0n) return { entry: undefined, charged: 0n, uncharged: 0n, replayed: false };
-      const { budgets } = await this.ledger.readBudgets(trx, hold.wallet, hold.agentId);
-      let room = balance.available + released;
-      for (const state of Object.values(budgets))
-        if (state.remaining !== null && state.remaining < room) room = state.remaining;
-      const charged = cost < room ? cost : room > 0n ? room : 0n;
-      const entry =
-        charged > 0n
-          ? await this.ledger.append(
-              trx,
-              {
-                wallet: hold.wallet,
-                kind: 'charge',
-                amount: charged,
-                idempotencyKey: key,
-                agentId: hold.agentId,
-              },
-              { knownNew: true },
-            )
-          : undefined;
-      return { entry, charged, uncharged: cost - charged, replayed: false };
-    });
+    const released = await this.drop(trx, hold.wallet, hold.idempotencyKey);
+    const first = await this.ledger.entryByKey(trx, hold.wallet, key);
+    if (first) return { entry: first, charged: first.amount, uncharged: 0n, replayed: true };
+    if (cost === 0n) return { entry: undefined, charged: 0n, uncharged: 0n, replayed: false };
+    const { budgets } = await this.ledger.readBudgets(trx, hold.wallet, hold.agentId);
+    let room = balance.available + released;
+    for (const state of Object.values(budgets))
+      if (state.remaining !== null && state.remaining < room) room = state.remaining;
+    const charged = cost < room ? cost : room > 0n ? room : 0n;
+    const entry =
+      charged > 0n
+        ? await this.ledger.append(
+            trx,
+            {
+              wallet: hold.wallet,
+              kind: 'charge',
+              amount: charged,
+              idempotencyKey: key,
+              agentId: hold.agentId,
+            },
+            { knownNew: true },
+          )
+        : undefined;
+    return { entry, charged, uncharged: cost - charged, replayed: false };
+  }
+
+  private warnUncharged(hold: Hold, cost: bigint, settlement: Settlement): void {
     if (settlement.uncharged > 0n) {
       this.deps.logger.warn(
         {
@@ -228,7 +295,6 @@ export class Holds {
         'ledger: a cost outgrew its hold and the balance or budget could not cover the rest',
       );
     }
-    return settlement;
   }
 
   /** Gives the hold back without charging (the work failed before it used anything). */
@@ -244,32 +310,24 @@ export class Holds {
     return this.byKey(this.ledger.db, getAddress(wallet), idempotencyKey);
   }
 
-  /** Releases every hold whose expiry has passed (by the ledger's clock); resolves with how many. */
+  /**
+   * Ends every hold whose expiry has passed (by the ledger's clock): settled to its recorded cost when
+   * its holder's settlement failed (recordCost), released otherwise; resolves with how many.
+   */
   releaseExpired(): Promise<number> {
-    this.sweeping ??= this.sweepExpired().finally(() => (this.sweeping = undefined));
-    return this.sweeping;
+    return this.expirySweep.run();
   }
 
   start(): void {
-    this.timer ??= setInterval(() => {
-      this.releaseExpired().catch((err: unknown) =>
-        this.deps.logger.warn(
-          { err: (err as Error).message },
-          'ledger: hold expiry sweep failed; retrying at the next',
-        ),
-      );
-    }, this.deps.sweepIntervalMs);
-    this.timer.unref();
+    this.expirySweep.start();
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    await this.sweeping?.catch(() => undefined);
+  stop(): Promise<void> {
+    return this.expirySweep.stop();
   }
 
   private async sweepExpired(): Promise<number> {
-    let released = 0;
+    const ended = { released: 0, settled: 0 };
     for (;;) {
       const now = this.ledger.now();
       const due = (await this.ledger
@@ -278,30 +336,56 @@ export class Holds {
         .orderBy('expires_at')
         .limit(EXPIRY_BATCH)
         .select('wallet', 'idempotency_key')) as { wallet: string; idempotency_key: string }[];
+      let failed = false;
       for (const { wallet, idempotency_key: key } of due) {
-        // Checked again under the wallet's lock: an extension may have moved the expiry meanwhile.
-        const freed = await this.ledger.withWallet(wallet, (trx) => this.drop(trx, wallet, key, now));
-        if (freed > 0n) released++;
+        try {
+          const outcome = await this.endExpired(wallet, key, now);
+          if (outcome) ended[outcome]++;
+        } catch (err) {
+          // One hold that cannot be settled (its charge keeps failing) does not keep the others held.
+          failed = true;
+          this.deps.logger.warn(
+            { err, wallet, key },
+            'ledger: an expired hold could not be ended; retrying at the next sweep',
+          );
+        }
       }
-      if (due.length < EXPIRY_BATCH) break;
+      // After a failure the same holds would come first again: the next sweep tries them.
+      if (failed || due.length < EXPIRY_BATCH) break;
     }
-    if (released > 0)
+    if (ended.released > 0)
       this.deps.logger.warn(
-        { holds: released },
+        { holds: ended.released },
         'ledger: released expired holds (their holder never settled)',
       );
-    return released;
+    if (ended.settled > 0)
+      this.deps.logger.warn(
+        { holds: ended.settled },
+        'ledger: settled holds whose holder could not (their recorded cost)',
+      );
+    return ended.released + ended.settled;
   }
 
-  /** Deletes the hold (only if expired by `expiredBy`, when given) and lowers held spend; returns its amount. */
-  private async drop(
-    trx: Knex.Transaction,
-    wallet: string,
-    key: string,
-    expiredBy?: number,
-  ): Promise<bigint> {
+  /** Settles the hold to its recorded cost, or releases it; checked again under the wallet's lock. */
+  private endExpired(wallet: string, key: string, now: number): Promise<'released' | 'settled' | undefined> {
+    return this.ledger.withWallet(wallet, async (trx, balance) => {
+      const open = await this.byKey(trx, wallet, key);
+      // An extension or a refresh may have moved the expiry meanwhile.
+      if (!open || open.expiresAt.getTime() > now) return undefined;
+      if (open.settleCost === undefined) {
+        await this.drop(trx, wallet, key);
+        return 'released';
+      }
+      const settlement = await this.settleIn(trx, balance, open, open.settleCost);
+      this.warnUncharged(open, open.settleCost, settlement);
+      return 'settled';
+    });
+  }
+
+  /** Deletes the hold and lowers held spend; returns its amount. */
+  private async drop(trx: Knex.Transaction, wallet: string, key: string): Promise<bigint> {
     const open = await this.byKey(trx, wallet, key);
-    if (!open || (expiredBy !== undefined && open.expiresAt.getTime() > expiredBy)) return 0n;
+    if (!open) return 0n;
     await trx('ledger_holds').where({ id: open.id }).delete();
     await trx('ledger_wallets')
       .where({ wallet })
@@ -356,5 +440,6 @@ function holdOf(row: HoldRow): Hold {
     idempotencyKey: row.idempotency_key,
     createdAt: new Date(Number(row.created_at)),
     expiresAt: new Date(Number(row.expires_at)),
+    ...(row.settle_cost === null ? {} : { settleCost: toAmount(row.settle_cost) }),
   };
 }

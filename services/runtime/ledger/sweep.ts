@@ -3,6 +3,7 @@ import type { Database } from '../../../core/db/database.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { LedgerChain } from './chain.ts';
 import type { DepositAddresses } from './deposits.ts';
+import { PeriodicPass } from './periodic.ts';
 import type { TransferWorker } from './transfer-worker.ts';
 import type { Transfer, Transfers } from './transfers.ts';
 
@@ -15,8 +16,7 @@ import type { Transfer, Transfers } from './transfers.ts';
  * move; a sweep that fails changes no entry, and the next sweep takes the spend again.
  */
 export class Sweeper {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<Transfer[]> | undefined;
+  private readonly periodic: PeriodicPass<Transfer[]>;
 
   constructor(
     private readonly deps: {
@@ -31,30 +31,26 @@ export class Sweeper {
       intervalMs: number;
       logger: Logger;
     },
-  ) {}
+  ) {
+    this.periodic = new PeriodicPass({
+      pass: () => this.pass(),
+      intervalMs: deps.intervalMs,
+      logger: deps.logger,
+      failure: 'ledger: settlement sweep failed; retrying at the next',
+    });
+  }
 
   /** One sweep of every wallet with enough unsettled spend; resolves with the sweeps it opened. */
   sweep(): Promise<Transfer[]> {
-    this.running ??= this.pass().finally(() => (this.running = undefined));
-    return this.running;
+    return this.periodic.run();
   }
 
   start(): void {
-    this.timer ??= setInterval(() => {
-      this.sweep().catch((err: unknown) =>
-        this.deps.logger.warn(
-          { err: (err as Error).message },
-          'ledger: settlement sweep failed; retrying at the next',
-        ),
-      );
-    }, this.deps.intervalMs);
-    this.timer.unref();
+    this.periodic.start();
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    await this.running?.catch(() => undefined);
+  stop(): Promise<void> {
+    return this.periodic.stop();
   }
 
   private async pass(): Promise<Transfer[]> {

@@ -1,0 +1,41 @@
+import type { Logger } from '../../../core/log.ts';
+
+/**
+ * A ledger background worker's pass, run every `intervalMs` once started and on demand, never two at
+ * once: `run()` while a pass is under way answers that pass. A timed pass that fails is logged as
+ * `failure` and tried again at the next tick; `stop()` clears the timer and waits for the pass under way.
+ */
+export class PeriodicPass<T> {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<T> | undefined;
+
+  constructor(
+    private readonly options: {
+      pass: () => Promise<T>;
+      intervalMs: number;
+      logger: Logger;
+      /** The warning a failed timed pass logs (with the error's message). */
+      failure: string;
+    },
+  ) {}
+
+  run(): Promise<T> {
+    this.running ??= this.options.pass().finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  start(): void {
+    this.timer ??= setInterval(() => {
+      this.run().catch((err: unknown) =>
+        this.options.logger.warn({ err: (err as Error).message }, this.options.failure),
+      );
+    }, this.options.intervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.running?.catch(() => undefined);
+  }
+}
