@@ -108,6 +108,41 @@ describe('payments: an authorization cancelled by the payer during the call (anv
       expect(settled).to.equal(0n);
     });
 
+    it("cancelled while the RPC's logs lag (the nonce used, no event says how): a JSON-RPC 402 naming the payment id, never the result; the retry records it failed", async () => {
+      const payment = await paymentFor('probe__sleep');
+      const call = client
+        .callTool({ name: 'probe__sleep', arguments: { ms: 1500 }, _meta: { [PAYMENT]: payment } })
+        .then(
+          (result) => result as CallToolResult,
+          (error: unknown) => error,
+        );
+      const reserved = await eventually('the reservation', async () => {
+        const row = await rowOf(payment);
+        return row?.state === 'executing' && row;
+      });
+      proxy.intercept = (methods) => (methods.includes('eth_getLogs') ? 'lagging' : 'forward');
+      await cancelAuthorization(chain, gateway.payer, payment);
+      const answer = await call;
+      expect(answer, `the result was served: ${JSON.stringify(answer)}`).to.be.instanceOf(McpError);
+      const refusal = answer as McpError;
+      expect(refusal.code).to.equal(402);
+      const data = refusal.data as PaymentRequired;
+      expect(data.error).to.equal('settlement_unproven');
+      expect(data.extensions?.['io.sigil/paid-result']).to.deep.include({ paymentId: reserved.id });
+      expect(JSON.stringify(refusal.data)).to.not.include('slept');
+      const kept = (await rowOf(payment))!;
+      expect(kept.state).to.equal('settling');
+      expect(kept.result, 'kept for its payer, should the settlement prove out').to.be.a('string');
+      proxy.intercept = undefined;
+      const row = await eventually('the retried settlement', async () => {
+        const found = await rowOf(payment);
+        return found?.state === 'settling' ? undefined : found;
+      });
+      expect([row.state, row.transaction, row.result]).to.deep.equal(['failed', null, null]);
+      const { settled } = await gateway.expectBalanced();
+      expect(settled).to.equal(0n);
+    });
+
     it('cancelled while its settlement is pending (the RPC cut as it was sent): the retry records it failed, not settled', async () => {
       const payment = await paymentFor('probe__sleep');
       proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');

@@ -176,6 +176,8 @@ export interface SettlementRecord {
   transaction: string | null;
   reason: string | null;
   attempts: number;
+  /** The call's result kept for its payer (JSON, sealed when a data key is set), or null. */
+  result?: string | null;
 }
 
 /** A second connection on a gateway's database, to read what it recorded. */
@@ -403,9 +405,10 @@ export const sendsTransaction = (methods: string[]): boolean =>
 
 /**
  * How the RPC proxy treats one request: pass it on, cut the connection, pass it on and lose the
- * answer, or answer that the method does not exist (as a node without it would).
+ * answer, answer that the method does not exist (as a node without it would), or answer with an
+ * empty list (as a node whose log index lags behind its head answers eth_getLogs).
  */
-export type ProxyDecision = 'forward' | 'cut' | 'lose-answer' | 'method-not-found';
+export type ProxyDecision = 'forward' | 'cut' | 'lose-answer' | 'method-not-found' | 'lagging';
 
 /**
  * A JSON-RPC proxy in front of anvil that tests can switch off, as an RPC outage: while `down`, every
@@ -463,6 +466,13 @@ export class RpcProxy {
     const decision = this.down ? 'cut' : ((await this.intercept?.(methods)) ?? 'forward');
     if (decision === 'cut' || this.down) {
       req.socket.destroy();
+      return;
+    }
+    if (decision === 'lagging') {
+      const empty = messages.map(({ id }) => ({ jsonrpc: '2.0', id, result: [] }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify(empty.length === 1 ? empty[0] : empty));
       return;
     }
     if (decision === 'method-not-found') {

@@ -6,6 +6,7 @@ import type {
   PaymentRailV1,
   PaymentResource,
   PaymentTerms,
+  SettleOutcome,
   VerifiedPayment,
   X402PaymentRequired,
 } from '../../../core/plugins/contracts/index.ts';
@@ -69,6 +70,13 @@ export interface Mismatch {
   record?: { state: SettlementState; amount: string; transaction: string | null };
   chain?: { amount: string; transaction: string };
 }
+
+/** A receipt's reason while the settlement is undecided and nothing shows the authorization used. */
+const SETTLEMENT_PENDING = 'settlement_pending';
+/** The reason of a 402 whose authorization is used on chain, not yet proven to have paid us. */
+const SETTLEMENT_UNPROVEN = 'settlement_unproven';
+/** Where a 402's PaymentRequired names the payment whose result is kept (x402 v2 `extensions`). */
+export const PAID_RESULT_EXTENSION = 'io.sigil/paid-result';
 
 /** A record joined with the chain settlement of the same id. */
 interface JoinedRow extends Pick<SettlementRow, 'id' | 'state' | 'amount' | 'transaction'> {
@@ -332,11 +340,34 @@ export class Payments {
       return undefined;
     }
     const receipt = await this.attempt(payment, 0, true);
-    if (receipt.success || receipt.errorReason === 'settlement_pending') return receipt;
+    // Pending only while nothing shows the authorization used (the RPC unreachable before the nonce
+    // could be read, or our transfer not yet mined): the result is served with the pending receipt
+    // and the worker settles it. Once the nonce is used, only our proven transfer serves it.
+    if (receipt.success || receipt.errorReason === SETTLEMENT_PENDING) return receipt;
+    if (receipt.errorReason === SETTLEMENT_UNPROVEN) throw this.unproven(payment, resource);
     throw this.paymentRequired(resource, {
       code: receipt.errorReason ?? 'settlement_failed',
       message: `Payment could not be settled (${receipt.errorReason ?? 'settlement_failed'}); nothing was charged and the result is withheld`,
     });
+  }
+
+  /**
+   * The 402 of a call whose authorization the chain shows used, with no proof yet that it paid us
+   * (the payer may have cancelled it): the result stays kept, and its payer fetches it once the
+   * retry worker proves the settlement.
+   */
+  private unproven(payment: VerifiedPayment, resource: PaymentResource): SigilError {
+    const required = this.deps.rail.paymentRequired(resource, SETTLEMENT_UNPROVEN);
+    const resultPath = `/api/payments/${encodeURIComponent(payment.id)}/result`;
+    return paymentError(
+      { ...required, extensions: { [PAID_RESULT_EXTENSION]: { paymentId: payment.id, resultPath } } },
+      `Payment not proven yet (${SETTLEMENT_UNPROVEN}): the authorization is used on chain, but nothing shows yet that it paid for this call; the result is withheld`,
+      this.terms(),
+      {
+        hint: `Once the settlement is proven, the paying wallet fetches the result at GET ${resultPath} (signed in)`,
+        paymentId: payment.id,
+      },
+    );
   }
 
   /**
@@ -489,7 +520,7 @@ export class Payments {
     answerFirst = false,
   ): Promise<PaymentReceipt> {
     const { network } = this.terms();
-    const outcome = await this.deps.rail.settle(payment).catch((err: Error) => ({
+    const outcome: SettleOutcome = await this.deps.rail.settle(payment).catch((err: Error) => ({
       status: 'retry' as const,
       reason: 'unreachable',
       message: err.message,
@@ -523,6 +554,7 @@ export class Payments {
       reason: outcome.message.slice(0, 500),
       next_attempt_at: this.deps.clock.now().getTime() + backoffMs(attempts),
     });
+    const errorReason = outcome.authorizationUsed ? SETTLEMENT_UNPROVEN : SETTLEMENT_PENDING;
     this.deps.logger.warn(
       { payment: payment.id, reason: outcome.reason, attempts },
       'payments: settlement pending, will retry',
@@ -532,7 +564,7 @@ export class Payments {
       transaction: '',
       network,
       payer: payment.payer,
-      errorReason: 'settlement_pending',
+      errorReason,
     };
   }
 
@@ -708,11 +740,18 @@ function paymentOf(row: SettlementRow): VerifiedPayment {
   };
 }
 
-function paymentError(required: X402PaymentRequired, message: string, terms: PaymentTerms): SigilError {
+function paymentError(
+  required: X402PaymentRequired,
+  message: string,
+  terms: PaymentTerms,
+  kept?: { hint: string; paymentId: string },
+): SigilError {
   const price = `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
   return new SigilError('payment_required', message.endsWith('costs') ? `${message} ${price}` : message, {
-    hint: 'Pay with x402: sign the PAYMENT-REQUIRED terms and send them in PAYMENT-SIGNATURE (REST) or params._meta["x402/payment"] (MCP)',
-    details: { paymentRequired: required },
+    hint:
+      kept?.hint ??
+      'Pay with x402: sign the PAYMENT-REQUIRED terms and send them in PAYMENT-SIGNATURE (REST) or params._meta["x402/payment"] (MCP)',
+    details: { paymentRequired: required, ...(kept ? { paymentId: kept.paymentId } : {}) },
     headers: { 'PAYMENT-REQUIRED': encodePaymentRequiredHeader(required as never) },
   });
 }
