@@ -9,6 +9,7 @@ import { textOf, type ProbeWorld } from '../gateway/support.ts';
 import {
   cancelAuthorization,
   eventually,
+  fundedPayer,
   payingClient,
   paidGateway,
   RpcProxy,
@@ -197,6 +198,90 @@ describe('payments: a paid result fetched again by its payer (anvil)', function 
         clock.offset -= 24 * 3_600_000 + 1000;
       }
       expect((await gateway.expectBalanced()).settled).to.equal(1500n);
+    });
+  });
+
+  /**
+   * What a gateway keeps is bounded and, with a data key, sealed: results over
+   * `gateway.paidResultMaxBytes` or past a payer's `gateway.paidResultMaxBytesPerPayer` are served
+   * once and not kept (the receipt says so), and under `database.dataKey` the stored column is an
+   * AES-256-GCM box, not the result.
+   */
+  describeEachDatabase('a gateway with result limits and a data key', (database) => {
+    let gateway: PaidGateway;
+    let payerToken: string;
+    const dataKey = 'paid-results-test-data-key-0123456789abcdef';
+
+    before(async () => {
+      gateway = await paidGateway(world, chain, database, {
+        facilitatorIndex: facilitatorIndex++,
+        gateway: { paidResultMaxBytes: 8_000, paidResultMaxBytesPerPayer: 10_000 },
+        dataKey,
+      });
+      payerToken = await walletTokenFor(gateway.url, gateway.payer);
+    });
+    after(async () => {
+      await gateway?.stop();
+    });
+
+    const storedResult = async (id: string): Promise<string | null | undefined> =>
+      (await settlementRows(gateway.records)).find((row) => row.id === id)?.result;
+    /** A paid echo of `message` by `payer`: its payment id and its receipt. */
+    const paidEcho = async (payer: LocalAccount, message: string) => {
+      const payment = await payingClient(chain, payer).createPaymentPayload(await gateway.required('echo'));
+      const res = await gateway.callRest('echo', { message }, payment);
+      expect(res.status).to.equal(200);
+      const id = paymentIdOf(chain, payment);
+      await eventually('the settled mark', async () =>
+        (await settlementRows(gateway.records)).some((row) => row.id === id && row.state === 'settled'),
+      );
+      const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
+      return { id, receipt: receipt as typeof receipt & { extensions?: Record<string, unknown> } };
+    };
+
+    it('sealed under the data key: the stored column is not the result; its payer still fetches it', async () => {
+      const marker = 'kept-but-sealed-marker';
+      const { id, receipt } = await paidEcho(gateway.payer, marker);
+      expect(receipt.extensions, 'kept: the receipt says nothing more').to.equal(undefined);
+      const stored = await storedResult(id);
+      expect(stored)
+        .to.be.a('string')
+        .and.match(/^aes-256-gcm:/);
+      expect(stored).to.not.include(marker);
+      expect(stored).to.not.include(Buffer.from(marker).toString('base64').slice(0, 12));
+      const fetched = await fetch(`${gateway.url}/api/payments/${encodeURIComponent(id)}/result`, {
+        headers: { authorization: `Bearer ${payerToken}` },
+      });
+      expect(fetched.status).to.equal(200);
+      expect(textOf(((await fetched.json()) as { result: unknown }).result)).to.equal(marker);
+    });
+
+    it('a result over paidResultMaxBytes is served, not kept, and its receipt says so', async () => {
+      const { id, receipt } = await paidEcho(gateway.payer, 'x'.repeat(9_000));
+      expect(receipt.extensions?.['io.sigil/paid-result']).to.deep.equal({
+        paymentId: id,
+        kept: false,
+        reason: 'result_too_large',
+      });
+      expect(await storedResult(id)).to.equal(null);
+    });
+
+    it("past paidResultMaxBytesPerPayer a payer's further results are not kept (another payer's are)", async () => {
+      const busy = await fundedPayer(chain);
+      const message = 'y'.repeat(3_000); // each result about 4.6 KB with its proof: two fit in 10 000 bytes
+      const first = await paidEcho(busy, message);
+      const second = await paidEcho(busy, message);
+      const third = await paidEcho(busy, message);
+      expect([first, second].map(({ receipt }) => receipt.extensions)).to.deep.equal([undefined, undefined]);
+      expect(await storedResult(second.id)).to.be.a('string');
+      expect(third.receipt.extensions?.['io.sigil/paid-result']).to.deep.equal({
+        paymentId: third.id,
+        kept: false,
+        reason: 'payer_quota_full',
+      });
+      expect(await storedResult(third.id)).to.equal(null);
+      const other = await paidEcho(gateway.payer, message);
+      expect(other.receipt.extensions).to.equal(undefined);
     });
   });
 });

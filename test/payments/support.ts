@@ -310,6 +310,8 @@ export async function paidGateway(
     railOptions?: Record<string, unknown>;
     gateway?: Partial<SigilConfig['gateway']>;
     clock?: Clock;
+    /** database.dataKey of the gateway. */
+    dataKey?: string;
     /** Another replica of this gateway: the same database and payee (its own facilitator account). */
     replicaOf?: PaidGateway;
   },
@@ -328,7 +330,11 @@ export async function paidGateway(
   const serving = await world.gateway(
     sticky.database,
     { operatorWallets: [operator.address], ...options.gateway },
-    { plugins: [rail.plugin], ...(options.clock ? { clock: options.clock } : {}) },
+    {
+      plugins: [rail.plugin],
+      ...(options.clock ? { clock: options.clock } : {}),
+      ...(options.dataKey ? { dataKey: options.dataKey } : {}),
+    },
   );
   const records = await recordsOf(fresh.url, fresh.schema);
   const [operatorToken, payer] = await Promise.all([

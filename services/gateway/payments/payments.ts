@@ -11,6 +11,12 @@ import type {
   X402PaymentRequired,
 } from '../../../core/plugins/contracts/index.ts';
 import { encodePaymentRequiredHeader } from '@x402/core/http';
+import {
+  DEFAULT_RESULT_MAX_BYTES,
+  DEFAULT_RESULT_MAX_BYTES_PER_PAYER,
+  DEFAULT_RESULT_RETENTION_MS,
+  PaidResults,
+} from './paid-results.ts';
 
 /** Where x402's MCP transport carries a payment in `params._meta`, and the settlement in `result._meta`. */
 export const PAYMENT_META_KEY = 'x402/payment';
@@ -40,6 +46,7 @@ interface SettlementRow {
   updated_at: number | string;
   /** The call's result (JSON), kept for its payer from the settlement's start until `result_expires_at`. */
   result?: string | null;
+  result_bytes?: number | null;
   result_expires_at?: number | string | null;
 }
 
@@ -62,6 +69,8 @@ export interface PaymentReceipt {
   network: string;
   payer: string;
   errorReason?: string;
+  /** Says when the result was not kept for its payer to fetch again (`io.sigil/paid-result`). */
+  extensions?: Record<string, unknown>;
 }
 
 export interface Mismatch {
@@ -100,13 +109,6 @@ const INSERT_BATCH = 150;
 const ID_BATCH = 500;
 /** How often, at most, kept results past their retention are deleted. */
 const RESULT_SWEEP_MS = 60_000;
-/**
- * The largest result (serialized) kept for its payer: a bigger one is served once, as it leaves, and
- * not kept, so a tool's output cannot grow the settlement table without bound.
- */
-const MAX_KEPT_RESULT_CHARS = 4_000_000;
-/** How long a paid result is kept for its payer by default: a day. */
-export const DEFAULT_RESULT_RETENTION_MS = 24 * 3_600_000;
 
 /**
  * Charges per call on a payment rail, exactly: a payment is verified and reserved (its id unique in
@@ -125,6 +127,7 @@ export class Payments {
   private readonly writing = new Set<Promise<void>>();
   /** When the worker next deletes the kept results past their retention (by the injected clock). */
   private nextResultSweepAt = 0;
+  private readonly results: PaidResults;
 
   constructor(
     private readonly deps: {
@@ -146,8 +149,23 @@ export class Payments {
        * start of its settlement; a day by default, 0 keeps none.
        */
       resultRetentionMs?: number;
+      /** The largest result kept (serialized bytes); 256 KB by default. */
+      resultMaxBytes?: number;
+      /** The bytes of unexpired results kept per payer; 16 MB by default. */
+      resultMaxBytesPerPayer?: number;
+      /** Seals kept results (AES-256-GCM) when set: `database.dataKey`. */
+      dataKey?: string;
     },
-  ) {}
+  ) {
+    this.results = new PaidResults({
+      db: deps.db,
+      clock: deps.clock,
+      retentionMs: deps.resultRetentionMs ?? DEFAULT_RESULT_RETENTION_MS,
+      maxBytes: deps.resultMaxBytes ?? DEFAULT_RESULT_MAX_BYTES,
+      maxBytesPerPayer: deps.resultMaxBytesPerPayer ?? DEFAULT_RESULT_MAX_BYTES_PER_PAYER,
+      dataKey: deps.dataKey,
+    });
+  }
 
   terms(): PaymentTerms {
     return this.deps.rail.terms();
@@ -320,17 +338,12 @@ export class Payments {
     result?: unknown,
   ): Promise<PaymentReceipt | undefined> {
     const now = this.deps.clock.now().getTime();
-    const retention = this.deps.resultRetentionMs ?? DEFAULT_RESULT_RETENTION_MS;
-    const serialized = result === undefined || retention === 0 ? undefined : JSON.stringify(result);
-    const kept =
-      serialized === undefined || serialized.length > MAX_KEPT_RESULT_CHARS
-        ? {}
-        : { result: serialized, result_expires_at: now + retention };
+    const kept = await this.results.keep(payment.id, payment.payer, result);
     // Claimed by this request for CLAIM_MS, so the retry worker does not settle it at the same time.
     const claimed = await this.move(payment.id, ['executing'], {
       state: 'settling',
       next_attempt_at: now + CLAIM_MS,
-      ...kept,
+      ...kept.columns,
     });
     if (claimed === 0) {
       this.deps.logger.warn(
@@ -343,8 +356,14 @@ export class Payments {
     // Pending only while nothing shows the authorization used (the RPC unreachable before the nonce
     // could be read, or our transfer not yet mined): the result is served with the pending receipt
     // and the worker settles it. Once the nonce is used, only our proven transfer serves it.
-    if (receipt.success || receipt.errorReason === SETTLEMENT_PENDING) return receipt;
-    if (receipt.errorReason === SETTLEMENT_UNPROVEN) throw this.unproven(payment, resource);
+    if (receipt.success || receipt.errorReason === SETTLEMENT_PENDING) {
+      if (kept.notKept === undefined) return receipt;
+      // The payer learns that this result cannot be fetched again, should it lose it.
+      const notKept = { paymentId: payment.id, kept: false, reason: kept.notKept };
+      return { ...receipt, extensions: { [PAID_RESULT_EXTENSION]: notKept } };
+    }
+    if (receipt.errorReason === SETTLEMENT_UNPROVEN)
+      throw this.unproven(payment, resource, kept.notKept === undefined);
     throw this.paymentRequired(resource, {
       code: receipt.errorReason ?? 'settlement_failed',
       message: `Payment could not be settled (${receipt.errorReason ?? 'settlement_failed'}); nothing was charged and the result is withheld`,
@@ -356,15 +375,18 @@ export class Payments {
    * (the payer may have cancelled it): the result stays kept, and its payer fetches it once the
    * retry worker proves the settlement.
    */
-  private unproven(payment: VerifiedPayment, resource: PaymentResource): SigilError {
+  private unproven(payment: VerifiedPayment, resource: PaymentResource, kept: boolean): SigilError {
     const required = this.deps.rail.paymentRequired(resource, SETTLEMENT_UNPROVEN);
     const resultPath = `/api/payments/${encodeURIComponent(payment.id)}/result`;
+    const extension = { paymentId: payment.id, kept, ...(kept ? { resultPath } : {}) };
     return paymentError(
-      { ...required, extensions: { [PAID_RESULT_EXTENSION]: { paymentId: payment.id, resultPath } } },
+      { ...required, extensions: { [PAID_RESULT_EXTENSION]: extension } },
       `Payment not proven yet (${SETTLEMENT_UNPROVEN}): the authorization is used on chain, but nothing shows yet that it paid for this call; the result is withheld`,
       this.terms(),
       {
-        hint: `Once the settlement is proven, the paying wallet fetches the result at GET ${resultPath} (signed in)`,
+        hint: kept
+          ? `Once the settlement is proven, the paying wallet fetches the result at GET ${resultPath} (signed in)`
+          : 'The result was not kept (over the size or per-payer limits); nothing is charged unless the settlement is proven',
         paymentId: payment.id,
       },
     );
@@ -433,7 +455,7 @@ export class Payments {
       );
     }
     return {
-      result: JSON.parse(row.result as string) as unknown,
+      result: this.results.open(id, row.result as string),
       receipt: {
         success: true,
         transaction: row.transaction ?? '',
@@ -451,7 +473,7 @@ export class Payments {
     const forgotten = await this.deps
       .db('payment_settlements')
       .where('result_expires_at', '<=', now)
-      .update({ result: null, result_expires_at: null });
+      .update({ result: null, result_bytes: null, result_expires_at: null });
     if (forgotten > 0)
       this.deps.logger.debug({ forgotten }, 'payments: deleted paid results past their retention');
   }
@@ -544,6 +566,7 @@ export class Payments {
         reason: outcome.message.slice(0, 500),
         attempts,
         result: null,
+        result_bytes: null,
         result_expires_at: null,
       });
       this.deps.logger.warn({ payment: payment.id, reason: outcome.reason }, 'payments: settlement refused');
