@@ -179,6 +179,24 @@ describe('payments: a paid result fetched again by its payer (anvil)', function 
       expect((await gateway.expectBalanced()).settled).to.equal(1000n);
     });
 
+    it("a malformed payment id is a 400 invalid_request, not a database lookup: too long, or outside a rail id's characters", async () => {
+      const id = paymentIdOf(chain, await payFor(await gateway.required('echo')));
+      for (const [what, bad] of [
+        ['too long', `${id}:${'0'.repeat(300)}`],
+        ['a space', `${id} x`],
+        ['markup', `<script>${id}`],
+        ['a quote', `${id}'--`],
+      ] as const) {
+        const res = await fetchResult(bad, payerToken);
+        expect(res.status, what).to.equal(400);
+        const refusal = (await res.json()) as { code: string; details: { issues: { path: string }[] } };
+        expect(refusal.code, what).to.equal('invalid_request');
+        expect(refusal.details.issues[0]?.path, what).to.equal('params.paymentId');
+      }
+      // A well-formed id nothing is kept under is still the same 404 as before.
+      expect((await fetchResult(id, payerToken)).status).to.equal(404);
+    });
+
     it('kept for the retention only: a day later 404, and the worker deletes it from the database', async () => {
       const payment = await payFor(await gateway.required('echo'));
       expect((await gateway.callRest('echo', { message: 'a day' }, payment)).status).to.equal(200);
