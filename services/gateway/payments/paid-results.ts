@@ -2,6 +2,8 @@ import type { Clock } from '../../../core/clock.ts';
 import { hkdfSha256, openAesGcm, sealAesGcm, type SealedBox } from '../../../core/crypto.ts';
 import type { Database } from '../../../core/db/database.ts';
 import { SigilError } from '../../../core/errors.ts';
+import type { Logger } from '../../../core/log.ts';
+import type { PaymentReceipt, SettlementState } from './payments.ts';
 
 /** How long a paid result is kept for its payer by default: a day. */
 export const DEFAULT_RESULT_RETENTION_MS = 24 * 3_600_000;
@@ -26,6 +28,9 @@ export interface KeptResultColumns {
   result_expires_at?: number | null;
 }
 
+/** How often, at most, kept results past their retention are deleted. */
+const RESULT_SWEEP_MS = 60_000;
+
 /** A sealed result is stored as this prefix and the box's JSON; plain JSON never starts with a letter. */
 const SEALED_PREFIX = 'aes-256-gcm:';
 
@@ -36,11 +41,14 @@ const SEALED_PREFIX = 'aes-256-gcm:';
  */
 export class PaidResults {
   private readonly sealingKey: Buffer | undefined;
+  /** When the worker next deletes the kept results past their retention (by the injected clock). */
+  private nextSweepAt = 0;
 
   constructor(
     private readonly deps: {
       db: Database;
       clock: Clock;
+      logger: Logger;
       /** From the start of the settlement; 0 keeps none. */
       retentionMs: number;
       maxBytes: number;
@@ -81,8 +89,63 @@ export class PaidResults {
     };
   }
 
+  /**
+   * The result of a settled call on `network`, for its payer only (`caller`: the authenticated wallet,
+   * compared with the payer of the payment), while it is kept. 404 for anyone else, for an unknown,
+   * unpaid or expired payment alike (nothing says which); 409 to the payer while the settlement is
+   * under way.
+   */
+  async fetch(
+    id: string,
+    caller: string,
+    network: string,
+  ): Promise<{ result: unknown; receipt: PaymentReceipt }> {
+    const now = this.deps.clock.now().getTime();
+    const row = (await this.deps
+      .db('payment_settlements')
+      .select('state', 'payer', 'transaction', 'result')
+      .where({ id })
+      .whereNotNull('result')
+      .andWhere('result_expires_at', '>', now)
+      .first()) as
+      { state: SettlementState; payer: string; transaction: string | null; result: string } | undefined;
+    const mine = row !== undefined && row.payer.toLowerCase() === caller.toLowerCase();
+    if (!mine || (row.state !== 'settled' && row.state !== 'settling')) {
+      throw new SigilError('not_found', 'No paid result of yours is kept under this payment id', {
+        hint: 'Results are kept for the payer only (sign in with the paying wallet), for a limited time',
+      });
+    }
+    if (row.state === 'settling') {
+      throw new SigilError(
+        'conflict',
+        'The payment is still being settled; its result is served once it is',
+        {
+          hint: 'Ask again in a few seconds',
+          details: { state: row.state },
+        },
+      );
+    }
+    return {
+      result: this.open(id, row.result),
+      receipt: { success: true, transaction: row.transaction ?? '', network, payer: row.payer },
+    };
+  }
+
+  /** Deletes the kept results past their retention, at most once per RESULT_SWEEP_MS. */
+  async forgetExpired(): Promise<void> {
+    const now = this.deps.clock.now().getTime();
+    if (now < this.nextSweepAt) return;
+    this.nextSweepAt = now + RESULT_SWEEP_MS;
+    const forgotten = await this.deps
+      .db('payment_settlements')
+      .where('result_expires_at', '<=', now)
+      .update({ result: null, result_bytes: null, result_expires_at: null });
+    if (forgotten > 0)
+      this.deps.logger.debug({ forgotten }, 'payments: deleted paid results past their retention');
+  }
+
   /** The result as it was kept: opened with the data key when it was sealed. */
-  open(id: string, stored: string): unknown {
+  private open(id: string, stored: string): unknown {
     if (!stored.startsWith(SEALED_PREFIX)) return JSON.parse(stored) as unknown;
     if (this.sealingKey === undefined) {
       throw new SigilError('unavailable', 'The kept result is sealed, and no data key is configured', {

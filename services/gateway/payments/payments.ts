@@ -107,8 +107,6 @@ const CURSOR = 'settlements';
 const INSERT_BATCH = 150;
 /** Ids per `IN (…)` list, for the same reason. */
 const ID_BATCH = 500;
-/** How often, at most, kept results past their retention are deleted. */
-const RESULT_SWEEP_MS = 60_000;
 
 /**
  * Charges per call on a payment rail, exactly: a payment is verified and reserved (its id unique in
@@ -125,8 +123,6 @@ export class Payments {
   private readonly inFlight = new Set<string>();
   /** Record writes under way that no answer waits for. */
   private readonly writing = new Set<Promise<void>>();
-  /** When the worker next deletes the kept results past their retention (by the injected clock). */
-  private nextResultSweepAt = 0;
   private readonly results: PaidResults;
 
   constructor(
@@ -160,6 +156,7 @@ export class Payments {
     this.results = new PaidResults({
       db: deps.db,
       clock: deps.clock,
+      logger: deps.logger,
       retentionMs: deps.resultRetentionMs ?? DEFAULT_RESULT_RETENTION_MS,
       maxBytes: deps.resultMaxBytes ?? DEFAULT_RESULT_MAX_BYTES,
       maxBytesPerPayer: deps.resultMaxBytesPerPayer ?? DEFAULT_RESULT_MAX_BYTES_PER_PAYER,
@@ -424,58 +421,9 @@ export class Payments {
     return released;
   }
 
-  /**
-   * The result of a settled call, for its payer only (`caller`: the authenticated wallet, compared
-   * with the payer of the payment), while it is kept. 404 for anyone else, for an unknown, unpaid or
-   * expired payment alike (nothing says which); 409 to the payer while the settlement is under way.
-   */
-  async paidResult(id: string, caller: string): Promise<{ result: unknown; receipt: PaymentReceipt }> {
-    const now = this.deps.clock.now().getTime();
-    const row = (await this.deps
-      .db('payment_settlements')
-      .select('state', 'payer', 'transaction', 'result')
-      .where({ id })
-      .whereNotNull('result')
-      .andWhere('result_expires_at', '>', now)
-      .first()) as Pick<SettlementRow, 'state' | 'payer' | 'transaction' | 'result'> | undefined;
-    const mine = row !== undefined && row.payer.toLowerCase() === caller.toLowerCase();
-    if (!mine || (row.state !== 'settled' && row.state !== 'settling')) {
-      throw new SigilError('not_found', 'No paid result of yours is kept under this payment id', {
-        hint: 'Results are kept for the payer only (sign in with the paying wallet), for a limited time',
-      });
-    }
-    if (row.state === 'settling') {
-      throw new SigilError(
-        'conflict',
-        'The payment is still being settled; its result is served once it is',
-        {
-          hint: 'Ask again in a few seconds',
-          details: { state: row.state },
-        },
-      );
-    }
-    return {
-      result: this.results.open(id, row.result as string),
-      receipt: {
-        success: true,
-        transaction: row.transaction ?? '',
-        network: this.terms().network,
-        payer: row.payer,
-      },
-    };
-  }
-
-  /** Deletes the kept results past their retention, at most once per RESULT_SWEEP_MS. */
-  private async forgetExpiredResults(): Promise<void> {
-    const now = this.deps.clock.now().getTime();
-    if (now < this.nextResultSweepAt) return;
-    this.nextResultSweepAt = now + RESULT_SWEEP_MS;
-    const forgotten = await this.deps
-      .db('payment_settlements')
-      .where('result_expires_at', '<=', now)
-      .update({ result: null, result_bytes: null, result_expires_at: null });
-    if (forgotten > 0)
-      this.deps.logger.debug({ forgotten }, 'payments: deleted paid results past their retention');
+  /** The kept result of a settled call, for its payer only (see PaidResults.fetch). */
+  paidResult(id: string, caller: string): Promise<{ result: unknown; receipt: PaymentReceipt }> {
+    return this.results.fetch(id, caller, this.terms().network);
   }
 
   /** Retries due settlements in the background until `stop()`. */
@@ -505,7 +453,7 @@ export class Payments {
     this.sweeping ??= (async () => {
       try {
         await this.releaseStale();
-        await this.forgetExpiredResults();
+        await this.results.forgetExpired();
         const now = this.deps.clock.now().getTime();
         const due = (await this.deps
           .db('payment_settlements')
