@@ -383,6 +383,56 @@ export async function paidGateway(
   };
 }
 
+/** The shared probe world and a fresh dev chain, and the anvil accounts its gateways settle from. */
+export interface AnvilWorld {
+  readonly world: ProbeWorld;
+  readonly chain: DevChain;
+  /** The next unused anvil dev account (3, 4, …): a facilitator of its own for each gateway. */
+  nextFacilitator(): number;
+}
+
+/**
+ * The shared probe world and a fresh dev chain for the enclosing describe block (started in `before`,
+ * the chain stopped in `after`).
+ */
+export function anvilWorld(): AnvilWorld {
+  let next = 3;
+  const anvil = { nextFacilitator: () => next++ } as { world: ProbeWorld; chain: DevChain } & AnvilWorld;
+  before(async () => {
+    [anvil.world, anvil.chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
+  });
+  after(async () => {
+    await anvil.chain?.stop();
+  });
+  return anvil;
+}
+
+/**
+ * A paid gateway on `database` whose rail reaches the chain through an RpcProxy, for the enclosing
+ * describe block (started in `before`, stopped in `after`); the proxy's switches reset after each test.
+ */
+export function gatewayBehindProxy(
+  anvil: AnvilWorld,
+  database: TestDatabase,
+  options: { clock?: Clock } = {},
+): { readonly gateway: PaidGateway; readonly proxy: RpcProxy } {
+  const setup = {} as { gateway: PaidGateway; proxy: RpcProxy };
+  before(async () => {
+    setup.proxy = await RpcProxy.start(anvil.chain.rpcUrl);
+    setup.gateway = await paidGateway(anvil.world, anvil.chain, database, {
+      facilitatorIndex: anvil.nextFacilitator(),
+      rpcUrl: setup.proxy.url,
+      ...options,
+    });
+  });
+  afterEach(() => setup.proxy?.reset());
+  after(async () => {
+    await setup.gateway?.stop();
+    await setup.proxy?.stop();
+  });
+  return setup;
+}
+
 /**
  * A fresh dev chain with an RpcProxy in front of it for the enclosing describe block (started in
  * `before`, stopped in `after`); the proxy's switches and counts are reset after each test.
@@ -397,11 +447,7 @@ export function chainBehindProxy(): { readonly chain: DevChain; readonly proxy: 
     await world.proxy?.stop();
     await world.chain?.stop();
   });
-  afterEach(() => {
-    world.proxy.down = false;
-    world.proxy.intercept = undefined;
-    world.proxy.seen.clear();
-  });
+  afterEach(() => world.proxy.reset());
   return world;
 }
 
@@ -445,6 +491,13 @@ export class RpcProxy {
     });
     server.on('request', (req, res) => void proxy.handle(req, res));
     return proxy;
+  }
+
+  /** Back to passing everything on, with no requests counted. */
+  reset(): void {
+    this.down = false;
+    this.intercept = undefined;
+    this.seen.clear();
   }
 
   count(method: string): number {
