@@ -17,6 +17,7 @@ import {
   DEFAULT_RESULT_RETENTION_MS,
   PaidResults,
 } from './paid-results.ts';
+import { Reconciler, type Reconciliation } from './reconciler.ts';
 
 /** Where x402's MCP transport carries a payment in `params._meta`, and the settlement in `result._meta`. */
 export const PAYMENT_META_KEY = 'x402/payment';
@@ -73,13 +74,6 @@ export interface PaymentReceipt {
   extensions?: Record<string, unknown>;
 }
 
-export interface Mismatch {
-  id: string;
-  problem: 'settled_not_on_chain' | 'on_chain_not_settled' | 'amount_differs';
-  record?: { state: SettlementState; amount: string; transaction: string | null };
-  chain?: { amount: string; transaction: string };
-}
-
 /** A receipt's reason while the settlement is undecided and nothing shows the authorization used. */
 const SETTLEMENT_PENDING = 'settlement_pending';
 /** The reason of a 402 whose authorization is used on chain, not yet proven to have paid us. */
@@ -87,26 +81,10 @@ const SETTLEMENT_UNPROVEN = 'settlement_unproven';
 /** Where a 402's PaymentRequired names the payment whose result is kept (x402 v2 `extensions`). */
 export const PAID_RESULT_EXTENSION = 'io.sigil/paid-result';
 
-/** A record joined with the chain settlement of the same id. */
-interface JoinedRow extends Pick<SettlementRow, 'id' | 'state' | 'amount' | 'transaction'> {
-  chain_amount: string;
-  chain_transaction: string;
-}
-
 /** Retry delays of a settlement that could not be decided (RPC down): 1 s doubling to 5 min. */
 const backoffMs = (attempts: number): number => Math.min(1000 * 2 ** Math.max(0, attempts - 1), 300_000);
 /** How long a worker owns a due settlement before another replica may take it over. */
 const CLAIM_MS = 60_000;
-/**
- * Blocks read again by each reconciliation below the last one read: settlements a reorganization
- * moved or undid there are read as the chain now has them (Base's reorganizations are a few blocks).
- */
-const REREAD_BLOCKS = 64n;
-const CURSOR = 'settlements';
-/** Rows per insert of chain settlements (SQLite binds at most 999 variables per statement). */
-const INSERT_BATCH = 150;
-/** Ids per `IN (…)` list, for the same reason. */
-const ID_BATCH = 500;
 
 /**
  * Charges per call on a payment rail, exactly: a payment is verified and reserved (its id unique in
@@ -117,13 +95,14 @@ const ID_BATCH = 500;
  */
 export class Payments {
   private worker: NodeJS.Timeout | undefined;
-  private reconciler: NodeJS.Timeout | undefined;
+  private reconcileTimer: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | undefined;
   /** Payments whose calls run in this process now: never stale, however long they take. */
   private readonly inFlight = new Set<string>();
   /** Record writes under way that no answer waits for. */
   private readonly writing = new Set<Promise<void>>();
   private readonly results: PaidResults;
+  private readonly reconciler: Reconciler;
 
   constructor(
     private readonly deps: {
@@ -153,6 +132,7 @@ export class Payments {
       dataKey?: string;
     },
   ) {
+    this.reconciler = new Reconciler({ rail: deps.rail, db: deps.db, logger: deps.logger });
     this.results = new PaidResults({
       db: deps.db,
       clock: deps.clock,
@@ -430,21 +410,21 @@ export class Payments {
   start(): void {
     this.worker ??= setInterval(() => void this.settleDue(), this.deps.retryIntervalMs ?? 1000);
     this.worker.unref();
-    this.reconciler ??= setInterval(
+    this.reconcileTimer ??= setInterval(
       () =>
         void this.reconcile().catch((err: Error) =>
           this.deps.logger.warn({ err: err.message }, 'payments: reconciliation could not run'),
         ),
       this.deps.reconcileIntervalMs ?? 600_000,
     );
-    this.reconciler.unref();
+    this.reconcileTimer.unref();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.worker);
-    clearInterval(this.reconciler);
+    clearInterval(this.reconcileTimer);
     this.worker = undefined;
-    this.reconciler = undefined;
+    this.reconcileTimer = undefined;
     await Promise.all([this.sweeping, ...this.writing]);
   }
 
@@ -539,138 +519,9 @@ export class Payments {
     };
   }
 
-  /**
-   * Compares the records with the settlements the chain holds; every difference is reported. The chain
-   * is read into the database first and the two are compared there, so memory holds the differences,
-   * not the history. A record marked settled after the chain was read looks missing from it: those
-   * differences are judged again after a second (incremental) reading, when their transfers, sent
-   * before the mark, are on chain unless the chain lost them.
-   */
-  async reconcile(): Promise<{ checked: number; onChain: number; mismatches: Mismatch[] }> {
-    await this.readChain();
-    let missing = await this.settledNotOnChain();
-    const others = await this.otherDifferences();
-    if (missing.length > 0) {
-      await this.readChain();
-      missing = await this.settledNotOnChain(missing.map((mismatch) => mismatch.id));
-    }
-    const mismatches = [...missing, ...others];
-    const count = async (table: string) =>
-      Number(((await this.deps.db(table).count({ n: '*' }).first()) as { n: number | string }).n);
-    const [checked, onChain] = [await count('payment_settlements'), await count('payment_chain_settlements')];
-    if (mismatches.length > 0) this.deps.logger.error({ mismatches }, 'payments: records and chain disagree');
-    return { checked, onChain, mismatches };
-  }
-
-  /** Chain settlements whose record disagrees (amount, state) or is missing, as the database holds them now. */
-  private async otherDifferences(): Promise<Mismatch[]> {
-    const { db } = this.deps;
-    const joined = () =>
-      db('payment_chain_settlements as chain')
-        .join('payment_settlements as record', 'record.id', 'chain.id')
-        .select(
-          'record.id',
-          'record.state',
-          'record.amount',
-          'record.transaction',
-          'chain.amount as chain_amount',
-          'chain.transaction as chain_transaction',
-        )
-        .orderBy('record.id');
-    const notSettled = (await joined().whereNotIn('record.state', ['settled', 'settling'])) as JoinedRow[];
-    const amountDiffers = (await joined()
-      .whereIn('record.state', ['settled', 'settling'])
-      .whereRaw('?? <> ??', ['chain.amount', 'record.amount'])) as JoinedRow[];
-    const unrecorded = (await db('payment_chain_settlements as chain')
-      .leftJoin('payment_settlements as record', 'record.id', 'chain.id')
-      .whereNull('record.id')
-      .select('chain.id', 'chain.amount', 'chain.transaction')
-      .orderBy('chain.id')) as { id: string; amount: string; transaction: string }[];
-    const withChain = (row: JoinedRow, problem: Mismatch['problem']): Mismatch => ({
-      id: row.id,
-      problem,
-      record: { state: row.state, amount: row.amount, transaction: row.transaction },
-      chain: { amount: row.chain_amount, transaction: row.chain_transaction },
-    });
-    return [
-      ...notSettled.map((row) => withChain(row, 'on_chain_not_settled')),
-      ...amountDiffers.map((row) => withChain(row, 'amount_differs')),
-      ...unrecorded.map((settled) => ({
-        id: settled.id,
-        problem: 'on_chain_not_settled' as const,
-        chain: { amount: settled.amount, transaction: settled.transaction },
-      })),
-    ];
-  }
-
-  /** Records marked settled that the stored chain settlements lack (only those of `ids`, when given). */
-  private async settledNotOnChain(ids?: string[]): Promise<Mismatch[]> {
-    const query = () =>
-      this.deps
-        .db('payment_settlements as record')
-        .leftJoin('payment_chain_settlements as chain', 'chain.id', 'record.id')
-        .where('record.state', 'settled')
-        .whereNull('chain.id')
-        .select('record.id', 'record.state', 'record.amount', 'record.transaction')
-        .orderBy('record.id');
-    type Row = Pick<SettlementRow, 'id' | 'state' | 'amount' | 'transaction'>;
-    let rows: Row[];
-    if (ids === undefined) rows = (await query()) as Row[];
-    else {
-      rows = [];
-      // In slices: SQLite caps the variables of one statement.
-      for (let at = 0; at < ids.length; at += ID_BATCH) {
-        rows.push(...((await query().whereIn('record.id', ids.slice(at, at + ID_BATCH))) as Row[]));
-      }
-    }
-    return rows.map((row) => ({
-      id: row.id,
-      problem: 'settled_not_on_chain',
-      record: { state: row.state, amount: row.amount, transaction: row.transaction },
-    }));
-  }
-
-  /**
-   * Brings the stored chain settlements up to date. With a rail that tells its newest block, only the
-   * blocks since the last reading are read, from `REREAD_BLOCKS` back: a reorganization within that
-   * depth drops what it undid, and a chain shorter than the last reading is read from block 0 again.
-   * Without, the rail reads them all, every time, and they replace what was stored.
-   */
-  private async readChain(): Promise<void> {
-    const { rail, db } = this.deps;
-    const latest = rail.latestBlock ? await rail.latestBlock() : undefined;
-    const cursor = (await db('payment_chain_cursor').where({ name: CURSOR }).first()) as
-      { scanned_to: number | string } | undefined;
-    const scannedTo = cursor === undefined ? undefined : BigInt(cursor.scanned_to);
-    // A chain now shorter than what was read is another chain (a dev chain started again) or a
-    // reorganization deeper than REREAD_BLOCKS: read it all again.
-    const from =
-      latest === undefined || scannedTo === undefined || scannedTo < REREAD_BLOCKS || latest < scannedTo
-        ? 0n
-        : scannedTo - REREAD_BLOCKS;
-    const found = await rail.settlementsOnChain(from);
-    await db.transaction(async (trx) => {
-      await trx('payment_chain_settlements').where('block', '>=', from.toString()).delete();
-      for (let at = 0; at < found.length; at += INSERT_BATCH) {
-        await trx('payment_chain_settlements')
-          .insert(
-            found.slice(at, at + INSERT_BATCH).map((settlement) => ({
-              id: settlement.id,
-              payer: settlement.payer,
-              amount: settlement.amount.toString(),
-              transaction: settlement.transaction,
-              block: settlement.block.toString(),
-            })),
-          )
-          .onConflict('id')
-          .merge();
-      }
-      if (latest === undefined) return;
-      await trx('payment_chain_cursor')
-        .insert({ name: CURSOR, scanned_to: latest.toString() })
-        .onConflict('name')
-        .merge();
-    });
+  /** Compares the records with the settlements the chain holds (see Reconciler.reconcile). */
+  reconcile(): Promise<Reconciliation> {
+    return this.reconciler.reconcile();
   }
 
   /** A record write the answer does not wait for; stop() waits for it. */
