@@ -499,6 +499,22 @@ export const configSchema = z
           .describe(
             'How long a paid call’s result is kept for its payer to fetch again (GET /api/payments/:paymentId/result) should the answer be lost; 0 keeps none',
           ),
+        paidResultMaxBytes: z
+          .number()
+          .int()
+          .min(0)
+          .max(4_000_000)
+          .default(262_144)
+          .describe('The largest paid result kept (serialized bytes); a larger one is served, not kept'),
+        paidResultMaxBytesPerPayer: z
+          .number()
+          .int()
+          .min(0)
+          .max(1_073_741_824)
+          .default(16_777_216)
+          .describe(
+            'The bytes of unexpired paid results kept per payer; past it a result is served, not kept (its receipt says so)',
+          ),
         delegation: z
           .object({
             enabled: z

@@ -119,4 +119,20 @@ export const gatewayMigrations: readonly Migration[] = [
       });
     },
   },
+  {
+    name: '0140-payment-result-sizes',
+    async up(db) {
+      // The bytes of each kept result, summed per payer to cap what one payer's results may hold.
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.integer('result_bytes').nullable();
+        t.index(['payer', 'result_expires_at']);
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.dropIndex(['payer', 'result_expires_at']);
+        t.dropColumn('result_bytes');
+      });
+    },
+  },
 ];

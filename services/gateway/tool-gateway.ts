@@ -129,6 +129,9 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
         logger,
         staleAfterMs: (longestCallSeconds + 10) * 1000,
         resultRetentionMs: settings.paidResultRetentionHours * 3_600_000,
+        resultMaxBytes: settings.paidResultMaxBytes,
+        resultMaxBytesPerPayer: settings.paidResultMaxBytesPerPayer,
+        dataKey: kernel.config.database.dataKey,
       })
     : undefined;
   const window = payments?.terms().maxTimeoutSeconds;

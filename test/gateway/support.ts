@@ -110,15 +110,18 @@ export class ProbeWorld {
       plugins?: SigilConfig['plugins'];
       /** A tee-backend plugin instead of tee-none. */
       tee?: SigilConfig['plugins'][number];
+      /** database.dataKey (SIGIL_DATA_KEY): what the database keeps sealed at rest. */
+      dataKey?: string;
     } = {},
   ): Promise<Serving & { url: string }> {
-    const { vault, plugins = [], tee, ...kernelOptions } = extra;
+    const { vault, plugins = [], tee, dataKey, ...kernelOptions } = extra;
     const kernel = await openTestKernel({
       ...kernelOptions,
       ...(database ? { database } : {}),
       config: {
         gateway: { port: 0, includeDefaultCatalog: false, catalogFile: this.catalogFile, ...gateway },
         ...(vault ? { vault } : {}),
+        ...(dataKey ? { database: { dataKey } } : {}),
         plugins: [
           ...this.plugins().map((plugin) => (tee && plugin.resolve === 'tee-none' ? tee : plugin)),
           ...plugins,

@@ -2,21 +2,18 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
-import { startDevChain, type DevChain } from '../support/chain.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
-import { mcpClient, textOf, walletToken, type ProbeWorld } from '../gateway/support.ts';
+import { mcpClient, textOf, walletToken } from '../gateway/support.ts';
 import {
+  anvilWorld,
   balances,
   cancelAuthorization,
   eventually,
+  gatewayBehindProxy,
   payingClient,
-  paidGateway,
-  RpcProxy,
   sendsTransaction,
   settlementRows,
-  sharedProbeWorld,
   stopSharedProbeWorld,
-  type PaidGateway,
   type SettlementRecord,
 } from './support.ts';
 
@@ -32,48 +29,30 @@ after(stopSharedProbeWorld); // root level: once every file has used the shared 
  */
 describe('payments: an authorization cancelled by the payer during the call (anvil, MCP)', function () {
   this.timeout(120_000);
-  let world: ProbeWorld;
-  let chain: DevChain;
-  let facilitatorIndex = 3;
-
-  before(async () => {
-    [world, chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
-  });
-  after(async () => {
-    await chain?.stop();
-  });
+  const anvil = anvilWorld();
 
   describeEachDatabase('one gateway', (database) => {
-    let proxy: RpcProxy;
-    let gateway: PaidGateway;
+    const setup = gatewayBehindProxy(anvil, database);
     let client: Client;
 
     before(async () => {
-      proxy = await RpcProxy.start(chain.rpcUrl);
-      gateway = await paidGateway(world, chain, database, {
-        facilitatorIndex: facilitatorIndex++,
-        rpcUrl: proxy.url,
-      });
-      client = await mcpClient(`${gateway.url}/mcp`, (await walletToken(gateway.url)).token, 'cancel');
+      const { url } = setup.gateway;
+      client = await mcpClient(`${url}/mcp`, (await walletToken(url)).token, 'cancel');
       const enabled = await client.callTool({
         name: 'gateway_enable_server',
         arguments: { serverId: 'probe' },
       });
       expect(enabled.isError, textOf(enabled)).to.not.equal(true);
     });
-    afterEach(() => {
-      proxy.down = false;
-      proxy.intercept = undefined;
-    });
     after(async () => {
       await client?.close();
-      await gateway?.stop();
-      await proxy?.stop();
     });
 
     const rowOf = async (payment: PaymentPayload): Promise<SettlementRecord | undefined> => {
       const { nonce } = (payment.payload as { authorization: { nonce: string } }).authorization;
-      return (await settlementRows(gateway.records)).find((row) => row.id.endsWith(nonce.toLowerCase()));
+      return (await settlementRows(setup.gateway.records)).find((row) =>
+        row.id.endsWith(nonce.toLowerCase()),
+      );
     };
     const paymentFor = async (tool: string): Promise<PaymentPayload> => {
       const err = await client.callTool({ name: tool, arguments: { ms: 1 } }).then(
@@ -81,21 +60,30 @@ describe('payments: an authorization cancelled by the payer during the call (anv
         (error: unknown) => error,
       );
       expect(err).to.be.instanceOf(McpError);
-      return payingClient(chain, gateway.payer).createPaymentPayload(
+      return payingClient(anvil.chain, setup.gateway.payer).createPaymentPayload(
         (err as McpError).data as PaymentRequired,
       );
     };
 
-    it('cancelled while the tool runs: a JSON-RPC 402 (authorization_canceled), not the result; the record failed, nothing moved', async () => {
-      const payment = await paymentFor('probe__sleep');
-      const call = client
+    /** A paid call of probe__sleep (1.5 s) under way: its answer to come, and its reservation once written. */
+    const sleepingCall = async (payment: PaymentPayload) => {
+      const answer = client
         .callTool({ name: 'probe__sleep', arguments: { ms: 1500 }, _meta: { [PAYMENT]: payment } })
         .then(
           (result) => result as CallToolResult,
           (error: unknown) => error,
         );
-      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
-      await cancelAuthorization(chain, gateway.payer, payment);
+      const reserved = await eventually('the reservation', async () => {
+        const row = await rowOf(payment);
+        return row?.state === 'executing' && row;
+      });
+      return { answer, reserved };
+    };
+
+    it('cancelled while the tool runs: a JSON-RPC 402 (authorization_canceled), not the result; the record failed, nothing moved', async () => {
+      const payment = await paymentFor('probe__sleep');
+      const { answer: call } = await sleepingCall(payment);
+      await cancelAuthorization(anvil.chain, setup.gateway.payer, payment);
       const answer = await call;
       expect(answer, `the result was served: ${JSON.stringify(answer)}`).to.be.instanceOf(McpError);
       const refusal = answer as McpError;
@@ -104,13 +92,39 @@ describe('payments: an authorization cancelled by the payer during the call (anv
       expect(JSON.stringify(refusal.data)).to.not.include('slept');
       const row = (await rowOf(payment))!;
       expect([row.state, row.transaction]).to.deep.equal(['failed', null]);
-      const { settled } = await gateway.expectBalanced();
+      const { settled } = await setup.gateway.expectBalanced();
+      expect(settled).to.equal(0n);
+    });
+
+    it("cancelled while the RPC's logs lag (the nonce used, no event says how): a JSON-RPC 402 naming the payment id, never the result; the retry records it failed", async () => {
+      const payment = await paymentFor('probe__sleep');
+      const { answer: call, reserved } = await sleepingCall(payment);
+      setup.proxy.intercept = (methods) => (methods.includes('eth_getLogs') ? 'lagging' : 'forward');
+      await cancelAuthorization(anvil.chain, setup.gateway.payer, payment);
+      const answer = await call;
+      expect(answer, `the result was served: ${JSON.stringify(answer)}`).to.be.instanceOf(McpError);
+      const refusal = answer as McpError;
+      expect(refusal.code).to.equal(402);
+      const data = refusal.data as PaymentRequired;
+      expect(data.error).to.equal('settlement_unproven');
+      expect(data.extensions?.['io.sigil/paid-result']).to.deep.include({ paymentId: reserved.id });
+      expect(JSON.stringify(refusal.data)).to.not.include('slept');
+      const kept = (await rowOf(payment))!;
+      expect(kept.state).to.equal('settling');
+      expect(kept.result, 'kept for its payer, should the settlement prove out').to.be.a('string');
+      setup.proxy.intercept = undefined;
+      const row = await eventually('the retried settlement', async () => {
+        const found = await rowOf(payment);
+        return found?.state === 'settling' ? undefined : found;
+      });
+      expect([row.state, row.transaction, row.result]).to.deep.equal(['failed', null, null]);
+      const { settled } = await setup.gateway.expectBalanced();
       expect(settled).to.equal(0n);
     });
 
     it('cancelled while its settlement is pending (the RPC cut as it was sent): the retry records it failed, not settled', async () => {
       const payment = await paymentFor('probe__sleep');
-      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      setup.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
       const result = (await client.callTool({
         name: 'probe__sleep',
         arguments: { ms: 10 },
@@ -118,15 +132,15 @@ describe('payments: an authorization cancelled by the payer during the call (anv
       })) as CallToolResult;
       expect(result._meta?.[RECEIPT]).to.include({ success: false, errorReason: 'settlement_pending' });
       expect((await rowOf(payment))!.state).to.equal('settling');
-      await cancelAuthorization(chain, gateway.payer, payment);
-      proxy.intercept = undefined;
+      await cancelAuthorization(anvil.chain, setup.gateway.payer, payment);
+      setup.proxy.intercept = undefined;
       const row = await eventually('the retried settlement', async () => {
         const found = await rowOf(payment);
         return found?.state === 'settling' ? undefined : found;
       });
       expect([row.state, row.transaction]).to.deep.equal(['failed', null]);
-      expect(await balances(chain)(gateway.payTo)).to.equal(0n);
-      const { settled } = await gateway.expectBalanced();
+      expect(await balances(anvil.chain)(setup.gateway.payTo)).to.equal(0n);
+      const { settled } = await setup.gateway.expectBalanced();
       expect(settled).to.equal(0n);
     });
   });

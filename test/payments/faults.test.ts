@@ -14,17 +14,19 @@ import {
   splitSignature,
   tokenDomain,
 } from '../chain/support.ts';
-import { startDevChain, type DevChain } from '../support/chain.ts';
+import type { DevChain } from '../support/chain.ts';
 import { startSigil } from '../support/cli.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
-import { textOf, type ProbeWorld } from '../gateway/support.ts';
+import { textOf } from '../gateway/support.ts';
 import {
+  anvilWorld,
   balances,
   craftPayment,
   devAccountKey,
   eventually,
   expectBooksBalanced,
   fundedPayer,
+  gatewayBehindProxy,
   payingClient,
   paidGateway,
   railPlugin,
@@ -32,10 +34,8 @@ import {
   RpcProxy,
   sendsTransaction,
   settlementRows,
-  sharedProbeWorld,
   stopSharedProbeWorld,
   walletTokenFor,
-  type PaidGateway,
   type SettlementRecord,
 } from './support.ts';
 
@@ -80,46 +80,18 @@ after(stopSharedProbeWorld); // root level: once every file has used the shared 
 /** Faults on the real chain (anvil): every test ends with the records, the chain and the reconciler agreeing. */
 describe('payments: faults on anvil', function () {
   this.timeout(120_000);
-  let world: ProbeWorld;
-  let chain: DevChain;
-
-  before(async () => {
-    [world, chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
-  });
-  after(async () => {
-    await chain?.stop();
-  });
-
-  let facilitatorIndex = 3;
+  const anvil = anvilWorld();
 
   describeEachDatabase('one gateway', (database) => {
-    let proxy: RpcProxy;
-    let gateway: PaidGateway;
     /** The gateway's clock: real time, moved forward by `offset` when a test needs time to pass. */
     const clock = { offset: 0, now: () => new Date(Date.now() + clock.offset) };
-
-    before(async () => {
-      proxy = await RpcProxy.start(chain.rpcUrl);
-      gateway = await paidGateway(world, chain, database, {
-        facilitatorIndex: facilitatorIndex++,
-        rpcUrl: proxy.url,
-        clock,
-      });
-    });
-    afterEach(() => {
-      proxy.down = false;
-      proxy.intercept = undefined;
-    });
-    after(async () => {
-      await gateway?.stop();
-      await proxy?.stop();
-    });
+    const setup = gatewayBehindProxy(anvil, database, { clock });
 
     const payFor = (
       required: PaymentRequired,
-      payer: LocalAccount = gateway.payer,
-    ): Promise<PaymentPayload> => payingClient(chain, payer).createPaymentPayload(required);
-    const rows = () => settlementRows(gateway.records);
+      payer: LocalAccount = setup.gateway.payer,
+    ): Promise<PaymentPayload> => payingClient(anvil.chain, payer).createPaymentPayload(required);
+    const rows = () => settlementRows(setup.gateway.records);
     const rowOf = async (payment: PaymentPayload): Promise<SettlementRecord | undefined> => {
       const { from, nonce } = (payment.payload as { authorization: { from: string; nonce: string } })
         .authorization;
@@ -127,9 +99,9 @@ describe('payments: faults on anvil', function () {
     };
 
     it('the same payment sent 20 times at once runs once: one 200, nineteen 402, one transfer', async () => {
-      const payment = await payFor(await gateway.required('instance'));
+      const payment = await payFor(await setup.gateway.required('instance'));
       const answers = await Promise.all(
-        Array.from({ length: 20 }, () => gateway.callRest('instance', {}, payment)),
+        Array.from({ length: 20 }, () => setup.gateway.callRest('instance', {}, payment)),
       );
       const statuses = answers.map((res) => res.status).sort();
       expect(statuses).to.deep.equal([200, ...Array<number>(19).fill(402)]);
@@ -143,62 +115,62 @@ describe('payments: faults on anvil', function () {
       expect(decodePaymentResponseHeader(paid.headers.get('payment-response') as string).success).to.equal(
         true,
       );
-      const { settled, rows } = await gateway.expectBalanced();
+      const { settled, rows } = await setup.gateway.expectBalanced();
       expect(settled).to.equal(500n);
       expect(rows).to.have.length(1);
     });
 
     it('the RPC down from the settlement on, then back: a pending receipt, settling, the worker settles once', async () => {
-      const payment = await payFor(await gateway.required('sleep'));
+      const payment = await payFor(await setup.gateway.required('sleep'));
       // The chain becomes unreachable once the payment is verified, as the settlement is sent. (Cut
       // when the record reads `executing`, the RPC could still owe verification its answer: the
       // reservation is written while the payment is verified, and a slow machine then refused it.)
-      proxy.intercept = (methods) => {
-        if (sendsTransaction(methods)) proxy.down = true;
+      setup.proxy.intercept = (methods) => {
+        if (sendsTransaction(methods)) setup.proxy.down = true;
         return 'forward';
       };
-      const res = await gateway.callRest('sleep', { ms: 800 }, payment);
+      const res = await setup.gateway.callRest('sleep', { ms: 800 }, payment);
       expect(res.status).to.equal(200);
       expect(textOf(await res.json())).to.equal('slept 800');
       const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
       expect(receipt).to.include({ success: false, errorReason: 'settlement_pending' });
       const pending = (await rowOf(payment))!;
       expect(pending.state).to.equal('settling');
-      expect(await balances(chain)(gateway.payTo)).to.equal(500n);
-      proxy.intercept = undefined;
-      proxy.down = false;
+      expect(await balances(anvil.chain)(setup.gateway.payTo)).to.equal(500n);
+      setup.proxy.intercept = undefined;
+      setup.proxy.down = false;
       const settled = await eventually('the retried settlement', async () => {
         const row = await rowOf(payment);
         return row?.state === 'settled' ? row : undefined;
       });
       expect(settled.transaction).to.match(/^0x[0-9a-f]{64}$/);
-      expect((await gateway.expectBalanced()).settled).to.equal(1000n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(1000n);
     });
 
     it('only eth_sendRawTransaction refused (the rest of the RPC up): settling, then settled once it is back', async () => {
-      const payment = await payFor(await gateway.required('echo'));
-      proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
-      const res = await gateway.callRest('echo', { message: 'send refused' }, payment);
+      const payment = await payFor(await setup.gateway.required('echo'));
+      setup.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      const res = await setup.gateway.callRest('echo', { message: 'send refused' }, payment);
       expect(res.status, JSON.stringify(await res.clone().json())).to.equal(200);
       const receipt = decodePaymentResponseHeader(res.headers.get('payment-response') as string);
       expect(receipt).to.include({ success: false, errorReason: 'settlement_pending' });
       expect((await rowOf(payment))!.state).to.equal('settling');
-      proxy.intercept = undefined;
+      setup.proxy.intercept = undefined;
       await eventually('the retried settlement', async () => (await rowOf(payment))?.state === 'settled');
-      expect((await gateway.expectBalanced()).settled).to.equal(1500n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(1500n);
     });
 
     it('writes the reservation while the payment is verified, and drops it when verification fails: no record', async () => {
-      const unfunded = await fundedPayer(chain, 0n);
-      const payment = await payFor(await gateway.required('echo'), unfunded);
+      const unfunded = await fundedPayer(anvil.chain, 0n);
+      const payment = await payFor(await setup.gateway.required('echo'), unfunded);
       let release = () => {};
       const simulation = new Promise<void>((resolve) => (release = resolve));
       // The transfer's simulation (eth_call) is held: the verification waits on it, the reservation does not.
-      proxy.intercept = async (methods) => {
+      setup.proxy.intercept = async (methods) => {
         if (methods.includes('eth_call')) await simulation;
         return 'forward' as const;
       };
-      const call = gateway.callRest('echo', { message: 'unfunded' }, payment);
+      const call = setup.gateway.callRest('echo', { message: 'unfunded' }, payment);
       await eventually(
         'the reservation during verification',
         async () => (await rowOf(payment))?.state === 'executing',
@@ -208,46 +180,46 @@ describe('payments: faults on anvil', function () {
       expect(res.status).to.equal(402);
       expect(refusalReason(res)).to.match(/insufficient/);
       expect(await rowOf(payment)).to.equal(undefined);
-      await gateway.expectBalanced();
+      await setup.gateway.expectBalanced();
     });
 
     it('refuses, with a reason and before anything runs, an expired authorization, a wrong amount or payee, and an unfunded payer', async () => {
-      const required = await gateway.required('instance');
+      const required = await setup.gateway.required('instance');
       const stranger = privateKeyToAccount(generatePrivateKey()).address;
       const now = BigInt(Math.floor(Date.now() / 1000));
       const unfunded = privateKeyToAccount(generatePrivateKey());
       const cases: [string, Promise<PaymentPayload>, RegExp][] = [
         [
           'expired',
-          craftPayment(chain, required, gateway.payer, {
+          craftPayment(anvil.chain, required, setup.gateway.payer, {
             authorization: { validAfter: now - 3600n, validBefore: now - 60n },
           }),
           /valid_before/,
         ],
         [
           'accepted amount 400',
-          craftPayment(chain, required, gateway.payer, { accepted: { amount: '400' } }),
+          craftPayment(anvil.chain, required, setup.gateway.payer, { accepted: { amount: '400' } }),
           /^requirements_mismatch$/,
         ],
         [
           'authorized value 400',
-          craftPayment(chain, required, gateway.payer, { authorization: { value: 400n } }),
+          craftPayment(anvil.chain, required, setup.gateway.payer, { authorization: { value: 400n } }),
           /value_mismatch/,
         ],
         [
           'accepted payTo a stranger',
-          craftPayment(chain, required, gateway.payer, { accepted: { payTo: stranger } }),
+          craftPayment(anvil.chain, required, setup.gateway.payer, { accepted: { payTo: stranger } }),
           /^requirements_mismatch$/,
         ],
         [
           'authorized to a stranger',
-          craftPayment(chain, required, gateway.payer, { authorization: { to: stranger } }),
+          craftPayment(anvil.chain, required, setup.gateway.payer, { authorization: { to: stranger } }),
           /recipient_mismatch/,
         ],
         ['unfunded payer', payFor(required, unfunded), /insufficient_balance/],
       ];
       for (const [name, crafted, reason] of cases) {
-        const res = await gateway.callRest('instance', {}, await crafted);
+        const res = await setup.gateway.callRest('instance', {}, await crafted);
         expect(res.status, name).to.equal(402);
         expect(refusalReason(res), name).to.match(reason);
         const body = (await res.json()) as { code: string; message: string };
@@ -255,14 +227,16 @@ describe('payments: faults on anvil', function () {
         expect(body.message, name).to.match(/^Payment refused/);
       }
       // Nothing was reserved, nothing ran to be settled, nothing moved.
-      const { settled, rows } = await gateway.expectBalanced([{ address: unfunded.address, before: 0n }]);
+      const { settled, rows } = await setup.gateway.expectBalanced([
+        { address: unfunded.address, before: 0n },
+      ]);
       expect(settled).to.equal(1500n);
       expect(rows.filter((row) => row.state !== 'settled')).to.deep.equal([]);
     });
 
     it('a tool that fails is not charged: isError, no PAYMENT-RESPONSE, released, no transfer', async () => {
-      const payment = await payFor(await gateway.required('fail'));
-      const res = await gateway.callRest('fail', {}, payment);
+      const payment = await payFor(await setup.gateway.required('fail'));
+      const res = await setup.gateway.callRest('fail', {}, payment);
       expect(res.status).to.equal(200);
       const result = (await res.json()) as { isError?: boolean };
       expect(result.isError).to.equal(true);
@@ -270,13 +244,13 @@ describe('payments: faults on anvil', function () {
       const row = (await rowOf(payment))!;
       expect(row.state).to.equal('released');
       expect(row.transaction).to.equal(null);
-      expect((await gateway.expectBalanced()).settled).to.equal(1500n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(1500n);
     });
 
     it('the client hangs up during the call: the call is stopped, released, not charged', async () => {
-      const payment = await payFor(await gateway.required('sleep'));
+      const payment = await payFor(await setup.gateway.required('sleep'));
       const aborter = new AbortController();
-      const call = fetch(`${gateway.url}/api/servers/probe/tools/sleep`, {
+      const call = fetch(`${setup.gateway.url}/api/servers/probe/tools/sleep`, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
@@ -295,71 +269,73 @@ describe('payments: faults on anvil', function () {
       expect(row.transaction).to.equal(null);
       await new Promise((resolve) => setTimeout(resolve, 1000)); // past the sleep: still nothing moves
       expect((await rowOf(payment))!.state).to.equal('released');
-      expect((await gateway.expectBalanced()).settled).to.equal(1500n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(1500n);
     });
 
     it('oversized arguments (> 100 KB) are refused with 413 before verification: no record; the payment then works', async () => {
-      const payment = await payFor(await gateway.required('echo'));
-      const verifications = proxy.count('eth_call');
-      const tooBig = await gateway.callRest('echo', { message: 'x'.repeat(110 * 1024) }, payment);
+      const payment = await payFor(await setup.gateway.required('echo'));
+      const verifications = setup.proxy.count('eth_call');
+      const tooBig = await setup.gateway.callRest('echo', { message: 'x'.repeat(110 * 1024) }, payment);
       expect(tooBig.status).to.equal(413);
       expect(((await tooBig.json()) as { code: string }).code).to.equal('payload_too_large');
-      expect(proxy.count('eth_call'), 'no simulation: the facilitator was not asked').to.equal(verifications);
+      expect(setup.proxy.count('eth_call'), 'no simulation: the facilitator was not asked').to.equal(
+        verifications,
+      );
       expect(await rowOf(payment)).to.equal(undefined);
-      const res = await gateway.callRest('echo', { message: 'fits' }, payment);
+      const res = await setup.gateway.callRest('echo', { message: 'fits' }, payment);
       expect(res.status).to.equal(200);
       await eventually('the settled mark', async () => (await rowOf(payment))?.state === 'settled');
-      expect((await gateway.expectBalanced()).settled).to.equal(2000n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(2000n);
     });
 
     it('replayed after success: 402, the tool does not run again, no second transfer', async () => {
-      const payment = await payFor(await gateway.required('instance'));
-      expect((await gateway.callRest('instance', {}, payment)).status).to.equal(200);
-      const replay = await gateway.callRest('instance', {}, payment);
+      const payment = await payFor(await setup.gateway.required('instance'));
+      expect((await setup.gateway.callRest('instance', {}, payment)).status).to.equal(200);
+      const replay = await setup.gateway.callRest('instance', {}, payment);
       expect(replay.status).to.equal(402);
       expect(refusalReason(replay)).to.be.oneOf([
         'payment_already_used',
         'invalid_exact_evm_nonce_already_used',
       ]);
       expect(replay.headers.get('payment-response')).to.equal(null);
-      expect((await gateway.expectBalanced()).settled).to.equal(2500n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(2500n);
     });
 
     it("the payer's balance gone during the call: the settlement is refused, the result withheld (402), the record failed", async () => {
-      const payer = await fundedPayer(chain, 500n);
-      const payment = await payFor(await gateway.required('sleep'), payer);
-      const call = gateway.callRest('sleep', { ms: 1000 }, payment);
+      const payer = await fundedPayer(anvil.chain, 500n);
+      const payment = await payFor(await setup.gateway.required('sleep'), payer);
+      const call = setup.gateway.callRest('sleep', { ms: 1000 }, payment);
       await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
       // Meanwhile the payer spends everything with another authorization, submitted by someone else.
       const sink = privateKeyToAccount(generatePrivateKey()).address;
-      await spendWithAuthorization(chain, payer, sink, 500n);
+      await spendWithAuthorization(anvil.chain, payer, sink, 500n);
       const res = await call;
       expect(res.status).to.equal(402);
       expect(refusalReason(res)).to.equal('invalid_exact_evm_insufficient_balance');
       expect(((await res.json()) as { message: string }).message).to.match(/result is withheld/);
       const row = (await rowOf(payment))!;
       expect([row.state, row.transaction]).to.deep.equal(['failed', null]);
-      expect(await balances(chain)(sink)).to.equal(500n);
-      expect((await gateway.expectBalanced()).settled).to.equal(2500n);
+      expect(await balances(anvil.chain)(sink)).to.equal(500n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(2500n);
     });
 
     it('an authorization that would lapse before the call could finish is refused before it runs', async () => {
-      const required = await gateway.required('sleep');
+      const required = await setup.gateway.required('sleep');
       const now = BigInt(Math.floor(Date.now() / 1000));
       // Valid for x402's verification (it wants 6 s left), but shorter than a call may take (timeout + 10 s).
-      const payment = await craftPayment(chain, required, gateway.payer, {
+      const payment = await craftPayment(anvil.chain, required, setup.gateway.payer, {
         authorization: { validBefore: now + 30n },
       });
-      const res = await gateway.callRest('sleep', { ms: 3000 }, payment);
+      const res = await setup.gateway.callRest('sleep', { ms: 3000 }, payment);
       expect(res.status).to.equal(402);
       expect(refusalReason(res)).to.equal('authorization_window_too_short');
       expect(await rowOf(payment)).to.equal(undefined);
-      expect((await gateway.expectBalanced()).settled).to.equal(2500n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(2500n);
     });
 
     it('a call still running past staleAfterMs (slow start, then the call) is not released under it and is charged once', async () => {
-      const payment = await payFor(await gateway.required('sleep'));
-      const call = gateway.callRest('sleep', { ms: 2500 }, payment);
+      const payment = await payFor(await setup.gateway.required('sleep'));
+      const call = setup.gateway.callRest('sleep', { ms: 2500 }, payment);
       await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
       // As if launching the server had taken most of the stale window: (10 s queue + 60 s timeout + 10 s) passes.
       clock.offset += 81_000;
@@ -372,20 +348,20 @@ describe('payments: faults on anvil', function () {
       expect(receipt.success).to.equal(true);
       // The records and the chain must agree, whichever way the gateway decides.
       await eventually('the settled mark', async () => (await rowOf(payment))?.state === 'settled');
-      expect((await gateway.expectBalanced()).settled).to.equal(3000n);
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(3000n);
     });
 
     it("another replica releases this replica's long call as stale: the call is then not charged, and the records say so", async () => {
       const replicaClock = { offset: clock.offset, now: () => new Date(Date.now() + replicaClock.offset) };
-      const replica = await paidGateway(world, chain, database, {
-        facilitatorIndex: facilitatorIndex++,
-        rpcUrl: proxy.url,
+      const replica = await paidGateway(anvil.world, anvil.chain, database, {
+        facilitatorIndex: anvil.nextFacilitator(),
+        rpcUrl: setup.proxy.url,
         clock: replicaClock,
-        replicaOf: gateway,
+        replicaOf: setup.gateway,
       });
       try {
-        const payment = await payFor(await gateway.required('sleep'));
-        const call = gateway.callRest('sleep', { ms: 2500 }, payment);
+        const payment = await payFor(await setup.gateway.required('sleep'));
+        const call = setup.gateway.callRest('sleep', { ms: 2500 }, payment);
         await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
         // The replica's clock is past the stale window: its worker takes the call for a dead process's.
         replicaClock.offset += 81_000;
@@ -397,7 +373,7 @@ describe('payments: faults on anvil', function () {
         expect(res.status).to.equal(200);
         expect(res.headers.get('payment-response'), 'no receipt: nothing was charged').to.equal(null);
         expect((await rowOf(payment))!.state).to.equal('released');
-        expect((await gateway.expectBalanced()).settled).to.equal(3000n);
+        expect((await setup.gateway.expectBalanced()).settled).to.equal(3000n);
       } finally {
         await replica.stop();
       }
@@ -417,14 +393,14 @@ describe('payments: faults on anvil', function () {
     let url: string;
 
     before(async () => {
-      proxy = await RpcProxy.start(chain.rpcUrl);
+      proxy = await RpcProxy.start(anvil.chain.rpcUrl);
       // Under the world's directory (not /tmp): the sandbox mounts a private /tmp.
-      dir = join(world.dir, 'killed');
+      dir = join(anvil.world.dir, 'killed');
       mkdirSync(dir, { recursive: true });
       operator = privateKeyToAccount(generatePrivateKey());
-      const rail = railPlugin(chain, {
+      const rail = railPlugin(anvil.chain, {
         rpcUrl: proxy.url,
-        facilitator: { kind: 'builtin', privateKey: devAccountKey(facilitatorIndex++) },
+        facilitator: { kind: 'builtin', privateKey: devAccountKey(anvil.nextFacilitator()) },
       });
       payTo = rail.payTo;
       configFile = join(dir, 'sigil.config.json');
@@ -436,7 +412,7 @@ describe('payments: faults on anvil', function () {
           gateway: {
             port: 0,
             includeDefaultCatalog: false,
-            catalogFile: world.catalogFile,
+            catalogFile: anvil.world.catalogFile,
             warmupAtStart: false,
             toolCallTimeoutSeconds: 2,
             // No wait for a process: staleAfterMs is then (2 s timeout + 10 s).
@@ -449,8 +425,8 @@ describe('payments: faults on anvil', function () {
               resolve: 'registry-npm',
               enabled: true,
               options: {
-                registry: world.registry.url,
-                cacheDir: join(world.dir, 'packages'),
+                registry: anvil.world.registry.url,
+                cacheDir: join(anvil.world.dir, 'packages'),
                 refresh: { enabled: false },
               },
             },
@@ -465,8 +441,8 @@ describe('payments: faults on anvil', function () {
       );
       await start();
       records = await recordsOf(join(dir, 'sigil.db'));
-      payer = await fundedPayer(chain);
-      payerBefore = await balances(chain)(payer.address);
+      payer = await fundedPayer(anvil.chain);
+      payerBefore = await balances(anvil.chain)(payer.address);
     });
     after(async () => {
       running?.child.kill('SIGKILL');
@@ -521,7 +497,7 @@ describe('payments: faults on anvil', function () {
     let unfinished: SettlementRecord | undefined;
     const expectBalanced = async () =>
       expectBooksBalanced({
-        chain,
+        chain: anvil.chain,
         gatewayUrl: url,
         operatorToken: await walletTokenFor(url, operator),
         records,
@@ -531,7 +507,7 @@ describe('payments: faults on anvil', function () {
       });
 
     it('killed between verification and settlement: after the restart the record waits, executing, and nothing moved', async () => {
-      const payment = await payingClient(chain, payer).createPaymentPayload(await required());
+      const payment = await payingClient(anvil.chain, payer).createPaymentPayload(await required());
       const call = callSleep(payment, 1500).then(
         () => 'answered',
         () => 'connection lost',
@@ -548,7 +524,7 @@ describe('payments: faults on anvil', function () {
     });
 
     it('killed as the settlement transaction is sent, before it reaches the chain: the restart settles it, once, and the payer fetches the result it paid for', async () => {
-      const payment = await payingClient(chain, payer).createPaymentPayload(await required());
+      const payment = await payingClient(anvil.chain, payer).createPaymentPayload(await required());
       let killed: Promise<void> | undefined;
       proxy.intercept = (methods) => {
         if (!sendsTransaction(methods)) return 'forward';
@@ -563,7 +539,7 @@ describe('payments: faults on anvil', function () {
       await killed;
       proxy.intercept = undefined;
       expect((await rowOf(payment))!.state).to.equal('settling');
-      expect(await balances(chain)(payTo)).to.equal(0n);
+      expect(await balances(anvil.chain)(payTo)).to.equal(0n);
       await start();
       const settled = await eventually('the settlement completed at start-up', async () => {
         const row = await rowOf(payment);
@@ -575,7 +551,7 @@ describe('payments: faults on anvil', function () {
     });
 
     it('killed after the settlement transaction reached the chain, before its answer: the restart records it, no second transfer, and the payer fetches the result', async () => {
-      const payment = await payingClient(chain, payer).createPaymentPayload(await required());
+      const payment = await payingClient(anvil.chain, payer).createPaymentPayload(await required());
       let killed: Promise<void> | undefined;
       proxy.intercept = (methods) => {
         if (!sendsTransaction(methods)) return 'forward';
@@ -589,7 +565,7 @@ describe('payments: faults on anvil', function () {
       );
       expect(answer).to.equal('connection lost');
       await killed;
-      await eventually('the transfer on chain', async () => (await balances(chain)(payTo)) === 1000n);
+      await eventually('the transfer on chain', async () => (await balances(anvil.chain)(payTo)) === 1000n);
       proxy.intercept = undefined;
       expect((await rowOf(payment))!.state).to.equal('settling');
       const sent = proxy.transactionsSent();

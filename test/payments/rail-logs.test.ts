@@ -45,7 +45,7 @@ describe('payments-x402-evm: log reads in block ranges, on anvil', function () {
       (err: unknown) => err,
     );
     expect(unreadable, 'status() could not tell').to.be.instanceOf(Error);
-    expect(await rail.settle(first.payment)).to.include({ status: 'retry' });
+    expect(await rail.settle(first.payment)).to.include({ status: 'retry', authorizationUsed: true });
     world.proxy.intercept = undefined;
     expect(await rail.settle(first.payment)).to.deep.equal({
       status: 'settled',

@@ -176,6 +176,8 @@ export interface SettlementRecord {
   transaction: string | null;
   reason: string | null;
   attempts: number;
+  /** The call's result kept for its payer (JSON, sealed when a data key is set), or null. */
+  result?: string | null;
 }
 
 /** A second connection on a gateway's database, to read what it recorded. */
@@ -308,6 +310,8 @@ export async function paidGateway(
     railOptions?: Record<string, unknown>;
     gateway?: Partial<SigilConfig['gateway']>;
     clock?: Clock;
+    /** database.dataKey of the gateway. */
+    dataKey?: string;
     /** Another replica of this gateway: the same database and payee (its own facilitator account). */
     replicaOf?: PaidGateway;
   },
@@ -326,7 +330,11 @@ export async function paidGateway(
   const serving = await world.gateway(
     sticky.database,
     { operatorWallets: [operator.address], ...options.gateway },
-    { plugins: [rail.plugin], ...(options.clock ? { clock: options.clock } : {}) },
+    {
+      plugins: [rail.plugin],
+      ...(options.clock ? { clock: options.clock } : {}),
+      ...(options.dataKey ? { dataKey: options.dataKey } : {}),
+    },
   );
   const records = await recordsOf(fresh.url, fresh.schema);
   const [operatorToken, payer] = await Promise.all([
@@ -375,6 +383,56 @@ export async function paidGateway(
   };
 }
 
+/** The shared probe world and a fresh dev chain, and the anvil accounts its gateways settle from. */
+export interface AnvilWorld {
+  readonly world: ProbeWorld;
+  readonly chain: DevChain;
+  /** The next unused anvil dev account (3, 4, …): a facilitator of its own for each gateway. */
+  nextFacilitator(): number;
+}
+
+/**
+ * The shared probe world and a fresh dev chain for the enclosing describe block (started in `before`,
+ * the chain stopped in `after`).
+ */
+export function anvilWorld(): AnvilWorld {
+  let next = 3;
+  const anvil = { nextFacilitator: () => next++ } as { world: ProbeWorld; chain: DevChain } & AnvilWorld;
+  before(async () => {
+    [anvil.world, anvil.chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
+  });
+  after(async () => {
+    await anvil.chain?.stop();
+  });
+  return anvil;
+}
+
+/**
+ * A paid gateway on `database` whose rail reaches the chain through an RpcProxy, for the enclosing
+ * describe block (started in `before`, stopped in `after`); the proxy's switches reset after each test.
+ */
+export function gatewayBehindProxy(
+  anvil: AnvilWorld,
+  database: TestDatabase,
+  options: { clock?: Clock } = {},
+): { readonly gateway: PaidGateway; readonly proxy: RpcProxy } {
+  const setup = {} as { gateway: PaidGateway; proxy: RpcProxy };
+  before(async () => {
+    setup.proxy = await RpcProxy.start(anvil.chain.rpcUrl);
+    setup.gateway = await paidGateway(anvil.world, anvil.chain, database, {
+      facilitatorIndex: anvil.nextFacilitator(),
+      rpcUrl: setup.proxy.url,
+      ...options,
+    });
+  });
+  afterEach(() => setup.proxy?.reset());
+  after(async () => {
+    await setup.gateway?.stop();
+    await setup.proxy?.stop();
+  });
+  return setup;
+}
+
 /**
  * A fresh dev chain with an RpcProxy in front of it for the enclosing describe block (started in
  * `before`, stopped in `after`); the proxy's switches and counts are reset after each test.
@@ -389,11 +447,7 @@ export function chainBehindProxy(): { readonly chain: DevChain; readonly proxy: 
     await world.proxy?.stop();
     await world.chain?.stop();
   });
-  afterEach(() => {
-    world.proxy.down = false;
-    world.proxy.intercept = undefined;
-    world.proxy.seen.clear();
-  });
+  afterEach(() => world.proxy.reset());
   return world;
 }
 
@@ -403,9 +457,10 @@ export const sendsTransaction = (methods: string[]): boolean =>
 
 /**
  * How the RPC proxy treats one request: pass it on, cut the connection, pass it on and lose the
- * answer, or answer that the method does not exist (as a node without it would).
+ * answer, answer that the method does not exist (as a node without it would), or answer with an
+ * empty list (as a node whose log index lags behind its head answers eth_getLogs).
  */
-export type ProxyDecision = 'forward' | 'cut' | 'lose-answer' | 'method-not-found';
+export type ProxyDecision = 'forward' | 'cut' | 'lose-answer' | 'method-not-found' | 'lagging';
 
 /**
  * A JSON-RPC proxy in front of anvil that tests can switch off, as an RPC outage: while `down`, every
@@ -438,6 +493,13 @@ export class RpcProxy {
     return proxy;
   }
 
+  /** Back to passing everything on, with no requests counted. */
+  reset(): void {
+    this.down = false;
+    this.intercept = undefined;
+    this.seen.clear();
+  }
+
   count(method: string): number {
     return this.seen.get(method) ?? 0;
   }
@@ -463,6 +525,13 @@ export class RpcProxy {
     const decision = this.down ? 'cut' : ((await this.intercept?.(methods)) ?? 'forward');
     if (decision === 'cut' || this.down) {
       req.socket.destroy();
+      return;
+    }
+    if (decision === 'lagging') {
+      const empty = messages.map(({ id }) => ({ jsonrpc: '2.0', id, result: [] }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify(empty.length === 1 ? empty[0] : empty));
       return;
     }
     if (decision === 'method-not-found') {

@@ -75,6 +75,7 @@ export interface X402PaymentRequired {
   error?: string;
   resource: { url: string; description?: string; mimeType?: string };
   accepts: Record<string, unknown>[];
+  extensions?: Record<string, unknown>;
 }
 
 export interface VerifiedPayment {
@@ -108,8 +109,13 @@ export type SettleOutcome =
   | { status: 'settled'; transaction: string; payer: string }
   /** Will never succeed (authorization expired or used elsewhere, balance gone): not charged. */
   | { status: 'rejected'; reason: string; message: string }
-  /** Could not be decided now (RPC down, timeout): try again later; the authorization may still be used. */
-  | { status: 'retry'; reason: string; message: string };
+  /**
+   * Could not be decided now (RPC down, timeout): try again later; the authorization may still be used.
+   * `authorizationUsed` when the chain shows the authorization used but the rail cannot prove yet that
+   * the use paid `payTo` (its events not readable): the payer may have cancelled it, so the host must
+   * withhold the call's result until a later attempt proves the payment.
+   */
+  | { status: 'retry'; reason: string; message: string; authorizationUsed?: true };
 
 export interface OnChainSettlement {
   id: string;

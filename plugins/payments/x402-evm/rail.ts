@@ -202,11 +202,22 @@ export class X402EvmRail implements PaymentRailV1 {
     // Whatever the failure says, the chain decides: settled only if the authorization paid this payee
     // (our earlier attempt landed), never merely because its nonce is used: the payer's own
     // cancelAuthorization uses it too, and a paid result must not be served for that.
-    let standing: AuthorizationStatus;
+    let used: boolean;
     try {
-      standing = await this.status(payment);
+      used = await this.nonceUsed(payment);
     } catch (err) {
       return { status: 'retry', reason: 'unreachable', message: (err as Error).message };
+    }
+    let standing: AuthorizationStatus = { used: false };
+    if (used) {
+      try {
+        standing = await this.howUsed(payment);
+      } catch (err) {
+        // Used, but by whom is not readable (logs refused, or lagging behind the head on public
+        // RPCs): maybe our transfer, maybe the payer's cancellation. The host withholds the result.
+        const message = (err as Error).message;
+        return { status: 'retry', reason: 'settlement_unproven', message, authorizationUsed: true };
+      }
     }
     if (standing.used)
       return { status: 'settled', transaction: standing.transaction ?? '', payer: payment.payer };
@@ -224,16 +235,19 @@ export class X402EvmRail implements PaymentRailV1 {
   }
 
   async status(payment: VerifiedPayment): Promise<AuthorizationStatus> {
+    return (await this.nonceUsed(payment)) ? this.howUsed(payment) : { used: false };
+  }
+
+  /** Whether the token marks the payment's authorization used (by a transfer or a cancellation). */
+  private async nonceUsed(payment: VerifiedPayment): Promise<boolean> {
     const { from, nonce } = authorizationOf((payment.authorization as StoredAuthorization).payload) ?? {};
-    if (!from || !nonce) return { used: false };
-    const used = await this.publicClient.readContract({
+    if (!from || !nonce) return false;
+    return this.publicClient.readContract({
       address: this.config.asset.address as Address,
       abi: eip3009,
       functionName: 'authorizationState',
       args: [from as Address, nonce as Hex],
     });
-    if (!used) return { used: false };
-    return this.howUsed(payment, from as Address, nonce as Hex);
   }
 
   /**
@@ -244,17 +258,16 @@ export class X402EvmRail implements PaymentRailV1 {
    * payment's amount from the payer to `payTo` (EIP-3009 tokens, FiatToken as SigilDollar, mark the
    * nonce used and then transfer). Throws when no event says: the record waits for a later attempt.
    */
-  private async howUsed(
-    payment: VerifiedPayment,
-    authorizer: Address,
-    nonce: Hex,
-  ): Promise<AuthorizationStatus> {
+  private async howUsed(payment: VerifiedPayment): Promise<AuthorizationStatus> {
+    const { from, nonce } = authorizationOf((payment.authorization as StoredAuthorization).payload) ?? {};
+    if (!from || !nonce) return { used: false };
+    const authorizer = from as Address;
     const token = this.config.asset.address as Address;
     const latest = await this.publicClient.getBlockNumber({ cacheTime: 0 });
     let ranges = 0;
     for (const range of blockRangesBackwards(this.config.startBlock, latest, this.config.logBlockRange)) {
       if (ranges++ >= STATUS_LOOKBACK_RANGES) break;
-      const args = { authorizer, nonce };
+      const args = { authorizer, nonce: nonce as Hex };
       const [used, canceled] = await Promise.all([
         this.publicClient.getLogs({ address: token, event: AUTHORIZATION_USED, args, ...range }),
         this.publicClient.getLogs({ address: token, event: AUTHORIZATION_CANCELED, args, ...range }),

@@ -6,10 +6,18 @@ import type {
   PaymentRailV1,
   PaymentResource,
   PaymentTerms,
+  SettleOutcome,
   VerifiedPayment,
   X402PaymentRequired,
 } from '../../../core/plugins/contracts/index.ts';
 import { encodePaymentRequiredHeader } from '@x402/core/http';
+import {
+  DEFAULT_RESULT_MAX_BYTES,
+  DEFAULT_RESULT_MAX_BYTES_PER_PAYER,
+  DEFAULT_RESULT_RETENTION_MS,
+  PaidResults,
+} from './paid-results.ts';
+import { Reconciler, type Reconciliation } from './reconciler.ts';
 
 /** Where x402's MCP transport carries a payment in `params._meta`, and the settlement in `result._meta`. */
 export const PAYMENT_META_KEY = 'x402/payment';
@@ -39,6 +47,7 @@ interface SettlementRow {
   updated_at: number | string;
   /** The call's result (JSON), kept for its payer from the settlement's start until `result_expires_at`. */
   result?: string | null;
+  result_bytes?: number | null;
   result_expires_at?: number | string | null;
 }
 
@@ -61,44 +70,21 @@ export interface PaymentReceipt {
   network: string;
   payer: string;
   errorReason?: string;
+  /** Says when the result was not kept for its payer to fetch again (`io.sigil/paid-result`). */
+  extensions?: Record<string, unknown>;
 }
 
-export interface Mismatch {
-  id: string;
-  problem: 'settled_not_on_chain' | 'on_chain_not_settled' | 'amount_differs';
-  record?: { state: SettlementState; amount: string; transaction: string | null };
-  chain?: { amount: string; transaction: string };
-}
-
-/** A record joined with the chain settlement of the same id. */
-interface JoinedRow extends Pick<SettlementRow, 'id' | 'state' | 'amount' | 'transaction'> {
-  chain_amount: string;
-  chain_transaction: string;
-}
+/** A receipt's reason while the settlement is undecided and nothing shows the authorization used. */
+const SETTLEMENT_PENDING = 'settlement_pending';
+/** The reason of a 402 whose authorization is used on chain, not yet proven to have paid us. */
+const SETTLEMENT_UNPROVEN = 'settlement_unproven';
+/** Where a 402's PaymentRequired names the payment whose result is kept (x402 v2 `extensions`). */
+export const PAID_RESULT_EXTENSION = 'io.sigil/paid-result';
 
 /** Retry delays of a settlement that could not be decided (RPC down): 1 s doubling to 5 min. */
 const backoffMs = (attempts: number): number => Math.min(1000 * 2 ** Math.max(0, attempts - 1), 300_000);
 /** How long a worker owns a due settlement before another replica may take it over. */
 const CLAIM_MS = 60_000;
-/**
- * Blocks read again by each reconciliation below the last one read: settlements a reorganization
- * moved or undid there are read as the chain now has them (Base's reorganizations are a few blocks).
- */
-const REREAD_BLOCKS = 64n;
-const CURSOR = 'settlements';
-/** Rows per insert of chain settlements (SQLite binds at most 999 variables per statement). */
-const INSERT_BATCH = 150;
-/** Ids per `IN (…)` list, for the same reason. */
-const ID_BATCH = 500;
-/** How often, at most, kept results past their retention are deleted. */
-const RESULT_SWEEP_MS = 60_000;
-/**
- * The largest result (serialized) kept for its payer: a bigger one is served once, as it leaves, and
- * not kept, so a tool's output cannot grow the settlement table without bound.
- */
-const MAX_KEPT_RESULT_CHARS = 4_000_000;
-/** How long a paid result is kept for its payer by default: a day. */
-export const DEFAULT_RESULT_RETENTION_MS = 24 * 3_600_000;
 
 /**
  * Charges per call on a payment rail, exactly: a payment is verified and reserved (its id unique in
@@ -109,14 +95,14 @@ export const DEFAULT_RESULT_RETENTION_MS = 24 * 3_600_000;
  */
 export class Payments {
   private worker: NodeJS.Timeout | undefined;
-  private reconciler: NodeJS.Timeout | undefined;
+  private reconcileTimer: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | undefined;
   /** Payments whose calls run in this process now: never stale, however long they take. */
   private readonly inFlight = new Set<string>();
   /** Record writes under way that no answer waits for. */
   private readonly writing = new Set<Promise<void>>();
-  /** When the worker next deletes the kept results past their retention (by the injected clock). */
-  private nextResultSweepAt = 0;
+  private readonly results: PaidResults;
+  private readonly reconciler: Reconciler;
 
   constructor(
     private readonly deps: {
@@ -138,8 +124,25 @@ export class Payments {
        * start of its settlement; a day by default, 0 keeps none.
        */
       resultRetentionMs?: number;
+      /** The largest result kept (serialized bytes); 256 KB by default. */
+      resultMaxBytes?: number;
+      /** The bytes of unexpired results kept per payer; 16 MB by default. */
+      resultMaxBytesPerPayer?: number;
+      /** Seals kept results (AES-256-GCM) when set: `database.dataKey`. */
+      dataKey?: string;
     },
-  ) {}
+  ) {
+    this.reconciler = new Reconciler({ rail: deps.rail, db: deps.db, logger: deps.logger });
+    this.results = new PaidResults({
+      db: deps.db,
+      clock: deps.clock,
+      logger: deps.logger,
+      retentionMs: deps.resultRetentionMs ?? DEFAULT_RESULT_RETENTION_MS,
+      maxBytes: deps.resultMaxBytes ?? DEFAULT_RESULT_MAX_BYTES,
+      maxBytesPerPayer: deps.resultMaxBytesPerPayer ?? DEFAULT_RESULT_MAX_BYTES_PER_PAYER,
+      dataKey: deps.dataKey,
+    });
+  }
 
   terms(): PaymentTerms {
     return this.deps.rail.terms();
@@ -312,17 +315,12 @@ export class Payments {
     result?: unknown,
   ): Promise<PaymentReceipt | undefined> {
     const now = this.deps.clock.now().getTime();
-    const retention = this.deps.resultRetentionMs ?? DEFAULT_RESULT_RETENTION_MS;
-    const serialized = result === undefined || retention === 0 ? undefined : JSON.stringify(result);
-    const kept =
-      serialized === undefined || serialized.length > MAX_KEPT_RESULT_CHARS
-        ? {}
-        : { result: serialized, result_expires_at: now + retention };
+    const kept = await this.results.keep(payment.id, payment.payer, result);
     // Claimed by this request for CLAIM_MS, so the retry worker does not settle it at the same time.
     const claimed = await this.move(payment.id, ['executing'], {
       state: 'settling',
       next_attempt_at: now + CLAIM_MS,
-      ...kept,
+      ...kept.columns,
     });
     if (claimed === 0) {
       this.deps.logger.warn(
@@ -332,11 +330,43 @@ export class Payments {
       return undefined;
     }
     const receipt = await this.attempt(payment, 0, true);
-    if (receipt.success || receipt.errorReason === 'settlement_pending') return receipt;
+    // Pending only while nothing shows the authorization used (the RPC unreachable before the nonce
+    // could be read, or our transfer not yet mined): the result is served with the pending receipt
+    // and the worker settles it. Once the nonce is used, only our proven transfer serves it.
+    if (receipt.success || receipt.errorReason === SETTLEMENT_PENDING) {
+      if (kept.notKept === undefined) return receipt;
+      // The payer learns that this result cannot be fetched again, should it lose it.
+      const notKept = { paymentId: payment.id, kept: false, reason: kept.notKept };
+      return { ...receipt, extensions: { [PAID_RESULT_EXTENSION]: notKept } };
+    }
+    if (receipt.errorReason === SETTLEMENT_UNPROVEN)
+      throw this.unproven(payment, resource, kept.notKept === undefined);
     throw this.paymentRequired(resource, {
       code: receipt.errorReason ?? 'settlement_failed',
       message: `Payment could not be settled (${receipt.errorReason ?? 'settlement_failed'}); nothing was charged and the result is withheld`,
     });
+  }
+
+  /**
+   * The 402 of a call whose authorization the chain shows used, with no proof yet that it paid us
+   * (the payer may have cancelled it): the result stays kept, and its payer fetches it once the
+   * retry worker proves the settlement.
+   */
+  private unproven(payment: VerifiedPayment, resource: PaymentResource, kept: boolean): SigilError {
+    const required = this.deps.rail.paymentRequired(resource, SETTLEMENT_UNPROVEN);
+    const resultPath = `/api/payments/${encodeURIComponent(payment.id)}/result`;
+    const extension = { paymentId: payment.id, kept, ...(kept ? { resultPath } : {}) };
+    return paymentError(
+      { ...required, extensions: { [PAID_RESULT_EXTENSION]: extension } },
+      `Payment not proven yet (${SETTLEMENT_UNPROVEN}): the authorization is used on chain, but nothing shows yet that it paid for this call; the result is withheld`,
+      this.terms(),
+      {
+        hint: kept
+          ? `Once the settlement is proven, the paying wallet fetches the result at GET ${resultPath} (signed in)`
+          : 'The result was not kept (over the size or per-payer limits); nothing is charged unless the settlement is proven',
+        paymentId: payment.id,
+      },
+    );
   }
 
   /**
@@ -371,79 +401,30 @@ export class Payments {
     return released;
   }
 
-  /**
-   * The result of a settled call, for its payer only (`caller`: the authenticated wallet, compared
-   * with the payer of the payment), while it is kept. 404 for anyone else, for an unknown, unpaid or
-   * expired payment alike (nothing says which); 409 to the payer while the settlement is under way.
-   */
-  async paidResult(id: string, caller: string): Promise<{ result: unknown; receipt: PaymentReceipt }> {
-    const now = this.deps.clock.now().getTime();
-    const row = (await this.deps
-      .db('payment_settlements')
-      .select('state', 'payer', 'transaction', 'result')
-      .where({ id })
-      .whereNotNull('result')
-      .andWhere('result_expires_at', '>', now)
-      .first()) as Pick<SettlementRow, 'state' | 'payer' | 'transaction' | 'result'> | undefined;
-    const mine = row !== undefined && row.payer.toLowerCase() === caller.toLowerCase();
-    if (!mine || (row.state !== 'settled' && row.state !== 'settling')) {
-      throw new SigilError('not_found', 'No paid result of yours is kept under this payment id', {
-        hint: 'Results are kept for the payer only (sign in with the paying wallet), for a limited time',
-      });
-    }
-    if (row.state === 'settling') {
-      throw new SigilError(
-        'conflict',
-        'The payment is still being settled; its result is served once it is',
-        {
-          hint: 'Ask again in a few seconds',
-          details: { state: row.state },
-        },
-      );
-    }
-    return {
-      result: JSON.parse(row.result as string) as unknown,
-      receipt: {
-        success: true,
-        transaction: row.transaction ?? '',
-        network: this.terms().network,
-        payer: row.payer,
-      },
-    };
-  }
-
-  /** Deletes the kept results past their retention, at most once per RESULT_SWEEP_MS. */
-  private async forgetExpiredResults(): Promise<void> {
-    const now = this.deps.clock.now().getTime();
-    if (now < this.nextResultSweepAt) return;
-    this.nextResultSweepAt = now + RESULT_SWEEP_MS;
-    const forgotten = await this.deps
-      .db('payment_settlements')
-      .where('result_expires_at', '<=', now)
-      .update({ result: null, result_expires_at: null });
-    if (forgotten > 0)
-      this.deps.logger.debug({ forgotten }, 'payments: deleted paid results past their retention');
+  /** The kept result of a settled call, for its payer only (see PaidResults.fetch). */
+  paidResult(id: string, caller: string): Promise<{ result: unknown; receipt: PaymentReceipt }> {
+    return this.results.fetch(id, caller, this.terms().network);
   }
 
   /** Retries due settlements in the background until `stop()`. */
   start(): void {
     this.worker ??= setInterval(() => void this.settleDue(), this.deps.retryIntervalMs ?? 1000);
     this.worker.unref();
-    this.reconciler ??= setInterval(
+    this.reconcileTimer ??= setInterval(
       () =>
         void this.reconcile().catch((err: Error) =>
           this.deps.logger.warn({ err: err.message }, 'payments: reconciliation could not run'),
         ),
       this.deps.reconcileIntervalMs ?? 600_000,
     );
-    this.reconciler.unref();
+    this.reconcileTimer.unref();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.worker);
-    clearInterval(this.reconciler);
+    clearInterval(this.reconcileTimer);
     this.worker = undefined;
-    this.reconciler = undefined;
+    this.reconcileTimer = undefined;
     await Promise.all([this.sweeping, ...this.writing]);
   }
 
@@ -452,7 +433,7 @@ export class Payments {
     this.sweeping ??= (async () => {
       try {
         await this.releaseStale();
-        await this.forgetExpiredResults();
+        await this.results.forgetExpired();
         const now = this.deps.clock.now().getTime();
         const due = (await this.deps
           .db('payment_settlements')
@@ -489,7 +470,7 @@ export class Payments {
     answerFirst = false,
   ): Promise<PaymentReceipt> {
     const { network } = this.terms();
-    const outcome = await this.deps.rail.settle(payment).catch((err: Error) => ({
+    const outcome: SettleOutcome = await this.deps.rail.settle(payment).catch((err: Error) => ({
       status: 'retry' as const,
       reason: 'unreachable',
       message: err.message,
@@ -513,6 +494,7 @@ export class Payments {
         reason: outcome.message.slice(0, 500),
         attempts,
         result: null,
+        result_bytes: null,
         result_expires_at: null,
       });
       this.deps.logger.warn({ payment: payment.id, reason: outcome.reason }, 'payments: settlement refused');
@@ -523,6 +505,7 @@ export class Payments {
       reason: outcome.message.slice(0, 500),
       next_attempt_at: this.deps.clock.now().getTime() + backoffMs(attempts),
     });
+    const errorReason = outcome.authorizationUsed ? SETTLEMENT_UNPROVEN : SETTLEMENT_PENDING;
     this.deps.logger.warn(
       { payment: payment.id, reason: outcome.reason, attempts },
       'payments: settlement pending, will retry',
@@ -532,142 +515,13 @@ export class Payments {
       transaction: '',
       network,
       payer: payment.payer,
-      errorReason: 'settlement_pending',
+      errorReason,
     };
   }
 
-  /**
-   * Compares the records with the settlements the chain holds; every difference is reported. The chain
-   * is read into the database first and the two are compared there, so memory holds the differences,
-   * not the history. A record marked settled after the chain was read looks missing from it: those
-   * differences are judged again after a second (incremental) reading, when their transfers, sent
-   * before the mark, are on chain unless the chain lost them.
-   */
-  async reconcile(): Promise<{ checked: number; onChain: number; mismatches: Mismatch[] }> {
-    await this.readChain();
-    let missing = await this.settledNotOnChain();
-    const others = await this.otherDifferences();
-    if (missing.length > 0) {
-      await this.readChain();
-      missing = await this.settledNotOnChain(missing.map((mismatch) => mismatch.id));
-    }
-    const mismatches = [...missing, ...others];
-    const count = async (table: string) =>
-      Number(((await this.deps.db(table).count({ n: '*' }).first()) as { n: number | string }).n);
-    const [checked, onChain] = [await count('payment_settlements'), await count('payment_chain_settlements')];
-    if (mismatches.length > 0) this.deps.logger.error({ mismatches }, 'payments: records and chain disagree');
-    return { checked, onChain, mismatches };
-  }
-
-  /** Chain settlements whose record disagrees (amount, state) or is missing, as the database holds them now. */
-  private async otherDifferences(): Promise<Mismatch[]> {
-    const { db } = this.deps;
-    const joined = () =>
-      db('payment_chain_settlements as chain')
-        .join('payment_settlements as record', 'record.id', 'chain.id')
-        .select(
-          'record.id',
-          'record.state',
-          'record.amount',
-          'record.transaction',
-          'chain.amount as chain_amount',
-          'chain.transaction as chain_transaction',
-        )
-        .orderBy('record.id');
-    const notSettled = (await joined().whereNotIn('record.state', ['settled', 'settling'])) as JoinedRow[];
-    const amountDiffers = (await joined()
-      .whereIn('record.state', ['settled', 'settling'])
-      .whereRaw('?? <> ??', ['chain.amount', 'record.amount'])) as JoinedRow[];
-    const unrecorded = (await db('payment_chain_settlements as chain')
-      .leftJoin('payment_settlements as record', 'record.id', 'chain.id')
-      .whereNull('record.id')
-      .select('chain.id', 'chain.amount', 'chain.transaction')
-      .orderBy('chain.id')) as { id: string; amount: string; transaction: string }[];
-    const withChain = (row: JoinedRow, problem: Mismatch['problem']): Mismatch => ({
-      id: row.id,
-      problem,
-      record: { state: row.state, amount: row.amount, transaction: row.transaction },
-      chain: { amount: row.chain_amount, transaction: row.chain_transaction },
-    });
-    return [
-      ...notSettled.map((row) => withChain(row, 'on_chain_not_settled')),
-      ...amountDiffers.map((row) => withChain(row, 'amount_differs')),
-      ...unrecorded.map((settled) => ({
-        id: settled.id,
-        problem: 'on_chain_not_settled' as const,
-        chain: { amount: settled.amount, transaction: settled.transaction },
-      })),
-    ];
-  }
-
-  /** Records marked settled that the stored chain settlements lack (only those of `ids`, when given). */
-  private async settledNotOnChain(ids?: string[]): Promise<Mismatch[]> {
-    const query = () =>
-      this.deps
-        .db('payment_settlements as record')
-        .leftJoin('payment_chain_settlements as chain', 'chain.id', 'record.id')
-        .where('record.state', 'settled')
-        .whereNull('chain.id')
-        .select('record.id', 'record.state', 'record.amount', 'record.transaction')
-        .orderBy('record.id');
-    type Row = Pick<SettlementRow, 'id' | 'state' | 'amount' | 'transaction'>;
-    let rows: Row[];
-    if (ids === undefined) rows = (await query()) as Row[];
-    else {
-      rows = [];
-      // In slices: SQLite caps the variables of one statement.
-      for (let at = 0; at < ids.length; at += ID_BATCH) {
-        rows.push(...((await query().whereIn('record.id', ids.slice(at, at + ID_BATCH))) as Row[]));
-      }
-    }
-    return rows.map((row) => ({
-      id: row.id,
-      problem: 'settled_not_on_chain',
-      record: { state: row.state, amount: row.amount, transaction: row.transaction },
-    }));
-  }
-
-  /**
-   * Brings the stored chain settlements up to date. With a rail that tells its newest block, only the
-   * blocks since the last reading are read, from `REREAD_BLOCKS` back: a reorganization within that
-   * depth drops what it undid, and a chain shorter than the last reading is read from block 0 again.
-   * Without, the rail reads them all, every time, and they replace what was stored.
-   */
-  private async readChain(): Promise<void> {
-    const { rail, db } = this.deps;
-    const latest = rail.latestBlock ? await rail.latestBlock() : undefined;
-    const cursor = (await db('payment_chain_cursor').where({ name: CURSOR }).first()) as
-      { scanned_to: number | string } | undefined;
-    const scannedTo = cursor === undefined ? undefined : BigInt(cursor.scanned_to);
-    // A chain now shorter than what was read is another chain (a dev chain started again) or a
-    // reorganization deeper than REREAD_BLOCKS: read it all again.
-    const from =
-      latest === undefined || scannedTo === undefined || scannedTo < REREAD_BLOCKS || latest < scannedTo
-        ? 0n
-        : scannedTo - REREAD_BLOCKS;
-    const found = await rail.settlementsOnChain(from);
-    await db.transaction(async (trx) => {
-      await trx('payment_chain_settlements').where('block', '>=', from.toString()).delete();
-      for (let at = 0; at < found.length; at += INSERT_BATCH) {
-        await trx('payment_chain_settlements')
-          .insert(
-            found.slice(at, at + INSERT_BATCH).map((settlement) => ({
-              id: settlement.id,
-              payer: settlement.payer,
-              amount: settlement.amount.toString(),
-              transaction: settlement.transaction,
-              block: settlement.block.toString(),
-            })),
-          )
-          .onConflict('id')
-          .merge();
-      }
-      if (latest === undefined) return;
-      await trx('payment_chain_cursor')
-        .insert({ name: CURSOR, scanned_to: latest.toString() })
-        .onConflict('name')
-        .merge();
-    });
+  /** Compares the records with the settlements the chain holds (see Reconciler.reconcile). */
+  reconcile(): Promise<Reconciliation> {
+    return this.reconciler.reconcile();
   }
 
   /** A record write the answer does not wait for; stop() waits for it. */
@@ -708,11 +562,18 @@ function paymentOf(row: SettlementRow): VerifiedPayment {
   };
 }
 
-function paymentError(required: X402PaymentRequired, message: string, terms: PaymentTerms): SigilError {
+function paymentError(
+  required: X402PaymentRequired,
+  message: string,
+  terms: PaymentTerms,
+  kept?: { hint: string; paymentId: string },
+): SigilError {
   const price = `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
   return new SigilError('payment_required', message.endsWith('costs') ? `${message} ${price}` : message, {
-    hint: 'Pay with x402: sign the PAYMENT-REQUIRED terms and send them in PAYMENT-SIGNATURE (REST) or params._meta["x402/payment"] (MCP)',
-    details: { paymentRequired: required },
+    hint:
+      kept?.hint ??
+      'Pay with x402: sign the PAYMENT-REQUIRED terms and send them in PAYMENT-SIGNATURE (REST) or params._meta["x402/payment"] (MCP)',
+    details: { paymentRequired: required, ...(kept ? { paymentId: kept.paymentId } : {}) },
     headers: { 'PAYMENT-REQUIRED': encodePaymentRequiredHeader(required as never) },
   });
 }

@@ -1,8 +1,10 @@
 import Router from '@koa/router';
 import { decodePaymentSignatureHeader, encodePaymentResponseHeader } from '@x402/core/http';
 import type { Context } from 'koa';
+import { z } from 'zod';
 import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
 import { SigilError } from '../../../core/errors.ts';
+import { parseInput } from '../../../core/http/validate.ts';
 import { PAYMENT_RESPONSE_META_KEY, type PaymentReceipt, type Payments } from './payments.ts';
 
 /** The x402 v2 payment a REST client sent in PAYMENT-SIGNATURE (base64 JSON), if any. */
@@ -25,6 +27,18 @@ export function setPaymentResponse(ctx: Context, receipt: PaymentReceipt | undef
 
 export const receiptOf = (meta: Record<string, unknown> | undefined): PaymentReceipt | undefined =>
   meta?.[PAYMENT_RESPONSE_META_KEY] as PaymentReceipt | undefined;
+
+/**
+ * A rail's payment id: x402-evm's `<network>:<token>:<payer>:<nonce>` is about 165 characters of
+ * letters, digits and colons; other rails' ids keep to the same characters and length.
+ */
+const paidResultParams = z.object({
+  paymentId: z
+    .string()
+    .min(1)
+    .max(256)
+    .regex(/^[A-Za-z0-9][A-Za-z0-9:._-]*$/, 'a payment id holds letters, digits and : . _ - only'),
+});
 
 /**
  * `GET /api/payments/config` (free), the operator's reconciliation report, and a paid result fetched
@@ -62,11 +76,12 @@ export function paymentsRouter(payments: Payments | undefined): Router {
   // signed payment is no proof, its signature is public on chain once settled. The id is the rail's
   // (x402-evm: `<network>:<token>:<payer>:<nonce>`, lower case), which the payer can form itself.
   router.get('/api/payments/:paymentId/result', requireAuth(), async (ctx) => {
+    const { paymentId } = parseInput(paidResultParams, ctx.params, 'params');
     if (!payments) throw new SigilError('not_found', 'No payment rail is configured');
     const auth = ctx.state.auth as AuthPrincipal;
-    const { result, receipt } = await payments.paidResult(ctx.params.paymentId as string, auth.address);
+    const { result, receipt } = await payments.paidResult(paymentId, auth.address);
     setPaymentResponse(ctx, receipt);
-    ctx.body = { paymentId: ctx.params.paymentId, result, receipt };
+    ctx.body = { paymentId, result, receipt };
   });
   return router;
 }

@@ -1,0 +1,177 @@
+import type { Clock } from '../../../core/clock.ts';
+import { hkdfSha256, openAesGcm, sealAesGcm, type SealedBox } from '../../../core/crypto.ts';
+import type { Database } from '../../../core/db/database.ts';
+import { SigilError } from '../../../core/errors.ts';
+import type { Logger } from '../../../core/log.ts';
+import type { PaymentReceipt, SettlementState } from './payments.ts';
+
+/** How long a paid result is kept for its payer by default: a day. */
+export const DEFAULT_RESULT_RETENTION_MS = 24 * 3_600_000;
+/**
+ * The largest result (serialized, in bytes) kept for its payer by default: a bigger one is served
+ * once, as it leaves, and not kept, so a tool's output cannot grow the settlement table without bound.
+ */
+export const DEFAULT_RESULT_MAX_BYTES = 256 * 1024;
+/**
+ * The bytes of unexpired results kept per payer by default: one payer paying for many large results
+ * cannot fill the database (a busy payer's further results are served, not kept).
+ */
+export const DEFAULT_RESULT_MAX_BYTES_PER_PAYER = 16 * 1024 * 1024;
+
+/** Why a paid result was not kept, as its receipt says. */
+export type NotKeptReason = 'result_too_large' | 'payer_quota_full';
+
+/** The columns that keep a result with its settlement record. */
+export interface KeptResultColumns {
+  result?: string | null;
+  result_bytes?: number | null;
+  result_expires_at?: number | null;
+}
+
+/** How often, at most, kept results past their retention are deleted. */
+const RESULT_SWEEP_MS = 60_000;
+
+/** A sealed result is stored as this prefix and the box's JSON; plain JSON never starts with a letter. */
+const SEALED_PREFIX = 'aes-256-gcm:';
+
+/**
+ * The results of paid calls kept for their payers: serialized, capped (per result and per payer),
+ * sealed with AES-256-GCM under the data key (`database.dataKey`, SIGIL_DATA_KEY) when one is
+ * configured, each box bound to its payment id so it opens in no other row.
+ */
+export class PaidResults {
+  private readonly sealingKey: Buffer | undefined;
+  /** When the worker next deletes the kept results past their retention (by the injected clock). */
+  private nextSweepAt = 0;
+
+  constructor(
+    private readonly deps: {
+      db: Database;
+      clock: Clock;
+      logger: Logger;
+      /** From the start of the settlement; 0 keeps none. */
+      retentionMs: number;
+      maxBytes: number;
+      maxBytesPerPayer: number;
+      dataKey: string | undefined;
+    },
+  ) {
+    this.sealingKey =
+      deps.dataKey === undefined
+        ? undefined
+        : hkdfSha256(deps.dataKey, 'sigil:payment_settlements', 'sigil:data-key:paid-results');
+  }
+
+  /**
+   * The columns that keep `result` of payment `id` for `payer` until the retention ends, or none and
+   * why not (too large, or the payer's unexpired results already hold its quota).
+   */
+  async keep(
+    id: string,
+    payer: string,
+    result: unknown,
+  ): Promise<{ columns: KeptResultColumns; notKept?: NotKeptReason }> {
+    const { retentionMs, maxBytes, maxBytesPerPayer } = this.deps;
+    if (result === undefined || retentionMs === 0) return { columns: {} };
+    const serialized = JSON.stringify(result);
+    const bytes = Buffer.byteLength(serialized, 'utf8');
+    if (bytes > maxBytes) return { columns: {}, notKept: 'result_too_large' };
+    const now = this.deps.clock.now().getTime();
+    if ((await this.bytesKeptFor(payer, now)) + bytes > maxBytesPerPayer) {
+      return { columns: {}, notKept: 'payer_quota_full' };
+    }
+    return {
+      columns: {
+        result: this.seal(id, serialized),
+        result_bytes: bytes,
+        result_expires_at: now + retentionMs,
+      },
+    };
+  }
+
+  /**
+   * The result of a settled call on `network`, for its payer only (`caller`: the authenticated wallet,
+   * compared with the payer of the payment), while it is kept. 404 for anyone else, for an unknown,
+   * unpaid or expired payment alike (nothing says which); 409 to the payer while the settlement is
+   * under way.
+   */
+  async fetch(
+    id: string,
+    caller: string,
+    network: string,
+  ): Promise<{ result: unknown; receipt: PaymentReceipt }> {
+    const now = this.deps.clock.now().getTime();
+    const row = (await this.deps
+      .db('payment_settlements')
+      .select('state', 'payer', 'transaction', 'result')
+      .where({ id })
+      .whereNotNull('result')
+      .andWhere('result_expires_at', '>', now)
+      .first()) as
+      { state: SettlementState; payer: string; transaction: string | null; result: string } | undefined;
+    const mine = row !== undefined && row.payer.toLowerCase() === caller.toLowerCase();
+    if (!mine || (row.state !== 'settled' && row.state !== 'settling')) {
+      throw new SigilError('not_found', 'No paid result of yours is kept under this payment id', {
+        hint: 'Results are kept for the payer only (sign in with the paying wallet), for a limited time',
+      });
+    }
+    if (row.state === 'settling') {
+      throw new SigilError(
+        'conflict',
+        'The payment is still being settled; its result is served once it is',
+        {
+          hint: 'Ask again in a few seconds',
+          details: { state: row.state },
+        },
+      );
+    }
+    return {
+      result: this.open(id, row.result),
+      receipt: { success: true, transaction: row.transaction ?? '', network, payer: row.payer },
+    };
+  }
+
+  /** Deletes the kept results past their retention, at most once per RESULT_SWEEP_MS. */
+  async forgetExpired(): Promise<void> {
+    const now = this.deps.clock.now().getTime();
+    if (now < this.nextSweepAt) return;
+    this.nextSweepAt = now + RESULT_SWEEP_MS;
+    const forgotten = await this.deps
+      .db('payment_settlements')
+      .where('result_expires_at', '<=', now)
+      .update({ result: null, result_bytes: null, result_expires_at: null });
+    if (forgotten > 0)
+      this.deps.logger.debug({ forgotten }, 'payments: deleted paid results past their retention');
+  }
+
+  /** The result as it was kept: opened with the data key when it was sealed. */
+  private open(id: string, stored: string): unknown {
+    if (!stored.startsWith(SEALED_PREFIX)) return JSON.parse(stored) as unknown;
+    if (this.sealingKey === undefined) {
+      throw new SigilError('unavailable', 'The kept result is sealed, and no data key is configured', {
+        hint: 'Set SIGIL_DATA_KEY (database.dataKey) to the data key it was sealed with',
+      });
+    }
+    const box = JSON.parse(stored.slice(SEALED_PREFIX.length)) as SealedBox;
+    return JSON.parse(openAesGcm(this.sealingKey, box, aadOf(id))) as unknown;
+  }
+
+  private seal(id: string, serialized: string): string {
+    if (this.sealingKey === undefined) return serialized;
+    return SEALED_PREFIX + JSON.stringify(sealAesGcm(this.sealingKey, serialized, aadOf(id)));
+  }
+
+  /** The bytes of `payer`'s results kept now (concurrent calls may each pass: bounded by the call limits). */
+  private async bytesKeptFor(payer: string, now: number): Promise<number> {
+    const row = (await this.deps
+      .db('payment_settlements')
+      .where({ payer })
+      .andWhere('result_expires_at', '>', now)
+      .sum({ bytes: 'result_bytes' })
+      .first()) as { bytes: number | string | null } | undefined;
+    return Number(row?.bytes ?? 0);
+  }
+}
+
+/** Binds a sealed result to its record: a box copied into another row does not open. */
+const aadOf = (id: string): string => `sigil:payment_settlements:result:${id}`;
