@@ -81,7 +81,11 @@ async function inFlight(
   const sendCall = () => {
     refused = false;
     const call = send();
-    void call.then((answer) => (refused = answer.status === 429));
+    // A hanging call ends only when its gateway stops: that rejection is expected, not a failure.
+    void call.then(
+      (answer) => (refused = answer.status === 429),
+      () => undefined,
+    );
     return call;
   };
   let call = sendCall();
