@@ -1,7 +1,6 @@
 import { expect } from 'chai';
-import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
 import { describeEachDatabase } from '../support/kernel.ts';
-import { AUTH_PREFIX, errorOf, newWallet, Services, type Challenge } from './support.ts';
+import { AUTH_PREFIX, errorOf, newWallet, rewriteChallenge, Services, type Challenge } from './support.ts';
 
 const TTL_SECONDS = 300;
 const REQUESTS = 10_001;
@@ -27,23 +26,6 @@ describeEachDatabase('SIWE challenges are stateless, and each nonce is accepted 
     Number(((await services.kernel.db(table).count({ n: '*' })) as [{ n: number | string }])[0].n);
   const rows = async () =>
     Object.fromEntries(await Promise.all(KERNEL_TABLES.map(async (t) => [t, await rowsOf(t)])));
-
-  /** The challenge's message with its nonce (or expiration time) replaced, as a client could sign it. */
-  const rewrite = (challenge: Challenge, changes: { nonce?: string; expirationTime?: Date | undefined }) => {
-    const fields = parseSiweMessage(challenge.message);
-    return createSiweMessage({
-      address: fields.address!,
-      chainId: fields.chainId!,
-      domain: fields.domain!,
-      nonce: fields.nonce!,
-      uri: fields.uri!,
-      version: '1',
-      issuedAt: fields.issuedAt!,
-      expirationTime: fields.expirationTime!,
-      scheme: fields.scheme!,
-      ...changes,
-    });
-  };
 
   it(`${REQUESTS} challenge requests write no row: nothing to fill, nothing to refuse anyone`, async function () {
     this.timeout(300_000);
@@ -110,7 +92,7 @@ describeEachDatabase('SIWE challenges are stateless, and each nonce is accepted 
     ];
     const before = await rows();
     for (const nonce of forged) {
-      const message = rewrite(challenge, { nonce });
+      const message = rewriteChallenge(challenge, { nonce });
       const error = await errorOf(
         await services.verify('gateway', message, await wallet.signMessage({ message })),
       );
@@ -126,7 +108,7 @@ describeEachDatabase('SIWE challenges are stateless, and each nonce is accepted 
   it('an expired nonce is refused, even in a message without its own expiration time', async () => {
     const wallet = newWallet();
     const challenge = await services.challenge('gateway', wallet.address);
-    const message = rewrite(challenge, { expirationTime: undefined });
+    const message = rewriteChallenge(challenge, { expirationTime: undefined });
     const signature = await wallet.signMessage({ message });
     services.clock.advance(TTL_SECONDS * 1000);
     const error = await errorOf(await services.verify('gateway', message, signature));
@@ -137,7 +119,7 @@ describeEachDatabase('SIWE challenges are stateless, and each nonce is accepted 
   it('a used nonce is kept until it expires, then deleted; its replay is still refused', async () => {
     const wallet = newWallet();
     const challenge = await services.challenge('gateway', wallet.address);
-    const message = rewrite(challenge, { expirationTime: undefined });
+    const message = rewriteChallenge(challenge, { expirationTime: undefined });
     const signature = await wallet.signMessage({ message });
     expect((await services.verify('gateway', message, signature)).status).to.equal(200);
     expect(await services.kernel.db('siwe_nonces').where({ nonce: challenge.nonce }).first()).to.include({

@@ -1,16 +1,16 @@
 import { expect } from 'chai';
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import type { Hex } from 'viem';
-import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
+import { parseSiweMessage } from 'viem/siwe';
 import { describeEachDatabase, stickyDatabase } from '../support/kernel.ts';
 import {
   AUTH_PREFIX,
   errorOf,
   GATEWAY_PUBLIC,
   newWallet,
+  rewriteChallenge,
   RUNTIME_PUBLIC,
   Services,
-  type Challenge,
 } from './support.ts';
 
 describeEachDatabase('SIWE sign-in', (database) => {
@@ -24,23 +24,6 @@ describeEachDatabase('SIWE sign-in', (database) => {
   const usedAt = async (nonce: string) =>
     ((await services.kernel.db('siwe_nonces').where({ nonce }).first()) as { used_at: unknown } | undefined)
       ?.used_at ?? null;
-
-  /** The challenge's message with some fields replaced, as a client could sign it. */
-  const rewrite = (challenge: Challenge, changes: Partial<Parameters<typeof createSiweMessage>[0]>) => {
-    const fields = parseSiweMessage(challenge.message);
-    return createSiweMessage({
-      address: fields.address!,
-      chainId: fields.chainId!,
-      domain: fields.domain!,
-      nonce: fields.nonce!,
-      uri: fields.uri!,
-      version: '1',
-      issuedAt: fields.issuedAt!,
-      expirationTime: fields.expirationTime!,
-      scheme: fields.scheme!,
-      ...changes,
-    });
-  };
 
   /** A rejected verify: 401 `unauthorized` whose message matches, and the nonce still unused. */
   const expectRejected = async (res: Response, message: RegExp, nonce: string) => {
@@ -116,7 +99,7 @@ describeEachDatabase('SIWE sign-in', (database) => {
     expect(replay.message).to.match(/already been used/);
 
     const forRuntime = await services.challenge('runtime', wallet.address);
-    const atGateway = rewrite(forRuntime, { domain: 'gateway.sigil.test', uri: GATEWAY_PUBLIC });
+    const atGateway = rewriteChallenge(forRuntime, { domain: 'gateway.sigil.test', uri: GATEWAY_PUBLIC });
     await expectRejected(
       await services.verify('gateway', atGateway, await wallet.signMessage({ message: atGateway })),
       /not issued by this service/,
@@ -133,7 +116,7 @@ describeEachDatabase('SIWE sign-in', (database) => {
     it(`rejects a message for the wrong ${what} without burning the nonce`, async () => {
       const wallet = newWallet();
       const challenge = await services.challenge('gateway', wallet.address);
-      const forged = rewrite(challenge, changes);
+      const forged = rewriteChallenge(challenge, changes);
       await expectRejected(
         await services.verify('gateway', forged, await wallet.signMessage({ message: forged })),
         reason,
@@ -159,7 +142,9 @@ describeEachDatabase('SIWE sign-in', (database) => {
   it('rejects a message whose own expiration time has passed, however fresh the nonce', async () => {
     const wallet = newWallet();
     const challenge = await services.challenge('gateway', wallet.address);
-    const stale = rewrite(challenge, { expirationTime: new Date(services.clock.now().getTime() - 60_000) });
+    const stale = rewriteChallenge(challenge, {
+      expirationTime: new Date(services.clock.now().getTime() - 60_000),
+    });
     await expectRejected(
       await services.verify('gateway', stale, await wallet.signMessage({ message: stale })),
       /expired at/,

@@ -1,5 +1,6 @@
 import { signRequest, type SignOptions } from '@slicekit/erc8128';
 import type { Hex } from 'viem';
+import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { ManualClock, unixSeconds } from '../../core/clock.ts';
 import { listen, type RunningServer } from '../../core/http/server.ts';
@@ -171,4 +172,24 @@ export const newWallet = (): PrivateKeyAccount => privateKeyToAccount(generatePr
 export async function errorOf(res: Response): Promise<{ status: number; code: string; message: string }> {
   const body = (await res.json()) as { code: string; message: string };
   return { status: res.status, code: body.code, message: body.message };
+}
+
+/** The challenge's message with some fields replaced, as a client could sign it. */
+export function rewriteChallenge(
+  challenge: Challenge,
+  changes: Partial<Parameters<typeof createSiweMessage>[0]>,
+): string {
+  const fields = parseSiweMessage(challenge.message);
+  return createSiweMessage({
+    address: fields.address!,
+    chainId: fields.chainId!,
+    domain: fields.domain!,
+    nonce: fields.nonce!,
+    uri: fields.uri!,
+    version: '1',
+    issuedAt: fields.issuedAt!,
+    expirationTime: fields.expirationTime!,
+    scheme: fields.scheme!,
+    ...changes,
+  });
 }
