@@ -12,7 +12,7 @@ import { newWallet } from '../auth/support.ts';
 import { refuseCharges, setOnChain } from '../ledger/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import type { SseEvent } from './chat-support.ts';
-import { Stack } from './support.ts';
+import { pluginsWithLocalProvider, Stack } from './support.ts';
 
 const TTL_SECONDS = 120;
 
@@ -39,12 +39,7 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
           vault: { persistenceDir: dir },
           ledger: { minimumBalance: '0', holdTtlSeconds: TTL_SECONDS } as never,
           runtime: { providerApiKey: 'sk-internal-operator-key-5b1e', chat: { internalKey: true } as never },
-          plugins: [
-            { resolve: 'tee-none', enabled: true, options: {} },
-            { resolve: 'registry-npm', enabled: true, options: {} },
-            { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
-            { resolve: 'provider-local', enabled: true, options: {} },
-          ],
+          plugins: pluginsWithLocalProvider(),
         },
       });
     });

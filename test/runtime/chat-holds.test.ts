@@ -6,7 +6,7 @@ import { newWallet } from '../auth/support.ts';
 import { setOnChain } from '../ledger/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { readSse, runtimeClient, type SseEvent } from './chat-support.ts';
-import { Stack } from './support.ts';
+import { pluginsWithLocalProvider, Stack } from './support.ts';
 
 const INTERNAL_KEY = 'sk-internal-operator-key-77a0';
 /** What one `hello there world` costs on the operator's key: ceil(1.15 × 9) base units. */
@@ -36,12 +36,7 @@ describe('runtime chat: concurrent messages are reserved before the model runs',
             providerApiKey: INTERNAL_KEY,
             chat: { internalKey: true, maxSessionsPerAgent: CONCURRENT, maxOutputTokens: 8 } as never,
           },
-          plugins: [
-            { resolve: 'tee-none', enabled: true, options: {} },
-            { resolve: 'registry-npm', enabled: true, options: {} },
-            { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
-            { resolve: 'provider-local', enabled: true, options: {} },
-          ],
+          plugins: pluginsWithLocalProvider(),
         },
       });
     });

@@ -8,7 +8,7 @@ import { newWallet } from '../auth/support.ts';
 import { setOnChain } from '../ledger/support.ts';
 import { stickyDatabase, TEST_DATABASES } from '../support/kernel.ts';
 import { readSse, runtimeClient, storeAndUnlock } from './chat-support.ts';
-import { Stack } from './support.ts';
+import { pluginsWithLocalProvider, Stack } from './support.ts';
 
 const USD = 1_000_000n;
 const INTERNAL_KEY = 'sk-internal-operator-key-4d1c';
@@ -29,12 +29,7 @@ describe('runtime chat: sessions, SSE, keys, budgets, cancellation', function ()
           providerApiKey: INTERNAL_KEY,
           chat: { maxSessionsPerAgent: 2, maxInputChars: 200 } as never,
         },
-        plugins: [
-          { resolve: 'tee-none', enabled: true, options: {} },
-          { resolve: 'registry-npm', enabled: true, options: {} },
-          { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
-          { resolve: 'provider-local', enabled: true, options: { slowDelayMs: 20 } },
-        ],
+        plugins: pluginsWithLocalProvider({ slowDelayMs: 20 }),
       },
     });
   });

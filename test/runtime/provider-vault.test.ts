@@ -12,7 +12,7 @@ import { PROVIDER_VAULT_MESSAGE, ProviderKeyUnavailable } from '../../services/r
 import type { VaultSession } from '../../services/runtime/vault/index.ts';
 import { describeEachDatabase, openTestKernel, stickyDatabase } from '../support/kernel.ts';
 import { newWallet } from '../auth/support.ts';
-import { captureLogs, Stack } from './support.ts';
+import { captureLogs, pluginsWithLocalProvider, Stack } from './support.ts';
 
 const CANARY = 'sk-canary-provider-key-7f3a9c1e5b2d4f6a8c0e';
 const CANARY_2 = 'sk-ant-canary-second-key-0d9e8f7a6b5c4d3e';
@@ -50,12 +50,7 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
       logs: logs.stream,
       config: {
         vault: { persistenceDir: dir },
-        plugins: [
-          { resolve: 'tee-none', enabled: true, options: {} },
-          { resolve: 'registry-npm', enabled: true, options: {} },
-          { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
-          { resolve: 'provider-local', enabled: true, options: {} },
-        ],
+        plugins: pluginsWithLocalProvider(),
       },
     });
   const call = async (method: string, path: string, body: unknown, jwt?: string) => {

@@ -22,6 +22,12 @@ export const pluginsWithTee = (tee: PluginEntry): PluginEntry[] => [
   { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
 ];
 
+/** The plugins `sigil up` loads, with the local LLM stand-in (given these options) beside them. */
+export const pluginsWithLocalProvider = (options: Record<string, unknown> = {}): PluginEntry[] => [
+  ...pluginsWithTee({ resolve: 'tee-none', enabled: true, options: {} }),
+  { resolve: 'provider-local', enabled: true, options },
+];
+
 /** Log lines a kernel writes, kept to prove what never reaches them. */
 export function captureLogs(): { stream: Writable; text: () => string } {
   const lines: string[] = [];
