@@ -3,15 +3,19 @@ import { isIPv4 } from 'node:net';
 
 const IPV4_MAPPED = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i;
 
+/** An IPv4 client of a dual-stack socket shows as ::ffff:a.b.c.d; it is a.b.c.d. */
+export function unmapped(address: string): string {
+  return IPV4_MAPPED.exec(address)?.[1] ?? address;
+}
+
 /**
  * Who a connection counts against: its IPv4 address, or the /64 of its IPv6 one (a single host is
  * routinely given a whole /64, so counting by address would give it 2^64 budgets). An IPv4-mapped
  * IPv6 address counts as the IPv4 one.
  */
 export function clientOf(address: string): string {
-  const mapped = IPV4_MAPPED.exec(address);
-  if (mapped) return mapped[1] as string;
-  if (isIPv4(address)) return address;
+  const plain = unmapped(address);
+  if (plain !== address || isIPv4(address)) return plain;
   const zone = address.indexOf('%');
   const bare = zone === -1 ? address : address.slice(0, zone);
   const [head = '', tail] = bare.split('::');

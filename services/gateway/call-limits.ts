@@ -1,5 +1,6 @@
 import { BlockList, isIP } from 'node:net';
 import { SigilError } from '../../core/errors.ts';
+import { clientOf as clientOfAddress, unmapped } from '../../core/http/client-connections.ts';
 import type { CatalogEntry } from './catalog.ts';
 import { RetryLater } from './retry-later.ts';
 
@@ -77,7 +78,7 @@ export class CallerLimits {
         if (!this.trusts(hop)) break;
       }
     }
-    return isIP(address) === 6 ? prefix64(address) : address;
+    return isIP(address) === 6 ? clientOfAddress(address) : address;
   }
 
   private trusts(address: string): boolean {
@@ -95,22 +96,6 @@ function blockListOf(entries: readonly string[]): BlockList {
     else list.addSubnet(address, Number(bits), family);
   }
   return list;
-}
-
-/** An IPv4 client of a dual-stack socket shows as ::ffff:a.b.c.d; it is a.b.c.d. */
-const unmapped = (address: string): string =>
-  address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
-
-/** The first four groups of an IPv6 address, as `a:b:c:d::/64`. */
-function prefix64(address: string): string {
-  const [head = '', tail] = (address.split('%')[0] as string).split('::');
-  const left = head === '' ? [] : head.split(':');
-  const right = tail === undefined || tail === '' ? [] : tail.split(':');
-  const groups = [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right];
-  return `${groups
-    .slice(0, 4)
-    .map((group) => parseInt(group, 16).toString(16))
-    .join(':')}::/64`;
 }
 
 /** How calls to one catalog server run. */
