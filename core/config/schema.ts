@@ -27,29 +27,23 @@ const ledgerSchema = z
       .string()
       .optional()
       .describe(
-        "BIP-39 mnemonic deposit addresses are derived from (m/44'/60'/0'/0/<index>); keep it dedicated and backed up (env LEDGER_DEPOSIT_MNEMONIC; secret)",
+        "BIP-39 mnemonic deposit addresses are derived from (m/44'/60'/0'/0/<index>); keep it dedicated and backed up",
       ),
     rpcUrl: z
       .url()
       .regex(/^https?:\/\//, 'must be an http(s):// JSON-RPC URL')
       .optional()
-      .describe(
-        'JSON-RPC URL of the chain holding the token (env LEDGER_RPC_URL; secret: it may carry an API key)',
-      ),
-    chainId: z.number().int().positive().default(8453),
+      .describe('JSON-RPC URL of the chain holding the token (it may carry an API key)'),
+    chainId: z.number().int().positive().default(8453).describe('Chain id of the chain holding the token'),
     tokenAddress: address
       .optional()
-      .describe('The 6-decimal EIP-3009 dollar token (Base USDC in production) (env LEDGER_TOKEN_ADDRESS)'),
-    treasury: address
-      .optional()
-      .describe('Where the settlement sweep moves spent funds (env LEDGER_TREASURY)'),
+      .describe('The 6-decimal EIP-3009 dollar token (Base USDC in production)'),
+    treasury: address.optional().describe('Where the settlement sweep moves spent funds'),
     operatorKey: z
       .string()
       .regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte hex private key')
       .optional()
-      .describe(
-        'Private key of the account that submits sweeps and withdrawals and pays their gas (env LEDGER_OPERATOR_KEY; secret)',
-      ),
+      .describe('Private key of the account that submits sweeps and withdrawals and pays their gas'),
     confirmations: z
       .number()
       .int()
@@ -57,7 +51,7 @@ const ledgerSchema = z
       .max(1000)
       .optional()
       .describe(
-        'Blocks (the including block counts as one) before a transfer counts; 12 by default, 1 on the dev chain of sigil up (env LEDGER_CONFIRMATIONS)',
+        'Blocks (the including block counts as one) before a transfer counts; 12 by default, 1 on the dev chain of sigil up',
       ),
     pollIntervalMs: z
       .number()
@@ -87,7 +81,13 @@ const ledgerSchema = z
       ),
     sweep: z
       .object({
-        intervalSeconds: z.number().int().min(1).max(604_800).default(3600),
+        intervalSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(604_800)
+          .default(3600)
+          .describe('How often unsettled spend is swept to the treasury'),
         minimumAmount: baseUnits
           .default('1000000')
           .describe('Unsettled spend below this stays at the deposit address until it grows (1 USD)'),
@@ -219,13 +219,18 @@ const httpEdgeSchema = z
 const serviceSchema = (defaultPort: number) =>
   z
     .object({
-      host: z.string().default('127.0.0.1'),
-      port: port.default(defaultPort),
+      host: z.string().default('127.0.0.1').describe('Address the service listens on'),
+      port: port.default(defaultPort).describe('Port the service listens on'),
       publicUrl: z
         .url()
         .optional()
         .describe('URL clients use to reach the service; SIWE domain and URI are checked against it'),
-      bodyLimitBytes: z.number().int().positive().default(1_048_576),
+      bodyLimitBytes: z
+        .number()
+        .int()
+        .positive()
+        .default(1_048_576)
+        .describe('Largest request body; a larger one is answered 413'),
       http: httpEdgeSchema
         .prefault({})
         .describe('The HTTP edge: allowed Host and Origin values, timeouts, connections'),
@@ -244,7 +249,7 @@ const addressOrBlock = z.string().refine((value) => {
 /**
  * What one caller may hold of the gateway's MCP server processes, and how long a call waits for one:
  * a slow or hanging call holds a process until its time limit, so without these a few callers held
- * them all (README: Security).
+ * them all (docs/security.md).
  */
 const callLimitsSchema = z
   .object({
@@ -323,23 +328,41 @@ export const configSchema = z
         url: z
           .string()
           .default('data/sigil.db')
-          .describe('postgres://… for PostgreSQL, otherwise a SQLite file path (env DATABASE_URL)'),
+          .describe('postgres://… for PostgreSQL, otherwise a SQLite file path'),
         dataKey: z
           .string()
           .min(32, 'must be at least 32 characters (e.g. openssl rand -base64 32)')
           .optional()
           .describe(
-            'Key that encrypts secrets the database keeps (the session signing key) at rest, AES-256-GCM; plain text without it (env SIGIL_DATA_KEY; secret)',
+            'Key that encrypts secrets the database keeps (the session signing key) at rest, AES-256-GCM; plain text without it',
           ),
       })
       .strict()
       .prefault({}),
     auth: z
       .object({
-        chainId: z.number().int().positive().default(8453),
-        challengeTtlSeconds: z.number().int().min(30).max(3600).default(300),
-        runtimeJwtTtlSeconds: z.number().int().min(60).max(86_400).default(3600),
-        gatewayJwtTtlSeconds: z.number().int().min(60).max(86_400).default(86_400),
+        chainId: z.number().int().positive().default(8453).describe('Chain id SIWE messages must name'),
+        challengeTtlSeconds: z
+          .number()
+          .int()
+          .min(30)
+          .max(3600)
+          .default(300)
+          .describe('Lifetime of a SIWE sign-in challenge'),
+        runtimeJwtTtlSeconds: z
+          .number()
+          .int()
+          .min(60)
+          .max(86_400)
+          .default(3600)
+          .describe('Lifetime of a runtime session JWT (1 h)'),
+        gatewayJwtTtlSeconds: z
+          .number()
+          .int()
+          .min(60)
+          .max(86_400)
+          .default(86_400)
+          .describe('Lifetime of a gateway session JWT (24 h, as the gateway spec says)'),
         requestSignatureMaxAgeSeconds: z
           .number()
           .int()
@@ -347,7 +370,13 @@ export const configSchema = z
           .max(3600)
           .default(300)
           .describe('Longest validity window accepted for an ERC-8128 signature'),
-        clockSkewSeconds: z.number().int().min(0).max(300).default(30),
+        clockSkewSeconds: z
+          .number()
+          .int()
+          .min(0)
+          .max(300)
+          .default(30)
+          .describe('Clock skew tolerated when checking JWTs and signatures'),
         jwtSigningKey: z
           .string()
           .optional()
@@ -363,13 +392,13 @@ export const configSchema = z
           .string()
           .optional()
           .describe(
-            'ES256 private key (PKCS#8 PEM or JWK JSON) that signs delegated gateway JWTs; ephemeral in development when unset, required in production (env MCP_SIGNING_KEY)',
+            'ES256 private key (PKCS#8 PEM or JWK JSON) that signs delegated gateway JWTs; ephemeral in development when unset, required in production',
           ),
         mcpSigningKeyPrevious: z
           .string()
           .optional()
           .describe(
-            'The ES256 key MCP_SIGNING_KEY replaced (PEM or JWK, private or public): still published in the JWKS during a rotation, never used to sign (env MCP_SIGNING_KEY_PREVIOUS)',
+            'The ES256 key MCP_SIGNING_KEY replaced (PEM or JWK, private or public): still published in the JWKS during a rotation, never used to sign',
           ),
         delegatedJwtTtlSeconds: z
           .number()
@@ -383,13 +412,13 @@ export const configSchema = z
           .regex(/^0x[0-9a-fA-F]{64}$/, 'must be a 0x-prefixed 32-byte hex private key')
           .optional()
           .describe(
-            "Private key of the runtime's operator wallet, which signs its gateway requests with ERC-8128 (env RUNTIME_OPERATOR_KEY; secret)",
+            "Private key of the runtime's operator wallet, which signs its gateway requests with ERC-8128",
           ),
         providerApiKey: z
           .string()
           .optional()
           .describe(
-            "The operator's internal provider key, used for a chat when the wallet stored none and chat.internalKey allows it (env PROVIDER_API_KEY; secret)",
+            "The operator's internal provider key, used for a chat when the wallet stored none and chat.internalKey allows it",
           ),
         chat: z
           .object({
@@ -397,56 +426,94 @@ export const configSchema = z
               .boolean()
               .default(false)
               .describe(
-                'Let wallets without a key of their own chat on runtime.providerApiKey (priced 1.15 × baseLlmCost instead of 0.10 ×) (env RUNTIME_CHAT_INTERNAL_KEY)',
+                'Let wallets without a key of their own chat on runtime.providerApiKey (priced 1.15 × baseLlmCost instead of 0.10 ×)',
               ),
             gatewayPath: z
               .enum(['delegated', 'operator'])
               .default('delegated')
               .describe(
-                "How the tool loop reaches the gateway: the wallet's delegated ES256 JWT, or the operator wallet's ERC-8128 signatures (env RUNTIME_GATEWAY_PATH)",
+                "How the tool loop reaches the gateway: the wallet's delegated ES256 JWT, or the operator wallet's ERC-8128 signatures",
               ),
             gatewayUrl: z
               .url()
               .optional()
               .describe(
-                'Where the tool loop reaches the gateway, when not at gateway.publicUrl (sigil up sets it to its own gateway) (env RUNTIME_GATEWAY_URL)',
+                'Where the tool loop reaches the gateway, when not at gateway.publicUrl (sigil up sets it to its own gateway)',
               ),
-            maxSessionsPerAgent: z.number().int().min(1).max(1000).default(20),
-            maxMessagesPerSession: z.number().int().min(1).max(10_000).default(100),
-            maxInputChars: z.number().int().min(1).max(1_000_000).default(32_000),
-            maxSteps: z.number().int().min(1).max(50).default(8),
-            maxToolCallsPerTurn: z.number().int().min(0).max(100).default(16),
-            maxServersPerSession: z.number().int().min(0).max(50).default(8),
-            maxOutputTokens: z.number().int().min(1).max(1_000_000).default(4096),
+            maxSessionsPerAgent: z
+              .number()
+              .int()
+              .min(1)
+              .max(1000)
+              .default(20)
+              .describe('Open chat sessions one agent may have'),
+            maxMessagesPerSession: z
+              .number()
+              .int()
+              .min(1)
+              .max(10_000)
+              .default(100)
+              .describe('User messages answered in one session'),
+            maxInputChars: z
+              .number()
+              .int()
+              .min(1)
+              .max(1_000_000)
+              .default(32_000)
+              .describe("Characters of one message (and of a session's system prompt)"),
+            maxSteps: z
+              .number()
+              .int()
+              .min(1)
+              .max(50)
+              .default(8)
+              .describe('Model turns per message; then the message ends with finishReason "max-steps"'),
+            maxToolCallsPerTurn: z
+              .number()
+              .int()
+              .min(0)
+              .max(100)
+              .default(16)
+              .describe('Tool calls the loop runs from one model turn; more end the message with an error'),
+            maxServersPerSession: z
+              .number()
+              .int()
+              .min(0)
+              .max(50)
+              .default(8)
+              .describe('Gateway servers one session may enable'),
+            maxOutputTokens: z
+              .number()
+              .int()
+              .min(1)
+              .max(1_000_000)
+              .default(4096)
+              .describe('Output tokens of one model turn (and of the cost estimate held before it)'),
             sessionIdleSeconds: z
               .number()
               .int()
               .min(60)
               .max(7 * 86_400)
-              .default(3600),
+              .default(3600)
+              .describe('A session idle this long ends'),
           })
           .strict()
           .prefault({})
-          .describe('Chat sessions and their limits (README: Chat)'),
+          .describe('Chat sessions and their limits (docs/runtime-chat.md)'),
       })
       .prefault({}),
     gateway: serviceSchema(8402)
       .extend({
-        operatorWallets: z
-          .array(address)
-          .default([])
-          .describe('Wallets treated as operators (env OPERATOR_WALLETS)'),
+        operatorWallets: z.array(address).default([]).describe('Wallets treated as operators'),
         erc8128EnforceOperatorMcp: z
           .boolean()
           .default(false)
-          .describe('Reject bearer-only requests from operator wallets (env ERC8128_ENFORCE_OPERATOR_MCP)'),
+          .describe('Reject bearer-only requests from operator wallets'),
         secretKey: z
           .string()
           .min(32)
           .optional()
-          .describe(
-            'Master key for per-wallet secrets (env GATEWAY_SECRET_KEY); secrets are memory-only without it',
-          ),
+          .describe('Master key for per-wallet secrets; secrets are memory-only without it'),
         catalogFile: z
           .string()
           .optional()
@@ -472,7 +539,15 @@ export const configSchema = z
           .max(86_400)
           .default(300)
           .describe('A warm MCP server process with no call for this long is stopped'),
-        maxRunningServers: z.number().int().min(1).max(1000).default(32),
+        maxRunningServers: z
+          .number()
+          .int()
+          .min(1)
+          .max(1000)
+          .default(32)
+          .describe(
+            'MCP server processes running at once; the least recently used idle one is stopped to start another',
+          ),
         toolCallTimeoutSeconds: z
           .number()
           .int()
@@ -520,12 +595,12 @@ export const configSchema = z
             enabled: z
               .boolean()
               .default(true)
-              .describe("Accept the runtime's delegated ES256 JWTs as wallet auth (env GATEWAY_DELEGATION)"),
+              .describe("Accept the runtime's delegated ES256 JWTs as wallet auth"),
             runtimeUrl: z
               .url()
               .optional()
               .describe(
-                "Where the gateway reads the runtime's /.well-known/jwks.json and /api/attestation/report; the runtime's public URL when unset (env GATEWAY_RUNTIME_URL)",
+                "Where the gateway reads the runtime's /.well-known/jwks.json and /api/attestation/report; the runtime's public URL when unset",
               ),
             cacheSeconds: z
               .number()
@@ -543,15 +618,12 @@ export const configSchema = z
           })
           .strict()
           .prefault({})
-          .describe("The runtime's delegated path (README: Delegated gateway access)"),
+          .describe("The runtime's delegated path (docs/auth.md)"),
       })
       .prefault({}),
     vault: z
       .object({
-        persistenceDir: z
-          .string()
-          .optional()
-          .describe('Where vault ciphertext persists (env VAULT_PERSISTENCE_DIR)'),
+        persistenceDir: z.string().optional().describe('Where vault ciphertext persists'),
       })
       .strict()
       .prefault({}),
@@ -561,18 +633,14 @@ export const configSchema = z
           .boolean()
           .default(true)
           .describe(
-            'sigil up starts a local anvil chain with the dev dollar token and adds a payment rail on it, unless plugins lists a payment-rail (env DEV_CHAIN)',
+            'sigil up starts a local anvil chain with the dev dollar token and adds a payment rail on it, unless plugins lists a payment-rail',
           ),
-        port: port
-          .optional()
-          .describe(
-            'RPC port of the dev chain on 127.0.0.1; picked by the OS when unset (env DEV_CHAIN_PORT)',
-          ),
+        port: port.optional().describe('RPC port of the dev chain on 127.0.0.1; picked by the OS when unset'),
       })
       .strict()
       .prefault({})
       .describe('The local dev chain of sigil up (never sigil gateway or sigil runtime alone)'),
-    ledger: ledgerSchema.prefault({}).describe("The runtime's wallet ledger (README: Wallet ledger)"),
+    ledger: ledgerSchema.prefault({}).describe("The runtime's wallet ledger (docs/ledger.md)"),
     plugins: z
       .array(pluginEntrySchema)
       .default(DEFAULT_PLUGINS.map((resolve) => ({ resolve, enabled: true, options: {} })))
