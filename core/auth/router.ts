@@ -14,9 +14,9 @@ const address = z
   .regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address')
   .transform((value) => getAddress(value));
 
-const challengeQuery = z.object({ address });
+export const challengeQuery = z.object({ address });
 
-const verifyBody = z
+export const verifyBody = z
   .object({
     message: z.string().min(1).max(4096),
     // 65-byte (r, s, v) or 64-byte EIP-2098 compact EOA signatures.
@@ -27,9 +27,9 @@ const verifyBody = z
   })
   .strict();
 
-const createTokenBody = z.object({ label: z.string().trim().min(1).max(100).optional() }).strict();
+export const createTokenBody = z.object({ label: z.string().trim().min(1).max(100).optional() }).strict();
 
-const tokenParams = z.object({ id: z.uuid() });
+export const tokenParams = z.object({ id: z.uuid() });
 
 /** Wallet tokens are minted and managed only by a wallet-signed session, so a leaked token cannot breed. */
 const SIGNED_SESSION = requireAuth({ methods: ['jwt', 'erc8128'] });

@@ -1,18 +1,25 @@
-import type { Kernel } from '../kernel.ts';
-import { SIGIL_VERSION } from '../shared/health.ts';
+import { PROTECTED_RESOURCE_PATH } from '../../core/auth/challenge.ts';
+import { authPaths } from '../shared/openapi-auth.ts';
+import {
+  bearer,
+  error,
+  health,
+  json,
+  jsonBody,
+  metrics,
+  openApiDocument,
+  optionalBearer,
+  parametersOf,
+} from '../shared/openapi.ts';
+import { paidResultParams } from './payments/routes.ts';
+import { callBody, serverParams, toolParams } from './rest.ts';
+import {
+  body as secretsBody,
+  deleteQuery as secretsDeleteQuery,
+  params as secretsParams,
+} from './secrets/routes.ts';
+import { verifyBody } from './verify.ts';
 
-const json = (description: string, schema: Record<string, unknown> = { type: 'object' }) => ({
-  description,
-  content: { 'application/json': { schema } },
-});
-const error = json('Error: { code, message, hint? }', { $ref: '#/components/schemas/Error' });
-const serverId = {
-  name: 'id',
-  in: 'path',
-  required: true,
-  schema: { type: 'string', pattern: '^[a-z0-9][a-z0-9-]{0,62}$' },
-};
-const bearer = [{ bearer: [] }, {}];
 /** x402 v2 over HTTP: the payment in, the terms of a 402 and the receipt out, each base64 JSON. */
 const paymentSignature = {
   name: 'PAYMENT-SIGNATURE',
@@ -38,35 +45,40 @@ const paymentRequired = {
   headers: { 'PAYMENT-REQUIRED': { schema: { type: 'string' } } },
 };
 
-/** OpenAPI 3.1 description of the gateway's HTTP surface, served at /api/openapi.json. */
-export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
-  const { publicUrl, host, port } = kernel.config.gateway;
-  return {
-    openapi: '3.1.0',
-    info: {
-      title: 'Sigil tool gateway',
-      version: SIGIL_VERSION,
-      description: 'Stateless MCP endpoint and REST API over the same catalog and execution path.',
-    },
-    servers: [{ url: publicUrl ?? `http://${host}:${port}` }],
-    components: {
-      securitySchemes: {
-        bearer: {
-          type: 'http',
-          scheme: 'bearer',
-          description: 'A session JWT (24 h) or a wallet token (prefix sigil_wt_)',
-        },
-      },
-      schemas: {
-        Error: {
-          type: 'object',
-          required: ['code', 'message'],
-          properties: { code: { type: 'string' }, message: { type: 'string' }, hint: { type: 'string' } },
-        },
-        CallToolResult: {
-          type: 'object',
-          description: 'An MCP CallToolResult: content[], isError?, structuredContent?, _meta?',
-        },
+const serverId = parametersOf(serverParams, 'path');
+const tool = parametersOf(toolParams, 'path');
+const mcpSession = {
+  name: 'X-MCP-Session',
+  in: 'header',
+  schema: { type: 'string', maxLength: 128 },
+  description: 'Names the enabled-server set of an authenticated wallet (`default` when absent)',
+};
+const refused = { summary: 'Not supported (stateless): 405 with Allow: POST', responses: { '405': error } };
+const protectedResource = {
+  get: {
+    summary: 'OAuth protected-resource metadata (RFC 9728), with how to make a wallet token',
+    responses: { '200': json('{ resource, resource_name, bearer_methods_supported, wallet_tokens, … }') },
+  },
+};
+
+/** Where the gateway is reached: its public URL, else its listen address. */
+export interface GatewayAddress {
+  publicUrl?: string | undefined;
+  host: string;
+  port: number;
+}
+
+/** OpenAPI 3.1 description of every route of the gateway, served at /api/openapi.json. */
+export function gatewayOpenApi(gateway: GatewayAddress): Record<string, unknown> {
+  return openApiDocument({
+    title: 'Sigil tool gateway',
+    description: 'Stateless MCP endpoint and REST API over the same catalog and execution path.',
+    serverUrl: gateway.publicUrl ?? `http://${gateway.host}:${gateway.port}`,
+    bearerDescription: 'A session JWT (24 h), a wallet token (prefix sigil_wt_) or a delegated runtime JWT',
+    schemas: {
+      CallToolResult: {
+        type: 'object',
+        description: 'An MCP CallToolResult: content[], isError?, structuredContent?, _meta?',
       },
     },
     paths: {
@@ -74,31 +86,26 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
         post: {
           summary:
             'MCP JSON-RPC 2.0 (Streamable HTTP, stateless): initialize, tools/list, tools/call, notifications/initialized',
-          parameters: [
-            {
-              name: 'X-MCP-Session',
-              in: 'header',
-              schema: { type: 'string', maxLength: 128 },
-              description: 'Enabled-server set of an authenticated wallet',
-            },
-          ],
-          security: bearer,
+          parameters: [mcpSession],
+          security: optionalBearer,
           responses: {
             '200': json('JSON-RPC response'),
             '202': { description: 'Notification accepted' },
             '400': json('JSON-RPC parse error or invalid request'),
           },
         },
-        get: { summary: 'Not supported (stateless)', responses: { '405': error } },
-        delete: { summary: 'Not supported (stateless)', responses: { '405': error } },
+        get: refused,
+        delete: refused,
       },
       '/mcp/server/{serverId}': {
         post: {
           summary: "MCP JSON-RPC exposing only one server's tools (un-namespaced)",
-          parameters: [{ ...serverId, name: 'serverId' }],
-          security: bearer,
+          parameters: parametersOf(secretsParams, 'path'),
+          security: optionalBearer,
           responses: { '200': json('JSON-RPC response'), '403': error, '404': error, '503': error },
         },
+        get: refused,
+        delete: refused,
       },
       '/api/servers': {
         get: {
@@ -109,37 +116,23 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
       '/api/servers/{id}': {
         get: {
           summary: 'Server details',
-          parameters: [serverId],
+          parameters: serverId,
           responses: { '200': json('Server details'), '404': error },
         },
       },
       '/api/servers/{id}/tools': {
         get: {
           summary: 'Served tools (and quarantined ones, with reasons)',
-          parameters: [serverId],
+          parameters: serverId,
           responses: { '200': json('{ tools, quarantinedTools }'), '403': error, '404': error, '503': error },
         },
       },
       '/api/servers/{id}/tools/{name}': {
         post: {
           summary: 'Call a tool (x402 payment required once payments are enabled)',
-          parameters: [
-            serverId,
-            { name: 'name', in: 'path', required: true, schema: { type: 'string' } },
-            paymentSignature,
-          ],
-          security: bearer,
-          requestBody: {
-            content: {
-              'application/json': {
-                schema: {
-                  type: 'object',
-                  properties: { arguments: { type: 'object' } },
-                  additionalProperties: false,
-                },
-              },
-            },
-          },
+          parameters: [...tool, paymentSignature],
+          security: optionalBearer,
+          requestBody: jsonBody(callBody, false),
           responses: {
             '200': paid('CallToolResult', { $ref: '#/components/schemas/CallToolResult' }),
             '400': error,
@@ -152,16 +145,58 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
           },
         },
       },
+      '/api/servers/{id}/tools/{name}/approve': {
+        post: {
+          summary: "Approve a quarantined tool's changed definition (operator wallets only)",
+          parameters: tool,
+          security: bearer,
+          responses: { '200': json('Server details'), '401': error, '403': error, '404': error },
+        },
+      },
       '/api/verify': {
         post: {
           summary: 'Verify an execution proof (x402 payment required once payments are enabled)',
           parameters: [paymentSignature],
-          requestBody: { content: { 'application/json': { schema: { type: 'object' } } } },
+          requestBody: jsonBody(verifyBody),
           responses: {
             '200': paid('{ valid: true, … }'),
             '400': error,
             '402': paymentRequired,
             '422': error,
+          },
+        },
+      },
+      '/api/secrets/{serverId}': {
+        post: {
+          summary: "Store the caller's secrets for one server (only names its catalog entry declares)",
+          parameters: parametersOf(secretsParams, 'path'),
+          security: bearer,
+          requestBody: jsonBody(secretsBody),
+          responses: {
+            '200': json('{ serverId, names, declared, missing, persistence }'),
+            '400': error,
+            '401': error,
+            '404': error,
+          },
+        },
+        get: {
+          summary: "The names (never the values) of the caller's secrets for one server",
+          parameters: parametersOf(secretsParams, 'path'),
+          security: bearer,
+          responses: {
+            '200': json('{ serverId, names, declared, missing, persistence }'),
+            '401': error,
+            '404': error,
+          },
+        },
+        delete: {
+          summary: "Delete the caller's secrets for one server, or one of them (?name=)",
+          parameters: [...parametersOf(secretsParams, 'path'), ...parametersOf(secretsDeleteQuery, 'query')],
+          security: bearer,
+          responses: {
+            '200': json('{ serverId, names, declared, missing, persistence }'),
+            '401': error,
+            '404': error,
           },
         },
       },
@@ -177,15 +212,20 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
         get: {
           summary: 'Settlement records compared with the chain (operator wallets only)',
           security: bearer,
-          responses: { '200': json('{ checked, onChain, mismatches }'), '403': error },
+          responses: { '200': json('{ checked, onChain, mismatches }'), '403': error, '404': error },
         },
       },
-      '/api/servers/{id}/tools/{name}/approve': {
-        post: {
-          summary: "Approve a quarantined tool's changed definition (operator wallets only)",
-          parameters: [serverId, { name: 'name', in: 'path', required: true, schema: { type: 'string' } }],
-          security: [{ bearer: [] }],
-          responses: { '200': json('Server details'), '401': error, '403': error, '404': error },
+      '/api/payments/{paymentId}/result': {
+        get: {
+          summary: "A paid call's result, fetched again by its payer once the payment settled",
+          parameters: parametersOf(paidResultParams, 'path'),
+          security: bearer,
+          responses: {
+            '200': json('{ paymentId, result, receipt }'),
+            '401': error,
+            '404': error,
+            '409': error,
+          },
         },
       },
       '/api/warmup/status': {
@@ -201,27 +241,14 @@ export function gatewayOpenApi(kernel: Kernel): Record<string, unknown> {
           responses: { '202': json('{ started }'), '403': error },
         },
       },
-      '/api/auth/challenge': {
-        get: {
-          summary: 'SIWE challenge',
-          parameters: [{ name: 'address', in: 'query', required: true, schema: { type: 'string' } }],
-          responses: { '200': json('{ nonce, message, … }') },
-        },
+      '/api/openapi.json': {
+        get: { summary: 'This document', responses: { '200': json('OpenAPI 3.1 document') } },
       },
-      '/api/auth/verify': {
-        post: {
-          summary: 'Verify a signed SIWE message; returns a 24 h ES256 JWT',
-          responses: { '200': json('{ token, expiresAt, … }'), '401': error },
-        },
-      },
-      '/api/auth/create-token': {
-        post: {
-          summary: 'Create a long-lived wallet token (prefix sigil_wt_)',
-          security: [{ bearer: [] }],
-          responses: { '201': json('{ token, id, … }'), '401': error },
-        },
-      },
-      '/health': { get: { summary: 'Gateway health', responses: { '200': json('{ status, … }') } } },
+      ...authPaths('/api/auth', { walletTokens: true }),
+      [PROTECTED_RESOURCE_PATH]: protectedResource,
+      [`${PROTECTED_RESOURCE_PATH}/mcp`]: protectedResource,
+      '/health': health,
+      '/metrics': metrics,
     },
-  };
+  });
 }

@@ -10,9 +10,9 @@ import type { ServerDetails, ServerDirectory } from './servers.ts';
 import type { ToolCaller } from './tool-calls.ts';
 import type { Warmup } from './warmup.ts';
 
-const serverParams = z.object({ id: z.string().min(1).max(63) });
-const toolParams = serverParams.extend({ name: z.string().min(1).max(128) });
-const callBody = z
+export const serverParams = z.object({ id: z.string().min(1).max(63) });
+export const toolParams = serverParams.extend({ name: z.string().min(1).max(128) });
+export const callBody = z
   .object({
     arguments: z.record(z.string(), z.unknown()).default({}),
     _meta: z.record(z.string(), z.unknown()).optional(),

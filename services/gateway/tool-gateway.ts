@@ -175,7 +175,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
       assertServerServable: async (serverId) => void (await servers.requireServable(serverId)),
     }),
     routers: [
-      restRouter({ servers, caller, warmup, openApi: () => gatewayOpenApi(kernel) }),
+      restRouter({ servers, caller, warmup, openApi: () => gatewayOpenApi(kernel.config.gateway) }),
       verifyRouter(proofs, payments),
       paymentsRouter(payments),
       secretsRouter({ catalog, vault, onChange: (wallet, serverId) => pool.discard({ serverId, wallet }) }),

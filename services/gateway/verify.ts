@@ -8,7 +8,7 @@ import type { Payments } from './payments/payments.ts';
 import { paymentFromHeaders, setPaymentResponse } from './payments/routes.ts';
 import { proofSchema, type ProofCheck, type ProofSigner } from './proofs.ts';
 
-const verifyBody = z
+export const verifyBody = z
   .object({
     proof: proofSchema,
     /** The request the proof should cover: server id, tool name and arguments. */

@@ -6,7 +6,7 @@ import type { Agents } from './agents.ts';
 
 export const agentParams = z.object({ id: z.uuid('must be an agent id (a UUID)') });
 
-const createBody = z
+export const createBody = z
   .object({
     name: z.string().trim().min(1).max(100),
     model: z.string().trim().min(1).max(200),

@@ -32,7 +32,7 @@ export const receiptOf = (meta: Record<string, unknown> | undefined): PaymentRec
  * A rail's payment id: x402-evm's `<network>:<token>:<payer>:<nonce>` is about 165 characters of
  * letters, digits and colons; other rails' ids keep to the same characters and length.
  */
-const paidResultParams = z.object({
+export const paidResultParams = z.object({
   paymentId: z
     .string()
     .min(1)

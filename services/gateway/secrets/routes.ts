@@ -6,8 +6,8 @@ import { parseInput } from '../../../core/http/validate.ts';
 import type { Catalog, CatalogEntry } from '../catalog.ts';
 import type { SecretVault } from './vault.ts';
 
-const params = z.object({ serverId: z.string().min(1).max(63) });
-const body = z
+export const params = z.object({ serverId: z.string().min(1).max(63) });
+export const body = z
   .object({
     secrets: z.record(
       z.string().regex(/^[A-Z][A-Z0-9_]*$/, 'an upper-case environment variable name'),
@@ -16,7 +16,7 @@ const body = z
   })
   .strict()
   .refine((value) => Object.keys(value.secrets).length > 0, 'give at least one secret');
-const deleteQuery = z
+export const deleteQuery = z
   .object({
     name: z
       .string()

@@ -11,7 +11,7 @@ import {
 import { parseInput } from '../../../core/http/validate.ts';
 import type { AttestationEvidence, TeeBackendV1 } from '../../../core/plugins/contracts/tee-backend-v1.ts';
 
-const reportQuery = z.object({
+export const reportQuery = z.object({
   nonce: z
     .string()
     .regex(/^[0-9a-fA-F]{64}$/, 'must be 32 bytes in hex (64 characters)')

@@ -11,7 +11,7 @@ import { withdrawalView, type Withdrawals } from './withdrawals.ts';
 import { SigilError } from '../../../core/errors.ts';
 import { balanceView, budgetsView, entryView } from './views.ts';
 
-const budgetsBody = z
+export const budgetsBody = z
   .object({
     daily: amountSchema({ allowZero: true }).nullable().optional(),
     weekly: amountSchema({ allowZero: true }).nullable().optional(),
@@ -23,7 +23,7 @@ const budgetsBody = z
     'give at least one of daily, weekly, monthly',
   );
 
-const withdrawalBody = z
+export const withdrawalBody = z
   .object({
     amount: amountSchema(),
     /** Where to; the signed-in wallet itself when omitted. Checked for its EIP-55 checksum. */
@@ -43,13 +43,13 @@ const pageFields = {
   cursor: z.string().min(1).max(200).optional(),
 };
 
-const pageQuery = z.object(pageFields).strict();
+export const pageQuery = z.object(pageFields).strict();
 
-const withdrawalParams = z.object({ id: z.uuid('must be a withdrawal id (a UUID)') });
+export const withdrawalParams = z.object({ id: z.uuid('must be a withdrawal id (a UUID)') });
 
-const checkBody = z.object({ amount: amountSchema({ allowZero: true }).optional() }).strict();
+export const checkBody = z.object({ amount: amountSchema({ allowZero: true }).optional() }).strict();
 
-const historyQuery = z
+export const historyQuery = z
   .object({
     ...pageFields,
     kind: z

@@ -14,10 +14,10 @@ const signature = z
   .regex(/^0x(?:[0-9a-fA-F]{128}|[0-9a-fA-F]{130})$/, 'must be a hex EOA signature (65 or 64 bytes)')
   .transform((value) => value as `0x${string}`);
 
-const unlockBody = z.object({ signature }).strict();
+export const unlockBody = z.object({ signature }).strict();
 
 // Messages never quote the value: a rejected key must not come back in the error.
-const storeBody = z
+export const storeBody = z
   .object({
     apiKey: z
       .string()
@@ -28,7 +28,7 @@ const storeBody = z
   })
   .strict();
 
-const slotParams = z.object({
+export const slotParams = z.object({
   slot: z.string().regex(SLOT_NAME, 'must be a key slot name such as OPENAI_API_KEY (A-Z, 0-9, _)'),
 });
 

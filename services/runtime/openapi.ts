@@ -1,0 +1,351 @@
+import { authPaths } from '../shared/openapi-auth.ts';
+import {
+  bearer,
+  error,
+  health,
+  json,
+  jsonBody,
+  metrics,
+  openApiDocument,
+  parametersOf,
+} from '../shared/openapi.ts';
+import { agentParams, createBody as agentBody } from './agent-routes.ts';
+import { reportQuery } from './delegation/attestation.ts';
+import {
+  budgetsBody,
+  checkBody,
+  historyQuery,
+  pageQuery,
+  withdrawalBody,
+  withdrawalParams,
+} from './ledger/routes.ts';
+import { slotParams, storeBody, unlockBody } from './vault/routes.ts';
+
+const agent = parametersOf(agentParams, 'path');
+const session = [
+  ...agent,
+  { name: 'sessionId', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } },
+];
+const spendRefused = {
+  ...error,
+  description: 'payment_required: a budget, the minimum balance or available',
+};
+const sse = {
+  description:
+    'Server-Sent Events: text-delta, tool-call, tool-result, usage, then cost and done (or error then cost)',
+  content: { 'text/event-stream': { schema: { type: 'string' } } },
+};
+
+/** Where the runtime is reached: its public URL, else its listen address. */
+export interface RuntimeAddress {
+  publicUrl?: string | undefined;
+  host: string;
+  port: number;
+}
+
+/**
+ * OpenAPI 3.1 description of every route of the runtime. Chat bodies are written here by hand: their
+ * limits come from the config (`runtime.chat`), so their schemas exist only in a running runtime.
+ */
+export function runtimeOpenApi(runtime: RuntimeAddress): Record<string, unknown> {
+  return openApiDocument({
+    title: 'Sigil agent runtime',
+    description: 'Wallet sign-in, agents, chat, the provider-key vault and the wallet ledger.',
+    serverUrl: runtime.publicUrl ?? `http://${runtime.host}:${runtime.port}`,
+    bearerDescription: 'A runtime session JWT (1 h) from /auth/verify',
+    paths: {
+      ...authPaths('/auth', { walletTokens: false }),
+      '/.well-known/jwks.json': {
+        get: {
+          summary: 'Public keys of the delegated gateway JWTs: the current one first, then a replaced one',
+          responses: { '200': json('JWKS { keys: [...] }') },
+        },
+      },
+      '/wallet/gateway-token': {
+        post: {
+          summary: 'Mint a delegated gateway JWT for the signed-in wallet',
+          security: bearer,
+          responses: {
+            '200': json('{ token, tokenType, audience, kid, expiresAt, expiresIn, address }'),
+            '401': error,
+          },
+        },
+      },
+      '/api/attestation': {
+        get: {
+          summary: 'TEE status and the hash of the delegated JWKS',
+          responses: { '200': json('{ teeEnabled, platform, keySource, delegation }') },
+        },
+      },
+      '/api/attestation/report': {
+        get: {
+          summary:
+            'A fresh attestation report binding the nonce and the JWKS hash (evidence null with tee-none)',
+          parameters: parametersOf(reportQuery, 'query'),
+          responses: { '200': json('Attestation report'), '400': error },
+        },
+      },
+      '/wallet/provider-vault/message': {
+        get: {
+          summary: 'The message a wallet signs to unlock its provider vault',
+          responses: { '200': json('{ message, version }') },
+        },
+      },
+      '/wallet/provider-vault': {
+        get: {
+          summary: 'Vault state only (never key material)',
+          security: bearer,
+          responses: {
+            '200': json('{ persistence, unlocked, unlockedUntil, slots }'),
+            '401': error,
+          },
+        },
+      },
+      '/wallet/provider-vault/unlock': {
+        post: {
+          summary: 'Unlock every stored key into this session',
+          security: bearer,
+          requestBody: jsonBody(unlockBody),
+          responses: {
+            '200': json('{ unlocked, migrated, unreadable, unlockedUntil }'),
+            '400': error,
+            '401': error,
+            '403': error,
+            '409': error,
+          },
+        },
+      },
+      '/wallet/provider-vault/lock': {
+        post: {
+          summary: "End this session's unlock now",
+          security: bearer,
+          responses: { '204': { description: 'Locked' }, '401': error },
+        },
+      },
+      '/wallet/provider-vault/keys/{slot}': {
+        put: {
+          summary: "Store (201) or replace (200) the slot's key; needs an unlocked session or the signature",
+          security: bearer,
+          parameters: parametersOf(slotParams, 'path'),
+          requestBody: jsonBody(storeBody),
+          responses: {
+            '200': json('Slot state'),
+            '201': json('Slot state'),
+            '400': error,
+            '401': error,
+            '403': error,
+            '409': error,
+          },
+        },
+        delete: {
+          summary: "Delete the slot's key",
+          security: bearer,
+          parameters: parametersOf(slotParams, 'path'),
+          responses: { '204': { description: 'Deleted' }, '401': error, '404': error },
+        },
+      },
+      '/agents': {
+        post: {
+          summary: 'Create an agent of the signed-in wallet',
+          security: bearer,
+          requestBody: jsonBody(agentBody),
+          responses: { '201': json('{ id, wallet, name, model, createdAt }'), '400': error, '401': error },
+        },
+        get: {
+          summary: "The signed-in wallet's agents",
+          security: bearer,
+          responses: { '200': json('{ agents: [...] }'), '401': error },
+        },
+      },
+      '/agents/{id}': {
+        get: {
+          summary: 'One agent',
+          security: bearer,
+          parameters: agent,
+          responses: { '200': json('Agent'), '401': error, '404': error },
+        },
+      },
+      '/agents/{id}/budgets': {
+        get: {
+          summary: "The agent's daily, weekly and monthly budget windows",
+          security: bearer,
+          parameters: agent,
+          responses: {
+            '200': json('{ agentId, windows, daily, weekly, monthly }'),
+            '401': error,
+            '404': error,
+          },
+        },
+        put: {
+          summary: 'Set or remove (null) budget limits; omitted ones are kept',
+          security: bearer,
+          parameters: agent,
+          requestBody: jsonBody(budgetsBody),
+          responses: { '200': json('The budgets'), '400': error, '401': error, '404': error },
+        },
+      },
+      '/agents/{id}/budget-check': {
+        post: {
+          summary: 'Would a spend of this amount be allowed now (the check a chat makes)',
+          security: bearer,
+          parameters: agent,
+          requestBody: jsonBody(checkBody, false),
+          responses: {
+            '200': json('{ allowed: true, amount, available, minimumBalance, budgets }'),
+            '400': error,
+            '401': error,
+            '402': spendRefused,
+            '404': error,
+          },
+        },
+      },
+      '/agents/{id}/sessions': {
+        post: {
+          summary: 'Open a chat session',
+          security: bearer,
+          parameters: agent,
+          requestBody: {
+            required: false,
+            content: {
+              'application/json': {
+                schema: {
+                  type: 'object',
+                  properties: {
+                    servers: { type: 'array', items: { type: 'string' }, description: 'Gateway server ids' },
+                    system: {
+                      type: 'string',
+                      description: 'System prompt (at most runtime.chat.maxInputChars)',
+                    },
+                  },
+                  additionalProperties: false,
+                },
+              },
+            },
+          },
+          responses: {
+            '201': json('Session, with its limits'),
+            '400': error,
+            '401': error,
+            '404': error,
+            '409': error,
+            '429': error,
+          },
+        },
+        get: {
+          summary: "The agent's open sessions",
+          security: bearer,
+          parameters: agent,
+          responses: { '200': json('{ sessions: [...] }'), '401': error, '404': error },
+        },
+      },
+      '/agents/{id}/sessions/{sessionId}': {
+        get: {
+          summary: 'One session',
+          security: bearer,
+          parameters: session,
+          responses: { '200': json('Session'), '401': error, '404': error },
+        },
+        delete: {
+          summary: 'Close the session',
+          security: bearer,
+          parameters: session,
+          responses: { '204': { description: 'Closed' }, '401': error, '404': error },
+        },
+      },
+      '/agents/{id}/sessions/{sessionId}/messages': {
+        post: {
+          summary: 'Send one message; the answer streams as Server-Sent Events',
+          security: bearer,
+          parameters: session,
+          requestBody: {
+            required: true,
+            content: {
+              'application/json': {
+                schema: {
+                  type: 'object',
+                  required: ['content'],
+                  properties: {
+                    content: {
+                      type: 'string',
+                      minLength: 1,
+                      description: 'At most runtime.chat.maxInputChars',
+                    },
+                    id: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,100}$', description: 'Idempotency id' },
+                  },
+                  additionalProperties: false,
+                },
+              },
+            },
+          },
+          responses: {
+            '200': sse,
+            '400': error,
+            '401': error,
+            '402': spendRefused,
+            '404': error,
+            '409': error,
+          },
+        },
+      },
+      '/wallet/balance': {
+        get: {
+          summary: "The wallet's balance: on chain, unsettled, pending withdrawals, held, available",
+          security: bearer,
+          responses: { '200': json('Balance'), '401': error },
+        },
+      },
+      '/wallet/deposit-address': {
+        get: {
+          summary: "The wallet's deposit address",
+          security: bearer,
+          responses: {
+            '200': json('{ wallet, address, token, confirmations, watching }'),
+            '401': error,
+            '503': error,
+          },
+        },
+      },
+      '/wallet/transactions': {
+        get: {
+          summary: "The wallet's ledger entries, newest first",
+          security: bearer,
+          parameters: parametersOf(historyQuery, 'query'),
+          responses: { '200': json('{ transactions, nextCursor }'), '400': error, '401': error },
+        },
+      },
+      '/wallet/withdrawals': {
+        post: {
+          summary: 'Withdraw from the deposit address (202 new, 200 the same idempotency key again)',
+          security: bearer,
+          requestBody: jsonBody(withdrawalBody),
+          responses: {
+            '200': json('Withdrawal'),
+            '202': json('Withdrawal'),
+            '400': error,
+            '401': error,
+            '402': spendRefused,
+            '409': error,
+            '429': error,
+            '503': error,
+          },
+        },
+        get: {
+          summary: "The wallet's withdrawals and the limits",
+          security: bearer,
+          parameters: parametersOf(pageQuery, 'query'),
+          responses: { '200': json('{ withdrawals, nextCursor, limits }'), '400': error, '401': error },
+        },
+      },
+      '/wallet/withdrawals/{id}': {
+        get: {
+          summary: 'One withdrawal',
+          security: bearer,
+          parameters: parametersOf(withdrawalParams, 'path'),
+          responses: { '200': json('Withdrawal'), '401': error, '404': error },
+        },
+      },
+      '/health': health,
+      '/metrics': metrics,
+    },
+  });
+}
