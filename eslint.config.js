@@ -19,7 +19,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['services/**', 'bin/**', 'test/**', 'bench/**', 'conformance/**'],
+    files: ['services/**', 'bin/**', 'test/**', 'bench/**', 'conformance/**', 'docs/**'],
     rules: { 'no-restricted-imports': 'off' },
   },
   {

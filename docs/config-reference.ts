@@ -1,0 +1,133 @@
+import { z } from 'zod';
+import { ENV_OVERRIDES } from '../core/config/load.ts';
+import { configSchema, SECRET_CONFIG_PATHS } from '../core/config/schema.ts';
+import type { PluginManifest } from '../core/plugins/manifest.ts';
+import { builtinPlugins } from '../services/builtin-plugins.ts';
+
+/** The part of a JSON Schema (draft 2020-12, as zod writes it) this reference reads. */
+interface JsonSchema {
+  type?: string;
+  description?: string;
+  default?: unknown;
+  enum?: unknown[];
+  const?: unknown;
+  format?: string;
+  minimum?: number;
+  maximum?: number;
+  exclusiveMinimum?: number;
+  properties?: Record<string, JsonSchema>;
+  items?: JsonSchema;
+  anyOf?: JsonSchema[];
+  additionalProperties?: JsonSchema | boolean;
+}
+
+/** One documented setting: a leaf of the config, or an object whose keys are not fixed. */
+export interface Setting {
+  path: string;
+  type: string;
+  default: unknown;
+  env: string | undefined;
+  secret: boolean;
+  description: string | undefined;
+}
+
+const envByPath = new Map(Object.entries(ENV_OVERRIDES).map(([name, { path }]) => [path, name]));
+const secretPaths = new Set<string>(SECRET_CONFIG_PATHS);
+
+/** Every setting of `sigil.config.json`, in schema order, with the default the parser really applies. */
+export function configSettings(): Setting[] {
+  const schema = z.toJSONSchema(configSchema, { io: 'input' }) as JsonSchema;
+  const defaults = configSchema.parse({});
+  return settingsOf(schema, defaults, '').filter((setting) => setting.path !== '$schema');
+}
+
+/** The settings of each built-in plugin's `options`, by plugin name. */
+export async function pluginSettings(): Promise<{ name: string; kind: string; settings: Setting[] }[]> {
+  const plugins = [];
+  for (const load of Object.values(builtinPlugins)) {
+    const manifest = ((await load()) as { default: PluginManifest }).default;
+    const schema = z.toJSONSchema(manifest.config, { io: 'input', unrepresentable: 'any' }) as JsonSchema;
+    const parsed = manifest.config.safeParse({});
+    const settings = settingsOf(schema, parsed.success ? parsed.data : undefined, '').map((setting) => ({
+      ...setting,
+      env: undefined,
+      secret: false,
+    }));
+    plugins.push({ name: manifest.name, kind: manifest.kind, settings });
+  }
+  return plugins.sort((a, b) => a.name.localeCompare(b.name));
+}
+
+function settingsOf(schema: JsonSchema, defaults: unknown, prefix: string): Setting[] {
+  return Object.entries(schema.properties ?? {}).flatMap(([key, property]) => {
+    const path = prefix ? `${prefix}.${key}` : key;
+    const value = isRecord(defaults) ? defaults[key] : undefined;
+    if (property.type === 'object' && property.properties) return settingsOf(property, value, path);
+    return [
+      {
+        path,
+        type: typeOf(property),
+        default: value ?? property.default,
+        env: envByPath.get(path),
+        secret: secretPaths.has(path),
+        description: property.description,
+      },
+    ];
+  });
+}
+
+function typeOf(schema: JsonSchema): string {
+  if (schema.anyOf) return schema.anyOf.map(typeOf).join(' or ');
+  if (schema.enum) return schema.enum.map((value) => JSON.stringify(value)).join(' \\| ');
+  if (schema.const !== undefined) return JSON.stringify(schema.const);
+  if (schema.type === 'array') return `${schema.items ? typeOf(schema.items) : 'any'}[]`;
+  if (schema.type === 'object') return 'object';
+  if (schema.type === 'string' && schema.format === 'uri') return 'URL';
+  if (schema.type === 'integer' || schema.type === 'number') return `${schema.type}${range(schema)}`;
+  return schema.type ?? 'any';
+}
+
+function range(schema: JsonSchema): string {
+  const min = schema.minimum ?? (schema.exclusiveMinimum === 0 ? 1 : schema.exclusiveMinimum);
+  const max = schema.maximum === Number.MAX_SAFE_INTEGER ? undefined : schema.maximum;
+  if (min === undefined) return max === undefined ? '' : ` ≤ ${max}`;
+  return max === undefined ? ` ≥ ${min}` : ` ${min}–${max}`;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** A markdown table of settings, one row each: key, type, default, environment variable, meaning. */
+export function settingsTable(settings: readonly Setting[]): string {
+  const rows = settings.map((setting) => {
+    const notes = [
+      setting.description,
+      setting.secret ? '**Secret**: redacted from every printout.' : undefined,
+    ]
+      .filter(Boolean)
+      .join(' ');
+    const cells = [
+      `\`${setting.path}\``,
+      setting.type,
+      defaultText(setting.default),
+      setting.env ? `\`${setting.env}\`` : '',
+      notes,
+    ];
+    return `| ${cells.map(cell).join(' | ')} |`;
+  });
+  return ['| key | type | default | env | meaning |', '| --- | --- | --- | --- | --- |', ...rows].join('\n');
+}
+
+function defaultText(value: unknown): string {
+  if (value === undefined) return '–';
+  return `\`${JSON.stringify(value, (_key, item: unknown) => (typeof item === 'bigint' ? item.toString() : item))}\``;
+}
+
+/** Text for one table cell: no line breaks, and pipes that cannot end the cell. */
+function cell(text: string): string {
+  return text
+    .replace(/\n+/g, ' ')
+    .replace(/(?<!\\)\|/g, '\\|')
+    .replace(/(?<![`\\*])\*(?![`*])/g, '\\*');
+}

@@ -1,0 +1,37 @@
+import { writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as prettier from 'prettier';
+import { configSchema } from '../core/config/schema.ts';
+import { gatewayOpenApi } from '../services/gateway/openapi.ts';
+import { runtimeOpenApi } from '../services/runtime/openapi.ts';
+import { configurationPage } from './configuration-page.ts';
+
+export const DOCS_DIR = dirname(fileURLToPath(import.meta.url));
+
+/**
+ * The documents generated from the schemas, by file name under docs/, formatted as the repository's
+ * Prettier config formats them (so `npm run lint` accepts them as written).
+ */
+export async function generatedDocs(): Promise<Record<string, string>> {
+  const defaults = configSchema.parse({});
+  const raw: Record<string, string> = {
+    'configuration.md': await configurationPage(),
+    'openapi-gateway.json': JSON.stringify(gatewayOpenApi(defaults.gateway)),
+    'openapi-runtime.json': JSON.stringify(runtimeOpenApi(defaults.runtime)),
+  };
+  const formatted: Record<string, string> = {};
+  for (const [name, text] of Object.entries(raw)) {
+    const filepath = join(DOCS_DIR, name);
+    const options = await prettier.resolveConfig(filepath);
+    formatted[name] = await prettier.format(text, { ...options, filepath });
+  }
+  return formatted;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  for (const [name, text] of Object.entries(await generatedDocs())) {
+    await writeFile(join(DOCS_DIR, name), text);
+    process.stdout.write(`wrote docs/${name}\n`);
+  }
+}

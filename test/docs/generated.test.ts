@@ -1,0 +1,84 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type Router from '@koa/router';
+import { expect } from 'chai';
+import type Koa from 'koa';
+import { configSettings } from '../../docs/config-reference.ts';
+import { DOCS_DIR, generatedDocs } from '../../docs/generate.ts';
+import { createGatewayApp } from '../../services/gateway/app.ts';
+import { gatewayOpenApi } from '../../services/gateway/openapi.ts';
+import type { Kernel } from '../../services/kernel.ts';
+import { createRuntimeApp } from '../../services/runtime/app.ts';
+import { runtimeOpenApi } from '../../services/runtime/openapi.ts';
+import { openApiPath } from '../../services/shared/openapi.ts';
+import { openTestKernel } from '../support/kernel.ts';
+
+/** Every `METHOD /path` a Koa app's routers serve, read from @koa/router's stack (HEAD rides on GET). */
+function registeredRoutes(app: Koa): string[] {
+  const routes = new Set<string>();
+  for (const middleware of app.middleware) {
+    const router = (middleware as { router?: Router }).router;
+    for (const layer of router?.stack ?? []) {
+      for (const method of layer.methods) {
+        if (method !== 'HEAD') routes.add(`${method} ${openApiPath(String(layer.path))}`);
+      }
+    }
+  }
+  return [...routes].sort();
+}
+
+/** Every `METHOD /path` an OpenAPI document describes. */
+function documentedRoutes(document: Record<string, unknown>): string[] {
+  const paths = document.paths as Record<string, Record<string, unknown>>;
+  return Object.entries(paths).flatMap(([path, operations]) =>
+    Object.keys(operations).map((method) => `${method.toUpperCase()} ${path}`),
+  );
+}
+
+describe('generated docs', () => {
+  it('docs/configuration.md and docs/openapi-*.json are what `npm run docs` writes', async () => {
+    for (const [name, text] of Object.entries(await generatedDocs())) {
+      const committed = await readFile(join(DOCS_DIR, name), 'utf8');
+      expect(committed, `docs/${name} is stale: run npm run docs and commit it`).to.equal(text);
+    }
+  });
+
+  it('describes every setting of the config schema', () => {
+    const undescribed = configSettings()
+      .filter((setting) => !setting.description)
+      .map((setting) => setting.path);
+    expect(undescribed, 'add .describe() to these settings in core/config/schema.ts').to.deep.equal([]);
+  });
+
+  describe('the OpenAPI documents cover every route', () => {
+    let kernel: Kernel;
+    before(async () => {
+      kernel = await openTestKernel({
+        config: { plugins: [{ resolve: 'tee-none', enabled: true, options: {} }] },
+      });
+    });
+    after(() => kernel.close());
+
+    it('of the gateway', async () => {
+      const gateway = createGatewayApp(kernel);
+      try {
+        const routes = registeredRoutes(gateway.app);
+        expect(routes).to.include('POST /api/secrets/{serverId}');
+        expect(documentedRoutes(gatewayOpenApi(kernel.config.gateway))).to.include.members(routes);
+      } finally {
+        await gateway.close();
+      }
+    });
+
+    it('of the runtime', async () => {
+      const runtime = createRuntimeApp(kernel);
+      try {
+        const routes = registeredRoutes(runtime.app);
+        expect(routes).to.include('POST /agents/{id}/sessions/{sessionId}/messages');
+        expect(documentedRoutes(runtimeOpenApi(kernel.config.runtime))).to.include.members(routes);
+      } finally {
+        await runtime.close();
+      }
+    });
+  });
+});
