@@ -53,12 +53,12 @@ describe('examples/base-mainnet.config.json', () => {
     ).to.equal('plugins.3 (payments-x402-evm) is a payment rail');
   });
 
-  it('is what the README shows', () => {
-    const readme = readFileSync(join(dirname(EXAMPLE), '..', 'README.md'), 'utf8');
+  it('is what docs/payments.md shows', () => {
+    const page = readFileSync(join(dirname(EXAMPLE), '..', 'docs', 'payments.md'), 'utf8');
     const { network, rpcUrl, asset, payTo, facilitator } = rail?.options as Record<string, unknown>;
     const shown = JSON.stringify({ network, rpcUrl, asset, payTo, facilitator });
-    const block = /```json\n(\{\n {2}"resolve": "payments-x402-evm"[\s\S]*?)```/.exec(readme)?.[1];
-    expect(block, 'the README shows the rail of the example').to.not.equal(undefined);
+    const block = /```json\n(\{\n {2}"resolve": "payments-x402-evm"[\s\S]*?)```/.exec(page)?.[1];
+    expect(block, 'docs/payments.md shows the rail of the example').to.not.equal(undefined);
     const options = (JSON.parse(block ?? '{}') as { options: Record<string, unknown> }).options;
     expect(JSON.stringify(options)).to.equal(shown);
   });
