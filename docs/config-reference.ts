@@ -98,8 +98,14 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** A markdown table of settings, one row each: key, type, default, environment variable, meaning. */
-export function settingsTable(settings: readonly Setting[]): string {
+/**
+ * A markdown table of settings, one row each: key, type, default, meaning, and the environment variable
+ * when `withEnv` (plugin options have none).
+ */
+export function settingsTable(settings: readonly Setting[], withEnv = true): string {
+  const header = withEnv
+    ? ['key', 'type', 'default', 'env', 'meaning']
+    : ['key', 'type', 'default', 'meaning'];
   const rows = settings.map((setting) => {
     const notes = [
       setting.description,
@@ -107,21 +113,29 @@ export function settingsTable(settings: readonly Setting[]): string {
     ]
       .filter(Boolean)
       .join(' ');
+    const env = setting.env ? `\`${setting.env}\`` : '';
     const cells = [
       `\`${setting.path}\``,
       setting.type,
       defaultText(setting.default),
-      setting.env ? `\`${setting.env}\`` : '',
+      ...(withEnv ? [env] : []),
       notes,
     ];
     return `| ${cells.map(cell).join(' | ')} |`;
   });
-  return ['| key | type | default | env | meaning |', '| --- | --- | --- | --- | --- |', ...rows].join('\n');
+  return [`| ${header.join(' | ')} |`, `| ${header.map(() => '---').join(' | ')} |`, ...rows].join('\n');
 }
+
+/** Longer defaults (the plugin list, a provider's model catalog) are summarised: a table cell cannot hold them. */
+const MAX_DEFAULT_CHARS = 100;
 
 function defaultText(value: unknown): string {
   if (value === undefined) return '–';
-  return `\`${JSON.stringify(value, (_key, item: unknown) => (typeof item === 'bigint' ? item.toString() : item))}\``;
+  const text = JSON.stringify(value, (_key, item: unknown) =>
+    typeof item === 'bigint' ? item.toString() : item,
+  );
+  if (text.length <= MAX_DEFAULT_CHARS) return `\`${text}\``;
+  return Array.isArray(value) ? `${value.length} entries` : 'an object (see the meaning)';
 }
 
 /** Text for one table cell: no line breaks, and pipes that cannot end the cell. */

@@ -55,7 +55,7 @@ export async function configurationPage(): Promise<string> {
     parts.push(
       `### ${plugin.name}`,
       `Kind \`${plugin.kind}\`.`,
-      plugin.settings.length ? settingsTable(plugin.settings) : 'No options.',
+      plugin.settings.length ? settingsTable(plugin.settings, false) : 'No options.',
     );
   }
   return parts.join('\n\n') + '\n';
