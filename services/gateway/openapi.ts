@@ -10,6 +10,7 @@ import {
   openApiDocument,
   optionalBearer,
   parametersOf,
+  type ServiceAddress,
 } from '../shared/openapi.ts';
 import { paidResultParams } from './payments/routes.ts';
 import { callBody, serverParams, toolParams } from './rest.ts';
@@ -61,19 +62,12 @@ const protectedResource = {
   },
 };
 
-/** Where the gateway is reached: its public URL, else its listen address. */
-export interface GatewayAddress {
-  publicUrl?: string | undefined;
-  host: string;
-  port: number;
-}
-
 /** OpenAPI 3.1 description of every route of the gateway, served at /api/openapi.json. */
-export function gatewayOpenApi(gateway: GatewayAddress): Record<string, unknown> {
+export function gatewayOpenApi(gateway: ServiceAddress): Record<string, unknown> {
   return openApiDocument({
     title: 'Sigil tool gateway',
     description: 'Stateless MCP endpoint and REST API over the same catalog and execution path.',
-    serverUrl: gateway.publicUrl ?? `http://${gateway.host}:${gateway.port}`,
+    address: gateway,
     bearerDescription: 'A session JWT (24 h), a wallet token (prefix sigil_wt_) or a delegated runtime JWT',
     schemas: {
       CallToolResult: {

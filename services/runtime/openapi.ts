@@ -8,6 +8,7 @@ import {
   metrics,
   openApiDocument,
   parametersOf,
+  type ServiceAddress,
 } from '../shared/openapi.ts';
 import { agentParams, createBody as agentBody } from './agent-routes.ts';
 import { reportQuery } from './delegation/attestation.ts';
@@ -36,22 +37,15 @@ const sse = {
   content: { 'text/event-stream': { schema: { type: 'string' } } },
 };
 
-/** Where the runtime is reached: its public URL, else its listen address. */
-export interface RuntimeAddress {
-  publicUrl?: string | undefined;
-  host: string;
-  port: number;
-}
-
 /**
  * OpenAPI 3.1 description of every route of the runtime. Chat bodies are written here by hand: their
  * limits come from the config (`runtime.chat`), so their schemas exist only in a running runtime.
  */
-export function runtimeOpenApi(runtime: RuntimeAddress): Record<string, unknown> {
+export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown> {
   return openApiDocument({
     title: 'Sigil agent runtime',
     description: 'Wallet sign-in, agents, chat, the provider-key vault and the wallet ledger.',
-    serverUrl: runtime.publicUrl ?? `http://${runtime.host}:${runtime.port}`,
+    address: runtime,
     bearerDescription: 'A runtime session JWT (1 h) from /auth/verify',
     paths: {
       ...authPaths('/auth', { walletTokens: false }),

@@ -52,11 +52,18 @@ export const metrics = {
   },
 };
 
+/** Where a service is reached: its public URL, else its listen address (its config section). */
+export interface ServiceAddress {
+  publicUrl?: string | undefined;
+  host: string;
+  port: number;
+}
+
 /** An OpenAPI 3.1 document with the shared error shape and the bearer scheme. */
 export function openApiDocument(options: {
   title: string;
   description: string;
-  serverUrl: string;
+  address: ServiceAddress;
   bearerDescription: string;
   schemas?: Record<string, unknown>;
   paths: Record<string, unknown>;
@@ -64,7 +71,7 @@ export function openApiDocument(options: {
   return {
     openapi: '3.1.0',
     info: { title: options.title, version: SIGIL_VERSION, description: options.description },
-    servers: [{ url: options.serverUrl }],
+    servers: [{ url: options.address.publicUrl ?? `http://${options.address.host}:${options.address.port}` }],
     components: {
       securitySchemes: {
         bearer: { type: 'http', scheme: 'bearer', description: options.bearerDescription },
