@@ -9,7 +9,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { SigilConfig } from '../../core/config/schema.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../support/kernel.ts';
-import { startVerdaccio, type Verdaccio } from '../support/verdaccio.ts';
+import { startVerdaccio, type PackageSource, type Verdaccio } from '../support/verdaccio.ts';
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp');
 const probePackage = join(fixtures, 'probe-package');
@@ -54,12 +54,14 @@ export class ProbeWorld {
     readonly catalogFile: string,
   ) {}
 
-  /** `more`: further package directories to publish, and their catalog entries. */
+  /** `more`: further packages to publish (directories, or public specs), and their catalog entries. */
   static async start(
-    more: { packages?: string[]; servers?: Record<string, unknown>[] } = {},
+    more: { packages?: (string | PackageSource)[]; servers?: Record<string, unknown>[] } = {},
   ): Promise<ProbeWorld> {
     const registry = await startVerdaccio({
-      packages: [probePackage, ...(more.packages ?? [])].map((dir) => ({ dir })),
+      packages: [probePackage, ...(more.packages ?? [])].map((source) =>
+        typeof source === 'string' ? { dir: source } : source,
+      ),
     });
     // Not under /tmp: the sandbox mounts a private /tmp; and the sandbox user must reach the cache.
     const dir = mkdtempSync(join('/var/tmp', 'sigil-gw-'));
