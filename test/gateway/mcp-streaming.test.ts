@@ -12,18 +12,7 @@ import type { Serving } from '../../services/serve.ts';
 import { PROOF_META_KEY } from '../../services/gateway/proofs.ts';
 import { TEST_DATABASES } from '../support/kernel.ts';
 import { EVERYTHING } from '../registries/npm/support.ts';
-import { postMcp, ProbeWorld, textOf, walletToken } from './support.ts';
-
-/** The MCP reference server, as the default catalog runs it. */
-export const everythingEntry = {
-  id: 'everything',
-  title: 'Everything',
-  registry: 'npm',
-  package: EVERYTHING.name,
-  version: EVERYTHING.version,
-  entry: { bin: 'mcp-server-everything', args: ['stdio'] },
-  smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
-};
+import { everythingEntry, postMcp, ProbeWorld, textOf, walletToken } from './support.ts';
 
 /**
  * What an MCP client notices while a call runs: the server's progress and log messages, and a changed
@@ -86,10 +75,12 @@ describe('gateway MCP: event streams, list changes, task-only tools (server-ever
 
       it('enabling a server sends notifications/tools/list_changed in the stream: the SDK re-lists its tools', async () => {
         const relisted = new Promise<void>((resolve) => (listChanged = resolve));
-        const enabled = await client.callTool({
-          name: 'gateway_enable_server',
-          arguments: { serverId: 'everything' },
-        });
+        // The first enable installs and verifies the server: longer than the SDK's default 60 s wait.
+        const enabled = await client.callTool(
+          { name: 'gateway_enable_server', arguments: { serverId: 'everything' } },
+          undefined,
+          { timeout: 170_000 },
+        );
         expect(enabled.isError, textOf(enabled)).to.not.equal(true);
         await relisted;
         expect(changedLists.at(-1)?.map((tool) => tool.name)).to.include('everything__echo');

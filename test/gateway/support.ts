@@ -9,6 +9,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { SigilConfig } from '../../core/config/schema.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../support/kernel.ts';
+import { EVERYTHING } from '../registries/npm/support.ts';
 import { startVerdaccio, type PackageSource, type Verdaccio } from '../support/verdaccio.ts';
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp');
@@ -28,6 +29,17 @@ export const hostileEntry = {
   version: '^1.0.0',
   entry: { bin: 'sigil-hostile' },
   secrets: [{ name: 'CANARY_SECRET', required: false }],
+};
+
+/** The MCP reference server's catalog entry, as the default catalog runs it (publish EVERYTHING for it). */
+export const everythingEntry = {
+  id: 'everything',
+  title: 'Everything',
+  registry: 'npm',
+  package: EVERYTHING.name,
+  version: EVERYTHING.version,
+  entry: { bin: 'mcp-server-everything', args: ['stdio'] },
+  smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
 };
 
 /** The probe MCP server's catalog entry (without its id): the package the tests publish to verdaccio. */
