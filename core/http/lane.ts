@@ -28,6 +28,18 @@ export interface LaneExchange {
   /** Tells work for this request that the client went away before the answer was complete. */
   disconnection(): Disconnection;
   setHeader(name: string, value: string): void;
+  /**
+   * Starts the answer now (status 200, the headers set so far and these), for a body sent in parts
+   * (Server-Sent Events); the handler's answer is then its last part, and its status is not sent.
+   */
+  openStream(headers: Record<string, string>): LaneStream;
+}
+
+/** An answer being sent in parts. */
+export interface LaneStream {
+  write(chunk: string): void;
+  /** True while the client reads slower than it is written to (what is written waits in memory). */
+  readonly congested: boolean;
 }
 
 /** A JSON answer (`body` already serialized), or an empty one (`body: null`). */
@@ -126,9 +138,24 @@ class Exchange implements LaneExchange {
   setHeader(name: string, value: string): void {
     this.res.setHeader(name, value);
   }
+
+  openStream(headers: Record<string, string>): LaneStream {
+    const { res } = this;
+    res.writeHead(200, headers);
+    return {
+      write: (chunk) => void res.write(chunk),
+      get congested() {
+        return res.writableNeedDrain;
+      },
+    };
+  }
 }
 
 function answer(res: ServerResponse, status: number, body: string | null): void {
+  if (res.headersSent) {
+    res.end(body ?? undefined); // a stream: this is its last part
+    return;
+  }
   res.statusCode = status;
   if (body === null) {
     res.setHeader('Content-Length', 0);
@@ -159,7 +186,12 @@ export function laneServer(lane: Lane, deps: LaneDeps): LaneServer {
       answer(res, status, handled.body);
     } catch (err) {
       const failed = errorAnswer(err, exchange.log, { headers: req.headers, challenge: deps.challenge });
-      if (res.headersSent) return; // failed while answering: nothing more can be said
+      if (res.headersSent) {
+        // Failed while answering: nothing more can be said, and a stream still open is ended.
+        if (!res.writableEnded) res.end();
+        status = res.statusCode;
+        return;
+      }
       status = failed.status;
       for (const [name, value] of Object.entries(failed.headers ?? {})) res.setHeader(name, value);
       answer(res, status, JSON.stringify(failed.body));

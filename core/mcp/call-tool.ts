@@ -1,13 +1,29 @@
 import {
   CallToolResultSchema,
   ErrorCode,
+  LoggingMessageNotificationSchema,
   McpError,
+  ProgressNotificationSchema,
   type CallToolResult,
+  type JSONRPCNotification,
+  type LoggingMessageNotificationParams,
+  type Progress,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { Disconnection } from '../http/disconnect.ts';
 import { TRANSPORT_CLOSED, type OwnAnswer, type ProcessStdioTransport } from './process-transport.ts';
 
-export interface CallToolOptions {
+/** Hears what a server reports about a call while it runs. */
+export interface CallObserver {
+  /** The server's progress reports (it is asked for them only when this is set), without its token. */
+  onProgress?: (progress: Progress) => void;
+  /**
+   * The server's log messages while this is the only call in flight on its process: over stdio a log
+   * message names no request, so only then is it known to be about this call.
+   */
+  onLog?: (message: LoggingMessageNotificationParams) => void;
+}
+
+export interface CallToolOptions extends CallObserver {
   timeoutMs: number;
   /** When the requester goes away, the server is told (notifications/cancelled) and the call ends. */
   disconnection?: Disconnection;
@@ -54,8 +70,12 @@ class PendingToolCall {
     private readonly resolve: (result: CallToolResult) => void,
     private readonly reject: (error: unknown) => void,
   ) {
-    this.request = transport.request('tools/call', { name, arguments: args }, (answer) =>
-      this.answered(answer),
+    const listens = options.onProgress !== undefined || options.onLog !== undefined;
+    this.request = transport.request(
+      'tools/call',
+      { name, arguments: args },
+      (answer) => this.answered(answer),
+      listens ? (notification) => this.heard(notification) : undefined,
     );
     this.timer = setTimeout(() => this.timedOut(), options.timeoutMs);
     options.disconnection?.whenGone(() => this.giveUp(new CallCancelled(), 'the client went away'));
@@ -72,6 +92,20 @@ class PendingToolCall {
       const parsed = CallToolResultSchema.safeParse(answer.result);
       if (parsed.success) this.resolve(parsed.data);
       else this.reject(parsed.error);
+    }
+  }
+
+  /** A notification the server sent about this call; one that breaks the protocol is dropped. */
+  private heard(notification: JSONRPCNotification): void {
+    const { onProgress, onLog } = this.options;
+    if (notification.method === 'notifications/progress' && onProgress) {
+      const parsed = ProgressNotificationSchema.safeParse(notification);
+      if (!parsed.success) return;
+      const { progressToken: _ownToken, _meta: _ignored, ...progress } = parsed.data.params;
+      onProgress(progress);
+    } else if (notification.method === 'notifications/message' && onLog) {
+      const parsed = LoggingMessageNotificationSchema.safeParse(notification);
+      if (parsed.success) onLog(parsed.data.params);
     }
   }
 

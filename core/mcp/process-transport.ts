@@ -1,6 +1,10 @@
 import { serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import type { JSONRPCMessage, JSONRPCResponse } from '@modelcontextprotocol/sdk/types.js';
+import type {
+  JSONRPCMessage,
+  JSONRPCNotification,
+  JSONRPCResponse,
+} from '@modelcontextprotocol/sdk/types.js';
 
 /** The stdio of a process someone else started (a sandbox, a container): what the transport needs. */
 export interface ProcessStdio {
@@ -40,6 +44,8 @@ export class ProcessStdioTransport implements Transport {
   private readonly drainWaiters: (() => void)[] = [];
   /** Requests sent with `request()`, by id: their answers go to these, never to the SDK. */
   private readonly ownRequests = new Map<string, (answer: OwnAnswer) => void>();
+  /** The own requests that listen to the server's notifications about them, by id. */
+  private readonly ownListeners = new Map<string, (notification: JSONRPCNotification) => void>();
   private nextOwnId = 0;
 
   constructor(
@@ -110,20 +116,31 @@ export class ProcessStdioTransport implements Transport {
    * Sends a request outside the SDK's `Protocol`, on the same stdio: its answer (or the transport's
    * end) goes to `onAnswer` and never reaches the SDK. Ids are strings, which the SDK's own requests
    * (numbers) never use. `forget(id)` drops the request (timed out, cancelled), so a late answer is
-   * ignored.
+   * ignored. With `onNotification`, the request asks for progress (its progress token is its id) and
+   * hears the server's notifications/progress with that token, and its notifications/message while it
+   * is the only own request in flight: over stdio a log message names no request, so only then can it
+   * be told whose it is. Those notifications do not reach the SDK.
    */
   request(
     method: string,
     params: Record<string, unknown>,
     onAnswer: (answer: OwnAnswer) => void,
+    onNotification?: (notification: JSONRPCNotification) => void,
   ): { id: string; sent: Promise<void> } {
     const id = `sigil-${this.nextOwnId++}`;
-    if (!this.closed) this.ownRequests.set(id, onAnswer);
-    return { id, sent: this.send({ jsonrpc: '2.0', id, method, params }) };
+    if (!this.closed) {
+      this.ownRequests.set(id, onAnswer);
+      if (onNotification) this.ownListeners.set(id, onNotification);
+    }
+    const sent = onNotification
+      ? { ...params, _meta: { ...(params._meta as object | undefined), progressToken: id } }
+      : params;
+    return { id, sent: this.send({ jsonrpc: '2.0', id, method, params: sent }) };
   }
 
   forget(id: string): void {
     this.ownRequests.delete(id);
+    this.ownListeners.delete(id);
   }
 
   async close(): Promise<void> {
@@ -151,10 +168,29 @@ export class ProcessStdioTransport implements Transport {
         continue;
       }
       const own = ownAnswerHandler(this.ownRequests, message);
-      if (own) own(message as JSONRPCResponse);
+      if (own) {
+        own(message as JSONRPCResponse);
+        continue;
+      }
+      const listener = this.ownListeners.size > 0 ? this.listenerOf(message) : undefined;
+      if (listener) listener(message as JSONRPCNotification);
       else this.onmessage?.(message);
     }
   };
+
+  /** The own request a server notification is about, if one listens (see `request`). */
+  private listenerOf(message: JSONRPCMessage): ((notification: JSONRPCNotification) => void) | undefined {
+    if ('id' in message || !('method' in message)) return undefined;
+    if (message.method === 'notifications/progress') {
+      const token = (message.params as { progressToken?: unknown } | undefined)?.progressToken;
+      return typeof token === 'string' ? this.ownListeners.get(token) : undefined;
+    }
+    if (message.method === 'notifications/message' && this.ownRequests.size === 1) {
+      const [only] = this.ownRequests.keys();
+      return this.ownListeners.get(only as string);
+    }
+    return undefined;
+  }
 
   private readonly onStreamError = (error: Error): void => {
     this.onerror?.(error);
@@ -170,6 +206,7 @@ export class ProcessStdioTransport implements Transport {
     this.lines.clear();
     const waiting = [...this.ownRequests.values()];
     this.ownRequests.clear();
+    this.ownListeners.clear();
     for (const onAnswer of waiting) onAnswer(TRANSPORT_CLOSED);
     this.onclose?.();
   }

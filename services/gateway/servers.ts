@@ -47,6 +47,11 @@ export interface ServerDetails {
   lastError: string | null;
   tools: Tool[];
   quarantinedTools: QuarantinedTool[];
+  /**
+   * Tools the server offers only as MCP tasks (`execution.taskSupport: 'required'`): a stateless
+   * gateway cannot poll a task across requests, so they are not served.
+   */
+  taskOnlyTools: string[];
   secrets: { name: string; required: boolean; description: string }[];
   network: string[];
   /** The catalog's side-effect-free tool for probes (and conformance testers), if any. */
@@ -123,6 +128,7 @@ export class ServerDirectory {
       : { served: [], quarantined: [] };
     const runnable = this.deps.prober.runnable(entry);
     const denied = this.denial(entry);
+    const offered = row?.filter_status === 'allowed' ? pins.served : [];
     return deepFreeze<ServerDetails>({
       id,
       title: entry.title,
@@ -141,8 +147,9 @@ export class ServerDirectory {
       tier: row?.tier ?? null,
       verifiedAt: row?.verified_at ? new Date(Number(row.verified_at)).toISOString() : null,
       lastError: row?.last_error ?? null,
-      tools: row?.filter_status === 'allowed' ? pins.served : [],
+      tools: offered.filter((tool) => !taskOnly(tool)),
       quarantinedTools: pins.quarantined,
+      taskOnlyTools: offered.filter(taskOnly).map((tool) => tool.name),
       // Copies: freezing the details must not freeze the catalog's own objects.
       secrets: entry.secrets.map((secret) => ({ ...secret })),
       network: [...entry.network],
@@ -281,3 +288,5 @@ function deepFreeze<T>(value: T): T {
   }
   return value;
 }
+
+const taskOnly = (tool: Tool): boolean => tool.execution?.taskSupport === 'required';

@@ -1,7 +1,7 @@
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { SigilError } from '../../core/errors.ts';
 import type { Disconnection } from '../../core/http/disconnect.ts';
-import { CallCancelled } from '../../core/mcp/call-tool.ts';
+import { CallCancelled, type CallObserver } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
 import { Redactor } from '../../core/redaction.ts';
 import type { ServerDetails, ServerDirectory } from './servers.ts';
@@ -10,10 +10,13 @@ import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
 import type { CallerLimits, CallOrigin, ServerCallSettings } from './call-limits.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
 import { checkArguments } from './tool-arguments.ts';
-import { cleanResult, MAX_RESULT_DEPTH, TOO_DEEP } from './tool-results.ts';
+import { cleanResult, cleanValue, MAX_RESULT_DEPTH, TOO_DEEP } from './tool-results.ts';
 
 /** Separates server id and tool name in namespaced tool names; server ids cannot contain it. */
 export const NAMESPACE_SEPARATOR = '__';
+
+/** The reason of a call to a tool that runs only as an MCP task (not served: see ServerDetails). */
+export const TASK_REQUIRED = 'task_required';
 
 /** The spec's limit on the serialized arguments of one tool call. */
 export const MAX_ARGUMENT_BYTES = 100 * 1024;
@@ -28,6 +31,8 @@ export interface ToolCall {
   meta: Record<string, unknown> | undefined;
   /** The request it came in on: tells anonymous callers apart for their limit of calls in flight. */
   origin?: CallOrigin;
+  /** Hears the server's progress and log messages while the call runs (an MCP client's event stream). */
+  observer?: CallObserver;
 }
 
 export interface ToolCallerOptions {
@@ -74,6 +79,13 @@ export class ToolCaller {
       );
     }
     const details = await this.options.servers.requireServable(call.serverId);
+    if (details.taskOnlyTools.includes(call.tool)) {
+      throw new SigilError(
+        'invalid_request',
+        `Tool "${call.tool}" of "${call.serverId}" runs only as an MCP task, which this gateway does not support`,
+        { details: { reason: TASK_REQUIRED, serverId: call.serverId, tool: call.tool } },
+      );
+    }
     if (!details.tools.some((tool) => tool.name === call.tool)) {
       const held = details.quarantinedTools.find((tool) => tool.name === call.tool);
       throw held
@@ -158,6 +170,7 @@ export class ToolCaller {
             const result = await server.callTool(call.tool, call.arguments, {
               timeoutMs: settings.timeoutMs,
               ...(disconnection ? { disconnection } : {}),
+              ...(call.observer ? redacting(call.observer, server.injected.redactor) : {}),
             });
             return { result, injected };
           } catch (err) {
@@ -193,6 +206,20 @@ export class ToolCaller {
       this.options.limits.release(caller);
     }
   }
+}
+
+/** What a server reports while a call runs reaches the caller as its results do: its secrets redacted. */
+function redacting({ onProgress, onLog }: CallObserver, redactor: Redactor): CallObserver {
+  const cleaned =
+    <T>(hear: (value: T) => void) =>
+    (value: T) => {
+      const clean = cleanValue(value, redactor);
+      if (clean !== TOO_DEEP) hear(clean);
+    };
+  return {
+    ...(onProgress && { onProgress: cleaned(onProgress) }),
+    ...(onLog && { onLog: cleaned(onLog) }),
+  };
 }
 
 /** A server that timed out or broke the protocol may be wedged: it is never handed another call. */

@@ -21,6 +21,13 @@ export function cleanResult(result: CallToolResult, redactor: Redactor): CallToo
   return clean(result, redactor, 1) as CallToolResult | typeof TOO_DEEP;
 }
 
+/**
+ * Anything else a server sends about a call (a progress report, a log message), cleaned as its results
+ * are; TOO_DEEP when nested past the limit.
+ */
+export const cleanValue = <T>(value: T, redactor: Redactor): T | typeof TOO_DEEP =>
+  clean(value, redactor, 1) as T | typeof TOO_DEEP;
+
 const cleanText = (text: string, redactor: Redactor): string =>
   redactor.text(text.isWellFormed() ? text : text.toWellFormed());
 

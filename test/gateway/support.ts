@@ -9,7 +9,8 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { SigilConfig } from '../../core/config/schema.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../support/kernel.ts';
-import { startVerdaccio, type Verdaccio } from '../support/verdaccio.ts';
+import { EVERYTHING } from '../registries/npm/support.ts';
+import { startVerdaccio, type PackageSource, type Verdaccio } from '../support/verdaccio.ts';
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp');
 const probePackage = join(fixtures, 'probe-package');
@@ -28,6 +29,17 @@ export const hostileEntry = {
   version: '^1.0.0',
   entry: { bin: 'sigil-hostile' },
   secrets: [{ name: 'CANARY_SECRET', required: false }],
+};
+
+/** The MCP reference server's catalog entry, as the default catalog runs it (publish EVERYTHING for it). */
+export const everythingEntry = {
+  id: 'everything',
+  title: 'Everything',
+  registry: 'npm',
+  package: EVERYTHING.name,
+  version: EVERYTHING.version,
+  entry: { bin: 'mcp-server-everything', args: ['stdio'] },
+  smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
 };
 
 /** The probe MCP server's catalog entry (without its id): the package the tests publish to verdaccio. */
@@ -54,12 +66,14 @@ export class ProbeWorld {
     readonly catalogFile: string,
   ) {}
 
-  /** `more`: further package directories to publish, and their catalog entries. */
+  /** `more`: further packages to publish (directories, or public specs), and their catalog entries. */
   static async start(
-    more: { packages?: string[]; servers?: Record<string, unknown>[] } = {},
+    more: { packages?: (string | PackageSource)[]; servers?: Record<string, unknown>[] } = {},
   ): Promise<ProbeWorld> {
     const registry = await startVerdaccio({
-      packages: [probePackage, ...(more.packages ?? [])].map((dir) => ({ dir })),
+      packages: [probePackage, ...(more.packages ?? [])].map((source) =>
+        typeof source === 'string' ? { dir: source } : source,
+      ),
     });
     // Not under /tmp: the sandbox mounts a private /tmp; and the sandbox user must reach the cache.
     const dir = mkdtempSync(join('/var/tmp', 'sigil-gw-'));

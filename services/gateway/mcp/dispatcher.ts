@@ -4,8 +4,10 @@ import {
   LATEST_PROTOCOL_VERSION,
   ListToolsRequestSchema,
   PingRequestSchema,
+  SetLevelRequestSchema,
   SUPPORTED_PROTOCOL_VERSIONS,
   type CallToolResult,
+  type JSONRPCNotification,
   type JSONRPCRequest,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
@@ -28,6 +30,11 @@ export interface McpRequestScope {
   meta: Record<string, unknown> | undefined;
   /** The HTTP request: tells anonymous callers apart (their limit of calls in flight). */
   origin: CallOrigin;
+  /**
+   * Sends a notification about this request before its result (the client's event stream); absent
+   * when the client accepts only JSON.
+   */
+  notify: ((notification: JSONRPCNotification) => void) | undefined;
 }
 
 /** The tools behind the endpoint; the dispatcher only speaks the protocol. */
@@ -60,6 +67,8 @@ export class McpDispatcher {
     this.handlers = new Map<string, Handler>([
       ['initialize', (request) => this.initialize(request)],
       ['ping', (request) => (parseParams(PingRequestSchema, request), Promise.resolve({}))],
+      // Stateless: no session remembers a level, so every log message of a call is forwarded.
+      ['logging/setLevel', (request) => (parseParams(SetLevelRequestSchema, request), Promise.resolve({}))],
       ['tools/list', (request, scope) => this.listTools(request, scope)],
       ['tools/call', (request, scope) => this.callTool(request, scope)],
     ]);
@@ -91,7 +100,8 @@ export class McpDispatcher {
       : LATEST_PROTOCOL_VERSION;
     return Promise.resolve({
       protocolVersion,
-      capabilities: { tools: { listChanged: false } },
+      // Both reach a client only within a POST's event stream (see endpoint.ts and event-stream.ts).
+      capabilities: { tools: { listChanged: true }, logging: {} },
       serverInfo: { name: this.identity.name, version: this.identity.version },
       ...(this.identity.instructions ? { instructions: this.identity.instructions } : {}),
     });

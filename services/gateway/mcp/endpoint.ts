@@ -4,6 +4,7 @@ import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js'
 import { SigilError } from '../../../core/errors.ts';
 import type { LaneAnswer, LaneExchange, LaneRoute } from '../../../core/http/lane.ts';
 import type { McpDispatcher, McpRequestScope } from './dispatcher.ts';
+import { McpAnswer } from './event-stream.ts';
 import { classify, ErrorCode, errorReply, type JsonRpcReply } from './jsonrpc.ts';
 
 const SESSION_HEADER = 'x-mcp-session';
@@ -16,10 +17,12 @@ export interface McpEndpointOptions {
 }
 
 /**
- * Streamable HTTP, stateless: every POST carries one JSON-RPC message and gets one JSON answer. The
- * POSTs are the gateway's lane (served without Koa: every tool call comes this way); GET (a
- * server-initiated stream) and DELETE (ending a protocol session) make no sense without protocol
- * sessions, so the app's router answers them 405.
+ * Streamable HTTP, stateless: every POST carries one JSON-RPC message and gets one answer, JSON or (for
+ * a client that accepts it, when there is something to say before the result) an SSE stream of this
+ * request's notifications ending with its response (see McpAnswer). The POSTs are the gateway's lane
+ * (served without Koa: every tool call comes this way); GET (a server-initiated stream) and DELETE
+ * (ending a protocol session) make no sense without protocol sessions, so the app's router answers
+ * them 405.
  */
 export function mcpRoutes(options: McpEndpointOptions): { lane: LaneRoute[]; router: Router } {
   const router = new Router();
@@ -86,6 +89,7 @@ async function handle(
       }),
     );
   }
+  const answer = new McpAnswer(exchange);
   const scope: McpRequestScope = {
     wallet: state.auth?.address,
     sessionId: session === '' ? undefined : session,
@@ -93,8 +97,19 @@ async function handle(
     disconnection: exchange.disconnection(),
     meta: undefined,
     origin: request,
+    notify: answer.notify,
   };
-  return reply(200, await options.dispatcher.dispatch(message.message, scope));
+  try {
+    return answer.finish(200, await options.dispatcher.dispatch(message.message, scope));
+  } catch (err) {
+    if (!answer.streaming) throw err; // the lane maps it to its HTTP answer
+    // The stream's status is sent: the failure can only be this request's JSON-RPC error.
+    exchange.log.error({ err }, 'MCP request failed after its event stream started');
+    return answer.finish(
+      200,
+      errorReply(message.message.id, { code: ErrorCode.InternalError, message: 'Internal error' }),
+    );
+  }
 }
 
 const reply = (status: number, body: JsonRpcReply): LaneAnswer => ({ status, body: JSON.stringify(body) });

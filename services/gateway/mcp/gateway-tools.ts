@@ -1,6 +1,12 @@
-import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
+import {
+  ProgressTokenSchema,
+  type CallToolResult,
+  type JSONRPCNotification,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { isSigilError } from '../../../core/errors.ts';
+import type { CallObserver } from '../../../core/mcp/call-tool.ts';
 import { UNKNOWN_SERVER, type Catalog } from '../catalog.ts';
 import type { ServerDirectory } from '../servers.ts';
 import type { EnabledServers } from '../sessions.ts';
@@ -117,9 +123,34 @@ export class GatewayTools implements McpToolSource {
     args: Record<string, unknown>,
   ): Promise<CallToolResult> {
     return this.deps.caller.call(
-      { serverId, tool, arguments: args, wallet: scope.wallet, meta: scope.meta, origin: scope.origin },
+      {
+        serverId,
+        tool,
+        arguments: args,
+        wallet: scope.wallet,
+        meta: scope.meta,
+        origin: scope.origin,
+        ...(scope.notify && { observer: forwarding(scope.notify, scope.meta?.progressToken) }),
+      },
       scope.disconnection,
     );
+  }
+
+  /**
+   * Adds or removes a server from a wallet's persisted set; a client with an open stream hears that its
+   * tool list changed before the result (there is no other stream to tell it on: see endpoint.ts).
+   */
+  private async changeEnabled(
+    scope: McpRequestScope & { wallet: string },
+    serverId: string,
+    enable: boolean,
+  ): Promise<readonly string[]> {
+    const { wallet, sessionId, notify } = scope;
+    const before = notify && (await this.deps.enabled.list(wallet, sessionId));
+    const after = await this.deps.enabled.change(wallet, sessionId, serverId, enable);
+    if (notify && before?.includes(serverId) !== after.includes(serverId))
+      notify({ jsonrpc: '2.0', method: 'notifications/tools/list_changed' });
+    return after;
   }
 
   private async callMetaTool(
@@ -161,7 +192,7 @@ export class GatewayTools implements McpToolSource {
         });
       }
       return jsonResult({
-        enabled: await this.deps.enabled.change(scope.wallet, scope.sessionId, serverId, true),
+        enabled: await this.changeEnabled({ ...scope, wallet: scope.wallet }, serverId, true),
         persisted: true,
         tools,
       });
@@ -169,10 +200,32 @@ export class GatewayTools implements McpToolSource {
     this.deps.catalog.require(serverId);
     if (scope.wallet === undefined) return jsonResult({ enabled: [], persisted: false });
     return jsonResult({
-      enabled: await this.deps.enabled.change(scope.wallet, scope.sessionId, serverId, false),
+      enabled: await this.changeEnabled({ ...scope, wallet: scope.wallet }, serverId, false),
       persisted: true,
     });
   }
+}
+
+/**
+ * Forwards a server's progress (under the client's own progress token, when it sent one: without
+ * one the server is not asked) and log messages to the client's stream.
+ */
+function forwarding(
+  notify: (notification: JSONRPCNotification) => void,
+  progressToken: unknown,
+): CallObserver {
+  const token = ProgressTokenSchema.safeParse(progressToken);
+  return {
+    ...(token.success && {
+      onProgress: (progress) =>
+        notify({
+          jsonrpc: '2.0',
+          method: 'notifications/progress',
+          params: { ...progress, progressToken: token.data },
+        }),
+    }),
+    onLog: (message) => notify({ jsonrpc: '2.0', method: 'notifications/message', params: message }),
+  };
 }
 
 function parseArgs<S extends z.ZodType>(schema: S, args: Record<string, unknown>): z.infer<S> {
