@@ -28,6 +28,11 @@ export interface ToolCall {
   meta: Record<string, unknown> | undefined;
   /** The request it came in on: tells anonymous callers apart for their limit of calls in flight. */
   origin?: CallOrigin;
+  /**
+   * The URL of what is paid for, as x402 names it: the REST route under the gateway's public URL;
+   * absent for MCP, whose x402 transport names a tool `mcp://tool/<name>`.
+   */
+  resourceUrl?: string;
 }
 
 export interface ToolCallerOptions {
@@ -93,7 +98,7 @@ export class ToolCaller {
     const { payments } = this.options;
     if (!payments) return (await this.run(call, details, signer, disconnection)).value;
     const resource = {
-      url: `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
+      url: call.resourceUrl ?? `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
       description: `Tool "${call.tool}" of MCP server "${call.serverId}"`,
     };
     const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, () =>
