@@ -9,14 +9,11 @@ import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './pa
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
 import type { CallerLimits, CallOrigin, ServerCallSettings } from './call-limits.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
-import { checkArguments } from './tool-arguments.ts';
+import { checkArguments, checkPayloadSize } from './tool-arguments.ts';
 import { cleanResult, MAX_RESULT_DEPTH, TOO_DEEP } from './tool-results.ts';
 
 /** Separates server id and tool name in namespaced tool names; server ids cannot contain it. */
 export const NAMESPACE_SEPARATOR = '__';
-
-/** The spec's limit on the serialized arguments of one tool call. */
-export const MAX_ARGUMENT_BYTES = 100 * 1024;
 
 export interface ToolCall {
   serverId: string;
@@ -68,16 +65,7 @@ export class ToolCaller {
   async call(call: ToolCall, disconnection?: Disconnection): Promise<CallToolResult> {
     // Before anything runs or is paid: what the proof could not commit to after the tool ran.
     checkArguments(call.arguments);
-    const size = Buffer.byteLength(JSON.stringify(call.arguments));
-    if (size > MAX_ARGUMENT_BYTES) {
-      throw new SigilError(
-        'payload_too_large',
-        `Tool arguments are ${size} bytes serialized; the limit is ${MAX_ARGUMENT_BYTES}`,
-        {
-          details: { limitBytes: MAX_ARGUMENT_BYTES, sizeBytes: size },
-        },
-      );
-    }
+    checkPayloadSize(call.arguments, call.meta);
     const details = await this.options.servers.requireServable(call.serverId);
     if (!details.tools.some((tool) => tool.name === call.tool)) {
       const held = details.quarantinedTools.find((tool) => tool.name === call.tool);
