@@ -112,21 +112,24 @@ export class ToolCaller {
       cleaned === TOO_DEEP
         ? toolError(`Tool "${call.tool}" answered a result nested deeper than ${MAX_RESULT_DEPTH} levels`)
         : cleaned;
-    const proof = signer.sign({
-      server: {
-        id: details.id,
-        package: details.package,
-        version: details.version ?? '',
-        registry: details.registry,
-        digest: details.digest ?? '',
-      },
-      tool: call.tool,
-      arguments: call.arguments,
-      result,
-      secretNames: outcome.injected.names,
-    });
-    const proven: CallToolResult = { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
-    return { value: proven, succeeded: result.isError !== true };
+    return {
+      value: proven(signer, details, call, result, outcome.injected.names),
+      succeeded: result.isError !== true,
+    };
+  }
+
+  /**
+   * A refusal of `call` by the gateway (a blocked or unrunnable server, a quarantined tool, a missing
+   * secret), as the tool error the caller receives, with a signed proof: every answer to a tools/call
+   * carries one (gateway spec part 6). Its response hash commits to the refusal; it names no injected
+   * secret, since no process of the caller ran the tool.
+   */
+  async refused(call: ToolCall, refusal: CallToolResult): Promise<CallToolResult> {
+    const [signer, details] = await Promise.all([
+      this.options.proofs(),
+      this.options.servers.describe(call.serverId),
+    ]);
+    return proven(signer, details, call, refusal, []);
   }
 
   /**
@@ -186,6 +189,30 @@ export class ToolCaller {
       this.options.limits.release(caller);
     }
   }
+}
+
+/** `result` with its execution proof in `_meta`. */
+function proven(
+  signer: ProofSigner,
+  details: ServerDetails,
+  call: ToolCall,
+  result: CallToolResult,
+  secretNames: readonly string[],
+): CallToolResult {
+  const proof = signer.sign({
+    server: {
+      id: details.id,
+      package: details.package,
+      version: details.version ?? '',
+      registry: details.registry,
+      digest: details.digest ?? '',
+    },
+    tool: call.tool,
+    arguments: call.arguments,
+    result,
+    secretNames,
+  });
+  return { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
 }
 
 /** A server that timed out or broke the protocol may be wedged: it is never handed another call. */

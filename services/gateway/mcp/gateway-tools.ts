@@ -115,16 +115,27 @@ export class GatewayTools implements McpToolSource {
     }
   }
 
-  private callServerTool(
+  /** A server's tool; a refusal by the gateway is a tool error proven as a result is. */
+  private async callServerTool(
     scope: McpRequestScope,
     serverId: string,
     tool: string,
     args: Record<string, unknown>,
   ): Promise<CallToolResult> {
-    return this.deps.caller.call(
-      { serverId, tool, arguments: args, wallet: scope.wallet, meta: scope.meta, origin: scope.origin },
-      scope.disconnection,
-    );
+    const call = {
+      serverId,
+      tool,
+      arguments: args,
+      wallet: scope.wallet,
+      meta: scope.meta,
+      origin: scope.origin,
+    };
+    try {
+      return await this.deps.caller.call(call, scope.disconnection);
+    } catch (err) {
+      // Protocol errors, payments and retries stay JSON-RPC errors (toolFailure throws them).
+      return this.deps.caller.refused(call, toolFailure(err));
+    }
   }
 
   private async callMetaTool(
