@@ -11,7 +11,7 @@ import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { z } from 'zod';
 import { ensure, expectShape, failWith, notApplicableBecause, pass } from '../check.ts';
 import { excerpt } from '../evidence.ts';
-import type { HttpResponse } from '../http.ts';
+import { createAgent, is4xx, offeredModel, quote } from './agents.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectJson } from './expect.ts';
 import { bearer, freshWallet, RUNTIME_AUTH, signIn } from './wallet.ts';
@@ -23,8 +23,8 @@ import { bearer, freshWallet, RUNTIME_AUTH, signIn } from './wallet.ts';
  * "Chat", "Provider keys", "Wallet ledger"), so a runtime without them is not applicable through the
  * `runtime-chat` and `runtime-provider-vault` features.
  *
- * A black box cannot know which models a deployment offers: the runner creates an agent with a model
- * no one offers, and reads the offered ones from the refusal (`details.offered`).
+ * A black box cannot know which models a deployment offers: the runner asks for an agent with a model
+ * no one offers, and reads the offered ones from the refusal (`details.offered`; agents.ts).
  */
 
 const SPEC_SESSION =
@@ -34,7 +34,6 @@ const SPEC_KEY =
 const SPEC_COST =
   'runtime spec part 8 (BYOK: platformCost = 0.10 × baseLlmCost + 0.0005 USD × toolCalls, per request) and part 1 (the ledger is charged)';
 
-const NO_SUCH_MODEL = 'conformance-no-such-model';
 /** 0.0005 USD at 6 decimals. */
 const TOOL_CALL_PRICE = 500n;
 /** A key slot as SDKs name their variables: PROVIDER_API_KEY, OPENAI_API_KEY, ANTHROPIC_API_KEY. */
@@ -89,37 +88,8 @@ function runtime(
   });
 }
 
-const is4xx = (response: HttpResponse) => response.status >= 400 && response.status < 500;
-const quote = (response: HttpResponse) => excerpt(response.text.replace(/\s+/g, ' '), 200);
-
-async function createAgent(context: DeploymentContext, as: Who, model: string): Promise<string> {
-  const response = await runtime(context, as, 'POST', '/agents', { name: 'conformance', model });
-  ensure(
-    response.status === 200 || response.status === 201,
-    `POST /agents with model ${model}: expected HTTP 201, got ${response.status}: ${quote(response)}`,
-  );
-  return expectJson(response, response.status, idSchema, 'POST /agents').id;
-}
-
 const openSession = (context: DeploymentContext, as: Who, agentId: string, body: unknown = {}) =>
   runtime(context, as, 'POST', `/agents/${agentId}/sessions`, body);
-
-/** A model the deployment offers, read from its refusal of an agent whose model no one offers. */
-async function offeredModel(context: DeploymentContext, as: Who): Promise<string> {
-  const agentId = await createAgent(context, as, NO_SUCH_MODEL);
-  const refused = await openSession(context, as, agentId);
-  ensure(
-    is4xx(refused),
-    `POST /agents/:id/sessions for an agent with model ${NO_SUCH_MODEL}, which no provider offers: expected a 4xx, got ${refused.status}`,
-  );
-  const offered = expectShape(refusalSchema, refused.body ?? {}, 'the refusal of an unoffered model').details
-    ?.offered;
-  if (!offered?.length)
-    notApplicableBecause(
-      'the refusal of an unoffered model lists no offered models (details.offered), so the runner cannot pick one',
-    );
-  return offered[0] as string;
-}
 
 /** Signs the vault message, stores `apiKey` in `slot` and unlocks, as Sigil's routes take them. */
 async function storeKey(context: DeploymentContext, as: Who, slot: string, apiKey: string): Promise<void> {
@@ -233,8 +203,8 @@ export const chatRequirements: readonly Requirement[] = [
     features: ['runtime-wallet-auth', 'runtime-chat'],
     check: async (context) => {
       const owner = await who(context);
-      const model = await offeredModel(context, owner);
-      const agentId = await createAgent(context, owner, model);
+      const model = await offeredModel(context, owner.token);
+      const agentId = await createAgent(context, owner.token, model);
       const opened = await openSession(context, owner, agentId);
       ensure(
         opened.status === 201 || opened.status === 200,
@@ -272,8 +242,8 @@ export const chatRequirements: readonly Requirement[] = [
     features: ['runtime-wallet-auth', 'runtime-chat', 'runtime-provider-vault'],
     check: async (context) => {
       const as = await who(context);
-      const model = await offeredModel(context, as);
-      const agentId = await createAgent(context, as, model);
+      const model = await offeredModel(context, as.token);
+      const agentId = await createAgent(context, as.token, model);
       const opened = await openSession(context, as, agentId);
       ensure(
         opened.status === 201 || opened.status === 200,
@@ -323,7 +293,7 @@ export const chatRequirements: readonly Requirement[] = [
     features: ['runtime-wallet-auth', 'runtime-chat', 'runtime-provider-vault', 'runtime-ledger'],
     check: async (context) => {
       const as = await who(context);
-      const model = await offeredModel(context, as);
+      const model = await offeredModel(context, as.token);
       const balance = expectJson(
         await runtime(context, as, 'GET', '/wallet/balance'),
         200,
@@ -334,7 +304,7 @@ export const chatRequirements: readonly Requirement[] = [
         balance.minimumBalance && balance.minimumBalance > 0n ? balance.minimumBalance : 10_000n;
       await fund(context, as, 2n * minimum);
       await storeKey(context, as, 'PROVIDER_API_KEY', `sk-conformance-${Date.now()}`);
-      const agentId = await createAgent(context, as, model);
+      const agentId = await createAgent(context, as.token, model);
       const opened = await openSession(context, as, agentId);
       ensure(
         opened.status === 201 || opened.status === 200,

@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { ensure, failWith, notApplicableBecause, pass } from '../check.ts';
 import type { HttpResponse } from '../http.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
+import { someAgent } from './agents.ts';
 import { expectJson } from './expect.ts';
 import { bearer, RUNTIME_AUTH, signIn } from './wallet.ts';
 
@@ -49,8 +50,6 @@ const refusalSchema = z.object({
   }),
 });
 
-const agentSchema = z.object({ id: z.string().min(1) });
-
 /**
  * How long a deposit may take to count (the deployment's confirmations) or a withdrawal to complete;
  * the three waits of a check stay inside the runner's 60 s per check.
@@ -86,20 +85,6 @@ async function readBalance(context: DeploymentContext, who: Session): Promise<Le
     `GET /wallet/balance: available is ${balance.available}, but onChainBalance − unsettledSpend − pendingWithdrawals − heldSpend is ${balance.onChainBalance} − ${balance.unsettledSpend} − ${balance.pendingWithdrawals} − ${held} = ${rule}`,
   );
   return balance;
-}
-
-async function createAgent(context: DeploymentContext, who: Session): Promise<string> {
-  const response = await context.http.request({
-    service: 'runtime',
-    method: 'POST',
-    path: '/agents',
-    headers: bearer(who.token),
-    json: { name: 'conformance', model: 'conformance-model' },
-  });
-  if (response.status !== 200 && response.status !== 201) {
-    failWith(`POST /agents: expected HTTP 201, got ${response.status}`);
-  }
-  return expectJson(response, response.status, agentSchema, 'POST /agents').id;
 }
 
 function setBudgets(
@@ -255,7 +240,7 @@ export const ledgerRequirements: readonly Requirement[] = [
         funded.available >= amount,
         `after the deposit, available is ${funded.available}, less than ${amount}`,
       );
-      const agentId = await createAgent(context, who);
+      const agentId = await someAgent(context, who.token);
       const allowed = await budgetCheck(context, who, agentId);
       ensure(
         allowed.status === 200,
@@ -321,7 +306,7 @@ export const ledgerRequirements: readonly Requirement[] = [
     features: ['runtime-wallet-auth', 'runtime-ledger'],
     check: async (context) => {
       const who = await session(context);
-      const agentId = await createAgent(context, who);
+      const agentId = await someAgent(context, who.token);
       let response = await setBudgets(context, who, agentId, { daily: '1000' });
       ensure(response.status === 200, `PUT /agents/:id/budgets answered ${response.status}`);
       response = await budgetCheck(context, who, agentId, 1001n);
@@ -375,7 +360,7 @@ export const ledgerRequirements: readonly Requirement[] = [
       const balance = await readBalance(context, who);
       if (balance.available > 0n)
         notApplicableBecause(`a new wallet already has ${balance.available} available`);
-      const agentId = await createAgent(context, who);
+      const agentId = await someAgent(context, who.token);
       const refusal = expectRefusal(
         await budgetCheck(context, who, agentId),
         'a budget check by a wallet with nothing deposited',

@@ -49,12 +49,18 @@ export function publicBaseUrl(service: { host: string; port: number; publicUrl?:
   return new URL(`http://${host}:${service.port}`);
 }
 
+/** The public base URL as text without a trailing slash, for appending paths: `https://host/prefix`. */
+export function publicBase(service: { host: string; port: number; publicUrl?: string | undefined }): string {
+  const url = publicBaseUrl(service);
+  return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
+}
+
 export function authSettings(config: SigilConfig, service: AuthService): AuthSettings {
   const url = publicBaseUrl(config[service]);
   const gateway = service === 'gateway';
   return {
     service,
-    baseUrl: `${url.origin}${url.pathname.replace(/\/+$/, '')}`,
+    baseUrl: publicBase(config[service]),
     publicUrlConfigured: config[service].publicUrl !== undefined,
     domain: url.host,
     scheme: url.protocol.replace(/:$/, ''),

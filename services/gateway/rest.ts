@@ -38,6 +38,8 @@ export function restRouter(deps: {
   caller: ToolCaller;
   warmup: Warmup;
   openApi: () => unknown;
+  /** The gateway's configured public URL: paid calls name their resource under it. */
+  publicUrl: string;
 }): Router {
   const router = new Router();
   router.get('/api/servers', async (ctx) => {
@@ -62,6 +64,7 @@ export function restRouter(deps: {
         wallet: (ctx.state.auth as AuthPrincipal | undefined)?.address,
         meta: payment === undefined ? body._meta : { ...body._meta, [PAYMENT_META_KEY]: payment },
         origin: { remoteAddress: ctx.req.socket.remoteAddress ?? '', header: (name) => ctx.get(name) },
+        resourceUrl: `${deps.publicUrl}/api/servers/${encodeURIComponent(id)}/tools/${encodeURIComponent(name)}`,
       },
       disconnection(ctx.res),
     );

@@ -1,5 +1,30 @@
 import { SigilError } from '../../core/errors.ts';
 
+/** The spec's limit on the serialized arguments of one tool call (gateway spec part 8), meta-tools included. */
+export const MAX_ARGUMENT_BYTES = 100 * 1024;
+
+/**
+ * Refuses (`payload_too_large`) a tool call, of a server's tool or a meta-tool, whose arguments or
+ * whose `_meta` (what the client sent beside them) are over {@link MAX_ARGUMENT_BYTES} serialized.
+ */
+export function checkPayloadSize(
+  args: Record<string, unknown>,
+  meta: Record<string, unknown> | undefined,
+): void {
+  refuseOversized(args, 'Tool arguments');
+  if (meta !== undefined) refuseOversized(meta, 'Tool call metadata (_meta)');
+}
+
+function refuseOversized(value: unknown, what: string): void {
+  const size = Buffer.byteLength(JSON.stringify(value) ?? '');
+  if (size <= MAX_ARGUMENT_BYTES) return;
+  throw new SigilError(
+    'payload_too_large',
+    `${what} are ${size} bytes serialized; the limit is ${MAX_ARGUMENT_BYTES}`,
+    { details: { limitBytes: MAX_ARGUMENT_BYTES, sizeBytes: size } },
+  );
+}
+
 /**
  * Containers (objects and arrays) a tool call's arguments may nest, the arguments object included.
  * Deeper input is refused before anything runs: serializing, hashing and proving arguments recurse,

@@ -9,7 +9,7 @@ import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './pa
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
 import type { CallerLimits, CallOrigin, ServerCallSettings } from './call-limits.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
-import { checkArguments } from './tool-arguments.ts';
+import { checkArguments, checkPayloadSize } from './tool-arguments.ts';
 import { cleanResult, cleanValue, MAX_RESULT_DEPTH, TOO_DEEP } from './tool-results.ts';
 
 /** Separates server id and tool name in namespaced tool names; server ids cannot contain it. */
@@ -17,9 +17,6 @@ export const NAMESPACE_SEPARATOR = '__';
 
 /** The reason of a call to a tool that runs only as an MCP task (not served: see ServerDetails). */
 export const TASK_REQUIRED = 'task_required';
-
-/** The spec's limit on the serialized arguments of one tool call. */
-export const MAX_ARGUMENT_BYTES = 100 * 1024;
 
 export interface ToolCall {
   serverId: string;
@@ -33,6 +30,11 @@ export interface ToolCall {
   origin?: CallOrigin;
   /** Hears the server's progress and log messages while the call runs (an MCP client's event stream). */
   observer?: CallObserver;
+  /**
+   * The URL of what is paid for, as x402 names it: the REST route under the gateway's public URL;
+   * absent for MCP, whose x402 transport names a tool `mcp://tool/<name>`.
+   */
+  resourceUrl?: string;
 }
 
 export interface ToolCallerOptions {
@@ -68,16 +70,7 @@ export class ToolCaller {
   async call(call: ToolCall, disconnection?: Disconnection): Promise<CallToolResult> {
     // Before anything runs or is paid: what the proof could not commit to after the tool ran.
     checkArguments(call.arguments);
-    const size = Buffer.byteLength(JSON.stringify(call.arguments));
-    if (size > MAX_ARGUMENT_BYTES) {
-      throw new SigilError(
-        'payload_too_large',
-        `Tool arguments are ${size} bytes serialized; the limit is ${MAX_ARGUMENT_BYTES}`,
-        {
-          details: { limitBytes: MAX_ARGUMENT_BYTES, sizeBytes: size },
-        },
-      );
-    }
+    checkPayloadSize(call.arguments, call.meta);
     const details = await this.options.servers.requireServable(call.serverId);
     if (details.taskOnlyTools.includes(call.tool)) {
       throw new SigilError(
@@ -105,7 +98,7 @@ export class ToolCaller {
     const { payments } = this.options;
     if (!payments) return (await this.run(call, details, signer, disconnection)).value;
     const resource = {
-      url: `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
+      url: call.resourceUrl ?? `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
       description: `Tool "${call.tool}" of MCP server "${call.serverId}"`,
     };
     const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, () =>
@@ -131,21 +124,24 @@ export class ToolCaller {
       cleaned === TOO_DEEP
         ? toolError(`Tool "${call.tool}" answered a result nested deeper than ${MAX_RESULT_DEPTH} levels`)
         : cleaned;
-    const proof = signer.sign({
-      server: {
-        id: details.id,
-        package: details.package,
-        version: details.version ?? '',
-        registry: details.registry,
-        digest: details.digest ?? '',
-      },
-      tool: call.tool,
-      arguments: call.arguments,
-      result,
-      secretNames: outcome.injected.names,
-    });
-    const proven: CallToolResult = { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
-    return { value: proven, succeeded: result.isError !== true };
+    return {
+      value: proven(signer, details, call, result, outcome.injected.names),
+      succeeded: result.isError !== true,
+    };
+  }
+
+  /**
+   * A refusal of `call` by the gateway (a blocked or unrunnable server, a quarantined tool, a missing
+   * secret), as the tool error the caller receives, with a signed proof: every answer to a tools/call
+   * carries one (gateway spec part 6). Its response hash commits to the refusal; it names no injected
+   * secret, since no process of the caller ran the tool.
+   */
+  async refused(call: ToolCall, refusal: CallToolResult): Promise<CallToolResult> {
+    const [signer, details] = await Promise.all([
+      this.options.proofs(),
+      this.options.servers.describe(call.serverId),
+    ]);
+    return proven(signer, details, call, refusal, []);
   }
 
   /**
@@ -220,6 +216,30 @@ function redacting({ onProgress, onLog }: CallObserver, redactor: Redactor): Cal
     ...(onProgress && { onProgress: cleaned(onProgress) }),
     ...(onLog && { onLog: cleaned(onLog) }),
   };
+}
+
+/** `result` with its execution proof in `_meta`. */
+function proven(
+  signer: ProofSigner,
+  details: ServerDetails,
+  call: ToolCall,
+  result: CallToolResult,
+  secretNames: readonly string[],
+): CallToolResult {
+  const proof = signer.sign({
+    server: {
+      id: details.id,
+      package: details.package,
+      version: details.version ?? '',
+      registry: details.registry,
+      digest: details.digest ?? '',
+    },
+    tool: call.tool,
+    arguments: call.arguments,
+    result,
+    secretNames,
+  });
+  return { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
 }
 
 /** A server that timed out or broke the protocol may be wedged: it is never handed another call. */

@@ -1,4 +1,5 @@
 import type Router from '@koa/router';
+import { publicBase } from '../../core/auth/settings.ts';
 import { SigilError } from '../../core/errors.ts';
 import type { LaneRoute } from '../../core/http/lane.ts';
 import type { Kernel } from '../kernel.ts';
@@ -72,6 +73,7 @@ function proofSignerFor(kernel: Kernel): () => Promise<ProofSigner> {
 /** Assembles the gateway's MCP and REST surfaces over one catalog, one pool and one execution path. */
 export function createToolGateway(kernel: Kernel): ToolGateway {
   const settings = kernel.config.gateway;
+  const publicUrl = publicBase(settings);
   const logger = kernel.logger.child({ component: 'tool-gateway' });
   const catalog = loadCatalog({
     includeDefaults: settings.includeDefaultCatalog,
@@ -175,8 +177,14 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
       assertServerServable: async (serverId) => void (await servers.requireServable(serverId)),
     }),
     routers: [
-      restRouter({ servers, caller, warmup, openApi: () => gatewayOpenApi(kernel.config.gateway) }),
-      verifyRouter(proofs, payments),
+      restRouter({
+        servers,
+        caller,
+        warmup,
+        openApi: () => gatewayOpenApi(kernel.config.gateway),
+        publicUrl,
+      }),
+      verifyRouter(proofs, payments, publicUrl),
       paymentsRouter(payments),
       secretsRouter({ catalog, vault, onChange: (wallet, serverId) => pool.discard({ serverId, wallet }) }),
     ],

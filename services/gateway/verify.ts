@@ -24,8 +24,16 @@ export const verifyBody = z
   })
   .strict();
 
-/** `POST /api/verify`: checks an execution proof; a changed field is refused with the field named. */
-export function verifyRouter(proofs: () => Promise<ProofSigner>, payments: Payments | undefined): Router {
+/**
+ * `POST /api/verify`: checks an execution proof; a changed field is refused with the field named.
+ * `publicUrl`: the gateway's configured public URL, which names the paid resource (never a request header).
+ */
+export function verifyRouter(
+  proofs: () => Promise<ProofSigner>,
+  payments: Payments | undefined,
+  publicUrl: string,
+): Router {
+  const resource = { url: `${publicUrl}/api/verify`, description: 'Verify an execution proof' };
   return new Router().post('/api/verify', async (ctx) => {
     const { proof, request, response } = parseInput(verifyBody, ctx.request.body ?? {}, 'body');
     const verify = async () => {
@@ -40,7 +48,7 @@ export function verifyRouter(proofs: () => Promise<ProofSigner>, payments: Payme
     if (payments) {
       const paid = await payments.run(
         paymentFromHeaders(ctx),
-        { url: `${ctx.origin}/api/verify`, description: 'Verify an execution proof' },
+        resource,
         (ctx.state.auth as AuthPrincipal | undefined)?.address,
         verify,
       );

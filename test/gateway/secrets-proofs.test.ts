@@ -149,6 +149,41 @@ describeEachDatabase('gateway proofs and secrets', (fresh: TestDatabase) => {
     expect(textOf(result)).to.match(/needs the secret PROBE_TOKEN.*POST \/api\/secrets\/probe-locked/);
   });
 
+  it('proves a refusal (a missing secret) as it proves a result, over /mcp and /mcp/server: POST /api/verify accepts it', async () => {
+    const { token } = await walletToken(gateway.url);
+    const perServer = await mcpClient(`${gateway.url}/mcp/server/probe-locked`, token);
+    const namespaced = await mcpClient(`${gateway.url}/mcp`, token, 'refusals');
+    try {
+      const enabled = await namespaced.callTool({
+        name: 'gateway_enable_server',
+        arguments: { serverId: 'probe-locked' },
+      });
+      expect(enabled.isError, textOf(enabled)).to.not.equal(true);
+      const refusals = [
+        await perServer.callTool({ name: 'echo', arguments: { message: 'locked' } }),
+        await namespaced.callTool({ name: 'probe-locked__echo', arguments: { message: 'locked' } }),
+      ];
+      for (const refusal of refusals) {
+        expect(refusal.isError).to.equal(true);
+        expect(textOf(refusal)).to.match(/needs the secret PROBE_TOKEN/);
+        const proof = proofOf(refusal);
+        expect(proof, 'the refusal carries a proof').to.be.an('object');
+        expect(proof).to.deep.include({ tool: 'echo', secretNames: [] });
+        expect(proof.server).to.include({ id: 'probe-locked', package: '@sigil-test/probe-server' });
+        const { _meta: _ignored, ...response } = refusal as CallToolResult;
+        const verified = await post('/api/verify', {
+          proof,
+          request: { serverId: 'probe-locked', tool: 'echo', arguments: { message: 'locked' } },
+          response,
+        });
+        expect(verified.status, JSON.stringify(await json(verified.clone()))).to.equal(200);
+      }
+    } finally {
+      await perServer.close();
+      await namespaced.close();
+    }
+  });
+
   it('keeps secrets as ciphertext only, and the canary appears in no log line or response', () => {
     const files = readdirSync(join(vaultDir, 'gateway-secrets'));
     expect(files.length).to.be.greaterThan(0);

@@ -119,6 +119,61 @@ describe('gateway: tool arguments are checked before anything runs', function ()
     expect(textOf(deepest)).to.equal('recorded 1');
   });
 
+  it('applies the 100 KB argument limit to meta-tools, and to any call’s _meta, with the same -32602 and code as a server tool', async () => {
+    const oversized = 'x'.repeat(300 * 1024);
+    const serverTool = await refusal({ value: oversized });
+    expect(serverTool.code).to.equal(-32602);
+    expect(serverTool.data).to.deep.include({ code: 'payload_too_large', limitBytes: 100 * 1024 });
+    const gateway_ = await mcpClient(`${gateway.url}/mcp`, token, 'limits');
+    try {
+      for (const [name, args] of [
+        ['gateway_search_servers', { query: 'hostile' }],
+        ['gateway_describe_server', { serverId: 'hostile' }],
+        ['gateway_enable_server', { serverId: 'hostile' }],
+        ['gateway_disable_server', { serverId: 'hostile' }],
+        ['gateway_list_enabled', {}],
+      ] as const) {
+        // Just under the limit the meta-tool answers; over it, it is refused as a server tool is.
+        const fits = await gateway_.callTool({ name, arguments: { ...args, padding: 'x'.repeat(95_000) } });
+        expect(fits.isError, `${name}: ${textOf(fits)}`).to.not.equal(true);
+        const err = await gateway_.callTool({ name, arguments: { ...args, padding: oversized } }).then(
+          () => undefined,
+          (error: unknown) => error,
+        );
+        expect(err, name).to.be.instanceOf(McpError);
+        expect((err as McpError).code, name).to.equal(serverTool.code);
+        expect((err as McpError).data, name).to.deep.include({ code: 'payload_too_large' });
+      }
+      expect(
+        (await gateway_.callTool({ name: 'gateway_list_enabled', arguments: {} })).structuredContent,
+      ).to.deep.equal({ enabled: [] });
+      const meta = { 'io.example/blob': oversized };
+      for (const [mcp, name] of [
+        [gateway_, 'gateway_enable_server'],
+        [client, 'record'],
+      ] as const) {
+        const err = await mcp
+          .callTool({ name, arguments: { serverId: 'hostile', value: 1 }, _meta: meta })
+          .then(
+            () => undefined,
+            (error: unknown) => error,
+          );
+        expect(err, name).to.be.instanceOf(McpError);
+        expect((err as McpError).data, name).to.deep.include({ code: 'payload_too_large' });
+      }
+    } finally {
+      await gateway_.close();
+    }
+    const res = await fetch(`${gateway.url}/api/servers/hostile/tools/record`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({ arguments: { value: 1 }, _meta: { blob: oversized } }),
+    });
+    expect(res.status).to.equal(413);
+    expect(((await res.json()) as { code: string }).code).to.equal('payload_too_large');
+    expect(await timesRun()).to.equal('0');
+  });
+
   it('refuses a number beyond a double (1e400, which parses as Infinity) with -32602 and 400; the tool never runs', async () => {
     const before = await timesRun();
     for (const value of ['1e400', '[1, {"n": -1e999}]']) {

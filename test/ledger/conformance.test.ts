@@ -15,6 +15,7 @@ import {
 } from '../conformance/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { openTestKernel } from '../support/kernel.ts';
+import { pluginsWithLocalProvider } from '../runtime/support.ts';
 import { ledgerOnChain } from './chain-support.ts';
 
 const IDS = [
@@ -42,6 +43,8 @@ describe('ledger: conformance requirements', function () {
         config: {
           runtime: { port: 0 },
           ledger: ledgerOnChain(chain, { confirmations: 1, pollIntervalMs: 100 }),
+          // Agents need a model a provider offers, as under sigil up.
+          plugins: pluginsWithLocalProvider(),
         },
       });
       serving = await serve(kernel, ['runtime']);

@@ -4,6 +4,7 @@ import { Services, newWallet } from '../auth/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import type { Ledger } from '../../services/runtime/ledger/ledger.ts';
 import { createLedgerService } from '../../services/runtime/ledger/service.ts';
+import { pluginsWithLocalProvider } from '../runtime/support.ts';
 import { MIDWEEK, setOnChain } from './support.ts';
 
 describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (database) => {
@@ -14,7 +15,11 @@ describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (datab
   let bobJwt: string;
 
   before(async () => {
-    services = await Services.start({ database, clock: new ManualClock(MIDWEEK) });
+    services = await Services.start({
+      database,
+      clock: new ManualClock(MIDWEEK),
+      config: { plugins: pluginsWithLocalProvider() },
+    });
     ledger = createLedgerService(services.kernel).ledger;
     alice = newWallet();
     [aliceJwt, bobJwt] = await Promise.all([
@@ -35,7 +40,7 @@ describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (datab
     });
   const json = async (res: Response) => (await res.json()) as Record<string, unknown>;
   async function createAgent(jwt = aliceJwt): Promise<string> {
-    const res = await send('POST', '/agents', jwt, { name: 'helper', model: 'gpt-test' });
+    const res = await send('POST', '/agents', jwt, { name: 'helper', model: 'sigil-echo' });
     expect(res.status).to.equal(201);
     return (await json(res)).id as string;
   }
@@ -57,6 +62,20 @@ describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (datab
       const res = await send(method, path, undefined, method === 'GET' ? undefined : {});
       expect(res.status, `${method} ${path}`).to.equal(401);
     }
+  });
+
+  it('POST /agents refuses a model no provider offers: 400 model_not_offered naming the offered ones, nothing stored', async () => {
+    const res = await send('POST', '/agents', aliceJwt, { name: 'helper', model: 'gpt-nowhere' });
+    expect(res.status).to.equal(400);
+    const body = await json(res);
+    expect(body.code).to.equal('invalid_request');
+    expect(body.details).to.deep.include({ reason: 'model_not_offered', model: 'gpt-nowhere' });
+    expect(body.details).to.have.property('offered').that.includes('sigil-echo');
+    expect(body.hint).to.include('sigil-echo');
+    const listed = (await json(await send('GET', '/agents', aliceJwt))).agents as { model: string }[];
+    expect(listed.map((agent) => agent.model)).to.not.include('gpt-nowhere');
+    const stored = await services.kernel.db('agents').where({ model: 'gpt-nowhere' }).count({ n: '*' });
+    expect(Number(stored[0]?.n)).to.equal(0);
   });
 
   it('POST /agents creates an agent of the caller; GET lists only the caller’s; another wallet gets 404', async () => {

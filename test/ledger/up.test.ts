@@ -88,7 +88,7 @@ describe('ledger: sigil up, as a new user', function () {
       pendingWithdrawals: '0',
     });
 
-    const agent = (await call('POST', '/agents', { name: 'helper', model: 'local-echo' })).body;
+    const agent = (await call('POST', '/agents', { name: 'helper', model: 'sigil-echo' })).body;
     expect(
       (await call('PUT', `/agents/${agent.id as string}/budgets`, { daily: String(USD) })).status,
     ).to.equal(200);

@@ -108,7 +108,7 @@ describe('payments: facilitators', function () {
       expect(remote.calls).to.include.members(['POST /x402/verify', 'POST /x402/settle']);
 
       const replay = await rail.verify(payload);
-      expect(replay).to.deep.include({ valid: false, reason: 'invalid_exact_evm_nonce_already_used' });
+      expect(replay).to.deep.include({ valid: false, reason: 'payment_already_used' });
       // Settling again answers settled (the chain has it), moving nothing more.
       expect((await rail.settle(verified.payment)).status).to.equal('settled');
       expect(await balanceOf(payTo)).to.equal(500n);

@@ -76,11 +76,20 @@ describe('runtime chat: sessions, SSE, keys, budgets, cancellation', function ()
     );
     expect(chat.status).to.equal(404);
 
-    const unknownModel = await user({ model: 'gpt-nowhere' });
-    const refused = await unknownModel.client.json('POST', `/agents/${unknownModel.agentId}/sessions`, {});
-    expect(refused.status).to.equal(409);
+    // A model no provider offers never makes an agent, so no session can ask for one.
+    const refused = await alice.client.json('POST', '/agents', { name: 'b', model: 'gpt-nowhere' });
+    expect(refused.status).to.equal(400);
     expect(refused.body.details).to.include({ reason: 'model_not_offered', model: 'gpt-nowhere' });
     expect(refused.body.hint).to.include('sigil-echo');
+    // An agent whose model its provider has since dropped (stored as it was) gets no session.
+    const retired = await stack.runtime.ledger.agents.create(alice.wallet.address, {
+      name: 'c',
+      model: 'gpt-retired',
+    });
+    const noSession = await alice.client.json('POST', `/agents/${retired.id}/sessions`, {});
+    expect(noSession.status).to.equal(409);
+    expect(noSession.body.details).to.include({ reason: 'model_not_offered', model: 'gpt-retired' });
+    expect(noSession.body.hint).to.include('sigil-echo');
 
     expect((await alice.client.json('POST', `/agents/${alice.agentId}/sessions`, {})).status).to.equal(201);
     const third = await alice.client.json('POST', `/agents/${alice.agentId}/sessions`, {});

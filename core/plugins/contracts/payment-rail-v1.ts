@@ -89,6 +89,10 @@ export interface VerifiedPayment {
   authorization: Record<string, unknown>;
 }
 
+/**
+ * A refusal's `reason` is a stable code (`payment_already_used` for an authorization already used),
+ * and its `message` one sentence the payer reads as it is: never a library's or a node's error dump.
+ */
 export type VerifyOutcome =
   | { valid: true; payment: VerifiedPayment }
   | { valid: false; reason: string; message: string; payer?: string };

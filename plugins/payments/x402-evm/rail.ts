@@ -29,6 +29,7 @@ import { blockRanges, blockRangesBackwards } from '../../../core/chain/block-ran
 import { SigilError } from '../../../core/errors.ts';
 import type { X402EvmConfig } from './config.ts';
 import { createFacilitator, SETTLEMENT_MARGIN_SECONDS } from './facilitator.ts';
+import { refusalOf } from './refusals.ts';
 import { rpcTransport } from './transport.ts';
 
 const eip3009 = parseAbi([
@@ -139,8 +140,7 @@ export class X402EvmRail implements PaymentRailV1 {
     if (!result.isValid) {
       return {
         valid: false,
-        reason: result.invalidReason ?? 'invalid_payment',
-        message: result.invalidMessage ?? result.invalidReason ?? 'The facilitator refused the payment',
+        ...refusalOf(result.invalidReason),
         ...(result.payer ? { payer: result.payer } : {}),
       };
     }

@@ -13,6 +13,7 @@ import type { EnabledServers } from '../sessions.ts';
 import { NAMESPACE_SEPARATOR, toolError, type ToolCaller } from '../tool-calls.ts';
 import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
 import { RetryLater } from '../retry-later.ts';
+import { checkPayloadSize } from '../tool-arguments.ts';
 import { ErrorCode, JsonRpcError, RETRY_LATER_CODES } from './jsonrpc.ts';
 
 /** The JSON-RPC error code of an unpaid tool call (x402's MCP transport, as `@x402/mcp` defines it). */
@@ -100,7 +101,11 @@ export class GatewayTools implements McpToolSource {
   ): Promise<CallToolResult> {
     try {
       if (scope.serverId !== undefined) return await this.callServerTool(scope, scope.serverId, name, args);
-      if (META_NAMES.has(name)) return await this.callMetaTool(scope, name, args);
+      if (META_NAMES.has(name)) {
+        // Free, but not unbounded: the same limit as a server tool's arguments, and the same refusal.
+        checkPayloadSize(args, scope.meta);
+        return await this.callMetaTool(scope, name, args);
+      }
       const at = name.indexOf(NAMESPACE_SEPARATOR);
       if (at <= 0) throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
       const serverId = name.slice(0, at);
@@ -116,24 +121,28 @@ export class GatewayTools implements McpToolSource {
     }
   }
 
-  private callServerTool(
+  /** A server's tool; a refusal by the gateway is a tool error proven as a result is. */
+  private async callServerTool(
     scope: McpRequestScope,
     serverId: string,
     tool: string,
     args: Record<string, unknown>,
   ): Promise<CallToolResult> {
-    return this.deps.caller.call(
-      {
-        serverId,
-        tool,
-        arguments: args,
-        wallet: scope.wallet,
-        meta: scope.meta,
-        origin: scope.origin,
-        ...(scope.notify && { observer: forwarding(scope.notify, scope.meta?.progressToken) }),
-      },
-      scope.disconnection,
-    );
+    const call = {
+      serverId,
+      tool,
+      arguments: args,
+      wallet: scope.wallet,
+      meta: scope.meta,
+      origin: scope.origin,
+      ...(scope.notify && { observer: forwarding(scope.notify, scope.meta?.progressToken) }),
+    };
+    try {
+      return await this.deps.caller.call(call, scope.disconnection);
+    } catch (err) {
+      // Protocol errors, payments and retries stay JSON-RPC errors (toolFailure throws them).
+      return this.deps.caller.refused(call, toolFailure(err));
+    }
   }
 
   /**

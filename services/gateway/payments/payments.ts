@@ -150,8 +150,11 @@ export class Payments {
 
   /** The refusal of an unpaid or badly paid call: 402 with x402's PAYMENT-REQUIRED. */
   paymentRequired(resource: PaymentResource, reason?: { code: string; message: string }): SigilError {
-    const required = this.deps.rail.paymentRequired(resource, reason?.code ?? 'payment_required');
-    return paymentError(required, reason?.message ?? 'Payment required: this call costs', this.terms());
+    const code = reason?.code ?? 'payment_required';
+    const required = this.deps.rail.paymentRequired(resource, code);
+    return paymentError(required, reason?.message ?? 'Payment required: this call costs', this.terms(), {
+      reason: code,
+    });
   }
 
   /**
@@ -187,7 +190,8 @@ export class Payments {
     if (!(await reserved)) {
       throw this.paymentRequired(resource, {
         code: 'payment_already_used',
-        message: 'Payment refused (payment_already_used): this authorization has been presented before',
+        message:
+          'Payment refused: this payment authorization was presented before; sign a new payment for this call',
       });
     }
     return payment;
@@ -199,7 +203,7 @@ export class Payments {
     if (!outcome.valid) {
       throw this.paymentRequired(resource, {
         code: outcome.reason,
-        message: `Payment refused (${outcome.reason}): ${outcome.message}`,
+        message: `Payment refused: ${outcome.message}`,
       });
     }
     this.refuseShortWindow(outcome.payment, resource);
@@ -211,7 +215,7 @@ export class Payments {
     if (payment.validBefore * 1000 >= this.deps.clock.now().getTime() + this.deps.staleAfterMs) return;
     throw this.paymentRequired(resource, {
       code: 'authorization_window_too_short',
-      message: `Payment refused (authorization_window_too_short): the authorization must stay valid for at least ${Math.ceil(this.deps.staleAfterMs / 1000)} s, the longest a call and its settlement may take`,
+      message: `Payment refused: the authorization must stay valid for at least ${Math.ceil(this.deps.staleAfterMs / 1000)} s, the longest a call and its settlement may take`,
     });
   }
 
@@ -343,7 +347,7 @@ export class Payments {
       throw this.unproven(payment, resource, kept.notKept === undefined);
     throw this.paymentRequired(resource, {
       code: receipt.errorReason ?? 'settlement_failed',
-      message: `Payment could not be settled (${receipt.errorReason ?? 'settlement_failed'}); nothing was charged and the result is withheld`,
+      message: 'Payment could not be settled: nothing was charged, and the result is withheld',
     });
   }
 
@@ -358,9 +362,10 @@ export class Payments {
     const extension = { paymentId: payment.id, kept, ...(kept ? { resultPath } : {}) };
     return paymentError(
       { ...required, extensions: { [PAID_RESULT_EXTENSION]: extension } },
-      `Payment not proven yet (${SETTLEMENT_UNPROVEN}): the authorization is used on chain, but nothing shows yet that it paid for this call; the result is withheld`,
+      'Payment not proven yet: the authorization is used on chain, but nothing shows yet that it paid for this call; the result is withheld',
       this.terms(),
       {
+        reason: SETTLEMENT_UNPROVEN,
         hint: kept
           ? `Once the settlement is proven, the paying wallet fetches the result at GET ${resultPath} (signed in)`
           : 'The result was not kept (over the size or per-payer limits); nothing is charged unless the settlement is proven',
@@ -562,18 +567,26 @@ function paymentOf(row: SettlementRow): VerifiedPayment {
   };
 }
 
+/**
+ * A 402: `details.reason` is the refusal's stable code (`payment_required` when nothing was paid; the
+ * same as the PaymentRequired's `error`), the message one sentence a payer can act on.
+ */
 function paymentError(
   required: X402PaymentRequired,
   message: string,
   terms: PaymentTerms,
-  kept?: { hint: string; paymentId: string },
+  refusal: { reason: string; hint?: string; paymentId?: string },
 ): SigilError {
   const price = `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
   return new SigilError('payment_required', message.endsWith('costs') ? `${message} ${price}` : message, {
     hint:
-      kept?.hint ??
+      refusal.hint ??
       'Pay with x402: sign the PAYMENT-REQUIRED terms and send them in PAYMENT-SIGNATURE (REST) or params._meta["x402/payment"] (MCP)',
-    details: { paymentRequired: required, ...(kept ? { paymentId: kept.paymentId } : {}) },
+    details: {
+      reason: refusal.reason,
+      paymentRequired: required,
+      ...(refusal.paymentId === undefined ? {} : { paymentId: refusal.paymentId }),
+    },
     headers: { 'PAYMENT-REQUIRED': encodePaymentRequiredHeader(required as never) },
   });
 }

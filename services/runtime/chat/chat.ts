@@ -16,6 +16,7 @@ import type {
 import type { Logger } from '../../../core/log.ts';
 import type { Kernel } from '../../kernel.ts';
 import type { Agents } from '../agents.ts';
+import { offeredModels, offeredModelsHint } from '../models.ts';
 import type { GatewayClient } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
@@ -92,13 +93,6 @@ export class ChatService {
     return undefined;
   }
 
-  async offeredModels(): Promise<string[]> {
-    const lists = await Promise.all(
-      this.options.kernel.plugins.all('llm-provider').map((p) => p.listModels()),
-    );
-    return lists.flat().map((m) => m.id);
-  }
-
   async openSession(
     wallet: string,
     agentId: string,
@@ -107,11 +101,10 @@ export class ChatService {
     const agent = await this.options.agents.get(wallet, agentId);
     const entry = await this.providerFor(agent.model);
     if (!entry) {
-      const offered = await this.offeredModels();
+      // Offered when the agent was created; since removed from the providers' catalogs.
+      const offered = await offeredModels(this.options.kernel.plugins);
       throw new SigilError('conflict', `Model ${agent.model} of agent ${agentId} is not offered here`, {
-        hint: offered.length
-          ? `Create an agent with one of the offered models: ${offered.join(', ')}`
-          : 'No llm-provider plugin is loaded: the operator adds one (e.g. provider-local) to plugins',
+        hint: offeredModelsHint(offered),
         details: { reason: 'model_not_offered', model: agent.model, offered },
       });
     }

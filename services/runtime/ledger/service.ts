@@ -3,6 +3,7 @@ import type { Hex } from 'viem';
 import type { Kernel } from '../../kernel.ts';
 import { Agents } from '../agents.ts';
 import { agentsRouter } from '../agent-routes.ts';
+import { offeredModels } from '../models.ts';
 import { LedgerChain } from './chain.ts';
 import { DepositKeys } from './deposit-keys.ts';
 import { DepositAddresses } from './deposits.ts';
@@ -140,7 +141,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     worker,
     sweeper,
     routers: [
-      agentsRouter(agents),
+      agentsRouter(agents, () => offeredModels(kernel.plugins)),
       ledgerRouter({
         ledger,
         deposits,
