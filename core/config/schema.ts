@@ -568,6 +568,13 @@ export const configSchema = z
           .describe(
             'RPC port of the dev chain on 127.0.0.1; picked by the OS when unset (env DEV_CHAIN_PORT)',
           ),
+        stateFile: z
+          .string()
+          .min(1)
+          .default('data/devchain/state.json')
+          .describe(
+            "Where the dev chain's state (blocks, balances, contracts) is kept between runs; delete it for a new chain (env DEV_CHAIN_STATE_FILE)",
+          ),
       })
       .strict()
       .prefault({})
