@@ -89,7 +89,10 @@ async function runServices(
   const rails = kernel.plugins.list().filter((plugin) => plugin.kind === 'payment-rail');
   if (services.includes('gateway') && rails.length > 0)
     process.stdout.write(`payments ${rails.map((rail) => rail.name).join(', ')}\n`);
-  if (chain) process.stdout.write(devChainBanner(chain) + devChainLedgerBanner(kernel.config));
+  if (chain)
+    process.stdout.write(
+      devChainBanner(chain, kernel.config.devChain.stateFile) + devChainLedgerBanner(kernel.config),
+    );
 }
 
 /**
@@ -115,6 +118,7 @@ async function startDevChainFor(
   try {
     chain = await startDevChain({
       logger,
+      statePath: config.devChain.stateFile,
       ...(config.devChain.port === undefined ? {} : { port: config.devChain.port }),
     });
   } catch (cause) {

@@ -17,6 +17,7 @@ export const paymentRailKit: ContractKit<'payment-rail'> = {
     verify: 'function',
     peek: 'function?',
     latestBlock: 'function?',
+    chainIdentity: 'function?',
     settle: 'function',
     status: 'function',
     settlementsOnChain: 'function',

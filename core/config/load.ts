@@ -50,6 +50,7 @@ export const ENV_OVERRIDES: Record<string, { path: string; coerce: Coerce }> = {
   SIGIL_JWT_SIGNING_KEY: { path: 'auth.jwtSigningKey', coerce: asString },
   DEV_CHAIN: { path: 'devChain.enabled', coerce: asBool },
   DEV_CHAIN_PORT: { path: 'devChain.port', coerce: asInt },
+  DEV_CHAIN_STATE_FILE: { path: 'devChain.stateFile', coerce: asString },
   LEDGER_DEPOSIT_MNEMONIC: { path: 'ledger.depositMnemonic', coerce: asString },
   LEDGER_RPC_URL: { path: 'ledger.rpcUrl', coerce: asString },
   LEDGER_TOKEN_ADDRESS: { path: 'ledger.tokenAddress', coerce: asString },

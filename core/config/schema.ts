@@ -636,6 +636,13 @@ export const configSchema = z
             'sigil up starts a local anvil chain with the dev dollar token and adds a payment rail on it, unless plugins lists a payment-rail',
           ),
         port: port.optional().describe('RPC port of the dev chain on 127.0.0.1; picked by the OS when unset'),
+        stateFile: z
+          .string()
+          .min(1)
+          .default('data/devchain/state.json')
+          .describe(
+            "Where the dev chain's state (blocks, balances, contracts) is kept between runs; delete it for a new chain",
+          ),
       })
       .strict()
       .prefault({})

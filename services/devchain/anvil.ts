@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { createRequire } from 'node:module';
 import type { Logger } from '../../core/log.ts';
+import { prepareStateFile } from './state-file.ts';
 
 /** The mnemonic of anvil's well-known dev accounts, passed explicitly so our derivation always matches. */
 export const DEV_MNEMONIC = 'test test test test test test test test test test test junk';
@@ -18,6 +19,11 @@ export interface AnvilOptions {
   binaryPath?: string;
   /** How long anvil may take to answer RPC before start-up fails. */
   startTimeoutMs?: number;
+  /**
+   * Where the chain's state persists (anvil `--state`): loaded at start when the file holds a state,
+   * written every `STATE_INTERVAL_SECONDS` and on a graceful stop. Without it, each start is a fresh chain.
+   */
+  statePath?: string;
   logger: Logger;
 }
 
@@ -29,13 +35,16 @@ export interface AnvilProcess {
   readonly pid: number;
   /** Settles when anvil has exited, for whatever reason. */
   readonly exited: Promise<void>;
-  /** SIGTERM, then SIGKILL if it lingers; resolves once anvil is gone. Idempotent. */
+  /** SIGTERM (anvil writes its state file, if it has one), then SIGKILL if it lingers; resolves once anvil is gone. Idempotent. */
   stop(): Promise<void>;
 }
 
 const DEFAULT_CHAIN_ID = 8453;
 const DEFAULT_START_TIMEOUT_MS = 15_000;
-const STOP_GRACE_MS = 3_000;
+/** Long enough for anvil to write its state on SIGTERM (a dev chain's state is a few MB at most). */
+const STOP_GRACE_MS = 10_000;
+/** How often a persisted chain writes its state: what a SIGKILL (of anvil or of Sigil) can lose. */
+export const STATE_INTERVAL_SECONDS = 2;
 /** Enough of anvil's output to explain a failed start; the rest is discarded. */
 const OUTPUT_TAIL_BYTES = 4_096;
 /** Exit code of the launch guard when anvil's parent was already gone (see `launchCommand`). */
@@ -63,6 +72,14 @@ export async function startAnvil(options: AnvilOptions): Promise<AnvilProcess> {
     // Never --quiet: the "Listening on host:port" line is how a kernel-picked port is learned.
     '--color',
     'never',
+    ...(options.statePath === undefined
+      ? []
+      : [
+          '--state',
+          prepareStateFile(options.statePath, options.logger),
+          '--state-interval',
+          String(STATE_INTERVAL_SECONDS),
+        ]),
   ];
   const launch = launchCommand(binary, args);
   if (!launch.diesWithParent) {

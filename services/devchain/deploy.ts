@@ -3,6 +3,7 @@ import {
   createWalletClient,
   defineChain,
   getAddress,
+  getContractAddress,
   http,
   parseAbi,
   toHex,
@@ -10,9 +11,11 @@ import {
   type Chain,
   type Hex,
   type PublicClient,
+  type Transport,
+  type WalletClient,
 } from 'viem';
 import { getEip712Domain } from 'viem/actions';
-import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts';
+import { mnemonicToAccount, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { MULTICALL3_ADDRESS, readMiniMulticall3Artifact } from '../../contracts/mini-multicall3.ts';
 import { readSigilDollarArtifact } from '../../contracts/sigil-dollar.ts';
 import type { Logger } from '../../core/log.ts';
@@ -38,6 +41,8 @@ export interface DevChainDeployment {
   };
   /** Multicall3's canonical address, where MiniMulticall3 runs (x402 diagnoses failed payments through it). */
   multicall3: Address;
+  /** The payer's dollars at start (base units): the funding on a new chain, what is left on a saved one. */
+  payerBalance: bigint;
 }
 
 export interface DeployOptions {
@@ -57,17 +62,18 @@ export const DEFAULT_PAYER_FUNDING = 1_000_000_000n;
 const tokenAbi = parseAbi([
   'function mint(address to, uint256 value)',
   'function decimals() view returns (uint8)',
+  'function balanceOf(address account) view returns (uint256)',
 ]);
 
 /**
  * Deploys SigilDollar from the operator, mints the payer's dollars and puts MiniMulticall3 at
  * Multicall3's address. The deployment is the operator's first transaction on a fresh chain, so the
- * token's address is the same on every start.
+ * token's address is the same on every start. On a chain loaded from a saved state the token is
+ * already there: it is used as it is (the payer keeps what it has left, nothing is minted again).
  */
 export async function deploySigilDollar(options: DeployOptions): Promise<DevChainDeployment> {
   // The keys below are public knowledge: refuse anything but a chain on this machine.
   if (!isLoopbackUrl(options.rpcUrl)) throw new Error(`the dev chain must be local, not ${options.rpcUrl}`);
-  const artifact = readSigilDollarArtifact();
   const chain = devChainDefinition(options.rpcUrl, options.chainId);
   const operator = devWallet(OPERATOR_ACCOUNT_INDEX);
   const payer = devWallet(PAYER_ACCOUNT_INDEX);
@@ -83,42 +89,70 @@ export async function deploySigilDollar(options: DeployOptions): Promise<DevChai
 
   await installMulticall3(publicClient, options.logger);
 
-  const deployHash = await walletClient.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode });
-  const deployed = await publicClient.waitForTransactionReceipt({ hash: deployHash });
-  if (deployed.status !== 'success' || !deployed.contractAddress) {
-    throw new Error(`SigilDollar deployment failed (transaction ${deployHash})`);
-  }
-  const address = getAddress(deployed.contractAddress);
-
   const funding = options.payerFunding ?? DEFAULT_PAYER_FUNDING;
-  const mintHash = await walletClient.writeContract({
-    address,
-    abi: tokenAbi,
-    functionName: 'mint',
-    args: [payer.address, funding],
-  });
-  const minted = await publicClient.waitForTransactionReceipt({ hash: mintHash });
-  if (minted.status !== 'success')
-    throw new Error(`minting the payer's dollars failed (transaction ${mintHash})`);
+  let address = await deployedToken(publicClient, operator.address);
+  if (address === undefined) {
+    address = await deployToken(publicClient, walletClient);
+    const mintHash = await walletClient.writeContract({
+      address,
+      abi: tokenAbi,
+      functionName: 'mint',
+      args: [payer.address, funding],
+    });
+    const minted = await publicClient.waitForTransactionReceipt({ hash: mintHash });
+    if (minted.status !== 'success')
+      throw new Error(`minting the payer's dollars failed (transaction ${mintHash})`);
+    options.logger.info({ token: address }, 'dev chain: SigilDollar deployed');
+    options.logger.info({ payer: payer.address, baseUnits: funding.toString() }, 'dev chain: payer funded');
+  } else {
+    options.logger.info({ token: address }, 'dev chain: SigilDollar already deployed (saved chain state)');
+  }
 
   // Read back rather than repeat the contract's constants: what is returned is what signatures verify against.
-  const [{ domain }, decimals] = await Promise.all([
+  const [{ domain }, decimals, payerBalance] = await Promise.all([
     getEip712Domain(publicClient, { address }),
     publicClient.readContract({ address, abi: tokenAbi, functionName: 'decimals' }),
+    publicClient.readContract({ address, abi: tokenAbi, functionName: 'balanceOf', args: [payer.address] }),
   ]);
   const token = { address, name: domain.name, version: domain.version, decimals };
-  options.logger.info(
-    { token: address, name: token.name, version: token.version },
-    'dev chain: SigilDollar deployed',
-  );
-  options.logger.info({ payer: payer.address, baseUnits: funding.toString() }, 'dev chain: payer funded');
   return {
     rpcUrl: options.rpcUrl,
     chainId: options.chainId,
     token,
     accounts: { operator, payer, treasury },
     multicall3: MULTICALL3_ADDRESS,
+    payerBalance,
   };
+}
+
+/**
+ * The token at the operator's first contract address, when a saved chain already has it; undefined on
+ * a fresh chain. Anything else there (a state file from another program) is refused rather than used.
+ */
+async function deployedToken(publicClient: PublicClient, operator: Address): Promise<Address | undefined> {
+  const address = getContractAddress({ from: operator, nonce: 0n });
+  const code = await publicClient.getCode({ address });
+  if (code === undefined || code === '0x') return undefined;
+  // Its immutables (owner, domain separator) are filled in at deployment: compare the length only.
+  if (code.length !== readSigilDollarArtifact().deployedBytecode.length) {
+    throw new Error(
+      `the saved dev chain has a contract at ${address} that is not SigilDollar; remove the chain state file to start a new chain`,
+    );
+  }
+  return address;
+}
+
+async function deployToken(
+  publicClient: PublicClient,
+  walletClient: WalletClient<Transport, Chain, PrivateKeyAccount>,
+): Promise<Address> {
+  const artifact = readSigilDollarArtifact();
+  const deployHash = await walletClient.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode });
+  const deployed = await publicClient.waitForTransactionReceipt({ hash: deployHash });
+  if (deployed.status !== 'success' || !deployed.contractAddress) {
+    throw new Error(`SigilDollar deployment failed (transaction ${deployHash})`);
+  }
+  return getAddress(deployed.contractAddress);
 }
 
 /**

@@ -44,6 +44,11 @@ export interface DevChainOptions {
   payerFunding?: bigint;
   /** How long anvil may take to answer; 15 s by default. */
   startTimeoutMs?: number;
+  /**
+   * Where the chain's state is kept between runs (see AnvilOptions.statePath); a start with a saved
+   * state finds the token deployed and the balances as they were. Absent: each start is a fresh chain.
+   */
+  statePath?: string;
 }
 
 export interface DevChain extends DevChainDeployment {
@@ -51,18 +56,22 @@ export interface DevChain extends DevChainDeployment {
   anvilPid: number;
   /** Settles if anvil exits, including unexpectedly. */
   exited: Promise<void>;
-  /** Stops anvil; its state is gone with it (each start is a fresh chain). Idempotent. */
+  /** Stops anvil, which writes its state file first when it has one. Idempotent. */
   stop(): Promise<void>;
 }
 
 export async function startDevChain(options: DevChainOptions): Promise<DevChain> {
   const { logger } = options;
-  logger.info({ port: options.port || 'picked by the OS' }, 'dev chain: starting anvil');
+  logger.info(
+    { port: options.port || 'picked by the OS', state: options.statePath ?? 'not kept' },
+    'dev chain: starting anvil',
+  );
   const anvil = await startAnvil({
     logger,
     ...(options.port === undefined ? {} : { port: options.port }),
     ...(options.chainId === undefined ? {} : { chainId: options.chainId }),
     ...(options.startTimeoutMs === undefined ? {} : { startTimeoutMs: options.startTimeoutMs }),
+    ...(options.statePath === undefined ? {} : { statePath: options.statePath }),
   });
   logger.info({ rpcUrl: anvil.rpcUrl, chainId: anvil.chainId, pid: anvil.pid }, 'dev chain: anvil listening');
   try {

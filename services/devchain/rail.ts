@@ -8,7 +8,7 @@ import { pathToFileURL } from 'node:url';
 import { formatUnits } from 'viem';
 import type { PluginEntry, SigilConfig } from '../../core/config/schema.ts';
 import type { BuiltinPlugins } from '../../core/plugins/host.ts';
-import { DEFAULT_PAYER_FUNDING, type DevChainDeployment } from './deploy.ts';
+import type { DevChainDeployment } from './deploy.ts';
 
 /** The built-in payment rail the dev chain is wired to. */
 export const DEV_CHAIN_RAIL = 'payments-x402-evm';
@@ -92,14 +92,14 @@ async function pluginKind(specifier: string, options: SkipOptions): Promise<stri
  * The block `sigil up` prints on stdout (never in the log): where the chain is, and the dev wallet
  * to pay with. Its key is anvil's well-known dev key, so printing it gives nothing away.
  */
-export function devChainBanner(
-  chain: DevChainDeployment,
-  payerFunding: bigint = DEFAULT_PAYER_FUNDING,
-): string {
+export function devChainBanner(chain: DevChainDeployment, statePath?: string): string {
   const { token, accounts } = chain;
-  const dollars = formatUnits(payerFunding, token.decimals);
+  const dollars = formatUnits(chain.payerBalance, token.decimals);
   return [
     `dev chain  ${chain.rpcUrl} (chain id ${chain.chainId}, local anvil; stops with sigil)`,
+    ...(statePath === undefined
+      ? []
+      : [`  state    ${statePath} (kept between runs; delete it, with sigil stopped, for a new chain)`]),
     `  token    ${token.address} (${token.name}, ${token.decimals} decimals)`,
     `  treasury ${accounts.treasury.address} (payTo: receives the payments)`,
     `  payer    ${accounts.payer.address} (dev wallet, ${dollars} dollars of the token)`,

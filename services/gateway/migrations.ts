@@ -135,4 +135,19 @@ export const gatewayMigrations: readonly Migration[] = [
       });
     },
   },
+  {
+    name: '0150-payment-chain-replaced',
+    async up(db) {
+      // Set on the records of a chain that was replaced (a dev chain started afresh): they stay as
+      // history, but the reconciler compares only the current chain's records with the chain.
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.bigInteger('chain_replaced_at').nullable();
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.dropColumn('chain_replaced_at');
+      });
+    },
+  },
 ];

@@ -138,7 +138,10 @@ describe('sigil up and the dev chain', function () {
 
     writeFileSync(file, JSON.stringify({ devChain: { enabled: false } }));
     const check = await runSigil(['--config', file, 'config', 'check'], { cwd: dir, env: await env() });
-    expect(JSON.parse(check.stdout)).to.have.deep.property('devChain', { enabled: false });
+    expect(JSON.parse(check.stdout)).to.have.deep.property('devChain', {
+      enabled: false,
+      stateFile: 'data/devchain/state.json',
+    });
   });
 
   it('sigil gateway alone starts no chain', async () => {

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { authTables } from './0001-auth.ts';
 import { siweNonceClients } from './0002-siwe-nonce-clients.ts';
 import { siweStatelessChallenges } from './0003-siwe-stateless-challenges.ts';
+import { chainIdentities } from './0004-chain-identities.ts';
 
 /** A schema change. Names sort in the order they apply, so prefix them with a number. */
 export interface Migration {
@@ -10,4 +11,9 @@ export interface Migration {
   down(db: Knex): Promise<void>;
 }
 
-export const kernelMigrations: readonly Migration[] = [authTables, siweNonceClients, siweStatelessChallenges];
+export const kernelMigrations: readonly Migration[] = [
+  authTables,
+  siweNonceClients,
+  siweStatelessChallenges,
+  chainIdentities,
+];

@@ -47,6 +47,20 @@ export interface PaymentRailV1 {
    * reconciliation reads the settlements from block 0 on.
    */
   latestBlock?(): Promise<bigint>;
+  /**
+   * Optional: which chain the rail settles on, told apart from another with the same chain id (a dev
+   * chain started afresh) by its genesis block. With it the gateway detects, at start-up, that the
+   * chain its payment records describe was replaced, and fences those records; without it, it cannot.
+   */
+  chainIdentity?(): Promise<RailChainIdentity>;
+}
+
+export interface RailChainIdentity {
+  chainId: number;
+  /** The hash of block 0. */
+  genesisHash: string;
+  /** The asset's contract address. */
+  contract: string;
 }
 
 export interface PaymentTerms {

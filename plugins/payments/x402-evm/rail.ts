@@ -20,12 +20,14 @@ import type {
   PaymentRailV1,
   PaymentResource,
   PaymentTerms,
+  RailChainIdentity,
   SettleOutcome,
   VerifiedPayment,
   VerifyOutcome,
   X402PaymentRequired,
 } from '../../../core/plugins/contracts/index.ts';
 import { blockRanges, blockRangesBackwards } from '../../../core/chain/block-ranges.ts';
+import { readChainIdentity } from '../../../core/chain/identity.ts';
 import { SigilError } from '../../../core/errors.ts';
 import type { X402EvmConfig } from './config.ts';
 import { createFacilitator, SETTLEMENT_MARGIN_SECONDS } from './facilitator.ts';
@@ -308,6 +310,10 @@ export class X402EvmRail implements PaymentRailV1 {
 
   latestBlock(): Promise<bigint> {
     return this.publicClient.getBlockNumber({ cacheTime: 0 });
+  }
+
+  chainIdentity(): Promise<RailChainIdentity> {
+    return readChainIdentity(this.publicClient, this.config.asset.address);
   }
 
   async settlementsOnChain(fromBlock: bigint): Promise<OnChainSettlement[]> {

@@ -17,6 +17,7 @@ import {
   DEFAULT_RESULT_RETENTION_MS,
   PaidResults,
 } from './paid-results.ts';
+import { fencePaymentsOfReplacedChain } from './chain-fence.ts';
 import { Reconciler, type Reconciliation } from './reconciler.ts';
 
 /** Where x402's MCP transport carries a payment in `params._meta`, and the settlement in `result._meta`. */
@@ -375,11 +376,19 @@ export class Payments {
   }
 
   /**
-   * Start-up: settlements that were under way are completed now, and calls left unfinished by a dead
-   * process are released (those of live replicas are younger than `staleAfterMs`; the worker
-   * releases the rest as they age).
+   * Start-up: the records of a chain that was replaced are fenced (chain-fence.ts), settlements that
+   * were under way are completed now, and calls left unfinished by a dead process are released (those
+   * of live replicas are younger than `staleAfterMs`; the worker releases the rest as they age).
    */
   async recover(): Promise<{ released: number; settling: number }> {
+    // An RPC down now does not stop the gateway: a real chain is not replaced, and the dev chain is
+    // up before the gateway starts.
+    await fencePaymentsOfReplacedChain(this.deps).catch((err: unknown) =>
+      this.deps.logger.warn(
+        { err: (err as Error).message },
+        'payments: cannot read the chain to check it is the one recorded; not checked this run',
+      ),
+    );
     const settling = await this.deps
       .db('payment_settlements')
       .where({ state: 'settling' })

@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import type { Database } from '../../../core/db/database.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { PaymentRailV1 } from '../../../core/plugins/contracts/index.ts';
@@ -65,9 +66,12 @@ export class Reconciler {
       missing = await this.settledNotOnChain(missing.map((mismatch) => mismatch.id));
     }
     const mismatches = [...missing, ...others];
-    const count = async (table: string) =>
-      Number(((await this.deps.db(table).count({ n: '*' }).first()) as { n: number | string }).n);
-    const [checked, onChain] = [await count('payment_settlements'), await count('payment_chain_settlements')];
+    const count = async (query: Knex.QueryBuilder) =>
+      Number(((await query.count({ n: '*' }).first()) as { n: number | string }).n);
+    const { db } = this.deps;
+    // The records of a replaced chain are history, never compared (chain-fence.ts).
+    const checked = await count(db('payment_settlements').whereNull('chain_replaced_at'));
+    const onChain = await count(db('payment_chain_settlements'));
     if (mismatches.length > 0) this.deps.logger.error({ mismatches }, 'payments: records and chain disagree');
     return { checked, onChain, mismatches };
   }
@@ -78,6 +82,7 @@ export class Reconciler {
     const joined = () =>
       db('payment_chain_settlements as chain')
         .join('payment_settlements as record', 'record.id', 'chain.id')
+        .whereNull('record.chain_replaced_at')
         .select(
           'record.id',
           'record.state',
@@ -120,6 +125,7 @@ export class Reconciler {
         .db('payment_settlements as record')
         .leftJoin('payment_chain_settlements as chain', 'chain.id', 'record.id')
         .where('record.state', 'settled')
+        .whereNull('record.chain_replaced_at')
         .whereNull('chain.id')
         .select('record.id', 'record.state', 'record.amount', 'record.transaction')
         .orderBy('record.id');

@@ -13,6 +13,11 @@ export const ENTRY_EFFECTS = {
   withdrawal_release: { pending_withdrawals: -1 },
   withdrawal_complete: { pending_withdrawals: -1, withdrawn: 1 },
   deposit: {},
+  /**
+   * The chain the deposits were on was replaced (a dev chain started afresh): the spend charged there
+   * can never be swept from it, so it is written off, and the new chain's balance starts clean.
+   */
+  chain_replaced: { unsettled_spend: -1 },
 } as const satisfies Record<string, Partial<Record<TotalColumn, 1 | -1>>>;
 
 export type EntryKind = keyof typeof ENTRY_EFFECTS;
@@ -29,7 +34,9 @@ export type TotalColumn = (typeof TOTAL_COLUMNS)[number];
 
 /**
  * A wallet's ledger, in base units.
- * `available = onChainBalance − unsettledSpend − pendingWithdrawals − heldSpend`.
+ * `available = onChainBalance − unsettledSpend − pendingWithdrawals − heldSpend`, or 0 when that is
+ * below 0: the balance read from the chain can trail what the ledger already counts as gone (a sweep
+ * mined before the worker marks it done), and what cannot be spent is 0, not a debt.
  */
 export interface Balance {
   wallet: string;
@@ -42,6 +49,8 @@ export interface Balance {
   /** Reserved by requests still running (a chat's estimate), until they settle or release (holds.ts). */
   heldSpend: bigint;
   available: bigint;
+  /** How far the spend, withdrawals and holds exceed the on-chain balance when they do (else 0). */
+  shortfall: bigint;
   /** Charged and swept to the treasury (no longer at the deposit address). */
   settledSpend: bigint;
   /** Withdrawals completed on chain. */
@@ -77,13 +86,15 @@ export function balanceOf(wallet: string, row: WalletRow | undefined): Balance {
   const pendingWithdrawals = toAmount(row?.pending_withdrawals ?? '0');
   const heldSpend = toAmount(row?.held_spend ?? '0');
   const updatedAt = toAmount(row?.balance_updated_at ?? '0');
+  const spendable = onChainBalance - unsettledSpend - pendingWithdrawals - heldSpend;
   return {
     wallet,
     onChainBalance,
     unsettledSpend,
     pendingWithdrawals,
     heldSpend,
-    available: onChainBalance - unsettledSpend - pendingWithdrawals - heldSpend,
+    available: spendable > 0n ? spendable : 0n,
+    shortfall: spendable < 0n ? -spendable : 0n,
     settledSpend: toAmount(row?.settled_spend ?? '0'),
     withdrawn: toAmount(row?.withdrawn ?? '0'),
     balanceBlock: toAmount(row?.balance_block ?? '0'),

@@ -260,7 +260,8 @@ export class Holds {
     if (first) return { entry: first, charged: first.amount, uncharged: 0n, replayed: true };
     if (cost === 0n) return { entry: undefined, charged: 0n, uncharged: 0n, replayed: false };
     const { budgets } = await this.ledger.readBudgets(trx, hold.wallet, hold.agentId);
-    let room = balance.available + released;
+    // What the wallet can spend once this hold is gone: a shortfall eats into the released amount.
+    let room = balance.available - balance.shortfall + released;
     for (const state of Object.values(budgets))
       if (state.remaining !== null && state.remaining < room) room = state.remaining;
     const charged = cost < room ? cost : room > 0n ? room : 0n;
@@ -416,7 +417,7 @@ export class Holds {
     options: { minimumBalance: boolean },
   ): void {
     refuseOverBudget(budgets, amount, agentId);
-    const remaining = balance.available < 0n ? 0n : balance.available;
+    const remaining = balance.available;
     const minimum = this.ledger.settings.minimumBalance;
     if (options.minimumBalance && balance.available < minimum)
       throw new SpendRefused('minimum_balance', { requested: amount, remaining, limit: minimum, agentId });

@@ -259,7 +259,7 @@ export class Ledger {
         if (input.amount > balance.available) {
           throw new SpendRefused('available', {
             requested: input.amount,
-            remaining: balance.available < 0n ? 0n : balance.available,
+            remaining: balance.available,
             agentId: input.agentId,
           });
         }
@@ -293,7 +293,7 @@ export class Ledger {
     if (balance.available < minimum) {
       throw new SpendRefused('minimum_balance', {
         requested: amount,
-        remaining: balance.available < 0n ? 0n : balance.available,
+        remaining: balance.available,
         limit: minimum,
         agentId,
       });

@@ -5,6 +5,7 @@ import { Agents } from '../agents.ts';
 import { agentsRouter } from '../agent-routes.ts';
 import { offeredModels } from '../models.ts';
 import { LedgerChain } from './chain.ts';
+import { clearBalancesOfAbsentChain, fenceReplacedChain } from './chain-fence.ts';
 import { DepositKeys } from './deposit-keys.ts';
 import { DepositAddresses } from './deposits.ts';
 import { Holds } from './holds.ts';
@@ -39,7 +40,10 @@ export interface LedgerService {
   /** Moves unsettled spend to the treasury every sweep.intervalSeconds; present with a worker and a treasury. */
   sweeper: Sweeper | undefined;
   routers: Router[];
-  /** Checks the deposit mnemonic against the stored addresses, then starts the background work. */
+  /**
+   * Checks the deposit mnemonic against the stored addresses and the chain against the one recorded
+   * (chain-fence.ts), then starts the background work.
+   */
   start(): Promise<void>;
   close(): Promise<void>;
 }
@@ -154,11 +158,21 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     ],
     start: async () => {
       await deposits.verifyMnemonic();
-      holds.start();
       if (!chain) {
+        await clearBalancesOfAbsentChain({ db: kernel.db, ledger, logger });
+        holds.start();
         logger.info('ledger: no chain configured (ledger.rpcUrl): balances are not read from a chain');
         return;
       }
+      // Before anything reads the chain or moves money on it. An RPC down now does not stop the
+      // runtime (a real chain is not replaced; the dev chain is up before the runtime starts).
+      await fenceReplacedChain({ db: kernel.db, ledger, transfers, chain, logger }).catch((err: unknown) =>
+        logger.warn(
+          { err: (err as Error).message },
+          'ledger: cannot read the chain to check it is the one recorded; not checked this run',
+        ),
+      );
+      holds.start();
       watcher?.start();
       await worker?.start();
       sweeper?.start();

@@ -178,7 +178,7 @@ export class Transfers {
       if (input.amount > balance.available) {
         throw new SpendRefused('available', {
           requested: input.amount,
-          remaining: balance.available < 0n ? 0n : balance.available,
+          remaining: balance.available,
         });
       }
       const transfer = await this.insert(trx, {
