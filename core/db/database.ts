@@ -52,14 +52,13 @@ function openSqlite(url: string): Database {
 
 /**
  * The database holds sessions' signing key, nonces and the ledger: only the service's user may read it.
- * The data directory is created 0711 (an existing one is left as it is: it may be shared, like /tmp):
- * nobody else may list it, but sandbox users must pass through it to the package cache that the
- * default layout keeps below it. The file is created, or tightened, to 0600 before SQLite opens it;
- * SQLite gives its -wal and -shm files the database file's mode, and any left from before are
- * tightened too.
+ * The data directory is created 0700 (an existing one is left as it is: it may be shared, like /tmp;
+ * sandboxes still reach the package cache below it: run as root, the sandbox runtime lends it to them),
+ * and the file is created, or tightened, to 0600 before SQLite opens it; SQLite gives its -wal and
+ * -shm files the database file's mode, and any left from before are tightened too.
  */
 function makePrivate(filename: string): void {
-  mkdirSync(dirname(filename), { recursive: true, mode: 0o711 });
+  mkdirSync(dirname(filename), { recursive: true, mode: 0o700 });
   closeSync(openSync(filename, 'a', 0o600));
   for (const file of [filename, `${filename}-wal`, `${filename}-shm`, `${filename}-journal`]) {
     if (existsSync(file)) chmodSync(file, 0o600);

@@ -32,12 +32,12 @@ describe('data at rest: the SQLite files are private to the service user', () =>
   beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'sigil-data-'))));
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('creates the data directory 0711 (others pass through to the package cache, never list it) and the database, its -wal and -shm 0600', async () => {
+  it('creates the data directory 0700 and the database, its -wal and -shm 0600', async () => {
     const services = await Services.start({ database: sqliteIn(dir) });
     try {
       await services.signIn('runtime', newWallet());
       const file = join(dir, 'data', 'sigil.db');
-      expect(mode(join(dir, 'data'))).to.equal(0o711);
+      expect(mode(join(dir, 'data'))).to.equal(0o700);
       expect(mode(file)).to.equal(0o600);
       for (const companion of ['-wal', '-shm']) {
         expect(existsSync(file + companion), companion).to.equal(true);

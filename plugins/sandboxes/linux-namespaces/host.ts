@@ -91,25 +91,32 @@ export function assertOwnedPrivately(dir: string): void {
 }
 
 /**
- * Fails unless the sandbox user can reach `path`: every directory on the way must let it search.
- * Otherwise the sandbox would fail later with a bare EACCES from mount, which says nothing.
+ * The first directory on the way to `path` (itself included) that `uid` may not search, or undefined
+ * when the sandbox user can reach it by path.
  */
-export function assertTraversable(path: string, uid: number, what: string): void {
+export function firstUnsearchable(path: string, uid: number): { dir: string; mode: number } | undefined {
   let current = path;
   for (;;) {
     const stat = statSync(current);
     const bit = stat.uid === uid ? 0o100 : stat.gid === uid ? 0o010 : 0o001;
-    if (!(stat.mode & bit)) {
-      throw new SigilError(
-        'unavailable',
-        `${what} ${path} is not reachable by the sandbox user ${uid}: ${current} is mode ${(stat.mode & 0o777).toString(8)}`,
-        {
-          hint: `chmod o+x ${current}, or choose a state dir / package cache the sandbox user can reach`,
-        },
-      );
-    }
+    if (!(stat.mode & bit)) return { dir: current, mode: stat.mode & 0o777 };
     const parent = dirname(current);
-    if (parent === current) return;
+    if (parent === current) return undefined;
     current = parent;
+  }
+}
+
+/**
+ * Fails unless the sandbox user can reach `path`: every directory on the way must let it search.
+ * Otherwise the sandbox would fail later with a bare EACCES from mount, which says nothing.
+ */
+export function assertTraversable(path: string, uid: number, what: string): void {
+  const blocked = firstUnsearchable(path, uid);
+  if (blocked) {
+    throw new SigilError(
+      'unavailable',
+      `${what} ${path} is not reachable by the sandbox user ${uid}: ${blocked.dir} is mode ${blocked.mode.toString(8)}`,
+      { hint: `chmod o+x ${blocked.dir}, or choose a state dir the sandbox user can reach` },
+    );
   }
 }

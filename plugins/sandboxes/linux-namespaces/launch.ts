@@ -3,6 +3,8 @@ import { EGRESS_FORWARDER, EGRESS_SOCKET, SANDBOX_ID } from './root.ts';
 /**
  * The launch chain, one exec after another (no extra process but the mount helpers):
  *
+ *   [unshare -m → sh -c LEND]  (as root, only when a path is lent: a mount namespace of its own,
+ *                               where paths the sandbox user cannot reach are bound where it can)
  *   setpriv  (as root: become the sandbox user; always: die with the runtime, PR_SET_PDEATHSIG)
  *   └ unshare  (new user, mount, network, PID, IPC and UTS namespaces; the user namespace maps only
  *     │         the sandbox user, to itself; --kill-child: its child dies with it)
@@ -56,6 +58,11 @@ export interface LaunchInput {
    */
   switchUser?: number;
   marker: string;
+  /**
+   * As root: the fstab that lends paths the sandbox user cannot reach (root.ts `lendingFstab`),
+   * applied in a mount namespace of the chain's own before the user switch.
+   */
+  lendingFstab?: string;
   fstab: string;
   /** Host path of the skeleton, where the root is mounted. */
   root: string;
@@ -180,8 +187,21 @@ export function setupScript(input: LaunchInput): string {
   ].join('\n');
 }
 
-/** Arguments of the outermost `setpriv`, which the runtime spawns. */
-export function launchArgs(input: LaunchInput): string[] {
+/**
+ * The chain the runtime spawns (after the syscall filter's loader): the user switch, preceded, when
+ * paths are lent, by their binds in a mount namespace made as root. The sandbox's own namespaces are
+ * made from that one, so it sees the lent binds, and the host's mount table never does.
+ */
+export function launchCommand(input: LaunchInput): string[] {
+  const chain = [input.tools.setpriv, ...setprivArgs(input)];
+  if (input.lendingFstab === undefined) return chain;
+  const lend = `${shellQuote(input.tools.mount)} -n -a -T ${shellQuote(input.lendingFstab)} || { echo "${SETUP_FAILED_PREFIX} lending paths the sandbox user cannot reach" >&2; exit ${SETUP_FAILED_EXIT}; }
+exec "$@"`;
+  return [input.tools.unshare, '--mount', '--', input.tools.sh, '-c', lend, input.marker, ...chain];
+}
+
+/** Arguments of the `setpriv` that switches to the sandbox user. */
+function setprivArgs(input: LaunchInput): string[] {
   const { tools } = input;
   const user =
     input.switchUser === undefined

@@ -238,8 +238,23 @@ function fstabField(value: string): string {
   return value.replace(/[\s\\]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
 }
 
+/**
+ * Host paths of the plan that the sandbox user cannot reach by path (a directory on the way, such as
+ * a mode-700 home, does not let it search), each with the host path it is lent at: an empty mount
+ * point of this spawn, onto which the launch binds it as root, in a mount namespace of its own,
+ * before the user switch (see launch.ts). The sandbox's own fstab then binds it from there.
+ */
+export type LentPaths = ReadonlyMap<string, string>;
+
+/** The fstab that lends each path of `lent` (applied as root, before the user switch). */
+export function lendingFstab(lent: LentPaths): string {
+  return fstabLines([...lent].map(([source, at]) => [source, at, 'none', RO_BIND]));
+}
+
 export interface FstabInput {
   plan: RootPlan;
+  /** Binds whose source the sandbox user reaches only where it was lent. */
+  lent?: LentPaths;
   /** Host path of the skeleton, the new root. */
   root: string;
   /** Host path of the tmpfs holding the skeleton's copy, bound read-only onto `root`. */
@@ -260,7 +275,8 @@ export function fstab(input: FstabInput): string {
   const lines: [string, string, string, string][] = [
     [input.staging, input.root, 'none', 'bind,ro,nosuid,nodev'],
   ];
-  const bind = (entry: Bind) => lines.push([entry.source, at(entry.target), 'none', entry.options]);
+  const bind = (entry: Bind) =>
+    lines.push([input.lent?.get(entry.source) ?? entry.source, at(entry.target), 'none', entry.options]);
   input.plan.binds.filter((entry) => !inTmp(entry.target)).forEach(bind);
   lines.push(['proc', at('/proc'), 'proc', 'nosuid,nodev,noexec']);
   // The host's /proc has the same entries (same kernel), so it tells which exist to be covered.
@@ -276,5 +292,9 @@ export function fstab(input: FstabInput): string {
   input.plan.binds.filter((entry) => inTmp(entry.target)).forEach(bind);
   if (input.egressSocket)
     lines.push([input.egressSocket, at(EGRESS_SOCKET), 'none', 'bind,ro,nosuid,nodev,noexec']);
+  return fstabLines(lines);
+}
+
+function fstabLines(lines: readonly (readonly [string, string, string, string])[]): string {
   return lines.map((fields) => `${fields.map(fstabField).join(' ')} 0 0\n`).join('');
 }

@@ -22,13 +22,14 @@ import {
   assertOwnedPrivately,
   assertTraversable,
   coreDumpsGoToPipe,
+  firstUnsearchable,
   DEFAULT_PATH,
   findTools,
   resolveExecutable,
 } from './host.ts';
-import { environmentScript, launchArgs, type LaunchInput, type Tools } from './launch.ts';
+import { environmentScript, launchCommand, type LaunchInput, type Tools } from './launch.ts';
 import { currentOwner, marker, markedProcesses, ownerAlive } from './leftovers.ts';
-import { ensureSkeleton, fstab, planRoot } from './root.ts';
+import { ensureSkeleton, fstab, lendingFstab, planRoot, type LentPaths, type RootPlan } from './root.ts';
 import { Dependencies } from './dependencies.ts';
 import { LinuxSandboxProcess } from './sandbox-process.ts';
 import {
@@ -459,6 +460,32 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     }
   }
 
+  /**
+   * The package directory itself must let the sandbox user in (it works there); the directories on
+   * the way to it need not when the runtime is root, since it lends the package (pathsToLend).
+   */
+  private assertPackageReachable(packagePath: string, ready: Ready): void {
+    const uid = this.someSandboxUid();
+    const blocked = firstUnsearchable(packagePath, uid);
+    if (blocked && (ready.sharedUid !== undefined || blocked.dir === packagePath)) {
+      assertTraversable(packagePath, uid, 'the package directory');
+    }
+  }
+
+  /**
+   * The binds of `plan` whose source the sandbox user cannot reach by path (a directory on the way,
+   * such as a mode-700 home, does not let it search), each with its mount point under `lentDir`.
+   */
+  private pathsToLend(plan: RootPlan, lentDir: string): Map<string, string> {
+    const uid = this.someSandboxUid();
+    const lent = new Map<string, string>();
+    for (const bind of plan.binds) {
+      if (firstUnsearchable(dirname(bind.source), uid))
+        lent.set(bind.source, join(lentDir, String(lent.size)));
+    }
+    return lent;
+  }
+
   private async launch(ready: Ready, input: SandboxSpec): Promise<LinuxSandboxProcess> {
     const parsed = specSchema.safeParse(input);
     if (!parsed.success) {
@@ -478,7 +505,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       );
     }
     const command = resolveExecutable(spec.command);
-    assertTraversable(spec.packagePath, this.someSandboxUid(), 'the package directory');
+    this.assertPackageReachable(spec.packagePath, ready);
     const node = network ? realpathSync(process.execPath) : undefined;
     const plan = planRoot({
       systemPaths: [...this.config.systemPaths, ...(network ? NETWORK_PATHS : [])],
@@ -509,7 +536,10 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       );
     }
     const staging = join(ready.ownerDir, 'spawn', `${id}.root`);
-    const resources = new Resources(fstabFile, socketPath, staging);
+    const lentDir = join(ready.ownerDir, 'spawn', `${id}.lent`);
+    const lent = ready.sharedUid === undefined ? this.pathsToLend(plan, lentDir) : new Map<string, string>();
+    const lendingFstabFile = join(lentDir, 'fstab');
+    const resources = new Resources([fstabFile, socketPath, staging, lentDir]);
     let hostUid: number;
     try {
       const lease = ready.sharedUid === undefined ? await this.users.claim() : undefined;
@@ -528,10 +558,12 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
         await resources.proxy.listen();
       }
       mkdirSync(staging, { mode: 0o755 });
+      if (lent.size > 0) prepareLending(plan, lent, lentDir, lendingFstabFile);
       writeFileSync(
         fstabFile,
         fstab({
           plan,
+          lent,
           root,
           staging,
           tmpBytes: limits.tmpBytes,
@@ -564,6 +596,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
       tools: ready.tools,
       ...(ready.sharedUid === undefined ? { switchUser: hostUid } : {}),
       marker: marker(this.owner, id),
+      ...(lent.size > 0 ? { lendingFstab: lendingFstabFile } : {}),
       fstab: fstabFile,
       staging,
       root,
@@ -584,8 +617,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     };
     let child: ChildProcess;
     try {
-      // The filter's loader (when there is one) installs it and execs the chain's first setpriv.
-      const [file, ...args] = [...(ready.filterLoader ?? []), ready.tools.setpriv, ...launchArgs(launch)];
+      // The filter's loader (when there is one) installs it and execs the chain's first program.
+      const [file, ...args] = [...(ready.filterLoader ?? []), ...launchCommand(launch)];
       child = spawn(file as string, args, {
         stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
         // Nothing of the host's environment: the launch chain runs on none, the server on `env`.
@@ -616,6 +649,21 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   }
 }
 
+/**
+ * Creates the mount points that `lent` paths are bound onto (empty on the host: only the launch's
+ * own mount namespace mounts on them) and the fstab that binds them.
+ */
+function prepareLending(plan: RootPlan, lent: LentPaths, lentDir: string, lendingFstabFile: string): void {
+  mkdirSync(lentDir, { mode: 0o755 });
+  for (const bind of plan.binds) {
+    const at = lent.get(bind.source);
+    if (at === undefined) continue;
+    if (bind.kind === 'dir') mkdirSync(at, { mode: 0o755 });
+    else writeFileSync(at, '', { mode: 0o644 });
+  }
+  writeFileSync(lendingFstabFile, lendingFstab(lent), { mode: 0o600 });
+}
+
 /** Per-sandbox files, proxy and cgroup, released once the sandbox has ended. */
 class Resources {
   proxy: EgressProxy | undefined;
@@ -623,10 +671,11 @@ class Resources {
   uid: UidLease | undefined;
   private released: Promise<void> | undefined;
   constructor(
-    private readonly fstabFile: string,
-    private readonly socketPath: string,
-    /** Empty on the host: only the sandbox's own mount namespace ever mounts on it. */
-    private readonly staging: string,
+    /**
+     * Its fstab, egress socket, root staging and lent mount points: the last two are empty on the
+     * host, since only the sandbox's own mount namespaces ever mount on them.
+     */
+    private readonly paths: readonly string[],
   ) {}
 
   release(): Promise<void> {
@@ -638,8 +687,6 @@ class Resources {
     await this.proxy?.close();
     await this.cgroup?.remove();
     await this.uid?.release();
-    rmSync(this.fstabFile, { force: true });
-    rmSync(this.staging, { recursive: true, force: true });
-    rmSync(this.socketPath, { force: true });
+    for (const path of this.paths) rmSync(path, { recursive: true, force: true });
   }
 }

@@ -4,12 +4,14 @@ import {
   chmodSync,
   copyFileSync,
   existsSync,
+  mkdirSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
   readlinkSync,
   realpathSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -531,6 +533,93 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         await client.close();
       }
       expect((await sandbox.exited).code).to.not.equal(undefined);
+    });
+
+    describe('from a package under a directory the sandbox user cannot search (a clone in a mode-700 home)', () => {
+      let home: string;
+      let server: string;
+      let neighbour: string;
+      const serverSpec = () => ({
+        packagePath: server,
+        command: process.execPath,
+        args: [join(server, 'server.mjs')],
+        env: {},
+        networkAllowList: [],
+        // The server's node_modules links to the repository's, which it reaches read-only too.
+        readOnlyPaths: [join(repoRoot, 'node_modules')],
+      });
+      before(() => {
+        home = mkdtempSync(join(tmpdir(), 'sigil-private-home-'));
+        chmodSync(home, 0o700);
+        server = join(home, 'sigil', 'probe-server');
+        mkdirSync(server, { recursive: true, mode: 0o755 });
+        chmodSync(join(home, 'sigil'), 0o755);
+        for (const file of ['package.json', 'server.mjs'])
+          copyFileSync(join(repoRoot, 'test', 'fixtures', 'mcp', 'probe-package', file), join(server, file));
+        symlinkSync(join(repoRoot, 'node_modules'), join(server, 'node_modules'));
+        neighbour = join(home, 'sigil', 'another-package');
+        mkdirSync(neighbour, { mode: 0o755 });
+        writeFileSync(join(neighbour, 'index.js'), '');
+      });
+      after(() => rmSync(home, { recursive: true, force: true }));
+
+      it('runs it: the SDK client lists its tools and calls echo, and the host mount table never sees the bind', async () => {
+        const sandbox = await runtime.spawn(serverSpec());
+        const client = new Client({ name: 'sandbox-test', version: '1.0.0' });
+        await client.connect(new ProcessStdioTransport(sandbox));
+        try {
+          const { tools } = await client.listTools();
+          expect(tools.map((tool) => tool.name)).to.include('echo');
+          const result = await client.callTool({
+            name: 'echo',
+            arguments: { message: 'from a private home' },
+          });
+          expect(JSON.stringify(result.content)).to.include('from a private home');
+          // Lent in a mount namespace of the sandbox's own, never on the host.
+          expect(readFileSync('/proc/self/mountinfo', 'utf8')).to.not.include(stateDir);
+        } finally {
+          await client.close();
+        }
+        await sandbox.exited;
+        const left = readdirSync(stateDir, { recursive: true }).map(String);
+        expect(left.filter((path) => path.includes('.lent'))).to.deep.equal([]);
+      });
+
+      it('keeps the package read-only and shows nothing else of the private directory', async () => {
+        const sandbox = await runtime.spawn({
+          ...serverSpec(),
+          command: '/bin/sh',
+          args: [
+            '-c',
+            '{ true > "$1/written"; } 2>/dev/null && echo package-writable || echo package-read-only; ' +
+              '[ -e "$1/server.mjs" ] && echo package-visible; ' +
+              '[ -e "$2" ] && echo neighbour-visible || echo neighbour-hidden',
+            'sh',
+            server,
+            neighbour,
+          ],
+        });
+        let out = '';
+        sandbox.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+        sandbox.stderr.resume();
+        expect((await sandbox.exited).code).to.equal(0);
+        expect(out.split('\n').filter(Boolean)).to.deep.equal([
+          'package-read-only',
+          'package-visible',
+          'neighbour-hidden',
+        ]);
+        expect(existsSync(join(server, 'written'))).to.equal(false);
+      });
+
+      it('still refuses a package directory that itself shuts the sandbox user out', async () => {
+        const closed = join(home, 'sigil', 'closed-package');
+        mkdirSync(closed, { mode: 0o700 });
+        const error = await runtime.spawn({ ...serverSpec(), packagePath: closed }).then(
+          () => undefined,
+          (err: Error) => err,
+        );
+        expect(error?.message).to.match(/closed-package is not reachable by the sandbox user/);
+      });
     });
   });
 
