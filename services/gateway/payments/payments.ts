@@ -130,6 +130,8 @@ export class Payments {
       resultMaxBytesPerPayer?: number;
       /** Seals kept results (AES-256-GCM) when set: `database.dataKey`. */
       dataKey?: string;
+      /** Added to the hint of a payment asked for: how to pay here (`gateway.paymentHint`). */
+      hint?: string;
     },
   ) {
     this.reconciler = new Reconciler({ rail: deps.rail, db: deps.db, logger: deps.logger });
@@ -151,7 +153,9 @@ export class Payments {
   /** The refusal of an unpaid or badly paid call: 402 with x402's PAYMENT-REQUIRED. */
   paymentRequired(resource: PaymentResource, reason?: { code: string; message: string }): SigilError {
     const required = this.deps.rail.paymentRequired(resource, reason?.code ?? 'payment_required');
-    return paymentError(required, reason?.message ?? 'Payment required: this call costs', this.terms());
+    return paymentError(required, reason?.message ?? 'Payment required: this call costs', this.terms(), {
+      hint: this.deps.hint === undefined ? HOW_TO_PAY : `${HOW_TO_PAY}. ${this.deps.hint}`,
+    });
   }
 
   /**
@@ -562,18 +566,23 @@ function paymentOf(row: SettlementRow): VerifiedPayment {
   };
 }
 
+/** How any x402 client pays, over either transport. */
+const HOW_TO_PAY =
+  'Pay with x402: sign one of the terms in `accepts` (REST: the PAYMENT-REQUIRED header; MCP: the error data) and send the payment in the PAYMENT-SIGNATURE header (REST) or params._meta["x402/payment"] (MCP)';
+
 function paymentError(
   required: X402PaymentRequired,
   message: string,
   terms: PaymentTerms,
-  kept?: { hint: string; paymentId: string },
+  help: { hint: string; paymentId?: string },
 ): SigilError {
   const price = `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
   return new SigilError('payment_required', message.endsWith('costs') ? `${message} ${price}` : message, {
-    hint:
-      kept?.hint ??
-      'Pay with x402: sign the PAYMENT-REQUIRED terms and send them in PAYMENT-SIGNATURE (REST) or params._meta["x402/payment"] (MCP)',
-    details: { paymentRequired: required, ...(kept ? { paymentId: kept.paymentId } : {}) },
+    hint: help.hint,
+    details: {
+      paymentRequired: required,
+      ...(help.paymentId === undefined ? {} : { paymentId: help.paymentId }),
+    },
     headers: { 'PAYMENT-REQUIRED': encodePaymentRequiredHeader(required as never) },
   });
 }
