@@ -11,7 +11,8 @@ import {
 import { registerConformanceCommands } from '../conformance/cli.ts';
 import { migrate, openDatabase } from '../core/db/database.ts';
 import { SigilError } from '../core/errors.ts';
-import { createLogger, logDestination, SecretRegistry } from '../core/log.ts';
+import type { DestinationStream } from 'pino';
+import { createLogger, logDestinationIn, logFormat, SecretRegistry } from '../core/log.ts';
 import { PluginLoadError } from '../core/plugins/host.ts';
 import { builtinPlugins } from '../services/builtin-plugins.ts';
 import { withUpDefaults } from '../services/up-defaults.ts';
@@ -27,7 +28,9 @@ import {
 } from '../services/devchain/index.ts';
 import { openKernel } from '../services/kernel.ts';
 import { serviceMigrations } from '../services/migrations.ts';
-import { serve, type ServiceName } from '../services/serve.ts';
+import { paymentsBanner } from '../services/payments-banner.ts';
+import type { WarmupOutcome } from '../services/gateway/warmup.ts';
+import { serve, type ServiceName, type Serving } from '../services/serve.ts';
 import { SIGIL_VERSION } from '../services/shared/health.ts';
 
 /** Exit codes: 1 for a failure at run time, 2 for a configuration or plugin problem found at start-up. */
@@ -49,7 +52,9 @@ async function runServices(
   const read = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
   const loaded = options.devChain ? { ...read, config: withUpDefaults(read.config) } : read;
   // One log stream for the dev chain's progress and the kernel's logs.
-  const destination = logDestination(2);
+  const destination = logDestinationIn(
+    logFormat(loaded.config.log.format, { mode: loaded.config.mode, terminal: process.stderr.isTTY }),
+  );
   const chain = options.devChain ? await startDevChainFor(loaded, destination) : undefined;
   const stopChain = async () => {
     await chain?.stop();
@@ -86,13 +91,41 @@ async function runServices(
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   for (const [name, url] of Object.entries(serving.urls)) process.stdout.write(`${name.padEnd(8)} ${url}\n`);
   if (!kernel.configFile) process.stdout.write('config   embedded defaults (no sigil.config.json)\n');
-  const rails = kernel.plugins.list().filter((plugin) => plugin.kind === 'payment-rail');
-  if (services.includes('gateway') && rails.length > 0)
-    process.stdout.write(`payments ${rails.map((rail) => rail.name).join(', ')}\n`);
+  if (serving.urls.gateway)
+    process.stdout.write(paymentsBannerOf(kernel, serving.urls.gateway, chain !== undefined));
   if (chain)
     process.stdout.write(
       devChainBanner(chain, kernel.config.devChain.stateFile) + devChainLedgerBanner(kernel.config),
     );
+  void serving.warmedUp.then((warmup) => process.stdout.write(readyLine(serving.urls, warmup)));
+}
+
+/** The line that says everything is up: where to connect, and how the catalog's warmup went. */
+function readyLine(urls: Serving['urls'], warmup: WarmupOutcome | undefined): string {
+  const where = [
+    ...(urls.gateway ? [`gateway ${urls.gateway}/mcp`] : []),
+    ...(urls.runtime ? [`runtime ${urls.runtime}`] : []),
+  ];
+  const warm = warmup ? `; ${warmup.verified}/${warmup.servers} catalog servers warm` : '';
+  return `ready    ${where.join(', ')}${warm}\n`;
+}
+
+function paymentsBannerOf(
+  kernel: Awaited<ReturnType<typeof openKernel>>,
+  gatewayUrl: string,
+  devChain: boolean,
+): string {
+  const names = kernel.plugins
+    .list()
+    .filter((plugin) => plugin.kind === 'payment-rail')
+    .map((plugin) => plugin.name);
+  const [charging] = kernel.plugins.all('payment-rail');
+  return paymentsBanner({
+    gatewayUrl,
+    rail: charging ? { names, terms: charging.terms() } : undefined,
+    devChain,
+    defaultCatalog: kernel.config.gateway.includeDefaultCatalog,
+  });
 }
 
 /**
@@ -101,7 +134,7 @@ async function runServices(
  */
 async function startDevChainFor(
   loaded: LoadedConfig,
-  destination: ReturnType<typeof logDestination>,
+  destination: DestinationStream,
 ): Promise<DevChain | undefined> {
   const { config } = loaded;
   const secrets = new SecretRegistry();

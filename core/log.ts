@@ -1,4 +1,5 @@
 import { pino, type Logger as PinoLogger, type DestinationStream } from 'pino';
+import { PinoPretty } from 'pino-pretty';
 import { Redactor } from './redaction.ts';
 
 export type Logger = PinoLogger;
@@ -131,6 +132,36 @@ export const logDestination = (dest: number | string): DestinationStream =>
   // minLength 1: each batch is written at once, and sonic-boom's flush(done) waits for the write (it
   // calls back at once when minLength is 0).
   new LineBatches(pino.destination({ dest, sync: false, minLength: 1 }));
+
+/** How log lines are written: JSON for whatever reads logs, or readable lines for a person. */
+export type LogFormat = 'json' | 'pretty';
+
+/**
+ * The format of a setting (`log.format`): `auto` is pretty for a person at a terminal in development,
+ * JSON everywhere else (a file, a pipe, a log collector, production mode).
+ */
+export function logFormat(
+  setting: 'auto' | LogFormat,
+  context: { mode: 'development' | 'production'; terminal: boolean },
+): LogFormat {
+  if (setting !== 'auto') return setting;
+  return context.terminal && context.mode === 'development' ? 'pretty' : 'json';
+}
+
+/**
+ * Where a process's log goes (a file descriptor, stderr by default) in `format`: pretty lines are
+ * pino-pretty's, in this thread, so the secret scrubber still sees every line before it is written.
+ */
+export const logDestinationIn = (format: LogFormat, dest = 2): DestinationStream =>
+  format === 'pretty'
+    ? PinoPretty({
+        destination: dest,
+        sync: false,
+        singleLine: true,
+        translateTime: 'SYS:HH:MM:ss',
+        ignore: 'pid,hostname',
+      })
+    : logDestination(dest);
 
 export function createLogger(options: LoggerOptions = {}): Logger {
   const secrets = options.secrets;

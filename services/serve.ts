@@ -1,6 +1,7 @@
 import type { RequestListener } from 'node:http';
 import { listen, type RunningServer } from '../core/http/server.ts';
 import { createGatewayApp } from './gateway/app.ts';
+import type { WarmupOutcome } from './gateway/warmup.ts';
 import type { Kernel } from './kernel.ts';
 import { createRuntimeApp } from './runtime/app.ts';
 
@@ -12,6 +13,8 @@ interface ServiceApp {
   /** The runtime's gateway client, pointed at the gateway this process serves (sigil up). */
   gateway?: { reachAt(url: string): void };
   start?(): Promise<void> | void;
+  /** Settles once its start-up work (the gateway's warmup) is done. */
+  warmedUp?(): Promise<WarmupOutcome | undefined>;
   close?(): Promise<void>;
 }
 
@@ -22,6 +25,8 @@ const APP_FACTORIES: Record<ServiceName, (kernel: Kernel) => ServiceApp> = {
 
 export interface Serving {
   urls: Partial<Record<ServiceName, string>>;
+  /** Settles once every service's start-up work is done, with the gateway's warmup if it ran one. */
+  warmedUp: Promise<WarmupOutcome | undefined>;
   /** Graceful: stop accepting, let in-flight requests finish, then stop plugins and close the database. */
   stop(): Promise<void>;
 }
@@ -52,8 +57,12 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
     throw err;
   }
   let stopping: Promise<void> | undefined;
+  const warmedUp = Promise.all(apps.map((service) => service.warmedUp?.())).then((outcomes) =>
+    outcomes.find((outcome) => outcome !== undefined),
+  );
   return {
     urls,
+    warmedUp,
     stop: () => {
       stopping ??= (async () => {
         await Promise.all(running.map((server) => server.close()));

@@ -20,6 +20,7 @@ const asList: Coerce = (raw) =>
 export const ENV_OVERRIDES: Record<string, { path: string; coerce: Coerce }> = {
   SIGIL_MODE: { path: 'mode', coerce: asString },
   LOG_LEVEL: { path: 'log.level', coerce: asString },
+  LOG_FORMAT: { path: 'log.format', coerce: asString },
   DATABASE_URL: { path: 'database.url', coerce: asString },
   SIGIL_DATA_KEY: { path: 'database.dataKey', coerce: asString },
   RUNTIME_HOST: { path: 'runtime.host', coerce: asString },

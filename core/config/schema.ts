@@ -313,6 +313,12 @@ export const configSchema = z
           .describe(
             'Each request has an access line at debug; at info, a count of requests by route and status',
           ),
+        format: z
+          .enum(['auto', 'json', 'pretty'])
+          .default('auto')
+          .describe(
+            'json: one JSON object a line; pretty: readable lines; auto: pretty when stderr is a terminal outside production mode (env LOG_FORMAT)',
+          ),
         requestSummarySeconds: z
           .number()
           .int()
@@ -565,6 +571,14 @@ export const configSchema = z
             'The longest time limit a catalog entry may set for its calls (its toolCallTimeoutSeconds)',
           ),
         callLimits: callLimitsSchema,
+        paymentHint: z
+          .string()
+          .min(1)
+          .max(500)
+          .optional()
+          .describe(
+            'A sentence added to the hint of every 402 answer on how to pay here (sigil up on the dev chain names the examples that pay there and how to make calls free)',
+          ),
         paidResultRetentionHours: z
           .number()
           .int()

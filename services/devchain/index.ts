@@ -25,6 +25,7 @@ export {
   devChainLedgerBanner,
   withDevChainLedger,
 } from './ledger.ts';
+export { DEV_CHAIN_PAYMENT_HINT, PAY_OVER_MCP, PAY_OVER_REST, RUN_FREE, payCommand } from './quick-start.ts';
 export {
   DEV_CHAIN_RAIL,
   devChainBanner,

@@ -9,13 +9,15 @@ import { formatUnits } from 'viem';
 import type { PluginEntry, SigilConfig } from '../../core/config/schema.ts';
 import type { BuiltinPlugins } from '../../core/plugins/host.ts';
 import type { DevChainDeployment } from './deploy.ts';
+import { DEV_CHAIN_PAYMENT_HINT } from './quick-start.ts';
 
 /** The built-in payment rail the dev chain is wired to. */
 export const DEV_CHAIN_RAIL = 'payments-x402-evm';
 
 /**
  * The config with a `payments-x402-evm` plugin on the dev chain appended: its dollar token, payments
- * to the treasury, and a facilitator in this process that settles from the operator's account.
+ * to the treasury, and a facilitator in this process that settles from the operator's account; and
+ * the gateway's 402 answers say how to pay there.
  */
 export function withDevChainRail(config: SigilConfig, chain: DevChainDeployment): SigilConfig {
   const rail: PluginEntry = {
@@ -35,7 +37,12 @@ export function withDevChainRail(config: SigilConfig, chain: DevChainDeployment)
       facilitator: { kind: 'builtin', privateKey: chain.accounts.operator.privateKey },
     },
   };
-  return { ...config, plugins: [...config.plugins, rail] };
+  return {
+    ...config,
+    // 402 answers name the examples that pay on this chain, unless the operator wrote a hint of their own.
+    gateway: { ...config.gateway, paymentHint: config.gateway.paymentHint ?? DEV_CHAIN_PAYMENT_HINT },
+    plugins: [...config.plugins, rail],
+  };
 }
 
 export interface SkipOptions {

@@ -3,10 +3,13 @@ import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
 import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
 import { createToolGateway } from './tool-gateway.ts';
+import type { WarmupOutcome } from './warmup.ts';
 
 export interface GatewayApp extends HttpApp {
   /** Recovers unfinished payments, then starts background work (settlement retries, the catalog warmup). */
   start(): Promise<void>;
+  /** Settles when the start-up warmup is done (at once without one): what `sigil up` waits for to say ready. */
+  warmedUp(): Promise<WarmupOutcome | undefined>;
   close(): Promise<void>;
 }
 
@@ -37,12 +40,14 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     // Tool calls: authentication, then the MCP endpoint, without Koa.
     lane: { steps: [auth.laneStep], routes: tools.mcp.lane },
   });
+  let warmup: Promise<WarmupOutcome | undefined> = Promise.resolve(undefined);
   return {
     ...http,
     start: async () => {
       await tools.start();
-      if (kernel.config.gateway.warmupAtStart) void tools.warmup.run('start-up');
+      if (kernel.config.gateway.warmupAtStart) warmup = tools.warmup.run('start-up');
     },
+    warmedUp: () => warmup,
     close: () => {
       http.stopLogging();
       return tools.close();

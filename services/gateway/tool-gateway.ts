@@ -134,6 +134,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
         resultMaxBytes: settings.paidResultMaxBytes,
         resultMaxBytesPerPayer: settings.paidResultMaxBytesPerPayer,
         dataKey: kernel.config.database.dataKey,
+        hint: settings.paymentHint,
       })
     : undefined;
   const window = payments?.terms().maxTimeoutSeconds;

@@ -27,12 +27,18 @@ export interface WarmupStatus {
   caches: (CacheStatus & { registry: string })[];
 }
 
+/** How a warmup ended: of the catalog's servers, how many are installed and verified. */
+export interface WarmupOutcome {
+  servers: number;
+  verified: number;
+}
+
 /**
  * Installs and verifies every catalog server so a new user can list and call tools at once; the
  * registries keep the packages fresh on their own daily schedule. Progress goes to the log.
  */
 export class Warmup {
-  private current: Promise<void> | undefined;
+  private current: Promise<WarmupOutcome> | undefined;
   private progress: { done: number; total: number } | null = null;
   private lastRun: string | null = null;
 
@@ -47,7 +53,7 @@ export class Warmup {
   ) {}
 
   /** Starts a warmup, or joins the one running. */
-  run(trigger: 'start-up' | 'demand'): Promise<void> {
+  run(trigger: 'start-up' | 'demand'): Promise<WarmupOutcome> {
     this.current ??= this.verifyAll(trigger).finally(() => {
       this.current = undefined;
       this.progress = null;
@@ -89,7 +95,7 @@ export class Warmup {
     };
   }
 
-  private async verifyAll(trigger: string): Promise<void> {
+  private async verifyAll(trigger: string): Promise<WarmupOutcome> {
     const entries = this.deps.catalog.all();
     for (const registry of this.deps.registries()) {
       registry.keepWarm(
@@ -103,8 +109,10 @@ export class Warmup {
       { trigger, servers: entries.length },
       'warmup: installing and verifying catalog servers',
     );
+    let verified = 0;
     for (const [index, entry] of entries.entries()) {
       const details = await this.deps.servers.verify(entry.id);
+      if (details.tier !== null) verified++;
       this.progress = { done: index + 1, total: entries.length };
       this.deps.logger.info(
         {
@@ -117,5 +125,6 @@ export class Warmup {
         `warmup ${index + 1}/${entries.length}: ${entry.id} ${details.tier ?? 'failed'}`,
       );
     }
+    return { servers: entries.length, verified };
   }
 }

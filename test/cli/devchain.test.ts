@@ -59,7 +59,9 @@ describe('sigil up and the dev chain', function () {
       const output = up.output();
       banner = parseBanner(output);
       expect(banner.chainId).to.equal(8453);
-      expect(output).to.match(/^payments payments-x402-evm$/m);
+      expect(output).to.match(
+        /^payments payments-x402-evm: a tool call costs .* on the local dev chain below$/m,
+      );
       expect(output).to.match(/public test key .*for this local chain only/);
       // Anvil's well-known accounts 1 (payer) and 2 (treasury): the printed key is the payer's.
       expect(banner.payer).to.equal('0x70997970C51812dc3A010C7d01b50e0d17dc79C8');
@@ -121,7 +123,10 @@ describe('sigil up and the dev chain', function () {
     }
     expect(await off.exited, off.output()).to.equal(0);
     expect(off.output()).to.not.match(/^dev chain /m);
-    expect(off.output()).to.not.match(/^payments /m);
+    expect(off.output()).to.match(/^payments none: tool calls are free \(no payment rail\)$/m);
+    expect(off.output()).to.include(
+      `--cli http://127.0.0.1:${offEnv.GATEWAY_PORT}/mcp/server/everything --transport http --method tools/call --tool-name echo`,
+    );
     expect(off.output()).to.include('"reason":"devChain.enabled is false","msg":"dev chain: not started"');
     expect(off.output()).to.not.match(/anvil/);
 
@@ -148,7 +153,7 @@ describe('sigil up and the dev chain', function () {
     const gateway = await startSigil(['gateway'], /gateway\s+http/, { cwd: dir, env: await env() });
     gateway.child.kill('SIGTERM');
     expect(await gateway.exited).to.equal(0);
-    expect(gateway.output()).to.not.match(/dev chain|anvil|^payments /m);
+    expect(gateway.output()).to.not.match(/dev chain|anvil|^payments payments-/m);
   });
 
   describe('with a payment rail in the config', () => {
@@ -176,7 +181,11 @@ describe('sigil up and the dev chain', function () {
       const up = await startSigil(['--config', file, 'up'], /gateway\s+http/, { cwd: dir, env: await env() });
       up.child.kill('SIGTERM');
       expect(await up.exited).to.equal(0);
-      expect(up.output()).to.match(/^payments payments-x402-evm$/m);
+      // Paid on the configured chain: no dev-chain one-liners.
+      expect(up.output()).to.match(
+        /^payments payments-x402-evm: a tool call costs 0\.0005 Sigil Dollar \(500 base units\), paid with x402 on eip155:8453$/m,
+      );
+      expect(up.output()).to.not.include('examples/pay-over');
       expect(up.output()).to.not.match(/^dev chain /m);
       expect(up.output()).to.include(
         '"reason":"plugins.3 (payments-x402-evm) is a payment rail","msg":"dev chain: not started"',

@@ -6,9 +6,22 @@ import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
-import { createLogger, logDestination, SecretRegistry } from '../../core/log.ts';
+import { createLogger, logDestination, logFormat, SecretRegistry } from '../../core/log.ts';
 
 const logModule = fileURLToPath(new URL('../../core/log.ts', import.meta.url));
+
+describe('log format', () => {
+  it('auto: readable lines at a terminal in development, JSON in production or without a terminal', () => {
+    expect(logFormat('auto', { mode: 'development', terminal: true })).to.equal('pretty');
+    expect(logFormat('auto', { mode: 'development', terminal: false })).to.equal('json');
+    expect(logFormat('auto', { mode: 'production', terminal: true })).to.equal('json');
+  });
+
+  it('json and pretty are kept whatever the terminal and mode (LOG_FORMAT forces one)', () => {
+    expect(logFormat('json', { mode: 'development', terminal: true })).to.equal('json');
+    expect(logFormat('pretty', { mode: 'production', terminal: false })).to.equal('pretty');
+  });
+});
 
 describe('logger', () => {
   const capture = () => {

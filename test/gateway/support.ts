@@ -1,4 +1,4 @@
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -8,6 +8,7 @@ import type { LocalAccount } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { SigilConfig } from '../../core/config/schema.ts';
 import { serve, type Serving } from '../../services/serve.ts';
+import { freePort, parseBanner, startSigil } from '../support/cli.ts';
 import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../support/kernel.ts';
 import { EVERYTHING } from '../registries/npm/support.ts';
 import { startVerdaccio, type PackageSource, type Verdaccio } from '../support/verdaccio.ts';
@@ -112,6 +113,40 @@ export class ProbeWorld {
       },
       { resolve: 'sandbox-linux-namespaces', enabled: true, options: { stateDir: sandboxStateDir } },
     ];
+  }
+
+  /**
+   * `sigil up`, the real command, on this world's catalog and plugins with the dev chain, resolved
+   * once its output matches `ready`; its dev chain block parsed.
+   */
+  async sigilUp(ready: RegExp, options: { warmupAtStart?: boolean; timeoutMs?: number } = {}) {
+    const dir = join(this.dir, 'up');
+    mkdirSync(dir);
+    writeFileSync(
+      join(dir, 'sigil.config.json'),
+      JSON.stringify({
+        gateway: {
+          includeDefaultCatalog: false,
+          catalogFile: this.catalogFile,
+          warmupAtStart: options.warmupAtStart ?? false,
+        },
+        plugins: this.plugins(join(dir, 'sandboxes')),
+      }),
+    );
+    const gatewayPort = await freePort();
+    const up = await startSigil(['up'], ready, {
+      cwd: dir,
+      env: {
+        SIGIL_CONFIG: '',
+        DATABASE_URL: join(dir, 'sigil.db'),
+        RUNTIME_PORT: String(await freePort()),
+        GATEWAY_PORT: String(gatewayPort),
+        DEV_CHAIN: '',
+        DEV_CHAIN_PORT: '',
+      },
+      timeoutMs: options.timeoutMs ?? 60_000,
+    });
+    return { up, banner: parseBanner(up.output()), gatewayUrl: `http://127.0.0.1:${gatewayPort}` };
   }
 
   /** A gateway on a fresh (or given) database with the probe catalog and real plugins. */

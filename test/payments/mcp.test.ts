@@ -1,5 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { parsePaymentRequired } from '@x402/core/schemas';
 import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
 import { startDevChain, type DevChain } from '../support/chain.ts';
@@ -62,6 +63,12 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
     const required = err.data as PaymentRequired;
     expect(required.x402Version).to.equal(2);
     expect(required.resource.url).to.equal('mcp://tool/probe__echo');
+    // The hint rides beside the terms and in the message; x402's own schema still reads the terms.
+    const { hint } = err.data as { hint: string };
+    expect(hint).to.match(/^Pay with x402: .*params\._meta\["x402\/payment"\]/);
+    expect(hint).to.not.include('examples/');
+    expect(err.message).to.include(hint);
+    expect(parsePaymentRequired(err.data).success).to.equal(true);
     expect(required.accepts).to.have.length(1);
     expect(required.accepts[0]).to.deep.include({
       scheme: 'exact',

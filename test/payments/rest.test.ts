@@ -49,8 +49,11 @@ describe('payments: REST tool calls with x402 on anvil', function () {
       asset: chain.token.address,
       payTo,
     });
-    const body = (await res.json()) as { code: string };
+    const body = (await res.json()) as { code: string; hint: string };
     expect(body.code).to.equal('payment_required');
+    // How any x402 client pays; the dev chain's one-liners only where sigil up runs one (test/examples).
+    expect(body.hint).to.match(/^Pay with x402: .*PAYMENT-SIGNATURE/);
+    expect(body.hint).to.not.include('examples/');
   });
 
   it('@x402/fetch pays and calls: the payer loses exactly 500 units, payTo gains them, PAYMENT-RESPONSE names the transaction', async () => {

@@ -1,5 +1,3 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { decodePaymentResponseHeader } from '@x402/core/http';
 import { wrapFetchWithPayment } from '@x402/fetch';
@@ -7,7 +5,7 @@ import { createPublicClient, http, parseAbi, type Address } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { x402Client } from '@x402/core/client';
 import { ExactEvmScheme as ExactEvmClient } from '@x402/evm/exact/client';
-import { BANNER_END, freePort, parseBanner, startSigil } from '../support/cli.ts';
+import { BANNER_END, type parseBanner, type startSigil } from '../support/cli.ts';
 import { ProbeWorld } from '../gateway/support.ts';
 
 const balanceAbi = parseAbi(['function balanceOf(address account) view returns (uint256)']);
@@ -25,30 +23,7 @@ describe('payments after sigil up, with the printed dev wallet', function () {
 
   before(async () => {
     world = await ProbeWorld.start();
-    const dir = join(world.dir, 'up');
-    mkdirSync(dir);
-    writeFileSync(
-      join(dir, 'sigil.config.json'),
-      JSON.stringify({
-        gateway: { includeDefaultCatalog: false, catalogFile: world.catalogFile, warmupAtStart: false },
-        plugins: world.plugins(join(dir, 'sandboxes')),
-      }),
-    );
-    const gatewayPort = await freePort();
-    up = await startSigil(['up'], BANNER_END, {
-      cwd: dir,
-      env: {
-        SIGIL_CONFIG: '',
-        DATABASE_URL: join(dir, 'sigil.db'),
-        RUNTIME_PORT: String(await freePort()),
-        GATEWAY_PORT: String(gatewayPort),
-        DEV_CHAIN: '',
-        DEV_CHAIN_PORT: '',
-      },
-      timeoutMs: 60_000,
-    });
-    banner = parseBanner(up.output());
-    gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
+    ({ up, banner, gatewayUrl } = await world.sigilUp(BANNER_END));
   });
   after(async () => {
     up?.child.kill('SIGINT');

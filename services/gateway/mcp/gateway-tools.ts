@@ -5,7 +5,7 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { isSigilError } from '../../../core/errors.ts';
+import { isSigilError, type SigilError } from '../../../core/errors.ts';
 import type { CallObserver } from '../../../core/mcp/call-tool.ts';
 import { UNKNOWN_SERVER, type Catalog } from '../catalog.ts';
 import type { ServerDirectory } from '../servers.ts';
@@ -254,8 +254,13 @@ function parseArgs<S extends z.ZodType>(schema: S, args: Record<string, unknown>
 function toolFailure(err: unknown): CallToolResult {
   if (err instanceof JsonRpcError) throw err;
   if (isSigilError(err) && err.code === 'payment_required') {
-    // x402's MCP transport: the client reads the terms from the error's data and pays in _meta.
-    throw new JsonRpcError(PAYMENT_REQUIRED_CODE, err.message, err.details?.paymentRequired);
+    // x402's MCP transport: the client reads the terms from the error's data and pays in _meta. The
+    // hint rides beside them (x402 clients ignore other members), and in the message, which is all
+    // some clients show (the inspector's CLI).
+    throw new JsonRpcError(PAYMENT_REQUIRED_CODE, withHint(err), {
+      ...(err.details?.paymentRequired as object),
+      hint: err.hint,
+    });
   }
   if (err instanceof RetryLater) {
     throw new JsonRpcError(RETRY_LATER_CODES[err.code], err.message, {
@@ -270,6 +275,8 @@ function toolFailure(err: unknown): CallToolResult {
   if (isSigilError(err) && err.code === 'not_found' && err.details?.reason !== UNKNOWN_SERVER) {
     throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${err.message}`);
   }
-  if (isSigilError(err)) return toolError(err.hint ? `${err.message} (${err.hint})` : err.message);
+  if (isSigilError(err)) return toolError(withHint(err));
   throw err;
 }
+
+const withHint = (err: SigilError): string => (err.hint ? `${err.message} (${err.hint})` : err.message);

@@ -131,6 +131,8 @@ export class Payments {
       resultMaxBytesPerPayer?: number;
       /** Seals kept results (AES-256-GCM) when set: `database.dataKey`. */
       dataKey?: string;
+      /** Added to the hint of a payment asked for: how to pay here (`gateway.paymentHint`). */
+      hint?: string;
     },
   ) {
     this.reconciler = new Reconciler({ rail: deps.rail, db: deps.db, logger: deps.logger });
@@ -155,6 +157,7 @@ export class Payments {
     const required = this.deps.rail.paymentRequired(resource, code);
     return paymentError(required, reason?.message ?? 'Payment required: this call costs', this.terms(), {
       reason: code,
+      hint: this.deps.hint === undefined ? HOW_TO_PAY : `${HOW_TO_PAY}. ${this.deps.hint}`,
     });
   }
 
@@ -576,6 +579,10 @@ function paymentOf(row: SettlementRow): VerifiedPayment {
   };
 }
 
+/** How any x402 client pays, over either transport. */
+const HOW_TO_PAY =
+  'Pay with x402: sign one of the terms in `accepts` (REST: the PAYMENT-REQUIRED header; MCP: the error data) and send the payment in the PAYMENT-SIGNATURE header (REST) or params._meta["x402/payment"] (MCP)';
+
 /**
  * A 402: `details.reason` is the refusal's stable code (`payment_required` when nothing was paid; the
  * same as the PaymentRequired's `error`), the message one sentence a payer can act on.
@@ -584,13 +591,11 @@ function paymentError(
   required: X402PaymentRequired,
   message: string,
   terms: PaymentTerms,
-  refusal: { reason: string; hint?: string; paymentId?: string },
+  refusal: { reason: string; hint: string; paymentId?: string },
 ): SigilError {
   const price = `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
   return new SigilError('payment_required', message.endsWith('costs') ? `${message} ${price}` : message, {
-    hint:
-      refusal.hint ??
-      'Pay with x402: sign the PAYMENT-REQUIRED terms and send them in PAYMENT-SIGNATURE (REST) or params._meta["x402/payment"] (MCP)',
+    hint: refusal.hint,
     details: {
       reason: refusal.reason,
       paymentRequired: required,
