@@ -317,7 +317,7 @@ export const configSchema = z
           .enum(['auto', 'json', 'pretty'])
           .default('auto')
           .describe(
-            'json: one JSON object a line; pretty: readable lines; auto: pretty when stderr is a terminal outside production mode (env LOG_FORMAT)',
+            'json: one JSON object a line; pretty: readable lines; auto: pretty when stderr is a terminal outside production mode',
           ),
         requestSummarySeconds: z
           .number()
