@@ -19,9 +19,11 @@ import {
   DEV_CHAIN_RAIL,
   devChainBanner,
   devChainLedgerBanner,
+  devChainOperatorBanner,
   devChainSkipReason,
   startDevChain,
   withDevChainLedger,
+  withDevChainOperator,
   withDevChainRail,
   type DevChain,
 } from '../services/devchain/index.ts';
@@ -59,7 +61,13 @@ async function runServices(
   try {
     kernel = await openKernel({
       loaded: chain
-        ? { ...loaded, config: withDevChainLedger(withDevChainRail(loaded.config, chain), chain) }
+        ? {
+            ...loaded,
+            config: withDevChainOperator(
+              withDevChainLedger(withDevChainRail(loaded.config, chain), chain),
+              chain,
+            ),
+          }
         : loaded,
       logDestination: destination,
     });
@@ -89,7 +97,12 @@ async function runServices(
   const rails = kernel.plugins.list().filter((plugin) => plugin.kind === 'payment-rail');
   if (services.includes('gateway') && rails.length > 0)
     process.stdout.write(`payments ${rails.map((rail) => rail.name).join(', ')}\n`);
-  if (chain) process.stdout.write(devChainBanner(chain) + devChainLedgerBanner(kernel.config));
+  if (chain)
+    process.stdout.write(
+      devChainBanner(chain) +
+        devChainOperatorBanner(kernel.config, chain) +
+        devChainLedgerBanner(kernel.config),
+    );
 }
 
 /**
@@ -126,6 +139,7 @@ async function startDevChainFor(
   // Public dev keys, but keys all the same: never in a log line.
   secrets.add(chain.accounts.operator.privateKey);
   secrets.add(chain.accounts.payer.privateKey);
+  secrets.add(chain.accounts.runtime.privateKey);
   logger.info(
     { rpcUrl: chain.rpcUrl, chainId: chain.chainId, rail: DEV_CHAIN_RAIL },
     'dev chain: ready; the payment rail points at it',

@@ -12,6 +12,8 @@ export {
   DEFAULT_PAYER_FUNDING,
   OPERATOR_ACCOUNT_INDEX,
   PAYER_ACCOUNT_INDEX,
+  RUNTIME_ACCOUNT_INDEX,
+  RUNTIME_FUNDING,
   TREASURY_ACCOUNT_INDEX,
   deploySigilDollar,
   devChainDefinition,
@@ -25,6 +27,7 @@ export {
   devChainLedgerBanner,
   withDevChainLedger,
 } from './ledger.ts';
+export { devChainOperatorBanner, withDevChainOperator } from './runtime.ts';
 export {
   DEV_CHAIN_RAIL,
   devChainBanner,
