@@ -20,9 +20,11 @@ import {
   DEV_CHAIN_RAIL,
   devChainBanner,
   devChainLedgerBanner,
+  devChainOperatorBanner,
   devChainSkipReason,
   startDevChain,
   withDevChainLedger,
+  withDevChainOperator,
   withDevChainRail,
   type DevChain,
 } from '../services/devchain/index.ts';
@@ -64,7 +66,13 @@ async function runServices(
   try {
     kernel = await openKernel({
       loaded: chain
-        ? { ...loaded, config: withDevChainLedger(withDevChainRail(loaded.config, chain), chain) }
+        ? {
+            ...loaded,
+            config: withDevChainOperator(
+              withDevChainLedger(withDevChainRail(loaded.config, chain), chain),
+              chain,
+            ),
+          }
         : loaded,
       logDestination: destination,
     });
@@ -95,7 +103,9 @@ async function runServices(
     process.stdout.write(paymentsBannerOf(kernel, serving.urls.gateway, chain !== undefined));
   if (chain)
     process.stdout.write(
-      devChainBanner(chain, kernel.config.devChain.stateFile) + devChainLedgerBanner(kernel.config),
+      devChainBanner(chain, kernel.config.devChain.stateFile) +
+        devChainOperatorBanner(kernel.config, chain) +
+        devChainLedgerBanner(kernel.config),
     );
   void serving.warmedUp.then((warmup) => process.stdout.write(readyLine(serving.urls, warmup)));
 }
@@ -163,6 +173,7 @@ async function startDevChainFor(
   // Public dev keys, but keys all the same: never in a log line.
   secrets.add(chain.accounts.operator.privateKey);
   secrets.add(chain.accounts.payer.privateKey);
+  secrets.add(chain.accounts.runtime.privateKey);
   logger.info(
     { rpcUrl: chain.rpcUrl, chainId: chain.chainId, rail: DEV_CHAIN_RAIL },
     'dev chain: ready; the payment rail points at it',

@@ -332,10 +332,14 @@ export const chatRequirements: readonly Requirement[] = [
         usages.length > 0 && summed === cost.baseLlmCost,
         `the usage events' baseLlmCost sum to ${summed} (${usages.length} events), the cost event says ${cost.baseLlmCost}`,
       );
-      const calls = events.filter((e) => e.event === 'tool-call').length;
+      // A call counts when the gateway ran it (a tool-result that is not `billed: false`): a call
+      // refused before it ran, or that failed, is not charged.
+      const calls = events.filter(
+        (e) => e.event === 'tool-result' && (e.data as { billed?: unknown }).billed !== false,
+      ).length;
       ensure(
         calls === cost.toolCalls,
-        `the stream shows ${calls} tool calls, the cost event says ${cost.toolCalls}`,
+        `the stream shows ${calls} tool calls the gateway ran, the cost event says ${cost.toolCalls}`,
       );
       const expected = byokPlatformCost(cost.baseLlmCost, cost.toolCalls);
       ensure(

@@ -81,6 +81,12 @@ function webHeaders(incoming: IncomingHttpHeaders): Headers {
   return headers;
 }
 
+/** A verified ERC-8128 request: who signed it, and what the signature covers (lower-case header names). */
+export interface SignedRequest {
+  signer: Address;
+  covers: ReadonlySet<string>;
+}
+
 export const hasRequestSignature = (request: IncomingRequest): boolean =>
   request.header('signature') !== '' || request.header('signature-input') !== '';
 
@@ -96,8 +102,8 @@ export class RequestSignatures {
     this.nonces = new DatabaseNonceStore(db, clock, settings.clockSkewSeconds);
   }
 
-  /** The signer of the request; any defect is a 401 naming it. */
-  async verify(incoming: IncomingRequest): Promise<Address> {
+  /** The signer of the request and the components its signature covers; any defect is a 401 naming it. */
+  async verify(incoming: IncomingRequest): Promise<SignedRequest> {
     const request = await this.webRequest(incoming);
     const result = await verifyRequest({
       request,
@@ -124,7 +130,7 @@ export class RequestSignatures {
         `ERC-8128 signature rejected: chain ${result.chainId} is not accepted (expected ${this.settings.chainId})`,
       );
     }
-    return getAddress(result.address);
+    return { signer: getAddress(result.address), covers: new Set(result.components) };
   }
 
   /**

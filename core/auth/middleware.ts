@@ -6,6 +6,7 @@ import type { LaneStep } from '../http/lane.ts';
 import { incomingOfContext } from '../http/raw-body.ts';
 import type { DelegationVerifier } from './delegation/verifier.ts';
 import { hasRequestSignature, type RequestSignatures } from './erc8128.ts';
+import { onBehalfOf } from './on-behalf-of.ts';
 import { unauthorized, type AuthMethod, type AuthPrincipal } from './principal.ts';
 import type { SessionJwts } from './session-jwt.ts';
 import type { AuthSettings } from './settings.ts';
@@ -91,7 +92,12 @@ const principal = (auth: Authenticators, address: Address, method: AuthMethod): 
 
 async function identify(request: IncomingRequest, auth: Authenticators): Promise<AuthPrincipal | undefined> {
   // A signature, when present, decides alone: a bearer token cannot rescue a bad one.
-  if (hasRequestSignature(request)) return principal(auth, await auth.signatures.verify(request), 'erc8128');
+  if (hasRequestSignature(request)) {
+    const signed = await auth.signatures.verify(request);
+    return onBehalfOf(request, auth.settings, signed) ?? principal(auth, signed.signer, 'erc8128');
+  }
+  // A wallet named without a signature is refused, whatever the bearer token.
+  onBehalfOf(request, auth.settings, undefined);
   const header = request.header('authorization');
   if (header === '') return undefined;
   const token = BEARER.exec(header)?.[1];

@@ -4,21 +4,24 @@ import type { RuntimeTrust } from './delegation/trust.ts';
 
 /**
  * `jwt`: the service's own session JWT; `wallet-token`: a gateway wallet token; `erc8128`: a signed
- * request; `delegated-jwt`: the runtime's per-wallet JWT at the gateway (the delegated path).
+ * request; `delegated-jwt`: the runtime's per-wallet JWT at the gateway (the delegated path);
+ * `operator-on-behalf`: an operator's signed request acting for a wallet (the operator path).
  */
-export type AuthMethod = 'jwt' | 'wallet-token' | 'erc8128' | 'delegated-jwt';
+export type AuthMethod = 'jwt' | 'wallet-token' | 'erc8128' | 'delegated-jwt' | 'operator-on-behalf';
 
 /** Who made the request, as established by the authentication middleware. */
 export interface AuthPrincipal {
   /** EIP-55 checksummed wallet address. */
   address: `0x${string}`;
   method: AuthMethod;
-  /** Never for a delegated JWT: operator actions take the operator's own signature or session. */
+  /** Never for a delegated JWT nor on behalf of a wallet: operator actions take the operator's own signature or session. */
   operator: boolean;
   /** The session a session JWT belongs to (its `jti`) and when it ends; only for `jwt`. */
   session?: { id: string; expiresAt: Date };
   /** How far the gateway trusts the runtime that issued a delegated JWT; only for `delegated-jwt`. */
   trust?: RuntimeTrust;
+  /** The operator wallet that signed for `address`; only for `operator-on-behalf`. */
+  actingOperator?: `0x${string}`;
 }
 
 /** What the authentication middleware (or lane step) leaves for the routes after it. */

@@ -67,11 +67,13 @@ export function authRouter(auth: AuthRoutes): Router {
     };
   });
   router.get('/session', requireAuth(), (ctx) => {
-    const { address: wallet, method, operator, trust } = caller(ctx);
+    const { address: wallet, method, operator, trust, actingOperator } = caller(ctx);
     ctx.body = {
       address: wallet,
       method,
       operator,
+      // The operator path: the operator wallet that acts for this wallet.
+      ...(actingOperator === undefined ? {} : { actingOperator }),
       // The delegated path: how far this gateway trusts the runtime that vouched for the wallet.
       ...(trust === undefined
         ? {}

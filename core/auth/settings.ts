@@ -33,6 +33,8 @@ export interface AuthSettings {
   walletTokens: boolean;
   /** Reject bearer-only requests from operator wallets (gateway only). */
   enforceOperatorSignatures: boolean;
+  /** Operator wallets may act for a wallet with X-Sigil-On-Behalf-Of (gateway only). */
+  actingForWallets: boolean;
   /** Lower-cased operator wallets, for case-insensitive membership tests. */
   operators: ReadonlySet<string>;
   chainId: number;
@@ -69,6 +71,7 @@ export function authSettings(config: SigilConfig, service: AuthService): AuthSet
     jwtTtlSeconds: gateway ? config.auth.gatewayJwtTtlSeconds : config.auth.runtimeJwtTtlSeconds,
     walletTokens: gateway,
     enforceOperatorSignatures: gateway && config.gateway.erc8128EnforceOperatorMcp,
+    actingForWallets: gateway,
     operators: new Set(config.gateway.operatorWallets.map((wallet) => wallet.toLowerCase())),
     chainId: config.auth.chainId,
     challengeTtlSeconds: config.auth.challengeTtlSeconds,

@@ -502,6 +502,24 @@ export const configSchema = z
               .max(7 * 86_400)
               .default(3600)
               .describe('A session idle this long ends'),
+            toolClientIdleSeconds: z
+              .number()
+              .int()
+              .min(10)
+              .max(7 * 86_400)
+              .default(600)
+              .describe(
+                "A chat session's MCP client of the gateway is closed after this long unused; its next message connects again",
+              ),
+            maxToolClients: z
+              .number()
+              .int()
+              .min(1)
+              .max(100_000)
+              .default(1000)
+              .describe(
+                'MCP clients of the gateway kept open across chat sessions (one a session); beyond it the least recently used is closed',
+              ),
           })
           .strict()
           .prefault({})

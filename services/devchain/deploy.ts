@@ -36,6 +36,11 @@ export interface DevChainDeployment {
     operator: DevWallet;
     /** A wallet funded with dollars, to pay for tool calls in development and tests. */
     payer: DevWallet;
+    /**
+     * The runtime's operator wallet under `sigil up` (runtime.operatorKey), funded with dollars: it pays
+     * the gateway's x402 price of chat tool calls. Its own account, so the payer's balance is the user's.
+     */
+    runtime: DevWallet;
     /** Where payments go (the gateway's `payTo`): neither the payer nor the account paying gas. */
     treasury: { address: Address };
   };
@@ -53,11 +58,17 @@ export interface DeployOptions {
   logger: Logger;
 }
 
-/** Anvil's dev accounts, from its well-known mnemonic: index 0 operates, index 1 pays, index 2 is paid. */
+/**
+ * Anvil's dev accounts, from its well-known mnemonic: index 0 operates, index 1 pays, index 2 is paid,
+ * index 4 is the runtime's operator wallet (index 3 submits the ledger's transfers: devchain/ledger.ts).
+ */
 export const OPERATOR_ACCOUNT_INDEX = 0;
 export const PAYER_ACCOUNT_INDEX = 1;
 export const TREASURY_ACCOUNT_INDEX = 2;
+export const RUNTIME_ACCOUNT_INDEX = 4;
 export const DEFAULT_PAYER_FUNDING = 1_000_000_000n;
+/** 100 dollars: 200,000 chat tool calls at 0.0005. */
+export const RUNTIME_FUNDING = 100_000_000n;
 
 const tokenAbi = parseAbi([
   'function mint(address to, uint256 value)',
@@ -77,6 +88,7 @@ export async function deploySigilDollar(options: DeployOptions): Promise<DevChai
   const chain = devChainDefinition(options.rpcUrl, options.chainId);
   const operator = devWallet(OPERATOR_ACCOUNT_INDEX);
   const payer = devWallet(PAYER_ACCOUNT_INDEX);
+  const runtime = devWallet(RUNTIME_ACCOUNT_INDEX);
   const treasury = { address: devWallet(TREASURY_ACCOUNT_INDEX).address };
   // Anvil mines each transaction as it arrives: poll for receipts often rather than every 4 s.
   const transport = http(options.rpcUrl);
@@ -92,18 +104,27 @@ export async function deploySigilDollar(options: DeployOptions): Promise<DevChai
   const funding = options.payerFunding ?? DEFAULT_PAYER_FUNDING;
   let address = await deployedToken(publicClient, operator.address);
   if (address === undefined) {
-    address = await deployToken(publicClient, walletClient);
-    const mintHash = await walletClient.writeContract({
-      address,
-      abi: tokenAbi,
-      functionName: 'mint',
-      args: [payer.address, funding],
-    });
-    const minted = await publicClient.waitForTransactionReceipt({ hash: mintHash });
-    if (minted.status !== 'success')
-      throw new Error(`minting the payer's dollars failed (transaction ${mintHash})`);
+    const deployed = await deployToken(publicClient, walletClient);
+    address = deployed;
+    const mint = async (to: Address, value: bigint, whose: string) => {
+      const hash = await walletClient.writeContract({
+        address: deployed,
+        abi: tokenAbi,
+        functionName: 'mint',
+        args: [to, value],
+      });
+      const minted = await publicClient.waitForTransactionReceipt({ hash });
+      if (minted.status !== 'success')
+        throw new Error(`minting the ${whose} dollars failed (transaction ${hash})`);
+    };
+    await mint(payer.address, funding, "payer's");
+    await mint(runtime.address, RUNTIME_FUNDING, "runtime's");
     options.logger.info({ token: address }, 'dev chain: SigilDollar deployed');
     options.logger.info({ payer: payer.address, baseUnits: funding.toString() }, 'dev chain: payer funded');
+    options.logger.info(
+      { runtime: runtime.address, baseUnits: RUNTIME_FUNDING.toString() },
+      "dev chain: the runtime's operator wallet funded",
+    );
   } else {
     options.logger.info({ token: address }, 'dev chain: SigilDollar already deployed (saved chain state)');
   }
@@ -119,7 +140,7 @@ export async function deploySigilDollar(options: DeployOptions): Promise<DevChai
     rpcUrl: options.rpcUrl,
     chainId: options.chainId,
     token,
-    accounts: { operator, payer, treasury },
+    accounts: { operator, payer, runtime, treasury },
     multicall3: MULTICALL3_ADDRESS,
     payerBalance,
   };

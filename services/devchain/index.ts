@@ -12,6 +12,8 @@ export {
   DEFAULT_PAYER_FUNDING,
   OPERATOR_ACCOUNT_INDEX,
   PAYER_ACCOUNT_INDEX,
+  RUNTIME_ACCOUNT_INDEX,
+  RUNTIME_FUNDING,
   TREASURY_ACCOUNT_INDEX,
   deploySigilDollar,
   devChainDefinition,
@@ -26,6 +28,7 @@ export {
   withDevChainLedger,
 } from './ledger.ts';
 export { DEV_CHAIN_PAYMENT_HINT, PAY_OVER_MCP, PAY_OVER_REST, RUN_FREE, payCommand } from './quick-start.ts';
+export { devChainOperatorBanner, withDevChainOperator } from './runtime.ts';
 export {
   DEV_CHAIN_RAIL,
   devChainBanner,

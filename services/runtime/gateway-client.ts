@@ -4,6 +4,7 @@ import { signRequest } from '@slicekit/erc8128';
 import type { Address, Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
+import { ON_BEHALF_OF_HEADER } from '../../core/auth/on-behalf-of.ts';
 import { unixSeconds, type Clock } from '../../core/clock.ts';
 import { SigilError } from '../../core/errors.ts';
 
@@ -45,9 +46,13 @@ export function operatorFetch(options: OperatorFetchOptions): FetchLike {
     const signedUrl =
       options.signFor === undefined ? target : new URL(`${target.pathname}${target.search}`, options.signFor);
     const { signal, ...rest } = init;
+    const headers = new Headers(rest.headers);
     const signed = await signRequest(signedUrl.href, rest, signer, {
       created: unixSeconds(options.clock),
       ttlSeconds: options.ttlSeconds ?? 60,
+      // The scope headers the request carries are signed too: the gateway accepts the wallet named
+      // in X-Sigil-On-Behalf-Of only when the operator's signature covers it.
+      components: SCOPE_HEADERS.filter((name) => headers.has(name)),
     });
     return send(target, {
       ...rest,
@@ -55,6 +60,21 @@ export function operatorFetch(options: OperatorFetchOptions): FetchLike {
       ...(signal === undefined ? {} : { signal }),
     });
   };
+}
+
+/** The gateway's X-MCP-Session header: whose enabled set a request reads and changes. */
+export const MCP_SESSION_HEADER = 'x-mcp-session';
+
+/** Headers that scope a gateway request to a wallet and a session, signed on the operator path. */
+const SCOPE_HEADERS = [ON_BEHALF_OF_HEADER, MCP_SESSION_HEADER];
+
+/**
+ * Whom a chat's gateway requests are for: `wallet` (on the operator path named in
+ * X-Sigil-On-Behalf-Of; a delegated JWT names it itself) and its chat session's `session` id.
+ */
+export interface GatewayScope {
+  wallet: Address;
+  session: string;
 }
 
 export interface DelegatedFetchOptions {
@@ -152,14 +172,33 @@ export class GatewayClient {
     });
   }
 
-  /** A transport to the gateway's `path` (`/mcp` or `/mcp/server/:id`) signed by the operator wallet. */
-  operatorTransport(path = '/mcp'): StreamableHTTPClientTransport {
-    return new StreamableHTTPClientTransport(this.endpoint(path), { fetch: this.operatorFetch() });
+  /**
+   * A transport to the gateway's `path` (`/mcp` or `/mcp/server/:id`) signed by the operator wallet;
+   * with a `scope`, acting for its wallet (X-Sigil-On-Behalf-Of) in its session (X-MCP-Session).
+   */
+  operatorTransport(path = '/mcp', scope?: GatewayScope): StreamableHTTPClientTransport {
+    const headers: Record<string, string> = scope
+      ? { [ON_BEHALF_OF_HEADER]: scope.wallet, [MCP_SESSION_HEADER]: scope.session }
+      : {};
+    return new StreamableHTTPClientTransport(this.endpoint(path), {
+      fetch: this.operatorFetch(),
+      requestInit: { headers },
+    });
   }
 
-  /** A transport to the gateway's `path` acting for `wallet` with delegated JWTs. */
-  delegatedTransport(wallet: Address, path = '/mcp'): StreamableHTTPClientTransport {
-    return new StreamableHTTPClientTransport(this.endpoint(path), { fetch: this.delegatedFetch(wallet) });
+  /** A transport to the gateway's `path` acting for `wallet` with delegated JWTs, in `session` when given. */
+  delegatedTransport(wallet: Address, path = '/mcp', session?: string): StreamableHTTPClientTransport {
+    return new StreamableHTTPClientTransport(this.endpoint(path), {
+      fetch: this.delegatedFetch(wallet),
+      requestInit: { headers: session === undefined ? {} : { [MCP_SESSION_HEADER]: session } },
+    });
+  }
+
+  /** The tool loop's transport for `scope` on `path` (runtime.chat.gatewayPath). */
+  scopedTransport(path: 'delegated' | 'operator', scope: GatewayScope): StreamableHTTPClientTransport {
+    return path === 'operator'
+      ? this.operatorTransport('/mcp', scope)
+      : this.delegatedTransport(scope.wallet, '/mcp', scope.session);
   }
 
   private endpoint(path: string): URL {

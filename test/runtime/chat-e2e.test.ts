@@ -2,20 +2,18 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import type { Address, Hex } from 'viem';
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import { configSchema, DEFAULT_PLUGINS } from '../../core/config/schema.ts';
-import { withDevChainLedger } from '../../services/devchain/ledger.ts';
-import { withDevChainRail } from '../../services/devchain/rail.ts';
-import { serve, type Serving } from '../../services/serve.ts';
-import { withUpDefaults } from '../../services/up-defaults.ts';
+import type { Address } from 'viem';
+import { english, generateMnemonic } from 'viem/accounts';
+import type { Serving } from '../../services/serve.ts';
 import { ProbeWorld } from '../gateway/support.ts';
 import { fundedAccount, sendToken, tokenBalance } from '../ledger/chain-support.ts';
 import { eventually } from '../ledger/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { freePort } from '../support/cli.ts';
-import { openTestKernel, stickyDatabase, TEST_DATABASES } from '../support/kernel.ts';
+import { stickyDatabase, TEST_DATABASES } from '../support/kernel.ts';
 import { readSse, runtimeClient, storeAndUnlock } from './chat-support.ts';
+import { serveChatWorld } from './chat-world.ts';
+import { captureLogs } from './support.ts';
 
 const USD = 1_000_000n;
 
@@ -23,8 +21,8 @@ const USD = 1_000_000n;
  * The issue's "Done when", in process with `sigil up`'s wiring (dev chain, its rail and ledger,
  * provider-local, a vault directory) and the probe MCP server in the gateway's catalog, on both paths
  * of the tool loop: delegated (per-wallet JWTs) and operator (`runtime.chat.gatewayPath: 'operator'`,
- * every gateway request signed with ERC-8128 as `runtime.operatorKey`; the gateway then has delegation
- * off and lists the operator wallet with ERC8128_ENFORCE_OPERATOR_MCP, so a tool call only gets
+ * every gateway request signed with ERC-8128 as `runtime.operatorKey`, the dev chain's runtime account
+ * that sigil up gives it; the gateway then has delegation off and lists the operator wallet with ERC8128_ENFORCE_OPERATOR_MCP, so a tool call only gets
  * through signed by the operator).
  */
 for (const gatewayPath of ['delegated', 'operator'] as const)
@@ -36,37 +34,31 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
     let dir: string;
     let serving: Serving | undefined;
     let ports: { runtime: number; gateway: number };
-    let operatorKey: Hex;
+    const depositMnemonic = generateMnemonic(english);
+
+    const logs = captureLogs();
 
     async function up(): Promise<{ runtime: string; gateway: string }> {
-      const base = configSchema.parse({});
-      const upConfig = withUpDefaults(withDevChainLedger(withDevChainRail(base, chain), chain));
-      const kernel = await openTestKernel({
+      serving = await serveChatWorld({
         database: sticky.database,
-        config: {
-          runtime: { port: ports.runtime, operatorKey, chat: { gatewayPath } as never },
-          gateway: {
-            port: ports.gateway,
-            includeDefaultCatalog: false,
-            catalogFile: world.catalogFile,
-            ...(gatewayPath === 'operator'
-              ? {
-                  operatorWallets: [privateKeyToAccount(operatorKey).address],
-                  erc8128EnforceOperatorMcp: true,
-                  delegation: { enabled: false } as never,
-                }
-              : {}),
-          },
-          ledger: { ...upConfig.ledger, pollIntervalMs: 200 },
-          vault: { persistenceDir: join(dir, 'vault') },
-          plugins: [
-            ...world.plugins(),
-            // The dev chain's rail and provider-local; the world's own tee, registry and sandbox.
-            ...upConfig.plugins.filter((p) => !(DEFAULT_PLUGINS as readonly string[]).includes(p.resolve)),
-          ],
-        },
+        chain,
+        world,
+        vaultDir: join(dir, 'vault'),
+        ports,
+        depositMnemonic,
+        upConfig: (config) => config,
+        gatewayPath,
+        logs: logs.stream,
+        ...(gatewayPath === 'operator'
+          ? {
+              gateway: {
+                operatorWallets: [chain.accounts.runtime.address],
+                erc8128EnforceOperatorMcp: true,
+                delegation: { enabled: false } as never,
+              },
+            }
+          : {}),
       });
-      serving = await serve(kernel, ['runtime', 'gateway']);
       return { runtime: serving.urls.runtime as string, gateway: serving.urls.gateway as string };
     }
 
@@ -74,7 +66,6 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
       [chain, world] = await Promise.all([startDevChain(), ProbeWorld.start()]);
       dir = mkdtempSync(join(tmpdir(), 'sigil-chat-e2e-'));
       ports = { runtime: await freePort(), gateway: await freePort() };
-      operatorKey = generatePrivateKey();
     });
     after(async () => {
       await serving?.stop();
@@ -84,11 +75,11 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
       await sticky.drop();
     });
 
-    it('sign in, store and unlock a key, an agent, a session, a chat that calls probe__echo (paid by the operator through x402), the charge; after a restart (delegated path) the key is stored but locked', async () => {
-      // The runtime's operator wallet pays paid tools: it holds the dev token.
-      const operator = privateKeyToAccount(operatorKey);
+    it('sign in, store and unlock a key, an agent, a session, a chat that calls probe__echo (paid through x402 by the operator wallet sigil up gives the runtime), the charge; after a restart (delegated path) the key is stored but locked', async () => {
+      // sigil up's runtime account pays paid tools: it holds the dev token from the chain's start.
+      const operator = chain.accounts.runtime;
+      const operatorFunds = await tokenBalance(chain, operator.address);
       const wallet = await fundedAccount(chain, 15n * USD);
-      await sendToken(chain, wallet, operator.address, 10n * USD);
       const urls = await up();
 
       const { message } = (await (
@@ -124,8 +115,8 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
       expect(res.status).to.equal(200);
       const events = await readSse(res);
       const names = events.map((e) => e.event);
+      expect(events.filter((e) => e.event === 'error')).to.deep.equal([]);
       expect(names).to.include.members(['tool-call', 'tool-result', 'usage', 'cost', 'done']);
-      expect(names).to.not.include('error');
       const call = events.find((e) => e.event === 'tool-call')!.data;
       expect(call).to.deep.include({ name: 'probe__echo', input: { message: 'hi from chat' } });
       const result = events.find((e) => e.event === 'tool-result')!.data;
@@ -161,8 +152,11 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
       ).filter((t) => t.kind === 'charge');
       expect(charges).to.have.length(1);
       expect(charges[0]).to.include({ amount: expected.toString(), agentId: agent.id });
-      // The operator wallet paid the gateway on chain.
-      expect((await tokenBalance(chain, operator.address)) < 10n * USD).to.equal(true);
+      // The operator wallet paid the gateway on chain exactly the tool's price, the one the wallet was charged.
+      expect(result.paid).to.include({ amount: '500' });
+      expect(operatorFunds - (await tokenBalance(chain, operator.address))).to.equal(500n);
+      // A secret all the same: no log line shows the operator's key.
+      expect(logs.text()).to.not.include(operator.privateKey.slice(2));
 
       if (gatewayPath === 'operator') return;
       // Restart the runtime (and the gateway with it): the key is still stored, locked until an unlock.

@@ -4,7 +4,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { isSigilError } from '../../core/errors.ts';
 import { operatorFetch } from '../../services/runtime/gateway-client.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
-import { errorOf } from '../auth/support.ts';
+import { errorOf, newWallet } from '../auth/support.ts';
 import { GATEWAY_PUBLIC, Stack } from './support.ts';
 
 describeEachDatabase('operator path: ERC-8128 signed gateway requests from the runtime', (database) => {
@@ -73,6 +73,112 @@ describeEachDatabase('operator path: ERC-8128 signed gateway requests from the r
     const replay = await errorOf(await fetch(first.url, first.init));
     expect(replay).to.include({ status: 401 });
     expect(replay.message).to.match(/nonce has already been used/);
+  });
+
+  it('acts for a wallet named in X-Sigil-On-Behalf-Of, covered by the operator’s signature: the gateway sees that wallet', async () => {
+    const wallet = newWallet();
+    const signed = operatorFetch({
+      signer: operator,
+      chainId: 8453,
+      clock: stack.clock,
+      signFor: GATEWAY_PUBLIC,
+    });
+    const res = await signed(stack.url('gateway', '/api/auth/session'), {
+      headers: { 'x-sigil-on-behalf-of': wallet.address },
+    });
+    expect(res.status).to.equal(200);
+    expect(await res.json()).to.deep.equal({
+      address: wallet.address,
+      method: 'operator-on-behalf',
+      operator: false,
+      actingOperator: operator.address,
+    });
+  });
+
+  it('refuses X-Sigil-On-Behalf-Of from an ordinary wallet, unsigned, or outside the signature, and at the runtime: 403, nothing changed', async () => {
+    const victim = newWallet();
+    const mallory = newWallet();
+    const enable = {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'x-sigil-on-behalf-of': victim.address,
+        'x-mcp-session': 'shared',
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'gateway_enable_server', arguments: { serverId: 'everything' } },
+      }),
+    };
+    const asMallory = operatorFetch({
+      signer: mallory,
+      chainId: 8453,
+      clock: stack.clock,
+      signFor: GATEWAY_PUBLIC,
+    });
+    const ordinary = await errorOf(await asMallory(stack.url('gateway', '/mcp'), enable));
+    expect(ordinary).to.include({ status: 403, code: 'forbidden' });
+    expect(ordinary.message).to.include('not an operator wallet');
+
+    // The header added after the operator signed: the signature does not cover it.
+    const signedWithout = operatorFetch({
+      signer: operator,
+      chainId: 8453,
+      clock: stack.clock,
+      signFor: GATEWAY_PUBLIC,
+      fetch: (url, init) => {
+        const headers = new Headers(init?.headers);
+        headers.set('x-sigil-on-behalf-of', victim.address);
+        return fetch(url, { ...init, headers });
+      },
+    });
+    const { 'x-sigil-on-behalf-of': _named, ...unnamed } = enable.headers;
+    const outside = await errorOf(
+      await signedWithout(stack.url('gateway', '/mcp'), { ...enable, headers: unnamed }),
+    );
+    expect(outside).to.include({ status: 403, code: 'forbidden' });
+    expect(outside.message).to.include('does not cover');
+
+    const bearer = await stack.signIn(mallory, 'gateway');
+    const unsigned = await errorOf(
+      await stack.fetch('gateway', '/mcp', {
+        ...enable,
+        headers: { ...enable.headers, authorization: `Bearer ${bearer}` },
+      }),
+    );
+    expect(unsigned).to.include({ status: 403, code: 'forbidden' });
+
+    const atRuntime = await errorOf(
+      await stack.fetch('runtime', '/auth/session', {
+        headers: {
+          authorization: `Bearer ${await stack.signIn(mallory)}`,
+          'x-sigil-on-behalf-of': victim.address,
+        },
+      }),
+    );
+    expect(atRuntime).to.include({ status: 403, code: 'forbidden' });
+
+    // Nothing was enabled for the victim in that session.
+    const asVictim = operatorFetch({
+      signer: operator,
+      chainId: 8453,
+      clock: stack.clock,
+      signFor: GATEWAY_PUBLIC,
+    });
+    const listed = await asVictim(stack.url('gateway', '/mcp'), {
+      ...enable,
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 2,
+        method: 'tools/call',
+        params: { name: 'gateway_list_enabled', arguments: {} },
+      }),
+    });
+    const answer = (await listed.json()) as { result: { structuredContent: { enabled: string[] } } };
+    expect(answer.result.structuredContent.enabled).to.deep.equal([]);
   });
 
   it('has no operator path without runtime.operatorKey', async () => {

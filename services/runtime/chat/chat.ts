@@ -22,7 +22,8 @@ import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
 import { ChatSessions, type ChatSession } from './sessions.ts';
-import { GatewayToolSession, type ToolPayments } from './tools.ts';
+import { gatewayScopeOf, ToolClients, type ToolLease } from './tool-clients.ts';
+import { GatewayToolSession, type ToolOutcome, type ToolPayments } from './tools.ts';
 
 export type ChatSettings = Kernel['config']['runtime']['chat'];
 
@@ -58,12 +59,30 @@ export interface ChatDeps {
 export class ChatService {
   readonly sessions: ChatSessions;
   readonly settings: ChatSettings;
+  /** One MCP client of the gateway per chat session with servers, kept between its messages. */
+  readonly toolClients: ToolClients;
   private readonly payments: ToolPayments | undefined;
 
   constructor(private readonly options: ChatDeps) {
     const deps = options;
     this.settings = deps.kernel.config.runtime.chat;
-    this.sessions = new ChatSessions(this.settings, deps.kernel.clock);
+    this.toolClients = new ToolClients({
+      open: (session, signal) =>
+        GatewayToolSession.open({
+          gateway: deps.gateway,
+          path: this.settings.gatewayPath,
+          scope: gatewayScopeOf(session),
+          servers: session.servers,
+          payments: this.payments,
+          signal,
+        }),
+      idleMs: this.settings.toolClientIdleSeconds * 1000,
+      maxClients: this.settings.maxToolClients,
+      clock: deps.kernel.clock,
+    });
+    this.sessions = new ChatSessions(this.settings, deps.kernel.clock, (id) => {
+      void this.toolClients.end(id);
+    });
     const { runtime, ledger } = deps.kernel.config;
     this.payments =
       runtime.operatorKey && ledger.tokenAddress
@@ -221,29 +240,26 @@ export class ChatService {
    * `maxSteps` turns. Before each turn and each batch of tool calls the hold is extended to cover them
    * (a refusal ends the loop with a payment_required error), and its expiry refreshed before each turn,
    * each tool call and during a long stream. Whatever happens (an error, the client gone), the hold is
-   * settled to what was used, charged once under `chat:<sessionId>:<messageId>`.
+   * settled to what was used, charged once under `chat:<sessionId>:<messageId>`: the model's turns and
+   * the tool calls the gateway ran (ToolOutcome.billed), never a call refused before it ran.
    */
   async run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     const { session, entry } = chat;
     const signal = sse.signal;
     const messages: LlmMessage[] = [...session.messages, { role: 'user', content: chat.content }];
     let base = 0n;
+    /** Calls the model made, and of them those the gateway ran (what is charged). */
     let toolCalls = 0;
+    let billed = 0;
     let steps = 0;
     let finish: LlmFinishReason | 'max-steps' = 'stop';
     let completed = false;
-    let tools: GatewayToolSession | undefined;
+    let lease: ToolLease | undefined;
+    /** False once a gateway request failed under the session's client: it is closed, not kept. */
+    let healthy = true;
     try {
-      if (session.servers.length > 0) {
-        tools = await GatewayToolSession.open({
-          gateway: this.options.gateway,
-          path: this.settings.gatewayPath,
-          wallet: principal.address as Address,
-          servers: session.servers,
-          payments: this.payments,
-          signal,
-        });
-      }
+      if (session.servers.length > 0) lease = await this.toolClients.lease(session, signal);
+      const tools = lease?.tools;
       for (;;) {
         if (steps >= this.settings.maxSteps) {
           finish = 'max-steps';
@@ -253,7 +269,7 @@ export class ChatService {
         let text = '';
         const calls: LlmToolCall[] = [];
         const definitions = tools?.definitions() ?? [];
-        await this.reserve(chat, base + this.turnCost(messages, definitions, entry.model), toolCalls);
+        await this.reserve(chat, base + this.turnCost(messages, definitions, entry.model), billed);
         for await (const part of entry.provider.doStream({
           model: session.model,
           messages,
@@ -298,16 +314,25 @@ export class ChatService {
             { details: { reason: 'too_many_tool_calls', limit: this.settings.maxToolCallsPerTurn } },
           );
         }
-        const batch = toolCalls + calls.length;
-        for (const call of calls) {
-          await this.reserve(chat, base, batch);
+        for (const [index, call] of calls.entries()) {
+          // Room for the calls billed so far and every call of the batch still to run.
+          await this.reserve(chat, base, billed + calls.length - index);
           toolCalls++;
-          const outcome = tools
-            ? await tools.call(call.name, call.input, signal).catch((err: unknown) => ({
-                content: `the gateway failed: ${(err as Error).message}`,
+          const outcome: ToolOutcome = tools
+            ? await tools.call(call.name, call.input, signal).catch((err: unknown) => {
+                healthy = false;
+                return {
+                  content: `the gateway failed: ${(err as Error).message}`,
+                  isError: true,
+                  billed: false,
+                };
+              })
+            : {
+                content: `No tool ${call.name}: this session has no gateway servers`,
                 isError: true,
-              }))
-            : { content: `No tool ${call.name}: this session has no gateway servers`, isError: true };
+                billed: false,
+              };
+          if (outcome.billed) billed++;
           signal.throwIfAborted();
           sse.send('tool-result', { step: steps, id: call.id, name: call.name, ...outcome });
           messages.push({
@@ -324,8 +349,8 @@ export class ChatService {
       if (!signal.aborted && !(err instanceof SigilError || isLlmProviderError(err)))
         this.options.logger.warn({ err, sessionId: session.id }, 'chat: the request failed');
     } finally {
-      await tools?.close();
-      const cost = platformCost(chat.keyKind, base, toolCalls);
+      await lease?.release(healthy && !signal.aborted);
+      const cost = platformCost(chat.keyKind, base, billed);
       const charge = await this.settle(chat, cost);
       this.sessions.end(session, chat.messageId, completed ? messages : undefined);
       sse.send('cost', {

@@ -58,6 +58,8 @@ export class ChatSessions {
   constructor(
     private readonly limits: SessionLimits,
     private readonly clock: Clock,
+    /** Told of each session that ends (closed or expired), to let go of what it held. */
+    private readonly onEnd: (sessionId: string) => void = () => undefined,
   ) {}
 
   open(
@@ -110,6 +112,7 @@ export class ChatSessions {
   close(wallet: string, agentId: string, id: string): void {
     this.get(wallet, agentId, id);
     this.sessions.delete(id);
+    this.onEnd(id);
   }
 
   /** Marks the session busy for one request; refuses a second one at once and a full session. */
@@ -154,6 +157,9 @@ export class ChatSessions {
   private expire(): void {
     const cutoff = this.clock.now().getTime() - this.limits.sessionIdleSeconds * 1000;
     for (const [id, session] of this.sessions)
-      if (!session.busy && session.lastUsedAt.getTime() < cutoff) this.sessions.delete(id);
+      if (!session.busy && session.lastUsedAt.getTime() < cutoff) {
+        this.sessions.delete(id);
+        this.onEnd(id);
+      }
   }
 }

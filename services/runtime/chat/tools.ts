@@ -6,7 +6,8 @@ import { ExactEvmScheme } from '@x402/evm/exact/client';
 import type { Address, Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import type { LlmToolDefinition } from '../../../core/plugins/contracts/llm-provider-v1.ts';
-import type { GatewayClient } from '../gateway-client.ts';
+import { PROOF_META_KEY } from '../../gateway/proofs.ts';
+import type { GatewayClient, GatewayScope } from '../gateway-client.ts';
 
 /** x402's MCP transport: an unpaid call is JSON-RPC error 402 with the terms in `data`. */
 const PAYMENT_REQUIRED_CODE = 402;
@@ -25,6 +26,12 @@ export interface ToolPayments {
 export interface ToolOutcome {
   content: string;
   isError: boolean;
+  /**
+   * The gateway ran the tool and it succeeded: its result carries an execution proof and is no error,
+   * the calls the gateway settles. Only these are charged (500 each); a call refused before it ran
+   * (no operator wallet to pay it, an unpaid 402, a refusal, a transport error) or that failed is not.
+   */
+  billed: boolean;
   /** Set when the runtime's operator wallet paid for the call (x402). */
   paid?: { amount: string; asset: string; network: string; transaction?: string };
 }
@@ -39,23 +46,23 @@ export class GatewayToolSession {
   ) {}
 
   /**
-   * Connects (the wallet's delegated JWT, or the operator's ERC-8128 signatures), enables `servers`
-   * with `gateway_enable_server` and lists the tools to offer the model.
+   * Connects (the wallet's delegated JWT, or the operator's ERC-8128 signatures acting for the wallet),
+   * enables `servers` with `gateway_enable_server` in the scope's session and lists the tools to offer
+   * the model.
    */
   static async open(options: {
     gateway: GatewayClient;
     path: 'delegated' | 'operator';
-    wallet: Address;
+    /** The chat session's wallet and X-MCP-Session: its enabled set and secrets at the gateway. */
+    scope: GatewayScope;
     servers: readonly string[];
     payments: ToolPayments | undefined;
     signal: AbortSignal;
   }): Promise<GatewayToolSession> {
     const client = new Client({ name: 'sigil-runtime', version: '1.0.0' });
-    const transport =
-      options.path === 'operator'
-        ? options.gateway.operatorTransport()
-        : options.gateway.delegatedTransport(options.wallet);
-    await client.connect(transport, { signal: options.signal });
+    await client.connect(options.gateway.scopedTransport(options.path, options.scope), {
+      signal: options.signal,
+    });
     const payer =
       options.payments === undefined
         ? undefined
@@ -114,6 +121,7 @@ export class GatewayToolSession {
         return {
           content: `${name} is a paid tool and this runtime has no operator wallet to pay it (runtime.operatorKey)`,
           isError: true,
+          billed: false,
         };
       }
       const required = err.data as PaymentRequired;
@@ -154,4 +162,5 @@ function textOf(result: CallToolResult): string {
 const outcomeOf = (result: CallToolResult): ToolOutcome => ({
   content: textOf(result),
   isError: result.isError === true,
+  billed: result.isError !== true && result._meta?.[PROOF_META_KEY] !== undefined,
 });

@@ -1,0 +1,129 @@
+import { createHash } from 'node:crypto';
+import type { Clock } from '../../../core/clock.ts';
+import type { GatewayScope } from '../gateway-client.ts';
+import type { ChatSession } from './sessions.ts';
+import type { GatewayToolSession } from './tools.ts';
+
+/**
+ * The X-MCP-Session of a chat session at the gateway: a digest of its wallet and its id (a random
+ * UUID), so unguessable, one per chat session, never another wallet's, and not the runtime's id itself.
+ */
+export function gatewaySessionId(session: Pick<ChatSession, 'id' | 'wallet'>): string {
+  const digest = createHash('sha256')
+    .update(`sigil-chat-session\0${session.wallet.toLowerCase()}\0${session.id}`)
+    .digest('base64url');
+  return `chat.${digest}`;
+}
+
+/** A chat session's gateway scope: its wallet, and its own X-MCP-Session. */
+export const gatewayScopeOf = (session: ChatSession): GatewayScope => ({
+  wallet: session.wallet as GatewayScope['wallet'],
+  session: gatewaySessionId(session),
+});
+
+export interface ToolClientsOptions {
+  /** Connects, enables the session's servers and lists their tools: one MCP client of the gateway. */
+  open(session: ChatSession, signal: AbortSignal): Promise<GatewayToolSession>;
+  /** A client unused this long is closed (the next message of its session connects again). */
+  idleMs: number;
+  /** At most this many clients stay open; the least recently used idle one is closed beyond it. */
+  maxClients: number;
+  clock: Clock;
+}
+
+interface Entry {
+  tools: GatewayToolSession;
+  lastUsed: number;
+  /** A message of the session is using it: never closed under it. */
+  leased: boolean;
+  /** Closed once the lease ends (evicted or its session ended while leased). */
+  retired: boolean;
+}
+
+/** A chat request's use of its session's client; `release(false)` when the gateway failed under it. */
+export interface ToolLease {
+  tools: GatewayToolSession;
+  release(healthy: boolean): Promise<void>;
+}
+
+/**
+ * One MCP client of the gateway per chat session, kept between its messages, instead of connecting,
+ * enabling and listing on every message. A client ends with its session, when idle for `idleMs`,
+ * beyond `maxClients` (least recently used first), after a gateway failure, and at shutdown.
+ */
+export class ToolClients {
+  /** In order of last use, least recent first. */
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(private readonly options: ToolClientsOptions) {}
+
+  /** The session's client, opened on its first message; one request of a session at a time uses it. */
+  async lease(session: ChatSession, signal: AbortSignal): Promise<ToolLease> {
+    await this.evictIdle();
+    let entry = this.entries.get(session.id);
+    if (entry === undefined) {
+      entry = { tools: await this.options.open(session, signal), lastUsed: 0, leased: false, retired: false };
+    }
+    this.entries.delete(session.id);
+    this.entries.set(session.id, entry);
+    entry.leased = true;
+    await this.enforceCap();
+    const leased = entry;
+    return {
+      tools: leased.tools,
+      release: async (healthy) => {
+        leased.leased = false;
+        leased.lastUsed = this.now();
+        if (healthy && !leased.retired) return;
+        if (this.entries.get(session.id) === leased) this.entries.delete(session.id);
+        await leased.tools.close();
+      },
+    };
+  }
+
+  /** Closes the client of a session that ended (closed, expired); at its lease's end if in use. */
+  async end(sessionId: string): Promise<void> {
+    const entry = this.entries.get(sessionId);
+    if (entry === undefined) return;
+    this.entries.delete(sessionId);
+    await this.retire(entry);
+  }
+
+  /** How many clients are open. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** Closes every client (the runtime is stopping). */
+  async close(): Promise<void> {
+    const all = [...this.entries.values()];
+    this.entries.clear();
+    await Promise.all(all.map((entry) => entry.tools.close()));
+  }
+
+  private async evictIdle(): Promise<void> {
+    const cutoff = this.now() - this.options.idleMs;
+    for (const [id, entry] of this.entries) {
+      if (entry.leased || entry.lastUsed > cutoff) continue;
+      this.entries.delete(id);
+      await entry.tools.close();
+    }
+  }
+
+  private async enforceCap(): Promise<void> {
+    for (const [id, entry] of this.entries) {
+      if (this.entries.size <= this.options.maxClients) return;
+      this.entries.delete(id);
+      await this.retire(entry);
+    }
+  }
+
+  private async retire(entry: Entry): Promise<void> {
+    if (entry.leased) entry.retired = true;
+    else await entry.tools.close();
+  }
+
+  private now(): number {
+    return this.options.clock.now().getTime();
+  }
+}
