@@ -3,16 +3,14 @@ import { dirname, resolve } from 'node:path';
 import type { Logger } from '../../core/log.ts';
 
 /**
- * Makes `path` ready for anvil's `--state`: its directory exists (owner only: nobody else needs it;
- * the directories above it get the data directory's 0711, which sandbox users must pass through,
- * should this create them before the database does), and a file there that is not an anvil state (cut short by a crash
+ * Makes `path` ready for anvil's `--state`: its directory exists (owner only, as the data directory
+ * above it is, should this create it before the database does), and a file there that is not an anvil state (cut short by a crash
  * mid-write, edited, empty) is moved aside, because anvil refuses to start on it. A new chain then
  * starts, and the services detect it as one (see the chain identity of the ledger and the payments).
  * Returns the absolute path.
  */
 export function prepareStateFile(path: string, logger: Logger): string {
   const absolute = resolve(path);
-  mkdirSync(dirname(dirname(absolute)), { recursive: true, mode: 0o711 });
   mkdirSync(dirname(absolute), { recursive: true, mode: 0o700 });
   let text: string;
   try {
