@@ -72,8 +72,12 @@ export class ProcessStdioTransport implements Transport {
 
   send(message: JSONRPCMessage): Promise<void> {
     if (this.closed) return Promise.reject(new Error('transport closed: the process has ended'));
+    const { stdin } = this.process;
+    // A process that ended (or is being ended) before its `exited` settled: a write would fail with
+    // the stream's "write after end", which says nothing of why.
+    if (!stdin.writable)
+      return Promise.reject(new Error('transport closed: the process has closed its stdin'));
     return new Promise((resolve, reject) => {
-      const { stdin } = this.process;
       this.corkUntilEndOfTurn(stdin);
       // Resolving on `drain` rather than on the write callback keeps the SDK's flow control: a slow
       // server holds the caller back instead of growing an unbounded buffer here.

@@ -20,6 +20,8 @@ import type { ProbeResult, ServerProber } from './servers.ts';
 /** Longest line a server may send: well above any sane tool result, far below memory trouble. */
 const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 const CONNECT_TIMEOUT_MS = 30_000;
+/** The end of a failed start's stderr quoted in its error: enough for the last lines of a stack trace. */
+const STDERR_IN_ERROR_CHARS = 500;
 
 export interface LauncherOptions {
   plugins: PluginHost;
@@ -90,6 +92,11 @@ export class SandboxedServers implements ServerProber {
       env,
       networkAllowList: entry.network,
     });
+    let endedByItself = false;
+    // Its stdout ends as it exits, before the sandbox reports the exit (after cleaning up).
+    const ended = () => (endedByItself = true);
+    child.stdout.once('end', ended);
+    void child.exited.then(ended);
     const stderrTail: string[] = [];
     const transport = new ProcessStdioTransport(child, {
       maxMessageBytes: MAX_MESSAGE_BYTES,
@@ -102,16 +109,23 @@ export class SandboxedServers implements ServerProber {
     try {
       await client.connect(transport, { timeout: CONNECT_TIMEOUT_MS });
     } catch (err) {
+      // Read before the kill below, which ends the process whatever it was doing.
+      const exitedFirst = endedByItself;
       await child.kill();
       const exit = await child.exited;
+      // Redacted before it is cut: a cut could leave part of a secret that no longer matches whole.
+      const stderr = injected.redactor.text(stderrTail.join(''));
       this.options.logger.warn(
-        // Redacted before it is cut: a cut could leave part of a secret that no longer matches whole.
-        { serverId: key.serverId, exit, stderr: injected.redactor.text(stderrTail.join('')).slice(-2000) },
+        { serverId: key.serverId, exit, stderr: stderr.slice(-2000) },
         'MCP server failed to start',
       );
       // The server's own answer (an error to initialize) may quote its secrets.
-      const why = injected.redactor.text(exit.reason ?? (err as Error).message);
-      throw new SigilError('unavailable', `MCP server "${key.serverId}" did not start: ${why}`);
+      const why = injected.redactor.text(
+        exit.reason ?? (exitedFirst ? exitedBeforeHandshake(exit, stderr) : (err as Error).message),
+      );
+      throw new SigilError('unavailable', `MCP server "${key.serverId}" did not start: ${why}`, {
+        details: { serverId: key.serverId },
+      });
     }
     void child.exited.then(release, release);
     return {
@@ -218,4 +232,14 @@ export class SandboxedServers implements ServerProber {
   private sandbox(): SandboxRuntimeV1 {
     return this.options.plugins.one('sandbox-runtime');
   }
+}
+
+/**
+ * Why a process that ended on its own before the MCP handshake did not start: its exit and the end of
+ * what it said on stderr (a missing module, a bad argument), rather than the failed write to its stdin.
+ */
+function exitedBeforeHandshake(exit: { code: number | null; signal: string | null }, stderr: string): string {
+  const how = exit.signal === null ? `code ${String(exit.code)}` : `signal ${exit.signal}`;
+  const said = stderr.trim().slice(-STDERR_IN_ERROR_CHARS);
+  return `the process exited (${how}) before the MCP handshake${said ? `; stderr: ${said}` : ', saying nothing on stderr'}`;
 }

@@ -125,6 +125,20 @@ describe('ProcessStdioTransport', () => {
     expect(error?.message).to.match(/closed/);
   });
 
+  it('refuses to send on a stdin already ended, before the transport saw the process end, without "write after end"', async () => {
+    const child = started(echo());
+    const transport = new ProcessStdioTransport(child);
+    await transport.start();
+    // As a sandbox's kill() does: stdin ends first, the process's end is reported later.
+    child.stdin.end();
+    const error = await transport.send(ping(1)).then(
+      () => undefined,
+      (err: Error) => err,
+    );
+    expect(error?.message).to.equal('transport closed: the process has closed its stdin');
+    await transport.close();
+  });
+
   it('sends the messages of one event-loop turn, from separate callbacks, in one write', async () => {
     const process_ = started(echo());
     // The child's stdin, behind a stream that records how many messages each write to it carried.
