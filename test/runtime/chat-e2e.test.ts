@@ -49,15 +49,6 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
         upConfig: (config) => config,
         gatewayPath,
         logs: logs.stream,
-        ...(gatewayPath === 'operator'
-          ? {
-              gateway: {
-                operatorWallets: [chain.accounts.runtime.address],
-                erc8128EnforceOperatorMcp: true,
-                delegation: { enabled: false } as never,
-              },
-            }
-          : {}),
       });
       return { runtime: serving.urls.runtime as string, gateway: serving.urls.gateway as string };
     }

@@ -109,15 +109,6 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
           ...config,
           runtime: { ...config.runtime, chat: { ...config.runtime.chat, gatewayUrl: proxy.url } },
         }),
-        ...(gatewayPath === 'operator'
-          ? {
-              gateway: {
-                operatorWallets: [chain.accounts.runtime.address],
-                erc8128EnforceOperatorMcp: true,
-                delegation: { enabled: false } as never,
-              },
-            }
-          : {}),
       });
     });
     after(async () => {

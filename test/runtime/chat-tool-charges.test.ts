@@ -52,75 +52,78 @@ describeEachDatabase('runtime chat: only tool calls the gateway ran are charged'
     });
   }
 
-  it('without an operator wallet (npm start before the fix) a paid tool is refused, and the wallet pays only the model', async function () {
-    this.timeout(120_000);
+  type ChatUser = Awaited<ReturnType<typeof chatUser>>;
+
+  /** One chat turn on a fresh runtime and gateway: `content` sent in a new session with the probe server. */
+  async function chatTurn(
+    operatorKey: 'up' | null,
+    content: string,
+    check: (events: SseEvent[], user: ChatUser) => Promise<void>,
+  ): Promise<void> {
     const sticky = stickyDatabase(database);
-    const serving = await served(sticky.database, null);
+    const serving = await served(sticky.database, operatorKey);
     try {
       const user = await chatUser(serving.urls.runtime as string, chain, 2n * USD);
       const session = (
         await user.client.json('POST', `/agents/${user.agentId}/sessions`, { servers: ['probe'] })
       ).body;
       const res = await user.client.send('POST', `/agents/${user.agentId}/sessions/${session.id}/messages`, {
-        content: 'use tool probe__echo with {"message":"unpaid"}',
+        content,
       });
-      const events = await readSse(res);
-      const result = events.find((e) => e.event === 'tool-result')!.data;
-      expect(result).to.include({ name: 'probe__echo', isError: true, billed: false });
-      expect(result.content).to.include('no operator wallet');
-      const base = baseOf(events);
-      const modelOnly = (10n * base + 99n) / 100n;
-      const cost = events.find((e) => e.event === 'cost')!.data;
-      expect(cost).to.include({
-        toolCalls: 0,
-        platformCost: modelOnly.toString(),
-        charged: modelOnly.toString(),
-      });
-      expect(events.at(-1)!.data).to.include({ toolCalls: 1 });
-      const balance = (await user.client.json('GET', '/wallet/balance')).body;
-      expect(balance).to.include({ available: (2n * USD - modelOnly).toString(), heldSpend: '0' });
+      await check(await readSse(res), user);
     } finally {
       await serving.stop();
       await sticky.drop();
     }
+  }
+
+  /**
+   * The turn's cost is the model's share plus `toolCharge`, with `billed` of its `called` tool calls
+   * billed, and the user's wallet paid exactly that.
+   */
+  async function expectCharged(
+    events: SseEvent[],
+    user: ChatUser,
+    { toolCharge, billed, called }: { toolCharge: bigint; billed: number; called: number },
+  ): Promise<void> {
+    const expected = (10n * baseOf(events) + 99n) / 100n + toolCharge;
+    const cost = events.find((e) => e.event === 'cost')!.data;
+    expect(cost).to.include({
+      toolCalls: billed,
+      platformCost: expected.toString(),
+      charged: expected.toString(),
+    });
+    expect(events.at(-1)!.data).to.include({ toolCalls: called });
+    const balance = (await user.client.json('GET', '/wallet/balance')).body;
+    expect(balance).to.include({ available: (2n * USD - expected).toString(), heldSpend: '0' });
+  }
+
+  it('without an operator wallet (npm start before the fix) a paid tool is refused, and the wallet pays only the model', async function () {
+    this.timeout(120_000);
+    await chatTurn(null, 'use tool probe__echo with {"message":"unpaid"}', async (events, user) => {
+      const result = events.find((e) => e.event === 'tool-result')!.data;
+      expect(result).to.include({ name: 'probe__echo', isError: true, billed: false });
+      expect(result.content).to.include('no operator wallet');
+      await expectCharged(events, user, { toolCharge: 0n, billed: 0, called: 1 });
+    });
   });
 
   it('with the operator wallet of sigil up: of a paid call, a failing call and a meta-tool, only the call that ran and settled is charged', async function () {
     this.timeout(120_000);
-    const sticky = stickyDatabase(database);
-    const serving = await served(sticky.database, 'up');
-    try {
-      const user = await chatUser(serving.urls.runtime as string, chain, 2n * USD);
-      const session = (
-        await user.client.json('POST', `/agents/${user.agentId}/sessions`, { servers: ['probe'] })
-      ).body;
-      const res = await user.client.send('POST', `/agents/${user.agentId}/sessions/${session.id}/messages`, {
-        content:
-          'use tool probe__echo with {"message":"paid"} then use tool probe__fail then use tool gateway_list_enabled',
-      });
-      const events = await readSse(res);
-      expect(events.map((e) => e.event)).to.not.include('error');
-      const results = Object.fromEntries(
-        events.filter((e) => e.event === 'tool-result').map((e) => [e.data.name, e.data]),
-      );
-      expect(results.probe__echo).to.include({ isError: false, billed: true });
-      expect(results.probe__echo!.paid).to.include({ amount: '500' });
-      expect(results.probe__fail).to.include({ isError: true, billed: false });
-      expect(results.gateway_list_enabled).to.include({ isError: false, billed: false });
-      const base = baseOf(events);
-      const expected = (10n * base + 99n) / 100n + 500n;
-      const cost = events.find((e) => e.event === 'cost')!.data;
-      expect(cost).to.include({
-        toolCalls: 1,
-        platformCost: expected.toString(),
-        charged: expected.toString(),
-      });
-      expect(events.at(-1)!.data).to.include({ toolCalls: 3 });
-      const balance = (await user.client.json('GET', '/wallet/balance')).body;
-      expect(balance).to.include({ available: (2n * USD - expected).toString(), heldSpend: '0' });
-    } finally {
-      await serving.stop();
-      await sticky.drop();
-    }
+    await chatTurn(
+      'up',
+      'use tool probe__echo with {"message":"paid"} then use tool probe__fail then use tool gateway_list_enabled',
+      async (events, user) => {
+        expect(events.map((e) => e.event)).to.not.include('error');
+        const results = Object.fromEntries(
+          events.filter((e) => e.event === 'tool-result').map((e) => [e.data.name, e.data]),
+        );
+        expect(results.probe__echo).to.include({ isError: false, billed: true });
+        expect(results.probe__echo!.paid).to.include({ amount: '500' });
+        expect(results.probe__fail).to.include({ isError: true, billed: false });
+        expect(results.gateway_list_enabled).to.include({ isError: false, billed: false });
+        await expectCharged(events, user, { toolCharge: 500n, billed: 1, called: 3 });
+      },
+    );
   });
 });

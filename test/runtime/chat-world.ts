@@ -23,6 +23,7 @@ export interface ChatWorldOptions {
   ports: { runtime: number; gateway: number };
   /** `sigil up`'s wiring (dev chain rail, ledger, provider-local) is applied to this config first. */
   upConfig: (config: SigilConfig) => SigilConfig;
+  /** 'operator' also makes the gateway take the runtime's dev wallet as an operator over ERC-8128 only. */
   gatewayPath?: 'delegated' | 'operator';
   /** runtime.operatorKey over what the up wiring gives; `null` runs without one. */
   operatorKey?: Hex | null;
@@ -59,6 +60,13 @@ export async function serveChatWorld(
         port: options.ports.gateway,
         includeDefaultCatalog: false,
         catalogFile: world.catalogFile,
+        ...(options.gatewayPath === 'operator'
+          ? {
+              operatorWallets: [chain.accounts.runtime.address],
+              erc8128EnforceOperatorMcp: true,
+              delegation: { enabled: false } as never,
+            }
+          : {}),
         ...options.gateway,
       },
       // Its own deposit mnemonic: the worlds on one chain never share a deposit address.

@@ -1,7 +1,8 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { expect } from 'chai';
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { isSigilError } from '../../core/errors.ts';
+import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { operatorFetch } from '../../services/runtime/gateway-client.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { errorOf, newWallet } from '../auth/support.ts';
@@ -21,6 +22,16 @@ describeEachDatabase('operator path: ERC-8128 signed gateway requests from the r
     });
   });
   after(() => stack?.close());
+
+  /** Requests to the stack's gateway signed by `signer` as the runtime signs them, sent through `send`. */
+  const signedFor = (signer: PrivateKeyAccount, send?: FetchLike) =>
+    operatorFetch({
+      signer,
+      chainId: 8453,
+      clock: stack.clock,
+      signFor: GATEWAY_PUBLIC,
+      ...(send ? { fetch: send } : {}),
+    });
 
   it('signs every request with the operator wallet: the gateway sees an operator, by erc8128', async () => {
     const signed = stack.runtime.gateway.operatorFetch();
@@ -48,15 +59,9 @@ describeEachDatabase('operator path: ERC-8128 signed gateway requests from the r
 
   it('signs each request afresh (a nonce each), so a captured one replayed is refused', async () => {
     const sent: { url: string; init: RequestInit }[] = [];
-    const signed = operatorFetch({
-      signer: operator,
-      chainId: 8453,
-      clock: stack.clock,
-      signFor: GATEWAY_PUBLIC,
-      fetch: (url, init) => {
-        sent.push({ url: String(url), init: init ?? {} });
-        return fetch(url, init);
-      },
+    const signed = signedFor(operator, (url, init) => {
+      sent.push({ url: String(url), init: init ?? {} });
+      return fetch(url, init);
     });
     const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} });
     const init = {
@@ -77,12 +82,7 @@ describeEachDatabase('operator path: ERC-8128 signed gateway requests from the r
 
   it('acts for a wallet named in X-Sigil-On-Behalf-Of, covered by the operator’s signature: the gateway sees that wallet', async () => {
     const wallet = newWallet();
-    const signed = operatorFetch({
-      signer: operator,
-      chainId: 8453,
-      clock: stack.clock,
-      signFor: GATEWAY_PUBLIC,
-    });
+    const signed = signedFor(operator);
     const res = await signed(stack.url('gateway', '/api/auth/session'), {
       headers: { 'x-sigil-on-behalf-of': wallet.address },
     });
@@ -113,27 +113,16 @@ describeEachDatabase('operator path: ERC-8128 signed gateway requests from the r
         params: { name: 'gateway_enable_server', arguments: { serverId: 'everything' } },
       }),
     };
-    const asMallory = operatorFetch({
-      signer: mallory,
-      chainId: 8453,
-      clock: stack.clock,
-      signFor: GATEWAY_PUBLIC,
-    });
+    const asMallory = signedFor(mallory);
     const ordinary = await errorOf(await asMallory(stack.url('gateway', '/mcp'), enable));
     expect(ordinary).to.include({ status: 403, code: 'forbidden' });
     expect(ordinary.message).to.include('not an operator wallet');
 
     // The header added after the operator signed: the signature does not cover it.
-    const signedWithout = operatorFetch({
-      signer: operator,
-      chainId: 8453,
-      clock: stack.clock,
-      signFor: GATEWAY_PUBLIC,
-      fetch: (url, init) => {
-        const headers = new Headers(init?.headers);
-        headers.set('x-sigil-on-behalf-of', victim.address);
-        return fetch(url, { ...init, headers });
-      },
+    const signedWithout = signedFor(operator, (url, init) => {
+      const headers = new Headers(init?.headers);
+      headers.set('x-sigil-on-behalf-of', victim.address);
+      return fetch(url, { ...init, headers });
     });
     const { 'x-sigil-on-behalf-of': _named, ...unnamed } = enable.headers;
     const outside = await errorOf(
@@ -162,12 +151,7 @@ describeEachDatabase('operator path: ERC-8128 signed gateway requests from the r
     expect(atRuntime).to.include({ status: 403, code: 'forbidden' });
 
     // Nothing was enabled for the victim in that session.
-    const asVictim = operatorFetch({
-      signer: operator,
-      chainId: 8453,
-      clock: stack.clock,
-      signFor: GATEWAY_PUBLIC,
-    });
+    const asVictim = signedFor(operator);
     const listed = await asVictim(stack.url('gateway', '/mcp'), {
       ...enable,
       body: JSON.stringify({
