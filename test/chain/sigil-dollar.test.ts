@@ -140,7 +140,7 @@ describe('SigilDollar on anvil', function () {
       expect(separator).to.equal(expected);
     });
 
-    it('funds the payer with 1000 dollars (in base units) and nobody else', async () => {
+    it('funds the payer with 1000 dollars and the runtime wallet with 100 (in base units), and nobody else', async () => {
       expect(chain.accounts.payer.address).to.not.equal(chain.accounts.operator.address);
       expect(privateKeyToAccount(chain.accounts.payer.privateKey).address).to.equal(
         chain.accounts.payer.address,
@@ -149,6 +149,7 @@ describe('SigilDollar on anvil', function () {
         chain.accounts.operator.address,
       );
       expect(await balanceOf(chain.accounts.payer.address)).to.equal(1_000_000_000n);
+      expect(await balanceOf(chain.accounts.runtime.address)).to.equal(100_000_000n);
       expect(await balanceOf(chain.accounts.operator.address)).to.equal(0n);
       expect(
         await clients.publicClient.readContract({
@@ -156,7 +157,7 @@ describe('SigilDollar on anvil', function () {
           abi: sigilDollarAbi,
           functionName: 'totalSupply',
         }),
-      ).to.equal(1_000_000_000n);
+      ).to.equal(1_100_000_000n);
       // The operator pays gas for settlements: anvil's dev accounts start with ether.
       const operatorEther = await clients.publicClient.getBalance({
         address: chain.accounts.operator.address,
