@@ -191,6 +191,8 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
     expect(thief.report).to.deep.include({ listed: [], stolen: [] });
   });
 
+  type AbiReport = { signal?: string; result?: unknown };
+
   // Both loaders install the same program: each is checked end to end.
   for (const interpreter of ['perl', 'python3'] as const) {
     it(`loaded by ${interpreter}: refuses the keyring, and kills a call through the x32 numbering or the i386 ABI`, async () => {
@@ -198,9 +200,18 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
       expect(runtime.status().syscallFilter).to.include({ enforced: true, loader: interpreter });
       const keys = await start<Record<string, unknown>>(runtime, 'keyring', ['store', 'canary']);
       expect(keys.report).to.deep.equal({ session: 'EPERM', user: 'EPERM' });
+      const unfiltered = await newRuntime({
+        syscallFilter: 'off',
+        uidRange: { first: TEST_RANGE + 28, count: 2 },
+      });
       for (const abi of ['x32', 'i386']) {
-        const { report } = await start<{ signal?: string; result?: unknown }>(runtime, 'syscallAbi', [abi]);
-        expect(report, abi).to.deep.include({ signal: 'SIGSYS' });
+        const { report } = await start<AbiReport>(runtime, 'syscallAbi', [abi]);
+        // A kernel built without that ABI (no IA32 emulation, as on some VMs) kills the call itself:
+        // then the filter never sees it, and the call must die just as it does unfiltered.
+        const { report: kernel } = await start<AbiReport>(unfiltered, 'syscallAbi', [abi]);
+        expect(report, abi).to.deep.include({
+          signal: kernel.signal === undefined ? 'SIGSYS' : kernel.signal,
+        });
       }
     });
   }
