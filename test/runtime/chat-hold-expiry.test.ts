@@ -59,7 +59,7 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
         return { content: [{ type: 'text', text: 'waited' }] };
       });
       return {
-        delegatedTransport: () => {
+        scopedTransport: () => {
           const [client, served] = InMemoryTransport.createLinkedPair();
           void server.connect(served);
           return client;
