@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { SIGIL_VERSION } from './health.ts';
+import { publicBase } from '../../core/auth/settings.ts';
 
 /**
  * Pieces of the services' OpenAPI 3.1 documents. Request shapes come from the zod schemas the routes
@@ -52,7 +53,7 @@ export const metrics = {
   },
 };
 
-/** Where a service is reached: its public URL, else its listen address (its config section). */
+/** Where a service is reached: its public URL, else its listen address (its config section; see publicBase). */
 export interface ServiceAddress {
   publicUrl?: string | undefined;
   host: string;
@@ -71,7 +72,7 @@ export function openApiDocument(options: {
   return {
     openapi: '3.1.0',
     info: { title: options.title, version: SIGIL_VERSION, description: options.description },
-    servers: [{ url: options.address.publicUrl ?? `http://${options.address.host}:${options.address.port}` }],
+    servers: [{ url: publicBase(options.address) }],
     components: {
       securitySchemes: {
         bearer: { type: 'http', scheme: 'bearer', description: options.bearerDescription },
