@@ -331,7 +331,10 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       expect(report.env).to.deep.equal({
         API_TOKEN: canary,
         QUOTED: `it's "quoted"\nand multi-line $HOME`,
-        PATH: '/usr/local/bin:/usr/bin:/bin',
+        // A node outside /usr (the Node 22 pass of CI runs one from node_modules) comes first.
+        PATH: dirname(process.execPath).startsWith('/usr/')
+          ? '/usr/local/bin:/usr/bin:/bin'
+          : `${dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
         HOME: '/tmp',
       });
       expect(report.canaryInFiles).to.deep.equal([]);
