@@ -178,4 +178,33 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
       expect(await enabledIn(alice, aliceSecond)).to.deep.equal(['probe']);
       expect(await enabledIn(bob, bobs)).to.deep.equal(['probe']);
     });
+    it('one MCP client serves every message of a chat session: it connects, enables and lists once', async function () {
+      this.timeout(240_000);
+      const alice = await chatUser(serving.urls.runtime as string, chain, 2n * USD);
+      const open = async () =>
+        (await alice.client.json('POST', `/agents/${alice.agentId}/sessions`, { servers: ['probe'] })).body
+          .id as string;
+      const [first, second] = [await open(), await open()];
+      const from = proxy.seen.length;
+      for (let message = 0; message < 3; message += 1) {
+        expect(await enabledIn(alice, first)).to.deep.equal(['probe']);
+        expect(await enabledIn(alice, second)).to.deep.equal(['probe']);
+      }
+      const seen = proxy.seen.slice(from);
+      const scopes = [...new Set(seen.map((s) => s.session))];
+      expect(scopes, 'one gateway session per chat session').to.have.length(2);
+      for (const scope of scopes) {
+        const of = seen.filter((s) => s.session === scope);
+        const count = (method: string) => of.filter((s) => s.method === method).length;
+        expect(count('initialize'), `initialize in ${scope}`).to.equal(1);
+        expect(count('tools/list'), `tools/list in ${scope}`).to.equal(1);
+        // One gateway_enable_server, then one gateway_list_enabled per message.
+        expect(count('tools/call'), `tools/call in ${scope}`).to.equal(4);
+        // On the operator path each request names the wallet it acts for.
+        if (gatewayPath === 'operator')
+          expect([...new Set(of.map((s) => s.onBehalfOf.toLowerCase()))]).to.deep.equal([
+            alice.wallet.address.toLowerCase(),
+          ]);
+      }
+    });
   });

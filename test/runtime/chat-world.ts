@@ -54,7 +54,7 @@ export async function serveChatWorld(
       runtime: {
         port: options.ports.runtime,
         ...(operatorKey === null || operatorKey === undefined ? {} : { operatorKey }),
-        chat: { gatewayPath: options.gatewayPath ?? 'delegated' } as never,
+        chat: { ...wired.runtime.chat, gatewayPath: options.gatewayPath ?? 'delegated' },
       },
       gateway: {
         port: options.ports.gateway,

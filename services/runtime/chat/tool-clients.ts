@@ -21,9 +21,14 @@ export const gatewayScopeOf = (session: ChatSession): GatewayScope => ({
   session: gatewaySessionId(session),
 });
 
-export interface ToolClientsOptions {
+/** What the clients are kept for: anything that can be closed (the gateway's MCP clients in the chat). */
+export interface Closable {
+  close(): Promise<void>;
+}
+
+export interface ToolClientsOptions<Tools extends Closable> {
   /** Connects, enables the session's servers and lists their tools: one MCP client of the gateway. */
-  open(session: ChatSession, signal: AbortSignal): Promise<GatewayToolSession>;
+  open(session: ChatSession, signal: AbortSignal): Promise<Tools>;
   /** A client unused this long is closed (the next message of its session connects again). */
   idleMs: number;
   /** At most this many clients stay open; the least recently used idle one is closed beyond it. */
@@ -31,8 +36,8 @@ export interface ToolClientsOptions {
   clock: Clock;
 }
 
-interface Entry {
-  tools: GatewayToolSession;
+interface Entry<Tools> {
+  tools: Tools;
   lastUsed: number;
   /** A message of the session is using it: never closed under it. */
   leased: boolean;
@@ -41,8 +46,8 @@ interface Entry {
 }
 
 /** A chat request's use of its session's client; `release(false)` when the gateway failed under it. */
-export interface ToolLease {
-  tools: GatewayToolSession;
+export interface ToolLease<Tools extends Closable = GatewayToolSession> {
+  tools: Tools;
   release(healthy: boolean): Promise<void>;
 }
 
@@ -51,14 +56,14 @@ export interface ToolLease {
  * enabling and listing on every message. A client ends with its session, when idle for `idleMs`,
  * beyond `maxClients` (least recently used first), after a gateway failure, and at shutdown.
  */
-export class ToolClients {
+export class ToolClients<Tools extends Closable = GatewayToolSession> {
   /** In order of last use, least recent first. */
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries = new Map<string, Entry<Tools>>();
 
-  constructor(private readonly options: ToolClientsOptions) {}
+  constructor(private readonly options: ToolClientsOptions<Tools>) {}
 
   /** The session's client, opened on its first message; one request of a session at a time uses it. */
-  async lease(session: ChatSession, signal: AbortSignal): Promise<ToolLease> {
+  async lease(session: ChatSession, signal: AbortSignal): Promise<ToolLease<Tools>> {
     await this.evictIdle();
     let entry = this.entries.get(session.id);
     if (entry === undefined) {
@@ -118,7 +123,7 @@ export class ToolClients {
     }
   }
 
-  private async retire(entry: Entry): Promise<void> {
+  private async retire(entry: Entry<Tools>): Promise<void> {
     if (entry.leased) entry.retired = true;
     else await entry.tools.close();
   }
