@@ -36,7 +36,7 @@ import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextproto
 import knex from 'knex';
 import { createLogger, logDestination } from '../core/log.ts';
 import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
-import type { PackageRegistryV1 } from '../core/plugins/contracts/index.ts';
+import type { PackageRegistryV1 } from '@sigil/plugin-api';
 import type { Kernel } from '../services/kernel.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';

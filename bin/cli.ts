@@ -10,7 +10,7 @@ import {
 } from '../core/config/load.ts';
 import { registerConformanceCommands } from '../conformance/cli.ts';
 import { migrate, openDatabase } from '../core/db/database.ts';
-import { SigilError } from '../core/errors.ts';
+import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { DestinationStream } from 'pino';
 import { createLogger, logDestinationIn, logFormat, SecretRegistry } from '../core/log.ts';
 import { PluginLoadError } from '../core/plugins/host.ts';
@@ -269,12 +269,13 @@ function reportAndExit(err: unknown): never {
     process.exit(EXIT_CONFIG);
   }
   if (err instanceof PluginLoadError) {
-    process.stderr.write(
-      `sigil: cannot load plugins\n  plugin: ${err.plugin}\n  config: ${err.configPath}\n  reason: ${err.reason}\n`,
+    const problems = err.problems.map(
+      (p) => `  plugin: ${p.plugin}\n  config: ${p.configPath}\n  reason: ${p.reason}\n`,
     );
+    process.stderr.write(`sigil: cannot load plugins\n${problems.join('\n')}`);
     process.exit(EXIT_CONFIG);
   }
-  if (err instanceof SigilError) {
+  if (isSigilError(err)) {
     process.stderr.write(`sigil: ${err.message}${err.hint ? `\n  hint: ${err.hint}` : ''}\n`);
     process.exit(err.code === 'config_invalid' ? EXIT_CONFIG : 1);
   }

@@ -1,7 +1,7 @@
-/** Time is injected so expiries, budgets and schedules are testable without sleeping. */
-export interface Clock {
-  now(): Date;
-}
+import type { Clock } from '@sigil/plugin-api';
+
+/** Time is injected (the plugin API's Clock) so expiries, budgets and schedules are testable without sleeping. */
+export type { Clock };
 
 export const systemClock: Clock = { now: () => new Date() };
 

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ENV_OVERRIDES } from '../core/config/load.ts';
 import { configSchema, SECRET_CONFIG_PATHS } from '../core/config/schema.ts';
-import type { PluginManifest } from '../core/plugins/manifest.ts';
+import type { PluginManifest } from '@sigil/plugin-api';
 import { builtinPlugins } from '../services/builtin-plugins.ts';
 
 /** The part of a JSON Schema (draft 2020-12, as zod writes it) this reference reads. */

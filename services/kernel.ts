@@ -71,7 +71,7 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
     if (applied.length > 0) logger.info({ applied }, 'database migrated');
     const plugins = new PluginHost({
       builtins: builtinPlugins,
-      core: { db, logger, clock, secrets },
+      core: { db, logger, clock, secrets, fetch: globalThis.fetch },
       logger,
       baseDir: loaded.file ? dirname(loaded.file) : process.cwd(),
     });

@@ -1,6 +1,6 @@
 import { hkdfSync, randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { definePlugin } from '../../core/plugins/manifest.ts';
+import { coreServices, definePlugin } from '@sigil/plugin-api';
 
 /**
  * The honest default: no TEE. It attests nothing and says so, so a deployment without confidential
@@ -23,7 +23,7 @@ export default definePlugin({
         ),
     })
     .strict(),
-  dependencies: ['secrets'],
+  dependencies: { secrets: coreServices.secrets },
   create: ({ config, deps, logger }) => {
     const material = config.keyMaterial;
     const keySource = material === undefined ? ('ephemeral' as const) : ('config' as const);
@@ -32,7 +32,7 @@ export default definePlugin({
         'tee-none: no keyMaterial configured; keys are random per process (execution proofs verify until restart)',
       );
     } else {
-      (deps.secrets as { add(value: string): void }).add(material);
+      deps.secrets.add(material);
     }
     const ephemeral = new Map<string, Uint8Array>();
     return {

@@ -1,11 +1,11 @@
-import type { CanvasNodeV1 } from '../../core/plugins/contracts/index.ts';
+import type { CanvasNodeV1 } from '@sigil/plugin-api';
 import type { ContractKit } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
 
 /** `canvas-node` v1 kit: for now the contract's shape; behaviour lands in `behaviour`. */
 export const canvasNodeKit: ContractKit<'canvas-node'> = {
   kind: 'canvas-node',
-  contractFile: 'core/plugins/contracts/canvas-node-v1.ts',
+  contractFile: 'packages/plugin-api/src/contracts/canvas-node-v1.ts',
   members: { nodeKind: 'string', writes: 'boolean', run: 'function' },
   // Next, one check per promise of canvas-node-v1.ts:
   // - nodeKind is a lowercase, dash-separated name as used in workflow documents;

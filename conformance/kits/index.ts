@@ -1,4 +1,4 @@
-import type { PluginKind } from '../../core/plugins/contracts/index.ts';
+import type { PluginKind } from '@sigil/plugin-api';
 import { canvasNodeKit } from './canvas-node.ts';
 import type { ContractKit } from './kit.ts';
 import { llmProviderKit } from './llm-provider.ts';

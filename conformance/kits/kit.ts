@@ -1,15 +1,15 @@
 import {
-  SUPPORTED_SPEC_VERSIONS,
   type PluginInstanceOf,
   type PluginKind,
-} from '../../core/plugins/contracts/index.ts';
-import type { PluginLifecycle } from '../../core/plugins/manifest.ts';
+  type PluginLifecycle,
+  SUPPORTED_SPEC_VERSIONS,
+} from '@sigil/plugin-api';
 import { ensure, failWith, pass, type Check } from '../check.ts';
 import type { EvidenceLog } from '../evidence.ts';
 
 /**
  * A contract kit: the checks an instance of one plugin kind must pass, taken from the doc comments of
- * its contract in core/plugins/contracts/. The CLI (`sigil conformance plugin`) and mocha
+ * its contract in packages/plugin-api/src/contracts/. The CLI (`sigil conformance plugin`) and mocha
  * (`describe<Kind>Kit`) run the very same list.
  */
 

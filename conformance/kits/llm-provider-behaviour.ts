@@ -7,14 +7,14 @@ import type {
   LlmProviderV1,
   LlmStreamPart,
   LlmToolDefinition,
-} from '../../core/plugins/contracts/index.ts';
+} from '@sigil/plugin-api';
 import { ensure, failWith, notApplicableBecause, pass } from '../check.ts';
 import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
 import { llmProviderKit } from './llm-provider.ts';
 import { registerChecks } from './mocha.ts';
 
 /**
- * Behaviour of `llm-provider` v1 (core/plugins/contracts/llm-provider-v1.ts) against a real upstream:
+ * Behaviour of `llm-provider` v1 (packages/plugin-api/src/contracts/llm-provider-v1.ts) against a real upstream:
  * a turn streams and ends with one usage and one finish, a tool call goes round, a cap on output
  * finishes with `length`, cancellation is prompt and reaches the upstream, failures are typed and
  * never carry the key. The prompts are plain instructions a real model follows and the local
@@ -47,7 +47,7 @@ export interface LlmProviderHarness {
   openUpstreamRequests?(instance: LlmProviderV1): number;
 }
 
-const CONTRACT = 'core/plugins/contracts/llm-provider-v1.ts';
+const CONTRACT = 'packages/plugin-api/src/contracts/llm-provider-v1.ts';
 /** A cancelled iteration must end within this. */
 const PROMPT_MS = 1_000;
 /** …and the upstream must see its request end within this. */

@@ -1,4 +1,4 @@
-import type { LlmProviderV1 } from '../../core/plugins/contracts/index.ts';
+import type { LlmProviderV1 } from '@sigil/plugin-api';
 import { ensure, pass } from '../check.ts';
 import type { ContractKit, InstanceCheck } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
@@ -11,7 +11,7 @@ import { describeContractKit } from './mocha.ts';
  * the local stand-in.
  */
 
-const CONTRACT = 'core/plugins/contracts/llm-provider-v1.ts';
+const CONTRACT = 'packages/plugin-api/src/contracts/llm-provider-v1.ts';
 
 const priced: InstanceCheck<LlmProviderV1> = {
   id: 'llm-provider.models-priced',

@@ -1,18 +1,18 @@
 import {
+  CORE_SERVICE_NAMES,
   PLUGIN_KINDS,
-  SUPPORTED_SPEC_VERSIONS,
   type PluginKind,
-} from '../../core/plugins/contracts/index.ts';
-import { CORE_SERVICE_NAMES } from '../../core/plugins/manifest.ts';
+  SUPPORTED_SPEC_VERSIONS,
+} from '@sigil/plugin-api';
 import { ensure, notApplicableBecause, pass } from '../check.ts';
 import type { KitCheck } from './kit.ts';
 
 /**
  * The generic kit every plugin passes whatever its kind: the manifest the plugin host reads
- * (core/plugins/manifest.ts) is well-formed and accepts the options given.
+ * (packages/plugin-api/src/manifest.ts) is well-formed and accepts the options given.
  */
 
-const SPEC = 'core/plugins/manifest.ts, PluginManifest';
+const SPEC = 'packages/plugin-api/src/manifest.ts, PluginManifest';
 
 /** A plugin module and the options it is tested with (what `plugins[].options` would hold). */
 export interface PluginUnderTest {
@@ -61,19 +61,27 @@ function configProblem(manifest: UncheckedManifest, options: Record<string, unkn
 function factoryProblem(manifest: UncheckedManifest): string | undefined {
   if (typeof manifest.create !== 'function') return 'create is not a function';
   const { dependencies } = manifest;
-  if (
-    dependencies !== undefined &&
-    !(Array.isArray(dependencies) && dependencies.every((d) => typeof d === 'string'))
-  ) {
-    return 'dependencies is not an array of names';
-  }
+  if (dependencies === undefined) return undefined;
+  if (typeof dependencies !== 'object' || dependencies === null || Array.isArray(dependencies))
+    return 'dependencies is not an object of references by name (coreServices.clock, pluginOfKind(...))';
+  const malformed = Object.entries(dependencies).filter(([, ref]) => !isDependencyRef(ref));
+  if (malformed.length > 0)
+    return `dependencies ${malformed.map(([name]) => name).join(', ')} are not references made by coreServices or pluginOfKind`;
   return undefined;
 }
 
+const isDependencyRef = (ref: unknown): boolean => {
+  const candidate = ref as { service?: unknown; kind?: unknown } | null;
+  return (
+    (CORE_SERVICE_NAMES as readonly unknown[]).includes(candidate?.service) ||
+    (PLUGIN_KINDS as readonly unknown[]).includes(candidate?.kind)
+  );
+};
+
 /** Dependencies on other plugins: the kit can only provide the core services. */
 function foreignDependencies(manifest: UncheckedManifest): string[] {
-  const declared = Array.isArray(manifest.dependencies) ? (manifest.dependencies as unknown[]) : [];
-  return declared.map(String).filter((name) => !(CORE_SERVICE_NAMES as readonly string[]).includes(name));
+  const declared = Object.entries((manifest.dependencies ?? {}) as Record<string, { service?: unknown }>);
+  return declared.filter(([, ref]) => ref.service === undefined).map(([name]) => name);
 }
 
 /**
@@ -114,7 +122,7 @@ export function manifestChecks(subject: PluginUnderTest): KitCheck[] {
       id: 'manifest.kind-known',
       level: 'MUST',
       title: 'kind is a plugin kind this core knows',
-      spec: 'core/plugins/contracts/index.ts, PluginContracts',
+      spec: 'packages/plugin-api/src/contracts/index.ts, PluginContracts',
       check: async () => {
         const manifest = requireManifest(subject);
         ensure(
@@ -128,7 +136,7 @@ export function manifestChecks(subject: PluginUnderTest): KitCheck[] {
       id: 'manifest.spec-version-supported',
       level: 'MUST',
       title: 'specVersion is one this core supports for the kind',
-      spec: 'core/plugins/contracts/index.ts, SUPPORTED_SPEC_VERSIONS',
+      spec: 'packages/plugin-api/src/contracts/index.ts, SUPPORTED_SPEC_VERSIONS',
       check: async () => {
         const manifest = requireManifest(subject);
         const kind = knownKind(manifest) ?? notApplicableBecause('the kind is unknown');
@@ -168,7 +176,7 @@ export function manifestChecks(subject: PluginUnderTest): KitCheck[] {
     {
       id: 'manifest.factory',
       level: 'MUST',
-      title: 'create is a function and dependencies, if any, a list of names',
+      title: 'create is a function and dependencies, if any, references by name',
       spec: `${SPEC}: create(context), dependencies`,
       check: async () => {
         const problem = factoryProblem(requireManifest(subject));

@@ -1,4 +1,4 @@
-import type { PluginInstanceOf, PluginKind } from '../../core/plugins/contracts/index.ts';
+import type { PluginInstanceOf, PluginKind } from '@sigil/plugin-api';
 import { runChecks } from '../check.ts';
 import { Redactor } from '../redact.ts';
 import { contractChecks, type ContractKit, type KitCheck } from './kit.ts';

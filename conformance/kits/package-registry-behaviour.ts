@@ -1,14 +1,14 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { z } from 'zod';
-import type { PackageRegistryV1, ResolvedPackage } from '../../core/plugins/contracts/index.ts';
+import type { PackageRegistryV1, ResolvedPackage } from '@sigil/plugin-api';
 import { ensure, expectShape, failWith, pass } from '../check.ts';
 import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
 import { registerChecks } from './mocha.ts';
 import { packageRegistryKit } from './package-registry.ts';
 
 /**
- * Behaviour of `package-registry` v1 (core/plugins/contracts/package-registry-v1.ts), checked against
+ * Behaviour of `package-registry` v1 (packages/plugin-api/src/contracts/package-registry-v1.ts), checked against
  * a registry that serves known packages. Unlike other kinds, these checks need a fixture: packages
  * published for the purpose, one of them tampered with, which only a test can set up (for npm, a
  * verdaccio). The fixture is read when a check runs, so a suite can build it in a `before` hook.
@@ -23,7 +23,7 @@ export interface PackageRegistryFixture {
   tampered: { name: string; range: string };
 }
 
-const CONTRACT = 'core/plugins/contracts/package-registry-v1.ts';
+const CONTRACT = 'packages/plugin-api/src/contracts/package-registry-v1.ts';
 type Context = KitContext & { instance: PackageRegistryV1 };
 type RegistryCheck = InstanceCheck<PackageRegistryV1>;
 

@@ -1,4 +1,4 @@
-import type { PackageRegistryV1 } from '../../core/plugins/contracts/index.ts';
+import type { PackageRegistryV1 } from '@sigil/plugin-api';
 import type { ContractKit } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
 
@@ -9,7 +9,7 @@ import { describeContractKit } from './mocha.ts';
  */
 export const packageRegistryKit: ContractKit<'package-registry'> = {
   kind: 'package-registry',
-  contractFile: 'core/plugins/contracts/package-registry-v1.ts',
+  contractFile: 'packages/plugin-api/src/contracts/package-registry-v1.ts',
   members: {
     registryKind: 'string',
     resolve: 'function',

@@ -6,7 +6,7 @@ import type {
   VerifiedPayment,
   VerifyOutcome,
   X402PaymentRequired,
-} from '../../core/plugins/contracts/index.ts';
+} from '@sigil/plugin-api';
 import { ensure, expectShape, failWith, notApplicableBecause, pass } from '../check.ts';
 import { caip2, sameAddress, x402PaymentRequiredSchema, type X402Requirements } from '../x402.ts';
 import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
@@ -14,7 +14,7 @@ import { registerChecks } from './mocha.ts';
 import { paymentRailKit } from './payment-rail.ts';
 
 /**
- * Behaviour of `payment-rail` v1 (core/plugins/contracts/payment-rail-v1.ts), checked with real money
+ * Behaviour of `payment-rail` v1 (packages/plugin-api/src/contracts/payment-rail-v1.ts), checked with real money
  * on a real (test) chain: a rail can only be judged by what moves. The checks need what only the
  * tester has, a funded payer and a client that signs payments for the rail's scheme, so they take a
  * harness. Each check runs on a fresh instance and pays for itself (at most one price per check).
@@ -42,7 +42,7 @@ export interface PaymentRailHarness {
   cancel?(payload: unknown): Promise<void>;
 }
 
-const CONTRACT = 'core/plugins/contracts/payment-rail-v1.ts';
+const CONTRACT = 'packages/plugin-api/src/contracts/payment-rail-v1.ts';
 const spec = (detail: string) => `${CONTRACT}: ${detail}`;
 type Context = KitContext & { instance: PaymentRailV1 };
 type RailCheck = InstanceCheck<PaymentRailV1>;

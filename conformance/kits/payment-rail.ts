@@ -1,4 +1,4 @@
-import type { PaymentRailV1 } from '../../core/plugins/contracts/index.ts';
+import type { PaymentRailV1 } from '@sigil/plugin-api';
 import type { ContractKit } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
 
@@ -10,7 +10,7 @@ import { describeContractKit } from './mocha.ts';
  */
 export const paymentRailKit: ContractKit<'payment-rail'> = {
   kind: 'payment-rail',
-  contractFile: 'core/plugins/contracts/payment-rail-v1.ts',
+  contractFile: 'packages/plugin-api/src/contracts/payment-rail-v1.ts',
   members: {
     terms: 'function',
     paymentRequired: 'function',

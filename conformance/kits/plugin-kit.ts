@@ -2,7 +2,7 @@ import { pino } from 'pino';
 import { systemClock } from '../../core/clock.ts';
 import { migrate, openDatabase, type Database } from '../../core/db/database.ts';
 import { SecretRegistry } from '../../core/log.ts';
-import type { CoreServices, PluginManifest } from '../../core/plugins/manifest.ts';
+import type { CoreServices, PluginManifest } from '@sigil/plugin-api';
 import { notApplicableBecause } from '../check.ts';
 import { CONTRACT_KITS } from './index.ts';
 import { contractChecks, type KitCheck } from './kit.ts';
@@ -28,6 +28,7 @@ export class KitServices {
     logger: pino({ level: 'silent' }),
     clock: systemClock,
     secrets: new SecretRegistry(),
+    fetch: globalThis.fetch,
   };
 
   async get(name: keyof CoreServices): Promise<unknown> {
@@ -53,7 +54,9 @@ async function createFromManifest(
   // instantiationBlocker has vouched for the shape by the time this runs.
   const plugin = manifest as unknown as PluginManifest;
   const deps: Record<string, unknown> = {};
-  for (const name of plugin.dependencies ?? []) deps[name] = await services.get(name as keyof CoreServices);
+  // instantiationBlocker has also vouched that every dependency is a core service.
+  for (const [name, ref] of Object.entries(plugin.dependencies ?? {}))
+    if ('service' in ref) deps[name] = await services.get(ref.service);
   const instance = await plugin.create({
     config: plugin.config.parse(options),
     deps,

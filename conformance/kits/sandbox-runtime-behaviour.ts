@@ -5,23 +5,18 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type {
-  SandboxExit,
-  SandboxLimits,
-  SandboxProcess,
-  SandboxRuntimeV1,
-} from '../../core/plugins/contracts/index.ts';
+import type { SandboxExit, SandboxLimits, SandboxProcess, SandboxRuntimeV1 } from '@sigil/plugin-api';
 import { ensure, notApplicableBecause, pass } from '../check.ts';
 import type { InstanceCheck, KitContext } from './kit.ts';
 
 /**
  * Behaviour of `sandbox-runtime` v1, black-box: each check spawns a probe (sandbox-probe.cjs, run by
  * this process's node) through `spawn()` alone, lets it try to break one promise of
- * core/plugins/contracts/sandbox-runtime-v1.ts from inside, and fails if it managed. Everything the
+ * packages/plugin-api/src/contracts/sandbox-runtime-v1.ts from inside, and fails if it managed. Everything the
  * probe is pointed at lives on this machine (listeners on 127.0.0.1, a process of this host).
  */
 
-const CONTRACT = 'core/plugins/contracts/sandbox-runtime-v1.ts';
+const CONTRACT = 'packages/plugin-api/src/contracts/sandbox-runtime-v1.ts';
 const PROBE_SOURCE = fileURLToPath(new URL('./sandbox-probe.cjs', import.meta.url));
 const MiB = 1024 * 1024;
 

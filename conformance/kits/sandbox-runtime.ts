@@ -1,4 +1,4 @@
-import type { SandboxRuntimeV1 } from '../../core/plugins/contracts/index.ts';
+import type { SandboxRuntimeV1 } from '@sigil/plugin-api';
 import type { ContractKit } from './kit.ts';
 import { sandboxRuntimeBehaviour } from './sandbox-runtime-behaviour.ts';
 import { describeContractKit } from './mocha.ts';
@@ -12,7 +12,7 @@ import { describeContractKit } from './mocha.ts';
  */
 export const sandboxRuntimeKit: ContractKit<'sandbox-runtime'> = {
   kind: 'sandbox-runtime',
-  contractFile: 'core/plugins/contracts/sandbox-runtime-v1.ts',
+  contractFile: 'packages/plugin-api/src/contracts/sandbox-runtime-v1.ts',
   members: { spawn: 'function' },
   behaviour: sandboxRuntimeBehaviour,
 };

@@ -1,16 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import type { TeeBackendV1, TeeStatus } from '../../core/plugins/contracts/index.ts';
+import type { TeeBackendV1, TeeStatus } from '@sigil/plugin-api';
 import { ensure, expectShape, notApplicableBecause, pass } from '../check.ts';
 import type { ContractKit, InstanceCheck, KitContext } from './kit.ts';
 import { describeContractKit, type RegisterOptions } from './mocha.ts';
 
 /**
- * `tee-backend` v1 kit: the sentences of core/plugins/contracts/tee-backend-v1.ts, checked. The one
+ * `tee-backend` v1 kit: the sentences of packages/plugin-api/src/contracts/tee-backend-v1.ts, checked. The one
  * that matters most is honesty: a backend without a TEE (`none`) says so, seals nothing, attests nothing.
  */
 
-const CONTRACT = 'core/plugins/contracts/tee-backend-v1.ts';
+const CONTRACT = 'packages/plugin-api/src/contracts/tee-backend-v1.ts';
 const KNOWN_PLATFORMS = ['none', 'sev-snp', 'tdx', 'vtpm'];
 /** `attest` binds exactly this many bytes of caller data into the report. */
 const REPORT_DATA_BYTES = 64;

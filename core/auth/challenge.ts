@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import type { SigilError } from '../errors.ts';
+import type { SigilError } from '@sigil/plugin-api';
 import type { AuthChallenge } from '../http/errors.ts';
 import type { AuthSettings } from './settings.ts';
 

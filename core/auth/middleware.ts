@@ -1,6 +1,6 @@
 import type { Context, Next } from 'koa';
 import type { Address } from 'viem';
-import { isSigilError, type SigilError } from '../errors.ts';
+import { isSigilError, type SigilError } from '@sigil/plugin-api';
 import type { IncomingRequest } from '../http/incoming.ts';
 import type { LaneStep } from '../http/lane.ts';
 import { incomingOfContext } from '../http/raw-body.ts';

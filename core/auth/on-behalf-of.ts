@@ -1,5 +1,5 @@
 import { getAddress, isAddress } from 'viem';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { IncomingRequest } from '../http/incoming.ts';
 import type { SignedRequest } from './erc8128.ts';
 import type { AuthPrincipal } from './principal.ts';

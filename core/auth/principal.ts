@@ -1,5 +1,5 @@
 import type { Context, Next } from 'koa';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { RuntimeTrust } from './delegation/trust.ts';
 
 /**

@@ -2,7 +2,7 @@ import Router from '@koa/router';
 import type { Context } from 'koa';
 import { getAddress } from 'viem';
 import { z } from 'zod';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../http/validate.ts';
 import type { Authenticators } from './middleware.ts';
 import { requireAuth, type AuthPrincipal } from './principal.ts';

@@ -10,7 +10,7 @@ import { calculateJwkThumbprint } from 'jose';
 import type { Clock } from '../clock.ts';
 import { hkdfSha256, openAesGcm, sealAesGcm, type SealedBox } from '../crypto.ts';
 import type { Database } from '../db/database.ts';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { Logger, SecretRegistry } from '../log.ts';
 
 export const SESSION_KEY_PURPOSE = 'session-jwt';

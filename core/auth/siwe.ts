@@ -4,7 +4,7 @@ import { createSiweMessage, parseSiweMessage, SiweInvalidMessageFieldError } fro
 import type { Clock } from '../clock.ts';
 import { hkdfSha256, hmacSha256, sameMac } from '../crypto.ts';
 import type { Database } from '../db/database.ts';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { signatureMatches } from './eoa.ts';
 import { unauthorized } from './principal.ts';
 import type { AuthSettings } from './settings.ts';

@@ -4,7 +4,7 @@ import { TtlCache } from '../cache.ts';
 import type { Clock } from '../clock.ts';
 import { sha256Hex } from '../crypto.ts';
 import type { Database } from '../db/database.ts';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { unauthorized } from './principal.ts';
 
 /** Every wallet token starts with this, so secret scanners and the auth middleware recognise one. */

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { z } from 'zod';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { configSchema, SECRET_CONFIG_PATHS, type SigilConfig } from './schema.ts';
 import { describeUrl } from '../db/database.ts';
 

@@ -1,7 +1,7 @@
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import knex, { type Knex } from 'knex';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { kernelMigrations, type Migration } from './migrations/index.ts';
 
 export type Database = Knex;

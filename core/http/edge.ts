@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { pathOf } from './incoming.ts';
 
 /** Where a service listens and what its operator allows at its edge (a service's config section). */

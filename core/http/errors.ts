@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Context, Next } from 'koa';
-import { isSigilError, SigilError, type ErrorCode } from '../errors.ts';
+import { isSigilError, SigilError, type ErrorCode } from '@sigil/plugin-api';
 import type { Logger } from '../log.ts';
 
 /** The one place where error codes meet HTTP statuses. */

@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /**
  * A request as the parts that serve it with or without Koa see it (authentication, the MCP lane): its

@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { SigilError } from '../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /** Parses request input; a mismatch is a 400 naming each bad field, never a 500. */
 export function parseInput<S extends z.ZodType>(

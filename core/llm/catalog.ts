@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { LlmModelInfo } from '../plugins/contracts/llm-provider-v1.ts';
+import type { LlmModelInfo } from '@sigil/plugin-api';
 
 /**
  * Model catalogs in plugin options. JSON has no bigint, so a price is written as an integer number of

@@ -1,4 +1,4 @@
-import type { LlmErrorKind } from '../plugins/contracts/llm-provider-v1.ts';
+import type { LlmErrorKind } from '@sigil/plugin-api';
 import { Redactor } from '../redaction.ts';
 
 /** Longest upstream message kept in an error: enough to say why, not a whole response body. */
@@ -14,7 +14,7 @@ export interface LlmProviderErrorOptions {
 }
 
 /**
- * What an `llm-provider` throws for every upstream failure (core/plugins/contracts/llm-provider-v1.ts).
+ * What an `llm-provider` throws for every upstream failure (packages/plugin-api/src/contracts/llm-provider-v1.ts).
  * Its message never contains the request's key: build it with {@link llmProviderError}, which removes
  * the key from whatever the upstream said. It carries no `cause`, so nothing of the upstream's
  * response (which may quote the key) reaches a log through it.

@@ -11,7 +11,7 @@ import type {
   LlmMessage,
   LlmStreamPart,
   LlmUsagePart,
-} from '../plugins/contracts/llm-provider-v1.ts';
+} from '@sigil/plugin-api';
 import { llmProviderError, LlmProviderError } from './errors.ts';
 import { estimatedUsage, guardedStream, parseToolInput } from './stream.ts';
 

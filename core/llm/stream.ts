@@ -1,4 +1,4 @@
-import type { LlmChatRequest, LlmUsagePart } from '../plugins/contracts/llm-provider-v1.ts';
+import type { LlmChatRequest, LlmUsagePart } from '@sigil/plugin-api';
 import { LlmProviderError } from './errors.ts';
 
 /**

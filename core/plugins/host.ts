@@ -2,16 +2,19 @@ import { createRequire } from 'node:module';
 import { isAbsolute, join, resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { asValue, createContainer, type AwilixContainer } from 'awilix';
-import { SigilError } from '../errors.ts';
-import type { Logger } from '../log.ts';
-import type { PluginEntry } from '../config/schema.ts';
 import {
+  CORE_SERVICE_NAMES,
+  type CoreServices,
   PLUGIN_KINDS,
-  SUPPORTED_SPEC_VERSIONS,
   type PluginInstanceOf,
   type PluginKind,
-} from './contracts/index.ts';
-import type { CoreServices, PluginLifecycle, PluginManifest } from './manifest.ts';
+  type PluginLifecycle,
+  type PluginManifest,
+  SigilError,
+  SUPPORTED_SPEC_VERSIONS,
+} from '@sigil/plugin-api';
+import type { Logger } from '../log.ts';
+import type { PluginEntry } from '../config/schema.ts';
 
 export type PluginState = 'loaded' | 'starting' | 'started' | 'stopping' | 'stopped' | 'failed';
 
@@ -24,16 +27,29 @@ export interface PluginStatus {
   state: PluginState;
 }
 
-/** A start-up failure that names the plugin, the config path at fault, and why. */
+/** One reason a plugin cannot be used: the plugin, the config path at fault, and why. */
+export interface PluginProblem {
+  plugin: string;
+  configPath: string;
+  reason: string;
+}
+
+/**
+ * A start-up failure listing every problem the host found: all plugins are checked (module, manifest,
+ * options, names, dependencies) before any is created, so an operator fixes a config in one pass.
+ */
 export class PluginLoadError extends SigilError {
-  readonly plugin: string;
-  readonly configPath: string;
-  readonly reason: string;
-  constructor(plugin: string, configPath: string, reason: string) {
-    super('plugin_invalid', `plugin "${plugin}" (${configPath}): ${reason}`);
-    this.plugin = plugin;
-    this.configPath = configPath;
-    this.reason = reason;
+  readonly problems: readonly PluginProblem[];
+  constructor(problems: readonly PluginProblem[]) {
+    const lines = problems.map((p) => `plugin "${p.plugin}" (${p.configPath}): ${p.reason}`);
+    super(
+      'plugin_invalid',
+      lines.length === 1 ? (lines[0] as string) : `${lines.length} plugin problems:\n${lines.join('\n')}`,
+      {
+        details: { problems },
+      },
+    );
+    this.problems = problems;
   }
 }
 
@@ -46,6 +62,8 @@ interface LoadedPlugin {
   configPath: string;
   source: string;
   options: unknown;
+  /** Container registrations of its dependencies by the names its factory reads them under. */
+  dependencies: Map<string, string>;
   instance?: PluginLifecycle;
   state: PluginState;
 }
@@ -58,9 +76,22 @@ export interface PluginHostOptions {
   baseDir: string;
 }
 
+/** Plugins are registered beside the core services under this prefix, so no plugin name can shadow one. */
+const registrationOf = (pluginName: string): string => `plugin:${pluginName}`;
+
+/** Collects problems while the host checks plugins; a check that cannot go on returns undefined. */
+class Problems {
+  readonly found: PluginProblem[] = [];
+  add(plugin: string, configPath: string, reason: string): undefined {
+    this.found.push({ plugin, configPath, reason });
+    return undefined;
+  }
+}
+
 /**
  * Loads plugins named in the config, checks them, creates them in dependency order through an Awilix
- * container, and runs their lifecycle. Every failure is a PluginLoadError raised before anything starts.
+ * container, and runs their lifecycle. Every problem found before creation is reported at once, in one
+ * PluginLoadError raised before anything is created.
  */
 export class PluginHost {
   private readonly container: AwilixContainer;
@@ -76,28 +107,21 @@ export class PluginHost {
 
   /** Resolves, validates and creates every enabled plugin. Nothing is started yet. */
   async load(entries: readonly PluginEntry[]): Promise<void> {
+    const problems = new Problems();
     const candidates: LoadedPlugin[] = [];
     for (const [index, entry] of entries.entries()) {
       if (!entry.enabled) continue;
-      candidates.push(await this.inspect(entry, `plugins.${index}`));
+      const plugin = await this.inspect(entry, `plugins.${index}`, problems);
+      if (plugin) candidates.push(plugin);
     }
-    const byName = new Map<string, LoadedPlugin>();
-    for (const plugin of candidates) {
-      const twin = byName.get(plugin.name);
-      if (twin) {
-        throw new PluginLoadError(
-          plugin.name,
-          `${plugin.configPath}.id`,
-          `duplicate name: ${twin.configPath} already loads a plugin named "${plugin.name}"; give one of them a distinct "id"`,
-        );
-      }
-      byName.set(plugin.name, plugin);
-    }
-    for (const plugin of this.dependencyOrder(candidates)) {
+    const unique = uniqueNames(candidates, problems);
+    for (const plugin of unique) resolveDependencies(plugin, unique, problems);
+    const ordered = dependencyOrder(unique, problems);
+    if (problems.found.length > 0) throw new PluginLoadError(problems.found);
+    for (const plugin of ordered) {
       const deps: Record<string, unknown> = {};
-      for (const dependency of plugin.manifest.dependencies ?? []) {
-        deps[dependency] = this.container.resolve(this.registrationFor(dependency, plugin, candidates));
-      }
+      for (const [name, registration] of plugin.dependencies)
+        deps[name] = this.container.resolve(registration);
       try {
         plugin.instance = await plugin.manifest.create({
           config: plugin.options,
@@ -105,13 +129,15 @@ export class PluginHost {
           logger: this.options.logger.child({ plugin: plugin.name }),
         });
       } catch (cause) {
-        throw new PluginLoadError(
-          plugin.name,
-          plugin.configPath,
-          `factory failed: ${(cause as Error).message}`,
-        );
+        throw new PluginLoadError([
+          {
+            plugin: plugin.name,
+            configPath: plugin.configPath,
+            reason: `factory failed: ${(cause as Error).message}`,
+          },
+        ]);
       }
-      this.container.register(plugin.name, asValue(plugin.instance));
+      this.container.register(registrationOf(plugin.name), asValue(plugin.instance));
       this.plugins.push(plugin);
     }
   }
@@ -124,11 +150,13 @@ export class PluginHost {
         plugin.state = 'started';
       } catch (cause) {
         plugin.state = 'failed';
-        throw new PluginLoadError(
-          plugin.name,
-          plugin.configPath,
-          `start failed: ${(cause as Error).message}`,
-        );
+        throw new PluginLoadError([
+          {
+            plugin: plugin.name,
+            configPath: plugin.configPath,
+            reason: `start failed: ${(cause as Error).message}`,
+          },
+        ]);
       }
     }
   }
@@ -174,12 +202,28 @@ export class PluginHost {
     return found[0] as PluginInstanceOf<K>;
   }
 
-  private async inspect(entry: PluginEntry, configPath: string): Promise<LoadedPlugin> {
-    const { module, source } = await this.importModule(entry.resolve, configPath);
-    const manifest = readManifest(module, entry.resolve, configPath);
+  /** Imports the entry's module and checks its manifest and options, noting every problem found. */
+  private async inspect(
+    entry: PluginEntry,
+    configPath: string,
+    problems: Problems,
+  ): Promise<LoadedPlugin | undefined> {
+    const imported = await this.importModule(entry.resolve, configPath, problems);
+    if (!imported) return undefined;
+    const manifest = readManifest(imported.module, entry.resolve, configPath, problems);
+    if (!manifest) return undefined;
     const name = entry.id ?? manifest.name;
+    const namePath = entry.id === undefined ? `${configPath}.resolve` : `${configPath}.id`;
+    let usable = true;
+    if ((CORE_SERVICE_NAMES as readonly string[]).includes(name)) {
+      usable = !problems.add(
+        name,
+        namePath,
+        `"${name}" is the name of a core service (${CORE_SERVICE_NAMES.join(', ')}); give the plugin another "id"`,
+      );
+    }
     if (!(PLUGIN_KINDS as readonly string[]).includes(manifest.kind)) {
-      throw new PluginLoadError(
+      return problems.add(
         name,
         configPath,
         `unknown kind "${manifest.kind}"; known kinds: ${PLUGIN_KINDS.join(', ')}`,
@@ -187,7 +231,7 @@ export class PluginHost {
     }
     const supported = SUPPORTED_SPEC_VERSIONS[manifest.kind] as readonly string[];
     if (!supported.includes(manifest.specVersion)) {
-      throw new PluginLoadError(
+      usable = !problems.add(
         name,
         configPath,
         `specVersion "${manifest.specVersion}" of kind ${manifest.kind} is not supported by this core (supported: ${supported.join(', ')})`,
@@ -195,17 +239,29 @@ export class PluginHost {
     }
     const parsed = manifest.config.safeParse(entry.options);
     if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const path = [configPath, 'options', ...(issue?.path ?? []).map(String)].join('.');
-      throw new PluginLoadError(name, path, `invalid config: ${issue?.message ?? 'rejected by schema'}`);
+      for (const issue of parsed.error.issues) {
+        const path = [configPath, 'options', ...issue.path.map(String)].join('.');
+        problems.add(name, path, `invalid config: ${issue.message}`);
+      }
+      usable = false;
     }
-    return { manifest, name, configPath, source, options: parsed.data, state: 'loaded' };
+    if (!usable) return undefined;
+    return {
+      manifest,
+      name,
+      configPath,
+      source: imported.source,
+      options: parsed.data,
+      dependencies: new Map(),
+      state: 'loaded',
+    };
   }
 
   private async importModule(
     specifier: string,
     configPath: string,
-  ): Promise<{ module: unknown; source: string }> {
+    problems: Problems,
+  ): Promise<{ module: unknown; source: string } | undefined> {
     const builtin = this.options.builtins[specifier];
     if (builtin) return { module: await builtin(), source: `builtin:${specifier}` };
     const isPath = specifier.startsWith('.') || isAbsolute(specifier);
@@ -224,81 +280,139 @@ export class PluginHost {
       return { module: await import(url), source: specifier };
     } catch (cause) {
       const known = Object.keys(this.options.builtins).join(', ');
-      throw new PluginLoadError(
+      return problems.add(
         specifier,
         `${configPath}.resolve`,
         `cannot load "${specifier}": ${(cause as Error).message.split('\n')[0]} (built-in plugins: ${known})`,
       );
     }
   }
+}
 
-  /** Topological order (Kahn), keeping config order among independent plugins. */
-  private dependencyOrder(plugins: readonly LoadedPlugin[]): LoadedPlugin[] {
-    const edges = new Map<LoadedPlugin, LoadedPlugin[]>();
-    for (const plugin of plugins) {
-      edges.set(
-        plugin,
-        (plugin.manifest.dependencies ?? [])
-          .map((dependency) => this.pluginFor(this.registrationFor(dependency, plugin, plugins), plugins))
-          .filter((p): p is LoadedPlugin => p !== undefined),
+/** Plugins with distinct names; a second plugin of a name is a problem (and left out). */
+function uniqueNames(plugins: readonly LoadedPlugin[], problems: Problems): LoadedPlugin[] {
+  const byName = new Map<string, LoadedPlugin>();
+  for (const plugin of plugins) {
+    const twin = byName.get(plugin.name);
+    if (twin) {
+      problems.add(
+        plugin.name,
+        `${plugin.configPath}.id`,
+        `duplicate name: ${twin.configPath} already loads a plugin named "${plugin.name}"; give one of them a distinct "id"`,
       );
-    }
-    const ordered: LoadedPlugin[] = [];
-    const remaining = new Set(plugins);
-    while (remaining.size > 0) {
-      const ready = [...remaining].find((p) => (edges.get(p) ?? []).every((d) => !remaining.has(d)));
-      if (!ready) {
-        const cycle = [...remaining].map((p) => p.name).join(' -> ');
-        const first = [...remaining][0] as LoadedPlugin;
-        throw new PluginLoadError(first.name, `${first.configPath}`, `dependency cycle among: ${cycle}`);
-      }
-      ordered.push(ready);
-      remaining.delete(ready);
-    }
-    return ordered;
+    } else byName.set(plugin.name, plugin);
   }
+  return [...byName.values()];
+}
 
-  private pluginFor(registration: string, plugins: readonly LoadedPlugin[]): LoadedPlugin | undefined {
-    return plugins.find((p) => p.name === registration);
-  }
-
-  /** Maps a declared dependency to a container registration: a core service, a plugin name, or a kind. */
-  private registrationFor(
-    dependency: string,
-    dependent: LoadedPlugin,
-    plugins: readonly LoadedPlugin[],
-  ): string {
-    if (dependency in this.options.core) return dependency;
-    if (plugins.some((p) => p.name === dependency)) return dependency;
-    const ofKind = plugins.filter((p) => p.manifest.kind === dependency);
-    if (ofKind.length === 1) return (ofKind[0] as LoadedPlugin).name;
-    const reason =
-      ofKind.length > 1
-        ? `dependency "${dependency}" is ambiguous: ${ofKind.map((p) => p.name).join(', ')} are loaded; depend on one by name`
-        : `missing dependency "${dependency}": no core service, plugin or plugin kind of that name is loaded`;
-    throw new PluginLoadError(dependent.name, `${dependent.configPath}`, reason);
+/** Maps each declared dependency to a container registration: a core service, or the plugin it names. */
+function resolveDependencies(
+  plugin: LoadedPlugin,
+  plugins: readonly LoadedPlugin[],
+  problems: Problems,
+): void {
+  for (const [name, ref] of Object.entries(plugin.manifest.dependencies ?? {})) {
+    const problem = (reason: string) =>
+      problems.add(plugin.name, plugin.configPath, `dependency "${name}": ${reason}`);
+    if ('service' in ref) {
+      plugin.dependencies.set(name, ref.service);
+      continue;
+    }
+    // A plugin never depends on itself: by kind, it means another plugin of its own kind.
+    const ofKind = plugins.filter((p) => p !== plugin && p.manifest.kind === ref.kind);
+    if (ref.name !== undefined) {
+      const named = plugins.find((p) => p.name === ref.name);
+      if (!named) problem(`no plugin named "${ref.name}" is loaded`);
+      else if (named.manifest.kind !== ref.kind)
+        problem(`"${ref.name}" is a ${named.manifest.kind} plugin, not a ${ref.kind}`);
+      else plugin.dependencies.set(name, registrationOf(named.name));
+    } else if (ofKind.length === 1)
+      plugin.dependencies.set(name, registrationOf((ofKind[0] as LoadedPlugin).name));
+    else if (ofKind.length === 0) problem(`no ${ref.kind} plugin is loaded`);
+    else
+      problem(
+        `${ofKind.length} ${ref.kind} plugins are loaded (${ofKind.map((p) => p.name).join(', ')}); name one in pluginOfKind('${ref.kind}', name)`,
+      );
   }
 }
 
-function readManifest(module: unknown, specifier: string, configPath: string): PluginManifest {
+/** Topological order (Kahn), keeping config order among independent plugins; a cycle is a problem. */
+function dependencyOrder(plugins: readonly LoadedPlugin[], problems: Problems): LoadedPlugin[] {
+  const byRegistration = new Map(plugins.map((p) => [registrationOf(p.name), p]));
+  const edges = new Map(
+    plugins.map((p) => [
+      p,
+      [...p.dependencies.values()]
+        .map((r) => byRegistration.get(r))
+        .filter((d): d is LoadedPlugin => d !== undefined),
+    ]),
+  );
+  const ordered: LoadedPlugin[] = [];
+  const remaining = new Set(plugins);
+  while (remaining.size > 0) {
+    const ready = [...remaining].find((p) => (edges.get(p) ?? []).every((d) => !remaining.has(d)));
+    if (!ready) {
+      const cycle = [...remaining].map((p) => p.name).join(' -> ');
+      for (const plugin of remaining)
+        problems.add(plugin.name, plugin.configPath, `dependency cycle among: ${cycle}`);
+      return ordered;
+    }
+    ordered.push(ready);
+    remaining.delete(ready);
+  }
+  return ordered;
+}
+
+/** A dependency reference as the plugin API makes it; anything else is a problem of the manifest. */
+function dependencyRefProblem(ref: unknown): string | undefined {
+  const candidate = ref as { service?: unknown; kind?: unknown; name?: unknown } | null;
+  if (typeof candidate !== 'object' || candidate === null) return 'is not a reference';
+  if ('service' in candidate) {
+    return (CORE_SERVICE_NAMES as readonly unknown[]).includes(candidate.service)
+      ? undefined
+      : `names no core service (${CORE_SERVICE_NAMES.join(', ')})`;
+  }
+  if (!(PLUGIN_KINDS as readonly unknown[]).includes(candidate.kind))
+    return `names no plugin kind (${PLUGIN_KINDS.join(', ')})`;
+  if (candidate.name !== undefined && typeof candidate.name !== 'string')
+    return 'has a name that is not a string';
+  return undefined;
+}
+
+function readManifest(
+  module: unknown,
+  specifier: string,
+  configPath: string,
+  problems: Problems,
+): PluginManifest | undefined {
   const exports = module as { default?: unknown; manifest?: unknown };
   const candidate = (exports.manifest ?? exports.default) as Partial<PluginManifest> | undefined;
-  const problems: string[] = [];
+  const found: string[] = [];
   if (typeof candidate !== 'object' || candidate === null)
-    problems.push('exports no manifest (default or `manifest`)');
+    found.push('exports no manifest (default or `manifest`)');
   else {
-    if (typeof candidate.kind !== 'string') problems.push('manifest.kind must be a string');
+    if (typeof candidate.kind !== 'string') found.push('manifest.kind must be a string');
     if (typeof candidate.name !== 'string' || !/^[a-z0-9][a-z0-9-]*$/.test(candidate.name)) {
-      problems.push('manifest.name must be lowercase letters, digits and dashes');
+      found.push('manifest.name must be lowercase letters, digits and dashes');
     }
-    if (typeof candidate.specVersion !== 'string') problems.push('manifest.specVersion must be a string');
-    if (typeof candidate.config?.safeParse !== 'function')
-      problems.push('manifest.config must be a zod schema');
-    if (typeof candidate.create !== 'function') problems.push('manifest.create must be a function');
-    if (candidate.dependencies !== undefined && !Array.isArray(candidate.dependencies)) {
-      problems.push('manifest.dependencies must be an array of names');
+    if (typeof candidate.specVersion !== 'string') found.push('manifest.specVersion must be a string');
+    if (typeof candidate.config?.safeParse !== 'function') found.push('manifest.config must be a zod schema');
+    if (typeof candidate.create !== 'function') found.push('manifest.create must be a function');
+    const { dependencies } = candidate as { dependencies?: unknown };
+    if (dependencies !== undefined) {
+      if (typeof dependencies !== 'object' || dependencies === null || Array.isArray(dependencies)) {
+        found.push(
+          'manifest.dependencies must be an object of references by name (coreServices.clock, pluginOfKind(...)), not a list',
+        );
+      } else {
+        for (const [name, ref] of Object.entries(dependencies)) {
+          const problem = dependencyRefProblem(ref);
+          if (problem) found.push(`manifest.dependencies.${name} ${problem}`);
+        }
+      }
     }
   }
-  if (problems.length > 0) throw new PluginLoadError(specifier, `${configPath}.resolve`, problems.join('; '));
-  return candidate as PluginManifest;
+  const name = typeof candidate?.name === 'string' ? candidate.name : specifier;
+  for (const reason of found) problems.add(name, `${configPath}.resolve`, reason);
+  return found.length > 0 ? undefined : (candidate as PluginManifest);
 }

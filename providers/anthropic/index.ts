@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { modelCatalogOption } from '../../core/llm/catalog.ts';
 import { connectionOptions } from '../../core/llm/options.ts';
-import { definePlugin } from '../../core/plugins/manifest.ts';
+import { definePlugin } from '@sigil/plugin-api';
 import { ANTHROPIC_MODELS } from './catalog.ts';
 import { streamAnthropicMessages } from './messages.ts';
 

@@ -13,7 +13,7 @@ import type {
   LlmFinishReason,
   LlmMessage,
   LlmStreamPart,
-} from '../../core/plugins/contracts/index.ts';
+} from '@sigil/plugin-api';
 
 const PROVIDER = 'anthropic';
 

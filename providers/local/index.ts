@@ -1,8 +1,7 @@
 import { z } from 'zod';
 import { LlmProviderError } from '../../core/llm/errors.ts';
 import { streamOpenAiChat } from '../../core/llm/openai-chat.ts';
-import { definePlugin } from '../../core/plugins/manifest.ts';
-import type { LlmProviderV1 } from '../../core/plugins/contracts/index.ts';
+import { definePlugin, type LlmProviderV1 } from '@sigil/plugin-api';
 import { LOCAL_MODELS } from './catalog.ts';
 import { startStandIn, type StandIn } from './stand-in.ts';
 
@@ -46,7 +45,6 @@ export default definePlugin({
         .describe('Pause between streamed events of the sigil-slow model'),
     })
     .strict(),
-  dependencies: ['logger'],
   create: ({ config, logger }): LocalProvider => {
     let standIn: StandIn | undefined;
     return {

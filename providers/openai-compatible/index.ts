@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { modelCatalogOption } from '../../core/llm/catalog.ts';
 import { streamOpenAiChat } from '../../core/llm/openai-chat.ts';
 import { connectionOptions } from '../../core/llm/options.ts';
-import { definePlugin } from '../../core/plugins/manifest.ts';
+import { definePlugin } from '@sigil/plugin-api';
 import { OPENAI_MODELS } from './catalog.ts';
 
 /**

@@ -2,11 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type {
-  CacheEntry,
-  RefreshReport,
-  ResolvedPackage,
-} from '../../core/plugins/contracts/package-registry-v1.ts';
+import type { CacheEntry, RefreshReport, ResolvedPackage } from '@sigil/plugin-api';
 
 /** What an entry directory records about itself, in {@link ENTRY_FILE}. */
 export interface EntryRecord extends CacheEntry {

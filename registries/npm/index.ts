@@ -1,18 +1,20 @@
 import { readFile } from 'node:fs/promises';
 import { resolve as resolvePath } from 'node:path';
 import { z } from 'zod';
-import type { Clock } from '../../core/clock.ts';
-import type { Logger } from '../../core/log.ts';
-import type {
-  CacheStatus,
-  InstalledPackage,
-  PackageRegistryV1,
-  PackageSpec,
-  RefreshReport,
-  RefreshResult,
-  ResolvedPackage,
-} from '../../core/plugins/contracts/package-registry-v1.ts';
-import { definePlugin, type PluginLifecycle } from '../../core/plugins/manifest.ts';
+import {
+  type CacheStatus,
+  type Clock,
+  coreServices,
+  definePlugin,
+  type InstalledPackage,
+  type PackageRegistryV1,
+  type PackageSpec,
+  type PluginLifecycle,
+  type PluginLogger,
+  type RefreshReport,
+  type RefreshResult,
+  type ResolvedPackage,
+} from '@sigil/plugin-api';
 import { CacheLayout, directorySize, type EntryRecord } from './cache.ts';
 import { checkResolved, checkSpec, NpmClient } from './npm.ts';
 import { DailySchedule, UTC_TIME_OF_DAY } from './schedule.ts';
@@ -68,7 +70,7 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
   constructor(
     private readonly config: NpmRegistryConfig,
     private readonly clock: Clock,
-    private readonly logger: Logger,
+    private readonly logger: PluginLogger,
   ) {
     this.cache = new CacheLayout(resolvePath(config.cacheDir));
     this.npm = new NpmClient({ registry: config.registry, cache: this.cache.npm, logger });
@@ -296,6 +298,6 @@ export default definePlugin({
   description:
     'npm registry: sha512-verified installs with install scripts off, into an atomic content-addressed cache refreshed daily',
   config: npmRegistryConfig,
-  dependencies: ['clock'],
-  create: ({ config, deps, logger }) => new NpmRegistry(config, deps.clock as Clock, logger),
+  dependencies: { clock: coreServices.clock },
+  create: ({ config, deps, logger }) => new NpmRegistry(config, deps.clock, logger),
 });

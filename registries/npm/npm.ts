@@ -3,12 +3,13 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import Arborist, { type Node, type PackageJson } from '@npmcli/arborist';
 import pacote, { type Manifest, type NpmFlatOptions } from 'pacote';
-import { SigilError } from '../../core/errors.ts';
-import type { Logger } from '../../core/log.ts';
-import type {
-  PackageRegistryFailure,
-  ResolvedPackage,
-} from '../../core/plugins/contracts/package-registry-v1.ts';
+import {
+  isSigilError,
+  type PackageRegistryFailure,
+  type PluginLogger,
+  type ResolvedPackage,
+  SigilError,
+} from '@sigil/plugin-api';
 import { isCode, sha512Of } from './cache.ts';
 
 /**
@@ -99,7 +100,7 @@ function isUnreachable(err: unknown): boolean {
 
 /** npm's error as a PackageRegistryError with the contract's reason; what npm does not name is `install_failed`. */
 function fromNpmError(err: unknown, packageId: string): unknown {
-  if (err instanceof SigilError) return err;
+  if (isSigilError(err)) return err;
   const message = err instanceof Error ? err.message.split('\n')[0] : String(err);
   if (isCode(err, 'EINTEGRITY')) {
     const { expected, found } = err as { expected?: unknown; found?: unknown };
@@ -124,7 +125,7 @@ export interface NpmClientOptions {
   registry: string;
   /** npm's content-addressable cache directory. */
   cache: string;
-  logger: Logger;
+  logger: PluginLogger;
 }
 
 export interface InstalledTree {

@@ -1,5 +1,5 @@
 import { BlockList, isIP } from 'node:net';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { clientOf as clientOfAddress, unmapped } from '../../core/http/client-connections.ts';
 import type { CatalogEntry } from './catalog.ts';
 import { RetryLater } from './retry-later.ts';

@@ -1,16 +1,16 @@
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { SigilError } from '../../core/errors.ts';
+import {
+  type InstalledPackage,
+  type PackageRegistryV1,
+  type SandboxRuntimeV1,
+  SigilError,
+} from '@sigil/plugin-api';
 import type { Logger, SecretRegistry } from '../../core/log.ts';
 import { callTool } from '../../core/mcp/call-tool.ts';
 import { Redactor } from '../../core/redaction.ts';
 import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
-import type {
-  InstalledPackage,
-  PackageRegistryV1,
-  SandboxRuntimeV1,
-} from '../../core/plugins/contracts/index.ts';
 import type { PluginHost } from '../../core/plugins/host.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
 import type { Catalog, CatalogEntry } from './catalog.ts';

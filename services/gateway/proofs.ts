@@ -3,7 +3,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Clock } from '../../core/clock.ts';
 import { canonicalJson, HmacSha256Key, sameMac, sha256Hex } from '../../core/crypto.ts';
-import type { DerivedKey, TeeStatus } from '../../core/plugins/contracts/index.ts';
+import type { DerivedKey, TeeStatus } from '@sigil/plugin-api';
 import type { BuildInfo } from '../shared/build-info.ts';
 
 /** Where a proof rides in a tool result's `_meta`. */

@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import { z } from 'zod';
 import type { AuthPrincipal } from '../../core/auth/index.ts';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { disconnection } from '../../core/http/disconnect.ts';
 import { parseInput } from '../../core/http/validate.ts';
 import { PAYMENT_META_KEY } from './payments/payments.ts';

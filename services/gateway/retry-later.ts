@@ -1,4 +1,4 @@
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /**
  * A tool call refused for now, not for good: 429 `rate_limited` when the caller has its own limit of

@@ -2,7 +2,7 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { TtlCache } from '../../core/cache.ts';
 import type { Clock } from '../../core/clock.ts';
 import type { Database } from '../../core/db/database.ts';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../core/log.ts';
 import type { Catalog, CatalogEntry } from './catalog.ts';
 import type { QuarantinedTool, ToolPins } from './tool-pins.ts';

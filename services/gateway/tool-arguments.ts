@@ -1,4 +1,4 @@
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /** The spec's limit on the serialized arguments of one tool call (gateway spec part 8), meta-tools included. */
 export const MAX_ARGUMENT_BYTES = 100 * 1024;

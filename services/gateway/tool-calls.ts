@@ -1,5 +1,5 @@
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { SigilError } from '../../core/errors.ts';
+import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../core/http/disconnect.ts';
 import { CallCancelled, type CallObserver } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
@@ -179,7 +179,7 @@ export class ToolCaller {
         call.wallet === undefined && !settings.stateless,
       );
     } catch (err) {
-      if (err instanceof SigilError) throw err;
+      if (isSigilError(err)) throw err;
       if (err instanceof CallCancelled) {
         // Nobody waits for this answer; the server is fine. An error result: nothing is settled.
         return { injected, result: toolError(`Tool "${call.tool}" was cancelled: ${err.message}`) };
@@ -244,7 +244,7 @@ function proven(
 
 /** A server that timed out or broke the protocol may be wedged: it is never handed another call. */
 const wedged = (err: unknown): boolean =>
-  !(err instanceof SigilError) &&
+  !isSigilError(err) &&
   !(err instanceof CallCancelled) &&
   !(
     err instanceof McpError &&

@@ -1,6 +1,6 @@
 import type Router from '@koa/router';
 import { publicBase } from '../../core/auth/settings.ts';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { LaneRoute } from '../../core/http/lane.ts';
 import type { Kernel } from '../kernel.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';

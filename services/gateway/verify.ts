@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../../core/http/validate.ts';
 import type { AuthPrincipal } from '../../core/auth/index.ts';
 import type { Payments } from './payments/payments.ts';

@@ -1,6 +1,6 @@
 import type { Clock } from '../../core/clock.ts';
 import type { Logger } from '../../core/log.ts';
-import type { CacheStatus, PackageRegistryV1 } from '../../core/plugins/contracts/index.ts';
+import type { CacheStatus, PackageRegistryV1 } from '@sigil/plugin-api';
 import type { Catalog } from './catalog.ts';
 import type { ServerDirectory } from './servers.ts';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../../core/clock.ts';
 import type { Database } from '../../core/db/database.ts';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /** An agent belongs to the wallet that created it; the chat issue adds sessions and settings. */
 export interface Agent {

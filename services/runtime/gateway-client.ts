@@ -6,7 +6,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import { ON_BEHALF_OF_HEADER } from '../../core/auth/on-behalf-of.ts';
 import { unixSeconds, type Clock } from '../../core/clock.ts';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /** Signs an RFC 9421 signature base as an EIP-191 message: a viem account does. */
 export interface OperatorSigner {

@@ -1,4 +1,4 @@
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { PluginHost } from '../../core/plugins/host.ts';
 
 /** The ids of the models the loaded `llm-provider` plugins offer, in plugin order. */

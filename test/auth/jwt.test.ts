@@ -1,7 +1,7 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type JsonWebKey } from 'node:crypto';
 import { expect } from 'chai';
 import { decodeJwt, decodeProtectedHeader, jwtVerify, SignJWT } from 'jose';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { stickyDatabase } from '../support/kernel.ts';
 import { errorOf, GATEWAY_PUBLIC, newWallet, Services } from './support.ts';

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { LlmProviderError } from '../../core/llm/errors.ts';
-import type { LlmChatRequest, LlmProviderV1, LlmStreamPart } from '../../core/plugins/contracts/index.ts';
+import type { LlmChatRequest, LlmProviderV1, LlmStreamPart } from '@sigil/plugin-api';
 import { runChecks, type CheckResult } from '../../conformance/check.ts';
 import { contractChecks } from '../../conformance/kits/kit.ts';
 import {

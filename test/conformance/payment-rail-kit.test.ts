@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { privateKeyToAccount } from 'viem/accounts';
-import type { PaymentRailV1 } from '../../core/plugins/contracts/index.ts';
+import type { PaymentRailV1 } from '@sigil/plugin-api';
 import { SecretRegistry } from '../../core/log.ts';
 import { runChecks, type CheckResult } from '../../conformance/check.ts';
 import { contractChecks } from '../../conformance/kits/kit.ts';

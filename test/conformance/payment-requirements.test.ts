@@ -5,7 +5,7 @@ import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { decodeHeader, encodeHeader } from '../../conformance/x402.ts';
-import type { PaymentRailV1, VerifiedPayment } from '../../core/plugins/contracts/index.ts';
+import type { PaymentRailV1, VerifiedPayment } from '@sigil/plugin-api';
 import { X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
 import { configSchema } from '../../plugins/payments/x402-evm/config.ts';
 import { railPlugin } from '../payments/support.ts';

@@ -7,6 +7,7 @@ import { describeTeeBackendKit } from '../../conformance/kits/tee-backend.ts';
 import { importPluginModule, runPluginKit } from '../../conformance/plugin.ts';
 import { REPORT_FILES } from '../../conformance/report.ts';
 import { quietLogger } from '../support/kernel.ts';
+import { SecretRegistry } from '../../core/log.ts';
 import { reportDir, runSigil } from './support.ts';
 
 const ROOT = join(import.meta.dirname, '../..');
@@ -30,9 +31,13 @@ const failedIds = (results: Record<string, CheckResult>) =>
 
 describe('conformance plugin kits', () => {
   describe('the tee-backend kit from mocha, on attestation/none instances', () => {
-    describeTeeBackendKit(async () => teeNone.create({ config: {}, deps: {}, logger: quietLogger() }), {
-      expectNotApplicable: TEE_ONLY_CHECKS,
-    });
+    describeTeeBackendKit(
+      async () =>
+        teeNone.create({ config: {}, deps: { secrets: new SecretRegistry() }, logger: quietLogger() }),
+      {
+        expectNotApplicable: TEE_ONLY_CHECKS,
+      },
+    );
   });
 
   describe('the whole plugin kit from mocha, on the attestation/none module', () => {

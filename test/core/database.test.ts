@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { describeUrl, migrate, openDatabase } from '../../core/db/database.ts';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { serviceMigrations } from '../../services/migrations.ts';
 import { describeEachDatabase, openTestKernel } from '../support/kernel.ts';
 

@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import { expect } from 'chai';
 import type { DestinationStream } from 'pino';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { createHttpApp } from '../../core/http/app.ts';
 import { listen } from '../../core/http/server.ts';
 import { createLogger } from '../../core/log.ts';

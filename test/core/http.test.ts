@@ -3,7 +3,7 @@ import Router from '@koa/router';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import { z } from 'zod';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../core/log.ts';
 import { createHttpApp } from '../../core/http/app.ts';
 import type { LaneRoute } from '../../core/http/lane.ts';

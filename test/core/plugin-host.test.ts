@@ -5,10 +5,9 @@ import { expect } from 'chai';
 import { systemClock } from '../../core/clock.ts';
 import { pluginEntrySchema, type PluginEntry } from '../../core/config/schema.ts';
 import { openDatabase, type Database } from '../../core/db/database.ts';
-import { SecretRegistry } from '../../core/log.ts';
-import { PluginHost, PluginLoadError } from '../../core/plugins/host.ts';
+import { PluginHost, PluginLoadError, type PluginProblem } from '../../core/plugins/host.ts';
 import { builtinPlugins } from '../../services/builtin-plugins.ts';
-import { quietLogger } from '../support/kernel.ts';
+import { quietLogger, testCoreServices } from '../support/kernel.ts';
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'host');
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -24,19 +23,26 @@ describe('plugin host', () => {
   const newHost = (baseDir = fixtures) =>
     new PluginHost({
       builtins: builtinPlugins,
-      core: { db, logger: quietLogger(), clock: systemClock, secrets: new SecretRegistry() },
+      core: testCoreServices(db),
       logger: quietLogger(),
       baseDir,
     });
 
-  async function loadError(entries: PluginEntry[]): Promise<PluginLoadError> {
+  /** The problems the host reports for these entries (it must refuse them). */
+  async function loadProblems(entries: PluginEntry[]): Promise<readonly PluginProblem[]> {
     try {
       await newHost().load(entries);
     } catch (err) {
       expect(err).to.be.instanceOf(PluginLoadError);
-      return err as PluginLoadError;
+      return (err as PluginLoadError).problems;
     }
     throw new Error('expected the host to refuse these plugins');
+  }
+  /** The one problem the host reports for these entries. */
+  async function loadError(entries: PluginEntry[]): Promise<PluginProblem> {
+    const problems = await loadProblems(entries);
+    expect(problems).to.have.length(1);
+    return problems[0] as PluginProblem;
   }
 
   before(async () => {
@@ -83,7 +89,7 @@ describe('plugin host', () => {
       seenDependencies?: string[];
     }[];
     const needsKind = instances.find((p) => p.platform === 'needs-kind');
-    expect(needsKind?.seenDependencies).to.deep.equal(['tee-none']);
+    expect(needsKind?.seenDependencies).to.deep.equal(['tee']);
   });
 
   it('loads a plugin from an npm package name resolved from the config directory', async () => {
@@ -135,12 +141,15 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
   it('refuses a missing dependency', async () => {
     const err = await loadError([entry('./needs-missing.ts')]);
     expect(err.plugin).to.equal('needs-missing');
-    expect(err.reason).to.match(/missing dependency "payment-rail"/);
+    expect(err.reason).to.equal('dependency "rail": no payment-rail plugin is loaded');
   });
 
   it('refuses a dependency cycle', async () => {
-    const err = await loadError([entry('./cycle-a.ts'), entry('./cycle-b.ts')]);
-    expect(err.reason).to.match(/dependency cycle/);
+    const problems = await loadProblems([entry('./cycle-a.ts'), entry('./cycle-b.ts')]);
+    expect(problems.map((p) => [p.plugin, p.reason])).to.deep.equal([
+      ['cycle-a', 'dependency cycle among: cycle-a -> cycle-b'],
+      ['cycle-b', 'dependency cycle among: cycle-a -> cycle-b'],
+    ]);
   });
 
   it('refuses invalid plugin options, naming the option path', async () => {
@@ -165,9 +174,85 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
       (e: unknown) => e,
     );
     expect(err).to.be.instanceOf(PluginLoadError);
-    expect((err as PluginLoadError).reason).to.match(/start failed: device \/dev\/sev-guest not found/);
+    expect((err as PluginLoadError).problems[0]?.reason).to.match(
+      /start failed: device \/dev\/sev-guest not found/,
+    );
     await host.stop();
     expect(lifecycleEvents).to.deep.equal(['start:beta', 'stop:beta']);
+  });
+
+  it('reports every problem of every plugin in one error, each with its plugin and config path', async () => {
+    let refused: unknown;
+    await newHost()
+      .load([
+        entry('./unknown-kind.ts'),
+        entry('./beta.ts', { options: { level: 'high', colour: 'red' } }),
+        entry('./needs-missing.ts'),
+        entry('tee-none', { id: 'clock' }),
+        entry('no-such-sigil-plugin'),
+      ])
+      .catch((err: unknown) => (refused = err));
+    expect(refused).to.be.instanceOf(PluginLoadError);
+    const { problems, message, code } = refused as PluginLoadError;
+    expect(code).to.equal('plugin_invalid');
+    expect(problems.map((p) => [p.plugin, p.configPath])).to.deep.equal([
+      ['unknown-kind', 'plugins.0'],
+      ['beta', 'plugins.1.options.level'],
+      ['beta', 'plugins.1.options'],
+      ['clock', 'plugins.3.id'],
+      ['no-such-sigil-plugin', 'plugins.4.resolve'],
+      ['needs-missing', 'plugins.2'],
+    ]);
+    expect(problems[3]?.reason).to.match(/name of a core service/);
+    for (const problem of problems)
+      expect(message).to.include(`plugin "${problem.plugin}" (${problem.configPath})`);
+    expect(message.split('\n')[0]).to.equal('6 plugin problems:');
+  });
+
+  it('never lets a plugin take the place of a core service', async () => {
+    // Named like a core service by its config id: refused, and the core's clock stays what plugins get.
+    const problems = await loadProblems([entry('./alpha.ts'), entry('./beta.ts', { id: 'clock' })]);
+    expect(problems.map((p) => p.reason)).to.include.members([
+      '"clock" is the name of a core service (db, logger, clock, secrets, fetch); give the plugin another "id"',
+    ]);
+    const host = newHost();
+    await host.load([entry('./alpha.ts'), entry('./beta.ts')]);
+    const alpha = host.all('tee-backend').find((p) => p.platform === 'alpha') as unknown as {
+      seenDependencies: string[];
+      received: Record<string, unknown>;
+    };
+    expect(alpha.seenDependencies).to.deep.equal(['beta', 'clock']);
+    expect(alpha.received.clock).to.equal(systemClock);
+    expect(alpha.received.beta).to.equal(host.all('tee-backend').find((p) => p.platform === 'beta'));
+  });
+
+  it('refuses a dependency on a named plugin of another kind, and an ambiguous one by kind', async () => {
+    const wrongKind = await loadError([entry('./named-rail-dependency.ts'), entry('tee-none')]);
+    expect(wrongKind.reason).to.equal(
+      'dependency "rail": "tee-none" is a tee-backend plugin, not a payment-rail',
+    );
+    const ambiguous = await loadError([
+      entry('./needs-kind.ts'),
+      entry('tee-none'),
+      entry('tee-none', { id: 'tee-second' }),
+    ]);
+    expect(ambiguous.reason).to.match(
+      /^dependency "tee": 2 tee-backend plugins are loaded \(tee-none, tee-second\); name one in pluginOfKind/,
+    );
+  });
+
+  it('refuses dependencies that are not references, explaining the shape it wants', async () => {
+    const problems = await loadProblems([entry('./list-dependencies.ts'), entry('./bad-reference.ts')]);
+    expect(problems.map((p) => [p.plugin, p.reason])).to.deep.equal([
+      [
+        'list-dependencies',
+        'manifest.dependencies must be an object of references by name (coreServices.clock, pluginOfKind(...)), not a list',
+      ],
+      [
+        'bad-reference',
+        'manifest.dependencies.clock names no core service (db, logger, clock, secrets, fetch)',
+      ],
+    ]);
   });
 
   it('skips disabled entries', async () => {

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { SpendRefused } from '../../services/runtime/ledger/errors.ts';
 import type { Ledger } from '../../services/runtime/ledger/ledger.ts';
 import { describeEachDatabase } from '../support/kernel.ts';

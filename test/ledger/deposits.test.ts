@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { mnemonicToAccount } from 'viem/accounts';
 import { DEV_DEPOSIT_MNEMONIC } from '../../core/config/schema.ts';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import {
   DepositKeys,
   mnemonicProblem,

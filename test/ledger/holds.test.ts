@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { SigilError } from '../../core/errors.ts';
+import { isSigilError, type SigilError } from '@sigil/plugin-api';
 import { SpendRefused } from '../../services/runtime/ledger/errors.ts';
 import type { Holds } from '../../services/runtime/ledger/holds.ts';
 import type { Ledger } from '../../services/runtime/ledger/ledger.ts';
@@ -19,7 +19,7 @@ async function refusalOf(attempt: Promise<unknown>): Promise<SigilError> {
   try {
     await attempt;
   } catch (err) {
-    if (err instanceof SigilError) return err;
+    if (isSigilError(err)) return err;
     throw err;
   }
   throw new Error('expected a refusal, but it was allowed');

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { getAddress, type Address } from 'viem';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { SpendRefused } from '../../services/runtime/ledger/errors.ts';
 import type { Ledger } from '../../services/runtime/ledger/ledger.ts';
 import type { Transfers, WithdrawalLimits } from '../../services/runtime/ledger/transfers.ts';

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { zeroAddress, type Address, type Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type LocalAccount } from 'viem/accounts';
-import type { SigilError } from '../../core/errors.ts';
+import type { SigilError } from '@sigil/plugin-api';
 import { CANCEL_AUTHORIZATION_TYPES } from '../../services/runtime/ledger/chain.ts';
 import { DepositKeys } from '../../services/runtime/ledger/deposit-keys.ts';
 import { SpendRefused } from '../../services/runtime/ledger/errors.ts';

@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { systemClock } from '../../core/clock.ts';
 import { SecretRegistry } from '../../core/log.ts';
-import type { PaymentRailV1 } from '../../core/plugins/contracts/index.ts';
+import type { PaymentRailV1 } from '@sigil/plugin-api';
 import x402Evm from '../../plugins/payments/x402-evm/index.ts';
 import { Payments } from '../../services/gateway/payments/payments.ts';
 import type { Kernel } from '../../services/kernel.ts';

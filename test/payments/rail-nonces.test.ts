@@ -1,6 +1,6 @@
 import type { PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
-import type { SettleOutcome } from '../../core/plugins/contracts/index.ts';
+import type { SettleOutcome } from '@sigil/plugin-api';
 import { configSchema, X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { balances, devAccountKey, payingClient, railPlugin } from './support.ts';

@@ -2,7 +2,7 @@ import { decodePaymentResponseHeader } from '@x402/core/http';
 import { expect } from 'chai';
 import { systemClock } from '../../core/clock.ts';
 import { SecretRegistry } from '../../core/log.ts';
-import type { PaymentRailV1 } from '../../core/plugins/contracts/index.ts';
+import type { PaymentRailV1 } from '@sigil/plugin-api';
 import x402Evm from '../../plugins/payments/x402-evm/index.ts';
 import { Payments } from '../../services/gateway/payments/payments.ts';
 import { describeEachDatabase, quietLogger } from '../support/kernel.ts';

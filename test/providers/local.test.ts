@@ -3,7 +3,7 @@ import { createServer } from 'node:net';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { LlmProviderError } from '../../core/llm/errors.ts';
-import type { LlmStreamPart } from '../../core/plugins/contracts/index.ts';
+import type { LlmStreamPart } from '@sigil/plugin-api';
 import local, { LOCAL_MODELS, type LocalProvider } from '../../providers/local/index.ts';
 import { countTokens, reply, requestedToolCalls } from '../../providers/local/model.ts';
 import { quietLogger } from '../support/kernel.ts';

@@ -1,6 +1,6 @@
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { LlmStreamPart } from '../../core/plugins/contracts/index.ts';
+import type { LlmStreamPart } from '@sigil/plugin-api';
 
 /** A bare HTTP server for the odd upstream behaviours the stand-in does not have; it records requests. */
 export interface RawUpstream {

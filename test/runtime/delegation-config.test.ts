@@ -3,7 +3,7 @@ import { expect } from 'chai';
 import { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import { ManualClock } from '../../core/clock.ts';
 import { loadConfig, redactConfig } from '../../core/config/load.ts';
-import { SigilError } from '../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 const keys = (current: string | undefined, previous?: string) =>
   new DelegationKeys({

@@ -1,7 +1,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
-import { isSigilError } from '../../core/errors.ts';
+import { isSigilError } from '@sigil/plugin-api';
 import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { operatorFetch } from '../../services/runtime/gateway-client.ts';
 import { describeEachDatabase } from '../support/kernel.ts';

@@ -6,7 +6,7 @@ import { secp256k1 } from '@noble/curves/secp256k1';
 import { expect } from 'chai';
 import { hashMessage, serializeSignature } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import { isSigilError, SigilError } from '../../core/errors.ts';
+import { isSigilError, SigilError } from '@sigil/plugin-api';
 import { createRuntimeApp } from '../../services/runtime/app.ts';
 import { PROVIDER_VAULT_MESSAGE, ProviderKeyUnavailable } from '../../services/runtime/vault/index.ts';
 import type { VaultSession } from '../../services/runtime/vault/index.ts';

@@ -4,9 +4,11 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import knex from 'knex';
 import { pino, type DestinationStream } from 'pino';
-import type { Clock } from '../../core/clock.ts';
+import { systemClock, type Clock } from '../../core/clock.ts';
 import { configSchema, type SigilConfig } from '../../core/config/schema.ts';
-import type { Logger } from '../../core/log.ts';
+import { SecretRegistry, type Logger } from '../../core/log.ts';
+import type { CoreServices } from '@sigil/plugin-api';
+import type { Database } from '../../core/db/database.ts';
 import { openKernel, type Kernel } from '../../services/kernel.ts';
 
 export interface TestDatabase {
@@ -112,3 +114,12 @@ export async function openTestKernel(options: TestKernelOptions = {}): Promise<K
     },
   };
 }
+
+/** The core services a plugin host gets, on `db`, with a silent logger and the system clock. */
+export const testCoreServices = (db: Database): CoreServices => ({
+  db,
+  logger: quietLogger(),
+  clock: systemClock,
+  secrets: new SecretRegistry(),
+  fetch: globalThis.fetch,
+});

@@ -8,7 +8,7 @@ import {
 import { calculateJwkThumbprint, SignJWT, type JWK } from 'jose';
 import type { Address } from 'viem';
 import { unixSeconds, type Clock } from '../../clock.ts';
-import { SigilError } from '../../errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /** The `typ` header of a delegated JWT (RFC 8725 explicit typing): never confused with a session JWT. */
 export const DELEGATED_JWT_TYPE = 'sigil-delegated+jwt';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { AttestationEvidence } from '../../plugins/contracts/tee-backend-v1.ts';
+import type { AttestationEvidence } from '@sigil/plugin-api';
 
 /**
  * Where the gateway reads the runtime it trusts: its JWKS and, for a nonce, its attestation evidence

@@ -1,4 +1,4 @@
-import type { AttestationEvidence } from '../../plugins/contracts/tee-backend-v1.ts';
+import type { AttestationEvidence } from '@sigil/plugin-api';
 import { boundJwksHash, JWKS_HASH_BYTES, NONCE_BYTES, REPORT_DATA_BYTES } from './report-data.ts';
 
 /**

@@ -1,5 +1,4 @@
-import { definePlugin } from '../../../core/plugins/manifest.ts';
-import type { SecretRegistry } from '../../../core/log.ts';
+import { coreServices, definePlugin } from '@sigil/plugin-api';
 import { configSchema } from './config.ts';
 import { X402EvmRail } from './rail.ts';
 
@@ -14,10 +13,9 @@ export default definePlugin({
   specVersion: 'v1',
   description: 'x402 v2 exact scheme: EIP-3009 transferWithAuthorization of a dollar token on an EVM chain',
   config: configSchema,
-  dependencies: ['secrets'],
+  dependencies: { secrets: coreServices.secrets },
   create: ({ config, deps }) => {
-    if (config.facilitator.kind === 'builtin')
-      (deps.secrets as SecretRegistry).add(config.facilitator.privateKey);
+    if (config.facilitator.kind === 'builtin') deps.secrets.add(config.facilitator.privateKey);
     return new X402EvmRail(config);
   },
 });

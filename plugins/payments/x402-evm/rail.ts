@@ -14,21 +14,21 @@ import {
   type Log,
   type PublicClient,
 } from 'viem';
-import type {
-  AuthorizationStatus,
-  OnChainSettlement,
-  PaymentRailV1,
-  PaymentResource,
-  PaymentTerms,
-  RailChainIdentity,
-  SettleOutcome,
-  VerifiedPayment,
-  VerifyOutcome,
-  X402PaymentRequired,
-} from '../../../core/plugins/contracts/index.ts';
+import {
+  type AuthorizationStatus,
+  type OnChainSettlement,
+  type PaymentRailV1,
+  type PaymentResource,
+  type PaymentTerms,
+  type RailChainIdentity,
+  type SettleOutcome,
+  SigilError,
+  type VerifiedPayment,
+  type VerifyOutcome,
+  type X402PaymentRequired,
+} from '@sigil/plugin-api';
 import { blockRanges, blockRangesBackwards } from '../../../core/chain/block-ranges.ts';
 import { readChainIdentity } from '../../../core/chain/identity.ts';
-import { SigilError } from '../../../core/errors.ts';
 import type { X402EvmConfig } from './config.ts';
 import { createFacilitator, SETTLEMENT_MARGIN_SECONDS } from './facilitator.ts';
 import { refusalOf } from './refusals.ts';

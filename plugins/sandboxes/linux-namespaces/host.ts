@@ -1,6 +1,6 @@
 import { accessSync, constants, readFileSync, realpathSync, statSync } from 'node:fs';
 import { delimiter, dirname, isAbsolute, join } from 'node:path';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { Tools } from './launch.ts';
 
 /** What the runtime needs of the host, checked before a sandbox is built: tools, paths, permissions. */

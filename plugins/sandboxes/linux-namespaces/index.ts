@@ -1,4 +1,4 @@
-import { definePlugin } from '../../../core/plugins/manifest.ts';
+import { definePlugin } from '@sigil/plugin-api';
 import { configSchema, LinuxNamespacesRuntime } from './runtime.ts';
 
 /**

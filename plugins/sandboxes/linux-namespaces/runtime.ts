@@ -12,9 +12,7 @@ import {
 import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
-import { SigilError } from '../../../core/errors.ts';
-import type { Logger } from '../../../core/log.ts';
-import type { SandboxRuntimeV1, SandboxSpec } from '../../../core/plugins/contracts/index.ts';
+import { type PluginLogger, type SandboxRuntimeV1, type SandboxSpec, SigilError } from '@sigil/plugin-api';
 import { CgroupV1, type SandboxCgroup } from './cgroups.ts';
 import { EgressAddresses, parseRange } from './egress-addresses.ts';
 import { EgressProxy, parseHostPort } from './egress-proxy.ts';
@@ -212,7 +210,7 @@ interface Ready {
 
 export interface RuntimeOptions {
   config: LinuxNamespacesConfig;
-  logger: Logger;
+  logger: PluginLogger;
   /** Who owns this runtime's sandboxes; this process unless a test stands in for another one. */
   owner?: string;
   /** Whether core dumps go to a pipe helper; read from the kernel unless a test decides. */
@@ -231,7 +229,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   private readonly coreToPipe: boolean | undefined;
   private readonly filterInterpreter: FilterInterpreter | undefined;
   private readonly config: LinuxNamespacesConfig;
-  private readonly logger: Logger;
+  private readonly logger: PluginLogger;
   private readonly limits: z.infer<typeof limitsSchema>;
   private ready: Promise<Ready> | undefined;
   private stopped = false;

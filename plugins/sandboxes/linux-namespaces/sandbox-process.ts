@@ -3,7 +3,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { SandboxExit, SandboxLimitName, SandboxProcess } from '../../../core/plugins/contracts/index.ts';
+import type { SandboxExit, SandboxLimitName, SandboxProcess } from '@sigil/plugin-api';
 import type { SandboxCgroup } from './cgroups.ts';
 import { SETUP_FAILED_EXIT, SETUP_FAILED_PREFIX } from './launch.ts';
 import { markedProcesses } from './leftovers.ts';

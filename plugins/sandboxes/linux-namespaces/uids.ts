@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { z } from 'zod';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /**
  * Host users for sandboxes, one per live sandbox, so that no kernel object keyed by uid (keyrings,

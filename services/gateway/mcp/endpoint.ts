@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
-import { SigilError } from '../../../core/errors.ts';
+import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { LaneAnswer, LaneExchange, LaneRoute } from '../../../core/http/lane.ts';
 import type { McpDispatcher, McpRequestScope } from './dispatcher.ts';
 import { McpAnswer } from './event-stream.ts';
@@ -70,7 +70,7 @@ async function handle(
   try {
     body = JSON.parse((await request.rawBody()).toString('utf8'));
   } catch (err) {
-    if (err instanceof SigilError) throw err;
+    if (isSigilError(err)) throw err;
     return reply(
       400,
       errorReply(null, { code: ErrorCode.ParseError, message: 'Parse error: the body is not valid JSON' }),

@@ -5,7 +5,7 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { isSigilError, type SigilError } from '../../../core/errors.ts';
+import { isSigilError, type SigilError } from '@sigil/plugin-api';
 import type { CallObserver } from '../../../core/mcp/call-tool.ts';
 import { UNKNOWN_SERVER, type Catalog } from '../catalog.ts';
 import type { ServerDirectory } from '../servers.ts';

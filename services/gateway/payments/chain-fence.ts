@@ -8,7 +8,7 @@ import {
 } from '../../../core/chain/identity.ts';
 import type { Database } from '../../../core/db/database.ts';
 import type { Logger } from '../../../core/log.ts';
-import type { PaymentRailV1 } from '../../../core/plugins/contracts/index.ts';
+import type { PaymentRailV1 } from '@sigil/plugin-api';
 
 /** The payments' row in `chain_identities`. */
 const IDENTITY = 'payments';

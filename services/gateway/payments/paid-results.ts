@@ -1,7 +1,7 @@
 import type { Clock } from '../../../core/clock.ts';
 import { hkdfSha256, openAesGcm, sealAesGcm, type SealedBox } from '../../../core/crypto.ts';
 import type { Database } from '../../../core/db/database.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import type { PaymentReceipt, SettlementState } from './payments.ts';
 

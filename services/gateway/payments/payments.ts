@@ -1,15 +1,15 @@
 import type { Clock } from '../../../core/clock.ts';
 import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
-import { SigilError } from '../../../core/errors.ts';
+import {
+  type PaymentRailV1,
+  type PaymentResource,
+  type PaymentTerms,
+  type SettleOutcome,
+  SigilError,
+  type VerifiedPayment,
+  type X402PaymentRequired,
+} from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
-import type {
-  PaymentRailV1,
-  PaymentResource,
-  PaymentTerms,
-  SettleOutcome,
-  VerifiedPayment,
-  X402PaymentRequired,
-} from '../../../core/plugins/contracts/index.ts';
 import { encodePaymentRequiredHeader } from '@x402/core/http';
 import {
   DEFAULT_RESULT_MAX_BYTES,

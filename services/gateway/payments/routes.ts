@@ -3,7 +3,7 @@ import { decodePaymentSignatureHeader, encodePaymentResponseHeader } from '@x402
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../../../core/http/validate.ts';
 import { PAYMENT_RESPONSE_META_KEY, type PaymentReceipt, type Payments } from './payments.ts';
 

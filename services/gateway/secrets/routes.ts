@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import { z } from 'zod';
 import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../../../core/http/validate.ts';
 import type { Catalog, CatalogEntry } from '../catalog.ts';
 import type { SecretVault } from './vault.ts';

@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { hkdfSha256, hmacSha256, openAesGcm, sealAesGcm, type SealedBox } from '../../../core/crypto.ts';
 import { readFileIfExists, removeFileDurably, writeFileDurably } from '../../../core/fs/durable.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 
 /** One wallet's secrets for one server, as stored: AES-256-GCM ciphertext and what decrypts it. */

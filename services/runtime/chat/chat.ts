@@ -2,17 +2,18 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Address, Hex } from 'viem';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
-import { SigilError } from '../../../core/errors.ts';
+import {
+  type LlmFinishReason,
+  type LlmMessage,
+  type LlmModelInfo,
+  type LlmProviderV1,
+  type LlmToolCall,
+  isSigilError,
+  SigilError,
+} from '@sigil/plugin-api';
 import type { SseStream } from '../../../core/http/sse.ts';
 import { baseLlmCost } from '../../../core/llm/cost.ts';
 import { isLlmProviderError } from '../../../core/llm/errors.ts';
-import type {
-  LlmFinishReason,
-  LlmMessage,
-  LlmModelInfo,
-  LlmProviderV1,
-  LlmToolCall,
-} from '../../../core/plugins/contracts/llm-provider-v1.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { Kernel } from '../../kernel.ts';
 import type { Agents } from '../agents.ts';
@@ -346,7 +347,7 @@ export class ChatService {
       completed = true;
     } catch (err) {
       if (!signal.aborted) sse.send('error', errorEvent(err));
-      if (!signal.aborted && !(err instanceof SigilError || isLlmProviderError(err)))
+      if (!signal.aborted && !(isSigilError(err) || isLlmProviderError(err)))
         this.options.logger.warn({ err, sessionId: session.id }, 'chat: the request failed');
     } finally {
       await lease?.release(healthy && !signal.aborted);
@@ -440,7 +441,7 @@ export function errorEvent(err: unknown): Record<string, unknown> {
       message: err.message,
       ...(err.retryAfterMs === undefined ? {} : { retryAfterMs: err.retryAfterMs }),
     };
-  if (err instanceof SigilError)
+  if (isSigilError(err))
     return {
       code: err.code,
       message: err.message,

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../../../core/clock.ts';
-import { SigilError } from '../../../core/errors.ts';
-import type { LlmMessage } from '../../../core/plugins/contracts/llm-provider-v1.ts';
+import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 
 /** The limits of README "Chat" (config `runtime.chat`). */
 export interface SessionLimits {

@@ -5,7 +5,7 @@ import type { PaymentRequired } from '@x402/core/types';
 import { ExactEvmScheme } from '@x402/evm/exact/client';
 import type { Address, Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import type { LlmToolDefinition } from '../../../core/plugins/contracts/llm-provider-v1.ts';
+import type { LlmToolDefinition } from '@sigil/plugin-api';
 import { PROOF_META_KEY } from '../../gateway/proofs.ts';
 import type { GatewayClient, GatewayScope } from '../gateway-client.ts';
 

@@ -9,7 +9,7 @@ import {
   NONCE_BYTES,
 } from '../../../core/auth/delegation/report-data.ts';
 import { parseInput } from '../../../core/http/validate.ts';
-import type { AttestationEvidence, TeeBackendV1 } from '../../../core/plugins/contracts/tee-backend-v1.ts';
+import type { AttestationEvidence, TeeBackendV1 } from '@sigil/plugin-api';
 
 export const reportQuery = z.object({
   nonce: z

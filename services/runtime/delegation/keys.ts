@@ -1,6 +1,6 @@
 import { DelegationKeys } from '../../../core/auth/delegation/keys.ts';
 import { authSettings } from '../../../core/auth/settings.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { Kernel } from '../../kernel.ts';
 
 /**

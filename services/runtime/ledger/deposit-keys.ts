@@ -1,6 +1,6 @@
 import { createHash, pbkdf2Sync } from 'node:crypto';
 import { english, HDKey, hdKeyToAccount, type HDAccount } from 'viem/accounts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 
 /**
  * Deposit addresses are BIP-44 accounts of one operator mnemonic, `m/44'/60'/0'/0/<index>`, the path

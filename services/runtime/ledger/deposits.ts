@@ -1,7 +1,7 @@
 import { getAddress } from 'viem';
 import type { Clock } from '../../../core/clock.ts';
 import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { DepositKeys } from './deposit-keys.ts';
 
 export interface DepositAddress {

@@ -1,4 +1,4 @@
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { formatUsd } from './amounts.ts';
 import type { BudgetWindow } from './windows.ts';
 

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { getAddress } from 'viem';
 import type { Clock } from '../../../core/clock.ts';
 import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import { agentNotFound } from '../agents.ts';
 import { asText, MAX_AMOUNT, toAmount } from './amounts.ts';

@@ -8,7 +8,7 @@ import { ENTRY_KINDS, IDEMPOTENCY_KEY, type EntryKind, type Ledger } from './led
 import type { DepositAddresses } from './deposits.ts';
 import type { Transfers } from './transfers.ts';
 import { withdrawalView, type Withdrawals } from './withdrawals.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { balanceView, budgetsView, entryView } from './views.ts';
 
 export const budgetsBody = z

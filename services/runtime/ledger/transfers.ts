@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { getAddress, zeroAddress, type Address, type Hex } from 'viem';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { asText, formatUsd, toAmount } from './amounts.ts';
 import { SpendRefused } from './errors.ts';
 import type { Ledger } from './ledger.ts';

@@ -1,5 +1,5 @@
 import type { Address } from 'viem';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import type { LedgerChain } from './chain.ts';
 import type { DepositAddresses } from './deposits.ts';
 import type { TransferWorker } from './transfer-worker.ts';

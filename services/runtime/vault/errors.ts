@@ -1,4 +1,4 @@
-import { SigilError, type ErrorCode } from '../../../core/errors.ts';
+import { SigilError, type ErrorCode } from '@sigil/plugin-api';
 
 export type ProviderKeyProblem = 'provider_key_missing' | 'provider_vault_locked';
 

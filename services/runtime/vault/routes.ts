@@ -2,7 +2,7 @@ import Router from '@koa/router';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../../../core/http/validate.ts';
 import type { ProviderVault } from './vault.ts';
 

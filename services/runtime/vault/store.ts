@@ -2,10 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { hkdfSha256, hmacSha256, type SealedBox } from '../../../core/crypto.ts';
-import { SigilError } from '../../../core/errors.ts';
+import { SigilError, type TeeBackendV1 } from '@sigil/plugin-api';
 import { readFileIfExists, removeFileDurably, writeFileDurably } from '../../../core/fs/durable.ts';
 import type { Logger } from '../../../core/log.ts';
-import type { TeeBackendV1 } from '../../../core/plugins/contracts/tee-backend-v1.ts';
 import { vaultUnavailable } from './errors.ts';
 
 /**

@@ -4,7 +4,7 @@ import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import { signatureMatches } from '../../../core/auth/eoa.ts';
 import type { Clock } from '../../../core/clock.ts';
 import { hkdfSha256, openAesGcm, sealAesGcm } from '../../../core/crypto.ts';
-import { isSigilError, SigilError } from '../../../core/errors.ts';
+import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { Logger, SecretRegistry } from '../../../core/log.ts';
 import { ProviderKeyUnavailable, UNLOCK_HINT, vaultError, vaultUnavailable } from './errors.ts';
 import { PROVIDER_VAULT_MESSAGE, rootCheck, vaultRoot } from './message.ts';

@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { expect } from 'chai';
-import type { SandboxLimits } from '../../../core/plugins/contracts/index.ts';
+import type { SandboxLimits } from '@sigil/plugin-api';
 import {
   configSchema,
   type LinuxNamespacesRuntime,

@@ -3,8 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { expect } from 'chai';
-import { SigilError } from '../../../core/errors.ts';
-import type { SandboxProcess } from '../../../core/plugins/contracts/index.ts';
+import { type SandboxProcess, SigilError } from '@sigil/plugin-api';
 import { probeReadOnlyPaths } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
 import type { LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import {

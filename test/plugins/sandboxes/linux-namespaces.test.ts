@@ -19,18 +19,16 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { expect } from 'chai';
-import { systemClock } from '../../../core/clock.ts';
 import { pluginEntrySchema } from '../../../core/config/schema.ts';
 import { openDatabase } from '../../../core/db/database.ts';
-import { SecretRegistry } from '../../../core/log.ts';
 import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
-import type { SandboxExit, SandboxLimits, SandboxSpec } from '../../../core/plugins/contracts/index.ts';
+import type { SandboxExit, SandboxLimits, SandboxSpec } from '@sigil/plugin-api';
 import { PluginHost } from '../../../core/plugins/host.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import { writableMounts } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
 import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
 import { builtinPlugins } from '../../../services/builtin-plugins.ts';
-import { quietLogger } from '../../support/kernel.ts';
+import { quietLogger, testCoreServices } from '../../support/kernel.ts';
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const fixtures = join(repoRoot, 'test', 'fixtures', 'sandbox');
@@ -630,7 +628,7 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     const db = await openDatabase({ url: ':memory:' });
     const host = new PluginHost({
       builtins: builtinPlugins,
-      core: { db, logger: quietLogger(), clock: systemClock, secrets: new SecretRegistry() },
+      core: testCoreServices(db),
       logger: quietLogger(),
       baseDir: repoRoot,
     });

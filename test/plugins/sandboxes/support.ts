@@ -2,7 +2,7 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { SandboxLimits } from '../../../core/plugins/contracts/index.ts';
+import type { SandboxLimits } from '@sigil/plugin-api';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
 import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';

@@ -10,7 +10,7 @@ import {
   type PackageRegistryFixture,
 } from '../../../conformance/kits/package-registry-behaviour.ts';
 import { Redactor } from '../../../conformance/redact.ts';
-import type { InstalledPackage, PackageRegistryV1 } from '../../../core/plugins/contracts/index.ts';
+import type { InstalledPackage, PackageRegistryV1 } from '@sigil/plugin-api';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { openRegistry, tempDir, writePackage } from './support.ts';
 

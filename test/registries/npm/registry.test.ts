@@ -4,8 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { ManualClock } from '../../../core/clock.ts';
-import { SigilError } from '../../../core/errors.ts';
-import type { ResolvedPackage } from '../../../core/plugins/contracts/package-registry-v1.ts';
+import { type ResolvedPackage, SigilError } from '@sigil/plugin-api';
 import { PackageIntegrityError, type NpmRegistry } from '../../../registries/npm/index.ts';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import {

@@ -29,7 +29,7 @@ export type PluginInstanceOf<
   V extends SpecVersion<K> = SpecVersion<K>,
 > = PluginContracts[K][V];
 
-/** The spec versions this core accepts per kind; old versions stay listed while they are supported. */
+/** The spec versions this package (and a host built on it) accepts per kind; old versions stay listed while they are supported. */
 export const SUPPORTED_SPEC_VERSIONS: { readonly [K in PluginKind]: readonly SpecVersion<K>[] } = {
   'llm-provider': ['v1'],
   'package-registry': ['v1'],

@@ -1,6 +1,7 @@
 /**
- * Typed errors with stable codes. Everything the services reject is a SigilError; the HTTP status of
- * each code lives in one table (core/http/errors.ts), so a code means the same thing everywhere.
+ * Typed errors with stable codes. Everything the services reject, and every failure a plugin reports to
+ * them, is a SigilError; the host maps each code to an HTTP status and a JSON-RPC error in one table
+ * each, so a code means the same thing everywhere.
  */
 export type ErrorCode =
   | 'invalid_request'
@@ -29,7 +30,15 @@ export interface SigilErrorOptions {
   cause?: unknown;
 }
 
+/**
+ * Marks a SigilError across copies of this package: a plugin installed with its own copy of
+ * `@sigil/plugin-api` throws errors of its class, not the host's, so `instanceof` would miss them.
+ */
+const BRAND = Symbol.for('sigil.plugin-api.SigilError');
+
 export class SigilError extends Error {
+  /** Read by isSigilError; see BRAND. */
+  readonly [BRAND] = true;
   readonly code: ErrorCode;
   readonly hint: string | undefined;
   readonly details: Record<string, unknown> | undefined;
@@ -45,4 +54,6 @@ export class SigilError extends Error {
   }
 }
 
-export const isSigilError = (value: unknown): value is SigilError => value instanceof SigilError;
+/** Whether `value` is a SigilError of any copy of this package (see BRAND). */
+export const isSigilError = (value: unknown): value is SigilError =>
+  typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;

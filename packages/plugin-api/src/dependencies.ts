@@ -1,0 +1,45 @@
+import type { PluginInstanceOf, PluginKind } from './contracts/index.ts';
+import type { CoreServiceName, CoreServices } from './services.ts';
+
+/** Carries the type a reference resolves to; never present at run time. */
+declare const resolvesTo: unique symbol;
+
+/**
+ * What a plugin needs, declared in its manifest's `dependencies` under the name its factory reads it
+ * by. The host resolves every reference before any plugin is created and refuses to start, naming the
+ * plugin and the reference, when one cannot be resolved.
+ */
+export type DependencyRef<T> = (
+  { readonly service: CoreServiceName } | { readonly kind: PluginKind; readonly name?: string }
+) & { readonly [resolvesTo]?: T };
+
+/** A manifest's dependencies, by the names its factory reads them under. */
+export type DependencyRefs = Readonly<Record<string, DependencyRef<unknown>>>;
+
+/** What the factory receives for `Refs`: each reference resolved to its type. */
+export type ResolvedDependencies<Refs extends DependencyRefs> = {
+  readonly [Name in keyof Refs]: Refs[Name] extends DependencyRef<infer T> ? T : never;
+};
+
+const service = <Name extends CoreServiceName>(name: Name): DependencyRef<CoreServices[Name]> =>
+  Object.freeze({ service: name });
+
+/** The host's services: `dependencies: { clock: coreServices.clock }` gives the factory `deps.clock`. */
+export const coreServices: { readonly [Name in CoreServiceName]: DependencyRef<CoreServices[Name]> } =
+  Object.freeze({
+    db: service('db'),
+    logger: service('logger'),
+    clock: service('clock'),
+    secrets: service('secrets'),
+    fetch: service('fetch'),
+  });
+
+/**
+ * Another plugin, by kind: the one plugin of `kind` that is loaded, or, given `name`, the plugin loaded
+ * under that name (its manifest name or its config `id`), which must be of `kind`. The dependency is
+ * created and started first; a cycle among plugins is refused at start-up.
+ */
+export const pluginOfKind = <Kind extends PluginKind>(
+  kind: Kind,
+  name?: string,
+): DependencyRef<PluginInstanceOf<Kind>> => Object.freeze(name === undefined ? { kind } : { kind, name });

@@ -1,0 +1,15 @@
+/**
+ * The plugin API of Sigil: the versioned contract of every plugin kind, the manifest a plugin module
+ * exports, the references by which it declares what it needs, and the errors it reports. Plugins import
+ * only from here.
+ */
+export type * from './contracts/index.ts';
+export { PLUGIN_KINDS, SUPPORTED_SPEC_VERSIONS } from './contracts/index.ts';
+export type * from './dependencies.ts';
+export { coreServices, pluginOfKind } from './dependencies.ts';
+export type * from './errors.ts';
+export { isSigilError, SigilError } from './errors.ts';
+export type * from './manifest.ts';
+export { definePlugin } from './manifest.ts';
+export type * from './services.ts';
+export { CORE_SERVICE_NAMES } from './services.ts';
