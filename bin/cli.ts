@@ -10,7 +10,7 @@ import {
 } from '../core/config/load.ts';
 import { registerConformanceCommands } from '../conformance/cli.ts';
 import { migrate, openDatabase } from '../core/db/database.ts';
-import { isSigilError, SigilError } from '@sigil/plugin-api';
+import { isSigilError, PLUGIN_KINDS, SigilError } from '@sigil/plugin-api';
 import type { DestinationStream } from 'pino';
 import { createLogger, logDestinationIn, logFormat, SecretRegistry } from '../core/log.ts';
 import { PluginLoadError } from '../core/plugins/host.ts';
@@ -34,6 +34,7 @@ import { paymentsBanner } from '../services/payments-banner.ts';
 import type { WarmupOutcome } from '../services/gateway/warmup.ts';
 import { serve, type ServiceName, type Serving } from '../services/serve.ts';
 import { SIGIL_VERSION } from '../services/shared/health.ts';
+import { scaffoldPlugin } from '../templates/scaffold.ts';
 
 /** Exit codes: 1 for a failure at run time, 2 for a configuration or plugin problem found at start-up. */
 const EXIT_CONFIG = 2;
@@ -232,6 +233,28 @@ config
   .description('Print the JSON Schema of sigil.config.json (point "$schema" at it for editor completion)')
   .action(() => {
     process.stdout.write(`${JSON.stringify(configJsonSchema(), null, 2)}\n`);
+  });
+
+program
+  .command('plugin')
+  .description('Write plugins')
+  .command('new')
+  .description(
+    `Scaffold a plugin package: manifest, config schema, a stub of the kind's contract, a test that runs its kit (kinds: ${PLUGIN_KINDS.join(', ')})`,
+  )
+  .argument('<kind>', 'the plugin kind')
+  .argument('<name>', 'its name: lowercase letters, digits and dashes')
+  .option('--dir <folder>', 'where the package folder is made', '.')
+  .action((kind: string, name: string, options: { dir: string }) => {
+    const made = scaffoldPlugin({
+      kind,
+      name,
+      parentDir: options.dir,
+      progress: (line) => process.stderr.write(`${line}\n`),
+    });
+    process.stdout.write(
+      `${made.files.map((file) => `  ${file}`).join('\n')}\n\nnext:\n  cd ${made.dir}\n  npm install\n  npm test    # the kit fails until src/index.ts is filled in\n`,
+    );
   });
 
 program

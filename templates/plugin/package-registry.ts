@@ -1,0 +1,62 @@
+import { z } from 'zod';
+import {
+  type CacheStatus,
+  definePlugin,
+  type InstalledPackage,
+  type PackageRegistryV1,
+  type PackageSpec,
+  type RefreshReport,
+  type ResolvedPackage,
+  SigilError,
+} from '@sigil/plugin-api';
+
+/** Options an operator gives under `plugins[].options`, checked at start-up. */
+const config = z
+  .object({
+    url: z.url().default('https://registry.example.com/').describe('Where the registry answers'),
+    cacheDir: z.string().default('data/packages').describe('Where installed packages are kept'),
+  })
+  .strict();
+
+const notImplemented = (member: string): SigilError =>
+  new SigilError('internal', `template-plugin-name: ${member} is not implemented yet`);
+
+/**
+ * A `package-registry` (the contract: PackageRegistryV1 in @sigil/plugin-api). Fill in each member; the
+ * kit in test/kit.test.ts checks every sentence of the contract and fails until you do.
+ */
+class Registry implements PackageRegistryV1 {
+  readonly specVersion = 'v1';
+  readonly registryKind = 'npm';
+
+  constructor(private readonly options: z.infer<typeof config>) {}
+
+  async resolve(_packageName: string, _versionRange: string): Promise<ResolvedPackage> {
+    throw notImplemented('resolve');
+  }
+
+  async install(_resolved: ResolvedPackage): Promise<InstalledPackage> {
+    throw notImplemented('install');
+  }
+
+  keepWarm(_specs: readonly PackageSpec[]): void {
+    throw notImplemented('keepWarm');
+  }
+
+  async refresh(): Promise<RefreshReport> {
+    throw notImplemented('refresh');
+  }
+
+  async cacheStatus(): Promise<CacheStatus> {
+    throw notImplemented('cacheStatus');
+  }
+}
+
+export default definePlugin({
+  kind: 'package-registry',
+  name: 'template-plugin-name',
+  specVersion: 'v1',
+  description: 'template-plugin-name: a package registry',
+  config,
+  create: ({ config: options }) => new Registry(options),
+});

@@ -1,0 +1,186 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { PLUGIN_KINDS, type PluginKind, SigilError } from '@sigil/plugin-api';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const sigilRoot = join(here, '..');
+/** The placeholder every template uses for the plugin's name. */
+const NAME_TOKEN = 'template-plugin-name';
+
+export interface ScaffoldOptions {
+  kind: string;
+  /** The plugin's manifest name and its package's name. */
+  name: string;
+  /** The folder the package folder is made in. */
+  parentDir: string;
+  /** Progress lines for the terminal. */
+  progress?: (line: string) => void;
+}
+
+export interface Scaffolded {
+  dir: string;
+  files: string[];
+}
+
+/**
+ * Makes a plugin package of `kind` named `name`: its manifest and a stub of the kind's contract (from
+ * templates/plugin/<kind>.ts, which this repository's typecheck compiles), a test that runs the kit,
+ * build and test configs, a README, and the plugin API as a tarball in vendor/ (installed by path until
+ * it is published). The stub compiles and its kit fails until every member is filled in.
+ */
+export function scaffoldPlugin(options: ScaffoldOptions): Scaffolded {
+  const kind = checkKind(options.kind);
+  const name = checkName(options.name);
+  const dir = resolve(options.parentDir, name);
+  if (existsSync(dir))
+    throw new SigilError('conflict', `${dir} already exists; choose another name or folder`);
+  const progress = options.progress ?? (() => undefined);
+  progress(`creating ${dir}`);
+  const keySlot = `${name.replace(/-/g, '_').toUpperCase()}_API_KEY`;
+  const source = readFileSync(join(here, 'plugin', `${kind}.ts`), 'utf8')
+    .replaceAll('TEMPLATE_PLUGIN_NAME_API_KEY', keySlot)
+    .replaceAll(NAME_TOKEN, name);
+  progress('packing the plugin API (@sigil/plugin-api) into vendor/');
+  const tarball = packPluginApi(join(dir, 'vendor'));
+  const files: Record<string, string> = {
+    'package.json': packageJson(name, kind, tarball),
+    'tsconfig.json': json(tsconfig({ noEmit: true, include: ['src', 'test'] })),
+    'tsconfig.build.json': json(
+      tsconfig({ outDir: 'dist', rootDir: 'src', declaration: true, include: ['src'] }),
+    ),
+    '.mocharc.json': json({ 'node-option': ['import=tsx'], spec: ['test/**/*.test.ts'], timeout: 60_000 }),
+    '.gitignore': 'node_modules/\ndist/\n',
+    'src/index.ts': source,
+    'test/kit.test.ts': kitTest(kind),
+    'README.md': readme(name, kind),
+  };
+  for (const [file, content] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, file)), { recursive: true });
+    writeFileSync(join(dir, file), content);
+  }
+  return { dir, files: [...Object.keys(files), `vendor/${tarball}`].sort() };
+}
+
+function checkKind(kind: string): PluginKind {
+  if ((PLUGIN_KINDS as readonly string[]).includes(kind)) return kind as PluginKind;
+  throw new SigilError('invalid_request', `unknown plugin kind "${kind}"`, {
+    hint: `Kinds: ${PLUGIN_KINDS.join(', ')}`,
+  });
+}
+
+function checkName(name: string): string {
+  if (/^[a-z0-9][a-z0-9-]{0,62}$/.test(name)) return name;
+  throw new SigilError('invalid_request', `"${name}" is not a plugin name`, {
+    hint: 'Lowercase letters, digits and dashes, starting with a letter or digit (at most 63)',
+  });
+}
+
+/** `npm pack` of packages/plugin-api (its prepack builds dist/); returns the tarball's file name. */
+function packPluginApi(destination: string): string {
+  mkdirSync(destination, { recursive: true });
+  const output = execFileSync('npm', ['pack', '--silent', '--pack-destination', destination], {
+    cwd: join(sigilRoot, 'packages', 'plugin-api'),
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  return basename(output.trim().split('\n').at(-1) as string);
+}
+
+/** The versions this repository is tested with, so the new package starts from a known-good set. */
+function sigilVersions(): Record<string, string> {
+  const manifest = JSON.parse(readFileSync(join(sigilRoot, 'package.json'), 'utf8')) as {
+    dependencies: Record<string, string>;
+    devDependencies: Record<string, string>;
+  };
+  return { ...manifest.dependencies, ...manifest.devDependencies };
+}
+
+function packageJson(name: string, kind: PluginKind, tarball: string): string {
+  const versions = sigilVersions();
+  const pick = (...names: string[]) => Object.fromEntries(names.map((n) => [n, versions[n] as string]));
+  const apiVersion = (
+    JSON.parse(readFileSync(join(sigilRoot, 'packages', 'plugin-api', 'package.json'), 'utf8')) as {
+      version: string;
+    }
+  ).version;
+  return json({
+    name,
+    version: '0.1.0',
+    description: `A Sigil ${kind} plugin`,
+    type: 'module',
+    exports: { '.': { types: './dist/index.d.ts', default: './dist/index.js' } },
+    files: ['dist'],
+    keywords: ['sigil-plugin', kind],
+    scripts: {
+      build: 'tsc -p tsconfig.build.json',
+      prepack: 'npm run build',
+      typecheck: 'tsc --noEmit',
+      test: 'mocha',
+    },
+    engines: { node: '>=20.19' },
+    peerDependencies: { '@sigil/plugin-api': `^${apiVersion}`, zod: '^4.0.0' },
+    devDependencies: {
+      '@sigil/plugin-api': `file:vendor/${tarball}`,
+      ...pick('zod', 'typescript', 'tsx', 'mocha', '@types/node', '@types/mocha'),
+    },
+  });
+}
+
+function tsconfig(extra: Record<string, unknown> & { include: string[] }) {
+  const { include, ...options } = extra;
+  return {
+    compilerOptions: {
+      target: 'ES2022',
+      lib: ['ES2023'],
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      strict: true,
+      skipLibCheck: true,
+      isolatedModules: true,
+      verbatimModuleSyntax: true,
+      allowImportingTsExtensions: options.noEmit === true,
+      rewriteRelativeImportExtensions: options.noEmit !== true,
+      types: ['node', 'mocha'],
+      ...options,
+    },
+    include,
+  };
+}
+
+function kitTest(kind: PluginKind): string {
+  return `import { describePluginKit } from '@sigil/plugin-api/kit';
+import * as plugin from '../src/index.ts';
+
+/**
+ * Every check of the ${kind} contract, run on instances this plugin's own factory makes. Each failing
+ * check quotes the sentence of the contract it tests. The options are what an operator would give.
+ */
+describePluginKit(plugin, {});
+`;
+}
+
+function readme(name: string, kind: PluginKind): string {
+  return `# ${name}
+
+A Sigil \`${kind}\` plugin.
+
+\`\`\`sh
+npm install
+npm test          # the ${kind} kit: fails, quoting the contract, until src/index.ts is complete
+npm run build     # dist/, what \`npm pack\` ships
+\`\`\`
+
+Enable it in a Sigil deployment: install the package where \`sigil.config.json\` is
+(\`npm install /path/to/${name}\`) and list it under \`plugins\`:
+
+\`\`\`json
+{ "plugins": [{ "resolve": "${name}", "options": {} }] }
+\`\`\`
+
+The contract and what its kit checks: the \`${kind}\` page of Sigil's docs/plugins/.
+`;
+}
+
+const json = (value: unknown): string => `${JSON.stringify(value, null, 2)}\n`;
