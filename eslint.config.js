@@ -3,7 +3,16 @@ import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'packages/*/dist/', 'data/', 'bench/results/', 'conformance-report/', 'test/.tmp-*/'] },
+  {
+    ignores: [
+      'node_modules/',
+      'packages/*/dist/',
+      'data/',
+      'bench/results/',
+      'conformance-report/',
+      'test/.tmp-*/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.strict,
   {
