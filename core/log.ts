@@ -1,6 +1,6 @@
 import { pino, type Logger as PinoLogger, type DestinationStream } from 'pino';
 import { PinoPretty } from 'pino-pretty';
-import { Redactor } from './redaction.ts';
+import { Redactor } from '@sigil/plugin-api';
 
 export type Logger = PinoLogger;
 

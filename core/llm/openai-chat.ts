@@ -5,14 +5,15 @@ import type {
   ChatCompletionMessageParam,
   ChatCompletionTool,
 } from 'openai/resources/chat/completions';
-import type {
-  LlmChatRequest,
-  LlmFinishReason,
-  LlmMessage,
-  LlmStreamPart,
-  LlmUsagePart,
+import {
+  type LlmChatRequest,
+  type LlmFinishReason,
+  type LlmMessage,
+  llmProviderError,
+  LlmProviderError,
+  type LlmStreamPart,
+  type LlmUsagePart,
 } from '@sigil/plugin-api';
-import { llmProviderError, LlmProviderError } from './errors.ts';
 import { estimatedUsage, guardedStream, parseToolInput } from './stream.ts';
 
 /**

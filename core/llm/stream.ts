@@ -1,5 +1,4 @@
-import type { LlmChatRequest, LlmUsagePart } from '@sigil/plugin-api';
-import { LlmProviderError } from './errors.ts';
+import { type LlmChatRequest, LlmProviderError, type LlmUsagePart } from '@sigil/plugin-api';
 
 /**
  * Small pieces every `llm-provider` stream needs, whatever wire it speaks: cancellation that follows

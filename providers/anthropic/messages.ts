@@ -5,15 +5,16 @@ import type {
   MessageParam,
   StopReason,
 } from '@anthropic-ai/sdk/resources/messages';
-import { llmProviderError, LlmProviderError } from '../../core/llm/errors.ts';
-import { estimatedUsage, guardedStream, parseToolInput } from '../../core/llm/stream.ts';
-import type {
-  LlmChatRequest,
-  LlmErrorKind,
-  LlmFinishReason,
-  LlmMessage,
-  LlmStreamPart,
+import {
+  type LlmChatRequest,
+  type LlmErrorKind,
+  type LlmFinishReason,
+  type LlmMessage,
+  llmProviderError,
+  LlmProviderError,
+  type LlmStreamPart,
 } from '@sigil/plugin-api';
+import { estimatedUsage, guardedStream, parseToolInput } from '../../core/llm/stream.ts';
 
 const PROVIDER = 'anthropic';
 

@@ -1,7 +1,6 @@
 import { z } from 'zod';
-import { LlmProviderError } from '../../core/llm/errors.ts';
+import { definePlugin, LlmProviderError, type LlmProviderV1 } from '@sigil/plugin-api';
 import { streamOpenAiChat } from '../../core/llm/openai-chat.ts';
-import { definePlugin, type LlmProviderV1 } from '@sigil/plugin-api';
 import { LOCAL_MODELS } from './catalog.ts';
 import { startStandIn, type StandIn } from './stand-in.ts';
 

@@ -4,12 +4,12 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import {
   type InstalledPackage,
   type PackageRegistryV1,
+  Redactor,
   type SandboxRuntimeV1,
   SigilError,
 } from '@sigil/plugin-api';
 import type { Logger, SecretRegistry } from '../../core/log.ts';
 import { callTool } from '../../core/mcp/call-tool.ts';
-import { Redactor } from '../../core/redaction.ts';
 import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
 import type { PluginHost } from '../../core/plugins/host.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';

@@ -2,7 +2,7 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { CallToolOptions } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
-import type { Redactor } from '../../core/redaction.ts';
+import type { Redactor } from '@sigil/plugin-api';
 import { RetryLater } from './retry-later.ts';
 
 /** A started MCP server process with a connected client. */

@@ -1,9 +1,8 @@
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { isSigilError, SigilError } from '@sigil/plugin-api';
+import { isSigilError, Redactor, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../core/http/disconnect.ts';
 import { CallCancelled, type CallObserver } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
-import { Redactor } from '../../core/redaction.ts';
 import type { ServerDetails, ServerDirectory } from './servers.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './payments/payments.ts';
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';

@@ -1,5 +1,5 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import type { Redactor } from '../../core/redaction.ts';
+import type { Redactor } from '@sigil/plugin-api';
 
 /**
  * Containers a tool result may nest. Only a guard for the gateway's own recursion (this walk, and the

@@ -117,6 +117,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     },
     close: async () => {
       http.stopLogging();
+      await chat.drain();
       await chat.toolClients.close();
       vault.close();
       await ledger.close();

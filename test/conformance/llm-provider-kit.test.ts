@@ -1,6 +1,10 @@
 import { expect } from 'chai';
-import { LlmProviderError } from '../../core/llm/errors.ts';
-import type { LlmChatRequest, LlmProviderV1, LlmStreamPart } from '@sigil/plugin-api';
+import {
+  type LlmChatRequest,
+  LlmProviderError,
+  type LlmProviderV1,
+  type LlmStreamPart,
+} from '@sigil/plugin-api';
 import { runChecks, type CheckResult } from '../../conformance/check.ts';
 import { contractChecks } from '../../conformance/kits/kit.ts';
 import {

@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream';
 import { expect } from 'chai';
 import { createLogger, SecretRegistry } from '../../core/log.ts';
-import { encodingsOf, Redactor } from '../../core/redaction.ts';
+import { encodingsOf, Redactor } from '@sigil/plugin-api';
 
 describe('redaction', () => {
   const secret = 'tok"en\\with\nnewline-é-0123456789';

@@ -4,7 +4,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
-import { Redactor } from '../../core/redaction.ts';
+import { Redactor } from '@sigil/plugin-api';
 import { ServerPool, type RunningServer, type ServerKey } from '../../services/gateway/server-pool.ts';
 import { RetryLater } from '../../services/gateway/retry-later.ts';
 import { quietLogger } from '../support/kernel.ts';

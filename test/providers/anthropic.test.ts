@@ -1,6 +1,5 @@
 import { expect } from 'chai';
-import { LlmProviderError } from '../../core/llm/errors.ts';
-import type { LlmChatRequest, LlmProviderV1 } from '@sigil/plugin-api';
+import { type LlmChatRequest, LlmProviderError, type LlmProviderV1 } from '@sigil/plugin-api';
 import { ANTHROPIC_MODELS } from '../../providers/anthropic/catalog.ts';
 import anthropic from '../../providers/anthropic/index.ts';
 import { toAnthropicMessages } from '../../providers/anthropic/messages.ts';

@@ -5,7 +5,7 @@ import {
   LlmProviderError,
   retryAfterMs,
   scrubSecret,
-} from '../../core/llm/errors.ts';
+} from '@sigil/plugin-api';
 
 describe('LlmProviderError (core/llm/errors.ts)', () => {
   it('types HTTP statuses: 401/403 auth, 429 rate_limit, 400/404/413/422 bad_request, the rest upstream', () => {

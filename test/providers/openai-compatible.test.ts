@@ -1,6 +1,5 @@
 import { expect } from 'chai';
-import { LlmProviderError } from '../../core/llm/errors.ts';
-import type { LlmChatRequest, LlmProviderV1 } from '@sigil/plugin-api';
+import { type LlmChatRequest, LlmProviderError, type LlmProviderV1 } from '@sigil/plugin-api';
 import { startStandIn, type StandIn } from '../../providers/local/index.ts';
 import { OPENAI_MODELS } from '../../providers/openai-compatible/catalog.ts';
 import openAiCompatible from '../../providers/openai-compatible/index.ts';

@@ -9,7 +9,17 @@ export type * from './dependencies.ts';
 export { coreServices, pluginOfKind } from './dependencies.ts';
 export type * from './errors.ts';
 export { isSigilError, SigilError } from './errors.ts';
+export type * from './llm-errors.ts';
+export {
+  isLlmProviderError,
+  llmErrorKindForStatus,
+  LlmProviderError,
+  llmProviderError,
+  retryAfterMs,
+  scrubSecret,
+} from './llm-errors.ts';
 export type * from './manifest.ts';
 export { definePlugin } from './manifest.ts';
+export { encodingsOf, REDACTED, Redactor } from './redaction.ts';
 export type * from './services.ts';
 export { CORE_SERVICE_NAMES } from './services.ts';

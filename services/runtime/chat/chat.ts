@@ -3,17 +3,17 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Address, Hex } from 'viem';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import {
+  isLlmProviderError,
+  isSigilError,
   type LlmFinishReason,
   type LlmMessage,
   type LlmModelInfo,
   type LlmProviderV1,
   type LlmToolCall,
-  isSigilError,
   SigilError,
 } from '@sigil/plugin-api';
 import type { SseStream } from '../../../core/http/sse.ts';
 import { baseLlmCost } from '../../../core/llm/cost.ts';
-import { isLlmProviderError } from '../../../core/llm/errors.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { Kernel } from '../../kernel.ts';
 import type { Agents } from '../agents.ts';
@@ -63,6 +63,8 @@ export class ChatService {
   /** One MCP client of the gateway per chat session with servers, kept between its messages. */
   readonly toolClients: ToolClients;
   private readonly payments: ToolPayments | undefined;
+  /** Requests whose stream is still running: the runtime waits for them before its database closes. */
+  private readonly running = new Set<Promise<void>>();
 
   constructor(private readonly options: ChatDeps) {
     const deps = options;
@@ -244,7 +246,25 @@ export class ChatService {
    * settled to what was used, charged once under `chat:<sessionId>:<messageId>`: the model's turns and
    * the tool calls the gateway ran (ToolOutcome.billed), never a call refused before it ran.
    */
-  async run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
+  run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
+    // Runs on after its HTTP handler returned: nothing may escape it as an unhandled rejection.
+    const running = this.converse(principal, chat, sse).catch((err: unknown) =>
+      this.options.logger.error(
+        { err, sessionId: chat.session.id },
+        'chat: the request failed after its stream',
+      ),
+    );
+    this.running.add(running);
+    void running.finally(() => this.running.delete(running));
+    return running;
+  }
+
+  /** Waits for every running request (each ends once its client is gone, as at shutdown). */
+  async drain(): Promise<void> {
+    await Promise.all([...this.running]);
+  }
+
+  private async converse(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     const { session, entry } = chat;
     const signal = sse.signal;
     const messages: LlmMessage[] = [...session.messages, { role: 'user', content: chat.content }];

@@ -9,13 +9,13 @@
  *   come, then exactly one `usage` part and exactly one `finish` part, which is the last;
  * - uses the `apiKey` of each request for that request only: never stored, cached across requests,
  *   logged, or put in an error;
- * - throws an `LlmProviderError` (core/llm/errors.ts) for every upstream failure, typed by
+ * - throws an `LlmProviderError` (this package's `llmProviderError` builds one) for every upstream failure, typed by
  *   {@link LlmErrorKind}: a refused key is `auth`, HTTP 429 is `rate_limit`;
  * - cancels the upstream HTTP request promptly when `signal` aborts or when the caller stops
  *   iterating (`break`, `return()`).
  *
- * Types only: helpers a plugin may use (errors, prices in config, an OpenAI-wire client, cost) are in
- * core/llm/.
+ * Types only: the errors are in this package (llm-errors.ts); Sigil's own providers share further
+ * helpers (prices in config, an OpenAI-wire client, cost) in core/llm/.
  */
 export interface LlmProviderV1 {
   readonly specVersion: 'v1';

@@ -1,5 +1,5 @@
-import type { LlmErrorKind } from '@sigil/plugin-api';
-import { Redactor } from '../redaction.ts';
+import type { LlmErrorKind } from './contracts/index.ts';
+import { Redactor } from './redaction.ts';
 
 /** Longest upstream message kept in an error: enough to say why, not a whole response body. */
 const MESSAGE_LIMIT = 500;
@@ -14,12 +14,17 @@ export interface LlmProviderErrorOptions {
 }
 
 /**
- * What an `llm-provider` throws for every upstream failure (packages/plugin-api/src/contracts/llm-provider-v1.ts).
+ * What an `llm-provider` throws for every upstream failure (contracts/llm-provider-v1.ts).
  * Its message never contains the request's key: build it with {@link llmProviderError}, which removes
  * the key from whatever the upstream said. It carries no `cause`, so nothing of the upstream's
  * response (which may quote the key) reaches a log through it.
  */
+/** Marks an LlmProviderError across copies of this package (see errors.ts). */
+const BRAND = Symbol.for('sigil.plugin-api.LlmProviderError');
+
 export class LlmProviderError extends Error {
+  /** Read by isLlmProviderError; see BRAND. */
+  readonly [BRAND] = true;
   readonly kind: LlmErrorKind;
   /** Whether the same request may succeed later: `rate_limit` and `upstream`. */
   readonly retryable: boolean;
@@ -38,8 +43,9 @@ export class LlmProviderError extends Error {
   }
 }
 
+/** Whether `value` is an LlmProviderError of any copy of this package. */
 export const isLlmProviderError = (value: unknown): value is LlmProviderError =>
-  value instanceof LlmProviderError;
+  typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
 
 /**
  * The kind of an upstream HTTP status: 401 and 403 `auth`, 429 `rate_limit`, 400, 404, 413 and 422
