@@ -85,6 +85,8 @@ export interface StackOptions {
   clock?: ManualClock;
   gateway?: GatewayAppOptions;
   logs?: Writable;
+  /** Where plugin packages resolve from (a deployment's folder); see openTestKernel. */
+  configDir?: string;
 }
 
 /**
@@ -109,6 +111,7 @@ export class Stack {
       database: options.database,
       clock,
       ...(options.logs ? { logDestination: options.logs } : {}),
+      ...(options.configDir ? { configDir: options.configDir } : {}),
       config: {
         ...config,
         gateway: {

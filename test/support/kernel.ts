@@ -82,6 +82,8 @@ export interface TestKernelOptions {
   logger?: Logger;
   /** Instead of a silent logger, the kernel's real one (with secret scrubbing, level debug) writing here. */
   logDestination?: DestinationStream;
+  /** Where a config file would be: plugin packages and paths resolve from here (default: the cwd). */
+  configDir?: string;
 }
 
 /** A real kernel (real database, real plugins) on a fresh database, closed and dropped by `close`. */
@@ -99,7 +101,11 @@ export async function openTestKernel(options: TestKernelOptions = {}): Promise<K
   }
   const config = configSchema.parse(raw);
   const kernel = await openKernel({
-    loaded: { config, file: undefined, envOverrides: [] },
+    loaded: {
+      config,
+      file: options.configDir === undefined ? undefined : join(options.configDir, 'sigil.config.json'),
+      envOverrides: [],
+    },
     ...(options.logDestination
       ? { logDestination: options.logDestination }
       : { logger: options.logger ?? quietLogger() }),
