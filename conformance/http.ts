@@ -1,8 +1,13 @@
 import { request as nodeRequest } from 'node:http';
 import { request as nodeRequestTls } from 'node:https';
-import { failWith } from './check.ts';
-import { excerpt, type EvidenceLog, type HttpEvidence } from './evidence.ts';
-import { isSecretName, type Redactor } from './redact.ts';
+import {
+  excerpt,
+  failWith,
+  isSecretName,
+  type EvidenceLog,
+  type HttpEvidence,
+  type Redactor,
+} from '@sigil/plugin-api/kit';
 
 /** The two services under test. */
 export type ServiceName = 'runtime' | 'gateway';

@@ -1,6 +1,5 @@
-import { notApplicable, runChecks, type CheckResult } from '../check.ts';
+import { notApplicable, Redactor, runChecks, type CheckResult } from '@sigil/plugin-api/kit';
 import { HttpClient } from '../http.ts';
-import { Redactor } from '../redact.ts';
 import { buildReport, type Report } from '../report.ts';
 import { REQUIREMENTS } from '../requirements.ts';
 import type { DeploymentContext, DeploymentTarget, Requirement } from './context.ts';

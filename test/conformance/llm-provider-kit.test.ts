@@ -5,15 +5,16 @@ import {
   type LlmProviderV1,
   type LlmStreamPart,
 } from '@sigil/plugin-api';
-import { runChecks, type CheckResult } from '../../conformance/check.ts';
-import { contractChecks } from '../../conformance/kits/kit.ts';
 import {
+  contractChecks,
   describeLlmProviderBehaviour,
   llmProviderBehaviour,
+  llmProviderKit,
+  Redactor,
+  runChecks,
+  type CheckResult,
   type LlmProviderHarness,
-} from '../../conformance/kits/llm-provider-behaviour.ts';
-import { llmProviderKit } from '../../conformance/kits/llm-provider.ts';
-import { Redactor } from '../../conformance/redact.ts';
+} from '@sigil/plugin-api/kit';
 import anthropic from '../../providers/anthropic/index.ts';
 import local, { startStandIn, type LocalProvider, type StandIn } from '../../providers/local/index.ts';
 import openAiCompatible from '../../providers/openai-compatible/index.ts';

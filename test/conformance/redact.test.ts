@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { isSecretName, redactSecrets, redactValue, Redactor } from '../../conformance/redact.ts';
+import { isSecretName, Redactor, redactSecrets, redactValue } from '@sigil/plugin-api/kit';
 import { leakedIn, makeCanaries, type Canaries } from './canaries.ts';
 
 describe('conformance redaction', () => {

@@ -3,12 +3,12 @@ import {
   fail,
   notApplicable,
   pass,
+  Redactor,
   runChecks,
   type Check,
   type CheckResult,
-} from '../../conformance/check.ts';
-import type { EvidenceLog } from '../../conformance/evidence.ts';
-import { Redactor } from '../../conformance/redact.ts';
+  type EvidenceLog,
+} from '@sigil/plugin-api/kit';
 import {
   buildReport,
   exitCodeFor,

@@ -1,15 +1,15 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { runChecks } from '../../../conformance/check.ts';
-import { contractChecks } from '../../../conformance/kits/kit.ts';
-import { packageRegistryKit } from '../../../conformance/kits/package-registry.ts';
 import {
+  contractChecks,
   describePackageRegistryBehaviour,
   packageRegistryBehaviour,
+  packageRegistryKit,
+  Redactor,
+  runChecks,
   type PackageRegistryFixture,
-} from '../../../conformance/kits/package-registry-behaviour.ts';
-import { Redactor } from '../../../conformance/redact.ts';
+} from '@sigil/plugin-api/kit';
 import type { InstalledPackage, PackageRegistryV1 } from '@sigil/plugin-api';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { openRegistry, tempDir, writePackage } from './support.ts';
