@@ -1,3 +1,4 @@
+import type { knex as Knex } from 'knex';
 import { SigilError } from '../errors.ts';
 import type { Clock, CoreServices, Database, PluginLogger, SecretRegistry } from '../services.ts';
 import { Redactor } from './redact.ts';
@@ -65,10 +66,10 @@ export class KitServices {
   }
 }
 
-/** An empty in-memory SQLite database, as the host's embedded one is configured. */
+/** An empty in-memory SQLite database: a plugin keeps its tables under its own prefix, as on the host. */
 async function openScratchDatabase(): Promise<Database> {
   const [{ default: knex }] = await Promise.all([
-    importPeer<typeof import('knex')>('knex'),
+    importPeer<{ default: typeof Knex }>('knex'),
     importPeer('sqlite3'),
   ]);
   const db = knex({
@@ -76,14 +77,7 @@ async function openScratchDatabase(): Promise<Database> {
     connection: { filename: ':memory:' },
     useNullAsDefault: true,
     // One connection: each connection to `:memory:` would be a database of its own.
-    pool: {
-      min: 1,
-      max: 1,
-      afterCreate: (
-        conn: { exec(sql: string, cb: (err: Error | null) => void): void },
-        done: (err: Error | null) => void,
-      ) => conn.exec('PRAGMA foreign_keys = ON;', done),
-    },
+    pool: { min: 1, max: 1 },
   });
   await db.raw('select 1');
   return db;
