@@ -5,8 +5,8 @@ import {
   failWith,
   isSecretName,
   type EvidenceLog,
+  type EvidenceRedactor,
   type HttpEvidence,
-  type Redactor,
 } from '@sigil/plugin-api/kit';
 
 /** The two services under test. */
@@ -60,7 +60,7 @@ const EVIDENCE_RESPONSE_HEADERS = [
 export class HttpClient {
   constructor(
     private readonly baseUrls: Readonly<Record<ServiceName, string>>,
-    private readonly redactor: Redactor,
+    private readonly redactor: EvidenceRedactor,
     private readonly evidence: EvidenceLog | undefined,
     private readonly timeoutMs = 10_000,
   ) {}

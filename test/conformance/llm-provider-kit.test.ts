@@ -8,9 +8,9 @@ import {
 import {
   contractChecks,
   describeLlmProviderBehaviour,
+  EvidenceRedactor,
   llmProviderBehaviour,
   llmProviderKit,
-  Redactor,
   runChecks,
   type CheckResult,
   type LlmProviderHarness,
@@ -133,7 +133,7 @@ describe('llm-provider kit against providers broken on purpose', function () {
     const kit = { ...llmProviderKit, behaviour: llmProviderBehaviour(() => standInHarness(running)) };
     const checks = contractChecks(kit, load).filter((check) => ids.includes(check.id));
     const results = await runChecks(checks, {
-      redactor: new Redactor(),
+      redactor: new EvidenceRedactor(),
       timeoutMs: 15_000,
       contextFor: (evidence) => ({ evidence }),
     });

@@ -5,9 +5,9 @@ import { SecretRegistry } from '../../core/log.ts';
 import {
   contractChecks,
   describePaymentRailBehaviour,
+  EvidenceRedactor,
   paymentRailBehaviour,
   paymentRailKit,
-  Redactor,
   runChecks,
   type CheckResult,
   type PaymentRailHarness,
@@ -73,7 +73,7 @@ describe('payment-rail kit on payments-x402-evm (anvil)', function () {
         ids.includes(check.id),
       );
       const results = await runChecks(checks, {
-        redactor: new Redactor(),
+        redactor: new EvidenceRedactor(),
         timeoutMs: 30_000,
         contextFor: (evidence) => ({ evidence }),
       });

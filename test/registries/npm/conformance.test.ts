@@ -4,9 +4,9 @@ import { expect } from 'chai';
 import {
   contractChecks,
   describePackageRegistryBehaviour,
+  EvidenceRedactor,
   packageRegistryBehaviour,
   packageRegistryKit,
-  Redactor,
   runChecks,
   type PackageRegistryFixture,
 } from '@sigil/plugin-api/kit';
@@ -83,7 +83,7 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
       return Object.assign(Object.create(instance) as PackageRegistryV1, breakIt(instance));
     };
     const results = await runChecks(contractChecks(kit, broken), {
-      redactor: new Redactor(),
+      redactor: new EvidenceRedactor(),
       timeoutMs: 10_000,
       contextFor: (evidence) => ({ evidence }),
     });

@@ -75,7 +75,7 @@ export {
   type HttpEvidence,
   type NoteEvidence,
 } from './evidence.ts';
-export { isSecretName, redactSecrets, redactValue, Redactor } from './redact.ts';
+export { EvidenceRedactor, isSecretName, redactSecrets, redactValue } from './redact.ts';
 
 /** x402 v2 objects a payment rail hands out. */
 export {

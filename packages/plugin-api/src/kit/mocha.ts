@@ -1,6 +1,6 @@
 import type { PluginInstanceOf, PluginKind } from '../index.ts';
 import { runChecks } from './check.ts';
-import { Redactor } from './redact.ts';
+import { EvidenceRedactor } from './redact.ts';
 import { contractChecks, type ContractKit, type KitCheck } from './kit.ts';
 
 /**
@@ -19,12 +19,12 @@ export interface RegisterOptions {
    */
   expectNotApplicable?: readonly string[];
   /** What the checks' evidence and reasons are redacted with (the plugin's secrets); a fresh one by default. */
-  redactor?: Redactor;
+  redactor?: EvidenceRedactor;
 }
 
 export function registerChecks(checks: readonly KitCheck[], options: RegisterOptions = {}): void {
   const expected = new Set(options.expectNotApplicable ?? []);
-  const redactor = options.redactor ?? new Redactor();
+  const redactor = options.redactor ?? new EvidenceRedactor();
   for (const check of checks) {
     it(`${check.id} (${check.level}): ${check.title}`, async function () {
       this.timeout(KIT_CHECK_TIMEOUT_MS + 1_000);

@@ -1,7 +1,7 @@
 import type { knex as Knex } from 'knex';
 import { SigilError } from '../errors.ts';
 import type { Clock, CoreServices, Database, PluginLogger, SecretRegistry } from '../services.ts';
-import { Redactor } from './redact.ts';
+import { EvidenceRedactor } from './redact.ts';
 
 /**
  * The core services a plugin under test may declare as dependencies, made by the kit so that a plugin's
@@ -29,7 +29,7 @@ const systemClock: Clock = { now: () => new Date() };
  * recorded while it was secret must not show it later.
  */
 class RedactingSecretRegistry implements SecretRegistry {
-  constructor(private readonly redactor: Redactor) {}
+  constructor(private readonly redactor: EvidenceRedactor) {}
 
   add(value: string | undefined): void {
     if (value !== undefined) this.redactor.remember(value);
@@ -40,7 +40,7 @@ class RedactingSecretRegistry implements SecretRegistry {
 
 export class KitServices {
   /** What the checks of this run record is redacted with: the secrets the plugin adds included. */
-  readonly redactor = new Redactor();
+  readonly redactor = new EvidenceRedactor();
   private readonly made: Omit<CoreServices, 'db'> = {
     logger: silentLogger,
     clock: systemClock,
