@@ -1,7 +1,7 @@
 import type { Command, CommanderError } from 'commander';
 import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import type { CheckResult } from './check.ts';
+import type { CheckResult } from '@sigil/plugin-api/kit';
 import { runDeployment } from './deployment/run.ts';
 import { importPluginModule, PluginNotFound, runPluginKit } from './plugin.ts';
 import { exitCodeFor, formatResultLine, formatSummaryLine, writeReports, type Report } from './report.ts';

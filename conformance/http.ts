@@ -1,8 +1,13 @@
 import { request as nodeRequest } from 'node:http';
 import { request as nodeRequestTls } from 'node:https';
-import { failWith } from './check.ts';
-import { excerpt, type EvidenceLog, type HttpEvidence } from './evidence.ts';
-import { isSecretName, type Redactor } from './redact.ts';
+import {
+  excerpt,
+  failWith,
+  isSecretName,
+  type EvidenceLog,
+  type EvidenceRedactor,
+  type HttpEvidence,
+} from '@sigil/plugin-api/kit';
 
 /** The two services under test. */
 export type ServiceName = 'runtime' | 'gateway';
@@ -55,7 +60,7 @@ const EVIDENCE_RESPONSE_HEADERS = [
 export class HttpClient {
   constructor(
     private readonly baseUrls: Readonly<Record<ServiceName, string>>,
-    private readonly redactor: Redactor,
+    private readonly redactor: EvidenceRedactor,
     private readonly evidence: EvidenceLog | undefined,
     private readonly timeoutMs = 10_000,
   ) {}

@@ -1,5 +1,4 @@
-import type { CheckResult } from './check.ts';
-import { describeEvidence } from './evidence.ts';
+import { describeEvidence, type CheckResult } from '@sigil/plugin-api/kit';
 import type { Report } from './report.ts';
 
 /**

@@ -1,5 +1,4 @@
-import type { CheckResult, Status } from './check.ts';
-import { describeEvidence } from './evidence.ts';
+import { describeEvidence, type CheckResult, type Status } from '@sigil/plugin-api/kit';
 import type { Report } from './report.ts';
 
 /** summary.md: the verdict, one table row per check, then the details a reader needs to act on a failure. */

@@ -2,11 +2,15 @@ import { existsSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { tsImport } from 'tsx/esm/api';
-import { runChecks, type CheckResult } from './check.ts';
-import { manifestOf } from './kits/manifest.ts';
-import { KitServices, pluginKitChecks, pluginName } from './kits/plugin-kit.ts';
-import { KIT_CHECK_TIMEOUT_MS } from './kits/mocha.ts';
-import { Redactor } from './redact.ts';
+import {
+  KIT_CHECK_TIMEOUT_MS,
+  KitServices,
+  manifestOf,
+  pluginKitChecks,
+  pluginName,
+  runChecks,
+  type CheckResult,
+} from '@sigil/plugin-api/kit';
 import { buildReport, type Report } from './report.ts';
 
 /** The module named on the command line does not exist: a usage error, not a failing plugin. */
@@ -59,7 +63,7 @@ export async function runPluginKit(
   try {
     const checks = pluginKitChecks({ exports: loaded.exports, options: options.options ?? {} }, services);
     const results = await runChecks(checks, {
-      redactor: new Redactor(),
+      redactor: services.redactor,
       timeoutMs: KIT_CHECK_TIMEOUT_MS,
       contextFor: (evidence) => ({ evidence }),
       ...(options.onResult ? { onResult: options.onResult } : {}),

@@ -1,9 +1,8 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { CheckResult, Status } from './check.ts';
+import { redactSecrets, type CheckResult, type Status } from '@sigil/plugin-api/kit';
 import { toJunitXml } from './junit.ts';
 import { toMarkdownSummary } from './markdown.ts';
-import { redactSecrets } from './redact.ts';
 
 export interface Summary {
   total: number;

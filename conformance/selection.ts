@@ -1,4 +1,4 @@
-import type { CheckInfo } from './check.ts';
+import type { CheckInfo } from '@sigil/plugin-api/kit';
 
 export interface Selection {
   /** Ids or prefixes to run; empty means all. */

@@ -1,37 +1,12 @@
 import { z } from 'zod';
+import { caip2 } from '@sigil/plugin-api/kit';
 
 /**
- * x402 v2 wire objects as the conformance checks read them (github.com/x402-foundation/x402,
- * `specs/x402-specification-v2.md` and `specs/transports-v2/`), written here in zod so that a
- * reason names the field that is wrong. Amounts are strings of integer base units.
+ * x402 v2 as the deployment checks see it on the wire (github.com/x402-foundation/x402,
+ * `specs/x402-specification-v2.md` and `specs/transports-v2/`): the settlement, the transports'
+ * headers and MCP keys, and prices. The objects a payment rail hands out are in the plugin API's kit
+ * (`x402PaymentRequiredSchema`…), shared with the payment-rail kit.
  */
-
-/** CAIP-2, e.g. `eip155:8453`. */
-export const caip2 = z.string().regex(/^[-a-z0-9]{3,8}:[-_a-zA-Z0-9]{1,32}$/, 'a CAIP-2 network id');
-export const baseUnits = z.string().regex(/^(0|[1-9]\d*)$/, 'an integer number of base units, as a string');
-
-export const x402RequirementsSchema = z
-  .object({
-    scheme: z.string().min(1),
-    network: caip2,
-    amount: baseUnits,
-    asset: z.string().min(1),
-    payTo: z.string().min(1),
-    maxTimeoutSeconds: z.number().int().positive(),
-    extra: z.record(z.string(), z.unknown()).optional(),
-  })
-  .loose();
-export type X402Requirements = z.infer<typeof x402RequirementsSchema>;
-
-export const x402PaymentRequiredSchema = z
-  .object({
-    x402Version: z.literal(2),
-    error: z.string().optional(),
-    resource: z.object({ url: z.string().min(1) }).loose(),
-    accepts: z.array(x402RequirementsSchema).min(1),
-  })
-  .loose();
-export type X402PaymentRequiredWire = z.infer<typeof x402PaymentRequiredSchema>;
 
 /** `SettleResponse`, what PAYMENT-RESPONSE and `_meta["x402/payment-response"]` carry. */
 export const x402SettleResponseSchema = z
@@ -67,9 +42,6 @@ export function decodeHeader(value: string | null): unknown {
 
 export const encodeHeader = (value: unknown): string =>
   Buffer.from(JSON.stringify(value), 'utf8').toString('base64');
-
-/** EVM addresses compare without their checksum case. */
-export const sameAddress = (a: string, b: string): boolean => a.toLowerCase() === b.toLowerCase();
 
 /** The spec's price, 0.0005 USD, in base units of a token with `decimals` decimals (at least 4). */
 export function specPriceUnits(decimals: number): bigint | undefined {

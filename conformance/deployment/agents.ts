@@ -1,6 +1,5 @@
 import { z } from 'zod';
-import { ensure, expectShape, notApplicableBecause } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import { ensure, excerpt, expectShape, notApplicableBecause } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 import type { DeploymentContext } from './context.ts';
 import { expectJson } from './expect.ts';

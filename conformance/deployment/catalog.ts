@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { expectShape, notApplicableBecause } from '../check.ts';
+import { expectShape, notApplicableBecause } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 import type { DeploymentContext } from './context.ts';
 import { expectJson, expectStatus } from './expect.ts';

@@ -9,8 +9,7 @@ import {
 } from 'viem';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { z } from 'zod';
-import { ensure, expectShape, failWith, notApplicableBecause, pass } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import { ensure, excerpt, expectShape, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import { createAgent, is4xx, offeredModel, quote } from './agents.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectJson } from './expect.ts';

@@ -1,6 +1,5 @@
 import type { Hex } from 'viem';
-import type { Check } from '../check.ts';
-import type { EvidenceLog } from '../evidence.ts';
+import type { Check, EvidenceLog } from '@sigil/plugin-api/kit';
 import type { HttpClient, ServiceName } from '../http.ts';
 import type { FeatureName } from './features.ts';
 import type { Payer } from './payer.ts';

@@ -3,7 +3,7 @@ import canonicalize from 'canonicalize';
 import { createLocalJWKSet, jwtVerify, SignJWT, type JWK } from 'jose';
 import type { PrivateKeyAccount } from 'viem/accounts';
 import { z } from 'zod';
-import { ensure, failWith, notApplicableBecause, pass } from '../check.ts';
+import { ensure, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectJson, expectStatus, sameAddress } from './expect.ts';

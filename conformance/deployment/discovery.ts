@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ensure, failWith, notApplicableBecause, pass } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import { ensure, excerpt, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import { findServableServer, type ServableServer } from './catalog.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectStatus } from './expect.ts';

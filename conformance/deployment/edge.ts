@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ensure, expectShape, failWith, pass } from '../check.ts';
+import { ensure, expectShape, failWith, pass } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectStatus } from './expect.ts';

@@ -1,6 +1,5 @@
 import type { z } from 'zod';
-import { expectShape, failWith } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import { excerpt, expectShape, failWith } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 
 /** Assertions for deployment checks: each fails the check with a reason a tester can act on. */

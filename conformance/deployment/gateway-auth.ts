@@ -1,6 +1,6 @@
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { z } from 'zod';
-import { ensure, failWith, notApplicableBecause, pass } from '../check.ts';
+import { ensure, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { erc8128Headers, withTamperedSignature, type SignatureAudience } from './erc8128.ts';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { expectShape, pass } from '../check.ts';
+import { expectShape, pass } from '@sigil/plugin-api/kit';
 import type { ServiceName } from '../http.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectJson } from './expect.ts';

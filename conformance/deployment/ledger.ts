@@ -9,7 +9,7 @@ import {
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { z } from 'zod';
-import { ensure, failWith, notApplicableBecause, pass } from '../check.ts';
+import { ensure, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { someAgent } from './agents.ts';

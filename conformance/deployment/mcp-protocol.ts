@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ensure, expectShape, pass } from '../check.ts';
+import { ensure, expectShape, pass } from '@sigil/plugin-api/kit';
 import type { Requirement } from './context.ts';
 import { expectStatus } from './expect.ts';
 import {

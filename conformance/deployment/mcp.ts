@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { ensure, expectShape, failWith, notApplicableBecause } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import { ensure, excerpt, expectShape, failWith, notApplicableBecause } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 import { MCP_PAYMENT_META_KEY } from '../x402.ts';
 import type { DeploymentContext } from './context.ts';

@@ -3,17 +3,15 @@ import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
 import { ExactEvmScheme as ExactEvmClient } from '@x402/evm/exact/client';
 import { createPublicClient, http, parseAbi, type Address, type Hex, type PublicClient } from 'viem';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
-import { failWith } from '../check.ts';
-import type { EvidenceLog } from '../evidence.ts';
-import type { HttpRequest, HttpResponse } from '../http.ts';
 import {
-  decodeHeader,
-  encodeHeader,
-  HEADER,
+  failWith,
   x402PaymentRequiredSchema,
+  type EvidenceLog,
   type X402PaymentRequiredWire,
   type X402Requirements,
-} from '../x402.ts';
+} from '@sigil/plugin-api/kit';
+import type { HttpRequest, HttpResponse } from '../http.ts';
+import { decodeHeader, encodeHeader, HEADER } from '../x402.ts';
 import type { DeploymentContext } from './context.ts';
 
 /**

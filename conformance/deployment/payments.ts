@@ -1,7 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { ensure, expectShape, failWith, notApplicableBecause, OutcomeSignal, pass } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import {
+  ensure,
+  excerpt,
+  expectShape,
+  failWith,
+  notApplicableBecause,
+  OutcomeSignal,
+  pass,
+  sameAddress,
+  x402PaymentRequiredSchema,
+  type X402PaymentRequiredWire,
+} from '@sigil/plugin-api/kit';
 import type { HttpRequest, HttpResponse } from '../http.ts';
 import {
   decodeHeader,
@@ -10,11 +20,8 @@ import {
   HEADER,
   MCP_PAYMENT_META_KEY,
   MCP_PAYMENT_RESPONSE_META_KEY,
-  sameAddress,
   specPriceUnits,
-  x402PaymentRequiredSchema,
   x402SettleResponseSchema,
-  type X402PaymentRequiredWire,
 } from '../x402.ts';
 import { findServableServer, listServerIds, path, type ServableServer } from './catalog.ts';
 import type { DeploymentContext, Requirement } from './context.ts';

@@ -1,8 +1,7 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { z } from 'zod';
-import { ensure, expectShape, failWith, notApplicableBecause, pass } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import { ensure, excerpt, expectShape, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
 import { findServableServer, path, type ServableServer } from './catalog.ts';
 import type { DeploymentContext, Requirement } from './context.ts';

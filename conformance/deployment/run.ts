@@ -1,6 +1,5 @@
-import { notApplicable, runChecks, type CheckResult } from '../check.ts';
+import { EvidenceRedactor, notApplicable, runChecks, type CheckResult } from '@sigil/plugin-api/kit';
 import { HttpClient } from '../http.ts';
-import { Redactor } from '../redact.ts';
 import { buildReport, type Report } from '../report.ts';
 import { REQUIREMENTS } from '../requirements.ts';
 import type { DeploymentContext, DeploymentTarget, Requirement } from './context.ts';
@@ -23,7 +22,7 @@ export async function runDeployment(
   target: DeploymentTarget,
   options: DeploymentRunOptions = {},
 ): Promise<Report> {
-  const redactor = new Redactor();
+  const redactor = new EvidenceRedactor();
   if (target.operatorKey !== undefined) redactor.remember(target.operatorKey);
   if (target.payerKey !== undefined) redactor.remember(target.payerKey);
   if (target.rpcUrl !== undefined) redactor.remember(target.rpcUrl);

@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ensure, failWith, notApplicableBecause, pass } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import { ensure, excerpt, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import type { HttpClient, HttpRequest, HttpResponse } from '../http.ts';
 import { findServableServer, listServerIds, readServer, type ServerView } from './catalog.ts';
 import type { DeploymentContext, Requirement } from './context.ts';

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { ensure, pass } from '../check.ts';
+import { ensure, pass } from '@sigil/plugin-api/kit';
 import { findServableServer, listServerIds, path, readServer, TIERS } from './catalog.ts';
 import type { Requirement } from './context.ts';
 import { expectJson, expectStatus } from './expect.ts';

@@ -1,5 +1,5 @@
 import { UnsecuredJWT } from 'jose';
-import { ensure, pass } from '../check.ts';
+import { ensure, pass } from '@sigil/plugin-api/kit';
 import type { Requirement } from './context.ts';
 import { expectStatus } from './expect.ts';
 import {

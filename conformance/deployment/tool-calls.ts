@@ -1,6 +1,5 @@
 import { z } from 'zod';
-import { ensure, failWith, OutcomeSignal, pass } from '../check.ts';
-import { excerpt } from '../evidence.ts';
+import { ensure, excerpt, failWith, OutcomeSignal, pass } from '@sigil/plugin-api/kit';
 import { findServableServer, path, type ServableServer } from './catalog.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { identifyMetaTools, namespacedTools, switchServer } from './discovery.ts';

@@ -3,7 +3,7 @@ import type { Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { parseSiweMessage } from 'viem/siwe';
 import { z } from 'zod';
-import { ensure, failWith } from '../check.ts';
+import { ensure, failWith } from '@sigil/plugin-api/kit';
 import type { HttpResponse, ServiceName } from '../http.ts';
 import type { DeploymentContext } from './context.ts';
 import { expectJson, sameAddress } from './expect.ts';

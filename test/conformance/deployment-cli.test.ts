@@ -2,7 +2,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import type { CheckResult } from '../../conformance/check.ts';
+import type { CheckResult } from '@sigil/plugin-api/kit';
 import { REPORT_FILES, type Report } from '../../conformance/report.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { probeEntry } from '../gateway/support.ts';

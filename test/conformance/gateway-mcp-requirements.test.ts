@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { expect } from 'chai';
 import { UnsecuredJWT } from 'jose';
 import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
-import type { CheckResult } from '../../conformance/check.ts';
+import type { CheckResult } from '@sigil/plugin-api/kit';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { sendJson, startTinyServer, type TinyServer } from './support.ts';

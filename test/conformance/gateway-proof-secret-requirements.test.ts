@@ -4,7 +4,7 @@ import canonicalize from 'canonicalize';
 import { expect } from 'chai';
 import { decodeJwt, UnsecuredJWT } from 'jose';
 import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
-import type { CheckResult } from '../../conformance/check.ts';
+import type { CheckResult } from '@sigil/plugin-api/kit';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { sendJson, startTinyServer, type TinyServer } from './support.ts';

@@ -5,15 +5,16 @@ import {
   type LlmProviderV1,
   type LlmStreamPart,
 } from '@sigil/plugin-api';
-import { runChecks, type CheckResult } from '../../conformance/check.ts';
-import { contractChecks } from '../../conformance/kits/kit.ts';
 import {
+  contractChecks,
   describeLlmProviderBehaviour,
+  EvidenceRedactor,
   llmProviderBehaviour,
+  llmProviderKit,
+  runChecks,
+  type CheckResult,
   type LlmProviderHarness,
-} from '../../conformance/kits/llm-provider-behaviour.ts';
-import { llmProviderKit } from '../../conformance/kits/llm-provider.ts';
-import { Redactor } from '../../conformance/redact.ts';
+} from '@sigil/plugin-api/kit';
 import anthropic from '../../providers/anthropic/index.ts';
 import local, { startStandIn, type LocalProvider, type StandIn } from '../../providers/local/index.ts';
 import openAiCompatible from '../../providers/openai-compatible/index.ts';
@@ -132,7 +133,7 @@ describe('llm-provider kit against providers broken on purpose', function () {
     const kit = { ...llmProviderKit, behaviour: llmProviderBehaviour(() => standInHarness(running)) };
     const checks = contractChecks(kit, load).filter((check) => ids.includes(check.id));
     const results = await runChecks(checks, {
-      redactor: new Redactor(),
+      redactor: new EvidenceRedactor(),
       timeoutMs: 15_000,
       contextFor: (evidence) => ({ evidence }),
     });

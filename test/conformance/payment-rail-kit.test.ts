@@ -2,15 +2,16 @@ import { expect } from 'chai';
 import { privateKeyToAccount } from 'viem/accounts';
 import type { PaymentRailV1 } from '@sigil/plugin-api';
 import { SecretRegistry } from '../../core/log.ts';
-import { runChecks, type CheckResult } from '../../conformance/check.ts';
-import { contractChecks } from '../../conformance/kits/kit.ts';
 import {
+  contractChecks,
   describePaymentRailBehaviour,
+  EvidenceRedactor,
   paymentRailBehaviour,
+  paymentRailKit,
+  runChecks,
+  type CheckResult,
   type PaymentRailHarness,
-} from '../../conformance/kits/payment-rail-behaviour.ts';
-import { paymentRailKit } from '../../conformance/kits/payment-rail.ts';
-import { Redactor } from '../../conformance/redact.ts';
+} from '@sigil/plugin-api/kit';
 import x402Evm from '../../plugins/payments/x402-evm/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { quietLogger } from '../support/kernel.ts';
@@ -72,7 +73,7 @@ describe('payment-rail kit on payments-x402-evm (anvil)', function () {
         ids.includes(check.id),
       );
       const results = await runChecks(checks, {
-        redactor: new Redactor(),
+        redactor: new EvidenceRedactor(),
         timeoutMs: 30_000,
         contextFor: (evidence) => ({ evidence }),
       });

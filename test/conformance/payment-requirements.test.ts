@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { expect } from 'chai';
-import type { CheckResult } from '../../conformance/check.ts';
+import type { CheckResult } from '@sigil/plugin-api/kit';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';

@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import { join } from 'node:path';
 import teeNone, * as teeNoneModule from '../../attestation/none/index.ts';
-import type { CheckResult } from '../../conformance/check.ts';
-import { describePluginKit } from '../../conformance/kits/plugin-kit.ts';
-import { describeTeeBackendKit } from '../../conformance/kits/tee-backend.ts';
+import { describePluginKit, describeTeeBackendKit, type CheckResult } from '@sigil/plugin-api/kit';
+import knex from 'knex';
+import * as teeKeepsStateModule from '../fixtures/plugins/tee-keeps-state.ts';
 import { importPluginModule, runPluginKit } from '../../conformance/plugin.ts';
 import { REPORT_FILES } from '../../conformance/report.ts';
 import { quietLogger } from '../support/kernel.ts';
@@ -14,6 +14,8 @@ const ROOT = join(import.meta.dirname, '../..');
 const FIXTURES = './test/fixtures/plugins';
 /** Checks that need real TEE hardware: on `none` they must report not-applicable. */
 const TEE_ONLY_CHECKS = ['tee-backend.attest-evidence', 'tee-backend.attest-fresh'];
+/** The key material tee-keeps-state is given, and puts in its status: no evidence may show it. */
+const KEY_MATERIAL = 'tee-keeps-state-key-material-0123456789';
 
 /** Runs the kit on a module and returns its results by id. */
 async function kitResults(
@@ -44,6 +46,26 @@ describe('conformance plugin kits', () => {
     describePluginKit(teeNoneModule, {}, { expectNotApplicable: TEE_ONLY_CHECKS });
   });
 
+  describe('the whole plugin kit from mocha, with a database of the caller', () => {
+    // The kit takes the database when the suite is declared, before any hook: knex connects on first use.
+    const db = knex({
+      client: 'sqlite3',
+      connection: { filename: ':memory:' },
+      useNullAsDefault: true,
+      pool: { min: 1, max: 1 },
+    });
+    after(async () => {
+      const rows = await db('tee_keeps_state_instances').count({ count: '*' });
+      await db.destroy();
+      expect(Number(rows[0]?.count), 'instances the kit made on the given database').to.be.greaterThan(1);
+    });
+    describePluginKit(
+      teeKeepsStateModule,
+      { keyMaterial: KEY_MATERIAL },
+      { expectNotApplicable: TEE_ONLY_CHECKS, services: { db } },
+    );
+  });
+
   describe('runPluginKit', () => {
     it('passes attestation/none: every MUST passes, attestation checks do not apply', async () => {
       const results = await kitResults('./attestation/none/index.ts');
@@ -53,6 +75,23 @@ describe('conformance plugin kits', () => {
         status: 'not-applicable',
         reason: 'status() reports no TEE (teeEnabled: false)',
       });
+    });
+
+    it('gives a plugin that depends on db a database, when the caller gives none', async () => {
+      const results = await kitResults(`${FIXTURES}/tee-keeps-state.ts`, { keyMaterial: KEY_MATERIAL });
+      expect(failedIds(results)).to.deep.equal([]);
+      expect(results['tee-backend.signing-key']?.status).to.equal('pass');
+    });
+
+    it('redacts from its results every secret the plugin adds to the secrets service', async () => {
+      const results = await kitResults(`${FIXTURES}/tee-keeps-state.ts`, {
+        keyMaterial: KEY_MATERIAL,
+        refuse: true,
+      });
+      expect(results['tee-backend.members']?.reason).to.equal(
+        'cannot create an instance: tee-keeps-state refuses the key [REDACTED]',
+      );
+      expect(JSON.stringify(results)).to.not.include(KEY_MATERIAL);
     });
 
     it('fails a plugin whose instance carries another specVersion than its manifest', async () => {

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { isSecretName, redactSecrets, redactValue, Redactor } from '../../conformance/redact.ts';
+import { EvidenceRedactor, isSecretName, redactSecrets, redactValue } from '@sigil/plugin-api/kit';
 import { leakedIn, makeCanaries, type Canaries } from './canaries.ts';
 
 describe('conformance redaction', () => {
@@ -30,7 +30,7 @@ describe('conformance redaction', () => {
   });
 
   it('remembers a 0x key with and without its prefix', () => {
-    const redactor = new Redactor();
+    const redactor = new EvidenceRedactor();
     redactor.remember(canaries.privateKey);
     expect(redactor.redact(`bare ${canaries.privateKey.slice(2)}`)).to.equal('bare [REDACTED]');
   });

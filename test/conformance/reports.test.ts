@@ -1,14 +1,14 @@
 import { expect } from 'chai';
 import {
+  EvidenceRedactor,
   fail,
   notApplicable,
   pass,
   runChecks,
   type Check,
   type CheckResult,
-} from '../../conformance/check.ts';
-import type { EvidenceLog } from '../../conformance/evidence.ts';
-import { Redactor } from '../../conformance/redact.ts';
+  type EvidenceLog,
+} from '@sigil/plugin-api/kit';
 import {
   buildReport,
   exitCodeFor,
@@ -22,7 +22,7 @@ import { reportDir } from './support.ts';
 
 type Context = { evidence: EvidenceLog };
 
-async function run(checks: Check<Context>[], redactor = new Redactor()): Promise<CheckResult[]> {
+async function run(checks: Check<Context>[], redactor = new EvidenceRedactor()): Promise<CheckResult[]> {
   return runChecks(checks, { redactor, timeoutMs: 5_000, contextFor: (evidence) => ({ evidence }) });
 }
 
@@ -45,7 +45,7 @@ describe('conformance reports', () => {
   });
 
   it('never writes a canary secret into report.json, junit.xml or summary.md', async () => {
-    const redactor = new Redactor();
+    const redactor = new EvidenceRedactor();
     redactor.remember(canaries.bareHexKey); // as the runner does with an operator key
     const results = await run(
       [
@@ -181,7 +181,7 @@ describe('conformance reports', () => {
 
   it('fails a check that outlives its time limit', async () => {
     const [result] = await runChecks([check('P.slow', () => new Promise(() => undefined))], {
-      redactor: new Redactor(),
+      redactor: new EvidenceRedactor(),
       timeoutMs: 50,
       contextFor: (evidence) => ({ evidence }),
     });

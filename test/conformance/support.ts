@@ -8,7 +8,7 @@ import { UnsecuredJWT } from 'jose';
 import type { Hex } from 'viem';
 import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import type { CheckResult } from '../../conformance/check.ts';
+import type { CheckResult } from '@sigil/plugin-api/kit';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { expect } from 'chai';
 import { decodeJwt } from 'jose';
-import type { CheckResult } from '../../conformance/check.ts';
+import type { CheckResult } from '@sigil/plugin-api/kit';
 import { delegationRequirements } from '../../conformance/deployment/delegation.ts';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { newWallet } from '../auth/support.ts';

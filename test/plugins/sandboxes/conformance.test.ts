@@ -1,7 +1,7 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describeSandboxRuntimeKit } from '../../../conformance/kits/sandbox-runtime.ts';
+import { describeSandboxRuntimeKit } from '@sigil/plugin-api/kit';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import { quietLogger } from '../../support/kernel.ts';
 

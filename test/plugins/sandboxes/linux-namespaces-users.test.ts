@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { expect } from 'chai';
 import { type SandboxProcess, SigilError } from '@sigil/plugin-api';
-import { probeReadOnlyPaths } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
+import { probeReadOnlyPaths } from '@sigil/plugin-api/kit';
 import type { LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import {
   currentOwner,

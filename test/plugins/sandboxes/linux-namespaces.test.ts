@@ -25,7 +25,7 @@ import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
 import type { SandboxExit, SandboxLimits, SandboxSpec } from '@sigil/plugin-api';
 import { PluginHost } from '../../../core/plugins/host.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
-import { writableMounts } from '../../../conformance/kits/sandbox-runtime-behaviour.ts';
+import { SANDBOX_PROBE_FILE as probeScript, writableMounts } from '@sigil/plugin-api/kit';
 import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
 import { builtinPlugins } from '../../../services/builtin-plugins.ts';
 import { quietLogger, testCoreServices } from '../../support/kernel.ts';
@@ -33,7 +33,6 @@ import { quietLogger, testCoreServices } from '../../support/kernel.ts';
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const fixtures = join(repoRoot, 'test', 'fixtures', 'sandbox');
 /** The sandbox-runtime kit's probe; its directory is the package the sandboxes mount. */
-const probeScript = join(repoRoot, 'conformance', 'kits', 'sandbox-probe.cjs');
 const probePackage = dirname(probeScript);
 const MiB = 1024 * 1024;
 

@@ -1,16 +1,12 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { SandboxLimits } from '@sigil/plugin-api';
+import { SANDBOX_PROBE_FILE as probeScript } from '@sigil/plugin-api/kit';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
 import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
 import { quietLogger } from '../../support/kernel.ts';
-
-const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-/** The sandbox-runtime kit's probe; its directory is the package the sandboxes mount. */
-const probeScript = join(repoRoot, 'conformance', 'kits', 'sandbox-probe.cjs');
 
 /**
  * The linux-namespaces runtimes of one test file and the probes they run: a state directory of

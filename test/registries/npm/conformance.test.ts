@@ -1,15 +1,15 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { runChecks } from '../../../conformance/check.ts';
-import { contractChecks } from '../../../conformance/kits/kit.ts';
-import { packageRegistryKit } from '../../../conformance/kits/package-registry.ts';
 import {
+  contractChecks,
   describePackageRegistryBehaviour,
+  EvidenceRedactor,
   packageRegistryBehaviour,
+  packageRegistryKit,
+  runChecks,
   type PackageRegistryFixture,
-} from '../../../conformance/kits/package-registry-behaviour.ts';
-import { Redactor } from '../../../conformance/redact.ts';
+} from '@sigil/plugin-api/kit';
 import type { InstalledPackage, PackageRegistryV1 } from '@sigil/plugin-api';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { openRegistry, tempDir, writePackage } from './support.ts';
@@ -83,7 +83,7 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
       return Object.assign(Object.create(instance) as PackageRegistryV1, breakIt(instance));
     };
     const results = await runChecks(contractChecks(kit, broken), {
-      redactor: new Redactor(),
+      redactor: new EvidenceRedactor(),
       timeoutMs: 10_000,
       contextFor: (evidence) => ({ evidence }),
     });

@@ -6,9 +6,9 @@ import type {
   VerifiedPayment,
   VerifyOutcome,
   X402PaymentRequired,
-} from '@sigil/plugin-api';
-import { ensure, expectShape, failWith, notApplicableBecause, pass } from '../check.ts';
-import { caip2, sameAddress, x402PaymentRequiredSchema, type X402Requirements } from '../x402.ts';
+} from '../index.ts';
+import { ensure, expectShape, failWith, notApplicableBecause, pass } from './check.ts';
+import { caip2, sameAddress, x402PaymentRequiredSchema, type X402Requirements } from './x402.ts';
 import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
 import { registerChecks } from './mocha.ts';
 import { paymentRailKit } from './payment-rail.ts';

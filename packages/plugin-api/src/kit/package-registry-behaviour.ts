@@ -1,8 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { z } from 'zod';
-import type { PackageRegistryV1, ResolvedPackage } from '@sigil/plugin-api';
-import { ensure, expectShape, failWith, pass } from '../check.ts';
+import type { PackageRegistryV1, ResolvedPackage } from '../index.ts';
+import { ensure, expectShape, failWith, pass } from './check.ts';
 import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
 import { registerChecks } from './mocha.ts';
 import { packageRegistryKit } from './package-registry.ts';

@@ -1,4 +1,4 @@
-import type { PaymentRailV1 } from '@sigil/plugin-api';
+import type { PaymentRailV1 } from '../index.ts';
 import type { ContractKit } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
 

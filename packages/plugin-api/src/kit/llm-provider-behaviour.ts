@@ -7,8 +7,8 @@ import type {
   LlmProviderV1,
   LlmStreamPart,
   LlmToolDefinition,
-} from '@sigil/plugin-api';
-import { ensure, failWith, notApplicableBecause, pass } from '../check.ts';
+} from '../index.ts';
+import { ensure, failWith, notApplicableBecause, pass } from './check.ts';
 import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
 import { llmProviderKit } from './llm-provider.ts';
 import { registerChecks } from './mocha.ts';

@@ -1,4 +1,4 @@
-import type { SandboxRuntimeV1 } from '@sigil/plugin-api';
+import type { SandboxRuntimeV1 } from '../index.ts';
 import type { ContractKit } from './kit.ts';
 import { sandboxRuntimeBehaviour } from './sandbox-runtime-behaviour.ts';
 import { describeContractKit } from './mocha.ts';

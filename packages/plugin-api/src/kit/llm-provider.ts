@@ -1,5 +1,5 @@
-import type { LlmProviderV1 } from '@sigil/plugin-api';
-import { ensure, pass } from '../check.ts';
+import type { LlmProviderV1 } from '../index.ts';
+import { ensure, pass } from './check.ts';
 import type { ContractKit, InstanceCheck } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
 

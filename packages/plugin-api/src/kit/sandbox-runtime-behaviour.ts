@@ -5,8 +5,8 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { SandboxExit, SandboxLimits, SandboxProcess, SandboxRuntimeV1 } from '@sigil/plugin-api';
-import { ensure, notApplicableBecause, pass } from '../check.ts';
+import type { SandboxExit, SandboxLimits, SandboxProcess, SandboxRuntimeV1 } from '../index.ts';
+import { ensure, notApplicableBecause, pass } from './check.ts';
 import type { InstanceCheck, KitContext } from './kit.ts';
 
 /**
@@ -17,7 +17,11 @@ import type { InstanceCheck, KitContext } from './kit.ts';
  */
 
 const CONTRACT = 'packages/plugin-api/src/contracts/sandbox-runtime-v1.ts';
-const PROBE_SOURCE = fileURLToPath(new URL('./sandbox-probe.cjs', import.meta.url));
+/**
+ * The probe program, alone in its directory so that directory can serve as a sandbox's package. It
+ * ships in the package's probes/, two levels above this module in src/kit/ and in dist/kit/ alike.
+ */
+export const SANDBOX_PROBE_FILE = fileURLToPath(new URL('../../probes/sandbox-probe.cjs', import.meta.url));
 const MiB = 1024 * 1024;
 
 type SandboxCheck = InstanceCheck<SandboxRuntimeV1>;
@@ -101,7 +105,7 @@ async function withProbePackage<T>(body: (probe: string, packagePath: string) =>
   try {
     chmodSync(packagePath, 0o755);
     const probe = join(packagePath, 'sandbox-probe.cjs');
-    copyFileSync(PROBE_SOURCE, probe);
+    copyFileSync(SANDBOX_PROBE_FILE, probe);
     chmodSync(probe, 0o644);
     return await body(probe, packagePath);
   } finally {

@@ -1,4 +1,4 @@
-import type { PluginKind } from '@sigil/plugin-api';
+import type { PluginKind } from '../index.ts';
 import { canvasNodeKit } from './canvas-node.ts';
 import type { ContractKit } from './kit.ts';
 import { llmProviderKit } from './llm-provider.ts';

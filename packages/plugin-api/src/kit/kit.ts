@@ -3,9 +3,9 @@ import {
   type PluginKind,
   type PluginLifecycle,
   SUPPORTED_SPEC_VERSIONS,
-} from '@sigil/plugin-api';
-import { ensure, failWith, pass, type Check } from '../check.ts';
-import type { EvidenceLog } from '../evidence.ts';
+} from '../index.ts';
+import { ensure, failWith, pass, type Check } from './check.ts';
+import type { EvidenceLog } from './evidence.ts';
 
 /**
  * A contract kit: the checks an instance of one plugin kind must pass, taken from the doc comments of

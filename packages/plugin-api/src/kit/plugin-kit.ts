@@ -1,10 +1,6 @@
-import { pino } from 'pino';
-import { systemClock } from '../../core/clock.ts';
-import { migrate, openDatabase, type Database } from '../../core/db/database.ts';
-import { SecretRegistry } from '../../core/log.ts';
-import type { CoreServices, PluginManifest } from '@sigil/plugin-api';
-import { notApplicableBecause } from '../check.ts';
-import { CONTRACT_KITS } from './index.ts';
+import type { CoreServices, PluginManifest } from '../index.ts';
+import { notApplicableBecause } from './check.ts';
+import { CONTRACT_KITS } from './contract-kits.ts';
 import { contractChecks, type KitCheck } from './kit.ts';
 import {
   instantiationBlocker,
@@ -15,35 +11,12 @@ import {
   type UncheckedManifest,
 } from './manifest.ts';
 import { registerChecks, type RegisterOptions } from './mocha.ts';
+import { KitServices } from './services.ts';
 
 /**
  * A whole plugin module under test: the generic manifest kit, then the contract kit of its kind run on
  * instances made by its own factory, the way the plugin host would make them.
  */
-
-/** The core services a plugin may declare as dependencies, made for a kit run; the database only on demand. */
-export class KitServices {
-  private database: Promise<Database> | undefined;
-  private readonly shared = {
-    logger: pino({ level: 'silent' }),
-    clock: systemClock,
-    secrets: new SecretRegistry(),
-    fetch: globalThis.fetch,
-  };
-
-  async get(name: keyof CoreServices): Promise<unknown> {
-    if (name !== 'db') return this.shared[name];
-    this.database ??= openDatabase({ url: ':memory:' }).then(async (db) => {
-      await migrate(db);
-      return db;
-    });
-    return this.database;
-  }
-
-  async close(): Promise<void> {
-    await (await this.database)?.destroy();
-  }
-}
 
 /** Parses the options, resolves declared core services, creates and starts one instance. */
 async function createFromManifest(
@@ -60,7 +33,7 @@ async function createFromManifest(
   const instance = await plugin.create({
     config: plugin.config.parse(options),
     deps,
-    logger: (await services.get('logger')) as CoreServices['logger'],
+    logger: await services.get('logger'),
   });
   await instance.start?.();
   return instance;
@@ -92,6 +65,11 @@ export function pluginName(exports: unknown): string {
   return typeof name === 'string' ? name : '(no manifest)';
 }
 
+export interface PluginKitOptions extends RegisterOptions {
+  /** Core services to give the plugin instead of the kit's own (e.g. `db`); the caller closes them. */
+  services?: Partial<CoreServices>;
+}
+
 /**
  * For plugin authors' mocha suites: every check a plugin module must pass, e.g.
  * `import * as myPlugin from '../src/index.ts'` then `describePluginKit(myPlugin, { region: 'eu' })`.
@@ -99,11 +77,14 @@ export function pluginName(exports: unknown): string {
 export function describePluginKit(
   exports: unknown,
   options: Record<string, unknown> = {},
-  registration: RegisterOptions = {},
+  { services: given, ...registration }: PluginKitOptions = {},
 ): void {
   describe(`plugin kit: ${pluginName(exports)}`, () => {
-    const services = new KitServices();
+    const services = new KitServices(given);
     after(() => services.close());
-    registerChecks(pluginKitChecks({ exports, options }, services), registration);
+    registerChecks(pluginKitChecks({ exports, options }, services), {
+      ...registration,
+      redactor: services.redactor,
+    });
   });
 }

@@ -1,4 +1,4 @@
-import type { Redactor } from './redact.ts';
+import type { EvidenceRedactor } from './redact.ts';
 
 /** One HTTP exchange as a check saw it, cut to excerpts. */
 export interface HttpEvidence {
@@ -33,7 +33,7 @@ export function excerpt(text: string, limit = EVIDENCE_BODY_LIMIT): string {
 export class EvidenceLog {
   private readonly list: Evidence[] = [];
 
-  constructor(private readonly redactor: Redactor) {}
+  constructor(private readonly redactor: EvidenceRedactor) {}
 
   http(exchange: HttpEvidence): void {
     this.list.push(this.redactor.redactValue(exchange) as HttpEvidence);

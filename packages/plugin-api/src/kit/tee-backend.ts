@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import type { TeeBackendV1, TeeStatus } from '@sigil/plugin-api';
-import { ensure, expectShape, notApplicableBecause, pass } from '../check.ts';
+import type { TeeBackendV1, TeeStatus } from '../index.ts';
+import { ensure, expectShape, notApplicableBecause, pass } from './check.ts';
 import type { ContractKit, InstanceCheck, KitContext } from './kit.ts';
 import { describeContractKit, type RegisterOptions } from './mocha.ts';
 

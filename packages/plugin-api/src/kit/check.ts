@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { EvidenceLog, type Evidence } from './evidence.ts';
-import type { Redactor } from './redact.ts';
+import type { EvidenceRedactor } from './redact.ts';
 
 /**
  * The one shape shared by deployment requirements and plugin contract kits: a check with a stable id,
@@ -76,7 +76,7 @@ export interface CheckResult extends CheckInfo {
 export interface RunChecksOptions<Context, C extends Check<Context>> {
   /** Builds the context one check runs with, around that check's own evidence log. */
   contextFor(evidence: EvidenceLog): Context;
-  redactor: Redactor;
+  redactor: EvidenceRedactor;
   /** A check still running after this is failed, so one hung plugin or server cannot stall the run. */
   timeoutMs: number;
   /** Runs before a check; an outcome returned here replaces the check (e.g. a missing feature). */

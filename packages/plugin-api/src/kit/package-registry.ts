@@ -1,4 +1,4 @@
-import type { PackageRegistryV1 } from '@sigil/plugin-api';
+import type { PackageRegistryV1 } from '../index.ts';
 import type { ContractKit } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
 

@@ -1,10 +1,5 @@
-import {
-  CORE_SERVICE_NAMES,
-  PLUGIN_KINDS,
-  type PluginKind,
-  SUPPORTED_SPEC_VERSIONS,
-} from '@sigil/plugin-api';
-import { ensure, notApplicableBecause, pass } from '../check.ts';
+import { CORE_SERVICE_NAMES, PLUGIN_KINDS, type PluginKind, SUPPORTED_SPEC_VERSIONS } from '../index.ts';
+import { ensure, notApplicableBecause, pass } from './check.ts';
 import type { KitCheck } from './kit.ts';
 
 /**

@@ -1,6 +1,6 @@
-import type { PluginInstanceOf, PluginKind } from '@sigil/plugin-api';
-import { runChecks } from '../check.ts';
-import { Redactor } from '../redact.ts';
+import type { PluginInstanceOf, PluginKind } from '../index.ts';
+import { runChecks } from './check.ts';
+import { EvidenceRedactor } from './redact.ts';
 import { contractChecks, type ContractKit, type KitCheck } from './kit.ts';
 
 /**
@@ -18,15 +18,18 @@ export interface RegisterOptions {
    * that passes only when the check indeed reports not-applicable, so nothing is left skipped.
    */
   expectNotApplicable?: readonly string[];
+  /** What the checks' evidence and reasons are redacted with (the plugin's secrets); a fresh one by default. */
+  redactor?: EvidenceRedactor;
 }
 
 export function registerChecks(checks: readonly KitCheck[], options: RegisterOptions = {}): void {
   const expected = new Set(options.expectNotApplicable ?? []);
+  const redactor = options.redactor ?? new EvidenceRedactor();
   for (const check of checks) {
     it(`${check.id} (${check.level}): ${check.title}`, async function () {
       this.timeout(KIT_CHECK_TIMEOUT_MS + 1_000);
       const [result] = await runChecks([check], {
-        redactor: new Redactor(),
+        redactor,
         timeoutMs: KIT_CHECK_TIMEOUT_MS,
         contextFor: (evidence) => ({ evidence }),
       });

@@ -1,4 +1,4 @@
-import type { CanvasNodeV1 } from '@sigil/plugin-api';
+import type { CanvasNodeV1 } from '../index.ts';
 import type { ContractKit } from './kit.ts';
 import { describeContractKit } from './mocha.ts';
 

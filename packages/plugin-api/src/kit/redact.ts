@@ -1,13 +1,15 @@
+import { REDACTED } from '../redaction.ts';
+
 /**
  * Redaction for everything the conformance runner writes: reports, stdout, evidence.
  *
  * Checks sign in with real wallets and handle real credentials, and reports are meant to be shared
  * (attached to CI runs, sent to a certifier). So every string on its way out passes through
  * `redactSecrets`, which removes credentials by their shape, plus any exact value the run learned is
- * secret (an operator key given without `0x`, an opaque token of another implementation).
+ * secret (an operator key given without `0x`, an opaque token of another implementation). Unlike the
+ * host's `Redactor` (../redaction.ts), which catches known values in every encoding, this one also
+ * catches credentials the run was never told about, by their shape.
  */
-
-export const REDACTED = '[REDACTED]';
 
 /** Credentials recognised by shape, with what replaces each; order matters (a JWT inside "Bearer …"). */
 const SECRET_SHAPES: readonly { pattern: RegExp; replacement: string }[] = [
@@ -57,7 +59,7 @@ const MIN_KNOWN_SECRET_LENGTH = 8;
 
 /**
  * Replaces every credential in `text`: the known secret values given, then every recognised shape.
- * This is the one redaction function; `redactValue` and `Redactor` apply it.
+ * This is the one redaction function; `redactValue` and `EvidenceRedactor` apply it.
  */
 export function redactSecrets(text: string, knownSecrets: Iterable<string> = []): string {
   let out = text;
@@ -88,7 +90,7 @@ export function redactValue(value: unknown, knownSecrets: Iterable<string> = [])
 }
 
 /** The secrets one run has learned, applied to everything the run records. */
-export class Redactor {
+export class EvidenceRedactor {
   private readonly known = new Set<string>();
 
   /** Remembers a secret value; a hex key is remembered with and without its `0x`. */
