@@ -47,7 +47,7 @@ describe('plugins outside the tree', function () {
     const api = await pack(join(repoRoot, 'packages', 'plugin-api'), work);
     const plugin = join(work, 'acme-llm');
     cpSync(fixture, plugin, { recursive: true });
-    await npm(plugin, 'install');
+    // The plugin API from its tarball, as a published version would come (the peer dependency too).
     await npm(plugin, 'install', '--save-dev', api);
     kitOutput = await npm(plugin, 'test');
     const tarball = await pack(plugin, work);
