@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PLUGIN_KINDS, type PluginKind, SigilError } from '@sigil/plugin-api';
@@ -17,6 +17,8 @@ export interface ScaffoldOptions {
   parentDir: string;
   /** Progress lines for the terminal. */
   progress?: (line: string) => void;
+  /** A tarball of the plugin API packed already (packPluginApi), copied instead of packing again. */
+  pluginApiTarball?: string;
 }
 
 export interface Scaffolded {
@@ -39,11 +41,19 @@ export function scaffoldPlugin(options: ScaffoldOptions): Scaffolded {
   const progress = options.progress ?? (() => undefined);
   progress(`creating ${dir}`);
   const keySlot = `${name.replace(/-/g, '_').toUpperCase()}_API_KEY`;
-  const source = readFileSync(join(here, 'plugin', `${kind}.ts`), 'utf8')
-    .replaceAll('TEMPLATE_PLUGIN_NAME_API_KEY', keySlot)
-    .replaceAll(NAME_TOKEN, name);
-  progress('packing the plugin API (@sigil/plugin-api) into vendor/');
-  const tarball = packPluginApi(join(dir, 'vendor'));
+  const named = (text: string) =>
+    text.replaceAll('TEMPLATE_PLUGIN_NAME_API_KEY', keySlot).replaceAll(NAME_TOKEN, name);
+  const source = named(readFileSync(join(here, 'plugin', `${kind}.ts`), 'utf8'));
+  const vendor = join(dir, 'vendor');
+  let tarball: string;
+  if (options.pluginApiTarball === undefined) {
+    progress('packing the plugin API (@sigil/plugin-api) into vendor/');
+    tarball = packPluginApi(vendor);
+  } else {
+    tarball = basename(options.pluginApiTarball);
+    mkdirSync(vendor, { recursive: true });
+    copyFileSync(options.pluginApiTarball, join(vendor, tarball));
+  }
   const files: Record<string, string> = {
     'package.json': packageJson(name, kind, tarball),
     'tsconfig.json': json(tsconfig({ noEmit: true, include: ['src', 'test'] })),
@@ -53,7 +63,7 @@ export function scaffoldPlugin(options: ScaffoldOptions): Scaffolded {
     '.mocharc.json': json({ 'node-option': ['import=tsx'], spec: ['test/**/*.test.ts'], timeout: 60_000 }),
     '.gitignore': 'node_modules/\ndist/\n',
     'src/index.ts': source,
-    'test/kit.test.ts': kitTest(kind),
+    'test/kit.test.ts': named(kitTest(kind)),
     'README.md': readme(name, kind),
   };
   for (const [file, content] of Object.entries(files)) {
@@ -77,8 +87,8 @@ function checkName(name: string): string {
   });
 }
 
-/** `npm pack` of packages/plugin-api (its prepack builds dist/); returns the tarball's file name. */
-function packPluginApi(destination: string): string {
+/** `npm pack` of packages/plugin-api (its prepack builds dist/) into `destination`; the tarball's file name. */
+export function packPluginApi(destination: string): string {
   mkdirSync(destination, { recursive: true });
   const output = execFileSync('npm', ['pack', '--silent', '--pack-destination', destination], {
     cwd: join(sigilRoot, 'packages', 'plugin-api'),
@@ -149,16 +159,48 @@ function tsconfig(extra: Record<string, unknown> & { include: string[] }) {
   };
 }
 
+/**
+ * Behaviour the kit checks only against what the integrator provides (an upstream and keys, served
+ * packages, a funded payer); the stub's placeholders make it fail until they are filled in.
+ */
+const BEHAVIOUR: Partial<Record<PluginKind, { imports: string; body: string }>> = {
+  'llm-provider': {
+    imports: 'describeLlmProviderBehaviour, pluginLoader',
+    body: `// Streaming, tool calls, cancellation and typed errors, against your upstream: give a model it
+// serves and a key it accepts (e.g. from the environment), and how to make it answer 429 and 5xx.
+describeLlmProviderBehaviour(pluginLoader(plugin.default, OPTIONS), () => ({
+  model: 'TODO-a-model-of-listModels',
+  apiKey: process.env.TEMPLATE_PLUGIN_NAME_API_KEY ?? 'TODO-a-key-the-upstream-accepts',
+}));
+`,
+  },
+  'package-registry': {
+    imports: 'describePackageRegistryBehaviour, pluginLoader',
+    body: `// Resolve, verified install, idempotence, refused tampering, no install scripts, warm set: against
+// packages your registry serves for the purpose (publish them in a before hook, e.g. to a local one).
+describePackageRegistryBehaviour(pluginLoader(plugin.default, OPTIONS), () => ({
+  plain: { name: 'TODO-plain-package', range: '^1.0.0', version: '1.0.0', digest: 'TODO-its-digest' },
+  scripted: { name: 'TODO-package-with-install-scripts', range: '^1.0.0', marker: '/tmp/TODO-marker' },
+  tampered: { name: 'TODO-package-served-with-wrong-content', range: '^1.0.0' },
+}));
+`,
+  },
+};
+
 function kitTest(kind: PluginKind): string {
-  return `import { describePluginKit } from '@sigil/plugin-api/kit';
+  const behaviour = BEHAVIOUR[kind];
+  return `import { describePluginKit${behaviour ? `, ${behaviour.imports}` : ''} } from '@sigil/plugin-api/kit';
 import * as plugin from '../src/index.ts';
 
+/** What an operator would give under \`plugins[].options\`. */
+const OPTIONS = {};
+
 /**
- * Every check of the ${kind} contract, run on instances this plugin's own factory makes. Each failing
- * check quotes the sentence of the contract it tests. The options are what an operator would give.
+ * Every check of the ${kind} contract, on instances this plugin's own factory makes;
+ * a failing check quotes the sentence of the contract it tests.
  */
-describePluginKit(plugin, {});
-`;
+describePluginKit(plugin, OPTIONS);
+${behaviour ? `\n${behaviour.body}` : ''}`;
 }
 
 function readme(name: string, kind: PluginKind): string {

@@ -6,7 +6,13 @@
  */
 
 /** A whole plugin module: its manifest, then the contract kit of its kind on instances of its factory. */
-export { describePluginKit, pluginKitChecks, pluginName, type PluginKitOptions } from './plugin-kit.ts';
+export {
+  describePluginKit,
+  pluginKitChecks,
+  pluginLoader,
+  pluginName,
+  type PluginKitOptions,
+} from './plugin-kit.ts';
 export { manifestOf, type PluginUnderTest, type UncheckedManifest } from './manifest.ts';
 export { KitServices } from './services.ts';
 

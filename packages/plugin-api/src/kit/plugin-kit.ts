@@ -1,4 +1,4 @@
-import type { CoreServices, PluginManifest } from '../index.ts';
+import type { CoreServices, PluginInstanceOf, PluginKind, PluginManifest } from '../index.ts';
 import { notApplicableBecause } from './check.ts';
 import { CONTRACT_KITS } from './contract-kits.ts';
 import { contractChecks, type KitCheck } from './kit.ts';
@@ -87,4 +87,20 @@ export function describePluginKit(
       redactor: services.redactor,
     });
   });
+}
+
+/**
+ * A `load` for the describe…Behaviour kits: each call makes and starts a fresh instance of the plugin
+ * whose manifest is given, as the host makes it, with the kit's core services (or those given). Call
+ * it inside a mocha `describe`: the services close after it.
+ */
+export function pluginLoader<K extends PluginKind>(
+  manifest: { kind: K },
+  options: Record<string, unknown> = {},
+  given: Partial<CoreServices> = {},
+): () => Promise<PluginInstanceOf<K>> {
+  const services = new KitServices(given);
+  after(() => services.close());
+  return async () =>
+    (await createFromManifest(manifest as UncheckedManifest, options, services)) as PluginInstanceOf<K>;
 }
