@@ -14,7 +14,7 @@ import { gatewayOpenApi } from './openapi.ts';
 import { restRouter } from './rest.ts';
 import { ServerPool } from './server-pool.ts';
 import { ServerDirectory } from './servers.ts';
-import { EnabledServers } from './sessions.ts';
+import { EnabledServers } from './enabled-servers.ts';
 import { ToolCaller } from './tool-calls.ts';
 import { Payments } from './payments/payments.ts';
 import { paymentsRouter } from './payments/routes.ts';

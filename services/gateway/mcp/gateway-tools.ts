@@ -9,7 +9,7 @@ import { isSigilError, type SigilError } from '../../../core/errors.ts';
 import type { CallObserver } from '../../../core/mcp/call-tool.ts';
 import { UNKNOWN_SERVER, type Catalog } from '../catalog.ts';
 import type { ServerDirectory } from '../servers.ts';
-import type { EnabledServers } from '../sessions.ts';
+import type { EnabledServers } from '../enabled-servers.ts';
 import { NAMESPACE_SEPARATOR, toolError, type ToolCaller } from '../tool-calls.ts';
 import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
 import { RetryLater } from '../retry-later.ts';
