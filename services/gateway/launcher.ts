@@ -13,7 +13,7 @@ import { callTool } from '../../core/mcp/call-tool.ts';
 import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
 import type { PluginHost } from '../../core/plugins/host.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
-import type { Catalog, CatalogEntry } from './catalog.ts';
+import type { CatalogEntry } from './catalog.ts';
 import type { RunningServer, ServerKey } from './server-pool.ts';
 import type { ProbeResult, ServerProber } from './servers.ts';
 
@@ -23,9 +23,13 @@ const CONNECT_TIMEOUT_MS = 30_000;
 /** The end of a failed start's stderr quoted in its error: enough for the last lines of a stack trace. */
 const STDERR_IN_ERROR_CHARS = 500;
 
+/** A process to start: whose it is, and the catalog entry its call was admitted with (servers.ts). */
+export interface ServerLaunch extends ServerKey {
+  entry: CatalogEntry;
+}
+
 export interface LauncherOptions {
   plugins: PluginHost;
-  catalog: Catalog;
   logger: Logger;
   /** The wallet's stored secrets for a server (decrypted), or nothing for an anonymous caller. */
   secretsFor(key: ServerKey): Promise<Record<string, string>>;
@@ -50,11 +54,10 @@ export class SandboxedServers implements ServerProber {
     return { ok: true };
   }
 
-  /** Starts the server of `key` in the sandbox, with the wallet's secrets, and connects an MCP client. */
-  launch = (key: ServerKey): Promise<RunningServer> => this.start(key, true);
+  /** Starts the entry's server in the sandbox, with the wallet's secrets, and connects an MCP client. */
+  launch = (target: ServerLaunch): Promise<RunningServer> => this.start(target, target.entry, true);
 
-  private async start(key: ServerKey, withSecrets: boolean): Promise<RunningServer> {
-    const entry = this.options.catalog.require(key.serverId);
+  private async start(key: ServerKey, entry: CatalogEntry, withSecrets: boolean): Promise<RunningServer> {
     const installed = await this.install(entry);
     // A verification probe runs with no wallet and so with no secrets: many servers list tools without them.
     const secrets = withSecrets ? await this.declaredSecrets(key, entry) : {};
@@ -165,7 +168,7 @@ export class SandboxedServers implements ServerProber {
 
   async probe(entry: CatalogEntry): Promise<ProbeResult> {
     const installed = await this.install(entry);
-    const server = await this.start({ serverId: entry.id, wallet: 'warmup' }, false);
+    const server = await this.start({ serverId: entry.id, wallet: 'warmup' }, entry, false);
     try {
       const tools: Tool[] = [];
       let cursor: string | undefined;

@@ -49,7 +49,7 @@ export function restRouter(deps: {
     ctx.body = await deps.servers.describe(parseInput(serverParams, ctx.params, 'params').id);
   });
   router.get('/api/servers/:id/tools', async (ctx) => {
-    const details = await deps.servers.requireServable(parseInput(serverParams, ctx.params, 'params').id);
+    const { details } = await deps.servers.admit(parseInput(serverParams, ctx.params, 'params').id);
     ctx.body = { tools: details.tools, quarantinedTools: details.quarantinedTools };
   });
   router.post('/api/servers/:id/tools/:name', async (ctx) => {

@@ -24,9 +24,10 @@ export interface ServerKey {
   wallet: string;
 }
 
-export interface ServerPoolOptions {
+/** `Key`: what a process is started from; a `ServerKey` and whatever else `launch` needs. */
+export interface ServerPoolOptions<Key extends ServerKey = ServerKey> {
   /** Starts a server's process; called once per key however many calls arrive together. */
-  launch(key: ServerKey): Promise<RunningServer>;
+  launch(key: Key): Promise<RunningServer>;
   /** A warm process with no call for this long is stopped. */
   idleMs: number;
   /** At most this many processes run; starting one more stops the least recently used idle one. */
@@ -38,10 +39,10 @@ export interface ServerPoolOptions {
   logger: Logger;
 }
 
-interface Slot {
+interface Slot<Key extends ServerKey> {
   /** The key's id; one-shot slots have one of their own. */
   id: string;
-  key: ServerKey;
+  key: Key;
   server: Promise<RunningServer>;
   /** The process, once started. */
   running: RunningServer | undefined;
@@ -86,19 +87,19 @@ class Waiter {
  * restarted after a crash, capped in number with least-recently-used eviction. A call that needs a new
  * process while every one is busy waits in a bounded queue (length and time), first come first served.
  */
-export class ServerPool {
+export class ServerPool<Key extends ServerKey = ServerKey> {
   /** Insertion order is recency: a slot is moved to the end whenever it is used. */
-  private readonly slots = new Map<string, Slot>();
+  private readonly slots = new Map<string, Slot<Key>>();
   private readonly waiting: Waiter[] = [];
   private oneShots = 0;
 
-  constructor(private readonly options: ServerPoolOptions) {}
+  constructor(private readonly options: ServerPoolOptions<Key>) {}
 
   /**
    * Runs `work` against the key's warm server, starting it first if needed; with `oneShot`, against a
    * fresh process of its own, stopped when `work` ends (nothing it keeps reaches another call).
    */
-  async use<T>(key: ServerKey, work: (server: RunningServer) => Promise<T>, oneShot = false): Promise<T> {
+  async use<T>(key: Key, work: (server: RunningServer) => Promise<T>, oneShot = false): Promise<T> {
     const slot = this.acquire(key, oneShot, false) ?? (await this.queue(key, oneShot));
     try {
       return await work(await slot.server);
@@ -119,7 +120,7 @@ export class ServerPool {
     return this.stop(slot, 'discarded');
   }
 
-  running(): ServerKey[] {
+  running(): Key[] {
     return [...this.slots.values()].map((slot) => slot.key);
   }
 
@@ -131,7 +132,7 @@ export class ServerPool {
    * The key's slot, counted busy; undefined when a new process is needed and there is no room for it,
    * or (unless `queued`, the head of the queue) when earlier calls already wait for room.
    */
-  private acquire(key: ServerKey, oneShot: boolean, queued: boolean): Slot | undefined {
+  private acquire(key: Key, oneShot: boolean, queued: boolean): Slot<Key> | undefined {
     let id = slotId(key);
     let slot = oneShot ? undefined : this.slots.get(id);
     if (slot) {
@@ -156,7 +157,7 @@ export class ServerPool {
   }
 
   /** Waits for room, first come first served, or refuses: the queue is full, or the wait too long. */
-  private async queue(key: ServerKey, oneShot: boolean): Promise<Slot> {
+  private async queue(key: Key, oneShot: boolean): Promise<Slot<Key>> {
     const { queueLength, queueWaitMs, maxRunning } = this.options;
     const refusal = () =>
       new RetryLater(
@@ -212,7 +213,7 @@ export class ServerPool {
       this.wakeOne();
   }
 
-  private start(key: ServerKey, id: string): Promise<RunningServer> {
+  private start(key: Key, id: string): Promise<RunningServer> {
     const started = this.options.launch(key);
     started.then(
       (server) => {
@@ -246,13 +247,13 @@ export class ServerPool {
   }
 
   /** The least recently used process with no call. */
-  private idleSlot(): Slot | undefined {
+  private idleSlot(): Slot<Key> | undefined {
     for (const slot of this.slots.values()) if (slot.busy === 0) return slot;
     return undefined;
   }
 
   /** Its last call ended: idle from now on, and free for a call waiting for room. */
-  private released(slot: Slot): void {
+  private released(slot: Slot<Key>): void {
     if (slot.busy > 0) return;
     clearTimeout(slot.idleTimer);
     slot.idleTimer = setTimeout(() => void this.stop(slot, 'idle'), this.options.idleMs);
@@ -260,7 +261,7 @@ export class ServerPool {
     this.wakeOne();
   }
 
-  private remove(slot: Slot): void {
+  private remove(slot: Slot<Key>): void {
     clearTimeout(slot.idleTimer);
     if (this.slots.get(slot.id) !== slot) return;
     this.slots.delete(slot.id);
@@ -268,7 +269,7 @@ export class ServerPool {
   }
 
   /** Frees the slot at once; the process ends in the background, and the promise settles then. */
-  private async stop(slot: Slot, reason: string): Promise<void> {
+  private async stop(slot: Slot<Key>, reason: string): Promise<void> {
     this.remove(slot);
     try {
       const server = await slot.server;

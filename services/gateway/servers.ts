@@ -4,6 +4,7 @@ import type { Clock } from '../../core/clock.ts';
 import type { Database } from '../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../core/log.ts';
+import type { ServerCallSettings } from './call-limits.ts';
 import type { Catalog, CatalogEntry } from './catalog.ts';
 import type { QuarantinedTool, ToolPins } from './tool-pins.ts';
 
@@ -58,6 +59,17 @@ export interface ServerDetails {
   smokeTool: string | null;
 }
 
+/**
+ * One catalog server as a tool call needs it, resolved by one look-up of its id: how to start it, what
+ * verification found (served tools, filter, runnability) and how its calls run. `admit` hands it to the
+ * call path, which passes it on instead of looking the id up again.
+ */
+export interface ResolvedServer {
+  entry: CatalogEntry;
+  details: ServerDetails;
+  settings: ServerCallSettings;
+}
+
 interface ServerRow {
   server_id: string;
   version: string | null;
@@ -78,13 +90,14 @@ interface ServerRow {
 export const SERVER_DETAILS_TTL_MS = 2000;
 
 /**
- * The catalog as the gateway sees it at run time: each server's security filter verdict, runnability,
- * verification tier and served tools. Verdicts live in the database, so replicas agree on them; each
+ * The catalog as the gateway sees it at run time, and the one place that decides whether a server may
+ * run (`admit`): each server's catalog entry, security filter verdict, runnability, verification tier,
+ * served tools and call settings. Verdicts live in the database, so replicas agree on them; each
  * process keeps a short-lived copy, so a tool call does not read them on every request.
  */
 export class ServerDirectory {
-  private readonly inFlight = new Map<string, Promise<ServerDetails>>();
-  private readonly cache: TtlCache<string, ServerDetails>;
+  private readonly inFlight = new Map<string, Promise<ResolvedServer>>();
+  private readonly cache: TtlCache<string, ResolvedServer>;
 
   constructor(
     private readonly deps: {
@@ -95,6 +108,8 @@ export class ServerDirectory {
       pins: ToolPins;
       prober: ServerProber;
       denyList: readonly string[];
+      /** A catalog server's time limit, and whether anonymous callers may share its process. */
+      callSettings(serverId: string): ServerCallSettings;
       /** Overrides {@link SERVER_DETAILS_TTL_MS}; 0 reads the database on every call. */
       detailsTtlMs?: number;
     },
@@ -110,7 +125,12 @@ export class ServerDirectory {
    * database. The result is shared and frozen: callers copy what they change.
    */
   async describe(id: string): Promise<ServerDetails> {
-    this.deps.catalog.require(id);
+    return (await this.resolve(id)).details;
+  }
+
+  /** The server, from this process's copy when it is younger than the TTL; a 404 for an unknown id. */
+  private resolve(id: string): Promise<ResolvedServer> {
+    // Only catalog ids are ever cached: an unknown id misses, and `read` refuses it.
     return this.cache.get(id, () => this.read(id));
   }
 
@@ -119,7 +139,7 @@ export class ServerDirectory {
     this.cache.delete(id);
   }
 
-  private async read(id: string): Promise<ServerDetails> {
+  private async read(id: string): Promise<ResolvedServer> {
     const entry = this.deps.catalog.require(id);
     const row = (await this.deps.db('gateway_servers').where({ server_id: id }).first()) as
       ServerRow | undefined;
@@ -129,7 +149,7 @@ export class ServerDirectory {
     const runnable = this.deps.prober.runnable(entry);
     const denied = this.denial(entry);
     const offered = row?.filter_status === 'allowed' ? pins.served : [];
-    return deepFreeze<ServerDetails>({
+    const details = deepFreeze<ServerDetails>({
       id,
       title: entry.title,
       description: entry.description,
@@ -155,6 +175,8 @@ export class ServerDirectory {
       network: [...entry.network],
       smokeTool: entry.smokeTest?.tool ?? null,
     });
+    // Shallow: the entry is the catalog's own object, shared by every reader and never changed.
+    return Object.freeze({ entry, details, settings: this.deps.callSettings(id) });
   }
 
   /** An operator accepts a quarantined tool's new definition for the server's current version. */
@@ -171,24 +193,31 @@ export class ServerDirectory {
     return Promise.all(this.deps.catalog.all().map((entry) => this.describe(entry.id)));
   }
 
-  /** Details of a server that is verified, allowed and runnable; verifies it first when needed. */
-  async requireServable(id: string): Promise<ServerDetails> {
-    let details = await this.describe(id);
-    if (!details.runnable.ok) {
+  /**
+   * The one decision whether a server may run now, for a tool call (and for what only a runnable server
+   * answers: its per-server endpoint, its tool list, enabling it): the server, resolved, when it is in
+   * the catalog, runnable, allowed by the filter and verified; verified first when needed. Otherwise
+   * the refusal: `not_found` (not in the catalog), `unavailable` (not runnable here, or verification
+   * failed) or `forbidden` (blocked by the filter).
+   */
+  async admit(id: string): Promise<ResolvedServer> {
+    let server = await this.resolve(id);
+    if (!server.details.runnable.ok) {
       throw new SigilError(
         'unavailable',
-        `MCP server "${id}" is not runnable here: ${details.runnable.reason ?? 'unknown reason'}`,
+        `MCP server "${id}" is not runnable here: ${server.details.runnable.reason ?? 'unknown reason'}`,
         {
           details: { serverId: id },
         },
       );
     }
-    if (details.filter.status === 'unverified') {
+    if (server.details.filter.status === 'unverified') {
       // Another replica may have verified it since this process last looked.
       this.invalidate(id);
-      details = await this.describe(id);
-      if (details.filter.status === 'unverified') details = await this.verify(id);
+      server = await this.resolve(id);
+      if (server.details.filter.status === 'unverified') server = await this.verified(id);
     }
+    const { details } = server;
     if (details.filter.status !== 'allowed') {
       throw new SigilError(
         'forbidden',
@@ -207,14 +236,18 @@ export class ServerDirectory {
         },
       );
     }
-    return details;
+    return server;
   }
 
   /**
    * Installs and probes a server, records the verdict and tier, and pins or checks its tools.
    * Concurrent calls for one server share a single probe.
    */
-  verify(id: string): Promise<ServerDetails> {
+  async verify(id: string): Promise<ServerDetails> {
+    return (await this.verified(id)).details;
+  }
+
+  private verified(id: string): Promise<ResolvedServer> {
     const running = this.inFlight.get(id);
     if (running) return running;
     const work = this.runVerification(id).finally(() => this.inFlight.delete(id));
@@ -222,11 +255,11 @@ export class ServerDirectory {
     return work;
   }
 
-  private async runVerification(id: string): Promise<ServerDetails> {
+  private async runVerification(id: string): Promise<ResolvedServer> {
     const entry = this.deps.catalog.require(id);
     const now = this.deps.clock.now().getTime();
     const denied = this.denial(entry);
-    if (denied || !this.deps.prober.runnable(entry).ok) return this.describe(id);
+    if (denied || !this.deps.prober.runnable(entry).ok) return this.resolve(id);
     let row: Omit<ServerRow, 'server_id'>;
     try {
       const probe = await this.deps.prober.probe(entry);
@@ -271,7 +304,7 @@ export class ServerDirectory {
       // The pins may have changed even if the verdict could not be written.
       this.invalidate(id);
     }
-    return this.describe(id);
+    return this.resolve(id);
   }
 
   private denial(entry: CatalogEntry): FilterVerdict | undefined {

@@ -3,10 +3,11 @@ import { isSigilError, Redactor, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../core/http/disconnect.ts';
 import { CallCancelled, type CallObserver } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
-import type { ServerDetails, ServerDirectory } from './servers.ts';
+import type { ServerLaunch } from './launcher.ts';
+import type { ResolvedServer, ServerDetails, ServerDirectory } from './servers.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY, type Payments } from './payments/payments.ts';
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
-import type { CallerLimits, CallOrigin, ServerCallSettings } from './call-limits.ts';
+import type { CallerLimits, CallOrigin } from './call-limits.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
 import { checkArguments, checkPayloadSize } from './tool-arguments.ts';
 import { cleanResult, cleanValue, MAX_RESULT_DEPTH, TOO_DEEP } from './tool-results.ts';
@@ -19,6 +20,11 @@ export const TASK_REQUIRED = 'task_required';
 
 export interface ToolCall {
   serverId: string;
+  /**
+   * The server `serverId` names, when this request has already admitted it (POST /mcp/server/:id
+   * admits its server before the request is read): the call does not ask again.
+   */
+  admitted?: ResolvedServer;
   tool: string;
   arguments: Record<string, unknown>;
   /** The caller's wallet, or undefined when anonymous. */
@@ -37,16 +43,15 @@ export interface ToolCall {
 }
 
 export interface ToolCallerOptions {
+  /** Decides whether the server may run (once per call), and proves refusals. */
   servers: ServerDirectory;
-  pool: ServerPool;
+  pool: ServerPool<ServerLaunch>;
   /** Absent: calls are free. Present: each call is paid, settled only when it succeeds. */
   payments: Payments | undefined;
   /** Signs the proof every tool result carries. */
   proofs: () => Promise<ProofSigner>;
   /** Calls in flight per caller. */
   limits: CallerLimits;
-  /** A catalog server's time limit, and whether anonymous callers may share its process. */
-  settingsOf(serverId: string): ServerCallSettings;
   logger: Logger;
 }
 
@@ -70,7 +75,8 @@ export class ToolCaller {
     // Before anything runs or is paid: what the proof could not commit to after the tool ran.
     checkArguments(call.arguments);
     checkPayloadSize(call.arguments, call.meta);
-    const details = await this.options.servers.requireServable(call.serverId);
+    const server = call.admitted ?? (await this.options.servers.admit(call.serverId));
+    const { details } = server;
     if (details.taskOnlyTools.includes(call.tool)) {
       throw new SigilError(
         'invalid_request',
@@ -95,13 +101,13 @@ export class ToolCaller {
     // The key is ready before the tool runs: a key error afterwards would make a side effect unpaid.
     const signer = await this.options.proofs();
     const { payments } = this.options;
-    if (!payments) return (await this.run(call, details, signer, disconnection)).value;
+    if (!payments) return (await this.run(call, server, signer, disconnection)).value;
     const resource = {
       url: call.resourceUrl ?? `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
       description: `Tool "${call.tool}" of MCP server "${call.serverId}"`,
     };
     const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, () =>
-      this.run(call, details, signer, disconnection),
+      this.run(call, server, signer, disconnection),
     );
     return receipt ? { ...value, _meta: { ...value._meta, [PAYMENT_RESPONSE_META_KEY]: receipt } } : value;
   }
@@ -112,11 +118,11 @@ export class ToolCaller {
    */
   private async run(
     call: ToolCall,
-    details: ServerDetails,
+    server: ResolvedServer,
     signer: ProofSigner,
     disconnection: Disconnection | undefined,
   ): Promise<{ value: CallToolResult; succeeded: boolean }> {
-    const outcome = await this.execute(call, disconnection);
+    const outcome = await this.execute(call, server, disconnection);
     // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
     const cleaned = cleanResult(outcome.result, outcome.injected.redactor);
     const result =
@@ -124,7 +130,7 @@ export class ToolCaller {
         ? toolError(`Tool "${call.tool}" answered a result nested deeper than ${MAX_RESULT_DEPTH} levels`)
         : cleaned;
     return {
-      value: proven(signer, details, call, result, outcome.injected.names),
+      value: proven(signer, server.details, call, result, outcome.injected.names),
       succeeded: result.isError !== true,
     };
   }
@@ -151,10 +157,13 @@ export class ToolCaller {
    * and the gateway spec settles no failed call (part 7). What bounds the processes a caller can hold
    * for nothing is its limit of calls in flight, not a price.
    */
-  private async execute(call: ToolCall, disconnection: Disconnection | undefined): Promise<Execution> {
-    const settings = this.options.settingsOf(call.serverId);
+  private async execute(
+    call: ToolCall,
+    { entry, settings }: ResolvedServer,
+    disconnection: Disconnection | undefined,
+  ): Promise<Execution> {
     const caller = this.options.limits.admit(call.wallet, call.origin);
-    const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous' };
+    const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous', entry };
     let injected: RunningServer['injected'] = { names: [], redactor: Redactor.none };
     try {
       return await this.options.pool.use(

@@ -6,7 +6,7 @@ import type { Kernel } from '../kernel.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
 import { loadCatalog } from './catalog.ts';
 import { CallerLimits, serverCallSettings } from './call-limits.ts';
-import { SandboxedServers } from './launcher.ts';
+import { SandboxedServers, type ServerLaunch } from './launcher.ts';
 import { McpDispatcher } from './mcp/dispatcher.ts';
 import { mcpRoutes } from './mcp/endpoint.ts';
 import { GatewayTools } from './mcp/gateway-tools.ts';
@@ -14,7 +14,7 @@ import { gatewayOpenApi } from './openapi.ts';
 import { restRouter } from './rest.ts';
 import { ServerPool } from './server-pool.ts';
 import { ServerDirectory } from './servers.ts';
-import { EnabledServers } from './sessions.ts';
+import { EnabledServers } from './enabled-servers.ts';
 import { ToolCaller } from './tool-calls.ts';
 import { Payments } from './payments/payments.ts';
 import { paymentsRouter } from './payments/routes.ts';
@@ -86,11 +86,14 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
   });
   const launcher = new SandboxedServers({
     plugins: kernel.plugins,
-    catalog,
     logger,
     secretsFor: (key) =>
       key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({}),
     registry: kernel.secrets,
+  });
+  const settingsOf = serverCallSettings(catalog.all(), {
+    defaultSeconds: settings.toolCallTimeoutSeconds,
+    maxSeconds: settings.maxToolCallTimeoutSeconds,
   });
   const servers = new ServerDirectory({
     db: kernel.db,
@@ -100,19 +103,16 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     pins: new ToolPins(kernel.db, kernel.clock),
     prober: launcher,
     denyList: settings.denyList,
+    callSettings: settingsOf,
   });
   const { callLimits } = settings;
-  const pool = new ServerPool({
+  const pool = new ServerPool<ServerLaunch>({
     launch: launcher.launch,
     idleMs: settings.idleTimeoutSeconds * 1000,
     maxRunning: settings.maxRunningServers,
     queueLength: callLimits.queueLength,
     queueWaitMs: callLimits.queueWaitSeconds * 1000,
     logger,
-  });
-  const settingsOf = serverCallSettings(catalog.all(), {
-    defaultSeconds: settings.toolCallTimeoutSeconds,
-    maxSeconds: settings.maxToolCallTimeoutSeconds,
   });
   // The longest a paid call may take from its reservation: queued, then run to its time limit.
   const longestCallSeconds =
@@ -150,7 +150,6 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     payments,
     proofs,
     limits: new CallerLimits(callLimits),
-    settingsOf,
     logger,
   });
   const tools = new GatewayTools({
@@ -175,7 +174,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
   return {
     mcp: mcpRoutes({
       dispatcher,
-      assertServerServable: async (serverId) => void (await servers.requireServable(serverId)),
+      admit: (serverId) => servers.admit(serverId),
     }),
     routers: [
       restRouter({

@@ -1,7 +1,8 @@
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import type { Kernel } from '../../services/kernel.ts';
-import { Catalog, catalogEntrySchema } from '../../services/gateway/catalog.ts';
+import type { SigilError } from '@sigil/plugin-api';
+import { Catalog, catalogEntrySchema, UNKNOWN_SERVER } from '../../services/gateway/catalog.ts';
 import { ServerDirectory, type ProbeResult, type ServerProber } from '../../services/gateway/servers.ts';
 import { ToolPins } from '../../services/gateway/tool-pins.ts';
 import { newWallet, Services } from '../auth/support.ts';
@@ -56,8 +57,10 @@ describeEachDatabase('server details cache', (database) => {
       pins: new ToolPins(kernel.db, kernel.clock),
       prober,
       denyList: [],
+      callSettings: () => settings,
       ...(detailsTtlMs === undefined ? {} : { detailsTtlMs }),
     });
+  const settings = { timeoutMs: 5000, stateless: false };
   const names = (tools: readonly { name: string }[]) => tools.map((tool) => tool.name);
 
   beforeEach(async () => {
@@ -67,22 +70,44 @@ describeEachDatabase('server details cache', (database) => {
 
   it('reads the database once for many calls within the TTL', async () => {
     const servers = directory(new StubProber());
-    await servers.requireServable('stub');
+    await servers.admit('stub');
     let queries = 0;
     const count = () => (queries += 1);
     kernel.db.on('query', count);
     try {
       for (let i = 0; i < 50; i++)
-        expect(names((await servers.requireServable('stub')).tools)).to.deep.equal(['echo']);
+        expect(names((await servers.admit('stub')).details.tools)).to.deep.equal(['echo']);
     } finally {
       kernel.db.off('query', count);
     }
     expect(queries).to.equal(0);
   });
 
+  it('admits a server with what its call needs: the catalog entry, its details and its call settings', async () => {
+    const servers = directory(new StubProber());
+    const admitted = await servers.admit('stub');
+    expect(admitted.entry).to.equal(entry);
+    expect(admitted.settings).to.equal(settings);
+    expect(admitted.details).to.deep.include({ id: 'stub', tier: 'tools_listed', version: '1.0.0' });
+    // The next admission is the same value from this process's copy: nothing is looked up again.
+    expect(await servers.admit('stub')).to.equal(admitted);
+  });
+
+  it('refuses to admit an id the catalog does not hold (404, unknown_server), every time it is asked', async () => {
+    const servers = directory(new StubProber());
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const refusal = await servers.admit('nope').then(
+        () => undefined,
+        (err: unknown) => err as SigilError,
+      );
+      expect(refusal?.code).to.equal('not_found');
+      expect(refusal?.details?.reason).to.equal(UNKNOWN_SERVER);
+    }
+  });
+
   it('hands out details no caller can change for the others', async () => {
     const servers = directory(new StubProber());
-    const details = await servers.requireServable('stub');
+    const { details } = await servers.admit('stub');
     expect(() => (details.tools as Tool[]).push(reworded)).to.throw(TypeError);
     expect(() => ((details.tools[0] as Tool).description = 'changed')).to.throw(TypeError);
     expect((await servers.describe('stub')).tools).to.deep.equal([echo]);
@@ -91,7 +116,7 @@ describeEachDatabase('server details cache', (database) => {
   it('quarantines at once a tool that a verification on this process finds changed', async () => {
     const prober = new StubProber();
     const servers = directory(prober);
-    expect(names((await servers.requireServable('stub')).tools)).to.deep.equal(['echo']);
+    expect(names((await servers.admit('stub')).details.tools)).to.deep.equal(['echo']);
     prober.tools = [reworded];
     await servers.verify('stub');
     const details = await servers.describe('stub');
@@ -102,12 +127,12 @@ describeEachDatabase('server details cache', (database) => {
   it('serves at once a tool approved on this process', async () => {
     const prober = new StubProber();
     const servers = directory(prober);
-    await servers.requireServable('stub');
+    await servers.admit('stub');
     prober.tools = [reworded];
     await servers.verify('stub');
-    expect((await servers.requireServable('stub')).tools).to.deep.equal([]);
+    expect((await servers.admit('stub')).details.tools).to.deep.equal([]);
     expect(await servers.approveTool('stub', 'echo')).to.equal(true);
-    const details = await servers.requireServable('stub');
+    const { details } = await servers.admit('stub');
     expect(details.tools).to.deep.equal([reworded]);
     expect(details.quarantinedTools).to.deep.equal([]);
   });
@@ -117,7 +142,7 @@ describeEachDatabase('server details cache', (database) => {
     const here = directory(new StubProber(), ttl);
     const otherProber = new StubProber();
     const other = directory(otherProber, ttl);
-    expect(names((await here.requireServable('stub')).tools)).to.deep.equal(['echo']);
+    expect(names((await here.admit('stub')).details.tools)).to.deep.equal(['echo']);
     otherProber.tools = [reworded];
     await other.verify('stub');
     const changed = performance.now();
@@ -133,7 +158,7 @@ describeEachDatabase('server details cache', (database) => {
     const here = directory(hereProber);
     expect((await here.describe('stub')).filter.status).to.equal('unverified');
     await directory(new StubProber()).verify('stub');
-    expect(names((await here.requireServable('stub')).tools)).to.deep.equal(['echo']);
+    expect(names((await here.admit('stub')).details.tools)).to.deep.equal(['echo']);
     expect(hereProber.probes).to.equal(0);
   });
 });

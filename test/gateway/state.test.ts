@@ -2,7 +2,7 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import { ManualClock } from '../../core/clock.ts';
 import type { Kernel } from '../../services/kernel.ts';
-import { EnabledServers } from '../../services/gateway/sessions.ts';
+import { EnabledServers } from '../../services/gateway/enabled-servers.ts';
 import { ToolPins, toolDefinitionHash } from '../../services/gateway/tool-pins.ts';
 import { describeEachDatabase, openTestKernel } from '../support/kernel.ts';
 

@@ -14,6 +14,7 @@ import {
 import type { z } from 'zod';
 import type { Disconnection } from '../../../core/http/disconnect.ts';
 import type { CallOrigin } from '../call-limits.ts';
+import type { ResolvedServer } from '../servers.ts';
 import { ErrorCode, errorReply, isPlainObject, JsonRpcError, type JsonRpcReply } from './jsonrpc.ts';
 
 /** Everything a tool list or call may depend on: who asks, in which session, through which endpoint. */
@@ -22,8 +23,11 @@ export interface McpRequestScope {
   wallet: string | undefined;
   /** The X-MCP-Session value (state bound to the wallet, not an MCP protocol session). */
   sessionId: string | undefined;
-  /** Set on POST /mcp/server/:serverId: only that server's tools, un-namespaced, no meta-tools. */
-  serverId: string | undefined;
+  /**
+   * Set on POST /mcp/server/:serverId, admitted once for the request: only that server's tools,
+   * un-namespaced, no meta-tools.
+   */
+  server: ResolvedServer | undefined;
   /** Tells a tool call that the client went away. */
   disconnection: Disconnection;
   /** Payment and other per-call data the client sent in `params._meta`. */

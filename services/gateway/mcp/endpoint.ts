@@ -3,6 +3,7 @@ import type { Context } from 'koa';
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { LaneAnswer, LaneExchange, LaneRoute } from '../../../core/http/lane.ts';
+import type { ResolvedServer } from '../servers.ts';
 import type { McpDispatcher, McpRequestScope } from './dispatcher.ts';
 import { McpAnswer } from './event-stream.ts';
 import { classify, ErrorCode, errorReply, type JsonRpcReply } from './jsonrpc.ts';
@@ -12,8 +13,11 @@ const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export interface McpEndpointOptions {
   dispatcher: McpDispatcher;
-  /** Checks a per-server endpoint before any request is accepted (exists, allowed, runnable). */
-  assertServerServable(serverId: string): Promise<void>;
+  /**
+   * Decides whether a per-server endpoint's server may run (exists, runnable, allowed, verified) before
+   * any request is accepted; the request's calls use the server it resolves instead of asking again.
+   */
+  admit(serverId: string): Promise<ResolvedServer>;
 }
 
 /**
@@ -39,11 +43,8 @@ export function mcpRoutes(options: McpEndpointOptions): { lane: LaneRoute[]; rou
     {
       method: 'POST',
       path: '/mcp/server/:serverId',
-      handle: async (exchange) => {
-        const serverId = exchange.params.serverId as string;
-        await options.assertServerServable(serverId);
-        return handle(exchange, options, serverId);
-      },
+      handle: async (exchange) =>
+        handle(exchange, options, await options.admit(exchange.params.serverId as string)),
     },
   ];
   return { lane, router };
@@ -52,7 +53,7 @@ export function mcpRoutes(options: McpEndpointOptions): { lane: LaneRoute[]; rou
 async function handle(
   exchange: LaneExchange,
   options: McpEndpointOptions,
-  serverId: string | undefined,
+  server: ResolvedServer | undefined,
 ): Promise<LaneAnswer> {
   const { request, state } = exchange;
   if (state.authError) throw state.authError;
@@ -93,7 +94,7 @@ async function handle(
   const scope: McpRequestScope = {
     wallet: state.auth?.address,
     sessionId: session === '' ? undefined : session,
-    serverId,
+    server,
     disconnection: exchange.disconnection(),
     meta: undefined,
     origin: request,

@@ -8,8 +8,8 @@ import { z } from 'zod';
 import { isSigilError, type SigilError } from '@sigil/plugin-api';
 import type { CallObserver } from '../../../core/mcp/call-tool.ts';
 import { UNKNOWN_SERVER, type Catalog } from '../catalog.ts';
-import type { ServerDirectory } from '../servers.ts';
-import type { EnabledServers } from '../sessions.ts';
+import type { ResolvedServer, ServerDirectory } from '../servers.ts';
+import type { EnabledServers } from '../enabled-servers.ts';
 import { NAMESPACE_SEPARATOR, toolError, type ToolCaller } from '../tool-calls.ts';
 import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
 import { RetryLater } from '../retry-later.ts';
@@ -79,7 +79,7 @@ export class GatewayTools implements McpToolSource {
   ) {}
 
   async listTools(scope: McpRequestScope): Promise<Tool[]> {
-    if (scope.serverId !== undefined) return (await this.deps.servers.describe(scope.serverId)).tools;
+    if (scope.server !== undefined) return scope.server.details.tools;
     const enabled = await this.deps.enabled.list(scope.wallet, scope.sessionId);
     const served = await Promise.all(
       enabled
@@ -100,7 +100,8 @@ export class GatewayTools implements McpToolSource {
     args: Record<string, unknown>,
   ): Promise<CallToolResult> {
     try {
-      if (scope.serverId !== undefined) return await this.callServerTool(scope, scope.serverId, name, args);
+      if (scope.server !== undefined)
+        return await this.callServerTool(scope, scope.server.entry.id, name, args, scope.server);
       if (META_NAMES.has(name)) {
         // Free, but not unbounded: the same limit as a server tool's arguments, and the same refusal.
         checkPayloadSize(args, scope.meta);
@@ -121,15 +122,20 @@ export class GatewayTools implements McpToolSource {
     }
   }
 
-  /** A server's tool; a refusal by the gateway is a tool error proven as a result is. */
+  /**
+   * A server's tool (`admitted`: the server, when this request has already admitted it); a refusal by
+   * the gateway is a tool error proven as a result is.
+   */
   private async callServerTool(
     scope: McpRequestScope,
     serverId: string,
     tool: string,
     args: Record<string, unknown>,
+    admitted?: ResolvedServer,
   ): Promise<CallToolResult> {
     const call = {
       serverId,
+      ...(admitted && { admitted }),
       tool,
       arguments: args,
       wallet: scope.wallet,
@@ -188,7 +194,7 @@ export class GatewayTools implements McpToolSource {
     const { serverId } = parseArgs(serverIdArgs, args);
     if (name === 'gateway_describe_server') return jsonResult(await this.deps.servers.describe(serverId));
     if (name === 'gateway_enable_server') {
-      const details = await this.deps.servers.requireServable(serverId);
+      const { details } = await this.deps.servers.admit(serverId);
       const tools = details.tools.map((tool) => `${serverId}${NAMESPACE_SEPARATOR}${tool.name}`);
       if (scope.wallet === undefined) {
         return jsonResult({
