@@ -155,7 +155,9 @@ export class Payments {
   paymentRequired(resource: PaymentResource, reason?: { code: string; message: string }): SigilError {
     const code = reason?.code ?? 'payment_required';
     const required = this.deps.rail.paymentRequired(resource, code);
-    return paymentError(required, reason?.message ?? 'Payment required: this call costs', this.terms(), {
+    const terms = this.terms();
+    const message = reason?.message ?? `Payment required: this call costs ${priceOf(terms)}`;
+    return paymentError(required, message, {
       reason: code,
       hint: this.deps.hint === undefined ? HOW_TO_PAY : `${HOW_TO_PAY}. ${this.deps.hint}`,
     });
@@ -367,7 +369,6 @@ export class Payments {
     return paymentError(
       { ...required, extensions: { [PAID_RESULT_EXTENSION]: extension } },
       'Payment not proven yet: the authorization is used on chain, but nothing shows yet that it paid for this call; the result is withheld',
-      this.terms(),
       {
         reason: SETTLEMENT_UNPROVEN,
         hint: kept
@@ -587,14 +588,15 @@ const HOW_TO_PAY =
  * A 402: `details.reason` is the refusal's stable code (`payment_required` when nothing was paid; the
  * same as the PaymentRequired's `error`), the message one sentence a payer can act on.
  */
+const priceOf = (terms: PaymentTerms): string =>
+  `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
+
 function paymentError(
   required: X402PaymentRequired,
   message: string,
-  terms: PaymentTerms,
   refusal: { reason: string; hint: string; paymentId?: string },
 ): SigilError {
-  const price = `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
-  return new SigilError('payment_required', message.endsWith('costs') ? `${message} ${price}` : message, {
+  return new SigilError('payment_required', message, {
     hint: refusal.hint,
     details: {
       reason: refusal.reason,
