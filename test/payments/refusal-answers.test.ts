@@ -74,6 +74,10 @@ describe('payments: what a refused payer reads (anvil)', function () {
     const rest = await gateway.callRest('echo', { message: 'unpaid' });
     expect(rest.status).to.equal(402);
     expect(requiredOf(rest).resource.url).to.equal(`${PUBLIC_URL}/api/servers/probe/tools/echo`);
+    const { amount } = requiredOf(rest).accepts[0] as { amount: string };
+    expect(((await rest.json()) as { message: string }).message).to.match(
+      new RegExp(`^Payment required: this call costs ${amount} base units of .+ on eip155:\\d+$`),
+    );
     const client = await mcpClient(`${gateway.url}/mcp/server/probe`);
     try {
       const err = await client.callTool({ name: 'echo', arguments: { message: 'unpaid' } }).then(
