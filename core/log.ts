@@ -64,25 +64,22 @@ export interface LoggerOptions {
   level?: string;
   name?: string;
   secrets?: SecretRegistry;
-  destination?: DestinationStream;
+  /** Where lines go, e.g. `logDestination(2)`: whoever makes a destination closes it. */
+  destination: DestinationStream;
 }
 
 type SonicBoom = ReturnType<typeof pino.destination>;
 
+/**
+ * A log destination its creator closes once nothing more should wait in it: what it holds is handed
+ * over, later lines are written at once, and the process's exit no longer flushes it.
+ */
+export interface LogDestination extends DestinationStream {
+  close(): void;
+}
+
 const BATCH_CHARS = 16 * 1024;
 const FLUSH_EVERY_MS = 250;
-
-// Lines still waiting when the process exits are written synchronously (as sonic-boom does its own).
-const flushedAtExit = new Set<LineBatches>();
-process.on('exit', () => {
-  for (const batches of flushedAtExit) {
-    try {
-      batches.flushSync();
-    } catch {
-      // A log file not open yet (the process ends at start-up): nothing can be written any more.
-    }
-  }
-});
 
 /**
  * Log lines gathered in an array and handed to sonic-boom 16 KB at a time (or every 250 ms), so a busy
@@ -91,20 +88,26 @@ process.on('exit', () => {
  * `minLength`, which appends each line to the pending string and then measures that string's UTF-8
  * length, flattening it: a copy of 8 KB per line on average, an eighth of a busy gateway's allocation
  * per tool call.
+ *
+ * Lines still waiting when the process exits are written synchronously (as sonic-boom does its own):
+ * each destination hooks the process's exit when it is created and lets go of it when closed, so
+ * importing this module changes nothing in the process.
  */
-class LineBatches implements DestinationStream {
+class LineBatches implements LogDestination {
   private lines: string[] = [];
   private chars = 0;
+  private readonly timer: NodeJS.Timeout;
+  private closed = false;
 
   constructor(private readonly sink: SonicBoom) {
-    setInterval(() => this.handOver(), FLUSH_EVERY_MS).unref();
-    flushedAtExit.add(this);
+    this.timer = setInterval(() => this.handOver(), FLUSH_EVERY_MS).unref();
+    process.on('exit', this.flushAtExit);
   }
 
   write(line: string): void {
     this.lines.push(line);
     this.chars += line.length;
-    if (this.chars >= BATCH_CHARS) this.handOver();
+    if (this.closed || this.chars >= BATCH_CHARS) this.handOver();
   }
 
   /** pino's `logger.flush()`. */
@@ -118,6 +121,22 @@ class LineBatches implements DestinationStream {
     this.sink.flushSync();
   }
 
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.timer);
+    process.removeListener('exit', this.flushAtExit);
+    this.handOver();
+  }
+
+  private readonly flushAtExit = (): void => {
+    try {
+      this.flushSync();
+    } catch {
+      // A log file not open yet (the process ends at start-up): nothing can be written any more.
+    }
+  };
+
   private handOver(): void {
     if (this.lines.length === 0) return;
     const batch = this.lines.join('');
@@ -128,7 +147,7 @@ class LineBatches implements DestinationStream {
 }
 
 /** An asynchronous, batched log destination (a file path, or a file descriptor such as 2). */
-export const logDestination = (dest: number | string): DestinationStream =>
+export const logDestination = (dest: number | string): LogDestination =>
   // minLength 1: each batch is written at once, and sonic-boom's flush(done) waits for the write (it
   // calls back at once when minLength is 0).
   new LineBatches(pino.destination({ dest, sync: false, minLength: 1 }));
@@ -163,7 +182,7 @@ export const logDestinationIn = (format: LogFormat, dest = 2): DestinationStream
       })
     : logDestination(dest);
 
-export function createLogger(options: LoggerOptions = {}): Logger {
+export function createLogger(options: LoggerOptions): Logger {
   const secrets = options.secrets;
   return pino(
     {
@@ -172,7 +191,6 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       redact: { paths: REDACT_PATHS, censor: '[REDACTED]' },
       hooks: secrets ? { streamWrite: (line: string) => secrets.scrub(line) } : {},
     },
-    // stderr: stdout stays clean for what commands print (URLs, JSON), whatever the log level.
-    options.destination ?? logDestination(2),
+    options.destination,
   );
 }

@@ -4,7 +4,7 @@ import { loadConfig, type LoadedConfig } from '../core/config/load.ts';
 import type { SigilConfig } from '../core/config/schema.ts';
 import { migrate, openDatabase, type Database } from '../core/db/database.ts';
 import type { DestinationStream } from 'pino';
-import { createLogger, SecretRegistry, type Logger } from '../core/log.ts';
+import { createLogger, logDestination, SecretRegistry, type Logger } from '../core/log.ts';
 import { PluginHost } from '../core/plugins/host.ts';
 import { builtinPlugins } from './builtin-plugins.ts';
 import { serviceMigrations } from './migrations.ts';
@@ -54,13 +54,7 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
   ]) {
     secrets.add(value);
   }
-  const logger =
-    options.logger ??
-    createLogger({
-      level: config.log.level,
-      secrets,
-      ...(options.logDestination ? { destination: options.logDestination } : {}),
-    });
+  const { logger, closeLog } = kernelLogger(options, config, secrets);
   const clock = options.clock ?? systemClock;
   const db = await openDatabase({
     url: config.database.url,
@@ -88,10 +82,30 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
       close: async () => {
         await plugins.stop();
         await db.destroy();
+        closeLog();
       },
     };
   } catch (err) {
     await db.destroy();
+    closeLog();
     throw err;
   }
+}
+
+/**
+ * The kernel's logger: the one it was given, or one writing to the given destination, or to stderr
+ * (stdout stays clean for what commands print: URLs, JSON). The kernel closes only a destination it
+ * made; one it was given belongs to the caller.
+ */
+function kernelLogger(
+  options: KernelOptions,
+  config: SigilConfig,
+  secrets: SecretRegistry,
+): { logger: Logger; closeLog(): void } {
+  if (options.logger) return { logger: options.logger, closeLog: () => undefined };
+  const logTo = (destination: DestinationStream) =>
+    createLogger({ level: config.log.level, secrets, destination });
+  if (options.logDestination) return { logger: logTo(options.logDestination), closeLog: () => undefined };
+  const made = logDestination(2);
+  return { logger: logTo(made), closeLog: () => made.close() };
 }

@@ -3,25 +3,21 @@ import { listen, type RunningServer } from '../core/http/server.ts';
 import { createGatewayApp } from './gateway/app.ts';
 import type { WarmupOutcome } from './gateway/warmup.ts';
 import type { Kernel } from './kernel.ts';
-import { createRuntimeApp } from './runtime/app.ts';
+import { createRuntimeApp, type RuntimeApp } from './runtime/app.ts';
 
 export type ServiceName = 'runtime' | 'gateway';
 
 /** A service's app, with optional background work to start once it listens and to stop before the kernel. */
 interface ServiceApp {
   callback(): RequestListener;
-  /** The runtime's gateway client, pointed at the gateway this process serves (sigil up). */
-  gateway?: { reachAt(url: string): void };
   start?(): Promise<void> | void;
   /** Settles once its start-up work (the gateway's warmup) is done. */
   warmedUp?(): Promise<WarmupOutcome | undefined>;
   close?(): Promise<void>;
 }
 
-const APP_FACTORIES: Record<ServiceName, (kernel: Kernel) => ServiceApp> = {
-  runtime: createRuntimeApp,
-  gateway: createGatewayApp,
-};
+/** Composition order: a gateway served beside the runtime reads the runtime's keys and attestation directly. */
+const SERVICE_ORDER: readonly ServiceName[] = ['runtime', 'gateway'];
 
 export interface Serving {
   urls: Partial<Record<ServiceName, string>>;
@@ -35,10 +31,15 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
   const running: RunningServer[] = [];
   const apps: ServiceApp[] = [];
   const urls: Partial<Record<ServiceName, string>> = {};
+  let runtime: RuntimeApp | undefined;
+  const compose = (name: ServiceName): ServiceApp => {
+    if (name === 'runtime') return (runtime = createRuntimeApp(kernel));
+    return createGatewayApp(kernel, runtime ? { inProcessRuntime: runtime.inProcess } : {});
+  };
   try {
-    for (const name of services) {
+    for (const name of SERVICE_ORDER.filter((service) => services.includes(service))) {
       const { host, port, http } = kernel.config[name];
-      const service = APP_FACTORIES[name](kernel);
+      const service = compose(name);
       apps.push(service);
       const server = await listen(service, host, port, http);
       running.push(server);
@@ -46,10 +47,9 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
       urls[name] = server.url;
       kernel.logger.info({ service: name, url: server.url }, `${name} listening`);
     }
-    const runtime = apps[services.indexOf('runtime')];
     // Both here (sigil up): the runtime's tool loop reaches this gateway where it listens, ephemeral
     // ports included, unless runtime.chat.gatewayUrl names another address.
-    if (runtime?.gateway && urls.gateway && kernel.config.runtime.chat.gatewayUrl === undefined)
+    if (runtime && urls.gateway && kernel.config.runtime.chat.gatewayUrl === undefined)
       runtime.gateway.reachAt(urls.gateway);
   } catch (err) {
     await Promise.all(running.map((server) => server.close(0)));

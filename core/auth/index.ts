@@ -2,7 +2,7 @@ import type Router from '@koa/router';
 import type { Middleware } from 'koa';
 import type { LaneStep } from '../http/lane.ts';
 import type { Logger } from '../log.ts';
-import { HttpRuntimeSource, localRuntime, type RuntimeSource } from './delegation/source.ts';
+import { HttpRuntimeSource, type RuntimeSource } from './delegation/source.ts';
 import { DelegationVerifier } from './delegation/verifier.ts';
 import type { EvidenceVerifier } from './delegation/trust.ts';
 import { RequestSignatures } from './erc8128.ts';
@@ -42,6 +42,11 @@ export interface WalletAuthOptions {
    * (the delegated path's trust state). None are built in yet: they come with real TEE backends.
    */
   evidenceVerifiers?: readonly EvidenceVerifier[];
+  /**
+   * The runtime this process serves (`sigil up`), which the gateway reads directly unless
+   * `gateway.delegation.runtimeUrl` names one to read over HTTP.
+   */
+  inProcessRuntime?: RuntimeSource;
 }
 
 /** Wallet authentication for one service; the gateway and the runtime differ only by `service`. */
@@ -91,7 +96,7 @@ function delegationVerifier(
   const delegation = deps.config.gateway.delegation;
   if (!delegation.enabled) return undefined;
   return new DelegationVerifier({
-    source: runtimeSource(deps.config),
+    source: runtimeSource(deps.config, options.inProcessRuntime),
     issuer: authSettings(deps.config, 'runtime').baseUrl,
     audience,
     cacheSeconds: delegation.cacheSeconds,
@@ -107,12 +112,8 @@ function delegationVerifier(
  * The runtime the gateway trusts: at `gateway.delegation.runtimeUrl` when configured; otherwise the
  * runtime this process serves (`sigil up`), read directly; otherwise the runtime's public URL.
  */
-function runtimeSource(config: AuthDeps['config']): () => RuntimeSource {
+function runtimeSource(config: AuthDeps['config'], inProcess: RuntimeSource | undefined): RuntimeSource {
   const configured = config.gateway.delegation.runtimeUrl;
-  if (configured !== undefined) {
-    const http = new HttpRuntimeSource(configured);
-    return () => http;
-  }
-  const fallback = new HttpRuntimeSource(publicBaseUrl(config.runtime).href);
-  return () => localRuntime(config) ?? fallback;
+  if (configured !== undefined) return new HttpRuntimeSource(configured);
+  return inProcess ?? new HttpRuntimeSource(publicBaseUrl(config.runtime).href);
 }

@@ -15,6 +15,20 @@ export interface DatabaseOptions {
 
 export const isPostgresUrl = (url: string): boolean => /^postgres(ql)?:\/\//.test(url);
 
+/** The SQL a database speaks, for the few statements that differ (row locks, triggers). */
+export type Dialect = 'postgres' | 'sqlite';
+
+const DIALECTS: Record<string, Dialect> = { postgresql: 'postgres', sqlite3: 'sqlite' };
+
+/** The dialect of a database `openDatabase` opened (or of a transaction on it). */
+export function dialectOf(db: Database): Dialect {
+  // knex types its instance's client as `any`; `dialect` is a member of its Client class.
+  const dialect = DIALECTS[(db.client as Knex.Client).dialect];
+  if (dialect === undefined)
+    throw new SigilError('internal', 'The database is neither PostgreSQL nor SQLite');
+  return dialect;
+}
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   const db = isPostgresUrl(options.url) ? await openPostgres(options) : openSqlite(options.url);
   try {

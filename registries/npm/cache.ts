@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { CacheEntry, RefreshReport, ResolvedPackage } from '@sigil/plugin-api';
+import type { CacheEntry, Clock, RefreshReport, ResolvedPackage } from '@sigil/plugin-api';
 
 /** What an entry directory records about itself, in {@link ENTRY_FILE}. */
 export interface EntryRecord extends CacheEntry {
@@ -35,7 +35,11 @@ export class CacheLayout {
   readonly npm: string;
   private readonly refreshFile: string;
 
-  constructor(readonly root: string) {
+  constructor(
+    readonly root: string,
+    /** What the age of another host's leftovers is measured by. */
+    private readonly clock: Clock,
+  ) {
     this.entries = join(root, 'entries');
     this.staging = join(root, 'staging');
     this.npm = join(root, 'npm');
@@ -51,7 +55,7 @@ export class CacheLayout {
     await Promise.all([this.entries, this.staging, this.npm].map((dir) => mkdir(dir, { recursive: true })));
     const leftovers: string[] = [];
     for (const name of await readdir(this.staging)) {
-      if (await isAbandoned(join(this.staging, name))) leftovers.push(name);
+      if (await isAbandoned(join(this.staging, name), this.clock)) leftovers.push(name);
     }
     await Promise.all(
       leftovers.map((name) => rm(join(this.staging, name), { recursive: true, force: true })),
@@ -149,11 +153,11 @@ const owner = (): [string, string] => [hostname(), String(process.pid)];
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
-async function isAbandoned(dir: string): Promise<boolean> {
+async function isAbandoned(dir: string, clock: Clock): Promise<boolean> {
   const [, host, pid] = (dir.split('/').pop() ?? '').split('#');
   if (host === hostname() && pid !== undefined && /^\d+$/.test(pid)) return !isAlive(Number(pid), dir);
   // Another host's (or an unrecognisable name): nothing to ask, so go by age.
-  return Date.now() - (await lstat(dir)).mtimeMs > DAY_MS;
+  return clock.now().getTime() - (await lstat(dir)).mtimeMs > DAY_MS;
 }
 
 /** Staged installs of this process in progress, whichever instance made them. */

@@ -72,7 +72,7 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
     private readonly clock: Clock,
     private readonly logger: PluginLogger,
   ) {
-    this.cache = new CacheLayout(resolvePath(config.cacheDir));
+    this.cache = new CacheLayout(resolvePath(config.cacheDir), clock);
     this.npm = new NpmClient({ registry: config.registry, cache: this.cache.npm, logger });
     this.keepWarm(config.warm);
     this.schedule = config.refresh.enabled
@@ -168,7 +168,7 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
     const done = await this.cache.read(resolved);
     if (done) return this.installedFrom(done);
     const packageId = `${resolved.name}@${resolved.version}`;
-    const started = Date.now();
+    const started = performance.now();
     this.logger.info({ package: packageId, digest: resolved.digest }, 'installing package');
     const staged = await this.cache.stage(resolved);
     try {
@@ -191,7 +191,7 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
           package: packageId,
           packages: entry.packages,
           bytes: entry.sizeBytes,
-          ms: Date.now() - started,
+          ms: Math.round(performance.now() - started),
           ...(entry.hasInstallScripts ? { installScriptsNotRun: entry.installScripts } : {}),
         },
         'installed package',

@@ -1,10 +1,10 @@
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
+import type { RuntimeSource } from '../../core/auth/delegation/source.ts';
 import { createWalletAuth } from '../../core/auth/index.ts';
 import { authSettings } from '../../core/auth/settings.ts';
 import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
 import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
-import { registerLocalRuntime } from '../../core/auth/delegation/source.ts';
 import { attestationReport, attestationRouter } from './delegation/attestation.ts';
 import { delegationKeysFrom } from './delegation/keys.ts';
 import { delegationRouter } from './delegation/routes.ts';
@@ -21,6 +21,8 @@ export interface RuntimeApp extends HttpApp {
   vault: ProviderVault;
   /** The delegated path's signing keys (and JWKS). */
   delegation: DelegationKeys;
+  /** This runtime's keys and attestation, read directly by a gateway the same process serves. */
+  inProcess: RuntimeSource;
   /** The runtime as an MCP client of the gateway: operator (ERC-8128) and delegated (JWT) transports. */
   gateway: GatewayClient;
   /** Chat sessions and the chat loop. */
@@ -69,12 +71,11 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     securityPosture: await securityPosture(kernel, vault, delegation),
   }));
   const tee = kernel.plugins.one('tee-backend');
-  // A gateway served by this process reads this runtime's keys and attestation directly.
-  registerLocalRuntime(kernel.config, {
+  const inProcess: RuntimeSource = {
     name: 'in-process',
     jwks: () => delegation.jwks(),
     evidence: async (nonce) => (await attestationReport(tee, delegation, nonce)).evidence ?? undefined,
-  });
+  };
   const auth = createWalletAuth(kernel, 'runtime');
   const ledger = createLedgerService(kernel);
   const chat = new ChatService({
@@ -109,6 +110,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     ledger,
     vault,
     delegation,
+    inProcess,
     gateway,
     chat,
     start: async () => {

@@ -44,8 +44,14 @@ export class Services {
       },
     });
     try {
-      const gateway = await listen(createGatewayApp(kernel), '127.0.0.1', 0);
-      const runtime = await listen(createRuntimeApp(kernel), '127.0.0.1', 0);
+      // As sigil up composes them: the gateway reads the runtime it is served beside directly.
+      const runtimeApp = createRuntimeApp(kernel);
+      const gateway = await listen(
+        createGatewayApp(kernel, { inProcessRuntime: runtimeApp.inProcess }),
+        '127.0.0.1',
+        0,
+      );
+      const runtime = await listen(runtimeApp, '127.0.0.1', 0);
       return new Services(kernel, clock, { gateway, runtime });
     } catch (err) {
       await kernel.close();

@@ -16,6 +16,7 @@ import x402Evm from '../../plugins/payments/x402-evm/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { quietLogger } from '../support/kernel.ts';
 import { balances, cancelAuthorization, pay, payingClient, railPlugin } from '../payments/support.ts';
+import { systemClock } from '../../core/clock.ts';
 
 /**
  * The payment-rail kit with behaviour, run on payments-x402-evm on a fresh anvil: the way a rail's
@@ -30,7 +31,7 @@ async function createRail(): Promise<PaymentRailV1> {
   if (!chain || !options) throw new Error('the dev chain is not started');
   const instance = await x402Evm.create({
     config: x402Evm.config.parse(options),
-    deps: { secrets: new SecretRegistry() },
+    deps: { secrets: new SecretRegistry(), clock: systemClock },
     logger: quietLogger(),
   });
   return instance as PaymentRailV1;

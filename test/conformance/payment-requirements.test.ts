@@ -11,6 +11,7 @@ import { configSchema } from '../../plugins/payments/x402-evm/config.ts';
 import { railPlugin } from '../payments/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { sendJson, startTinyServer, type TinyServer } from './support.ts';
+import { systemClock } from '../../core/clock.ts';
 
 /**
  * The payment requirements against a small gateway that is not Sigil, charging real money on anvil
@@ -274,7 +275,7 @@ describe('payment requirements against a gateway that is not Sigil, paying on an
 
   function railFor(faults: Faults): PaymentRailV1 {
     const options = railPlugin(chain, faults.asks600 ? { pricePerCall: 600 } : {}).plugin.options;
-    return new X402EvmRail(configSchema.parse(options));
+    return new X402EvmRail(configSchema.parse(options), { clock: systemClock });
   }
 
   async function check(

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { describeUrl, migrate, openDatabase } from '../../core/db/database.ts';
+import { describeUrl, dialectOf, migrate, openDatabase } from '../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import { serviceMigrations } from '../../services/migrations.ts';
 import { describeEachDatabase, openTestKernel } from '../support/kernel.ts';
@@ -24,6 +24,16 @@ describeEachDatabase('database', (database) => {
       expect(await b.db('siwe_nonces').where({ nonce: 'n-only-in-a' })).to.have.length(0);
     } finally {
       await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('tells its dialect, in a transaction too', async () => {
+    const kernel = await openTestKernel({ database });
+    try {
+      expect(dialectOf(kernel.db)).to.equal(database.name);
+      expect(await kernel.db.transaction(async (trx) => dialectOf(trx))).to.equal(database.name);
+    } finally {
+      await kernel.close();
     }
   });
 

@@ -6,7 +6,9 @@ import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
+import { configSchema } from '../../core/config/schema.ts';
 import { createLogger, logDestination, logFormat, SecretRegistry } from '../../core/log.ts';
+import { openKernel } from '../../services/kernel.ts';
 
 const logModule = fileURLToPath(new URL('../../core/log.ts', import.meta.url));
 
@@ -125,6 +127,51 @@ describe('logger', () => {
       );
       expect(failed?.code).to.equal(3);
       expect(linesIn(file)).to.deep.equal(['before exit 0', 'before exit 1', 'before exit 2']);
+    });
+
+    it('importing the log module leaves the process as it was: no exit hook until a destination is made', async () => {
+      const script = [
+        "const before = process.listenerCount('exit');",
+        `const { logDestination } = await import(${JSON.stringify(logModule)});`,
+        "const imported = process.listenerCount('exit') - before;",
+        'const destination = logDestination(1);',
+        "const made = process.listenerCount('exit') - before;",
+        'destination.close();',
+        "const closed = process.listenerCount('exit') - before;",
+        // sonic-boom hooks the exit of its own as well; ours is the one closing takes away.
+        'console.log(JSON.stringify({ imported, releasedOnClose: made - closed }));',
+      ].join('\n');
+      const { stdout } = await promisify(execFile)(process.execPath, [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        script,
+      ]);
+      expect(JSON.parse(stdout)).to.deep.equal({ imported: 0, releasedOnClose: 1 });
+    });
+
+    it('a closed destination hands over what waits and still writes later lines', async () => {
+      const file = join(dir, 'out.log');
+      const destination = logDestination(file);
+      const logger = createLogger({ destination });
+      logger.info('before close');
+      destination.close();
+      logger.info('after close');
+      await new Promise<void>((resolve, reject) => logger.flush((err) => (err ? reject(err) : resolve())));
+      expect(linesIn(file)).to.deep.equal(['before close', 'after close']);
+    });
+
+    it('a kernel closes the log destination it made (and its exit hook) when it closes', async () => {
+      const hooks = process.listenerCount('exit');
+      const config = configSchema.parse({
+        database: { url: join(dir, 'sigil.db') },
+        log: { level: 'silent' },
+      });
+      const kernel = await openKernel({ loaded: { config, file: undefined, envOverrides: [] } });
+      expect(process.listenerCount('exit')).to.equal(hooks + 1);
+      await kernel.close();
+      expect(process.listenerCount('exit')).to.equal(hooks);
     });
   });
 });

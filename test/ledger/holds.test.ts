@@ -183,7 +183,7 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     const owed = await holds.hold({ ...failing, amount: 300n, idempotencyKey: 'owed' });
     await holds.hold({ ...other, amount: 200n, idempotencyKey: 'crashed' });
     expect(await holds.recordCost(owed, 120n)).to.equal(true);
-    const fault = await refuseCharges(world.kernel.db, database, failing.wallet);
+    const fault = await refuseCharges(world.kernel.db, failing.wallet);
     try {
       world.clock.advance(TTL_MS);
       expect(await holds.releaseExpired()).to.equal(1);

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { getAddress } from 'viem';
 import { ManualClock } from '../../core/clock.ts';
-import type { Database } from '../../core/db/database.ts';
+import { dialectOf, type Database } from '../../core/db/database.ts';
 import type { Kernel } from '../../services/kernel.ts';
 import { createLedgerService, type LedgerService } from '../../services/runtime/ledger/service.ts';
 import type { Ledger } from '../../services/runtime/ledger/ledger.ts';
@@ -87,13 +87,9 @@ export async function eventually<T>(
  * A real database fault for `wallet`: every charge entry it would get is refused by a trigger (the
  * transaction fails and rolls back) until `heal` drops the trigger.
  */
-export async function refuseCharges(
-  db: Database,
-  database: TestDatabase,
-  wallet: string,
-): Promise<{ heal(): Promise<void> }> {
+export async function refuseCharges(db: Database, wallet: string): Promise<{ heal(): Promise<void> }> {
   const address = getAddress(wallet);
-  if (database.name === 'postgres') {
+  if (dialectOf(db) === 'postgres') {
     await db.raw(`create function refuse_charge() returns trigger language plpgsql as $$
       begin raise exception 'injected fault: no charge for this wallet'; end $$`);
     await db.raw(`create trigger refuse_charge before insert on ledger_entries for each row

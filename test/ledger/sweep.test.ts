@@ -43,6 +43,8 @@ describe('ledger: settlement sweep on anvil', function () {
     }
     const finished = (id: string): Promise<Transfer> =>
       eventually(`sweep ${id}`, async () => {
+        // As the worker's timer would: the clock moves a poll interval before each pass.
+        world.clock.advance(settings.pollIntervalMs!);
         await world.service.worker!.processDue();
         const t = await world.service.transfers.get(id);
         return t && (t.state === 'completed' || t.state === 'failed') ? t : undefined;

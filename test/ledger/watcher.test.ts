@@ -54,6 +54,25 @@ describe('ledger: balance watcher on anvil', function () {
       }
     });
 
+    it('reads every deposit address again once the clock passes balanceRefreshSeconds, not before', async () => {
+      const world = await openLedgerWorld(database, {
+        config: { ledger: ledgerOnChain(chain, { confirmations: 1, balanceRefreshSeconds: 60 }) },
+      });
+      try {
+        const { watcher, deposits } = world.service;
+        await deposits.of(randomWallet());
+        expect((await watcher!.poll()).refreshed).to.equal(1); // the first poll reads every address
+        expect((await watcher!.poll()).refreshed).to.equal(0); // no Transfer event: nothing to read
+        world.clock.advance(59_999);
+        expect((await watcher!.poll()).refreshed).to.equal(0);
+        world.clock.advance(1);
+        expect((await watcher!.poll()).refreshed).to.equal(1);
+        expect((await watcher!.poll()).refreshed).to.equal(0);
+      } finally {
+        await world.close();
+      }
+    });
+
     it('a restart resumes from the stored cursor; a deposit it never saw as an event is still read by balanceOf', async () => {
       const sticky = stickyDatabase(database);
       const config = { ledger: ledgerOnChain(chain, { confirmations: 1 }) };

@@ -41,8 +41,10 @@ describe('ledger: withdrawals on anvil', function () {
       return { wallet, deposit };
     }
     const fresh = () => privateKeyToAccount(generatePrivateKey()).address;
+    /** Runs the worker as its timer would, the clock moving a poll interval before each pass. */
     const settle = async (id: string): Promise<Transfer> =>
       eventually(`withdrawal ${id} finished`, async () => {
+        world.clock.advance(settings.pollIntervalMs!);
         await world.service.worker!.processDue();
         const transfer = await world.service.transfers.get(id);
         return transfer && (transfer.state === 'completed' || transfer.state === 'failed')
@@ -330,6 +332,32 @@ describe('ledger: withdrawals on anvil', function () {
       expect((await world.service.transfers.get(transfer.id))!.state).to.equal('pending');
       rpc.proxy.intercept = undefined;
       await world.service.transfers.makeAllDue();
+      expect((await settle(transfer.id)).state).to.equal('completed');
+      expect(await tokenBalance(rpc.chain, to)).to.equal(USD);
+      await expectAgreement(wallet, deposit);
+    });
+
+    it('a failed attempt is tried again only once the clock passes its backoff (1 s after a first failure)', async () => {
+      const { wallet, deposit } = await fundedWallet(5n * USD);
+      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      const to = fresh();
+      const { transfer } = await world.service.withdrawals.request(wallet, {
+        amount: USD,
+        to,
+        idempotencyKey: 'b',
+      });
+      await world.service.worker!.processDue();
+      const failed = (await world.service.transfers.get(transfer.id))!;
+      expect(failed).to.include({ state: 'pending', attempts: 1 });
+      rpc.proxy.intercept = undefined;
+      const sentBefore = rpc.proxy.transactionsSent();
+      world.clock.advance(999);
+      await world.service.worker!.processDue();
+      expect(rpc.proxy.transactionsSent()).to.equal(sentBefore);
+      expect(await world.service.transfers.get(transfer.id)).to.deep.equal(failed);
+      world.clock.advance(1);
+      await world.service.worker!.processDue();
+      expect(rpc.proxy.transactionsSent()).to.equal(sentBefore + 1);
       expect((await settle(transfer.id)).state).to.equal('completed');
       expect(await tokenBalance(rpc.chain, to)).to.equal(USD);
       await expectAgreement(wallet, deposit);

@@ -44,7 +44,7 @@ describe('payments: a dev chain kept between runs, and one replaced', function (
       const { plugin } = railPlugin(chain, { payTo });
       const rail = (await x402Evm.create({
         config: x402Evm.config.parse(plugin.options),
-        deps: { secrets: new SecretRegistry() },
+        deps: { secrets: new SecretRegistry(), clock: systemClock },
         logger: quietLogger(),
       })) as PaymentRailV1 & { stop(): Promise<void> };
       running.push(rail);

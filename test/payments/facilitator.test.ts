@@ -18,6 +18,7 @@ import {
   payingClient,
   railPlugin,
 } from './support.ts';
+import { ManualClock, systemClock } from '../../core/clock.ts';
 
 const readBody = (req: IncomingMessage) =>
   new Promise<string>((resolve) => {
@@ -88,11 +89,13 @@ describe('payments: facilitators', function () {
         builtin,
         definition,
         createPublicClient({ chain: definition, transport: http(chain.rpcUrl) }),
+        systemClock,
       ),
     );
     try {
       const rail = new X402EvmRail(
         configSchema.parse({ ...plugin.options, facilitator: { kind: 'remote', url: remote.url } }),
+        { clock: systemClock },
       );
       expect(rail.terms().facilitator).to.equal('remote');
       const payload = await payingClient(chain).createPaymentPayload(
@@ -119,6 +122,55 @@ describe('payments: facilitators', function () {
   });
 });
 
+describe('payments: a settlement that failed, by the rail’s clock', function () {
+  this.timeout(60_000);
+  let chain: DevChain;
+  before(async () => {
+    chain = await startDevChain();
+  });
+  after(() => chain?.stop());
+
+  it('is tried again while the authorization leaves x402’s 6 s to settle, and refused as expired from then on', async () => {
+    const { plugin } = railPlugin(chain);
+    const clock = new ManualClock();
+    // A facilitator that accepts every payment and never settles one (as one whose node is down).
+    const failing: FacilitatorClient = {
+      verify: async (payload) => ({
+        isValid: true,
+        payer: (payload.payload as { authorization: { from: string } }).authorization.from,
+      }),
+      settle: async (_payload, requirements) => ({
+        success: false,
+        errorReason: 'unexpected_settle_error',
+        transaction: '',
+        network: requirements.network,
+      }),
+      getSupported: async () => ({ kinds: [], extensions: [], signers: {} }),
+    };
+    const rail = new X402EvmRail(configSchema.parse(plugin.options), { clock, facilitator: failing });
+    try {
+      const payload = await payingClient(chain).createPaymentPayload(
+        rail.paymentRequired({ url: 'mcp://tool/probe__echo', description: 'echo' }) as never,
+      );
+      const verified = await rail.verify(payload);
+      if (!verified.valid) throw new Error(`not verified: ${verified.reason}`);
+      const lastRetry = (verified.payment.validBefore - 6) * 1000 - 1;
+      clock.set(new Date(lastRetry));
+      expect(await rail.settle(verified.payment)).to.include({
+        status: 'retry',
+        reason: 'unexpected_settle_error',
+      });
+      clock.advance(1);
+      expect(await rail.settle(verified.payment)).to.include({
+        status: 'rejected',
+        reason: 'authorization_expired',
+      });
+    } finally {
+      await rail.stop();
+    }
+  });
+});
+
 /**
  * The built-in facilitator settles a payment it has verified itself without x402's second
  * verification, in one EIP-7966 synchronous send; everything else takes x402's own path.
@@ -134,7 +186,11 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
       facilitator: { kind: 'builtin', privateKey: devAccountKey(8) },
       ...options,
     });
-    return { rail: new X402EvmRail(configSchema.parse(plugin.options)), payTo, options: plugin.options };
+    return {
+      rail: new X402EvmRail(configSchema.parse(plugin.options), { clock: systemClock }),
+      payTo,
+      options: plugin.options,
+    };
   };
   const paymentFor = async (rail: X402EvmRail, payer?: LocalAccount) =>
     payingClient(world.chain, payer).createPaymentPayload(
@@ -182,6 +238,7 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
       parsed,
       definition,
       createPublicClient({ chain: definition, transport: http(world.proxy.url) }),
+      systemClock,
     );
     const payload = await paymentFor(rail);
     const requirements = payload.accepted;
@@ -228,7 +285,7 @@ describe('payments: verification with the signature left to the token’s simula
 
   const setUp = async () => {
     const { plugin } = railPlugin(chain);
-    const rail = new X402EvmRail(configSchema.parse(plugin.options));
+    const rail = new X402EvmRail(configSchema.parse(plugin.options), { clock: systemClock });
     const required = rail.paymentRequired({ url: 'test://simulation', description: 'x' }) as PaymentRequired;
     const client = createPublicClient({
       chain: devChainDefinition(chain.rpcUrl, chain.chainId),
@@ -244,7 +301,7 @@ describe('payments: verification with the signature left to the token’s simula
   it('valid: fields as required, the token has code, the payer none, the simulation succeeded', async () => {
     const { required, codeAt, payer } = await setUp();
     const payload = await craftPayment(chain, required, payer);
-    expect(await validOnChain(payload, required.accepts[0]!, succeeded, codeAt)).to.equal(true);
+    expect(await validOnChain(payload, required.accepts[0]!, succeeded, codeAt, systemClock)).to.equal(true);
   });
 
   it('not decided (x402 then refuses) for what a successful simulation cannot rule out, or a failed one', async () => {
@@ -308,7 +365,7 @@ describe('payments: verification with the signature left to the token’s simula
     const withCode = cases.find(([name]) => name === 'a payer with code')![2];
     (withCode.payload as { authorization: { from: string } }).authorization.from = chain.token.address;
     for (const [name, simulation, payload, against] of cases) {
-      expect(await validOnChain(payload, against, simulation, codeAt), name).to.equal(false);
+      expect(await validOnChain(payload, against, simulation, codeAt, systemClock), name).to.equal(false);
     }
   });
 });

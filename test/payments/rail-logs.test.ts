@@ -2,6 +2,7 @@ import type { PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
 import { configSchema, X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
 import { chainBehindProxy, devAccountKey, payingClient, railPlugin } from './support.ts';
+import { systemClock } from '../../core/clock.ts';
 
 /**
  * The rail reads the chain's logs in ranges of `logBlockRange` blocks, as hosted RPC endpoints
@@ -18,7 +19,7 @@ describe('payments-x402-evm: log reads in block ranges, on anvil', function () {
       logBlockRange: 1,
       facilitator: { kind: 'builtin', privateKey: devAccountKey(7) },
     });
-    const rail = new X402EvmRail(configSchema.parse(plugin.options));
+    const rail = new X402EvmRail(configSchema.parse(plugin.options), { clock: systemClock });
     const required = rail.paymentRequired({ url: 'test://logs', description: 'logs' }) as PaymentRequired;
     const payments = [];
     for (let i = 0; i < 3; i++) {

@@ -4,6 +4,7 @@ import type { SettleOutcome } from '@sigil/plugin-api';
 import { configSchema, X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { balances, devAccountKey, payingClient, railPlugin } from './support.ts';
+import { systemClock } from '../../core/clock.ts';
 
 /**
  * The built-in facilitator's transaction nonces: each rail counts its own. Two rails in one process
@@ -26,7 +27,7 @@ describe('payments-x402-evm: transaction nonces of the built-in facilitator, on 
       const { plugin, payTo } = railPlugin(chain, {
         facilitator: { kind: 'builtin', privateKey: devAccountKey(9) },
       });
-      const rail = new X402EvmRail(configSchema.parse(plugin.options));
+      const rail = new X402EvmRail(configSchema.parse(plugin.options), { clock: systemClock });
       const required = rail.paymentRequired({
         url: 'test://nonces',
         description: 'nonces',

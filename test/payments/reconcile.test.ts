@@ -196,7 +196,7 @@ describe('payments: incremental reconciliation, on anvil', function () {
       });
       const instance = (await x402Evm.create({
         config: x402Evm.config.parse(plugin.options),
-        deps: { secrets: new SecretRegistry() },
+        deps: { secrets: new SecretRegistry(), clock: systemClock },
         logger: quietLogger(),
       })) as PaymentRailV1 & { stop(): Promise<void> };
       const withoutLatestBlock = new Proxy(instance, {

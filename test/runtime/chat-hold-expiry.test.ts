@@ -113,7 +113,7 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
       const principal: AuthPrincipal = { address: wallet.address, method: 'jwt', operator: false };
       const session = await chat.openSession(wallet.address, agentId, {});
       const prepared = await chat.prepare(principal, agentId, session.id, { content: 'hello there world' });
-      const fault = await refuseCharges(stack.kernel.db, database, wallet.address);
+      const fault = await refuseCharges(stack.kernel.db, wallet.address);
       const events: SseEvent[] = [];
       await chat.run(principal, prepared, {
         send: (event, data) => events.push({ event, data: data as Record<string, unknown> }),

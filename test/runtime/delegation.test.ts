@@ -280,47 +280,51 @@ describeEachDatabase('delegated gateway access', (database) => {
   });
 
   describe('one process (sigil up)', () => {
-    it('reads the runtime it serves directly: no runtime URL to configure, even on ephemeral ports', async () => {
-      const kernel = await openTestKernel({
-        database,
-        config: { runtime: { port: 0 }, gateway: { port: 0 } },
+    for (const services of [
+      ['runtime', 'gateway'],
+      ['gateway', 'runtime'],
+    ] as const)
+      it(`reads the runtime it serves directly: no runtime URL to configure, even on ephemeral ports (${services.join(', ')})`, async () => {
+        const kernel = await openTestKernel({
+          database,
+          config: { runtime: { port: 0 }, gateway: { port: 0 } },
+        });
+        const serving = await serve(kernel, services);
+        try {
+          const wallet = newWallet();
+          const runtime = serving.urls.runtime as string;
+          const challenge = (await (
+            await fetch(`${runtime}/auth/challenge?address=${wallet.address}`)
+          ).json()) as {
+            message: string;
+          };
+          const verified = await fetch(`${runtime}/auth/verify`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({
+              message: challenge.message,
+              signature: await wallet.signMessage({ message: challenge.message }),
+            }),
+          });
+          const { token: jwt } = (await verified.json()) as { token: string };
+          const minted = await fetch(`${runtime}/wallet/gateway-token`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${jwt}` },
+          });
+          const { token } = (await minted.json()) as { token: string };
+          const session = await fetch(`${serving.urls.gateway as string}/api/auth/session`, {
+            headers: { authorization: `Bearer ${token}` },
+          });
+          expect(session.status).to.equal(200);
+          expect(await session.json()).to.include({
+            address: wallet.address,
+            method: 'delegated-jwt',
+            trust: 'degraded_no_attestation',
+          });
+        } finally {
+          await serving.stop();
+        }
       });
-      const serving = await serve(kernel, ['runtime', 'gateway']);
-      try {
-        const wallet = newWallet();
-        const runtime = serving.urls.runtime as string;
-        const challenge = (await (
-          await fetch(`${runtime}/auth/challenge?address=${wallet.address}`)
-        ).json()) as {
-          message: string;
-        };
-        const verified = await fetch(`${runtime}/auth/verify`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            message: challenge.message,
-            signature: await wallet.signMessage({ message: challenge.message }),
-          }),
-        });
-        const { token: jwt } = (await verified.json()) as { token: string };
-        const minted = await fetch(`${runtime}/wallet/gateway-token`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${jwt}` },
-        });
-        const { token } = (await minted.json()) as { token: string };
-        const session = await fetch(`${serving.urls.gateway as string}/api/auth/session`, {
-          headers: { authorization: `Bearer ${token}` },
-        });
-        expect(session.status).to.equal(200);
-        expect(await session.json()).to.include({
-          address: wallet.address,
-          method: 'delegated-jwt',
-          trust: 'degraded_no_attestation',
-        });
-      } finally {
-        await serving.stop();
-      }
-    });
   });
 
   describe('rotation', () => {

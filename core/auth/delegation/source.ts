@@ -52,13 +52,3 @@ async function fetchJson(url: string): Promise<unknown> {
   if (body.length > MAX_DOCUMENT_BYTES) throw new Error(`the document at ${url} is too large`);
   return JSON.parse(body) as unknown;
 }
-
-/** Runtimes served by this process, by the config object they were composed from. */
-const local = new WeakMap<object, RuntimeSource>();
-
-/** A runtime announces itself, so a gateway of the same process (same config) reads it directly. */
-export function registerLocalRuntime(config: object, source: RuntimeSource): void {
-  local.set(config, source);
-}
-
-export const localRuntime = (config: object): RuntimeSource | undefined => local.get(config);

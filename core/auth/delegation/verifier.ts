@@ -35,8 +35,8 @@ const jwkSchema = z.looseObject({
 const jwksSchema = z.looseObject({ keys: z.array(jwkSchema).max(16) });
 
 export interface DelegationVerifierOptions {
-  /** Where the runtime's JWKS and attestation are read; asked again at every reading. */
-  source: () => RuntimeSource;
+  /** Where the runtime's JWKS and attestation are read. */
+  source: RuntimeSource;
   /** The `iss` delegated JWTs carry: the runtime's public base URL. */
   issuer: string;
   /** The `aud` they must carry: this gateway's public base URL. */
@@ -157,7 +157,7 @@ export class DelegationVerifier {
       // The runtime is unreachable: its last keys stay usable for one more cache period, no longer.
       if (snapshot !== undefined && age < 2 * this.options.cacheSeconds * 1000) {
         this.options.logger.warn(
-          { err, runtime: this.options.source().name },
+          { err, runtime: this.options.source.name },
           'runtime JWKS could not be read again; using the last one',
         );
         return snapshot;
@@ -175,7 +175,7 @@ export class DelegationVerifier {
   }
 
   private async read(): Promise<RuntimeSnapshot> {
-    const source = this.options.source();
+    const source = this.options.source;
     let document: z.infer<typeof jwksSchema>;
     try {
       document = jwksSchema.parse(await source.jwks());

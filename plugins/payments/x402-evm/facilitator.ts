@@ -31,6 +31,7 @@ import { getTransactionCount } from 'viem/actions';
 import type { NonceManager } from 'viem/nonce';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { TtlCache } from '../../../core/cache.ts';
+import type { Clock } from '@sigil/plugin-api';
 import type { X402EvmConfig } from './config.ts';
 import { rpcTransport } from './transport.ts';
 
@@ -44,7 +45,7 @@ export const SETTLEMENT_MARGIN_SECONDS = 6;
 /** Whether an authorization valid before `validBefore` (Unix seconds) still leaves time to settle. */
 const settlesInTime = (validBefore: string, now: bigint): boolean =>
   BigInt(validBefore) >= now + BigInt(SETTLEMENT_MARGIN_SECONDS);
-const nowSeconds = (): bigint => BigInt(Math.floor(Date.now() / 1000));
+const nowSeconds = (clock: Clock): bigint => BigInt(Math.floor(clock.now().getTime() / 1000));
 /** A payer's (and the token's) code is read once for the verification and the settlement of one payment. */
 const CODE_TTL_MS = 5_000;
 /**
@@ -65,6 +66,7 @@ export function createFacilitator(
   config: X402EvmConfig,
   chain: Chain,
   publicClient: PublicClient,
+  clock: Clock,
 ): FacilitatorClient {
   const settings = config.facilitator;
   if (settings.kind === 'remote') {
@@ -95,7 +97,7 @@ export function createFacilitator(
     config.network as `${string}:${string}`,
     new ExactEvmFacilitator(signer),
   );
-  const verified = new VerifiedPayments();
+  const verified = new VerifiedPayments(clock);
   const simulations = new Simulations(publicClient);
   const fees = new TtlCache<'fees', FeeValuesEIP1559>({ ttlMs: FEES_TTL_MS, maxEntries: 1 });
   const currentFees = () => fees.get('fees', () => publicClient.estimateFeesPerGas());
@@ -106,7 +108,7 @@ export function createFacilitator(
       // Read now, while the payment is checked: its settlement then needs no read before it is sent.
       currentFees().catch(() => undefined);
       try {
-        if (simulation && (await validOnChain(payload, requirements, simulation.answer, codeAt))) {
+        if (simulation && (await validOnChain(payload, requirements, simulation.answer, codeAt, clock))) {
           verified.remember(payload, requirements);
           return {
             isValid: true,
@@ -128,6 +130,7 @@ export function createFacilitator(
         requirements,
         wallet,
         account,
+        clock,
         gas: BigInt(config.settlementGasLimit),
         fees: await currentFees().catch(() => undefined),
         noSync: () => (syncSettlement = false),
@@ -197,10 +200,11 @@ export async function validOnChain(
   requirements: PaymentRequirements,
   simulation: Promise<unknown>,
   codeAt: (address: string) => Promise<Hex | undefined>,
+  clock: Clock,
 ): Promise<boolean> {
   const { authorization } = ecdsaAuthorization(payload) ?? {};
   if (!authorization) return false;
-  const now = nowSeconds();
+  const now = nowSeconds(clock);
   try {
     const fieldsMatch =
       payload.accepted.scheme === 'exact' &&
@@ -272,6 +276,8 @@ function transferCall(payload: PaymentPayload, requirements: PaymentRequirements
 class VerifiedPayments {
   private readonly entries = new Map<string, number>();
 
+  constructor(private readonly clock: Clock) {}
+
   remember(payload: PaymentPayload, requirements: PaymentRequirements): void {
     const key = verifiedKey(payload, requirements);
     if (!key) return;
@@ -288,7 +294,7 @@ class VerifiedPayments {
   }
 
   private forgetExpired(): void {
-    const now = Date.now() / 1000;
+    const now = this.clock.now().getTime() / 1000;
     for (const [key, validBefore] of this.entries) if (validBefore < now) this.entries.delete(key);
   }
 }
@@ -330,6 +336,7 @@ async function settleVerified(context: {
   requirements: PaymentRequirements;
   wallet: WalletClient;
   account: PrivateKeyAccount;
+  clock: Clock;
   gas: bigint;
   /** Fees to offer; read from the node when absent. */
   fees: FeeValuesEIP1559 | undefined;
@@ -342,7 +349,7 @@ async function settleVerified(context: {
   const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
   const network = requirements.network;
   const payer = authorization.from;
-  if (!settlesInTime(authorization.validBefore, nowSeconds())) return undefined;
+  if (!settlesInTime(authorization.validBefore, nowSeconds(context.clock))) return undefined;
   const call = transferCall(payload, requirements);
   if (!call) return undefined;
   // No estimate: the node would run the transfer a dozen times (2.4 ms of anvil's CPU, the largest

@@ -13,10 +13,10 @@ export default definePlugin({
   specVersion: 'v1',
   description: 'x402 v2 exact scheme: EIP-3009 transferWithAuthorization of a dollar token on an EVM chain',
   config: configSchema,
-  dependencies: { secrets: coreServices.secrets },
+  dependencies: { secrets: coreServices.secrets, clock: coreServices.clock },
   create: ({ config, deps }) => {
     if (config.facilitator.kind === 'builtin') deps.secrets.add(config.facilitator.privateKey);
-    return new X402EvmRail(config);
+    return new X402EvmRail(config, { clock: deps.clock });
   },
 });
 

@@ -16,6 +16,7 @@ import {
 } from 'viem';
 import {
   type AuthorizationStatus,
+  type Clock,
   type OnChainSettlement,
   type PaymentRailV1,
   type PaymentResource,
@@ -69,10 +70,14 @@ export class X402EvmRail implements PaymentRailV1 {
   private readonly publicClient: PublicClient;
   private readonly facilitator: FacilitatorClient;
 
+  private readonly clock: Clock;
+
   constructor(
     private readonly config: X402EvmConfig,
-    options: { facilitator?: FacilitatorClient } = {},
+    /** `clock` times the authorizations' validity; `facilitator` replaces the configured one. */
+    deps: { clock: Clock; facilitator?: FacilitatorClient },
   ) {
+    this.clock = deps.clock;
     this.chainId = Number(config.network.split(':')[1]);
     const chain = defineChain({
       id: this.chainId,
@@ -86,7 +91,7 @@ export class X402EvmRail implements PaymentRailV1 {
       transport: rpcTransport(config.rpcUrl),
       pollingInterval: config.pollingIntervalMs,
     });
-    this.facilitator = options.facilitator ?? createFacilitator(config, chain, this.publicClient);
+    this.facilitator = deps.facilitator ?? createFacilitator(config, chain, this.publicClient, deps.clock);
   }
 
   /** Closes the RPC WebSocket, if any (the facilitator's client shares it), so nothing reconnects after stop. */
@@ -230,7 +235,7 @@ export class X402EvmRail implements PaymentRailV1 {
         message: `The authorization was used up on chain without paying for this call (${standing.reason})`,
       };
     }
-    const expired = Date.now() / 1000 >= payment.validBefore - SETTLEMENT_MARGIN_SECONDS;
+    const expired = this.clock.now().getTime() / 1000 >= payment.validBefore - SETTLEMENT_MARGIN_SECONDS;
     if (expired) return { status: 'rejected', reason: 'authorization_expired', message: failure.message };
     if (PERMANENT.test(failure.reason)) return { status: 'rejected', ...failure };
     return { status: 'retry', ...failure };

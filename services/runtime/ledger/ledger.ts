@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { getAddress } from 'viem';
 import type { Clock } from '../../../core/clock.ts';
-import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
+import { dialectOf, isUniqueViolation, type Database } from '../../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import { agentNotFound } from '../agents.ts';
@@ -95,7 +95,7 @@ export class Ledger {
     private readonly deps: { db: Database; clock: Clock; logger: Logger; settings: LedgerSettings },
   ) {
     this.settings = deps.settings;
-    this.postgres = (deps.db.client as { config: { client: string } }).config.client === 'pg';
+    this.postgres = dialectOf(deps.db) === 'postgres';
   }
 
   get db(): Database {

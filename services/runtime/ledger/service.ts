@@ -90,6 +90,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
         deposits,
         chain,
         logger,
+        clock: kernel.clock,
         pollMs: settings.pollIntervalMs,
         refreshMs: settings.balanceRefreshSeconds * 1000,
       })
@@ -97,7 +98,15 @@ export function createLedgerService(kernel: Kernel): LedgerService {
   const transfers = new Transfers(ledger);
   const worker =
     chain && keys
-      ? new TransferWorker({ transfers, deposits, keys, chain, logger, pollMs: settings.pollIntervalMs })
+      ? new TransferWorker({
+          transfers,
+          deposits,
+          keys,
+          chain,
+          logger,
+          clock: kernel.clock,
+          pollMs: settings.pollIntervalMs,
+        })
       : undefined;
   const sweeper =
     chain && worker && settings.treasury

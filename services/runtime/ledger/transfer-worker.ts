@@ -5,6 +5,7 @@ import {
   type Hex,
   type LocalAccount,
 } from 'viem';
+import type { Clock } from '../../../core/clock.ts';
 import type { Logger } from '../../../core/log.ts';
 import { CANCEL_AUTHORIZATION_TYPES, TRANSFER_WITH_AUTHORIZATION_TYPES, type LedgerChain } from './chain.ts';
 import type { DepositKeys } from './deposit-keys.ts';
@@ -48,6 +49,8 @@ export class TransferWorker {
       keys: DepositKeys;
       chain: LedgerChain;
       logger: Logger;
+      /** What retries, claims and resends are timed by. */
+      clock: Clock;
       pollMs: number;
       /** A sent transaction not mined after this long is sent again (same authorization). */
       resendAfterMs?: number;
@@ -86,7 +89,7 @@ export class TransferWorker {
       try {
         do {
           this.again = false;
-          for (const transfer of await this.deps.transfers.claimDue(Date.now(), CLAIM_MS)) {
+          for (const transfer of await this.deps.transfers.claimDue(this.now(), CLAIM_MS)) {
             await this.process(transfer);
           }
         } while (this.again);
@@ -95,6 +98,10 @@ export class TransferWorker {
       }
     })();
     return this.running;
+  }
+
+  private now(): number {
+    return this.deps.clock.now().getTime();
   }
 
   private async process(claimed: Transfer): Promise<void> {
@@ -107,7 +114,7 @@ export class TransferWorker {
         if (step.againInMs > 0 || round === 5) {
           await transfers.retryAt(
             transfer.id,
-            Date.now() + Math.max(step.againInMs, this.deps.pollMs),
+            this.now() + Math.max(step.againInMs, this.deps.pollMs),
             false,
           );
           return;
@@ -123,7 +130,7 @@ export class TransferWorker {
       );
       await transfers.note(claimed.id, { reason: `retrying: ${message}` }).catch(() => undefined);
       await transfers
-        .retryAt(claimed.id, Date.now() + backoffMs(claimed.attempts), true)
+        .retryAt(claimed.id, this.now() + backoffMs(claimed.attempts), true)
         .catch(() => undefined);
     }
   }
@@ -178,7 +185,7 @@ export class TransferWorker {
       if (receipt?.status === 'reverted')
         return this.cancel(transfer, account, 'the transfer reverted on chain');
       if (receipt?.status === 'success') return { finished: false, againInMs: this.deps.pollMs };
-      const waited = Date.now() - (transfer.sentAt ?? 0);
+      const waited = this.now() - (transfer.sentAt ?? 0);
       if (waited < (this.deps.resendAfterMs ?? 60_000))
         return { finished: false, againInMs: this.deps.pollMs };
     }
@@ -204,7 +211,7 @@ export class TransferWorker {
       if (!isRevert(err)) throw err;
       return this.cancel(transfer, account, `the transfer would revert (${describe(err)})`);
     }
-    await transfers.note(transfer.id, { state: 'submitted', txHash: hash, sentAt: Date.now(), reason: null });
+    await transfers.note(transfer.id, { state: 'submitted', txHash: hash, sentAt: this.now(), reason: null });
     return AGAIN_NOW;
   }
 
@@ -214,7 +221,7 @@ export class TransferWorker {
     if (transfer.state === 'cancelling' && transfer.cancelTxHash) {
       const receipt = await chain.receipt(transfer.cancelTxHash);
       if (receipt?.status === 'success') return { finished: false, againInMs: this.deps.pollMs };
-      const waited = Date.now() - (transfer.sentAt ?? 0);
+      const waited = this.now() - (transfer.sentAt ?? 0);
       if (!receipt && waited < (this.deps.resendAfterMs ?? 60_000)) {
         return { finished: false, againInMs: this.deps.pollMs };
       }
@@ -228,7 +235,7 @@ export class TransferWorker {
     });
     await transfers.note(transfer.id, { state: 'cancelling', reason });
     const hash = await chain.sendCancel(transfer.from, transfer.nonce, signature);
-    await transfers.note(transfer.id, { cancelTxHash: hash, sentAt: Date.now() });
+    await transfers.note(transfer.id, { cancelTxHash: hash, sentAt: this.now() });
     this.deps.logger.warn(
       { transfer: transfer.id, kind: transfer.kind, reason },
       'ledger: transfer canceled on chain',

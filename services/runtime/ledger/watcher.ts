@@ -1,3 +1,4 @@
+import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { LedgerChain } from './chain.ts';
@@ -33,6 +34,8 @@ export class BalanceWatcher {
       deposits: DepositAddresses;
       chain: LedgerChain;
       logger: Logger;
+      /** What the full refresh every `refreshMs` and the cursor's `updated_at` are timed by. */
+      clock: Clock;
       pollMs: number;
       refreshMs: number;
     },
@@ -108,9 +111,7 @@ export class BalanceWatcher {
       }
     }
     const full =
-      options.fullRefresh ||
-      cursor === undefined ||
-      performance.now() - this.lastFullRefresh >= this.deps.refreshMs;
+      options.fullRefresh || cursor === undefined || this.now() - this.lastFullRefresh >= this.deps.refreshMs;
     const wallets = full ? addresses.map((d) => d.wallet) : [...dirty];
     const byWallet = new Map(addresses.map((d) => [d.wallet, d]));
     for (const wallet of wallets) {
@@ -119,11 +120,15 @@ export class BalanceWatcher {
       const balance = await chain.balanceOf(deposit.address, confirmed);
       await ledger.recordOnChainBalance(wallet, balance, confirmed);
     }
-    if (full) this.lastFullRefresh = performance.now();
+    if (full) this.lastFullRefresh = this.now();
     if (cursor === undefined || confirmed > cursor) await this.writeCursor(confirmed, cursor);
     if (recorded > 0)
       logger.info({ deposits: recorded, block: confirmed.toString() }, 'ledger: deposits confirmed');
     return { confirmedBlock: confirmed, refreshed: wallets.length, deposits: recorded };
+  }
+
+  private now(): number {
+    return this.deps.clock.now().getTime();
   }
 
   private async readCursor(): Promise<bigint | undefined> {
@@ -136,7 +141,7 @@ export class BalanceWatcher {
 
   private async writeCursor(block: bigint, previous: bigint | undefined): Promise<void> {
     const { db } = this.deps;
-    const now = Date.now();
+    const now = this.now();
     if (previous === undefined) {
       await db('ledger_chain_cursor')
         .insert({ name: this.cursorName, block: block.toString(), updated_at: now })

@@ -3,6 +3,7 @@ import { mkdirSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import { ManualClock } from '../../../core/clock.ts';
 import { CacheLayout, digestHex, sha512Of } from '../../../registries/npm/cache.ts';
 import { openRegistry, tempDir } from './support.ts';
 
@@ -46,6 +47,25 @@ describe('registry-npm cache layout', () => {
       expect((await registry.cacheStatus()).entries).to.deep.equal([]);
     } finally {
       other.kill();
+      cache.cleanup();
+    }
+  });
+
+  it("another host's staged install is a leftover once a day old by the injected clock, not before", async () => {
+    const cache = tempDir('registry-staging-age');
+    const name = 'f@1.0.0-00#elsewhere#42#6';
+    try {
+      const dir = join(cache.path, 'staging', name);
+      mkdirSync(dir, { recursive: true });
+      const written = new Date('2026-03-18T12:00:00Z');
+      utimesSync(dir, written, written);
+      const clock = new ManualClock(written.getTime() + 24 * 60 * 60 * 1000);
+      const layout = new CacheLayout(cache.path, clock);
+      expect(await layout.prepare()).to.deep.equal([]);
+      clock.advance(1);
+      expect(await layout.prepare()).to.deep.equal([name]);
+      expect(readdirSync(join(cache.path, 'staging'))).to.deep.equal([]);
+    } finally {
       cache.cleanup();
     }
   });
