@@ -32,7 +32,7 @@ export interface ToolOutcome {
    * (no operator wallet to pay it, an unpaid 402, a refusal, a transport error) or that failed is not.
    */
   billed: boolean;
-  /** Set when the runtime's operator wallet paid for the call (x402). */
+  /** Set when the runtime's operator wallet paid for the call (x402): the gateway settled its payment. */
   paid?: { amount: string; asset: string; network: string; transaction?: string };
 }
 
@@ -134,12 +134,14 @@ export class GatewayToolSession {
       outcome = outcomeOf(result);
       const accepted = payment.accepted as { amount?: string; asset?: string; network?: string };
       const settled = result._meta?.[PAYMENT_RESPONSE_META_KEY] as { transaction?: string } | undefined;
-      outcome.paid = {
-        amount: String(accepted.amount ?? ''),
-        asset: String(accepted.asset ?? ''),
-        network: String(accepted.network ?? ''),
-        ...(settled?.transaction ? { transaction: settled.transaction } : {}),
-      };
+      // A call that failed is not settled (x402 charges only what ran): the payment it carried moved nothing.
+      if (settled !== undefined)
+        outcome.paid = {
+          amount: String(accepted.amount ?? ''),
+          asset: String(accepted.asset ?? ''),
+          network: String(accepted.network ?? ''),
+          ...(settled.transaction ? { transaction: settled.transaction } : {}),
+        };
     }
     if (name === 'gateway_enable_server' && !outcome.isError) await this.refresh(signal);
     return outcome;
