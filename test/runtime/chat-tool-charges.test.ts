@@ -120,7 +120,9 @@ describeEachDatabase('runtime chat: only tool calls the gateway ran are charged'
         );
         expect(results.probe__echo).to.include({ isError: false, billed: true });
         expect(results.probe__echo!.paid).to.include({ amount: '500' });
-        expect(results.probe__echo!.paid).to.have.property('transaction').that.matches(/^0x[0-9a-f]{64}$/);
+        expect(results.probe__echo!.paid)
+          .to.have.property('transaction')
+          .that.matches(/^0x[0-9a-f]{64}$/);
         expect(results.probe__fail).to.include({ isError: true, billed: false });
         // Its payment was not settled: nothing says it was paid.
         expect(results.probe__fail).to.not.have.property('paid');
