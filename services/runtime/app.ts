@@ -1,3 +1,4 @@
+import Router from '@koa/router';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import type { RuntimeSource } from '../../core/auth/delegation/source.ts';
 import { createWalletAuth } from '../../core/auth/index.ts';
@@ -10,6 +11,7 @@ import { delegationKeysFrom } from './delegation/keys.ts';
 import { delegationRouter } from './delegation/routes.ts';
 import { ChatService } from './chat/chat.ts';
 import { chatRouter } from './chat/routes.ts';
+import { runtimeOpenApi } from './openapi.ts';
 import { GatewayClient } from './gateway-client.ts';
 import { createLedgerService, type LedgerService } from './ledger/service.ts';
 import { createProviderVault, type ProviderVault } from './vault/index.ts';
@@ -103,6 +105,9 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
       vaultRouter,
       ...ledger.routers,
       chatRouter(chat),
+      new Router().get('/openapi.json', (ctx) => {
+        ctx.body = runtimeOpenApi(kernel.config.runtime);
+      }),
     ],
   });
   return {

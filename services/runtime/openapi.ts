@@ -49,6 +49,9 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
     bearerDescription: 'A runtime session JWT (1 h) from /auth/verify',
     paths: {
       ...authPaths('/auth', { walletTokens: false }),
+      '/openapi.json': {
+        get: { summary: 'This document', responses: { '200': json('OpenAPI 3.1 document') } },
+      },
       '/.well-known/jwks.json': {
         get: {
           summary: 'Public keys of the delegated gateway JWTs: the current one first, then a replaced one',

@@ -1,3 +1,5 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type Router from '@koa/router';
@@ -80,6 +82,25 @@ describe('generated docs', () => {
         gatewayOpenApi(kernel.config.gateway),
         'POST /api/secrets/{serverId}',
       ));
+
+    it('each service serves its own document: the runtime at /openapi.json, the gateway at /api/openapi.json', async () => {
+      for (const [app, path, document] of [
+        [createRuntimeApp(kernel), '/openapi.json', runtimeOpenApi(kernel.config.runtime)],
+        [createGatewayApp(kernel), '/api/openapi.json', gatewayOpenApi(kernel.config.gateway)],
+      ] as const) {
+        const server = createServer(app.app.callback());
+        try {
+          await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+          const { port } = server.address() as AddressInfo;
+          const served = await fetch(`http://127.0.0.1:${port}${path}`);
+          expect(served.status).to.equal(200);
+          expect(await served.json()).to.deep.equal(JSON.parse(JSON.stringify(document)));
+        } finally {
+          server.close();
+          await app.close();
+        }
+      }
+    });
 
     it('of the runtime', () =>
       expectEveryRouteDocumented(
