@@ -1,12 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { newWallet } from '../auth/support.ts';
 import { setOnChain } from '../ledger/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { readSse, runtimeClient, type SseEvent } from './chat-support.ts';
-import { pluginsWithLocalProvider, Stack } from './support.ts';
+import { internalKeyStack, type Stack } from './support.ts';
 
 const INTERNAL_KEY = 'sk-internal-operator-key-77a0';
 /** What one `hello there world` costs on the operator's key: ceil(1.15 × 9) base units. */
@@ -22,28 +19,16 @@ describe('runtime chat: concurrent messages are reserved before the model runs',
   this.timeout(180_000);
 
   describeEachDatabase('chat holds', (database) => {
-    let dir: string;
     let stack: Stack;
+    let close: () => Promise<void>;
 
     before(async () => {
-      dir = mkdtempSync(join(tmpdir(), 'sigil-chat-holds-'));
-      stack = await Stack.start({
-        database,
-        config: {
-          vault: { persistenceDir: dir },
-          ledger: { minimumBalance: '0' } as never,
-          runtime: {
-            providerApiKey: INTERNAL_KEY,
-            chat: { internalKey: true, maxSessionsPerAgent: CONCURRENT, maxOutputTokens: 8 } as never,
-          },
-          plugins: pluginsWithLocalProvider(),
-        },
-      });
+      ({ stack, close } = await internalKeyStack(database, {
+        operatorKey: INTERNAL_KEY,
+        chat: { maxSessionsPerAgent: CONCURRENT, maxOutputTokens: 8 },
+      }));
     });
-    after(async () => {
-      await stack?.close();
-      rmSync(dir, { recursive: true, force: true });
-    });
+    after(() => close?.());
 
     /** A wallet with `funds`, an agent and CONCURRENT open sessions; then every message at once. */
     async function attack(funds: bigint, budget?: { daily: string }) {

@@ -1,12 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { newWallet } from '../auth/support.ts';
 import { setOnChain } from '../ledger/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { runtimeClient } from './chat-support.ts';
-import { pluginsWithLocalProvider, Stack } from './support.ts';
+import { internalKeyStack, type Stack } from './support.ts';
 
 /**
  * A chat streams on after its HTTP handler returned. Closing the runtime (what `serve`'s stop does
@@ -17,27 +14,15 @@ describe('runtime chat: shutdown', function () {
   this.timeout(120_000);
 
   describeEachDatabase('a chat running when the runtime closes', (database) => {
-    let dir: string;
     let stack: Stack;
+    let close: () => Promise<void>;
     before(async () => {
-      dir = mkdtempSync(join(tmpdir(), 'sigil-chat-shutdown-'));
-      stack = await Stack.start({
-        database,
-        config: {
-          vault: { persistenceDir: dir },
-          ledger: { minimumBalance: '0' } as never,
-          runtime: {
-            providerApiKey: 'sk-internal-operator-key-5d1c',
-            chat: { internalKey: true, maxOutputTokens: 20 } as never,
-          },
-          plugins: pluginsWithLocalProvider(),
-        },
-      });
+      ({ stack, close } = await internalKeyStack(database, {
+        operatorKey: 'sk-internal-operator-key-5d1c',
+        chat: { maxOutputTokens: 20 },
+      }));
     });
-    after(async () => {
-      await stack?.close();
-      rmSync(dir, { recursive: true, force: true });
-    });
+    after(() => close?.());
 
     it('is settled and charged before close() resolves, and nothing escapes as an unhandled rejection', async () => {
       const unhandled: unknown[] = [];

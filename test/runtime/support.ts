@@ -1,5 +1,8 @@
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import type { PrivateKeyAccount } from 'viem/accounts';
 import { ManualClock } from '../../core/clock.ts';
@@ -7,6 +10,7 @@ import type { PluginEntry } from '../../core/config/schema.ts';
 import { createGatewayApp, type GatewayAppOptions } from '../../services/gateway/app.ts';
 import type { Kernel } from '../../services/kernel.ts';
 import { createRuntimeApp, type RuntimeApp } from '../../services/runtime/app.ts';
+import type { ChatSettings } from '../../services/runtime/chat/chat.ts';
 import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../support/kernel.ts';
 import { bearerHeader, GATEWAY_PUBLIC, RUNTIME_PUBLIC } from '../auth/support.ts';
 
@@ -210,4 +214,35 @@ export class Stack {
     if (res.status !== 200) throw new Error(`gateway-token failed: ${res.status} ${await res.text()}`);
     return ((await res.json()) as { token: string }).token;
   }
+}
+
+/**
+ * A Stack whose chats run on the operator's own provider key (chat.internalKey) with no minimum
+ * balance, and a vault in a fresh folder; `close` removes the folder too. For tests of holds and
+ * charges that need no wallet key.
+ */
+export async function internalKeyStack(
+  database: TestDatabase,
+  options: { operatorKey: string; chat: Partial<ChatSettings> },
+): Promise<{ stack: Stack; close(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'sigil-chat-'));
+  const stack = await Stack.start({
+    database,
+    config: {
+      vault: { persistenceDir: dir },
+      ledger: { minimumBalance: '0' } as never,
+      runtime: {
+        providerApiKey: options.operatorKey,
+        chat: { internalKey: true, ...options.chat } as never,
+      },
+      plugins: pluginsWithLocalProvider(),
+    },
+  });
+  return {
+    stack,
+    close: async () => {
+      await stack.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }
