@@ -41,6 +41,18 @@ describe('ledger: withdrawals on anvil', function () {
       return { wallet, deposit };
     }
     const fresh = () => privateKeyToAccount(generatePrivateKey()).address;
+    /** A withdrawal of 1 USD from a wallet holding 5, requested while the RPC refuses every send. */
+    async function withdrawalWhileSendsRefused(idempotencyKey: string) {
+      const { wallet, deposit } = await fundedWallet(5n * USD);
+      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
+      const to = fresh();
+      const { transfer } = await world.service.withdrawals.request(wallet, {
+        amount: USD,
+        to,
+        idempotencyKey,
+      });
+      return { wallet, deposit, to, transfer };
+    }
     /** Runs the worker as its timer would, the clock moving a poll interval before each pass. */
     const settle = async (id: string): Promise<Transfer> =>
       eventually(`withdrawal ${id} finished`, async () => {
@@ -281,14 +293,7 @@ describe('ledger: withdrawals on anvil', function () {
     });
 
     it('an authorization canceled by the key holder before it was sent: failed, funds restored, nothing moved', async () => {
-      const { wallet, deposit } = await fundedWallet(5n * USD);
-      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
-      const to = fresh();
-      const { transfer } = await world.service.withdrawals.request(wallet, {
-        amount: USD,
-        to,
-        idempotencyKey: 'k',
-      });
+      const { wallet, deposit, to, transfer } = await withdrawalWhileSendsRefused('k');
       const keys = new DepositKeys(settings.depositMnemonic as string);
       const depositAccount = keys.account((await world.service.deposits.of(wallet)).index);
       const signature = await depositAccount.signTypedData({
@@ -316,14 +321,7 @@ describe('ledger: withdrawals on anvil', function () {
     });
 
     it('the RPC refuses the send, then is back: retried with the same authorization, transferred once', async () => {
-      const { wallet, deposit } = await fundedWallet(5n * USD);
-      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
-      const to = fresh();
-      const { transfer } = await world.service.withdrawals.request(wallet, {
-        amount: USD,
-        to,
-        idempotencyKey: 'r',
-      });
+      const { wallet, deposit, to, transfer } = await withdrawalWhileSendsRefused('r');
       await eventually('a failed attempt', async () => {
         await world.service.worker!.processDue();
         const row = await world.service.transfers.get(transfer.id);
@@ -338,14 +336,7 @@ describe('ledger: withdrawals on anvil', function () {
     });
 
     it('a failed attempt is tried again only once the clock passes its backoff (1 s after a first failure)', async () => {
-      const { wallet, deposit } = await fundedWallet(5n * USD);
-      rpc.proxy.intercept = (methods) => (sendsTransaction(methods) ? 'cut' : 'forward');
-      const to = fresh();
-      const { transfer } = await world.service.withdrawals.request(wallet, {
-        amount: USD,
-        to,
-        idempotencyKey: 'b',
-      });
+      const { wallet, deposit, to, transfer } = await withdrawalWhileSendsRefused('b');
       await world.service.worker!.processDue();
       const failed = (await world.service.transfers.get(transfer.id))!;
       expect(failed).to.include({ state: 'pending', attempts: 1 });

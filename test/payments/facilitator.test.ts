@@ -120,17 +120,8 @@ describe('payments: facilitators', function () {
       remote.server.close();
     }
   });
-});
 
-describe('payments: a settlement that failed, by the rail’s clock', function () {
-  this.timeout(60_000);
-  let chain: DevChain;
-  before(async () => {
-    chain = await startDevChain();
-  });
-  after(() => chain?.stop());
-
-  it('is tried again while the authorization leaves x402’s 6 s to settle, and refused as expired from then on', async () => {
+  it('by the rail’s clock, a failed settlement is tried again while the authorization leaves x402’s 6 s to settle, and refused as expired from then on', async () => {
     const { plugin } = railPlugin(chain);
     const clock = new ManualClock();
     // A facilitator that accepts every payment and never settles one (as one whose node is down).
