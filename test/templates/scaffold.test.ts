@@ -9,6 +9,10 @@ import { packPluginApi, scaffoldPlugin } from '../../templates/scaffold.ts';
 
 const run = promisify(execFile);
 
+/** Output without its colours (mocha colours it where CI is set). */
+// eslint-disable-next-line no-control-regex -- ANSI escape sequences start with ESC
+const plain = (text: string): string => text.replace(/\x1b\[[0-9;]*m/g, '');
+
 /** The command's exit code and output, without throwing on a failure. */
 async function outcome(
   cwd: string,
@@ -17,10 +21,10 @@ async function outcome(
 ): Promise<{ code: number; output: string }> {
   try {
     const { stdout, stderr } = await run(command, args, { cwd, maxBuffer: 16 * 1024 * 1024 });
-    return { code: 0, output: `${stdout}${stderr}` };
+    return { code: 0, output: plain(`${stdout}${stderr}`) };
   } catch (err) {
     const failed = err as { code: number; stdout: string; stderr: string };
-    return { code: failed.code, output: `${failed.stdout}${failed.stderr}` };
+    return { code: failed.code, output: plain(`${failed.stdout}${failed.stderr}`) };
   }
 }
 
