@@ -5,6 +5,7 @@ import { expect } from 'chai';
 import { balanceOf } from '../../services/runtime/ledger/balance.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { describeEachDatabase, stickyDatabase } from '../support/kernel.ts';
+import { chainClients } from '../chain/support.ts';
 import { blockNumber, fundedAccount, ledgerOnChain, sendToken } from './chain-support.ts';
 import { openLedgerWorld, randomWallet, type LedgerWorld } from './support.ts';
 
@@ -44,6 +45,7 @@ describe('ledger: a dev chain kept between runs, and one replaced', function () 
       const sticky = stickyDatabase(database);
       const first = await startDevChain({ statePath });
       chains.push(first);
+      const firstGenesis = (await chainClients(first).publicClient.getBlock({ blockNumber: 0n })).timestamp;
       // One ledger configuration (its deposit mnemonic above all) across every run; only the RPC URL
       // changes (anvil's port is picked anew at each start).
       const ledgerConfig = ledgerOnChain(first, { confirmations: 1 });
@@ -102,7 +104,10 @@ describe('ledger: a dev chain kept between runs, and one replaced', function () 
         await world.close();
         await again.stop();
 
-        // Its state gone: a new chain, the same token address, none of the old balances.
+        // Its state gone: a new chain, the same token address, none of the old balances. Its genesis
+        // differs only by its timestamp (whole seconds): one started in the same second as the first
+        // would be the same chain by every identity a chain shows, so the new one starts a second later.
+        await untilWallClockPasses(firstGenesis);
         rmSync(statePath);
         const fresh = await startDevChain({ statePath });
         chains.push(fresh);
@@ -147,3 +152,9 @@ describe('ledger: a dev chain kept between runs, and one replaced', function () 
     });
   });
 });
+
+/** Resolves once the wall clock's whole second is past `seconds` (a genesis block's timestamp). */
+async function untilWallClockPasses(seconds: bigint): Promise<void> {
+  while (BigInt(Math.floor(Date.now() / 1000)) <= seconds)
+    await new Promise((resolve) => setTimeout(resolve, 1000 - (Date.now() % 1000) + 1));
+}
