@@ -122,3 +122,17 @@ export async function revertReason(attempt: Promise<unknown>): Promise<string> {
   }
   throw new Error('expected a revert, but the call succeeded');
 }
+
+/** The timestamp of the chain's genesis block (whole seconds): with the chain id, what tells two apart. */
+export async function genesisTimestamp(chain: DevChain): Promise<bigint> {
+  return (await chainClients(chain).publicClient.getBlock({ blockNumber: 0n })).timestamp;
+}
+
+/**
+ * Resolves once the wall clock's whole second is past `seconds`: a dev chain started before then in the
+ * same second as another would have the same genesis, so the same identity.
+ */
+export async function untilWallClockPasses(seconds: bigint): Promise<void> {
+  while (BigInt(Math.floor(Date.now() / 1000)) <= seconds)
+    await new Promise((resolve) => setTimeout(resolve, 1000 - (Date.now() % 1000) + 1));
+}

@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import { balanceOf } from '../../services/runtime/ledger/balance.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { describeEachDatabase, stickyDatabase } from '../support/kernel.ts';
-import { chainClients } from '../chain/support.ts';
+import { genesisTimestamp, untilWallClockPasses } from '../chain/support.ts';
 import { blockNumber, fundedAccount, ledgerOnChain, sendToken } from './chain-support.ts';
 import { openLedgerWorld, randomWallet, type LedgerWorld } from './support.ts';
 
@@ -45,7 +45,7 @@ describe('ledger: a dev chain kept between runs, and one replaced', function () 
       const sticky = stickyDatabase(database);
       const first = await startDevChain({ statePath });
       chains.push(first);
-      const firstGenesis = (await chainClients(first).publicClient.getBlock({ blockNumber: 0n })).timestamp;
+      const firstGenesis = await genesisTimestamp(first);
       // One ledger configuration (its deposit mnemonic above all) across every run; only the RPC URL
       // changes (anvil's port is picked anew at each start).
       const ledgerConfig = ledgerOnChain(first, { confirmations: 1 });
@@ -152,9 +152,3 @@ describe('ledger: a dev chain kept between runs, and one replaced', function () 
     });
   });
 });
-
-/** Resolves once the wall clock's whole second is past `seconds` (a genesis block's timestamp). */
-async function untilWallClockPasses(seconds: bigint): Promise<void> {
-  while (BigInt(Math.floor(Date.now() / 1000)) <= seconds)
-    await new Promise((resolve) => setTimeout(resolve, 1000 - (Date.now() % 1000) + 1));
-}

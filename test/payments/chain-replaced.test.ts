@@ -10,6 +10,7 @@ import type { PaymentRailV1 } from '@sigil/plugin-api';
 import x402Evm from '../../plugins/payments/x402-evm/index.ts';
 import { Payments } from '../../services/gateway/payments/payments.ts';
 import type { Kernel } from '../../services/kernel.ts';
+import { genesisTimestamp, untilWallClockPasses } from '../chain/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { describeEachDatabase, openTestKernel, quietLogger } from '../support/kernel.ts';
 import { fundedPayer, pay, payingClient, railPlugin } from './support.ts';
@@ -75,6 +76,7 @@ describe('payments: a dev chain kept between runs, and one replaced', function (
     it('restarted from its state the records and the chain agree; on a new chain the old records are fenced and reconciliation finds no disagreement', async () => {
       const statePath = join(dir, 'devchain', 'state.json');
       const first = await startDevChain({ statePath });
+      const firstGenesis = await genesisTimestamp(first);
       running.push(first);
       let payments = await gatewayOn(first);
       const paid = await payments.run(await paymentFor(first, payments), RESOURCE, undefined, async () => ({
@@ -93,6 +95,8 @@ describe('payments: a dev chain kept between runs, and one replaced', function (
       expect(await payments.reconcile()).to.deep.include({ checked: 2, onChain: 1, mismatches: [] });
       for (const item of running.splice(0).reverse()) await item.stop();
 
+      // A new chain in the same second as the first would have its genesis, so its identity.
+      await untilWallClockPasses(firstGenesis);
       rmSync(statePath);
       const fresh = await startDevChain({ statePath });
       running.push(fresh);
