@@ -4,6 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { asValue, createContainer, type AwilixContainer } from 'awilix';
 import {
   CORE_SERVICE_NAMES,
+  dependencyRefProblem,
   type CoreServices,
   PLUGIN_KINDS,
   type PluginInstanceOf,
@@ -361,22 +362,6 @@ function dependencyOrder(plugins: readonly LoadedPlugin[], problems: Problems): 
     remaining.delete(ready);
   }
   return ordered;
-}
-
-/** A dependency reference as the plugin API makes it; anything else is a problem of the manifest. */
-function dependencyRefProblem(ref: unknown): string | undefined {
-  const candidate = ref as { service?: unknown; kind?: unknown; name?: unknown } | null;
-  if (typeof candidate !== 'object' || candidate === null) return 'is not a reference';
-  if ('service' in candidate) {
-    return (CORE_SERVICE_NAMES as readonly unknown[]).includes(candidate.service)
-      ? undefined
-      : `names no core service (${CORE_SERVICE_NAMES.join(', ')})`;
-  }
-  if (!(PLUGIN_KINDS as readonly unknown[]).includes(candidate.kind))
-    return `names no plugin kind (${PLUGIN_KINDS.join(', ')})`;
-  if (candidate.name !== undefined && typeof candidate.name !== 'string')
-    return 'has a name that is not a string';
-  return undefined;
 }
 
 function readManifest(

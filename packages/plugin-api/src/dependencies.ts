@@ -1,5 +1,5 @@
-import type { PluginInstanceOf, PluginKind } from './contracts/index.ts';
-import type { CoreServiceName, CoreServices } from './services.ts';
+import { PLUGIN_KINDS, type PluginInstanceOf, type PluginKind } from './contracts/index.ts';
+import { CORE_SERVICE_NAMES, type CoreServiceName, type CoreServices } from './services.ts';
 
 /** Carries the type a reference resolves to; never present at run time. */
 declare const resolvesTo: unique symbol;
@@ -43,3 +43,22 @@ export const pluginOfKind = <Kind extends PluginKind>(
   kind: Kind,
   name?: string,
 ): DependencyRef<PluginInstanceOf<Kind>> => Object.freeze(name === undefined ? { kind } : { kind, name });
+
+/**
+ * Why `ref` (read from a manifest, so of any shape) is not a reference `coreServices` or `pluginOfKind`
+ * makes, or undefined when it is one: what the host and the manifest kit both check.
+ */
+export function dependencyRefProblem(ref: unknown): string | undefined {
+  const candidate = ref as { service?: unknown; kind?: unknown; name?: unknown } | null;
+  if (typeof candidate !== 'object' || candidate === null) return 'is not a reference';
+  if ('service' in candidate) {
+    return (CORE_SERVICE_NAMES as readonly unknown[]).includes(candidate.service)
+      ? undefined
+      : `names no core service (${CORE_SERVICE_NAMES.join(', ')})`;
+  }
+  if (!(PLUGIN_KINDS as readonly unknown[]).includes(candidate.kind))
+    return `names no plugin kind (${PLUGIN_KINDS.join(', ')})`;
+  if (candidate.name !== undefined && typeof candidate.name !== 'string')
+    return 'has a name that is not a string';
+  return undefined;
+}

@@ -6,7 +6,7 @@
 export type * from './contracts/index.ts';
 export { PLUGIN_KINDS, SUPPORTED_SPEC_VERSIONS } from './contracts/index.ts';
 export type * from './dependencies.ts';
-export { coreServices, pluginOfKind } from './dependencies.ts';
+export { coreServices, dependencyRefProblem, pluginOfKind } from './dependencies.ts';
 export type * from './errors.ts';
 export { isSigilError, SigilError } from './errors.ts';
 export type * from './llm-errors.ts';

@@ -1,4 +1,4 @@
-import { CORE_SERVICE_NAMES, PLUGIN_KINDS, type PluginKind, SUPPORTED_SPEC_VERSIONS } from '../index.ts';
+import { dependencyRefProblem, PLUGIN_KINDS, type PluginKind, SUPPORTED_SPEC_VERSIONS } from '../index.ts';
 import { ensure, notApplicableBecause, pass } from './check.ts';
 import type { KitCheck } from './kit.ts';
 
@@ -59,19 +59,11 @@ function factoryProblem(manifest: UncheckedManifest): string | undefined {
   if (dependencies === undefined) return undefined;
   if (typeof dependencies !== 'object' || dependencies === null || Array.isArray(dependencies))
     return 'dependencies is not an object of references by name (coreServices.clock, pluginOfKind(...))';
-  const malformed = Object.entries(dependencies).filter(([, ref]) => !isDependencyRef(ref));
+  const malformed = Object.entries(dependencies).filter(([, ref]) => dependencyRefProblem(ref) !== undefined);
   if (malformed.length > 0)
     return `dependencies ${malformed.map(([name]) => name).join(', ')} are not references made by coreServices or pluginOfKind`;
   return undefined;
 }
-
-const isDependencyRef = (ref: unknown): boolean => {
-  const candidate = ref as { service?: unknown; kind?: unknown } | null;
-  return (
-    (CORE_SERVICE_NAMES as readonly unknown[]).includes(candidate?.service) ||
-    (PLUGIN_KINDS as readonly unknown[]).includes(candidate?.kind)
-  );
-};
 
 /** Dependencies on other plugins: the kit can only provide the core services. */
 function foreignDependencies(manifest: UncheckedManifest): string[] {
