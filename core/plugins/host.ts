@@ -215,9 +215,10 @@ export class PluginHost {
     if (!manifest) return undefined;
     const name = entry.id ?? manifest.name;
     const namePath = entry.id === undefined ? `${configPath}.resolve` : `${configPath}.id`;
-    let usable = true;
+    // Every check below runs, so all of this plugin's problems are reported; any of them rules it out.
+    const found = problems.found.length;
     if ((CORE_SERVICE_NAMES as readonly string[]).includes(name)) {
-      usable = !problems.add(
+      problems.add(
         name,
         namePath,
         `"${name}" is the name of a core service (${CORE_SERVICE_NAMES.join(', ')}); give the plugin another "id"`,
@@ -232,7 +233,7 @@ export class PluginHost {
     }
     const supported = SUPPORTED_SPEC_VERSIONS[manifest.kind] as readonly string[];
     if (!supported.includes(manifest.specVersion)) {
-      usable = !problems.add(
+      problems.add(
         name,
         configPath,
         `specVersion "${manifest.specVersion}" of kind ${manifest.kind} is not supported by this core (supported: ${supported.join(', ')})`,
@@ -244,9 +245,8 @@ export class PluginHost {
         const path = [configPath, 'options', ...issue.path.map(String)].join('.');
         problems.add(name, path, `invalid config: ${issue.message}`);
       }
-      usable = false;
     }
-    if (!usable) return undefined;
+    if (problems.found.length > found) return undefined;
     return {
       manifest,
       name,

@@ -127,6 +127,12 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
   it('refuses a specVersion the core does not support', async () => {
     const err = await loadError([entry('./future-version.ts')]);
     expect(err.reason).to.match(/specVersion "v9".*supported: v1/);
+    // Ruled out, it is no plugin another can depend on.
+    const problems = await loadProblems([entry('./needs-kind.ts'), entry('./future-version.ts')]);
+    expect(problems.map((p) => [p.plugin, p.reason.split(' (')[0]])).to.deep.equal([
+      ['future-version', 'specVersion "v9" of kind tee-backend is not supported by this core'],
+      ['needs-kind', 'dependency "tee": no tee-backend plugin is loaded'],
+    ]);
   });
 
   it('refuses a duplicate name and accepts the same plugin twice under distinct ids', async () => {
