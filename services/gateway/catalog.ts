@@ -14,7 +14,12 @@ export const catalogEntrySchema = z
     id: serverId,
     title: z.string().min(1).max(120),
     description: z.string().max(2000).default(''),
-    registry: z.enum(['npm', 'pypi', 'oci', 'git']),
+    registry: z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'a registry kind: lowercase letters, digits and dashes')
+      .describe(
+        'The registryKind of a loaded package-registry plugin: npm (built in), or one a plugin brings',
+      ),
     package: z.string().min(1).max(214),
     version: z
       .string()

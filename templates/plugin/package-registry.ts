@@ -27,7 +27,8 @@ const notImplemented = (member: string): SigilError =>
  */
 class Registry implements PackageRegistryV1 {
   readonly specVersion = 'v1';
-  readonly registryKind = 'npm';
+  /** What catalog entries name in `registry` to be installed by this plugin. */
+  readonly registryKind = 'template-plugin-name';
 
   constructor(private readonly options: z.infer<typeof config>) {}
 

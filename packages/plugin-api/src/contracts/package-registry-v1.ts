@@ -1,6 +1,6 @@
 /**
- * `package-registry` v1: where MCP server packages come from (npm, PyPI, OCI, Git), and the local
- * cache the gateway runs them from.
+ * `package-registry` v1: where MCP server packages come from (npm, or any source a plugin serves),
+ * and the local cache the gateway runs them from.
  *
  * A conforming registry:
  * - verifies everything it downloads against the registry's own digest and refuses a mismatch,
@@ -17,8 +17,12 @@
  */
 export interface PackageRegistryV1 {
   readonly specVersion: 'v1';
-  /** The registry kind named in catalog entries, e.g. `npm`. */
-  readonly registryKind: 'npm' | 'pypi' | 'oci' | 'git';
+  /**
+   * The registry kind catalog entries name in `registry`, e.g. `npm`: lowercase letters, digits and
+   * dashes (at most 63). A plugin may bring a kind of its own (`acme-dir`); the gateway installs an
+   * entry with the loaded registry of its kind.
+   */
+  readonly registryKind: string;
   /**
    * Resolves a version range or tag to one exact version and its registry digest. Asks the registry
    * first; when it cannot be reached, may answer from what the cache already knows (and says so in its
