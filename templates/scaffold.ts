@@ -178,7 +178,8 @@ describeLlmProviderBehaviour(pluginLoader(plugin.default, OPTIONS), () => ({
     imports: 'describePackageRegistryBehaviour, pluginLoader',
     body: `// Resolve, verified install, idempotence, refused tampering, no install scripts, warm set: against
 // packages your registry serves for the purpose (publish them in a before hook, e.g. to a local one).
-describePackageRegistryBehaviour(pluginLoader(plugin.default, OPTIONS), () => ({
+// Options given as a function are read for each instance, so after that hook (its address, digests).
+describePackageRegistryBehaviour(pluginLoader(plugin.default, () => OPTIONS), () => ({
   plain: { name: 'TODO-plain-package', range: '^1.0.0', version: '1.0.0', digest: 'TODO-its-digest' },
   scripted: { name: 'TODO-package-with-install-scripts', range: '^1.0.0', marker: '/tmp/TODO-marker' },
   tampered: { name: 'TODO-package-served-with-wrong-content', range: '^1.0.0' },

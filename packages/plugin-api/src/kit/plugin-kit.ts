@@ -92,15 +92,18 @@ export function describePluginKit(
 /**
  * A `load` for the describe…Behaviour kits: each call makes and starts a fresh instance of the plugin
  * whose manifest is given, as the host makes it, with the kit's core services (or those given). Call
- * it inside a mocha `describe`: the services close after it.
+ * it inside a mocha `describe`: the services close after it. `options` may be a function, called for
+ * each instance: for options only known once a `before` hook has run (a fixture's address or digests),
+ * or a fresh cache per instance.
  */
 export function pluginLoader<K extends PluginKind>(
   manifest: { kind: K },
-  options: Record<string, unknown> = {},
+  options: Record<string, unknown> | (() => Record<string, unknown>) = {},
   given: Partial<CoreServices> = {},
 ): () => Promise<PluginInstanceOf<K>> {
   const services = new KitServices(given);
   after(() => services.close());
+  const optionsNow = typeof options === 'function' ? options : () => options;
   return async () =>
-    (await createFromManifest(manifest as UncheckedManifest, options, services)) as PluginInstanceOf<K>;
+    (await createFromManifest(manifest as UncheckedManifest, optionsNow(), services)) as PluginInstanceOf<K>;
 }
