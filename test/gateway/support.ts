@@ -14,7 +14,8 @@ import { EVERYTHING } from '../registries/npm/support.ts';
 import { startVerdaccio, type PackageSource, type Verdaccio } from '../support/verdaccio.ts';
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp');
-const probePackage = join(fixtures, 'probe-package');
+/** A small real MCP stdio server (echo, instance, sleep, …) that the tests install as a package. */
+export const probePackage = join(fixtures, 'probe-package');
 /** A server that leaks its secret CANARY_SECRET in every encoding and answers what proofs cannot hold. */
 export const hostilePackage = join(fixtures, 'hostile-package');
 
