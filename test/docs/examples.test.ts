@@ -14,14 +14,16 @@ const jsonBlocks = (page: string): unknown[] =>
 
 /** Examples a reader copies must be accepted as they are (a catalog missing `title` once was not). */
 describe('docs: examples', () => {
-  it('every catalog example in docs/gateway.md is a catalog file the gateway loads', () => {
-    const catalogs = jsonBlocks('gateway.md').filter(
-      (block) => typeof block === 'object' && block !== null && 'servers' in block,
-    );
-    expect(catalogs).to.not.have.length(0);
-    for (const catalog of catalogs) {
-      const parsed = catalogFileSchema.safeParse(catalog);
-      expect(parsed.success, JSON.stringify(parsed.error?.issues)).to.equal(true);
-    }
-  });
+  for (const page of ['gateway.md', 'plugins.md']) {
+    it(`every catalog example in docs/${page} is a catalog file the gateway loads`, () => {
+      const catalogs = jsonBlocks(page).filter(
+        (block) => typeof block === 'object' && block !== null && 'servers' in block,
+      );
+      expect(catalogs).to.not.have.length(0);
+      for (const catalog of catalogs) {
+        const parsed = catalogFileSchema.safeParse(catalog);
+        expect(parsed.success, JSON.stringify(parsed.error?.issues)).to.equal(true);
+      }
+    });
+  }
 });
