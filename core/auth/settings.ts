@@ -1,11 +1,11 @@
 import type { Clock } from '../clock.ts';
-import type { SigilConfig } from '../config/schema.ts';
+import type { CoreConfig } from '../config/schema.ts';
 import type { Database } from '../db/database.ts';
 import type { SecretRegistry } from '../log.ts';
 
 /** What wallet auth needs from the kernel (a Kernel satisfies it). */
 export interface AuthDeps {
-  config: SigilConfig;
+  config: CoreConfig;
   db: Database;
   clock: Clock;
   secrets: SecretRegistry;
@@ -71,7 +71,7 @@ export function publicBase(service: ServiceAddress): string {
 }
 
 export function authSettings(
-  auth: SigilConfig['auth'],
+  auth: CoreConfig['auth'],
   { section, operators, ...service }: ServiceAuth,
 ): AuthSettings {
   const url = publicBaseUrl(section);

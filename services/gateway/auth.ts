@@ -3,7 +3,7 @@ import type { EvidenceVerifier } from '../../core/auth/delegation/trust.ts';
 import { createWalletAuth, type DelegationOptions, type WalletAuth } from '../../core/auth/index.ts';
 import { publicBase, publicBaseUrl } from '../../core/auth/settings.ts';
 import type { Kernel } from '../kernel.ts';
-import type { SigilConfig } from '../../core/config/schema.ts';
+import type { SigilConfig } from '../config.ts';
 
 export interface GatewayAuthOptions {
   /**
