@@ -2,6 +2,30 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
+/**
+ * core/ is what services and plugins are composed from, so it imports none of them. A pattern cannot
+ * tell the repository's plugins/ from core/plugins/, so each depth of core/ gets the relative prefix
+ * that reaches the repository's root from there.
+ */
+const OUTSIDE_CORE = ['services', 'plugins', 'registries', 'providers', 'attestation'];
+const coreStandsAlone = [1, 2, 3, 4].map((depth) => ({
+  files: [`core/${'*/'.repeat(depth - 1)}*.ts`],
+  rules: {
+    'no-restricted-imports': [
+      'error',
+      {
+        patterns: [
+          {
+            regex: `^(\\.\\./){${depth}}(${OUTSIDE_CORE.join('|')})/`,
+            message:
+              'core/ imports only core/ and @sigil/plugin-api: services and plugins are composed from it.',
+          },
+        ],
+      },
+    ],
+  },
+}));
+
 export default tseslint.config(
   {
     ignores: [
@@ -31,6 +55,7 @@ export default tseslint.config(
     files: ['services/**', 'bin/**', 'test/**', 'bench/**', 'conformance/**', 'docs/**'],
     rules: { 'no-restricted-imports': 'off' },
   },
+  ...coreStandsAlone,
   {
     files: ['**/*.cjs'],
     languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', module: 'writable' } },

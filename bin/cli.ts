@@ -1,13 +1,7 @@
 import { dirname } from 'node:path';
 import { Command, Option } from 'commander';
-import {
-  ConfigError,
-  configJsonSchema,
-  formatIssues,
-  loadConfig,
-  redactConfig,
-  type LoadedConfig,
-} from '../core/config/load.ts';
+import { ConfigError, formatIssues } from '../core/config/load.ts';
+import { configJsonSchema, loadConfig, redactConfig, type LoadedConfig } from '../services/config.ts';
 import { registerConformanceCommands } from '../conformance/cli.ts';
 import { migrate, openDatabase } from '../core/db/database.ts';
 import { isSigilError, PLUGIN_KINDS, SigilError } from '@sigil/plugin-api';

@@ -1,6 +1,5 @@
 import { z } from 'zod';
-import { ENV_OVERRIDES } from '../core/config/load.ts';
-import { configSchema, SECRET_CONFIG_PATHS } from '../core/config/schema.ts';
+import { configSchema, ENV_OVERRIDES, SECRET_CONFIG_PATHS } from '../services/config.ts';
 import type { PluginManifest } from '@sigil/plugin-api';
 import { builtinPlugins } from '../services/builtin-plugins.ts';
 

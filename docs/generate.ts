@@ -2,7 +2,7 @@ import { writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as prettier from 'prettier';
-import { configSchema } from '../core/config/schema.ts';
+import { configSchema } from '../services/config.ts';
 import { gatewayOpenApi } from '../services/gateway/openapi.ts';
 import { runtimeOpenApi } from '../services/runtime/openapi.ts';
 import { configurationPage } from './configuration-page.ts';

@@ -1,7 +1,6 @@
 import { dirname } from 'node:path';
 import { systemClock, type Clock } from '../core/clock.ts';
-import { loadConfig, type LoadedConfig } from '../core/config/load.ts';
-import type { SigilConfig } from '../core/config/schema.ts';
+import { loadConfig, type LoadedConfig, type SigilConfig } from './config.ts';
 import { migrate, openDatabase, type Database } from '../core/db/database.ts';
 import type { DestinationStream } from 'pino';
 import { createLogger, logDestination, SecretRegistry, type Logger } from '../core/log.ts';

@@ -1,4 +1,4 @@
-import type { SigilConfig } from '../core/config/schema.ts';
+import type { SigilConfig } from './config.ts';
 
 /** The LLM provider `sigil up` adds: the local deterministic stand-in (providers/local). */
 export const UP_PROVIDER = 'provider-local';

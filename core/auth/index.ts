@@ -2,9 +2,7 @@ import type Router from '@koa/router';
 import type { Middleware } from 'koa';
 import type { LaneStep } from '../http/lane.ts';
 import type { Logger } from '../log.ts';
-import { HttpRuntimeSource, type RuntimeSource } from './delegation/source.ts';
-import { DelegationVerifier } from './delegation/verifier.ts';
-import type { EvidenceVerifier } from './delegation/trust.ts';
+import { DelegationVerifier, type DelegationVerifierOptions } from './delegation/verifier.ts';
 import { RequestSignatures } from './erc8128.ts';
 import { authenticate, authenticateLane } from './middleware.ts';
 import { bearerChallenge } from './challenge.ts';
@@ -12,7 +10,7 @@ import type { AuthChallenge } from '../http/errors.ts';
 import { protectedResourceRouter } from './resource-metadata.ts';
 import { authRouter } from './router.ts';
 import { SessionJwts } from './session-jwt.ts';
-import { authSettings, publicBaseUrl, type AuthDeps, type AuthService } from './settings.ts';
+import { authSettings, type AuthDeps, type ServiceAuth } from './settings.ts';
 import { SigningKeyStore } from './signing-key.ts';
 import { SiweChallenges } from './siwe.ts';
 import { WalletTokens } from './wallet-tokens.ts';
@@ -21,7 +19,7 @@ export { requireAuth, type AuthMethod, type AuthPrincipal, type RequireAuthOptio
 export { WALLET_TOKEN_PREFIX } from './wallet-tokens.ts';
 export { TRUST_HEADER } from './middleware.ts';
 export type { EvidenceVerifier, RuntimeTrust, TrustState } from './delegation/trust.ts';
-export type { AuthDeps, AuthService } from './settings.ts';
+export type { AuthDeps, ServiceAuth } from './settings.ts';
 
 export interface WalletAuth {
   /** App-wide middleware that sets `ctx.state.auth`; put it before every router. */
@@ -32,30 +30,33 @@ export interface WalletAuth {
   router: Router;
   /** The `WWW-Authenticate` of the service's 401 answers. */
   challenge: AuthChallenge;
-  /** The gateway's protected-resource metadata (RFC 9728), which MCP clients read after a 401. */
+  /** The protected-resource metadata (RFC 9728), which MCP clients read after a 401, when published. */
   resourceMetadata?: Router;
 }
 
+/** The delegated JWTs a service accepts: whose, where their keys and attestation are read, how trusted. */
+export type DelegationOptions = Pick<
+  DelegationVerifierOptions,
+  'source' | 'issuer' | 'cacheSeconds' | 'requireTrusted' | 'verifiers'
+>;
+
 export interface WalletAuthOptions {
+  /** Accept another service's delegated JWTs (the gateway, the runtime's) as wallet auth. */
+  delegation?: DelegationOptions;
   /**
-   * Verifiers of TEE evidence, by platform, with which the gateway judges the runtime's attestation
-   * (the delegated path's trust state). None are built in yet: they come with real TEE backends.
+   * Publish OAuth 2.0 protected-resource metadata (RFC 9728) and name it in 401s, as MCP servers do,
+   * with the authorization server when one is known.
    */
-  evidenceVerifiers?: readonly EvidenceVerifier[];
-  /**
-   * The runtime this process serves (`sigil up`), which the gateway reads directly unless
-   * `gateway.delegation.runtimeUrl` names one to read over HTTP.
-   */
-  inProcessRuntime?: RuntimeSource;
+  protectedResource?: { authorizationServer: string | undefined };
 }
 
-/** Wallet authentication for one service; the gateway and the runtime differ only by `service`. */
+/** Wallet authentication for one service: what the service decides, with the shared `auth` settings. */
 export function createWalletAuth(
   deps: AuthDeps & { logger: Logger },
-  service: AuthService,
+  service: ServiceAuth,
   options: WalletAuthOptions = {},
 ): WalletAuth {
-  const settings = authSettings(deps.config, service);
+  const settings = authSettings(deps.config.auth, service);
   const keys = new SigningKeyStore(deps.db, deps.clock, deps.secrets, deps.config.auth.jwtSigningKey, {
     dataKey: deps.config.database.dataKey,
     logger: deps.logger,
@@ -67,53 +68,31 @@ export function createWalletAuth(
     sessions: new SessionJwts(keys, deps.clock, settings),
     signatures: new RequestSignatures(deps.db, deps.clock, settings),
     walletTokens: settings.walletTokens ? new WalletTokens(deps.db, deps.clock) : undefined,
-    delegated: service === 'gateway' ? delegationVerifier(deps, settings.baseUrl, options) : undefined,
+    delegated: options.delegation && delegationVerifier(deps, settings.baseUrl, options.delegation),
   };
+  const { protectedResource } = options;
   return {
     middleware: authenticate(parts),
     laneStep: authenticateLane(parts),
     router: authRouter(parts),
-    // The gateway's 401s name its protected-resource metadata, which MCP clients read.
-    challenge: bearerChallenge(settings, service === 'gateway'),
-    ...(service === 'gateway'
-      ? { resourceMetadata: protectedResourceRouter(settings, delegationIssuer(deps.config)) }
+    challenge: bearerChallenge(settings, protectedResource !== undefined),
+    ...(protectedResource
+      ? { resourceMetadata: protectedResourceRouter(settings, protectedResource.authorizationServer) }
       : {}),
   };
 }
 
-/** The runtime, as the issuer of the delegated JWTs the gateway accepts, when its URL is configured. */
-function delegationIssuer(config: AuthDeps['config']): string | undefined {
-  if (!config.gateway.delegation.enabled) return undefined;
-  return config.gateway.delegation.runtimeUrl ?? config.runtime.publicUrl;
-}
-
-/** The gateway's verifier of the runtime's delegated JWTs, when `gateway.delegation.enabled`. */
+/** The verifier of delegated JWTs addressed to this service (`audience`, its public base URL). */
 function delegationVerifier(
   deps: AuthDeps & { logger: Logger },
   audience: string,
-  options: WalletAuthOptions,
-): DelegationVerifier | undefined {
-  const delegation = deps.config.gateway.delegation;
-  if (!delegation.enabled) return undefined;
+  delegation: DelegationOptions,
+): DelegationVerifier {
   return new DelegationVerifier({
-    source: runtimeSource(deps.config, options.inProcessRuntime),
-    issuer: authSettings(deps.config, 'runtime').baseUrl,
+    ...delegation,
     audience,
-    cacheSeconds: delegation.cacheSeconds,
-    requireTrusted: delegation.requireTrusted,
     clockSkewSeconds: deps.config.auth.clockSkewSeconds,
     clock: deps.clock,
     logger: deps.logger.child({ component: 'delegation' }),
-    verifiers: options.evidenceVerifiers ?? [],
   });
-}
-
-/**
- * The runtime the gateway trusts: at `gateway.delegation.runtimeUrl` when configured; otherwise the
- * runtime this process serves (`sigil up`), read directly; otherwise the runtime's public URL.
- */
-function runtimeSource(config: AuthDeps['config'], inProcess: RuntimeSource | undefined): RuntimeSource {
-  const configured = config.gateway.delegation.runtimeUrl;
-  if (configured !== undefined) return new HttpRuntimeSource(configured);
-  return inProcess ?? new HttpRuntimeSource(publicBaseUrl(config.runtime).href);
 }

@@ -16,7 +16,7 @@ export interface ServerLimits {
   maxConnectionsPerClient: number;
 }
 
-/** The defaults of a service's `http` config (`core/config/schema.ts`). */
+/** The defaults of a service's `http` config (`core/config/service.ts`). */
 export const SERVER_LIMITS: Readonly<ServerLimits> = {
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 30_000,

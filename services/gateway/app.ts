@@ -1,6 +1,6 @@
-import { createWalletAuth, type WalletAuthOptions } from '../../core/auth/index.ts';
 import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
+import { gatewayAuth, type GatewayAuthOptions } from './auth.ts';
 import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
 import { createToolGateway } from './tool-gateway.ts';
 import type { WarmupOutcome } from './warmup.ts';
@@ -14,12 +14,12 @@ export interface GatewayApp extends HttpApp {
 }
 
 /** What a gateway is composed with beyond the kernel. */
-export type GatewayAppOptions = WalletAuthOptions;
+export type GatewayAppOptions = GatewayAuthOptions;
 
 /** The tool gateway: composition of core middleware and the gateway's routers. */
 export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}): GatewayApp {
   const health = healthRouter('gateway', kernel);
-  const auth = createWalletAuth(kernel, 'gateway', options);
+  const auth = gatewayAuth(kernel, options);
   const tools = createToolGateway(kernel);
   const http = createHttpApp({
     service: 'gateway',

@@ -1,10 +1,10 @@
 import Router from '@koa/router';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import type { RuntimeSource } from '../../core/auth/delegation/source.ts';
-import { createWalletAuth } from '../../core/auth/index.ts';
-import { authSettings } from '../../core/auth/settings.ts';
+import { publicBase } from '../../core/auth/settings.ts';
 import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
+import { runtimeAuth } from './auth.ts';
 import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
 import { attestationReport, attestationRouter } from './delegation/attestation.ts';
 import { delegationKeysFrom } from './delegation/keys.ts';
@@ -59,7 +59,7 @@ async function securityPosture(
 export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}): RuntimeApp {
   const { vault, router: vaultRouter } = createProviderVault(kernel);
   const delegation = delegationKeysFrom(kernel);
-  const gatewayUrl = authSettings(kernel.config, 'gateway').baseUrl;
+  const gatewayUrl = publicBase(kernel.config.gateway);
   kernel.secrets.add(kernel.config.runtime.operatorKey);
   const gateway = new GatewayClient({
     url: options.gatewayUrl ?? kernel.config.runtime.chat.gatewayUrl ?? gatewayUrl,
@@ -78,7 +78,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     jwks: () => delegation.jwks(),
     evidence: async (nonce) => (await attestationReport(tee, delegation, nonce)).evidence ?? undefined,
   };
-  const auth = createWalletAuth(kernel, 'runtime');
+  const auth = runtimeAuth(kernel);
   const ledger = createLedgerService(kernel);
   const chat = new ChatService({
     kernel,

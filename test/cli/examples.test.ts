@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { loadConfig } from '../../core/config/load.ts';
+import { loadConfig } from '../../services/config.ts';
 import { configSchema as x402EvmConfigSchema } from '../../plugins/payments/x402-evm/config.ts';
 import { builtinPlugins } from '../../services/builtin-plugins.ts';
 import { devChainSkipReason } from '../../services/devchain/index.ts';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { configSchema } from '../../core/config/schema.ts';
+import { configSchema } from '../../services/config.ts';
 import {
   devChainOperatorBanner,
   devWallet,

@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import { UnsecuredJWT } from 'jose';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
-import { DEFAULT_PLUGINS } from '../../core/config/schema.ts';
+import { DEFAULT_PLUGINS } from '../../services/config.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { ledgerOnChain } from '../ledger/chain-support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';

@@ -2,7 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { ConfigError, configJsonSchema, loadConfig, redactConfig } from '../../core/config/load.ts';
+import { ConfigError } from '../../core/config/load.ts';
+import { configJsonSchema, loadConfig, redactConfig } from '../../services/config.ts';
 
 describe('config', () => {
   let dir: string;

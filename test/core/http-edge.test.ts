@@ -1,6 +1,6 @@
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { expect } from 'chai';
-import { configSchema } from '../../core/config/schema.ts';
+import { configSchema } from '../../services/config.ts';
 import type { Kernel } from '../../services/kernel.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { openTestKernel } from '../support/kernel.ts';

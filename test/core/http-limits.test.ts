@@ -1,6 +1,6 @@
 import { connect, type Socket } from 'node:net';
 import { expect } from 'chai';
-import { configSchema } from '../../core/config/schema.ts';
+import { configSchema } from '../../services/config.ts';
 import { clientOf } from '../../core/http/client-connections.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { openTestKernel } from '../support/kernel.ts';

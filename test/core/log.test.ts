@@ -6,7 +6,7 @@ import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
-import { configSchema } from '../../core/config/schema.ts';
+import { configSchema } from '../../services/config.ts';
 import { createLogger, logDestination, logFormat, SecretRegistry } from '../../core/log.ts';
 import { openKernel } from '../../services/kernel.ts';
 

@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import type { SigilConfig } from '../../core/config/schema.ts';
+import type { SigilConfig } from '../../services/config.ts';
 import { CallerLimits } from '../../services/gateway/call-limits.ts';
 import { RETRY_LATER_CODES } from '../../services/gateway/mcp/jsonrpc.ts';
 import { RetryLater } from '../../services/gateway/retry-later.ts';

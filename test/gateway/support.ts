@@ -6,7 +6,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { LocalAccount } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import type { SigilConfig } from '../../core/config/schema.ts';
+import type { SigilConfig } from '../../services/config.ts';
 import { serve, type Serving } from '../../services/serve.ts';
 import { freePort, parseBanner, startSigil } from '../support/cli.ts';
 import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../support/kernel.ts';

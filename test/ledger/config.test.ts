@@ -2,8 +2,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { ConfigError, loadConfig, redactConfig } from '../../core/config/load.ts';
-import { DEV_DEPOSIT_MNEMONIC } from '../../core/config/schema.ts';
+import { ConfigError } from '../../core/config/load.ts';
+import { loadConfig, redactConfig } from '../../services/config.ts';
+import { DEV_DEPOSIT_MNEMONIC } from '../../services/runtime/ledger/config.ts';
 
 const load = (env: Record<string, string>) => loadConfig({ env, cwd: '/nonexistent-dir-for-config' });
 

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { mnemonicToAccount } from 'viem/accounts';
-import { DEV_DEPOSIT_MNEMONIC } from '../../core/config/schema.ts';
+import { DEV_DEPOSIT_MNEMONIC } from '../../services/runtime/ledger/config.ts';
 import { SigilError } from '@sigil/plugin-api';
 import {
   DepositKeys,

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import type { Address, Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
-import { DEV_DEPOSIT_MNEMONIC } from '../../core/config/schema.ts';
+import { DEV_DEPOSIT_MNEMONIC } from '../../services/runtime/ledger/config.ts';
 import { devWallet } from '../../services/devchain/index.ts';
 import type { DevChain } from '../support/chain.ts';
 import { freePort, parseBanner, startSigil } from '../support/cli.ts';

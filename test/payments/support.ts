@@ -8,7 +8,7 @@ import { expect } from 'chai';
 import { createPublicClient, http, parseAbi, type Address, type Hex, type LocalAccount } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { Clock } from '../../core/clock.ts';
-import type { SigilConfig } from '../../core/config/schema.ts';
+import type { SigilConfig } from '../../services/config.ts';
 import { openDatabase, type Database } from '../../core/db/database.ts';
 import { devWallet } from '../../services/devchain/index.ts';
 import type { Serving } from '../../services/serve.ts';

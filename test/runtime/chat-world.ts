@@ -1,7 +1,7 @@
 import type { Writable } from 'node:stream';
 import type { Address, Hex } from 'viem';
 import { english, generateMnemonic, type PrivateKeyAccount } from 'viem/accounts';
-import { configSchema, DEFAULT_PLUGINS, type SigilConfig } from '../../core/config/schema.ts';
+import { configSchema, DEFAULT_PLUGINS, type SigilConfig } from '../../services/config.ts';
 import { withDevChainLedger } from '../../services/devchain/ledger.ts';
 import { withDevChainRail } from '../../services/devchain/rail.ts';
 import { withDevChainOperator } from '../../services/devchain/runtime.ts';

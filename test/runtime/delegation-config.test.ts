@@ -2,7 +2,7 @@ import { createPublicKey, generateKeyPairSync } from 'node:crypto';
 import { expect } from 'chai';
 import { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import { ManualClock } from '../../core/clock.ts';
-import { loadConfig, redactConfig } from '../../core/config/load.ts';
+import { loadConfig, redactConfig } from '../../services/config.ts';
 import { SigilError } from '@sigil/plugin-api';
 
 const keys = (current: string | undefined, previous?: string) =>

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import knex from 'knex';
 import { pino, type DestinationStream } from 'pino';
 import { systemClock, type Clock } from '../../core/clock.ts';
-import { configSchema, type SigilConfig } from '../../core/config/schema.ts';
+import { configSchema, type SigilConfig } from '../../services/config.ts';
 import { SecretRegistry, type Logger } from '../../core/log.ts';
 import type { CoreServices } from '@sigil/plugin-api';
 import type { Database } from '../../core/db/database.ts';

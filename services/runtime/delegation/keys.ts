@@ -1,5 +1,5 @@
 import { DelegationKeys } from '../../../core/auth/delegation/keys.ts';
-import { authSettings } from '../../../core/auth/settings.ts';
+import { publicBase } from '../../../core/auth/settings.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Kernel } from '../../kernel.ts';
 
@@ -25,7 +25,7 @@ export function delegationKeysFrom(kernel: Kernel): DelegationKeys {
     current: config.runtime.mcpSigningKey,
     previous: config.runtime.mcpSigningKeyPrevious,
     clock: kernel.clock,
-    issuer: authSettings(config, 'runtime').baseUrl,
+    issuer: publicBase(config.runtime),
     ttlSeconds: config.runtime.delegatedJwtTtlSeconds,
   });
   if (keys.source === 'ephemeral') {

@@ -1,0 +1,160 @@
+import { z } from 'zod';
+import { asBool, asInt, asList, asString, type EnvOverrides } from '../../core/config/env.ts';
+import { serviceSchema } from '../../core/config/service.ts';
+import { address } from '../../core/config/values.ts';
+import { callLimitsSchema } from './call-limits-config.ts';
+
+/** The `gateway` section: where the tool gateway listens, its MCP servers, their limits, its payments. */
+export const gatewaySchema = serviceSchema(8402)
+  .extend({
+    operatorWallets: z.array(address).default([]).describe('Wallets treated as operators'),
+    erc8128EnforceOperatorMcp: z
+      .boolean()
+      .default(false)
+      .describe('Reject bearer-only requests from operator wallets'),
+    secretKey: z
+      .string()
+      .min(32)
+      .optional()
+      .describe('Master key for per-wallet secrets; secrets are memory-only without it'),
+    catalogFile: z
+      .string()
+      .optional()
+      .describe(
+        'JSON file of MCP servers ({ "servers": [...] }); its entries replace defaults with the same id',
+      ),
+    includeDefaultCatalog: z
+      .boolean()
+      .default(true)
+      .describe('Offer the shipped catalog of MCP servers from npm'),
+    denyList: z
+      .array(z.string().min(1))
+      .default([])
+      .describe('Server ids or package names the security filter blocks'),
+    warmupAtStart: z
+      .boolean()
+      .default(true)
+      .describe('Install and verify catalog servers at start-up (in the background, with progress logs)'),
+    idleTimeoutSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(86_400)
+      .default(300)
+      .describe('A warm MCP server process with no call for this long is stopped'),
+    maxRunningServers: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .default(32)
+      .describe(
+        'MCP server processes running at once; the least recently used idle one is stopped to start another',
+      ),
+    toolCallTimeoutSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(3600)
+      .default(60)
+      .describe("A tool call's time limit, for servers whose catalog entry sets none"),
+    maxToolCallTimeoutSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(3600)
+      .default(600)
+      .describe('The longest time limit a catalog entry may set for its calls (its toolCallTimeoutSeconds)'),
+    callLimits: callLimitsSchema,
+    paymentHint: z
+      .string()
+      .min(1)
+      .max(500)
+      .optional()
+      .describe(
+        'A sentence added to the hint of every 402 answer on how to pay here (sigil up on the dev chain names the examples that pay there and how to make calls free)',
+      ),
+    paidResultRetentionHours: z
+      .number()
+      .int()
+      .min(0)
+      .max(720)
+      .default(24)
+      .describe(
+        'How long a paid call’s result is kept for its payer to fetch again (GET /api/payments/:paymentId/result) should the answer be lost; 0 keeps none',
+      ),
+    paidResultMaxBytes: z
+      .number()
+      .int()
+      .min(0)
+      .max(4_000_000)
+      .default(262_144)
+      .describe('The largest paid result kept (serialized bytes); a larger one is served, not kept'),
+    paidResultMaxBytesPerPayer: z
+      .number()
+      .int()
+      .min(0)
+      .max(1_073_741_824)
+      .default(16_777_216)
+      .describe(
+        'The bytes of unexpired paid results kept per payer; past it a result is served, not kept (its receipt says so)',
+      ),
+    delegation: z
+      .object({
+        enabled: z
+          .boolean()
+          .default(true)
+          .describe("Accept the runtime's delegated ES256 JWTs as wallet auth"),
+        runtimeUrl: z
+          .url()
+          .optional()
+          .describe(
+            "Where the gateway reads the runtime's /.well-known/jwks.json and /api/attestation/report; the runtime's public URL when unset",
+          ),
+        cacheSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(86_400)
+          .default(300)
+          .describe("How long the runtime's JWKS and its trust state are reused before being read again"),
+        requireTrusted: z
+          .boolean()
+          .default(false)
+          .describe('Refuse delegated JWTs unless the runtime is trusted (its attestation binds its JWKS)'),
+      })
+      .strict()
+      .prefault({})
+      .describe("The runtime's delegated path (docs/auth.md)"),
+  })
+  .prefault({});
+
+/** The gateway's session setting in the shared `auth` section. */
+export const GATEWAY_SESSION = {
+  gatewayJwtTtlSeconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(86_400)
+    .default(86_400)
+    .describe('Lifetime of a gateway session JWT (24 h, as the gateway spec says)'),
+};
+
+/** The environment variables of the gateway's settings, and the config path each sets. */
+export const GATEWAY_ENV: EnvOverrides = {
+  GATEWAY_HOST: { path: 'gateway.host', coerce: asString },
+  GATEWAY_PORT: { path: 'gateway.port', coerce: asInt },
+  GATEWAY_PUBLIC_URL: { path: 'gateway.publicUrl', coerce: asString },
+  GATEWAY_ALLOWED_HOSTS: { path: 'gateway.http.allowedHosts', coerce: asList },
+  GATEWAY_ALLOWED_ORIGINS: { path: 'gateway.http.allowedOrigins', coerce: asList },
+  GATEWAY_SECRET_KEY: { path: 'gateway.secretKey', coerce: asString },
+  OPERATOR_WALLETS: { path: 'gateway.operatorWallets', coerce: asList },
+  ERC8128_ENFORCE_OPERATOR_MCP: { path: 'gateway.erc8128EnforceOperatorMcp', coerce: asBool },
+  GATEWAY_WARMUP: { path: 'gateway.warmupAtStart', coerce: asBool },
+  GATEWAY_CATALOG: { path: 'gateway.catalogFile', coerce: asString },
+  GATEWAY_DELEGATION: { path: 'gateway.delegation.enabled', coerce: asBool },
+  GATEWAY_RUNTIME_URL: { path: 'gateway.delegation.runtimeUrl', coerce: asString },
+};
+
+/** The gateway's config paths whose values are secrets. */
+export const GATEWAY_SECRET_PATHS = ['gateway.secretKey'] as const;

@@ -1,0 +1,77 @@
+import { z } from 'zod';
+import { asBool, asInt, asList, asString, type EnvOverrides } from '../../core/config/env.ts';
+import { serviceSchema } from '../../core/config/service.ts';
+import { privateKey } from '../../core/config/values.ts';
+import { chatSchema } from './chat/config.ts';
+
+/** The `runtime` section: where the agent runtime listens, its keys, its chat sessions. */
+export const runtimeSchema = serviceSchema(8080)
+  .extend({
+    mcpSigningKey: z
+      .string()
+      .optional()
+      .describe(
+        'ES256 private key (PKCS#8 PEM or JWK JSON) that signs delegated gateway JWTs; ephemeral in development when unset, required in production',
+      ),
+    mcpSigningKeyPrevious: z
+      .string()
+      .optional()
+      .describe(
+        'The ES256 key MCP_SIGNING_KEY replaced (PEM or JWK, private or public): still published in the JWKS during a rotation, never used to sign',
+      ),
+    delegatedJwtTtlSeconds: z
+      .number()
+      .int()
+      .min(30)
+      .max(900)
+      .default(300)
+      .describe('Lifetime of a delegated gateway JWT'),
+    operatorKey: privateKey
+      .optional()
+      .describe(
+        "Private key of the runtime's operator wallet, which signs its gateway requests with ERC-8128",
+      ),
+    providerApiKey: z
+      .string()
+      .optional()
+      .describe(
+        "The operator's internal provider key, used for a chat when the wallet stored none and chat.internalKey allows it",
+      ),
+    chat: chatSchema.describe('Chat sessions and their limits (docs/runtime-chat.md)'),
+  })
+  .prefault({});
+
+/** The runtime's session setting in the shared `auth` section. */
+export const RUNTIME_SESSION = {
+  runtimeJwtTtlSeconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(86_400)
+    .default(3600)
+    .describe('Lifetime of a runtime session JWT (1 h)'),
+};
+
+/** The environment variables of the runtime's settings, and the config path each sets. */
+export const RUNTIME_ENV: EnvOverrides = {
+  RUNTIME_HOST: { path: 'runtime.host', coerce: asString },
+  RUNTIME_PORT: { path: 'runtime.port', coerce: asInt },
+  RUNTIME_PUBLIC_URL: { path: 'runtime.publicUrl', coerce: asString },
+  RUNTIME_ALLOWED_HOSTS: { path: 'runtime.http.allowedHosts', coerce: asList },
+  RUNTIME_ALLOWED_ORIGINS: { path: 'runtime.http.allowedOrigins', coerce: asList },
+  MCP_SIGNING_KEY: { path: 'runtime.mcpSigningKey', coerce: asString },
+  MCP_SIGNING_KEY_PREVIOUS: { path: 'runtime.mcpSigningKeyPrevious', coerce: asString },
+  RUNTIME_OPERATOR_KEY: { path: 'runtime.operatorKey', coerce: asString },
+  PROVIDER_API_KEY: { path: 'runtime.providerApiKey', coerce: asString },
+  RUNTIME_CHAT_INTERNAL_KEY: { path: 'runtime.chat.internalKey', coerce: asBool },
+  RUNTIME_GATEWAY_PATH: { path: 'runtime.chat.gatewayPath', coerce: asString },
+  RUNTIME_GATEWAY_URL: { path: 'runtime.chat.gatewayUrl', coerce: asString },
+};
+
+/** The runtime's config paths whose values are secrets. */
+export const RUNTIME_SECRET_PATHS = [
+  'runtime.mcpSigningKey',
+  'runtime.mcpSigningKeyPrevious',
+  'runtime.operatorKey',
+  'runtime.providerApiKey',
+] as const;
