@@ -2,6 +2,7 @@ import { accessSync, constants, readFileSync, realpathSync, statSync } from 'nod
 import { delimiter, dirname, isAbsolute, join } from 'node:path';
 import { SigilError } from '@sigil/plugin-api';
 import type { Tools } from './launch.ts';
+import type { UidRange } from './uids.ts';
 
 /** What the runtime needs of the host, checked before a sandbox is built: tools, paths, permissions. */
 
@@ -88,6 +89,11 @@ export function assertOwnedPrivately(dir: string): void {
       { hint: `chown and chmod go-w ${dir}, or choose another stateDir` },
     );
   }
+}
+
+/** A uid a sandbox may run as, for checks that any of them would pass alike. */
+export function someSandboxUid(uidRange: UidRange): number {
+  return process.getuid?.() === 0 ? uidRange.first : (process.getuid?.() ?? 0);
 }
 
 /**

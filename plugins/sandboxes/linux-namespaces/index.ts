@@ -1,5 +1,6 @@
 import { definePlugin } from '@sigil/plugin-api';
-import { configSchema, LinuxNamespacesRuntime } from './runtime.ts';
+import { configSchema } from './config.ts';
+import { LinuxNamespacesRuntime } from './runtime.ts';
 
 /**
  * The embedded default sandbox: kernel namespaces through util-linux, which every Linux has, so a
@@ -16,4 +17,6 @@ export default definePlugin({
 });
 
 export { configSchema, LinuxNamespacesRuntime };
-export type { LinuxNamespacesConfig, LinuxNamespacesStatus, ReapReport } from './runtime.ts';
+export type { LinuxNamespacesConfig } from './config.ts';
+export type { ReapReport } from './leftovers.ts';
+export type { LinuxNamespacesStatus } from './runtime.ts';

@@ -1,4 +1,6 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { CgroupV1 } from './cgroups.ts';
 
 /**
  * Who owns a sandbox, so that a later run can tell leftovers from live sandboxes. The owner is the
@@ -53,4 +55,58 @@ export function markedProcesses(): MarkedProcess[] {
     if (match) found.push({ pid: Number(entry), owner: match[1] as string, id: match[2] as string });
   }
   return found;
+}
+
+export interface ReapReport {
+  processes: number;
+  cgroups: number;
+  stateDirs: number;
+}
+
+export interface ReapScope {
+  /** The reaping runtime, whose own sandboxes are never leftovers. */
+  owner: string;
+  stateDir: string;
+  cgroups: 'auto' | 'off';
+}
+
+/**
+ * Kills what earlier runs of any runtime on this host left behind: processes, cgroups and state
+ * directories whose owner process is gone. Normally there is nothing (a sandbox dies with its
+ * runtime through PR_SET_PDEATHSIG), but a runtime killed in the instant between starting a
+ * sandbox and the sandbox arming that signal, or a host crash, leaves some.
+ */
+export async function reapLeftovers(scope: ReapScope): Promise<ReapReport> {
+  const leftover = (owner: string) => owner !== scope.owner && !ownerAlive(owner);
+  const report: ReapReport = { processes: 0, cgroups: 0, stateDirs: 0 };
+  for (const found of markedProcesses()) {
+    if (!leftover(found.owner)) continue;
+    try {
+      process.kill(found.pid, 'SIGKILL');
+      report.processes++;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const cgroups = scope.cgroups === 'auto' ? CgroupV1.detect() : undefined;
+  if (cgroups instanceof CgroupV1) {
+    for (const name of cgroups.names()) {
+      if (!leftover(name.split('-')[0] ?? '')) continue;
+      await cgroups.open(name).remove();
+      report.cgroups++;
+    }
+  }
+  let entries: string[] = [];
+  try {
+    entries = readdirSync(scope.stateDir);
+  } catch {
+    // no state dir yet
+  }
+  for (const entry of entries) {
+    const owner = /^(\d+\.\d+)-[0-9a-f]+$/.exec(entry)?.[1];
+    if (owner === undefined || !leftover(owner)) continue;
+    rmSync(join(scope.stateDir, entry), { recursive: true, force: true });
+    report.stateDirs++;
+  }
+  return report;
 }

@@ -1,0 +1,91 @@
+import { isAbsolute } from 'node:path';
+import { z } from 'zod';
+import { parseRange } from './egress-addresses.ts';
+import { DEFAULT_UID_RANGE, uidRangeSchema } from './uids.ts';
+
+/** The plugin's options (README.md lists them) and the limits a sandbox runs under. */
+
+const MiB = 1024 * 1024;
+
+export const limitsSchema = z
+  .object({
+    memoryBytes: z
+      .number()
+      .int()
+      .min(16 * MiB),
+    cpuSeconds: z.number().int().positive(),
+    pids: z.number().int().min(8),
+    outputBytes: z.number().int().positive(),
+    tmpBytes: z.number().int().min(MiB),
+    openFiles: z.number().int().min(16),
+    egressConnections: z.number().int().min(1),
+  })
+  .strict();
+
+export type SandboxLimits = z.infer<typeof limitsSchema>;
+
+export const absolutePath = z.string().refine(isAbsolute, 'must be an absolute path');
+
+/**
+ * Host files every sandbox sees besides the programs it runs and their libraries (which the runtime
+ * finds itself); missing entries are skipped. Not /usr: a server sees no compiler, shell tool or
+ * document of the host that it was not given.
+ */
+export const DEFAULT_SYSTEM_PATHS = ['/etc/ld.so.cache', '/etc/localtime'];
+
+export const configSchema = z
+  .object({
+    /** Per-run state (sandbox roots, fstabs, egress sockets); must be traversable by the sandbox user. */
+    stateDir: absolutePath.default('/tmp/sigil-sandboxes'),
+    /**
+     * Host uids (and gids) for sandboxes when the runtime is root: each live sandbox holds one of its
+     * own; it must be no one else's on this host. Not root: every sandbox runs as the runtime's user.
+     */
+    uidRange: uidRangeSchema.default(DEFAULT_UID_RANGE),
+    /** `seccomp`: no kernel keyring, no foreign ABIs (needs perl or python3 on the host); `off`: none. */
+    syscallFilter: z.enum(['seccomp', 'off']).default('seccomp'),
+    limits: limitsSchema.partial().prefault({}),
+    /** `auto`: per-sandbox cgroup v1 limits when available (root, v1 hierarchy); `off`: rlimits only. */
+    cgroups: z.enum(['auto', 'off']).default('auto'),
+    /** CPUs' worth of time a sandbox may use at once (cgroup only). */
+    cpuQuota: z.number().positive().default(1),
+    systemPaths: z.array(absolutePath).default(DEFAULT_SYSTEM_PATHS),
+    /** Further host paths every sandbox sees read-only. */
+    readOnlyPaths: z.array(absolutePath).default([]),
+    /** How long `kill()` waits after closing stdin before it kills the sandbox. */
+    killGraceMs: z.number().int().nonnegative().default(1000),
+    /** Port of the egress forwarder on the sandbox's own loopback (HTTP_PROXY). */
+    proxyPort: z.number().int().min(1).max(65535).default(3128),
+    /** Timers of the egress proxy (the connection cap is `limits.egressConnections`). */
+    egress: z
+      .object({
+        /** From a connection's accept until its tunnel is up: request head read, upstream connected. */
+        headerTimeoutMs: z.number().int().positive().default(10_000),
+        /** A tunnel with no traffic either way for this long is closed. */
+        idleTimeoutMs: z.number().int().positive().default(300_000),
+        /**
+         * Private, loopback, link-local and other special ranges (CIDR) an allowed host name may
+         * resolve to; by default none (an allow-list entry that is itself an address is always kept).
+         */
+        privateRanges: z
+          .array(
+            z.string().refine((value) => parseRange(value) !== undefined, 'must be an address or CIDR range'),
+          )
+          .default([]),
+      })
+      .strict()
+      .prefault({}),
+  })
+  .strict();
+
+export type LinuxNamespacesConfig = z.infer<typeof configSchema>;
+
+export const DEFAULT_LIMITS: SandboxLimits = {
+  memoryBytes: 512 * MiB,
+  cpuSeconds: 600,
+  pids: 256,
+  outputBytes: 256 * MiB,
+  tmpBytes: 64 * MiB,
+  openFiles: 1024,
+  egressConnections: 64,
+};
