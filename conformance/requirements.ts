@@ -7,7 +7,7 @@ import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
 import { healthRequirements } from './deployment/health.ts';
 import { ledgerRequirements } from './deployment/ledger.ts';
 import { mcpProtocolRequirements } from './deployment/mcp-protocol.ts';
-import { paymentRequirements } from './deployment/payments.ts';
+import { paymentRequirements } from './deployment/payments/index.ts';
 import { proofRequirements } from './deployment/proofs.ts';
 import { secretsRequirements } from './deployment/secrets.ts';
 import { serversApiRequirements } from './deployment/servers-api.ts';
