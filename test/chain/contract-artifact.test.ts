@@ -2,16 +2,16 @@ import { readFileSync } from 'node:fs';
 import { expect } from 'chai';
 import { eip3009ABI } from '@x402/evm';
 import type { AbiFunction } from 'viem';
-import { readContractArtifact } from '../../contracts/artifact.ts';
+import { readContractArtifact } from '../../solidity/artifact.ts';
 import {
   CONTRACTS,
   compileContract,
   formatArtifact,
   sha256,
   type CompileResult,
-} from '../../contracts/compile.ts';
-import { readMiniMulticall3Artifact } from '../../contracts/mini-multicall3.ts';
-import { readSigilDollarArtifact } from '../../contracts/sigil-dollar.ts';
+} from '../../solidity/compile.ts';
+import { readMiniMulticall3Artifact } from '../../solidity/mini-multicall3.ts';
+import { readSigilDollarArtifact } from '../../solidity/sigil-dollar.ts';
 
 /** Name, parameter types, mutability and return types: what a caller's encoding and decoding rely on. */
 function shape(f: AbiFunction): string {
@@ -23,7 +23,7 @@ function shape(f: AbiFunction): string {
 }
 
 for (const contract of CONTRACTS) {
-  const STALE = `contracts/${contract.contractName}.json is stale: run \`npm run contracts\` and commit the result`;
+  const STALE = `solidity/${contract.contractName}.json is stale: run \`npm run solidity\` and commit the result`;
 
   describe(`${contract.contractName} artifact`, function () {
     // solc-js (WebAssembly) takes a few seconds to load and compile.
@@ -49,7 +49,7 @@ for (const contract of CONTRACTS) {
       expect(compiled.warnings).to.deep.equal([]);
     });
 
-    it('is committed exactly as `npm run contracts` writes it (prettier-formatted JSON)', async () => {
+    it('is committed exactly as `npm run solidity` writes it (prettier-formatted JSON)', async () => {
       expect(readFileSync(contract.artifactPath, 'utf8'), STALE).to.equal(
         await formatArtifact(compiled.artifact, contract.artifactPath),
       );

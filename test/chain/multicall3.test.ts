@@ -5,7 +5,7 @@ import { ExactEvmScheme as ExactEvmFacilitator } from '@x402/evm/exact/facilitat
 import type { PaymentPayload, PaymentRequirements } from '@x402/core/types';
 import { encodeFunctionData, parseAbi, publicActions, type Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import { MULTICALL3_ADDRESS, readMiniMulticall3Artifact } from '../../contracts/mini-multicall3.ts';
+import { MULTICALL3_ADDRESS, readMiniMulticall3Artifact } from '../../solidity/mini-multicall3.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { chainClients, revertReason, sigilDollarAbi } from './support.ts';
 

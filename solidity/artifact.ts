@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Abi, Hex } from 'viem';
 
 /**
- * A compiled contract of this project (contracts/<Name>.json, written by `npm run contracts`).
+ * A compiled contract of this project (solidity/<Name>.json, written by `npm run solidity`).
  * Read from the committed artifact, so deploying never loads the compiler.
  */
 export interface ContractArtifact<Name extends string = string> {

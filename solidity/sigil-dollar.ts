@@ -1,7 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { readContractArtifact, type ContractArtifact, type ContractFiles } from './artifact.ts';
 
-/** The compiled SigilDollar (contracts/SigilDollar.json, written by `npm run contracts`). */
+/** The compiled SigilDollar (solidity/SigilDollar.json, written by `npm run solidity`). */
 export type SigilDollarArtifact = ContractArtifact<'SigilDollar'>;
 
 export const SIGIL_DOLLAR_SOURCE_PATH = fileURLToPath(new URL('./SigilDollar.sol', import.meta.url));

@@ -1,8 +1,8 @@
 /**
- * Compiles the project's contracts (contracts/<Name>.sol) with solc-js (the `solc` npm package,
- * offline) and writes each artifact, contracts/<Name>.json. Run it after changing a source:
+ * Compiles the project's contracts (solidity/<Name>.sol) with solc-js (the `solc` npm package,
+ * offline) and writes each artifact, solidity/<Name>.json. Run it after changing a source:
  *
- *   npm run contracts        (node --import tsx contracts/compile.ts)
+ *   npm run solidity        (node --import tsx solidity/compile.ts)
  *
  * test/chain/contract-artifact.test.ts recompiles and fails when a committed artifact differs.
  */
@@ -18,7 +18,7 @@ import type { ContractArtifact, ContractFiles } from './artifact.ts';
 import { MINI_MULTICALL3 } from './mini-multicall3.ts';
 import { SIGIL_DOLLAR } from './sigil-dollar.ts';
 
-/** Every contract `npm run contracts` compiles and the artifact test checks. */
+/** Every contract `npm run solidity` compiles and the artifact test checks. */
 export const CONTRACTS: readonly ContractFiles[] = [SIGIL_DOLLAR, MINI_MULTICALL3];
 
 /**

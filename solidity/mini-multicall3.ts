@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url';
 import type { Address } from 'viem';
 import { readContractArtifact, type ContractArtifact, type ContractFiles } from './artifact.ts';
 
-/** The compiled MiniMulticall3 (contracts/MiniMulticall3.json, written by `npm run contracts`). */
+/** The compiled MiniMulticall3 (solidity/MiniMulticall3.json, written by `npm run solidity`). */
 export type MiniMulticall3Artifact = ContractArtifact<'MiniMulticall3'>;
 
 /** Where Multicall3 lives on every public EVM chain, and where x402's facilitator calls it. */
