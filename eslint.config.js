@@ -7,7 +7,7 @@ import globals from 'globals';
  * tell the repository's plugins/ from core/plugins/, so each depth of core/ gets the relative prefix
  * that reaches the repository's root from there.
  */
-const OUTSIDE_CORE = ['services', 'plugins', 'registries', 'providers', 'attestation'];
+const OUTSIDE_CORE = ['services', 'devchain', 'plugins', 'registries', 'providers', 'attestation'];
 const coreStandsAlone = [1, 2, 3, 4].map((depth) => ({
   files: [`core/${'*/'.repeat(depth - 1)}*.ts`],
   rules: {
@@ -47,12 +47,19 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       'no-restricted-imports': [
         'error',
-        { patterns: [{ group: ['**/services/**'], message: 'Plugins and core import only from core/.' }] },
+        {
+          patterns: [
+            {
+              group: ['**/services/**', '**/devchain/**'],
+              message: 'Plugins and core import only from core/.',
+            },
+          ],
+        },
       ],
     },
   },
   {
-    files: ['services/**', 'bin/**', 'test/**', 'bench/**', 'conformance/**', 'docs/**'],
+    files: ['services/**', 'devchain/**', 'bin/**', 'test/**', 'bench/**', 'conformance/**', 'docs/**'],
     rules: { 'no-restricted-imports': 'off' },
   },
   ...coreStandsAlone,

@@ -37,7 +37,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { pino } from 'pino';
 import { createLogger, logDestination } from '../core/log.ts';
 import type { Kernel } from '../services/kernel.ts';
-import { startDevChain, type DevChain } from '../services/devchain/index.ts';
+import { startDevChain, type DevChain } from '../devchain/index.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel } from '../test/support/kernel.ts';
 import { walletToken } from '../test/gateway/support.ts';

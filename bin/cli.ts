@@ -21,7 +21,7 @@ import {
   withDevChainOperator,
   withDevChainRail,
   type DevChain,
-} from '../services/devchain/index.ts';
+} from '../devchain/index.ts';
 import { openKernel } from '../services/kernel.ts';
 import { serviceMigrations } from '../services/migrations.ts';
 import { paymentsBanner } from '../services/payments-banner.ts';

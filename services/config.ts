@@ -8,7 +8,7 @@ import {
   CORE_SETTINGS,
   pluginsSchema,
 } from '../core/config/schema.ts';
-import { DEV_CHAIN_ENV, devChainSchema } from './devchain/config.ts';
+import { DEV_CHAIN_ENV, devChainSchema } from '../devchain/config.ts';
 import { GATEWAY_ENV, GATEWAY_SECRET_PATHS, GATEWAY_SESSION, gatewaySchema } from './gateway/config.ts';
 import { RUNTIME_ENV, RUNTIME_SECRET_PATHS, RUNTIME_SESSION, runtimeSchema } from './runtime/config.ts';
 import {

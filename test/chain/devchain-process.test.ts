@@ -4,7 +4,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { pino } from 'pino';
-import { startAnvil } from '../../services/devchain/index.ts';
+import { startAnvil } from '../../devchain/index.ts';
 import { startDevChain } from '../support/chain.ts';
 
 const HOLDER = fileURLToPath(new URL('./fixtures/hold-dev-chain.ts', import.meta.url));

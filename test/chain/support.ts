@@ -13,7 +13,7 @@ import {
   type TypedDataDomain,
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import { devChainDefinition } from '../../services/devchain/index.ts';
+import { devChainDefinition } from '../../devchain/index.ts';
 import type { DevChain } from '../support/chain.ts';
 
 /**

@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import { loadConfig } from '../../services/config.ts';
 import { configSchema as x402EvmConfigSchema } from '../../plugins/payments/x402-evm/config.ts';
 import { builtinPlugins } from '../../services/builtin-plugins.ts';
-import { devChainSkipReason } from '../../services/devchain/index.ts';
+import { devChainSkipReason } from '../../devchain/index.ts';
 
 const EXAMPLE = join(
   dirname(fileURLToPath(import.meta.url)),

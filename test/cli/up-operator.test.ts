@@ -7,7 +7,7 @@ import {
   withDevChainLedger,
   withDevChainOperator,
   type DevChainDeployment,
-} from '../../services/devchain/index.ts';
+} from '../../devchain/index.ts';
 
 /** A deployment as deploySigilDollar describes one (no chain is needed to decide the config). */
 const chain: DevChainDeployment = {

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { toHex, type Address, type LocalAccount } from 'viem';
 import { english, generateMnemonic, generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { SigilConfig } from '../../services/config.ts';
-import { devWallet } from '../../services/devchain/index.ts';
+import { devWallet } from '../../devchain/index.ts';
 import { chainClients, sigilDollarAbi } from '../chain/support.ts';
 import type { DevChain } from '../support/chain.ts';
 

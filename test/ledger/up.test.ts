@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import type { Address, Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { DEV_DEPOSIT_MNEMONIC } from '../../services/runtime/ledger/config.ts';
-import { devWallet } from '../../services/devchain/index.ts';
+import { devWallet } from '../../devchain/index.ts';
 import type { DevChain } from '../support/chain.ts';
 import { freePort, parseBanner, startSigil } from '../support/cli.ts';
 import { sendToken, tokenBalance } from './chain-support.ts';

@@ -7,7 +7,7 @@ import { createPublicClient, defineChain, http, type Address, type LocalAccount 
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { configSchema, X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
 import { createFacilitator, validOnChain } from '../../plugins/payments/x402-evm/facilitator.ts';
-import { devChainDefinition } from '../../services/devchain/index.ts';
+import { devChainDefinition } from '../../devchain/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import {
   balances,

@@ -10,7 +10,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { Clock } from '../../core/clock.ts';
 import type { SigilConfig } from '../../services/config.ts';
 import { openDatabase, type Database } from '../../core/db/database.ts';
-import { devWallet } from '../../services/devchain/index.ts';
+import { devWallet } from '../../devchain/index.ts';
 import type { Serving } from '../../services/serve.ts';
 import {
   cancelAuthorizationTypes,

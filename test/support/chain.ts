@@ -3,9 +3,9 @@ import {
   startDevChain as startServiceDevChain,
   type DevChain,
   type DevChainOptions,
-} from '../../services/devchain/index.ts';
+} from '../../devchain/index.ts';
 
-export type { DevChain } from '../../services/devchain/index.ts';
+export type { DevChain } from '../../devchain/index.ts';
 
 /**
  * A fresh local chain (anvil, chain id 8453) with SigilDollar deployed and the payer funded, for

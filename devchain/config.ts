@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { asBool, asInt, asString, type EnvOverrides } from '../../core/config/env.ts';
-import { port } from '../../core/config/values.ts';
+import { asBool, asInt, asString, type EnvOverrides } from '../core/config/env.ts';
+import { port } from '../core/config/values.ts';
 
 /** The `devChain` section: the local chain `sigil up` runs for payments. */
 export const devChainSchema = z

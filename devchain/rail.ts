@@ -6,9 +6,9 @@ import { createRequire } from 'node:module';
 import { isAbsolute, join, resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { formatUnits } from 'viem';
-import type { PluginEntry } from '../../core/config/schema.ts';
-import type { SigilConfig } from '../config.ts';
-import type { BuiltinPlugins } from '../../core/plugins/host.ts';
+import type { PluginEntry } from '../core/config/schema.ts';
+import type { SigilConfig } from '../services/config.ts';
+import type { BuiltinPlugins } from '../core/plugins/host.ts';
 import type { DevChainDeployment } from './deploy.ts';
 import { DEV_CHAIN_PAYMENT_HINT } from './quick-start.ts';
 

@@ -1,6 +1,6 @@
 import { mkdirSync, readFileSync, renameSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import type { Logger } from '../../core/log.ts';
+import type { Logger } from '../core/log.ts';
 
 /**
  * Makes `path` ready for anvil's `--state`: its directory exists (owner only, as the data directory

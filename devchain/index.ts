@@ -3,7 +3,7 @@
  * token, SigilDollar, deployed and a payer wallet funded. What `sigil up` starts when no real chain
  * is configured, and what tests pay on. Nothing here talks to a public network.
  */
-import type { Logger } from '../../core/log.ts';
+import type { Logger } from '../core/log.ts';
 import { startAnvil } from './anvil.ts';
 import { deploySigilDollar, type DevChainDeployment } from './deploy.ts';
 

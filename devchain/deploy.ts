@@ -16,9 +16,9 @@ import {
 } from 'viem';
 import { getEip712Domain } from 'viem/actions';
 import { mnemonicToAccount, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
-import { MULTICALL3_ADDRESS, readMiniMulticall3Artifact } from '../../solidity/mini-multicall3.ts';
-import { readSigilDollarArtifact } from '../../solidity/sigil-dollar.ts';
-import type { Logger } from '../../core/log.ts';
+import { MULTICALL3_ADDRESS, readMiniMulticall3Artifact } from '../solidity/mini-multicall3.ts';
+import { readSigilDollarArtifact } from '../solidity/sigil-dollar.ts';
+import type { Logger } from '../core/log.ts';
 import { DEV_MNEMONIC } from './anvil.ts';
 
 export interface DevWallet {

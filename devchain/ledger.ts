@@ -3,8 +3,8 @@
  * dollar token, sweep to the dev treasury, submit transfers from a dev account of its own, and derive
  * deposit addresses from a public dev mnemonic (never in production mode).
  */
-import { DEV_DEPOSIT_MNEMONIC } from '../runtime/ledger/config.ts';
-import type { SigilConfig } from '../config.ts';
+import { DEV_DEPOSIT_MNEMONIC } from '../services/runtime/ledger/config.ts';
+import type { SigilConfig } from '../services/config.ts';
 import { devWallet, type DevChainDeployment } from './deploy.ts';
 
 /** Anvil's dev account that submits the ledger's sweeps and withdrawals (not the rail's facilitator). */

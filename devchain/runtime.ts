@@ -2,7 +2,7 @@
  * What `sigil up` gives the runtime on the dev chain: an operator wallet with dollars, so the tool loop
  * of a chat pays the gateway's x402 price of a paid tool out of the box (README: Chat, "Tools").
  */
-import type { SigilConfig } from '../config.ts';
+import type { SigilConfig } from '../services/config.ts';
 import type { DevChainDeployment } from './deploy.ts';
 
 /**

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { createRequire } from 'node:module';
-import type { Logger } from '../../core/log.ts';
+import type { Logger } from '../core/log.ts';
 import { prepareStateFile } from './state-file.ts';
 
 /** The mnemonic of anvil's well-known dev accounts, passed explicitly so our derivation always matches. */
