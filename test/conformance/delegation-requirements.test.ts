@@ -6,9 +6,9 @@ import { delegationRequirements } from '../../conformance/deployment/delegation.
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { newWallet } from '../auth/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
-import { sendJson, startTinyServer, type TinyServer } from '../conformance/support.ts';
-import { fakeEvidenceVerifier } from './fixtures/tee-fake.ts';
-import { FAKE_TEE, GATEWAY_PUBLIC, pluginsWithTee, Stack } from './support.ts';
+import { sendJson, startTinyServer, type TinyServer } from './support.ts';
+import { fakeEvidenceVerifier } from '../runtime/fixtures/tee-fake.ts';
+import { FAKE_TEE, GATEWAY_PUBLIC, pluginsWithTee, Stack } from '../runtime/support.ts';
 
 const IDS = delegationRequirements.map((requirement) => requirement.id);
 

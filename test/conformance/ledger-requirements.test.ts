@@ -12,11 +12,11 @@ import {
   startTinyServer,
   statuses,
   type TinyServer,
-} from '../conformance/support.ts';
+} from './support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { openTestKernel } from '../support/kernel.ts';
 import { pluginsWithLocalProvider } from '../runtime/support.ts';
-import { ledgerOnChain } from './chain-support.ts';
+import { ledgerOnChain } from '../ledger/chain-support.ts';
 
 const IDS = [
   'RT-2.ledger-balance-rule',
