@@ -1,6 +1,7 @@
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { isSigilError, Redactor, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../core/http/disconnect.ts';
+import { UNKNOWN_TOOL } from '../../core/http/mcp-errors.ts';
 import { CallCancelled, type CallObserver } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
 import type { ServerLaunch } from './launcher.ts';
@@ -96,6 +97,7 @@ export class ToolCaller {
           )
         : new SigilError('not_found', `MCP server "${call.serverId}" has no tool "${call.tool}"`, {
             hint: `GET /api/servers/${call.serverId}/tools lists its tools`,
+            details: { reason: UNKNOWN_TOOL, serverId: call.serverId, tool: call.tool },
           });
     }
     // The key is ready before the tool runs: a key error afterwards would make a side effect unpaid.

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import type { SigilConfig } from '../../services/config.ts';
 import { CallerLimits } from '../../services/gateway/call-limits.ts';
-import { RETRY_LATER_CODES } from '../../services/gateway/mcp/jsonrpc.ts';
+import { RETRY_LATER_CODES } from '../../core/http/mcp-errors.ts';
 import { RetryLater } from '../../services/gateway/retry-later.ts';
 import { probeEntry, ProbeWorld, textOf, walletToken } from './support.ts';
 

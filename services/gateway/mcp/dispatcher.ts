@@ -12,10 +12,12 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { z } from 'zod';
+import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../../core/http/disconnect.ts';
 import type { CallOrigin } from '../call-limits.ts';
+import { jsonRpcErrorOf } from '../../../core/http/mcp-errors.ts';
 import type { ResolvedServer } from '../servers.ts';
-import { ErrorCode, errorReply, isPlainObject, JsonRpcError, type JsonRpcReply } from './jsonrpc.ts';
+import { ErrorCode, errorReply, isPlainObject, type JsonRpcReply } from './jsonrpc.ts';
 
 /** Everything a tool list or call may depend on: who asks, in which session, through which endpoint. */
 export interface McpRequestScope {
@@ -92,7 +94,9 @@ export class McpDispatcher {
         result: await handler(request, { ...scope, meta: metaOf(request) }),
       };
     } catch (err) {
-      if (err instanceof JsonRpcError) return errorReply(request.id, err);
+      // What is no JSON-RPC error (MCP_ANSWER_BY_CODE) is the HTTP answer of the endpoint.
+      const error = isSigilError(err) ? jsonRpcErrorOf(err) : undefined;
+      if (error) return errorReply(request.id, error);
       throw err;
     }
   }
@@ -138,8 +142,8 @@ function parseParams<S extends z.ZodType>(schema: S, request: JSONRPCRequest): z
   const parsed = schema.safeParse({ method: request.method, params: request.params });
   if (parsed.success) return parsed.data;
   const issue = parsed.error.issues[0];
-  throw new JsonRpcError(
-    ErrorCode.InvalidParams,
+  throw new SigilError(
+    'invalid_request',
     `Invalid params: ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'rejected'}`,
   );
 }

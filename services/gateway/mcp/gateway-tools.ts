@@ -5,19 +5,15 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { isSigilError, type SigilError } from '@sigil/plugin-api';
+import { isSigilError, SigilError } from '@sigil/plugin-api';
+import { jsonRpcErrorOf, UNKNOWN_TOOL, withHint } from '../../../core/http/mcp-errors.ts';
 import type { CallObserver } from '../../../core/mcp/call-tool.ts';
-import { UNKNOWN_SERVER, type Catalog } from '../catalog.ts';
+import type { Catalog } from '../catalog.ts';
 import type { ResolvedServer, ServerDirectory } from '../servers.ts';
 import type { EnabledServers } from '../enabled-servers.ts';
 import { NAMESPACE_SEPARATOR, toolError, type ToolCaller } from '../tool-calls.ts';
 import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
-import { RetryLater } from '../retry-later.ts';
 import { checkPayloadSize } from '../tool-arguments.ts';
-import { ErrorCode, JsonRpcError, RETRY_LATER_CODES } from './jsonrpc.ts';
-
-/** The JSON-RPC error code of an unpaid tool call (x402's MCP transport, as `@x402/mcp` defines it). */
-export const PAYMENT_REQUIRED_CODE = 402;
 
 export { NAMESPACE_SEPARATOR };
 
@@ -108,11 +104,10 @@ export class GatewayTools implements McpToolSource {
         return await this.callMetaTool(scope, name, args);
       }
       const at = name.indexOf(NAMESPACE_SEPARATOR);
-      if (at <= 0) throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
+      if (at <= 0) throw unknownTool(`Unknown tool: ${name}`);
       const serverId = name.slice(0, at);
       if (!(await this.deps.enabled.includes(scope.wallet, scope.sessionId, serverId))) {
-        throw new JsonRpcError(
-          ErrorCode.InvalidParams,
+        throw unknownTool(
           `Unknown tool: ${name} (server "${serverId}" is not enabled in this session; call gateway_enable_server first)`,
         );
       }
@@ -247,42 +242,21 @@ function parseArgs<S extends z.ZodType>(schema: S, args: Record<string, unknown>
   const parsed = schema.safeParse(args);
   if (parsed.success) return parsed.data;
   const issue = parsed.error.issues[0];
-  throw new JsonRpcError(
-    ErrorCode.InvalidParams,
+  throw new SigilError(
+    'invalid_request',
     `Invalid arguments: ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'rejected'}`,
   );
 }
 
+const unknownTool = (message: string) =>
+  new SigilError('not_found', message, { details: { reason: UNKNOWN_TOOL } });
+
 /**
- * Protocol mistakes (unknown tool, bad or oversized arguments) are JSON-RPC errors; refusals by the
- * gateway (blocked, quarantined, not runnable) are tool errors a model can read and act on.
+ * A refusal by the gateway (blocked, quarantined, not runnable) as the tool error a model can read and
+ * act on; what MCP_ANSWER_BY_CODE makes a JSON-RPC error (a protocol mistake, a payment, a retry) is
+ * thrown on to the dispatcher, as is anything that is no SigilError.
  */
 function toolFailure(err: unknown): CallToolResult {
-  if (err instanceof JsonRpcError) throw err;
-  if (isSigilError(err) && err.code === 'payment_required') {
-    // x402's MCP transport: the client reads the terms from the error's data and pays in _meta. The
-    // hint rides beside them (x402 clients ignore other members), and in the message, which is all
-    // some clients show (the inspector's CLI).
-    throw new JsonRpcError(PAYMENT_REQUIRED_CODE, withHint(err), {
-      ...(err.details?.paymentRequired as object),
-      hint: err.hint,
-    });
-  }
-  if (err instanceof RetryLater) {
-    throw new JsonRpcError(RETRY_LATER_CODES[err.code], err.message, {
-      code: err.code,
-      retryAfterSeconds: err.retryAfterSeconds,
-    });
-  }
-  if (isSigilError(err) && (err.code === 'invalid_request' || err.code === 'payload_too_large')) {
-    // The stable code (and what the gateway found, e.g. the reason and path) for clients that branch on it.
-    throw new JsonRpcError(ErrorCode.InvalidParams, err.message, { code: err.code, ...err.details });
-  }
-  if (isSigilError(err) && err.code === 'not_found' && err.details?.reason !== UNKNOWN_SERVER) {
-    throw new JsonRpcError(ErrorCode.InvalidParams, `Unknown tool: ${err.message}`);
-  }
-  if (isSigilError(err)) return toolError(withHint(err));
+  if (isSigilError(err) && jsonRpcErrorOf(err) === undefined) return toolError(withHint(err));
   throw err;
 }
-
-const withHint = (err: SigilError): string => (err.hint ? `${err.message} (${err.hint})` : err.message);

@@ -5,43 +5,15 @@ import {
   type JSONRPCNotification,
   type JSONRPCRequest,
 } from '@modelcontextprotocol/sdk/types.js';
+import type { JsonRpcErrorObject } from '../../../core/http/mcp-errors.ts';
 
 export { ErrorCode };
 
 export type RequestId = string | number;
 
-/**
- * The gateway's own JSON-RPC codes (in the server-error range -32000…-32099) for a tool call refused
- * for now, beside the HTTP status of the same `SigilError` code; `data` holds that code and
- * `retryAfterSeconds`.
- */
-export const RETRY_LATER_CODES = {
-  /** 429: the caller has its limit of calls in flight. */
-  rate_limited: -32029,
-  /** 503: every MCP server process is busy and the queue for one is full, or the wait ran out. */
-  unavailable: -32053,
-} as const;
-
-export interface JsonRpcErrorObject {
-  code: number;
-  message: string;
-  data?: unknown;
-}
-
 export type JsonRpcReply =
   | { jsonrpc: '2.0'; id: RequestId; result: Record<string, unknown> }
   | { jsonrpc: '2.0'; id: RequestId | null; error: JsonRpcErrorObject };
-
-/** A failure that becomes a JSON-RPC error object; `data` is shown to the client, so never put secrets in it. */
-export class JsonRpcError extends Error {
-  constructor(
-    readonly code: number,
-    message: string,
-    readonly data?: unknown,
-  ) {
-    super(message);
-  }
-}
 
 export const errorReply = (id: RequestId | null, error: JsonRpcErrorObject): JsonRpcReply => ({
   jsonrpc: '2.0',

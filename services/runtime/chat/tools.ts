@@ -5,15 +5,16 @@ import type { PaymentRequired } from '@x402/core/types';
 import { ExactEvmScheme } from '@x402/evm/exact/client';
 import type { Address, Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import type { LlmToolDefinition } from '@sigil/plugin-api';
+import { type LlmToolDefinition, SigilError } from '@sigil/plugin-api';
+import { PAYMENT_REQUIRED_CODE } from '../../../core/http/mcp-errors.ts';
 import { PROOF_META_KEY } from '../../gateway/proofs.ts';
 import type { GatewayClient, GatewayScope } from '../gateway-client.ts';
 
-/** x402's MCP transport: an unpaid call is JSON-RPC error 402 with the terms in `data`. */
-const PAYMENT_REQUIRED_CODE = 402;
 const PAYMENT_META_KEY = 'x402/payment';
 const PAYMENT_RESPONSE_META_KEY = 'x402/payment-response';
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+/** The `details.reason` of a chat whose session names a server the gateway would not enable. */
+const SERVER_NOT_ENABLED = 'server_not_enabled';
 
 export interface ToolPayments {
   /** The operator wallet that pays paid tools (runtime.operatorKey). */
@@ -82,7 +83,11 @@ export class GatewayToolSession {
           undefined,
           { signal: options.signal },
         )) as CallToolResult;
-        if (result.isError) throw new Error(`the gateway did not enable ${serverId}: ${textOf(result)}`);
+        if (result.isError) {
+          throw new SigilError('unavailable', `the gateway did not enable ${serverId}: ${textOf(result)}`, {
+            details: { reason: SERVER_NOT_ENABLED, serverId },
+          });
+        }
       }
       await session.refresh(options.signal);
     } catch (err) {
