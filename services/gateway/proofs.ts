@@ -66,6 +66,18 @@ export function responseHash(result: CallToolResult): string {
   return sha256Hex(canonicalJson(rest));
 }
 
+/**
+ * What `compute` makes of a value, or undefined when the value has no RFC 8785 form (a lone
+ * surrogate, a number beyond a double, nesting too deep to walk): no proof was ever made of one.
+ */
+function provable(compute: () => string): string | undefined {
+  try {
+    return compute();
+  } catch {
+    return undefined;
+  }
+}
+
 /** A signed field's RFC 8785 form and its MAC. */
 interface FieldForm {
   canonical: string;
@@ -217,7 +229,8 @@ export class ProofSigner {
     const { fieldMacs, signature, ...fields } = proof;
     for (const [name, value] of Object.entries(fields)) {
       const mac = fieldMacs[name];
-      if (mac === undefined || !sameMac(mac, this.fieldMac(name, value)))
+      const computed = provable(() => this.fieldMac(name, value));
+      if (mac === undefined || computed === undefined || !sameMac(mac, computed))
         problems.push({ field: name, message: 'does not match its signature' });
     }
     for (const name of Object.keys(fieldMacs)) {
@@ -228,14 +241,14 @@ export class ProofSigner {
     if (problems.length === 0 && !sameMac(signature, this.mac({ ...fields, fieldMacs }))) {
       problems.push({ field: 'signature', message: 'the HMAC-SHA256 signature does not match' });
     }
+    const { request, response } = against;
     if (
-      against.request &&
-      requestHash(against.request.serverId, against.request.tool, against.request.arguments) !==
-        proof.requestHash
+      request &&
+      provable(() => requestHash(request.serverId, request.tool, request.arguments)) !== proof.requestHash
     ) {
       problems.push({ field: 'requestHash', message: 'does not match the SHA-256 of the given request' });
     }
-    if (against.response && responseHash(against.response) !== proof.responseHash) {
+    if (response && provable(() => responseHash(response)) !== proof.responseHash) {
       problems.push({ field: 'responseHash', message: 'does not match the SHA-256 of the given response' });
     }
     return { valid: problems.length === 0, problems };

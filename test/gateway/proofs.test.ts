@@ -119,6 +119,28 @@ describe('execution proofs', () => {
     expect(check.problems.map((p) => p.field)).to.deep.equal(['requestHash', 'responseHash']);
   });
 
+  it('finds that no proof covers a value with no RFC 8785 form (a lone surrogate, 1e400, deep nesting), instead of throwing', () => {
+    const proof = signer.sign(input);
+    let deep: unknown = 'bottom';
+    for (let level = 0; level < 100_000; level += 1) deep = [deep];
+    for (const [what, value] of [
+      ['a lone surrogate', '\ud800'],
+      ['1e400', Infinity],
+      ['deep nesting', deep],
+    ] as const) {
+      const check = signer.verify(
+        { ...proof, tool: typeof value === 'string' ? value : proof.tool },
+        {
+          request: { serverId: 'probe', tool: 'echo', arguments: { message: value } },
+          response: { content: [{ type: 'text', text: 'hello' }], structuredContent: { value } },
+        },
+      );
+      const fields = check.problems.map((p) => p.field);
+      expect(fields, what).to.include.members(['requestHash', 'responseHash']);
+      if (typeof value === 'string') expect(fields).to.include('tool');
+    }
+  });
+
   it('hashes the response without its _meta, so the proof it carries does not change its hash', () => {
     const proof = signer.sign(input);
     expect(signer.verify(proof, { response: { ...input.result, _meta: { anything: true } } }).valid).to.equal(
