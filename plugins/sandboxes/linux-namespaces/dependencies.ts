@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { basename, isAbsolute, join } from 'node:path';
 import { promisify } from 'node:util';
+import { SigilError } from '@sigil/plugin-api';
 import { DEFAULT_PATH } from './host.ts';
 
 /**
@@ -80,9 +81,11 @@ export class Dependencies {
       const { code, stdout: partial } = error as { code?: unknown; stdout?: string };
       if (code === 1) stdout = partial ?? '';
       else
-        throw new Error(`cannot list the shared libraries of ${file}: ${(error as Error).message}`, {
-          cause: error,
-        });
+        throw new SigilError(
+          'unavailable',
+          `cannot list the shared libraries of ${file}: ${(error as Error).message}`,
+          { details: { reason: 'ldd_failed', path: file }, cause: error },
+        );
     }
     return stdout.split('\n').flatMap((line) => LDD_PATH.exec(line)?.[1] ?? []);
   }

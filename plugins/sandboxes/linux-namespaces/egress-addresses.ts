@@ -57,6 +57,7 @@ export class EgressAddresses {
   constructor(privateRanges: readonly string[]) {
     for (const entry of privateRanges) {
       const range = parseRange(entry);
+      // Never met: the plugin's config schema refuses such an entry first.
       if (!range) throw new Error(`egress private range "${entry}" is not an address or CIDR range`);
       this.allowedSpecial.addSubnet(range.network, range.prefix, range.family);
     }

@@ -66,6 +66,7 @@ export class EgressProxy {
     this.allowed = new Set(
       options.allowList.map((entry) => {
         const target = parseHostPort(entry);
+        // Never met: the spec schema (spec.ts) refuses such an entry first.
         if (!target) throw new Error(`network allow-list entry "${entry}" is not host:port`);
         return key(target);
       }),

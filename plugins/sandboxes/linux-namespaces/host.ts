@@ -43,7 +43,11 @@ export function findTools(): Tools {
     else missing.push(name);
   }
   if (missing.length > 0) {
-    throw new Error(`util-linux tools not found in ${TOOL_DIRS.join(', ')}: ${missing.join(', ')}`);
+    throw new SigilError(
+      'unavailable',
+      `util-linux tools not found in ${TOOL_DIRS.join(', ')}: ${missing.join(', ')}`,
+      { details: { reason: 'tools_missing', missing } },
+    );
   }
   const optional: Partial<Tools> = {};
   for (const name of ['ip', 'perl', 'python3', 'ldd'] as const) {

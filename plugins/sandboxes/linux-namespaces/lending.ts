@@ -1,7 +1,7 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { assertTraversable, firstUnsearchable } from './host.ts';
-import { lendingFstab, type LentPaths, type RootPlan } from './root.ts';
+import { lendingFstab, missingOnHost, type LentPaths, type RootPlan } from './root.ts';
 
 /**
  * Host paths the sandbox user cannot reach by path (a directory on the way, such as a mode-700 home,
@@ -14,6 +14,7 @@ import { lendingFstab, type LentPaths, type RootPlan } from './root.ts';
  * the way to it need not when the runtime is root, since it lends the package (pathsToLend).
  */
 export function assertPackageReachable(packagePath: string, uid: number, lends: boolean): void {
+  if (!existsSync(packagePath)) throw missingOnHost(packagePath);
   const blocked = firstUnsearchable(packagePath, uid);
   if (blocked && (!lends || blocked.dir === packagePath)) {
     assertTraversable(packagePath, uid, 'the package directory');

@@ -11,6 +11,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { dirname, join, posix } from 'node:path';
+import { SigilError } from '@sigil/plugin-api';
 
 /**
  * The sandbox's root filesystem, as bubblewrap builds one: a read-only skeleton directory holding
@@ -103,7 +104,11 @@ export function planRoot(input: RootInput): RootPlan {
     for (let hops = 0; ; hops++) {
       const link = firstSymlink(path);
       if (!link) break;
-      if (hops === MAX_SYMLINKS) throw new Error(`${hostPath}: too many levels of symbolic links`);
+      if (hops === MAX_SYMLINKS) {
+        throw new SigilError('unavailable', `${hostPath}: too many levels of symbolic links`, {
+          details: { reason: 'symlink_loop', path: hostPath },
+        });
+      }
       const target = readlinkSync(link.path);
       symlinks.set(link.path, target);
       path = posix.join(posix.resolve(posix.dirname(link.path), target), link.rest);
@@ -112,7 +117,7 @@ export function planRoot(input: RootInput): RootPlan {
     try {
       stat = lstatSync(path);
     } catch {
-      if (required) throw new Error(`${hostPath} does not exist on the host`);
+      if (required) throw missingOnHost(hostPath);
       return;
     }
     const kind = stat.isDirectory() ? 'dir' : 'file';
@@ -135,8 +140,10 @@ export function planRoot(input: RootInput): RootPlan {
   // (A library of a package under /tmp is in its package's directory: only a file alone is refused.)
   const tmpFile = kept.find((bind) => inTmp(bind.target) && bind.kind === 'file');
   if (tmpFile) {
-    throw new Error(
+    throw new SigilError(
+      'unavailable',
       `${tmpFile.target}: a single file under /tmp cannot be mounted in the sandbox; use its directory`,
+      { details: { reason: 'file_under_tmp', path: tmpFile.target } },
     );
   }
   for (const device of DEVICES) {
@@ -229,9 +236,19 @@ function mkdirSafe(base: string, path: string): void {
       mkdirSync(current, { mode: 0o755 });
       continue;
     }
-    if (!stat.isDirectory()) throw new Error(`cannot create mount point ${path}: ${part} is not a directory`);
+    if (!stat.isDirectory()) {
+      throw new SigilError('unavailable', `cannot create mount point ${path}: ${part} is not a directory`, {
+        details: { reason: 'mount_point_blocked', path },
+      });
+    }
   }
 }
+
+/** A path the sandbox needs that is not on the host (a package directory removed since it was installed). */
+export const missingOnHost = (path: string): SigilError =>
+  new SigilError('unavailable', `${path} does not exist on the host`, {
+    details: { reason: 'path_missing', path },
+  });
 
 /** One fstab field: whitespace and backslashes are octal escapes, as getmntent(3) reads them. */
 function fstabField(value: string): string {

@@ -164,7 +164,9 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     const exit = await probe.exited;
     if (exit.code !== 0) {
       const detail = exit.reason ?? (stderr.trim() || `exit code ${exit.code}`);
-      throw new Error(`cannot build a sandbox on this host: ${detail}`);
+      throw new SigilError('unavailable', `cannot build a sandbox on this host: ${detail}`, {
+        details: { reason: 'self_test_failed' },
+      });
     }
   }
 

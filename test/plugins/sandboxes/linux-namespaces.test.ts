@@ -22,7 +22,13 @@ import { expect } from 'chai';
 import { pluginEntrySchema } from '../../../core/config/schema.ts';
 import { openDatabase } from '../../../core/db/database.ts';
 import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
-import type { SandboxExit, SandboxLimits, SandboxSpec } from '@sigil/plugin-api';
+import {
+  isSigilError,
+  type SandboxExit,
+  type SandboxLimits,
+  type SandboxSpec,
+  type SigilError,
+} from '@sigil/plugin-api';
 import { PluginHost } from '../../../core/plugins/host.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import { SANDBOX_PROBE_FILE as probeScript, writableMounts } from '@sigil/plugin-api/kit';
@@ -498,17 +504,40 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         env: {},
         networkAllowList: [],
       };
-      for (const [spec, message] of [
-        [{ ...base, packagePath: 'relative/dir' }, /absolute path/],
-        [{ ...base, networkAllowList: ['example.com'] }, /host:port/],
-        [{ ...base, command: 'no-such-command-here' }, /not an executable/],
-        [{ ...base, packagePath: join(fixtures, 'missing') }, /does not exist|ENOENT/],
+      for (const [spec, message, code] of [
+        [{ ...base, packagePath: 'relative/dir' }, /absolute path/, 'invalid_request'],
+        [{ ...base, networkAllowList: ['example.com'] }, /host:port/, 'invalid_request'],
+        [{ ...base, command: 'no-such-command-here' }, /not an executable/, 'invalid_request'],
       ] as const) {
         const error = await runtime.spawn(spec).then(
           () => undefined,
-          (err: Error) => err,
+          (err: unknown) => err,
         );
-        expect(error?.message, JSON.stringify(spec)).to.match(message);
+        expect(isSigilError(error), JSON.stringify(spec)).to.equal(true);
+        expect((error as SigilError).message, JSON.stringify(spec)).to.match(message);
+        expect((error as SigilError).code, JSON.stringify(spec)).to.equal(code);
+      }
+    });
+
+    it('refuses a path it needs that is not on the host with unavailable (path_missing), naming it', async () => {
+      const missing = join(fixtures, 'missing');
+      for (const spec of [
+        { packagePath: missing, readOnlyPaths: [] },
+        { packagePath: probePackage, readOnlyPaths: [join(missing, 'libgone.so')] },
+      ]) {
+        const error = await runtime
+          .spawn({ ...spec, command: process.execPath, args: [], env: {}, networkAllowList: [] })
+          .then(
+            () => undefined,
+            (err: unknown) => err,
+          );
+        expect(isSigilError(error), String(error)).to.equal(true);
+        const { code, details, message } = error as SigilError;
+        expect({ code, details }).to.deep.equal({
+          code: 'unavailable',
+          details: { reason: 'path_missing', path: spec.readOnlyPaths[0] ?? missing },
+        });
+        expect(message).to.include('does not exist on the host');
       }
     });
   });
