@@ -194,6 +194,7 @@ export function sha512Of(sri: string | null | undefined): string | undefined {
 /** Hex of the digest's hash bytes: what `sha512sum` prints for the same tarball. */
 export function digestHex(sri: string): string {
   const sha512 = sha512Of(sri);
+  // Never met: every digest is checked (checkResolved) or made sha512 (NpmClient.resolve) before.
   if (!sha512) throw new RangeError(`not a sha512 SRI digest: ${sri}`);
   return Buffer.from(sha512.slice('sha512-'.length), 'base64').toString('hex');
 }

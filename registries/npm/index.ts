@@ -16,7 +16,7 @@ import {
   type ResolvedPackage,
 } from '@sigil/plugin-api';
 import { CacheLayout, directorySize, type EntryRecord } from './cache.ts';
-import { checkResolved, checkSpec, NpmClient } from './npm.ts';
+import { checkResolved, checkSpec, NpmClient, PackageRegistryError } from './npm.ts';
 import { DailySchedule, UTC_TIME_OF_DAY } from './schedule.ts';
 
 export { PackageIntegrityError, PackageRegistryError } from './npm.ts';
@@ -185,7 +185,13 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
       };
       await this.cache.commit(staged, record);
       const entry = await this.cache.read(resolved);
-      if (!entry) throw new Error(`entry of ${packageId} vanished right after it was committed`);
+      if (!entry) {
+        throw new PackageRegistryError(
+          'install_failed',
+          `entry of ${packageId} vanished right after it was committed`,
+          { package: packageId },
+        );
+      }
       this.logger.info(
         {
           package: packageId,

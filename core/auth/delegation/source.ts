@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { AttestationEvidence } from '@sigil/plugin-api';
+import { type AttestationEvidence, SigilError } from '@sigil/plugin-api';
 
 /**
  * Where the gateway reads the runtime it trusts: its JWKS and, for a nonce, its attestation evidence
@@ -48,7 +48,15 @@ async function fetchJson(url: string): Promise<unknown> {
     signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
   });
   const body = await response.text();
-  if (!response.ok) throw new Error(`HTTP ${response.status} from ${url}`);
-  if (body.length > MAX_DOCUMENT_BYTES) throw new Error(`the document at ${url} is too large`);
+  if (!response.ok) {
+    throw new SigilError('unavailable', `HTTP ${response.status} from ${url}`, {
+      details: { reason: 'runtime_refused', status: response.status },
+    });
+  }
+  if (body.length > MAX_DOCUMENT_BYTES) {
+    throw new SigilError('unavailable', `the document at ${url} is too large`, {
+      details: { reason: 'document_too_large', limitBytes: MAX_DOCUMENT_BYTES },
+    });
+  }
   return JSON.parse(body) as unknown;
 }

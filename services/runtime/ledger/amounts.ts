@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
+import { SigilError } from '@sigil/plugin-api';
 
 /**
  * Money in the ledger: integer base units of a 6-decimal dollar token (1 USD = 1 000 000 units), as
@@ -32,7 +33,9 @@ export function toAmount(value: unknown): bigint {
   if (typeof value === 'string' && /^-?[0-9]+$/.test(value)) return BigInt(value);
   if (typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
   if (value === null || value === undefined) return 0n;
-  throw new Error(`not an integer amount: ${String(value)}`);
+  throw new SigilError('internal', `not an integer amount: ${String(value)}`, {
+    details: { reason: 'corrupt_amount' },
+  });
 }
 
 /** Selects a bigint column as text, so no driver turns it into a float on the way out. */
