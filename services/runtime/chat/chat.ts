@@ -12,6 +12,7 @@ import {
   type LlmToolCall,
   SigilError,
 } from '@sigil/plugin-api';
+import { STATUS_BY_CODE } from '../../../core/http/errors.ts';
 import type { SseStream } from '../../../core/http/sse.ts';
 import { baseLlmCost } from '../../../core/llm/cost.ts';
 import type { Logger } from '../../../core/log.ts';
@@ -367,7 +368,9 @@ export class ChatService {
       completed = true;
     } catch (err) {
       if (!signal.aborted) sse.send('error', errorEvent(err));
-      if (!signal.aborted && !(isSigilError(err) || isLlmProviderError(err)))
+      // A refusal (a 4xx code) or a provider's failure is the caller's to read; anything else, the operator's.
+      const refusal = isLlmProviderError(err) || (isSigilError(err) && STATUS_BY_CODE[err.code] < 500);
+      if (!signal.aborted && !refusal)
         this.options.logger.warn({ err, sessionId: session.id }, 'chat: the request failed');
     } finally {
       await lease?.release(healthy && !signal.aborted);
