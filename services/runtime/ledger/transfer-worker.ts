@@ -128,7 +128,7 @@ export class TransferWorker {
         { transfer: claimed.id, kind: claimed.kind, err: message },
         'ledger: transfer attempt failed; retrying',
       );
-      await transfers.note(claimed.id, { reason: `retrying: ${message}` }).catch(() => undefined);
+      await transfers.noteRetry(claimed.id, message).catch(() => undefined);
       await transfers
         .retryAt(claimed.id, this.now() + backoffMs(claimed.attempts), true)
         .catch(() => undefined);
@@ -169,7 +169,8 @@ export class TransferWorker {
         }
         return FINISHED;
       }
-      const why = transfer.reason && !transfer.reason.startsWith('retrying') ? ` (${transfer.reason})` : '';
+      // A cancelling transfer's reason is why the worker cancelled it (noteRetry leaves it alone).
+      const why = transfer.state === 'cancelling' && transfer.reason ? ` (${transfer.reason})` : '';
       await this.failed(transfer, `its authorization was canceled on chain before it was used${why}`);
       return FINISHED;
     }

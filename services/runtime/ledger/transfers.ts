@@ -295,7 +295,7 @@ export class Transfers {
     });
   }
 
-  /** Bookkeeping of the worker's progress that moves no money (sent, cancelling, a retry's reason). */
+  /** Bookkeeping of the worker's progress that moves no money (sent, cancelling and why). */
   async note(
     id: string,
     change: {
@@ -317,6 +317,17 @@ export class Transfers {
         ...(change.reason === undefined ? {} : { reason: change.reason?.slice(0, 500) ?? null }),
         updated_at: this.ledger.now(),
       });
+  }
+
+  /**
+   * Why the last attempt failed, shown as the transfer's reason until the next one; a cancelling
+   * transfer keeps the reason it is cancelled for, which its cancellation is sent and reported with.
+   */
+  async noteRetry(id: string, message: string): Promise<void> {
+    await this.db('ledger_transfers')
+      .where({ id })
+      .whereIn('state', ['pending', 'submitted'])
+      .update({ reason: `retrying: ${message}`.slice(0, 500), updated_at: this.ledger.now() });
   }
 
   /** Takes open transfers that are due (`next_attempt_at` passed) for `claimMs`, so replicas do not race. */
