@@ -141,12 +141,14 @@ export async function migrate(db: Database, extra: readonly Migration[] = []): P
   return applied;
 }
 
-/** Whether a failed write broke a unique or primary key constraint (SQLite or PostgreSQL). */
-export function isUniqueViolation(err: unknown): boolean {
+/**
+ * Whether a failed write broke a constraint (SQLite's SQLITE_CONSTRAINT, PostgreSQL's SQLSTATE class
+ * 23). The sqlite3 driver gives no finer code, so a write that expects a duplicate key says so with
+ * `onConflict(…).ignore()` instead of classifying the error.
+ */
+export function isConstraintViolation(err: unknown): boolean {
   const { code, errno } = (err ?? {}) as { code?: unknown; errno?: unknown };
-  // PostgreSQL: SQLSTATE 23505; SQLite: SQLITE_CONSTRAINT (19) with a UNIQUE or PRIMARY KEY message.
-  if (code === '23505') return true;
   return (
-    (code === 'SQLITE_CONSTRAINT' || errno === 19) && /UNIQUE|PRIMARY KEY/i.test((err as Error).message ?? '')
+    code === 'SQLITE_CONSTRAINT' || errno === 19 || (typeof code === 'string' && /^23[0-9A-Z]{3}$/.test(code))
   );
 }

@@ -1,5 +1,5 @@
 import type { Clock } from '../../../core/clock.ts';
-import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
+import type { Database } from '../../../core/db/database.ts';
 import {
   type PaymentRailV1,
   type PaymentResource,
@@ -248,13 +248,13 @@ export class Payments {
       created_at: now,
       updated_at: now,
     };
-    try {
-      await this.deps.db('payment_settlements').insert(row);
-      return true;
-    } catch (err) {
-      if (isUniqueViolation(err)) return false;
-      throw err;
-    }
+    const inserted = await this.deps
+      .db('payment_settlements')
+      .insert(row)
+      .onConflict('id')
+      .ignore()
+      .returning('id');
+    return inserted.length > 0;
   }
 
   /** Removes a reservation written for a payment that then failed: as if it had never been presented. */

@@ -1,6 +1,6 @@
 import { getAddress } from 'viem';
 import type { Clock } from '../../../core/clock.ts';
-import { isUniqueViolation, type Database } from '../../../core/db/database.ts';
+import type { Database } from '../../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { DepositKeys } from './deposit-keys.ts';
 
@@ -46,20 +46,18 @@ export class DepositAddresses {
     const owner = getAddress(wallet);
     const existing = await this.read(owner);
     if (existing?.address) return this.view(existing, keys);
-    try {
-      await this.deps.db.transaction(async (trx) => {
-        const [inserted] = (await trx('ledger_deposit_addresses').insert(
-          { wallet: owner, created_at: this.deps.clock.now().getTime() },
-          ['deposit_index'],
-        )) as { deposit_index: number | string }[];
-        const index = Number((inserted as { deposit_index: number | string }).deposit_index);
-        await trx('ledger_deposit_addresses')
-          .where({ deposit_index: index })
-          .update({ address: keys.address(index) });
-      });
-    } catch (err) {
-      if (!isUniqueViolation(err)) throw err; // another request assigned it first: read theirs
-    }
+    await this.deps.db.transaction(async (trx) => {
+      const [inserted] = (await trx('ledger_deposit_addresses')
+        .insert({ wallet: owner, created_at: this.deps.clock.now().getTime() })
+        .onConflict('wallet')
+        .ignore()
+        .returning('deposit_index')) as { deposit_index: number | string }[];
+      if (!inserted) return; // another request assigned it first: read theirs
+      const index = Number(inserted.deposit_index);
+      await trx('ledger_deposit_addresses')
+        .where({ deposit_index: index })
+        .update({ address: keys.address(index) });
+    });
     const row = await this.read(owner);
     if (!row?.address) throw new SigilError('internal', `No deposit address recorded for ${owner}`);
     return this.view(row, keys);

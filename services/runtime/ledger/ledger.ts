@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { getAddress } from 'viem';
 import type { Clock } from '../../../core/clock.ts';
-import { dialectOf, isUniqueViolation, type Database } from '../../../core/db/database.ts';
+import { dialectOf, isConstraintViolation, type Database } from '../../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import { agentNotFound } from '../agents.ts';
@@ -273,8 +273,9 @@ export class Ledger {
     try {
       return await attempt();
     } catch (err) {
-      // Only reachable if two processes on one SQLite file race the first row of a wallet.
-      if (!isUniqueViolation(err)) throw err;
+      // Only reachable if two processes on one SQLite file race the first row of a wallet; then the
+      // second attempt finds the first's charge. Any other broken constraint breaks it again.
+      if (!isConstraintViolation(err)) throw err;
       return attempt();
     }
   }
