@@ -1,19 +1,13 @@
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { dirname } from 'node:path';
 import { expect } from 'chai';
 import { loadConfig } from '../../services/config.ts';
 import { configSchema as x402EvmConfigSchema } from '../../plugins/payments/x402-evm/config.ts';
 import { builtinPlugins } from '../../services/builtin-plugins.ts';
 import { devChainSkipReason } from '../../devchain/index.ts';
+import { repoPath } from '../support/paths.ts';
 
-const EXAMPLE = join(
-  dirname(fileURLToPath(import.meta.url)),
-  '..',
-  '..',
-  'examples',
-  'base-mainnet.config.json',
-);
+const EXAMPLE = repoPath('examples', 'base-mainnet.config.json');
 
 describe('examples/base-mainnet.config.json', () => {
   const { config } = loadConfig({ path: EXAMPLE, env: {} });
@@ -54,7 +48,7 @@ describe('examples/base-mainnet.config.json', () => {
   });
 
   it('is what docs/payments.md shows', () => {
-    const page = readFileSync(join(dirname(EXAMPLE), '..', 'docs', 'payments.md'), 'utf8');
+    const page = readFileSync(repoPath('docs', 'payments.md'), 'utf8');
     const { network, rpcUrl, asset, payTo, facilitator } = rail?.options as Record<string, unknown>;
     const shown = JSON.stringify({ network, rpcUrl, asset, payTo, facilitator });
     const block = /```json\n(\{\n {2}"resolve": "payments-x402-evm"[\s\S]*?)```/.exec(page)?.[1];

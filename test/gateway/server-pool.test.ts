@@ -1,5 +1,3 @@
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -8,15 +6,9 @@ import { Redactor } from '@sigil/plugin-api';
 import { ServerPool, type RunningServer, type ServerKey } from '../../services/gateway/server-pool.ts';
 import { RetryLater } from '../../services/gateway/retry-later.ts';
 import { quietLogger } from '../support/kernel.ts';
+import { fixturePath } from '../support/paths.ts';
 
-const probe = join(
-  dirname(fileURLToPath(import.meta.url)),
-  '..',
-  'fixtures',
-  'mcp',
-  'probe-package',
-  'server.mjs',
-);
+const probe = fixturePath('mcp', 'probe-package', 'server.mjs');
 
 /** Starts the probe server as a plain child process (the sandbox is tested on its own). */
 async function launchProbe(): Promise<RunningServer> {

@@ -1,6 +1,5 @@
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -12,8 +11,9 @@ import { freePort, parseBanner, startSigil } from '../support/cli.ts';
 import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../support/kernel.ts';
 import { EVERYTHING } from '../registries/npm/support.ts';
 import { startVerdaccio, type PackageSource, type Verdaccio } from '../support/verdaccio.ts';
+import { fixturePath } from '../support/paths.ts';
 
-const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp');
+const fixtures = fixturePath('mcp');
 /** A small real MCP stdio server (echo, instance, sleep, …) that the tests install as a package. */
 export const probePackage = join(fixtures, 'probe-package');
 /** A server that leaks its secret CANARY_SECRET in every encoding and answers what proofs cannot hold. */

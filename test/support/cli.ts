@@ -1,10 +1,9 @@
 import type { Address } from 'viem';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { repoPath } from './paths.ts';
 
-export const SIGIL_BIN = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bin', 'sigil.js');
+export const SIGIL_BIN = repoPath('bin', 'sigil.js');
 
 export interface CliResult {
   code: number | null;

@@ -1,9 +1,9 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, readFileSync, writeFileSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { basename, join } from 'node:path';
 import { promisify } from 'node:util';
+import { fixturePath } from './paths.ts';
 
 /**
  * Packages built the way a third party builds them, outside Sigil's tree: their own folder, their own
@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 /** Plugins written as separate packages (test/fixtures/out-of-tree/<name>). */
-const outOfTree = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'out-of-tree');
+const outOfTree = fixturePath('out-of-tree');
 
 /** `npm <args>` in `cwd`, offline where the cache has what it needs; its output. */
 export async function npm(cwd: string, ...args: string[]): Promise<string> {
