@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import type { PluginInstanceOf, PluginKind, SpecVersion } from './contracts/index.ts';
 import type { DependencyRefs, ResolvedDependencies } from './dependencies.ts';
+import type { Extension } from './extensions.ts';
 import type { PluginLogger } from './services.ts';
 
 /** Optional lifecycle a plugin instance may implement; the host starts in dependency order, stops in reverse. */
@@ -40,6 +41,13 @@ export interface PluginManifest<
   config: Schema;
   /** What the factory needs: `coreServices.*` and `pluginOfKind(...)` references, by name. */
   dependencies?: Refs;
+  /**
+   * The keys of extension points this plugin serves, e.g. `[provide(extensionPoints.registryKinds,
+   * 'npm')]`: its instance is what the point's users get for each key. A plugin of a kind that has
+   * extension points provides at least one key of each; two loaded plugins never provide the same key
+   * of a point (the host refuses to start, naming both).
+   */
+  provides?: readonly Extension<PluginInstanceOf<K, V>>[];
   create(
     context: PluginContext<z.infer<Schema>, Refs>,
   ): Promise<PluginInstanceOf<K, V> & PluginLifecycle> | (PluginInstanceOf<K, V> & PluginLifecycle);

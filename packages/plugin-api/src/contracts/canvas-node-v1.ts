@@ -4,7 +4,10 @@
  */
 export interface CanvasNodeV1 {
   readonly specVersion: 'v1';
-  /** Node kind as it appears in workflow documents, e.g. `write-file`, `browser-verify`. */
+  /**
+   * Node kind as it appears in workflow documents, e.g. `write-file`, `browser-verify`; the manifest
+   * provides it to `extensionPoints.canvasNodeKinds`, by which a canvas finds this plugin.
+   */
   readonly nodeKind: string;
   readonly writes: boolean;
   /** Runs the node with its inputs (outputs of upstream nodes); reports progress through `log`. */

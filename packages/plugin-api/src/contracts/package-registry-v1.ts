@@ -17,7 +17,10 @@
  */
 export interface PackageRegistryV1 {
   readonly specVersion: 'v1';
-  /** The registry kind named in catalog entries, e.g. `npm`. */
+  /**
+   * The registry kind named in catalog entries, e.g. `npm`. The gateway finds the registry of an
+   * entry by the kinds its manifest provides to `extensionPoints.registryKinds`, which include this one.
+   */
   readonly registryKind: 'npm' | 'pypi' | 'oci' | 'git';
   /**
    * Resolves a version range or tag to one exact version and its registry digest. Asks the registry
