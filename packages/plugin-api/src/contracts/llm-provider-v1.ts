@@ -19,6 +19,7 @@
  * OpenAI Chat Completions wire in `@sigil/plugin-api/llm/openai`.
  */
 export interface LlmProviderV1 {
+  /** The version of this contract the instance implements: its manifest's `specVersion`. */
   readonly specVersion: 'v1';
   /**
    * The vault slot a wallet stores its key for this provider under, named after the provider as its

@@ -16,6 +16,7 @@
  * knowing which plugin it talks to.
  */
 export interface PackageRegistryV1 {
+  /** The version of this contract the instance implements: its manifest's `specVersion`. */
   readonly specVersion: 'v1';
   /**
    * The registry kind named in catalog entries, e.g. `npm`. The gateway finds the registry of an

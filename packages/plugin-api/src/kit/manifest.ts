@@ -159,7 +159,7 @@ export function manifestChecks(subject: PluginUnderTest): KitCheck[] {
       id: 'manifest.config-accepts-options',
       level: 'MUST',
       title: 'config is a zod schema that accepts the options given',
-      spec: `${SPEC}: config, "Options schema"`,
+      spec: `${SPEC}: config, "The zod schema of the plugin's options"`,
       check: async () => {
         const problem = configProblem(requireManifest(subject), subject.options);
         ensure(problem === undefined, problem ?? '');
