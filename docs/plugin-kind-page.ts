@@ -158,13 +158,24 @@ function checksTable(checks: readonly CheckInfo[]): string {
   ].join('\n');
 }
 
+/** Every check the kits of `kind` run, listed (never run): the plugin kit's, and the behaviour kit's. */
+export function kitChecks(kind: PluginKind): { plugin: CheckInfo[]; behaviour: CheckInfo[] } {
+  return {
+    plugin: [
+      ...manifestChecks({ exports: undefined, options: {} }),
+      ...contractChecks(CONTRACT_KITS[kind], unused),
+    ],
+    behaviour: BEHAVIOUR_KITS[kind]?.checks ?? [],
+  };
+}
+
 function kitSection(kind: PluginKind): string {
-  const contract = contractChecks(CONTRACT_KITS[kind], unused);
+  const checks = kitChecks(kind);
   const behaviour = BEHAVIOUR_KITS[kind];
   const parts = [
     '## What the kit checks',
     `\`sigil conformance plugin <module>\`, and \`describePluginKit(module, options)\` from \`@sigil/plugin-api/kit\` in the plugin's own mocha suite, run the manifest checks, then the contract checks on fresh instances of its factory. A failed check prints its reason and the text of the contract it checks.`,
-    checksTable([...manifestChecks({ exports: undefined, options: {} }), ...contract]),
+    checksTable(checks.plugin),
   ];
   if (behaviour) {
     const harness = readSourceDocs(behaviour.harness.file).declarations.find(
@@ -174,7 +185,7 @@ function kitSection(kind: PluginKind): string {
       `### Behaviour: \`${behaviour.describe}\``,
       `These checks need what only the plugin's tester has, so only its own suite runs them: \`${behaviour.describe}(pluginLoader(manifest, options), harness)\`, with a harness that is read when each check runs:`,
       code(harness?.text ?? behaviour.harness.name),
-      checksTable(behaviour.checks),
+      checksTable(checks.behaviour),
     );
   }
   return parts.join('\n\n');

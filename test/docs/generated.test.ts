@@ -6,16 +6,10 @@ import type Router from '@koa/router';
 import { expect } from 'chai';
 import type Koa from 'koa';
 import { PLUGIN_KINDS } from '@sigil/plugin-api';
-import {
-  CONTRACT_KITS,
-  contractChecks,
-  llmProviderBehaviour,
-  manifestChecks,
-  packageRegistryBehaviour,
-  paymentRailBehaviour,
-} from '@sigil/plugin-api/kit';
+import { CONTRACT_KITS } from '@sigil/plugin-api/kit';
 import { configSettings } from '../../docs/config-reference.ts';
 import { contractInterface, readSourceDocs } from '../../docs/contract-source.ts';
+import { kitChecks } from '../../docs/plugin-kind-page.ts';
 import { DOCS_DIR, generatedDocs } from '../../docs/generate.ts';
 import { createGatewayApp } from '../../services/gateway/app.ts';
 import { gatewayOpenApi } from '../../services/gateway/openapi.ts';
@@ -75,16 +69,10 @@ describe('generated docs', () => {
   });
 
   it('finds every phrase a kit check quotes in the doc comments of the file the check names', () => {
-    const notListed = (): never => {
-      throw new Error('listed, never run');
-    };
-    const checks = [
-      ...manifestChecks({ exports: undefined, options: {} }),
-      ...PLUGIN_KINDS.flatMap((kind) => contractChecks(CONTRACT_KITS[kind], notListed)),
-      ...llmProviderBehaviour(notListed),
-      ...packageRegistryBehaviour(notListed),
-      ...paymentRailBehaviour(notListed),
-    ];
+    const checks = PLUGIN_KINDS.flatMap((kind) => {
+      const { plugin, behaviour } = kitChecks(kind);
+      return [...plugin, ...behaviour];
+    });
     // Quotes leave out code marks and line breaks, and elide with … between the parts they keep.
     const plain = (text: string) => text.replace(/`/g, '').replace(/\s+/g, ' ').trim().toLowerCase();
     const misquoted = checks.flatMap((check) => {
