@@ -1,6 +1,21 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
+import pluginApi from './packages/plugin-api/package.json' with { type: 'json' };
+
+/** Folders whose every subfolder is one plugin (templates/plugin holds the scaffolder's plugin sources). */
+const PLUGIN_FOLDERS = [
+  'plugins/**',
+  'providers/**',
+  'registries/**',
+  'attestation/**',
+  'templates/plugin/**',
+];
+
+/** The plugin API's subpaths (`kit`, `llm`, …), as its package.json exports them. */
+const PLUGIN_API_SUBPATHS = Object.keys(pluginApi.exports)
+  .filter((entry) => entry.startsWith('./') && entry !== './package.json')
+  .map((entry) => entry.slice(2));
 
 /**
  * core/ is what services and plugins are composed from, so it imports none of them. A pattern cannot
@@ -51,7 +66,30 @@ export default tseslint.config(
           patterns: [
             {
               group: ['**/services/**', '**/devchain/**'],
-              message: 'Plugins and core import only from core/.',
+              message: 'Only services import services/ and devchain/.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // A plugin builds against the plugin API alone, as one outside this repository does: no core/, no
+    // services/, no other plugin's folder (every plugin folder is flat, so nothing of its own is in ../).
+    files: PLUGIN_FOLDERS,
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^\\.\\./',
+              message:
+                'A plugin imports only @sigil/plugin-api (and its subpaths), node builtins, npm packages and files of its own folder.',
+            },
+            {
+              regex: `^@sigil/plugin-api/(?!(${PLUGIN_API_SUBPATHS.join('|')})$)`,
+              message: 'Import the plugin API by the entry points its package.json exports.',
             },
           ],
         },

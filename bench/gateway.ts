@@ -36,7 +36,7 @@ import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextproto
 import knex from 'knex';
 import { createLogger, logDestination } from '../core/log.ts';
 import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
-import type { PackageRegistryV1 } from '@sigil/plugin-api';
+import { extensionPoints, type PackageRegistryV1 } from '@sigil/plugin-api';
 import type { Kernel } from '../services/kernel.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';
@@ -332,8 +332,8 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
 
     // The same installed package the gateway runs, for the direct and relay baselines.
     const npm = (kernel as Kernel).plugins
-      .all('package-registry')
-      .find((r: PackageRegistryV1) => r.registryKind === 'npm') as PackageRegistryV1;
+      .extensions(extensionPoints.registryKinds)
+      .get('npm') as PackageRegistryV1;
     const installed = await npm.install(await npm.resolve('@sigil-test/probe-server', '^1.0.0'));
     const entry = installed.bin['sigil-probe'] as string;
     const relayServer = await (kernel as Kernel).plugins.one('sandbox-runtime').spawn({

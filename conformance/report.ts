@@ -83,10 +83,16 @@ const STATUS_LABEL: Record<Status, string> = { pass: 'PASS', fail: 'FAIL', 'not-
 
 export const statusLabel = (status: Status): string => STATUS_LABEL[status];
 
-/** A result as one terminal line, plus its reason indented below when it did not pass. */
+/**
+ * A result as one terminal line, with its reason indented below when it did not pass and, below a
+ * failure, the text of the spec it checks (a plugin kit's: the contract's words), so that a failure
+ * explains itself without the sources at hand.
+ */
 export function formatResultLine(result: CheckResult): string {
   const line = `${statusLabel(result.status).padEnd(5)} ${result.level.padEnd(7)} ${result.id.padEnd(34)} ${result.title}`;
-  return result.reason === undefined ? line : `${line}\n      -> ${result.reason}`;
+  if (result.reason === undefined) return line;
+  const because = `${line}\n      -> ${result.reason}`;
+  return result.status === 'fail' ? `${because}\n      checks: ${result.spec}` : because;
 }
 
 /** The closing line on the terminal; deliberately not "N passed, N failed", which CI reads as test totals. */

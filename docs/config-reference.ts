@@ -138,7 +138,7 @@ function defaultText(value: unknown): string {
 }
 
 /** Text for one table cell: no line breaks, and pipes that cannot end the cell. */
-function cell(text: string): string {
+export function cell(text: string): string {
   return text
     .replace(/\n+/g, ' ')
     .replace(/(?<!\\)\|/g, '\\|')

@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { getAddress, type Address } from 'viem';
-import { TtlCache } from '../cache.ts';
+import { TtlCache } from '@sigil/plugin-api/cache';
 import type { Clock } from '../clock.ts';
 import { sha256Hex } from '../crypto.ts';
 import type { Database } from '../db/database.ts';

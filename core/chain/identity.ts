@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
-import { getAddress, type Address, type Hex, type PublicClient } from 'viem';
+import { getAddress, type Address, type Hex } from 'viem';
+import type { RailChainIdentity } from '@sigil/plugin-api';
 
 /**
  * Which chain a part of Sigil reads: the chain id alone does not tell a dev chain started afresh (same
@@ -13,14 +14,12 @@ export interface ChainIdentity {
   contract: Address;
 }
 
-/** The identity of the chain `client` reads, watching `contract`. */
-export async function readChainIdentity(
-  client: Pick<PublicClient, 'getBlock' | 'getChainId'>,
-  contract: string,
-): Promise<ChainIdentity> {
-  const [chainId, genesis] = await Promise.all([client.getChainId(), client.getBlock({ blockNumber: 0n })]);
-  return { chainId, genesisHash: genesis.hash, contract: getAddress(contract) };
-}
+/** An identity as read (`readChainIdentity` of the plugin API) or told by a rail, its address checksummed. */
+export const chainIdentityOf = (told: RailChainIdentity): ChainIdentity => ({
+  chainId: told.chainId,
+  genesisHash: told.genesisHash as Hex,
+  contract: getAddress(told.contract),
+});
 
 export function sameChain(a: ChainIdentity, b: ChainIdentity): boolean {
   return (

@@ -6,11 +6,13 @@ import {
   CORE_SERVICE_NAMES,
   dependencyRefProblem,
   type CoreServices,
+  type ExtensionPoint,
   PLUGIN_KINDS,
   type PluginInstanceOf,
   type PluginKind,
   type PluginLifecycle,
   type PluginManifest,
+  providedExtensionProblems,
   SigilError,
   SUPPORTED_SPEC_VERSIONS,
 } from '@sigil/plugin-api';
@@ -116,6 +118,7 @@ export class PluginHost {
       if (plugin) candidates.push(plugin);
     }
     const unique = uniqueNames(candidates, problems);
+    refuseSharedExtensionKeys(unique, problems);
     for (const plugin of unique) resolveDependencies(plugin, unique, problems);
     const ordered = dependencyOrder(unique, problems);
     if (problems.found.length > 0) throw new PluginLoadError(problems.found);
@@ -192,6 +195,15 @@ export class PluginHost {
     return this.plugins.filter((p) => p.manifest.kind === kind).map((p) => p.instance as PluginInstanceOf<K>);
   }
 
+  /** The instances that extend `point`, by the key each provides (no key is provided twice). */
+  extensions<T, Key extends string>(point: ExtensionPoint<T, Key>): ReadonlyMap<Key, T> {
+    const found = new Map<Key, T>();
+    for (const plugin of this.plugins)
+      for (const extension of plugin.manifest.provides ?? [])
+        if (extension.point.id === point.id) found.set(extension.key as Key, plugin.instance as T);
+    return found;
+  }
+
   /** The one instance of a kind; a clear error when none or several are loaded. */
   one<K extends PluginKind>(kind: K): PluginInstanceOf<K> {
     const found = this.all(kind);
@@ -239,6 +251,8 @@ export class PluginHost {
         `specVersion "${manifest.specVersion}" of kind ${manifest.kind} is not supported by this core (supported: ${supported.join(', ')})`,
       );
     }
+    for (const reason of providedExtensionProblems(manifest.kind, manifest.provides))
+      problems.add(name, `${configPath}.resolve`, reason);
     const parsed = manifest.config.safeParse(entry.options);
     if (!parsed.success) {
       for (const issue of parsed.error.issues) {
@@ -304,6 +318,24 @@ function uniqueNames(plugins: readonly LoadedPlugin[], problems: Problems): Load
     } else byName.set(plugin.name, plugin);
   }
   return [...byName.values()];
+}
+
+/** A key of an extension point provided by two plugins is a problem of the second, naming both. */
+function refuseSharedExtensionKeys(plugins: readonly LoadedPlugin[], problems: Problems): void {
+  const providers = new Map<string, LoadedPlugin>();
+  for (const plugin of plugins) {
+    for (const { point, key } of plugin.manifest.provides ?? []) {
+      const claim = `${point.id}\0${key}`;
+      const first = providers.get(claim);
+      if (!first) providers.set(claim, plugin);
+      else if (first !== plugin)
+        problems.add(
+          plugin.name,
+          plugin.configPath,
+          `${point.keyName} "${key}" (extension point ${point.id}) is provided by both "${first.name}" (${first.configPath}) and "${plugin.name}" (${plugin.configPath}); enable only one of them`,
+        );
+    }
+  }
 }
 
 /** Maps each declared dependency to a container registration: a core service, or the plugin it names. */

@@ -1,6 +1,5 @@
 import { z } from 'zod';
-import { modelCatalogOption } from '../../core/llm/catalog.ts';
-import { connectionOptions } from '../../core/llm/options.ts';
+import { connectionOptions, modelCatalogOption } from '@sigil/plugin-api/llm';
 import { definePlugin } from '@sigil/plugin-api';
 import { ANTHROPIC_MODELS } from './catalog.ts';
 import { streamAnthropicMessages } from './messages.ts';

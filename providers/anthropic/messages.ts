@@ -14,7 +14,7 @@ import {
   LlmProviderError,
   type LlmStreamPart,
 } from '@sigil/plugin-api';
-import { estimatedUsage, guardedStream, parseToolInput } from '../../core/llm/stream.ts';
+import { estimatedUsage, guardedStream, parseToolInput } from '@sigil/plugin-api/llm';
 
 const PROVIDER = 'anthropic';
 

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { definePlugin, LlmProviderError, type LlmProviderV1 } from '@sigil/plugin-api';
-import { streamOpenAiChat } from '../../core/llm/openai-chat.ts';
+import { streamOpenAiChat } from '@sigil/plugin-api/llm/openai';
 import { LOCAL_MODELS } from './catalog.ts';
 import { startStandIn, type StandIn } from './stand-in.ts';
 

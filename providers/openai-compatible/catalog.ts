@@ -1,4 +1,4 @@
-import { catalogFrom } from '../../core/llm/catalog.ts';
+import { catalogFrom } from '@sigil/plugin-api/llm';
 
 /**
  * Default catalog: OpenAI's list prices in base units per million tokens (1 USD = 1_000_000), as

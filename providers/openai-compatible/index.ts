@@ -1,7 +1,6 @@
 import { z } from 'zod';
-import { modelCatalogOption } from '../../core/llm/catalog.ts';
-import { streamOpenAiChat } from '../../core/llm/openai-chat.ts';
-import { connectionOptions } from '../../core/llm/options.ts';
+import { connectionOptions, modelCatalogOption } from '@sigil/plugin-api/llm';
+import { streamOpenAiChat } from '@sigil/plugin-api/llm/openai';
 import { definePlugin } from '@sigil/plugin-api';
 import { OPENAI_MODELS } from './catalog.ts';
 

@@ -1,4 +1,4 @@
-import type { Clock } from '../../core/clock.ts';
+import type { Clock } from '@sigil/plugin-api';
 
 /** A time of day in UTC, `HH:MM` (24-hour). */
 export const UTC_TIME_OF_DAY = /^([01]\d|2[0-3]):([0-5]\d)$/;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { SigilError } from '@sigil/plugin-api';
+import { REGISTRY_KIND_RULE, SigilError } from '@sigil/plugin-api';
 import defaultCatalog from './default-catalog.json' with { type: 'json' };
 
 const serverId = z
@@ -16,7 +16,7 @@ export const catalogEntrySchema = z
     description: z.string().max(2000).default(''),
     registry: z
       .string()
-      .regex(/^[a-z0-9][a-z0-9-]{0,62}$/, 'a registry kind: lowercase letters, digits and dashes')
+      .regex(REGISTRY_KIND_RULE.pattern, `a registry kind: ${REGISTRY_KIND_RULE.says}`)
       .describe(
         'The registryKind of a loaded package-registry plugin: npm (built in), or one a plugin brings',
       ),

@@ -1,4 +1,4 @@
-import { TtlCache } from '../../core/cache.ts';
+import { TtlCache } from '@sigil/plugin-api/cache';
 import type { Clock } from '../../core/clock.ts';
 import type { Database } from '../../core/db/database.ts';
 

@@ -2,6 +2,7 @@ import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import {
+  extensionPoints,
   type InstalledPackage,
   type PackageRegistryV1,
   Redactor,
@@ -226,10 +227,9 @@ export class SandboxedServers implements ServerProber {
     return bin;
   }
 
+  /** The plugin that provides the entry's registry kind (extensionPoints.registryKinds). */
   private registryFor(entry: CatalogEntry): PackageRegistryV1 | undefined {
-    return this.options.plugins
-      .all('package-registry')
-      .find((registry) => registry.registryKind === entry.registry);
+    return this.options.plugins.extensions(extensionPoints.registryKinds).get(entry.registry);
   }
 
   private sandbox(): SandboxRuntimeV1 {

@@ -1,5 +1,5 @@
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { TtlCache } from '../../core/cache.ts';
+import { TtlCache } from '@sigil/plugin-api/cache';
 import type { Clock } from '../../core/clock.ts';
 import type { Database } from '../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';

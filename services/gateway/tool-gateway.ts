@@ -1,6 +1,6 @@
 import type Router from '@koa/router';
 import { publicBase } from '../../core/auth/settings.ts';
-import { SigilError } from '@sigil/plugin-api';
+import { extensionPoints, SigilError } from '@sigil/plugin-api';
 import type { LaneRoute } from '../../core/http/lane.ts';
 import type { Kernel } from '../kernel.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
@@ -167,7 +167,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
   const warmup = new Warmup({
     catalog,
     servers,
-    registries: () => kernel.plugins.all('package-registry'),
+    registries: () => kernel.plugins.extensions(extensionPoints.registryKinds),
     clock: kernel.clock,
     logger,
   });

@@ -46,7 +46,8 @@ export class Warmup {
     private readonly deps: {
       catalog: Catalog;
       servers: ServerDirectory;
-      registries: () => PackageRegistryV1[];
+      /** The registry plugins by the registry kinds they provide (a plugin may provide several). */
+      registries: () => ReadonlyMap<string, PackageRegistryV1>;
       clock: Clock;
       logger: Logger;
     },
@@ -64,8 +65,14 @@ export class Warmup {
 
   async status(): Promise<WarmupStatus> {
     const details = await this.deps.servers.list();
+    const kindsOf = new Map<PackageRegistryV1, string[]>();
+    for (const [kind, registry] of this.deps.registries())
+      kindsOf.set(registry, [...(kindsOf.get(registry) ?? []), kind]);
     const caches = await Promise.all(
-      this.deps.registries().map(async (r) => ({ registry: r.registryKind, ...(await r.cacheStatus()) })),
+      [...kindsOf].map(async ([registry, kinds]) => ({
+        registry: kinds.join(', '),
+        ...(await registry.cacheStatus()),
+      })),
     );
     const nextRefreshes = caches
       .map((c) => c.summary.nextRefresh)
@@ -97,11 +104,9 @@ export class Warmup {
 
   private async verifyAll(trigger: string): Promise<WarmupOutcome> {
     const entries = this.deps.catalog.all();
-    for (const registry of this.deps.registries()) {
+    for (const [kind, registry] of this.deps.registries()) {
       registry.keepWarm(
-        entries
-          .filter((e) => e.registry === registry.registryKind)
-          .map((e) => ({ name: e.package, range: e.version })),
+        entries.filter((e) => e.registry === kind).map((e) => ({ name: e.package, range: e.version })),
       );
     }
     this.progress = { done: 0, total: entries.length };

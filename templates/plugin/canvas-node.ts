@@ -1,5 +1,12 @@
 import { z } from 'zod';
-import { type CanvasNodeInput, type CanvasNodeV1, definePlugin, SigilError } from '@sigil/plugin-api';
+import {
+  type CanvasNodeInput,
+  type CanvasNodeV1,
+  definePlugin,
+  extensionPoints,
+  provide,
+  SigilError,
+} from '@sigil/plugin-api';
 
 /** Options an operator gives under `plugins[].options`, checked at start-up. */
 const config = z.object({}).strict();
@@ -29,5 +36,7 @@ export default definePlugin({
   specVersion: 'v1',
   description: 'template-plugin-name: a canvas node',
   config,
+  // The nodes of a workflow document this plugin runs: those of kind `template-plugin-name`.
+  provides: [provide(extensionPoints.canvasNodeKinds, 'template-plugin-name')],
   create: ({ config: options }) => new Node(options),
 });

@@ -2,9 +2,11 @@ import { z } from 'zod';
 import {
   type CacheStatus,
   definePlugin,
+  extensionPoints,
   type InstalledPackage,
   type PackageRegistryV1,
   type PackageSpec,
+  provide,
   type RefreshReport,
   type ResolvedPackage,
   SigilError,
@@ -59,5 +61,7 @@ export default definePlugin({
   specVersion: 'v1',
   description: 'template-plugin-name: a package registry',
   config,
+  // The catalog entries the gateway installs with this plugin: those whose `registry` is this kind.
+  provides: [provide(extensionPoints.registryKinds, 'template-plugin-name')],
   create: ({ config: options }) => new Registry(options),
 });

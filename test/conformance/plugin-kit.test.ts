@@ -163,6 +163,31 @@ describe('conformance plugin kits', () => {
       }
     });
 
+    it('explains each failed check of a broken plugin with its reason and the contract text it checks', async () => {
+      const specifier = `${FIXTURES}/tee-pretends.ts`;
+      const options = { region: 'eu' };
+      const failed = Object.values(await kitResults(specifier, options)).filter(
+        (result) => result.status === 'fail',
+      );
+      expect(failed.map((result) => result.spec))
+        .to.have.length(4)
+        .and.to.satisfy((specs: string[]) =>
+          specs.every((spec) =>
+            /^packages\/plugin-api\/src\/contracts\/tee-backend-v1\.ts: .*".+"/.test(spec),
+          ),
+        );
+      const run = await runSigil(
+        ['conformance', 'plugin', specifier, '--options', JSON.stringify(options)],
+        {},
+        ROOT,
+      );
+      expect(run.code).to.equal(1);
+      for (const result of failed)
+        expect(run.stdout).to.include(
+          `${result.id.padEnd(34)} ${result.title}\n      -> ${result.reason}\n      checks: ${result.spec}\n`,
+        );
+    });
+
     it('exits 2 for a module that does not exist and for options that are not a JSON object', async () => {
       const missing = await runSigil(['conformance', 'plugin', './no/such/plugin.ts'], {}, ROOT);
       expect(missing.code).to.equal(2);

@@ -5,7 +5,11 @@ import { join } from 'node:path';
 import type Router from '@koa/router';
 import { expect } from 'chai';
 import type Koa from 'koa';
+import { PLUGIN_KINDS } from '@sigil/plugin-api';
+import { CONTRACT_KITS } from '@sigil/plugin-api/kit';
 import { configSettings } from '../../docs/config-reference.ts';
+import { contractInterface, readSourceDocs } from '../../docs/contract-source.ts';
+import { kitChecks } from '../../docs/plugin-kind-page.ts';
 import { DOCS_DIR, generatedDocs } from '../../docs/generate.ts';
 import { createGatewayApp } from '../../services/gateway/app.ts';
 import { gatewayOpenApi } from '../../services/gateway/openapi.ts';
@@ -38,11 +42,49 @@ function documentedRoutes(document: Record<string, unknown>): string[] {
 }
 
 describe('generated docs', () => {
-  it('docs/configuration.md and docs/openapi-*.json are what `npm run docs` writes', async () => {
+  it('docs/configuration.md, docs/openapi-*.json and docs/plugins/*.md are what `npm run docs` writes', async () => {
     for (const [name, text] of Object.entries(await generatedDocs())) {
       const committed = await readFile(join(DOCS_DIR, name), 'utf8');
       expect(committed, `docs/${name} is stale: run npm run docs and commit it`).to.equal(text);
     }
+  });
+
+  it('writes a page for every plugin kind, and docs/plugins.md links each', async () => {
+    const pages = Object.keys(await generatedDocs()).filter((name) => name.startsWith('plugins/'));
+    expect(pages).to.deep.equal(PLUGIN_KINDS.map((kind) => `plugins/${kind}.md`));
+    const index = await readFile(join(DOCS_DIR, 'plugins.md'), 'utf8');
+    for (const page of pages) expect(index).to.include(`](${page})`);
+  });
+
+  it('documents every member of every plugin contract in its doc comments', () => {
+    const undocumented = PLUGIN_KINDS.flatMap((kind) => {
+      const contract = contractInterface(readSourceDocs(CONTRACT_KITS[kind].contractFile));
+      return [contract, ...contract.members]
+        .filter((documented) => documented.doc === '')
+        .map((documented) => `${kind}: ${documented.name}`);
+    });
+    expect(undocumented, 'add a doc comment to these in packages/plugin-api/src/contracts/').to.deep.equal(
+      [],
+    );
+  });
+
+  it('finds every phrase a kit check quotes in the doc comments of the file the check names', () => {
+    const checks = PLUGIN_KINDS.flatMap((kind) => {
+      const { plugin, behaviour } = kitChecks(kind);
+      return [...plugin, ...behaviour];
+    });
+    // Quotes leave out code marks and line breaks, and elide with … between the parts they keep.
+    const plain = (text: string) => text.replace(/`/g, '').replace(/\s+/g, ' ').trim().toLowerCase();
+    const misquoted = checks.flatMap((check) => {
+      const [, file = '', rest = ''] = /^(packages\/\S+?\.ts)[,:] (.*)$/.exec(check.spec) ?? [];
+      const said = file ? plain(readSourceDocs(file).prose) : '';
+      return [...rest.matchAll(/"([^"]+)"/g)]
+        .flatMap(([, quote = '']) => quote.split('…'))
+        .map((part) => plain(part).replace(/^[\s,;:.]+|[\s,;:.]+$/g, ''))
+        .filter((part) => part !== '' && !said.includes(part))
+        .map((part) => `${check.id}: "${part}" is not in ${file || 'any file (the spec names none)'}`);
+    });
+    expect(misquoted).to.deep.equal([]);
   });
 
   it('describes every setting of the config schema', () => {

@@ -5,12 +5,14 @@ import { expect } from 'chai';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/** README.md and every page under docs/. */
+/** README.md and every page under docs/ and docs/plugins/. */
 const PAGES = [
   join(ROOT, 'README.md'),
-  ...readdirSync(join(ROOT, 'docs'))
-    .filter((name) => name.endsWith('.md'))
-    .map((name) => join(ROOT, 'docs', name)),
+  ...['docs', 'docs/plugins'].flatMap((folder) =>
+    readdirSync(join(ROOT, folder))
+      .filter((name) => name.endsWith('.md'))
+      .map((name) => join(ROOT, folder, name)),
+  ),
 ];
 
 /** The text of a page outside fenced code blocks and inline code, where links are links. */

@@ -1,6 +1,11 @@
 import { expect } from 'chai';
-import { modelCatalogOption, priceOption } from '../../core/llm/catalog.ts';
-import { BASE_UNITS_PER_USD, baseLlmCost, formatUsd } from '../../core/llm/cost.ts';
+import {
+  BASE_UNITS_PER_USD,
+  baseLlmCost,
+  formatUsd,
+  modelCatalogOption,
+  priceOption,
+} from '@sigil/plugin-api/llm';
 import { LOCAL_MODELS } from '../../providers/local/catalog.ts';
 
 const model = (id: string) => {
@@ -9,7 +14,7 @@ const model = (id: string) => {
   return found;
 };
 
-describe('baseLlmCost (core/llm/cost.ts)', () => {
+describe('baseLlmCost (@sigil/plugin-api/llm)', () => {
   it('is exact when the prices divide evenly: sigil-echo costs 1 unit per input and 2 per output token', () => {
     expect(baseLlmCost({ inputTokens: 10, outputTokens: 5 }, model('sigil-echo'))).to.equal(20n);
     expect(baseLlmCost({ inputTokens: 1_000_000, outputTokens: 1_000_000 }, model('sigil-echo'))).to.equal(
@@ -67,7 +72,7 @@ describe('baseLlmCost (core/llm/cost.ts)', () => {
   });
 });
 
-describe('model catalogs in plugin options (core/llm/catalog.ts)', () => {
+describe('model catalogs in plugin options (@sigil/plugin-api/llm)', () => {
   const defaults = [{ id: 'known', inputPricePerMTok: 10n, outputPricePerMTok: 20n }];
   const option = modelCatalogOption(defaults);
 

@@ -7,7 +7,7 @@ import {
   scrubSecret,
 } from '@sigil/plugin-api';
 
-describe('LlmProviderError (core/llm/errors.ts)', () => {
+describe('LlmProviderError (@sigil/plugin-api)', () => {
   it('types HTTP statuses: 401/403 auth, 429 rate_limit, 400/404/413/422 bad_request, the rest upstream', () => {
     const table = Object.fromEntries(
       [400, 401, 403, 404, 409, 413, 422, 429, 500, 502, 503, 529, undefined].map((status) => [

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { baseLlmCost } from '../../core/llm/cost.ts';
+import { baseLlmCost } from '@sigil/plugin-api/llm';
 import { platformCost } from '../../services/runtime/chat/cost.ts';
 
 describe('chat cost: platformCost on integers, rounded up once', () => {

@@ -30,7 +30,7 @@ import {
 import { getTransactionCount } from 'viem/actions';
 import type { NonceManager } from 'viem/nonce';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
-import { TtlCache } from '../../../core/cache.ts';
+import { TtlCache } from '@sigil/plugin-api/cache';
 import type { Clock } from '@sigil/plugin-api';
 import type { X402EvmConfig } from './config.ts';
 import { rpcTransport } from './transport.ts';

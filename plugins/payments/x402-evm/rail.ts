@@ -28,8 +28,7 @@ import {
   type VerifyOutcome,
   type X402PaymentRequired,
 } from '@sigil/plugin-api';
-import { blockRanges, blockRangesBackwards } from '../../../core/chain/block-ranges.ts';
-import { readChainIdentity } from '../../../core/chain/identity.ts';
+import { blockRanges, blockRangesBackwards, readChainIdentity } from '@sigil/plugin-api/chain';
 import type { X402EvmConfig } from './config.ts';
 import { createFacilitator, SETTLEMENT_MARGIN_SECONDS } from './facilitator.ts';
 import { refusalOf } from './refusals.ts';

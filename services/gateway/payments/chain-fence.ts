@@ -1,10 +1,9 @@
-import { getAddress, type Hex } from 'viem';
 import type { Clock } from '../../../core/clock.ts';
 import {
+  chainIdentityOf,
   compareWithRecorded,
   describeChain,
   recordChain,
-  type ChainIdentity,
 } from '../../../core/chain/identity.ts';
 import type { Database } from '../../../core/db/database.ts';
 import type { Logger } from '../../../core/log.ts';
@@ -36,12 +35,7 @@ export async function fencePaymentsOfReplacedChain(deps: {
 }): Promise<'same' | 'first' | 'replaced' | 'unknown'> {
   const { rail, db, clock, logger } = deps;
   if (!rail.chainIdentity) return 'unknown';
-  const told = await rail.chainIdentity();
-  const current: ChainIdentity = {
-    chainId: told.chainId,
-    genesisHash: told.genesisHash as Hex,
-    contract: getAddress(told.contract),
-  };
+  const current = chainIdentityOf(await rail.chainIdentity());
   const compared = await compareWithRecorded(db, IDENTITY, current);
   const { recorded } = compared;
   let { verdict } = compared;

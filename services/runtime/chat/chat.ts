@@ -14,7 +14,7 @@ import {
 } from '@sigil/plugin-api';
 import { STATUS_BY_CODE } from '../../../core/http/errors.ts';
 import type { SseStream } from '../../../core/http/sse.ts';
-import { baseLlmCost } from '../../../core/llm/cost.ts';
+import { baseLlmCost } from '@sigil/plugin-api/llm';
 import type { Logger } from '../../../core/log.ts';
 import type { Kernel } from '../../kernel.ts';
 import type { Agents } from '../agents.ts';

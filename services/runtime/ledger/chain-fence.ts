@@ -1,7 +1,8 @@
+import { readChainIdentity } from '@sigil/plugin-api/chain';
 import {
+  chainIdentityOf,
   compareWithRecorded,
   describeChain,
-  readChainIdentity,
   recordChain,
   recordedChain,
   type ChainIdentity,
@@ -47,7 +48,7 @@ export async function fenceReplacedChain(deps: {
   logger: Logger;
 }): Promise<ChainFenceOutcome> {
   const { db, ledger, chain, logger } = deps;
-  const current = await readChainIdentity(chain.publicClient, chain.token);
+  const current = chainIdentityOf(await readChainIdentity(chain.publicClient, chain.token));
   const compared = await compareWithRecorded(db, IDENTITY, current);
   const { recorded } = compared;
   let { verdict } = compared;

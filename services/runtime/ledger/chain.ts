@@ -11,7 +11,7 @@ import {
   type WalletClient,
 } from 'viem';
 import { privateKeyToAccount, type LocalAccount } from 'viem/accounts';
-import { blockRanges } from '../../../core/chain/block-ranges.ts';
+import { blockRanges } from '@sigil/plugin-api/chain';
 
 export const ledgerTokenAbi = parseAbi([
   'function name() view returns (string)',

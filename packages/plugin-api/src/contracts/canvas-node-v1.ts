@@ -3,9 +3,14 @@
  * A node that writes (`writes: true`) only runs after an upstream approval; the executor enforces it.
  */
 export interface CanvasNodeV1 {
+  /** The version of this contract the instance implements: its manifest's `specVersion`. */
   readonly specVersion: 'v1';
-  /** Node kind as it appears in workflow documents, e.g. `write-file`, `browser-verify`. */
+  /**
+   * Node kind as it appears in workflow documents, e.g. `write-file`, `browser-verify`; the manifest
+   * provides it to `extensionPoints.canvasNodeKinds`, by which a canvas finds this plugin.
+   */
   readonly nodeKind: string;
+  /** Whether it changes anything outside the workflow (files, services): then it runs only once approved. */
   readonly writes: boolean;
   /** Runs the node with its inputs (outputs of upstream nodes); reports progress through `log`. */
   run(input: CanvasNodeInput): Promise<Record<string, unknown>>;

@@ -14,10 +14,12 @@
  * - cancels the upstream HTTP request promptly when `signal` aborts or when the caller stops
  *   iterating (`break`, `return()`).
  *
- * Types only: the errors are in this package (llm-errors.ts); Sigil's own providers share further
- * helpers (prices in config, an OpenAI-wire client, cost) in core/llm/.
+ * Types only: the errors are in this package (llm-errors.ts); helpers a provider may use (prices in
+ * config, cost, streams that keep these promises) are in `@sigil/plugin-api/llm`, a client of the
+ * OpenAI Chat Completions wire in `@sigil/plugin-api/llm/openai`.
  */
 export interface LlmProviderV1 {
+  /** The version of this contract the instance implements: its manifest's `specVersion`. */
   readonly specVersion: 'v1';
   /**
    * The vault slot a wallet stores its key for this provider under, named after the provider as its
@@ -26,7 +28,7 @@ export interface LlmProviderV1 {
    */
   readonly keySlot: string;
   /**
-   * The models this provider serves, with the prices `baseLlmCost` (core/llm/cost.ts) charges.
+   * The models this provider serves, with the prices `baseLlmCost` (`@sigil/plugin-api/llm`) charges.
    * At least one; ids unique. Reads configuration only: it neither needs a key nor reaches the
    * upstream.
    */

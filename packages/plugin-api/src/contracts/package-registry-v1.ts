@@ -16,11 +16,13 @@
  * knowing which plugin it talks to.
  */
 export interface PackageRegistryV1 {
+  /** The version of this contract the instance implements: its manifest's `specVersion`. */
   readonly specVersion: 'v1';
   /**
    * The registry kind catalog entries name in `registry`, e.g. `npm`: lowercase letters, digits and
-   * dashes (at most 63). A plugin may bring a kind of its own (`acme-dir`); the gateway installs an
-   * entry with the loaded registry of its kind.
+   * dashes (at most 63). A plugin may bring a kind of its own (`acme-dir`). The gateway finds the
+   * registry of an entry by the kinds its manifest provides to `extensionPoints.registryKinds`, which
+   * include this one.
    */
   readonly registryKind: string;
   /**

@@ -8,6 +8,7 @@
  * integer base units of the asset.
  */
 export interface PaymentRailV1 {
+  /** The version of this contract the instance implements: its manifest's `specVersion`. */
   readonly specVersion: 'v1';
   /** The published terms (GET /api/payments/config). */
   terms(): PaymentTerms;

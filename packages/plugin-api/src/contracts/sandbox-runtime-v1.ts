@@ -23,6 +23,7 @@
  * - it does not outlive the runtime's host process, even when that process is killed with SIGKILL.
  */
 export interface SandboxRuntimeV1 {
+  /** The version of this contract the instance implements: its manifest's `specVersion`. */
   readonly specVersion: 'v1';
   /**
    * Starts the process. Resolves once the process exists; a failure to set the sandbox up shows as

@@ -3,9 +3,11 @@
  * honestly: `none` says there is no TEE rather than pretending.
  */
 export interface TeeBackendV1 {
+  /** The version of this contract the instance implements: its manifest's `specVersion`. */
   readonly specVersion: 'v1';
   /** Platform name as shown in `/api/attestation`: `none`, `sev-snp`, `tdx`, `vtpm`. */
   readonly platform: string;
+  /** Whether a TEE backs this process, which platform, and where its keys come from: honestly. */
   status(): Promise<TeeStatus>;
   /** A fresh report binding `reportData` (64 bytes), or undefined where the platform cannot attest. */
   attest(reportData: Uint8Array): Promise<AttestationEvidence | undefined>;

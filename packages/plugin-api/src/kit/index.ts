@@ -13,7 +13,7 @@ export {
   pluginName,
   type PluginKitOptions,
 } from './plugin-kit.ts';
-export { manifestOf, type PluginUnderTest, type UncheckedManifest } from './manifest.ts';
+export { manifestChecks, manifestOf, type PluginUnderTest, type UncheckedManifest } from './manifest.ts';
 export { KitServices } from './services.ts';
 
 /** The contract kit of each kind, on instances made by the caller. */

@@ -65,7 +65,9 @@ export function contractChecks<K extends PluginKind>(
         declaredSpecVersion === undefined
           ? 'The instance carries a specVersion this core supports'
           : `The instance carries the manifest's specVersion (${declaredSpecVersion})`,
-      spec: spec('readonly specVersion, the literal version of the contract the instance implements'),
+      spec: spec(
+        `specVersion, "The version of this contract the instance implements: its manifest's specVersion"`,
+      ),
       check: async ({ instance }) => {
         const version = instance.specVersion;
         ensure(typeof version === 'string', 'the instance has no specVersion string');

@@ -1,4 +1,10 @@
-import { dependencyRefProblem, PLUGIN_KINDS, type PluginKind, SUPPORTED_SPEC_VERSIONS } from '../index.ts';
+import {
+  dependencyRefProblem,
+  PLUGIN_KINDS,
+  type PluginKind,
+  providedExtensionProblems,
+  SUPPORTED_SPEC_VERSIONS,
+} from '../index.ts';
 import { ensure, notApplicableBecause, pass } from './check.ts';
 import type { KitCheck } from './kit.ts';
 
@@ -153,7 +159,7 @@ export function manifestChecks(subject: PluginUnderTest): KitCheck[] {
       id: 'manifest.config-accepts-options',
       level: 'MUST',
       title: 'config is a zod schema that accepts the options given',
-      spec: `${SPEC}: config, "Options schema"`,
+      spec: `${SPEC}: config, "The zod schema of the plugin's options"`,
       check: async () => {
         const problem = configProblem(requireManifest(subject), subject.options);
         ensure(problem === undefined, problem ?? '');
@@ -168,6 +174,19 @@ export function manifestChecks(subject: PluginUnderTest): KitCheck[] {
       check: async () => {
         const problem = factoryProblem(requireManifest(subject));
         ensure(problem === undefined, problem ?? '');
+        return pass();
+      },
+    },
+    {
+      id: 'manifest.provides',
+      level: 'MUST',
+      title: 'provides names keys of extension points of its kind, at least one of each such point',
+      spec: `${SPEC}: provides, "A plugin of a kind that has extension points provides at least one key of each"`,
+      check: async () => {
+        const manifest = requireManifest(subject);
+        const kind = knownKind(manifest) ?? notApplicableBecause('the kind is unknown');
+        const problems = providedExtensionProblems(kind, manifest.provides);
+        ensure(problems.length === 0, problems.join('; '));
         return pass();
       },
     },

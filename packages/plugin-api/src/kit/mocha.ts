@@ -5,7 +5,7 @@ import { contractChecks, type ContractKit, type KitCheck } from './kit.ts';
 
 /**
  * Kits as mocha suites, for plugin authors' own test runs. Each check is one test: a pass passes, a
- * failure throws its reason, a check that does not apply is skipped. Titles carry the level, so
+ * failure throws its reason and the contract text it checks, a check that does not apply is skipped. Titles carry the level, so
  * `mocha --grep "(MUST)"` runs only what the CLI's exit code depends on.
  */
 
@@ -39,7 +39,8 @@ export function registerChecks(checks: readonly KitCheck[], options: RegisterOpt
         return;
       }
       if (result?.status === 'not-applicable') this.skip();
-      if (result?.status === 'fail') throw new Error(`${check.id}: ${result.reason ?? 'failed'}`);
+      if (result?.status === 'fail')
+        throw new Error(`${check.id}: ${result.reason ?? 'failed'}\n  checks: ${check.spec}`);
     });
   }
 }

@@ -14,6 +14,7 @@ import { packageRegistryKit } from './package-registry.ts';
  * verdaccio). The fixture is read when a check runs, so a suite can build it in a `before` hook.
  */
 
+/** Packages the registry serves for the checks, published by the suite (e.g. in a `before` hook). */
 export interface PackageRegistryFixture {
   /** A package without install scripts, a range of it, and the exact version and digest it resolves to. */
   plain: { name: string; range: string; version: string; digest: string };

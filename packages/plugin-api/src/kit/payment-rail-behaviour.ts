@@ -20,6 +20,7 @@ import { paymentRailKit } from './payment-rail.ts';
  * harness. Each check runs on a fresh instance and pays for itself (at most one price per check).
  */
 
+/** What only the tester has: a funded payer, a client that signs its payments, balances on the chain. */
 export interface PaymentRailHarness {
   /** The address of the funded payer whose payments `pay` signs (as `verify` reports it). */
   payer: string;

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { blockRanges, blockRangesBackwards } from '../../core/chain/block-ranges.ts';
+import { blockRanges, blockRangesBackwards } from '@sigil/plugin-api/chain';
 
 const list = (ranges: Iterable<{ fromBlock: bigint; toBlock: bigint }>) =>
   [...ranges].map(({ fromBlock, toBlock }) => [Number(fromBlock), Number(toBlock)]);

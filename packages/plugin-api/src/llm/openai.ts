@@ -13,13 +13,14 @@ import {
   LlmProviderError,
   type LlmStreamPart,
   type LlmUsagePart,
-} from '@sigil/plugin-api';
+} from '../index.ts';
 import { estimatedUsage, guardedStream, parseToolInput } from './stream.ts';
 
 /**
- * An `llm-provider` stream over the OpenAI Chat Completions wire format, with the official `openai`
- * SDK: for any server that speaks it (OpenAI, and the many compatible ones, the local stand-in
- * included). Providers/openai-compatible and providers/local both stream through it.
+ * `@sigil/plugin-api/llm/openai`: an `llm-provider` stream over the OpenAI Chat Completions wire
+ * format, with the official `openai` SDK (a peer dependency of this subpath only), for any server that
+ * speaks it: OpenAI, and the many compatible ones. Sigil's openai-compatible and local providers
+ * stream through it.
  */
 
 export interface OpenAiChatOptions {

@@ -1,8 +1,10 @@
 /**
- * A process's short-lived copy of values whose truth lives in the shared database, so that a hot path
- * (every tool call) does not read the database each time. Each entry is trusted for `ttlMs`; the process
- * that changes a value replaces or drops its copy at once, so the TTL only bounds how late another
- * replica sees the change. Concurrent misses for one key share one read; a failed read is not kept.
+ * `@sigil/plugin-api/cache`: a process's short-lived copy of values whose truth lives elsewhere (the
+ * shared database, a chain, an upstream API), so that a hot path (every tool call) does not read it
+ * each time. Each entry is trusted for `ttlMs`; the process that changes a value replaces or drops its
+ * copy at once, so the TTL only bounds how late another replica sees the change. Concurrent misses for
+ * one key share one read; a failed read is not kept. Past `maxEntries`, the least recently stored entry
+ * goes.
  */
 export class TtlCache<K, V> {
   private readonly entries = new Map<K, { expires: number; value: Promise<V> }>();

@@ -2,15 +2,16 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { expect } from 'chai';
-import { systemClock } from '../../core/clock.ts';
-import { pluginEntrySchema, type PluginEntry } from '../../core/config/schema.ts';
-import { openDatabase, type Database } from '../../core/db/database.ts';
-import { PluginHost, PluginLoadError, type PluginProblem } from '../../core/plugins/host.ts';
-import { builtinPlugins } from '../../services/builtin-plugins.ts';
-import { quietLogger, testCoreServices } from '../support/kernel.ts';
+import { extensionPoints, type CanvasNodeV1 } from '@sigil/plugin-api';
+import { systemClock } from '../../../core/clock.ts';
+import { pluginEntrySchema, type PluginEntry } from '../../../core/config/schema.ts';
+import { openDatabase, type Database } from '../../../core/db/database.ts';
+import { PluginHost, PluginLoadError, type PluginProblem } from '../../../core/plugins/host.ts';
+import { builtinPlugins } from '../../../services/builtin-plugins.ts';
+import { quietLogger, testCoreServices } from '../../support/kernel.ts';
 
-const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'host');
-const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const fixtures = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'fixtures', 'host');
+const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 // Imported by file URL, as the host imports the fixtures: tsx gives a static import its own module instance.
 const { lifecycleEvents } = (await import(pathToFileURL(join(fixtures, 'recorder.ts')).href)) as {
   lifecycleEvents: string[];
@@ -265,5 +266,66 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
     const host = newHost();
     await host.load([entry('tee-none'), entry('./unknown-kind.ts', { enabled: false })]);
     expect(host.list()).to.have.length(1);
+  });
+
+  describe('extension points', () => {
+    it('collects the plugins that provide registry kinds, by kind', async () => {
+      const host = newHost();
+      await host.load([entry('registry-npm'), entry('./registry-mirror.ts')]);
+      const registries = host.extensions(extensionPoints.registryKinds);
+      const [npm, mirror] = host.all('package-registry');
+      expect([...registries]).to.deep.equal([
+        ['npm', npm],
+        ['oci', mirror],
+        ['git', mirror],
+      ]);
+      expect(registries.get('pypi')).to.equal(undefined);
+    });
+
+    it('refuses two registries for npm, naming both', async () => {
+      const err = await loadError([entry('registry-npm'), entry('registry-npm', { id: 'npm-mirror' })]);
+      expect(err).to.deep.equal({
+        plugin: 'npm-mirror',
+        configPath: 'plugins.1',
+        reason:
+          'registry kind "npm" (extension point sigil.registry-kinds) is provided by both "registry-npm" (plugins.0) and "npm-mirror" (plugins.1); enable only one of them',
+      });
+    });
+
+    it('collects canvas node kinds, and refuses a node kind provided twice', async () => {
+      const host = newHost();
+      await host.load([entry('./canvas-echo.ts')]);
+      const echo = host.extensions(extensionPoints.canvasNodeKinds).get('echo') as CanvasNodeV1;
+      const output = await echo.run({
+        params: { said: 'hi' },
+        upstream: {},
+        log: () => undefined,
+        signal: new AbortController().signal,
+      });
+      expect(output).to.deep.equal({ said: 'hi' });
+      const twice = await loadError([entry('./canvas-echo.ts'), entry('./canvas-echo.ts', { id: 'echo-2' })]);
+      expect(twice.reason).to.match(
+        /^node kind "echo" \(extension point sigil.canvas-node-kinds\) is provided by both "canvas-echo" \(plugins.0\) and "echo-2" \(plugins.1\)/,
+      );
+    });
+
+    it('refuses a plugin that provides no key of its kind’s point, or a point of another kind', async () => {
+      const problems = await loadProblems([
+        entry('./canvas-unprovided.ts'),
+        entry('./tee-claims-registry.ts'),
+      ]);
+      expect(problems.map((p) => [p.plugin, p.configPath, p.reason])).to.deep.equal([
+        [
+          'canvas-unprovided',
+          'plugins.0.resolve',
+          "a canvas-node plugin provides at least one node kind: add provides: [provide(extensionPoints.canvasNodeKinds, '<node kind>')] to its manifest",
+        ],
+        [
+          'tee-claims-registry',
+          'plugins.1.resolve',
+          'manifest.provides.0: sigil.registry-kinds is provided by package-registry plugins, not tee-backend ones',
+        ],
+      ]);
+    });
   });
 });

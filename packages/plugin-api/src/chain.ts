@@ -1,3 +1,10 @@
+import type { RailChainIdentity } from './index.ts';
+
+/**
+ * `@sigil/plugin-api/chain`: reading an EVM chain the way Sigil's payment rails and ledger do, for a
+ * plugin that settles on one: log scans in ranges RPC endpoints accept, and the chain's identity.
+ */
+
 /**
  * Largest block range one `eth_getLogs` asks for by default: hosted RPC endpoints refuse wider ones
  * (commonly 2,000 to 10,000 blocks, some fewer), so log scans go in ranges of at most this many.
@@ -28,4 +35,23 @@ export function* blockRangesBackwards(
     const start = end - span + 1n;
     yield { fromBlock: start > from ? start : from, toBlock: end };
   }
+}
+
+/** What `readChainIdentity` reads from a chain client (viem's `PublicClient` is one). */
+export interface ChainIdentitySource {
+  getChainId(): Promise<number>;
+  getBlock(args: { blockNumber: bigint }): Promise<{ hash: string }>;
+}
+
+/**
+ * The identity of the chain `client` reads, watching `contract`: what `PaymentRailV1.chainIdentity`
+ * returns. Its genesis block tells a dev chain started afresh (same chain id, same contract address)
+ * from the one before it.
+ */
+export async function readChainIdentity(
+  client: ChainIdentitySource,
+  contract: string,
+): Promise<RailChainIdentity> {
+  const [chainId, genesis] = await Promise.all([client.getChainId(), client.getBlock({ blockNumber: 0n })]);
+  return { chainId, genesisHash: genesis.hash, contract };
 }

@@ -1,4 +1,4 @@
-import { type LlmChatRequest, LlmProviderError, type LlmUsagePart } from '@sigil/plugin-api';
+import { type LlmChatRequest, LlmProviderError, type LlmUsagePart } from '../index.ts';
 
 /**
  * Small pieces every `llm-provider` stream needs, whatever wire it speaks: cancellation that follows

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { LlmModelInfo } from '@sigil/plugin-api';
+import type { LlmModelInfo } from '../index.ts';
 
 /**
  * Model catalogs in plugin options. JSON has no bigint, so a price is written as an integer number of

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { TtlCache } from '../../core/cache.ts';
+import { TtlCache } from '@sigil/plugin-api/cache';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -1,4 +1,4 @@
-import type { LlmModelInfo } from '@sigil/plugin-api';
+import type { LlmModelInfo } from '../index.ts';
 
 /** Base units of the ledger's token per US dollar: it has 6 decimals, like USDC. */
 export const BASE_UNITS_PER_USD = 1_000_000n;
