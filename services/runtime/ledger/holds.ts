@@ -5,7 +5,7 @@ import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import { MAX_AMOUNT, minus, plus, toAmount } from './amounts.ts';
 import { SpendRefused } from './errors.ts';
-import { PeriodicPass } from './periodic.ts';
+import { PeriodicPass } from '../../../core/periodic.ts';
 import {
   CHARGE_KEY_PREFIX,
   IDEMPOTENCY_KEY,

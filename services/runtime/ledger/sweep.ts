@@ -3,7 +3,7 @@ import type { Database } from '../../../core/db/database.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { LedgerChain } from './chain.ts';
 import type { DepositAddresses } from './deposits.ts';
-import { PeriodicPass } from './periodic.ts';
+import { PeriodicPass } from '../../../core/periodic.ts';
 import type { TransferWorker } from './transfer-worker.ts';
 import type { Transfer, Transfers } from './transfers.ts';
 
