@@ -4,7 +4,7 @@ import type { AuthPrincipal } from '../../core/auth/index.ts';
 import { SigilError } from '@sigil/plugin-api';
 import { disconnection } from '../../core/http/disconnect.ts';
 import { parseInput } from '../../core/http/validate.ts';
-import { PAYMENT_META_KEY } from './payments/payments.ts';
+import { PAYMENT_META_KEY } from './payments/receipts.ts';
 import { paymentFromHeaders, receiptOf, setPaymentResponse } from './payments/routes.ts';
 import type { ServerDetails, ServerDirectory } from './servers.ts';
 import type { ToolCaller } from './tool-calls.ts';

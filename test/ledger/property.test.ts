@@ -3,7 +3,8 @@ import { getAddress, type Address } from 'viem';
 import { SigilError } from '@sigil/plugin-api';
 import { SpendRefused } from '../../services/runtime/ledger/errors.ts';
 import type { Ledger } from '../../services/runtime/ledger/ledger.ts';
-import type { Transfers, WithdrawalLimits } from '../../services/runtime/ledger/transfers.ts';
+import type { Transfers } from '../../services/runtime/ledger/transfers.ts';
+import type { WithdrawalLimits } from '../../services/runtime/ledger/withdrawal-limits.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { openLedgerWorld, randomWallet, seededRandom, type LedgerWorld } from './support.ts';
 

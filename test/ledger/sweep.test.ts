@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { Address } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type LocalAccount } from 'viem/accounts';
-import type { Transfer } from '../../services/runtime/ledger/transfers.ts';
+import type { Transfer } from '../../services/runtime/ledger/transfer-records.ts';
 import { chainClients } from '../chain/support.ts';
 import { chainBehindProxy, sendsTransaction } from '../payments/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';

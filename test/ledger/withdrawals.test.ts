@@ -5,7 +5,7 @@ import type { SigilError } from '@sigil/plugin-api';
 import { CANCEL_AUTHORIZATION_TYPES } from '../../services/runtime/ledger/chain.ts';
 import { DepositKeys } from '../../services/runtime/ledger/deposit-keys.ts';
 import { SpendRefused } from '../../services/runtime/ledger/errors.ts';
-import type { Transfer } from '../../services/runtime/ledger/transfers.ts';
+import type { Transfer } from '../../services/runtime/ledger/transfer-records.ts';
 import { chainClients, sigilDollarAbi, tokenDomain } from '../chain/support.ts';
 import { chainBehindProxy, sendsTransaction } from '../payments/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';

@@ -3,7 +3,8 @@ import { hkdfSha256, openAesGcm, sealAesGcm, type SealedBox } from '../../../cor
 import type { Database } from '../../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
-import type { PaymentReceipt, SettlementState } from './payments.ts';
+import type { PaymentReceipt } from './receipts.ts';
+import type { SettlementState } from './settlement-records.ts';
 
 /** How long a paid result is kept for its payer by default: a day. */
 export const DEFAULT_RESULT_RETENTION_MS = 24 * 3_600_000;

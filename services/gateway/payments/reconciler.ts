@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Database } from '../../../core/db/database.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { PaymentRailV1 } from '@sigil/plugin-api';
-import type { SettlementState } from './payments.ts';
+import type { SettlementState } from './settlement-records.ts';
 
 export interface Mismatch {
   id: string;

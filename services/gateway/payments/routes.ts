@@ -5,7 +5,8 @@ import { z } from 'zod';
 import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
 import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../../../core/http/validate.ts';
-import { PAYMENT_RESPONSE_META_KEY, type PaymentReceipt, type Payments } from './payments.ts';
+import type { Payments } from './payments.ts';
+import { PAYMENT_RESPONSE_META_KEY, type PaymentReceipt } from './receipts.ts';
 
 /** The x402 v2 payment a REST client sent in PAYMENT-SIGNATURE (base64 JSON), if any. */
 export function paymentFromHeaders(ctx: Context): unknown {

@@ -5,16 +5,11 @@ import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import { MAX_AMOUNT, minus, plus, toAmount } from './amounts.ts';
 import { SpendRefused } from './errors.ts';
-import { PeriodicPass } from './periodic.ts';
-import {
-  CHARGE_KEY_PREFIX,
-  IDEMPOTENCY_KEY,
-  refuseOverBudget,
-  type Balance,
-  type Budgets,
-  type Ledger,
-  type LedgerEntry,
-} from './ledger.ts';
+import { PeriodicPass } from '../../../core/periodic.ts';
+import type { Balance } from './balance.ts';
+import { readBudgets, refuseOverBudget, type Budgets } from './budgets.ts';
+import { CHARGE_KEY_PREFIX, entryByKey, IDEMPOTENCY_KEY, type LedgerEntry } from './entries.ts';
+import type { Ledger } from './ledger.ts';
 
 /**
  * Money a running request may spend, reserved before the work starts. While open it counts in the
@@ -120,7 +115,7 @@ export class Holds {
     }
     const wallet = getAddress(input.wallet);
     return this.ledger.withWallet(wallet, async (trx, balance) => {
-      const { budgets, replayId } = await this.ledger.readBudgets(trx, wallet, input.agentId, {
+      const { budgets, replayId } = await readBudgets(trx, this.ledger.clock.now(), wallet, input.agentId, {
         replayKey: CHARGE_KEY_PREFIX + input.idempotencyKey,
       });
       if (replayId !== undefined) {
@@ -180,7 +175,7 @@ export class Holds {
         expiresAt: new Date(now + this.deps.ttlMs),
       };
       if (increase > 0n) {
-        const { budgets } = await this.ledger.readBudgets(trx, hold.wallet, hold.agentId);
+        const { budgets } = await readBudgets(trx, this.ledger.clock.now(), hold.wallet, hold.agentId);
         this.refuse(budgets, balance, increase, hold.agentId, { minimumBalance: false });
         await this.addHeld(trx, hold.wallet, increase);
       }
@@ -256,10 +251,10 @@ export class Holds {
   ): Promise<Settlement> {
     const key = CHARGE_KEY_PREFIX + hold.idempotencyKey;
     const released = await this.drop(trx, hold.wallet, hold.idempotencyKey);
-    const first = await this.ledger.entryByKey(trx, hold.wallet, key);
+    const first = await entryByKey(trx, hold.wallet, key);
     if (first) return { entry: first, charged: first.amount, uncharged: 0n, replayed: true };
     if (cost === 0n) return { entry: undefined, charged: 0n, uncharged: 0n, replayed: false };
-    const { budgets } = await this.ledger.readBudgets(trx, hold.wallet, hold.agentId);
+    const { budgets } = await readBudgets(trx, this.ledger.clock.now(), hold.wallet, hold.agentId);
     // What the wallet can spend once this hold is gone: a shortfall eats into the released amount.
     let room = balance.available - balance.shortfall + released;
     for (const state of Object.values(budgets))

@@ -3,9 +3,10 @@ import type { Database } from '../../../core/db/database.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { LedgerChain } from './chain.ts';
 import type { DepositAddresses } from './deposits.ts';
-import { PeriodicPass } from './periodic.ts';
+import { PeriodicPass } from '../../../core/periodic.ts';
 import type { TransferWorker } from './transfer-worker.ts';
-import type { Transfer, Transfers } from './transfers.ts';
+import type { Transfer } from './transfer-records.ts';
+import type { Transfers } from './transfers.ts';
 
 /**
  * The settlement sweep: for each wallet whose unsettled spend (not already being swept) reaches

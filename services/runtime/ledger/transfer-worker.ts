@@ -6,16 +6,13 @@ import {
   type LocalAccount,
 } from 'viem';
 import type { Clock } from '../../../core/clock.ts';
+import { RetryWorker } from '../../../core/db/retries.ts';
 import type { Logger } from '../../../core/log.ts';
 import { CANCEL_AUTHORIZATION_TYPES, TRANSFER_WITH_AUTHORIZATION_TYPES, type LedgerChain } from './chain.ts';
 import type { DepositKeys } from './deposit-keys.ts';
 import type { DepositAddresses } from './deposits.ts';
-import type { Transfer, Transfers } from './transfers.ts';
-
-/** How long a worker owns a due transfer before another replica may take it over. */
-const CLAIM_MS = 60_000;
-/** Retry delays after an attempt failed (RPC down, …): 1 s doubling to 5 min. */
-const backoffMs = (attempts: number): number => Math.min(1000 * 2 ** Math.max(0, attempts), 300_000);
+import type { Transfer } from './transfer-records.ts';
+import type { Transfers } from './transfers.ts';
 
 type Step = { finished: true } | { finished: false; againInMs: number };
 const AGAIN_NOW: Step = { finished: false, againInMs: 0 };
@@ -38,9 +35,7 @@ const FINISHED: Step = { finished: true };
  * Every step is recorded before the next one, and at start-up every open transfer is taken up again.
  */
 export class TransferWorker {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly worker: RetryWorker<Transfer>;
 
   constructor(
     private readonly deps: {
@@ -49,55 +44,42 @@ export class TransferWorker {
       keys: DepositKeys;
       chain: LedgerChain;
       logger: Logger;
-      /** What retries, claims and resends are timed by. */
+      /** What resends are timed by (the transfers' retries and claims by the ledger's clock, the same one). */
       clock: Clock;
       pollMs: number;
       /** A sent transaction not mined after this long is sent again (same authorization). */
       resendAfterMs?: number;
     },
-  ) {}
+  ) {
+    this.worker = new RetryWorker({
+      queue: deps.transfers,
+      handle: (transfer) => this.process(transfer),
+      intervalMs: deps.pollMs,
+      logger: deps.logger,
+      failure: 'ledger: transfer pass failed',
+    });
+  }
 
   /** Start-up: every open transfer is due now, whoever was handling it; then polls every pollMs. */
   async start(): Promise<void> {
     const open = await this.deps.transfers.makeAllDue();
     if (open > 0) this.deps.logger.info({ open }, 'ledger: resuming transfers left open');
     await this.processDue().catch(() => undefined);
-    this.timer ??= setInterval(() => void this.processDue().catch(() => undefined), this.deps.pollMs);
-    this.timer.unref();
+    this.worker.start();
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    await this.running?.catch(() => undefined);
+  stop(): Promise<void> {
+    return this.worker.stop();
   }
 
   /** Asks for a pass now (e.g. a transfer was just recorded). */
   kick(): void {
-    void this.processDue().catch((err: unknown) =>
-      this.deps.logger.warn({ err: (err as Error).message }, 'ledger: transfer pass failed'),
-    );
+    this.worker.kick();
   }
 
   /** One pass over due transfers; concurrent calls share the running pass and ask for one more. */
   processDue(): Promise<void> {
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = (async () => {
-      try {
-        do {
-          this.again = false;
-          for (const transfer of await this.deps.transfers.claimDue(this.now(), CLAIM_MS)) {
-            await this.process(transfer);
-          }
-        } while (this.again);
-      } finally {
-        this.running = undefined;
-      }
-    })();
-    return this.running;
+    return this.worker.pass();
   }
 
   private now(): number {
@@ -112,11 +94,7 @@ export class TransferWorker {
         const step = await this.step(transfer);
         if (step.finished) return;
         if (step.againInMs > 0 || round === 5) {
-          await transfers.retryAt(
-            transfer.id,
-            this.now() + Math.max(step.againInMs, this.deps.pollMs),
-            false,
-          );
+          await transfers.later(transfer.id, Math.max(step.againInMs, this.deps.pollMs));
           return;
         }
         transfer = await transfers.get(transfer.id);
@@ -129,9 +107,7 @@ export class TransferWorker {
         'ledger: transfer attempt failed; retrying',
       );
       await transfers.noteRetry(claimed.id, message).catch(() => undefined);
-      await transfers
-        .retryAt(claimed.id, this.now() + backoffMs(claimed.attempts), true)
-        .catch(() => undefined);
+      await transfers.attemptFailed(claimed.id, claimed.attempts + 1).catch(() => undefined);
     }
   }
 

@@ -1,95 +1,53 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { getAddress, zeroAddress, type Address, type Hex } from 'viem';
+import { getAddress, type Address, type Hex } from 'viem';
 import { SigilError } from '@sigil/plugin-api';
-import { asText, formatUsd, toAmount } from './amounts.ts';
+import { doublingBackoff, RetryQueue } from '../../../core/db/retries.ts';
+import { toAmount } from './amounts.ts';
 import { SpendRefused } from './errors.ts';
 import type { Ledger } from './ledger.ts';
-import { utcDay } from './windows.ts';
+import {
+  listTransfers,
+  OPEN_STATES,
+  openTransfers,
+  readTransfer,
+  transferByKey,
+  transferOf,
+  type Transfer,
+  type TransferKind,
+} from './transfer-records.ts';
+import {
+  checkDestination,
+  checkWithdrawalAmount,
+  refuseOverWithdrawalRate,
+  type ForbiddenDestinations,
+  type WithdrawalLimits,
+} from './withdrawal-limits.ts';
 
-/** Money leaving a deposit address: to its owner (withdrawal) or to the treasury (sweep of settled spend). */
-export type TransferKind = 'withdrawal' | 'sweep';
-
-/**
- * `pending` (recorded, funds held, maybe not sent yet) → `submitted` (a transaction is out) →
- * `completed` (mined in a confirmed block); or, when the transfer can no longer happen, `cancelling`
- * (a cancelAuthorization is out, so the signed transfer can never be used later) → `failed`. A
- * withdrawal's funds count in pendingWithdrawals from `pending` until `completed` or `failed`.
- */
-export type TransferState = 'pending' | 'submitted' | 'cancelling' | 'completed' | 'failed';
-export const OPEN_STATES: readonly TransferState[] = ['pending', 'submitted', 'cancelling'];
-
-export interface Transfer {
-  id: string;
-  wallet: string;
-  kind: TransferKind;
-  amount: bigint;
-  from: Address;
-  to: Address;
-  state: TransferState;
-  idempotencyKey: string | undefined;
-  /** EIP-3009 nonce the deposit key signs the transfer with: one transfer, at most once, on chain. */
-  nonce: Hex;
-  /** Unix seconds: the signed transfer is void from then on. */
-  validBefore: bigint;
-  fromBlock: bigint;
-  txHash: Hex | undefined;
-  cancelTxHash: Hex | undefined;
-  blockNumber: bigint | undefined;
-  reason: string | undefined;
-  attempts: number;
-  sentAt: number | undefined;
-  createdAt: Date;
-  updatedAt: Date;
-}
-
-interface TransferRow {
-  id: string;
-  wallet: string;
-  kind: TransferKind;
-  amount: string;
-  from_address: string;
-  to_address: string;
-  state: TransferState;
-  idempotency_key: string | null;
-  nonce: string;
-  valid_before: string;
-  from_block: string;
-  tx_hash: string | null;
-  cancel_tx_hash: string | null;
-  block_number: string | null;
-  reason: string | null;
-  attempts: number | string;
-  sent_at: string | number | null;
-  created_at: string | number;
-  updated_at: string | number;
-}
-
-export interface WithdrawalLimits {
-  minAmount: bigint;
-  maxAmount: bigint;
-  dailyTotal: bigint;
-  maxPerHour: number;
-  authorizationTtlSeconds: number;
-}
-
-/** Addresses money must never be withdrawn to: they belong to the service, or to nobody. */
-export interface ForbiddenDestinations {
-  token: Address | undefined;
-  treasury: Address | undefined;
-  operator: Address | undefined;
-  /** Whether `address` is any wallet's deposit address. */
-  isDepositAddress(address: Address): Promise<boolean>;
-}
-
-const HOUR_MS = 3_600_000;
+/** How long a worker owns a due transfer before another replica may take it over. */
+const CLAIM_MS = 60_000;
+/** Retry delays after an attempt failed (RPC down, …): 1 s doubling to 5 min. */
+const BACKOFF = doublingBackoff(1000, 300_000);
 
 /**
  * The records of transfers out of deposit addresses, and the ledger entries they make. Everything
- * here is database work under the wallet's lock; the chain side is the TransferWorker's.
+ * here is database work under the wallet's lock; the chain side is the TransferWorker's, which takes
+ * the open transfers that are due from here (a retry queue on ledger_transfers).
  */
 export class Transfers {
-  constructor(private readonly ledger: Ledger) {}
+  private readonly queue: RetryQueue<{ id: string }>;
+
+  constructor(private readonly ledger: Ledger) {
+    this.queue = new RetryQueue(ledger.db, ledger.clock, {
+      table: 'ledger_transfers',
+      openStates: OPEN_STATES,
+      claimMs: CLAIM_MS,
+      backoff: BACKOFF,
+      order: 'created_at',
+      batch: 20,
+      columns: ['id'],
+    });
+  }
 
   private get db() {
     return this.ledger.db;
@@ -111,22 +69,13 @@ export class Transfers {
     head: { block: bigint; timestamp: bigint };
   }): Promise<{ transfer: Transfer; replayed: boolean }> {
     const wallet = getAddress(input.wallet);
-    const { limits } = input;
+    const { limits, amount } = input;
     const to = await checkDestination(input.to, input.forbidden);
-    if (input.amount < limits.minAmount || input.amount > limits.maxAmount) {
-      const limit = input.amount < limits.minAmount ? 'minAmount' : 'maxAmount';
-      throw new SigilError(
-        'invalid_request',
-        `A withdrawal is between ${limits.minAmount} and ${limits.maxAmount} base units (${formatUsd(limits.minAmount)} to ${formatUsd(limits.maxAmount)} USD)`,
-        {
-          details: { limit, minAmount: limits.minAmount.toString(), maxAmount: limits.maxAmount.toString() },
-        },
-      );
-    }
+    checkWithdrawalAmount(amount, limits);
     return this.ledger.withWallet(wallet, async (trx, balance) => {
-      const first = await this.byKey(trx, wallet, 'withdrawal', input.idempotencyKey);
+      const first = await transferByKey(trx, wallet, 'withdrawal', input.idempotencyKey);
       if (first) {
-        if (first.amount !== input.amount || first.to !== to) {
+        if (first.amount !== amount || first.to !== to) {
           throw new SigilError('conflict', 'This idempotency key already requested another withdrawal', {
             hint: 'Use a new idempotency key for a new withdrawal',
             details: { withdrawalId: first.id },
@@ -134,57 +83,14 @@ export class Transfers {
         }
         return { transfer: first, replayed: true };
       }
-      const now = this.ledger.now();
-      const recent = (await trx('ledger_transfers')
-        .where({ wallet, kind: 'withdrawal' })
-        .andWhere('created_at', '>', now - HOUR_MS)
-        .orderBy('created_at', 'asc')
-        .select('created_at')) as { created_at: string | number }[];
-      if (recent.length >= limits.maxPerHour) {
-        const retryAt = new Date(Number((recent[0] as { created_at: string | number }).created_at) + HOUR_MS);
-        throw new SigilError(
-          'rate_limited',
-          `At most ${limits.maxPerHour} withdrawal requests in any hour; the next is possible at ${retryAt.toISOString()}`,
-          {
-            headers: { 'Retry-After': String(Math.max(1, Math.ceil((retryAt.getTime() - now) / 1000))) },
-            details: { limit: 'maxPerHour', maxPerHour: limits.maxPerHour, retryAt: retryAt.toISOString() },
-          },
-        );
-      }
-      const day = utcDay(this.ledger.clock.now());
-      const today = (await trx('ledger_transfers')
-        .where({ wallet, kind: 'withdrawal' })
-        .whereNot({ state: 'failed' })
-        .andWhere('created_at', '>=', day.start.getTime())
-        .first(trx.raw('cast(coalesce(sum(amount), 0) as text) as total'))) as { total: string };
-      const withdrawnToday = toAmount(today.total);
-      if (withdrawnToday + input.amount > limits.dailyTotal) {
-        const remaining = limits.dailyTotal > withdrawnToday ? limits.dailyTotal - withdrawnToday : 0n;
-        throw new SigilError(
-          'rate_limited',
-          `Withdrawals are limited to ${limits.dailyTotal} base units (${formatUsd(limits.dailyTotal)} USD) per UTC day; ${remaining} remain today; the limit resets at ${day.resetsAt.toISOString()}`,
-          {
-            headers: { 'Retry-After': String(Math.max(1, Math.ceil((day.resetsAt.getTime() - now) / 1000))) },
-            details: {
-              limit: 'dailyTotal',
-              limitAmount: limits.dailyTotal.toString(),
-              remaining: remaining.toString(),
-              requested: input.amount.toString(),
-              resetsAt: day.resetsAt.toISOString(),
-            },
-          },
-        );
-      }
-      if (input.amount > balance.available) {
-        throw new SpendRefused('available', {
-          requested: input.amount,
-          remaining: balance.available,
-        });
+      await refuseOverWithdrawalRate(trx, { wallet, amount, limits, now: this.ledger.clock.now() });
+      if (amount > balance.available) {
+        throw new SpendRefused('available', { requested: amount, remaining: balance.available });
       }
       const transfer = await this.insert(trx, {
         wallet,
         kind: 'withdrawal',
-        amount: input.amount,
+        amount,
         from: input.from,
         to,
         idempotencyKey: input.idempotencyKey,
@@ -194,7 +100,7 @@ export class Transfers {
       await this.ledger.append(trx, {
         wallet,
         kind: 'withdrawal_hold',
-        amount: input.amount,
+        amount,
         idempotencyKey: `withdrawal:${transfer.id}`,
         reference: transfer.id,
       });
@@ -306,17 +212,27 @@ export class Transfers {
       reason?: string | null;
     },
   ): Promise<void> {
-    await this.db('ledger_transfers')
-      .where({ id })
-      .whereIn('state', OPEN_STATES)
-      .update({
-        ...(change.state === undefined ? {} : { state: change.state }),
-        ...(change.txHash === undefined ? {} : { tx_hash: change.txHash }),
-        ...(change.cancelTxHash === undefined ? {} : { cancel_tx_hash: change.cancelTxHash }),
-        ...(change.sentAt === undefined ? {} : { sent_at: change.sentAt }),
-        ...(change.reason === undefined ? {} : { reason: change.reason?.slice(0, 500) ?? null }),
-        updated_at: this.ledger.now(),
-      });
+    await this.openRow(id).update({
+      ...(change.state === undefined ? {} : { state: change.state }),
+      ...(change.txHash === undefined ? {} : { tx_hash: change.txHash }),
+      ...(change.cancelTxHash === undefined ? {} : { cancel_tx_hash: change.cancelTxHash }),
+      ...(change.sentAt === undefined ? {} : { sent_at: change.sentAt }),
+      ...(change.reason === undefined ? {} : { reason: change.reason?.slice(0, 500) ?? null }),
+      updated_at: this.ledger.now(),
+    });
+  }
+
+  /** The open transfers that are due, each claimed just before it is handed out, so replicas do not race. */
+  async *claimDue(): AsyncGenerator<Transfer> {
+    for await (const { id } of this.queue.claimDue()) {
+      const transfer = await this.get(id);
+      if (transfer) yield transfer;
+    }
+  }
+
+  /** Looks at an open transfer again in `ms` (it waits on the chain). */
+  later(id: string, ms: number): Promise<void> {
+    return this.queue.later(id, ms);
   }
 
   /**
@@ -330,128 +246,37 @@ export class Transfers {
       .update({ reason: `retrying: ${message}`.slice(0, 500), updated_at: this.ledger.now() });
   }
 
-  /** Takes open transfers that are due (`next_attempt_at` passed) for `claimMs`, so replicas do not race. */
-  async claimDue(nowMs: number, claimMs: number, limit = 20): Promise<Transfer[]> {
-    const due = (await this.db('ledger_transfers')
-      .whereIn('state', OPEN_STATES)
-      .andWhere('next_attempt_at', '<=', nowMs)
-      .orderBy('created_at')
-      .limit(limit)
-      .select('id', asText(this.db, 'next_attempt_at'))) as { id: string; next_attempt_at: string }[];
-    const claimed: Transfer[] = [];
-    for (const row of due) {
-      const took = await this.db('ledger_transfers')
-        .where({ id: row.id })
-        .andWhere('next_attempt_at', row.next_attempt_at)
-        .whereIn('state', OPEN_STATES)
-        .update({ next_attempt_at: nowMs + claimMs });
-      if (took === 1) {
-        const transfer = await this.get(row.id);
-        if (transfer) claimed.push(transfer);
-      }
-    }
-    return claimed;
-  }
-
-  /** When to look at the transfer again (after a failed attempt: backoff). */
-  async retryAt(id: string, atMs: number, attempted: boolean): Promise<void> {
-    await this.db('ledger_transfers')
-      .where({ id })
-      .whereIn('state', OPEN_STATES)
-      .update({
-        next_attempt_at: atMs,
-        ...(attempted ? { attempts: this.db.raw('attempts + 1') } : {}),
-      });
+  /** Its `attempts`-th attempt failed (RPC down, …): tried again after a backoff. */
+  async attemptFailed(id: string, attempts: number): Promise<void> {
+    await this.openRow(id).update(this.queue.failureColumns(attempts));
   }
 
   /** Every open transfer due now (start-up recovery: whatever a dead process left is taken up again). */
-  async makeAllDue(): Promise<number> {
-    return this.db('ledger_transfers').whereIn('state', OPEN_STATES).update({ next_attempt_at: 0 });
+  makeAllDue(): Promise<number> {
+    return this.queue.makeAllDue();
   }
 
-  async get(id: string, wallet?: string): Promise<Transfer | undefined> {
-    const row = (await this.select(this.db)
-      .where({ id, ...(wallet === undefined ? {} : { wallet: getAddress(wallet) }) })
-      .first()) as TransferRow | undefined;
-    return row ? transferOf(row) : undefined;
+  get(id: string, wallet?: string): Promise<Transfer | undefined> {
+    return readTransfer(this.db, id, wallet);
   }
 
-  /** A wallet's transfers of one kind, newest first, by pages (`cursor`: the last id of the previous page). */
-  async list(
+  /** A wallet's transfers of one kind, newest first, by pages (see listTransfers). */
+  list(
     wallet: string,
     kind: TransferKind,
     options: { limit: number; cursor?: string },
   ): Promise<{ transfers: Transfer[]; nextCursor: string | undefined }> {
-    let query = this.select(this.db)
-      .where({ wallet: getAddress(wallet), kind })
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .limit(options.limit + 1);
-    if (options.cursor !== undefined) {
-      const after = decodeTransferCursor(options.cursor);
-      query = query.andWhere((q) =>
-        q
-          .where('created_at', '<', after.createdAt)
-          .orWhere((w) => w.where('created_at', after.createdAt).andWhere('id', '<', after.id)),
-      );
-    }
-    const rows = (await query) as TransferRow[];
-    const transfers = rows.slice(0, options.limit).map(transferOf);
-    const last = transfers[transfers.length - 1];
-    return {
-      transfers,
-      nextCursor:
-        rows.length > options.limit && last
-          ? encodeTransferCursor(last.createdAt.getTime(), last.id)
-          : undefined,
-    };
+    return listTransfers(this.db, wallet, kind, options);
   }
 
-  /** Open transfers of a wallet, by kind (what the balance counts as in flight). */
-  async open(wallet?: string): Promise<Transfer[]> {
-    const rows = (await this.select(this.db)
-      .whereIn('state', OPEN_STATES)
-      .modify((q) => {
-        if (wallet) q.where({ wallet: getAddress(wallet) });
-      })) as TransferRow[];
-    return rows.map(transferOf);
+  /** Open transfers, of a wallet when given (what the balance counts as in flight). */
+  open(wallet?: string): Promise<Transfer[]> {
+    return openTransfers(this.db, wallet);
   }
 
-  private select(db: Knex) {
-    return db('ledger_transfers').select(
-      'id',
-      'wallet',
-      'kind',
-      asText(db, 'amount'),
-      'from_address',
-      'to_address',
-      'state',
-      'idempotency_key',
-      'nonce',
-      asText(db, 'valid_before'),
-      asText(db, 'from_block'),
-      'tx_hash',
-      'cancel_tx_hash',
-      asText(db, 'block_number'),
-      'reason',
-      'attempts',
-      'sent_at',
-      'created_at',
-      'updated_at',
-    );
-  }
-
-  private async byKey(
-    trx: Knex.Transaction,
-    wallet: string,
-    kind: TransferKind,
-    key: string,
-  ): Promise<Transfer | undefined> {
-    const row = (await this.select(trx).where({ wallet, kind, idempotency_key: key }).first()) as
-      TransferRow | undefined;
-    return row ? transferOf(row) : undefined;
+  /** The transfer's row while it is open (a finished transfer is never written again). */
+  private openRow(id: string) {
+    return this.db('ledger_transfers').where({ id }).whereIn('state', OPEN_STATES);
   }
 
   private async insert(
@@ -495,68 +320,4 @@ export class Transfers {
       sent_at: null,
     });
   }
-}
-
-/**
- * A withdrawal destination: an EIP-55 checksummed address (a typo then fails the checksum instead of
- * sending money nowhere), not the zero address, not the token contract, not one of the service's own
- * addresses (treasury, operator) and not a deposit address of any wallet.
- */
-async function checkDestination(to: string, forbidden: ForbiddenDestinations): Promise<Address> {
-  const refuse = (message: string, hint?: string): never => {
-    throw new SigilError('invalid_request', `Invalid body.to: ${message}`, {
-      ...(hint === undefined ? {} : { hint }),
-      details: { issues: [{ path: 'body.to', message }] },
-    });
-  };
-  if (!/^0x[0-9a-fA-F]{40}$/.test(to)) refuse('must be a 0x-prefixed 20-byte hex address');
-  const checksummed = getAddress(to);
-  if (checksummed !== to) {
-    refuse(
-      'must be written with its EIP-55 checksum (mixed case)',
-      'Copy the address from your wallet, which shows it checksummed; an all-lower-case address carries no checksum',
-    );
-  }
-  const same = (other: Address | undefined) =>
-    other !== undefined && other.toLowerCase() === to.toLowerCase();
-  if (checksummed === zeroAddress) refuse('is the zero address: tokens sent there are lost');
-  if (same(forbidden.token)) refuse('is the token contract itself: tokens sent there are lost');
-  if (same(forbidden.treasury) || same(forbidden.operator)) refuse("is one of this service's own addresses");
-  if (await forbidden.isDepositAddress(checksummed)) {
-    refuse('is a deposit address of this service', 'Withdraw to a wallet you control');
-  }
-  return checksummed;
-}
-
-function transferOf(row: TransferRow): Transfer {
-  return {
-    id: row.id,
-    wallet: row.wallet,
-    kind: row.kind,
-    amount: toAmount(row.amount),
-    from: getAddress(row.from_address),
-    to: getAddress(row.to_address),
-    state: row.state,
-    idempotencyKey: row.idempotency_key ?? undefined,
-    nonce: row.nonce as Hex,
-    validBefore: toAmount(row.valid_before),
-    fromBlock: toAmount(row.from_block),
-    txHash: (row.tx_hash ?? undefined) as Hex | undefined,
-    cancelTxHash: (row.cancel_tx_hash ?? undefined) as Hex | undefined,
-    blockNumber: row.block_number === null ? undefined : toAmount(row.block_number),
-    reason: row.reason ?? undefined,
-    attempts: Number(row.attempts),
-    sentAt: row.sent_at === null ? undefined : Number(row.sent_at),
-    createdAt: new Date(Number(row.created_at)),
-    updatedAt: new Date(Number(row.updated_at)),
-  };
-}
-
-const encodeTransferCursor = (createdAt: number, id: string): string =>
-  Buffer.from(`t:${createdAt}:${id}`).toString('base64url');
-
-function decodeTransferCursor(cursor: string): { createdAt: number; id: string } {
-  const match = /^t:([0-9]{1,16}):([0-9a-f-]{36})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
-  if (!match) throw new SigilError('invalid_request', 'Invalid query.cursor: not a cursor this API returned');
-  return { createdAt: Number(match[1]), id: match[2] as string };
 }

@@ -1,4 +1,6 @@
-import type { Balance, Budgets, LedgerEntry } from './ledger.ts';
+import type { Balance } from './balance.ts';
+import type { Budgets } from './budgets.ts';
+import type { LedgerEntry } from './entries.ts';
 import { BUDGET_WINDOWS } from './windows.ts';
 
 /** JSON forms of ledger values: every amount a decimal string of base units, every time ISO 8601 UTC. */

@@ -3,7 +3,9 @@ import { SigilError } from '@sigil/plugin-api';
 import type { LedgerChain } from './chain.ts';
 import type { DepositAddresses } from './deposits.ts';
 import type { TransferWorker } from './transfer-worker.ts';
-import type { Transfer, Transfers, WithdrawalLimits } from './transfers.ts';
+import type { Transfer } from './transfer-records.ts';
+import type { Transfers } from './transfers.ts';
+import type { WithdrawalLimits } from './withdrawal-limits.ts';
 
 /** A withdrawal as its owner sees it. `status` is pending until the chain decides; `stage` says where it is. */
 export function withdrawalView(transfer: Transfer): Record<string, unknown> {

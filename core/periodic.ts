@@ -1,9 +1,11 @@
-import type { Logger } from '../../../core/log.ts';
+import type { Logger } from './log.ts';
 
 /**
- * A ledger background worker's pass, run every `intervalMs` once started and on demand, never two at
- * once: `run()` while a pass is under way answers that pass. A timed pass that fails is logged as
- * `failure` and tried again at the next tick; `stop()` clears the timer and waits for the pass under way.
+ * A background worker's pass, run every `intervalMs` once started and on demand, never two at once:
+ * `run()` while a pass is under way answers that pass. A timed pass that fails is logged as `failure`
+ * and tried again at the next tick; `stop()` clears the timer and waits for the pass under way. The
+ * ticks are the process's timers: the injected Clock tells the time (what a pass compares with) but
+ * keeps no timers, so a test moves a ManualClock and asks for a pass with `run()`.
  */
 export class PeriodicPass<T> {
   private timer: NodeJS.Timeout | undefined;

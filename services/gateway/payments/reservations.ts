@@ -1,0 +1,127 @@
+import type { PaymentRailV1, PaymentResource, VerifiedPayment } from '@sigil/plugin-api';
+import type { Clock } from '../../../core/clock.ts';
+import type { Database } from '../../../core/db/database.ts';
+import type { Refusals } from './refusals.ts';
+import type { SettlementRow } from './settlement-records.ts';
+
+/**
+ * Verifies a payment and reserves it: its `executing` record, its id unique in the database, so the
+ * same authorization never runs twice, on any replica.
+ */
+export class Reservations {
+  constructor(
+    private readonly deps: {
+      rail: PaymentRailV1;
+      db: Database;
+      clock: Clock;
+      refusals: Refusals;
+      /** The longest a call may run: an authorization must stay valid at least this long. */
+      staleAfterMs: number;
+    },
+  ) {}
+
+  /**
+   * Verifies `payload` for `resource` and reserves it. Throws 402 (and nothing is recorded) when the
+   * payment is missing, invalid, or already used or in flight.
+   *
+   * A rail that can `peek` lets the reservation be written while the payment is verified (its commit
+   * and the verification overlap); a payment that fails verification has its reservation dropped. A
+   * payment's id is known to no one else until it is presented (x402 on EVM: the payer's random
+   * EIP-3009 nonce), so a forged payment cannot hold a real one's place.
+   */
+  async reserve(
+    payload: unknown,
+    resource: PaymentResource,
+    wallet: string | undefined,
+  ): Promise<VerifiedPayment> {
+    const { rail, refusals } = this.deps;
+    if (payload === undefined) throw refusals.paymentRequired(resource);
+    const claimed = rail.peek?.(payload);
+    const early = claimed ? this.insert(claimed, resource, wallet) : undefined;
+    early?.catch(() => undefined); // awaited below, after the verification: its failure is reported there
+    let payment: VerifiedPayment;
+    try {
+      payment = await this.verified(payload, resource);
+    } catch (err) {
+      await this.drop(early, claimed);
+      throw err;
+    }
+    let reserved = claimed?.id === payment.id ? early : undefined;
+    if (!reserved) {
+      await this.drop(early, claimed);
+      reserved = this.insert(payment, resource, wallet);
+    }
+    if (!(await reserved)) {
+      throw refusals.paymentRequired(resource, {
+        code: 'payment_already_used',
+        message:
+          'Payment refused: this payment authorization was presented before; sign a new payment for this call',
+      });
+    }
+    return payment;
+  }
+
+  /** The rail's verification, and a window long enough for the call: else 402 with the reason. */
+  private async verified(payload: unknown, resource: PaymentResource): Promise<VerifiedPayment> {
+    const outcome = await this.deps.rail.verify(payload);
+    if (!outcome.valid) {
+      throw this.deps.refusals.paymentRequired(resource, {
+        code: outcome.reason,
+        message: `Payment refused: ${outcome.message}`,
+      });
+    }
+    this.refuseShortWindow(outcome.payment, resource);
+    return outcome.payment;
+  }
+
+  /** An authorization that lapses before the call could finish would run a tool it cannot pay for. */
+  private refuseShortWindow(payment: VerifiedPayment, resource: PaymentResource): void {
+    const { clock, staleAfterMs } = this.deps;
+    if (payment.validBefore * 1000 >= clock.now().getTime() + staleAfterMs) return;
+    throw this.deps.refusals.paymentRequired(resource, {
+      code: 'authorization_window_too_short',
+      message: `Payment refused: the authorization must stay valid for at least ${Math.ceil(staleAfterMs / 1000)} s, the longest a call and its settlement may take`,
+    });
+  }
+
+  /** Writes the `executing` record of a payment: true, or false when its id is already recorded. */
+  private async insert(
+    payment: VerifiedPayment,
+    resource: PaymentResource,
+    wallet: string | undefined,
+  ): Promise<boolean> {
+    const now = this.deps.clock.now().getTime();
+    const row: SettlementRow = {
+      id: payment.id,
+      state: 'executing',
+      payer: payment.payer,
+      amount: payment.amount.toString(),
+      resource: resource.url.slice(0, 300),
+      wallet: wallet ?? null,
+      authorization: JSON.stringify(payment.authorization),
+      valid_before: payment.validBefore,
+      transaction: null,
+      reason: null,
+      attempts: 0,
+      next_attempt_at: 0,
+      created_at: now,
+      updated_at: now,
+    };
+    const inserted = await this.deps
+      .db('payment_settlements')
+      .insert(row)
+      .onConflict('id')
+      .ignore()
+      .returning('id');
+    return inserted.length > 0;
+  }
+
+  /** Removes a reservation written for a payment that then failed: as if it had never been presented. */
+  private async drop(
+    reservation: Promise<boolean> | undefined,
+    payment: VerifiedPayment | undefined,
+  ): Promise<void> {
+    if (!reservation || !payment || !(await reservation.catch(() => false))) return;
+    await this.deps.db('payment_settlements').where({ id: payment.id, state: 'executing' }).delete();
+  }
+}

@@ -1,0 +1,80 @@
+import type { PaymentRailV1, VerifiedPayment } from '@sigil/plugin-api';
+import type { Clock } from '../../../core/clock.ts';
+import type { Database } from '../../../core/db/database.ts';
+import type { Logger } from '../../../core/log.ts';
+
+/** What the parts of the payment path share: the rail, the database of the records, time and the log. */
+export interface PaymentServices {
+  rail: PaymentRailV1;
+  db: Database;
+  clock: Clock;
+  logger: Logger;
+}
+
+/**
+ * A payment's life, one row per authorization: `executing` (verified and reserved: the call runs) →
+ * `settling` (the call succeeded; the money is moving) → `settled`; or `released` (the call failed or
+ * never finished: no charge), or `failed` (the call succeeded but the payment can no longer settle).
+ */
+export type SettlementState = 'executing' | 'settling' | 'settled' | 'released' | 'failed';
+
+/** A row of payment_settlements. */
+export interface SettlementRow {
+  id: string;
+  state: SettlementState;
+  payer: string;
+  amount: string;
+  resource: string;
+  wallet: string | null;
+  authorization: string;
+  valid_before: number | string;
+  transaction: string | null;
+  reason: string | null;
+  attempts: number;
+  next_attempt_at: number | string;
+  created_at: number | string;
+  updated_at: number | string;
+  /** The call's result (JSON), kept for its payer from the settlement's start until `result_expires_at`. */
+  result?: string | null;
+  result_bytes?: number | null;
+  result_expires_at?: number | string | null;
+}
+
+/** The columns a settlement attempt needs (not the kept result, which may be large). */
+export const SETTLEMENT_COLUMNS = [
+  'id',
+  'state',
+  'payer',
+  'amount',
+  'authorization',
+  'valid_before',
+  'attempts',
+  'next_attempt_at',
+] as const;
+
+export type SettlementAttemptRow = Pick<SettlementRow, (typeof SETTLEMENT_COLUMNS)[number]>;
+
+/** The payment a record was reserved for. */
+export function paymentOf(row: SettlementAttemptRow): VerifiedPayment {
+  return {
+    id: row.id,
+    payer: row.payer,
+    amount: BigInt(row.amount),
+    validBefore: Number(row.valid_before),
+    authorization: JSON.parse(row.authorization) as Record<string, unknown>,
+  };
+}
+
+/** Writes `change` to the record of payment `id` if it is in one of the `from` states; the rows changed (0 or 1). */
+export function moveSettlement(
+  deps: { db: Database; clock: Clock },
+  id: string,
+  from: readonly SettlementState[],
+  change: Partial<Omit<SettlementRow, 'id'>>,
+): Promise<number> {
+  return deps
+    .db('payment_settlements')
+    .where({ id })
+    .whereIn('state', from)
+    .update({ ...change, updated_at: deps.clock.now().getTime() });
+}

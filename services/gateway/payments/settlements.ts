@@ -1,0 +1,220 @@
+import type { SettleOutcome, VerifiedPayment } from '@sigil/plugin-api';
+import { doublingBackoff, RetryQueue, RetryWorker } from '../../../core/db/retries.ts';
+import { fencePaymentsOfReplacedChain } from './chain-fence.ts';
+import type { KeptResultColumns, PaidResults } from './paid-results.ts';
+import { SETTLEMENT_PENDING, SETTLEMENT_UNPROVEN, type PaymentReceipt } from './receipts.ts';
+import {
+  moveSettlement,
+  paymentOf,
+  SETTLEMENT_COLUMNS,
+  type PaymentServices,
+  type SettlementAttemptRow,
+  type SettlementRow,
+  type SettlementState,
+} from './settlement-records.ts';
+
+/** Retry delays of a settlement that could not be decided (RPC down): 1 s doubling to 5 min. */
+const BACKOFF = doublingBackoff(1000, 300_000);
+/** How long a worker owns a due settlement before another replica may take it over. */
+const CLAIM_MS = 60_000;
+
+/**
+ * Moving the money of calls that succeeded: one settlement attempt and its outcome recorded, the
+ * retry worker over the `settling` records (claimed atomically, so replicas do not collide) and
+ * start-up recovery of what a crash left behind.
+ */
+export class Settlements {
+  private readonly queue: RetryQueue<SettlementAttemptRow>;
+  private readonly worker: RetryWorker<SettlementAttemptRow>;
+  /** Record writes under way that no answer waits for. */
+  private readonly writing = new Set<Promise<void>>();
+
+  constructor(
+    private readonly deps: PaymentServices & {
+      results: PaidResults;
+      /** An `executing` record older than this belongs to a process that died: it is released. */
+      staleAfterMs: number;
+      /** How often due settlements are retried. */
+      retryIntervalMs: number;
+      /** Payments whose calls run in this process now: never stale, however long they take. */
+      inFlight: ReadonlySet<string>;
+    },
+  ) {
+    this.queue = new RetryQueue(deps.db, deps.clock, {
+      table: 'payment_settlements',
+      openStates: ['settling'],
+      claimMs: CLAIM_MS,
+      backoff: BACKOFF,
+      order: 'next_attempt_at',
+      batch: 100,
+      columns: SETTLEMENT_COLUMNS,
+    });
+    this.worker = new RetryWorker({
+      queue: this.queue,
+      beforePass: async () => {
+        await this.releaseStale();
+        await deps.results.forgetExpired();
+      },
+      handle: async (row) => {
+        await this.attempt(paymentOf(row), Number(row.attempts));
+      },
+      intervalMs: deps.retryIntervalMs,
+      logger: deps.logger,
+      failure: 'payments: settlement sweep failed',
+    });
+  }
+
+  /**
+   * The call succeeded: its record moves to `settling` with the kept result's columns, claimed by this
+   * request so the retry worker does not settle it at the same time. 0 when the record is no longer
+   * `executing` (released as stale), else 1.
+   */
+  begin(payment: VerifiedPayment, kept: KeptResultColumns): Promise<number> {
+    return this.move(payment.id, ['executing'], {
+      state: 'settling',
+      ...this.queue.claimColumns(),
+      ...kept,
+    });
+  }
+
+  /**
+   * One settlement attempt of a `settling` record (after `previousAttempts`), and its outcome
+   * recorded. With `answerFirst`, a settlement's `settled` mark is written while the answer leaves
+   * (the chain holds the transfer and the record already says `settling`: should the write be lost
+   * with the process, start-up recovery or the retry worker finds the transfer on chain and writes it).
+   */
+  async attempt(
+    payment: VerifiedPayment,
+    previousAttempts: number,
+    answerFirst = false,
+  ): Promise<PaymentReceipt> {
+    const { network } = this.deps.rail.terms();
+    const outcome: SettleOutcome = await this.deps.rail.settle(payment).catch((err: Error) => ({
+      status: 'retry' as const,
+      reason: 'unreachable',
+      message: err.message,
+    }));
+    const attempts = previousAttempts + 1;
+    if (outcome.status === 'settled') {
+      const recorded = this.move(payment.id, ['settling'], {
+        state: 'settled',
+        transaction: outcome.transaction,
+        attempts,
+        reason: null,
+      });
+      if (answerFirst) this.inBackground(recorded, payment.id);
+      else await recorded;
+      return { success: true, transaction: outcome.transaction, network, payer: payment.payer };
+    }
+    if (outcome.status === 'rejected') {
+      // Never paid for: its result is not kept for anyone to fetch.
+      await this.move(payment.id, ['settling'], {
+        state: 'failed',
+        reason: outcome.message.slice(0, 500),
+        attempts,
+        result: null,
+        result_bytes: null,
+        result_expires_at: null,
+      });
+      this.deps.logger.warn({ payment: payment.id, reason: outcome.reason }, 'payments: settlement refused');
+      return { success: false, transaction: '', network, payer: payment.payer, errorReason: outcome.reason };
+    }
+    await this.move(payment.id, ['settling'], {
+      reason: outcome.message.slice(0, 500),
+      ...this.queue.failureColumns(attempts),
+    });
+    const errorReason = outcome.authorizationUsed ? SETTLEMENT_UNPROVEN : SETTLEMENT_PENDING;
+    this.deps.logger.warn(
+      { payment: payment.id, reason: outcome.reason, attempts },
+      'payments: settlement pending, will retry',
+    );
+    return {
+      success: false,
+      transaction: '',
+      network,
+      payer: payment.payer,
+      errorReason,
+    };
+  }
+
+  /**
+   * Start-up: the records of a chain that was replaced are fenced (chain-fence.ts), settlements that
+   * were under way are completed now, and calls left unfinished by a dead process are released (those
+   * of live replicas are younger than `staleAfterMs`; the worker releases the rest as they age).
+   */
+  async recover(): Promise<{ released: number; settling: number }> {
+    const { logger } = this.deps;
+    // An RPC down now does not stop the gateway: a real chain is not replaced, and the dev chain is
+    // up before the gateway starts.
+    await fencePaymentsOfReplacedChain(this.deps).catch((err: unknown) =>
+      logger.warn(
+        { err: (err as Error).message },
+        'payments: cannot read the chain to check it is the one recorded; not checked this run',
+      ),
+    );
+    const settling = await this.queue.makeAllDue();
+    const released = await this.releaseStale();
+    if (settling > 0) logger.info({ settling }, 'payments: completing settlements left under way');
+    await this.settleDue();
+    return { released, settling };
+  }
+
+  /** Settles every due `settling` record once; a failure is logged. */
+  settleDue(): Promise<void> {
+    return this.worker
+      .pass()
+      .catch((err: unknown) =>
+        this.deps.logger.warn({ err: (err as Error).message }, 'payments: settlement sweep failed'),
+      );
+  }
+
+  /** Retries due settlements in the background until `stop()`. */
+  start(): void {
+    this.worker.start();
+  }
+
+  /** Stops the retries and waits for the pass and the record writes under way. */
+  async stop(): Promise<void> {
+    await this.worker.stop();
+    await Promise.all(this.writing);
+  }
+
+  private async releaseStale(): Promise<number> {
+    const { db, clock, logger, staleAfterMs, inFlight } = this.deps;
+    const now = clock.now().getTime();
+    const released = await db('payment_settlements')
+      .where({ state: 'executing' })
+      .andWhere('created_at', '<', now - staleAfterMs)
+      .whereNotIn('id', [...inFlight])
+      .update({
+        state: 'released',
+        reason: 'the call never finished (its process stopped)',
+        updated_at: now,
+      });
+    if (released > 0) logger.info({ released }, 'payments: released calls that never finished');
+    return released;
+  }
+
+  /** A record write the answer does not wait for; stop() waits for it. */
+  private inBackground(write: Promise<unknown>, payment: string): void {
+    const tracked: Promise<void> = write
+      .then(
+        () => undefined,
+        (err: Error) =>
+          this.deps.logger.warn(
+            { payment, err: err.message },
+            'payments: a settled mark was not written; the retry worker will',
+          ),
+      )
+      .finally(() => this.writing.delete(tracked));
+    this.writing.add(tracked);
+  }
+
+  private move(
+    id: string,
+    from: readonly SettlementState[],
+    change: Partial<Omit<SettlementRow, 'id'>>,
+  ): Promise<number> {
+    return moveSettlement(this.deps, id, from, change);
+  }
+}

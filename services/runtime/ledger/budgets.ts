@@ -1,0 +1,128 @@
+import type { Knex } from 'knex';
+import { agentNotFound } from '../agents.ts';
+import { toAmount } from './amounts.ts';
+import { SpendRefused } from './errors.ts';
+import { BUDGET_WINDOWS, windowBounds, type BudgetWindow } from './windows.ts';
+
+export interface BudgetLimits {
+  daily: bigint | null;
+  weekly: bigint | null;
+  monthly: bigint | null;
+}
+
+export interface BudgetWindowState {
+  limit: bigint | null;
+  spent: bigint;
+  /** The agent's open holds: counted in every current window until they settle. */
+  held: bigint;
+  /** limit − spent − held, never below 0; null without a limit. */
+  remaining: bigint | null;
+  start: Date;
+  resetsAt: Date;
+}
+
+export type Budgets = Record<BudgetWindow, BudgetWindowState>;
+
+/**
+ * In one query: that `wallet` owns the agent (404 otherwise), its limits, its spend in each window
+ * current at `now` (sums over the agent's daily spend rows: windows are whole UTC days), its open
+ * holds, and, given a key, whether the wallet already has an entry under it.
+ */
+export async function readBudgets(
+  db: Knex,
+  now: Date,
+  wallet: string,
+  agentId: string,
+  options: { replayKey?: string } = {},
+): Promise<{ budgets: Budgets; replayId: string | undefined }> {
+  const bounds: Record<BudgetWindow, { start: Date; resetsAt: Date }> = {
+    daily: windowBounds('daily', now),
+    weekly: windowBounds('weekly', now),
+    monthly: windowBounds('monthly', now),
+  };
+  const spentSql = (window: BudgetWindow) =>
+    `(select cast(coalesce(sum(s.amount), 0) as text) from agent_daily_spend s where s.agent_id = a.id and s.day >= ?) as ${window}_spent`;
+  const replaySql =
+    options.replayKey === undefined
+      ? 'null as replay_id'
+      : '(select cast(e.id as text) from ledger_entries e where e.wallet = ? and e.idempotency_key = ?) as replay_id';
+  const sql = [
+    'select a.id,',
+    ...BUDGET_WINDOWS.map((window) => `cast(b.${window}_limit as text) as ${window}_limit,`),
+    ...BUDGET_WINDOWS.map((window) => `${spentSql(window)},`),
+    '(select cast(coalesce(sum(h.amount), 0) as text) from ledger_holds h where h.agent_id = a.id) as held,',
+    replaySql,
+    'from agents a left join agent_budgets b on b.agent_id = a.id where a.id = ? and a.wallet = ?',
+  ].join(' ');
+  const bindings: (string | number)[] = [
+    ...BUDGET_WINDOWS.map((window) => bounds[window].start.getTime()),
+    ...(options.replayKey === undefined ? [] : [wallet, options.replayKey]),
+    agentId,
+    wallet,
+  ];
+  const result = (await db.raw(sql, bindings)) as unknown;
+  // knex.raw answers { rows } on PostgreSQL and the rows themselves on SQLite.
+  const rows = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as Record<
+    string,
+    string | null
+  >[];
+  const row = rows[0];
+  if (!row) throw agentNotFound(agentId);
+  const held = toAmount(row.held ?? '0');
+  const state = (window: BudgetWindow): BudgetWindowState => {
+    const rawLimit = row[`${window}_limit`];
+    const limit = rawLimit === null || rawLimit === undefined ? null : toAmount(rawLimit);
+    const spent = toAmount(row[`${window}_spent`] ?? '0');
+    return {
+      limit,
+      spent,
+      held,
+      remaining: limit === null ? null : limit > spent + held ? limit - spent - held : 0n,
+      ...bounds[window],
+    };
+  };
+  return {
+    budgets: { daily: state('daily'), weekly: state('weekly'), monthly: state('monthly') },
+    replayId: row.replay_id ?? undefined,
+  };
+}
+
+/** Replaces the limits of an agent `wallet` owns (404 otherwise), inside the wallet's locked transaction. */
+export async function writeBudgetLimits(
+  trx: Knex.Transaction,
+  input: { wallet: string; agentId: string; limits: BudgetLimits; now: number },
+): Promise<void> {
+  const { agentId, limits } = input;
+  const agent = await trx('agents').where({ id: agentId, wallet: input.wallet }).first('id');
+  if (!agent) throw agentNotFound(agentId);
+  const row = {
+    agent_id: agentId,
+    daily_limit: limits.daily?.toString() ?? null,
+    weekly_limit: limits.weekly?.toString() ?? null,
+    monthly_limit: limits.monthly?.toString() ?? null,
+    updated_at: input.now,
+  };
+  await trx('agent_budgets').insert(row).onConflict('agent_id').merge();
+}
+
+/** Throws SpendRefused naming the first budget window without room for `amount`. */
+export function refuseOverBudget(
+  budgets: Budgets,
+  amount: bigint,
+  agentId: string,
+  requested = amount,
+): void {
+  for (const window of BUDGET_WINDOWS) {
+    const state = budgets[window];
+    if (state.limit === null || state.remaining === null) continue;
+    if (amount > state.remaining) {
+      throw new SpendRefused(window, {
+        requested,
+        remaining: state.remaining,
+        limit: state.limit,
+        resetsAt: state.resetsAt,
+        agentId,
+      });
+    }
+  }
+}
