@@ -26,8 +26,8 @@ import OpenAI from 'openai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { LocalProvider } from '../providers/local/index.ts';
 import { PROVIDER_VAULT_MESSAGE } from '../services/runtime/vault/index.ts';
-import { setOnChain } from '../test/ledger/support.ts';
-import { Stack } from '../test/runtime/support.ts';
+import { setOnChain } from '../test/services/runtime/ledger/support.ts';
+import { Stack } from '../test/services/runtime/support.ts';
 import { TEST_DATABASES } from '../test/support/kernel.ts';
 import { log, median, ms } from './stats.ts';
 

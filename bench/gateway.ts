@@ -40,7 +40,7 @@ import { extensionPoints, type PackageRegistryV1 } from '@sigil/plugin-api';
 import type { Kernel } from '../services/kernel.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';
-import { walletToken } from '../test/gateway/support.ts';
+import { walletToken } from '../test/services/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { LoadOptions, LoadResult } from './mcp-load.ts';
 import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';

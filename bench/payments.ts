@@ -40,7 +40,7 @@ import type { Kernel } from '../services/kernel.ts';
 import { startDevChain, type DevChain } from '../devchain/index.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel } from '../test/support/kernel.ts';
-import { walletToken } from '../test/gateway/support.ts';
+import { walletToken } from '../test/services/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { PaymentsLoadOptions, PaymentsLoadResult } from './payments-load.ts';
 import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';

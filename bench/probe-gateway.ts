@@ -6,7 +6,7 @@
 import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { probeEntry } from '../test/gateway/support.ts';
+import { probeEntry } from '../test/services/gateway/support.ts';
 import type { ConfigOverrides } from '../test/support/kernel.ts';
 
 export const probePackage = join(

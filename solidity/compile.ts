@@ -4,7 +4,7 @@
  *
  *   npm run solidity        (node --import tsx solidity/compile.ts)
  *
- * test/chain/contract-artifact.test.ts recompiles and fails when a committed artifact differs.
+ * test/solidity/contract-artifact.test.ts recompiles and fails when a committed artifact differs.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';

@@ -8,7 +8,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
 import { DEFAULT_PLUGINS } from '../../services/config.ts';
 import { serve, type Serving } from '../../services/serve.ts';
-import { ledgerOnChain } from '../ledger/chain-support.ts';
+import { ledgerOnChain } from '../services/runtime/ledger/chain-support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { openTestKernel } from '../support/kernel.ts';
 import {

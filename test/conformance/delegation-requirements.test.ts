@@ -4,11 +4,11 @@ import { decodeJwt } from 'jose';
 import type { CheckResult } from '@sigil/plugin-api/kit';
 import { delegationRequirements } from '../../conformance/deployment/delegation.ts';
 import { runDeployment } from '../../conformance/deployment/run.ts';
-import { newWallet } from '../auth/support.ts';
+import { newWallet } from '../core/auth/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { sendJson, startTinyServer, type TinyServer } from './support.ts';
-import { fakeEvidenceVerifier } from '../runtime/fixtures/tee-fake.ts';
-import { FAKE_TEE, GATEWAY_PUBLIC, pluginsWithTee, Stack } from '../runtime/support.ts';
+import { fakeEvidenceVerifier } from '../services/runtime/fixtures/tee-fake.ts';
+import { FAKE_TEE, GATEWAY_PUBLIC, pluginsWithTee, Stack } from '../services/runtime/support.ts';
 
 const IDS = delegationRequirements.map((requirement) => requirement.id);
 

@@ -15,8 +15,8 @@ import {
 } from './support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { openTestKernel } from '../support/kernel.ts';
-import { pluginsWithLocalProvider } from '../runtime/support.ts';
-import { ledgerOnChain } from '../ledger/chain-support.ts';
+import { pluginsWithLocalProvider } from '../services/runtime/support.ts';
+import { ledgerOnChain } from '../services/runtime/ledger/chain-support.ts';
 
 const IDS = [
   'RT-2.ledger-balance-rule',

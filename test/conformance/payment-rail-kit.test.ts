@@ -15,7 +15,13 @@ import {
 import x402Evm from '../../plugins/payments/x402-evm/index.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { quietLogger } from '../support/kernel.ts';
-import { balances, cancelAuthorization, pay, payingClient, railPlugin } from '../payments/support.ts';
+import {
+  balances,
+  cancelAuthorization,
+  pay,
+  payingClient,
+  railPlugin,
+} from '../services/gateway/payments/support.ts';
 import { systemClock } from '../../core/clock.ts';
 
 /**

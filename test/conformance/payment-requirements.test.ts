@@ -8,7 +8,7 @@ import { decodeHeader, encodeHeader } from '../../conformance/x402.ts';
 import type { PaymentRailV1, VerifiedPayment } from '@sigil/plugin-api';
 import { X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
 import { configSchema } from '../../plugins/payments/x402-evm/config.ts';
-import { railPlugin } from '../payments/support.ts';
+import { railPlugin } from '../services/gateway/payments/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { sendJson, startTinyServer, type TinyServer } from './support.ts';
 import { systemClock } from '../../core/clock.ts';

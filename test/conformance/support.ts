@@ -13,7 +13,7 @@ import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { serve } from '../../services/serve.ts';
-import { chainClients, sigilDollarAbi } from '../chain/support.ts';
+import { chainClients, sigilDollarAbi } from '../solidity/support.ts';
 import type { DevChain } from '../support/chain.ts';
 import { runSigil as runSigilCommand, type CliResult } from '../support/cli.ts';
 import { openTestKernel, type ConfigOverrides } from '../support/kernel.ts';

@@ -3,13 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { packPluginApi } from '../../templates/scaffold.ts';
-import { newWallet } from '../auth/support.ts';
-import { mcpClient, probeEntry, probePackage, textOf, walletToken } from '../gateway/support.ts';
-import { setOnChain } from '../ledger/support.ts';
+import { newWallet } from '../core/auth/support.ts';
+import { mcpClient, probeEntry, probePackage, textOf, walletToken } from '../services/gateway/support.ts';
+import { setOnChain } from '../services/runtime/ledger/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { buildPlugin, deploymentWith, packBundled, type Packed } from '../support/out-of-tree.ts';
-import { readSse, runtimeClient, storeAndUnlock } from '../runtime/chat-support.ts';
-import { pluginsWithLocalProvider, Stack } from '../runtime/support.ts';
+import { readSse, runtimeClient, storeAndUnlock } from '../services/runtime/chat-support.ts';
+import { pluginsWithLocalProvider, Stack } from '../services/runtime/support.ts';
 
 /**
  * Issue 23: plugins built as separate packages, outside the source tree, against the published shape

@@ -1,5 +1,5 @@
 import { createPublicClient, http, parseAbi, type Address } from 'viem';
-import { ProbeWorld } from '../gateway/support.ts';
+import { ProbeWorld } from '../services/gateway/support.ts';
 import type { parseBanner, startSigil } from './cli.ts';
 
 const balanceAbi = parseAbi(['function balanceOf(address account) view returns (uint256)']);

@@ -1,0 +1,157 @@
+import { randomBytes } from 'node:crypto';
+import { expect } from 'chai';
+import { ManualClock } from '../../../core/clock.ts';
+import {
+  ProofSigner,
+  proofSchema,
+  type ExecutionProof,
+  type ProofInput,
+} from '../../../services/gateway/proofs.ts';
+import { computeBuildInfo, buildInfo } from '../../../services/shared/build-info.ts';
+
+const input: ProofInput = {
+  server: {
+    id: 'probe',
+    package: '@sigil-test/probe-server',
+    version: '1.0.0',
+    registry: 'npm',
+    digest: 'sha512-abc',
+  },
+  tool: 'echo',
+  arguments: { message: 'hello' },
+  result: { content: [{ type: 'text', text: 'hello' }] },
+  secretNames: ['API_TOKEN'],
+};
+
+/** A copy of the proof with one leaf changed, whatever its type. */
+function tamper(proof: ExecutionProof, path: string[]): ExecutionProof {
+  const copy = structuredClone(proof) as unknown as Record<string, unknown>;
+  let node = copy;
+  for (const key of path.slice(0, -1)) node = node[key] as Record<string, unknown>;
+  const last = path[path.length - 1] as string;
+  const value = node[last];
+  node[last] =
+    typeof value === 'boolean'
+      ? !value
+      : typeof value === 'number'
+        ? value + 1
+        : Array.isArray(value)
+          ? [...value, 'EXTRA']
+          : `${String(value)}x`;
+  return copy as unknown as ExecutionProof;
+}
+
+/** Every leaf path of the signed part of a proof. */
+function leafPaths(value: unknown, prefix: string[] = []): string[][] {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return [prefix];
+  return Object.entries(value).flatMap(([key, child]) => leafPaths(child, [...prefix, key]));
+}
+
+describe('execution proofs', () => {
+  const signer = new ProofSigner({
+    key: { key: new Uint8Array(randomBytes(32)), source: 'config' },
+    tee: { teeEnabled: false, platform: 'none', keySource: 'config' },
+    build: buildInfo(),
+    clock: new ManualClock(Date.UTC(2026, 10, 22, 12)),
+  });
+
+  it('carries every field the spec names, and verifies', () => {
+    const proof = signer.sign(input);
+    expect(proofSchema.safeParse(proof).success).to.equal(true);
+    expect(proof.gateway.codeHash).to.match(/^[0-9a-f]{64}$/);
+    expect(proof).to.include({
+      tool: 'echo',
+      canonicalization: 'RFC8785',
+      keySource: 'config',
+      timestamp: '2026-11-22T12:00:00.000Z',
+    });
+    expect(proof.secretNames).to.deep.equal(['API_TOKEN']);
+    expect(proof.signature).to.match(/^[0-9a-f]{64}$/);
+    expect(
+      signer.verify(proof, {
+        request: { serverId: 'probe', tool: 'echo', arguments: { message: 'hello' } },
+        response: input.result,
+      }),
+    ).to.deep.equal({
+      valid: true,
+      problems: [],
+    });
+  });
+
+  it('rejects a change to any field, naming the field', () => {
+    const proof = signer.sign(input);
+    const { fieldMacs: _macs, signature: _signature, ...signed } = proof;
+    const paths = leafPaths(signed);
+    expect(paths.length).to.be.greaterThan(14);
+    for (const path of paths) {
+      const check = signer.verify(tamper(proof, path));
+      expect(check.valid, path.join('.')).to.equal(false);
+      expect(
+        check.problems.map((p) => p.field),
+        path.join('.'),
+      ).to.deep.equal([path[0]]);
+    }
+  });
+
+  it('rejects a changed signature or field MAC, and a proof signed with another key', () => {
+    const proof = signer.sign(input);
+    expect(signer.verify(tamper(proof, ['signature'])).problems.map((p) => p.field)).to.deep.equal([
+      'signature',
+    ]);
+    expect(signer.verify(tamper(proof, ['fieldMacs', 'tool'])).problems.map((p) => p.field)).to.deep.equal([
+      'tool',
+    ]);
+    const other = new ProofSigner({
+      key: { key: new Uint8Array(randomBytes(32)), source: 'config' },
+      tee: { teeEnabled: false, platform: 'none', keySource: 'config' },
+      build: buildInfo(),
+      clock: new ManualClock(),
+    });
+    expect(signer.verify(other.sign(input)).valid).to.equal(false);
+  });
+
+  it('names the hash that does not match a given request or response', () => {
+    const proof = signer.sign(input);
+    const check = signer.verify(proof, {
+      request: { serverId: 'probe', tool: 'echo', arguments: { message: 'HELLO' } },
+      response: { content: [{ type: 'text', text: 'other' }] },
+    });
+    expect(check.problems.map((p) => p.field)).to.deep.equal(['requestHash', 'responseHash']);
+  });
+
+  it('finds that no proof covers a value with no RFC 8785 form (a lone surrogate, 1e400, deep nesting), instead of throwing', () => {
+    const proof = signer.sign(input);
+    let deep: unknown = 'bottom';
+    for (let level = 0; level < 100_000; level += 1) deep = [deep];
+    for (const [what, value] of [
+      ['a lone surrogate', '\ud800'],
+      ['1e400', Infinity],
+      ['deep nesting', deep],
+    ] as const) {
+      const check = signer.verify(
+        { ...proof, tool: typeof value === 'string' ? value : proof.tool },
+        {
+          request: { serverId: 'probe', tool: 'echo', arguments: { message: value } },
+          response: { content: [{ type: 'text', text: 'hello' }], structuredContent: { value } },
+        },
+      );
+      const fields = check.problems.map((p) => p.field);
+      expect(fields, what).to.include.members(['requestHash', 'responseHash']);
+      if (typeof value === 'string') expect(fields).to.include('tool');
+    }
+  });
+
+  it('hashes the response without its _meta, so the proof it carries does not change its hash', () => {
+    const proof = signer.sign(input);
+    expect(signer.verify(proof, { response: { ...input.result, _meta: { anything: true } } }).valid).to.equal(
+      true,
+    );
+  });
+
+  it('computes the code hash from the sources and reads the git commit without git', () => {
+    const info = computeBuildInfo(process.cwd(), { SIGIL_GIT_COMMIT: 'abc123' });
+    expect(info.gitCommit).to.equal('abc123');
+    expect(info.codeHash).to.equal(buildInfo().codeHash);
+    expect(info.files).to.be.greaterThan(50);
+  });
+});

@@ -1,0 +1,211 @@
+import { expect } from 'chai';
+import { isSigilError, type SigilError } from '@sigil/plugin-api';
+import { SpendRefused } from '../../../../services/runtime/ledger/errors.ts';
+import type { Holds } from '../../../../services/runtime/ledger/holds.ts';
+import type { Ledger } from '../../../../services/runtime/ledger/ledger.ts';
+import { describeEachDatabase } from '../../../support/kernel.ts';
+import {
+  MIDWEEK,
+  openLedgerWorld,
+  randomWallet,
+  refuseCharges,
+  setOnChain,
+  type LedgerWorld,
+} from './support.ts';
+
+const TTL_MS = 600_000;
+
+async function refusalOf(attempt: Promise<unknown>): Promise<SigilError> {
+  try {
+    await attempt;
+  } catch (err) {
+    if (isSigilError(err)) return err;
+    throw err;
+  }
+  throw new Error('expected a refusal, but it was allowed');
+}
+
+describeEachDatabase('ledger: holds (reserve before work, settle after)', (database) => {
+  let world: LedgerWorld;
+  let ledger: Ledger;
+  let holds: Holds;
+  before(async () => {
+    world = await openLedgerWorld(database, { config: { ledger: { minimumBalance: '0' } as never } });
+    ledger = world.ledger;
+    holds = world.service.holds;
+  });
+  after(() => world?.close());
+  beforeEach(() => world.clock.set(new Date(MIDWEEK)));
+
+  async function walletWithAgent(onChain: bigint, daily?: bigint) {
+    const wallet = randomWallet();
+    const agentId = (await world.service.agents.create(wallet, { name: 'a', model: 'm' })).id;
+    if (onChain > 0n) await setOnChain(ledger, wallet, onChain);
+    if (daily !== undefined) await ledger.setBudgets(wallet, agentId, { daily, weekly: null, monthly: null });
+    return { wallet, agentId };
+  }
+
+  it('a hold counts in available and in the budget windows until it settles to the real cost', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n, 800n);
+    const hold = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'h1' });
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 300n, available: 700n });
+    expect((await ledger.budgets(wallet, agentId)).daily).to.include({
+      spent: 0n,
+      held: 300n,
+      remaining: 500n,
+    });
+    // A direct charge cannot take the held money either.
+    expect(
+      await refusalOf(ledger.charge({ wallet, agentId, amount: 501n, idempotencyKey: 'c' })),
+    ).to.be.instanceOf(SpendRefused);
+    const settled = await holds.settle(hold, 120n);
+    expect(settled).to.include({ charged: 120n, uncharged: 0n, replayed: false });
+    expect(settled.entry).to.include({ kind: 'charge', amount: 120n, idempotencyKey: 'h1', agentId });
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, unsettledSpend: 120n, available: 880n });
+    expect((await ledger.budgets(wallet, agentId)).daily).to.include({
+      spent: 120n,
+      held: 0n,
+      remaining: 680n,
+    });
+    // Settling again answers the first charge; the key cannot hold again.
+    expect(await holds.settle(hold, 120n)).to.include({ charged: 120n, replayed: true });
+    const again = await refusalOf(holds.hold({ wallet, agentId, amount: 1n, idempotencyKey: 'h1' }));
+    expect(again.code).to.equal('conflict');
+    expect(again.details).to.include({ reason: 'already_charged' });
+    expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
+  });
+
+  it('a refused hold records nothing; the same key answers the same open hold', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n, 500n);
+    const budget = await refusalOf(holds.hold({ wallet, agentId, amount: 501n, idempotencyKey: 'big' }));
+    expect((budget as SpendRefused).limit).to.equal('daily');
+    const balance = await refusalOf(holds.hold({ wallet, agentId, amount: 1001n, idempotencyKey: 'big' }));
+    expect((balance as SpendRefused).limit).to.equal('daily');
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, available: 1000n });
+    const first = await holds.hold({ wallet, agentId, amount: 400n, idempotencyKey: 'k' });
+    const replay = await holds.hold({ wallet, agentId, amount: 400n, idempotencyKey: 'k' });
+    expect(replay.id).to.equal(first.id);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 400n });
+    const other = await refusalOf(holds.hold({ wallet, agentId, amount: 200n, idempotencyKey: 'k2' }));
+    expect((other as SpendRefused).limit).to.equal('daily');
+    expect(await holds.release(first)).to.equal(true);
+    expect(await holds.release(first)).to.equal(false);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, unsettledSpend: 0n, available: 1000n });
+    expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
+  });
+
+  it('200 concurrent holds of 10 on a balance of 500: exactly 50 are taken, available never below 0', async function () {
+    this.timeout(120_000);
+    const { wallet, agentId } = await walletWithAgent(500n);
+    const results = await Promise.allSettled(
+      Array.from({ length: 200 }, (_, i) =>
+        holds.hold({ wallet, agentId, amount: 10n, idempotencyKey: `c${i}` }),
+      ),
+    );
+    const taken = results.filter((r) => r.status === 'fulfilled');
+    expect(taken).to.have.length(50);
+    for (const r of results)
+      if (r.status === 'rejected') expect((r.reason as SpendRefused).limit).to.equal('available');
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 500n, available: 0n });
+    expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
+  });
+
+  it('a cost past the hold is charged up to what available and the budgets allow, never below 0', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n, 700n);
+    const mine = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'mine' });
+    const others = await holds.hold({ wallet, agentId, amount: 500n, idempotencyKey: 'others' });
+    // The daily budget has 700 − 600 held = 100 left beside this hold: 200 can be charged of 5,000.
+    const settled = await holds.settle(mine, 5000n);
+    expect(settled).to.include({ charged: 200n, uncharged: 4800n });
+    expect(await ledger.balance(wallet)).to.include({
+      heldSpend: 500n,
+      unsettledSpend: 200n,
+      available: 300n,
+    });
+    await holds.settle(others, 0n);
+    const poor = await walletWithAgent(50n);
+    const hold = await holds.hold({ ...poor, amount: 50n, idempotencyKey: 'p' });
+    expect(await holds.settle(hold, 80n)).to.include({ charged: 50n, uncharged: 30n });
+    expect(await ledger.balance(poor.wallet)).to.include({ available: 0n, heldSpend: 0n });
+    expect((await ledger.audit()).mismatches).to.deep.equal([]);
+  });
+
+  it('an extension reserves only the increase, is refused without room, and moves the expiry', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n);
+    let hold = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'x' });
+    world.clock.advance(TTL_MS - 1000);
+    hold = await holds.extend(hold, 600n);
+    expect(hold.amount).to.equal(600n);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 600n, available: 400n });
+    const refused = await refusalOf(holds.extend(hold, 1001n));
+    expect((refused as SpendRefused).limit).to.equal('available');
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 600n });
+    // Past the first expiry, but within the extended one: the sweep keeps it.
+    world.clock.advance(2000);
+    await holds.releaseExpired();
+    expect((await holds.get(wallet, 'x'))?.amount).to.equal(600n);
+    expect((await holds.settle(hold, 550n)).charged).to.equal(550n);
+  });
+
+  it('the expiry sweep releases the holds of a crashed holder, and a late settlement still charges once', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n);
+    const crashed = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'crash' });
+    const late = await holds.hold({ wallet, agentId, amount: 200n, idempotencyKey: 'late' });
+    world.clock.advance(TTL_MS);
+    expect(await holds.releaseExpired()).to.be.at.least(2);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, available: 1000n });
+    expect(await holds.get(wallet, crashed.idempotencyKey)).to.equal(undefined);
+    // The holder was only slow: what it used is still charged, once, from the balance.
+    expect(await holds.settle(late, 150n)).to.include({ charged: 150n, uncharged: 0n });
+    expect(await holds.settle(late, 150n)).to.include({ charged: 150n, replayed: true });
+    expect(await ledger.balance(wallet)).to.include({ unsettledSpend: 150n, available: 850n });
+    expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
+  });
+
+  it('a refresh moves only the expiry: the sweep keeps a refreshed hold, and a swept one is taken again', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n);
+    let hold = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'r' });
+    world.clock.advance(TTL_MS - 1000);
+    hold = await holds.refresh(hold);
+    world.clock.advance(2000);
+    expect(await holds.releaseExpired()).to.equal(0);
+    expect(await holds.get(wallet, 'r')).to.include({ amount: 100n });
+    world.clock.advance(TTL_MS);
+    expect(await holds.releaseExpired()).to.equal(1);
+    hold = await holds.refresh(hold);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 100n, available: 900n });
+    expect((await holds.settle(hold, 40n)).charged).to.equal(40n);
+  });
+
+  it('the sweep charges a recorded cost instead of releasing; one hold it cannot settle keeps no other', async () => {
+    const failing = await walletWithAgent(1000n);
+    const other = await walletWithAgent(1000n);
+    const owed = await holds.hold({ ...failing, amount: 300n, idempotencyKey: 'owed' });
+    await holds.hold({ ...other, amount: 200n, idempotencyKey: 'crashed' });
+    expect(await holds.recordCost(owed, 120n)).to.equal(true);
+    const fault = await refuseCharges(world.kernel.db, failing.wallet);
+    try {
+      world.clock.advance(TTL_MS);
+      expect(await holds.releaseExpired()).to.equal(1);
+      expect(await ledger.balance(other.wallet)).to.include({ heldSpend: 0n });
+      expect(await ledger.balance(failing.wallet)).to.include({ heldSpend: 300n, unsettledSpend: 0n });
+    } finally {
+      await fault.heal();
+    }
+    expect(await holds.releaseExpired()).to.equal(1);
+    expect(await ledger.balance(failing.wallet)).to.include({ heldSpend: 0n, unsettledSpend: 120n });
+    expect(await holds.settle(owed, 120n)).to.include({ charged: 120n, replayed: true });
+    expect((await ledger.audit()).mismatches).to.deep.equal([]);
+  });
+
+  it('another wallet cannot hold on an agent it does not own: 404, nothing held', async () => {
+    const { agentId } = await walletWithAgent(1000n);
+    const stranger = randomWallet();
+    await setOnChain(ledger, stranger, 1000n);
+    const refused = await refusalOf(
+      holds.hold({ wallet: stranger, agentId, amount: 1n, idempotencyKey: 's' }),
+    );
+    expect(refused.code).to.equal('not_found');
+    expect(await ledger.balance(stranger)).to.include({ heldSpend: 0n });
+  });
+});

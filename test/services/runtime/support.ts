@@ -1,0 +1,248 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type RequestListener, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import type { PrivateKeyAccount } from 'viem/accounts';
+import { ManualClock } from '../../../core/clock.ts';
+import type { PluginEntry } from '../../../core/config/schema.ts';
+import { createGatewayApp, type GatewayAppOptions } from '../../../services/gateway/app.ts';
+import type { Kernel } from '../../../services/kernel.ts';
+import { createRuntimeApp, type RuntimeApp } from '../../../services/runtime/app.ts';
+import type { ChatSettings } from '../../../services/runtime/chat/chat.ts';
+import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../support/kernel.ts';
+import { bearerHeader, GATEWAY_PUBLIC, RUNTIME_PUBLIC } from '../../core/auth/support.ts';
+
+export { GATEWAY_PUBLIC, RUNTIME_PUBLIC };
+
+/** The fake TEE backend of these tests (a TEE is the one part that cannot run here). */
+export const FAKE_TEE = new URL('./fixtures/tee-fake.ts', import.meta.url).pathname;
+
+/** The plugins `sigil up` loads, with another TEE backend in place of tee-none. */
+export const pluginsWithTee = (tee: PluginEntry): PluginEntry[] => [
+  tee,
+  { resolve: 'registry-npm', enabled: true, options: {} },
+  { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
+];
+
+/** The plugins `sigil up` loads, with the local LLM stand-in (given these options) beside them. */
+export const pluginsWithLocalProvider = (options: Record<string, unknown> = {}): PluginEntry[] => [
+  ...pluginsWithTee({ resolve: 'tee-none', enabled: true, options: {} }),
+  { resolve: 'provider-local', enabled: true, options },
+];
+
+/** Log lines a kernel writes, kept to prove what never reaches them. */
+export function captureLogs(): { stream: Writable; text: () => string } {
+  const lines: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(chunk.toString());
+      done();
+    },
+  });
+  return { stream, text: () => lines.join('') };
+}
+
+/** A server listening before its handler exists, so each service can be told the other's real URL. */
+class Port {
+  private handler: RequestListener = (_req, res) => {
+    res.statusCode = 503;
+    res.end();
+  };
+  private constructor(
+    readonly server: Server,
+    readonly url: string,
+    readonly requests: string[],
+  ) {}
+
+  static async open(): Promise<Port> {
+    const requests: string[] = [];
+    const holder: { handler?: RequestListener } = {};
+    const server = createServer((req, res) => {
+      requests.push(`${req.method} ${req.url}`);
+      holder.handler?.(req, res);
+    });
+    server.keepAliveTimeout = 1000;
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const opened = new Port(server, `http://127.0.0.1:${port}`, requests);
+    holder.handler = (req, res) => opened.handler(req, res);
+    return opened;
+  }
+
+  serve(handler: RequestListener): void {
+    this.handler = handler;
+  }
+
+  close(): Promise<void> {
+    return new Promise((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+  }
+}
+
+export interface StackOptions {
+  database: TestDatabase;
+  config?: ConfigOverrides;
+  clock?: ManualClock;
+  gateway?: GatewayAppOptions;
+  logs?: Writable;
+  /** Where plugin packages resolve from (a deployment's folder); see openTestKernel. */
+  configDir?: string;
+}
+
+/**
+ * The runtime and the gateway on one real kernel, each on an ephemeral port, each knowing the other's
+ * real address: the gateway reads the runtime's JWKS and attestation there, the runtime reaches the
+ * gateway there. Public URLs stay the test ones (what JWTs and signatures name).
+ */
+export class Stack {
+  private constructor(
+    readonly kernel: Kernel,
+    readonly clock: ManualClock,
+    readonly runtime: RuntimeApp,
+    private readonly ports: { runtime: Port; gateway: Port },
+    private readonly closers: (() => Promise<void>)[],
+  ) {}
+
+  static async start(options: StackOptions): Promise<Stack> {
+    const clock = options.clock ?? new ManualClock();
+    const config = options.config ?? {};
+    const ports = { runtime: await Port.open(), gateway: await Port.open() };
+    const kernel = await openTestKernel({
+      database: options.database,
+      clock,
+      ...(options.logs ? { logDestination: options.logs } : {}),
+      ...(options.configDir ? { configDir: options.configDir } : {}),
+      config: {
+        ...config,
+        gateway: {
+          publicUrl: GATEWAY_PUBLIC,
+          ...config.gateway,
+          delegation: {
+            enabled: true,
+            cacheSeconds: 300,
+            requireTrusted: false,
+            runtimeUrl: ports.runtime.url,
+            ...config.gateway?.delegation,
+          },
+        },
+        runtime: { publicUrl: RUNTIME_PUBLIC, ...config.runtime },
+      },
+    });
+    try {
+      const runtime = createRuntimeApp(kernel, { gatewayUrl: ports.gateway.url });
+      await runtime.vault.ready();
+      ports.runtime.serve(runtime.callback());
+      const gateway = createGatewayApp(kernel, options.gateway ?? {});
+      ports.gateway.serve(gateway.callback());
+      return new Stack(kernel, clock, runtime, ports, [
+        async () => runtime.vault.close(),
+        () => gateway.close(),
+      ]);
+    } catch (err) {
+      await Promise.all([ports.runtime.close(), ports.gateway.close()]);
+      await kernel.close();
+      throw err;
+    }
+  }
+
+  /** Serves another runtime app on the runtime's port (a restart with other keys, for rotation). */
+  replaceRuntime(runtime: RuntimeApp): void {
+    this.ports.runtime.serve(runtime.callback());
+    this.closers.push(async () => runtime.vault.close());
+  }
+
+  /** Requests the runtime's port has served, e.g. `GET /.well-known/jwks.json`. */
+  runtimeRequests(): string[] {
+    return this.ports.runtime.requests;
+  }
+
+  async close(): Promise<void> {
+    for (const close of this.closers) await close();
+    await Promise.all([this.ports.runtime.close(), this.ports.gateway.close()]);
+    await this.kernel.close();
+  }
+
+  url(service: 'runtime' | 'gateway', path = ''): string {
+    return `${this.ports[service].url}${path}`;
+  }
+
+  fetch(service: 'runtime' | 'gateway', path: string, init: RequestInit = {}): Promise<Response> {
+    return fetch(this.url(service, path), init);
+  }
+
+  get(service: 'runtime' | 'gateway', path: string, bearer?: string): Promise<Response> {
+    return this.fetch(service, path, bearer === undefined ? {} : { headers: bearerHeader(bearer) });
+  }
+
+  send(
+    service: 'runtime' | 'gateway',
+    method: string,
+    path: string,
+    body: unknown,
+    bearer?: string,
+  ): Promise<Response> {
+    return this.fetch(service, path, {
+      method,
+      headers: {
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...(bearer === undefined ? {} : bearerHeader(bearer)),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+  }
+
+  /** SIWE with the runtime; returns its session JWT. */
+  async signIn(wallet: PrivateKeyAccount, service: 'runtime' | 'gateway' = 'runtime'): Promise<string> {
+    const prefix = service === 'runtime' ? '/auth' : '/api/auth';
+    const challenge = await this.get(service, `${prefix}/challenge?address=${wallet.address}`);
+    const { message } = (await challenge.json()) as { message: string };
+    const res = await this.send(service, 'POST', `${prefix}/verify`, {
+      message,
+      signature: await wallet.signMessage({ message }),
+    });
+    if (res.status !== 200) throw new Error(`verify failed: ${res.status} ${await res.text()}`);
+    return ((await res.json()) as { token: string }).token;
+  }
+
+  /** A delegated JWT for the signed-in wallet, minted by the runtime. */
+  async gatewayToken(jwt: string): Promise<string> {
+    const res = await this.send('runtime', 'POST', '/wallet/gateway-token', undefined, jwt);
+    if (res.status !== 200) throw new Error(`gateway-token failed: ${res.status} ${await res.text()}`);
+    return ((await res.json()) as { token: string }).token;
+  }
+}
+
+/**
+ * A Stack whose chats run on the operator's own provider key (chat.internalKey) with no minimum
+ * balance, and a vault in a fresh folder; `close` removes the folder too. For tests of holds and
+ * charges that need no wallet key.
+ */
+export async function internalKeyStack(
+  database: TestDatabase,
+  options: { operatorKey: string; chat: Partial<ChatSettings> },
+): Promise<{ stack: Stack; close(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'sigil-chat-'));
+  const stack = await Stack.start({
+    database,
+    config: {
+      vault: { persistenceDir: dir },
+      ledger: { minimumBalance: '0' } as never,
+      runtime: {
+        providerApiKey: options.operatorKey,
+        chat: { internalKey: true, ...options.chat } as never,
+      },
+      plugins: pluginsWithLocalProvider(),
+    },
+  });
+  return {
+    stack,
+    close: async () => {
+      await stack.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
