@@ -4,6 +4,7 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import {
   extensionPoints,
   type InstalledPackage,
+  isSigilError,
   type PackageRegistryV1,
   Redactor,
   type SandboxRuntimeV1,
@@ -89,13 +90,17 @@ export class SandboxedServers implements ServerProber {
     injected: RunningServer['injected'],
     release: () => void,
   ): Promise<RunningServer> {
-    const child = await this.sandbox().spawn({
-      packagePath: installed.root,
-      command: process.execPath,
-      args: [this.entryFile(entry, installed), ...entry.entry.args],
-      env,
-      networkAllowList: entry.network,
-    });
+    const child = await this.sandbox()
+      .spawn({
+        packagePath: installed.root,
+        command: process.execPath,
+        args: [this.entryFile(entry, installed), ...entry.entry.args],
+        env,
+        networkAllowList: entry.network,
+      })
+      .catch((err: unknown) => {
+        throw this.pluginFailure(err, `Starting ${entry.id} in the sandbox`);
+      });
     let endedByItself = false;
     // Its stdout ends as it exits, before the sandbox reports the exit (after cleaning up).
     const ended = () => (endedByItself = true);
@@ -197,6 +202,23 @@ export class SandboxedServers implements ServerProber {
     }
   }
 
+  /**
+   * What a caller sees of a plugin's failure: its own SigilError, or, for anything else a plugin
+   * throws (a third party's plain Error), `unavailable` naming the step. The plain error's text may
+   * say anything, secrets included, so it goes to the log only.
+   */
+  private pluginFailure(err: unknown, step: string): SigilError {
+    if (isSigilError(err)) return err;
+    this.options.logger.error(
+      { err, step },
+      'gateway: a plugin failed with an error that is not a SigilError',
+    );
+    return new SigilError('unavailable', `${step} failed`, {
+      hint: 'The gateway log has the plugin’s own error',
+      details: { reason: 'plugin_failed' },
+    });
+  }
+
   /** Installs once per process and entry; the registry's own cache makes later runs offline. */
   private install(entry: CatalogEntry): Promise<InstalledPackage> {
     const key = `${entry.registry}:${entry.package}@${entry.version}`;
@@ -205,7 +227,15 @@ export class SandboxedServers implements ServerProber {
       const registry = this.registryFor(entry);
       if (!registry)
         throw new SigilError('unavailable', `No package-registry plugin for "${entry.registry}" is loaded`);
-      pending = registry.resolve(entry.package, entry.version).then((resolved) => registry.install(resolved));
+      pending = registry
+        .resolve(entry.package, entry.version)
+        .then((resolved) => registry.install(resolved))
+        .catch((err: unknown) => {
+          throw this.pluginFailure(
+            err,
+            `Installing ${entry.package}@${entry.version} from ${entry.registry}`,
+          );
+        });
       pending.catch(() => this.installs.delete(key));
       this.installs.set(key, pending);
     }

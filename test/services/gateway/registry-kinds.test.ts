@@ -12,6 +12,9 @@ const hostFixtures = fixturePath('host');
 const { lifecycleEvents } = (await import(pathToFileURL(join(hostFixtures, 'recorder.ts')).href)) as {
   lifecycleEvents: string[];
 };
+const mirror = (options: Record<string, unknown> = {}) => ({
+  plugins: [{ resolve: join(hostFixtures, 'registry-mirror.ts'), enabled: true, options }],
+});
 
 describe('gateway: a catalog entry of the second registry kind a plugin provides', function () {
   this.timeout(120_000);
@@ -20,11 +23,7 @@ describe('gateway: a catalog entry of the second registry kind a plugin provides
 
   before(async () => {
     world = await ProbeWorld.start({ servers: [{ ...probeEntry, id: 'probe-git', registry: 'git' }] });
-    gateway = await world.gateway(
-      TEST_DATABASES[0],
-      {},
-      { plugins: [{ resolve: join(hostFixtures, 'registry-mirror.ts'), enabled: true, options: {} }] },
-    );
+    gateway = await world.gateway(TEST_DATABASES[0], {}, mirror());
   });
   after(async () => {
     await gateway?.stop();
@@ -46,5 +45,37 @@ describe('gateway: a catalog entry of the second registry kind a plugin provides
       caches: { registry: string }[];
     };
     expect(status.caches.map((cache) => cache.registry)).to.deep.equal(['npm', 'oci, git']);
+  });
+});
+
+describe('gateway: a registry plugin that fails with a plain Error', function () {
+  this.timeout(120_000);
+  let world: ProbeWorld;
+  let gateway: Serving & { url: string };
+
+  before(async () => {
+    world = await ProbeWorld.start({ servers: [{ ...probeEntry, id: 'probe-git', registry: 'git' }] });
+    gateway = await world.gateway(TEST_DATABASES[0], { warmupAtStart: false }, mirror({ failInstall: true }));
+  });
+  after(async () => {
+    await gateway?.stop();
+    await world?.stop();
+  });
+
+  it('is refused as unavailable naming the step, and the error’s own text reaches no caller', async () => {
+    const response = await fetch(`${gateway.url}/api/servers/probe-git/tools/echo`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ arguments: { message: 'hi' } }),
+    });
+    const text = await response.text();
+    expect(response.status, text).to.equal(503);
+    const body = JSON.parse(text) as { code: string; message: string };
+    expect(body.code, text).to.equal('unavailable');
+    // It fails verification, the step named (with the plugin's own text left out).
+    expect(body.message).to.match(/Installing @sigil-test\/probe-server@\S+ from git failed$/);
+    expect(text).to.not.include('canary-mirror');
+    const details = await (await fetch(`${gateway.url}/api/servers/probe-git`)).text();
+    expect(details).to.include('from git failed').and.not.include('canary-mirror');
   });
 });
