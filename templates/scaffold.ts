@@ -215,13 +215,23 @@ npm test          # the ${kind} kit: fails, quoting the contract, until src/inde
 npm run build     # dist/, what \`npm pack\` ships
 \`\`\`
 
-Enable it in a Sigil deployment: install the package where \`sigil.config.json\` is
-(\`npm install /path/to/${name}\`) and list it under \`plugins\`:
+Enable it in a Sigil deployment: \`npm pack\` here, install the tarball where \`sigil.config.json\`
+is, with the plugin API's tarball (a peer dependency not yet on npm):
+\`npm install /path/to/${name}/vendor/sigil-plugin-api-*.tgz /path/to/${name}/${name}-0.1.0.tgz\`.
+Then list it under \`plugins\` beside the defaults it keeps (a \`plugins\` list replaces them), with
+the options its config schema requires:
 
 \`\`\`json
-{ "plugins": [{ "resolve": "${name}", "options": {} }] }
+{
+  "plugins": [
+    { "resolve": "tee-none" },
+    { "resolve": "registry-npm" },
+    { "resolve": "sandbox-linux-namespaces" },
+    { "resolve": "${name}", "options": {} }
+  ]
+}
 \`\`\`
-
+${kind === 'package-registry' ? `\nCatalog entries it installs name its kind: \`"registry": "${name}"\`.\n` : ''}
 The contract and what its kit checks: the \`${kind}\` page of Sigil's docs/plugins/.
 `;
 }

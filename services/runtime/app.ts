@@ -121,6 +121,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
     start: async () => {
       await vault.ready();
       await ledger.start();
+      await chat.warnOfSharedModels();
     },
     close: async () => {
       http.stopLogging();

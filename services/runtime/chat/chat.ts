@@ -102,18 +102,45 @@ export class ChatService {
     return this.options;
   }
 
-  /** The loaded llm-provider that offers `model`, or undefined. */
-  async providerFor(model: string): Promise<ProviderEntry | undefined> {
+  /** The loaded llm-providers, in the order of `plugins`, by name. */
+  private providers(): { name: string; provider: LlmProviderV1 }[] {
     const names = this.options.kernel.plugins
       .list()
       .filter((plugin) => plugin.kind === 'llm-provider')
       .map((plugin) => plugin.name);
-    const providers = this.options.kernel.plugins.all('llm-provider');
-    for (const [index, provider] of providers.entries()) {
+    return this.options.kernel.plugins
+      .all('llm-provider')
+      .map((provider, index) => ({ name: names[index] ?? `llm-provider-${index}`, provider }));
+  }
+
+  /** The loaded llm-provider that offers `model` (the first listed in `plugins`), or undefined. */
+  async providerFor(model: string): Promise<ProviderEntry | undefined> {
+    for (const { name, provider } of this.providers()) {
       const found = (await provider.listModels()).find((m) => m.id === model);
-      if (found) return { name: names[index] ?? `llm-provider-${index}`, provider, model: found };
+      if (found) return { name, provider, model: found };
     }
     return undefined;
+  }
+
+  /**
+   * Warns of each model more than one provider offers: chats use the first listed, which an operator
+   * who added a provider beside another of the same models (provider-local's, under `sigil up`) would
+   * otherwise find out only from a chat answered by the other one. A provider that cannot list its
+   * models now is left out (a chat will say why).
+   */
+  async warnOfSharedModels(): Promise<void> {
+    const offeredBy = new Map<string, string[]>();
+    for (const { name, provider } of this.providers()) {
+      const models = await provider.listModels().catch(() => []);
+      for (const model of models) offeredBy.set(model.id, [...(offeredBy.get(model.id) ?? []), name]);
+    }
+    for (const [model, names] of offeredBy) {
+      if (names.length < 2) continue;
+      this.options.logger.warn(
+        { model, providers: names },
+        `chat: model ${model} is offered by ${names.join(', ')}; chats use ${names[0]}, the first of them in plugins`,
+      );
+    }
   }
 
   async openSession(
