@@ -168,6 +168,8 @@ const BEHAVIOUR: Partial<Record<PluginKind, { imports: string; body: string }>> 
     imports: 'describeLlmProviderBehaviour, pluginLoader',
     body: `// Streaming, tool calls, cancellation and typed errors, against your upstream: give a model it
 // serves and a key it accepts (e.g. from the environment), and how to make it answer 429 and 5xx.
+// An upstream of the OpenAI or Anthropic wire can be \`startStandIn()\` of '@sigil/plugin-api/llm/stand-in'
+// (in a before hook): models sigil-echo, sigil-slow, sigil-rate-limited (429) and sigil-error (500).
 describeLlmProviderBehaviour(pluginLoader(plugin.default, OPTIONS), () => ({
   model: 'TODO-a-model-of-listModels',
   apiKey: process.env.TEMPLATE_PLUGIN_NAME_API_KEY ?? 'TODO-a-key-the-upstream-accepts',

@@ -1,11 +1,15 @@
 import { z } from 'zod';
 import { definePlugin, LlmProviderError, type LlmProviderV1 } from '@sigil/plugin-api';
 import { streamOpenAiChat } from '@sigil/plugin-api/llm/openai';
-import { LOCAL_MODELS } from './catalog.ts';
-import { startStandIn, type StandIn } from './stand-in.ts';
+import { LOCAL_MODELS, startStandIn, type StandIn } from '@sigil/plugin-api/llm/stand-in';
 
-export { startStandIn, type StandIn, type StandInOptions, type StandInStats } from './stand-in.ts';
-export { LOCAL_MODELS } from './catalog.ts';
+export {
+  LOCAL_MODELS,
+  startStandIn,
+  type StandIn,
+  type StandInOptions,
+  type StandInStats,
+} from '@sigil/plugin-api/llm/stand-in';
 
 /** The local provider's instance: the contract, plus where its stand-in listens once started. */
 export interface LocalProvider extends LlmProviderV1 {
@@ -16,7 +20,7 @@ export interface LocalProvider extends LlmProviderV1 {
 }
 
 /**
- * A deterministic stand-in LLM on this machine (stand-in.ts, model.ts): `start()` runs a server that
+ * A deterministic stand-in LLM on this machine (`@sigil/plugin-api/llm/stand-in`): `start()` runs a server that
  * speaks the OpenAI and Anthropic wire formats, and the provider streams from it over the OpenAI wire
  * with the same client as provider-openai-compatible. No model, no external call, no account.
  */

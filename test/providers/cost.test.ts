@@ -6,7 +6,7 @@ import {
   modelCatalogOption,
   priceOption,
 } from '@sigil/plugin-api/llm';
-import { LOCAL_MODELS } from '../../providers/local/catalog.ts';
+import { LOCAL_MODELS } from '@sigil/plugin-api/llm/stand-in';
 
 const model = (id: string) => {
   const found = LOCAL_MODELS.find((m) => m.id === id);

@@ -4,7 +4,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { LlmProviderError, type LlmStreamPart } from '@sigil/plugin-api';
 import local, { LOCAL_MODELS, type LocalProvider } from '../../providers/local/index.ts';
-import { countTokens, reply, requestedToolCalls } from '../../providers/local/model.ts';
+import { countTokens, reply, requestedToolCalls } from '@sigil/plugin-api/llm/stand-in';
 import { quietLogger } from '../support/kernel.ts';
 
 /** The provider-local plugin: its lifecycle, and the stand-in's deterministic rules through it. */
@@ -133,7 +133,7 @@ describe('provider-local', function () {
   });
 });
 
-describe('the stand-in’s deterministic rules (providers/local/model.ts)', () => {
+describe('the stand-in’s deterministic rules (@sigil/plugin-api/llm/stand-in)', () => {
   it('counts a token per run of non-whitespace characters', () => {
     expect(countTokens('')).to.equal(0);
     expect(countTokens('  one\ttwo\n three  ')).to.equal(3);

@@ -18,7 +18,7 @@ import { registerChecks } from './mocha.ts';
  * a turn streams and ends with one usage and one finish, a tool call goes round, a cap on output
  * finishes with `length`, cancellation is prompt and reaches the upstream, failures are typed and
  * never carry the key. The prompts are plain instructions a real model follows and the local
- * stand-in's rules answer (providers/local/model.ts).
+ * stand-in's rules answer (`@sigil/plugin-api/llm/stand-in`).
  */
 
 /** What only the tester knows: a working model and key, and how to make the upstream fail. */

@@ -1,4 +1,4 @@
-import { catalogFrom } from '@sigil/plugin-api/llm';
+import { catalogFrom } from '../catalog.ts';
 
 /**
  * The stand-in's models and their prices in base units per million tokens (1 USD = 1_000_000). They
