@@ -146,6 +146,7 @@ export class PluginHost {
     }
   }
 
+  /** Starts plugins in load order; when one fails, stops those already started and throws. */
   async start(): Promise<void> {
     for (const plugin of this.plugins) {
       plugin.state = 'starting';
@@ -154,6 +155,8 @@ export class PluginHost {
         plugin.state = 'started';
       } catch (cause) {
         plugin.state = 'failed';
+        // Nothing keeps running after a failed start: the caller gets no host to stop.
+        await this.stop();
         throw new PluginLoadError([
           {
             plugin: plugin.name,

@@ -11,7 +11,8 @@ import type { PluginLogger } from './services.ts';
 export interface PluginLifecycle {
   /**
    * Called once, after every plugin is created and after the plugins this one depends on have
-   * started: open connections, start schedules. A throw stops the start-up (exit 2) naming the plugin.
+   * started: open connections, start schedules. A throw stops the start-up (exit 2) naming the
+   * plugin, after the plugins already started (and this one) are stopped.
    */
   start?(): Promise<void> | void;
   /**

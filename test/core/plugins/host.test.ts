@@ -173,7 +173,7 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
     expect(err.reason).to.match(/cannot load "no-such-sigil-plugin".*tee-none/);
   });
 
-  it('reports a plugin whose start fails, and still stops the ones started before it', async () => {
+  it('reports a plugin whose start fails, having stopped the ones started before it', async () => {
     const host = newHost();
     await host.load([entry('./beta.ts'), entry('./failing-start.ts')]);
     const err = await host.start().then(
@@ -184,7 +184,8 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
     expect((err as PluginLoadError).problems[0]?.reason).to.match(
       /start failed: device \/dev\/sev-guest not found/,
     );
-    await host.stop();
+    expect(lifecycleEvents).to.deep.equal(['start:beta', 'stop:beta']);
+    await host.stop(); // a second stop stops nothing twice
     expect(lifecycleEvents).to.deep.equal(['start:beta', 'stop:beta']);
   });
 
