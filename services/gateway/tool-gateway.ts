@@ -195,6 +195,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
       payments.start();
     },
     close: async () => {
+      await warmup.stop();
       await payments?.stop();
       await pool.stopAll();
     },

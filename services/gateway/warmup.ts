@@ -41,6 +41,7 @@ export class Warmup {
   private current: Promise<WarmupOutcome> | undefined;
   private progress: { done: number; total: number } | null = null;
   private lastRun: string | null = null;
+  private stopped = false;
 
   constructor(
     private readonly deps: {
@@ -61,6 +62,15 @@ export class Warmup {
       this.lastRun = this.deps.clock.now().toISOString();
     });
     return this.current;
+  }
+
+  /**
+   * Lets a running warmup finish the server it is on and skips the rest: a shutdown waits for this
+   * before the database closes under it.
+   */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.current?.catch(() => undefined);
   }
 
   async status(): Promise<WarmupStatus> {
@@ -116,6 +126,7 @@ export class Warmup {
     );
     let verified = 0;
     for (const [index, entry] of entries.entries()) {
+      if (this.stopped) break;
       const details = await this.deps.servers.verify(entry.id);
       if (details.tier !== null) verified++;
       this.progress = { done: index + 1, total: entries.length };

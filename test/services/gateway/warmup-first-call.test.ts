@@ -37,4 +37,12 @@ describe('gateway: the first calls during the start-up warmup', function () {
     expect(listed.status, body).to.equal(200);
     expect((JSON.parse(body) as { tools: { name: string }[] }).tools.map((t) => t.name)).to.include('echo');
   });
+
+  it('a stop during the warmup waits for the server in progress and skips the rest; nothing runs on a closed database', async () => {
+    const early = await world.gateway(TEST_DATABASES[0], { warmupAtStart: true });
+    await early.stop();
+    // Before, the warmup went on after the kernel closed its database: knex aborted its queries.
+    const outcome = await early.warmedUp;
+    expect(outcome?.servers).to.be.a('number');
+  });
 });
