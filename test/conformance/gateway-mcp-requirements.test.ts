@@ -1,11 +1,9 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { expect } from 'chai';
-import { UnsecuredJWT } from 'jose';
-import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
 import type { CheckResult } from '@sigil/plugin-api/kit';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
-import { sendJson, startTinyServer, type TinyServer } from './support.ts';
+import { fakeSignedInService, sendJson, startTinyServer, type TinyServer } from './support.ts';
 
 /**
  * The gateway's MCP and REST requirements against a small gateway that is not Sigil: other meta-tool
@@ -112,37 +110,8 @@ function fakeGateway(faults: Faults) {
     }
   }
 
-  return (request: IncomingMessage, response: ServerResponse) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', () => {
-      const body = Buffer.concat(chunks).toString('utf8');
-      const url = new URL(request.url ?? '/', 'http://fake');
-      const route = `${request.method} ${url.pathname}`;
-      if (route === 'GET /api/auth/challenge') {
-        const address = url.searchParams.get('address') as `0x${string}`;
-        const issuedAt = new Date();
-        const fields = {
-          domain: 'fake.example',
-          uri: 'http://fake.example',
-          chainId: 1,
-          nonce: 'abcdefgh12345678',
-        };
-        const message = createSiweMessage({ ...fields, address, version: '1', issuedAt });
-        const expiresAt = new Date(Date.now() + 300_000).toISOString();
-        return sendJson(response, 200, { ...fields, message, issuedAt: issuedAt.toISOString(), expiresAt });
-      }
-      if (route === 'POST /api/auth/verify') {
-        const { address } = parseSiweMessage((JSON.parse(body) as { message: string }).message);
-        const token = new UnsecuredJWT({ sub: address }).encode();
-        return sendJson(response, 200, {
-          token,
-          tokenType: 'Bearer',
-          expiresAt: 'later',
-          expiresIn: 86_400,
-          address,
-        });
-      }
+  return fakeSignedInService(
+    ({ request, url, route, body }, response) => {
       if (route === 'GET /api/servers') return sendJson(response, 200, [{ id: 'echoes' }]);
       if (route === 'GET /api/servers/echoes') {
         return sendJson(response, 200, { id: 'echoes', tier: 'tool_smoke_passed', smokeTool: 'shout' });
@@ -169,8 +138,9 @@ function fakeGateway(faults: Faults) {
         return response.end();
       }
       sendJson(response, 404, { error: 'not found' });
-    });
-  };
+    },
+    { authPrefix: '/api' },
+  );
 }
 
 const IDS = [

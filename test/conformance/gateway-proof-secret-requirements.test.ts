@@ -1,13 +1,12 @@
 import { createHash, createHmac, randomBytes, randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import canonicalize from 'canonicalize';
 import { expect } from 'chai';
-import { decodeJwt, UnsecuredJWT } from 'jose';
-import { createSiweMessage, parseSiweMessage } from 'viem/siwe';
+import { decodeJwt } from 'jose';
 import type { CheckResult } from '@sigil/plugin-api/kit';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
-import { sendJson, startTinyServer, type TinyServer } from './support.ts';
+import { fakeSignedInService, sendJson, startTinyServer, type TinyServer } from './support.ts';
 
 /**
  * The proof, verify and secrets requirements against a small gateway that is not Sigil: other key
@@ -186,13 +185,8 @@ function fakeGateway(faults: Faults) {
     return ok({ ...result, _meta: { 'example.org/proof': proof } });
   }
 
-  return (request: IncomingMessage, response: ServerResponse) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', () => {
-      const body = Buffer.concat(chunks).toString('utf8');
-      const url = new URL(request.url ?? '/', 'http://fake');
-      const route = `${request.method} ${url.pathname}`;
+  return fakeSignedInService(
+    ({ request, url, route, body }, response) => {
       const send = ([status, reply]: [number, unknown]) => {
         if (reply === undefined) {
           response.writeHead(status);
@@ -200,30 +194,6 @@ function fakeGateway(faults: Faults) {
         }
         sendJson(response, status, reply);
       };
-      if (route === 'GET /api/auth/challenge') {
-        const address = url.searchParams.get('address') as `0x${string}`;
-        const issuedAt = new Date();
-        const fields = {
-          domain: 'fake.example',
-          uri: 'http://fake.example',
-          chainId: 1,
-          nonce: randomUUID().replace(/-/g, ''),
-        };
-        const message = createSiweMessage({ ...fields, address, version: '1', issuedAt });
-        const expiresAt = new Date(Date.now() + 300_000).toISOString();
-        return sendJson(response, 200, { ...fields, message, issuedAt: issuedAt.toISOString(), expiresAt });
-      }
-      if (route === 'POST /api/auth/verify') {
-        const { address } = parseSiweMessage((JSON.parse(body) as { message: string }).message);
-        const token = new UnsecuredJWT({ sub: address }).encode();
-        return sendJson(response, 200, {
-          token,
-          tokenType: 'Bearer',
-          expiresAt: 'later',
-          expiresIn: 86_400,
-          address,
-        });
-      }
       if (route === 'GET /api/servers') return sendJson(response, 200, [{ id: SERVER }]);
       if (route === `GET /api/servers/${SERVER}`) {
         return sendJson(response, 200, {
@@ -250,8 +220,9 @@ function fakeGateway(faults: Faults) {
       if (url.pathname === `/api/secrets/${SERVER}`) return send(secrets(request, body));
       if (route === `POST /mcp/server/${SERVER}`) return send(rpc(request, body));
       sendJson(response, 404, { error: 'not found' });
-    });
-  };
+    },
+    { authPrefix: '/api' },
+  );
 }
 
 const IDS = [

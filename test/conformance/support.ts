@@ -126,15 +126,18 @@ export interface FakeRequest {
   request: IncomingMessage;
   url: URL;
   route: string;
+  body: string;
   json: () => Record<string, unknown>;
 }
 
 /**
- * A fake runtime's request handler that signs wallets in as a runtime would (SIWE challenge, then an
- * unsigned JWT naming the address) and passes every other request, read whole, to `handle`.
+ * A fake service's request handler that signs wallets in as Sigil's services do (SIWE challenge, then
+ * an unsigned JWT naming the address) under `authPrefix` (the gateway's `/api`, the runtime's none),
+ * and passes every other request, read whole, to `handle`.
  */
 export function fakeSignedInService(
   handle: (request: FakeRequest, response: ServerResponse) => void,
+  { authPrefix = '' }: { authPrefix?: string } = {},
 ): (request: IncomingMessage, response: ServerResponse) => void {
   return (request, response) => {
     let body = '';
@@ -143,7 +146,7 @@ export function fakeSignedInService(
       const url = new URL(request.url ?? '/', 'http://fake');
       const route = `${request.method} ${url.pathname}`;
       const json = () => (body ? (JSON.parse(body) as Record<string, unknown>) : {});
-      if (route === 'GET /auth/challenge') {
+      if (route === `GET ${authPrefix}/auth/challenge`) {
         const address = url.searchParams.get('address') as `0x${string}`;
         const issuedAt = new Date();
         const fields = {
@@ -160,7 +163,7 @@ export function fakeSignedInService(
           expiresAt: new Date(Date.now() + 300_000).toISOString(),
         });
       }
-      if (route === 'POST /auth/verify') {
+      if (route === `POST ${authPrefix}/auth/verify`) {
         const { address } = parseSiweMessage((json() as { message: string }).message);
         return sendJson(response, 200, {
           token: new UnsecuredJWT({ sub: address }).encode(),
@@ -170,7 +173,7 @@ export function fakeSignedInService(
           address,
         });
       }
-      handle({ request, url, route, json }, response);
+      handle({ request, url, route, body, json }, response);
     });
   };
 }
