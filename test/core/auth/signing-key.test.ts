@@ -6,7 +6,7 @@ import { ManualClock } from '../../../core/clock.ts';
 import { SigningKeyStore } from '../../../core/auth/signing-key.ts';
 import { SecretRegistry } from '../../../core/log.ts';
 import type { Kernel } from '../../../services/kernel.ts';
-import { captureLogs } from '../../services/runtime/support.ts';
+import { captureLogs } from '../../support/logs.ts';
 import {
   describeEachDatabase,
   openTestKernel,

@@ -1,24 +1,12 @@
 import { chmodSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import { PROOF_META_KEY, type ExecutionProof } from '../../../services/gateway/proofs.ts';
 import type { Serving } from '../../../services/serve.ts';
 import { describeEachDatabase, stickyDatabase, type TestDatabase } from '../../support/kernel.ts';
+import { captureLogs } from '../../support/logs.ts';
 import { mcpClient, ProbeWorld, textOf, walletToken } from './support.ts';
-
-/** A log sink the tests can read: the kernel's real logger (with secret scrubbing) writes here. */
-function captureLogs(): { stream: Writable; text: () => string } {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      lines.push(chunk.toString());
-      done();
-    },
-  });
-  return { stream, text: () => lines.join('') };
-}
 
 const proofOf = (result: unknown) => (result as CallToolResult)._meta?.[PROOF_META_KEY] as ExecutionProof;
 

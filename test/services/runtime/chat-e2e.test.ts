@@ -13,7 +13,7 @@ import { freePort } from '../../support/cli.ts';
 import { stickyDatabase, TEST_DATABASES } from '../../support/kernel.ts';
 import { readSse, runtimeClient, storeAndUnlock } from './chat-support.ts';
 import { serveChatWorld } from './chat-world.ts';
-import { captureLogs } from './support.ts';
+import { captureLogs } from '../../support/logs.ts';
 
 const USD = 1_000_000n;
 

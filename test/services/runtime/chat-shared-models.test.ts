@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { stickyDatabase, TEST_DATABASES } from '../../support/kernel.ts';
-import { captureLogs, pluginsWithTee, Stack } from './support.ts';
+import { captureLogs } from '../../support/logs.ts';
+import { pluginsWithTee, Stack } from './support.ts';
 
 /**
  * Two providers offering the same model: chats use the first in `plugins`, and the runtime says so

@@ -10,8 +10,8 @@ import { serve } from '../../../services/serve.ts';
 import { describeEachDatabase, openTestKernel } from '../../support/kernel.ts';
 import { errorOf, newWallet } from '../../core/auth/support.ts';
 import { fakeEvidenceVerifier } from './fixtures/tee-fake.ts';
+import { captureLogs } from '../../support/logs.ts';
 import {
-  captureLogs,
   FAKE_TEE,
   GATEWAY_PUBLIC,
   pluginsWithTee,

@@ -12,7 +12,8 @@ import { PROVIDER_VAULT_MESSAGE, ProviderKeyUnavailable } from '../../../service
 import type { VaultSession } from '../../../services/runtime/vault/index.ts';
 import { describeEachDatabase, openTestKernel, stickyDatabase } from '../../support/kernel.ts';
 import { newWallet } from '../../core/auth/support.ts';
-import { captureLogs, pluginsWithLocalProvider, Stack } from './support.ts';
+import { captureLogs } from '../../support/logs.ts';
+import { pluginsWithLocalProvider, Stack } from './support.ts';
 
 const CANARY = 'sk-canary-provider-key-7f3a9c1e5b2d4f6a8c0e';
 const CANARY_2 = 'sk-ant-canary-second-key-0d9e8f7a6b5c4d3e';

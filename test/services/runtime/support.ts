@@ -3,7 +3,7 @@ import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import type { PrivateKeyAccount } from 'viem/accounts';
 import { ManualClock } from '../../../core/clock.ts';
 import type { PluginEntry } from '../../../core/config/schema.ts';
@@ -31,18 +31,6 @@ export const pluginsWithLocalProvider = (options: Record<string, unknown> = {}):
   ...pluginsWithTee({ resolve: 'tee-none', enabled: true, options: {} }),
   { resolve: 'provider-local', enabled: true, options },
 ];
-
-/** Log lines a kernel writes, kept to prove what never reaches them. */
-export function captureLogs(): { stream: Writable; text: () => string } {
-  const lines: string[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      lines.push(chunk.toString());
-      done();
-    },
-  });
-  return { stream, text: () => lines.join('') };
-}
 
 /** A server listening before its handler exists, so each service can be told the other's real URL. */
 class Port {
