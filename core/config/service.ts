@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { SERVER_LIMITS } from '../http/server.ts';
+import { asInt, asList, asString, type EnvOverrides } from './env.ts';
 import { port } from './values.ts';
 
 /** What a service accepts at its HTTP edge, before any route: names, origins, time and connections. */
@@ -86,3 +87,12 @@ export const serviceSchema = (defaultPort: number) =>
         .describe('The HTTP edge: allowed Host and Origin values, timeouts, connections'),
     })
     .strict();
+
+/** The environment variables of a service section `serviceSchema` made: `<PREFIX>_HOST` and so on. */
+export const serviceEnv = (prefix: string, section: string): EnvOverrides => ({
+  [`${prefix}_HOST`]: { path: `${section}.host`, coerce: asString },
+  [`${prefix}_PORT`]: { path: `${section}.port`, coerce: asInt },
+  [`${prefix}_PUBLIC_URL`]: { path: `${section}.publicUrl`, coerce: asString },
+  [`${prefix}_ALLOWED_HOSTS`]: { path: `${section}.http.allowedHosts`, coerce: asList },
+  [`${prefix}_ALLOWED_ORIGINS`]: { path: `${section}.http.allowedOrigins`, coerce: asList },
+});

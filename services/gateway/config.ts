@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { asBool, asInt, asList, asString, type EnvOverrides } from '../../core/config/env.ts';
-import { serviceSchema } from '../../core/config/service.ts';
+import { asBool, asList, asString, type EnvOverrides } from '../../core/config/env.ts';
+import { serviceEnv, serviceSchema } from '../../core/config/service.ts';
 import { address } from '../../core/config/values.ts';
 import { callLimitsSchema } from './call-limits-config.ts';
 
@@ -142,11 +142,7 @@ export const GATEWAY_SESSION = {
 
 /** The environment variables of the gateway's settings, and the config path each sets. */
 export const GATEWAY_ENV: EnvOverrides = {
-  GATEWAY_HOST: { path: 'gateway.host', coerce: asString },
-  GATEWAY_PORT: { path: 'gateway.port', coerce: asInt },
-  GATEWAY_PUBLIC_URL: { path: 'gateway.publicUrl', coerce: asString },
-  GATEWAY_ALLOWED_HOSTS: { path: 'gateway.http.allowedHosts', coerce: asList },
-  GATEWAY_ALLOWED_ORIGINS: { path: 'gateway.http.allowedOrigins', coerce: asList },
+  ...serviceEnv('GATEWAY', 'gateway'),
   GATEWAY_SECRET_KEY: { path: 'gateway.secretKey', coerce: asString },
   OPERATOR_WALLETS: { path: 'gateway.operatorWallets', coerce: asList },
   ERC8128_ENFORCE_OPERATOR_MCP: { path: 'gateway.erc8128EnforceOperatorMcp', coerce: asBool },

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { asBool, asInt, asList, asString, type EnvOverrides } from '../../core/config/env.ts';
-import { serviceSchema } from '../../core/config/service.ts';
+import { asBool, asString, type EnvOverrides } from '../../core/config/env.ts';
+import { serviceEnv, serviceSchema } from '../../core/config/service.ts';
 import { privateKey } from '../../core/config/values.ts';
 import { chatSchema } from './chat/config.ts';
 
@@ -54,11 +54,7 @@ export const RUNTIME_SESSION = {
 
 /** The environment variables of the runtime's settings, and the config path each sets. */
 export const RUNTIME_ENV: EnvOverrides = {
-  RUNTIME_HOST: { path: 'runtime.host', coerce: asString },
-  RUNTIME_PORT: { path: 'runtime.port', coerce: asInt },
-  RUNTIME_PUBLIC_URL: { path: 'runtime.publicUrl', coerce: asString },
-  RUNTIME_ALLOWED_HOSTS: { path: 'runtime.http.allowedHosts', coerce: asList },
-  RUNTIME_ALLOWED_ORIGINS: { path: 'runtime.http.allowedOrigins', coerce: asList },
+  ...serviceEnv('RUNTIME', 'runtime'),
   MCP_SIGNING_KEY: { path: 'runtime.mcpSigningKey', coerce: asString },
   MCP_SIGNING_KEY_PREVIOUS: { path: 'runtime.mcpSigningKeyPrevious', coerce: asString },
   RUNTIME_OPERATOR_KEY: { path: 'runtime.operatorKey', coerce: asString },
