@@ -36,7 +36,7 @@ import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextproto
 import knex from 'knex';
 import { createLogger, logDestination } from '../core/log.ts';
 import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
-import { extensionPoints, type PackageRegistryV1 } from '@sigil/plugin-api';
+import { extensionPoints, type PackageRegistryV2 } from '@sigil/plugin-api';
 import type { Kernel } from '../services/kernel.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';
@@ -333,22 +333,23 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
     // The same installed package the gateway runs, for the direct and relay baselines.
     const npm = (kernel as Kernel).plugins
       .extensions(extensionPoints.registryKinds)
-      .get('npm') as PackageRegistryV1;
-    const installed = await npm.install(await npm.resolve('@sigil-test/probe-server', '^1.0.0'));
-    const entry = installed.bin['sigil-probe'] as string;
-    const relayServer = await (kernel as Kernel).plugins.one('sandbox-runtime').spawn({
-      packagePath: installed.root,
-      command: process.execPath,
-      args: [entry],
-      env: {},
-      networkAllowList: [],
-    });
+      .get('npm') as PackageRegistryV2;
+    const installed = await npm.install(
+      await npm.resolve({ name: '@sigil-test/probe-server', range: '^1.0.0' }),
+      { bin: 'sigil-probe', args: [] },
+    );
+    const { launch } = installed;
+    if (launch.kind !== 'host') throw new Error('the npm registry answered an image');
+    const entry = launch.args[0] as string;
+    const relayServer = await (kernel as Kernel).plugins
+      .one('sandbox-runtime')
+      .spawn({ launch: installed.launch, env: {}, networkAllowList: [] });
     relayServer.stderr?.resume();
     const relay = await startRelay(relayServer);
 
     const direct = (sandboxed: boolean): Target => ({
       kind: 'stdio',
-      packagePath: installed.root,
+      packagePath: launch.root,
       entry,
       args: [],
       ...(sandboxed ? { sandboxStateDir: join(dir, 'sandboxes-direct') } : {}),
@@ -471,13 +472,9 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
         continue;
       }
       const sandboxLaunch: Launch = async () => {
-        const sandbox = await (kernel as Kernel).plugins.one('sandbox-runtime').spawn({
-          packagePath: installed.root,
-          command: process.execPath,
-          args: [entry],
-          env: {},
-          networkAllowList: [],
-        });
+        const sandbox = await (kernel as Kernel).plugins
+          .one('sandbox-runtime')
+          .spawn({ launch: installed.launch, env: {}, networkAllowList: [] });
         sandbox.stderr?.resume();
         return sandbox;
       };

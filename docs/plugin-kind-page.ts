@@ -8,11 +8,11 @@ import {
 } from '@sigil/plugin-api';
 import {
   type CheckInfo,
-  CONTRACT_KITS,
+  latestKit,
   contractChecks,
   llmProviderBehaviour,
   manifestChecks,
-  packageRegistryBehaviour,
+  packageRegistryBehaviourV2,
   paymentRailBehaviour,
 } from '@sigil/plugin-api/kit';
 import { builtinPlugins } from '../services/builtin-plugins.ts';
@@ -49,12 +49,12 @@ const BEHAVIOUR_KITS: Partial<
     checks: [...llmProviderBehaviour(unused)],
   },
   'package-registry': {
-    describe: 'describePackageRegistryBehaviour',
+    describe: 'describePackageRegistryBehaviourV2',
     harness: {
-      file: 'packages/plugin-api/src/kit/package-registry-behaviour.ts',
-      name: 'PackageRegistryFixture',
+      file: 'packages/plugin-api/src/kit/package-registry-behaviour-v2.ts',
+      name: 'PackageRegistryFixtureV2',
     },
-    checks: [...packageRegistryBehaviour(unused)],
+    checks: [...packageRegistryBehaviourV2(unused)],
   },
   'payment-rail': {
     describe: 'describePaymentRailBehaviour',
@@ -163,7 +163,7 @@ export function kitChecks(kind: PluginKind): { plugin: CheckInfo[]; behaviour: C
   return {
     plugin: [
       ...manifestChecks({ exports: undefined, options: {} }),
-      ...contractChecks(CONTRACT_KITS[kind], unused),
+      ...contractChecks(latestKit(kind), unused),
     ],
     behaviour: BEHAVIOUR_KITS[kind]?.checks ?? [],
   };
@@ -202,7 +202,7 @@ function exampleSection(kind: PluginKind): string {
 
 /** The page of one plugin kind, before formatting. */
 export async function pluginKindPage(kind: PluginKind): Promise<string> {
-  const docs = readSourceDocs(CONTRACT_KITS[kind].contractFile);
+  const docs = readSourceDocs(latestKit(kind).contractFile);
   const contract = contractInterface(docs);
   const manifest = readSourceDocs(MANIFEST_FILE);
   const builtins = await builtinsOf(kind);

@@ -6,9 +6,9 @@ import {
   CORE_SERVICE_NAMES,
   dependencyRefProblem,
   type CoreServices,
+  type CurrentInstanceOf,
   type ExtensionPoint,
   PLUGIN_KINDS,
-  type PluginInstanceOf,
   type PluginKind,
   type PluginLifecycle,
   type PluginManifest,
@@ -17,6 +17,7 @@ import {
   SUPPORTED_SPEC_VERSIONS,
 } from '@sigil/plugin-api';
 import type { Logger } from '../log.ts';
+import { currentContract } from './adapters.ts';
 import type { PluginEntry } from '../config/schema.ts';
 
 export type PluginState = 'loaded' | 'starting' | 'started' | 'stopping' | 'stopped' | 'failed';
@@ -68,6 +69,8 @@ interface LoadedPlugin {
   /** Container registrations of its dependencies by the names its factory reads them under. */
   dependencies: Map<string, string>;
   instance?: PluginLifecycle;
+  /** The instance as its kind's current contract: itself, or an adapter of an older spec version. */
+  contract?: unknown;
   state: PluginState;
 }
 
@@ -141,7 +144,13 @@ export class PluginHost {
           },
         ]);
       }
-      this.container.register(registrationOf(plugin.name), asValue(plugin.instance));
+      plugin.contract = currentContract(
+        plugin.manifest.kind,
+        plugin.manifest.specVersion,
+        plugin.instance,
+        plugin.name,
+      );
+      this.container.register(registrationOf(plugin.name), asValue(plugin.contract));
       this.plugins.push(plugin);
     }
   }
@@ -193,9 +202,11 @@ export class PluginHost {
     }));
   }
 
-  /** All loaded instances of a kind, in load order. */
-  all<K extends PluginKind>(kind: K): PluginInstanceOf<K>[] {
-    return this.plugins.filter((p) => p.manifest.kind === kind).map((p) => p.instance as PluginInstanceOf<K>);
+  /** All loaded instances of a kind, in load order, as the kind's current contract. */
+  all<K extends PluginKind>(kind: K): CurrentInstanceOf<K>[] {
+    return this.plugins
+      .filter((p) => p.manifest.kind === kind)
+      .map((p) => p.contract as CurrentInstanceOf<K>);
   }
 
   /** The instances that extend `point`, by the key each provides (no key is provided twice). */
@@ -203,19 +214,19 @@ export class PluginHost {
     const found = new Map<Key, T>();
     for (const plugin of this.plugins)
       for (const extension of plugin.manifest.provides ?? [])
-        if (extension.point.id === point.id) found.set(extension.key as Key, plugin.instance as T);
+        if (extension.point.id === point.id) found.set(extension.key as Key, plugin.contract as T);
     return found;
   }
 
   /** The one instance of a kind; a clear error when none or several are loaded. */
-  one<K extends PluginKind>(kind: K): PluginInstanceOf<K> {
+  one<K extends PluginKind>(kind: K): CurrentInstanceOf<K> {
     const found = this.all(kind);
     if (found.length !== 1) {
       throw new SigilError('config_invalid', `expected exactly one "${kind}" plugin, found ${found.length}`, {
         hint: `List one plugin of kind ${kind} under "plugins" in sigil.config.json`,
       });
     }
-    return found[0] as PluginInstanceOf<K>;
+    return found[0] as CurrentInstanceOf<K>;
   }
 
   /** Imports the entry's module and checks its manifest and options, noting every problem found. */

@@ -19,7 +19,7 @@ import {
 } from '@sigil/plugin-api';
 import { CacheLayout, directorySize, type EntryRecord } from './cache.ts';
 import { checkResolved, checkSpec, NpmClient, PackageRegistryError } from './npm.ts';
-import { DailySchedule, UTC_TIME_OF_DAY } from './schedule.ts';
+import { DailySchedule, UTC_TIME_OF_DAY } from '@sigil/plugin-api/schedule';
 
 export { PackageIntegrityError, PackageRegistryError } from './npm.ts';
 

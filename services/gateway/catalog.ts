@@ -26,15 +26,24 @@ export const catalogEntrySchema = z
       .min(1)
       .max(100)
       .describe('An exact version or a range; resolved and pinned at warmup'),
-    /** How to start it: a bin name of the package (npm), or a path inside the package, plus arguments. */
+    /**
+     * How to start it: an executable the package declares (an npm bin, a Python console script), a
+     * file inside it, or a Python module (`python -m`), plus arguments. None: the package's only
+     * executable, or an image's own entrypoint.
+     */
     entry: z
       .object({
         bin: z.string().min(1).optional(),
         path: z.string().min(1).optional(),
+        module: z.string().min(1).optional(),
         args: z.array(z.string()).default([]),
       })
       .strict()
-      .refine((e) => (e.bin === undefined) !== (e.path === undefined), 'give exactly one of "bin" or "path"'),
+      .refine(
+        (e) => [e.bin, e.path, e.module].filter((field) => field !== undefined).length <= 1,
+        'give at most one of "bin", "path" or "module"',
+      )
+      .default({ args: [] }),
     secrets: z
       .array(
         z

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { UTC_TIME_OF_DAY } from '@sigil/plugin-api/schedule';
 import { asBool, asList, asString, type EnvOverrides } from '../../core/config/env.ts';
 import { serviceEnv, serviceSchema } from '../../core/config/service.ts';
 import { address } from '../../core/config/values.ts';
@@ -35,6 +36,26 @@ export const gatewaySchema = serviceSchema(8402)
       .boolean()
       .default(true)
       .describe('Install and verify catalog servers at start-up (in the background, with progress logs)'),
+    refresh: z
+      .object({
+        enabled: z.boolean().default(true).describe('Re-verify every catalog server once a day'),
+        at: z
+          .string()
+          .regex(UTC_TIME_OF_DAY, 'a UTC time of day, HH:MM')
+          .default('03:00')
+          .describe(
+            'UTC time of day of the daily refresh: every server is resolved anew, installed, verified and its tools checked against their pins',
+          ),
+        pollSeconds: z
+          .number()
+          .int()
+          .positive()
+          .default(60)
+          .describe('How often the clock is checked against the next refresh'),
+      })
+      .strict()
+      .default({ enabled: true, at: '03:00', pollSeconds: 60 })
+      .describe('The daily package refresh, run by the gateway for every registry kind'),
     idleTimeoutSeconds: z
       .number()
       .int()

@@ -1,13 +1,14 @@
-import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import {
+  type EntryPoint,
   extensionPoints,
-  type InstalledPackage,
+  type InstalledServer,
   isSigilError,
-  type PackageRegistryV1,
+  type PackageRegistryV2,
   Redactor,
-  type SandboxRuntimeV1,
+  type ResolvedPackage,
+  type SandboxRuntimeV2,
   SigilError,
 } from '@sigil/plugin-api';
 import type { Logger, SecretRegistry } from '../../core/log.ts';
@@ -25,10 +26,17 @@ const CONNECT_TIMEOUT_MS = 30_000;
 /** The end of a failed start's stderr quoted in its error: enough for the last lines of a stack trace. */
 const STDERR_IN_ERROR_CHARS = 500;
 
-/** A process to start: whose it is, and the catalog entry its call was admitted with (servers.ts). */
+/**
+ * A process to start: whose it is, the catalog entry its call was admitted with (servers.ts), and the
+ * version and digest its verification pinned, which is exactly what runs.
+ */
 export interface ServerLaunch extends ServerKey {
   entry: CatalogEntry;
+  pin: ResolvedPackage;
 }
+
+/** Why a verification refused a pinned version: the registry now gives it another digest. */
+export const PIN_MOVED = 'pin_moved';
 
 export interface LauncherOptions {
   plugins: PluginHost;
@@ -44,7 +52,7 @@ export interface LauncherOptions {
  * from the sandbox plugin, and an SDK client over the process's stdio.
  */
 export class SandboxedServers implements ServerProber {
-  private readonly installs = new Map<string, Promise<InstalledPackage>>();
+  private readonly installs = new Map<string, Promise<InstalledServer>>();
 
   constructor(private readonly options: LauncherOptions) {}
 
@@ -56,11 +64,18 @@ export class SandboxedServers implements ServerProber {
     return { ok: true };
   }
 
-  /** Starts the entry's server in the sandbox, with the wallet's secrets, and connects an MCP client. */
-  launch = (target: ServerLaunch): Promise<RunningServer> => this.start(target, target.entry, true);
+  /** Starts the entry's pinned server in the sandbox, with the wallet's secrets, and connects an MCP client. */
+  launch = (target: ServerLaunch): Promise<RunningServer> =>
+    this.install(target.entry, target.pin).then((installed) =>
+      this.start(target, target.entry, installed, true),
+    );
 
-  private async start(key: ServerKey, entry: CatalogEntry, withSecrets: boolean): Promise<RunningServer> {
-    const installed = await this.install(entry);
+  private async start(
+    key: ServerKey,
+    entry: CatalogEntry,
+    installed: InstalledServer,
+    withSecrets: boolean,
+  ): Promise<RunningServer> {
     // A verification probe runs with no wallet and so with no secrets: many servers list tools without them.
     const secrets = withSecrets ? await this.declaredSecrets(key, entry) : {};
     const env = { ...entry.env, ...secrets };
@@ -85,18 +100,17 @@ export class SandboxedServers implements ServerProber {
   private async connect(
     key: ServerKey,
     entry: CatalogEntry,
-    installed: InstalledPackage,
+    installed: InstalledServer,
     env: Record<string, string>,
     injected: RunningServer['injected'],
     release: () => void,
   ): Promise<RunningServer> {
     const child = await this.sandbox()
       .spawn({
-        packagePath: installed.root,
-        command: process.execPath,
-        args: [this.entryFile(entry, installed), ...entry.entry.args],
+        launch: installed.launch,
         env,
         networkAllowList: entry.network,
+        labels: { 'sigil.server': key.serverId },
       })
       .catch((err: unknown) => {
         throw this.pluginFailure(err, `Starting ${entry.id} in the sandbox`);
@@ -172,9 +186,25 @@ export class SandboxedServers implements ServerProber {
     );
   }
 
-  async probe(entry: CatalogEntry): Promise<ProbeResult> {
-    const installed = await this.install(entry);
-    const server = await this.start({ serverId: entry.id, wallet: 'warmup' }, entry, false);
+  /**
+   * Resolves the entry's range anew, installs what it resolves to and lists its tools. A version that
+   * `pinned` (the last verification's) holds with another digest is refused: the registry changed
+   * it since it was verified (a moved tag, a republished file).
+   */
+  async probe(entry: CatalogEntry, pinned?: ResolvedPackage): Promise<ProbeResult> {
+    const resolved = await this.resolve(entry);
+    if (pinned && pinned.version === resolved.version && pinned.digest !== resolved.digest) {
+      throw new SigilError(
+        'conflict',
+        `${entry.package}@${resolved.version} changed since it was pinned: the registry gives digest ${resolved.digest}, it was ${pinned.digest}`,
+        {
+          hint: 'A moved tag or a republished package: check it, then pin another version in the catalog',
+          details: { serverId: entry.id, reason: PIN_MOVED },
+        },
+      );
+    }
+    const installed = await this.install(entry, resolved);
+    const server = await this.start({ serverId: entry.id, wallet: 'warmup' }, entry, installed, false);
     try {
       const tools: Tool[] = [];
       let cursor: string | undefined;
@@ -219,22 +249,24 @@ export class SandboxedServers implements ServerProber {
     });
   }
 
-  /** Installs once per process and entry; the registry's own cache makes later runs offline. */
-  private install(entry: CatalogEntry): Promise<InstalledPackage> {
-    const key = `${entry.registry}:${entry.package}@${entry.version}`;
+  private resolve(entry: CatalogEntry): Promise<ResolvedPackage> {
+    return this.registryOf(entry)
+      .resolve({ name: entry.package, range: entry.version })
+      .catch((err: unknown) => {
+        throw this.pluginFailure(err, `Resolving ${entry.package}@${entry.version} in ${entry.registry}`);
+      });
+  }
+
+  /** Installs a pinned package once per process and entry point; the registry's cache makes later runs offline. */
+  private install(entry: CatalogEntry, pin: ResolvedPackage): Promise<InstalledServer> {
+    const entryPoint: EntryPoint = { ...entry.entry };
+    const key = JSON.stringify([entry.registry, pin.name, pin.version, pin.digest, entryPoint]);
     let pending = this.installs.get(key);
     if (!pending) {
-      const registry = this.registryFor(entry);
-      if (!registry)
-        throw new SigilError('unavailable', `No package-registry plugin for "${entry.registry}" is loaded`);
-      pending = registry
-        .resolve(entry.package, entry.version)
-        .then((resolved) => registry.install(resolved))
+      pending = Promise.resolve()
+        .then(() => this.registryOf(entry).install(pin, entryPoint))
         .catch((err: unknown) => {
-          throw this.pluginFailure(
-            err,
-            `Installing ${entry.package}@${entry.version} from ${entry.registry}`,
-          );
+          throw this.pluginFailure(err, `Installing ${pin.name}@${pin.version} from ${entry.registry}`);
         });
       pending.catch(() => this.installs.delete(key));
       this.installs.set(key, pending);
@@ -242,27 +274,21 @@ export class SandboxedServers implements ServerProber {
     return pending;
   }
 
-  private entryFile(entry: CatalogEntry, installed: InstalledPackage): string {
-    if (entry.entry.path) return join(installed.path, entry.entry.path);
-    const bin = installed.bin[entry.entry.bin ?? ''];
-    if (!bin) {
-      throw new SigilError(
-        'unavailable',
-        `Package ${entry.package} has no executable "${entry.entry.bin ?? ''}"`,
-        {
-          hint: `It provides: ${Object.keys(installed.bin).join(', ') || 'none'}`,
-        },
-      );
-    }
-    return bin;
+  private registryOf(entry: CatalogEntry): PackageRegistryV2 {
+    const registry = this.registryFor(entry);
+    if (!registry)
+      throw new SigilError('unavailable', `No package-registry plugin for "${entry.registry}" is loaded`, {
+        details: { serverId: entry.id, reason: 'unknown_registry' },
+      });
+    return registry;
   }
 
   /** The plugin that provides the entry's registry kind (extensionPoints.registryKinds). */
-  private registryFor(entry: CatalogEntry): PackageRegistryV1 | undefined {
+  private registryFor(entry: CatalogEntry): PackageRegistryV2 | undefined {
     return this.options.plugins.extensions(extensionPoints.registryKinds).get(entry.registry);
   }
 
-  private sandbox(): SandboxRuntimeV1 {
+  private sandbox(): SandboxRuntimeV2 {
     return this.options.plugins.one('sandbox-runtime');
   }
 }
@@ -275,4 +301,16 @@ function exitedBeforeHandshake(exit: { code: number | null; signal: string | nul
   const how = exit.signal === null ? `code ${String(exit.code)}` : `signal ${exit.signal}`;
   const said = stderr.trim().slice(-STDERR_IN_ERROR_CHARS);
   return `the process exited (${how}) before the MCP handshake${said ? `; stderr: ${said}` : ', saying nothing on stderr'}`;
+}
+
+/** What a verified server's verification pinned; `admit` lets no unverified server through. */
+export function pinOf(details: {
+  id: string;
+  package: string;
+  version: string | null;
+  digest: string | null;
+}): ResolvedPackage {
+  if (details.version === null || details.digest === null)
+    throw new SigilError('unavailable', `MCP server "${details.id}" has no verified version`);
+  return { name: details.package, version: details.version, digest: details.digest };
 }

@@ -7,6 +7,7 @@ import type { Logger } from '../../core/log.ts';
 import type { ServerCallSettings } from './call-limits.ts';
 import type { Catalog, CatalogEntry } from './catalog.ts';
 import type { QuarantinedTool, ToolPins } from './tool-pins.ts';
+import { PIN_MOVED } from './launcher.ts';
 
 export type VerificationTier = 'tools_listed' | 'tool_smoke_passed';
 
@@ -22,7 +23,14 @@ export interface ProbeResult {
 
 /** Installs a server and lists its tools in a sandbox; a failure says why, in words for the operator. */
 export interface ServerProber {
-  probe(entry: CatalogEntry): Promise<ProbeResult>;
+  /**
+   * Resolves the entry anew and probes what it resolves to; refuses (reason `pin_moved`) a version
+   * that `pinned`, the last verification's, holds with another digest.
+   */
+  probe(
+    entry: CatalogEntry,
+    pinned?: { name: string; version: string; digest: string },
+  ): Promise<ProbeResult>;
   /** Whether this deployment can run servers of the entry's registry kind at all. */
   runnable(entry: CatalogEntry): { ok: true } | { ok: false; reason: string };
 }
@@ -260,9 +268,15 @@ export class ServerDirectory {
     const now = this.deps.clock.now().getTime();
     const denied = this.denial(entry);
     if (denied || !this.deps.prober.runnable(entry).ok) return this.resolve(id);
+    const previous = (await this.deps.db('gateway_servers').where({ server_id: id }).first()) as
+      ServerRow | undefined;
+    const pinned =
+      previous?.version && previous.digest
+        ? { name: entry.package, version: previous.version, digest: previous.digest }
+        : undefined;
     let row: Omit<ServerRow, 'server_id'>;
     try {
-      const probe = await this.deps.prober.probe(entry);
+      const probe = await this.deps.prober.probe(entry, pinned);
       const scriptsBlocked = probe.hasInstallScripts && !entry.allowInstallScripts;
       row = {
         version: probe.version,
@@ -283,12 +297,19 @@ export class ServerDirectory {
       );
     } catch (err) {
       const reason = (err as SigilError).details?.reason;
+      const integrity = reason === 'integrity_mismatch' || reason === PIN_MOVED;
       row = {
-        version: null,
-        digest: null,
+        // A moved pin stays recorded, so every later verification refuses the change again.
+        version: reason === PIN_MOVED ? (pinned?.version ?? null) : null,
+        digest: reason === PIN_MOVED ? (pinned?.digest ?? null) : null,
         tier: null,
-        filter_status: reason === 'integrity_mismatch' ? 'blocked' : 'allowed',
-        filter_reason: reason === 'integrity_mismatch' ? 'package integrity check failed' : null,
+        filter_status: integrity ? 'blocked' : 'allowed',
+        filter_reason:
+          reason === PIN_MOVED
+            ? 'the registry changed the pinned version since it was verified'
+            : integrity
+              ? 'package integrity check failed'
+              : null,
         verified_at: now,
         last_error: (err as Error).message,
       };

@@ -4,7 +4,7 @@ import type { Disconnection } from '../../core/http/disconnect.ts';
 import { UNKNOWN_TOOL } from '../../core/http/mcp-errors.ts';
 import { CallCancelled, type CallObserver } from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
-import type { ServerLaunch } from './launcher.ts';
+import { pinOf, type ServerLaunch } from './launcher.ts';
 import type { ResolvedServer, ServerDetails, ServerDirectory } from './servers.ts';
 import type { Payments } from './payments/payments.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY } from './payments/receipts.ts';
@@ -162,11 +162,11 @@ export class ToolCaller {
    */
   private async execute(
     call: ToolCall,
-    { entry, settings }: ResolvedServer,
+    { entry, details, settings }: ResolvedServer,
     disconnection: Disconnection | undefined,
   ): Promise<Execution> {
     const caller = this.options.limits.admit(call.wallet, call.origin);
-    const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous', entry };
+    const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous', entry, pin: pinOf(details) };
     let injected: RunningServer['injected'] = { names: [], redactor: Redactor.none };
     try {
       return await this.options.pool.use(

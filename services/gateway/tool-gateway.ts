@@ -170,6 +170,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     registries: () => kernel.plugins.extensions(extensionPoints.registryKinds),
     clock: kernel.clock,
     logger,
+    refresh: kernel.config.gateway.refresh,
   });
   return {
     mcp: mcpRoutes({
@@ -190,6 +191,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     ],
     warmup,
     start: async () => {
+      warmup.startSchedule();
       if (!payments) return;
       await payments.recover();
       payments.start();

@@ -1,6 +1,7 @@
 import type { Clock } from '../../core/clock.ts';
 import type { Logger } from '../../core/log.ts';
-import type { CacheStatus, PackageRegistryV1 } from '@sigil/plugin-api';
+import type { CacheContents, PackageRegistryV2 } from '@sigil/plugin-api';
+import { DailySchedule } from '@sigil/plugin-api/schedule';
 import type { Catalog } from './catalog.ts';
 import type { ServerDirectory } from './servers.ts';
 
@@ -24,7 +25,7 @@ export interface WarmupStatus {
     filter: string;
     lastError: string | null;
   }[];
-  caches: (CacheStatus & { registry: string })[];
+  caches: (CacheContents & { registry: string })[];
 }
 
 /** How a warmup ended: of the catalog's servers, how many are installed and verified. */
@@ -34,28 +35,44 @@ export interface WarmupOutcome {
 }
 
 /**
- * Installs and verifies every catalog server so a new user can list and call tools at once; the
- * registries keep the packages fresh on their own daily schedule. Progress goes to the log.
+ * Installs and verifies every catalog server so a new user can list and call tools at once, and again
+ * every day (`gateway.refresh`) for every registry kind: each server is resolved anew, so a new version
+ * is installed and its tools checked against their pins, and a pinned version that changed is refused.
+ * Progress goes to the log.
  */
 export class Warmup {
   private current: Promise<WarmupOutcome> | undefined;
   private progress: { done: number; total: number } | null = null;
   private lastRun: string | null = null;
   private stopped = false;
+  /** The daily refresh; undefined when `gateway.refresh.enabled` is off. */
+  readonly schedule: DailySchedule | undefined;
 
   constructor(
     private readonly deps: {
       catalog: Catalog;
       servers: ServerDirectory;
       /** The registry plugins by the registry kinds they provide (a plugin may provide several). */
-      registries: () => ReadonlyMap<string, PackageRegistryV1>;
+      registries: () => ReadonlyMap<string, PackageRegistryV2>;
       clock: Clock;
       logger: Logger;
+      refresh: { enabled: boolean; at: string; pollSeconds: number };
     },
-  ) {}
+  ) {
+    this.schedule = deps.refresh.enabled
+      ? new DailySchedule(deps.clock, deps.refresh.at, () => this.run('schedule'))
+      : undefined;
+  }
+
+  /** Polls the daily refresh's time (a timer that does not keep the process alive). */
+  startSchedule(): void {
+    this.schedule?.startPolling(this.deps.refresh.pollSeconds * 1000, (err) =>
+      this.deps.logger.error({ err }, 'the daily package refresh failed'),
+    );
+  }
 
   /** Starts a warmup, or joins the one running. */
-  run(trigger: 'start-up' | 'demand'): Promise<WarmupOutcome> {
+  run(trigger: 'start-up' | 'demand' | 'schedule'): Promise<WarmupOutcome> {
     this.current ??= this.verifyAll(trigger).finally(() => {
       this.current = undefined;
       this.progress = null;
@@ -70,12 +87,13 @@ export class Warmup {
    */
   async stop(): Promise<void> {
     this.stopped = true;
+    await this.schedule?.stopPolling();
     await this.current?.catch(() => undefined);
   }
 
   async status(): Promise<WarmupStatus> {
     const details = await this.deps.servers.list();
-    const kindsOf = new Map<PackageRegistryV1, string[]>();
+    const kindsOf = new Map<PackageRegistryV2, string[]>();
     for (const [kind, registry] of this.deps.registries())
       kindsOf.set(registry, [...(kindsOf.get(registry) ?? []), kind]);
     const caches = await Promise.all(
@@ -84,10 +102,6 @@ export class Warmup {
         ...(await registry.cacheStatus()),
       })),
     );
-    const nextRefreshes = caches
-      .map((c) => c.summary.nextRefresh)
-      .filter((t): t is string => t !== null)
-      .sort();
     return {
       summary: {
         servers: details.length,
@@ -97,9 +111,9 @@ export class Warmup {
         failed: details.filter((d) => d.tier === null && d.lastError !== null).length,
         running: this.progress,
         lastRun: this.lastRun,
-        packages: caches.reduce((sum, c) => sum + c.summary.packages, 0),
-        bytes: caches.reduce((sum, c) => sum + c.summary.bytes, 0),
-        nextRefresh: nextRefreshes[0] ?? null,
+        packages: caches.reduce((sum, c) => sum + c.entries.length, 0),
+        bytes: caches.reduce((sum, c) => sum + c.bytes, 0),
+        nextRefresh: this.schedule?.nextRun.toISOString() ?? null,
       },
       servers: details.map((d) => ({
         id: d.id,
@@ -114,11 +128,6 @@ export class Warmup {
 
   private async verifyAll(trigger: string): Promise<WarmupOutcome> {
     const entries = this.deps.catalog.all();
-    for (const [kind, registry] of this.deps.registries()) {
-      registry.keepWarm(
-        entries.filter((e) => e.registry === kind).map((e) => ({ name: e.package, range: e.version })),
-      );
-    }
     this.progress = { done: 0, total: entries.length };
     this.deps.logger.info(
       { trigger, servers: entries.length },

@@ -6,7 +6,7 @@ import type Router from '@koa/router';
 import { expect } from 'chai';
 import type Koa from 'koa';
 import { PLUGIN_KINDS } from '@sigil/plugin-api';
-import { CONTRACT_KITS } from '@sigil/plugin-api/kit';
+import { latestKit } from '@sigil/plugin-api/kit';
 import { configSettings } from '../../docs/config-reference.ts';
 import { contractInterface, readSourceDocs } from '../../docs/contract-source.ts';
 import { kitChecks } from '../../docs/plugin-kind-page.ts';
@@ -58,7 +58,7 @@ describe('generated docs', () => {
 
   it('documents every member of every plugin contract in its doc comments', () => {
     const undocumented = PLUGIN_KINDS.flatMap((kind) => {
-      const contract = contractInterface(readSourceDocs(CONTRACT_KITS[kind].contractFile));
+      const contract = contractInterface(readSourceDocs(latestKit(kind).contractFile));
       return [contract, ...contract.members]
         .filter((documented) => documented.doc === '')
         .map((documented) => `${kind}: ${documented.name}`);

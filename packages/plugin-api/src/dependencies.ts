@@ -1,4 +1,4 @@
-import { PLUGIN_KINDS, type PluginInstanceOf, type PluginKind } from './contracts/index.ts';
+import { type CurrentInstanceOf, PLUGIN_KINDS, type PluginKind } from './contracts/index.ts';
 import { CORE_SERVICE_NAMES, type CoreServiceName, type CoreServices } from './services.ts';
 
 /** Carries the type a reference resolves to; never present at run time. */
@@ -42,7 +42,7 @@ export const coreServices: { readonly [Name in CoreServiceName]: DependencyRef<C
 export const pluginOfKind = <Kind extends PluginKind>(
   kind: Kind,
   name?: string,
-): DependencyRef<PluginInstanceOf<Kind>> => Object.freeze(name === undefined ? { kind } : { kind, name });
+): DependencyRef<CurrentInstanceOf<Kind>> => Object.freeze(name === undefined ? { kind } : { kind, name });
 
 /**
  * Why `ref` (read from a manifest, so of any shape) is not a reference `coreServices` or `pluginOfKind`

@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { PluginInstanceOf, PluginKind, SpecVersion } from './contracts/index.ts';
+import type { CurrentInstanceOf, PluginInstanceOf, PluginKind, SpecVersion } from './contracts/index.ts';
 import type { DependencyRefs, ResolvedDependencies } from './dependencies.ts';
 import type { Extension } from './extensions.ts';
 import type { PluginLogger } from './services.ts';
@@ -67,9 +67,10 @@ export interface PluginManifest<
    * The keys of extension points this plugin serves, e.g. `[provide(extensionPoints.registryKinds,
    * 'npm')]`: its instance is what the point's users get for each key. A plugin of a kind that has
    * extension points provides at least one key of each; two loaded plugins never provide the same key
-   * of a point (the host refuses to start, naming both).
+   * of a point (the host refuses to start, naming both). The point's users get the instance as its
+   * kind's current contract (adapted, for an older spec version).
    */
-  provides?: readonly Extension<PluginInstanceOf<K, V>>[];
+  provides?: readonly Extension<CurrentInstanceOf<K>>[];
   /**
    * Makes the instance, once, after the manifests, options and dependencies of all plugins were
    * checked and the plugins it depends on were created. A throw stops the start-up (exit 2) naming the

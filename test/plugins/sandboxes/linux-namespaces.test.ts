@@ -670,10 +670,15 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         specVersion: 'v1',
       });
       await host.start();
+      // The host hands the v1 plugin out adapted to v2.
       const sandbox = await host.one('sandbox-runtime').spawn({
-        packagePath: '/usr',
-        command: '/bin/sh',
-        args: ['-c', 'echo hello'],
+        launch: {
+          kind: 'host',
+          runtime: 'binary',
+          root: '/usr',
+          command: '/bin/sh',
+          args: ['-c', 'echo hello'],
+        },
         env: {},
         networkAllowList: [],
       });

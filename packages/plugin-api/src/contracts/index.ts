@@ -28,6 +28,23 @@ export interface PluginContracts {
 }
 
 export type PluginKind = keyof PluginContracts;
+
+/**
+ * The spec version of each kind that a host hands to its services: the newest. A plugin of an older
+ * version it still supports is adapted to this one when it is loaded.
+ */
+export interface CurrentSpecVersions {
+  'llm-provider': 'v1';
+  'package-registry': 'v2';
+  'payment-rail': 'v1';
+  'sandbox-runtime': 'v2';
+  'tee-backend': 'v1';
+  'canvas-node': 'v1';
+}
+
+/** An instance of a kind's current contract: what the host's `all`, `one` and `extensions` give. */
+export type CurrentInstanceOf<K extends PluginKind> = PluginContracts[K][CurrentSpecVersions[K] &
+  keyof PluginContracts[K]];
 export type SpecVersion<K extends PluginKind> = keyof PluginContracts[K] & string;
 export type PluginInstanceOf<
   K extends PluginKind,

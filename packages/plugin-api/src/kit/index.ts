@@ -28,12 +28,23 @@ export {
   type LoadInstance,
   type MemberType,
 } from './kit.ts';
-export { CONTRACT_KITS } from './contract-kits.ts';
+export { CONTRACT_KITS, latestKit } from './contract-kits.ts';
 export { canvasNodeKit, describeCanvasNodeKit } from './canvas-node.ts';
 export { describeLlmProviderKit, llmProviderKit } from './llm-provider.ts';
-export { describePackageRegistryKit, packageRegistryKit } from './package-registry.ts';
+export {
+  describePackageRegistryKit,
+  describePackageRegistryKitV2,
+  packageRegistryKit,
+  packageRegistryKitV2,
+} from './package-registry.ts';
 export { describePaymentRailKit, paymentRailKit } from './payment-rail.ts';
-export { describeSandboxRuntimeKit, sandboxRuntimeKit } from './sandbox-runtime.ts';
+export {
+  describeSandboxRuntimeKit,
+  describeSandboxRuntimeKitV2,
+  REQUIRED_DENIED_SYSCALLS,
+  sandboxRuntimeKit,
+  sandboxRuntimeKitV2,
+} from './sandbox-runtime.ts';
 export { describeTeeBackendKit, teeBackendKit } from './tee-backend.ts';
 
 /** Behaviour that needs what only the tester has: an upstream and keys, a funded payer, served packages. */
@@ -47,6 +58,12 @@ export {
   packageRegistryBehaviour,
   type PackageRegistryFixture,
 } from './package-registry-behaviour.ts';
+export {
+  describePackageRegistryBehaviourV2,
+  packageRegistryBehaviourV2,
+  type PackageRegistryFixtureV2,
+  type PackageRegistryTraits,
+} from './package-registry-behaviour-v2.ts';
 export {
   describePaymentRailBehaviour,
   paymentRailBehaviour,

@@ -1,9 +1,4 @@
-import {
-  type PluginInstanceOf,
-  type PluginKind,
-  type PluginLifecycle,
-  SUPPORTED_SPEC_VERSIONS,
-} from '../index.ts';
+import { type PluginInstanceOf, type PluginKind, type PluginLifecycle, type SpecVersion } from '../index.ts';
 import { ensure, failWith, pass, type Check } from './check.ts';
 import type { EvidenceLog } from './evidence.ts';
 
@@ -34,37 +29,35 @@ export type ContractMembers<Instance> = {
   readonly [M in Exclude<keyof Instance, 'specVersion'>]-?: MemberType;
 };
 
-export interface ContractKit<K extends PluginKind> {
+/** The kit of one spec version of a kind's contract (a kind with two versions has a kit for each). */
+export interface ContractKit<K extends PluginKind, V extends SpecVersion<K> = SpecVersion<K>> {
   kind: K;
+  /** The contract version the kit checks: an instance must carry it as its `specVersion`. */
+  specVersion: V;
   /** The contract's source, quoted in each check's `spec`. */
   contractFile: string;
-  members: ContractMembers<PluginInstanceOf<K>>;
+  members: ContractMembers<PluginInstanceOf<K, V>>;
   /** Behavioural checks from the contract's doc comments. */
-  behaviour: readonly InstanceCheck<PluginInstanceOf<K>>[];
+  behaviour: readonly InstanceCheck<PluginInstanceOf<K, V>>[];
 }
 
 /** Returns a fresh, started instance per call; the kit stops it after the check when it has `stop`. */
 export type LoadInstance = () => Promise<unknown>;
 
 /**
- * The checks of a kit bound to a way of getting instances: the shape of the instance (spec version,
- * every member), then the kit's behaviour. `declaredSpecVersion` is the manifest's, when there is one.
+ * The checks of a kit bound to a way of getting instances: the shape of the instance (the kit's spec
+ * version, every member of that version), then the kit's behaviour.
  */
-export function contractChecks<K extends PluginKind>(
-  kit: ContractKit<K>,
+export function contractChecks<K extends PluginKind, V extends SpecVersion<K>>(
+  kit: ContractKit<K, V>,
   load: LoadInstance,
-  declaredSpecVersion?: string,
 ): KitCheck[] {
-  const supported = SUPPORTED_SPEC_VERSIONS[kit.kind] as readonly string[];
   const spec = (detail: string) => `${kit.contractFile}: ${detail}`;
   const shape: InstanceCheck<Record<string, unknown>>[] = [
     {
       id: `${kit.kind}.spec-version`,
       level: 'MUST',
-      title:
-        declaredSpecVersion === undefined
-          ? 'The instance carries a specVersion this core supports'
-          : `The instance carries the manifest's specVersion (${declaredSpecVersion})`,
+      title: `The instance carries the specVersion of the contract (${kit.specVersion})`,
       spec: spec(
         `specVersion, "The version of this contract the instance implements: its manifest's specVersion"`,
       ),
@@ -72,10 +65,9 @@ export function contractChecks<K extends PluginKind>(
         const version = instance.specVersion;
         ensure(typeof version === 'string', 'the instance has no specVersion string');
         ensure(
-          declaredSpecVersion === undefined || version === declaredSpecVersion,
-          `the instance says specVersion "${version}", its manifest "${declaredSpecVersion}"`,
+          version === kit.specVersion,
+          `the instance says specVersion "${version}", the contract is ${kit.specVersion}`,
         );
-        ensure(supported.includes(version), `specVersion "${version}" is not one of ${supported.join(', ')}`);
         return pass();
       },
     },

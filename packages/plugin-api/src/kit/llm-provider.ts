@@ -61,8 +61,9 @@ const keySlot: InstanceCheck<LlmProviderV1> = {
   },
 };
 
-export const llmProviderKit: ContractKit<'llm-provider'> = {
+export const llmProviderKit: ContractKit<'llm-provider', 'v1'> = {
   kind: 'llm-provider',
+  specVersion: 'v1',
   contractFile: CONTRACT,
   members: { keySlot: 'string', listModels: 'function', doStream: 'function' },
   behaviour: [priced, keySlot],

@@ -68,7 +68,7 @@ async function installAndNote({ instance, evidence }: Context, resolved: Resolve
 }
 
 /** The `details.reason` a rejection carries, or a failure when the call did not reject. */
-async function rejectionReason(promise: Promise<unknown>, what: string): Promise<unknown> {
+export async function rejectionReason(promise: Promise<unknown>, what: string): Promise<unknown> {
   try {
     await promise;
   } catch (err) {

@@ -8,8 +8,9 @@ import { describeContractKit } from './mocha.ts';
  * (`describePaymentRailBehaviour(load, harness)`), which the tester gives a way to pay and to read
  * balances.
  */
-export const paymentRailKit: ContractKit<'payment-rail'> = {
+export const paymentRailKit: ContractKit<'payment-rail', 'v1'> = {
   kind: 'payment-rail',
+  specVersion: 'v1',
   contractFile: 'packages/plugin-api/src/contracts/payment-rail-v1.ts',
   members: {
     terms: 'function',

@@ -5,7 +5,13 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { SandboxExit, SandboxLimits, SandboxProcess, SandboxRuntimeV1 } from '../index.ts';
+import type {
+  SandboxExit,
+  SandboxLimits,
+  SandboxProcess,
+  SandboxRuntimeV1,
+  SandboxRuntimeV2,
+} from '../index.ts';
 import { ensure, notApplicableBecause, pass } from './check.ts';
 import type { InstanceCheck, KitContext } from './kit.ts';
 
@@ -24,8 +30,9 @@ const CONTRACT = 'packages/plugin-api/src/contracts/sandbox-runtime-v1.ts';
 export const SANDBOX_PROBE_FILE = fileURLToPath(new URL('../../probes/sandbox-probe.cjs', import.meta.url));
 const MiB = 1024 * 1024;
 
-type SandboxCheck = InstanceCheck<SandboxRuntimeV1>;
-type SandboxContext = KitContext & { instance: SandboxRuntimeV1 };
+/** The checks hold for both versions of the contract: only how a probe is spawned differs. */
+type SandboxCheck = InstanceCheck<SandboxRuntimeV1 | SandboxRuntimeV2>;
+type SandboxContext = KitContext & { instance: SandboxRuntimeV1 | SandboxRuntimeV2 };
 
 /** Host programs the probe borrows, at the paths it looks for them (sandbox-probe.cjs). */
 const PROBE_PROGRAMS = ['/usr/bin/find', '/bin/true', '/usr/bin/unshare', '/usr/bin/setpriv'];
@@ -134,7 +141,13 @@ async function startProbe(
     networkAllowList: spec.networkAllowList,
     limits: options.limits,
   });
-  return instance.spawn(spec);
+  if (instance.specVersion === 'v1') return instance.spawn(spec);
+  const { packagePath: root, command: _node, args, env, readOnlyPaths, ...rest } = spec;
+  return instance.spawn({
+    ...rest,
+    env,
+    launch: { kind: 'host', runtime: 'node', root, args, ...(readOnlyPaths ? { readOnlyPaths } : {}) },
+  });
 }
 
 /** Runs the probe in `mode` to its end and returns what it reported. */

@@ -204,8 +204,9 @@ const behaviour: readonly TeeCheck[] = [
   // those checks belong with the platform's parser (attestation/<platform>), not in the generic kit.
 ];
 
-export const teeBackendKit: ContractKit<'tee-backend'> = {
+export const teeBackendKit: ContractKit<'tee-backend', 'v1'> = {
   kind: 'tee-backend',
+  specVersion: 'v1',
   contractFile: CONTRACT,
   members: { platform: 'string', status: 'function', attest: 'function', signingKey: 'function' },
   behaviour,

@@ -1,4 +1,5 @@
-import type { Clock } from '@sigil/plugin-api';
+/** A daily job by the injected clock: the gateway's package refresh, and any plugin's own. */
+import type { Clock } from './services.ts';
 
 /** A time of day in UTC, `HH:MM` (24-hour). */
 export const UTC_TIME_OF_DAY = /^([01]\d|2[0-3]):([0-5]\d)$/;
