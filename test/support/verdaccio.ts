@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
+  copyFileSync,
   cpSync,
   existsSync,
   mkdirSync,
@@ -70,6 +71,12 @@ export interface Verdaccio {
   publish(source: PackageSource): Promise<PublishedPackage>;
   /** The file verdaccio serves for a published version: tests tamper with it. */
   tarballPath(name: string, version: string): string;
+  /**
+   * Gives a published version other content and the digest that matches it, in the registry's own
+   * storage (as a compromised or careless registry could; npmjs.org refuses to): what a pin guards
+   * against. Returns the new integrity.
+   */
+  replaceVersion(source: PackageSource): Promise<string>;
   /** Stops the registry (SIGTERM, then SIGKILL after 5 s) and removes its storage. */
   stop(): Promise<void>;
 }
@@ -324,6 +331,8 @@ export async function startVerdaccio(options: StartVerdaccioOptions = {}): Promi
   };
   const published: PublishedPackage[] = [];
   for (const item of packed) published.push(await publishPacked(item));
+  const tarballPath = (name: string, version: string) =>
+    join(storage, name, `${name.split('/').pop() ?? name}-${version}.tgz`);
 
   return {
     url,
@@ -334,7 +343,21 @@ export async function startVerdaccio(options: StartVerdaccioOptions = {}): Promi
       published.push(result);
       return result;
     },
-    tarballPath: (name, version) => join(storage, name, `${name.split('/').pop() ?? name}-${version}.tgz`),
+    tarballPath,
+    replaceVersion: async (source) => {
+      const packed = await packPackage(source);
+      copyFileSync(packed.tarball, tarballPath(packed.name, packed.version));
+      const metadataFile = join(storage, packed.name, 'package.json');
+      const metadata = JSON.parse(readFileSync(metadataFile, 'utf8')) as {
+        versions: Record<string, { dist: { integrity: string; shasum: string } }>;
+      };
+      const version = metadata.versions[packed.version];
+      if (!version) throw new Error(`${packed.name}@${packed.version} is not published`);
+      version.dist.integrity = packed.integrity;
+      version.dist.shasum = createHash('sha1').update(readFileSync(packed.tarball)).digest('hex');
+      writeFileSync(metadataFile, JSON.stringify(metadata));
+      return packed.integrity;
+    },
     stop: async () => {
       process.off('exit', killOnExit);
       await stopChild(process_);

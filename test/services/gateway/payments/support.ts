@@ -23,6 +23,8 @@ import {
 import { startDevChain, type DevChain } from '../../../support/chain.ts';
 import { stickyDatabase, type TestDatabase } from '../../../support/kernel.ts';
 import { ProbeWorld, walletToken } from '../support.ts';
+import { eventually } from '../../../support/eventually.ts';
+export { eventually };
 
 const balanceAbi = parseAbi(['function balanceOf(address account) view returns (uint256)']);
 
@@ -188,21 +190,6 @@ export async function recordsOf(url: string, schema?: string): Promise<Database>
 export async function settlementRows(db: Database): Promise<SettlementRecord[]> {
   const rows = (await db('payment_settlements').select()) as (SettlementRecord & { attempts: unknown })[];
   return rows.map((row) => ({ ...row, attempts: Number(row.attempts) }));
-}
-
-/** Polls `probe` every 50 ms until it returns something truthy; fails after `timeoutMs`. */
-export async function eventually<T>(
-  what: string,
-  probe: () => Promise<T | undefined | false>,
-  timeoutMs = 20_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 /** How long a settled mark may take after the answer (the retry worker's claim lasts a minute). */

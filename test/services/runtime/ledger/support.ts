@@ -6,6 +6,8 @@ import type { Kernel } from '../../../../services/kernel.ts';
 import { createLedgerService, type LedgerService } from '../../../../services/runtime/ledger/service.ts';
 import type { Ledger } from '../../../../services/runtime/ledger/ledger.ts';
 import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../../support/kernel.ts';
+import { eventually } from '../../../support/eventually.ts';
+export { eventually };
 
 /** Wednesday 2026-03-18 12:00:00 UTC: far from every window boundary unless a test moves it. */
 export const MIDWEEK = Date.UTC(2026, 2, 18, 12, 0, 0);
@@ -66,21 +68,6 @@ export function seededRandom(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
-}
-
-/** Polls `probe` until it returns something truthy, or fails naming `what`. */
-export async function eventually<T>(
-  what: string,
-  probe: () => Promise<T | undefined | false>,
-  timeoutMs = 20_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 /**
