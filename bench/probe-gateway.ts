@@ -70,7 +70,6 @@ export function probeGatewayConfig(options: {
         options: {
           registry: options.registryUrl,
           cacheDir: join(dir, `packages${suffix}`),
-          refresh: { enabled: false },
         },
       },
       {

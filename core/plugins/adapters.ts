@@ -1,8 +1,6 @@
-import { join } from 'node:path';
 import {
   type CurrentInstanceOf,
-  type EntryPoint,
-  type InstalledPackage,
+  nodeLaunch,
   type PackageRegistryV1,
   type PackageRegistryV2,
   type PluginKind,
@@ -40,38 +38,14 @@ function registryFromV1(v1: PackageRegistryV1): PackageRegistryV2 {
     resolve: (spec) => v1.resolve(spec.name, spec.range),
     install: async (resolved, entryPoint) => {
       const installed = await v1.install(resolved);
-      const { path: _path, root, bin: _bin, ...entry } = installed;
-      return {
-        ...entry,
-        launch: {
-          kind: 'host',
-          runtime: 'node',
-          root,
-          args: [nodeEntryFile(installed, entryPoint), ...entryPoint.args],
-        },
-      };
+      const { path: _path, root: _root, bin: _bin, ...entry } = installed;
+      return { ...entry, launch: nodeLaunch(installed, entryPoint) };
     },
     cacheStatus: async () => {
       const status = await v1.cacheStatus();
       return { entries: status.entries, bytes: status.summary.bytes };
     },
   };
-}
-
-/** The file a v1 (Node) package runs for an entry point: a path inside it, a named bin, or its only bin. */
-function nodeEntryFile(installed: InstalledPackage, entryPoint: EntryPoint): string {
-  if (entryPoint.path !== undefined) return join(installed.path, entryPoint.path);
-  const bins = Object.keys(installed.bin);
-  const name = entryPoint.bin ?? (bins.length === 1 ? bins[0] : undefined);
-  const file = name === undefined || entryPoint.module !== undefined ? undefined : installed.bin[name];
-  if (file === undefined) {
-    throw new SigilError(
-      'not_found',
-      `Package ${installed.name}@${installed.version} has no executable ${entryPoint.bin === undefined ? '(give entry.bin)' : `"${entryPoint.bin}"`}`,
-      { hint: `It provides: ${bins.join(', ') || 'none'}`, details: { reason: 'not_found' } },
-    );
-  }
-  return file;
 }
 
 /**

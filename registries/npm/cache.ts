@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { CacheEntry, Clock, RefreshReport, ResolvedPackage } from '@sigil/plugin-api';
+import type { CacheEntry, Clock, ResolvedPackage } from '@sigil/plugin-api';
 
 /** What an entry directory records about itself, in {@link ENTRY_FILE}. */
 export interface EntryRecord extends CacheEntry {
@@ -24,7 +24,6 @@ const LAYOUT = 1;
  *     <root>/entries/<key>/      complete entries only: they appear by an atomic rename
  *     <root>/staging/<key>#<host>#<pid>#<r>/  installs in progress, named after their owner process
  *     <root>/npm/                npm's own content-addressable cache (packuments, tarballs by integrity)
- *     <root>/refresh.json        the last refresh report
  *
  * `<key>` is `<name>@<version>-<hex>`, with `/` of a scoped name turned into `+` and `<hex>` the first
  * 128 bits of the sha512 digest: the same name and version with other content is another entry.
@@ -33,7 +32,6 @@ export class CacheLayout {
   readonly entries: string;
   readonly staging: string;
   readonly npm: string;
-  private readonly refreshFile: string;
 
   constructor(
     readonly root: string,
@@ -43,7 +41,6 @@ export class CacheLayout {
     this.entries = join(root, 'entries');
     this.staging = join(root, 'staging');
     this.npm = join(root, 'npm');
-    this.refreshFile = join(root, 'refresh.json');
   }
 
   /**
@@ -130,21 +127,6 @@ export class CacheLayout {
   async discard(staged: string): Promise<void> {
     await rm(staged, { recursive: true, force: true });
     ownStaging.delete(staged);
-  }
-
-  async readRefreshReport(): Promise<RefreshReport | undefined> {
-    try {
-      return JSON.parse(await readFile(this.refreshFile, 'utf8')) as RefreshReport;
-    } catch {
-      return undefined;
-    }
-  }
-
-  /** Written through a temporary file and a rename, so a crash never leaves half a report. */
-  async writeRefreshReport(report: RefreshReport): Promise<void> {
-    const temporary = `${this.refreshFile}.${randomBytes(4).toString('hex')}`;
-    await writeFile(temporary, `${JSON.stringify(report, null, 2)}\n`);
-    await rename(temporary, this.refreshFile);
   }
 }
 

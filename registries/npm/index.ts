@@ -2,24 +2,24 @@ import { readFile } from 'node:fs/promises';
 import { resolve as resolvePath } from 'node:path';
 import { z } from 'zod';
 import {
-  type CacheStatus,
+  type CacheContents,
   type Clock,
   coreServices,
   definePlugin,
+  type EntryPoint,
   extensionPoints,
   type InstalledPackage,
-  type PackageRegistryV1,
+  type InstalledServer,
+  nodeLaunch,
+  type PackageRegistryV2,
   type PackageSpec,
   type PluginLifecycle,
   type PluginLogger,
   provide,
-  type RefreshReport,
-  type RefreshResult,
   type ResolvedPackage,
 } from '@sigil/plugin-api';
 import { CacheLayout, directorySize, type EntryRecord } from './cache.ts';
-import { checkResolved, checkSpec, NpmClient, PackageRegistryError } from './npm.ts';
-import { DailySchedule, UTC_TIME_OF_DAY } from '@sigil/plugin-api/schedule';
+import { checkResolved, NpmClient, PackageRegistryError } from './npm.ts';
 
 export { PackageIntegrityError, PackageRegistryError } from './npm.ts';
 
@@ -29,44 +29,18 @@ export const npmRegistryConfig = z
     registry: z.url().default('https://registry.npmjs.org/'),
     /** Cache directory; relative paths resolve from the working directory. */
     cacheDir: z.string().min(1).default('data/packages'),
-    /** Packages `refresh` keeps installed, besides those added with `keepWarm`. */
-    warm: z.array(z.object({ name: z.string(), range: z.string().default('latest') }).strict()).default([]),
-    refresh: z
-      .object({
-        /** Run the daily refresh at all. */
-        enabled: z.boolean().default(true),
-        /** UTC time of day of the daily refresh, `HH:MM`. */
-        at: z.string().regex(UTC_TIME_OF_DAY, 'a UTC time of day, HH:MM').default('03:00'),
-        /** How often the clock is checked against the next run. */
-        pollSeconds: z.number().int().positive().default(60),
-      })
-      .strict()
-      .default({ enabled: true, at: '03:00', pollSeconds: 60 }),
   })
   .strict();
 
 export type NpmRegistryConfig = z.infer<typeof npmRegistryConfig>;
 
-interface Progress {
-  done: number;
-  total: number;
-}
-
-/**
- * The npm registry plugin. Besides the contract it has `schedule.runDue()` for whoever drives time
- * (tests with a ManualClock; in production `start()` polls it).
- */
-export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
-  readonly specVersion = 'v1' as const;
+/** The npm registry plugin: what the gateway installs npm packages with (the gateway refreshes them daily). */
+export class NpmRegistry implements PackageRegistryV2, PluginLifecycle {
+  readonly specVersion = 'v2' as const;
   readonly registryKind = 'npm' as const;
   readonly cache: CacheLayout;
-  /** The daily refresh; `undefined` when `refresh.enabled` is false. */
-  readonly schedule: DailySchedule | undefined;
   private readonly npm: NpmClient;
-  private readonly warm = new Map<string, PackageSpec>();
   private readonly installing = new Map<string, Promise<InstalledPackage>>();
-  private refreshing: { progress: Progress; report: Promise<RefreshReport> } | undefined;
-  private lastReport: RefreshReport | undefined;
   private prepared: Promise<void> | undefined;
 
   constructor(
@@ -76,33 +50,31 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
   ) {
     this.cache = new CacheLayout(resolvePath(config.cacheDir), clock);
     this.npm = new NpmClient({ registry: config.registry, cache: this.cache.npm, logger });
-    this.keepWarm(config.warm);
-    this.schedule = config.refresh.enabled
-      ? new DailySchedule(clock, config.refresh.at, () => this.runRefresh('schedule'))
-      : undefined;
   }
 
   async start(): Promise<void> {
     await this.ready();
-    this.schedule?.startPolling(this.config.refresh.pollSeconds * 1000, (err) =>
-      this.logger.error({ err }, 'scheduled package cache refresh failed'),
-    );
     this.logger.info(
-      { cacheDir: this.cache.root, registry: this.config.registry, nextRefresh: this.schedule?.nextRun },
+      { cacheDir: this.cache.root, registry: this.config.registry },
       'npm package cache ready',
     );
   }
 
-  async stop(): Promise<void> {
-    await this.schedule?.stopPolling();
-    await this.refreshing?.report.catch(() => undefined);
+  resolve(spec: PackageSpec): Promise<ResolvedPackage> {
+    return this.npm.resolve(spec.name, spec.range);
   }
 
-  resolve(packageName: string, versionRange: string): Promise<ResolvedPackage> {
-    return this.npm.resolve(packageName, versionRange);
+  async install(resolved: ResolvedPackage, entryPoint: EntryPoint): Promise<InstalledServer> {
+    const installed = await this.installPackage(resolved);
+    const { path: _path, root: _root, bin: _bin, ...entry } = installed;
+    return { ...entry, launch: nodeLaunch(installed, entryPoint) };
   }
 
-  async install(resolved: ResolvedPackage): Promise<InstalledPackage> {
+  /**
+   * The package in the cache, installed first when it is not there; parallel calls share one install.
+   * Beyond the contract: where the package and its tree are, for tests and tools.
+   */
+  async installPackage(resolved: ResolvedPackage): Promise<InstalledPackage> {
     checkResolved(resolved);
     await this.ready();
     // Cache first, before anything could touch the network: this is the offline guarantee.
@@ -117,18 +89,7 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
     return pending;
   }
 
-  keepWarm(specs: readonly PackageSpec[]): void {
-    for (const spec of specs) {
-      checkSpec(spec.name, spec.range);
-      this.warm.set(`${spec.name}@${spec.range}`, { name: spec.name, range: spec.range });
-    }
-  }
-
-  refresh(): Promise<RefreshReport> {
-    return this.runRefresh('demand');
-  }
-
-  async cacheStatus(): Promise<CacheStatus> {
+  async cacheStatus(): Promise<CacheContents> {
     await this.ready();
     const records = await this.cache.list();
     const entries = records
@@ -141,18 +102,7 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
         hasInstallScripts,
       }))
       .sort((a, b) => a.name.localeCompare(b.name) || a.installedAt.localeCompare(b.installedAt));
-    const last = this.lastReport ?? (await this.cache.readRefreshReport());
-    return {
-      entries,
-      summary: {
-        packages: entries.length,
-        bytes: entries.reduce((sum, entry) => sum + entry.sizeBytes, 0),
-        lastRefresh: last?.finishedAt ?? null,
-        nextRefresh: this.schedule?.nextRun.toISOString() ?? null,
-        refreshing: this.refreshing ? { ...this.refreshing.progress } : null,
-        failed: last?.results.filter((result) => result.status === 'failed').length ?? 0,
-      },
-    };
+    return { entries, bytes: entries.reduce((sum, entry) => sum + entry.sizeBytes, 0) };
   }
 
   /** Creates the layout and clears a crashed install's leftovers, once, before the first use. */
@@ -230,62 +180,6 @@ export class NpmRegistry implements PackageRegistryV1, PluginLifecycle {
       bin: binPaths(entry.name, path, bin),
     };
   }
-
-  private runRefresh(trigger: RefreshReport['trigger']): Promise<RefreshReport> {
-    if (this.refreshing) return this.refreshing.report;
-    const specs = [...this.warm.values()];
-    const progress: Progress = { done: 0, total: specs.length };
-    const report = this.refreshAll(specs, trigger, progress).finally(() => {
-      this.refreshing = undefined;
-    });
-    this.refreshing = { progress, report };
-    return report;
-  }
-
-  private async refreshAll(
-    specs: readonly PackageSpec[],
-    trigger: RefreshReport['trigger'],
-    progress: Progress,
-  ): Promise<RefreshReport> {
-    const startedAt = this.clock.now().toISOString();
-    this.logger.info({ packages: specs.length, trigger }, 'package cache refresh started');
-    const results: RefreshResult[] = [];
-    // One at a time: progress stays readable, and a refresh never competes with serving for the disk.
-    for (const spec of specs) {
-      const result = await this.refreshOne(spec);
-      results.push(result);
-      progress.done += 1;
-      this.logger.info(
-        { progress: `${progress.done}/${progress.total}`, ...result },
-        `package cache refresh: ${spec.name}@${spec.range} ${result.status}`,
-      );
-    }
-    const report: RefreshReport = { startedAt, finishedAt: this.clock.now().toISOString(), trigger, results };
-    this.lastReport = report;
-    await this.cache.writeRefreshReport(report);
-    const failed = results.filter((result) => result.status === 'failed').length;
-    this.logger[failed > 0 ? 'warn' : 'info'](
-      { packages: results.length, failed, nextRefresh: this.schedule?.nextRun },
-      'package cache refresh finished',
-    );
-    return report;
-  }
-
-  private async refreshOne(spec: PackageSpec): Promise<RefreshResult> {
-    try {
-      const resolved = await this.resolve(spec.name, spec.range);
-      const known = await this.cache.read(resolved);
-      await this.install(resolved);
-      return {
-        ...spec,
-        status: known ? 'cached' : 'installed',
-        version: resolved.version,
-        digest: resolved.digest,
-      };
-    } catch (err) {
-      return { ...spec, status: 'failed', error: err instanceof Error ? err.message : String(err) };
-    }
-  }
 }
 
 /** A package's `bin` field as absolute paths; a string `bin` is named after the unscoped package. */
@@ -302,9 +196,9 @@ function binPaths(
 export default definePlugin({
   kind: 'package-registry',
   name: 'registry-npm',
-  specVersion: 'v1',
+  specVersion: 'v2',
   description:
-    'npm registry: sha512-verified installs with install scripts off, into an atomic content-addressed cache refreshed daily',
+    'npm registry: sha512-verified installs with install scripts off, into an atomic content-addressed cache',
   config: npmRegistryConfig,
   dependencies: { clock: coreServices.clock },
   provides: [provide(extensionPoints.registryKinds, 'npm')],

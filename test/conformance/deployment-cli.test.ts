@@ -104,7 +104,7 @@ function gatewayWithServers(registry: Verdaccio, dir: string) {
       {
         resolve: 'registry-npm',
         enabled: true,
-        options: { registry: registry.url, cacheDir: join(dir, 'packages'), refresh: { enabled: false } },
+        options: { registry: registry.url, cacheDir: join(dir, 'packages') },
       },
       { resolve: 'sandbox-linux-namespaces', enabled: true, options: { stateDir: join(dir, 'sandboxes') } },
     ],

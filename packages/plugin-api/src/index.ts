@@ -21,6 +21,8 @@ export {
   scrubSecret,
 } from './llm-errors.ts';
 export type * from './manifest.ts';
+export type * from './node-launch.ts';
+export { nodeLaunch } from './node-launch.ts';
 export { definePlugin } from './manifest.ts';
 export { encodingsOf, REDACTED, Redactor } from './redaction.ts';
 export type * from './services.ts';

@@ -39,7 +39,6 @@ describe('registry-npm cache layout', () => {
       stage('d@1.0.0-00#elsewhere#42#4', 60_000);
       stage('e@1.0.0-00#elsewhere#42#5', 2 * 24 * 60 * 60 * 1000);
       const registry = await openRegistry({ registry: 'http://127.0.0.1:9/', cacheDir: cache.path });
-      await registry.stop();
       expect(readdirSync(staging).sort()).to.deep.equal([
         `a@1.0.0-00#${hostname()}#${other.pid}#1`,
         'd@1.0.0-00#elsewhere#42#4',

@@ -3,14 +3,14 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import {
   contractChecks,
-  describePackageRegistryBehaviour,
+  describePackageRegistryBehaviourV2,
   EvidenceRedactor,
-  packageRegistryBehaviour,
-  packageRegistryKit,
+  packageRegistryBehaviourV2,
+  packageRegistryKitV2,
   runChecks,
-  type PackageRegistryFixture,
+  type PackageRegistryFixtureV2,
 } from '@sigil/plugin-api/kit';
-import type { InstalledPackage, PackageRegistryV1 } from '@sigil/plugin-api';
+import type { InstalledServer, PackageRegistryV2 } from '@sigil/plugin-api';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { openRegistry, tempDir, writePackage } from './support.ts';
 
@@ -18,7 +18,7 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
   this.timeout(30_000);
   const work = tempDir('registry-kit');
   let registry: Verdaccio;
-  let fixture: PackageRegistryFixture | undefined;
+  let fixture: PackageRegistryFixtureV2 | undefined;
   let caches = 0;
 
   before(async () => {
@@ -49,12 +49,34 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
       ),
     });
     copyFileSync(forged.tarball, registry.tarballPath('sigil-test-kit-tampered', '1.0.0'));
+    await registry.publish({
+      dir: writePackage(dir('moved'), { name: 'sigil-test-kit-moved', version: '1.0.0' }),
+    });
+    // Each move gives the version content it never had before, so every run of the check sees a move.
+    let moves = 0;
+    const movedContent = () => {
+      moves += 1;
+      return writePackage(
+        dir(`moved-${moves}`),
+        { name: 'sigil-test-kit-moved', version: '1.0.0' },
+        { 'index.js': `module.exports = "changed ${moves}";\n` },
+      );
+    };
     const plain = registry.published.find((p) => p.version === '1.1.0');
     if (!plain) throw new Error('sigil-test-kit-plain@1.1.0 was not published');
+    const entryPoint = { path: 'index.js', args: [] };
     fixture = {
-      plain: { name: plain.name, range: '^1.0.0', version: '1.1.0', digest: plain.integrity },
-      scripted: { name: 'sigil-test-kit-scripted', range: 'latest', marker },
-      tampered: { name: 'sigil-test-kit-tampered', range: '1.0.0' },
+      plain: { name: plain.name, range: '^1.0.0', version: '1.1.0', digest: plain.integrity, entryPoint },
+      scripted: { name: 'sigil-test-kit-scripted', range: 'latest', marker, entryPoint },
+      tampered: { name: 'sigil-test-kit-tampered', range: '1.0.0', entryPoint },
+      moved: {
+        name: 'sigil-test-kit-moved',
+        range: '1.0.0',
+        entryPoint,
+        move: async () => {
+          await registry.replaceVersion({ dir: movedContent() });
+        },
+      },
     };
   });
 
@@ -71,16 +93,16 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
     return fixture;
   };
 
-  describePackageRegistryBehaviour(load, readyFixture);
+  describePackageRegistryBehaviourV2(load, readyFixture);
 
   /** Runs the behaviour checks on a broken registry; returns the ids that failed. */
   async function failingChecks(
-    breakIt: (registry: PackageRegistryV1) => Partial<PackageRegistryV1>,
+    breakIt: (registry: PackageRegistryV2) => Partial<PackageRegistryV2>,
   ): Promise<string[]> {
-    const kit = { ...packageRegistryKit, behaviour: packageRegistryBehaviour(readyFixture) };
+    const kit = { ...packageRegistryKitV2, behaviour: packageRegistryBehaviourV2(readyFixture) };
     const broken = async () => {
       const instance = await load();
-      return Object.assign(Object.create(instance) as PackageRegistryV1, breakIt(instance));
+      return Object.assign(Object.create(instance) as PackageRegistryV2, breakIt(instance));
     };
     const results = await runChecks(contractChecks(kit, broken), {
       redactor: new EvidenceRedactor(),
@@ -92,24 +114,44 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
 
   it('the kit fails a registry that swallows integrity failures', async () => {
     const failed = await failingChecks((real) => ({
-      install: (resolved) =>
-        real.install(resolved).catch((): InstalledPackage => ({
-          ...resolved,
-          installedAt: new Date().toISOString(),
-          sizeBytes: 0,
-          hasInstallScripts: false,
-          path: '/nonexistent',
-          root: '/nonexistent',
-          bin: {},
-        })),
+      install: (resolved, entryPoint) =>
+        real
+          .install(resolved, entryPoint)
+          .catch((err: { details?: { reason?: string } }): InstalledServer => {
+            if (err.details?.reason !== 'integrity_mismatch') throw err;
+            return {
+              ...resolved,
+              installedAt: new Date().toISOString(),
+              sizeBytes: 0,
+              hasInstallScripts: false,
+              launch: { kind: 'host', runtime: 'node', root: '/nonexistent', args: [] },
+            };
+          }),
     }));
     expect(failed).to.deep.equal(['package-registry.integrity-mismatch-refused']);
   });
 
+  it('the kit fails a registry that follows a changed version or keeps answering the old digest', async () => {
+    const staleDigests = new Map<string, string>();
+    const failed = await failingChecks((real) => ({
+      // Remembers the first digest of each version, as a cache that never revalidates would.
+      resolve: async (spec) => {
+        const resolved = await real.resolve(spec);
+        const key = `${resolved.name}@${resolved.version}`;
+        if (!staleDigests.has(key)) staleDigests.set(key, resolved.digest);
+        return { ...resolved, digest: staleDigests.get(key) as string };
+      },
+    }));
+    expect(failed).to.include('package-registry.moved-version-not-followed');
+  });
+
   it('the kit fails a registry that hides install scripts or answers another version', async () => {
     const failed = await failingChecks((real) => ({
-      install: async (resolved) => ({ ...(await real.install(resolved)), hasInstallScripts: false }),
-      resolve: async (name, range) => ({ ...(await real.resolve(name, range)), version: '0.0.0-other' }),
+      install: async (resolved, entryPoint) => ({
+        ...(await real.install(resolved, entryPoint)),
+        hasInstallScripts: false,
+      }),
+      resolve: async (spec) => ({ ...(await real.resolve(spec)), version: '0.0.0-other' }),
     }));
     expect(failed).to.include.members([
       'package-registry.resolve-exact',

@@ -3,20 +3,10 @@ import { copyFileSync, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { ManualClock } from '../../../core/clock.ts';
 import { type ResolvedPackage, SigilError } from '@sigil/plugin-api';
 import { PackageIntegrityError, type NpmRegistry } from '../../../registries/npm/index.ts';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
-import {
-  EVERYTHING,
-  listAndCall,
-  MEMORY,
-  openRegistry,
-  recordingLogger,
-  specOf,
-  tempDir,
-  writePackage,
-} from './support.ts';
+import { EVERYTHING, listAndCall, MEMORY, openRegistry, specOf, tempDir, writePackage } from './support.ts';
 
 /** Rejection of `promise`, which must reject. */
 async function rejectionOf(promise: Promise<unknown>): Promise<SigilError> {
@@ -68,7 +58,6 @@ describe('registry-npm against a local registry (verdaccio)', function () {
   });
 
   after(async () => {
-    await shared?.stop();
     await registry?.stop();
     work.cleanup();
   });
@@ -86,17 +75,22 @@ describe('registry-npm against a local registry (verdaccio)', function () {
   it('resolves ranges and tags to one exact version with the registry digest', async () => {
     const expected = await registryIntegrity(MEMORY.name, MEMORY.version);
     for (const range of ['latest', '^2026.8.0', MEMORY.version, '>=2025 <2027']) {
-      expect(await shared.resolve(MEMORY.name, range)).to.deep.equal({ ...MEMORY, digest: expected });
+      expect(await shared.resolve({ name: MEMORY.name, range: range })).to.deep.equal({
+        ...MEMORY,
+        digest: expected,
+      });
     }
     // The same value npm computed when packing the tarball that was published.
     expect(registry.published.find((p) => p.name === MEMORY.name)?.integrity).to.equal(expected);
   });
 
   it('says not_found for an unknown package or version, and refuses specs that leave the registry', async () => {
-    expect((await rejectionOf(shared.resolve('sigil-test-no-such-package', 'latest'))).details).to.include({
+    expect(
+      (await rejectionOf(shared.resolve({ name: 'sigil-test-no-such-package', range: 'latest' }))).details,
+    ).to.include({
       reason: 'not_found',
     });
-    expect((await rejectionOf(shared.resolve(MEMORY.name, '^99.0.0'))).details).to.include({
+    expect((await rejectionOf(shared.resolve({ name: MEMORY.name, range: '^99.0.0' }))).details).to.include({
       reason: 'not_found',
     });
     for (const range of [
@@ -105,14 +99,18 @@ describe('registry-npm against a local registry (verdaccio)', function () {
       'https://example.com/x.tgz',
       'git+ssh://h/r.git',
     ]) {
-      expect((await rejectionOf(shared.resolve(MEMORY.name, range))).code).to.equal('invalid_request');
+      expect((await rejectionOf(shared.resolve({ name: MEMORY.name, range: range }))).code).to.equal(
+        'invalid_request',
+      );
     }
-    expect((await rejectionOf(shared.resolve('../etc', 'latest'))).code).to.equal('invalid_request');
+    expect((await rejectionOf(shared.resolve({ name: '../etc', range: 'latest' }))).code).to.equal(
+      'invalid_request',
+    );
   });
 
   it('installs an MCP server and its whole tree from the registry, verified and recorded', async () => {
-    const resolved = await shared.resolve(MEMORY.name, 'latest');
-    const installed = await shared.install(resolved);
+    const resolved = await shared.resolve({ name: MEMORY.name, range: 'latest' });
+    const installed = await shared.installPackage(resolved);
     expect(installed).to.include({ ...resolved, hasInstallScripts: false });
     expect(installed.path).to.equal(join(installed.root, 'node_modules', MEMORY.name));
     expect(installed.root.startsWith(join(cacheDir('shared'), 'entries'))).to.equal(true);
@@ -141,13 +139,15 @@ describe('registry-npm against a local registry (verdaccio)', function () {
       sizeBytes: installed.sizeBytes,
       hasInstallScripts: false,
     });
-    expect(status.summary.packages).to.equal(status.entries.length);
-    expect(status.summary.bytes).to.equal(status.entries.reduce((sum, e) => sum + e.sizeBytes, 0));
+    expect(status.entries.length).to.equal(status.entries.length);
+    expect(status.bytes).to.equal(status.entries.reduce((sum, e) => sum + e.sizeBytes, 0));
   });
 
   it('runs the installed servers: the official MCP client lists their tools and calls one', async () => {
-    const memory = await shared.install(await shared.resolve(MEMORY.name, 'latest'));
-    const everything = await shared.install(await shared.resolve(EVERYTHING.name, 'latest'));
+    const memory = await shared.installPackage(await shared.resolve({ name: MEMORY.name, range: 'latest' }));
+    const everything = await shared.installPackage(
+      await shared.resolve({ name: EVERYTHING.name, range: 'latest' }),
+    );
     // server-memory keeps its graph in a file: point it outside the (read-only in production) cache.
     const memoryRun = await listAndCall(
       memory.bin['mcp-server-memory']!,
@@ -165,37 +165,33 @@ describe('registry-npm against a local registry (verdaccio)', function () {
   });
 
   it('is idempotent: a second install returns the same entry, parallel installs make one', async () => {
-    const resolved = await shared.resolve(MEMORY.name, 'latest');
-    const first = await shared.install(resolved);
+    const resolved = await shared.resolve({ name: MEMORY.name, range: 'latest' });
+    const first = await shared.installPackage(resolved);
     const before = await shared.cacheStatus();
-    const again = await Promise.all([shared.install(resolved), shared.install(resolved)]);
+    const again = await Promise.all([shared.installPackage(resolved), shared.installPackage(resolved)]);
     expect(again).to.deep.equal([first, first]);
     expect((await shared.cacheStatus()).entries).to.deep.equal(before.entries);
 
     const fresh = await openRegistry({ registry: registry.url, cacheDir: cacheDir('parallel') });
-    try {
-      const plain = await fresh.resolve('sigil-test-plain', 'latest');
-      const installs = await Promise.all([fresh.install(plain), fresh.install(plain), fresh.install(plain)]);
-      expect(new Set(installs.map((i) => i.installedAt)).size).to.equal(1);
-      expect((await fresh.cacheStatus()).summary.packages).to.equal(1);
-      expect(readdirSync(join(cacheDir('parallel'), 'staging'))).to.deep.equal([]);
-    } finally {
-      await fresh.stop();
-    }
+    const plain = await fresh.resolve({ name: 'sigil-test-plain', range: 'latest' });
+    const installs = await Promise.all([
+      fresh.installPackage(plain),
+      fresh.installPackage(plain),
+      fresh.installPackage(plain),
+    ]);
+    expect(new Set(installs.map((i) => i.installedAt)).size).to.equal(1);
+    expect((await fresh.cacheStatus()).entries.length).to.equal(1);
+    expect(readdirSync(join(cacheDir('parallel'), 'staging'))).to.deep.equal([]);
   });
 
   it('never runs install scripts, of the package or of a dependency, and reports them', async () => {
     const plugin = await openRegistry({ registry: registry.url, cacheDir: cacheDir('scripts') });
-    try {
-      for (const name of ['sigil-test-scripted', 'sigil-test-scripted-parent', 'sigil-test-plain']) {
-        const installed = await plugin.install(await plugin.resolve(name, '1.0.0'));
-        expect(installed.hasInstallScripts, name).to.equal(name !== 'sigil-test-plain');
-        expect(existsSync(join(installed.path, 'package.json'))).to.equal(true);
-      }
-      expect(existsSync(markers), 'a lifecycle script ran').to.equal(false);
-    } finally {
-      await plugin.stop();
+    for (const name of ['sigil-test-scripted', 'sigil-test-scripted-parent', 'sigil-test-plain']) {
+      const installed = await plugin.installPackage(await plugin.resolve({ name: name, range: '1.0.0' }));
+      expect(installed.hasInstallScripts, name).to.equal(name !== 'sigil-test-plain');
+      expect(existsSync(join(installed.path, 'package.json'))).to.equal(true);
     }
+    expect(existsSync(markers), 'a lifecycle script ran').to.equal(false);
   });
 
   it('refuses a tampered tarball with a typed error and leaves no cache entry', async () => {
@@ -217,35 +213,27 @@ describe('registry-npm against a local registry (verdaccio)', function () {
     copyFileSync(forged.tarball, registry.tarballPath('sigil-test-tamper', '1.0.0'));
 
     const plugin = await openRegistry({ registry: registry.url, cacheDir: cacheDir('tamper') });
-    try {
-      const resolved = await plugin.resolve('sigil-test-tamper', '1.0.0');
-      expect(resolved.digest).to.equal(good.integrity);
-      const err = await rejectionOf(plugin.install(resolved));
-      expect(err).to.be.instanceOf(PackageIntegrityError);
-      expect(err.details).to.include({ reason: 'integrity_mismatch', expected: good.integrity });
-      expect(err.message).to.contain('integrity mismatch for sigil-test-tamper@1.0.0');
-      expect((await plugin.cacheStatus()).entries).to.deep.equal([]);
-      expect(readdirSync(join(cacheDir('tamper'), 'entries'))).to.deep.equal([]);
-      expect(readdirSync(join(cacheDir('tamper'), 'staging'))).to.deep.equal([]);
-    } finally {
-      await plugin.stop();
-    }
+    const resolved = await plugin.resolve({ name: 'sigil-test-tamper', range: '1.0.0' });
+    expect(resolved.digest).to.equal(good.integrity);
+    const err = await rejectionOf(plugin.installPackage(resolved));
+    expect(err).to.be.instanceOf(PackageIntegrityError);
+    expect(err.details).to.include({ reason: 'integrity_mismatch', expected: good.integrity });
+    expect(err.message).to.contain('integrity mismatch for sigil-test-tamper@1.0.0');
+    expect((await plugin.cacheStatus()).entries).to.deep.equal([]);
+    expect(readdirSync(join(cacheDir('tamper'), 'entries'))).to.deep.equal([]);
+    expect(readdirSync(join(cacheDir('tamper'), 'staging'))).to.deep.equal([]);
   });
 
   it('refuses content that differs from the digest it was resolved with', async () => {
     const plugin = await openRegistry({ registry: registry.url, cacheDir: cacheDir('stale-digest') });
-    try {
-      const plain = await plugin.resolve('sigil-test-plain', '1.0.0');
-      const other = await plugin.resolve('sigil-test-scripted', '1.0.0');
-      // What a registry that changed its metadata between resolve and install looks like.
-      const mismatched: ResolvedPackage = { ...plain, digest: other.digest };
-      const err = await rejectionOf(plugin.install(mismatched));
-      expect(err.details).to.include({ reason: 'integrity_mismatch' });
-      expect((await plugin.cacheStatus()).summary.packages).to.equal(0);
-      expect(readdirSync(join(cacheDir('stale-digest'), 'staging'))).to.deep.equal([]);
-    } finally {
-      await plugin.stop();
-    }
+    const plain = await plugin.resolve({ name: 'sigil-test-plain', range: '1.0.0' });
+    const other = await plugin.resolve({ name: 'sigil-test-scripted', range: '1.0.0' });
+    // What a registry that changed its metadata between resolve and install looks like.
+    const mismatched: ResolvedPackage = { ...plain, digest: other.digest };
+    const err = await rejectionOf(plugin.installPackage(mismatched));
+    expect(err.details).to.include({ reason: 'integrity_mismatch' });
+    expect((await plugin.cacheStatus()).entries.length).to.equal(0);
+    expect(readdirSync(join(cacheDir('stale-digest'), 'staging'))).to.deep.equal([]);
   });
 
   it('leaves nothing that looks installed when the process dies mid-install', async () => {
@@ -258,7 +246,7 @@ describe('registry-npm against a local registry (verdaccio)', function () {
         deps: { clock: { now: () => new Date() } },
         logger: (await import('pino')).pino({ level: 'silent' }),
       });
-      await plugin.install(await plugin.resolve(${JSON.stringify(EVERYTHING.name)}, 'latest'));`;
+      await plugin.installPackage(await plugin.resolve({ name: ${JSON.stringify(EVERYTHING.name)}, range: 'latest' }));`;
     const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
       cwd: fileURLToPath(new URL('../../..', import.meta.url)),
       stdio: ['ignore', 'ignore', 'pipe'],
@@ -282,126 +270,34 @@ describe('registry-npm against a local registry (verdaccio)', function () {
     expect(readdirSync(join(dir, 'entries'))).to.deep.equal([]);
 
     const restarted = await openRegistry({ registry: registry.url, cacheDir: dir });
-    try {
-      expect((await restarted.cacheStatus()).summary.packages).to.equal(0);
-      expect(readdirSync(staging), 'leftovers are cleared at start').to.deep.equal([]);
-    } finally {
-      await restarted.stop();
-    }
+    expect((await restarted.cacheStatus()).entries.length).to.equal(0);
+    expect(readdirSync(staging), 'leftovers are cleared at start').to.deep.equal([]);
   });
 
-  it('refreshes the warm set on demand, with progress in the log and in the status', async () => {
-    const { logger, lines } = recordingLogger();
-    const plugin = await openRegistry({
-      registry: registry.url,
-      cacheDir: cacheDir('refresh'),
-      logger,
-      warm: [{ name: 'sigil-test-plain', range: 'latest' }],
-    });
-    try {
-      plugin.keepWarm([
-        { name: 'sigil-test-scripted-parent', range: '^1.0.0' },
-        { name: 'sigil-test-no-such-package', range: 'latest' },
-        { name: 'sigil-test-plain', range: 'latest' },
-      ]);
-      const running = plugin.refresh();
-      expect(plugin.refresh(), 'a second call joins the running refresh').to.equal(running);
-      expect((await plugin.cacheStatus()).summary.refreshing).to.deep.include({ total: 3 });
-      const report = await running;
-      expect(report.trigger).to.equal('demand');
-      expect(report.results.map((r) => [r.name, r.status])).to.deep.equal([
-        ['sigil-test-plain', 'installed'],
-        ['sigil-test-scripted-parent', 'installed'],
-        ['sigil-test-no-such-package', 'failed'],
-      ]);
-      expect(lines.map((l) => l.progress).filter(Boolean)).to.deep.equal(['1/3', '2/3', '3/3']);
-      expect(lines.map((l) => l.msg)).to.include.members([
-        'package cache refresh started',
-        'package cache refresh finished',
-      ]);
-
-      const again = await plugin.refresh();
-      expect(again.results.map((r) => r.status)).to.deep.equal(['cached', 'cached', 'failed']);
-      const { summary } = await plugin.cacheStatus();
-      expect(summary).to.include({ packages: 2, lastRefresh: again.finishedAt, failed: 1, refreshing: null });
-    } finally {
-      await plugin.stop();
-    }
-  });
-
-  it('refreshes daily at 03:00 UTC by the injected clock, picking up new versions', async () => {
-    const clock = new ManualClock(new Date('2026-03-01T02:58:30Z'));
-    const daily = (version: string) =>
-      registry.publish({
-        dir: writePackage(join(work.path, 'fixtures', `daily-${version}`), {
-          name: 'sigil-test-daily',
-          version,
-        }),
-      });
-    await daily('1.0.0');
-    const plugin = await openRegistry({
-      registry: registry.url,
-      cacheDir: cacheDir('daily'),
-      clock,
-      warm: [{ name: 'sigil-test-daily', range: '^1.0.0' }],
-    });
-    try {
-      expect((await plugin.cacheStatus()).summary).to.include({
-        nextRefresh: '2026-03-01T03:00:00.000Z',
-        lastRefresh: null,
-        packages: 0,
-      });
-      expect(await plugin.schedule!.runDue(), 'not yet 03:00').to.equal(false);
-      clock.advance(90_000);
-      expect(await plugin.schedule!.runDue()).to.equal(true);
-      let status = await plugin.cacheStatus();
-      expect(status.entries.map((e) => e.version)).to.deep.equal(['1.0.0']);
-      expect(status.summary).to.include({
-        lastRefresh: '2026-03-01T03:00:00.000Z',
-        nextRefresh: '2026-03-02T03:00:00.000Z',
-      });
-      expect(await plugin.schedule!.runDue(), 'once a day').to.equal(false);
-
-      await daily('1.0.1');
-      clock.set(new Date('2026-03-01T23:59:59Z'));
-      expect(await plugin.schedule!.runDue()).to.equal(false);
-      clock.set(new Date('2026-03-02T03:00:00Z'));
-      expect(await plugin.schedule!.runDue()).to.equal(true);
-      status = await plugin.cacheStatus();
-      expect(status.entries.map((e) => e.version)).to.deep.equal(['1.0.0', '1.0.1']);
-      expect(status.summary.nextRefresh).to.equal('2026-03-03T03:00:00.000Z');
-    } finally {
-      await plugin.stop();
-    }
-  });
-
-  // Last: it stops the registry for good.
   it('works offline once installed: with the registry stopped, install, resolve and the server still work', async () => {
-    const resolved = await shared.resolve(MEMORY.name, 'latest');
-    const installed = await shared.install(resolved);
+    const resolved = await shared.resolve({ name: MEMORY.name, range: 'latest' });
+    const installed = await shared.installPackage(resolved);
     await registry.stop();
-    expect(await shared.install(resolved)).to.deep.equal(installed);
+    expect(await shared.installPackage(resolved)).to.deep.equal(installed);
 
     // A restarted gateway: a new instance on the same cache, the registry still down.
     const restarted = await openRegistry({ registry: registry.url, cacheDir: cacheDir('shared') });
-    try {
-      expect(await restarted.resolve(MEMORY.name, 'latest')).to.deep.equal(resolved);
-      expect(await restarted.install(resolved)).to.deep.equal(installed);
-      const { tools } = await listAndCall(
-        installed.bin['mcp-server-memory']!,
-        'read_graph',
-        {},
-        {
-          MEMORY_FILE_PATH: join(work.path, 'offline-memory.jsonl'),
-        },
-      );
-      expect(tools).to.include('read_graph');
-      // Something it never saw cannot be made up.
-      expect((await rejectionOf(restarted.resolve('sigil-test-never-seen', 'latest'))).details).to.include({
-        reason: 'unavailable',
-      });
-    } finally {
-      await restarted.stop();
-    }
+    expect(await restarted.resolve({ name: MEMORY.name, range: 'latest' })).to.deep.equal(resolved);
+    expect(await restarted.installPackage(resolved)).to.deep.equal(installed);
+    const { tools } = await listAndCall(
+      installed.bin['mcp-server-memory']!,
+      'read_graph',
+      {},
+      {
+        MEMORY_FILE_PATH: join(work.path, 'offline-memory.jsonl'),
+      },
+    );
+    expect(tools).to.include('read_graph');
+    // Something it never saw cannot be made up.
+    expect(
+      (await rejectionOf(restarted.resolve({ name: 'sigil-test-never-seen', range: 'latest' }))).details,
+    ).to.include({
+      reason: 'unavailable',
+    });
   });
 });

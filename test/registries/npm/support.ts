@@ -1,10 +1,8 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { pino } from 'pino';
 import { systemClock, type Clock } from '../../../core/clock.ts';
 import type { Logger } from '../../../core/log.ts';
 import manifest, { type NpmRegistry } from '../../../registries/npm/index.ts';
@@ -39,7 +37,6 @@ export async function openRegistry(options: {
   cacheDir: string;
   clock?: Clock;
   logger?: Logger;
-  warm?: { name: string; range: string }[];
 }): Promise<NpmRegistry> {
   const { clock = systemClock, logger = quietLogger(), ...config } = options;
   const instance = (await manifest.create({
@@ -49,18 +46,6 @@ export async function openRegistry(options: {
   })) as NpmRegistry;
   await instance.start();
   return instance;
-}
-
-/** A logger whose lines (parsed) are kept, for asserting on visible progress. */
-export function recordingLogger(): { logger: Logger; lines: { msg: string; [key: string]: unknown }[] } {
-  const lines: { msg: string }[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line));
-      done();
-    },
-  });
-  return { logger: pino({ level: 'info' }, sink), lines };
 }
 
 /**

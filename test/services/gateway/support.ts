@@ -109,7 +109,6 @@ export class ProbeWorld {
         options: {
           registry: this.registry.url,
           cacheDir: join(this.dir, 'packages'),
-          refresh: { enabled: false },
         },
       },
       { resolve: 'sandbox-linux-namespaces', enabled: true, options: { stateDir: sandboxStateDir } },

@@ -427,7 +427,6 @@ describe('payments: faults on anvil', function () {
               options: {
                 registry: anvil.world.registry.url,
                 cacheDir: join(anvil.world.dir, 'packages'),
-                refresh: { enabled: false },
               },
             },
             {

@@ -1,11 +1,8 @@
 import { expect } from 'chai';
-import { ManualClock } from '../../../core/clock.ts';
-import manifest from '../../../registries/npm/index.ts';
 import { DailySchedule, nextDailyRun } from '@sigil/plugin-api/schedule';
-import { openTestKernel } from '../../support/kernel.ts';
-import { tempDir } from './support.ts';
+import { ManualClock } from '../../../core/clock.ts';
 
-describe('registry-npm daily refresh schedule', () => {
+describe('plugin API: the daily schedule (the package refresh of the gateway)', () => {
   it('computes the next 03:00 UTC strictly after now', () => {
     const next = (now: string) => nextDailyRun(new Date(now), '03:00').toISOString();
     expect(next('2026-05-10T00:00:00Z')).to.equal('2026-05-10T03:00:00.000Z');
@@ -48,36 +45,5 @@ describe('registry-npm daily refresh schedule', () => {
     await schedule.runDue().catch((err: unknown) => (failure = err));
     expect(failure).to.be.instanceOf(Error);
     expect(schedule.nextRun.toISOString()).to.equal('2026-05-11T03:00:00.000Z');
-  });
-
-  it('rejects a refresh time that is not HH:MM and accepts the defaults', () => {
-    expect(manifest.config.safeParse({ refresh: { at: '3:00' } }).success).to.equal(false);
-    expect(manifest.config.safeParse({ refresh: { at: '24:00' } }).success).to.equal(false);
-    expect(manifest.config.safeParse({ registryUrl: 'x' }).success, 'unknown options').to.equal(false);
-    expect(manifest.config.parse({})).to.deep.equal({
-      registry: 'https://registry.npmjs.org/',
-      cacheDir: 'data/packages',
-      warm: [],
-      refresh: { enabled: true, at: '03:00', pollSeconds: 60 },
-    });
-  });
-
-  it('loads as the built-in `registry-npm` through the kernel, with the kernel clock', async () => {
-    const cache = tempDir('registry-kernel');
-    const clock = new ManualClock(new Date('2026-05-10T12:00:00Z'));
-    const kernel = await openTestKernel({
-      clock,
-      config: { plugins: [{ resolve: 'registry-npm', enabled: true, options: { cacheDir: cache.path } }] },
-    });
-    try {
-      const registry = kernel.plugins.one('package-registry');
-      expect(registry.registryKind).to.equal('npm');
-      // The host hands it out as the current contract, adapted from v1.
-      expect(registry.specVersion).to.equal('v2');
-      expect(await registry.cacheStatus()).to.deep.equal({ entries: [], bytes: 0 });
-    } finally {
-      await kernel.close();
-      cache.cleanup();
-    }
   });
 });
