@@ -8,7 +8,7 @@ import { git, startGitDaemon, TestRepository, type GitDaemon } from '../../suppo
 import { fixturePath } from '../../support/paths.ts';
 import { startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { recordingLogger, tempDir, writePackage } from '../npm/support.ts';
-import { callEcho, openGitRegistry } from './support.ts';
+import { callEcho, openGitRegistry, tamperStoredBlob } from './support.ts';
 import { sigilRejection } from '../../support/rejections.ts';
 
 const entry = { args: [] as string[] };
@@ -165,6 +165,22 @@ describe('registry-git installs a Node MCP server from a repository, its depende
     expect(err.code).to.equal('conflict');
     expect((await registry.cacheStatus()).entries.map((e) => e.digest)).to.not.include(forged.digest);
     expect(readdirSync(registry.cache.staging)).to.deep.equal([]);
+  });
+
+  it('refuses a checkout whose stored objects were altered after resolve, and keeps nothing', async () => {
+    const cacheDir = join(work.path, 'cache-tampered');
+    const first = await openGitRegistry({ cacheDir, npmRegistry: verdaccio.url });
+    const pinned = await first.resolve({ name: url, range: 'v1.0.0' });
+    tamperStoredBlob(
+      first.cache.repository(url),
+      git(repo.dir, 'rev-parse', 'v1.0.0:server.js'),
+      'process.exit(0);\n',
+    );
+    const err = await sigilRejection(first.install(pinned, entry));
+    expect(err.details?.reason).to.equal('integrity_mismatch');
+    expect(err.message).to.include(`not ${repo.treeOf('v1.0.0')}`);
+    expect(readdirSync(first.cache.entries)).to.deep.equal([]);
+    expect(readdirSync(first.cache.staging)).to.deep.equal([]);
   });
 
   it('refuses a pinned tag that moved to another commit when the pinned one is gone, never following it', async () => {

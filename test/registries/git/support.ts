@@ -1,10 +1,14 @@
 import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { deflateSync } from 'node:zlib';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { HostLaunch, LaunchDescriptor } from '@sigil/plugin-api';
 import { systemClock, type Clock } from '../../../core/clock.ts';
 import type { Logger } from '../../../core/log.ts';
 import manifest, { type GitRegistry, type GitRegistryConfig } from '../../../registries/git/index.ts';
+import { git } from '../../support/git.ts';
 import { quietLogger } from '../../support/kernel.ts';
 
 /** The plugin made by its own manifest, as the plugin host makes it, and started. */
@@ -79,4 +83,25 @@ export async function callEcho(
   } finally {
     await client.close();
   }
+}
+
+/**
+ * Alters a blob in a registry's object store, as a corrupted disk or someone with write access to the
+ * cache would: its packs are unpacked into loose objects (git reads a pack before a loose object),
+ * then the blob's file is replaced with other content under the same id. git does not re-hash an
+ * object it reads, so only a registry that hashes its checkout notices.
+ */
+export function tamperStoredBlob(store: string, blob: string, content: string): void {
+  const packs = join(store, 'objects', 'pack');
+  const aside = join(store, 'packs-aside');
+  mkdirSync(aside, { recursive: true });
+  for (const name of readdirSync(packs)) renameSync(join(packs, name), join(aside, name));
+  for (const name of readdirSync(aside).filter((n) => n.endsWith('.pack'))) {
+    execFileSync('git', ['--git-dir', store, 'unpack-objects', '-q'], {
+      input: readFileSync(join(aside, name)),
+    });
+  }
+  const file = join(store, 'objects', blob.slice(0, 2), blob.slice(2));
+  writeFileSync(file, deflateSync(Buffer.from(`blob ${Buffer.byteLength(content)}\0${content}`)));
+  if (git(store, 'cat-file', '-p', blob) !== content.trim()) throw new Error('the blob was not replaced');
 }
