@@ -111,6 +111,16 @@ describe('registry-pypi against a local package index', function () {
         served(wheels.format),
         served(await wheelFromProject(join(FIXTURES, FORMAT), { version: '2.0.0' })),
       ],
+      'sigil-needs-sdist': [
+        served(
+          await buildWheel({
+            name: 'sigil-needs-sdist',
+            version: '1.0.0',
+            files: { 'needs.py': '' },
+            requires: ['sigil-sdist-only>=1'],
+          }),
+        ),
+      ],
       'sigil-sdist-only': [
         { filename: 'sigil_sdist_only-1.0.0.tar.gz', bytes: Buffer.from('a source distribution') },
       ],
@@ -193,6 +203,22 @@ describe('registry-pypi against a local package index', function () {
     expect(err.details).to.include({ reason: 'build_required', package: 'sigil-sdist-only==1.0.0' });
     expect(err.message).to.match(/only as a source distribution.*building from source is off/);
     expect(err.hint).to.match(/publish a wheel/);
+  });
+
+  it('refuses to install a wheel whose dependency has only a source distribution, naming both', async () => {
+    const resolved = await shared.resolve({ name: 'sigil-needs-sdist', range: 'latest' });
+    const err = await sigilRejection(shared.install(resolved, { module: 'needs', args: [] }));
+    expect(err.details).to.include({
+      reason: 'build_required',
+      package: 'sigil-sdist-only==1.0.0',
+      requiredBy: 'sigil-needs-sdist==1.0.0',
+    });
+    expect(err.message).to.match(
+      /^sigil-needs-sdist==1\.0\.0: a dependency failed: sigil-sdist-only 1\.0\.0 is published only/,
+    );
+    expect((await shared.cacheStatus()).entries.map((entry) => entry.name)).to.not.include(
+      'sigil-needs-sdist',
+    );
   });
 
   it('refuses a wheel the index gives no sha256 for (invalid_metadata)', async () => {
@@ -349,7 +375,12 @@ describe('registry-pypi refuses what does not verify, leaving nothing behind', f
 
   it('a tampered dependency fails the whole install: integrity_mismatch, nothing in the cache', async () => {
     const { err } = await attempt(SERVER, 'dependency');
-    expect(err.details).to.include({ reason: 'integrity_mismatch', package: `${FORMAT}==1.2.0` });
+    expect(err.details).to.include({
+      reason: 'integrity_mismatch',
+      package: `${FORMAT}==1.2.0`,
+      requiredBy: `${SERVER}==1.0.0`,
+    });
+    expect(err.message).to.match(/^sigil-echo-server==1\.0\.0: a dependency failed: integrity mismatch/);
     expect(cacheContents(join(work.path, 'dependency'))).to.deep.equal([]);
   });
 
