@@ -54,7 +54,11 @@ export const pypiRegistryConfig = z
       .min(1)
       .default('python3')
       .describe("The host's Python (command or path): the one the sandbox runs servers with"),
-    timeoutSeconds: z.number().positive().default(60).describe('Timeout of one request to the index'),
+    timeoutSeconds: z
+      .number()
+      .positive()
+      .default(60)
+      .describe('Timeout of one request to the index, a download included'),
     maxDownloadBytes: z
       .number()
       .int()
