@@ -1,7 +1,6 @@
 import type { PluginKind } from './contracts/index.ts';
 import type { CanvasNodeV1 } from './contracts/canvas-node-v1.ts';
 import type { PackageRegistryV1 } from './contracts/package-registry-v1.ts';
-import type { PackageRegistryV2 } from './contracts/package-registry-v2.ts';
 
 /** Carries the interface an extension implements; never present at run time. */
 declare const implementedBy: unique symbol;
@@ -59,7 +58,7 @@ const point = <T, Key extends string = string>(
 
 /** Every extension point of this plugin API, by the name plugins import it under. */
 export const extensionPoints = Object.freeze({
-  registryKinds: point<PackageRegistryV1 | PackageRegistryV2>({
+  registryKinds: point<PackageRegistryV1>({
     id: 'sigil.registry-kinds',
     version: 'v1',
     kind: 'package-registry',
