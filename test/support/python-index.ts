@@ -33,6 +33,8 @@ export interface PythonIndex {
   readonly requests: readonly string[];
   /** Adds files to a project (made when new). */
   add(project: string, ...files: IndexedFile[]): void;
+  /** Serves other bytes (and their hash) under a file's name: a file republished in place. */
+  replace(file: IndexedFile): void;
   /** Closes the server: from now on connections are refused, as from an index that is down. */
   stop(): Promise<void>;
 }
@@ -68,6 +70,14 @@ export async function startPythonIndex(
     for (const file of added) files.set(file.filename, file);
   };
   for (const [project, list] of Object.entries(options.projects ?? {})) add(project, ...list);
+  const replace = (file: IndexedFile) => {
+    const old = files.get(file.filename);
+    if (!old) throw new Error(`the index has no file ${file.filename} to replace`);
+    files.set(file.filename, file);
+    for (const project of projects.values()) {
+      project.files = project.files.map((listed) => (listed === old ? file : listed));
+    }
+  };
 
   const listedHash = (file: IndexedFile) => (file.sha256 === undefined ? sha256Hex(file.bytes) : file.sha256);
 
@@ -127,6 +137,7 @@ export async function startPythonIndex(
     url: `http://127.0.0.1:${port}/simple/`,
     requests,
     add,
+    replace,
     stop: () =>
       new Promise<void>((resolve, reject) => {
         server.close((err) => (err ? reject(err) : resolve()));
