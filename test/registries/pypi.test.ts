@@ -1,41 +1,22 @@
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { expect } from 'chai';
-import { ManualClock } from '../../core/clock.ts';
-import type { Logger } from '../../core/log.ts';
 import type { EntryPoint, HostLaunch } from '@sigil/plugin-api';
 import manifest, { type PypiRegistry } from '../../registries/pypi/index.ts';
+import { FIXTURES, openRegistry } from './pypi/support.ts';
 import { builtinPlugins } from '../../services/builtin-plugins.ts';
 import { DEFAULT_PLUGINS } from '../../services/config.ts';
-import { quietLogger } from '../support/kernel.ts';
 import { sigilRejection } from '../support/rejections.ts';
 import { type PythonIndex, served, startPythonIndex } from '../support/python-index.ts';
 import { type BuiltWheel, buildWheel, renameMember, wheelFromProject } from '../support/python-wheels.ts';
 import { recordingLogger, tempDir } from './npm/support.ts';
 
-const FIXTURES = fileURLToPath(new URL('../fixtures/python/', import.meta.url));
 const SERVER = 'sigil-echo-server';
 const FORMAT = 'sigil-echo-format';
 const NO_ENTRY: EntryPoint = { args: [] };
-
-async function openRegistry(options: {
-  index: string;
-  cacheDir: string;
-  logger?: Logger;
-}): Promise<PypiRegistry> {
-  const { logger = quietLogger(), ...config } = options;
-  const instance = (await manifest.create({
-    config: manifest.config.parse(config),
-    deps: { clock: new ManualClock(new Date('2026-03-01T12:00:00Z')), fetch: globalThis.fetch },
-    logger,
-  })) as PypiRegistry;
-  await instance.start?.();
-  return instance;
-}
 
 /**
  * Starts an installed server as a sandbox would (`python3` with the launch's arguments and

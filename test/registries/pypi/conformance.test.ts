@@ -1,5 +1,4 @@
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import {
   contractChecks,
@@ -11,14 +10,11 @@ import {
   runChecks,
 } from '@sigil/plugin-api/kit';
 import type { InstalledServer, PackageRegistryV2 } from '@sigil/plugin-api';
-import { ManualClock } from '../../../core/clock.ts';
-import manifest from '../../../registries/pypi/index.ts';
-import { quietLogger } from '../../support/kernel.ts';
 import { type PythonIndex, served, startPythonIndex } from '../../support/python-index.ts';
 import { buildWheel, wheelFromProject } from '../../support/python-wheels.ts';
 import { tempDir } from '../npm/support.ts';
+import { FIXTURES, openRegistry } from './support.ts';
 
-const FIXTURES = fileURLToPath(new URL('../../fixtures/python/', import.meta.url));
 /** Wheels have no install hooks: the kit's install-script check does not apply. */
 const TRAITS = { installScripts: false };
 
@@ -74,15 +70,8 @@ describe('registry-pypi passes the package-registry v2 kit against a local index
   });
 
   // Every check gets an instance with an empty cache of its own.
-  const load = async (): Promise<PackageRegistryV2> => {
-    const instance = await manifest.create({
-      config: manifest.config.parse({ index: index.url, cacheDir: join(work.path, String((caches += 1))) }),
-      deps: { clock: new ManualClock(new Date('2026-03-01T12:00:00Z')), fetch: globalThis.fetch },
-      logger: quietLogger(),
-    });
-    await instance.start?.();
-    return instance;
-  };
+  const load = (): Promise<PackageRegistryV2> =>
+    openRegistry({ index: index.url, cacheDir: join(work.path, String((caches += 1))) });
   const readyFixture = () => {
     if (!fixture) throw new Error('the index fixture is not ready');
     return fixture;
