@@ -1,0 +1,284 @@
+import { resolve as resolvePath } from 'node:path';
+import * as pep440 from '@renovatebot/pep440';
+import { z } from 'zod';
+import {
+  type CacheContents,
+  type Clock,
+  coreServices,
+  definePlugin,
+  type EntryPoint,
+  extensionPoints,
+  type Fetch,
+  type InstalledServer,
+  type PackageRegistryV2,
+  type PackageSpec,
+  type PluginLifecycle,
+  type PluginLogger,
+  provide,
+  type ResolvedPackage,
+  SigilError,
+} from '@sigil/plugin-api';
+import { directorySize, type EntryRecord, PypiCache } from './cache.ts';
+import { choose } from './distributions.ts';
+import { PypiRegistryError } from './errors.ts';
+import { Installer } from './installer.ts';
+import { launchFor } from './launch.ts';
+import { probePython, type PythonHost } from './python.ts';
+import { normalizeName, PROJECT_NAME } from './requirements.ts';
+import { SimpleIndex } from './simple-api.ts';
+
+export { PypiIntegrityError, PypiRegistryError } from './errors.ts';
+
+const MiB = 1024 * 1024;
+
+export const pypiRegistryConfig = z
+  .object({
+    index: z
+      .url()
+      .default('https://pypi.org/simple/')
+      .transform((url) => (url.endsWith('/') ? url : `${url}/`))
+      .describe('Simple Repository API root (PEP 503/691), e.g. https://pypi.org/simple/'),
+    fileOrigins: z
+      .array(z.url())
+      .optional()
+      .describe(
+        "Origins files may be downloaded from besides the index's own; for pypi.org, https://files.pythonhosted.org unless given",
+      ),
+    cacheDir: z
+      .string()
+      .min(1)
+      .default('data/pypi')
+      .describe('Cache directory; a relative path resolves from the working directory'),
+    python: z
+      .string()
+      .min(1)
+      .default('python3')
+      .describe("The host's Python (command or path): the one the sandbox runs servers with"),
+    timeoutSeconds: z
+      .number()
+      .positive()
+      .default(60)
+      .describe('Timeout of one request to the index, a download included'),
+    maxDownloadBytes: z
+      .number()
+      .int()
+      .positive()
+      .default(256 * MiB)
+      .describe('Largest file downloaded'),
+    maxUnpackedBytes: z
+      .number()
+      .int()
+      .positive()
+      .default(1024 * MiB)
+      .describe('Largest unpacked wheel'),
+  })
+  .strict();
+
+export type PypiRegistryConfig = z.infer<typeof pypiRegistryConfig>;
+
+/** Files of pypi.org's projects are served by its CDN, another origin. */
+function defaultFileOrigins(index: string): string[] {
+  return new URL(index).origin === 'https://pypi.org' ? ['https://files.pythonhosted.org'] : [];
+}
+
+const DIGEST = /^sha256:[0-9a-f]{64}$/;
+
+/** The PyPI registry plugin: `package-registry` v2 for Python packages, installed as wheels only. */
+export class PypiRegistry implements PackageRegistryV2, PluginLifecycle {
+  readonly specVersion = 'v2' as const;
+  readonly registryKind = 'pypi' as const;
+  readonly cache: PypiCache;
+  private readonly index: SimpleIndex;
+  private readonly installer: Installer;
+  private readonly installing = new Map<string, Promise<EntryRecord>>();
+  private prepared: Promise<void> | undefined;
+  private host: Promise<PythonHost> | undefined;
+
+  constructor(
+    private readonly config: PypiRegistryConfig,
+    private readonly clock: Clock,
+    fetch: Fetch,
+    private readonly logger: PluginLogger,
+  ) {
+    this.cache = new PypiCache(resolvePath(config.cacheDir), clock);
+    this.index = new SimpleIndex({
+      index: config.index,
+      fileOrigins: config.fileOrigins ?? defaultFileOrigins(config.index),
+      fetch,
+      timeoutMs: config.timeoutSeconds * 1000,
+      maxDownloadBytes: config.maxDownloadBytes,
+      pagesDir: this.cache.pages,
+      logger,
+    });
+    this.installer = new Installer({
+      index: this.index,
+      python: config.python,
+      maxUnpackedBytes: config.maxUnpackedBytes,
+      logger,
+    });
+  }
+
+  async start(): Promise<void> {
+    await this.ready();
+    this.logger.info({ cacheDir: this.cache.root, index: this.config.index }, 'PyPI package cache ready');
+  }
+
+  async resolve(spec: PackageSpec): Promise<ResolvedPackage> {
+    const name = checkName(spec.name);
+    const packageId = `${name} ${spec.range}`;
+    await this.ready();
+    const page = await this.index.project(name);
+    const choice = choose(page, spec.range, await this.python(), packageId);
+    return { name, version: choice.version, digest: `sha256:${choice.wheel.sha256}` };
+  }
+
+  async install(resolved: ResolvedPackage, entryPoint: EntryPoint): Promise<InstalledServer> {
+    const pin = checkResolved(resolved);
+    await this.ready();
+    // The cache first, before anything could touch the network: this is the offline guarantee.
+    const record = (await this.cache.read(pin)) ?? (await this.installOnce(pin));
+    const root = this.cache.entryDir(record);
+    return {
+      name: record.name,
+      version: record.version,
+      digest: record.digest,
+      installedAt: record.installedAt,
+      sizeBytes: record.sizeBytes,
+      hasInstallScripts: false,
+      launch: launchFor(root, record, entryPoint),
+    };
+  }
+
+  async cacheStatus(): Promise<CacheContents> {
+    await this.ready();
+    const entries = (await this.cache.list())
+      .map(({ name, version, digest, installedAt, sizeBytes, hasInstallScripts }) => ({
+        name,
+        version,
+        digest,
+        installedAt,
+        sizeBytes,
+        hasInstallScripts,
+      }))
+      .sort((a, b) => a.name.localeCompare(b.name) || a.installedAt.localeCompare(b.installedAt));
+    return { entries, bytes: entries.reduce((sum, entry) => sum + entry.sizeBytes, 0) };
+  }
+
+  /** Creates the layout and clears a crashed install's leftovers, once, before the first use. */
+  private ready(): Promise<void> {
+    this.prepared ??= this.cache.prepare().then((leftovers) => {
+      if (leftovers.length > 0)
+        this.logger.warn({ leftovers }, 'removed incomplete installs left by an earlier run');
+    });
+    return this.prepared;
+  }
+
+  /** The host's Python, asked once (again after a failure, which may have been fixed since). */
+  private python(): Promise<PythonHost> {
+    this.host ??= probePython(this.config.python).catch((err: unknown) => {
+      this.host = undefined;
+      throw err;
+    });
+    return this.host;
+  }
+
+  /** Concurrent installs of one package share one. */
+  private installOnce(resolved: ResolvedPackage): Promise<EntryRecord> {
+    const key = PypiCache.key(resolved);
+    let pending = this.installing.get(key);
+    if (!pending) {
+      pending = this.installFresh(resolved).finally(() => this.installing.delete(key));
+      this.installing.set(key, pending);
+    }
+    return pending;
+  }
+
+  private async installFresh(resolved: ResolvedPackage): Promise<EntryRecord> {
+    const done = await this.cache.read(resolved);
+    if (done) return done;
+    const packageId = `${resolved.name}==${resolved.version}`;
+    const started = performance.now();
+    this.logger.info({ package: packageId, digest: resolved.digest }, 'installing package');
+    const staged = await this.cache.stage(resolved);
+    try {
+      const host = await this.python();
+      const tree = await this.installer.install(staged, resolved, host);
+      await this.cache.commit(staged, {
+        name: resolved.name,
+        version: resolved.version,
+        digest: resolved.digest,
+        installedAt: this.clock.now().toISOString(),
+        sizeBytes: await directorySize(staged),
+        hasInstallScripts: false,
+        pythonCacheTag: host.cacheTag,
+        ...tree,
+      });
+    } catch (err) {
+      await this.cache.discard(staged);
+      this.logger.warn({ package: packageId, err }, 'install failed; nothing was kept');
+      throw err instanceof SigilError
+        ? err
+        : new PypiRegistryError('install_failed', `${packageId}: ${(err as Error).message}`, {
+            package: packageId,
+            cause: err,
+          });
+    }
+    const entry = await this.cache.read(resolved);
+    if (!entry) {
+      throw new PypiRegistryError(
+        'install_failed',
+        `entry of ${packageId} vanished right after it was committed`,
+        {
+          package: packageId,
+        },
+      );
+    }
+    this.logger.info(
+      {
+        package: packageId,
+        packages: entry.distributions.map((d) => `${d.name}==${d.version}`),
+        bytes: entry.sizeBytes,
+        ms: Math.round(performance.now() - started),
+      },
+      'installed package',
+    );
+    return entry;
+  }
+}
+
+function checkName(name: string): string {
+  if (!PROJECT_NAME.test(name)) {
+    throw new SigilError('invalid_request', `not a Python project name: ${JSON.stringify(name)}`);
+  }
+  return normalizeName(name);
+}
+
+/** A pin as `resolve` answers it: a project name, a normalised PEP 440 version and a sha256 digest. */
+function checkResolved(resolved: ResolvedPackage): ResolvedPackage {
+  const name = checkName(resolved.name);
+  if (pep440.clean(resolved.version) !== resolved.version) {
+    throw new SigilError(
+      'invalid_request',
+      `not a normalised PEP 440 version: ${JSON.stringify(resolved.version)}`,
+    );
+  }
+  if (!DIGEST.test(resolved.digest)) {
+    throw new SigilError(
+      'invalid_request',
+      `not a sha256 digest (sha256:<64 hex>): ${JSON.stringify(resolved.digest)}`,
+    );
+  }
+  return { name, version: resolved.version, digest: resolved.digest };
+}
+
+export default definePlugin({
+  kind: 'package-registry',
+  name: 'registry-pypi',
+  specVersion: 'v2',
+  description:
+    'PyPI (Simple API, PEP 691/503): sha256-verified wheels installed without pip or builds into an atomic content-addressed cache, run by the host python3',
+  config: pypiRegistryConfig,
+  dependencies: { clock: coreServices.clock, fetch: coreServices.fetch },
+  provides: [provide(extensionPoints.registryKinds, 'pypi')],
+  create: ({ config, deps, logger }) => new PypiRegistry(config, deps.clock, deps.fetch, logger),
+});
