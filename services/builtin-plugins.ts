@@ -4,6 +4,7 @@ import type { BuiltinPlugins } from '../core/plugins/host.ts';
 export const builtinPlugins: BuiltinPlugins = {
   'tee-none': () => import('../attestation/none/index.ts'),
   'registry-npm': () => import('../registries/npm/index.ts'),
+  'registry-oci': () => import('../registries/oci/index.ts'),
   'sandbox-linux-namespaces': () => import('../plugins/sandboxes/linux-namespaces/index.ts'),
   'payments-x402-evm': () => import('../plugins/payments/x402-evm/index.ts'),
   'provider-openai-compatible': () => import('../providers/openai-compatible/index.ts'),
