@@ -1,15 +1,7 @@
-import { type ErrorCode, type PackageRegistryFailureV2, SigilError } from '@sigil/plugin-api';
+import { PACKAGE_REGISTRY_FAILURE_CODES, type PackageRegistryFailureV2, SigilError } from '@sigil/plugin-api';
 
 /** The reasons this registry reports: it never builds, so never `build_required`. */
 export type OciFailure = Exclude<PackageRegistryFailureV2, 'build_required'>;
-
-const CODE = {
-  integrity_mismatch: 'conflict',
-  not_found: 'not_found',
-  unavailable: 'unavailable',
-  invalid_metadata: 'unavailable',
-  install_failed: 'internal',
-} as const satisfies Record<OciFailure, ErrorCode>;
 
 /** A registry failure with the reason the contract names, so callers need not know the distribution API. */
 export class OciRegistryError extends SigilError {
@@ -20,7 +12,7 @@ export class OciRegistryError extends SigilError {
     details: Record<string, unknown> = {},
     options: { hint?: string; cause?: unknown } = {},
   ) {
-    super(CODE[reason], message, { ...options, details: { reason, ...details } });
+    super(PACKAGE_REGISTRY_FAILURE_CODES[reason], message, { ...options, details: { reason, ...details } });
     this.name = 'OciRegistryError';
     this.reason = reason;
   }
