@@ -4,7 +4,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { expect } from 'chai';
-import { type EntryPoint, type ImageLaunch, type ResolvedPackage, SigilError } from '@sigil/plugin-api';
+import type { EntryPoint, ImageLaunch, ResolvedPackage } from '@sigil/plugin-api';
 import { list as listTar } from 'tar';
 import { type Clock, ManualClock, systemClock } from '../../core/clock.ts';
 import { type Logger, SecretRegistry } from '../../core/log.ts';
@@ -16,6 +16,7 @@ import manifest, { type OciRegistry, ociRegistryConfig } from '../../registries/
 import { hostPlatform } from '../../registries/oci/manifest.ts';
 import { builtinPlugins } from '../../services/builtin-plugins.ts';
 import { quietLogger, testCoreServices } from '../support/kernel.ts';
+import { rejectionOf } from '../support/rejection.ts';
 import {
   type BuiltImage,
   buildImage,
@@ -31,17 +32,6 @@ import {
   type TokenService,
 } from '../support/oci-registry.ts';
 import { recordingLogger, tempDir } from './npm/support.ts';
-
-/** Rejection of `promise`, which must reject with a SigilError. */
-async function rejectionOf(promise: Promise<unknown>): Promise<SigilError> {
-  try {
-    await promise;
-  } catch (err) {
-    expect(err).to.be.instanceOf(SigilError);
-    return err as SigilError;
-  }
-  throw new Error('expected a rejection');
-}
 
 const NO_ENTRY: EntryPoint = { args: [] };
 const HOST = hostPlatform().architecture;

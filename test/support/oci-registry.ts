@@ -1,16 +1,16 @@
 import { execFile as execFileCb, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import bcrypt from 'bcryptjs';
 import { importPKCS8, SignJWT } from 'jose';
 import { create as createTar } from 'tar';
+import { processTempDir } from './paths.ts';
 
 /**
  * A real OCI distribution registry for tests: Debian's `docker-registry` (the distribution project's
@@ -28,16 +28,7 @@ import { create as createTar } from 'tar';
 const execFile = promisify(execFileCb);
 const REGISTRY_BIN = '/usr/bin/docker-registry';
 
-/** One temp directory per test process, removed when the process exits. */
-let workDir: string | undefined;
-function work(): string {
-  if (!workDir) {
-    const dir = mkdtempSync(join(tmpdir(), 'sigil-oci-'));
-    workDir = dir;
-    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-  }
-  return workDir;
-}
+const work = () => processTempDir('oci');
 
 /** Installs Debian's docker-registry when it is missing (CI runs as root on a fresh machine). */
 async function ensureDockerRegistry(): Promise<void> {
