@@ -75,9 +75,14 @@ export const ociRegistryConfig = z
       .describe('Image cache; a relative path resolves from the working directory'),
     platform: z
       .object({
-        os: z.string().min(1),
-        architecture: z.string().min(1),
-        variant: z.string().min(1).optional(),
+        os: z.string().min(1).describe('Operating system of the images to pull (linux)'),
+        architecture: z
+          .string()
+          .min(1)
+          .describe(
+            "CPU of the images to pull, as OCI names it (amd64, arm64); without platform, this host's",
+          ),
+        variant: z.string().min(1).optional().describe('CPU variant (v8), when one must match'),
       })
       .strict()
       .optional()
@@ -130,7 +135,7 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
 
   constructor(
     private readonly config: OciRegistryConfig,
-    private readonly deps: OciRegistryDeps,
+    deps: OciRegistryDeps,
     private readonly logger: PluginLogger,
   ) {
     this.cache = new ImageCache(resolvePath(config.cacheDir), deps.clock);
