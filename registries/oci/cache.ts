@@ -18,6 +18,12 @@ export interface ImageRecord {
   platform: string;
   /** The image's working directory, against which a relative entry-point path is read. */
   workingDir: string;
+  /**
+   * The executables on the image's PATH, which a `bin` entry point may name; null when its layers
+   * could not be read here (a compression this Node lacks), and entry points are then not checked.
+   * The image's files are in {@link FILES_FILE} beside.
+   */
+  bins: string[] | null;
   /** Bytes of the blobs. */
   sizeBytes: number;
 }
@@ -26,6 +32,8 @@ export interface ImageRecord {
 export type RefRecord = Omit<CacheEntry, 'sizeBytes' | 'hasInstallScripts'>;
 
 export const IMAGE_FILE = 'sigil-image.json';
+/** Every file of the image's root filesystem (see ImageFiles), when its layers could be read. */
+export const FILES_FILE = 'sigil-files.json';
 const LAYOUT = 1 as const;
 
 /**

@@ -1,4 +1,4 @@
-import { posix, resolve as resolvePath } from 'node:path';
+import { resolve as resolvePath } from 'node:path';
 import { z } from 'zod';
 import {
   type CacheContents,
@@ -9,7 +9,6 @@ import {
   type ExtensionPoint,
   extensionPoints,
   type Fetch,
-  type ImageLaunch,
   type InstalledServer,
   type PackageRegistryV2,
   type PackageSpec,
@@ -22,6 +21,7 @@ import {
 import { ImageCache, type ImageRecord } from './cache.ts';
 import { Distribution } from './distribution.ts';
 import { invalidRequest, OciRegistryError } from './errors.ts';
+import { checkEntryPoint, launchOf } from './entry-point.ts';
 import { downloadImage } from './install.ts';
 import {
   checkConfig,
@@ -38,7 +38,6 @@ import {
   DOMAIN,
   isLoopback,
   normalDomain,
-  pinnedImage,
   Registries,
   type Repository,
 } from './reference.ts';
@@ -204,7 +203,7 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
       ...ref,
       sizeBytes: image.sizeBytes,
       hasInstallScripts: false,
-      launch: launchOf(repository, image, entryPoint, this.cache.imageDir(image.digest)),
+      launch: await launchOf(repository, image, entryPoint, this.cache.imageDir(image.digest), label),
     };
   }
 
@@ -314,47 +313,6 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
     }
     return repository;
   }
-}
-
-function checkEntryPoint(entryPoint: EntryPoint, label: string): void {
-  const named = [entryPoint.bin, entryPoint.path, entryPoint.module].filter((value) => value !== undefined);
-  if (named.length > 1)
-    throw invalidRequest(`${label}: an entry point names at most one of bin, path and module`);
-  if (entryPoint.module !== undefined) {
-    throw new OciRegistryError(
-      'not_found',
-      `${label} is a container image: it has no Python module ${entryPoint.module} to run`,
-      { package: label, entryPoint: { module: entryPoint.module } },
-      {
-        hint: "Name an executable of the image with bin or path, or nothing to run the image's own entrypoint",
-      },
-    );
-  }
-}
-
-/**
- * How to start the entry point: a `bin` is looked up on the image's PATH, a `path` is read against its
- * working directory, and neither keeps the image's own entrypoint. `args` replace the image's CMD.
- */
-function launchOf(
-  repository: Repository,
-  image: ImageRecord,
-  entryPoint: EntryPoint,
-  layout: string,
-): ImageLaunch {
-  const entrypoint =
-    entryPoint.bin !== undefined
-      ? [entryPoint.bin]
-      : entryPoint.path !== undefined
-        ? [posix.resolve(image.workingDir || '/', entryPoint.path)]
-        : undefined;
-  return {
-    kind: 'image',
-    image: pinnedImage(repository, image.digest),
-    ...(entrypoint === undefined ? {} : { entrypoint }),
-    args: [...entryPoint.args],
-    layout,
-  };
 }
 
 export default definePlugin({

@@ -1,6 +1,8 @@
 import { writeFile } from 'node:fs/promises';
-import type { ImageRecord } from './cache.ts';
+import { join } from 'node:path';
+import { FILES_FILE, type ImageRecord } from './cache.ts';
 import type { Distribution } from './distribution.ts';
+import { DEFAULT_PATH, ImageFiles } from './filesystem.ts';
 import { blobPath, makeBlobDir, writeLayout } from './layout.ts';
 import {
   checkConfig,
@@ -30,8 +32,8 @@ const PARALLEL_LAYERS = 3;
 /**
  * Downloads the image `digest` names into `dir` as an OCI image layout: its manifest, config and
  * every layer, each checked against its digest (the manifest against the pin itself, the blobs
- * against the manifest's descriptors) as it arrives. Rejects on the first mismatch; the caller
- * discards `dir`.
+ * against the manifest's descriptors) as it arrives, then lists the files the layers hold (for the
+ * entry-point checks). Rejects on the first mismatch; the caller discards `dir`.
  */
 export async function downloadImage(job: ImageDownload): Promise<Omit<ImageRecord, 'layout'>> {
   const { distribution, repository, digest, dir, label } = job;
@@ -67,6 +69,9 @@ export async function downloadImage(job: ImageDownload): Promise<Omit<ImageRecor
   const failed = settled.find((result) => result.status === 'rejected');
   if (failed) throw failed.reason;
 
+  const layerFiles = manifest.layers.map((layer) => blobPath(dir, layer.digest));
+  const files = await ImageFiles.ofLayers(layerFiles).catch(() => undefined);
+  await files?.write(join(dir, FILES_FILE));
   await writeLayout(dir, {
     manifest: { mediaType: manifest.mediaType, digest, size: fetched.bytes.length },
     platform: config.platform,
@@ -80,6 +85,7 @@ export async function downloadImage(job: ImageDownload): Promise<Omit<ImageRecor
     layers: manifest.layers.map((layer) => layer.digest),
     platform: platformName(config.platform),
     workingDir: config.workingDir,
+    bins: files?.executables(config.path ?? DEFAULT_PATH) ?? null,
     sizeBytes: fetched.bytes.length + configBytes.length + layers.reduce((sum, layer) => sum + layer.size, 0),
   };
 }

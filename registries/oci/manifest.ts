@@ -51,13 +51,15 @@ const imageIndex = z.object({
 const imageConfig = z.object({
   ...platform.shape,
   rootfs: z.object({ type: z.literal('layers'), diff_ids: z.array(z.string()) }),
-  config: z.object({ WorkingDir: z.string().optional() }).nullish(),
+  config: z.object({ WorkingDir: z.string().optional(), Env: z.array(z.string()).nullish() }).nullish(),
 });
 
 /** What the rest of the plugin needs from an image's config. */
 export interface ImageConfig {
   platform: Platform;
   workingDir: string;
+  /** The directories of the image's PATH, where a `bin` entry point is looked up; undefined when it sets none. */
+  path: string[] | undefined;
 }
 
 export type Descriptor = z.infer<typeof descriptor>;
@@ -201,5 +203,10 @@ export function checkConfig(
     );
   }
   const { os, architecture, variant } = config;
-  return { platform: { os, architecture, variant }, workingDir: config.config?.WorkingDir || '/' };
+  const path = config.config?.Env?.find((variable) => variable.startsWith('PATH='));
+  return {
+    platform: { os, architecture, variant },
+    workingDir: config.config?.WorkingDir || '/',
+    path: path?.slice('PATH='.length).split(':').filter(Boolean),
+  };
 }

@@ -79,7 +79,18 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
     registry = await startDockerRegistry({ storage: join(work.path, 'storage') });
     const server = { 'srv/server.sh': '#!/bin/sh\necho hello\n' };
     echo = await buildImage({
-      layers: [server, { 'srv/data/greeting.txt': 'hello from a layer\n' }],
+      layers: [
+        {
+          ...server,
+          'srv/data/greeting.txt': 'hello from a layer\n',
+          'usr/bin/echo-server': '#!/bin/sh\nexec /srv/server.sh\n',
+          'usr/bin/README': 'not a program\n',
+          // Debian's merged /usr: /bin is a link to usr/bin.
+          bin: { symlink: 'usr/bin' },
+        },
+        // Whiteout of srv/data: the upper layer removes the directory the lower one added.
+        { 'srv/.wh.data': '', 'srv/late.txt': 'from the upper layer\n' },
+      ],
       workingDir: '/srv',
       entrypoint: ['/srv/server.sh'],
       architecture: HOST,
@@ -222,7 +233,7 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
         parser.on('end', resolve).on('error', reject).end(tar);
       });
     }
-    expect(files).to.include.members(['srv/server.sh', 'srv/data/greeting.txt']);
+    expect(files).to.include.members(['srv/server.sh', 'srv/data/greeting.txt', 'srv/.wh.data']);
 
     const status = await oci.cacheStatus();
     expect(status.entries).to.deep.equal([
@@ -238,18 +249,35 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
     expect(status.bytes).to.equal(installed.sizeBytes);
   });
 
-  it("starts the entry point named: a bin on the image's PATH, a path against its working directory, or its own", async () => {
+  it("starts the entry point named, checked against the image's files: a bin on its PATH, a path, or its own", async () => {
     const oci = await openOci();
     const resolved = await oci.resolve({ name: 'mcp/echo', range: 'v1' });
     const launch = async (entryPoint: EntryPoint) =>
       (await oci.install(resolved, entryPoint)).launch as ImageLaunch;
-    expect((await launch({ bin: 'server.sh', args: [] })).entrypoint).to.deep.equal(['server.sh']);
+    expect((await launch({ bin: 'echo-server', args: [] })).entrypoint).to.deep.equal(['echo-server']);
+    // A path is read against the image's working directory, through its symlinks.
     expect((await launch({ path: 'server.sh', args: ['-v'] })).entrypoint).to.deep.equal(['/srv/server.sh']);
-    expect((await launch({ path: '/srv/server.sh', args: [] })).entrypoint).to.deep.equal(['/srv/server.sh']);
+    expect((await launch({ path: '/bin/echo-server', args: [] })).entrypoint).to.deep.equal([
+      '/bin/echo-server',
+    ]);
+    expect((await launch({ path: 'late.txt', args: [] })).entrypoint).to.deep.equal(['/srv/late.txt']);
     expect(await launch(NO_ENTRY)).to.not.have.property('entrypoint');
+
+    const unknownBin = await rejectionOf(oci.install(resolved, { bin: 'no-such-server', args: [] }));
+    expect(unknownBin.details).to.deep.include({
+      reason: 'not_found',
+      entryPoint: { bin: 'no-such-server' },
+    });
+    expect(unknownBin.message).to.equal('mcp/echo:v1 has no executable no-such-server on its PATH');
+    // Its hint names what the image has: echo-server, found in /usr/bin and /bin; README is not executable.
+    expect(unknownBin.hint).to.match(/on its PATH with bin: echo-server$/);
+    for (const entryPoint of [{ bin: 'README' }, { path: 'data/greeting.txt' }, { path: '/srv' }]) {
+      const err = await rejectionOf(oci.install(resolved, { ...entryPoint, args: [] }));
+      expect(err.details, JSON.stringify(entryPoint)).to.include({ reason: 'not_found' });
+    }
     const module = await rejectionOf(oci.install(resolved, { module: 'server', args: [] }));
     expect(module.details).to.include({ reason: 'not_found' });
-    expect(module.hint).to.contain('bin or path');
+    expect(module.message).to.contain('it is a container image');
     expect((await rejectionOf(oci.install(resolved, { bin: 'a', path: '/b', args: [] }))).code).to.equal(
       'invalid_request',
     );

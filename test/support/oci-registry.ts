@@ -1,7 +1,7 @@
 import { execFile as execFileCb, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -312,12 +312,16 @@ export interface BuiltImage {
 const blob = (mediaType: string, bytes: Buffer): Blob => ({ mediaType, bytes, digest: sha256(bytes) });
 const descriptor = ({ mediaType, bytes, digest }: Blob) => ({ mediaType, digest, size: bytes.length });
 
+/** A layer's files by path: a file's content (executable when it starts with `#!`), or a symlink. */
+export type LayerFiles = Record<string, string | { symlink: string }>;
+
 /**
- * An image of one layer per entry of `layers` (each a gzipped tar of the files given, by path), its
- * config and its manifest, in the OCI formats or Docker's schema 2 ones.
+ * An image of one layer per entry of `layers` (each a gzipped tar of the files given), its config
+ * and its manifest, in the OCI formats or Docker's schema 2 ones. A file named `.wh.<name>` is the
+ * image spec's whiteout of `<name>` in the layers below.
  */
 export async function buildImage(options: {
-  layers: Record<string, string>[];
+  layers: LayerFiles[];
   architecture?: string;
   format?: 'oci' | 'docker';
   workingDir?: string;
@@ -357,13 +361,15 @@ export async function buildImage(options: {
   return { manifest, config, layers, diffIds };
 }
 
-/** An uncompressed tar of `files` (path → content), made by the `tar` package from a temp directory. */
-async function tarOf(files: Record<string, string>): Promise<Buffer> {
+/** An uncompressed tar of `files`, made by the `tar` package from a temp directory. */
+async function tarOf(files: LayerFiles): Promise<Buffer> {
   const dir = mkdtempSync(join(work(), 'layer-'));
   const root = join(dir, 'root');
   for (const [path, content] of Object.entries(files)) {
     await mkdir(join(root, path, '..'), { recursive: true });
-    await writeFile(join(root, path), content, { mode: 0o755 });
+    if (typeof content === 'string') {
+      await writeFile(join(root, path), content, { mode: content.startsWith('#!') ? 0o755 : 0o644 });
+    } else await symlink(content.symlink, join(root, path));
   }
   const file = join(dir, 'layer.tar');
   await createTar({ cwd: root, file, portable: true }, Object.keys(files).sort());
