@@ -6,7 +6,6 @@ import {
   coreServices,
   definePlugin,
   type EntryPoint,
-  type ExtensionPoint,
   extensionPoints,
   type Fetch,
   type InstalledServer,
@@ -323,7 +322,6 @@ export default definePlugin({
     'OCI distribution registries: images pinned by manifest digest, every blob sha256-verified, kept as OCI image layouts for offline loads',
   config: ociRegistryConfig,
   dependencies: { clock: coreServices.clock, fetch: coreServices.fetch, secrets: coreServices.secrets },
-  // The registry-kinds point is typed for v1 registries until the host adapts v2 ones (in progress).
-  provides: [provide(extensionPoints.registryKinds as unknown as ExtensionPoint<PackageRegistryV2>, 'oci')],
+  provides: [provide(extensionPoints.registryKinds, 'oci')],
   create: ({ config, deps, logger }) => new OciRegistry(config, deps, logger),
 });

@@ -6,17 +6,17 @@ import { gunzipSync } from 'node:zlib';
 import { expect } from 'chai';
 import type { EntryPoint, ImageLaunch, ResolvedPackage } from '@sigil/plugin-api';
 import { list as listTar } from 'tar';
-import { type Clock, ManualClock, systemClock } from '../../core/clock.ts';
-import { type Logger, SecretRegistry } from '../../core/log.ts';
-import { PluginHost } from '../../core/plugins/host.ts';
-import { pluginEntrySchema } from '../../core/config/schema.ts';
-import { openDatabase } from '../../core/db/database.ts';
-import { parseChallenge } from '../../registries/oci/auth.ts';
-import manifest, { type OciRegistry, ociRegistryConfig } from '../../registries/oci/index.ts';
-import { hostPlatform } from '../../registries/oci/manifest.ts';
-import { builtinPlugins } from '../../services/builtin-plugins.ts';
-import { quietLogger, testCoreServices } from '../support/kernel.ts';
-import { rejectionOf } from '../support/rejection.ts';
+import { ManualClock } from '../../../core/clock.ts';
+import { SecretRegistry } from '../../../core/log.ts';
+import { PluginHost } from '../../../core/plugins/host.ts';
+import { pluginEntrySchema } from '../../../core/config/schema.ts';
+import { openDatabase } from '../../../core/db/database.ts';
+import { parseChallenge } from '../../../registries/oci/auth.ts';
+import { type OciRegistry, ociRegistryConfig } from '../../../registries/oci/index.ts';
+import { hostPlatform } from '../../../registries/oci/manifest.ts';
+import { builtinPlugins } from '../../../services/builtin-plugins.ts';
+import { quietLogger, testCoreServices } from '../../support/kernel.ts';
+import { rejectionOf } from '../../support/rejection.ts';
 import {
   type BuiltImage,
   buildImage,
@@ -30,8 +30,9 @@ import {
   startTokenService,
   type TamperingProxy,
   type TokenService,
-} from '../support/oci-registry.ts';
-import { recordingLogger, tempDir } from './npm/support.ts';
+} from '../../support/oci-registry.ts';
+import { recordingLogger, tempDir } from '../npm/support.ts';
+import { openOciRegistry } from './support.ts';
 
 const NO_ENTRY: EntryPoint = { args: [] };
 const HOST = hostPlatform().architecture;
@@ -51,26 +52,13 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
   const indexes: Record<string, string> = {};
   const opened: OciRegistry[] = [];
 
-  /** The plugin made by its own manifest, as the plugin host makes it, and started. */
-  async function openOci(
-    options: Record<string, unknown> & { clock?: Clock; logger?: Logger; secrets?: SecretRegistry } = {},
-  ): Promise<OciRegistry> {
-    const {
-      clock = systemClock,
-      logger = quietLogger(),
-      secrets = new SecretRegistry(),
-      ...config
-    } = options;
-    const instance = (await manifest.create({
-      config: manifest.config.parse({
-        registry: registry.url,
-        cacheDir: cacheDir(`c${opened.length}`),
-        ...config,
-      }),
-      deps: { clock, fetch: globalThis.fetch, secrets },
-      logger,
-    })) as OciRegistry;
-    await instance.start();
+  /** An instance on this suite's registry, with a cache of its own unless `options` say otherwise. */
+  async function openOci(options: Parameters<typeof openOciRegistry>[0] = {}): Promise<OciRegistry> {
+    const instance = await openOciRegistry({
+      registry: registry.url,
+      cacheDir: cacheDir(`c${opened.length}`),
+      ...options,
+    });
     opened.push(instance);
     return instance;
   }
@@ -428,7 +416,7 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
     it('leaves nothing that looks installed when the process dies mid-download', async () => {
       const dir = join(work.path, 'caches', 'crash');
       const resolved: ResolvedPackage = { name: 'mcp/echo', version: 'v1', digest: echo.manifest.digest };
-      const entry = new URL('../../registries/oci/index.ts', import.meta.url).pathname;
+      const entry = new URL('../../../registries/oci/index.ts', import.meta.url).pathname;
       const script = `
         import manifest from ${JSON.stringify(entry)};
         const plugin = await manifest.create({
@@ -439,7 +427,7 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
         await plugin.install(${JSON.stringify(resolved)}, { args: [] });`;
       const stalled = proxy.hold(`/v2/mcp/echo/blobs/${echo.layers[0]!.digest}`);
       const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
-        cwd: new URL('../..', import.meta.url).pathname,
+        cwd: new URL('../../..', import.meta.url).pathname,
         stdio: ['ignore', 'ignore', 'pipe'],
       });
       let stderr = '';
