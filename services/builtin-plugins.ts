@@ -6,6 +6,7 @@ export const builtinPlugins: BuiltinPlugins = {
   'registry-npm': () => import('../registries/npm/index.ts'),
   'registry-git': () => import('../registries/git/index.ts'),
   'registry-pypi': () => import('../registries/pypi/index.ts'),
+  'registry-oci': () => import('../registries/oci/index.ts'),
   'sandbox-linux-namespaces': () => import('../plugins/sandboxes/linux-namespaces/index.ts'),
   'payments-x402-evm': () => import('../plugins/payments/x402-evm/index.ts'),
   'provider-openai-compatible': () => import('../providers/openai-compatible/index.ts'),

@@ -12,7 +12,8 @@ import { DEFAULT_PLUGINS } from '../../services/config.ts';
 import { sigilRejection } from '../support/rejections.ts';
 import { type PythonIndex, served, startPythonIndex } from '../support/python-index.ts';
 import { type BuiltWheel, buildWheel, renameMember, wheelFromProject } from '../support/python-wheels.ts';
-import { recordingLogger, tempDir } from './npm/support.ts';
+import { tempDir } from './npm/support.ts';
+import { recordingLogger } from '../support/logs.ts';
 
 const SERVER = 'sigil-echo-server';
 const FORMAT = 'sigil-echo-format';

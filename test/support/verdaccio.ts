@@ -12,11 +12,12 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { createServer } from 'node:net';
-import { homedir, tmpdir } from 'node:os';
+import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Arborist from '@npmcli/arborist';
 import pacote, { type NpmFlatOptions } from 'pacote';
+import { processTempDir } from './paths.ts';
 
 /**
  * A real npm registry for tests: verdaccio in a child process on 127.0.0.1 and a random port, with its
@@ -85,16 +86,7 @@ const PUBLIC_REGISTRY = 'https://registry.npmjs.org/';
 const LOCAL_PATTERNS = ['sigil-test-*', '@sigil-test/*'];
 const VERDACCIO_BIN = fileURLToPath(new URL('../../node_modules/verdaccio/bin/verdaccio', import.meta.url));
 
-/** One temp directory per test process, removed when the process exits. */
-let workDir: string | undefined;
-function work(): string {
-  if (!workDir) {
-    const dir = mkdtempSync(join(tmpdir(), 'sigil-verdaccio-'));
-    workDir = dir;
-    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
-  }
-  return workDir;
-}
+const work = () => processTempDir('verdaccio');
 
 /** npm's own cache of this machine: a public package packed once is not downloaded again. */
 const NPM_CACHE = join(homedir(), '.npm', '_cacache');

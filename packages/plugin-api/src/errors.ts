@@ -1,3 +1,5 @@
+import type { PackageRegistryFailureV2 } from './contracts/package-registry-v2.ts';
+
 /**
  * Typed errors with stable codes. Everything the services reject, and every failure a plugin reports to
  * them, is a SigilError; the host maps each code to an HTTP status and a JSON-RPC error in one table
@@ -57,3 +59,16 @@ export class SigilError extends Error {
 /** Whether `value` is a SigilError of any copy of this package (see BRAND). */
 export const isSigilError = (value: unknown): value is SigilError =>
   typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
+
+/**
+ * The code of a package registry's failure by its `details.reason`: one table, so that the same
+ * reason means the same HTTP status whichever registry reports it.
+ */
+export const PACKAGE_REGISTRY_FAILURE_CODES = Object.freeze({
+  integrity_mismatch: 'conflict',
+  not_found: 'not_found',
+  unavailable: 'unavailable',
+  invalid_metadata: 'unavailable',
+  build_required: 'forbidden',
+  install_failed: 'internal',
+} as const satisfies Record<PackageRegistryFailureV2, ErrorCode>);

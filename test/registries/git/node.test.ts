@@ -7,7 +7,8 @@ import type { GitRegistry } from '../../../registries/git/index.ts';
 import { git, startGitDaemon, TestRepository, type GitDaemon } from '../../support/git.ts';
 import { fixturePath } from '../../support/paths.ts';
 import { startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
-import { recordingLogger, tempDir, writePackage } from '../npm/support.ts';
+import { tempDir, writePackage } from '../npm/support.ts';
+import { recordingLogger } from '../../support/logs.ts';
 import { callEcho, openGitRegistry, tamperStoredBlob } from './support.ts';
 import { sigilRejection } from '../../support/rejections.ts';
 

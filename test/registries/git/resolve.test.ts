@@ -7,7 +7,8 @@ import type { GitRegistry } from '../../../registries/git/index.ts';
 import { builtinPlugins } from '../../../services/builtin-plugins.ts';
 import { startGitDaemon, TestRepository, type GitDaemon } from '../../support/git.ts';
 import { quietLogger, testCoreServices } from '../../support/kernel.ts';
-import { recordingLogger, tempDir } from '../npm/support.ts';
+import { tempDir } from '../npm/support.ts';
+import { recordingLogger } from '../../support/logs.ts';
 import { openGitRegistry } from './support.ts';
 import { sigilRejection } from '../../support/rejections.ts';
 

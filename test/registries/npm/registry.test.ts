@@ -3,21 +3,11 @@ import { copyFileSync, existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { type ResolvedPackage, SigilError } from '@sigil/plugin-api';
+import type { ResolvedPackage } from '@sigil/plugin-api';
 import { PackageIntegrityError, type NpmRegistry } from '../../../registries/npm/index.ts';
+import { rejectionOf } from '../../support/rejection.ts';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { EVERYTHING, listAndCall, MEMORY, openRegistry, specOf, tempDir, writePackage } from './support.ts';
-
-/** Rejection of `promise`, which must reject. */
-async function rejectionOf(promise: Promise<unknown>): Promise<SigilError> {
-  try {
-    await promise;
-  } catch (err) {
-    expect(err).to.be.instanceOf(SigilError);
-    return err as SigilError;
-  }
-  throw new Error('expected a rejection');
-}
 
 describe('registry-npm against a local registry (verdaccio)', function () {
   // The first install of each MCP server pulls its tree through verdaccio's uplink: seconds, not ms.

@@ -1,0 +1,116 @@
+import { join } from 'node:path';
+import { expect } from 'chai';
+import {
+  contractChecks,
+  describePackageRegistryBehaviourV2,
+  EvidenceRedactor,
+  packageRegistryBehaviourV2,
+  type PackageRegistryFixtureV2,
+  packageRegistryKitV2,
+  runChecks,
+} from '@sigil/plugin-api/kit';
+import type { PackageRegistryV2 } from '@sigil/plugin-api';
+import { hostPlatform } from '../../../registries/oci/manifest.ts';
+import {
+  buildImage,
+  type DockerRegistry,
+  pushImage,
+  startDockerRegistry,
+  startTamperingProxy,
+  type TamperingProxy,
+} from '../../support/oci-registry.ts';
+import { tempDir } from '../npm/support.ts';
+import { openOciRegistry } from './support.ts';
+
+describe('registry-oci passes the package-registry v2 kit against docker-registry', function () {
+  this.timeout(30_000);
+  const work = tempDir('registry-oci-kit');
+  let registry: DockerRegistry;
+  /** What the instances under test talk to: it alters every layer of kit/tampered. */
+  let proxy: TamperingProxy;
+  let fixture: PackageRegistryFixtureV2 | undefined;
+  let caches = 0;
+
+  before(async () => {
+    registry = await startDockerRegistry();
+    proxy = await startTamperingProxy(registry.url);
+    const image = (server: string) =>
+      buildImage({
+        layers: [{ 'usr/bin/kit-server': `#!/bin/sh\necho ${server}\n` }],
+        architecture: hostPlatform().architecture,
+      });
+    const plain = await image('plain');
+    await pushImage(registry.url, 'kit/plain', 'v1', plain);
+    const tampered = await image('tampered');
+    await pushImage(registry.url, 'kit/tampered', 'v1', tampered);
+    const tamperedLayers = new Set(tampered.layers.map((layer) => `/v2/kit/tampered/blobs/${layer.digest}`));
+    proxy.rewrite = (path, body) =>
+      tamperedLayers.has(path) ? { body: Buffer.concat([body, body]) } : undefined;
+    await pushImage(registry.url, 'kit/moved', 'v1', await image('moved 0'));
+    let moves = 0;
+    const entryPoint = { bin: 'kit-server', args: [] };
+    fixture = {
+      plain: { name: 'kit/plain', range: 'v1', version: 'v1', digest: plain.manifest.digest, entryPoint },
+      tampered: { name: 'kit/tampered', range: 'v1', entryPoint },
+      moved: {
+        name: 'kit/moved',
+        range: 'v1',
+        entryPoint,
+        // Each run of the kit moves the tag once more, to an image it has never pointed at.
+        move: async () => {
+          await pushImage(registry.url, 'kit/moved', 'v1', await image(`moved ${(moves += 1)}`));
+        },
+      },
+    };
+  });
+
+  after(async () => {
+    await proxy?.stop();
+    await registry?.stop();
+    work.cleanup();
+  });
+
+  // Every check gets an instance with an empty cache of its own.
+  const load = () =>
+    openOciRegistry({ registry: proxy.url, cacheDir: join(work.path, 'caches', String((caches += 1))) });
+  const readyFixture = () => {
+    if (!fixture) throw new Error('the registry fixture is not ready');
+    return fixture;
+  };
+  // Images have no install scripts.
+  const traits = { installScripts: false };
+
+  describePackageRegistryBehaviourV2(load, readyFixture, traits);
+
+  /** Runs the behaviour checks on a broken registry; returns the ids that failed. */
+  async function failingChecks(
+    breakIt: (registry: PackageRegistryV2) => Partial<PackageRegistryV2>,
+  ): Promise<string[]> {
+    const kit = { ...packageRegistryKitV2, behaviour: packageRegistryBehaviourV2(readyFixture, traits) };
+    const broken = async () => {
+      const instance = await load();
+      return Object.assign(Object.create(instance) as PackageRegistryV2, breakIt(instance));
+    };
+    const results = await runChecks(contractChecks(kit, broken), {
+      redactor: new EvidenceRedactor(),
+      timeoutMs: 10_000,
+      contextFor: (evidence) => ({ evidence }),
+    });
+    return results.filter((r) => r.status === 'fail').map((r) => r.id);
+  }
+
+  it('the kit fails a registry that installs whatever its tag names now, not the pin', async () => {
+    const failed = await failingChecks((real) => ({
+      install: async (resolved, entryPoint) =>
+        real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
+    }));
+    expect(failed).to.deep.equal(['package-registry.moved-version-not-followed']);
+  });
+
+  it('the kit fails a registry that answers for an entry point the image does not have', async () => {
+    const failed = await failingChecks((real) => ({
+      install: (resolved, entryPoint) => real.install(resolved, { args: entryPoint.args }),
+    }));
+    expect(failed).to.deep.equal(['package-registry.unknown-entry-point']);
+  });
+});
