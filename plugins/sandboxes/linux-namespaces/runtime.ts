@@ -5,9 +5,10 @@ import { CgroupV1 } from './cgroups.ts';
 import { DEFAULT_LIMITS, type LinuxNamespacesConfig, type SandboxLimits } from './config.ts';
 import { EgressAddresses } from './egress-addresses.ts';
 import { currentOwner, reapLeftovers, type ReapReport } from './leftovers.ts';
-import { prepareHost, syscallFilterStatus, type PreparedHost } from './prepare-host.ts';
+import { detectHost, type FilterLoaderChoice, type HostFacts } from './detect-host.ts';
+import { prepareHost, type PreparedHost } from './prepare-host.ts';
 import type { LinuxSandboxProcess } from './sandbox-process.ts';
-import type { FilterInterpreter, SyscallFilterStatus } from './seccomp.ts';
+import type { SyscallFilterStatus } from './seccomp.ts';
 import { startSandbox, type SandboxContext } from './start-sandbox.ts';
 import { UidAllocator, type UidRange } from './uids.ts';
 
@@ -33,7 +34,7 @@ export interface RuntimeOptions {
   /** Whether core dumps go to a pipe helper; read from the kernel unless a test decides. */
   coreToPipe?: boolean;
   /** Which interpreter loads the syscall filter: perl when present, else python3, unless a test decides. */
-  filterInterpreter?: FilterInterpreter;
+  filterInterpreter?: FilterLoaderChoice;
 }
 
 /**
@@ -44,11 +45,14 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   readonly specVersion = 'v1' as const;
   readonly owner: string;
   private readonly coreToPipe: boolean | undefined;
-  private readonly filterInterpreter: FilterInterpreter | undefined;
+  private readonly filterInterpreter: FilterLoaderChoice | undefined;
   private readonly config: LinuxNamespacesConfig;
   private readonly logger: PluginLogger;
   private readonly limits: SandboxLimits;
+  private facts: Promise<HostFacts> | undefined;
   private ready: Promise<PreparedHost> | undefined;
+  /** Set once start() has finished. */
+  private prepared: PreparedHost | undefined;
   private stopped = false;
   private readonly running = new Set<LinuxSandboxProcess>();
   private readonly users: UidAllocator;
@@ -104,7 +108,10 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
           }),
       network:
         'own network namespace; allow-listed host:port only, through an HTTP proxy on a bound unix socket',
-      syscallFilter: syscallFilterStatus(this.config, this.filterInterpreter),
+      syscallFilter: this.prepared?.syscallFilter?.filter.status ?? {
+        enforced: false,
+        reason: this.prepared?.syscallFilterOff ?? 'the runtime has not started',
+      },
       running: this.running.size,
     };
   }
@@ -129,30 +136,51 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   }
 
   private async boot(): Promise<PreparedHost> {
-    const host = await prepareHost({
+    this.facts ??= detectHost({ config: this.config, filterInterpreter: this.filterInterpreter });
+    let host = await prepareHost({
       config: this.config,
+      facts: await this.facts,
       owner: this.owner,
       coreToPipe: this.coreToPipe,
-      filterInterpreter: this.filterInterpreter,
       reapLeftovers: () => this.reapLeftovers(),
     });
-    await this.selfTest(host);
+    let failure = await this.selfTest(host);
+    if (failure && host.syscallFilter && this.config.syscallFilter === 'auto') {
+      // A host where the filter's loader cannot run still gets sandboxes, and says why they lack it.
+      const without = {
+        ...host,
+        syscallFilter: undefined,
+        syscallFilterOff: `the syscall filter failed the start-up self-test: ${failure}`,
+      };
+      if ((await this.selfTest(without)) === undefined) {
+        host = without;
+        failure = undefined;
+      }
+    }
+    if (failure) throw selfTestFailed(failure);
+    if (!host.syscallFilter) {
+      this.logger.warn({ reason: host.syscallFilterOff }, 'sandboxes run without a syscall filter');
+    }
     this.logger.info(
       {
         users: host.sharedUid === undefined ? this.config.uidRange : 'shared (not root)',
-        syscallFilter: host.syscallFilter?.status.loader ?? 'off',
+        syscallFilter: host.syscallFilter?.filter.status.loader ?? 'off',
         limits: host.cgroups ? 'cgroup-v1' : 'rlimits',
         note: host.cgroupsNote,
       },
       'sandbox runtime ready',
     );
+    this.prepared = host;
     return host;
   }
 
-  /** One trivial sandbox, so a host that cannot build one fails at start-up, not at the first tool call. */
-  private async selfTest(host: PreparedHost): Promise<void> {
+  /**
+   * One trivial sandbox, so a host that cannot build one fails at start-up, not at the first tool
+   * call; why it failed, or undefined.
+   */
+  private async selfTest(host: PreparedHost): Promise<string | undefined> {
     const probe = await this.launch(host, {
-      packagePath: host.selfTestPackage,
+      packagePath: host.emptyDir,
       command: host.tools.sh,
       args: ['-c', 'exit 0'],
       env: {},
@@ -162,12 +190,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     let stderr = '';
     probe.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     const exit = await probe.exited;
-    if (exit.code !== 0) {
-      const detail = exit.reason ?? (stderr.trim() || `exit code ${exit.code}`);
-      throw new SigilError('unavailable', `cannot build a sandbox on this host: ${detail}`, {
-        details: { reason: 'self_test_failed' },
-      });
-    }
+    if (exit.code === 0) return undefined;
+    return exit.reason ?? (stderr.trim() || `exit code ${exit.code}`);
   }
 
   private async launch(host: PreparedHost, spec: SandboxSpec): Promise<LinuxSandboxProcess> {
@@ -182,3 +206,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     return { config, limits, owner, logger, users, egressAddresses };
   }
 }
+
+const selfTestFailed = (detail: string) =>
+  new SigilError('unavailable', `cannot build a sandbox on this host: ${detail}`, {
+    details: { reason: 'self_test_failed' },
+  });

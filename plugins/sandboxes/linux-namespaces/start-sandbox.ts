@@ -59,11 +59,13 @@ export async function startSandbox(
   const sandboxUid = someSandboxUid(config.uidRange);
   assertPackageReachable(spec.packagePath, sandboxUid, lends);
   const node = network ? realpathSync(process.execPath) : undefined;
+  const filter = host.syscallFilter;
   const plan = planRoot({
     systemPaths: [...config.systemPaths, ...(network ? NETWORK_PATHS : [])],
     requiredPaths: [
       spec.packagePath,
       ...host.chainFiles,
+      ...(filter?.needs ?? []),
       // The programs it runs, and every executable or library it was given, bring their libraries.
       ...(await host.dependencies.of([
         command,
@@ -73,6 +75,7 @@ export async function startSandbox(
       ])),
     ],
     ...(network ? { egressForwarder: host.forwarder } : {}),
+    hidden: { paths: filter?.hidden ?? [], emptyDir: host.emptyDir },
   });
   const root = ensureSkeleton(plan, join(host.ownerDir, 'roots'));
   const id = randomBytes(6).toString('hex');
@@ -154,13 +157,16 @@ export async function startSandbox(
       ...(resources.cgroup ? {} : { dataBytes: limits.memoryBytes }),
     },
     ...(node ? { egress: { node, port: config.proxyPort } } : {}),
+    ...(filter
+      ? { serverFilter: { interpreter: filter.filter.interpreter, args: filter.filter.serverLoaderArgs } }
+      : {}),
     command,
     args: spec.args,
   };
   let child: ChildProcess;
   try {
-    // The filter's loader (when there is one) installs it and execs the chain's first program.
-    const [file, ...args] = [...(host.syscallFilter?.loader ?? []), ...launchCommand(launch)];
+    // The launch filter's loader (when there is one) installs it and execs the chain's first program.
+    const [file, ...args] = [...(filter?.filter.launchLoader ?? []), ...launchCommand(launch)];
     child = spawn(file as string, args, {
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       // Nothing of the host's environment: the launch chain runs on none, the server on `env`.

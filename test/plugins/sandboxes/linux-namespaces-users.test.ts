@@ -12,7 +12,10 @@ import {
   markedProcesses,
 } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
 import { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
-import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
+import {
+  SERVER_DENIED,
+  type FilterInterpreter,
+} from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
 import { UidAllocator } from '../../../plugins/sandboxes/linux-namespaces/uids.ts';
 import { ProbeRuntimes } from './support.ts';
 
@@ -226,7 +229,8 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
     expect(status.syscallFilter).to.deep.equal({
       enforced: true,
       arch: 'x86_64',
-      denied: ['add_key', 'request_key', 'keyctl'],
+      denied: [...SERVER_DENIED, 'clone with CLONE_NEW* flags', 'clone3'],
+      enosys: ['clone3'],
       otherAbis: 'killed',
       keyring: 'fresh-session',
       loader: 'perl',

@@ -5,7 +5,7 @@ import type { SandboxLimits } from '@sigil/plugin-api';
 import { SANDBOX_PROBE_FILE as probeScript } from '@sigil/plugin-api/kit';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
-import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
+import type { FilterLoaderChoice } from '../../../plugins/sandboxes/linux-namespaces/detect-host.ts';
 import { quietLogger } from '../../support/kernel.ts';
 
 /**
@@ -26,7 +26,7 @@ export class ProbeRuntimes {
   /** A started runtime with the plugin's `options` (and a filter loader other than its pick). */
   async runtime(
     options: Record<string, unknown> = {},
-    filterInterpreter?: FilterInterpreter,
+    filterInterpreter?: FilterLoaderChoice,
   ): Promise<LinuxNamespacesRuntime> {
     const runtime = new LinuxNamespacesRuntime({
       config: configSchema.parse({ stateDir: this.stateDir, killGraceMs: 100, ...options }),
