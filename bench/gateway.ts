@@ -36,7 +36,12 @@ import { LATEST_PROTOCOL_VERSION, type CallToolResult } from '@modelcontextproto
 import knex from 'knex';
 import { createLogger, logDestination } from '../core/log.ts';
 import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
-import { extensionPoints, type PackageRegistryV1 } from '@sigil/plugin-api';
+import {
+  extensionPoints,
+  type PackageRegistryV1,
+  type SandboxRuntimeV2,
+  type SandboxSpecV2,
+} from '@sigil/plugin-api';
 import type { Kernel } from '../services/kernel.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel, type TestDatabase } from '../test/support/kernel.ts';
@@ -336,13 +341,13 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       .get('npm') as PackageRegistryV1;
     const installed = await npm.install(await npm.resolve('@sigil-test/probe-server', '^1.0.0'));
     const entry = installed.bin['sigil-probe'] as string;
-    const relayServer = await (kernel as Kernel).plugins.one('sandbox-runtime').spawn({
-      packagePath: installed.root,
-      command: process.execPath,
-      args: [entry],
+    const sandboxRuntime = (kernel as Kernel).plugins.one('sandbox-runtime') as SandboxRuntimeV2;
+    const serverSpec = (): SandboxSpecV2 => ({
+      launch: { kind: 'host', runtime: 'node', root: installed.root, args: [entry] },
       env: {},
       networkAllowList: [],
     });
+    const relayServer = await sandboxRuntime.spawn(serverSpec());
     relayServer.stderr?.resume();
     const relay = await startRelay(relayServer);
 
@@ -471,13 +476,7 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
         continue;
       }
       const sandboxLaunch: Launch = async () => {
-        const sandbox = await (kernel as Kernel).plugins.one('sandbox-runtime').spawn({
-          packagePath: installed.root,
-          command: process.execPath,
-          args: [entry],
-          env: {},
-          networkAllowList: [],
-        });
+        const sandbox = await sandboxRuntime.spawn(serverSpec());
         sandbox.stderr?.resume();
         return sandbox;
       };

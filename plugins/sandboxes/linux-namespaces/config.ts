@@ -47,6 +47,12 @@ export const configSchema = z
      * allows it, else none and `status()` says why; `seccomp`: start-up fails without it; `off`: none.
      */
     syscallFilter: z.enum(['auto', 'seccomp', 'off']).default('auto'),
+    /**
+     * The python3 that runs `python` launches: a path (a launcher such as a pyenv shim will do: the
+     * runtime asks it for the real interpreter); by default `python3` on the runtime's PATH, and
+     * without one Python servers cannot run here (`status().runs.host` says so).
+     */
+    python: absolutePath.optional(),
     limits: limitsSchema.partial().prefault({}),
     /** `auto`: per-sandbox cgroup v1 limits when available (root, v1 hierarchy); `off`: rlimits only. */
     cgroups: z.enum(['auto', 'off']).default('auto'),

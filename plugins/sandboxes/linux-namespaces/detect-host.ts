@@ -5,18 +5,23 @@ import type { LinuxNamespacesConfig } from './config.ts';
 import { Dependencies } from './dependencies.ts';
 import { findTools, firstUnsearchable, someSandboxUid } from './host.ts';
 import type { Tools } from './launch.ts';
-import { describePython } from './python.ts';
+import { describePython, type PythonInterpreter } from './python.ts';
 import { syscallFilter, type FilterInterpreter, type SyscallFilter } from './seccomp.ts';
 
 /**
- * What the runtime learns of its host without changing anything on it: the tools, and the syscall
- * filter it can install with what that filter's loader needs inside a sandbox. Read once per runtime
- * (status() may ask before start()).
+ * What the runtime learns of its host without changing anything on it: the tools, the syscall filter
+ * it can install with what that filter's loader needs inside a sandbox, and the Python it runs Python
+ * servers with. Read once per runtime (status() may ask before start()).
  */
 export interface HostFacts {
   tools: Tools;
   dependencies: Dependencies;
   filter: FilterSetup | { off: string };
+  /**
+   * Asked at the first python launch or status() (its extension modules' libraries take ldd a while),
+   * at start-up only when the config names one; then remembered.
+   */
+  python: () => Promise<PythonRuntime | { unavailable: string }>;
 }
 
 export interface FilterSetup {
@@ -25,6 +30,15 @@ export interface FilterSetup {
   needs: readonly string[];
   /** Directories inside those that stay hidden (see root.ts). */
   hidden: readonly string[];
+}
+
+export interface PythonRuntime {
+  interpreter: PythonInterpreter;
+  /**
+   * Host files a Python server needs besides the interpreter program and its libraries: the standard
+   * library and what its extension modules load.
+   */
+  needs: readonly string[];
 }
 
 /** Which interpreter loads the syscall filters: a kind found with the tools, or a file of that kind. */
@@ -45,7 +59,8 @@ export async function detectHost({ config, filterInterpreter }: DetectOptions): 
   }
   const dependencies = new Dependencies(tools.ldd);
   const filter = await chooseFilter(config, tools, dependencies, filterInterpreter);
-  return { tools, dependencies, filter };
+  let python: Promise<PythonRuntime | { unavailable: string }> | undefined;
+  return { tools, dependencies, filter, python: () => (python ??= findPython(config, dependencies)) };
 }
 
 /**
@@ -115,4 +130,23 @@ async function filterSetup(
     ...(await dependencies.librariesOfAll([python.executable, ...ctypes])),
   ].filter((file) => file !== python.executable);
   return { filter, needs, hidden: python.hidden };
+}
+
+/** The Python that runs `python` launches: the configured one (which must work), else python3 on PATH. */
+async function findPython(
+  config: LinuxNamespacesConfig,
+  dependencies: Dependencies,
+): Promise<PythonRuntime | { unavailable: string }> {
+  let interpreter: PythonInterpreter;
+  try {
+    interpreter = await describePython(config.python ?? 'python3');
+  } catch (error) {
+    if (config.python !== undefined) throw error;
+    return { unavailable: (error as Error).message };
+  }
+  const needs = [
+    ...interpreter.libraryPaths,
+    ...(await dependencies.librariesOfAll(interpreter.extensionModules)),
+  ];
+  return { interpreter, needs };
 }

@@ -1,30 +1,16 @@
 import { rmSync } from 'node:fs';
-import type { PluginLogger, SandboxRuntimeV1, SandboxSpec } from '@sigil/plugin-api';
+import type { PluginLogger, SandboxRuntimeV2, SandboxSpecV2 } from '@sigil/plugin-api';
 import { SigilError } from '@sigil/plugin-api';
-import { CgroupV1 } from './cgroups.ts';
 import { DEFAULT_LIMITS, type LinuxNamespacesConfig, type SandboxLimits } from './config.ts';
+import { detectHost, type FilterLoaderChoice, type HostFacts } from './detect-host.ts';
 import { EgressAddresses } from './egress-addresses.ts';
 import { currentOwner, reapLeftovers, type ReapReport } from './leftovers.ts';
-import { detectHost, type FilterLoaderChoice, type HostFacts } from './detect-host.ts';
 import { prepareHost, type PreparedHost } from './prepare-host.ts';
 import type { LinuxSandboxProcess } from './sandbox-process.ts';
-import type { SyscallFilterStatus } from './seccomp.ts';
+import { checkSpec, type HostRun } from './spec.ts';
 import { startSandbox, type SandboxContext } from './start-sandbox.ts';
-import { UidAllocator, type UidRange } from './uids.ts';
-
-/** What the runtime enforces on this host, and how (for operators and `/api/attestation/security`). */
-export interface LinuxNamespacesStatus {
-  /** Host users: one of `range` per live sandbox (as root), or the runtime's own for all. */
-  users:
-    { perSandbox: true; range: UidRange; inUse: number } | { perSandbox: false; uid: number; reason: string };
-  namespaces: readonly string[];
-  /** `cgroup-v1`: memory, pids and CPU share per sandbox; `rlimits`: per-process rlimits only. */
-  limits: 'cgroup-v1' | 'rlimits';
-  limitsNote?: string;
-  network: string;
-  syscallFilter: SyscallFilterStatus | { enforced: false; reason: string };
-  running: number;
-}
+import { runtimeStatus, type LinuxNamespacesStatus } from './status.ts';
+import { UidAllocator } from './uids.ts';
 
 export interface RuntimeOptions {
   config: LinuxNamespacesConfig;
@@ -41,8 +27,8 @@ export interface RuntimeOptions {
  * The `sandbox-runtime` built on kernel namespaces through util-linux alone (setpriv, unshare,
  * mount, umount, pivot_root, prlimit), plus iproute2's `ip` when a sandbox has a network allow-list.
  */
-export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
-  readonly specVersion = 'v1' as const;
+export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
+  readonly specVersion = 'v2' as const;
   readonly owner: string;
   private readonly coreToPipe: boolean | undefined;
   private readonly filterInterpreter: FilterLoaderChoice | undefined;
@@ -82,38 +68,26 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     if (ready) rmSync(ready.ownerDir, { recursive: true, force: true });
   }
 
-  async spawn(spec: SandboxSpec): Promise<LinuxSandboxProcess> {
-    return this.launch(await this.prepare(), spec);
+  /**
+   * Runs a host launch: `node` on this process's own node, `python` on the host's python3 (see
+   * python.ts), `binary` as it is. An image launch is refused (`unavailable`): the Docker sandbox runs
+   * those.
+   */
+  async spawn(spec: SandboxSpecV2): Promise<LinuxSandboxProcess> {
+    const host = await this.prepare();
+    return this.launch(host, await checkSpec(spec, await this.detect()));
   }
 
-  status(): LinuxNamespacesStatus {
-    const cgroups =
-      this.config.cgroups === 'auto' && process.getuid?.() === 0 ? CgroupV1.detect() : undefined;
-    const root = process.getuid?.() === 0;
-    return {
-      users: root
-        ? { perSandbox: true, range: this.config.uidRange, inUse: this.users.inUse }
-        : {
-            perSandbox: false,
-            uid: process.getuid?.() ?? -1,
-            reason: "not root: every sandbox runs as the runtime's own user",
-          },
-      namespaces: ['user', 'mount', 'pid', 'network', 'ipc', 'uts'],
-      limits: cgroups instanceof CgroupV1 ? 'cgroup-v1' : 'rlimits',
-      ...(cgroups instanceof CgroupV1
-        ? {}
-        : {
-            limitsNote:
-              cgroups?.unavailable ?? 'cgroups off or not root: memory is limited per process (RLIMIT_DATA)',
-          }),
-      network:
-        'own network namespace; allow-listed host:port only, through an HTTP proxy on a bound unix socket',
-      syscallFilter: this.prepared?.syscallFilter?.filter.status ?? {
-        enforced: false,
-        reason: this.prepared?.syscallFilterOff ?? 'the runtime has not started',
-      },
+  async status(): Promise<LinuxNamespacesStatus> {
+    const facts = await this.detect();
+    return runtimeStatus({
+      config: this.config,
+      facts,
+      python: await facts.python(),
+      prepared: this.prepared,
+      usersInUse: this.users.inUse,
       running: this.running.size,
-    };
+    });
   }
 
   /** Kills and removes what runtimes gone before left behind (leftovers.ts); run by start() too. */
@@ -136,10 +110,12 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   }
 
   private async boot(): Promise<PreparedHost> {
-    this.facts ??= detectHost({ config: this.config, filterInterpreter: this.filterInterpreter });
+    const facts = await this.detect();
+    // A python the operator named must work: checked now, not at the first Python server.
+    if (this.config.python !== undefined) await facts.python();
     let host = await prepareHost({
       config: this.config,
-      facts: await this.facts,
+      facts,
       owner: this.owner,
       coreToPipe: this.coreToPipe,
       reapLeftovers: () => this.reapLeftovers(),
@@ -180,11 +156,15 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
    */
   private async selfTest(host: PreparedHost): Promise<string | undefined> {
     const probe = await this.launch(host, {
-      packagePath: host.emptyDir,
+      root: host.emptyDir,
       command: host.tools.sh,
       args: ['-c', 'exit 0'],
+      cwd: host.emptyDir,
       env: {},
       networkAllowList: [],
+      readOnlyPaths: [],
+      runtimeNeeds: [],
+      hidden: [],
     });
     probe.stdout.resume();
     let stderr = '';
@@ -194,7 +174,12 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     return exit.reason ?? (stderr.trim() || `exit code ${exit.code}`);
   }
 
-  private async launch(host: PreparedHost, spec: SandboxSpec): Promise<LinuxSandboxProcess> {
+  private detect(): Promise<HostFacts> {
+    this.facts ??= detectHost({ config: this.config, filterInterpreter: this.filterInterpreter });
+    return this.facts;
+  }
+
+  private async launch(host: PreparedHost, spec: HostRun): Promise<LinuxSandboxProcess> {
     const sandbox = await startSandbox(this.sandboxContext(), host, spec);
     this.running.add(sandbox);
     void sandbox.exited.then(() => this.running.delete(sandbox));

@@ -102,8 +102,8 @@ describe('sandbox-linux-namespaces: the syscall filter', function () {
       expect(filtered.allowed).to.deep.equal({ fork: 'ok', thread: 'ok' });
     });
 
-    it('says so in status(): on, every call it refuses, other ABIs killed', () => {
-      expect(runtime.status().syscallFilter).to.deep.include({
+    it('says so in status(): on, every call it refuses, other ABIs killed', async () => {
+      expect((await runtime.status()).syscallFilter).to.deep.include({
         enforced: true,
         enosys: ['clone3'],
         otherAbis: 'killed',
@@ -191,7 +191,7 @@ describe('sandbox-linux-namespaces: the syscall filter', function () {
 
     it('auto: starts without it, and status() says it is off and why', async () => {
       const runtime = await probes.runtime({}, missing);
-      expect(runtime.status().syscallFilter).to.deep.equal({
+      expect((await runtime.status()).syscallFilter).to.deep.equal({
         enforced: false,
         reason: 'the sandbox syscall filter needs perl on the host (/sigil-missing/perl)',
       });
@@ -201,7 +201,7 @@ describe('sandbox-linux-namespaces: the syscall filter', function () {
 
     it('auto: starts without it when its loader fails the start-up self-test, saying so', async () => {
       const runtime = await probes.runtime({}, { name: 'perl', path: join(dir, 'bin', 'perl') });
-      const status = runtime.status().syscallFilter;
+      const status = (await runtime.status()).syscallFilter;
       expect(status).to.include({ enforced: false });
       expect((status as { reason: string }).reason).to.match(
         /^the syscall filter failed the start-up self-test: exit code 3/,
