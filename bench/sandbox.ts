@@ -5,8 +5,8 @@
  * server-everything to its first `tools/list` through the MCP SDK client. The `overhead` rows are
  * the sandboxed median minus the plain one (and the same for p10 and for CPU time, which a loaded
  * machine disturbs less); the target is at most 25 ms. Each program also runs in a sandbox without
- * the syscall filters (`syscallFilter: off`), alternating with the others: the `syscall filter` rows
- * are what the filters (their two loaders) add to a sandboxed start; the target is at most 5 ms.
+ * the syscall filter (`syscallFilter: off`), alternating with the others: the `syscall filter` rows
+ * are what the filter (its loader) adds to a sandboxed start; the target is at most 5 ms.
  */
 import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -48,7 +48,7 @@ interface Program {
   runs: number;
   plain: Start;
   sandboxed: Start;
-  /** The same in a sandbox without the syscall filters. */
+  /** The same in a sandbox without the syscall filter. */
   unfiltered: Start;
 }
 

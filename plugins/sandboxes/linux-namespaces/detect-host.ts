@@ -26,7 +26,7 @@ export interface HostFacts {
 
 export interface FilterSetup {
   filter: SyscallFilter;
-  /** Host files the server filter's loader needs inside the sandbox (never the interpreter itself). */
+  /** Host files the filter's loader needs inside the sandbox (never the interpreter itself). */
   needs: readonly string[];
   /** Directories inside those that stay hidden (see root.ts). */
   hidden: readonly string[];
@@ -41,7 +41,7 @@ export interface PythonRuntime {
   needs: readonly string[];
 }
 
-/** Which interpreter loads the syscall filters: a kind found with the tools, or a file of that kind. */
+/** Which interpreter loads the syscall filter: a kind found with the tools, or a file of that kind. */
 export type FilterLoaderChoice = FilterInterpreter | { name: FilterInterpreter; path: string };
 
 export interface DetectOptions {

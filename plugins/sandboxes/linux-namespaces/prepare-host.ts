@@ -24,7 +24,7 @@ export interface PreparedHost {
   tools: Tools;
   /** Not root: the runtime's own uid, which every sandbox runs as. Root: a uid per sandbox. */
   sharedUid?: number;
-  /** The syscall filters and what their loader needs; absent when off (`syscallFilterOff` says why). */
+  /** The syscall filter and what its loader needs; absent when off (`syscallFilterOff` says why). */
   syscallFilter?: FilterSetup;
   syscallFilterOff?: string;
   /**

@@ -1,31 +1,25 @@
 /**
- * The sandbox's syscall filters: classic-BPF seccomp programs, installed in two steps since the launch
- * chain itself needs what the server must not have (unshare, mount, pivot_root):
- *
- * - the launch filter, first in the chain, on the host: it refuses the kernel keyring (`add_key`,
- *   `request_key`, `keyctl` fail with EPERM) and kills a process that makes a system call through any
- *   other ABI than the host's own;
- * - the server filter, last, inside the sandbox's root once every capability is dropped, right before
- *   the init that runs the server: it refuses (EPERM) what a server never needs and what opens the
- *   kernel's larger attack surface ({@link SERVER_DENIED}), `clone` with any CLONE_NEW* flag (the flags
- *   argument is inspected; threads and fork stay allowed), answers `clone3` with ENOSYS (its flags sit
- *   in memory BPF cannot read; libc then falls back to `clone`, as under Docker's profile), and kills
- *   other ABIs too.
- *
- * Filters stack: the server runs under both. Other ABIs are the i386 one (`int 0x80`, which reports
- * another audit arch) and, on x86_64, the x32 numbering (bit 30 set), since a filter keyed on the
- * host's numbers would not see those calls.
+ * The sandbox's syscall filter: a classic-BPF seccomp program, installed last in the launch chain
+ * (launch.ts), inside the sandbox's root once every capability is dropped, right before the init that
+ * runs the server, since the chain itself needs what the server must not have (unshare, mount,
+ * pivot_root). It refuses (EPERM) what a server never needs and what opens the kernel's larger attack
+ * surface ({@link SERVER_DENIED}) and `clone` with any CLONE_NEW* flag (the flags argument is
+ * inspected; threads and fork stay allowed), answers `clone3` with ENOSYS (its flags sit in memory BPF
+ * cannot read; libc then falls back to `clone`, as under Docker's profile), and kills a process that
+ * makes a system call through any other ABI than the host's own: the i386 one (`int 0x80`, which
+ * reports another audit arch) and, on x86_64, the x32 numbering (bit 30 set), since a filter keyed on
+ * the host's numbers would not see those calls.
  *
  * util-linux has no seccomp tool and node cannot make the calls, so a few lines of perl (perl-base is
- * Essential in Debian; about 1 ms) or, without perl, python3 with ctypes (about 10 ms more) install a
- * filter: they give the process a fresh, empty session keyring (nothing of the runtime's keyrings is
- * possessed inside), set no_new_privs, install the filter and exec the rest of the chain, which
- * inherits it for good. The server filter's interpreter is never mounted in the sandbox: the chain
- * opens it on fd 9 while the host's root is still visible and execs it as /proc/self/fd/9 (launch.ts);
- * only its libraries (and python3's standard library) are mounted.
+ * Essential in Debian; about 2 ms of CPU) or, without perl, python3 with ctypes (about 10 ms more)
+ * install it: they close every descriptor but stdio and the environment's, give the process a fresh,
+ * empty session keyring (nothing of the runtime's keyrings is possessed inside), set no_new_privs,
+ * install the filter and exec the init, which inherits it for good. The interpreter is never mounted
+ * in the sandbox: the chain opens it on fd 9 while the host's root is still in view and execs it as
+ * /proc/self/fd/9; only its libraries (and python3's standard library) are mounted.
  */
 
-/** Calls the server filter refuses with EPERM, besides `clone` with namespace flags. */
+/** Calls the filter refuses with EPERM, besides `clone` with namespace flags. */
 export const SERVER_DENIED = [
   'ptrace',
   'process_vm_readv',
@@ -60,8 +54,6 @@ export const SERVER_DENIED = [
   'io_uring_register',
 ] as const;
 
-/** Calls the launch filter refuses with EPERM. */
-const LAUNCH_DENIED = ['add_key', 'request_key', 'keyctl'] as const;
 /** Answered ENOSYS, as if the kernel lacked them, so that libc falls back to what the filter can judge. */
 const SERVER_ENOSYS = ['clone3'] as const;
 /** How `status()` names the one call refused by its arguments. */
@@ -69,7 +61,7 @@ export const CLONE_NEW_NAMESPACE = 'clone with CLONE_NEW* flags';
 
 type SyscallName = (typeof SERVER_DENIED)[number] | (typeof SERVER_ENOSYS)[number] | 'clone';
 
-/** The host's ABI as seccomp sees it: its audit arch and the numbers of the calls the filters name. */
+/** The host's ABI as seccomp sees it: its audit arch and the numbers of the calls the filter names. */
 interface Abi {
   name: string;
   auditArch: number;
@@ -179,7 +171,7 @@ const ENOSYS = 38;
  */
 const CLONE_NEW_FLAGS = 0x7e020000;
 
-/** What the filters enforce, as `status()` reports it. */
+/** What the filter enforces, as `status()` reports it. */
 export interface SyscallFilterStatus {
   enforced: true;
   arch: string;
@@ -187,11 +179,11 @@ export interface SyscallFilterStatus {
   denied: readonly string[];
   /** Answered ENOSYS, so that libc falls back to a call the filter can judge (clone3 → clone). */
   enosys: readonly string[];
-  /** Calls through another ABI (i386 `int 0x80`, x32) kill the process, from the chain's start. */
+  /** Calls through another ABI (i386 `int 0x80`, x32) kill the process. */
   otherAbis: 'killed';
   /** Every sandbox starts with a fresh, empty session keyring. */
   keyring: 'fresh-session';
-  /** The interpreter that installs them. */
+  /** The interpreter that installs it. */
   loader: FilterInterpreter;
 }
 
@@ -201,17 +193,12 @@ export interface SyscallFilter {
   status: SyscallFilterStatus;
   /** The interpreter's host path. */
   interpreter: string;
-  /** Command and arguments that install the launch filter and then exec the arguments that follow. */
-  launchLoader: string[];
-  /**
-   * Arguments of the interpreter (after its own path) that install the server filter and then exec
-   * the arguments that follow.
-   */
-  serverLoaderArgs: string[];
+  /** Its arguments (after its own path) that install the filter and then exec the arguments that follow. */
+  loaderArgs: string[];
 }
 
 /**
- * The filters for this host's architecture, loaded by `interpreter` (its path), or undefined where the
+ * The filter for this host's architecture, loaded by `interpreter` (its path), or undefined where the
  * runtime has no syscall table for the architecture.
  */
 export function syscallFilter(
@@ -220,14 +207,12 @@ export function syscallFilter(
 ): SyscallFilter | undefined {
   const abi = ABIS[arch];
   if (!abi) return undefined;
-  // The server's loader runs under the launch filter, which already refuses keyctl: the chain has
-  // joined its fresh keyring by then (-1: no keyring step).
-  const loaderArgs = (program: Buffer, keyctl: number) => {
-    const args = [program.toString('hex'), String(keyctl), String(abi.prctl), String(CLOSE_RANGE)];
-    return interpreter.name === 'perl'
-      ? ['-e', PERL_LOADER, '--', ...args]
-      : ['-I', '-S', '-c', PYTHON_LOADER, ...args];
-  };
+  const args = [
+    program(abi).toString('hex'),
+    String(abi.syscalls.keyctl),
+    String(abi.prctl),
+    String(CLOSE_RANGE),
+  ];
   return {
     status: {
       enforced: true,
@@ -239,25 +224,11 @@ export function syscallFilter(
       loader: interpreter.name,
     },
     interpreter: interpreter.path,
-    launchLoader: [
-      interpreter.path,
-      ...loaderArgs(
-        program(abi, { denied: LAUNCH_DENIED, enosys: [], cloneNamespaces: false }),
-        abi.syscalls.keyctl,
-      ),
-    ],
-    serverLoaderArgs: loaderArgs(
-      program(abi, { denied: SERVER_DENIED, enosys: SERVER_ENOSYS, cloneNamespaces: true }),
-      -1,
-    ),
+    loaderArgs:
+      interpreter.name === 'perl'
+        ? ['-e', PERL_LOADER, '--', ...args]
+        : ['-I', '-S', '-c', PYTHON_LOADER, ...args],
   };
-}
-
-interface Rules {
-  denied: readonly SyscallName[];
-  enosys: readonly SyscallName[];
-  /** Refuse `clone` when its flags ask for a new namespace. */
-  cloneNamespaces: boolean;
 }
 
 type Label = 'next' | 'deny' | 'enosys' | 'kill' | 'clone';
@@ -273,37 +244,36 @@ interface Step {
 /**
  *   ld arch; jeq <host arch> ? next : kill
  *   ld nr;   [x86_64: jge x32 bit ? kill : next]
- *   [jeq clone ? clone : next]
+ *   jeq clone ? clone : next
  *   jeq <each ENOSYS call> ? enosys : next
  *   jeq <each denied call> ? deny : next
  *   ret ALLOW
- *   [clone: ld args[0]; jset CLONE_NEW* ? deny : next; ret ALLOW]
+ *   clone: ld args[0]; jset CLONE_NEW* ? deny : next; ret ALLOW
  *   deny:   ret ERRNO(EPERM);  enosys: ret ERRNO(ENOSYS);  kill: ret KILL_PROCESS
  */
-function program(abi: Abi, rules: Rules): Buffer {
+function program(abi: Abi): Buffer {
   const steps: Step[] = [
     { code: BPF_LD_W_ABS, k: SECCOMP_DATA_ARCH },
     { code: BPF_JEQ_K, k: abi.auditArch, jt: 'next', jf: 'kill' },
     { code: BPF_LD_W_ABS, k: SECCOMP_DATA_NR },
     ...(abi.x32Bit === undefined ? [] : [{ code: BPF_JGE_K, k: abi.x32Bit, jt: 'kill', jf: 'next' } as Step]),
-    ...(rules.cloneNamespaces
-      ? [{ code: BPF_JEQ_K, k: abi.syscalls.clone, jt: 'clone', jf: 'next' } as Step]
-      : []),
-    ...rules.enosys.map((name): Step => ({
+    { code: BPF_JEQ_K, k: abi.syscalls.clone, jt: 'clone', jf: 'next' },
+    ...SERVER_ENOSYS.map((name): Step => ({
       code: BPF_JEQ_K,
       k: abi.syscalls[name],
       jt: 'enosys',
       jf: 'next',
     })),
-    ...rules.denied.map((name): Step => ({ code: BPF_JEQ_K, k: abi.syscalls[name], jt: 'deny', jf: 'next' })),
+    ...SERVER_DENIED.map((name): Step => ({
+      code: BPF_JEQ_K,
+      k: abi.syscalls[name],
+      jt: 'deny',
+      jf: 'next',
+    })),
     { code: BPF_RET_K, k: SECCOMP_RET_ALLOW },
-    ...(rules.cloneNamespaces
-      ? [
-          { code: BPF_LD_W_ABS, k: SECCOMP_DATA_ARG0_LOW, label: 'clone' } as Step,
-          { code: BPF_JSET_K, k: CLONE_NEW_FLAGS, jt: 'deny', jf: 'next' } as Step,
-          { code: BPF_RET_K, k: SECCOMP_RET_ALLOW } as Step,
-        ]
-      : []),
+    { code: BPF_LD_W_ABS, k: SECCOMP_DATA_ARG0_LOW, label: 'clone' },
+    { code: BPF_JSET_K, k: CLONE_NEW_FLAGS, jt: 'deny', jf: 'next' },
+    { code: BPF_RET_K, k: SECCOMP_RET_ALLOW },
     { code: BPF_RET_K, k: SECCOMP_RET_ERRNO | EPERM, label: 'deny' },
     { code: BPF_RET_K, k: SECCOMP_RET_ERRNO | ENOSYS, label: 'enosys' },
     { code: BPF_RET_K, k: SECCOMP_RET_KILL_PROCESS, label: 'kill' },
@@ -327,13 +297,12 @@ function program(abi: Abi, rules: Rules): Buffer {
 }
 
 /*
- * The two loaders do the same, in the same order; argv: <program hex> <keyctl nr, or -1 to keep the
- * session keyring> <prctl nr> <close_range nr> <command> [args...]. A failure is reported as a setup
- * failure (exit 125), and the command is exec'd on an empty environment, as the runtime started the
- * chain.
+ * The two loaders do the same, in the same order; argv: <program hex> <keyctl nr> <prctl nr>
+ * <close_range nr> <command> [args...]. A failure is reported as a setup failure (exit 125), and the
+ * command is exec'd on an empty environment, as the chain runs.
  *   close_range(4, ~0): no descriptor but stdio and the environment's (fd 3) goes on, whatever the
- *   runtime's process inherited without close-on-exec (and, inside, the loader's own fd 9); a kernel
- *   older than 5.9 answers ENOSYS, which changes nothing;
+ *   runtime's process inherited without close-on-exec, nor the loader's own fd 9; a kernel older
+ *   than 5.9 answers ENOSYS, which changes nothing;
  *   KEYCTL_JOIN_SESSION_KEYRING (1) with no name: a new, empty, anonymous session keyring;
  *   PR_SET_NO_NEW_PRIVS (38), which PR_SET_SECCOMP (22) with SECCOMP_MODE_FILTER (2) needs unprivileged;
  *   the filter, as a struct sock_fprog { unsigned short len; struct sock_filter *filter; }.
@@ -343,7 +312,7 @@ const PERL_LOADER = `
 sub fail { print STDERR "sigil-sandbox: setup failed: $_[0]: $!\\n"; exit 125 }
 my ($program, $keyctl, $prctl, $close_range) = (pack('H*', shift), shift, shift, shift);
 syscall($close_range, 4, 0xffffffff, 0);
-$keyctl < 0 or syscall($keyctl, 1, 0) != -1 or fail('joining a fresh session keyring');
+syscall($keyctl, 1, 0) != -1 or fail('joining a fresh session keyring');
 syscall($prctl, 38, 1, 0, 0, 0) != -1 or fail('setting no_new_privs');
 my $fprog = pack('S x![P] P', length($program) / 8, $program);
 syscall($prctl, 22, 2, $fprog, 0, 0) != -1 or fail('installing the syscall filter');
@@ -361,8 +330,7 @@ def ok(result, what):
         sys.exit(125)
 program, keyctl = bytes.fromhex(sys.argv[1]), int(sys.argv[2])
 libc.syscall(int(sys.argv[4]), 4, ctypes.c_uint(0xffffffff), 0)
-if keyctl >= 0:
-    ok(libc.syscall(keyctl, 1, None), 'joining a fresh session keyring')
+ok(libc.syscall(keyctl, 1, None), 'joining a fresh session keyring')
 ok(libc.prctl(38, 1, 0, 0, 0), 'setting no_new_privs')
 class Program(ctypes.Structure):
     _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_char_p)]

@@ -158,15 +158,14 @@ export async function startSandbox(
     },
     ...(node ? { egress: { node, port: config.proxyPort } } : {}),
     ...(filter
-      ? { serverFilter: { interpreter: filter.filter.interpreter, args: filter.filter.serverLoaderArgs } }
+      ? { syscallFilter: { interpreter: filter.filter.interpreter, args: filter.filter.loaderArgs } }
       : {}),
     command,
     args: spec.args,
   };
   let child: ChildProcess;
   try {
-    // The launch filter's loader (when there is one) installs it and execs the chain's first program.
-    const [file, ...args] = [...(filter?.filter.launchLoader ?? []), ...launchCommand(launch)];
+    const [file, ...args] = launchCommand(launch);
     child = spawn(file as string, args, {
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       // Nothing of the host's environment: the launch chain runs on none, the server on `env`.

@@ -126,7 +126,7 @@ describe('sandbox-linux-namespaces: the syscall filter', function () {
       const filter = syscallFilter({ name, path: `/usr/bin/${name}` });
       const [plain, underFilter] = await Promise.all([
         probeDenied(process.execPath, []),
-        probeDenied(`/usr/bin/${name}`, [...(filter?.serverLoaderArgs ?? []), process.execPath]),
+        probeDenied(`/usr/bin/${name}`, [...(filter?.loaderArgs ?? []), process.execPath]),
       ]);
       for (const [call, answer] of Object.entries(EXPECTED)) {
         expect(plain.denied[call], `${call} without the filter`).to.not.equal(answer);
@@ -138,7 +138,7 @@ describe('sandbox-linux-namespaces: the syscall filter', function () {
 
   it("passes on no descriptor the runtime's process inherited without close-on-exec", async () => {
     // A stand-in gateway started with fd 200 open (as a supervisor might leave one), once with the
-    // filter's loaders (which close what they did not open) and once without.
+    // filter's loader (which closes what it did not open) and once without.
     const seen = await Promise.all(
       ['auto', 'off'].map(async (filter) => {
         const child = spawn(
@@ -167,7 +167,7 @@ describe('sandbox-linux-namespaces: the syscall filter', function () {
       '/proc/self/fd/2',
       '/proc/self/fd/3',
     ]);
-    expect(seen[1], 'the control: without the loaders, it does leak').to.include('/proc/self/fd/200');
+    expect(seen[1], 'the control: without the loader, it does leak').to.include('/proc/self/fd/200');
   });
 
   describe('where it cannot be installed', () => {
