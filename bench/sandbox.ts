@@ -207,6 +207,13 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
   };
   const sandboxed = inSandbox(runtime);
   const unfiltered = inSandbox(bare);
+  const toExit = (launch: typeof sandboxed) =>
+    timed(async () => {
+      await (
+        await launch(work, ['-e', '0'])
+      ).exited;
+      return async () => undefined;
+    });
   const everything = join(repoRoot, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js');
   const programs: Program[] = [
     {
@@ -218,20 +225,8 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
           await exitOf(spawn(node, ['-e', '0'], { stdio: 'ignore', env: {} }));
           return async () => undefined;
         }),
-      sandboxed: () =>
-        timed(async () => {
-          await (
-            await sandboxed(work, ['-e', '0'])
-          ).exited;
-          return async () => undefined;
-        }),
-      unfiltered: () =>
-        timed(async () => {
-          await (
-            await unfiltered(work, ['-e', '0'])
-          ).exited;
-          return async () => undefined;
-        }),
+      sandboxed: () => toExit(sandboxed),
+      unfiltered: () => toExit(unfiltered),
     },
     {
       name: 'stdio echo server, to its first answer',
