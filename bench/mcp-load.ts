@@ -92,9 +92,12 @@ async function stdioCaller(target: StdioTarget): Promise<{ call: Call; close(): 
     });
     await runtime.start();
     stdio = await runtime.spawn({
-      packagePath: target.packagePath,
-      command: process.execPath,
-      args: [target.entry, ...target.args],
+      launch: {
+        kind: 'host',
+        runtime: 'node',
+        root: target.packagePath,
+        args: [target.entry, ...target.args],
+      },
       env: {},
       networkAllowList: [],
     });

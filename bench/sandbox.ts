@@ -4,7 +4,9 @@
  * Scenarios: `node -e 0` to its exit; a tiny stdio echo server to its first answer; and
  * server-everything to its first `tools/list` through the MCP SDK client. The `overhead` rows are
  * the sandboxed median minus the plain one (and the same for p10 and for CPU time, which a loaded
- * machine disturbs less); the target is at most 25 ms.
+ * machine disturbs less); the target is at most 25 ms. Each program also runs in a sandbox without
+ * the syscall filter (`syscallFilter: off`), alternating with the others: the `syscall filter` rows
+ * are what the filter (its loader) adds to a sandboxed start; the target is at most 5 ms.
  */
 import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -46,6 +48,8 @@ interface Program {
   runs: number;
   plain: Start;
   sandboxed: Start;
+  /** The same in a sandbox without the syscall filter. */
+  unfiltered: Start;
 }
 
 /** Children's CPU (user + system) of this process so far, in µs: every start is waited for. */
@@ -75,14 +79,37 @@ function summarize(scenario: string, times: number[], cpuUs: number): ColdStartM
   return measurement;
 }
 
-/** Runs plain and sandboxed starts alternately and reports both and the difference of their medians. */
+/** `a` minus `b`, row by row. */
+function difference(
+  scenario: string,
+  a: ColdStartMeasurement,
+  b: ColdStartMeasurement,
+): ColdStartMeasurement {
+  const measurement: ColdStartMeasurement = {
+    scenario,
+    concurrency: 1,
+    rps: 0,
+    p50Ms: Number((a.p50Ms - b.p50Ms).toFixed(2)),
+    p99Ms: Number((a.p99Ms - b.p99Ms).toFixed(2)),
+    p10Ms: Number((a.p10Ms - b.p10Ms).toFixed(2)),
+    serverCpuUsPerRequest: a.serverCpuUsPerRequest - b.serverCpuUsPerRequest,
+  };
+  process.stdout.write(`${JSON.stringify(measurement)}\n`);
+  return measurement;
+}
+
+const KINDS = ['plain', 'sandboxed', 'unfiltered'] as const;
+
+/**
+ * Runs plain, sandboxed and unfiltered starts alternately and reports each and the differences of
+ * their medians.
+ */
 async function compare(program: Program): Promise<ColdStartMeasurement[]> {
-  const times = { plain: [] as number[], sandboxed: [] as number[] };
-  const cpu = { plain: 0, sandboxed: 0 };
-  await program.plain(); // warm the page cache for both
-  await program.sandboxed();
+  const times = { plain: [] as number[], sandboxed: [] as number[], unfiltered: [] as number[] };
+  const cpu = { plain: 0, sandboxed: 0, unfiltered: 0 };
+  for (const kind of KINDS) await program[kind](); // warm the page cache for all
   for (let run = 0; run < program.runs; run++) {
-    for (const kind of ['plain', 'sandboxed'] as const) {
+    for (const kind of KINDS) {
       const cpuBefore = childrenCpuUs();
       times[kind].push(await program[kind]());
       cpu[kind] += childrenCpuUs() - cpuBefore;
@@ -90,17 +117,18 @@ async function compare(program: Program): Promise<ColdStartMeasurement[]> {
   }
   const plain = summarize(`plain: ${program.name}`, times.plain, cpu.plain);
   const sandboxed = summarize(`sandboxed: ${program.name}`, times.sandboxed, cpu.sandboxed);
-  const overhead: ColdStartMeasurement = {
-    scenario: `overhead (sandboxed − plain median): ${program.name}`,
-    concurrency: 1,
-    rps: 0,
-    p50Ms: Number((sandboxed.p50Ms - plain.p50Ms).toFixed(2)),
-    p99Ms: Number((sandboxed.p99Ms - plain.p99Ms).toFixed(2)),
-    p10Ms: Number((sandboxed.p10Ms - plain.p10Ms).toFixed(2)),
-    serverCpuUsPerRequest: sandboxed.serverCpuUsPerRequest - plain.serverCpuUsPerRequest,
-  };
-  process.stdout.write(`${JSON.stringify(overhead)}\n`);
-  return [plain, sandboxed, overhead];
+  const unfiltered = summarize(
+    `sandboxed without the syscall filter: ${program.name}`,
+    times.unfiltered,
+    cpu.unfiltered,
+  );
+  return [
+    plain,
+    sandboxed,
+    unfiltered,
+    difference(`overhead (sandboxed − plain median): ${program.name}`, sandboxed, plain),
+    difference(`syscall filter (sandboxed − sandboxed without it): ${program.name}`, sandboxed, unfiltered),
+  ];
 }
 
 const exitOf = (child: { once(event: 'close', listener: () => void): unknown }) =>
@@ -143,11 +171,14 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
   writeFileSync(echoServer, "process.stdin.on('data', (line) => process.stdout.write(line));\n", {
     mode: 0o644,
   });
-  const runtime = new LinuxNamespacesRuntime({
-    config: configSchema.parse({ stateDir: join(work, 'state'), killGraceMs: 2000 }),
-    logger: pino({ level: 'silent' }),
-  });
-  await runtime.start();
+  const runtimeWith = (syscallFilter: 'seccomp' | 'off') =>
+    new LinuxNamespacesRuntime({
+      config: configSchema.parse({ stateDir: join(work, 'state'), killGraceMs: 2000, syscallFilter }),
+      logger: pino({ level: 'silent' }),
+    });
+  const runtime = runtimeWith('seccomp');
+  const bare = runtimeWith('off');
+  await Promise.all([runtime.start(), bare.start()]);
   const node = process.execPath;
   const plainStdio = (args: string[]) => {
     const child = spawn(node, args, { stdio: ['pipe', 'pipe', 'ignore'], env: {} });
@@ -165,11 +196,24 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
       },
     };
   };
-  const sandboxed = async (packagePath: string, args: string[]) => {
-    const sandbox = await runtime.spawn({ packagePath, command: node, args, env: {}, networkAllowList: [] });
+  const inSandbox = (on: LinuxNamespacesRuntime) => async (root: string, args: string[]) => {
+    const sandbox = await on.spawn({
+      launch: { kind: 'host', runtime: 'node', root, args },
+      env: {},
+      networkAllowList: [],
+    });
     sandbox.stderr.resume();
     return sandbox;
   };
+  const sandboxed = inSandbox(runtime);
+  const unfiltered = inSandbox(bare);
+  const toExit = (launch: typeof sandboxed) =>
+    timed(async () => {
+      await (
+        await launch(work, ['-e', '0'])
+      ).exited;
+      return async () => undefined;
+    });
   const everything = join(repoRoot, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js');
   const programs: Program[] = [
     {
@@ -181,32 +225,30 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
           await exitOf(spawn(node, ['-e', '0'], { stdio: 'ignore', env: {} }));
           return async () => undefined;
         }),
-      sandboxed: () =>
-        timed(async () => {
-          await (
-            await sandboxed(work, ['-e', '0'])
-          ).exited;
-          return async () => undefined;
-        }),
+      sandboxed: () => toExit(sandboxed),
+      unfiltered: () => toExit(unfiltered),
     },
     {
       name: 'stdio echo server, to its first answer',
       runs: RUNS,
       plain: () => firstEcho(async () => plainStdio([echoServer])),
       sandboxed: () => firstEcho(() => sandboxed(work, [echoServer])),
+      unfiltered: () => firstEcho(() => unfiltered(work, [echoServer])),
     },
     {
       name: 'server-everything, to its first tools/list',
       runs: MCP_RUNS,
       plain: () => firstToolsList(async () => plainStdio([everything, 'stdio'])),
       sandboxed: () => firstToolsList(() => sandboxed(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
+      unfiltered: () =>
+        firstToolsList(() => unfiltered(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
     },
   ];
   const results: ColdStartMeasurement[] = [];
   try {
     for (const program of programs) results.push(...(await compare(program)));
   } finally {
-    await runtime.stop();
+    await Promise.all([runtime.stop(), bare.stop()]);
     rmSync(work, { recursive: true, force: true });
   }
   return results;

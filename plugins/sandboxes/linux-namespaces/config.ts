@@ -42,8 +42,17 @@ export const configSchema = z
      * own; it must be no one else's on this host. Not root: every sandbox runs as the runtime's user.
      */
     uidRange: uidRangeSchema.default(DEFAULT_UID_RANGE),
-    /** `seccomp`: no kernel keyring, no foreign ABIs (needs perl or python3 on the host); `off`: none. */
-    syscallFilter: z.enum(['seccomp', 'off']).default('seccomp'),
+    /**
+     * The syscall filter (seccomp.ts; installed by perl or python3 of the host): `auto` when the host
+     * allows it, else none and `status()` says why; `seccomp`: start-up fails without it; `off`: none.
+     */
+    syscallFilter: z.enum(['auto', 'seccomp', 'off']).default('auto'),
+    /**
+     * The python3 that runs `python` launches: a path (a launcher such as a pyenv shim will do: the
+     * runtime asks it for the real interpreter); by default `python3` on the runtime's PATH, and
+     * without one Python servers cannot run here (`status().runs.host` says so).
+     */
+    python: absolutePath.optional(),
     limits: limitsSchema.partial().prefault({}),
     /** `auto`: per-sandbox cgroup v1 limits when available (root, v1 hierarchy); `off`: rlimits only. */
     cgroups: z.enum(['auto', 'off']).default('auto'),

@@ -22,6 +22,9 @@ const ELF_MAGIC = '\x7fELF';
 /** Longest `#!` line the kernel reads (BINPRM_BUF_SIZE). */
 const SHEBANG_BYTES = 256;
 
+/** Files per ldd run when many are listed (each costs ldd a run of the loader anyway). */
+const LDD_BATCH = 100;
+
 /** One `ldd` line naming a file: `libc.so.6 => /lib/.../libc.so.6 (0x…)` or `/lib64/ld-linux….so.2 (0x…)`. */
 const LDD_PATH = /^\s*(?:\S+\s+=>\s+)?(\/\S+)\s+\(0x[0-9a-f]+\)\s*$/;
 
@@ -60,31 +63,44 @@ export class Dependencies {
 
   private async read(file: string): Promise<readonly string[]> {
     const head = readHead(file);
-    if (head.startsWith(ELF_MAGIC)) return this.libraries(file);
+    if (head.startsWith(ELF_MAGIC)) return this.libraries([file]);
     if (head.startsWith('#!')) {
       return this.of(shebangInterpreters(head));
     }
     return [];
   }
 
-  private async libraries(file: string): Promise<readonly string[]> {
+  /**
+   * The shared libraries and loaders that any of `files` (ELF files, e.g. the extension modules of an
+   * interpreter) needs, from one ldd run instead of one per file. Not cached: for what a runtime
+   * reads once.
+   */
+  async librariesOfAll(files: readonly string[]): Promise<string[]> {
+    const found = new Set<string>();
+    for (let start = 0; start < files.length; start += LDD_BATCH) {
+      for (const path of await this.libraries(files.slice(start, start + LDD_BATCH))) found.add(path);
+    }
+    return [...found];
+  }
+
+  private async libraries(files: readonly string[]): Promise<readonly string[]> {
     let stdout: string;
     try {
-      ({ stdout } = await run(this.ldd, [file], {
+      ({ stdout } = await run(this.ldd, [...files], {
         // Nothing of the runtime's environment (LD_LIBRARY_PATH, LD_PRELOAD) may change the answer.
         env: { PATH: DEFAULT_PATH, LC_ALL: 'C' },
         encoding: 'utf8',
-        maxBuffer: 1024 * 1024,
+        maxBuffer: 16 * 1024 * 1024,
       }));
     } catch (error) {
-      // A static executable or a library ldd cannot read: nothing to add (exit status 1).
+      // A static executable or a library ldd cannot read: nothing to add for it (exit status 1).
       const { code, stdout: partial } = error as { code?: unknown; stdout?: string };
       if (code === 1) stdout = partial ?? '';
       else
         throw new SigilError(
           'unavailable',
-          `cannot list the shared libraries of ${file}: ${(error as Error).message}`,
-          { details: { reason: 'ldd_failed', path: file }, cause: error },
+          `cannot list the shared libraries of ${files.join(', ')}: ${(error as Error).message}`,
+          { details: { reason: 'ldd_failed', path: files[0] }, cause: error },
         );
     }
     return stdout.split('\n').flatMap((line) => LDD_PATH.exec(line)?.[1] ?? []);

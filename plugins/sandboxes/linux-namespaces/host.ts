@@ -1,5 +1,5 @@
 import { accessSync, constants, readFileSync, realpathSync, statSync } from 'node:fs';
-import { delimiter, dirname, isAbsolute, join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { SigilError } from '@sigil/plugin-api';
 import type { Tools } from './launch.ts';
 import type { UidRange } from './uids.ts';
@@ -57,26 +57,17 @@ export function findTools(): Tools {
   return { ...(found as Tools), ...optional };
 }
 
-/** The real path of an executable: absolute as given, or found on the host's PATH. */
+/** The real path of an executable given by its absolute path (a binary launch's `command`). */
 export function resolveExecutable(command: string): string {
-  const candidates = command.includes('/')
-    ? [command]
-    : (process.env.PATH ?? DEFAULT_PATH)
-        .split(delimiter)
-        .filter(Boolean)
-        .map((dir) => join(dir, command));
-  for (const candidate of candidates) {
-    if (!isAbsolute(candidate)) continue;
-    try {
-      accessSync(candidate, constants.X_OK);
-      if (statSync(candidate).isFile()) return realpathSync(candidate);
-    } catch {
-      // next
-    }
+  try {
+    accessSync(command, constants.X_OK);
+    if (statSync(command).isFile()) return realpathSync(command);
+  } catch {
+    // refused below
   }
   throw new SigilError(
     'invalid_request',
-    `sandbox spec command: "${command}" is not an executable file here`,
+    `sandbox spec launch.command: "${command}" is not an executable file here`,
   );
 }
 

@@ -10,8 +10,9 @@ import { LinuxNamespacesRuntime } from './runtime.ts';
 export default definePlugin({
   kind: 'sandbox-runtime',
   name: 'sandbox-linux-namespaces',
-  specVersion: 'v1',
-  description: 'MCP servers in user, mount, PID, network, IPC and UTS namespaces built with util-linux',
+  specVersion: 'v2',
+  description:
+    'MCP servers (node, python, binaries of the host) in user, mount, PID, network, IPC and UTS namespaces built with util-linux, under a seccomp filter',
   config: configSchema,
   create: ({ config, logger }) => new LinuxNamespacesRuntime({ config, logger }),
 });
@@ -19,4 +20,4 @@ export default definePlugin({
 export { configSchema, LinuxNamespacesRuntime };
 export type { LinuxNamespacesConfig } from './config.ts';
 export type { ReapReport } from './leftovers.ts';
-export type { LinuxNamespacesStatus } from './runtime.ts';
+export type { LinuxNamespacesDetails, LinuxNamespacesStatus } from './status.ts';

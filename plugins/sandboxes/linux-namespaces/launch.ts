@@ -11,9 +11,11 @@ import { EGRESS_FORWARDER, EGRESS_SOCKET, SANDBOX_ID } from './root.ts';
  *     └ sh -c SETUP  (PID 1 of the new namespace, holding capabilities only inside it)
  *         joins its cgroups, copies the skeleton onto a tmpfs, `mount -a` the sandbox root,
  *         loopback up (allow-list only),
- *         pivot_root into the new root and detaches the host's
+ *         opens the syscall filter's loader on fd 9 (seccomp.ts), pivot_root into the new root and
+ *         detaches the host's
  *         (rlimits: the shell's ulimit, or prlimit when core dumps go to a pipe helper)
  *       → setpriv  (drop every capability, bounding set and ambient too; no_new_privs)
+ *       → /proc/self/fd/9  (the loader: a fresh session keyring, the syscall filter)
  *       → sh -c INIT  (still PID 1, now unprivileged: reads the environment from fd 3, runs the
  *                      server as its child, reaps orphans, exits with the server's status)
  *         └ server  (or the egress forwarder, which starts the server once it listens)
@@ -33,7 +35,7 @@ export interface Tools {
   cp: string;
   /** iproute2's `ip`, needed only to bring loopback up for an allow-list. */
   ip?: string;
-  /** Either loads the syscall filter (seccomp.ts); it runs on the host, before the chain. */
+  /** Either loads the syscall filter (seccomp.ts). */
   perl?: string;
   python3?: string;
   /** Lists the shared libraries of what a sandbox runs (dependencies.ts), which are all of /usr it sees. */
@@ -69,7 +71,7 @@ export interface LaunchInput {
   /** An empty host directory the root's tmpfs is first mounted on (see the fstab's first line). */
   staging: string;
   cwd: string;
-  /** `cgroup.procs` files to join (at most 6: they are held on fds 4 to 9 meanwhile). */
+  /** `cgroup.procs` files to join (at most 5: they are held on fds 4 to 8 meanwhile). */
   cgroupProcs: readonly string[];
   /**
    * `/proc/sys/user/max_*_namespaces` files to set to 0 inside the sandbox's user namespace: no
@@ -82,12 +84,20 @@ export interface LaunchInput {
   coreToPipe: boolean;
   /** Node and the forwarder's port, when the sandbox has an allow-list. */
   egress?: { node: string; port: number };
+  /**
+   * The interpreter that installs the syscall filter (a host path, opened before the host's root goes
+   * and run from the descriptor, so it is never mounted inside) and its arguments.
+   */
+  syscallFilter?: { interpreter: string; args: readonly string[] };
   command: string;
   args: readonly string[];
 }
 
 /** Single-quotes `value` for sh. */
 export const shellQuote = (value: string): string => `'${value.replace(/'/g, `'\\''`)}'`;
+
+/** The descriptor the syscall filter's loader is opened on; the loader closes it. */
+const LOADER_FD = 9;
 
 /** The exit code of the setup script when a step fails; the step is named on stderr. */
 export const SETUP_FAILED_EXIT = 125;
@@ -116,7 +126,10 @@ export function setupScript(input: LaunchInput): string {
   const q = shellQuote;
   const { tools, limits } = input;
   const step = (command: string, what: string) => `${command} || fail ${q(what)}`;
-  const dropPrivileges = `${q(tools.setpriv)} --inh-caps=-all --bounding-set=-all --no-new-privs -- ${q(tools.sh)} -c ${q(INIT)} "$0" "$@"`;
+  const loader = input.syscallFilter
+    ? `/proc/self/fd/${LOADER_FD} ${input.syscallFilter.args.map(q).join(' ')} `
+    : '';
+  const dropPrivileges = `${q(tools.setpriv)} --inh-caps=-all --bounding-set=-all --no-new-privs -- ${loader}${q(tools.sh)} -c ${q(INIT)} "$0" "$@"`;
   // SIGXCPU at the soft CPU limit says why the process ended; the hard limit (SIGKILL) backs it up.
   const cpu = { soft: limits.cpuSeconds, hard: limits.cpuSeconds + 1 };
   const last = input.coreToPipe
@@ -170,6 +183,9 @@ export function setupScript(input: LaunchInput): string {
     ),
     step(`${q(tools.mount)} -n -a -T ${q(input.fstab)}`, 'mounting the sandbox root'),
     ...(input.egress && tools.ip ? [step(`${q(tools.ip)} link set lo up`, 'bringing loopback up')] : []),
+    ...(input.syscallFilter
+      ? [step(`exec ${LOADER_FD}<${q(input.syscallFilter.interpreter)}`, 'opening the syscall filter loader')]
+      : []),
     step(`cd ${q(input.root)}`, 'entering the sandbox root'),
     step(`${q(tools.pivotRoot)} . .oldroot`, 'pivot_root'),
     // -n: no utab bookkeeping (nothing to write, and umount refuses otherwise without real root).
@@ -188,7 +204,7 @@ export function setupScript(input: LaunchInput): string {
 }
 
 /**
- * The chain the runtime spawns (after the syscall filter's loader): the user switch, preceded, when
+ * The chain the runtime spawns: the user switch, preceded, when
  * paths are lent, by their binds in a mount namespace made as root. The sandbox's own namespaces are
  * made from that one, so it sees the lent binds, and the host's mount table never does.
  */

@@ -10,14 +10,14 @@ import { lendingFstab, missingOnHost, type LentPaths, type RootPlan } from './ro
  */
 
 /**
- * The package directory itself must let the sandbox user in (it works there); the directories on
- * the way to it need not when the runtime is root, since it lends the package (pathsToLend).
+ * The install root itself must let the sandbox user in (it works there); the directories on the way
+ * to it need not when the runtime is root, since it lends the root (pathsToLend).
  */
-export function assertPackageReachable(packagePath: string, uid: number, lends: boolean): void {
-  if (!existsSync(packagePath)) throw missingOnHost(packagePath);
-  const blocked = firstUnsearchable(packagePath, uid);
-  if (blocked && (!lends || blocked.dir === packagePath)) {
-    assertTraversable(packagePath, uid, 'the package directory');
+export function assertPackageReachable(root: string, uid: number, lends: boolean): void {
+  if (!existsSync(root)) throw missingOnHost(root);
+  const blocked = firstUnsearchable(root, uid);
+  if (blocked && (!lends || blocked.dir === root)) {
+    assertTraversable(root, uid, 'the package directory');
   }
 }
 

@@ -2,29 +2,17 @@ import { randomBytes } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SigilError } from '@sigil/plugin-api';
 import { CgroupV1 } from './cgroups.ts';
 import type { LinuxNamespacesConfig } from './config.ts';
-import { Dependencies } from './dependencies.ts';
-import {
-  assertOwnedPrivately,
-  assertTraversable,
-  coreDumpsGoToPipe,
-  findTools,
-  someSandboxUid,
-} from './host.ts';
+import type { Dependencies } from './dependencies.ts';
+import type { FilterSetup, HostFacts } from './detect-host.ts';
+import { assertOwnedPrivately, assertTraversable, coreDumpsGoToPipe, someSandboxUid } from './host.ts';
 import type { Tools } from './launch.ts';
-import {
-  syscallFilter,
-  type FilterInterpreter,
-  type SyscallFilter,
-  type SyscallFilterStatus,
-} from './seccomp.ts';
 import { assertRangeUnused } from './uids.ts';
 
 /**
- * What a runtime learns of its host and sets up there once, before its first sandbox: the tools and
- * what they need, the syscall filter, cgroups, and a state directory of its own.
+ * What a runtime sets up on its host once, before its first sandbox, from what it learnt of it
+ * (detect-host.ts): what the chain needs, cgroups, and a state directory of its own.
  */
 
 const SHELL = '/bin/sh';
@@ -36,16 +24,17 @@ export interface PreparedHost {
   tools: Tools;
   /** Not root: the runtime's own uid, which every sandbox runs as. Root: a uid per sandbox. */
   sharedUid?: number;
-  /** Installs itself, then execs the chain. */
-  syscallFilter?: SyscallFilter;
+  /** The syscall filter and what its loader needs; absent when off (`syscallFilterOff` says why). */
+  syscallFilter?: FilterSetup;
+  syscallFilterOff?: string;
   /**
    * What the chain runs after it has switched into the sandbox's root (umount, prlimit, setpriv, sh)
    * and their libraries.
    */
   chainFiles: readonly string[];
   dependencies: Dependencies;
-  /** An empty directory, the self-test's package. */
-  selfTestPackage: string;
+  /** An empty directory: the self-test's package, and what covers a hidden directory (root.ts). */
+  emptyDir: string;
   ownerDir: string;
   forwarder: string;
   namespaceLimits: string[];
@@ -56,28 +45,20 @@ export interface PreparedHost {
 
 export interface HostOptions {
   config: LinuxNamespacesConfig;
+  facts: HostFacts;
   owner: string;
   /** Whether core dumps go to a pipe helper; read from the kernel when undefined. */
   coreToPipe: boolean | undefined;
-  filterInterpreter: FilterInterpreter | undefined;
   /** Runs once the state dir is checked, before this runtime's own directory is made in it. */
   reapLeftovers: () => Promise<unknown>;
 }
 
-/** Finds the tools, checks the uid range and the state dir, reaps leftovers, makes the owner dir. */
+/** Checks the uid range and the state dir, reaps leftovers, makes the owner dir. */
 export async function prepareHost(options: HostOptions): Promise<PreparedHost> {
-  const { config } = options;
-  const tools = findTools();
-  if (!tools.ldd) {
-    throw new SigilError('unavailable', 'the sandbox needs ldd to find the libraries of what it runs', {
-      hint: 'install libc-bin (or your C library’s ldd)',
-    });
-  }
-  const dependencies = new Dependencies(tools.ldd);
+  const { config, facts } = options;
+  const { tools, dependencies } = facts;
   const root = process.getuid?.() === 0;
   if (root) assertRangeUnused(config.uidRange);
-  const filter =
-    config.syscallFilter === 'seccomp' ? loadSyscallFilter(tools, options.filterInterpreter) : undefined;
   mkdirSync(config.stateDir, { recursive: true, mode: 0o755 });
   assertTraversable(config.stateDir, someSandboxUid(config.uidRange), 'the sandbox state dir');
   assertOwnedPrivately(config.stateDir);
@@ -92,8 +73,8 @@ export async function prepareHost(options: HostOptions): Promise<PreparedHost> {
   copyFileSync(FORWARDER_SOURCE, forwarder);
   const detected = config.cgroups === 'auto' ? CgroupV1.detect() : { unavailable: 'cgroups: off in config' };
   const coreToPipe = options.coreToPipe ?? coreDumpsGoToPipe();
-  const selfTestPackage = join(ownerDir, 'self-test');
-  mkdirSync(selfTestPackage, { mode: 0o755 });
+  const emptyDir = join(ownerDir, 'empty');
+  mkdirSync(emptyDir, { mode: 0o755 });
   return {
     tools,
     chainFiles: await dependencies.of([
@@ -105,9 +86,9 @@ export async function prepareHost(options: HostOptions): Promise<PreparedHost> {
       ...(existsSync(SHELL) ? [SHELL] : []),
     ]),
     dependencies,
-    selfTestPackage,
+    emptyDir,
     ...(root ? {} : { sharedUid: someSandboxUid(config.uidRange) }),
-    ...(filter ? { syscallFilter: filter } : {}),
+    ...('off' in facts.filter ? { syscallFilterOff: facts.filter.off } : { syscallFilter: facts.filter }),
     ownerDir,
     forwarder,
     coreToPipe,
@@ -116,36 +97,4 @@ export async function prepareHost(options: HostOptions): Promise<PreparedHost> {
     ),
     ...(detected instanceof CgroupV1 ? { cgroups: detected } : { cgroupsNote: detected.unavailable }),
   };
-}
-
-/** The syscall filter and its loader, or an error saying why there can be none on this host. */
-function loadSyscallFilter(tools: Tools, interpreter: FilterInterpreter | undefined): SyscallFilter {
-  const name = interpreter ?? (tools.perl ? 'perl' : 'python3');
-  const path = tools[name];
-  const filter = path ? syscallFilter({ name, path }) : undefined;
-  if (!filter) {
-    throw new SigilError(
-      'unavailable',
-      path
-        ? `the sandbox syscall filter has no syscall table for ${process.arch}`
-        : `the sandbox syscall filter needs ${interpreter ?? 'perl or python3'} on the host (in /usr/bin or /bin)`,
-      {
-        hint: 'install perl-base or python3, or set syscallFilter: off for the sandbox-linux-namespaces plugin',
-      },
-    );
-  }
-  return filter;
-}
-
-/** What the syscall filter enforces here, or why it does not (then prepareHost fails for that reason). */
-export function syscallFilterStatus(
-  config: LinuxNamespacesConfig,
-  interpreter: FilterInterpreter | undefined,
-): SyscallFilterStatus | { enforced: false; reason: string } {
-  if (config.syscallFilter === 'off') return { enforced: false, reason: 'syscallFilter: off in config' };
-  try {
-    return loadSyscallFilter(findTools(), interpreter).status;
-  } catch (error) {
-    return { enforced: false, reason: (error as Error).message };
-  }
 }

@@ -67,6 +67,12 @@ export interface RootInput {
   requiredPaths: readonly string[];
   /** Host file of the egress forwarder, when the sandbox has an allow-list. */
   egressForwarder?: string;
+  /**
+   * Directories inside mounted ones that the sandbox must not see (the host's site-packages inside a
+   * Python standard library): each is covered by `emptyDir`, an empty host directory. Those not on
+   * the host, or not under a mounted directory, are skipped.
+   */
+  hidden?: { paths: readonly string[]; emptyDir: string };
 }
 
 /** As the kernel's limit on symlinks followed in one path lookup (MAXSYMLINKS). */
@@ -137,6 +143,20 @@ export function planRoot(input: RootInput): RootPlan {
   for (const bind of sorted) {
     if (!kept.some((parent) => bind.target.startsWith(`${parent.target}/`))) kept.push(bind);
   }
+  const { paths: hidden = [], emptyDir = '' } = input.hidden ?? {};
+  for (const path of hidden) {
+    const target = posix.normalize(path);
+    if (!kept.some((parent) => parent.kind === 'dir' && target.startsWith(`${parent.target}/`))) continue;
+    if (!existsSync(target) || !lstatSync(target).isDirectory()) continue;
+    kept.push({
+      source: emptyDir,
+      target,
+      kind: 'dir',
+      options: inTmp(target) ? `${RO_BIND},X-mount.mkdir` : RO_BIND,
+    });
+  }
+  // Parents before children: a cover comes after the directory it covers.
+  kept.sort((a, b) => a.target.localeCompare(b.target));
   // (A library of a package under /tmp is in its package's directory: only a file alone is refused.)
   const tmpFile = kept.find((bind) => inTmp(bind.target) && bind.kind === 'file');
   if (tmpFile) {

@@ -1,29 +1,16 @@
 import { rmSync } from 'node:fs';
-import type { PluginLogger, SandboxRuntimeV1, SandboxSpec } from '@sigil/plugin-api';
+import type { PluginLogger, SandboxRuntimeV2, SandboxSpecV2 } from '@sigil/plugin-api';
 import { SigilError } from '@sigil/plugin-api';
-import { CgroupV1 } from './cgroups.ts';
 import { DEFAULT_LIMITS, type LinuxNamespacesConfig, type SandboxLimits } from './config.ts';
+import { detectHost, type FilterLoaderChoice, type HostFacts } from './detect-host.ts';
 import { EgressAddresses } from './egress-addresses.ts';
 import { currentOwner, reapLeftovers, type ReapReport } from './leftovers.ts';
-import { prepareHost, syscallFilterStatus, type PreparedHost } from './prepare-host.ts';
+import { prepareHost, type PreparedHost } from './prepare-host.ts';
 import type { LinuxSandboxProcess } from './sandbox-process.ts';
-import type { FilterInterpreter, SyscallFilterStatus } from './seccomp.ts';
+import { checkSpec, type HostRun } from './spec.ts';
 import { startSandbox, type SandboxContext } from './start-sandbox.ts';
-import { UidAllocator, type UidRange } from './uids.ts';
-
-/** What the runtime enforces on this host, and how (for operators and `/api/attestation/security`). */
-export interface LinuxNamespacesStatus {
-  /** Host users: one of `range` per live sandbox (as root), or the runtime's own for all. */
-  users:
-    { perSandbox: true; range: UidRange; inUse: number } | { perSandbox: false; uid: number; reason: string };
-  namespaces: readonly string[];
-  /** `cgroup-v1`: memory, pids and CPU share per sandbox; `rlimits`: per-process rlimits only. */
-  limits: 'cgroup-v1' | 'rlimits';
-  limitsNote?: string;
-  network: string;
-  syscallFilter: SyscallFilterStatus | { enforced: false; reason: string };
-  running: number;
-}
+import { runtimeStatus, type LinuxNamespacesStatus } from './status.ts';
+import { UidAllocator } from './uids.ts';
 
 export interface RuntimeOptions {
   config: LinuxNamespacesConfig;
@@ -33,22 +20,25 @@ export interface RuntimeOptions {
   /** Whether core dumps go to a pipe helper; read from the kernel unless a test decides. */
   coreToPipe?: boolean;
   /** Which interpreter loads the syscall filter: perl when present, else python3, unless a test decides. */
-  filterInterpreter?: FilterInterpreter;
+  filterInterpreter?: FilterLoaderChoice;
 }
 
 /**
  * The `sandbox-runtime` built on kernel namespaces through util-linux alone (setpriv, unshare,
  * mount, umount, pivot_root, prlimit), plus iproute2's `ip` when a sandbox has a network allow-list.
  */
-export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
-  readonly specVersion = 'v1' as const;
+export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
+  readonly specVersion = 'v2' as const;
   readonly owner: string;
   private readonly coreToPipe: boolean | undefined;
-  private readonly filterInterpreter: FilterInterpreter | undefined;
+  private readonly filterInterpreter: FilterLoaderChoice | undefined;
   private readonly config: LinuxNamespacesConfig;
   private readonly logger: PluginLogger;
   private readonly limits: SandboxLimits;
+  private facts: Promise<HostFacts> | undefined;
   private ready: Promise<PreparedHost> | undefined;
+  /** Set once start() has finished. */
+  private prepared: PreparedHost | undefined;
   private stopped = false;
   private readonly running = new Set<LinuxSandboxProcess>();
   private readonly users: UidAllocator;
@@ -78,35 +68,26 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     if (ready) rmSync(ready.ownerDir, { recursive: true, force: true });
   }
 
-  async spawn(spec: SandboxSpec): Promise<LinuxSandboxProcess> {
-    return this.launch(await this.prepare(), spec);
+  /**
+   * Runs a host launch: `node` on this process's own node, `python` on the host's python3 (see
+   * python.ts), `binary` as it is. An image launch is refused (`unavailable`): the Docker sandbox runs
+   * those.
+   */
+  async spawn(spec: SandboxSpecV2): Promise<LinuxSandboxProcess> {
+    const host = await this.prepare();
+    return this.launch(host, await checkSpec(spec, await this.detect()));
   }
 
-  status(): LinuxNamespacesStatus {
-    const cgroups =
-      this.config.cgroups === 'auto' && process.getuid?.() === 0 ? CgroupV1.detect() : undefined;
-    const root = process.getuid?.() === 0;
-    return {
-      users: root
-        ? { perSandbox: true, range: this.config.uidRange, inUse: this.users.inUse }
-        : {
-            perSandbox: false,
-            uid: process.getuid?.() ?? -1,
-            reason: "not root: every sandbox runs as the runtime's own user",
-          },
-      namespaces: ['user', 'mount', 'pid', 'network', 'ipc', 'uts'],
-      limits: cgroups instanceof CgroupV1 ? 'cgroup-v1' : 'rlimits',
-      ...(cgroups instanceof CgroupV1
-        ? {}
-        : {
-            limitsNote:
-              cgroups?.unavailable ?? 'cgroups off or not root: memory is limited per process (RLIMIT_DATA)',
-          }),
-      network:
-        'own network namespace; allow-listed host:port only, through an HTTP proxy on a bound unix socket',
-      syscallFilter: syscallFilterStatus(this.config, this.filterInterpreter),
+  async status(): Promise<LinuxNamespacesStatus> {
+    const facts = await this.detect();
+    return runtimeStatus({
+      config: this.config,
+      facts,
+      python: await facts.python(),
+      prepared: this.prepared,
+      usersInUse: this.users.inUse,
       running: this.running.size,
-    };
+    });
   }
 
   /** Kills and removes what runtimes gone before left behind (leftovers.ts); run by start() too. */
@@ -129,48 +110,76 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
   }
 
   private async boot(): Promise<PreparedHost> {
-    const host = await prepareHost({
+    const facts = await this.detect();
+    // A python the operator named must work: checked now, not at the first Python server.
+    if (this.config.python !== undefined) await facts.python();
+    let host = await prepareHost({
       config: this.config,
+      facts,
       owner: this.owner,
       coreToPipe: this.coreToPipe,
-      filterInterpreter: this.filterInterpreter,
       reapLeftovers: () => this.reapLeftovers(),
     });
-    await this.selfTest(host);
+    let failure = await this.selfTest(host);
+    if (failure && host.syscallFilter && this.config.syscallFilter === 'auto') {
+      // A host where the filter's loader cannot run still gets sandboxes, and says why they lack it.
+      const without = {
+        ...host,
+        syscallFilter: undefined,
+        syscallFilterOff: `the syscall filter failed the start-up self-test: ${failure}`,
+      };
+      if ((await this.selfTest(without)) === undefined) {
+        host = without;
+        failure = undefined;
+      }
+    }
+    if (failure) throw selfTestFailed(failure);
+    if (!host.syscallFilter) {
+      this.logger.warn({ reason: host.syscallFilterOff }, 'sandboxes run without a syscall filter');
+    }
     this.logger.info(
       {
         users: host.sharedUid === undefined ? this.config.uidRange : 'shared (not root)',
-        syscallFilter: host.syscallFilter?.status.loader ?? 'off',
+        syscallFilter: host.syscallFilter?.filter.status.loader ?? 'off',
         limits: host.cgroups ? 'cgroup-v1' : 'rlimits',
         note: host.cgroupsNote,
       },
       'sandbox runtime ready',
     );
+    this.prepared = host;
     return host;
   }
 
-  /** One trivial sandbox, so a host that cannot build one fails at start-up, not at the first tool call. */
-  private async selfTest(host: PreparedHost): Promise<void> {
+  /**
+   * One trivial sandbox, so a host that cannot build one fails at start-up, not at the first tool
+   * call; why it failed, or undefined.
+   */
+  private async selfTest(host: PreparedHost): Promise<string | undefined> {
     const probe = await this.launch(host, {
-      packagePath: host.selfTestPackage,
+      root: host.emptyDir,
       command: host.tools.sh,
       args: ['-c', 'exit 0'],
+      cwd: host.emptyDir,
       env: {},
       networkAllowList: [],
+      readOnlyPaths: [],
+      runtimeNeeds: [],
+      hidden: [],
     });
     probe.stdout.resume();
     let stderr = '';
     probe.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     const exit = await probe.exited;
-    if (exit.code !== 0) {
-      const detail = exit.reason ?? (stderr.trim() || `exit code ${exit.code}`);
-      throw new SigilError('unavailable', `cannot build a sandbox on this host: ${detail}`, {
-        details: { reason: 'self_test_failed' },
-      });
-    }
+    if (exit.code === 0) return undefined;
+    return exit.reason ?? (stderr.trim() || `exit code ${exit.code}`);
   }
 
-  private async launch(host: PreparedHost, spec: SandboxSpec): Promise<LinuxSandboxProcess> {
+  private detect(): Promise<HostFacts> {
+    this.facts ??= detectHost({ config: this.config, filterInterpreter: this.filterInterpreter });
+    return this.facts;
+  }
+
+  private async launch(host: PreparedHost, spec: HostRun): Promise<LinuxSandboxProcess> {
     const sandbox = await startSandbox(this.sandboxContext(), host, spec);
     this.running.add(sandbox);
     void sandbox.exited.then(() => this.running.delete(sandbox));
@@ -182,3 +191,8 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV1 {
     return { config, limits, owner, logger, users, egressAddresses };
   }
 }
+
+const selfTestFailed = (detail: string) =>
+  new SigilError('unavailable', `cannot build a sandbox on this host: ${detail}`, {
+    details: { reason: 'self_test_failed' },
+  });

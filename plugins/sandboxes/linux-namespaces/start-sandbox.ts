@@ -2,11 +2,11 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { type PluginLogger, type SandboxSpec, SigilError } from '@sigil/plugin-api';
+import { type PluginLogger, SigilError } from '@sigil/plugin-api';
 import type { LinuxNamespacesConfig, SandboxLimits } from './config.ts';
 import type { EgressAddresses } from './egress-addresses.ts';
 import { EgressProxy } from './egress-proxy.ts';
-import { DEFAULT_PATH, resolveExecutable, someSandboxUid } from './host.ts';
+import { DEFAULT_PATH, someSandboxUid } from './host.ts';
 import { environmentScript, launchCommand, type LaunchInput } from './launch.ts';
 import { marker } from './leftovers.ts';
 import { assertPackageReachable, pathsToLend, prepareLending } from './lending.ts';
@@ -14,7 +14,7 @@ import type { PreparedHost } from './prepare-host.ts';
 import { ensureSkeleton, fstab, planRoot } from './root.ts';
 import { SandboxResources } from './sandbox-resources.ts';
 import { LinuxSandboxProcess } from './sandbox-process.ts';
-import { checkSpec } from './spec.ts';
+import type { HostRun } from './spec.ts';
 import type { UidAllocator } from './uids.ts';
 
 /** CA certificates (Debian's /etc/ssl/certs links into /usr/share/ca-certificates), for an allow-list only. */
@@ -34,17 +34,16 @@ export interface SandboxContext {
 }
 
 /**
- * One sandbox from `input`: its root planned and mounted from an fstab, a host uid, the egress proxy
+ * One sandbox running `spec`: its root planned and mounted from an fstab, a host uid, the egress proxy
  * of its allow-list and its cgroup claimed, then the launch chain spawned. What was claimed is
  * released when the sandbox ends, or at once when it cannot start.
  */
 export async function startSandbox(
   context: SandboxContext,
   host: PreparedHost,
-  input: SandboxSpec,
+  spec: HostRun,
 ): Promise<LinuxSandboxProcess> {
   const { config } = context;
-  const spec = checkSpec(input);
   const limits = { ...context.limits, ...spec.limits };
   const network = spec.networkAllowList.length > 0;
   if (network && !host.tools.ip) {
@@ -53,26 +52,30 @@ export async function startSandbox(
       "a network allow-list needs iproute2's `ip` to bring the sandbox's loopback up; install iproute2 or leave the allow-list empty",
     );
   }
-  const command = resolveExecutable(spec.command);
+  const { command } = spec;
   // As root each sandbox has a uid of its own, and what that uid cannot reach is lent to it.
   const lends = host.sharedUid === undefined;
   const sandboxUid = someSandboxUid(config.uidRange);
-  assertPackageReachable(spec.packagePath, sandboxUid, lends);
+  assertPackageReachable(spec.root, sandboxUid, lends);
   const node = network ? realpathSync(process.execPath) : undefined;
+  const filter = host.syscallFilter;
   const plan = planRoot({
     systemPaths: [...config.systemPaths, ...(network ? NETWORK_PATHS : [])],
     requiredPaths: [
-      spec.packagePath,
+      spec.root,
       ...host.chainFiles,
+      ...(filter?.needs ?? []),
+      ...spec.runtimeNeeds,
       // The programs it runs, and every executable or library it was given, bring their libraries.
       ...(await host.dependencies.of([
         command,
         ...(node ? [node] : []),
         ...config.readOnlyPaths,
-        ...(spec.readOnlyPaths ?? []),
+        ...spec.readOnlyPaths,
       ])),
     ],
     ...(network ? { egressForwarder: host.forwarder } : {}),
+    hidden: { paths: [...(filter?.hidden ?? []), ...spec.hidden], emptyDir: host.emptyDir },
   });
   const root = ensureSkeleton(plan, join(host.ownerDir, 'roots'));
   const id = randomBytes(6).toString('hex');
@@ -142,7 +145,7 @@ export async function startSandbox(
     fstab: fstabFile,
     staging,
     root,
-    cwd: spec.cwd ?? spec.packagePath,
+    cwd: spec.cwd,
     cgroupProcs: resources.cgroup?.procsFiles ?? [],
     namespaceLimits: host.namespaceLimits,
     coreToPipe: host.coreToPipe,
@@ -154,13 +157,15 @@ export async function startSandbox(
       ...(resources.cgroup ? {} : { dataBytes: limits.memoryBytes }),
     },
     ...(node ? { egress: { node, port: config.proxyPort } } : {}),
+    ...(filter
+      ? { syscallFilter: { interpreter: filter.filter.interpreter, args: filter.filter.loaderArgs } }
+      : {}),
     command,
     args: spec.args,
   };
   let child: ChildProcess;
   try {
-    // The filter's loader (when there is one) installs it and execs the chain's first program.
-    const [file, ...args] = [...(host.syscallFilter?.loader ?? []), ...launchCommand(launch)];
+    const [file, ...args] = launchCommand(launch);
     child = spawn(file as string, args, {
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       // Nothing of the host's environment: the launch chain runs on none, the server on `env`.

@@ -12,7 +12,10 @@ import {
   markedProcesses,
 } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
 import { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
-import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
+import {
+  SERVER_DENIED,
+  type FilterInterpreter,
+} from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
 import { UidAllocator } from '../../../plugins/sandboxes/linux-namespaces/uids.ts';
 import { ProbeRuntimes } from './support.ts';
 
@@ -84,7 +87,7 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
     const uids = [hostUid(a.sandbox), hostUid(b.sandbox)];
     expect(uids[0]).to.not.equal(uids[1]);
     for (const uid of uids) expect(uid).to.be.within(TEST_RANGE, TEST_RANGE + 1);
-    expect(runtime.status().users).to.deep.include({ perSandbox: true, inUse: 2 });
+    expect((await runtime.status()).details.users).to.deep.include({ perSandbox: true, inUse: 2 });
 
     const error = await start(runtime, 'sleep').then(
       () => undefined,
@@ -196,7 +199,7 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
   for (const interpreter of ['perl', 'python3'] as const) {
     it(`loaded by ${interpreter}: refuses the keyring, and kills a call through the x32 numbering or the i386 ABI`, async () => {
       const runtime = await newRuntime({ uidRange: { first: TEST_RANGE + 16, count: 8 } }, interpreter);
-      expect(runtime.status().syscallFilter).to.include({ enforced: true, loader: interpreter });
+      expect((await runtime.status()).syscallFilter).to.include({ enforced: true, loader: interpreter });
       const keys = await start<Record<string, unknown>>(runtime, 'keyring', ['store', 'canary']);
       expect(keys.report).to.deep.equal({ session: 'EPERM', user: 'EPERM' });
       const unfiltered = await newRuntime({
@@ -217,8 +220,8 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
 
   it('says what it enforces: a uid per sandbox from the range, and the filter', async () => {
     const runtime = await newRuntime({ uidRange: { first: TEST_RANGE + 32, count: 4 } });
-    const status = runtime.status();
-    expect(status.users).to.deep.equal({
+    const status = await runtime.status();
+    expect(status.details.users).to.deep.equal({
       perSandbox: true,
       range: { first: TEST_RANGE + 32, count: 4 },
       inUse: 0,
@@ -226,7 +229,8 @@ describe('sandbox-linux-namespaces: host users and the syscall filter', function
     expect(status.syscallFilter).to.deep.equal({
       enforced: true,
       arch: 'x86_64',
-      denied: ['add_key', 'request_key', 'keyctl'],
+      denied: [...SERVER_DENIED, 'clone with CLONE_NEW* flags', 'clone3'],
+      enosys: ['clone3'],
       otherAbis: 'killed',
       keyring: 'fresh-session',
       loader: 'perl',

@@ -26,7 +26,8 @@ import {
   isSigilError,
   type SandboxExit,
   type SandboxLimits,
-  type SandboxSpec,
+  type SandboxRuntimeV2,
+  type SandboxSpecV2,
   type SigilError,
 } from '@sigil/plugin-api';
 import { PluginHost } from '../../../core/plugins/host.ts';
@@ -35,6 +36,7 @@ import { SANDBOX_PROBE_FILE as probeScript, writableMounts } from '@sigil/plugin
 import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
 import { builtinPlugins } from '../../../services/builtin-plugins.ts';
 import { quietLogger, testCoreServices } from '../../support/kernel.ts';
+import { hostSpec, nodeSpec, shellSpec } from './support.ts';
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const fixtures = join(repoRoot, 'test', 'fixtures', 'sandbox');
@@ -127,14 +129,9 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     mode: string,
     options: { args?: string[]; env?: Record<string, string>; allow?: string[]; limits?: SandboxLimits } = {},
   ): Promise<ProbeRun<T>> {
-    const sandbox = await runtime.spawn({
-      packagePath: probePackage,
-      command: process.execPath,
-      args: [probeScript, mode, ...(options.args ?? [])],
-      env: options.env ?? {},
-      networkAllowList: options.allow ?? [],
-      ...(options.limits ? { limits: options.limits } : {}),
-    });
+    const sandbox = await runtime.spawn(
+      nodeSpec(probePackage, [probeScript, mode, ...(options.args ?? [])], options),
+    );
     let stdout = '';
     let stdoutBytes = 0;
     let stderr = '';
@@ -183,13 +180,9 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         // World-writable on the host, so only the read-only mount can refuse the write (EROFS, not EACCES).
         writeFileSync(join(packageDir, 'data.txt'), 'package data', { mode: 0o666 });
         chmodSync(join(packageDir, 'data.txt'), 0o666);
-        const sandbox = await runtime.spawn({
-          packagePath: packageDir,
-          command: process.execPath,
-          args: [join(packageDir, 'probe.cjs'), 'packageFile', join(packageDir, 'data.txt')],
-          env: {},
-          networkAllowList: [],
-        });
+        const sandbox = await runtime.spawn(
+          nodeSpec(packageDir, [join(packageDir, 'probe.cjs'), 'packageFile', join(packageDir, 'data.txt')]),
+        );
         let out = '';
         sandbox.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
         sandbox.stderr.resume();
@@ -202,8 +195,8 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
   });
 
   /** Runs `spec` to its end; its exit and what it printed. */
-  async function runToEnd(spec: Omit<SandboxSpec, 'env' | 'networkAllowList'>) {
-    const sandbox = await runtime.spawn({ env: {}, networkAllowList: [], ...spec });
+  async function runToEnd(spec: SandboxSpecV2) {
+    const sandbox = await runtime.spawn(spec);
     let stdout = '';
     let stderr = '';
     sandbox.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -227,12 +220,11 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     });
 
     it('runs an executable given in readOnlyPaths with the shared libraries it needs, and no other program', async () => {
-      const { exit, stdout, stderr } = await runToEnd({
-        packagePath: probePackage,
-        command: '/bin/sh',
-        args: ['-c', 'find /usr/bin -type f'],
-        readOnlyPaths: ['/usr/bin/find'], // libselinux and libpcre2 come along
-      });
+      const { exit, stdout, stderr } = await runToEnd(
+        shellSpec(['-c', 'find /usr/bin -type f'], {
+          readOnlyPaths: ['/usr/bin/find'], // libselinux and libpcre2 come along
+        }),
+      );
       expect(exit.code, stderr).to.equal(0);
       const programs = stdout.trim().split('\n');
       expect(programs).to.include('/usr/bin/find');
@@ -244,11 +236,9 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     });
 
     it('runs a script through what its #! line names (#!/usr/bin/env node), with no readOnlyPaths', async () => {
-      const { exit, stdout, stderr } = await runToEnd({
-        packagePath: fixtures,
-        command: join(fixtures, 'env-node-script'),
-        args: [],
-      });
+      const { exit, stdout, stderr } = await runToEnd(
+        hostSpec({ runtime: 'binary', root: fixtures, command: join(fixtures, 'env-node-script'), args: [] }),
+      );
       expect(exit.code, stderr).to.equal(0);
       expect(stdout).to.match(/^ran on node v\d+/);
     });
@@ -259,11 +249,9 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         chmodSync(packageDir, 0o755);
         copyFileSync(join(fixtures, 'env-node-script'), join(packageDir, 'server'));
         chmodSync(join(packageDir, 'server'), 0o755);
-        const { exit, stdout, stderr } = await runToEnd({
-          packagePath: packageDir,
-          command: join(packageDir, 'server'),
-          args: [],
-        });
+        const { exit, stdout, stderr } = await runToEnd(
+          hostSpec({ runtime: 'binary', root: packageDir, command: join(packageDir, 'server'), args: [] }),
+        );
         expect(exit.code, stderr).to.equal(0);
         expect(stdout).to.match(/^ran on node v\d+/);
       } finally {
@@ -284,18 +272,12 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
 
   describe('privileges', () => {
     it('runs as a non-root user on the host, as the host sees it', async () => {
-      const sandbox = await runtime.spawn({
-        packagePath: probePackage,
-        command: process.execPath,
-        args: [probeScript, 'sleep'],
-        env: {},
-        networkAllowList: [],
-      });
+      const sandbox = await runtime.spawn(nodeSpec(probePackage, [probeScript, 'sleep']));
       try {
         await new Promise((resolve) => sandbox.stdout.once('data', resolve));
         const pids = sandboxHostPids(sandbox.id);
         expect(pids.length, 'sandbox processes found on the host').to.be.at.least(2);
-        const range = runtime.status().users;
+        const range = (await runtime.status()).details.users;
         for (const pid of pids) {
           const status = readFileSync(`/proc/${pid}/status`, 'utf8');
           const [uid, ...others] = /^Uid:\t(.*)$/m.exec(status)?.[1]?.split('\t').map(Number) ?? [];
@@ -357,18 +339,10 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     it('refuses environment names that are not shell identifiers', async () => {
       const refused: Record<string, string>[] = [{ 'BAD-NAME': 'x' }, { PPID: '1' }, { __sigil_env: 'x' }];
       for (const env of refused) {
-        const error = await runtime
-          .spawn({
-            packagePath: probePackage,
-            command: process.execPath,
-            args: [],
-            env,
-            networkAllowList: [],
-          })
-          .then(
-            () => undefined,
-            (err: Error) => err,
-          );
+        const error = await runtime.spawn(nodeSpec(probePackage, [], { env })).then(
+          () => undefined,
+          (err: Error) => err,
+        );
         expect(error?.message, JSON.stringify(env)).to.match(/environment names/);
       }
     });
@@ -376,13 +350,7 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
 
   describe('lifecycle', () => {
     it('kill() ends the sandbox and every process in it', async () => {
-      const sandbox = await runtime.spawn({
-        packagePath: probePackage,
-        command: process.execPath,
-        args: [probeScript, 'sleep'],
-        env: {},
-        networkAllowList: [],
-      });
+      const sandbox = await runtime.spawn(nodeSpec(probePackage, [probeScript, 'sleep']));
       await new Promise((resolve) => sandbox.stdout.once('data', resolve));
       const pids = sandboxHostPids(sandbox.id);
       expect(pids.length).to.be.at.least(2);
@@ -425,19 +393,13 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         // PR_SET_PDEATHSIG leaves): its owner names a process that does not exist.
         const deadOwner = `999999999.${Date.now()}`;
         const orphaned = newRuntime(stateDir, deadOwner, { cgroups });
-        const sandbox = await orphaned.spawn({
-          packagePath: probePackage,
-          command: process.execPath,
-          args: [probeScript, 'sleep'],
-          env: {},
-          networkAllowList: [],
-        });
+        const sandbox = await orphaned.spawn(nodeSpec(probePackage, [probeScript, 'sleep']));
         await new Promise((resolve) => sandbox.stdout.once('data', resolve));
         const pids = sandboxHostPids(sandbox.id);
         const ownDirs = () => readdirSync(stateDir).filter((entry) => entry.startsWith(`${deadOwner}-`));
         expect(ownDirs()).to.have.lengthOf(1);
         const cgroup = `/sys/fs/cgroup/memory/sigil/${deadOwner}-${sandbox.id}`;
-        if (cgroups === 'auto' && runtime.status().limits === 'cgroup-v1')
+        if (cgroups === 'auto' && (await runtime.status()).limits === 'cgroup-v1')
           expect(existsSync(cgroup)).to.equal(true);
 
         const report = await runtime.reapLeftovers();
@@ -456,18 +418,16 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     it('sets the same limits through prlimit when core dumps go to a pipe helper (core limit: 1 byte)', async () => {
       const piped = newRuntime(stateDir, undefined, {}, true);
       try {
-        const sandbox = await piped.spawn({
+        const sandbox = await piped.spawn(
           // Not /usr as the package: prlimit must be there because the chain needs it, not by chance.
-          packagePath: probePackage,
-          command: '/bin/sh',
-          args: [
-            '-c',
-            'ulimit -c; ulimit -p; ulimit -t; while read -r line; do case $line in "Max core file size"*) echo "$line";; esac; done < /proc/self/limits',
-          ],
-          env: {},
-          networkAllowList: [],
-          limits: { pids: 99, cpuSeconds: 7 },
-        });
+          shellSpec(
+            [
+              '-c',
+              'ulimit -c; ulimit -p; ulimit -t; while read -r line; do case $line in "Max core file size"*) echo "$line";; esac; done < /proc/self/limits',
+            ],
+            { limits: { pids: 99, cpuSeconds: 7 } },
+          ),
+        );
         let out = '';
         sandbox.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
         sandbox.stderr.resume();
@@ -497,19 +457,34 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     });
 
     it('refuses a spec it cannot honour before starting anything', async () => {
-      const base = {
-        packagePath: probePackage,
-        command: process.execPath,
-        args: [],
-        env: {},
-        networkAllowList: [],
-      };
+      const binary = (command: string) =>
+        hostSpec({ runtime: 'binary', root: probePackage, command, args: [] });
       for (const [spec, message, code] of [
-        [{ ...base, packagePath: 'relative/dir' }, /absolute path/, 'invalid_request'],
-        [{ ...base, networkAllowList: ['example.com'] }, /host:port/, 'invalid_request'],
-        [{ ...base, command: 'no-such-command-here' }, /not an executable/, 'invalid_request'],
+        [nodeSpec('relative/dir', []), /launch.root: must be an absolute path/, 'invalid_request'],
+        [nodeSpec(probePackage, [], { allow: ['example.com'] }), /host:port/, 'invalid_request'],
+        [binary(join(probePackage, 'no-such-command')), /not an executable/, 'invalid_request'],
+        [binary('/bin/sh'), /launch.command: must be inside launch.root/, 'invalid_request'],
+        [
+          hostSpec({ runtime: 'binary', root: probePackage, args: [] }),
+          /names its command/,
+          'invalid_request',
+        ],
+        [
+          hostSpec({ runtime: 'node', root: probePackage, command: process.execPath, args: [] }),
+          /the sandbox supplies the interpreter/,
+          'invalid_request',
+        ],
+        [
+          {
+            launch: { kind: 'image', image: `sigil/x@sha256:${'0'.repeat(64)}`, args: [] },
+            env: {},
+            networkAllowList: [],
+          },
+          /runs host programs only .* Docker sandbox/,
+          'unavailable',
+        ],
       ] as const) {
-        const error = await runtime.spawn(spec).then(
+        const error = await runtime.spawn(spec as SandboxSpecV2).then(
           () => undefined,
           (err: unknown) => err,
         );
@@ -522,11 +497,11 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     it('refuses a path it needs that is not on the host with unavailable (path_missing), naming it', async () => {
       const missing = join(fixtures, 'missing');
       for (const spec of [
-        { packagePath: missing, readOnlyPaths: [] },
-        { packagePath: probePackage, readOnlyPaths: [join(missing, 'libgone.so')] },
+        { root: missing, readOnlyPaths: [] },
+        { root: probePackage, readOnlyPaths: [join(missing, 'libgone.so')] },
       ]) {
         const error = await runtime
-          .spawn({ ...spec, command: process.execPath, args: [], env: {}, networkAllowList: [] })
+          .spawn(nodeSpec(spec.root, [], { readOnlyPaths: spec.readOnlyPaths }))
           .then(
             () => undefined,
             (err: unknown) => err,
@@ -544,13 +519,12 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
 
   describe('a real MCP server', () => {
     it('runs @modelcontextprotocol/server-everything: the SDK client lists its tools and calls echo', async () => {
-      const sandbox = await runtime.spawn({
-        packagePath: join(repoRoot, 'node_modules'),
-        command: process.execPath,
-        args: [join(repoRoot, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js'), 'stdio'],
-        env: {},
-        networkAllowList: [],
-      });
+      const sandbox = await runtime.spawn(
+        nodeSpec(join(repoRoot, 'node_modules'), [
+          join(repoRoot, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js'),
+          'stdio',
+        ]),
+      );
       const client = new Client({ name: 'sandbox-test', version: '1.0.0' });
       await client.connect(new ProcessStdioTransport(sandbox));
       try {
@@ -568,15 +542,10 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       let home: string;
       let server: string;
       let neighbour: string;
-      const serverSpec = () => ({
-        packagePath: server,
-        command: process.execPath,
-        args: [join(server, 'server.mjs')],
-        env: {},
-        networkAllowList: [],
-        // The server's node_modules links to the repository's, which it reaches read-only too.
-        readOnlyPaths: [join(repoRoot, 'node_modules')],
-      });
+      // The server's node_modules links to the repository's, which it reaches read-only too.
+      const readOnlyPaths = () => [join(repoRoot, 'node_modules')];
+      const serverSpec = (root = server) =>
+        nodeSpec(root, [join(root, 'server.mjs')], { readOnlyPaths: readOnlyPaths() });
       before(() => {
         home = mkdtempSync(join(tmpdir(), 'sigil-private-home-'));
         chmodSync(home, 0o700);
@@ -586,6 +555,7 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
         for (const file of ['package.json', 'server.mjs'])
           copyFileSync(join(repoRoot, 'test', 'fixtures', 'mcp', 'probe-package', file), join(server, file));
         symlinkSync(join(repoRoot, 'node_modules'), join(server, 'node_modules'));
+        symlinkSync('/bin/sh', join(server, 'sh'));
         neighbour = join(home, 'sigil', 'another-package');
         mkdirSync(neighbour, { mode: 0o755 });
         writeFileSync(join(neighbour, 'index.js'), '');
@@ -615,19 +585,25 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       });
 
       it('keeps the package read-only and shows nothing else of the private directory', async () => {
-        const sandbox = await runtime.spawn({
-          ...serverSpec(),
-          command: '/bin/sh',
-          args: [
-            '-c',
-            '{ true > "$1/written"; } 2>/dev/null && echo package-writable || echo package-read-only; ' +
-              '[ -e "$1/server.mjs" ] && echo package-visible; ' +
-              '[ -e "$2" ] && echo neighbour-visible || echo neighbour-hidden',
-            'sh',
-            server,
-            neighbour,
-          ],
-        });
+        const sandbox = await runtime.spawn(
+          hostSpec(
+            {
+              runtime: 'binary',
+              root: server,
+              command: join(server, 'sh'),
+              args: [
+                '-c',
+                '{ true > "$1/written"; } 2>/dev/null && echo package-writable || echo package-read-only; ' +
+                  '[ -e "$1/server.mjs" ] && echo package-visible; ' +
+                  '[ -e "$2" ] && echo neighbour-visible || echo neighbour-hidden',
+                'sh',
+                server,
+                neighbour,
+              ],
+            },
+            { readOnlyPaths: readOnlyPaths() },
+          ),
+        );
         let out = '';
         sandbox.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
         sandbox.stderr.resume();
@@ -643,7 +619,7 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       it('still refuses a package directory that itself shuts the sandbox user out', async () => {
         const closed = join(home, 'sigil', 'closed-package');
         mkdirSync(closed, { mode: 0o700 });
-        const error = await runtime.spawn({ ...serverSpec(), packagePath: closed }).then(
+        const error = await runtime.spawn(serverSpec(closed)).then(
           () => undefined,
           (err: Error) => err,
         );
@@ -667,21 +643,12 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       expect(host.list()[0]).to.include({
         name: 'sandbox-linux-namespaces',
         kind: 'sandbox-runtime',
-        specVersion: 'v1',
+        specVersion: 'v2',
       });
       await host.start();
-      // The host hands the v1 plugin out adapted to v2.
-      const sandbox = await host.one('sandbox-runtime').spawn({
-        launch: {
-          kind: 'host',
-          runtime: 'binary',
-          root: '/usr',
-          command: '/bin/sh',
-          args: ['-c', 'echo hello'],
-        },
-        env: {},
-        networkAllowList: [],
-      });
+      const sandbox = await (host.one('sandbox-runtime') as SandboxRuntimeV2).spawn(
+        shellSpec(['-c', 'echo hello']),
+      );
       let out = '';
       sandbox.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
       expect((await sandbox.exited).code).to.equal(0);

@@ -1,12 +1,52 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import type { SandboxLimits } from '@sigil/plugin-api';
+import { fileURLToPath } from 'node:url';
+import type { HostLaunch, SandboxLimits, SandboxSpecV2 } from '@sigil/plugin-api';
 import { SANDBOX_PROBE_FILE as probeScript } from '@sigil/plugin-api/kit';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import type { LinuxSandboxProcess } from '../../../plugins/sandboxes/linux-namespaces/sandbox-process.ts';
-import type { FilterInterpreter } from '../../../plugins/sandboxes/linux-namespaces/seccomp.ts';
+import type { FilterLoaderChoice } from '../../../plugins/sandboxes/linux-namespaces/detect-host.ts';
 import { quietLogger } from '../../support/kernel.ts';
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** A package holding only `sh`, a link to the host's /bin/sh: a binary launch of a shell. */
+export const SHELL_PACKAGE = join(here, '..', '..', 'fixtures', 'sandbox', 'shell');
+export const SHELL = join(SHELL_PACKAGE, 'sh');
+
+export interface SpecOptions {
+  env?: Record<string, string>;
+  allow?: string[];
+  limits?: SandboxLimits;
+  readOnlyPaths?: string[];
+  cwd?: string;
+}
+
+/** A sandbox spec (v2) of a host launch, with no environment and no network unless `options` say. */
+export function hostSpec(
+  launch: Pick<HostLaunch, 'runtime' | 'root' | 'args'> & { command?: string },
+  { env = {}, allow = [], limits, readOnlyPaths, cwd }: SpecOptions = {},
+): SandboxSpecV2 {
+  return {
+    launch: {
+      kind: 'host',
+      ...launch,
+      ...(readOnlyPaths ? { readOnlyPaths } : {}),
+      ...(cwd ? { cwd } : {}),
+    },
+    env,
+    networkAllowList: allow,
+    ...(limits ? { limits } : {}),
+  };
+}
+
+/** A node program: `args` are node's, under `root`. */
+export const nodeSpec = (root: string, args: string[], options?: SpecOptions) =>
+  hostSpec({ runtime: 'node', root, args }, options);
+
+/** `sh -c script` (and its positional parameters), run as a binary of {@link SHELL_PACKAGE}. */
+export const shellSpec = (args: string[], options?: SpecOptions) =>
+  hostSpec({ runtime: 'binary', root: SHELL_PACKAGE, command: SHELL, args }, options);
 
 /**
  * The linux-namespaces runtimes of one test file and the probes they run: a state directory of
@@ -26,7 +66,7 @@ export class ProbeRuntimes {
   /** A started runtime with the plugin's `options` (and a filter loader other than its pick). */
   async runtime(
     options: Record<string, unknown> = {},
-    filterInterpreter?: FilterInterpreter,
+    filterInterpreter?: FilterLoaderChoice,
   ): Promise<LinuxNamespacesRuntime> {
     const runtime = new LinuxNamespacesRuntime({
       config: configSchema.parse({ stateDir: this.stateDir, killGraceMs: 100, ...options }),
@@ -49,15 +89,13 @@ export class ProbeRuntimes {
       readOnlyPaths,
     }: { allow?: string[]; limits?: SandboxLimits; readOnlyPaths?: string[] } = {},
   ): Promise<{ sandbox: LinuxSandboxProcess; report: T }> {
-    const sandbox = await runtime.spawn({
-      packagePath: dirname(probeScript),
-      command: process.execPath,
-      args: [probeScript, mode, ...args],
-      env: {},
-      networkAllowList: allow,
-      ...(limits ? { limits } : {}),
-      ...(readOnlyPaths ? { readOnlyPaths } : {}),
-    });
+    const sandbox = await runtime.spawn(
+      nodeSpec(dirname(probeScript), [probeScript, mode, ...args], {
+        allow,
+        ...(limits ? { limits } : {}),
+        ...(readOnlyPaths ? { readOnlyPaths } : {}),
+      }),
+    );
     this.sandboxes.push(sandbox);
     sandbox.stderr.resume();
     let out = '';

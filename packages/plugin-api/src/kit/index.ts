@@ -41,7 +41,6 @@ export { describePaymentRailKit, paymentRailKit } from './payment-rail.ts';
 export {
   describeSandboxRuntimeKit,
   describeSandboxRuntimeKitV2,
-  REQUIRED_DENIED_SYSCALLS,
   sandboxRuntimeKit,
   sandboxRuntimeKitV2,
 } from './sandbox-runtime.ts';
