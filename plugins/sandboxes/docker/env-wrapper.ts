@@ -1,0 +1,37 @@
+/**
+ * Secrets over stdin (`secretDelivery: 'stdin'`): the container's command is `/bin/sh -c WRAPPER`
+ * with the server's command as its arguments. The runtime writes one `export NAME='value'` line per
+ * variable on the container's stdin, then an empty line, then hands stdin to the caller; the wrapper
+ * reads up to the empty line (sh's `read` takes a byte at a time from a pipe, so not one byte of the
+ * caller's messages is consumed), runs those lines, and execs the server, which inherits the
+ * variables and the rest of stdin. The values thus reach the server's environment without passing
+ * through the engine's container config: `docker inspect` and the engine's state on disk never
+ * hold them.
+ *
+ * A value is single-quoted, and each newline in it becomes `'"$__sigil_nl"'`, so every variable is
+ * one line; names are shell identifiers (spec.ts), so nothing outside the quotes is the caller's.
+ */
+export const ENV_WRAPPER = [
+  // sh exports the working directory it starts in; the server's environment is the spec's.
+  'unset PWD OLDPWD',
+  "__sigil_nl='",
+  "'",
+  'while IFS= read -r __sigil_line; do',
+  '  [ -z "$__sigil_line" ] && break',
+  '  eval "$__sigil_line" || exit 125',
+  'done',
+  'unset __sigil_line __sigil_nl',
+  'exec "$@"',
+].join('\n');
+
+/** `$0` of the wrapper: what `ps` inside shows until the exec. */
+export const WRAPPER_NAME = 'sigil-env';
+
+const quote = (value: string) => `'${value.replace(/'/g, `'\\''`).replace(/\n/g, `'"$__sigil_nl"'`)}'`;
+
+/** The lines the wrapper reads: one export per variable, then the empty line that ends them. */
+export function environmentPreamble(env: Readonly<Record<string, string>>): string {
+  return `${Object.entries(env)
+    .map(([name, value]) => `export ${name}=${quote(value)}\n`)
+    .join('')}\n`;
+}

@@ -1,0 +1,450 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, rmSync } from 'node:fs';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type Docker from 'dockerode';
+import type { PluginLogger, SandboxRuntimeV2, SandboxSpecV2, SandboxStatus } from '@sigil/plugin-api';
+import { SigilError } from '@sigil/plugin-api';
+import { DEFAULT_LIMITS, type ContainerLimits, type DockerSandboxConfig } from './config.ts';
+import { hardenedContainer, readOnlyBind, type Hardening } from './container-config.ts';
+import { DockerSandboxProcess } from './docker-process.ts';
+import { EgressAddresses } from './egress-addresses.ts';
+import { startEgress, type Egress } from './egress.ts';
+import { Engine } from './engine.ts';
+import { ENV_WRAPPER, environmentPreamble, WRAPPER_NAME } from './env-wrapper.ts';
+import { Images } from './images.ts';
+import { reapLeftovers, uidsInUse } from './leftovers.ts';
+import { currentOwner, LABELS, ownerLabels, type Owner } from './owner.ts';
+import { profileFor, syscallFilterStatus } from './seccomp-profile.ts';
+import { checkSpec, type CheckedSpec } from './spec.ts';
+import { UidAllocator } from './uids.ts';
+
+const WATCHDOG = fileURLToPath(new URL('./watchdog.cjs', import.meta.url));
+
+/** What the engine said of itself at the last contact; `status()` reads only this. */
+interface EngineState {
+  reachable: boolean;
+  checkedAt: string;
+  error?: string;
+  version?: string;
+  apiVersion?: string;
+  architecture?: string;
+  runtimes?: Record<string, { path?: string; runtimeArgs?: string[] }>;
+  userNamespaces?: boolean;
+}
+
+/** How a host program is started in its interpreter's image. */
+const INTERPRETERS = { node: 'node', python: 'python3' } as const;
+
+export interface RuntimeOptions {
+  config: DockerSandboxConfig;
+  logger: PluginLogger;
+  /** Who owns this runtime's containers; this process unless a test stands in for another one. */
+  owner?: Owner;
+}
+
+/**
+ * The `sandbox-runtime` (v2) on a Docker engine, through dockerode: each server in a container of
+ * its own with every constraint of the contract (container-config.ts), host programs in an image of
+ * their interpreter with the install root bound read-only, images by digest, a network allow-list
+ * through an egress forwarder (egress.ts), and nothing left behind (watchdog.cjs, leftovers.ts).
+ */
+export class DockerRuntime implements SandboxRuntimeV2 {
+  readonly specVersion = 'v2' as const;
+  readonly owner: Owner;
+  readonly engine: Engine;
+  private readonly config: DockerSandboxConfig;
+  private readonly logger: PluginLogger;
+  private readonly images: Images;
+  private readonly uids: UidAllocator;
+  private readonly addresses: EgressAddresses;
+  private readonly running = new Set<DockerSandboxProcess>();
+  private engineState: EngineState = {
+    reachable: false,
+    checkedAt: new Date(0).toISOString(),
+    error: 'not yet contacted',
+  };
+  private seccompProfile: string | undefined;
+  private ready: Promise<void> | undefined;
+  private watchdog: ChildProcess | undefined;
+  private stopped = false;
+
+  constructor(options: RuntimeOptions) {
+    this.config = options.config;
+    this.logger = options.logger;
+    this.owner = options.owner ?? currentOwner();
+    this.engine = new Engine(options.config.engine);
+    this.images = new Images(
+      this.engine,
+      options.config.pullTimeoutMs,
+      () => this.engineState.architecture ?? 'x86_64',
+    );
+    this.uids = new UidAllocator(options.config.uidRange);
+    this.addresses = new EgressAddresses(options.config.egress.privateRanges);
+  }
+
+  /**
+   * Contacts the engine, reaps what dead gateways of this host left and starts the watchdog. An
+   * engine that is down does not stop the gateway: it is logged, `status()` says so, and each spawn
+   * tries again (and fails `unavailable` while it stays down).
+   */
+  async start(): Promise<void> {
+    try {
+      await this.prepare();
+    } catch (error) {
+      this.logger.warn(
+        { engine: this.engine.address, error: (error as Error).message },
+        'Docker engine not ready',
+      );
+    }
+  }
+
+  /** Kills every container of this runtime, then lets the watchdog go (it finds nothing left). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await Promise.all([...this.running].map((sandbox) => sandbox.kill()));
+    this.watchdog?.stdin?.end();
+    rmSync(this.instanceDir(), { recursive: true, force: true });
+  }
+
+  async spawn(spec: SandboxSpecV2): Promise<DockerSandboxProcess> {
+    const checked = checkSpec(spec);
+    await this.prepare();
+    return this.launch(checked);
+  }
+
+  status(): Promise<SandboxStatus> {
+    const engine = this.engineState;
+    const runtimeArgs = engine.runtimes?.[this.config.runtime]?.runtimeArgs ?? [];
+    const gvisor = this.isGvisor();
+    return Promise.resolve({
+      runtime: 'docker',
+      runs: {
+        host:
+          engine.reachable && this.engine.local
+            ? (['node', 'python', 'binary'] as const).filter(
+                (runtime) => this.config.images[runtime] !== undefined,
+              )
+            : [],
+        image: engine.reachable,
+      },
+      namespaces: [
+        'mount',
+        'pid',
+        'network',
+        'ipc',
+        'uts',
+        'cgroup',
+        ...(engine.userNamespaces ? ['user'] : []),
+      ],
+      limits: 'engine',
+      network: this.engine.local
+        ? 'none; an allow-list only through a forwarder container on loopback and the gateway’s HTTP proxy'
+        : 'none (allow-lists need a local engine)',
+      syscallFilter:
+        gvisor && !runtimeArgs.includes('--oci-seccomp')
+          ? {
+              enforced: false,
+              reason: `gVisor (${this.config.runtime}) answers system calls in its own kernel and does not apply the seccomp profile (runtime argument --oci-seccomp would)`,
+            }
+          : syscallFilterStatus(this.config.seccomp),
+      running: this.running.size,
+      details: {
+        engine: {
+          address: this.engine.address,
+          reachable: engine.reachable,
+          checkedAt: engine.checkedAt,
+          ...(engine.error ? { error: engine.error } : {}),
+          ...(engine.version ? { version: engine.version, apiVersion: engine.apiVersion } : {}),
+        },
+        ociRuntime: { name: this.config.runtime, gvisor, ...(runtimeArgs.length ? { runtimeArgs } : {}) },
+        seccomp: this.config.seccomp,
+        secretDelivery: this.config.secretDelivery,
+        images: this.config.images,
+        users: { range: this.config.uidRange, inUse: this.uids.inUse },
+      },
+    });
+  }
+
+  /** Removes containers that dead gateways of this host left (leftovers.ts); run by start() too. */
+  reapLeftovers(): Promise<number> {
+    return reapLeftovers(this.engine, this.owner, this.logger);
+  }
+
+  /** The watchdog's pid (for the tests that kill a gateway and its watchdog at once). */
+  get watchdogPid(): number | undefined {
+    return this.watchdog?.pid;
+  }
+
+  private prepare(): Promise<void> {
+    if (this.stopped)
+      return Promise.reject(new SigilError('unavailable', 'the Docker sandbox runtime is stopped'));
+    this.ready ??= this.boot().catch((error: unknown) => {
+      // Tried again by the next spawn: the engine may come up later.
+      this.ready = undefined;
+      throw error;
+    });
+    return this.ready;
+  }
+
+  private async boot(): Promise<void> {
+    const checkedAt = new Date().toISOString();
+    try {
+      await this.engine.ping();
+      const [info, version] = await Promise.all([
+        this.engine.call('to describe itself', () => this.engine.api.info() as Promise<EngineInfo>),
+        this.engine.call('to give its version', () => this.engine.api.version()),
+      ]);
+      this.engineState = {
+        reachable: true,
+        checkedAt,
+        version: version.Version,
+        apiVersion: version.ApiVersion,
+        architecture: info.Architecture,
+        runtimes: info.Runtimes ?? {},
+        userNamespaces: (info.SecurityOptions ?? []).some((option) => option.includes('name=userns')),
+      };
+    } catch (error) {
+      this.engineState = { reachable: false, checkedAt, error: (error as Error).message };
+      throw error;
+    }
+    if (!this.engineState.runtimes?.[this.config.runtime]) {
+      throw new SigilError(
+        'unavailable',
+        `the Docker engine at ${this.engine.address} has no OCI runtime "${this.config.runtime}" (it has ${Object.keys(this.engineState.runtimes ?? {}).join(', ')}); register it, e.g. dockerd --add-runtime ${this.config.runtime}=/usr/bin/${this.config.runtime}`,
+        { details: { reason: 'oci_runtime_missing' } },
+      );
+    }
+    this.seccompProfile = profileFor(this.config.seccomp, this.engineState.architecture ?? 'x86_64');
+    await this.reapLeftovers();
+    this.startWatchdog();
+    this.logger.info(
+      {
+        engine: this.engine.address,
+        version: this.engineState.version,
+        runtime: this.config.runtime,
+        seccomp: this.config.seccomp,
+      },
+      'Docker sandbox runtime ready',
+    );
+  }
+
+  private startWatchdog(): void {
+    if (this.watchdog) return;
+    const argument = JSON.stringify({
+      connection: this.engine.connection,
+      instanceLabel: `${LABELS.instance}=${this.owner.instance}`,
+    });
+    // Its own session: a signal to the gateway's process group does not reach it.
+    const watchdog = spawn(process.execPath, [WATCHDOG, argument], {
+      detached: true,
+      stdio: ['pipe', 'ignore', 'ignore'],
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    });
+    watchdog.on('error', (error) =>
+      this.logger.error({ error: error.message }, 'the container watchdog did not start'),
+    );
+    watchdog.unref();
+    (watchdog.stdin as Socket | null)?.unref();
+    this.watchdog = watchdog;
+  }
+
+  private instanceDir(): string {
+    return join(this.config.stateDir, this.owner.instance);
+  }
+
+  private async launch(spec: CheckedSpec): Promise<DockerSandboxProcess> {
+    const id = randomBytes(6).toString('hex');
+    const limits: ContainerLimits = { ...DEFAULT_LIMITS, ...this.config.limits, ...spec.limits };
+    const [program, taken] = await Promise.all([this.program(spec), uidsInUse(this.engine)]);
+    const uid = this.uids.claim(taken);
+    let egress: Egress | undefined;
+    let container: Docker.Container | undefined;
+    const release = async () => {
+      await container?.remove({ force: true, v: true }).catch(() => undefined);
+      await egress?.release();
+      this.uids.release(uid);
+    };
+    try {
+      const labels = {
+        ...ownerLabels(this.owner),
+        [LABELS.uid]: String(uid),
+        [LABELS.role]: 'server',
+        ...Object.fromEntries(
+          Object.entries(spec.labels ?? {}).map(([name, value]) => [`${LABELS.caller}${name}`, value]),
+        ),
+      };
+      const hardening: Hardening = {
+        uid,
+        limits,
+        cpus: this.config.cpus,
+        seccompProfile: this.seccompProfile,
+        runtime: this.config.runtime,
+        init: this.config.init,
+        networkMode: 'none',
+        labels,
+      };
+      if (spec.networkAllowList.length > 0) {
+        egress = await startEgress({
+          engine: this.engine,
+          config: this.config,
+          addresses: this.addresses,
+          dir: join(this.instanceDir(), id),
+          allowList: spec.networkAllowList,
+          limits,
+          image: (await this.forwarderImage()).id,
+          hardening: { ...hardening, labels: { ...labels } },
+          onDenied: (target) => this.logger.warn({ sandbox: id, target }, 'egress refused'),
+        });
+        hardening.networkMode = egress.networkMode;
+      }
+      const viaStdin = this.config.secretDelivery === 'stdin' && Object.keys(spec.env).length > 0;
+      const env = {
+        ...program.env,
+        HOME: '/tmp',
+        ...(viaStdin ? {} : spec.env),
+      };
+      const options = hardenedContainer(hardening, {
+        image: program.image,
+        entrypoint: viaStdin ? ['/bin/sh', '-c', ENV_WRAPPER, WRAPPER_NAME] : program.command,
+        cmd: viaStdin ? program.command : [],
+        workingDir: program.workingDir,
+        env: [...Object.entries(env).map(([name, value]) => `${name}=${value}`), ...(egress?.env ?? [])],
+        mounts: program.mounts,
+        stdin: true,
+      });
+      const created = await this.engine.call('to create the container', () =>
+        this.engine.api.createContainer({ ...options, name: `sigil-${id}` }),
+      );
+      container = created;
+      const attached = (await this.engine.call('to attach to the container', () =>
+        this.engine.streams
+          .getContainer(created.id)
+          .attach({ stream: true, hijack: true, stdin: true, stdout: true, stderr: true }),
+      )) as unknown as Duplex;
+      const sandbox = new DockerSandboxProcess({
+        engine: this.engine,
+        containerId: container.id,
+        attached,
+        outputBytes: limits.outputBytes,
+        graceMs: this.config.killGraceMs,
+        preamble: viaStdin ? environmentPreamble(spec.env) : undefined,
+        release,
+      });
+      this.running.add(sandbox);
+      void sandbox.exited.then(() => this.running.delete(sandbox));
+      await sandbox.start();
+      return sandbox;
+    } catch (error) {
+      await release();
+      if ((error as SigilError).details?.status === 404) this.images.forget(program.reference);
+      throw error;
+    }
+  }
+
+  /** What the container runs: the image, its command, mounts, working directory and the launch's env. */
+  private async program(spec: CheckedSpec): Promise<Program> {
+    const { launch } = spec;
+    if (launch.kind === 'image') {
+      const image = await this.images.resolve(launch.image, launch.layout);
+      const entrypoint = launch.entrypoint ?? image.entrypoint;
+      // As the engine does: an entrypoint given replaces the image's command too.
+      const cmd = launch.entrypoint || launch.args.length > 0 ? launch.args : image.cmd;
+      const command = [...entrypoint, ...cmd];
+      if (command.length === 0) {
+        throw new SigilError(
+          'invalid_request',
+          `the image ${launch.image} has no entrypoint or command, and the launch gives none`,
+          {
+            details: { reason: 'no_command' },
+          },
+        );
+      }
+      return {
+        reference: launch.image,
+        image: image.id,
+        command,
+        workingDir: launch.cwd ?? image.workingDir,
+        mounts: [],
+        env: launch.env ?? {},
+      };
+    }
+    const reference = this.config.images[launch.runtime];
+    if (reference === undefined) {
+      throw new SigilError(
+        'unavailable',
+        `this Docker sandbox has no image for ${launch.runtime} programs (set images.${launch.runtime})`,
+        { details: { reason: 'interpreter_missing', runtime: launch.runtime } },
+      );
+    }
+    if (!this.engine.local) {
+      throw new SigilError(
+        'unavailable',
+        `host programs need a local Docker engine (the install root is bound from this host); ${this.engine.address} is remote: run an image instead`,
+        { details: { reason: 'host_program_needs_local_engine' } },
+      );
+    }
+    for (const path of [launch.root, ...(launch.readOnlyPaths ?? [])]) {
+      if (!existsSync(path)) {
+        throw new SigilError('invalid_request', `sandbox spec: ${path} does not exist on this host`, {
+          details: { reason: 'path_missing' },
+        });
+      }
+    }
+    const image = await this.images.resolve(reference);
+    const command =
+      launch.runtime === 'binary'
+        ? [launch.command as string, ...launch.args]
+        : [INTERPRETERS[launch.runtime], ...launch.args];
+    const extra = (launch.readOnlyPaths ?? []).filter(
+      (path) => !path.startsWith(`${launch.root}/`) && path !== launch.root,
+    );
+    return {
+      reference,
+      image: image.id,
+      command,
+      workingDir: launch.cwd ?? launch.root,
+      mounts: [launch.root, ...new Set(extra)].map(readOnlyBind),
+      env: launch.env ?? {},
+    };
+  }
+
+  private async forwarderImage() {
+    const reference = this.config.egress.image ?? this.config.images.node;
+    if (reference === undefined) {
+      throw new SigilError(
+        'unavailable',
+        'a network allow-list needs an image with node for its forwarder (set egress.image or images.node)',
+        {
+          details: { reason: 'egress_image_missing' },
+        },
+      );
+    }
+    return this.images.resolve(reference);
+  }
+
+  private isGvisor(): boolean {
+    const path = this.engineState.runtimes?.[this.config.runtime]?.path ?? this.config.runtime;
+    return /runsc/.test(path);
+  }
+}
+
+interface Program {
+  /** The image as the launch or the config names it. */
+  reference: string;
+  /** The engine's id of it. */
+  image: string;
+  command: string[];
+  workingDir: string;
+  mounts: Docker.MountSettings[];
+  env: Readonly<Record<string, string>>;
+}
+
+interface EngineInfo {
+  Architecture: string;
+  Runtimes?: Record<string, { path?: string; runtimeArgs?: string[] }>;
+  SecurityOptions?: string[];
+}
