@@ -115,6 +115,13 @@ export const configSchema = z
      */
     secretDelivery: z.enum(['stdin', 'env']).default('stdin'),
     /**
+     * How stdio reaches a container. `auto`: through named pipes bound into it when the engine is
+     * local, the runtime not gVisor and the image has `/bin/sh` (a warm call then costs about what
+     * it costs with a plain process), else through the engine's attach; `attach`: always the
+     * engine's attach.
+     */
+    stdio: z.enum(['auto', 'attach']).default('auto'),
+    /**
      * Host uids (each also the gid) for containers: each live container holds one no other live
      * container of any gateway on this engine holds. Must be no one else's on the engine's host, and
      * disjoint from the linux-namespaces sandbox's range when both run on one host.

@@ -1,22 +1,20 @@
-import type { Duplex } from 'node:stream';
 import { PassThrough } from 'node:stream';
 import { constants as osConstants } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SandboxExit, SandboxLimitName, SandboxProcess } from '@sigil/plugin-api';
 import type { Engine } from './engine.ts';
+import type { ContainerStdio } from './stdio.ts';
 
 /**
- * One running container as the runtime hands it out. Its stdio is the engine's attach connection
- * (hijacked, so stdin and the multiplexed stdout/stderr flow both ways on one socket): stdout and
- * stderr are split out and counted against the output limit; ending `stdin` half-closes the
- * connection, which closes the container's stdin (StdinOnce). `exited` comes from the engine's wait
- * and inspect (OOMKilled, the exit code), once the output has ended and the containers are removed.
+ * One running container as the runtime hands it out: its stdio (stdio.ts), stdout and stderr
+ * counted against the output limit; its end, from the engine's wait and inspect (OOMKilled, the exit
+ * code), once the output has ended and the containers are removed; and kill().
  */
 
 export interface ProcessOptions {
   engine: Engine;
   containerId: string;
-  attached: Duplex;
+  stdio: ContainerStdio;
   outputBytes: number;
   graceMs: number;
   /** Written on stdin before anything of the caller's (the environment, secretDelivery `stdin`). */
@@ -27,7 +25,7 @@ export interface ProcessOptions {
 
 /** Bytes of stderr kept to explain an exit. */
 const STDERR_TAIL_BYTES = 4096;
-/** How long `exited` waits, after the engine's wait, for the attach connection to deliver the last output. */
+/** How long `exited` waits, after the engine's wait, for the last output to be read. */
 const OUTPUT_DRAIN_MS = 2_000;
 
 export class DockerSandboxProcess implements SandboxProcess {
@@ -41,38 +39,21 @@ export class DockerSandboxProcess implements SandboxProcess {
   private killedFor: { limit?: SandboxLimitName; reason: string } | undefined;
   private written = 0;
   private stderrTail = '';
-  private readonly outputEnded: Promise<void>;
 
   constructor(private readonly options: ProcessOptions) {
     this.containerId = options.containerId;
     this.exited = new Promise((resolve) => (this.resolveExit = resolve));
-    const { attached } = options;
-    attached.on('error', () => undefined); // the engine's wait says how the container ended
+    const { stdio } = options;
     this.stdin.on('error', () => undefined);
-    if (options.preamble) attached.write(options.preamble);
-    this.stdin.pipe(attached);
-    const split = (target: PassThrough, observe?: (chunk: Buffer) => void) =>
-      ({
-        write: (chunk: Buffer) => {
-          observe?.(chunk);
-          this.deliver(target, chunk);
-          return true;
-        },
-      }) as unknown as NodeJS.WritableStream;
-    options.engine.streams.modem.demuxStream(
-      attached,
-      split(this.stdout),
-      split(this.stderr, (chunk) => {
+    if (options.preamble) stdio.input.write(options.preamble);
+    this.stdin.pipe(stdio.input);
+    stdio.wire(
+      (chunk) => this.deliver(this.stdout, chunk),
+      (chunk) => {
         this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
-      }),
+        this.deliver(this.stderr, chunk);
+      },
     );
-    this.outputEnded = new Promise<void>((resolve) => {
-      attached.once('close', () => resolve());
-      attached.once('end', () => resolve());
-    }).then(() => {
-      this.stdout.end();
-      this.stderr.end();
-    });
   }
 
   /** Starts the container and watches for its end; a start the engine refuses ends it at once with the reason. */
@@ -83,7 +64,7 @@ export class DockerSandboxProcess implements SandboxProcess {
     } catch (error) {
       const message = (error as { json?: { message?: string } }).json?.message ?? (error as Error).message;
       this.ended = true;
-      this.options.attached.destroy();
+      this.options.stdio.destroy();
       void this.finish({ code: null, signal: null, reason: `cannot start the container: ${message}` });
       return;
     }
@@ -141,11 +122,12 @@ export class DockerSandboxProcess implements SandboxProcess {
     } catch (error) {
       // The engine went away under it: the container's fate is the engine's (or the reaper's).
       exit = { code: null, signal: null, reason: engine.failure('waiting for the container', error).message };
-      this.options.attached.destroy();
+      this.options.stdio.destroy();
     }
     this.ended = true;
-    await Promise.race([this.outputEnded, sleep(OUTPUT_DRAIN_MS)]);
-    this.options.attached.destroy();
+    this.options.stdio.exited();
+    await Promise.race([this.options.stdio.outputEnded, sleep(OUTPUT_DRAIN_MS)]);
+    this.options.stdio.destroy();
     await this.finish(exit);
   }
 

@@ -1,19 +1,20 @@
+import { FIFO_REDIRECT } from './stdio.ts';
+
 /**
- * Secrets over stdin (`secretDelivery: 'stdin'`): the container's command is `/bin/sh -c WRAPPER`
- * with the server's command as its arguments. The runtime writes one `export NAME='value'` line per
- * variable on the container's stdin, then an empty line, then hands stdin to the caller; the wrapper
- * reads up to the empty line (sh's `read` takes a byte at a time from a pipe, so not one byte of the
- * caller's messages is consumed), runs those lines, and execs the server, which inherits the
- * variables and the rest of stdin. The values thus reach the server's environment without passing
- * through the engine's container config: `docker inspect` and the engine's state on disk never
- * hold them.
+ * The shell a container's command runs under when it needs one (`/bin/sh -c SCRIPT <name> command…`):
+ * to redirect its stdio onto the runtime's pipes (stdio.ts), and to take its environment from stdin.
  *
- * A value is single-quoted, and each newline in it becomes `'"$__sigil_nl"'`, so every variable is
- * one line; names are shell identifiers (spec.ts), so nothing outside the quotes is the caller's.
+ * Secrets over stdin (`secretDelivery: 'stdin'`): the runtime writes one `export NAME='value'` line
+ * per variable on the container's stdin, then an empty line, then hands stdin to the caller; the
+ * script reads up to the empty line (sh's `read` takes a byte at a time from a pipe, so not one byte
+ * of the caller's messages is consumed), runs those lines, and execs the server, which inherits the
+ * variables and the rest of stdin. The values thus reach the server's environment without passing
+ * through the engine's container config: `docker inspect` and the engine's state on disk never hold
+ * them. A value is single-quoted, and each newline in it becomes `'"$__sigil_nl"'`, so every
+ * variable is one line; names are shell identifiers (spec.ts), so nothing outside the quotes is the
+ * caller's.
  */
-export const ENV_WRAPPER = [
-  // sh exports the working directory it starts in; the server's environment is the spec's.
-  'unset PWD OLDPWD',
+const READ_ENVIRONMENT = [
   "__sigil_nl='",
   "'",
   'while IFS= read -r __sigil_line; do',
@@ -21,15 +22,26 @@ export const ENV_WRAPPER = [
   '  eval "$__sigil_line" || exit 125',
   'done',
   'unset __sigil_line __sigil_nl',
-  'exec "$@"',
-].join('\n');
+];
 
-/** `$0` of the wrapper: what `ps` inside shows until the exec. */
-export const WRAPPER_NAME = 'sigil-env';
+/** `$0` of the script: what `ps` inside shows until the exec. */
+export const SCRIPT_NAME = 'sigil-sandbox';
+
+/** The script for a container that needs one, or undefined when its command can run as it is. */
+export function entryScript(needs: { fifo: boolean; environment: boolean }): string | undefined {
+  if (!needs.fifo && !needs.environment) return undefined;
+  return [
+    // sh exports the working directory it starts in; the server's environment is the spec's.
+    'unset PWD OLDPWD',
+    ...(needs.fifo ? [FIFO_REDIRECT] : []),
+    ...(needs.environment ? READ_ENVIRONMENT : []),
+    'exec "$@"',
+  ].join('\n');
+}
 
 const quote = (value: string) => `'${value.replace(/'/g, `'\\''`).replace(/\n/g, `'"$__sigil_nl"'`)}'`;
 
-/** The lines the wrapper reads: one export per variable, then the empty line that ends them. */
+/** The lines the script reads: one export per variable, then the empty line that ends them. */
 export function environmentPreamble(env: Readonly<Record<string, string>>): string {
   return `${Object.entries(env)
     .map(([name, value]) => `export ${name}=${quote(value)}\n`)

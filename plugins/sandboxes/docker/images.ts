@@ -21,6 +21,7 @@ export interface ImageConfig {
 export class Images {
   private readonly known = new Map<string, ImageConfig>();
   private readonly pending = new Map<string, Promise<ImageConfig>>();
+  private readonly shells = new Map<string, Promise<boolean>>();
 
   constructor(
     private readonly engine: Engine,
@@ -38,6 +39,41 @@ export class Images {
       this.pending.set(reference, pending);
     }
     return pending;
+  }
+
+  /**
+   * Whether image `id` has `/bin/sh` (for the stdio pipes and the environment over stdin), found
+   * once per image by asking the engine about the path in a container that is never started.
+   */
+  hasShell(id: string, labels: Record<string, string>): Promise<boolean> {
+    let known = this.shells.get(id);
+    if (!known) {
+      known = this.lookForShell(id, labels);
+      this.shells.set(id, known);
+      known.catch(() => this.shells.delete(id));
+    }
+    return known;
+  }
+
+  private async lookForShell(id: string, labels: Record<string, string>): Promise<boolean> {
+    const container = await this.engine.call(`to create a container of ${id}`, () =>
+      this.engine.api.createContainer({
+        Image: id,
+        Entrypoint: ['/bin/sh'],
+        Labels: labels,
+        NetworkDisabled: true,
+        HostConfig: { NetworkMode: 'none', LogConfig: { Type: 'none', Config: {} } },
+      }),
+    );
+    try {
+      await container.infoArchive({ path: '/bin/sh' });
+      return true;
+    } catch (error) {
+      if ((error as { statusCode?: number }).statusCode === 404) return false;
+      throw this.engine.failure(`to look for /bin/sh in ${id}`, error);
+    } finally {
+      await container.remove({ force: true }).catch(() => undefined);
+    }
   }
 
   /** Forgets `reference` (the engine said it has no such image any more). */

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { join } from 'node:path';
@@ -14,12 +14,13 @@ import { DockerSandboxProcess } from './docker-process.ts';
 import { EgressAddresses } from './egress-addresses.ts';
 import { startEgress, type Egress } from './egress.ts';
 import { Engine } from './engine.ts';
-import { ENV_WRAPPER, environmentPreamble, WRAPPER_NAME } from './env-wrapper.ts';
+import { entryScript, environmentPreamble, SCRIPT_NAME } from './env-wrapper.ts';
 import { Images } from './images.ts';
 import { reapLeftovers, uidsInUse } from './leftovers.ts';
 import { currentOwner, LABELS, ownerLabels, type Owner } from './owner.ts';
 import { profileFor, syscallFilterStatus } from './seccomp-profile.ts';
 import { checkSpec, type CheckedSpec } from './spec.ts';
+import { attachStdio, FIFO_DIR, fifoStdio, type ContainerStdio } from './stdio.ts';
 import { UidAllocator } from './uids.ts';
 
 const WATCHDOG = fileURLToPath(new URL('./watchdog.cjs', import.meta.url));
@@ -219,6 +220,7 @@ export class DockerRuntime implements SandboxRuntimeV2 {
       );
     }
     this.seccompProfile = profileFor(this.config.seccomp, this.engineState.architecture ?? 'x86_64');
+    prepareStateDir(this.config.stateDir);
     await this.reapLeftovers();
     this.startWatchdog();
     this.logger.info(
@@ -263,9 +265,12 @@ export class DockerRuntime implements SandboxRuntimeV2 {
     const uid = this.uids.claim(taken);
     let egress: Egress | undefined;
     let container: Docker.Container | undefined;
+    let stdio: ContainerStdio | undefined;
     const release = async () => {
+      stdio?.destroy();
       await container?.remove({ force: true, v: true }).catch(() => undefined);
       await egress?.release();
+      rmSync(join(this.instanceDir(), id), { recursive: true, force: true });
       this.uids.release(uid);
     };
     try {
@@ -292,7 +297,7 @@ export class DockerRuntime implements SandboxRuntimeV2 {
           engine: this.engine,
           config: this.config,
           addresses: this.addresses,
-          dir: join(this.instanceDir(), id),
+          dir: join(this.instanceDir(), id, 'egress'),
           allowList: spec.networkAllowList,
           limits,
           image: (await this.forwarderImage()).id,
@@ -307,28 +312,46 @@ export class DockerRuntime implements SandboxRuntimeV2 {
         HOME: '/tmp',
         ...(viaStdin ? {} : spec.env),
       };
+      const shell = await this.images.hasShell(program.image, ownerLabels(this.owner));
+      if (viaStdin && !shell) {
+        throw new SigilError(
+          'unavailable',
+          `the image ${program.reference} has no /bin/sh to take the environment over stdin (secretDelivery 'stdin'); use an image with one, or secretDelivery 'env'`,
+          { details: { reason: 'image_without_shell' } },
+        );
+      }
+      // gVisor cannot open a host's named pipe through its file proxy.
+      const fifo = this.config.stdio === 'auto' && this.engine.local && !this.isGvisor() && shell;
+      const fifoDir = join(this.instanceDir(), id, 'stdio');
+      if (fifo) mkdirSync(fifoDir, { recursive: true, mode: 0o711 });
+      const script = entryScript({ fifo, environment: viaStdin });
       const options = hardenedContainer(hardening, {
         image: program.image,
-        entrypoint: viaStdin ? ['/bin/sh', '-c', ENV_WRAPPER, WRAPPER_NAME] : program.command,
-        cmd: viaStdin ? program.command : [],
+        entrypoint: script === undefined ? program.command : ['/bin/sh', '-c', script, SCRIPT_NAME],
+        cmd: script === undefined ? [] : program.command,
         workingDir: program.workingDir,
         env: [...Object.entries(env).map(([name, value]) => `${name}=${value}`), ...(egress?.env ?? [])],
-        mounts: program.mounts,
-        stdin: true,
+        mounts: [...program.mounts, ...(fifo ? [{ ...readOnlyBind(fifoDir), Target: FIFO_DIR }] : [])],
+        stdin: !fifo,
       });
       const created = await this.engine.call('to create the container', () =>
         this.engine.api.createContainer({ ...options, name: `sigil-${id}` }),
       );
       container = created;
-      const attached = (await this.engine.call('to attach to the container', () =>
-        this.engine.streams
-          .getContainer(created.id)
-          .attach({ stream: true, hijack: true, stdin: true, stdout: true, stderr: true }),
-      )) as unknown as Duplex;
+      stdio = fifo
+        ? await fifoStdio(fifoDir, uid)
+        : attachStdio(
+            this.engine,
+            (await this.engine.call('to attach to the container', () =>
+              this.engine.streams
+                .getContainer(created.id)
+                .attach({ stream: true, hijack: true, stdin: true, stdout: true, stderr: true }),
+            )) as unknown as Duplex,
+          );
       const sandbox = new DockerSandboxProcess({
         engine: this.engine,
-        containerId: container.id,
-        attached,
+        containerId: created.id,
+        stdio,
         outputBytes: limits.outputBytes,
         graceMs: this.config.killGraceMs,
         preamble: viaStdin ? environmentPreamble(spec.env) : undefined,
@@ -429,6 +452,24 @@ export class DockerRuntime implements SandboxRuntimeV2 {
   private isGvisor(): boolean {
     const path = this.engineState.runtimes?.[this.config.runtime]?.path ?? this.config.runtime;
     return /runsc/.test(path);
+  }
+}
+
+/**
+ * The directory of the stdio pipes and egress sockets: made if missing, and refused unless it is a
+ * directory of this process's user that no one else may write to (in a shared /tmp, another user
+ * could otherwise have made it first and swapped what the containers are given).
+ */
+function prepareStateDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o711 });
+  const stat = lstatSync(dir);
+  const uid = process.getuid?.() ?? stat.uid;
+  if (!stat.isDirectory() || stat.uid !== uid || (stat.mode & 0o022) !== 0) {
+    throw new SigilError(
+      'config_invalid',
+      `stateDir ${dir} must be a directory of uid ${uid} that only it may write to`,
+      { details: { reason: 'state_dir_unsafe' } },
+    );
   }
 }
 
