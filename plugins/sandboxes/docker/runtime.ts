@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { join } from 'node:path';
@@ -114,7 +114,21 @@ export class DockerRuntime implements SandboxRuntimeV2 {
   async spawn(spec: SandboxSpecV2): Promise<DockerSandboxProcess> {
     const checked = checkSpec(spec);
     await this.prepare();
-    return this.launch(checked);
+    try {
+      return await this.launch(checked);
+    } catch (error) {
+      if ((error as SigilError).details?.reason === 'engine_unreachable') {
+        // Gone since it was last seen: status() says so, and the next spawn contacts it afresh.
+        this.engineState = {
+          ...this.engineState,
+          reachable: false,
+          checkedAt: new Date().toISOString(),
+          error: (error as Error).message,
+        };
+        this.ready = undefined;
+      }
+      throw error;
+    }
   }
 
   status(): Promise<SandboxStatus> {
@@ -239,6 +253,7 @@ export class DockerRuntime implements SandboxRuntimeV2 {
     const argument = JSON.stringify({
       connection: this.engine.connection,
       instanceLabel: `${LABELS.instance}=${this.owner.instance}`,
+      stateDir: this.instanceDir(),
     });
     // Its own session: a signal to the gateway's process group does not reach it.
     const watchdog = spawn(process.execPath, [WATCHDOG, argument], {
@@ -416,6 +431,15 @@ export class DockerRuntime implements SandboxRuntimeV2 {
           details: { reason: 'path_missing' },
         });
       }
+    }
+    // The container's user is no owner or group member of the install root: the engine binds it as
+    // root, but only what others may read is readable inside.
+    if ((statSync(launch.root).mode & 0o005) !== 0o005) {
+      throw new SigilError(
+        'invalid_request',
+        `sandbox spec: the install root ${launch.root} is not readable and searchable by others (mode ${(statSync(launch.root).mode & 0o777).toString(8)}), so the container's user cannot read it`,
+        { details: { reason: 'install_root_unreadable' } },
+      );
     }
     const image = await this.images.resolve(reference);
     const command =

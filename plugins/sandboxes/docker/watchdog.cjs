@@ -3,15 +3,15 @@
  * Removes the containers of one runtime instance when that runtime's process is gone. The runtime
  * starts this in a session of its own and keeps the write end of its stdin; the kernel closes it
  * when the runtime ends in any way, SIGKILL included, and then every container labelled with the
- * instance id is removed. A normal stop removes them first, so this finds none. Plain CommonJS: it
- * runs on node alone, with dockerode.
+ * instance id is removed, and the instance's state directory (pipes, egress sockets). A normal stop
+ * removes them first, so this finds none. Plain CommonJS: it runs on node alone, with dockerode.
  *
- * argv: <JSON { connection: { socketPath } | { host, port, tls?: { ca, cert, key } }, instanceLabel }>
+ * argv: <JSON { connection: { socketPath } | { host, port, tls?: { ca, cert, key } }, instanceLabel, stateDir }>
  */
 const fs = require('node:fs');
 const Docker = require('dockerode');
 
-const { connection, instanceLabel } = JSON.parse(process.argv[2]);
+const { connection, instanceLabel, stateDir } = JSON.parse(process.argv[2]);
 const docker = new Docker(
   connection.socketPath
     ? { socketPath: connection.socketPath }
@@ -50,5 +50,10 @@ async function reap() {
 }
 
 process.stdin.on('error', () => undefined);
-process.stdin.once('close', () => reap().finally(() => process.exit(0)));
+process.stdin.once('close', () =>
+  reap().finally(() => {
+    fs.rmSync(stateDir, { recursive: true, force: true });
+    process.exit(0);
+  }),
+);
 process.stdin.resume();

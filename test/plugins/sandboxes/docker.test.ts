@@ -1,12 +1,21 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  watch,
+} from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { expect } from 'chai';
-import { isSigilError, type SandboxStatus, type SigilError } from '@sigil/plugin-api';
+import { isSigilError, type SandboxSpecV2, type SandboxStatus, type SigilError } from '@sigil/plugin-api';
 import { writableMounts } from '@sigil/plugin-api/kit';
 import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
 import type { DockerRuntime } from '../../../plugins/sandboxes/docker/index.ts';
@@ -35,6 +44,22 @@ function echoServer(): Promise<Server> {
 }
 const target = (server: Server) => `127.0.0.1:${(server.address() as { port: number }).port}`;
 
+/** Resolves true once `path` is gone (watched, not polled), or false after `timeoutMs`. */
+function removal(path: string, timeoutMs = 30_000): Promise<boolean> {
+  return new Promise((resolve) => {
+    const watcher = watch(dirname(path));
+    const done = (gone: boolean) => {
+      watcher.close();
+      clearTimeout(timer);
+      resolve(gone);
+    };
+    const timer = setTimeout(() => done(!existsSync(path)), timeoutMs);
+    watcher.on('change', () => {
+      if (!existsSync(path)) done(true);
+    });
+  });
+}
+
 async function rejection(promise: Promise<unknown>): Promise<SigilError> {
   try {
     await promise;
@@ -43,6 +68,16 @@ async function rejection(promise: Promise<unknown>): Promise<SigilError> {
     throw error;
   }
   throw new Error('expected a rejection');
+}
+
+/** The plain-Python MCP server of the fixtures, as a host program of the python image. */
+function pythonServer(env: Record<string, string> = {}): SandboxSpecV2 {
+  const root = dirname(fixturePath('mcp', 'python-echo', 'server.py'));
+  return {
+    launch: { kind: 'host', runtime: 'python', root, args: [join(root, 'server.py')] },
+    env,
+    networkAllowList: [],
+  };
 }
 
 /** Lists tools and calls `tool` through the sandbox with the official SDK client. */
@@ -354,12 +389,7 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
     });
 
     it('runs a Python server as a host program in the python image, with a secret it can read', async () => {
-      const root = dirname(fixturePath('mcp', 'python-echo', 'server.py'));
-      const sandbox = await runtime.spawn({
-        launch: { kind: 'host', runtime: 'python', root, args: [join(root, 'server.py')] },
-        env: { API_TOKEN: 'token-from-stdin' },
-        networkAllowList: [],
-      });
+      const sandbox = await runtime.spawn(pythonServer({ API_TOKEN: 'token-from-stdin' }));
       const { text } = await callThrough(sandbox, 'env', { name: 'API_TOKEN' });
       expect(text).to.equal('token-from-stdin');
     });
@@ -439,31 +469,17 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
 
     it("with stdio 'attach', carries MCP and the environment over the engine's attach too", async () => {
       const attached = await probes.runtime({ stdio: 'attach' });
-      const root = dirname(fixturePath('mcp', 'python-echo', 'server.py'));
-      const sandbox = await attached.spawn({
-        launch: { kind: 'host', runtime: 'python', root, args: [join(root, 'server.py')] },
-        env: { API_TOKEN: 'token over attach' },
-        networkAllowList: [],
-      });
+      const sandbox = await attached.spawn(pythonServer({ API_TOKEN: 'token over attach' }));
       const { text } = await callThrough(sandbox, 'env', { name: 'API_TOKEN' });
       expect(text).to.equal('token over attach');
-      const again = await attached.spawn({
-        launch: { kind: 'host', runtime: 'python', root, args: [join(root, 'server.py')] },
-        env: {},
-        networkAllowList: [],
-      });
+      const again = await attached.spawn(pythonServer());
       again.stdout.resume();
       again.stdin.end();
       expect(await again.exited).to.deep.equal({ code: 0, signal: null });
     });
 
     it('ends when its stdin ends (no writer is left on its pipe)', async () => {
-      const root = dirname(fixturePath('mcp', 'python-echo', 'server.py'));
-      const sandbox = await runtime.spawn({
-        launch: { kind: 'host', runtime: 'python', root, args: [join(root, 'server.py')] },
-        env: {},
-        networkAllowList: [],
-      });
+      const sandbox = await runtime.spawn(pythonServer());
       sandbox.stdout.resume();
       sandbox.stdin.end();
       expect(await sandbox.exited).to.deep.equal({ code: 0, signal: null });
@@ -503,9 +519,15 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
       const { child, container } = await childGateway();
       try {
         expect(await containerExists(probes.engine.docker, container)).to.equal(true);
+        const { Labels } = (await probes.engine.docker.getContainer(container).inspect()).Config;
+        const instanceDir = join('/tmp/sigil-docker-test', Labels['io.sigil.sandbox.instance'] as string);
+        expect(existsSync(instanceDir)).to.equal(true);
+        const dirGone = removal(instanceDir);
         expect(
           await containerEvent(probes.engine.docker, container, 'destroy', () => child.kill('SIGKILL')),
         ).to.equal(true);
+        // Its pipes and state go too.
+        expect(await dirGone).to.equal(true);
       } finally {
         child.kill('SIGKILL');
       }
@@ -538,6 +560,25 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
       expect(error.code).to.equal('unavailable');
       expect(error.details?.reason).to.equal('engine_unreachable');
       expect(error.message).to.include(socketPath).and.to.include('ENOENT');
+    });
+
+    it('refuses an install root the container user cannot read, naming it', async () => {
+      const root = mkdtempSync(join(tmpdir(), 'sigil-private-root-'));
+      try {
+        chmodSync(root, 0o700);
+        const error = await rejection(
+          runtime.spawn({
+            launch: { kind: 'host', runtime: 'node', root, args: [] },
+            env: {},
+            networkAllowList: [],
+          }),
+        );
+        expect(error.code).to.equal('invalid_request');
+        expect(error.details?.reason).to.equal('install_root_unreadable');
+        expect(error.message).to.include(root);
+      } finally {
+        rmSync(root, { recursive: true, force: true });
+      }
     });
 
     it('refuses a bad spec as invalid_request and an image named by tag', async () => {
