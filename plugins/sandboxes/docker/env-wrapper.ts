@@ -1,8 +1,9 @@
 import { FIFO_REDIRECT } from './stdio.ts';
 
 /**
- * The shell a container's command runs under when it needs one (`/bin/sh -c SCRIPT <name> command…`):
- * to redirect its stdio onto the runtime's pipes (stdio.ts), and to take its environment from stdin.
+ * The shell a container's command runs under when its image has one (`/bin/sh -c SCRIPT <name>
+ * command…`): to clean its environment, to redirect its stdio onto the runtime's pipes (stdio.ts),
+ * and to take its environment from stdin.
  *
  * Secrets over stdin (`secretDelivery: 'stdin'`): the runtime writes one `export NAME='value'` line
  * per variable on the container's stdin, then an empty line, then hands stdin to the caller; the
@@ -27,12 +28,22 @@ const READ_ENVIRONMENT = [
 /** `$0` of the script: what `ps` inside shows until the exec. */
 export const SCRIPT_NAME = 'sigil-sandbox';
 
-/** The script for a container that needs one, or undefined when its command can run as it is. */
-export function entryScript(needs: { fifo: boolean; environment: boolean }): string | undefined {
-  if (!needs.fifo && !needs.environment) return undefined;
+/**
+ * The script a container with `/bin/sh` runs its command under; undefined for an image without one
+ * (its command then runs as it is, with the engine's HOSTNAME in its environment).
+ */
+export function entryScript(needs: {
+  shell: boolean;
+  fifo: boolean;
+  environment: boolean;
+  /** Whether the launch itself sets HOSTNAME (the engine's value is dropped otherwise). */
+  keepHostname: boolean;
+}): string | undefined {
+  if (!needs.shell) return undefined;
   return [
-    // sh exports the working directory it starts in; the server's environment is the spec's.
-    'unset PWD OLDPWD',
+    // The engine puts HOSTNAME in every container's environment, and sh exports the directory it
+    // starts in: the server's environment is the spec's.
+    `unset PWD OLDPWD${needs.keepHostname ? '' : ' HOSTNAME'}`,
     ...(needs.fifo ? [FIFO_REDIRECT] : []),
     ...(needs.environment ? READ_ENVIRONMENT : []),
     'exec "$@"',

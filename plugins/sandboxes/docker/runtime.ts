@@ -339,7 +339,7 @@ export class DockerRuntime implements SandboxRuntimeV2 {
       const fifo = this.config.stdio === 'auto' && this.engine.local && !this.isGvisor() && shell;
       const fifoDir = join(this.instanceDir(), id, 'stdio');
       if (fifo) mkdirSync(fifoDir, { recursive: true, mode: 0o711 });
-      const script = entryScript({ fifo, environment: viaStdin });
+      const script = entryScript({ shell, fifo, environment: viaStdin, keepHostname: 'HOSTNAME' in env });
       const options = hardenedContainer(hardening, {
         image: program.image,
         entrypoint: script === undefined ? program.command : ['/bin/sh', '-c', script, SCRIPT_NAME],

@@ -278,7 +278,7 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
   });
 
   describe('environment and secrets', () => {
-    it("is the spec's env plus PATH, HOME and the engine's HOSTNAME; values with quotes and newlines arrive intact", async () => {
+    it("is the spec's env plus PATH and HOME; values with quotes and newlines arrive intact", async () => {
       const env = {
         SIGIL_SECRET: `canary-${randomBytes(8).toString('hex')}`,
         QUOTED: `it's "quoted"\n$HOME \`x\``,
@@ -291,7 +291,6 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
         ...env,
         PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
         HOME: '/tmp',
-        HOSTNAME: 'sandbox',
       });
       expect(report.canaryInFiles).to.deep.equal([]);
     });
@@ -644,6 +643,35 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
       const status = await gvisor.status();
       expect(status.details?.ociRuntime).to.include({ name: 'runsc', gvisor: true });
       expect(status.syscallFilter.enforced).to.equal(false);
+    });
+
+    it('under gVisor, keeps /tmp noexec, drops privileges and reaches only the allow-list', async () => {
+      const gvisor = await probes.runtime({ runtime: 'runsc' });
+      const tmp = await runProbe<{ binary: string; script: string }>(gvisor, 'tmpExec');
+      expect([tmp.report.binary, tmp.report.script]).to.deep.equal(['EACCES', 'EACCES']);
+      const privileges = await runProbe<{ status: Record<string, string>; uid: number; setuidRoot: string }>(
+        gvisor,
+        'privileges',
+      );
+      expect(privileges.report.status.CapEff).to.equal('0000000000000000');
+      expect(privileges.report.uid).to.not.equal(0);
+      expect(privileges.report.setuidRoot).to.equal('EPERM');
+      const [allowed, other] = await Promise.all([echoServer(), echoServer()]);
+      try {
+        const net = await runProbe<{ results: { direct: string; proxy: { status: number | string } }[] }>(
+          gvisor,
+          'net',
+          {
+            args: [target(allowed), target(other)],
+            allow: [target(allowed)],
+          },
+        );
+        expect(net.report.results.map((result) => result.proxy.status)).to.deep.equal([200, 403]);
+        for (const result of net.report.results) expect(result.direct).to.not.equal('connected');
+      } finally {
+        allowed.close();
+        other.close();
+      }
     });
 
     it('talks to a remote engine over TCP with TLS: an image loaded and run over it, host programs refused', async () => {
