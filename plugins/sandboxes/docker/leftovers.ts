@@ -1,5 +1,8 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
+import { fileURLToPath } from 'node:url';
 import type { PluginLogger } from '@sigil/plugin-api';
-import type { Engine } from './engine.ts';
+import type { Engine, EngineConnection } from './engine.ts';
 import { LABELS, ownerGone, type Owner } from './owner.ts';
 
 /**
@@ -43,4 +46,33 @@ export async function uidsInUse(engine: Engine): Promise<Set<number>> {
     engine.api.listContainers({ all: true, filters: { label: [LABELS.uid] } }),
   );
   return new Set(containers.map((container) => Number(container.Labels[LABELS.uid])));
+}
+
+const WATCHDOG = fileURLToPath(new URL('./watchdog.cjs', import.meta.url));
+
+/**
+ * Starts the watchdog (watchdog.cjs) of one runtime instance: when this process ends, however it
+ * ends, the watchdog removes the instance's containers and state directory. Its stdin is the pipe
+ * whose closing tells it; `stdin.end()` on the returned process is a normal goodbye.
+ */
+export function startWatchdog(options: {
+  connection: EngineConnection;
+  instanceLabel: string;
+  stateDir: string;
+  logger: PluginLogger;
+}): ChildProcess {
+  const { logger, ...argument } = options;
+  // Its own session: a signal to the gateway's process group does not reach it.
+  const watchdog = spawn(process.execPath, [WATCHDOG, JSON.stringify(argument)], {
+    detached: true,
+    stdio: ['pipe', 'ignore', 'ignore'],
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+  });
+  watchdog.on('error', (error) =>
+    logger.error({ error: error.message }, 'the container watchdog did not start'),
+  );
+  // Neither it nor its pipe keeps this process alive.
+  watchdog.unref();
+  (watchdog.stdin as Socket | null)?.unref();
+  return watchdog;
 }

@@ -1,10 +1,8 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, rmSync, statSync } from 'node:fs';
-import type { Socket } from 'node:net';
+import { lstatSync, mkdirSync, rmSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
 import type { PluginLogger, SandboxRuntimeV2, SandboxSpecV2, SandboxStatus } from '@sigil/plugin-api';
 import { SigilError } from '@sigil/plugin-api';
@@ -16,14 +14,13 @@ import { startEgress, type Egress } from './egress.ts';
 import { Engine } from './engine.ts';
 import { entryScript, environmentPreamble, SCRIPT_NAME } from './env-wrapper.ts';
 import { Images } from './images.ts';
-import { reapLeftovers, uidsInUse } from './leftovers.ts';
+import { reapLeftovers, startWatchdog, uidsInUse } from './leftovers.ts';
 import { currentOwner, LABELS, ownerLabels, type Owner } from './owner.ts';
 import { profileFor, syscallFilterStatus } from './seccomp-profile.ts';
+import { resolveProgram } from './program.ts';
 import { checkSpec, type CheckedSpec } from './spec.ts';
 import { attachStdio, FIFO_DIR, fifoStdio, type ContainerStdio } from './stdio.ts';
 import { UidAllocator } from './uids.ts';
-
-const WATCHDOG = fileURLToPath(new URL('./watchdog.cjs', import.meta.url));
 
 /** What the engine said of itself at the last contact; `status()` reads only this. */
 interface EngineState {
@@ -36,9 +33,6 @@ interface EngineState {
   runtimes?: Record<string, { path?: string; runtimeArgs?: string[] }>;
   userNamespaces?: boolean;
 }
-
-/** How a host program is started in its interpreter's image. */
-const INTERPRETERS = { node: 'node', python: 'python3' } as const;
 
 export interface RuntimeOptions {
   config: DockerSandboxConfig;
@@ -236,7 +230,12 @@ export class DockerRuntime implements SandboxRuntimeV2 {
     this.seccompProfile = profileFor(this.config.seccomp, this.engineState.architecture ?? 'x86_64');
     prepareStateDir(this.config.stateDir);
     await this.reapLeftovers();
-    this.startWatchdog();
+    this.watchdog ??= startWatchdog({
+      connection: this.engine.connection,
+      instanceLabel: `${LABELS.instance}=${this.owner.instance}`,
+      stateDir: this.instanceDir(),
+      logger: this.logger,
+    });
     this.logger.info(
       {
         engine: this.engine.address,
@@ -248,27 +247,6 @@ export class DockerRuntime implements SandboxRuntimeV2 {
     );
   }
 
-  private startWatchdog(): void {
-    if (this.watchdog) return;
-    const argument = JSON.stringify({
-      connection: this.engine.connection,
-      instanceLabel: `${LABELS.instance}=${this.owner.instance}`,
-      stateDir: this.instanceDir(),
-    });
-    // Its own session: a signal to the gateway's process group does not reach it.
-    const watchdog = spawn(process.execPath, [WATCHDOG, argument], {
-      detached: true,
-      stdio: ['pipe', 'ignore', 'ignore'],
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
-    });
-    watchdog.on('error', (error) =>
-      this.logger.error({ error: error.message }, 'the container watchdog did not start'),
-    );
-    watchdog.unref();
-    (watchdog.stdin as Socket | null)?.unref();
-    this.watchdog = watchdog;
-  }
-
   private instanceDir(): string {
     return join(this.config.stateDir, this.owner.instance);
   }
@@ -276,7 +254,10 @@ export class DockerRuntime implements SandboxRuntimeV2 {
   private async launch(spec: CheckedSpec): Promise<DockerSandboxProcess> {
     const id = randomBytes(6).toString('hex');
     const limits: ContainerLimits = { ...DEFAULT_LIMITS, ...this.config.limits, ...spec.limits };
-    const [program, taken] = await Promise.all([this.program(spec), uidsInUse(this.engine)]);
+    const [program, taken] = await Promise.all([
+      resolveProgram(spec.launch, { config: this.config, engine: this.engine, images: this.images }),
+      uidsInUse(this.engine),
+    ]);
     const uid = this.uids.claim(taken);
     let egress: Egress | undefined;
     let container: Docker.Container | undefined;
@@ -383,82 +364,6 @@ export class DockerRuntime implements SandboxRuntimeV2 {
     }
   }
 
-  /** What the container runs: the image, its command, mounts, working directory and the launch's env. */
-  private async program(spec: CheckedSpec): Promise<Program> {
-    const { launch } = spec;
-    if (launch.kind === 'image') {
-      const image = await this.images.resolve(launch.image, launch.layout);
-      const entrypoint = launch.entrypoint ?? image.entrypoint;
-      // As the engine does: an entrypoint given replaces the image's command too.
-      const cmd = launch.entrypoint || launch.args.length > 0 ? launch.args : image.cmd;
-      const command = [...entrypoint, ...cmd];
-      if (command.length === 0) {
-        throw new SigilError(
-          'invalid_request',
-          `the image ${launch.image} has no entrypoint or command, and the launch gives none`,
-          {
-            details: { reason: 'no_command' },
-          },
-        );
-      }
-      return {
-        reference: launch.image,
-        image: image.id,
-        command,
-        workingDir: launch.cwd ?? image.workingDir,
-        mounts: [],
-        env: launch.env ?? {},
-      };
-    }
-    const reference = this.config.images[launch.runtime];
-    if (reference === undefined) {
-      throw new SigilError(
-        'unavailable',
-        `this Docker sandbox has no image for ${launch.runtime} programs (set images.${launch.runtime})`,
-        { details: { reason: 'interpreter_missing', runtime: launch.runtime } },
-      );
-    }
-    if (!this.engine.local) {
-      throw new SigilError(
-        'unavailable',
-        `host programs need a local Docker engine (the install root is bound from this host); ${this.engine.address} is remote: run an image instead`,
-        { details: { reason: 'host_program_needs_local_engine' } },
-      );
-    }
-    for (const path of [launch.root, ...(launch.readOnlyPaths ?? [])]) {
-      if (!existsSync(path)) {
-        throw new SigilError('invalid_request', `sandbox spec: ${path} does not exist on this host`, {
-          details: { reason: 'path_missing' },
-        });
-      }
-    }
-    // The container's user is no owner or group member of the install root: the engine binds it as
-    // root, but only what others may read is readable inside.
-    if ((statSync(launch.root).mode & 0o005) !== 0o005) {
-      throw new SigilError(
-        'invalid_request',
-        `sandbox spec: the install root ${launch.root} is not readable and searchable by others (mode ${(statSync(launch.root).mode & 0o777).toString(8)}), so the container's user cannot read it`,
-        { details: { reason: 'install_root_unreadable' } },
-      );
-    }
-    const image = await this.images.resolve(reference);
-    const command =
-      launch.runtime === 'binary'
-        ? [launch.command as string, ...launch.args]
-        : [INTERPRETERS[launch.runtime], ...launch.args];
-    const extra = (launch.readOnlyPaths ?? []).filter(
-      (path) => !path.startsWith(`${launch.root}/`) && path !== launch.root,
-    );
-    return {
-      reference,
-      image: image.id,
-      command,
-      workingDir: launch.cwd ?? launch.root,
-      mounts: [launch.root, ...new Set(extra)].map(readOnlyBind),
-      env: launch.env ?? {},
-    };
-  }
-
   private async forwarderImage() {
     const reference = this.config.egress.image ?? this.config.images.node;
     if (reference === undefined) {
@@ -495,17 +400,6 @@ function prepareStateDir(dir: string): void {
       { details: { reason: 'state_dir_unsafe' } },
     );
   }
-}
-
-interface Program {
-  /** The image as the launch or the config names it. */
-  reference: string;
-  /** The engine's id of it. */
-  image: string;
-  command: string[];
-  workingDir: string;
-  mounts: Docker.MountSettings[];
-  env: Readonly<Record<string, string>>;
 }
 
 interface EngineInfo {
