@@ -1,16 +1,33 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { PluginLogger } from '@sigil/plugin-api';
 import type { Engine, EngineConnection } from './engine.ts';
-import { LABELS, ownerGone, type Owner } from './owner.ts';
+import { instanceDirGone, LABELS, ownerGone, type Owner } from './owner.ts';
 
 /**
  * Removes the containers (running or not) that a gateway on this host left behind when it died
  * without its watchdog cleaning up (both killed at once, a host crash): those whose owner, by their
- * labels, ran here and runs no more. Returns how many were removed.
+ * labels, ran here and runs no more; and those owners' state directories. Returns how many
+ * containers were removed.
  */
-export async function reapLeftovers(engine: Engine, owner: Owner, logger: PluginLogger): Promise<number> {
+export async function reapLeftovers(
+  engine: Engine,
+  owner: Owner,
+  stateDir: string,
+  logger: PluginLogger,
+): Promise<number> {
+  let entries: string[] = [];
+  try {
+    entries = readdirSync(stateDir);
+  } catch {
+    // no state dir yet
+  }
+  for (const entry of entries) {
+    if (instanceDirGone(entry, owner)) rmSync(join(stateDir, entry), { recursive: true, force: true });
+  }
   const containers = await engine.call('to list containers', () =>
     engine.api.listContainers({ all: true, filters: { label: [LABELS.sandbox] } }),
   );

@@ -58,9 +58,24 @@ export function ownerLabels(owner: Owner): Record<string, string> {
  * judged (its host's next start reaps what it left).
  */
 export function ownerGone(labels: Readonly<Record<string, string>>, self: Owner): boolean {
-  if (labels[LABELS.ownerHost] !== self.host || labels[LABELS.ownerPidNamespace] !== self.pidNamespace)
-    return false;
-  const [pid, start] = (labels[LABELS.ownerProcess] ?? '').split('.');
+  if (labels[LABELS.ownerHost] !== self.host) return false;
+  return processGone(labels[LABELS.ownerPidNamespace] ?? '', labels[LABELS.ownerProcess] ?? '', self);
+}
+
+/** The name of an instance's state directory: its owner's PID namespace and process, and the instance. */
+export function instanceDirName(owner: Owner): string {
+  return `${/\d+/.exec(owner.pidNamespace)?.[0] ?? '0'}.${owner.process}.${owner.instance}`;
+}
+
+/** Whether the instance whose state directory is `name` belonged to an owner that is gone. */
+export function instanceDirGone(name: string, self: Owner): boolean {
+  const match = /^(\d+)\.(\d+\.\d+)\.[0-9a-f-]{36}$/.exec(name);
+  return match !== null && processGone(`pid:[${match[1]}]`, match[2] as string, self);
+}
+
+function processGone(pidNamespace: string, ownerProcess: string, self: Owner): boolean {
+  if (pidNamespace !== self.pidNamespace || ownerProcess === self.process) return false;
+  const [pid, start] = ownerProcess.split('.');
   if (!pid || !/^\d+$/.test(pid)) return false;
   return startTime(Number(pid)) !== start;
 }

@@ -15,7 +15,7 @@ import { Engine } from './engine.ts';
 import { entryScript, environmentPreamble, SCRIPT_NAME } from './env-wrapper.ts';
 import { Images } from './images.ts';
 import { reapLeftovers, startWatchdog, uidsInUse } from './leftovers.ts';
-import { currentOwner, LABELS, ownerLabels, type Owner } from './owner.ts';
+import { currentOwner, instanceDirName, LABELS, ownerLabels, type Owner } from './owner.ts';
 import { profileFor, syscallFilterStatus } from './seccomp-profile.ts';
 import { resolveProgram } from './program.ts';
 import { checkSpec, type CheckedSpec } from './spec.ts';
@@ -180,7 +180,7 @@ export class DockerRuntime implements SandboxRuntimeV2 {
 
   /** Removes containers that dead gateways of this host left (leftovers.ts); run by start() too. */
   reapLeftovers(): Promise<number> {
-    return reapLeftovers(this.engine, this.owner, this.logger);
+    return reapLeftovers(this.engine, this.owner, this.config.stateDir, this.logger);
   }
 
   /** The watchdog's pid (for the tests that kill a gateway and its watchdog at once). */
@@ -248,7 +248,7 @@ export class DockerRuntime implements SandboxRuntimeV2 {
   }
 
   private instanceDir(): string {
-    return join(this.config.stateDir, this.owner.instance);
+    return join(this.config.stateDir, instanceDirName(this.owner));
   }
 
   private async launch(spec: CheckedSpec): Promise<DockerSandboxProcess> {

@@ -500,6 +500,13 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
       stateDir: '/tmp/sigil-docker-test',
     });
 
+    /** The state directory of the runtime instance a container's labels name (owner.ts). */
+    const instanceDirOf = (labels: Record<string, string>) =>
+      join(
+        '/tmp/sigil-docker-test',
+        `${/\d+/.exec(labels['io.sigil.sandbox.owner-pidns'] ?? '')?.[0]}.${labels['io.sigil.sandbox.owner-process']}.${labels['io.sigil.sandbox.instance']}`,
+      );
+
     /** A stand-in gateway in a child process, with a sleeping probe; its container id and watchdog pid. */
     async function childGateway() {
       const child = spawn(
@@ -519,7 +526,7 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
       try {
         expect(await containerExists(probes.engine.docker, container)).to.equal(true);
         const { Labels } = (await probes.engine.docker.getContainer(container).inspect()).Config;
-        const instanceDir = join('/tmp/sigil-docker-test', Labels['io.sigil.sandbox.instance'] as string);
+        const instanceDir = instanceDirOf(Labels);
         expect(existsSync(instanceDir)).to.equal(true);
         const dirGone = removal(instanceDir);
         expect(
@@ -539,8 +546,13 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
         child.kill('SIGKILL');
         await new Promise((resolve) => child.once('exit', resolve));
         expect(await containerExists(probes.engine.docker, container)).to.equal(true);
+        const instanceDir = instanceDirOf(
+          (await probes.engine.docker.getContainer(container).inspect()).Config.Labels,
+        );
+        expect(existsSync(instanceDir)).to.equal(true);
         const next = await probes.runtime();
         expect(await containerExists(probes.engine.docker, container)).to.equal(false);
+        expect(existsSync(instanceDir)).to.equal(false);
         expect(await next.reapLeftovers()).to.equal(0);
       } finally {
         child.kill('SIGKILL');
