@@ -54,14 +54,19 @@ const imageReference = z
  */
 const engineSchema = z
   .object({
-    socketPath: absolutePath.optional(),
-    host: z.string().min(1).optional(),
-    port: z.number().int().min(1).max(65535).optional(),
-    ca: absolutePath.optional(),
-    cert: absolutePath.optional(),
-    key: absolutePath.optional(),
+    socketPath: absolutePath.optional().describe('unix socket of a local engine'),
+    host: z.string().min(1).optional().describe('host of a remote engine (TCP)'),
+    port: z.number().int().min(1).max(65535).optional().describe('its port: 2376 with TLS, 2375 without'),
+    ca: absolutePath.optional().describe("PEM file of the CA that signed the engine's certificate"),
+    cert: absolutePath.optional().describe("PEM file of this client's certificate"),
+    key: absolutePath.optional().describe("PEM file of this client's key"),
     /** How long an API call other than a pull or a container's own attach/wait may take. */
-    timeoutMs: z.number().int().positive().default(30_000),
+    timeoutMs: z
+      .number()
+      .int()
+      .positive()
+      .default(30_000)
+      .describe('longest an API call may take (not pulls, attach or wait)'),
   })
   .strict()
   .refine((engine) => !(engine.socketPath && engine.host), 'give either socketPath or host, not both')
@@ -87,7 +92,11 @@ export const configSchema = z
      * for `binary` as it is. A runtime without an image here is not offered (`status().runs.host`).
      */
     images: z
-      .object({ node: imageReference, python: imageReference, binary: imageReference })
+      .object({
+        node: imageReference.describe('image whose `node` runs Node host programs'),
+        python: imageReference.describe('image whose `python3` runs Python host programs'),
+        binary: imageReference.describe('image that runs binary host programs'),
+      })
       .partial()
       .strict()
       .default({}),
@@ -98,14 +107,18 @@ export const configSchema = z
     runtime: z
       .string()
       .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/)
-      .default('runc'),
+      .default('runc')
+      .describe('OCI runtime registered with the engine: runc, or runsc (gVisor)'),
     /**
      * `strict`: this plugin's profile (seccomp-profile.ts: the engine's defaults for what it does not
      * name, ptrace, mount, namespaces, keyring, bpf, … refused, other ABIs killed); `engine`: the
      * engine's own default profile (it allows ptrace and 32-bit calls); or a profile file of the
      * engine's JSON format.
      */
-    seccomp: z.union([z.enum(['strict', 'engine']), absolutePath]).default('strict'),
+    seccomp: z
+      .union([z.enum(['strict', 'engine']), absolutePath])
+      .default('strict')
+      .describe("strict (this plugin's), engine (its default), or a profile file"),
     /**
      * How the spec's environment (secrets) reaches the server. `stdin`: written on the container's
      * stdin before anything else and exported by a `/bin/sh` of the image, so neither the engine's
@@ -113,14 +126,20 @@ export const configSchema = z
      * `env`: as the container's Env (shown by `docker inspect` of that container, kept in the
      * engine's state on disk).
      */
-    secretDelivery: z.enum(['stdin', 'env']).default('stdin'),
+    secretDelivery: z
+      .enum(['stdin', 'env'])
+      .default('stdin')
+      .describe("stdin: never in inspect nor on the engine's disk; env: the container's Env"),
     /**
      * How stdio reaches a container. `auto`: through named pipes bound into it when the engine is
      * local, the runtime not gVisor and the image has `/bin/sh` (a warm call then costs about what
      * it costs with a plain process), else through the engine's attach; `attach`: always the
      * engine's attach.
      */
-    stdio: z.enum(['auto', 'attach']).default('auto'),
+    stdio: z
+      .enum(['auto', 'attach'])
+      .default('auto')
+      .describe("auto: named pipes where possible, else the engine's attach"),
     /**
      * Host uids (each also the gid) for containers: each live container holds one no other live
      * container of any gateway on this engine holds. Must be no one else's on the engine's host, and
@@ -130,26 +149,50 @@ export const configSchema = z
       .object({ first: z.number().int().min(1000), count: z.number().int().min(1) })
       .strict()
       .refine((range) => range.first + range.count - 1 <= 0xfffffffe, 'the range must end below 4294967295')
-      .default({ first: 0x70010000, count: 65536 }),
+      .default({ first: 0x70010000, count: 65536 })
+      .describe('host uids for containers, one per live container'),
     limits: limitsSchema.partial().prefault({}),
     /** CPUs' worth of time a container may use at once. */
-    cpus: z.number().positive().default(1),
+    cpus: z.number().positive().default(1).describe("CPUs' worth of time a container may use"),
     /** Run the engine's init (tini) as PID 1: it reaps orphans and passes signals on. */
-    init: z.boolean().default(true),
+    init: z.boolean().default(true).describe('tini as PID 1'),
     /** How long `kill()` waits after closing stdin before it kills the container. */
-    killGraceMs: z.number().int().nonnegative().default(1000),
+    killGraceMs: z
+      .number()
+      .int()
+      .nonnegative()
+      .default(1000)
+      .describe('wait after closing stdin before the container is killed'),
     /** Longest an image pull may take before the spawn fails. */
-    pullTimeoutMs: z.number().int().positive().default(300_000),
+    pullTimeoutMs: z.number().int().positive().default(300_000).describe('longest a pull may take'),
     /** Egress sockets of allow-listed containers (on this host, which must be the engine's). */
-    stateDir: absolutePath.default('/tmp/sigil-docker'),
+    stateDir: absolutePath
+      .default('/tmp/sigil-docker')
+      .describe("stdio pipes and egress sockets; this process's own, on the engine's host"),
     egress: z
       .object({
         /** The image of the forwarder container (runs `node`); `images.node` when absent. */
-        image: imageReference.optional(),
+        image: imageReference.optional().describe('image of the egress forwarder (images.node when absent)'),
         /** Port of the forwarder on the container's loopback (HTTP_PROXY). */
-        proxyPort: z.number().int().min(1).max(65535).default(3128),
-        headerTimeoutMs: z.number().int().positive().default(10_000),
-        idleTimeoutMs: z.number().int().positive().default(300_000),
+        proxyPort: z
+          .number()
+          .int()
+          .min(1)
+          .max(65535)
+          .default(3128)
+          .describe("port of the forwarder on the container's loopback"),
+        headerTimeoutMs: z
+          .number()
+          .int()
+          .positive()
+          .default(10_000)
+          .describe('request head and upstream within this'),
+        idleTimeoutMs: z
+          .number()
+          .int()
+          .positive()
+          .default(300_000)
+          .describe('a tunnel idle this long is closed'),
         /** Private or other special ranges (CIDR) an allowed host name may resolve to; none by default. */
         privateRanges: z
           .array(
