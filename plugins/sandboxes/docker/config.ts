@@ -167,8 +167,15 @@ export const configSchema = z
     pullTimeoutMs: z.number().int().positive().default(300_000).describe('longest a pull may take'),
     /** Egress sockets of allow-listed containers (on this host, which must be the engine's). */
     stateDir: absolutePath
+      // <dir>/<pid ns>.<pid>.<start>.<instance>/<sandbox>/egress/sock must fit a unix socket's 107 bytes.
+      .refine(
+        (dir) => Buffer.byteLength(dir) <= 32,
+        'must be at most 32 bytes long (unix socket paths live under it)',
+      )
       .default('/tmp/sigil-docker')
-      .describe("stdio pipes and egress sockets; this process's own, on the engine's host"),
+      .describe(
+        "stdio pipes and egress sockets (at most 32 bytes); this process's own, on the engine's host",
+      ),
     egress: z
       .object({
         /** The image of the forwarder container (runs `node`); `images.node` when absent. */

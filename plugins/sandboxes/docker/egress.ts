@@ -25,6 +25,8 @@ import { LABELS } from './owner.ts';
 
 const FORWARDER = fileURLToPath(new URL('./egress-forwarder.cjs', import.meta.url));
 const MiB = 1024 * 1024;
+/** The proxy's socket in the sandbox's egress directory: short, as a socket's path must be (107 bytes). */
+const SOCKET = 'sock';
 /** How long the forwarder may take to listen. */
 const READY_TIMEOUT_MS = 30_000;
 
@@ -61,7 +63,7 @@ export async function startEgress(input: EgressInput): Promise<Egress> {
   }
   mkdirSync(input.dir, { recursive: true, mode: 0o755 });
   const proxy = new EgressProxy({
-    socketPath: join(input.dir, 'egress.sock'),
+    socketPath: join(input.dir, SOCKET),
     allowList: input.allowList,
     addresses: input.addresses,
     maxConnections: input.limits.egressConnections,
@@ -99,7 +101,7 @@ export async function startEgress(input: EgressInput): Promise<Egress> {
           },
           {
             image: input.image,
-            entrypoint: ['node', '/sigil-egress-forwarder.cjs', String(port), '/sigil-egress/egress.sock'],
+            entrypoint: ['node', '/sigil-egress-forwarder.cjs', String(port), `/sigil-egress/${SOCKET}`],
             cmd: [],
             workingDir: '/',
             env: [],

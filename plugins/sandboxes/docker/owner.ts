@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readFileSync, readlinkSync } from 'node:fs';
 import { hostname } from 'node:os';
 
@@ -35,7 +35,7 @@ export interface Owner {
 
 export function currentOwner(): Owner {
   return {
-    instance: randomUUID(),
+    instance: randomBytes(8).toString('hex'),
     host: hostname(),
     pidNamespace: pidNamespace(),
     process: `${process.pid}.${startTime(process.pid) ?? '0'}`,
@@ -69,7 +69,7 @@ export function instanceDirName(owner: Owner): string {
 
 /** Whether the instance whose state directory is `name` belonged to an owner that is gone. */
 export function instanceDirGone(name: string, self: Owner): boolean {
-  const match = /^(\d+)\.(\d+\.\d+)\.[0-9a-f-]{36}$/.exec(name);
+  const match = /^(\d+)\.(\d+\.\d+)\.[0-9a-f]{16}$/.exec(name);
   return match !== null && processGone(`pid:[${match[1]}]`, match[2] as string, self);
 }
 
