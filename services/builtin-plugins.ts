@@ -8,6 +8,7 @@ export const builtinPlugins: BuiltinPlugins = {
   'registry-pypi': () => import('../registries/pypi/index.ts'),
   'registry-oci': () => import('../registries/oci/index.ts'),
   'sandbox-linux-namespaces': () => import('../plugins/sandboxes/linux-namespaces/index.ts'),
+  'sandbox-docker': () => import('../plugins/sandboxes/docker/index.ts'),
   'payments-x402-evm': () => import('../plugins/payments/x402-evm/index.ts'),
   'provider-openai-compatible': () => import('../providers/openai-compatible/index.ts'),
   'provider-anthropic': () => import('../providers/anthropic/index.ts'),

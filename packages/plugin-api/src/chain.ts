@@ -40,18 +40,24 @@ export function* blockRangesBackwards(
 /** What `readChainIdentity` reads from a chain client (viem's `PublicClient` is one). */
 export interface ChainIdentitySource {
   getChainId(): Promise<number>;
-  getBlock(args: { blockNumber: bigint }): Promise<{ hash: string }>;
+  getBlock(args: { blockNumber: bigint }): Promise<{ hash: string; parentHash: string }>;
 }
 
 /**
  * The identity of the chain `client` reads, watching `contract`: what `PaymentRailV1.chainIdentity`
  * returns. Its genesis block tells a dev chain started afresh (same chain id, same contract address)
- * from the one before it.
+ * from the one before it. The genesis is read as block 1's parent, the block the chain grew from:
+ * anvil, started again from its state file, answers for block 0 a block of its own stamped with that
+ * start's time, which would make a kept chain look new. Only a chain with no block 1 yet is read at 0.
  */
 export async function readChainIdentity(
   client: ChainIdentitySource,
   contract: string,
 ): Promise<RailChainIdentity> {
-  const [chainId, genesis] = await Promise.all([client.getChainId(), client.getBlock({ blockNumber: 0n })]);
-  return { chainId, genesisHash: genesis.hash, contract };
+  const [chainId, first] = await Promise.all([
+    client.getChainId(),
+    client.getBlock({ blockNumber: 1n }).catch(() => undefined),
+  ]);
+  const genesisHash = first?.parentHash ?? (await client.getBlock({ blockNumber: 0n })).hash;
+  return { chainId, genesisHash, contract };
 }

@@ -1,0 +1,155 @@
+import { dirname } from 'node:path';
+import type Docker from 'dockerode';
+import type { SandboxExit, SandboxLimits, SandboxSpecV2 } from '@sigil/plugin-api';
+import { SANDBOX_PROBE_FILE } from '@sigil/plugin-api/kit';
+import { configSchema, DockerRuntime } from '../../../plugins/sandboxes/docker/index.ts';
+import type { DockerSandboxProcess } from '../../../plugins/sandboxes/docker/docker-process.ts';
+import { testEngine, type TestEngine } from '../../support/docker.ts';
+import { quietLogger } from '../../support/kernel.ts';
+
+/**
+ * Docker runtimes of one test file on the test engine (test/support/docker.ts), the probe run in
+ * them as a host program (the kit's probe, its directory bound read-only into the node test image),
+ * and everything stopped after the file.
+ */
+export class DockerProbes {
+  engine!: TestEngine;
+  private readonly runtimes: DockerRuntime[] = [];
+
+  async start(): Promise<void> {
+    this.engine = await testEngine();
+  }
+
+  /** A started runtime on the test engine's socket with the plugin's `options` on top. */
+  async runtime(options: Record<string, unknown> = {}): Promise<DockerRuntime> {
+    const runtime = new DockerRuntime({
+      config: configSchema.parse({
+        engine: { socketPath: this.engine.socketPath },
+        images: this.engine.images,
+        // The probes that sleep ignore stdin: kill() comes down to SIGKILL anyway.
+        killGraceMs: 200,
+        stateDir: '/tmp/sigil-docker-test',
+        ...options,
+      }),
+      logger: quietLogger(),
+    });
+    this.runtimes.push(runtime);
+    await runtime.start();
+    return runtime;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.runtimes.splice(0).map((runtime) => runtime.stop()));
+  }
+}
+
+export interface ProbeOptions {
+  args?: string[];
+  env?: Record<string, string>;
+  allow?: string[];
+  limits?: SandboxLimits;
+}
+
+export interface ProbeRun<T> {
+  exit: SandboxExit;
+  /** The probe's last stdout line, parsed; undefined when it printed none. */
+  report: T;
+  stdoutBytes: number;
+  stderr: string;
+}
+
+/** The probe in `mode` as a host program of the node image. */
+export const probeSpec = (mode: string, options: ProbeOptions = {}): SandboxSpecV2 => ({
+  launch: {
+    kind: 'host',
+    runtime: 'node',
+    root: dirname(SANDBOX_PROBE_FILE),
+    args: [SANDBOX_PROBE_FILE, mode, ...(options.args ?? [])],
+  },
+  env: options.env ?? {},
+  networkAllowList: options.allow ?? [],
+  ...(options.limits ? { limits: options.limits } : {}),
+});
+
+/** Runs the probe in `mode` to its end and returns what it reported. */
+export async function runProbe<T>(
+  runtime: DockerRuntime,
+  mode: string,
+  options: ProbeOptions = {},
+): Promise<ProbeRun<T>> {
+  const sandbox = await runtime.spawn(probeSpec(mode, options));
+  let stdout = '';
+  let stdoutBytes = 0;
+  let stderr = '';
+  sandbox.stdout.on('data', (chunk: Buffer) => {
+    stdoutBytes += chunk.length;
+    if (stdout.length < 4 * 1024 * 1024) stdout += chunk.toString();
+  });
+  sandbox.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-8192)));
+  const exit = await sandbox.exited;
+  let report: T;
+  try {
+    report = JSON.parse(stdout.trim().split('\n').pop() ?? '') as T;
+  } catch {
+    report = undefined as T;
+  }
+  return { exit, report, stdoutBytes, stderr };
+}
+
+/** Starts the probe in `mode` and resolves with the sandbox and its first report line, parsed. */
+export async function startProbe<T>(
+  runtime: DockerRuntime,
+  mode: string,
+  options: ProbeOptions = {},
+): Promise<{ sandbox: DockerSandboxProcess; report: T }> {
+  const sandbox = await runtime.spawn(probeSpec(mode, options));
+  sandbox.stderr.resume();
+  let out = '';
+  const line = await new Promise<string>((resolve, reject) => {
+    sandbox.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.includes('\n')) resolve(out.trim());
+    });
+    void sandbox.exited.then((exit) => reject(new Error(`probe ${mode} ended: ${JSON.stringify(exit)}`)));
+  });
+  return { sandbox, report: JSON.parse(line) as T };
+}
+
+/**
+ * Resolves once the engine reports `action` (e.g. `destroy`) for container `id`, or with false after
+ * `timeoutMs`; listening starts before `trigger` runs, so no event is missed.
+ */
+export async function containerEvent(
+  docker: Docker,
+  id: string,
+  action: string,
+  trigger: () => unknown,
+  timeoutMs = 30_000,
+): Promise<boolean> {
+  const events = (await docker.getEvents({
+    filters: { container: [id], event: [action] },
+  })) as NodeJS.ReadableStream & {
+    destroy(): void;
+  };
+  try {
+    const seen = new Promise<boolean>((resolve) => {
+      events.once('data', () => resolve(true));
+      setTimeout(() => resolve(false), timeoutMs).unref();
+    });
+    await trigger();
+    return await seen;
+  } finally {
+    events.destroy();
+  }
+}
+
+/** Whether the engine still has container `id`. */
+export async function containerExists(docker: Docker, id: string): Promise<boolean> {
+  try {
+    await docker.getContainer(id).inspect();
+    return true;
+  } catch (error) {
+    if ((error as { statusCode?: number }).statusCode === 404) return false;
+    throw error;
+  }
+}
