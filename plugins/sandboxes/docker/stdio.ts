@@ -3,7 +3,7 @@ import { chmod, chown } from 'node:fs/promises';
 import { closeSync, constants, openSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { join } from 'node:path';
-import type { Duplex } from 'node:stream';
+import { type Duplex, Writable } from 'node:stream';
 import { promisify } from 'node:util';
 import type { Engine } from './engine.ts';
 
@@ -62,16 +62,18 @@ const execFileAsync = promisify(execFile);
 
 /** The pipes' directory inside the container, and the shell redirect onto them. */
 export const FIFO_DIR = '/run/sigil-stdio';
-export const FIFO_REDIRECT = `exec <${FIFO_DIR}/in >${FIFO_DIR}/out 2>${FIFO_DIR}/err`;
+export const FIFO_REDIRECT = `exec <${FIFO_DIR}/in >${FIFO_DIR}/out 2>${FIFO_DIR}/err && printf 1 >${FIFO_DIR}/opened`;
 
 /**
- * Makes the three pipes in `dir` (an empty directory of this sandbox's own, bound at
- * {@link FIFO_DIR}) for the container's user and opens this side of them. Each output pipe is read
- * here, with a spare write end held open until the container has exited: without one, a read before
- * the container has opened its end would see the end of the output.
+ * Makes the pipes in `dir` (an empty directory of this sandbox's own, bound at {@link FIFO_DIR}) for
+ * the container's user and opens this side of them. Each output pipe is read here, with a spare write
+ * end held open until the container has exited: without one, a read before the container has opened
+ * its end would see the end of the output. The input is closed only once the container's shell has
+ * opened its end (it says so on `opened`) or the container has exited: a pipe whose last writer is
+ * gone before its reader opens it has lost what was written, and leaves that reader waiting forever.
  */
 export async function fifoStdio(dir: string, uid: number): Promise<ContainerStdio> {
-  const paths = ['in', 'out', 'err'].map((name) => join(dir, name));
+  const paths = ['in', 'out', 'err', 'opened'].map((name) => join(dir, name));
   // coreutils' mkfifo: node has no mkfifo(3).
   await execFileAsync('mkfifo', ['-m', '600', ...paths]);
   for (const path of paths) {
@@ -79,30 +81,43 @@ export async function fifoStdio(dir: string, uid: number): Promise<ContainerStdi
     // anyone's, behind the sandbox's own directory.
     await chown(path, uid, uid).catch(() => chmod(path, 0o666));
   }
-  const [inPath, outPath, errPath] = paths as [string, string, string];
+  const [inPath, outPath, errPath, openedPath] = paths as [string, string, string, string];
   // Read-write: opening a pipe's write end alone would fail until the container opened its read end.
-  const input = new Socket({
+  const pipeIn = new Socket({
     fd: openSync(inPath, constants.O_RDWR | constants.O_NONBLOCK),
     readable: false,
     writable: true,
   });
   // The read ends first: a write end opened without blocking needs a reader.
-  const outputs = [outPath, errPath].map(
+  const [stdoutPipe, stderrPipe, openedPipe] = [outPath, errPath, openedPath].map(
     (path) =>
       new Socket({
         fd: openSync(path, constants.O_RDONLY | constants.O_NONBLOCK),
         readable: true,
         writable: false,
       }),
-  ) as [Socket, Socket];
-  const spare = [outPath, errPath].map((path) => openSync(path, constants.O_WRONLY | constants.O_NONBLOCK));
+  ) as [Socket, Socket, Socket];
+  const outputs = [stdoutPipe, stderrPipe] as const;
+  const spare = paths.slice(1).map((path) => openSync(path, constants.O_WRONLY | constants.O_NONBLOCK));
   let spareOpen = true;
+  let containerGone: () => void = () => undefined;
+  const gone = new Promise<void>((resolve) => (containerGone = resolve));
+  const opened = new Promise<void>((resolve) => openedPipe.once('data', () => resolve()));
   const closeSpare = () => {
+    containerGone();
     if (!spareOpen) return;
     spareOpen = false;
     for (const fd of spare) closeSync(fd);
+    openedPipe.destroy();
   };
-  for (const socket of [input, ...outputs]) socket.on('error', () => undefined);
+  const input = new Writable({
+    write: (chunk: Buffer, _encoding, done) => pipeIn.write(chunk, done),
+    final: (done) => {
+      void Promise.race([opened, gone]).then(() => pipeIn.end(done));
+    },
+  });
+  for (const socket of [pipeIn, ...outputs, openedPipe]) socket.on('error', () => undefined);
+  input.on('error', () => undefined);
   const outputEnded = Promise.all(
     outputs.map((socket) => new Promise<void>((resolve) => socket.once('close', () => resolve()))),
   ).then(() => undefined);
@@ -116,7 +131,7 @@ export async function fifoStdio(dir: string, uid: number): Promise<ContainerStdi
     exited: closeSpare,
     destroy: () => {
       closeSpare();
-      for (const socket of [input, ...outputs]) socket.destroy();
+      for (const stream of [input, pipeIn, ...outputs]) stream.destroy();
     },
   };
 }
