@@ -9,6 +9,7 @@ import { ledgerRequirements } from './deployment/ledger.ts';
 import { mcpProtocolRequirements } from './deployment/mcp-protocol.ts';
 import { paymentRequirements } from './deployment/payments/index.ts';
 import { proofRequirements } from './deployment/proofs.ts';
+import { registryRequirements } from './deployment/registries.ts';
 import { secretsRequirements } from './deployment/secrets.ts';
 import { serversApiRequirements } from './deployment/servers-api.ts';
 import { foreignTokenRequirement, signInRequirements } from './deployment/sign-in.ts';
@@ -37,6 +38,7 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...toolCallRequirements,
   ...paymentRequirements,
   ...proofRequirements,
+  ...registryRequirements,
   ...secretsRequirements,
   ...signInRequirements(RUNTIME_AUTH),
   foreignTokenRequirement(RUNTIME_AUTH, GATEWAY_AUTH),

@@ -10,7 +10,8 @@ import type { McpTool } from './mcp.ts';
  * /:id/tools). The spec names the resources and their properties (part 2: a security filter status, a
  * runnability check, a verification tier) but not the bodies, so this reads them leniently: a list is
  * an array or an object holding one, a server is an object with its `id`, and the properties are read
- * where Sigil puts them (`filter.status`, `runnable.ok`, `tier`, `smokeTool`) or by their values.
+ * where Sigil puts them (`filter.status`, `runnable.ok`, `tier`, `smokeTool`, `registry`) or by their
+ * values.
  */
 
 export const TIERS = ['tools_listed', 'tool_smoke_passed'] as const;
@@ -28,6 +29,8 @@ export interface ServerView {
   tier: Tier | null | undefined;
   /** The server's side-effect-free tool for probes, where the deployment names one. */
   smokeTool: string | undefined;
+  /** Its registry kind as the details name it (`npm`, `pypi`, …); undefined when they name none. */
+  registry: string | undefined;
 }
 
 /** A server found fit for a check: allowed, runnable, verified; with the tools it serves. */
@@ -61,6 +64,13 @@ export async function listServerIds(context: DeploymentContext): Promise<string[
   return (Array.isArray(list) ? list : list.servers).map((server) => server.id);
 }
 
+/** Every server the gateway lists, each read from its details. */
+export async function readServers(context: DeploymentContext): Promise<ServerView[]> {
+  const views: ServerView[] = [];
+  for (const id of await listServerIds(context)) views.push(await readServer(context, id));
+  return views;
+}
+
 export async function readServer(context: DeploymentContext, id: string): Promise<ServerView> {
   const response = await context.http.request({ service: 'gateway', path: path.server(id) });
   const details = expectJson(response, 200, jsonObject, `GET ${path.server(id)}`);
@@ -87,7 +97,17 @@ export function viewOf(id: string, details: Record<string, unknown>): ServerView
           : undefined,
     tier: tierOf(details),
     smokeTool: typeof details.smokeTool === 'string' ? details.smokeTool : undefined,
+    registry: registryOf(details),
   };
+}
+
+/** `registryKind`, `registry_kind`, `registry` as a string (Sigil's), or `registry.kind`. */
+function registryOf(details: Record<string, unknown>): string | undefined {
+  const nested = details.registry as { kind?: unknown } | null | undefined;
+  const named = [details.registryKind, details.registry_kind, details.registry, nested?.kind].find(
+    (value) => typeof value === 'string' && value !== '',
+  );
+  return named as string | undefined;
 }
 
 function tierOf(details: Record<string, unknown>): Tier | null | undefined {
@@ -161,10 +181,8 @@ export async function findServableServer(
   options: { needSmokeTool: boolean; where?: ServerCondition },
 ): Promise<ServableServer> {
   const { needSmokeTool, where } = options;
-  const ids = await listServerIds(context);
-  if (ids.length === 0) notApplicableBecause(`GET ${path.servers} lists no MCP servers`);
-  const views: ServerView[] = [];
-  for (const id of ids) views.push(await readServer(context, id));
+  const views = await readServers(context);
+  if (views.length === 0) notApplicableBecause(`GET ${path.servers} lists no MCP servers`);
   const ready = views.find((view) => fits(view, needSmokeTool, where));
   if (ready) return withTools(context, ready, views);
   const started = performance.now();

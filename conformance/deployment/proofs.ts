@@ -3,7 +3,7 @@ import canonicalize from 'canonicalize';
 import { z } from 'zod';
 import { ensure, excerpt, expectShape, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
-import { findServableServer, path, type ServableServer } from './catalog.ts';
+import { findServableServer, path, type ServableServer, type ServerCondition } from './catalog.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectJson } from './expect.ts';
 import {
@@ -39,11 +39,11 @@ const SPEC_PROOF =
 const SPEC_VERIFY = `gateway spec part 4, REST endpoints: "POST /api/verify: verify an execution proof"; ${SPEC_PROOF}`;
 
 type Json = Record<string, unknown>;
-const isObject = (value: unknown): value is Json =>
+export const isObject = (value: unknown): value is Json =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** `requestHash`, `request_hash` and `RequestHash` all read `requesthash`. */
-const normalized = (key: string): string => key.toLowerCase().replace(/[^a-z0-9]/g, '');
+export const normalized = (key: string): string => key.toLowerCase().replace(/[^a-z0-9]/g, '');
 
 /** One part of a proof the spec names, recognised by its key and judged by its value. */
 interface ProofField {
@@ -236,11 +236,15 @@ export async function callOverRest(
   return { result, where, response };
 }
 
-/** The smoke tool of a verified server, called over its per-server MCP endpoint and over REST. */
+/**
+ * The smoke tool of a verified server (one meeting `where`, when given), called over its per-server
+ * MCP endpoint and over REST.
+ */
 export async function provenSmokeCalls(
   context: DeploymentContext,
+  where?: ServerCondition,
 ): Promise<{ server: ServableServer; mcp: ProvenCall; rest: ProvenCall }> {
-  const server = await findServableServer(context, { needSmokeTool: true });
+  const server = await findServableServer(context, { needSmokeTool: true, where });
   const tool: McpTool = smokeToolOf(server);
   const serverId = server.view.id;
   const args = sampleArguments(tool.inputSchema);
