@@ -1,6 +1,6 @@
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
-import { parseRange } from './egress-addresses.ts';
+import { parseRange } from '@sigil/plugin-api/egress';
 
 /** The plugin's options (README.md lists them) and the limits a container runs under. */
 

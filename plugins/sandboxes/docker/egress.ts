@@ -6,8 +6,8 @@ import type Docker from 'dockerode';
 import { SigilError } from '@sigil/plugin-api';
 import type { ContainerLimits, DockerSandboxConfig } from './config.ts';
 import { hardenedContainer, readOnlyBind, type Hardening } from './container-config.ts';
-import type { EgressAddresses } from './egress-addresses.ts';
-import { EgressProxy } from './egress-proxy.ts';
+import type { EgressAddresses } from '@sigil/plugin-api/egress';
+import { EgressProxy } from '@sigil/plugin-api/egress';
 import type { Engine } from './engine.ts';
 import { LABELS } from './owner.ts';
 

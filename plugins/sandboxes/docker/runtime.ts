@@ -9,7 +9,7 @@ import { SigilError } from '@sigil/plugin-api';
 import { DEFAULT_LIMITS, type ContainerLimits, type DockerSandboxConfig } from './config.ts';
 import { hardenedContainer, readOnlyBind, type Hardening } from './container-config.ts';
 import { DockerSandboxProcess } from './docker-process.ts';
-import { EgressAddresses } from './egress-addresses.ts';
+import { EgressAddresses } from '@sigil/plugin-api/egress';
 import { startEgress, type Egress } from './egress.ts';
 import { Engine } from './engine.ts';
 import { entryScript, environmentPreamble, SCRIPT_NAME } from './env-wrapper.ts';

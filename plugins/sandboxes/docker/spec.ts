@@ -2,7 +2,7 @@ import { isAbsolute, relative } from 'node:path';
 import { z } from 'zod';
 import { SigilError, type SandboxSpecV2 } from '@sigil/plugin-api';
 import { absolutePath, limitsSchema } from './config.ts';
-import { parseHostPort } from './egress-proxy.ts';
+import { parseHostPort } from '@sigil/plugin-api/egress';
 
 /** Shell variable names (the env wrapper exports them); `__sigil_` names are the wrapper's own. */
 const ENV_NAME = /^(?!__sigil_)[A-Za-z_][A-Za-z0-9_]*$/;

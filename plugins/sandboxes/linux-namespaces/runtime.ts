@@ -3,7 +3,7 @@ import type { PluginLogger, SandboxRuntimeV2, SandboxSpecV2 } from '@sigil/plugi
 import { SigilError } from '@sigil/plugin-api';
 import { DEFAULT_LIMITS, type LinuxNamespacesConfig, type SandboxLimits } from './config.ts';
 import { detectHost, type FilterLoaderChoice, type HostFacts } from './detect-host.ts';
-import { EgressAddresses } from './egress-addresses.ts';
+import { EgressAddresses } from '@sigil/plugin-api/egress';
 import { currentOwner, reapLeftovers, type ReapReport } from './leftovers.ts';
 import { prepareHost, type PreparedHost } from './prepare-host.ts';
 import type { LinuxSandboxProcess } from './sandbox-process.ts';

@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import type { SandboxCgroup } from './cgroups.ts';
-import type { EgressProxy } from './egress-proxy.ts';
+import type { EgressProxy } from '@sigil/plugin-api/egress';
 import type { UidLease } from './uids.ts';
 
 /** Per-sandbox files, proxy, cgroup and uid, released once the sandbox has ended. */

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { SigilError, type SandboxSpecV2 } from '@sigil/plugin-api';
 import { absolutePath, limitsSchema, type SandboxLimits } from './config.ts';
 import type { PythonRuntime } from './detect-host.ts';
-import { parseHostPort } from './egress-proxy.ts';
+import { parseHostPort } from '@sigil/plugin-api/egress';
 import { resolveExecutable } from './host.ts';
 
 /** Shell variable names only; PPID is read-only in sh, and `__sigil_` names are the init script's own. */

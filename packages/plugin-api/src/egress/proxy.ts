@@ -1,6 +1,6 @@
 import { chmodSync } from 'node:fs';
 import { connect, createServer, isIP, type Server, type Socket } from 'node:net';
-import type { EgressAddresses } from './egress-addresses.ts';
+import type { EgressAddresses } from './addresses.ts';
 
 /**
  * The only way out of a sandbox with an allow-list: an HTTP proxy in the runtime's own process,
