@@ -27,6 +27,8 @@ export function withDevChainLedger(config: SigilConfig, chain: DevChainDeploymen
     ledger: {
       ...config.ledger,
       rpcUrl: chain.rpcUrl,
+      // A loopback URL without a key, and the only way a client finds a chain whose port the OS picks.
+      publicRpcUrl: chain.rpcUrl,
       chainId: chain.chainId,
       tokenAddress: chain.token.address,
       treasury: chain.accounts.treasury.address,

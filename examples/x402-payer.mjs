@@ -3,7 +3,7 @@
 import { x402Client } from '@x402/core/client';
 import { ExactEvmScheme } from '@x402/evm/exact/client';
 import { wrapFetchWithPayment } from '@x402/fetch';
-import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts';
+import { account } from './dev-wallet.mjs';
 
 /** The first argument, else SIGIL_GATEWAY_URL, else where `npm start` serves the gateway. */
 export const gatewayUrl = (
@@ -18,14 +18,6 @@ export const call = {
   tool: 'echo',
   arguments: { message: process.env.SIGIL_MESSAGE ?? 'hello, paid with x402' },
 };
-
-/**
- * The wallet that pays: PAYER_KEY, else account 1 of anvil's public dev mnemonic, the wallet `npm start`
- * funds with 1000 dollars of its token on the local dev chain. A public key: never for real funds.
- */
-export const account = process.env.PAYER_KEY
-  ? privateKeyToAccount(/** @type {`0x${string}`} */ (process.env.PAYER_KEY))
-  : mnemonicToAccount('test test test test test test test test test test test junk', { addressIndex: 1 });
 
 /** The gateway's payment terms (free to read): its network, token and price, or `enabled: false`. */
 export async function paymentTerms() {

@@ -1,7 +1,3 @@
-import { execFile } from 'node:child_process';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
@@ -9,9 +5,7 @@ import { decodePaymentRequiredHeader } from '@x402/core/http';
 import { parsePaymentRequired } from '@x402/core/schemas';
 import { expect } from 'chai';
 import { sigilUpSuite } from '../support/sigil-up-suite.ts';
-
-const execFileAsync = promisify(execFile);
-const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+import { runExample } from './support.ts';
 
 /**
  * Issue 22's first hour: after `sigil up`, the banner says calls are paid on the dev chain, and the
@@ -30,12 +24,7 @@ describe('examples/pay-over-rest.mjs and pay-over-mcp.mjs after sigil up', funct
     expect(line, `the banner prints how to run ${example}`).to.not.equal(null);
     const [command, ...args] = line![1]!.split(' ');
     expect(command).to.equal('node');
-    const { stdout } = await execFileAsync(process.execPath, args, {
-      cwd: REPO,
-      env: { ...process.env, SIGIL_SERVER: 'probe', SIGIL_MESSAGE: message },
-      timeout: 90_000,
-    });
-    return stdout;
+    return runExample(args, { SIGIL_SERVER: 'probe', SIGIL_MESSAGE: message });
   }
 
   it('the banner says tool calls are paid on the dev chain, how to pay, how to make them free, and the inspector command', () => {

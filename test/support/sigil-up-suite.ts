@@ -9,6 +9,7 @@ export interface SigilUpSuite {
   up: Awaited<ReturnType<typeof startSigil>>;
   banner: ReturnType<typeof parseBanner>;
   gatewayUrl: string;
+  runtimeUrl: string;
   /** The dev token balance of `account` on the chain the banner printed. */
   balanceOf(account: Address): Promise<bigint>;
 }

@@ -31,6 +31,13 @@ export const ledgerSchema = z
       .regex(/^https?:\/\//, 'must be an http(s):// JSON-RPC URL')
       .optional()
       .describe('JSON-RPC URL of the chain holding the token (it may carry an API key)'),
+    publicRpcUrl: z
+      .url()
+      .regex(/^https?:\/\//, 'must be an http(s):// JSON-RPC URL')
+      .optional()
+      .describe(
+        "JSON-RPC URL of the token's chain given to wallets with their deposit address, for a chain their wallet software does not know (sigil up: its dev chain's); never one with a key",
+      ),
     chainId: z.number().int().positive().default(8453).describe('Chain id of the chain holding the token'),
     tokenAddress: address
       .optional()
@@ -132,6 +139,7 @@ export const ledgerSchema = z
 export const LEDGER_ENV: EnvOverrides = {
   LEDGER_DEPOSIT_MNEMONIC: { path: 'ledger.depositMnemonic', coerce: asString },
   LEDGER_RPC_URL: { path: 'ledger.rpcUrl', coerce: asString },
+  LEDGER_PUBLIC_RPC_URL: { path: 'ledger.publicRpcUrl', coerce: asString },
   LEDGER_TOKEN_ADDRESS: { path: 'ledger.tokenAddress', coerce: asString },
   LEDGER_TREASURY: { path: 'ledger.treasury', coerce: asString },
   LEDGER_OPERATOR_KEY: { path: 'ledger.operatorKey', coerce: asString },

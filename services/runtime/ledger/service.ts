@@ -53,7 +53,8 @@ export function createLedgerService(kernel: Kernel): LedgerService {
   const settings = config.ledger;
   kernel.secrets.add(settings.depositMnemonic);
   kernel.secrets.add(settings.operatorKey);
-  kernel.secrets.add(settings.rpcUrl);
+  // The dev chain's URL is both: what the operator publishes is no secret.
+  if (settings.rpcUrl !== settings.publicRpcUrl) kernel.secrets.add(settings.rpcUrl);
   const logger = kernel.logger.child({ component: 'ledger' });
   const confirmations = settings.confirmations ?? DEFAULT_CONFIRMATIONS;
   const agents = new Agents({ db: kernel.db, clock: kernel.clock });
@@ -141,6 +142,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     chainId: settings.chainId,
     network: `eip155:${settings.chainId}`,
     address: settings.tokenAddress ?? null,
+    ...(settings.publicRpcUrl === undefined ? {} : { rpcUrl: settings.publicRpcUrl }),
   });
   return {
     agents,

@@ -133,20 +133,25 @@ export class ProbeWorld {
         plugins: this.plugins(join(dir, 'sandboxes')),
       }),
     );
-    const gatewayPort = await freePort();
+    const [gatewayPort, runtimePort] = [await freePort(), await freePort()];
     const up = await startSigil(['up'], ready, {
       cwd: dir,
       env: {
         SIGIL_CONFIG: '',
         DATABASE_URL: join(dir, 'sigil.db'),
-        RUNTIME_PORT: String(await freePort()),
+        RUNTIME_PORT: String(runtimePort),
         GATEWAY_PORT: String(gatewayPort),
         DEV_CHAIN: '',
         DEV_CHAIN_PORT: '',
       },
       timeoutMs: options.timeoutMs ?? 60_000,
     });
-    return { up, banner: parseBanner(up.output()), gatewayUrl: `http://127.0.0.1:${gatewayPort}` };
+    return {
+      up,
+      banner: parseBanner(up.output()),
+      gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
+      runtimeUrl: `http://127.0.0.1:${runtimePort}`,
+    };
   }
 
   /** A gateway on a fresh (or given) database with the probe catalog and real plugins. */

@@ -1,5 +1,5 @@
 import { PROVIDER_VAULT_MESSAGE } from '../../../services/runtime/vault/index.ts';
-import type { PrivateKeyAccount } from 'viem/accounts';
+import type { LocalAccount, PrivateKeyAccount } from 'viem/accounts';
 
 export interface SseEvent {
   event: string;
@@ -47,6 +47,20 @@ export async function readSse(
     }
   }
   return events;
+}
+
+/** Signs `wallet` in to the runtime with SIWE: its session JWT. */
+export async function signIn(base: string, wallet: LocalAccount): Promise<string> {
+  const { message } = (await (await fetch(`${base}/auth/challenge?address=${wallet.address}`)).json()) as {
+    message: string;
+  };
+  const verified = await fetch(`${base}/auth/verify`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ message, signature: await wallet.signMessage({ message }) }),
+  });
+  if (!verified.ok) throw new Error(`sign-in failed: ${verified.status} ${await verified.text()}`);
+  return ((await verified.json()) as { token: string }).token;
 }
 
 /** A client of the runtime's HTTP routes for one signed-in wallet. */

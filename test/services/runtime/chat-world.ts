@@ -12,7 +12,7 @@ import { fundedAccount, sendToken } from './ledger/chain-support.ts';
 import { eventually } from './ledger/support.ts';
 import type { DevChain } from '../../support/chain.ts';
 import { openTestKernel, type TestDatabase } from '../../support/kernel.ts';
-import { runtimeClient, storeAndUnlock } from './chat-support.ts';
+import { runtimeClient, signIn, storeAndUnlock } from './chat-support.ts';
 
 export interface ChatWorldOptions {
   database: TestDatabase;
@@ -93,15 +93,7 @@ export async function serveChatWorld(
  */
 export async function chatUser(runtimeUrl: string, chain: DevChain, deposit: bigint) {
   const wallet = (await fundedAccount(chain, deposit)) as PrivateKeyAccount;
-  const { message } = (await (
-    await fetch(`${runtimeUrl}/auth/challenge?address=${wallet.address}`)
-  ).json()) as { message: string };
-  const verified = await fetch(`${runtimeUrl}/auth/verify`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ message, signature: await wallet.signMessage({ message }) }),
-  });
-  const { token: jwt } = (await verified.json()) as { token: string };
+  const jwt = await signIn(runtimeUrl, wallet);
   const client = runtimeClient(runtimeUrl, jwt);
   const address = (await client.json('GET', '/wallet/deposit-address')).body.address as Address;
   await sendToken(chain, wallet, address, deposit);

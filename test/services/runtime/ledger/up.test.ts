@@ -75,6 +75,12 @@ describe('ledger: sigil up, as a new user', function () {
 
     const deposit = (await call('GET', '/wallet/deposit-address')).body;
     expect(deposit).to.deep.include({ confirmations: 1, watching: true });
+    // Where to send it: the OS picked the chain's port, so the answer says (examples/first-chat.mjs).
+    expect(deposit.token).to.deep.include({
+      chainId: banner.chainId,
+      address: banner.token,
+      rpcUrl: banner.rpcUrl,
+    });
     const depositAddress = deposit.address as Address;
     const payerBefore = await tokenBalance(chain, payer.address);
     await sendToken(chain, payer, depositAddress, 10n * USD);
