@@ -9,7 +9,7 @@ import manifest, { type PypiRegistry } from '../../registries/pypi/index.ts';
 import { FIXTURES, openRegistry } from './pypi/support.ts';
 import { builtinPlugins } from '../../services/builtin-plugins.ts';
 import { DEFAULT_PLUGINS } from '../../services/config.ts';
-import { sigilRejection } from '../support/rejections.ts';
+import { rejectionOf } from '../support/rejection.ts';
 import { type PythonIndex, served, startPythonIndex } from '../support/python-index.ts';
 import { type BuiltWheel, buildWheel, renameMember, wheelFromProject } from '../support/python-wheels.ts';
 import { tempDir } from './npm/support.ts';
@@ -159,29 +159,29 @@ describe('registry-pypi against a local package index', function () {
       );
     }
     expect(
-      (await sigilRejection(html.resolve({ name: 'sigil-sdist-only', range: 'latest' }))).details,
+      (await rejectionOf(html.resolve({ name: 'sigil-sdist-only', range: 'latest' }))).details,
     ).to.include({
       reason: 'build_required',
     });
   });
 
   it('says not_found for an unknown project or version, and refuses what is not a name or a PEP 440 range', async () => {
-    const unknown = await sigilRejection(shared.resolve({ name: 'sigil-no-such-project', range: 'latest' }));
+    const unknown = await rejectionOf(shared.resolve({ name: 'sigil-no-such-project', range: 'latest' }));
     expect(unknown.code).to.equal('not_found');
     expect(unknown.details).to.include({ reason: 'not_found', package: 'sigil-no-such-project' });
-    const noVersion = await sigilRejection(shared.resolve({ name: SERVER, range: '>=5' }));
+    const noVersion = await rejectionOf(shared.resolve({ name: SERVER, range: '>=5' }));
     expect(noVersion.details).to.include({ reason: 'not_found' });
     expect(noVersion.hint).to.match(/Newest versions: 3\.0\.0, 1\.1\.0rc1, 1\.0\.1, 1\.0\.0/);
-    expect((await sigilRejection(shared.resolve({ name: SERVER, range: 'not a range' }))).code).to.equal(
+    expect((await rejectionOf(shared.resolve({ name: SERVER, range: 'not a range' }))).code).to.equal(
       'invalid_request',
     );
-    expect((await sigilRejection(shared.resolve({ name: '../etc', range: 'latest' }))).code).to.equal(
+    expect((await rejectionOf(shared.resolve({ name: '../etc', range: 'latest' }))).code).to.equal(
       'invalid_request',
     );
   });
 
   it('refuses a project published only as a source distribution: builds are off (build_required)', async () => {
-    const err = await sigilRejection(shared.resolve({ name: 'sigil-sdist-only', range: 'latest' }));
+    const err = await rejectionOf(shared.resolve({ name: 'sigil-sdist-only', range: 'latest' }));
     expect(err.details).to.include({ reason: 'build_required', package: 'sigil-sdist-only==1.0.0' });
     expect(err.message).to.match(/only as a source distribution.*building from source is off/);
     expect(err.hint).to.match(/publish a wheel/);
@@ -189,7 +189,7 @@ describe('registry-pypi against a local package index', function () {
 
   it('refuses to install a wheel whose dependency has only a source distribution, naming both', async () => {
     const resolved = await shared.resolve({ name: 'sigil-needs-sdist', range: 'latest' });
-    const err = await sigilRejection(shared.install(resolved, { module: 'needs', args: [] }));
+    const err = await rejectionOf(shared.install(resolved, { module: 'needs', args: [] }));
     expect(err.details).to.include({
       reason: 'build_required',
       package: 'sigil-sdist-only==1.0.0',
@@ -204,7 +204,7 @@ describe('registry-pypi against a local package index', function () {
   });
 
   it('refuses a wheel the index gives no sha256 for (invalid_metadata)', async () => {
-    const err = await sigilRejection(shared.resolve({ name: 'sigil-no-hash', range: 'latest' }));
+    const err = await rejectionOf(shared.resolve({ name: 'sigil-no-hash', range: 'latest' }));
     expect(err.details).to.include({ reason: 'invalid_metadata' });
     expect(err.message).to.match(/no sha256/);
   });
@@ -265,12 +265,12 @@ describe('registry-pypi against a local package index', function () {
       { module: 'no_such_module' },
       { path: '../../etc/passwd' },
     ]) {
-      const err = await sigilRejection(shared.install(resolved, { ...entryPoint, args: [] }));
+      const err = await rejectionOf(shared.install(resolved, { ...entryPoint, args: [] }));
       expect(err.details, JSON.stringify(entryPoint)).to.include({ reason: 'not_found' });
       expect(err.hint).to.equal(`Its console scripts: ${SERVER}`);
     }
     expect(
-      (await sigilRejection(shared.install(resolved, { bin: SERVER, module: 'x', args: [] }))).code,
+      (await rejectionOf(shared.install(resolved, { bin: SERVER, module: 'x', args: [] }))).code,
     ).to.equal('invalid_request');
   });
 
@@ -344,7 +344,7 @@ describe('registry-pypi refuses what does not verify, leaving nothing behind', f
   const attempt = async (name: string, cache: string) => {
     const registry = await openRegistry({ index: index.url, cacheDir: join(work.path, cache) });
     const resolved = await registry.resolve({ name, range: 'latest' });
-    return { registry, err: await sigilRejection(registry.install(resolved, NO_ENTRY)) };
+    return { registry, err: await rejectionOf(registry.install(resolved, NO_ENTRY)) };
   };
 
   it('a file whose bytes do not match the index hash: integrity_mismatch, nothing in the cache', async () => {
@@ -379,12 +379,12 @@ describe('registry-pypi refuses what does not verify, leaving nothing behind', f
   it('a pinned digest the index no longer lists for that version: integrity_mismatch', async () => {
     const registry = await openRegistry({ index: index.url, cacheDir: join(work.path, 'moved') });
     const resolved = await registry.resolve({ name: SERVER, range: 'latest' });
-    const err = await sigilRejection(
+    const err = await rejectionOf(
       registry.install({ ...resolved, digest: `sha256:${'0'.repeat(64)}` }, NO_ENTRY),
     );
     expect(err.details).to.include({ reason: 'integrity_mismatch' });
     expect(
-      (await sigilRejection(registry.install({ ...resolved, digest: 'sha512-abc' }, NO_ENTRY))).code,
+      (await rejectionOf(registry.install({ ...resolved, digest: 'sha512-abc' }, NO_ENTRY))).code,
     ).to.equal('invalid_request');
   });
 });
@@ -422,7 +422,7 @@ describe('registry-pypi with its index down', function () {
     if (again.launch.kind !== 'host') throw new Error('expected a host launch');
     expect((await talkTo(again.launch)).echo).to.equal('echo: hello from sigil');
 
-    const never = await sigilRejection(offline.resolve({ name: 'sigil-never-installed', range: 'latest' }));
+    const never = await rejectionOf(offline.resolve({ name: 'sigil-never-installed', range: 'latest' }));
     expect(never.code).to.equal('unavailable');
     expect(never.details).to.include({ reason: 'unavailable', package: 'sigil-never-installed' });
   });

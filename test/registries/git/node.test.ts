@@ -10,7 +10,7 @@ import { startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { tempDir, writePackage } from '../npm/support.ts';
 import { recordingLogger } from '../../support/logs.ts';
 import { callEcho, openGitRegistry, tamperStoredBlob } from './support.ts';
-import { sigilRejection } from '../../support/rejections.ts';
+import { rejectionOf } from '../../support/rejection.ts';
 
 const entry = { args: [] as string[] };
 
@@ -161,7 +161,7 @@ describe('registry-git installs a Node MCP server from a repository, its depende
 
   it('refuses a digest whose tree is not the commit’s, leaving nothing in the cache', async () => {
     const forged = { ...v1, digest: `git:${repo.commitOf('v1.0.0')};tree:${'0'.repeat(40)}` };
-    const err = await sigilRejection(registry.install(forged, entry));
+    const err = await rejectionOf(registry.install(forged, entry));
     expect(err.details?.reason).to.equal('integrity_mismatch');
     expect(err.code).to.equal('conflict');
     expect((await registry.cacheStatus()).entries.map((e) => e.digest)).to.not.include(forged.digest);
@@ -177,7 +177,7 @@ describe('registry-git installs a Node MCP server from a repository, its depende
       git(repo.dir, 'rev-parse', 'v1.0.0:server.js'),
       'process.exit(0);\n',
     );
-    const err = await sigilRejection(first.install(pinned, entry));
+    const err = await rejectionOf(first.install(pinned, entry));
     expect(err.details?.reason).to.equal('integrity_mismatch');
     expect(err.message).to.include(`not ${repo.treeOf('v1.0.0')}`);
     expect(readdirSync(first.cache.entries)).to.deep.equal([]);
@@ -205,17 +205,17 @@ describe('registry-git installs a Node MCP server from a repository, its depende
       cacheDir: join(work.path, 'cache-moving-2'),
       npmRegistry: verdaccio.url,
     });
-    const err = await sigilRejection(other.install(pinned, entry));
+    const err = await rejectionOf(other.install(pinned, entry));
     expect(err.details?.reason).to.equal('integrity_mismatch');
     expect(err.message).to.include(`the tag now names commit ${moving.head()}`);
     expect(readdirSync(other.cache.entries)).to.deep.equal([]);
   });
 
   it('answers not_found for an entry point the repository lacks, listing those it has', async () => {
-    const err = await sigilRejection(registry.install(v1, { bin: 'nope', args: [] }));
+    const err = await rejectionOf(registry.install(v1, { bin: 'nope', args: [] }));
     expect(err.details?.reason).to.equal('not_found');
     expect(err.hint).to.include('sigil-node-echo');
-    const outside = await sigilRejection(registry.install(v1, { path: '/etc/passwd', args: [] }));
+    const outside = await rejectionOf(registry.install(v1, { path: '/etc/passwd', args: [] }));
     expect(outside.details?.reason).to.equal('not_found');
     expect(outside.message).to.include('outside the repository');
   });
@@ -230,7 +230,7 @@ describe('registry-git installs a Node MCP server from a repository, its depende
     });
     gitDep.commit('a git dependency');
     const resolved = await registry.resolve({ name: `${daemon.url}node-gitdep.git`, range: 'main' });
-    const err = await sigilRejection(registry.install(resolved, entry));
+    const err = await rejectionOf(registry.install(resolved, entry));
     expect(err.details?.reason).to.equal('install_failed');
     expect(err.message).to.include('dependencies.evil').and.include('dependencies.local');
   });
@@ -240,7 +240,7 @@ describe('registry-git installs a Node MCP server from a repository, its depende
     writeFileSync(join(plain.dir, 'README.md'), 'nothing to build\n');
     plain.commit('just a readme');
     const resolved = await registry.resolve({ name: `${daemon.url}plain.git`, range: 'main' });
-    const err = await sigilRejection(registry.install(resolved, entry));
+    const err = await rejectionOf(registry.install(resolved, entry));
     expect(err.details?.reason).to.equal('install_failed');
     expect(err.message).to.include('package.json').and.include('pyproject.toml');
   });

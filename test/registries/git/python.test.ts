@@ -7,7 +7,7 @@ import { TestRepository } from '../../support/git.ts';
 import { fixturePath } from '../../support/paths.ts';
 import { tempDir } from '../npm/support.ts';
 import { callEcho, openGitRegistry, pythonThatBuilds } from './support.ts';
-import { sigilRejection } from '../../support/rejections.ts';
+import { rejectionOf } from '../../support/rejection.ts';
 
 const FIXTURE = fixturePath('mcp', 'python-echo-server');
 
@@ -54,14 +54,14 @@ describe('registry-git builds a Python MCP server from a repository into a wheel
     const byDefault = await registry.install(resolved, { args: [] });
     expect(byDefault.launch).to.deep.equal(byName.launch);
     expect((await callEcho(byName.launch, 'script')).text).to.equal('python says: script');
-    const missing = await sigilRejection(registry.install(resolved, { module: 'not_there', args: [] }));
+    const missing = await rejectionOf(registry.install(resolved, { module: 'not_there', args: [] }));
     expect(missing.details?.reason).to.equal('not_found');
     expect(missing.hint).to.include('sigil_echo_server');
   });
 
   it('refuses to build with builds off, naming the option (build_required), and keeps nothing', async () => {
     const strict = await openGitRegistry({ cacheDir: join(work.path, 'cache-strict'), python });
-    const err = await sigilRejection(strict.install(resolved, { args: [] }));
+    const err = await rejectionOf(strict.install(resolved, { args: [] }));
     expect(err.details?.reason).to.equal('build_required');
     expect(err.message).to.include(repo.fileUrl()).and.include('Python project');
     expect(err.hint).to.include('allowBuilds');
@@ -81,7 +81,7 @@ describe('registry-git builds a Python MCP server from a repository into a wheel
     );
     withDeps.commit('with a dependency');
     const pinned = await registry.resolve({ name: withDeps.fileUrl(), range: 'main' });
-    const err = await sigilRejection(registry.install(pinned, { args: [] }));
+    const err = await rejectionOf(registry.install(pinned, { args: [] }));
     expect(err.details?.reason).to.equal('install_failed');
     expect(err.message).to.include('depends on httpx').and.not.include('pytest');
     expect(err.details?.requires).to.have.length(1);
@@ -98,7 +98,7 @@ describe('registry-git builds a Python MCP server from a repository into a wheel
     );
     exotic.commit('an exotic backend');
     const pinned = await registry.resolve({ name: exotic.fileUrl(), range: 'main' });
-    const err = await sigilRejection(registry.install(pinned, { args: [] }));
+    const err = await rejectionOf(registry.install(pinned, { args: [] }));
     expect(err.details?.reason).to.equal('install_failed');
     expect(err.message).to.include('missing sigil-absent-backend>=1');
     expect(err.details?.missing).to.deep.equal(['sigil-absent-backend>=1']);

@@ -10,7 +10,7 @@ import { quietLogger, testCoreServices } from '../../support/kernel.ts';
 import { tempDir } from '../npm/support.ts';
 import { recordingLogger } from '../../support/logs.ts';
 import { openGitRegistry } from './support.ts';
-import { sigilRejection } from '../../support/rejections.ts';
+import { rejectionOf } from '../../support/rejection.ts';
 
 describe('registry-git resolves tags, branches and commits to a commit and its tree', function () {
   this.timeout(60_000);
@@ -92,21 +92,19 @@ describe('registry-git resolves tags, branches and commits to a commit and its t
   });
 
   it('answers not_found for a ref the repository lacks, naming what it has', async () => {
-    const err = await sigilRejection(registry.resolve({ name: url, range: 'v9.9.9' }));
+    const err = await rejectionOf(registry.resolve({ name: url, range: 'v9.9.9' }));
     expect(err.code).to.equal('not_found');
     expect(err.details?.reason).to.equal('not_found');
     expect(err.message).to.include('v9.9.9').and.include(url);
     expect(err.hint).to.include('v1.0.0').and.include('main');
-    const commit = await sigilRejection(registry.resolve({ name: url, range: 'f'.repeat(40) }));
+    const commit = await rejectionOf(registry.resolve({ name: url, range: 'f'.repeat(40) }));
     expect(commit.details?.reason).to.equal('not_found');
   });
 
   it('answers not_found for a repository the server does not have', async () => {
-    const err = await sigilRejection(registry.resolve({ name: `${daemon.url}absent.git`, range: 'main' }));
+    const err = await rejectionOf(registry.resolve({ name: `${daemon.url}absent.git`, range: 'main' }));
     expect(err.details?.reason).to.equal('not_found');
-    const local = await sigilRejection(
-      registry.resolve({ name: `file://${work.path}/absent`, range: 'main' }),
-    );
+    const local = await rejectionOf(registry.resolve({ name: `file://${work.path}/absent`, range: 'main' }));
     expect(local.details?.reason).to.equal('not_found');
   });
 
@@ -119,7 +117,7 @@ describe('registry-git resolves tags, branches and commits to a commit and its t
       'https://user:token@example.com/acme/tools.git',
       '/srv/git/tools.git',
     ]) {
-      const err = await sigilRejection(registry.resolve({ name, range: 'main' }));
+      const err = await rejectionOf(registry.resolve({ name, range: 'main' }));
       expect(err.code, name).to.equal('invalid_request');
       expect(err.message, name).to.not.include('token');
     }
@@ -130,7 +128,7 @@ describe('registry-git resolves tags, branches and commits to a commit and its t
       'abc1234',
       'refs/heads/main',
     ]) {
-      const err = await sigilRejection(registry.resolve({ name: url, range }));
+      const err = await rejectionOf(registry.resolve({ name: url, range }));
       expect(err.code, range).to.equal('invalid_request');
     }
   });
@@ -141,18 +139,16 @@ describe('registry-git resolves tags, branches and commits to a commit and its t
       allowedUrls: [`${daemon.url}moving.git`, 'https://example.com/acme/'],
       schemes: ['git', 'https'],
     });
-    const err = await sigilRejection(limited.resolve({ name: url, range: 'v1.0.0' }));
+    const err = await rejectionOf(limited.resolve({ name: url, range: 'v1.0.0' }));
     expect(err.code).to.equal('invalid_request');
     expect(err.hint).to.include('allowedUrls');
-    const fileUrl = await sigilRejection(limited.resolve({ name: repo.fileUrl(), range: 'v1.0.0' }));
+    const fileUrl = await rejectionOf(limited.resolve({ name: repo.fileUrl(), range: 'v1.0.0' }));
     expect(fileUrl.message).to.include('scheme "file:"');
     expect((await limited.resolve({ name: `${daemon.url}moving.git`, range: 'v2' })).version).to.equal('v2');
   });
 
   it('answers unavailable when the repository cannot be reached and nothing was seen before', async () => {
-    const err = await sigilRejection(
-      registry.resolve({ name: 'git://127.0.0.1:1/nothing.git', range: 'v1' }),
-    );
+    const err = await rejectionOf(registry.resolve({ name: 'git://127.0.0.1:1/nothing.git', range: 'v1' }));
     expect(err.code).to.equal('unavailable');
     expect(err.details?.reason).to.equal('unavailable');
   });
@@ -174,7 +170,7 @@ describe('registry-git resolves tags, branches and commits to a commit and its t
     expect(lines.map((line) => line.msg)).to.include(
       'repository unreachable; resolved from the refs seen at the last contact',
     );
-    const unseen = await sigilRejection(restarted.resolve({ name: offlineUrl, range: 'v2' }));
+    const unseen = await rejectionOf(restarted.resolve({ name: offlineUrl, range: 'v2' }));
     expect(unseen.details?.reason).to.equal('unavailable');
   });
 
