@@ -105,13 +105,15 @@ export class SandboxedServers implements ServerProber {
     injected: RunningServer['injected'],
     release: () => void,
   ): Promise<RunningServer> {
-    const child = await this.sandbox()
-      .spawn({
-        launch: installed.launch,
-        env,
-        networkAllowList: entry.network,
-        labels: { 'sigil.server': key.serverId },
-      })
+    const child = await this.sandboxFor(installed.launch)
+      .then((sandbox) =>
+        sandbox.spawn({
+          launch: installed.launch,
+          env,
+          networkAllowList: entry.network,
+          labels: { 'sigil.server': key.serverId },
+        }),
+      )
       .catch((err: unknown) => {
         throw this.pluginFailure(err, `Starting ${entry.id} in the sandbox`);
       });
@@ -288,8 +290,20 @@ export class SandboxedServers implements ServerProber {
     return this.options.plugins.extensions(extensionPoints.registryKinds).get(entry.registry);
   }
 
-  private sandbox(): SandboxRuntimeV2 {
-    return this.options.plugins.one('sandbox-runtime');
+  /**
+   * The sandbox that runs a launch: the only one loaded, or else the first (in load order) whose
+   * `status().runs` covers it, so an operator can keep host programs in one sandbox and run images in
+   * the Docker engine. When none covers it, the first refuses it, saying why.
+   */
+  private async sandboxFor(launch: InstalledServer['launch']): Promise<SandboxRuntimeV2> {
+    const [first, ...others] = this.options.plugins.all('sandbox-runtime');
+    if (!first) throw new SigilError('unavailable', 'No sandbox-runtime plugin is loaded');
+    if (others.length === 0) return first;
+    for (const sandbox of [first, ...others]) {
+      const { runs } = await sandbox.status();
+      if (launch.kind === 'image' ? runs.image : runs.host.includes(launch.runtime)) return sandbox;
+    }
+    return first;
   }
 }
 

@@ -164,11 +164,17 @@ export class ProbeWorld {
       plugins?: SigilConfig['plugins'];
       /** A tee-backend plugin instead of tee-none. */
       tee?: SigilConfig['plugins'][number];
+      /** A sandbox-runtime plugin instead of sandbox-linux-namespaces. */
+      sandbox?: SigilConfig['plugins'][number];
       /** database.dataKey (SIGIL_DATA_KEY): what the database keeps sealed at rest. */
       dataKey?: string;
     } = {},
   ): Promise<Serving & { url: string }> {
-    const { vault, plugins = [], tee, dataKey, ...kernelOptions } = extra;
+    const { vault, plugins = [], tee, sandbox, dataKey, ...kernelOptions } = extra;
+    const replacements: Record<string, SigilConfig['plugins'][number] | undefined> = {
+      'tee-none': tee,
+      'sandbox-linux-namespaces': sandbox,
+    };
     const kernel = await openTestKernel({
       ...kernelOptions,
       ...(database ? { database } : {}),
@@ -177,7 +183,7 @@ export class ProbeWorld {
         ...(vault ? { vault } : {}),
         ...(dataKey ? { database: { dataKey } } : {}),
         plugins: [
-          ...this.plugins().map((plugin) => (tee && plugin.resolve === 'tee-none' ? tee : plugin)),
+          ...this.plugins().map((plugin) => replacements[plugin.resolve] ?? plugin),
           ...plugins,
         ],
       },
