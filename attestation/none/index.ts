@@ -1,6 +1,6 @@
 import { hkdfSync, randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { coreServices, definePlugin } from '@sigil/plugin-api';
+import { coreServices, definePlugin, SigilError } from '@sigil/plugin-api';
 
 /**
  * The honest default: no TEE. It attests nothing and says so, so a deployment without confidential
@@ -10,7 +10,7 @@ import { coreServices, definePlugin } from '@sigil/plugin-api';
 export default definePlugin({
   kind: 'tee-backend',
   name: 'tee-none',
-  specVersion: 'v1',
+  specVersion: 'v2',
   description: 'No trusted execution environment; keys come from config',
   config: z
     .object({
@@ -36,7 +36,7 @@ export default definePlugin({
     }
     const ephemeral = new Map<string, Uint8Array>();
     return {
-      specVersion: 'v1' as const,
+      specVersion: 'v2' as const,
       platform: 'none',
       status: () => Promise.resolve({ teeEnabled: false, platform: 'none', keySource }),
       attest: () => Promise.resolve(undefined),
@@ -50,6 +50,25 @@ export default definePlugin({
         }
         return Promise.resolve({ key, source: keySource });
       },
+      // No hardware, so no evidence of its own to judge: whatever claims to be `none` proves nothing.
+      verify: (evidence) =>
+        evidence.platform === 'none'
+          ? Promise.resolve({
+              platform: 'none',
+              verified: false,
+              checks: [
+                {
+                  id: 'evidence',
+                  ok: false,
+                  detail: 'platform none attests nothing: no evidence can verify',
+                },
+              ],
+            })
+          : Promise.reject(
+              new SigilError('invalid_request', `tee-none verifies no ${evidence.platform} evidence`, {
+                details: { reason: 'platform_mismatch' },
+              }),
+            ),
     };
   },
 });

@@ -7,6 +7,8 @@ import {
   type SandboxRuntimeV1,
   type SandboxRuntimeV2,
   SigilError,
+  type TeeBackendV1,
+  type TeeBackendV2,
 } from '@sigil/plugin-api';
 
 /**
@@ -24,6 +26,8 @@ export function currentContract<K extends PluginKind>(
     return registryFromV1(instance as PackageRegistryV1) as CurrentInstanceOf<K>;
   if (kind === 'sandbox-runtime' && specVersion === 'v1')
     return sandboxFromV1(instance as SandboxRuntimeV1, pluginName) as CurrentInstanceOf<K>;
+  if (kind === 'tee-backend' && specVersion === 'v1')
+    return teeFromV1(instance as TeeBackendV1, pluginName) as CurrentInstanceOf<K>;
   return instance as CurrentInstanceOf<K>;
 }
 
@@ -92,5 +96,42 @@ function sandboxFromV1(v1: SandboxRuntimeV1, pluginName: string): SandboxRuntime
       running: 0,
       details: { specVersion: 'v1' },
     }),
+  };
+}
+
+/**
+ * A v1 TEE backend attests and seals as before, but verifies nothing: its verify() answers every
+ * evidence of its platform with one failed check saying so, so nothing it is asked to judge is trusted.
+ */
+function teeFromV1(v1: TeeBackendV1, pluginName: string): TeeBackendV2 {
+  return {
+    specVersion: 'v2',
+    platform: v1.platform,
+    status: () => v1.status(),
+    attest: (reportData) => v1.attest(reportData),
+    signingKey: (purpose) => v1.signingKey(purpose),
+    verify: (evidence) => {
+      if (evidence.platform !== v1.platform)
+        return Promise.reject(
+          new SigilError(
+            'invalid_request',
+            `${pluginName} verifies ${v1.platform} evidence, not ${evidence.platform}`,
+            {
+              details: { reason: 'platform_mismatch' },
+            },
+          ),
+        );
+      return Promise.resolve({
+        platform: v1.platform,
+        verified: false,
+        checks: [
+          {
+            id: 'verifier',
+            ok: false,
+            detail: `the plugin "${pluginName}" implements tee-backend v1, which verifies no evidence`,
+          },
+        ],
+      });
+    },
   };
 }

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { join } from 'node:path';
 import teeNone, * as teeNoneModule from '../../attestation/none/index.ts';
-import { describePluginKit, describeTeeBackendKit, type CheckResult } from '@sigil/plugin-api/kit';
+import { describePluginKit, describeTeeBackendKitV2, type CheckResult } from '@sigil/plugin-api/kit';
 import knex from 'knex';
 import * as teeKeepsStateModule from '../fixtures/plugins/tee-keeps-state.ts';
 import { importPluginModule, runPluginKit } from '../../conformance/plugin.ts';
@@ -13,7 +13,13 @@ import { reportDir, runSigil } from './support.ts';
 const ROOT = join(import.meta.dirname, '../..');
 const FIXTURES = './test/fixtures/plugins';
 /** Checks that need real TEE hardware: on `none` they must report not-applicable. */
-const TEE_ONLY_CHECKS = ['tee-backend.attest-evidence', 'tee-backend.attest-fresh'];
+const TEE_ONLY_CHECKS = [
+  'tee-backend.attest-evidence',
+  'tee-backend.attest-fresh',
+  'tee-backend.verify-own-evidence',
+  'tee-backend.verify-report-data',
+  'tee-backend.verify-flipped-bit',
+];
 /** The key material tee-keeps-state is given, and puts in its status: no evidence may show it. */
 const KEY_MATERIAL = 'tee-keeps-state-key-material-0123456789';
 
@@ -33,7 +39,7 @@ const failedIds = (results: Record<string, CheckResult>) =>
 
 describe('conformance plugin kits', () => {
   describe('the tee-backend kit from mocha, on attestation/none instances', () => {
-    describeTeeBackendKit(
+    describeTeeBackendKitV2(
       async () =>
         teeNone.create({ config: {}, deps: { secrets: new SecretRegistry() }, logger: quietLogger() }),
       {

@@ -9,7 +9,7 @@ import {
   NONCE_BYTES,
 } from '../../../core/auth/delegation/report-data.ts';
 import { parseInput } from '../../../core/http/validate.ts';
-import type { AttestationEvidence, TeeBackendV1 } from '@sigil/plugin-api';
+import type { AttestationEvidence, TeeBackendV2 } from '@sigil/plugin-api';
 
 export const reportQuery = z.object({
   nonce: z
@@ -31,7 +31,7 @@ const LAYOUT = {
 
 /** A fresh report binding `nonce` and the JWKS hash, with how REPORT_DATA is laid out. */
 export async function attestationReport(
-  tee: TeeBackendV1,
+  tee: TeeBackendV2,
   keys: DelegationKeys,
   nonce: Uint8Array,
 ): Promise<{
@@ -63,7 +63,7 @@ export async function attestationReport(
  * at REPORT_DATA[0:32] and the hash of the delegated path's JWKS at REPORT_DATA[32:48]. With `tee-none`
  * the evidence is null: there is no TEE to attest, and the gateway judges `degraded_no_attestation`.
  */
-export function attestationRouter(tee: TeeBackendV1, keys: DelegationKeys): Router {
+export function attestationRouter(tee: TeeBackendV2, keys: DelegationKeys): Router {
   const router = new Router({ prefix: '/api/attestation' });
   router.get('/', async (ctx) => {
     const status = await tee.status();

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { hkdfSha256, hmacSha256, type SealedBox } from '../../../core/crypto.ts';
-import { SigilError, type TeeBackendV1 } from '@sigil/plugin-api';
+import { SigilError, type TeeBackendV2 } from '@sigil/plugin-api';
 import { readFileIfExists, removeFileDurably, writeFileDurably } from '../../../core/fs/durable.ts';
 import type { Logger } from '../../../core/log.ts';
 import { vaultUnavailable } from './errors.ts';
@@ -41,7 +41,7 @@ export interface VaultStoreOptions {
   /** VAULT_PERSISTENCE_DIR; files go to `<dir>/provider-vault/`. Memory only without it. */
   persistenceDir: string | undefined;
   production: boolean;
-  tee: TeeBackendV1;
+  tee: TeeBackendV2;
   logger: Logger;
 }
 

@@ -2,7 +2,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import type { PackageRegistryV2, ResolvedPackage, SandboxProcess, SandboxRuntimeV2 } from '@sigil/plugin-api';
+import type {
+  PackageRegistryV2,
+  ResolvedPackage,
+  SandboxProcess,
+  SandboxRuntimeV2,
+  TeeBackendV2,
+} from '@sigil/plugin-api';
+import { rejectionOf } from '../../support/rejection.ts';
 import { pluginEntrySchema } from '../../../core/config/schema.ts';
 import { openDatabase, type Database } from '../../../core/db/database.ts';
 import { PluginHost } from '../../../core/plugins/host.ts';
@@ -166,5 +173,47 @@ describe('plugin host: a v1 package-registry adapted to v2', () => {
     const contents = await registry.cacheStatus();
     expect(contents.entries.map((entry) => entry.name)).to.deep.equal(['acme-tools']);
     expect(contents.bytes).to.be.greaterThan(0);
+  });
+});
+
+describe('plugin host: a v1 tee-backend adapted to v2', () => {
+  let db: Database;
+  let host: PluginHost;
+  let tee: TeeBackendV2;
+
+  before(async () => {
+    db = await openDatabase({ url: ':memory:' });
+    host = new PluginHost({
+      builtins: builtinPlugins,
+      core: testCoreServices(db),
+      logger: quietLogger(),
+      baseDir: fixturePath('host'),
+    });
+    await host.load([pluginEntrySchema.parse({ resolve: './plain-tee-v1.ts' })]);
+    await host.start();
+    tee = host.one('tee-backend');
+  });
+  after(async () => {
+    await host?.stop();
+    await db?.destroy();
+  });
+
+  it('attests and hands out keys as before, as v2', async () => {
+    expect(host.list()[0]).to.include({ name: 'plain-tee-v1', specVersion: 'v1' });
+    expect(tee.specVersion).to.equal('v2');
+    const evidence = await tee.attest(new Uint8Array(64).fill(1));
+    expect(evidence).to.include({ platform: 'plain' });
+    expect((await tee.signingKey('proof')).key).to.deep.equal(new Uint8Array(32).fill(9));
+  });
+
+  it('verifies nothing: its own evidence fails one check naming v1, another platform is invalid_request', async () => {
+    const evidence = await tee.attest(new Uint8Array(64).fill(1));
+    if (evidence === undefined) throw new Error('the fixture attests');
+    const result = await tee.verify(evidence, { reportData: new Uint8Array(64).fill(1) });
+    expect(result.verified).to.equal(false);
+    expect(result.checks).to.have.length(1);
+    expect(result.checks[0]?.detail).to.include('tee-backend v1, which verifies no evidence');
+    const refusal = await rejectionOf(tee.verify({ ...evidence, platform: 'sev-snp' }));
+    expect(refusal.code).to.equal('invalid_request');
   });
 });

@@ -61,7 +61,7 @@ describe('plugin host', () => {
       {
         name: 'tee-none',
         kind: 'tee-backend',
-        specVersion: 'v1',
+        specVersion: 'v2',
         source: 'builtin:tee-none',
         state: 'loaded',
       },

@@ -182,10 +182,7 @@ export class ProbeWorld {
         gateway: { port: 0, includeDefaultCatalog: false, catalogFile: this.catalogFile, ...gateway },
         ...(vault ? { vault } : {}),
         ...(dataKey ? { database: { dataKey } } : {}),
-        plugins: [
-          ...this.plugins().map((plugin) => replacements[plugin.resolve] ?? plugin),
-          ...plugins,
-        ],
+        plugins: [...this.plugins().map((plugin) => replacements[plugin.resolve] ?? plugin), ...plugins],
       },
     });
     const serving = await serve(kernel, ['gateway']);

@@ -6,6 +6,7 @@ import type { PaymentRailV1 } from './payment-rail-v1.ts';
 import type { SandboxRuntimeV1 } from './sandbox-runtime-v1.ts';
 import type { SandboxRuntimeV2 } from './sandbox-runtime-v2.ts';
 import type { TeeBackendV1 } from './tee-backend-v1.ts';
+import type { TeeBackendV2 } from './tee-backend-v2.ts';
 
 export type * from './canvas-node-v1.ts';
 export type * from './llm-provider-v1.ts';
@@ -16,6 +17,7 @@ export type * from './payment-rail-v1.ts';
 export type * from './sandbox-runtime-v1.ts';
 export type * from './sandbox-runtime-v2.ts';
 export type * from './tee-backend-v1.ts';
+export type * from './tee-backend-v2.ts';
 
 /** Every plugin kind and the contract an instance of each spec version implements. */
 export interface PluginContracts {
@@ -23,7 +25,7 @@ export interface PluginContracts {
   'package-registry': { v1: PackageRegistryV1; v2: PackageRegistryV2 };
   'payment-rail': { v1: PaymentRailV1 };
   'sandbox-runtime': { v1: SandboxRuntimeV1; v2: SandboxRuntimeV2 };
-  'tee-backend': { v1: TeeBackendV1 };
+  'tee-backend': { v1: TeeBackendV1; v2: TeeBackendV2 };
   'canvas-node': { v1: CanvasNodeV1 };
 }
 
@@ -38,7 +40,7 @@ export interface CurrentSpecVersions {
   'package-registry': 'v2';
   'payment-rail': 'v1';
   'sandbox-runtime': 'v2';
-  'tee-backend': 'v1';
+  'tee-backend': 'v2';
   'canvas-node': 'v1';
 }
 
@@ -57,7 +59,7 @@ export const SUPPORTED_SPEC_VERSIONS: { readonly [K in PluginKind]: readonly Spe
   'package-registry': ['v1', 'v2'],
   'payment-rail': ['v1'],
   'sandbox-runtime': ['v1', 'v2'],
-  'tee-backend': ['v1'],
+  'tee-backend': ['v1', 'v2'],
   'canvas-node': ['v1'],
 };
 

@@ -5,7 +5,7 @@ import { llmProviderKit } from './llm-provider.ts';
 import { packageRegistryKit, packageRegistryKitV2 } from './package-registry.ts';
 import { paymentRailKit } from './payment-rail.ts';
 import { sandboxRuntimeKit, sandboxRuntimeKitV2 } from './sandbox-runtime.ts';
-import { teeBackendKit } from './tee-backend.ts';
+import { teeBackendKit, teeBackendKitV2 } from './tee-backend.ts';
 
 /**
  * One kit per plugin kind and spec version; the mapped type makes a new kind or version in the
@@ -18,7 +18,7 @@ export const CONTRACT_KITS: {
   'package-registry': { v1: packageRegistryKit, v2: packageRegistryKitV2 },
   'payment-rail': { v1: paymentRailKit },
   'sandbox-runtime': { v1: sandboxRuntimeKit, v2: sandboxRuntimeKitV2 },
-  'tee-backend': { v1: teeBackendKit },
+  'tee-backend': { v1: teeBackendKit, v2: teeBackendKitV2 },
   'canvas-node': { v1: canvasNodeKit },
 };
 

@@ -44,7 +44,12 @@ export {
   sandboxRuntimeKit,
   sandboxRuntimeKitV2,
 } from './sandbox-runtime.ts';
-export { describeTeeBackendKit, teeBackendKit } from './tee-backend.ts';
+export {
+  describeTeeBackendKit,
+  describeTeeBackendKitV2,
+  teeBackendKit,
+  teeBackendKitV2,
+} from './tee-backend.ts';
 
 /** Behaviour that needs what only the tester has: an upstream and keys, a funded payer, served packages. */
 export {
