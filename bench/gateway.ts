@@ -25,7 +25,7 @@
  * call (the gateway's or the relay's; for the direct rows, the MCP server's); "MCP server CPU" is the
  * sandboxed server's, from /proc. For cold rows, server CPU is everything the call made run.
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { dirname, join } from 'node:path';
@@ -44,9 +44,9 @@ import { walletToken } from '../test/services/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { LoadOptions, LoadResult } from './mcp-load.ts';
 import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';
-import { cpuBetween, descendants, ownCpuUs, profiled, reapedChildrenCpuUs } from './proc.ts';
+import { cpuBetween, descendants, ownCpuUs, plainProcess, profiled, reapedChildrenCpuUs } from './proc.ts';
 import { startRelay } from './relay.ts';
-import { log, median, ms } from './stats.ts';
+import { log, median, ms, rotated } from './stats.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const execFileAsync = promisify(execFile);
@@ -154,12 +154,6 @@ function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayM
   log(measurement);
   return measurement;
 }
-
-/** `items` rotated left by `by` places. */
-const rotated = <T>(items: readonly T[], by: number): T[] => {
-  const start = by % items.length;
-  return [...items.slice(start), ...items.slice(0, start)];
-};
 
 const callBody = (tool: string) =>
   JSON.stringify({
@@ -449,19 +443,7 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       plainList: [] as Run[],
       sandboxedList: [] as Run[],
     };
-    const plainLaunch: Launch = async () => {
-      const child = spawn(process.execPath, [entry], { stdio: ['pipe', 'pipe', 'ignore'], env: {} });
-      const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
-      return {
-        stdin: child.stdin,
-        stdout: child.stdout,
-        exited,
-        kill: async () => {
-          child.stdin.end();
-          await exited;
-        },
-      };
-    };
+    const plainLaunch: Launch = async () => plainProcess(process.execPath, [entry]);
     for (let restart = 0; restart < RESTARTS; restart++) {
       const restarted = await startGateway(1);
       serving = restarted.serving;

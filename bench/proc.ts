@@ -1,8 +1,10 @@
 /**
- * CPU accounting from /proc for benchmarks whose work runs in other processes (MCP servers in a
- * sandbox, started through a chain of setpriv, unshare and sh): every live descendant of a process,
- * found by walking parent pids, and the children this process has already waited for.
+ * Processes for benchmarks: plain starts of a program (the baselines of sandboxed starts), and CPU
+ * accounting from /proc for benchmarks whose work runs in other processes (MCP servers in a sandbox,
+ * started through a chain of setpriv, unshare and sh): every live descendant of a process, found by
+ * walking parent pids, and the children this process has already waited for.
  */
+import { spawn } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
@@ -67,6 +69,40 @@ export function reapedChildrenCpuUs(): number {
 export function ownCpuUs(): number {
   const usage = process.cpuUsage();
   return usage.user + usage.system;
+}
+
+/** A process started with plain child_process: the baseline a sandboxed start is measured against. */
+export interface PlainProcess {
+  stdin: NodeJS.WritableStream;
+  stdout: NodeJS.ReadableStream;
+  exited: Promise<void>;
+  /** As a sandbox's kill(): closes stdin, lets the program exit by itself, SIGKILL only if it does not. */
+  kill(): Promise<void>;
+}
+
+/** Starts `command` with pipes for stdin and stdout, stderr ignored, and nothing of this environment but `env`. */
+export function plainProcess(
+  command: string,
+  args: readonly string[],
+  options: { cwd?: string; env?: Record<string, string> } = {},
+): PlainProcess {
+  const child = spawn(command, args, {
+    stdio: ['pipe', 'pipe', 'ignore'],
+    env: options.env ?? {},
+    cwd: options.cwd,
+  });
+  const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
+  return {
+    stdin: child.stdin,
+    stdout: child.stdout,
+    exited,
+    kill: async () => {
+      child.stdin.end();
+      const timer = setTimeout(() => child.kill('SIGKILL'), 2000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
 }
 
 /** A V8 profiler run over a session: started before the work, its profile taken after it. */

@@ -17,6 +17,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { pino } from 'pino';
 import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../plugins/sandboxes/linux-namespaces/index.ts';
+import { plainProcess } from './proc.ts';
+import { quantile } from './stats.ts';
 
 const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..');
 const RUNS = Number(process.env.BENCH_COLD_STARTS ?? 30);
@@ -59,9 +61,6 @@ function childrenCpuUs(): number {
   // cutime and cstime are fields 16 and 17, in clock ticks (100 per second on Linux).
   return (Number(fields[13]) + Number(fields[14])) * 10_000;
 }
-
-const quantile = (sorted: readonly number[], q: number) =>
-  sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
 
 function summarize(scenario: string, times: number[], cpuUs: number): ColdStartMeasurement {
   const sorted = [...times].sort((a, b) => a - b);
@@ -180,22 +179,7 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
   const bare = runtimeWith('off');
   await Promise.all([runtime.start(), bare.start()]);
   const node = process.execPath;
-  const plainStdio = (args: string[]) => {
-    const child = spawn(node, args, { stdio: ['pipe', 'pipe', 'ignore'], env: {} });
-    const exited = exitOf(child);
-    return {
-      stdin: child.stdin,
-      stdout: child.stdout,
-      exited,
-      // As the sandbox's kill(): close stdin, let the server exit by itself, SIGKILL only if it does not.
-      kill: async () => {
-        child.stdin.end();
-        const timer = setTimeout(() => child.kill('SIGKILL'), 2000);
-        await exited;
-        clearTimeout(timer);
-      },
-    };
-  };
+  const plainStdio = (args: string[]) => plainProcess(node, args);
   const inSandbox = (on: LinuxNamespacesRuntime) => async (root: string, args: string[]) => {
     const sandbox = await on.spawn({
       launch: { kind: 'host', runtime: 'node', root, args },

@@ -7,6 +7,16 @@ export const median = (values: readonly number[]): number => {
   return sorted.length % 2 === 1 ? (sorted[mid] ?? 0) : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
 };
 
+/** The value at quantile `q` (0.1, 0.99, …) of an ascending list: the sample below which `q` of them lie. */
+export const quantile = (sorted: readonly number[], q: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
+
+/** `items` rotated left by `by` places: each run in another order, so no scenario always follows the same one. */
+export const rotated = <T>(items: readonly T[], by: number): T[] => {
+  const start = by % items.length;
+  return [...items.slice(start), ...items.slice(0, start)];
+};
+
 /** Milliseconds as reported: three decimals. */
 export const ms = (value: number) => Number(value.toFixed(3));
 
