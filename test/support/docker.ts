@@ -21,7 +21,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import Docker from 'dockerode';
 import { create as createTar, extract as extractTar } from 'tar';
-import { SANDBOX_PROBE_FILE } from '@sigil/plugin-api/kit';
+import { probeReadOnlyPaths, SANDBOX_PROBE_FILE } from '@sigil/plugin-api/kit';
 import { fixturePath, repoPath } from './paths.ts';
 
 /**
@@ -56,6 +56,13 @@ export interface TestEngine {
   images: { node: string; python: string };
   /** An image with node and the everything bundle but no shell (nor anything else). */
   bare: string;
+  /**
+   * The `images` option for the sandbox-runtime kit: for node programs, node and sh with the shared
+   * libraries of what the kit's probe borrows from this host (probeReadOnlyPaths: find, setpriv,
+   * python3 and ctypes) but none of those programs, which the kit binds in itself; so a probe given
+   * none sees none (the kit's only-what-it-needs). For python programs, the python image.
+   */
+  kitImages: { node: string; python: string };
 }
 
 let engine: Promise<TestEngine> | undefined;
@@ -74,9 +81,10 @@ async function startTestEngine(): Promise<TestEngine> {
   const portFile = join(ENGINE_DIR, 'tcp-port');
   if (!(await answers(socketPath))) await startDockerd(socketPath, portFile, certs);
   const docker = new Docker({ socketPath });
-  const { bare, ...images } = await buildImages(docker);
+  const { bare, kitNode, ...images } = await buildImages(docker);
   return {
     bare,
+    kitImages: { node: kitNode, python: images.python },
     socketPath,
     tls: { host: '127.0.0.1', port: Number(readFileSync(portFile, 'utf8')), ...certs.client },
     docker,
@@ -292,7 +300,9 @@ function python(): { executable: string; stdlib: string; dynload: string; versio
 }
 
 /** The two test images, built when this host's node, python or test programs changed. */
-async function buildImages(docker: Docker): Promise<{ node: string; python: string; bare: string }> {
+async function buildImages(
+  docker: Docker,
+): Promise<{ node: string; python: string; bare: string; kitNode: string }> {
   const py = python();
   const bundle = bundleEverything();
   const inputs = [
@@ -309,6 +319,7 @@ async function buildImages(docker: Docker): Promise<{ node: string; python: stri
     node: `sigil-test/node:${tag}`,
     python: `sigil-test/python:${tag}`,
     bare: `sigil-test/bare:${tag}`,
+    kitNode: `sigil-test/kit-node:${tag}`,
   };
   await buildImage(docker, images.node, (root) => {
     addProgram(root, process.execPath, '/usr/bin/node');
@@ -332,6 +343,16 @@ async function buildImages(docker: Docker): Promise<{ node: string; python: stri
   await buildImage(docker, images.bare, (root) => {
     addProgram(root, process.execPath, '/usr/bin/node');
     addFile(root, bundle, IMAGE_PATHS.everything);
+  });
+  await buildImage(docker, images.kitNode, (root) => {
+    addProgram(root, process.execPath, '/usr/bin/node');
+    addProgram(root, '/bin/sh', '/bin/sh');
+    for (const borrowed of probeReadOnlyPaths()) {
+      const modules = statSync(borrowed).isDirectory()
+        ? execFileSync('find', [borrowed, '-name', '*.so'], { encoding: 'utf8' }).trim().split('\n')
+        : [borrowed];
+      for (const module of modules) if (module) addLibraries(root, module);
+    }
   });
   return images;
 }

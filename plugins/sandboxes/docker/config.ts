@@ -154,8 +154,11 @@ export const configSchema = z
     limits: limitsSchema.partial().prefault({}),
     /** CPUs' worth of time a container may use at once. */
     cpus: z.number().positive().default(1).describe("CPUs' worth of time a container may use"),
-    /** Run the engine's init (tini) as PID 1: it reaps orphans and passes signals on. */
-    init: z.boolean().default(true).describe('tini as PID 1'),
+    /**
+     * Run an init as PID 1, which reaps orphans: the image's `/bin/sh` (env-wrapper.ts), or the
+     * engine's tini for an image without one. Off, the server is PID 1.
+     */
+    init: z.boolean().default(true).describe("an init as PID 1: the image's sh, else the engine's tini"),
     /** How long `kill()` waits after closing stdin before it kills the container. */
     killGraceMs: z
       .number()

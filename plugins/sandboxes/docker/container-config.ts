@@ -21,8 +21,10 @@ export interface Hardening {
 }
 
 /**
- * The engine's defaults (moby 20.10 oci/defaults.go), with /proc/pressure made read-only too: its
- * files take writes (PSI triggers) from any user, and the kit's probe counts what it can write.
+ * The engine's defaults (moby 20.10 oci/defaults.go), with /proc/pressure made read-only too (its
+ * files take writes, PSI triggers, from any user) and /sys/fs/cgroup: on a cgroup v1 host runc leaves
+ * the tmpfs holding the controllers read-write (root's, mode 755), and a read-only bind over it is
+ * what the container then sees.
  */
 const MASKED_PATHS = [
   '/proc/asound',
@@ -44,7 +46,16 @@ const READONLY_PATHS = [
   '/proc/sys',
   '/proc/sysrq-trigger',
   '/proc/pressure',
+  '/sys/fs/cgroup',
 ];
+
+/**
+ * /dev as a read-only tmpfs of its own: runc makes the standard devices in it (null, zero, full,
+ * random, urandom, tty) before it turns read-only, and the engine then leaves out its own /dev mounts
+ * (a read-write tmpfs, /dev/pts with its pty multiplexer, /dev/mqueue, /dev/shm). `dev` undoes the
+ * engine's default `nodev` for tmpfs, without which none of those devices would open.
+ */
+const DEV_TMPFS = 'ro,dev,nosuid,noexec,size=64k,mode=755';
 
 /** A container's options with every constraint applied; `body` adds what it runs. */
 export function hardenedContainer(
@@ -69,7 +80,7 @@ export function hardenedContainer(
     Env: body.env,
     User: `${uid}:${uid}`,
     Labels: hardening.labels,
-    // A container joining another's network namespace takes its host name too.
+    // A container joining another's network namespace takes its host name and resolver files too.
     ...(hardening.networkMode === 'none' ? { Hostname: 'sandbox' } : {}),
     Tty: false,
     AttachStdin: body.stdin,
@@ -83,24 +94,20 @@ export function hardenedContainer(
       ReadonlyRootfs: true,
       // uid/gid: the tmpfs belongs to the container's user whatever mode the image's /tmp has (the
       // engine copies that directory's mode onto the tmpfs, so `mode=` alone would not hold).
-      Tmpfs: { '/tmp': `rw,noexec,nosuid,nodev,size=${limits.tmpBytes},uid=${uid},gid=${uid}` },
-      Mounts: [
-        ...body.mounts,
-        // The engine mounts a writable mqueue filesystem here even with IPC mode none.
-        {
-          Type: 'tmpfs',
-          Target: '/dev/mqueue',
-          Source: '',
-          ReadOnly: true,
-          TmpfsOptions: { SizeBytes: 4096, Mode: 0o555 },
-        },
-      ],
+      Tmpfs: {
+        '/tmp': `rw,noexec,nosuid,nodev,size=${limits.tmpBytes},uid=${uid},gid=${uid}`,
+        '/dev': DEV_TMPFS,
+      },
+      Mounts: body.mounts,
       CapDrop: ['ALL'],
       SecurityOpt: [
         'no-new-privileges',
         ...(hardening.seccompProfile === undefined ? [] : [`seccomp=${hardening.seccompProfile}`]),
       ],
       NetworkMode: hardening.networkMode,
+      // The engine writes this host's nameservers and search domains into the container's
+      // /etc/resolv.conf unless given its own; with no network, loopback (which answers nothing).
+      ...(hardening.networkMode === 'none' ? { Dns: ['127.0.0.1'], DnsSearch: ['.'] } : {}),
       // No /dev/shm, no IPC shared with anything.
       IpcMode: 'none',
       MaskedPaths: MASKED_PATHS,

@@ -12,14 +12,14 @@ import { DockerSandboxProcess } from './docker-process.ts';
 import { EgressAddresses } from '@sigil/plugin-api/egress';
 import { startEgress, type Egress } from './egress.ts';
 import { Engine } from './engine.ts';
-import { entryScript, environmentPreamble, SCRIPT_NAME } from './env-wrapper.ts';
+import { containerEntry, environmentPreamble } from './env-wrapper.ts';
 import { Images } from './images.ts';
 import { reapLeftovers, startWatchdog, uidsInUse } from './leftovers.ts';
 import { currentOwner, instanceDirName, LABELS, ownerLabels, type Owner } from './owner.ts';
 import { profileFor, syscallFilterStatus } from './seccomp-profile.ts';
 import { resolveProgram } from './program.ts';
 import { checkSpec, type CheckedSpec } from './spec.ts';
-import { attachStdio, FIFO_DIR, fifoStdio, type ContainerStdio } from './stdio.ts';
+import { attachStdio, fifoStdio, type ContainerStdio } from './stdio.ts';
 import { UidAllocator } from './uids.ts';
 
 /** What the engine said of itself at the last contact; `status()` reads only this. */
@@ -320,16 +320,25 @@ export class DockerRuntime implements SandboxRuntimeV2 {
       const fifo = this.config.stdio === 'auto' && this.engine.local && !this.isGvisor() && shell;
       const fifoDir = join(this.instanceDir(), id, 'stdio');
       if (fifo) mkdirSync(fifoDir, { recursive: true, mode: 0o711 });
-      const script = entryScript({ shell, fifo, environment: viaStdin, keepHostname: 'HOSTNAME' in env });
-      const options = hardenedContainer(hardening, {
-        image: program.image,
-        entrypoint: script === undefined ? program.command : ['/bin/sh', '-c', script, SCRIPT_NAME],
-        cmd: script === undefined ? [] : program.command,
-        workingDir: program.workingDir,
-        env: [...Object.entries(env).map(([name, value]) => `${name}=${value}`), ...(egress?.env ?? [])],
-        mounts: [...program.mounts, ...(fifo ? [{ ...readOnlyBind(fifoDir), Target: FIFO_DIR }] : [])],
-        stdin: !fifo,
+      const entry = containerEntry(program.command, {
+        shell,
+        init: this.config.init,
+        fifoDir: fifo ? fifoDir : undefined,
+        environment: viaStdin,
+        keepHostname: 'HOSTNAME' in env,
       });
+      const options = hardenedContainer(
+        { ...hardening, init: entry.engineInit },
+        {
+          image: program.image,
+          entrypoint: entry.entrypoint,
+          cmd: entry.cmd,
+          workingDir: program.workingDir,
+          env: [...Object.entries(env).map(([name, value]) => `${name}=${value}`), ...(egress?.env ?? [])],
+          mounts: [...program.mounts, ...(fifo ? [readOnlyBind(fifoDir)] : [])],
+          stdin: !fifo,
+        },
+      );
       const created = await this.engine.call('to create the container', () =>
         this.engine.api.createContainer({ ...options, name: `sigil-${id}` }),
       );

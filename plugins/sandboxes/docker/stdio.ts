@@ -60,12 +60,14 @@ const sink = (deliver: (chunk: Buffer) => void) =>
 
 const execFileAsync = promisify(execFile);
 
-/** The pipes' directory inside the container, and the shell redirect onto them. */
-export const FIFO_DIR = '/run/sigil-stdio';
-export const FIFO_REDIRECT = `exec <${FIFO_DIR}/in >${FIFO_DIR}/out 2>${FIFO_DIR}/err && printf 1 >${FIFO_DIR}/opened`;
+/** The shell redirect onto the pipes in `dir` (bound at its own path: the mount table shows no other). */
+export function fifoRedirect(dir: string): string {
+  const pipe = (name: string) => `'${join(dir, name).replace(/'/g, `'\\''`)}'`;
+  return `exec <${pipe('in')} >${pipe('out')} 2>${pipe('err')} && printf 1 >${pipe('opened')}`;
+}
 
 /**
- * Makes the pipes in `dir` (an empty directory of this sandbox's own, bound at {@link FIFO_DIR}) for
+ * Makes the pipes in `dir` (an empty directory of this sandbox's own, bound at its own path) for
  * the container's user and opens this side of them. Each output pipe is read here, with a spare write
  * end held open until the container has exited: without one, a read before the container has opened
  * its end would see the end of the output. The input is closed only once the container's shell has

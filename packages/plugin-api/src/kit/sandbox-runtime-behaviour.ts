@@ -1,8 +1,17 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type {
@@ -293,20 +302,75 @@ interface NetReport {
 
 const EMPTY_CAPS = '0000000000000000';
 
-/** Mount points of /proc/self/mounts text that are mounted read-write. */
+/**
+ * Mount points of /proc/self/mounts text whose mount, the one seen there, is read-write. A mount made
+ * on a mount point another already holds covers it (an engine makes a path read-only by binding it
+ * read-only over itself) and comes later in the table: the last entry of each mount point is the one
+ * seen.
+ */
 export function writableMounts(mounts: string): string[] {
-  return mounts
-    .split('\n')
-    .map((line) => line.split(' '))
-    .filter((fields) => fields.length >= 4 && (fields[3] ?? '').split(',').includes('rw'))
-    .map((fields) =>
-      (fields[1] ?? '').replace(/\\([0-7]{3})/g, (_, octal: string) =>
-        String.fromCharCode(parseInt(octal, 8)),
-      ),
+  const seen = new Map<string, boolean>();
+  for (const fields of mounts.split('\n').map((line) => line.split(' '))) {
+    if (fields.length < 4) continue;
+    const mountPoint = (fields[1] ?? '').replace(/\\([0-7]{3})/g, (_, octal: string) =>
+      String.fromCharCode(parseInt(octal, 8)),
     );
+    seen.delete(mountPoint);
+    seen.set(mountPoint, (fields[3] ?? '').split(',').includes('rw'));
+  }
+  return [...seen].filter(([, writable]) => writable).map(([mountPoint]) => mountPoint);
 }
 
+/**
+ * What of this host a sandbox's resolver files could carry: its name, the nameservers and search
+ * domains of its /etc/resolv.conf, and the names and addresses its /etc/hosts adds to loopback and the
+ * IPv6 well-known ones (which every system lists alike). Loopback nameservers name nothing of it.
+ */
+function hostResolverTokens(): Set<string> {
+  const read = (file: string) => {
+    try {
+      return readFileSync(file, 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  const lines = (text: string) =>
+    text
+      .split('\n')
+      .map((line) => line.replace(/#.*/, '').trim().split(/\s+/))
+      .filter((fields) => fields[0]);
+  const generic = (address: string) => /^(127\.|::1$|fe00::|ff0)/.test(address);
+  const tokens = new Set<string>();
+  if (hostname() !== 'localhost') tokens.add(hostname());
+  for (const [keyword, ...values] of lines(read('/etc/resolv.conf'))) {
+    if (keyword === 'nameserver')
+      values.filter((value) => !generic(value)).forEach((value) => tokens.add(value));
+    if (keyword === 'search' || keyword === 'domain') values.forEach((value) => tokens.add(value));
+  }
+  for (const [address, ...names] of lines(read('/etc/hosts'))) {
+    if (!generic(address as string)) [address as string, ...names].forEach((token) => tokens.add(token));
+  }
+  return tokens;
+}
+
+/** Where `path` leads on this host, through its symlinks; undefined when it leads nowhere here. */
+function hostRealPath(path: string): string | undefined {
+  try {
+    return realpathSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The files through which a resolver learns names and servers, and a process its host name. */
+const RESOLVER_FILES = ['/etc/hosts', '/etc/hostname', '/etc/resolv.conf'];
+
 export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
+  /**
+   * What the probe finds writable leaves out the memory devices (null, zero, full, random, urandom),
+   * known by number wherever they are bound, and /dev/tty when it cannot be opened (no controlling
+   * terminal): none keeps what is written (sandbox-probe.cjs, takesWrites).
+   */
   {
     id: 'sandbox-runtime.read-only-root',
     level: 'MUST',
@@ -321,14 +385,23 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
       return pass();
     },
   },
+  /**
+   * A mount of a memory device (an engine's /dev/null bound over /proc/keys to mask it) is left out:
+   * its flag means nothing, since a write to a device goes to its driver whether the mount is read-only
+   * or not (the kernel checks a read-only mount for regular files, directories and links only), and
+   * those devices keep nothing. Each mount point counts once, by the mount seen there.
+   */
   {
     id: 'sandbox-runtime.read-only-mounts',
     level: 'SHOULD',
     title: 'every mount but /tmp and /proc is read-only (not just unwritable for the user)',
     spec: `${CONTRACT}: the root filesystem is read-only`,
     check: async (context) => {
-      const report = reported(await runProbe<{ mounts: string }>(context, 'mounts'));
-      const writable = writableMounts(report.mounts).filter((mount) => mount !== '/tmp' && mount !== '/proc');
+      const report = reported(
+        await runProbe<{ mounts: string; memoryDevices?: string[] }>(context, 'mounts'),
+      );
+      const exempt = new Set(['/tmp', '/proc', ...(report.memoryDevices ?? [])]);
+      const writable = writableMounts(report.mounts).filter((mount) => !exempt.has(mount));
       ensure(writable.length === 0, `mounted read-write: ${writable.join(', ')}`);
       return pass();
     },
@@ -555,16 +628,32 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
       return pass();
     },
   },
+  /**
+   * A mount shows its directory's path inside its filesystem (its root): that names nothing of the
+   * host's when it is where the mount is seen (a host path bound at itself), a tail of it (/sys at
+   * /proc/sys), where that path leads on this host (a bind follows symlinks: /bin/true bound at itself
+   * shows /usr/bin/true on a merged-/usr host), or a path of a filesystem the sandbox sees whole
+   * elsewhere (an engine masks /proc/keys with its /dev/null: root /null on the tmpfs at /dev).
+   *
+   * The resolver files (/etc/hosts, /etc/hostname, /etc/resolv.conf) are judged by what they hold
+   * instead. A container engine binds them into every container from its own directory for that
+   * container, whatever the network mode, and a mount of one's own at the same path only replaces the
+   * source (moby: container/container_unix.go NetworkMounts, daemon/volumes_unix.go setupMounts): their
+   * roots name that directory whatever a runtime on the engine does. What would leak through them is
+   * this host's name, nameservers, search domains or hosts entries, and any of those fails the check.
+   */
   {
     id: 'sandbox-runtime.no-host-traces',
     level: 'SHOULD',
-    title: "no process's environment (PID 1's included) nor the mount table names anything of the host's",
+    title:
+      "no process's environment (PID 1's included), the mount table nor the resolver files name anything of the host's",
     spec: `${CONTRACT}: nothing of the host's leaks in`,
     check: async (context) => {
       const report = reported(
         await runProbe<{
           environments: Record<string, string[] | string>;
-          mounts: { root: string; mountPoint: string }[];
+          mounts: { device?: string; root: string; mountPoint: string }[];
+          resolverFiles?: Record<string, string | { error: string }>;
         }>(context, 'hostTraces', { env: { SIGIL_KIT_VALUE: 'kit' } }),
       );
       for (const [pid, environment] of Object.entries(report.environments)) {
@@ -577,15 +666,24 @@ export const sandboxRuntimeBehaviour: readonly SandboxCheck[] = [
         );
         ensure(extra.length === 0, `/proc/${pid}/environ holds ${extra.join(', ')}`);
       }
-      // A mount shows its directory's path inside its filesystem: the same path as where it is seen
-      // (a host path bound at itself), or a tail of it (/sys at /proc/sys), never another host path.
+      const seenWhole = new Set(report.mounts.filter(({ root }) => root === '/').map(({ device }) => device));
       const foreign = report.mounts.filter(
-        ({ root, mountPoint }) => root !== '/' && root !== mountPoint && !mountPoint.endsWith(root),
+        ({ device, root, mountPoint }) =>
+          root !== '/' &&
+          ![mountPoint, hostRealPath(mountPoint)].some((path) => path?.endsWith(root)) &&
+          !seenWhole.has(device) &&
+          !RESOLVER_FILES.includes(mountPoint),
       );
       ensure(
         foreign.length === 0,
         `the mount table names host paths: ${foreign.map(({ root, mountPoint }) => `${root} at ${mountPoint}`).join(', ')}`,
       );
+      const hostTokens = hostResolverTokens();
+      for (const [file, content] of Object.entries(report.resolverFiles ?? {})) {
+        if (typeof content !== 'string') continue; // absent or unreadable: nothing shown
+        const named = content.split(/[^\w.:-]+/).filter((token) => hostTokens.has(token));
+        ensure(named.length === 0, `${file} names this host's ${[...new Set(named)].join(', ')}`);
+      }
       return pass();
     },
   },
