@@ -1,7 +1,9 @@
 import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
 import { gatewayAuth, type GatewayAuthOptions } from './auth.ts';
+import { attestationRouter } from '../shared/attestation.ts';
 import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
+import { attestedGateway } from './attestation.ts';
 import { createToolGateway } from './tool-gateway.ts';
 import type { WarmupOutcome } from './warmup.ts';
 
@@ -36,6 +38,7 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
       ...(auth.resourceMetadata ? [auth.resourceMetadata] : []),
       tools.mcp.router,
       ...tools.routers,
+      attestationRouter(attestedGateway(kernel)),
     ],
     // Tool calls: authentication, then the MCP endpoint, without Koa.
     lane: { steps: [auth.laneStep], routes: tools.mcp.lane },

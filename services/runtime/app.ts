@@ -6,7 +6,8 @@ import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
 import type { Kernel } from '../kernel.ts';
 import { runtimeAuth } from './auth.ts';
 import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
-import { attestationReport, attestationRouter } from './delegation/attestation.ts';
+import { attestedRuntime } from './delegation/attestation.ts';
+import { attestationReport, attestationRouter } from '../shared/attestation.ts';
 import { delegationKeysFrom } from './delegation/keys.ts';
 import { delegationRouter } from './delegation/routes.ts';
 import { ChatService } from './chat/chat.ts';
@@ -72,11 +73,13 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
   const health = healthRouter('runtime', kernel, async () => ({
     securityPosture: await securityPosture(kernel, vault, delegation),
   }));
-  const tee = kernel.plugins.one('tee-backend');
+  const attested = attestedRuntime(kernel.plugins.one('tee-backend'), delegation, () =>
+    securityPosture(kernel, vault, delegation),
+  );
   const inProcess: RuntimeSource = {
     name: 'in-process',
     jwks: () => delegation.jwks(),
-    evidence: async (nonce) => (await attestationReport(tee, delegation, nonce)).evidence ?? undefined,
+    evidence: async (nonce) => (await attestationReport(attested, nonce)).evidence ?? undefined,
   };
   const auth = runtimeAuth(kernel);
   const ledger = createLedgerService(kernel);
@@ -101,7 +104,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
       health,
       auth.router,
       delegationRouter(delegation, gatewayUrl),
-      attestationRouter(tee, delegation),
+      attestationRouter(attested),
       vaultRouter,
       ...ledger.routers,
       chatRouter(chat),

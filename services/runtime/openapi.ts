@@ -11,7 +11,7 @@ import {
   type ServiceAddress,
 } from '../shared/openapi.ts';
 import { agentParams, createBody as agentBody } from './agent-routes.ts';
-import { reportQuery } from './delegation/attestation.ts';
+import { reportQuery } from '../shared/attestation.ts';
 import {
   budgetsBody,
   checkBody,

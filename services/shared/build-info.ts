@@ -9,6 +9,15 @@ export interface BuildInfo {
   /** The git commit the code came from, or `unknown` outside a checkout without SIGIL_GIT_COMMIT. */
   gitCommit: string;
   files: number;
+  /** SHA-256 of package-lock.json: which dependency tree the code runs on. */
+  lockfileSha256: string | null;
+  /** The Node.js version running it. */
+  nodeVersion: string;
+  /**
+   * When it was built: SIGIL_BUILD_TIME as an image build sets it, or null where the code runs from
+   * a checkout (a checkout has no build; its commit says which code it is).
+   */
+  builtAt: string | null;
 }
 
 const REPO_ROOT = join(fileURLToPath(import.meta.url), '..', '..', '..');
@@ -29,10 +38,14 @@ export function computeBuildInfo(root: string, env: NodeJS.ProcessEnv = process.
     ...['package.json', 'package-lock.json'].filter((f) => existsSync(join(root, f))),
   ].sort();
   const manifest = files.map((file) => `${file}\0${sha256Hex(readFileSync(join(root, file)))}`).join('\n');
+  const lockfile = join(root, 'package-lock.json');
   return {
     codeHash: sha256Hex(manifest),
     gitCommit: env.SIGIL_GIT_COMMIT ?? readGitCommit(root) ?? 'unknown',
     files: files.length,
+    lockfileSha256: existsSync(lockfile) ? sha256Hex(readFileSync(lockfile)) : null,
+    nodeVersion: process.version,
+    builtAt: env.SIGIL_BUILD_TIME ?? null,
   };
 }
 

@@ -16,7 +16,7 @@ describe('execution proof signing', () => {
   const signer = new ProofSigner({
     key: { key, source: 'config' },
     tee: { teeEnabled: false, platform: 'none', keySource: 'config' },
-    build: { codeHash: `sha256:${'a'.repeat(64)}`, gitCommit: 'b'.repeat(40), files: 1 },
+    build: { codeHash: `sha256:${'a'.repeat(64)}`, gitCommit: 'b'.repeat(40) },
     clock,
   });
   const inputs: ProofInput[] = [

@@ -1,0 +1,31 @@
+import { hmacSha256 } from '../../core/crypto.ts';
+import type { Kernel } from '../kernel.ts';
+import type { AttestedService } from '../shared/attestation.ts';
+
+/** What the proof key fingerprint is an HMAC of, under the execution-proof key. */
+const FINGERPRINT_LABEL = 'sigil:proof-key-fingerprint';
+
+/**
+ * The gateway as an attested service: its reports bind the fingerprint of the key that signs and
+ * verifies execution proofs at REPORT_DATA[32:48] (an HMAC under that key, which names the key without
+ * revealing it), so a proof the gateway verifies is tied to the attested machine. `/security` lists
+ * what every loaded sandbox enforces now (its `status()`), the key sources and the ERC-8128 mode.
+ */
+export function attestedGateway(kernel: Kernel): AttestedService {
+  const tee = kernel.plugins.one('tee-backend');
+  const proofKey = () => tee.signingKey('execution-proof');
+  return {
+    tee,
+    binding: async () => ({
+      name: 'proofKeyFingerprint',
+      of: `HMAC-SHA256 of "${FINGERPRINT_LABEL}" under the execution-proof key`,
+      sha256: hmacSha256((await proofKey()).key, FINGERPRINT_LABEL),
+    }),
+    security: async () => ({
+      mode: kernel.config.mode,
+      keySources: { executionProof: (await proofKey()).source },
+      sandboxes: await Promise.all(kernel.plugins.all('sandbox-runtime').map((sandbox) => sandbox.status())),
+      erc8128: { enforceOperatorMcp: kernel.config.gateway.erc8128EnforceOperatorMcp },
+    }),
+  };
+}
