@@ -98,6 +98,13 @@ interface ServerRow {
 export const SERVER_DETAILS_TTL_MS = 2000;
 
 /**
+ * How old a failed verification must be before a call, an enable or a tool list tries it again: soon
+ * after an operator fixed the cause (a registry or an engine back), not an install on every call of a
+ * server that stays broken. A blocked package is never tried again on demand.
+ */
+export const RETRY_FAILED_VERIFICATION_MS = 30_000;
+
+/**
  * The catalog as the gateway sees it at run time, and the one place that decides whether a server may
  * run (`admit`): each server's catalog entry, security filter verdict, runnability, verification tier,
  * served tools and call settings. Verdicts live in the database, so replicas agree on them; each
@@ -225,6 +232,7 @@ export class ServerDirectory {
       server = await this.resolve(id);
       if (server.details.filter.status === 'unverified') server = await this.verified(id);
     }
+    if (this.failedLongAgo(server.details)) server = await this.verified(id);
     const { details } = server;
     if (details.filter.status !== 'allowed') {
       throw new SigilError(
@@ -245,6 +253,17 @@ export class ServerDirectory {
       );
     }
     return server;
+  }
+
+  /**
+   * A verification that failed for a cause that may pass (a registry or an engine down, not a blocked
+   * package) and is older than {@link RETRY_FAILED_VERIFICATION_MS}: the next demand tries again.
+   */
+  private failedLongAgo(details: ServerDetails): boolean {
+    if (details.tier !== null || details.filter.status !== 'allowed' || details.verifiedAt === null)
+      return false;
+    const age = this.deps.clock.now().getTime() - Date.parse(details.verifiedAt);
+    return age >= RETRY_FAILED_VERIFICATION_MS;
   }
 
   /**
