@@ -44,20 +44,42 @@ const commonNameOf = (subject: string): string =>
     .find((part) => part.startsWith('CN='))
     ?.slice(3) ?? '';
 
-export function parseCertificate(encoded: string | Uint8Array): AmdCertificate {
-  const x509 = new X509Certificate(encoded);
-  const { tbsCertificate } = AsnConvert.parse(x509.raw, Certificate);
+/** What node:crypto does not show, read with @peculiar/asn1-x509: validity as dates, AMD's extensions. */
+function readFields(der: Buffer): Pick<AmdCertificate, 'notBefore' | 'notAfter' | 'amdExtensions'> {
+  const { tbsCertificate } = AsnConvert.parse(der, Certificate);
   const amdExtensions = new Map<string, Uint8Array>();
   for (const extension of tbsCertificate.extensions ?? []) {
     if (extension.extnID.startsWith(AMD_OID))
       amdExtensions.set(extension.extnID, new Uint8Array(extension.extnValue.buffer));
   }
   return {
-    x509,
-    commonName: commonNameOf(x509.subject),
     notBefore: tbsCertificate.validity.notBefore.getTime(),
     notAfter: tbsCertificate.validity.notAfter.getTime(),
     amdExtensions,
+  };
+}
+
+/**
+ * A certificate, read by node:crypto and the ASN.1 parser; throws when either cannot read it. `lazy`
+ * defers the ASN.1 parser, the slow part, until validity or extensions are first asked for: for the
+ * shipped roots, most of which a chain never reaches.
+ */
+export function parseCertificate(encoded: string | Uint8Array, { lazy = false } = {}): AmdCertificate {
+  const x509 = new X509Certificate(encoded);
+  let fields = lazy ? undefined : readFields(x509.raw);
+  const read = () => (fields ??= readFields(x509.raw));
+  return {
+    x509,
+    commonName: commonNameOf(x509.subject),
+    get notBefore() {
+      return read().notBefore;
+    },
+    get notAfter() {
+      return read().notAfter;
+    },
+    get amdExtensions() {
+      return read().amdExtensions;
+    },
   };
 }
 

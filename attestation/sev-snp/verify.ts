@@ -416,10 +416,10 @@ export function createSnpVerifier(
   { now = () => new Date(), roots: rootPems = AMD_ROOTS }: SnpVerifierOptions = {},
 ): SnpVerifier {
   const parsed = new Map<string, AmdCertificate>();
-  const parse = (pem: string): AmdCertificate => {
+  const parse = (pem: string, lazy = false): AmdCertificate => {
     const known = parsed.get(pem);
     if (known !== undefined) return known;
-    const certificate = parseCertificate(pem);
+    const certificate = parseCertificate(pem, { lazy });
     if (parsed.size >= PARSED_CERTIFICATES_KEPT) parsed.delete(parsed.keys().next().value as string);
     parsed.set(pem, certificate);
     return certificate;
@@ -427,7 +427,9 @@ export function createSnpVerifier(
   let judge: Judge | undefined;
   const firstJudge = (): Judge => {
     const entries = AMD_PRODUCTS.map((product) => {
-      const [ask, ark] = pemBlocks([rootPems[product].ask, rootPems[product].ark]).map(parse);
+      const [ask, ark] = pemBlocks([rootPems[product].ask, rootPems[product].ark]).map((pem) =>
+        parse(pem, true),
+      );
       return [product, { ask, ark }];
     });
     return { roots: Object.fromEntries(entries) as Roots, policy, parse };
