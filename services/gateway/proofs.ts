@@ -174,7 +174,14 @@ export class ProofSigner {
 
   private readonly hmac: HmacSha256Key;
 
-  constructor(private readonly deps: { key: DerivedKey; tee: TeeStatus; build: Pick<BuildInfo, 'codeHash' | 'gitCommit'>; clock: Clock }) {
+  constructor(
+    private readonly deps: {
+      key: DerivedKey;
+      tee: TeeStatus;
+      build: Pick<BuildInfo, 'codeHash' | 'gitCommit'>;
+      clock: Clock;
+    },
+  ) {
     this.hmac = new HmacSha256Key(deps.key.key);
   }
 
