@@ -4,6 +4,7 @@ import type { BuiltinPlugins } from '../core/plugins/host.ts';
 export const builtinPlugins: BuiltinPlugins = {
   'tee-none': () => import('../attestation/none/index.ts'),
   'tee-sev-snp': () => import('../attestation/sev-snp/index.ts'),
+  'tee-tdx': () => import('../attestation/tdx/index.ts'),
   'registry-npm': () => import('../registries/npm/index.ts'),
   'registry-git': () => import('../registries/git/index.ts'),
   'registry-pypi': () => import('../registries/pypi/index.ts'),
