@@ -1,4 +1,5 @@
 import { PROTECTED_RESOURCE_PATH } from '../../core/auth/challenge.ts';
+import { attestationPaths } from '../shared/attestation.ts';
 import { authPaths } from '../shared/openapi-auth.ts';
 import {
   bearer,
@@ -241,6 +242,7 @@ export function gatewayOpenApi(gateway: ServiceAddress): Record<string, unknown>
       ...authPaths('/api/auth', { walletTokens: true }),
       [PROTECTED_RESOURCE_PATH]: protectedResource,
       [`${PROTECTED_RESOURCE_PATH}/mcp`]: protectedResource,
+      ...attestationPaths('proofKeyFingerprint'),
       '/health': health,
       '/metrics': metrics,
     },

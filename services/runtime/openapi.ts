@@ -11,7 +11,7 @@ import {
   type ServiceAddress,
 } from '../shared/openapi.ts';
 import { agentParams, createBody as agentBody } from './agent-routes.ts';
-import { reportQuery } from '../shared/attestation.ts';
+import { attestationPaths } from '../shared/attestation.ts';
 import {
   budgetsBody,
   checkBody,
@@ -68,20 +68,7 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
           },
         },
       },
-      '/api/attestation': {
-        get: {
-          summary: 'TEE status and the hash of the delegated JWKS',
-          responses: { '200': json('{ teeEnabled, platform, keySource, delegation }') },
-        },
-      },
-      '/api/attestation/report': {
-        get: {
-          summary:
-            'A fresh attestation report binding the nonce and the JWKS hash (evidence null with tee-none)',
-          parameters: parametersOf(reportQuery, 'query'),
-          responses: { '200': json('Attestation report'), '400': error },
-        },
-      },
+      ...attestationPaths('jwksSha256'),
       '/wallet/provider-vault/message': {
         get: {
           summary: 'The message a wallet signs to unlock its provider vault',

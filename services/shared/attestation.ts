@@ -11,6 +11,7 @@ import {
 } from '../../core/auth/delegation/report-data.ts';
 import { parseInput } from '../../core/http/validate.ts';
 import { buildInfo } from './build-info.ts';
+import { error, json, parametersOf } from './openapi.ts';
 
 /**
  * The attestation endpoints both services serve (runtime spec part 4, gateway spec part 4), free and
@@ -140,4 +141,42 @@ export function attestationRouter(service: AttestedService): Router {
     ctx.body = buildInfo();
   });
   return router;
+}
+
+/** The OpenAPI paths of the attestation endpoints; `binding` names the identity this service binds. */
+export function attestationPaths(binding: string): Record<string, unknown> {
+  const limited = { '429': error };
+  return {
+    '/api/attestation': {
+      get: {
+        summary: `TEE status, code hash and the ${binding} its reports bind`,
+        responses: {
+          '200': json(`{ teeEnabled, platform, keySource, codeHash, gitCommit, ${binding}, … }`),
+          ...limited,
+        },
+      },
+    },
+    '/api/attestation/report': {
+      get: {
+        summary: `A fresh attestation report binding the nonce at REPORT_DATA[0:32] and the ${binding} at [32:48] (evidence null without a TEE)`,
+        parameters: parametersOf(reportQuery, 'query'),
+        responses: { '200': json('Attestation report'), '400': error, ...limited },
+      },
+    },
+    '/api/attestation/security': {
+      get: {
+        summary: 'What the service enforces now: the TEE, key sources, sandboxes, modes',
+        responses: { '200': json('{ tee, … }'), ...limited },
+      },
+    },
+    '/api/attestation/build-info': {
+      get: {
+        summary: 'The build: git commit, code hash, lockfile hash, Node version, build time',
+        responses: {
+          '200': json('{ codeHash, gitCommit, files, lockfileSha256, nodeVersion, builtAt }'),
+          ...limited,
+        },
+      },
+    },
+  };
 }
