@@ -3,6 +3,7 @@ import type { BuiltinPlugins } from '../core/plugins/host.ts';
 /** Plugins shipped with Sigil, by the name used in `plugins[].resolve`. */
 export const builtinPlugins: BuiltinPlugins = {
   'tee-none': () => import('../attestation/none/index.ts'),
+  'tee-vtpm': () => import('../attestation/vtpm/index.ts'),
   'registry-npm': () => import('../registries/npm/index.ts'),
   'registry-git': () => import('../registries/git/index.ts'),
   'registry-pypi': () => import('../registries/pypi/index.ts'),
