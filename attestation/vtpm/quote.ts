@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { SigilError, type AttestationEvidenceV2 } from '@sigil/plugin-api';
 import type { VtpmConfig } from './config.ts';
-import { pcrSelection, type Tpm, type TpmSession } from './tpm.ts';
+import { failedWith, pcrSelection, TPM_RC, type Tpm, type TpmSession } from './tpm.ts';
 import { parseQuoteAttest } from './tpm-structures.ts';
 import { encodePcrs, PCR_BANK, VTPM_PLATFORM } from './verify.ts';
 
@@ -88,17 +88,30 @@ export class Quoter {
   private quote(qualifying: Buffer): Promise<{ attest: Buffer; signature: Buffer; pcrValues: Buffer }> {
     return this.tpm.operation(async (session) => {
       const ak = await makeAk(session);
-      // prettier-ignore
-      await session.run('tpm2_quote', [
-        '-c', ak,
-        '-l', pcrSelection(PCR_BANK, this.config.quotePcrs),
-        '-q', qualifying.toString('hex'),
-        '-g', 'sha256',
-        '-m', 'quote.msg', // TPMS_ATTEST
-        '-s', 'quote.sig', // TPMT_SIGNATURE
-        '-o', 'quote.pcrs', '-F', 'values', // the PCR values, concatenated in selection order
-        '-Q',
-      ]);
+      try {
+        // prettier-ignore
+        await session.run('tpm2_quote', [
+          '-c', ak,
+          '-l', pcrSelection(PCR_BANK, this.config.quotePcrs),
+          '-q', qualifying.toString('hex'),
+          '-g', 'sha256',
+          '-m', 'quote.msg', // TPMS_ATTEST
+          '-s', 'quote.sig', // TPMT_SIGNATURE
+          '-o', 'quote.pcrs', '-F', 'values', // the PCR values, concatenated in selection order
+          '-Q',
+        ]);
+      } catch (cause) {
+        if (!failedWith(cause, TPM_RC.size)) throw cause;
+        throw new SigilError(
+          'unavailable',
+          'tee-vtpm: the TPM refuses 64 bytes of qualifying data (it has no SHA-512)',
+          {
+            hint: 'set the option qualifyingData: "sha256", so that quotes bind the SHA-256 of REPORT_DATA',
+            details: { reason: 'qualifying_data_too_large' },
+            cause,
+          },
+        );
+      }
       return {
         attest: await session.read('quote.msg'),
         signature: await session.read('quote.sig'),

@@ -3,13 +3,7 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { SigilError } from '@sigil/plugin-api';
 import { KEY_BYTES, SEALED_PURPOSES, type SealedPurpose } from './keys.ts';
-import {
-  pcrSelection,
-  TPM_RC_POLICY_FAIL_SESSION_1,
-  TpmToolError,
-  type Tpm,
-  type TpmSession,
-} from './tpm.ts';
+import { failedWith, pcrSelection, TPM_RC, type Tpm, type TpmSession } from './tpm.ts';
 import { PCR_BANK } from './verify.ts';
 
 /**
@@ -219,7 +213,7 @@ export async function unsealKeys(tpm: Tpm, sealedDir: string): Promise<Map<Seale
           '-Q',
         ]);
       } catch (cause) {
-        if (!(cause instanceof TpmToolError)) throw cause;
+        if (!failedWith(cause, TPM_RC.integrity)) throw cause;
         throw new SigilError(
           'unavailable',
           `tee-vtpm: the sealed ${file.purpose} key does not load: it was sealed on another TPM, or this TPM's owner hierarchy was cleared since`,
@@ -240,8 +234,7 @@ export async function unsealKeys(tpm: Tpm, sealedDir: string): Promise<Map<Seale
           `pcr:${pcrSelection(PCR_BANK, pcrs)}`,
         ]);
       } catch (cause) {
-        if (cause instanceof TpmToolError && cause.responseCode === TPM_RC_POLICY_FAIL_SESSION_1)
-          throw await pcrMismatch(session, file, sealedDir);
+        if (failedWith(cause, TPM_RC.policyFail)) throw await pcrMismatch(session, file, sealedDir);
         throw cause;
       }
       if (key.length !== KEY_BYTES)

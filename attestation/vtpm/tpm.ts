@@ -3,6 +3,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SigilError } from '@sigil/plugin-api';
+import { acquireLock, lockPathFor } from './tpm-lock.ts';
 
 /**
  * The TPM, through Debian's tpm2-tools. Chosen over a TPM library: tss.js, the one TPM 2.0 stack on
@@ -10,10 +11,12 @@ import { SigilError } from '@sigil/plugin-api';
  * and speaks to a device (`device:/dev/tpmrm0`) and to swtpm (`swtpm:host=…,port=…`) alike, by
  * the TCTI string.
  *
- * Each operation runs in a private temporary folder (objects pass between tools as context files)
- * and alone in this process. swtpm has no resource manager and few object slots: every object a tool
- * loads stays loaded, so transient objects are flushed after each tool (under /dev/tpmrm0 the kernel
- * flushes them and these flushes find nothing).
+ * Each operation runs in a private temporary folder and alone in this process. Objects pass between
+ * tools as saved context files, which each tool loads again, so nothing needs to stay loaded between
+ * two tools. swtpm has no resource manager and three object slots: every object a tool loads stays
+ * loaded, so transient objects are flushed after each tool (under /dev/tpmrm0 the kernel flushes
+ * them and these flushes find nothing). Operations of other processes on the same TPM wait on a
+ * lock (tpm-lock.ts), so no flush of theirs unloads an object one of ours is using.
  */
 
 /** The tool's own `ERROR:` lines (the TSS's log is silenced: TSS2_LOG below), or its last line. */
@@ -25,10 +28,9 @@ const errorLines = (text: string): string => {
   return errors.length > 0 ? errors.join('; ') : (lines.at(-1) ?? '');
 };
 
-/** The response code tpm2-tools prints as `Esys_X(0x99D)` or `ErrorCode (0x0000099d)`. */
+/** The response code tpm2-tools prints as `ERROR: Esys_Unseal(0x99D) - …` (or `Eys_Load(0x1DF)`). */
 function responseCodeOf(stderr: string): number | undefined {
-  const match = /Esys_\w+\((0x[0-9a-fA-F]+)\)|ErrorCode \((0x[0-9a-fA-F]+)\)/.exec(stderr);
-  const code = match?.[1] ?? match?.[2];
+  const code = /^ERROR: \w+\((0x[0-9a-fA-F]+)\) - /m.exec(stderr)?.[1];
   return code === undefined ? undefined : Number.parseInt(code, 16);
 }
 
@@ -44,8 +46,29 @@ export class TpmToolError extends Error {
   }
 }
 
-/** `TPM_RC_POLICY_FAIL` as a session's error (format 1, session 1): the PCRs differ from the policy's. */
-export const TPM_RC_POLICY_FAIL_SESSION_1 = 0x99d;
+/** Format-one response codes (TPM 2.0 Part 2, 6.6.3), without the parameter, handle or session number. */
+export const TPM_RC = {
+  /** The value of a parameter has the wrong size: qualifying data larger than the TPM's largest digest. */
+  size: 0x095,
+  /** The policy's PCRs differ from their values now. */
+  policyFail: 0x09d,
+  /** A sealed blob does not decrypt under this parent: another TPM's, or a cleared hierarchy's. */
+  integrity: 0x09f,
+} as const;
+
+/** Whether a tool failed with the format-one response code `code`, whichever parameter or session it names. */
+export const failedWith = (error: unknown, code: number): boolean =>
+  error instanceof TpmToolError &&
+  error.responseCode !== undefined &&
+  (error.responseCode & 0x80) !== 0 &&
+  (error.responseCode & 0xbf) === code;
+
+/**
+ * `TPM_RC_OBJECT_MEMORY` and `TPM_RC_SESSION_MEMORY`: no slot free, when a process died in the middle
+ * of an operation and left its objects loaded; flushing them and trying again gets a slot.
+ */
+const OUT_OF_SLOTS = new Set([0x902, 0x903]);
+const TOOL_ATTEMPTS = 3;
 
 /** The tools one operation uses, working in its folder. */
 export interface TpmSession {
@@ -59,27 +82,46 @@ export interface TpmSession {
 
 export class Tpm {
   private queue: Promise<unknown> = Promise.resolve();
+  private readonly lockPath: string;
 
-  constructor(readonly tcti: string) {}
+  constructor(readonly tcti: string) {
+    this.lockPath = lockPathFor(tcti);
+  }
 
   /**
-   * Runs one TPM operation alone in this process, in a private folder removed afterwards. A tool
-   * missing or the TPM unreachable is a SigilError `unavailable`.
+   * Runs one TPM operation alone on this TPM (queued in this process, locked against the others), in
+   * a private folder removed afterwards. A tool missing or the TPM unreachable is a SigilError
+   * `unavailable`.
    */
   operation<T>(work: (session: TpmSession) => Promise<T>): Promise<T> {
-    const next = this.queue.then(() => this.inFolder(work));
+    const next = this.queue.then(() => this.locked(work));
     this.queue = next.catch(() => undefined);
     return next;
+  }
+
+  private async locked<T>(work: (session: TpmSession) => Promise<T>): Promise<T> {
+    const release = await acquireLock(this.lockPath);
+    try {
+      return await this.inFolder(work);
+    } finally {
+      await release();
+    }
   }
 
   private async inFolder<T>(work: (session: TpmSession) => Promise<T>): Promise<T> {
     const dir = await mkdtemp(join(tmpdir(), 'sigil-vtpm-'));
     const session: TpmSession = {
       run: async (tool, args, input) => {
-        try {
-          return await this.tool(tool, args, dir, input);
-        } finally {
-          await this.tool('tpm2_flushcontext', ['--transient-object'], dir).catch(() => undefined);
+        for (let attempt = 1; ; attempt += 1) {
+          try {
+            return await this.tool(tool, args, dir, input);
+          } catch (err) {
+            const outOfSlots = err instanceof TpmToolError && OUT_OF_SLOTS.has(err.responseCode ?? 0);
+            if (!outOfSlots || attempt === TOOL_ATTEMPTS) throw err;
+            await this.flush(dir, '--loaded-session');
+          } finally {
+            await this.flush(dir, '--transient-object');
+          }
         }
       },
       path: (name) => join(dir, name),
@@ -91,6 +133,10 @@ export class Tpm {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  }
+
+  private flush(dir: string, what: '--transient-object' | '--loaded-session'): Promise<unknown> {
+    return this.tool('tpm2_flushcontext', [what], dir).catch(() => undefined);
   }
 
   private tool(tool: string, args: readonly string[], cwd: string, input?: Uint8Array): Promise<Buffer> {

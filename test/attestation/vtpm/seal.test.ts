@@ -2,6 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import type { AttestationEvidenceV2 } from '@sigil/plugin-api';
 import { randomKey, SEALED_PURPOSES } from '../../../attestation/vtpm/keys.ts';
 import { sealKeys, unsealKeys } from '../../../attestation/vtpm/seal.ts';
 import { Tpm } from '../../../attestation/vtpm/tpm.ts';
@@ -126,6 +127,36 @@ describe('tee-vtpm sealed keys on swtpm', function () {
     for (const encoding of ['hex', 'base64'] as const) {
       const text = Buffer.from(key).toString(encoding);
       expect(secrets.scrub(`key ${text}`)).to.equal('key [REDACTED]');
+    }
+  });
+});
+
+describe('tee-vtpm: two processes on one TPM', function () {
+  this.timeout(300_000);
+  let vtpm: SealedVtpm;
+
+  before(async () => {
+    vtpm = await sealedOnSwtpm();
+  });
+  after(() => vtpm?.remove());
+
+  it('unseal and quote side by side, as the runtime and the gateway do as two processes on one swtpm', async () => {
+    const [runtime, gateway] = [await vtpm.create(), await vtpm.create()];
+    const reportData = new Uint8Array(64).fill(7);
+    // Each instance queues its own TPM operations, as a process does: these interleave at the TPM.
+    const rounds = await Promise.all(
+      Array.from({ length: 3 }, () =>
+        Promise.all([runtime.attest(reportData), gateway.attest(reportData), vtpm.create()]),
+      ),
+    );
+    for (const [fromRuntime, fromGateway, started] of rounds) {
+      for (const evidence of [fromRuntime, fromGateway])
+        expect((await runtime.verify(evidence as AttestationEvidenceV2, { reportData })).verified).to.equal(
+          true,
+        );
+      expect(hex((await started.signingKey('execution-proof')).key)).to.equal(
+        hex(vtpm.keys.get('execution-proof') as Uint8Array),
+      );
     }
   });
 });
