@@ -24,7 +24,6 @@ describe('sigil command', function () {
       ['config', 'check'],
       ['config', 'schema'],
       ['db', 'migrate'],
-      ['tee', 'seal'],
     ]) {
       const result = await runSigil([...command, '--help'], { cwd: dir });
       expect(result.code, command.join(' ')).to.equal(0);

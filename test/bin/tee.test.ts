@@ -107,6 +107,13 @@ describe('sigil tee seal', function () {
     );
   });
 
+  it('says in --help where each key comes from', async () => {
+    const help = await runSigil(['tee', 'seal', '--help'], { cwd: dir, env: env() });
+    expect(help.code).to.equal(0);
+    expect(help.stdout).to.match(/Usage: sigil tee seal/);
+    expect(help.stdout).to.match(/SIGIL_EXECUTION_PROOF_KEY, MCP_SIGNING_KEY and\s+SIGIL_KEY_DERIVATION_ROOT/);
+  });
+
   it('names what is wrong with the config: no tee-vtpm plugin, or its options', async () => {
     writeConfig({}, 'tee-none');
     const none = await runSigil(['tee', 'seal'], { cwd: dir, env: env() });
