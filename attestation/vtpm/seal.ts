@@ -95,16 +95,8 @@ export async function sealKeys(
     const parent = await storageKey(session);
     const pcrs = await readPcrs(session, options.pcrs);
     // The policy of exactly the values recorded in the files, not of whatever the PCRs hold a moment later.
-    await session.run('tpm2_createpolicy', [
-      '--policy-pcr',
-      '-l',
-      selection,
-      '-f',
-      'pcrs.bin',
-      '-L',
-      'policy.digest',
-      '-Q',
-    ]);
+    // prettier-ignore
+    await session.run('tpm2_createpolicy', ['--policy-pcr', '-l', selection, '-f', 'pcrs.bin', '-L', 'policy.digest', '-Q']);
     // Its trial session stays loaded (the other tools close theirs): swtpm has three session slots.
     await session.run('tpm2_flushcontext', ['--loaded-session']);
     const files: SealedFile[] = [];
@@ -142,6 +134,14 @@ export async function sealKeys(
   return { files: written, pcrs: sealed.pcrs };
 }
 
+function jsonOrUndefined(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
 async function readSealedFile(sealedDir: string, purpose: SealedPurpose): Promise<SealedFile> {
   const path = sealedPath(sealedDir, purpose);
   let text: string;
@@ -154,15 +154,7 @@ async function readSealedFile(sealedDir: string, purpose: SealedPurpose): Promis
       cause,
     });
   }
-  const parsed = sealedFileSchema.safeParse(
-    (() => {
-      try {
-        return JSON.parse(text) as unknown;
-      } catch {
-        return undefined;
-      }
-    })(),
-  );
+  const parsed = sealedFileSchema.safeParse(jsonOrUndefined(text));
   if (!parsed.success || parsed.data.purpose !== purpose)
     throw new SigilError('unavailable', `tee-vtpm: ${path} is not a sealed ${purpose} key`, {
       details: { reason: 'sealed_file_invalid', purpose },
@@ -201,17 +193,8 @@ export async function unsealKeys(tpm: Tpm, sealedDir: string): Promise<Map<Seale
       await session.write('sealed.pub', Buffer.from(file.public, 'base64'));
       await session.write('sealed.priv', Buffer.from(file.private, 'base64'));
       try {
-        await session.run('tpm2_load', [
-          '-C',
-          parent,
-          '-u',
-          'sealed.pub',
-          '-r',
-          'sealed.priv',
-          '-c',
-          'sealed.ctx',
-          '-Q',
-        ]);
+        // prettier-ignore
+        await session.run('tpm2_load', ['-C', parent, '-u', 'sealed.pub', '-r', 'sealed.priv', '-c', 'sealed.ctx', '-Q']);
       } catch (cause) {
         if (!failedWith(cause, TPM_RC.integrity)) throw cause;
         throw new SigilError(
@@ -227,6 +210,7 @@ export async function unsealKeys(tpm: Tpm, sealedDir: string): Promise<Map<Seale
       const pcrs = Object.keys(file.pcrs.values).map(Number);
       let key: Buffer;
       try {
+        // The policy session the PCR authorization (`pcr:`) starts is the only way this object unseals.
         key = await session.run('tpm2_unseal', [
           '-c',
           'sealed.ctx',

@@ -77,6 +77,14 @@ class Reader {
     return this.view(8, field).getBigUint64(0);
   }
 
+  /** A 16-bit tag (a structure's type, an algorithm) that must be `expected`, named `name` in the error. */
+  tag(field: string, expected: number, name: string): number {
+    const value = this.u16(field);
+    if (value !== expected)
+      throw new TpmParseError(`${this.what}: ${field} is 0x${value.toString(16)}, not ${name}`);
+    return value;
+  }
+
   /** A `TPM2B_*`: 16-bit size, then that many bytes. */
   sized(field: string): Uint8Array {
     return this.take(this.u16(`${field} size`), field);
@@ -140,9 +148,7 @@ export function parseQuoteAttest(bytes: Uint8Array): QuoteAttest {
     throw new TpmParseError(
       `TPMS_ATTEST: magic is 0x${magic.toString(16)}, not TPM_GENERATED_VALUE 0x${TPM_GENERATED_VALUE.toString(16)}`,
     );
-  const type = reader.u16('type');
-  if (type !== TPM_ST_ATTEST_QUOTE)
-    throw new TpmParseError(`TPMS_ATTEST: type is 0x${type.toString(16)}, not TPM_ST_ATTEST_QUOTE (0x8018)`);
+  const type = reader.tag('type', TPM_ST_ATTEST_QUOTE, 'TPM_ST_ATTEST_QUOTE (0x8018)');
   const qualifiedSigner = reader.sized('qualifiedSigner');
   const extraData = reader.sized('extraData');
   const clockInfo = {
@@ -176,9 +182,7 @@ export interface EcdsaSignature {
 
 export function parseEcdsaSignature(bytes: Uint8Array): EcdsaSignature {
   const reader = new Reader(bytes, 'TPMT_SIGNATURE');
-  const sigAlg = reader.u16('sigAlg');
-  if (sigAlg !== TPM_ALG.ecdsa)
-    throw new TpmParseError(`TPMT_SIGNATURE: sigAlg is 0x${sigAlg.toString(16)}, not TPM_ALG_ECDSA`);
+  reader.tag('sigAlg', TPM_ALG.ecdsa, 'TPM_ALG_ECDSA');
   const signature = {
     hashAlg: reader.u16('hash'),
     r: reader.sized('signatureR'),
@@ -210,8 +214,7 @@ export function parseEccPublic(bytes: Uint8Array): EccPublic {
   const marshalled = outer.sized('publicArea');
   outer.end();
   const reader = new Reader(marshalled, 'TPMT_PUBLIC');
-  const type = reader.u16('type');
-  if (type !== TPM_ALG.ecc) throw new TpmParseError(`TPMT_PUBLIC: type is 0x${type.toString(16)}, not ECC`);
+  reader.tag('type', TPM_ALG.ecc, 'TPM_ALG_ECC');
   const nameAlg = reader.u16('nameAlg');
   const objectAttributes = reader.u32('objectAttributes');
   const authPolicy = reader.sized('authPolicy');

@@ -72,10 +72,8 @@ const TOOL_ATTEMPTS = 3;
 
 /** The tools one operation uses, working in its folder. */
 export interface TpmSession {
-  /** Runs one tool (`tpm2_quote`, …) with `args`, `input` on its stdin; resolves to its stdout. */
+  /** Runs one tool (`tpm2_quote`, …) in the folder with `args`, `input` on its stdin; resolves to its stdout. */
   run(tool: string, args: readonly string[], input?: Uint8Array): Promise<Buffer>;
-  /** A path in the operation's folder. */
-  path(name: string): string;
   read(name: string): Promise<Buffer>;
   write(name: string, data: Uint8Array): Promise<void>;
 }
@@ -124,7 +122,6 @@ export class Tpm {
           }
         }
       },
-      path: (name) => join(dir, name),
       read: (name) => readFile(join(dir, name)),
       write: (name, data) => writeFile(join(dir, name), data, { mode: 0o600 }),
     };
@@ -165,6 +162,8 @@ export class Tpm {
         if (code === 0) return resolve(Buffer.concat(stdout));
         reject(this.failure(tool, stderr));
       });
+      // A tool that exits without reading its input closes the pipe: its exit code says what happened.
+      child.stdin.on('error', () => undefined);
       child.stdin.end(input === undefined ? undefined : Buffer.from(input));
     });
   }

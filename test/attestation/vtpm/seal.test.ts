@@ -129,16 +129,6 @@ describe('tee-vtpm sealed keys on swtpm', function () {
       expect(secrets.scrub(`key ${text}`)).to.equal('key [REDACTED]');
     }
   });
-});
-
-describe('tee-vtpm: two processes on one TPM', function () {
-  this.timeout(300_000);
-  let vtpm: SealedVtpm;
-
-  before(async () => {
-    vtpm = await sealedOnSwtpm();
-  });
-  after(() => vtpm?.remove());
 
   it('unseal and quote side by side, as the runtime and the gateway do as two processes on one swtpm', async () => {
     const [runtime, gateway] = [await vtpm.create(), await vtpm.create()];
