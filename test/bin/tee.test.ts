@@ -111,7 +111,9 @@ describe('sigil tee seal', function () {
     const help = await runSigil(['tee', 'seal', '--help'], { cwd: dir, env: env() });
     expect(help.code).to.equal(0);
     expect(help.stdout).to.match(/Usage: sigil tee seal/);
-    expect(help.stdout).to.match(/SIGIL_EXECUTION_PROOF_KEY, MCP_SIGNING_KEY and\s+SIGIL_KEY_DERIVATION_ROOT/);
+    expect(help.stdout).to.match(
+      /SIGIL_EXECUTION_PROOF_KEY, MCP_SIGNING_KEY and\s+SIGIL_KEY_DERIVATION_ROOT/,
+    );
   });
 
   it('names what is wrong with the config: no tee-vtpm plugin, or its options', async () => {
