@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, rmSync, watch } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { lockPathFor } from '../../attestation/vtpm/tpm-lock.ts';
 
 /**
  * A real TPM 2.0 for tests: Debian's swtpm (libtpms, IBM's reference code), with tpm2-tools to talk
@@ -30,7 +31,7 @@ export interface Swtpm {
   restart(): Promise<Swtpm>;
   /** Stops swtpm; the state folder stays until {@link Swtpm.remove}. */
   stop(): Promise<void>;
-  /** Stops swtpm and removes its state folder. */
+  /** Stops swtpm and removes its state folder (and tee-vtpm's lock file of its TCTI). */
   remove(): Promise<void>;
 }
 
@@ -147,6 +148,7 @@ export async function startSwtpm(stateDir = mkdtempSync(join(tmpdir(), 'sigil-sw
     remove: async () => {
       await stop();
       rmSync(stateDir, { recursive: true, force: true });
+      rmSync(lockPathFor(tcti), { force: true });
     },
   };
 }
