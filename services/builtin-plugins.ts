@@ -5,6 +5,7 @@ export const builtinPlugins: BuiltinPlugins = {
   'tee-none': () => import('../attestation/none/index.ts'),
   'tee-sev-snp': () => import('../attestation/sev-snp/index.ts'),
   'tee-tdx': () => import('../attestation/tdx/index.ts'),
+  'tee-vtpm': () => import('../attestation/vtpm/index.ts'),
   'registry-npm': () => import('../registries/npm/index.ts'),
   'registry-git': () => import('../registries/git/index.ts'),
   'registry-pypi': () => import('../registries/pypi/index.ts'),

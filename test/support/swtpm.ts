@@ -1,0 +1,154 @@
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, watch } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { lockPathFor } from '../../attestation/vtpm/tpm-lock.ts';
+
+/**
+ * A real TPM 2.0 for tests: Debian's swtpm (libtpms, IBM's reference code), with tpm2-tools to talk
+ * to it, both installed with apt-get when missing (CI runs as root). Each {@link startSwtpm} is a
+ * TPM of its own: a state folder (its seeds, so what is sealed under it stays sealed under it across
+ * a restart) and a pair of free ports, server and control (the swtpm TCTI takes the control port to
+ * be the server's plus one).
+ *
+ *     const tpm = await startSwtpm();
+ *     … tee-vtpm with { tcti: tpm.tcti } …
+ *     await tpm.extendPcr(7);          // a changed boot
+ *     const again = await tpm.restart(); // PCRs back to zero, the same seeds
+ *     await again.stop();
+ */
+
+export interface Swtpm {
+  /** What tpm2-tools and the plugin's `tcti` option take: `swtpm:host=127.0.0.1,port=N`. */
+  tcti: string;
+  stateDir: string;
+  /** Runs a tpm2-tools program against this TPM; resolves to its stdout. */
+  tool(program: string, args: readonly string[]): string;
+  /** Extends a sha256 PCR with a digest, as a boot that measured something else would. */
+  extendPcr(pcr: number, digest?: string): void;
+  /** The same TPM rebooted: stopped, then started on its state folder (PCRs reset, seeds kept). */
+  restart(): Promise<Swtpm>;
+  /** Stops swtpm; the state folder stays until {@link Swtpm.remove}. */
+  stop(): Promise<void>;
+  /** Stops swtpm and removes its state folder (and tee-vtpm's lock file of its TCTI). */
+  remove(): Promise<void>;
+}
+
+/** The program of each package the tests need. */
+const PACKAGES = [
+  ['/usr/bin/swtpm', 'swtpm'],
+  ['/usr/bin/tpm2_quote', 'tpm2-tools'],
+] as const;
+
+/** apt-get only when a program is missing: these machines may have them, a fresh CI machine may not. */
+export function installTpmPackages(): void {
+  const missing = PACKAGES.filter(([program]) => !existsSync(program)).map(([, name]) => name);
+  if (missing.length === 0) return;
+  if (process.getuid?.() !== 0) throw new Error(`the TPM tests need ${missing.join(', ')} (apt-get as root)`);
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
+  execFileSync('apt-get', ['install', '-y', '-qq', ...missing], { stdio: 'inherit', env });
+}
+
+const listening = (port: number): Promise<ReturnType<typeof createServer> | undefined> =>
+  new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(undefined));
+    server.listen(port, '127.0.0.1', () => resolve(server));
+  });
+
+const closed = (server: ReturnType<typeof createServer>): Promise<void> =>
+  new Promise((resolve) => server.close(() => resolve()));
+
+/** Two free consecutive ports, the server's and its control port, the OS picking the first. */
+async function freePortPair(): Promise<number> {
+  for (;;) {
+    const first = await listening(0);
+    const address = first?.address();
+    if (!first || typeof address !== 'object' || address === null) continue;
+    const second = await listening(address.port + 1);
+    await closed(first);
+    if (second) {
+      await closed(second);
+      return address.port;
+    }
+  }
+}
+
+/** Resolves once `path` exists: swtpm writes its pid file after its sockets listen. */
+function created(path: string, child: ChildProcess, output: () => string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const watcher = watch(join(path, '..'), () => {
+      if (existsSync(path)) done();
+    });
+    const onExit = (code: number | null) => {
+      watcher.close();
+      reject(new Error(`swtpm exited with ${code} before it listened:\n${output()}`));
+    };
+    const done = () => {
+      watcher.close();
+      child.off('exit', onExit);
+      resolve();
+    };
+    child.once('exit', onExit);
+    if (existsSync(path)) done();
+  });
+}
+
+/** Starts swtpm on `stateDir` (a new folder by default); rejects with its output when it fails. */
+export async function startSwtpm(stateDir = mkdtempSync(join(tmpdir(), 'sigil-swtpm-'))): Promise<Swtpm> {
+  installTpmPackages();
+  const port = await freePortPair();
+  const runDir = mkdtempSync(join(tmpdir(), 'sigil-swtpm-run-'));
+  const pidFile = join(runDir, 'swtpm.pid');
+  const child = spawn(
+    'swtpm',
+    [
+      'socket',
+      '--tpm2',
+      '--server',
+      `type=tcp,port=${port},bindaddr=127.0.0.1`,
+      '--ctrl',
+      `type=tcp,port=${port + 1},bindaddr=127.0.0.1`,
+      '--tpmstate',
+      `dir=${stateDir}`,
+      '--pid',
+      `file=${pidFile}`,
+      '--flags',
+      'not-need-init,startup-clear',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let output = '';
+  child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  await created(pidFile, child, () => output);
+  const tcti = `swtpm:host=127.0.0.1,port=${port}`;
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    await exited;
+    rmSync(runDir, { recursive: true, force: true });
+  };
+  const tool = (program: string, args: readonly string[]) =>
+    execFileSync(program, args, { env: { ...process.env, TPM2TOOLS_TCTI: tcti }, encoding: 'utf8' });
+  return {
+    tcti,
+    stateDir,
+    tool,
+    extendPcr: (pcr, digest = 'ab'.repeat(32)) => {
+      tool('tpm2_pcrextend', [`${pcr}:sha256=${digest}`]);
+    },
+    restart: async () => {
+      await stop();
+      return startSwtpm(stateDir);
+    },
+    stop,
+    remove: async () => {
+      await stop();
+      rmSync(stateDir, { recursive: true, force: true });
+      rmSync(lockPathFor(tcti), { force: true });
+    },
+  };
+}
