@@ -185,7 +185,9 @@ async function pcrMismatch(session: TpmSession, file: SealedFile, sealedDir: str
 
 /** Unseals every sealed key from `sealedDir`; refuses (SigilError `unavailable`) rather than fall back to another key. */
 export async function unsealKeys(tpm: Tpm, sealedDir: string): Promise<Map<SealedPurpose, Uint8Array>> {
-  const files = await Promise.all(SEALED_PURPOSES.map((purpose) => readSealedFile(sealedDir, purpose)));
+  // In order, so a missing key is named the same way every time: the first purpose missing.
+  const files: SealedFile[] = [];
+  for (const purpose of SEALED_PURPOSES) files.push(await readSealedFile(sealedDir, purpose));
   return tpm.operation(async (session) => {
     const parent = await storageKey(session);
     const keys = new Map<SealedPurpose, Uint8Array>();

@@ -80,7 +80,7 @@ describe('sigil command', function () {
     expect(listed).to.deep.include({
       name: 'tee-none',
       kind: 'tee-backend',
-      specVersion: 'v1',
+      specVersion: 'v2',
       source: 'builtin:tee-none',
       state: 'started',
     });
