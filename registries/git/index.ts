@@ -22,7 +22,7 @@ import { cacheContents, cacheEntryOf, directorySize } from '@sigil/plugin-api/ca
 import { type EntryRecord, GitCache } from './cache.ts';
 import { GitRegistryError, invalidRequest } from './errors.ts';
 import { Git, ObjectStore, type RemoteRef } from './git.ts';
-import { buildNpm, nodeLaunch } from './node.ts';
+import { buildNpm, checkedNodeLaunch } from './node.ts';
 import { buildPython, pythonLaunch } from './python.ts';
 import {
   checkVersion,
@@ -202,7 +202,7 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
     const root = this.cache.entryDir(resolved);
     const launch =
       record.build === 'npm'
-        ? await nodeLaunch(root, join(root, 'src'), entryPoint, packageId)
+        ? await checkedNodeLaunch(root, join(root, 'src'), entryPoint, resolved)
         : await pythonLaunch(root, join(root, 'src'), entryPoint, packageId);
     return { ...cacheEntryOf(record), launch };
   }
