@@ -1,15 +1,8 @@
 import { join } from 'node:path';
 import { expect } from 'chai';
-import {
-  contractChecks,
-  describePackageRegistryBehaviourV2,
-  EvidenceRedactor,
-  packageRegistryBehaviourV2,
-  packageRegistryKitV2,
-  type PackageRegistryFixtureV2,
-  runChecks,
-} from '@sigil/plugin-api/kit';
+import { describePackageRegistryBehaviourV2, type PackageRegistryFixtureV2 } from '@sigil/plugin-api/kit';
 import type { InstalledServer, PackageRegistryV2 } from '@sigil/plugin-api';
+import { failingChecks } from '../../support/failing-checks.ts';
 import { type PythonIndex, served, startPythonIndex } from '../../support/python-index.ts';
 import { buildWheel, wheelFromProject } from '../../support/python-wheels.ts';
 import { tempDir } from '../npm/support.ts';
@@ -79,25 +72,12 @@ describe('registry-pypi passes the package-registry v2 kit against a local index
 
   describePackageRegistryBehaviourV2(load, readyFixture, TRAITS);
 
-  /** Runs the behaviour checks on a broken registry; answers the ids that failed. */
-  async function failingChecks(
-    breakIt: (registry: PackageRegistryV2) => Partial<PackageRegistryV2>,
-  ): Promise<string[]> {
-    const kit = { ...packageRegistryKitV2, behaviour: packageRegistryBehaviourV2(readyFixture, TRAITS) };
-    const broken = async () => {
-      const instance = await load();
-      return Object.assign(Object.create(instance) as PackageRegistryV2, breakIt(instance));
-    };
-    const results = await runChecks(contractChecks(kit, broken), {
-      redactor: new EvidenceRedactor(),
-      timeoutMs: 20_000,
-      contextFor: (evidence) => ({ evidence }),
-    });
-    return results.filter((r) => r.status === 'fail').map((r) => r.id);
-  }
+  /** The ids of the checks that fail on a registry broken as `breakIt` says. */
+  const failing = (breakIt: Parameters<typeof failingChecks>[2]) =>
+    failingChecks(load, readyFixture, breakIt, { traits: TRAITS, timeoutMs: 20_000 });
 
   it('the kit fails a registry that swallows integrity failures', async () => {
-    const failed = await failingChecks((real) => ({
+    const failed = await failing((real) => ({
       install: (resolved, entryPoint) =>
         real
           .install(resolved, entryPoint)
@@ -116,7 +96,7 @@ describe('registry-pypi passes the package-registry v2 kit against a local index
   });
 
   it('the kit fails a registry that installs whatever the index now serves for a pinned version', async () => {
-    const failed = await failingChecks((real) => ({
+    const failed = await failing((real) => ({
       install: async (resolved, entryPoint) =>
         real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
     }));
