@@ -18,7 +18,7 @@ import {
   provide,
   type ResolvedPackage,
 } from '@sigil/plugin-api';
-import { cacheContents, cacheEntryOf, directorySize } from '@sigil/plugin-api/cache';
+import { cacheContents, cacheEntryOf, installedEntry } from '@sigil/plugin-api/cache';
 import { type EntryRecord, GitCache } from './cache.ts';
 import { GitRegistryError, invalidRequest } from './errors.ts';
 import { Git, ObjectStore, type RemoteRef } from './git.ts';
@@ -198,6 +198,11 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
       build: (staged) => this.installRepository(staged, resolved, url, pin),
       label: packageId,
       logger: this.logger,
+      noun: 'repository',
+      details: (entry) => ({
+        build: entry.build,
+        ...(entry.hasInstallScripts ? { installScripts: entry.installScripts } : {}),
+      }),
     });
     const root = this.cache.entryDir(resolved);
     const launch =
@@ -272,8 +277,6 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
     pin: Pin,
   ): Promise<Omit<EntryRecord, 'layout'>> {
     const packageId = `${resolved.name}@${resolved.version}`;
-    const started = performance.now();
-    this.logger.info({ package: packageId, digest: resolved.digest }, 'installing repository');
     const store = this.store(url);
     const stored = (await store.pinOf(pin.commit)) ?? (await this.fetchPinned(store, resolved, pin));
     if (stored.tree !== pin.tree) {
@@ -289,28 +292,12 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
     await store.checkout(pin, src, work);
     const built = await this.build(src, staged, work, packageId);
     await rm(work, { recursive: true, force: true });
-    const record = {
-      name: resolved.name,
-      version: resolved.version,
-      digest: resolved.digest,
-      installedAt: this.clock.now().toISOString(),
-      sizeBytes: await directorySize(staged),
-      hasInstallScripts: built.installScripts.length > 0,
+    return {
+      ...(await installedEntry(staged, resolved, this.clock, built.installScripts.length > 0)),
       commit: pin.commit,
       tree: pin.tree,
       ...built,
     };
-    this.logger.info(
-      {
-        package: packageId,
-        build: record.build,
-        bytes: record.sizeBytes,
-        ms: Math.round(performance.now() - started),
-        ...(record.hasInstallScripts ? { installScripts: record.installScripts } : {}),
-      },
-      'installed repository',
-    );
-    return record;
   }
 
   /**

@@ -18,7 +18,7 @@ import {
   provide,
   type ResolvedPackage,
 } from '@sigil/plugin-api';
-import { cacheContents, cacheEntryOf, directorySize } from '@sigil/plugin-api/cache';
+import { cacheContents, cacheEntryOf, installedEntry } from '@sigil/plugin-api/cache';
 import { CacheLayout, type EntryRecord } from './cache.ts';
 import { checkResolved, NpmClient } from './npm.ts';
 
@@ -80,6 +80,11 @@ export class NpmRegistry implements PackageRegistryV2, PluginLifecycle {
       build: (staged) => this.installTree(staged, resolved),
       label: `${resolved.name}@${resolved.version}`,
       logger: this.logger,
+      noun: 'package',
+      details: (entry) => ({
+        packages: entry.packages,
+        ...(entry.hasInstallScripts ? { installScriptsNotRun: entry.installScripts } : {}),
+      }),
     });
     return this.installedFrom(entry);
   }
@@ -91,31 +96,13 @@ export class NpmRegistry implements PackageRegistryV2, PluginLifecycle {
 
   /** Installs the package's tree into a staging directory; answers the entry's record. */
   private async installTree(staged: string, resolved: ResolvedPackage): Promise<Omit<EntryRecord, 'layout'>> {
-    const packageId = `${resolved.name}@${resolved.version}`;
-    const started = performance.now();
-    this.logger.info({ package: packageId, digest: resolved.digest }, 'installing package');
     const tree = await this.npm.installTree(staged, resolved);
-    const record = {
-      name: resolved.name,
-      version: resolved.version,
-      digest: resolved.digest,
-      installedAt: this.clock.now().toISOString(),
-      sizeBytes: await directorySize(staged),
-      hasInstallScripts: tree.installScripts.length > 0,
+    const scripted = tree.installScripts.length > 0;
+    return {
+      ...(await installedEntry(staged, resolved, this.clock, scripted)),
       installScripts: tree.installScripts,
       packages: tree.packages,
     };
-    this.logger.info(
-      {
-        package: packageId,
-        packages: record.packages,
-        bytes: record.sizeBytes,
-        ms: Math.round(performance.now() - started),
-        ...(record.hasInstallScripts ? { installScriptsNotRun: record.installScripts } : {}),
-      },
-      'installed package',
-    );
-    return record;
   }
 
   private async installedFrom(entry: EntryRecord): Promise<InstalledPackage> {

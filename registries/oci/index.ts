@@ -18,7 +18,7 @@ import {
   type SecretRegistry,
 } from '@sigil/plugin-api';
 import { cacheContents, SingleFlight } from '@sigil/plugin-api/cache';
-import { ImageCache, type ImageRecord } from './cache.ts';
+import { ImageCache } from './cache.ts';
 import { Distribution } from './distribution.ts';
 import { invalidRequest, OciRegistryError } from './errors.ts';
 import { checkEntryPoint, launchOf } from './entry-point.ts';
@@ -191,9 +191,19 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
     checkEntryPoint(entryPoint, label);
     await this.cache.ready(this.logger);
     const image = await this.cache.install(resolved, {
-      build: (staged) => this.download(staged, repository, resolved),
+      build: (staged) =>
+        downloadImage({
+          distribution: this.distribution,
+          repository,
+          digest: resolved.digest,
+          platform: this.platform,
+          dir: staged,
+          label,
+        }),
       label,
       logger: this.logger,
+      noun: 'image',
+      details: (image) => ({ digest: image.digest, layers: image.layers.length }),
     });
     const { name, version, digest } = resolved;
     const ref = await this.addingRefs.run(JSON.stringify([name, version, digest]), () =>
@@ -247,36 +257,6 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
       if (await this.cache.read(ref)) return { name: ref.name, version: ref.version, digest: ref.digest };
     }
     return undefined;
-  }
-
-  /** Downloads the image into a staging directory, every blob verified; answers its record. */
-  private async download(
-    staged: string,
-    repository: Repository,
-    resolved: ResolvedPackage,
-  ): Promise<Omit<ImageRecord, 'layout'>> {
-    const label = `${resolved.name}:${resolved.version}`;
-    const started = performance.now();
-    this.logger.info({ package: label, digest: resolved.digest }, 'installing image');
-    const downloaded = await downloadImage({
-      distribution: this.distribution,
-      repository,
-      digest: resolved.digest,
-      platform: this.platform,
-      dir: staged,
-      label,
-    });
-    this.logger.info(
-      {
-        package: label,
-        digest: resolved.digest,
-        layers: downloaded.layers.length,
-        bytes: downloaded.sizeBytes,
-        ms: Math.round(performance.now() - started),
-      },
-      'installed image',
-    );
-    return downloaded;
   }
 
   private checkResolved(resolved: ResolvedPackage): Repository {

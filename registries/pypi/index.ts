@@ -18,7 +18,7 @@ import {
   type ResolvedPackage,
   SigilError,
 } from '@sigil/plugin-api';
-import { cacheContents, cacheEntryOf, directorySize } from '@sigil/plugin-api/cache';
+import { cacheContents, cacheEntryOf, installedEntry } from '@sigil/plugin-api/cache';
 import { type EntryRecord, PypiCache } from './cache.ts';
 import { choose } from './distributions.ts';
 import { PypiRegistryError } from './errors.ts';
@@ -140,6 +140,8 @@ export class PypiRegistry implements PackageRegistryV2, PluginLifecycle {
         build: (staged) => this.installWheels(staged, pin),
         label: packageId,
         logger: this.logger,
+        noun: 'package',
+        details: (entry) => ({ packages: entry.distributions.map((d) => `${d.name}==${d.version}`) }),
       })
       .catch((err: unknown) => {
         throw err instanceof SigilError
@@ -172,31 +174,13 @@ export class PypiRegistry implements PackageRegistryV2, PluginLifecycle {
     staged: string,
     resolved: ResolvedPackage,
   ): Promise<Omit<EntryRecord, 'layout'>> {
-    const packageId = `${resolved.name}==${resolved.version}`;
-    const started = performance.now();
-    this.logger.info({ package: packageId, digest: resolved.digest }, 'installing package');
     const host = await this.python();
     const tree = await this.installer.install(staged, resolved, host);
-    const record = {
-      name: resolved.name,
-      version: resolved.version,
-      digest: resolved.digest,
-      installedAt: this.clock.now().toISOString(),
-      sizeBytes: await directorySize(staged),
-      hasInstallScripts: false,
+    return {
+      ...(await installedEntry(staged, resolved, this.clock, false)),
       pythonCacheTag: host.cacheTag,
       ...tree,
     };
-    this.logger.info(
-      {
-        package: packageId,
-        packages: record.distributions.map((d) => `${d.name}==${d.version}`),
-        bytes: record.sizeBytes,
-        ms: Math.round(performance.now() - started),
-      },
-      'installed package',
-    );
-    return record;
   }
 }
 

@@ -8,7 +8,14 @@
  * - `SingleFlight`: one run of a piece of work per key at a time.
  */
 export type * from './install-cache.ts';
-export { cacheContents, cacheEntryOf, directorySize, InstallCache, samePackage } from './install-cache.ts';
+export {
+  cacheContents,
+  cacheEntryOf,
+  directorySize,
+  InstallCache,
+  installedEntry,
+  samePackage,
+} from './install-cache.ts';
 export { SingleFlight } from './single-flight.ts';
 
 /**

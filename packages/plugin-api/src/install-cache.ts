@@ -10,6 +10,13 @@ import { SingleFlight } from './single-flight.ts';
 export interface InstallRecord {
   /** Bumped by a registry when the layout of its entries changes; entries of another layout are ignored. */
   layout: number;
+  /** Bytes on disk of the entry. */
+  sizeBytes: number;
+}
+
+/** What an entry is installed from: something pinned by the digest of its content. */
+export interface Pinned {
+  digest: string;
 }
 
 export interface InstallCacheOptions<Entry extends InstallRecord, Wanted> {
@@ -46,7 +53,7 @@ export interface InstallCacheOptions<Entry extends InstallRecord, Wanted> {
  * leaves half an entry where it is looked for; `prepare` removes what crashed installs left in
  * staging. Registries subclass it to name their keys and records and to keep files of their own.
  */
-export class InstallCache<Entry extends InstallRecord & Wanted, Wanted = ResolvedPackage> {
+export class InstallCache<Entry extends InstallRecord & Wanted, Wanted extends Pinned = ResolvedPackage> {
   readonly entries: string;
   readonly staging: string;
   private readonly installing = new SingleFlight();
@@ -117,15 +124,19 @@ export class InstallCache<Entry extends InstallRecord & Wanted, Wanted = Resolve
    * a registry answer offline), or else the one `build` makes. Concurrent calls for one entry share
    * one install, and an entry another process committed meanwhile is taken as it is. `build` fills
    * a fresh staging directory and answers the entry's record, which `commit` puts in place; when
-   * anything fails, nothing is kept (the failure is logged with `label`) and the call rejects.
+   * anything fails, nothing is kept and the call rejects. The install, its end and a failure are
+   * logged, naming the package by `label`.
    */
   async install(
     wanted: Wanted,
     options: {
       build: (staged: string) => Promise<Omit<Entry, 'layout'>>;
-      /** What the log names the package by. */
       label: string;
       logger: PluginLogger;
+      /** What the log calls an entry: `package`, `image`… */
+      noun: string;
+      /** What the log of a completed install tells besides its bytes and time. */
+      details?: (entry: Entry) => Record<string, unknown>;
     },
   ): Promise<Entry> {
     const cached = await this.read(wanted);
@@ -134,14 +145,28 @@ export class InstallCache<Entry extends InstallRecord & Wanted, Wanted = Resolve
       // An install of the same entry may have finished while the cache was read.
       const done = await this.read(wanted);
       if (done) return done;
+      const { label, logger } = options;
+      const started = performance.now();
+      logger.info({ package: label, digest: wanted.digest }, `installing ${options.noun}`);
       const staged = await this.stage(wanted);
+      let entry: Entry;
       try {
-        return await this.commit(staged, await options.build(staged));
+        entry = await this.commit(staged, await options.build(staged));
       } catch (err) {
         await this.discard(staged);
-        options.logger.warn({ package: options.label, err }, 'install failed; nothing was kept');
+        logger.warn({ package: label, err }, 'install failed; nothing was kept');
         throw err;
       }
+      logger.info(
+        {
+          package: label,
+          ...options.details?.(entry),
+          bytes: entry.sizeBytes,
+          ms: Math.round(performance.now() - started),
+        },
+        `installed ${options.noun}`,
+      );
+      return entry;
     });
   }
 
@@ -250,6 +275,20 @@ export function cacheEntryOf({
   hasInstallScripts,
 }: CacheEntry): CacheEntry {
   return { name, version, digest, installedAt, sizeBytes, hasInstallScripts };
+}
+
+/**
+ * The contract's fields of an entry just installed into `staged`: the pin, the time by the clock and
+ * the bytes on disk, for a `build` to answer with its own fields.
+ */
+export async function installedEntry(
+  staged: string,
+  { name, version, digest }: ResolvedPackage,
+  clock: Clock,
+  hasInstallScripts: boolean,
+): Promise<CacheEntry> {
+  const installedAt = clock.now().toISOString();
+  return { name, version, digest, installedAt, sizeBytes: await directorySize(staged), hasInstallScripts };
 }
 
 /**

@@ -14,12 +14,14 @@ import { pino } from 'pino';
 import type { CacheEntry } from '@sigil/plugin-api';
 import { cacheContents, InstallCache, samePackage, SingleFlight } from '@sigil/plugin-api/cache';
 import { ManualClock } from '../../../core/clock.ts';
+import { recordingLogger } from '../../support/logs.ts';
 
 interface TestRecord extends CacheEntry {
   layout: 1;
 }
 
 const silent = pino({ level: 'silent' });
+const logged = { label: 'pkg@1.0.0', logger: silent, noun: 'package' };
 const pinned = { name: 'pkg', version: '1.0.0', digest: 'sha256:aa' };
 const key = (wanted: { name: string; version: string }) => `${wanted.name}@${wanted.version}`;
 const fields = (installedAt: string) => ({ ...pinned, installedAt, sizeBytes: 3, hasInstallScripts: false });
@@ -42,23 +44,27 @@ describe('plugin API: InstallCache, the install cache of package registries', ()
   afterEach(() => rmSync(root, { recursive: true, force: true }));
 
   it('builds an entry once for concurrent installs, then answers it from disk without building', async () => {
+    const { logger, lines } = recordingLogger();
+    const logged = { label: 'pkg@1.0.0', logger, noun: 'package', details: () => ({ files: 1 }) };
     let builds = 0;
     const build = async (staged: string) => {
       builds += 1;
       writeFileSync(join(staged, 'payload'), 'abc');
       return fields('2026-01-01T00:00:00.000Z');
     };
-    const installs = await Promise.all(
-      [1, 2, 3].map(() => cache.install(pinned, { build, label: 'pkg@1.0.0', logger: silent })),
-    );
+    const installs = await Promise.all([1, 2, 3].map(() => cache.install(pinned, { build, ...logged })));
     expect(builds).to.equal(1);
     expect(installs.map((entry) => entry.installedAt)).to.deep.equal(
       Array(3).fill('2026-01-01T00:00:00.000Z'),
     );
-    expect(await cache.install(pinned, { build, label: 'pkg@1.0.0', logger: silent })).to.deep.equal(
-      installs[0],
-    );
+    expect(await cache.install(pinned, { build, ...logged })).to.deep.equal(installs[0]);
     expect(builds).to.equal(1);
+    expect(
+      lines.map(({ msg, package: label, bytes, files }) => ({ msg, label, bytes, files })),
+    ).to.deep.equal([
+      { msg: 'installing package', label: 'pkg@1.0.0', bytes: undefined, files: undefined },
+      { msg: 'installed package', label: 'pkg@1.0.0', bytes: 3, files: 1 },
+    ]);
     expect(readFileSync(join(cache.entryDir(pinned), 'payload'), 'utf8')).to.equal('abc');
     expect(readdirSync(cache.staging)).to.deep.equal([]);
     expect(cacheContents(await cache.list())).to.deep.equal({
@@ -73,8 +79,7 @@ describe('plugin API: InstallCache, the install cache of package registries', ()
         writeFileSync(join(staged, 'half'), '');
         throw new Error('download broke');
       },
-      label: 'pkg@1.0.0',
-      logger: silent,
+      ...logged,
     });
     await failing.then(
       () => expect.fail('the install succeeded'),
@@ -84,8 +89,7 @@ describe('plugin API: InstallCache, the install cache of package registries', ()
     expect(readdirSync(cache.staging)).to.deep.equal([]);
     const entry = await cache.install(pinned, {
       build: async () => fields('2026-01-02T00:00:00.000Z'),
-      label: 'pkg@1.0.0',
-      logger: silent,
+      ...logged,
     });
     expect(entry.installedAt).to.equal('2026-01-02T00:00:00.000Z');
   });
