@@ -1,4 +1,4 @@
-import type { PackageRegistryV2 } from '@sigil/plugin-api';
+import type { HostLaunch, InstalledServer, PackageRegistryV2 } from '@sigil/plugin-api';
 import {
   contractChecks,
   EvidenceRedactor,
@@ -32,3 +32,26 @@ export async function failingChecks(
   });
   return results.filter((result) => result.status === 'fail').map((result) => result.id);
 }
+
+/** A breakage: install answers a made-up entry where the registry refused content for its digest. */
+export const swallowingIntegrityFailures =
+  (runtime: HostLaunch['runtime']) =>
+  (real: PackageRegistryV2): Partial<PackageRegistryV2> => ({
+    install: (resolved, entryPoint) =>
+      real.install(resolved, entryPoint).catch((err: { details?: { reason?: unknown } }): InstalledServer => {
+        if (err.details?.reason !== 'integrity_mismatch') throw err;
+        return {
+          ...resolved,
+          installedAt: new Date().toISOString(),
+          sizeBytes: 0,
+          hasInstallScripts: false,
+          launch: { kind: 'host', runtime, root: '/nonexistent', args: [] },
+        };
+      }),
+  });
+
+/** A breakage: install resolves the pinned version again and installs whatever it names now. */
+export const followingMovedVersions = (real: PackageRegistryV2): Partial<PackageRegistryV2> => ({
+  install: async (resolved, entryPoint) =>
+    real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
+});

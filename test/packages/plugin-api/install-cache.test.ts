@@ -1,12 +1,5 @@
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
@@ -30,7 +23,7 @@ describe('plugin API: InstallCache, the install cache of package registries', ()
   let root: string;
   let cache: InstallCache<TestRecord>;
   beforeEach(async () => {
-    root = mkdtempSync(join(tmpdir(), 'sigil-install-cache-'));
+    root = await mkdtemp(join(tmpdir(), 'sigil-install-cache-'));
     cache = new InstallCache<TestRecord>({
       root,
       recordFile: 'record.json',
@@ -41,7 +34,7 @@ describe('plugin API: InstallCache, the install cache of package registries', ()
     });
     await cache.ready(silent);
   });
-  afterEach(() => rmSync(root, { recursive: true, force: true }));
+  afterEach(() => rm(root, { recursive: true, force: true }));
 
   it('builds an entry once for concurrent installs, then answers it from disk without building', async () => {
     const { logger, lines } = recordingLogger();

@@ -6,7 +6,7 @@ import {
   describePackageRegistryKitV2,
   type PackageRegistryFixtureV2,
 } from '@sigil/plugin-api/kit';
-import { failingChecks } from '../../support/failing-checks.ts';
+import { failingChecks, followingMovedVersions } from '../../support/failing-checks.ts';
 import { git, startGitDaemon, TestRepository, type GitDaemon } from '../../support/git.ts';
 import { tempDir, writePackage } from '../npm/support.ts';
 import { openGitRegistry, tamperStoredBlob } from './support.ts';
@@ -90,15 +90,7 @@ describe('registry-git passes the package-registry v2 kit against repositories s
   describePackageRegistryBehaviourV2(load, readyFixture);
 
   it('the kit fails a git registry that follows a moved tag instead of installing the pin', async () => {
-    const failed = await failingChecks(
-      load,
-      readyFixture,
-      (real) => ({
-        install: async (resolved, entryPoint) =>
-          real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
-      }),
-      { timeoutMs: 20_000 },
-    );
+    const failed = await failingChecks(load, readyFixture, followingMovedVersions, { timeoutMs: 20_000 });
     expect(failed).to.include('package-registry.moved-version-not-followed');
   });
 });

@@ -2,8 +2,7 @@ import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { describePackageRegistryBehaviourV2, type PackageRegistryFixtureV2 } from '@sigil/plugin-api/kit';
-import type { InstalledServer } from '@sigil/plugin-api';
-import { failingChecks } from '../../support/failing-checks.ts';
+import { failingChecks, swallowingIntegrityFailures } from '../../support/failing-checks.ts';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { openRegistry, tempDir, writePackage } from './support.ts';
 
@@ -93,21 +92,7 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
     failingChecks(load, readyFixture, breakIt);
 
   it('the kit fails a registry that swallows integrity failures', async () => {
-    const failed = await failing((real) => ({
-      install: (resolved, entryPoint) =>
-        real
-          .install(resolved, entryPoint)
-          .catch((err: { details?: { reason?: string } }): InstalledServer => {
-            if (err.details?.reason !== 'integrity_mismatch') throw err;
-            return {
-              ...resolved,
-              installedAt: new Date().toISOString(),
-              sizeBytes: 0,
-              hasInstallScripts: false,
-              launch: { kind: 'host', runtime: 'node', root: '/nonexistent', args: [] },
-            };
-          }),
-    }));
+    const failed = await failing(swallowingIntegrityFailures('node'));
     expect(failed).to.deep.equal(['package-registry.integrity-mismatch-refused']);
   });
 

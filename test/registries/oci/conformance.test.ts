@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { describePackageRegistryBehaviourV2, type PackageRegistryFixtureV2 } from '@sigil/plugin-api/kit';
-import { failingChecks } from '../../support/failing-checks.ts';
+import { failingChecks, followingMovedVersions } from '../../support/failing-checks.ts';
 import { hostPlatform } from '../../../registries/oci/manifest.ts';
 import {
   buildImage,
@@ -79,10 +79,7 @@ describe('registry-oci passes the package-registry v2 kit against docker-registr
     failingChecks(load, readyFixture, breakIt, { traits });
 
   it('the kit fails a registry that installs whatever its tag names now, not the pin', async () => {
-    const failed = await failing((real) => ({
-      install: async (resolved, entryPoint) =>
-        real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
-    }));
+    const failed = await failing(followingMovedVersions);
     expect(failed).to.deep.equal(['package-registry.moved-version-not-followed']);
   });
 

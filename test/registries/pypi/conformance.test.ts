@@ -1,8 +1,12 @@
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { describePackageRegistryBehaviourV2, type PackageRegistryFixtureV2 } from '@sigil/plugin-api/kit';
-import type { InstalledServer, PackageRegistryV2 } from '@sigil/plugin-api';
-import { failingChecks } from '../../support/failing-checks.ts';
+import type { PackageRegistryV2 } from '@sigil/plugin-api';
+import {
+  failingChecks,
+  followingMovedVersions,
+  swallowingIntegrityFailures,
+} from '../../support/failing-checks.ts';
 import { type PythonIndex, served, startPythonIndex } from '../../support/python-index.ts';
 import { buildWheel, wheelFromProject } from '../../support/python-wheels.ts';
 import { tempDir } from '../npm/support.ts';
@@ -77,29 +81,12 @@ describe('registry-pypi passes the package-registry v2 kit against a local index
     failingChecks(load, readyFixture, breakIt, { traits: TRAITS, timeoutMs: 20_000 });
 
   it('the kit fails a registry that swallows integrity failures', async () => {
-    const failed = await failing((real) => ({
-      install: (resolved, entryPoint) =>
-        real
-          .install(resolved, entryPoint)
-          .catch((err: { details?: { reason?: unknown } }): InstalledServer => {
-            if (err.details?.reason !== 'integrity_mismatch') throw err;
-            return {
-              ...resolved,
-              installedAt: new Date().toISOString(),
-              sizeBytes: 0,
-              hasInstallScripts: false,
-              launch: { kind: 'host', runtime: 'python', root: '/nonexistent', args: [] },
-            };
-          }),
-    }));
+    const failed = await failing(swallowingIntegrityFailures('python'));
     expect(failed).to.deep.equal(['package-registry.integrity-mismatch-refused']);
   });
 
   it('the kit fails a registry that installs whatever the index now serves for a pinned version', async () => {
-    const failed = await failing((real) => ({
-      install: async (resolved, entryPoint) =>
-        real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
-    }));
+    const failed = await failing(followingMovedVersions);
     expect(failed).to.include('package-registry.moved-version-not-followed');
   });
 });
