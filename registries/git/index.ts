@@ -4,7 +4,6 @@ import { join, resolve as resolvePath } from 'node:path';
 import { z } from 'zod';
 import {
   type CacheContents,
-  type CacheEntry,
   type Clock,
   coreServices,
   definePlugin,
@@ -19,10 +18,11 @@ import {
   provide,
   type ResolvedPackage,
 } from '@sigil/plugin-api';
-import { directorySize, type EntryRecord, GitCache } from './cache.ts';
+import { cacheContents, cacheEntryOf, installedEntry } from '@sigil/plugin-api/cache';
+import { type EntryRecord, GitCache } from './cache.ts';
 import { GitRegistryError, invalidRequest } from './errors.ts';
 import { Git, ObjectStore, type RemoteRef } from './git.ts';
-import { buildNpm, nodeLaunch } from './node.ts';
+import { buildNpm, checkedNodeLaunch } from './node.ts';
 import { buildPython, pythonLaunch } from './python.ts';
 import {
   checkVersion,
@@ -105,8 +105,6 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
   private readonly git: Git;
   private readonly policy: UrlPolicy;
   private readonly stores = new Map<string, ObjectStore>();
-  private readonly installing = new Map<string, Promise<EntryRecord>>();
-  private prepared: Promise<void> | undefined;
 
   constructor(
     private readonly config: GitRegistryConfig,
@@ -127,7 +125,7 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
   }
 
   async start(): Promise<void> {
-    await this.ready();
+    await this.cache.ready(this.logger);
     this.logger.info(
       { cacheDir: this.cache.root, schemes: this.policy.schemes, allowBuilds: this.config.allowBuilds },
       'git repository cache ready',
@@ -135,13 +133,13 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
   }
 
   async stop(): Promise<void> {
-    await Promise.allSettled(this.installing.values());
+    await this.cache.settled();
   }
 
   async resolve(spec: PackageSpec): Promise<ResolvedPackage> {
     const url = repositoryUrl(spec.name, this.policy);
     const request = refRequest(spec.range);
-    await this.ready();
+    await this.cache.ready(this.logger);
     const store = this.store(url);
     if (request.kind === 'commit') {
       const pin = (await store.pinOf(request.commit)) ?? (await store.fetch(request.commit));
@@ -194,42 +192,29 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
     const pin = parseDigest(resolved.digest);
     checkVersion(resolved.version, pin);
     checkEntryPoint(entryPoint);
-    await this.ready();
-    // Cache first, before anything could touch the network: this is the offline guarantee.
-    let record = await this.cache.read(resolved, pin);
-    if (!record) {
-      const key = GitCache.key(resolved, pin);
-      let pending = this.installing.get(key);
-      if (!pending) {
-        pending = this.installFresh(resolved, url, pin).finally(() => this.installing.delete(key));
-        this.installing.set(key, pending);
-      }
-      record = await pending;
-    }
-    const root = this.cache.entryDir(resolved, pin);
+    await this.cache.ready(this.logger);
     const packageId = `${resolved.name}@${resolved.version}`;
+    const record = await this.cache.install(resolved, {
+      build: (staged) => this.installRepository(staged, resolved, url, pin),
+      label: packageId,
+      logger: this.logger,
+      noun: 'repository',
+      details: (entry) => ({
+        build: entry.build,
+        ...(entry.hasInstallScripts ? { installScripts: entry.installScripts } : {}),
+      }),
+    });
+    const root = this.cache.entryDir(resolved);
     const launch =
       record.build === 'npm'
-        ? await nodeLaunch(root, join(root, 'src'), entryPoint, packageId)
+        ? await checkedNodeLaunch(root, join(root, 'src'), entryPoint, resolved)
         : await pythonLaunch(root, join(root, 'src'), entryPoint, packageId);
-    return { ...entryOf(record), launch };
+    return { ...cacheEntryOf(record), launch };
   }
 
   async cacheStatus(): Promise<CacheContents> {
-    await this.ready();
-    const entries = (await this.cache.list())
-      .map(entryOf)
-      .sort((a, b) => a.name.localeCompare(b.name) || a.installedAt.localeCompare(b.installedAt));
-    return { entries, bytes: entries.reduce((sum, entry) => sum + entry.sizeBytes, 0) };
-  }
-
-  /** Creates the layout and clears a crashed install's leftovers, once, before the first use. */
-  private ready(): Promise<void> {
-    this.prepared ??= this.cache.prepare().then((leftovers) => {
-      if (leftovers.length > 0)
-        this.logger.warn({ leftovers }, 'removed incomplete installs left by an earlier run');
-    });
-    return this.prepared;
+    await this.cache.ready(this.logger);
+    return cacheContents(await this.cache.list());
   }
 
   private store(url: string): ObjectStore {
@@ -284,12 +269,14 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
     throw cause;
   }
 
-  private async installFresh(resolved: ResolvedPackage, url: string, pin: Pin): Promise<EntryRecord> {
-    const done = await this.cache.read(resolved, pin);
-    if (done) return done;
+  /** Checks the pinned commit out into a staging directory, verified, and builds it; answers the entry's record. */
+  private async installRepository(
+    staged: string,
+    resolved: ResolvedPackage,
+    url: string,
+    pin: Pin,
+  ): Promise<Omit<EntryRecord, 'layout'>> {
     const packageId = `${resolved.name}@${resolved.version}`;
-    const started = performance.now();
-    this.logger.info({ package: packageId, digest: resolved.digest }, 'installing repository');
     const store = this.store(url);
     const stored = (await store.pinOf(pin.commit)) ?? (await this.fetchPinned(store, resolved, pin));
     if (stored.tree !== pin.tree) {
@@ -299,45 +286,18 @@ export class GitRegistry implements PackageRegistryV2, PluginLifecycle {
         { details: { package: packageId, expected: resolved.digest, actual: formatDigest(stored) } },
       );
     }
-    const staged = await this.cache.stage(resolved, pin);
-    try {
-      const src = join(staged, 'src');
-      const work = join(staged, 'work');
-      await mkdir(work);
-      await store.checkout(pin, src, work);
-      const built = await this.build(src, staged, work, packageId);
-      await rm(work, { recursive: true, force: true });
-      const record = await this.cache.commit(
-        staged,
-        {
-          name: resolved.name,
-          version: resolved.version,
-          digest: resolved.digest,
-          installedAt: this.clock.now().toISOString(),
-          sizeBytes: await directorySize(staged),
-          hasInstallScripts: built.installScripts.length > 0,
-          commit: pin.commit,
-          tree: pin.tree,
-          ...built,
-        },
-        pin,
-      );
-      this.logger.info(
-        {
-          package: packageId,
-          build: record.build,
-          bytes: record.sizeBytes,
-          ms: Math.round(performance.now() - started),
-          ...(record.hasInstallScripts ? { installScripts: record.installScripts } : {}),
-        },
-        'installed repository',
-      );
-      return record;
-    } catch (err) {
-      await this.cache.discard(staged);
-      this.logger.warn({ package: packageId, err }, 'install failed; nothing was kept');
-      throw err;
-    }
+    const src = join(staged, 'src');
+    const work = join(staged, 'work');
+    await mkdir(work);
+    await store.checkout(pin, src, work);
+    const built = await this.build(src, staged, work, packageId);
+    await rm(work, { recursive: true, force: true });
+    return {
+      ...(await installedEntry(staged, resolved, this.clock, built.installScripts.length > 0)),
+      commit: pin.commit,
+      tree: pin.tree,
+      ...built,
+    };
   }
 
   /**
@@ -417,18 +377,6 @@ function pick(listed: readonly RemoteRef[], name: string): Picked | undefined {
   const branch = name === 'HEAD' ? 'HEAD' : `refs/heads/${name}`;
   const branchCommit = id(branch);
   return branchCommit ? { ref: branch, commit: branchCommit, kind: 'branch' } : undefined;
-}
-
-/** What the contract shows of an entry: its record without this plugin's own fields. */
-function entryOf({
-  name,
-  version,
-  digest,
-  installedAt,
-  sizeBytes,
-  hasInstallScripts,
-}: EntryRecord): CacheEntry {
-  return { name, version, digest, installedAt, sizeBytes, hasInstallScripts };
 }
 
 function checkEntryPoint(entryPoint: EntryPoint): void {

@@ -1,10 +1,10 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import npa from 'npm-package-arg';
-import type { EntryPoint, HostLaunch } from '@sigil/plugin-api';
+import { type EntryPoint, type HostLaunch, nodeLaunch } from '@sigil/plugin-api';
 import { GitRegistryError } from './errors.ts';
-import { fileInside, noSuchEntryPoint } from './entry-points.ts';
+import { fileInside } from './entry-points.ts';
 import { run, tail } from './run.ts';
 
 /**
@@ -248,34 +248,28 @@ async function installed(src: string, manifest: PackageJson): Promise<Omit<NpmBu
 }
 
 /**
- * How to start `entryPoint` of an installed repository: `bin` names one of package.json's executables,
- * `path` a file of the checkout; neither takes the only executable.
+ * How to start `entryPoint` of an installed repository, as for any Node package (the plugin API's
+ * nodeLaunch: `bin` names one of package.json's executables, `path` a file of the checkout; neither
+ * takes the only executable), once the file it picked is checked: a repository's package.json or
+ * links may point anywhere, so it must be a file inside the checkout.
  */
-export async function nodeLaunch(
+export async function checkedNodeLaunch(
   root: string,
   src: string,
   entryPoint: EntryPoint,
-  packageId: string,
+  resolved: { name: string; version: string },
 ): Promise<HostLaunch> {
-  if (entryPoint.module !== undefined) {
-    throw new GitRegistryError(
-      'not_found',
-      `${packageId} is a Node package: it has no Python module ${entryPoint.module}`,
-    );
-  }
+  const packageId = `${resolved.name}@${resolved.version}`;
   const manifest = await readPackageJson(src, packageId);
-  const bins = binsOf(manifest);
-  let file: string;
-  if (entryPoint.path !== undefined) {
-    file = await fileInside(src, entryPoint.path, packageId, NOT_BUILT);
-  } else {
-    const names = Object.keys(bins);
-    const name = entryPoint.bin ?? (names.length === 1 ? names[0] : undefined);
-    const relative = name === undefined ? undefined : bins[name];
-    if (relative === undefined) throw noSuchEntryPoint(packageId, entryPoint, names, 'package.json bin');
-    file = await fileInside(src, relative, packageId, NOT_BUILT);
-  }
-  return { kind: 'host', runtime: 'node', root, args: [file, ...entryPoint.args] };
+  const bin = Object.fromEntries(
+    Object.entries(binsOf(manifest)).map(([name, file]) => [name, resolve(src, file)]),
+  );
+  const { name, version } = resolved;
+  const launch = nodeLaunch({ name, version, path: src, root, bin }, entryPoint);
+  const picked = launch.args[0] as string;
+  // A catalog's path as given: an absolute one is outside the checkout, not a file under it.
+  await fileInside(src, entryPoint.path ?? relative(src, picked), packageId, NOT_BUILT);
+  return launch;
 }
 
 const NOT_BUILT = 'registry-git runs no build script for Node: what the repository would build is not there';

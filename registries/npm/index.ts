@@ -18,8 +18,9 @@ import {
   provide,
   type ResolvedPackage,
 } from '@sigil/plugin-api';
-import { CacheLayout, directorySize, type EntryRecord } from './cache.ts';
-import { checkResolved, NpmClient, PackageRegistryError } from './npm.ts';
+import { cacheContents, cacheEntryOf, installedEntry } from '@sigil/plugin-api/cache';
+import { CacheLayout, type EntryRecord } from './cache.ts';
+import { checkResolved, NpmClient } from './npm.ts';
 
 export { PackageIntegrityError, PackageRegistryError } from './npm.ts';
 
@@ -40,8 +41,6 @@ export class NpmRegistry implements PackageRegistryV2, PluginLifecycle {
   readonly registryKind = 'npm' as const;
   readonly cache: CacheLayout;
   private readonly npm: NpmClient;
-  private readonly installing = new Map<string, Promise<InstalledPackage>>();
-  private prepared: Promise<void> | undefined;
 
   constructor(
     private readonly config: NpmRegistryConfig,
@@ -53,7 +52,7 @@ export class NpmRegistry implements PackageRegistryV2, PluginLifecycle {
   }
 
   async start(): Promise<void> {
-    await this.ready();
+    await this.cache.ready(this.logger);
     this.logger.info(
       { cacheDir: this.cache.root, registry: this.config.registry },
       'npm package cache ready',
@@ -76,90 +75,34 @@ export class NpmRegistry implements PackageRegistryV2, PluginLifecycle {
    */
   async installPackage(resolved: ResolvedPackage): Promise<InstalledPackage> {
     checkResolved(resolved);
-    await this.ready();
-    // Cache first, before anything could touch the network: this is the offline guarantee.
-    const cached = await this.cache.read(resolved);
-    if (cached) return this.installedFrom(cached);
-    const key = CacheLayout.key(resolved);
-    let pending = this.installing.get(key);
-    if (!pending) {
-      pending = this.installFresh(resolved).finally(() => this.installing.delete(key));
-      this.installing.set(key, pending);
-    }
-    return pending;
+    await this.cache.ready(this.logger);
+    const entry = await this.cache.install(resolved, {
+      build: (staged) => this.installTree(staged, resolved),
+      label: `${resolved.name}@${resolved.version}`,
+      logger: this.logger,
+      noun: 'package',
+      details: (entry) => ({
+        packages: entry.packages,
+        ...(entry.hasInstallScripts ? { installScriptsNotRun: entry.installScripts } : {}),
+      }),
+    });
+    return this.installedFrom(entry);
   }
 
   async cacheStatus(): Promise<CacheContents> {
-    await this.ready();
-    const records = await this.cache.list();
-    const entries = records
-      .map(({ name, version, digest, installedAt, sizeBytes, hasInstallScripts }) => ({
-        name,
-        version,
-        digest,
-        installedAt,
-        sizeBytes,
-        hasInstallScripts,
-      }))
-      .sort((a, b) => a.name.localeCompare(b.name) || a.installedAt.localeCompare(b.installedAt));
-    return { entries, bytes: entries.reduce((sum, entry) => sum + entry.sizeBytes, 0) };
+    await this.cache.ready(this.logger);
+    return cacheContents(await this.cache.list());
   }
 
-  /** Creates the layout and clears a crashed install's leftovers, once, before the first use. */
-  private ready(): Promise<void> {
-    this.prepared ??= this.cache.prepare().then((leftovers) => {
-      if (leftovers.length > 0) {
-        this.logger.warn({ leftovers }, 'removed incomplete installs left by an earlier run');
-      }
-    });
-    return this.prepared;
-  }
-
-  private async installFresh(resolved: ResolvedPackage): Promise<InstalledPackage> {
-    // An install of the same package may have finished while `install` looked in the cache.
-    const done = await this.cache.read(resolved);
-    if (done) return this.installedFrom(done);
-    const packageId = `${resolved.name}@${resolved.version}`;
-    const started = performance.now();
-    this.logger.info({ package: packageId, digest: resolved.digest }, 'installing package');
-    const staged = await this.cache.stage(resolved);
-    try {
-      const tree = await this.npm.installTree(staged, resolved);
-      const record: Omit<EntryRecord, 'layout'> = {
-        name: resolved.name,
-        version: resolved.version,
-        digest: resolved.digest,
-        installedAt: this.clock.now().toISOString(),
-        sizeBytes: await directorySize(staged),
-        hasInstallScripts: tree.installScripts.length > 0,
-        installScripts: tree.installScripts,
-        packages: tree.packages,
-      };
-      await this.cache.commit(staged, record);
-      const entry = await this.cache.read(resolved);
-      if (!entry) {
-        throw new PackageRegistryError(
-          'install_failed',
-          `entry of ${packageId} vanished right after it was committed`,
-          { package: packageId },
-        );
-      }
-      this.logger.info(
-        {
-          package: packageId,
-          packages: entry.packages,
-          bytes: entry.sizeBytes,
-          ms: Math.round(performance.now() - started),
-          ...(entry.hasInstallScripts ? { installScriptsNotRun: entry.installScripts } : {}),
-        },
-        'installed package',
-      );
-      return this.installedFrom(entry);
-    } catch (err) {
-      await this.cache.discard(staged);
-      this.logger.warn({ package: packageId, err }, 'install failed; nothing was kept');
-      throw err;
-    }
+  /** Installs the package's tree into a staging directory; answers the entry's record. */
+  private async installTree(staged: string, resolved: ResolvedPackage): Promise<Omit<EntryRecord, 'layout'>> {
+    const tree = await this.npm.installTree(staged, resolved);
+    const scripted = tree.installScripts.length > 0;
+    return {
+      ...(await installedEntry(staged, resolved, this.clock, scripted)),
+      installScripts: tree.installScripts,
+      packages: tree.packages,
+    };
   }
 
   private async installedFrom(entry: EntryRecord): Promise<InstalledPackage> {
@@ -168,17 +111,7 @@ export class NpmRegistry implements PackageRegistryV2, PluginLifecycle {
     const { bin } = JSON.parse(await readFile(resolvePath(path, 'package.json'), 'utf8')) as {
       bin?: string | Record<string, string>;
     };
-    return {
-      name: entry.name,
-      version: entry.version,
-      digest: entry.digest,
-      installedAt: entry.installedAt,
-      sizeBytes: entry.sizeBytes,
-      hasInstallScripts: entry.hasInstallScripts,
-      path,
-      root,
-      bin: binPaths(entry.name, path, bin),
-    };
+    return { ...cacheEntryOf(entry), path, root, bin: binPaths(entry.name, path, bin) };
   }
 }
 

@@ -17,7 +17,8 @@ import {
   type ResolvedPackage,
   type SecretRegistry,
 } from '@sigil/plugin-api';
-import { ImageCache, type ImageRecord } from './cache.ts';
+import { cacheContents, SingleFlight } from '@sigil/plugin-api/cache';
+import { ImageCache } from './cache.ts';
 import { Distribution } from './distribution.ts';
 import { invalidRequest, OciRegistryError } from './errors.ts';
 import { checkEntryPoint, launchOf } from './entry-point.ts';
@@ -127,9 +128,8 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
   private readonly registries: Registries;
   private readonly distribution: Distribution;
   private readonly platform: Platform;
-  /** Work in progress by what it makes, so that parallel callers share it. */
-  private readonly pending = new Map<string, Promise<unknown>>();
-  private prepared: Promise<void> | undefined;
+  /** Refs being written, so that parallel installs of one record it once. */
+  private readonly addingRefs = new SingleFlight();
 
   constructor(
     private readonly config: OciRegistryConfig,
@@ -155,7 +155,7 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
   }
 
   async start(): Promise<void> {
-    await this.ready();
+    await this.cache.ready(this.logger);
     this.logger.info(
       { cacheDir: this.cache.root, registry: this.config.registry, platform: this.platform },
       'OCI image cache ready',
@@ -189,42 +189,46 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
     const repository = this.checkResolved(resolved);
     const label = `${resolved.name}:${resolved.version}`;
     checkEntryPoint(entryPoint, label);
-    await this.ready();
-    // The cache first, before anything could touch the network: the offline guarantee.
-    const image =
-      (await this.cache.image(resolved.digest)) ??
-      (await this.once(`image ${resolved.digest}`, () => this.installFresh(repository, resolved)));
+    await this.cache.ready(this.logger);
+    const image = await this.cache.install(resolved, {
+      build: (staged) =>
+        downloadImage({
+          distribution: this.distribution,
+          repository,
+          digest: resolved.digest,
+          platform: this.platform,
+          dir: staged,
+          label,
+        }),
+      label,
+      logger: this.logger,
+      noun: 'image',
+      details: (image) => ({ digest: image.digest, layers: image.layers.length }),
+    });
     const { name, version, digest } = resolved;
-    const ref = await this.once(`ref ${JSON.stringify([name, version, digest])}`, () =>
+    const ref = await this.addingRefs.run(JSON.stringify([name, version, digest]), () =>
       this.cache.addRef(resolved),
     );
     return {
       ...ref,
       sizeBytes: image.sizeBytes,
       hasInstallScripts: false,
-      launch: await launchOf(repository, image, entryPoint, this.cache.imageDir(image.digest), label),
+      launch: await launchOf(repository, image, entryPoint, this.cache.entryDir(image), label),
     };
   }
 
   async cacheStatus(): Promise<CacheContents> {
-    await this.ready();
-    const images = new Map((await this.cache.allImages()).map((image) => [image.digest, image]));
-    const entries = (await this.cache.allRefs())
-      .flatMap((ref) => {
-        const image = images.get(ref.digest);
-        return image ? [{ ...ref, sizeBytes: image.sizeBytes, hasInstallScripts: false }] : [];
-      })
-      .sort((a, b) => a.name.localeCompare(b.name) || a.installedAt.localeCompare(b.installedAt));
-    return { entries, bytes: [...images.values()].reduce((sum, image) => sum + image.sizeBytes, 0) };
-  }
-
-  /** Creates the layout and clears a crashed install's leftovers, once, before the first use. */
-  private ready(): Promise<void> {
-    this.prepared ??= this.cache.prepare().then((leftovers) => {
-      if (leftovers.length > 0)
-        this.logger.warn({ leftovers }, 'removed incomplete installs left by an earlier run');
+    await this.cache.ready(this.logger);
+    const images = new Map((await this.cache.list()).map((image) => [image.digest, image]));
+    const entries = (await this.cache.allRefs()).flatMap((ref) => {
+      const image = images.get(ref.digest);
+      return image ? [{ ...ref, sizeBytes: image.sizeBytes, hasInstallScripts: false }] : [];
     });
-    return this.prepared;
+    // Refs of one image share it: its bytes count once.
+    return cacheContents(
+      entries,
+      [...images.values()].reduce((sum, image) => sum + image.sizeBytes, 0),
+    );
   }
 
   private async resolveOnline(repository: Repository, reference: string): Promise<string> {
@@ -250,56 +254,9 @@ export class OciRegistry implements PackageRegistryV2, PluginLifecycle {
     );
     refs.sort((a, b) => b.installedAt.localeCompare(a.installedAt));
     for (const ref of refs) {
-      if (await this.cache.image(ref.digest))
-        return { name: ref.name, version: ref.version, digest: ref.digest };
+      if (await this.cache.read(ref)) return { name: ref.name, version: ref.version, digest: ref.digest };
     }
     return undefined;
-  }
-
-  /** One run of `work` per key at a time in this process: a second caller waits for the first's result. */
-  private once<T>(key: string, work: () => Promise<T>): Promise<T> {
-    let pending = this.pending.get(key) as Promise<T> | undefined;
-    if (!pending) {
-      pending = work().finally(() => this.pending.delete(key));
-      this.pending.set(key, pending);
-    }
-    return pending;
-  }
-
-  private async installFresh(repository: Repository, resolved: ResolvedPackage): Promise<ImageRecord> {
-    const label = `${resolved.name}:${resolved.version}`;
-    // Another install (this process or one sharing the cache) may have finished meanwhile.
-    const done = await this.cache.image(resolved.digest);
-    if (done) return done;
-    const started = performance.now();
-    this.logger.info({ package: label, digest: resolved.digest }, 'installing image');
-    const staged = await this.cache.stage(resolved.digest);
-    try {
-      const downloaded = await downloadImage({
-        distribution: this.distribution,
-        repository,
-        digest: resolved.digest,
-        platform: this.platform,
-        dir: staged,
-        label,
-      });
-      const record = await this.cache.commit(staged, downloaded);
-      this.logger.info(
-        {
-          package: label,
-          digest: resolved.digest,
-          layers: record.layers.length,
-          bytes: record.sizeBytes,
-          ms: Math.round(performance.now() - started),
-        },
-        'installed image',
-      );
-      return record;
-    } catch (err) {
-      await this.cache.discard(staged);
-      this.logger.warn({ package: label, err }, 'install failed; nothing was kept');
-      throw err;
-    }
   }
 
   private checkResolved(resolved: ResolvedPackage): Repository {

@@ -18,7 +18,8 @@ import {
   type ResolvedPackage,
   SigilError,
 } from '@sigil/plugin-api';
-import { directorySize, type EntryRecord, PypiCache } from './cache.ts';
+import { cacheContents, cacheEntryOf, installedEntry } from '@sigil/plugin-api/cache';
+import { type EntryRecord, PypiCache } from './cache.ts';
 import { choose } from './distributions.ts';
 import { PypiRegistryError } from './errors.ts';
 import { Installer } from './installer.ts';
@@ -90,8 +91,6 @@ export class PypiRegistry implements PackageRegistryV2, PluginLifecycle {
   readonly cache: PypiCache;
   private readonly index: SimpleIndex;
   private readonly installer: Installer;
-  private readonly installing = new Map<string, Promise<EntryRecord>>();
-  private prepared: Promise<void> | undefined;
   private host: Promise<PythonHost> | undefined;
 
   constructor(
@@ -119,14 +118,14 @@ export class PypiRegistry implements PackageRegistryV2, PluginLifecycle {
   }
 
   async start(): Promise<void> {
-    await this.ready();
+    await this.cache.ready(this.logger);
     this.logger.info({ cacheDir: this.cache.root, index: this.config.index }, 'PyPI package cache ready');
   }
 
   async resolve(spec: PackageSpec): Promise<ResolvedPackage> {
     const name = checkName(spec.name);
     const packageId = `${name} ${spec.range}`;
-    await this.ready();
+    await this.cache.ready(this.logger);
     const page = await this.index.project(name);
     const choice = choose(page, spec.range, await this.python(), packageId);
     return { name, version: choice.version, digest: `sha256:${choice.wheel.sha256}` };
@@ -134,43 +133,31 @@ export class PypiRegistry implements PackageRegistryV2, PluginLifecycle {
 
   async install(resolved: ResolvedPackage, entryPoint: EntryPoint): Promise<InstalledServer> {
     const pin = checkResolved(resolved);
-    await this.ready();
-    // The cache first, before anything could touch the network: this is the offline guarantee.
-    const record = (await this.cache.read(pin)) ?? (await this.installOnce(pin));
+    await this.cache.ready(this.logger);
+    const packageId = `${pin.name}==${pin.version}`;
+    const record = await this.cache
+      .install(pin, {
+        build: (staged) => this.installWheels(staged, pin),
+        label: packageId,
+        logger: this.logger,
+        noun: 'package',
+        details: (entry) => ({ packages: entry.distributions.map((d) => `${d.name}==${d.version}`) }),
+      })
+      .catch((err: unknown) => {
+        throw err instanceof SigilError
+          ? err
+          : new PypiRegistryError('install_failed', `${packageId}: ${(err as Error).message}`, {
+              package: packageId,
+              cause: err,
+            });
+      });
     const root = this.cache.entryDir(record);
-    return {
-      name: record.name,
-      version: record.version,
-      digest: record.digest,
-      installedAt: record.installedAt,
-      sizeBytes: record.sizeBytes,
-      hasInstallScripts: false,
-      launch: launchFor(root, record, entryPoint),
-    };
+    return { ...cacheEntryOf(record), launch: launchFor(root, record, entryPoint) };
   }
 
   async cacheStatus(): Promise<CacheContents> {
-    await this.ready();
-    const entries = (await this.cache.list())
-      .map(({ name, version, digest, installedAt, sizeBytes, hasInstallScripts }) => ({
-        name,
-        version,
-        digest,
-        installedAt,
-        sizeBytes,
-        hasInstallScripts,
-      }))
-      .sort((a, b) => a.name.localeCompare(b.name) || a.installedAt.localeCompare(b.installedAt));
-    return { entries, bytes: entries.reduce((sum, entry) => sum + entry.sizeBytes, 0) };
-  }
-
-  /** Creates the layout and clears a crashed install's leftovers, once, before the first use. */
-  private ready(): Promise<void> {
-    this.prepared ??= this.cache.prepare().then((leftovers) => {
-      if (leftovers.length > 0)
-        this.logger.warn({ leftovers }, 'removed incomplete installs left by an earlier run');
-    });
-    return this.prepared;
+    await this.cache.ready(this.logger);
+    return cacheContents(await this.cache.list());
   }
 
   /** The host's Python, asked once (again after a failure, which may have been fixed since). */
@@ -182,67 +169,18 @@ export class PypiRegistry implements PackageRegistryV2, PluginLifecycle {
     return this.host;
   }
 
-  /** Concurrent installs of one package share one. */
-  private installOnce(resolved: ResolvedPackage): Promise<EntryRecord> {
-    const key = PypiCache.key(resolved);
-    let pending = this.installing.get(key);
-    if (!pending) {
-      pending = this.installFresh(resolved).finally(() => this.installing.delete(key));
-      this.installing.set(key, pending);
-    }
-    return pending;
-  }
-
-  private async installFresh(resolved: ResolvedPackage): Promise<EntryRecord> {
-    const done = await this.cache.read(resolved);
-    if (done) return done;
-    const packageId = `${resolved.name}==${resolved.version}`;
-    const started = performance.now();
-    this.logger.info({ package: packageId, digest: resolved.digest }, 'installing package');
-    const staged = await this.cache.stage(resolved);
-    try {
-      const host = await this.python();
-      const tree = await this.installer.install(staged, resolved, host);
-      await this.cache.commit(staged, {
-        name: resolved.name,
-        version: resolved.version,
-        digest: resolved.digest,
-        installedAt: this.clock.now().toISOString(),
-        sizeBytes: await directorySize(staged),
-        hasInstallScripts: false,
-        pythonCacheTag: host.cacheTag,
-        ...tree,
-      });
-    } catch (err) {
-      await this.cache.discard(staged);
-      this.logger.warn({ package: packageId, err }, 'install failed; nothing was kept');
-      throw err instanceof SigilError
-        ? err
-        : new PypiRegistryError('install_failed', `${packageId}: ${(err as Error).message}`, {
-            package: packageId,
-            cause: err,
-          });
-    }
-    const entry = await this.cache.read(resolved);
-    if (!entry) {
-      throw new PypiRegistryError(
-        'install_failed',
-        `entry of ${packageId} vanished right after it was committed`,
-        {
-          package: packageId,
-        },
-      );
-    }
-    this.logger.info(
-      {
-        package: packageId,
-        packages: entry.distributions.map((d) => `${d.name}==${d.version}`),
-        bytes: entry.sizeBytes,
-        ms: Math.round(performance.now() - started),
-      },
-      'installed package',
-    );
-    return entry;
+  /** Installs the package's wheels and their dependencies into a staging directory; answers the entry's record. */
+  private async installWheels(
+    staged: string,
+    resolved: ResolvedPackage,
+  ): Promise<Omit<EntryRecord, 'layout'>> {
+    const host = await this.python();
+    const tree = await this.installer.install(staged, resolved, host);
+    return {
+      ...(await installedEntry(staged, resolved, this.clock, false)),
+      pythonCacheTag: host.cacheTag,
+      ...tree,
+    };
   }
 }
 

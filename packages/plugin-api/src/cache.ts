@@ -1,5 +1,25 @@
 /**
- * `@sigil/plugin-api/cache`: a process's short-lived copy of values whose truth lives elsewhere (the
+ * `@sigil/plugin-api/cache`: caches a plugin may keep.
+ *
+ * - `TtlCache`: a process's short-lived copy of values whose truth lives elsewhere.
+ * - `InstallCache`: a package registry's cache of installs on disk, each appearing whole by one
+ *   rename, shared by the processes that name its directory; with `cacheContents` (what
+ *   `cacheStatus` answers), `directorySize` and `samePackage` for registries built on it.
+ * - `SingleFlight`: one run of a piece of work per key at a time.
+ */
+export type * from './install-cache.ts';
+export {
+  cacheContents,
+  cacheEntryOf,
+  directorySize,
+  InstallCache,
+  installedEntry,
+  samePackage,
+} from './install-cache.ts';
+export { SingleFlight } from './single-flight.ts';
+
+/**
+ * A process's short-lived copy of values whose truth lives elsewhere (the
  * shared database, a chain, an upstream API), so that a hot path (every tool call) does not read it
  * each time. Each entry is trusted for `ttlMs`; the process that changes a value replaces or drops its
  * copy at once, so the TTL only bounds how late another replica sees the change. Concurrent misses for

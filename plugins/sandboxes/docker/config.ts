@@ -1,37 +1,19 @@
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { parseRange } from '@sigil/plugin-api/egress';
+import {
+  DEFAULT_SANDBOX_LIMITS,
+  type EnforcedSandboxLimits,
+  sandboxLimitsSchema,
+} from '@sigil/plugin-api/sandbox';
 
 /** The plugin's options (README.md lists them) and the limits a container runs under. */
 
-const MiB = 1024 * 1024;
+export const limitsSchema = sandboxLimitsSchema;
 
-export const limitsSchema = z
-  .object({
-    memoryBytes: z
-      .number()
-      .int()
-      .min(16 * MiB),
-    cpuSeconds: z.number().int().positive(),
-    pids: z.number().int().min(8),
-    outputBytes: z.number().int().positive(),
-    tmpBytes: z.number().int().min(MiB),
-    openFiles: z.number().int().min(16),
-    egressConnections: z.number().int().min(1),
-  })
-  .strict();
+export type ContainerLimits = EnforcedSandboxLimits;
 
-export type ContainerLimits = z.infer<typeof limitsSchema>;
-
-export const DEFAULT_LIMITS: ContainerLimits = {
-  memoryBytes: 512 * MiB,
-  cpuSeconds: 600,
-  pids: 256,
-  outputBytes: 256 * MiB,
-  tmpBytes: 64 * MiB,
-  openFiles: 1024,
-  egressConnections: 64,
-};
+export const DEFAULT_LIMITS: ContainerLimits = DEFAULT_SANDBOX_LIMITS;
 
 export const absolutePath = z.string().refine(isAbsolute, 'must be an absolute path');
 

@@ -2,6 +2,7 @@ import { PassThrough } from 'node:stream';
 import { constants as osConstants } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SandboxExit, SandboxLimitName, SandboxProcess } from '@sigil/plugin-api';
+import { killAfterGrace } from '@sigil/plugin-api/sandbox';
 import type { Engine } from './engine.ts';
 import type { ContainerStdio } from './stdio.ts';
 
@@ -72,17 +73,7 @@ export class DockerSandboxProcess implements SandboxProcess {
   }
 
   async kill(): Promise<void> {
-    if (this.ended) {
-      await this.exited;
-      return;
-    }
-    this.stdin.end();
-    const ended = await Promise.race([
-      this.exited.then(() => true),
-      sleep(this.options.graceMs).then(() => false),
-    ]);
-    if (!ended)
-      this.terminate({ reason: `killed: still running ${this.options.graceMs} ms after stdin closed` });
+    if (!this.ended) await killAfterGrace(this, this.options.graceMs, (why) => this.terminate(why));
     await this.exited;
   }
 

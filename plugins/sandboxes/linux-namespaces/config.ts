@@ -1,28 +1,10 @@
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { parseRange } from '@sigil/plugin-api/egress';
+import { sandboxLimitsSchema } from '@sigil/plugin-api/sandbox';
 import { DEFAULT_UID_RANGE, uidRangeSchema } from './uids.ts';
 
-/** The plugin's options (README.md lists them) and the limits a sandbox runs under. */
-
-const MiB = 1024 * 1024;
-
-export const limitsSchema = z
-  .object({
-    memoryBytes: z
-      .number()
-      .int()
-      .min(16 * MiB),
-    cpuSeconds: z.number().int().positive(),
-    pids: z.number().int().min(8),
-    outputBytes: z.number().int().positive(),
-    tmpBytes: z.number().int().min(MiB),
-    openFiles: z.number().int().min(16),
-    egressConnections: z.number().int().min(1),
-  })
-  .strict();
-
-export type SandboxLimits = z.infer<typeof limitsSchema>;
+/** The plugin's options (README.md lists them); its limits are the plugin API's (`sandboxLimitsSchema`). */
 
 export const absolutePath = z.string().refine(isAbsolute, 'must be an absolute path');
 
@@ -53,7 +35,7 @@ export const configSchema = z
      * without one Python servers cannot run here (`status().runs.host` says so).
      */
     python: absolutePath.optional(),
-    limits: limitsSchema.partial().prefault({}),
+    limits: sandboxLimitsSchema.partial().prefault({}),
     /** `auto`: per-sandbox cgroup v1 limits when available (root, v1 hierarchy); `off`: rlimits only. */
     cgroups: z.enum(['auto', 'off']).default('auto'),
     /** CPUs' worth of time a sandbox may use at once (cgroup only). */
@@ -88,13 +70,3 @@ export const configSchema = z
   .strict();
 
 export type LinuxNamespacesConfig = z.infer<typeof configSchema>;
-
-export const DEFAULT_LIMITS: SandboxLimits = {
-  memoryBytes: 512 * MiB,
-  cpuSeconds: 600,
-  pids: 256,
-  outputBytes: 256 * MiB,
-  tmpBytes: 64 * MiB,
-  openFiles: 1024,
-  egressConnections: 64,
-};

@@ -1,7 +1,8 @@
 import { rmSync } from 'node:fs';
 import type { PluginLogger, SandboxRuntimeV2, SandboxSpecV2 } from '@sigil/plugin-api';
 import { SigilError } from '@sigil/plugin-api';
-import { DEFAULT_LIMITS, type LinuxNamespacesConfig, type SandboxLimits } from './config.ts';
+import { DEFAULT_SANDBOX_LIMITS, type EnforcedSandboxLimits } from '@sigil/plugin-api/sandbox';
+import type { LinuxNamespacesConfig } from './config.ts';
 import { detectHost, type FilterLoaderChoice, type HostFacts } from './detect-host.ts';
 import { EgressAddresses } from '@sigil/plugin-api/egress';
 import { currentOwner, reapLeftovers, type ReapReport } from './leftovers.ts';
@@ -34,7 +35,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
   private readonly filterInterpreter: FilterLoaderChoice | undefined;
   private readonly config: LinuxNamespacesConfig;
   private readonly logger: PluginLogger;
-  private readonly limits: SandboxLimits;
+  private readonly limits: EnforcedSandboxLimits;
   private facts: Promise<HostFacts> | undefined;
   private ready: Promise<PreparedHost> | undefined;
   /** Set once start() has finished. */
@@ -50,7 +51,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
     this.owner = options.owner ?? currentOwner();
     this.coreToPipe = options.coreToPipe;
     this.filterInterpreter = options.filterInterpreter;
-    this.limits = { ...DEFAULT_LIMITS, ...options.config.limits };
+    this.limits = { ...DEFAULT_SANDBOX_LIMITS, ...options.config.limits };
     this.users = new UidAllocator(options.config.uidRange);
     this.egressAddresses = new EgressAddresses(options.config.egress.privateRanges);
   }

@@ -4,6 +4,7 @@ import { constants as osConstants } from 'node:os';
 import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SandboxExit, SandboxLimitName, SandboxProcess } from '@sigil/plugin-api';
+import { killAfterGrace } from '@sigil/plugin-api/sandbox';
 import type { SandboxCgroup } from './cgroups.ts';
 import { SETUP_FAILED_EXIT, SETUP_FAILED_PREFIX } from './launch.ts';
 import { markedProcesses } from './leftovers.ts';
@@ -81,17 +82,7 @@ export class LinuxSandboxProcess implements SandboxProcess {
   }
 
   async kill(): Promise<void> {
-    if (this.ended) {
-      await this.exited;
-      return;
-    }
-    this.stdin.end();
-    const ended = await Promise.race([
-      this.exited.then(() => true),
-      sleep(this.options.graceMs).then(() => false),
-    ]);
-    if (!ended)
-      this.terminate({ reason: `killed: still running ${this.options.graceMs} ms after stdin closed` });
+    if (!this.ended) await killAfterGrace(this, this.options.graceMs, (why) => this.terminate(why));
     await this.exited;
   }
 

@@ -2,7 +2,8 @@ import { realpathSync } from 'node:fs';
 import { posix } from 'node:path';
 import { z } from 'zod';
 import { SigilError, type SandboxSpecV2 } from '@sigil/plugin-api';
-import { absolutePath, limitsSchema, type SandboxLimits } from './config.ts';
+import { type EnforcedSandboxLimits, sandboxLimitsSchema } from '@sigil/plugin-api/sandbox';
+import { absolutePath } from './config.ts';
 import type { PythonRuntime } from './detect-host.ts';
 import { parseHostPort } from '@sigil/plugin-api/egress';
 import { resolveExecutable } from './host.ts';
@@ -59,7 +60,7 @@ const specSchema = z.object({
   networkAllowList: z.array(
     z.string().refine((entry) => parseHostPort(entry) !== undefined, 'must be host:port'),
   ),
-  limits: limitsSchema.partial().optional(),
+  limits: sandboxLimitsSchema.partial().optional(),
   labels: z.record(z.string(), z.string()).optional(),
 });
 
@@ -82,7 +83,7 @@ export interface HostRun {
   runtimeNeeds: readonly string[];
   /** Directories inside those that stay hidden (see root.ts). */
   hidden: readonly string[];
-  limits?: Partial<SandboxLimits>;
+  limits?: Partial<EnforcedSandboxLimits>;
 }
 
 /** What the runtime finds on its host to run launches with. */

@@ -3,7 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { type PluginLogger, SigilError } from '@sigil/plugin-api';
-import type { LinuxNamespacesConfig, SandboxLimits } from './config.ts';
+import type { EnforcedSandboxLimits } from '@sigil/plugin-api/sandbox';
+import type { LinuxNamespacesConfig } from './config.ts';
 import type { EgressAddresses } from '@sigil/plugin-api/egress';
 import { EgressProxy } from '@sigil/plugin-api/egress';
 import { DEFAULT_PATH, someSandboxUid } from './host.ts';
@@ -26,7 +27,7 @@ const MAX_SOCKET_PATH = 107;
 export interface SandboxContext {
   config: LinuxNamespacesConfig;
   /** The config's limits over the defaults; a spec's own override them. */
-  limits: SandboxLimits;
+  limits: EnforcedSandboxLimits;
   owner: string;
   logger: PluginLogger;
   users: UidAllocator;

@@ -2,16 +2,11 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import {
-  contractChecks,
   describePackageRegistryBehaviourV2,
   describePackageRegistryKitV2,
-  EvidenceRedactor,
-  packageRegistryBehaviourV2,
-  packageRegistryKitV2,
-  runChecks,
   type PackageRegistryFixtureV2,
 } from '@sigil/plugin-api/kit';
-import type { PackageRegistryV2 } from '@sigil/plugin-api';
+import { failingChecks, followingMovedVersions } from '../../support/failing-checks.ts';
 import { git, startGitDaemon, TestRepository, type GitDaemon } from '../../support/git.ts';
 import { tempDir, writePackage } from '../npm/support.ts';
 import { openGitRegistry, tamperStoredBlob } from './support.ts';
@@ -95,21 +90,7 @@ describe('registry-git passes the package-registry v2 kit against repositories s
   describePackageRegistryBehaviourV2(load, readyFixture);
 
   it('the kit fails a git registry that follows a moved tag instead of installing the pin', async () => {
-    const following = async (): Promise<PackageRegistryV2> => {
-      const real = await load();
-      return Object.assign(Object.create(real) as PackageRegistryV2, {
-        install: async (resolved: { name: string; version: string }, entryPoint: { args: string[] }) =>
-          real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
-      });
-    };
-    const kit = { ...packageRegistryKitV2, behaviour: packageRegistryBehaviourV2(readyFixture) };
-    const results = await runChecks(contractChecks(kit, following), {
-      redactor: new EvidenceRedactor(),
-      timeoutMs: 20_000,
-      contextFor: (evidence) => ({ evidence }),
-    });
-    expect(results.filter((r) => r.status === 'fail').map((r) => r.id)).to.include(
-      'package-registry.moved-version-not-followed',
-    );
+    const failed = await failingChecks(load, readyFixture, followingMovedVersions, { timeoutMs: 20_000 });
+    expect(failed).to.include('package-registry.moved-version-not-followed');
   });
 });

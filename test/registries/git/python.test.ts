@@ -31,10 +31,7 @@ describe('registry-git builds a Python MCP server from a repository into a wheel
 
   it('runs its module with python -m, its code on PYTHONPATH, and it answers echo', async () => {
     const installed = await registry.install(resolved, { module: 'sigil_echo_server', args: [] });
-    const root = registry.cache.entryDir(resolved, {
-      commit: repo.commitOf('v1.0.0'),
-      tree: repo.treeOf('v1.0.0'),
-    });
+    const root = registry.cache.entryDir(resolved);
     expect(installed).to.include({ version: 'v1.0.0', digest: resolved.digest, hasInstallScripts: false });
     expect(installed.launch).to.deep.equal({
       kind: 'host',

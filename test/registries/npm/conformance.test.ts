@@ -1,16 +1,8 @@
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import {
-  contractChecks,
-  describePackageRegistryBehaviourV2,
-  EvidenceRedactor,
-  packageRegistryBehaviourV2,
-  packageRegistryKitV2,
-  runChecks,
-  type PackageRegistryFixtureV2,
-} from '@sigil/plugin-api/kit';
-import type { InstalledServer, PackageRegistryV2 } from '@sigil/plugin-api';
+import { describePackageRegistryBehaviourV2, type PackageRegistryFixtureV2 } from '@sigil/plugin-api/kit';
+import { failingChecks, swallowingIntegrityFailures } from '../../support/failing-checks.ts';
 import { packPackage, startVerdaccio, type Verdaccio } from '../../support/verdaccio.ts';
 import { openRegistry, tempDir, writePackage } from './support.ts';
 
@@ -95,45 +87,18 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
 
   describePackageRegistryBehaviourV2(load, readyFixture);
 
-  /** Runs the behaviour checks on a broken registry; returns the ids that failed. */
-  async function failingChecks(
-    breakIt: (registry: PackageRegistryV2) => Partial<PackageRegistryV2>,
-  ): Promise<string[]> {
-    const kit = { ...packageRegistryKitV2, behaviour: packageRegistryBehaviourV2(readyFixture) };
-    const broken = async () => {
-      const instance = await load();
-      return Object.assign(Object.create(instance) as PackageRegistryV2, breakIt(instance));
-    };
-    const results = await runChecks(contractChecks(kit, broken), {
-      redactor: new EvidenceRedactor(),
-      timeoutMs: 10_000,
-      contextFor: (evidence) => ({ evidence }),
-    });
-    return results.filter((r) => r.status === 'fail').map((r) => r.id);
-  }
+  /** The ids of the checks that fail on a registry broken as `breakIt` says. */
+  const failing = (breakIt: Parameters<typeof failingChecks>[2]) =>
+    failingChecks(load, readyFixture, breakIt);
 
   it('the kit fails a registry that swallows integrity failures', async () => {
-    const failed = await failingChecks((real) => ({
-      install: (resolved, entryPoint) =>
-        real
-          .install(resolved, entryPoint)
-          .catch((err: { details?: { reason?: string } }): InstalledServer => {
-            if (err.details?.reason !== 'integrity_mismatch') throw err;
-            return {
-              ...resolved,
-              installedAt: new Date().toISOString(),
-              sizeBytes: 0,
-              hasInstallScripts: false,
-              launch: { kind: 'host', runtime: 'node', root: '/nonexistent', args: [] },
-            };
-          }),
-    }));
+    const failed = await failing(swallowingIntegrityFailures('node'));
     expect(failed).to.deep.equal(['package-registry.integrity-mismatch-refused']);
   });
 
   it('the kit fails a registry that follows a changed version or keeps answering the old digest', async () => {
     const staleDigests = new Map<string, string>();
-    const failed = await failingChecks((real) => ({
+    const failed = await failing((real) => ({
       // Remembers the first digest of each version, as a cache that never revalidates would.
       resolve: async (spec) => {
         const resolved = await real.resolve(spec);
@@ -146,7 +111,7 @@ describe('registry-npm passes the package-registry kit against verdaccio', funct
   });
 
   it('the kit fails a registry that hides install scripts or answers another version', async () => {
-    const failed = await failingChecks((real) => ({
+    const failed = await failing((real) => ({
       install: async (resolved, entryPoint) => ({
         ...(await real.install(resolved, entryPoint)),
         hasInstallScripts: false,

@@ -1,15 +1,7 @@
 import { join } from 'node:path';
 import { expect } from 'chai';
-import {
-  contractChecks,
-  describePackageRegistryBehaviourV2,
-  EvidenceRedactor,
-  packageRegistryBehaviourV2,
-  type PackageRegistryFixtureV2,
-  packageRegistryKitV2,
-  runChecks,
-} from '@sigil/plugin-api/kit';
-import type { PackageRegistryV2 } from '@sigil/plugin-api';
+import { describePackageRegistryBehaviourV2, type PackageRegistryFixtureV2 } from '@sigil/plugin-api/kit';
+import { failingChecks, followingMovedVersions } from '../../support/failing-checks.ts';
 import { hostPlatform } from '../../../registries/oci/manifest.ts';
 import {
   buildImage,
@@ -82,33 +74,17 @@ describe('registry-oci passes the package-registry v2 kit against docker-registr
 
   describePackageRegistryBehaviourV2(load, readyFixture, traits);
 
-  /** Runs the behaviour checks on a broken registry; returns the ids that failed. */
-  async function failingChecks(
-    breakIt: (registry: PackageRegistryV2) => Partial<PackageRegistryV2>,
-  ): Promise<string[]> {
-    const kit = { ...packageRegistryKitV2, behaviour: packageRegistryBehaviourV2(readyFixture, traits) };
-    const broken = async () => {
-      const instance = await load();
-      return Object.assign(Object.create(instance) as PackageRegistryV2, breakIt(instance));
-    };
-    const results = await runChecks(contractChecks(kit, broken), {
-      redactor: new EvidenceRedactor(),
-      timeoutMs: 10_000,
-      contextFor: (evidence) => ({ evidence }),
-    });
-    return results.filter((r) => r.status === 'fail').map((r) => r.id);
-  }
+  /** The ids of the checks that fail on a registry broken as `breakIt` says. */
+  const failing = (breakIt: Parameters<typeof failingChecks>[2]) =>
+    failingChecks(load, readyFixture, breakIt, { traits });
 
   it('the kit fails a registry that installs whatever its tag names now, not the pin', async () => {
-    const failed = await failingChecks((real) => ({
-      install: async (resolved, entryPoint) =>
-        real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
-    }));
+    const failed = await failing(followingMovedVersions);
     expect(failed).to.deep.equal(['package-registry.moved-version-not-followed']);
   });
 
   it('the kit fails a registry that answers for an entry point the image does not have', async () => {
-    const failed = await failingChecks((real) => ({
+    const failed = await failing((real) => ({
       install: (resolved, entryPoint) => real.install(resolved, { args: entryPoint.args }),
     }));
     expect(failed).to.deep.equal(['package-registry.unknown-entry-point']);

@@ -174,7 +174,7 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
     const oci = await openOci();
     const resolved = await oci.resolve({ name: 'mcp/echo', range: 'v1' });
     const installed = await oci.install(resolved, { args: ['--stdio'] });
-    const layout = join(oci.cache.images, echo.manifest.digest.slice('sha256:'.length));
+    const layout = join(oci.cache.entries, echo.manifest.digest.slice('sha256:'.length));
     expect(installed).to.deep.include({ ...resolved, hasInstallScripts: false });
     expect(installed.launch).to.deep.equal({
       kind: 'image',
@@ -355,7 +355,7 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
 
     async function expectNothingKept(oci: OciRegistry): Promise<void> {
       expect((await oci.cacheStatus()).entries).to.deep.equal([]);
-      expect(readdirSync(oci.cache.images)).to.deep.equal([]);
+      expect(readdirSync(oci.cache.entries)).to.deep.equal([]);
       expect(readdirSync(oci.cache.staging)).to.deep.equal([]);
       expect(readdirSync(oci.cache.refsDir)).to.deep.equal([]);
     }
@@ -619,7 +619,7 @@ describe('registry-oci against a local distribution registry (docker-registry 2.
         restarted.install({ name: 'mcp/echo', version: 'moving', digest: moved.manifest.digest }, NO_ENTRY),
       );
       expect(notCached.details).to.include({ reason: 'unavailable' });
-      expect(existsSync(join(restarted.cache.images, moved.manifest.digest.slice(7)))).to.equal(false);
+      expect(existsSync(join(restarted.cache.entries, moved.manifest.digest.slice(7)))).to.equal(false);
     });
   });
 });

@@ -1,15 +1,12 @@
 import { join } from 'node:path';
 import { expect } from 'chai';
+import { describePackageRegistryBehaviourV2, type PackageRegistryFixtureV2 } from '@sigil/plugin-api/kit';
+import type { PackageRegistryV2 } from '@sigil/plugin-api';
 import {
-  contractChecks,
-  describePackageRegistryBehaviourV2,
-  EvidenceRedactor,
-  packageRegistryBehaviourV2,
-  packageRegistryKitV2,
-  type PackageRegistryFixtureV2,
-  runChecks,
-} from '@sigil/plugin-api/kit';
-import type { InstalledServer, PackageRegistryV2 } from '@sigil/plugin-api';
+  failingChecks,
+  followingMovedVersions,
+  swallowingIntegrityFailures,
+} from '../../support/failing-checks.ts';
 import { type PythonIndex, served, startPythonIndex } from '../../support/python-index.ts';
 import { buildWheel, wheelFromProject } from '../../support/python-wheels.ts';
 import { tempDir } from '../npm/support.ts';
@@ -79,47 +76,17 @@ describe('registry-pypi passes the package-registry v2 kit against a local index
 
   describePackageRegistryBehaviourV2(load, readyFixture, TRAITS);
 
-  /** Runs the behaviour checks on a broken registry; answers the ids that failed. */
-  async function failingChecks(
-    breakIt: (registry: PackageRegistryV2) => Partial<PackageRegistryV2>,
-  ): Promise<string[]> {
-    const kit = { ...packageRegistryKitV2, behaviour: packageRegistryBehaviourV2(readyFixture, TRAITS) };
-    const broken = async () => {
-      const instance = await load();
-      return Object.assign(Object.create(instance) as PackageRegistryV2, breakIt(instance));
-    };
-    const results = await runChecks(contractChecks(kit, broken), {
-      redactor: new EvidenceRedactor(),
-      timeoutMs: 20_000,
-      contextFor: (evidence) => ({ evidence }),
-    });
-    return results.filter((r) => r.status === 'fail').map((r) => r.id);
-  }
+  /** The ids of the checks that fail on a registry broken as `breakIt` says. */
+  const failing = (breakIt: Parameters<typeof failingChecks>[2]) =>
+    failingChecks(load, readyFixture, breakIt, { traits: TRAITS, timeoutMs: 20_000 });
 
   it('the kit fails a registry that swallows integrity failures', async () => {
-    const failed = await failingChecks((real) => ({
-      install: (resolved, entryPoint) =>
-        real
-          .install(resolved, entryPoint)
-          .catch((err: { details?: { reason?: unknown } }): InstalledServer => {
-            if (err.details?.reason !== 'integrity_mismatch') throw err;
-            return {
-              ...resolved,
-              installedAt: new Date().toISOString(),
-              sizeBytes: 0,
-              hasInstallScripts: false,
-              launch: { kind: 'host', runtime: 'python', root: '/nonexistent', args: [] },
-            };
-          }),
-    }));
+    const failed = await failing(swallowingIntegrityFailures('python'));
     expect(failed).to.deep.equal(['package-registry.integrity-mismatch-refused']);
   });
 
   it('the kit fails a registry that installs whatever the index now serves for a pinned version', async () => {
-    const failed = await failingChecks((real) => ({
-      install: async (resolved, entryPoint) =>
-        real.install(await real.resolve({ name: resolved.name, range: resolved.version }), entryPoint),
-    }));
+    const failed = await failing(followingMovedVersions);
     expect(failed).to.include('package-registry.moved-version-not-followed');
   });
 });
