@@ -414,8 +414,9 @@ describe('payments: faults on anvil', function () {
             includeDefaultCatalog: false,
             catalogFile: anvil.world.catalogFile,
             warmupAtStart: false,
-            toolCallTimeoutSeconds: 2,
-            // No wait for a process: staleAfterMs is then (2 s timeout + 10 s).
+            // No wait for a process: staleAfterMs is then (12 s timeout + 10 s), well past a restart
+            // on a loaded machine, so the record killed mid-call is still `executing` after one.
+            toolCallTimeoutSeconds: 12,
             callLimits: { queueWaitSeconds: 0 },
             operatorWallets: [operator.address],
           },
@@ -580,14 +581,14 @@ describe('payments: faults on anvil', function () {
     });
 
     it('the call killed before settlement is released once stale (staleAfterMs after its reservation): never charged', async () => {
-      // staleAfterMs = (toolCallTimeoutSeconds 2 + 10) s; the restarts above took most of it.
+      // staleAfterMs = (toolCallTimeoutSeconds 12 + 10) s after its reservation; the restarts above took part of it.
       const released = await eventually(
         'the release of the unfinished call',
         async () => {
           const row = (await settlementRows(records)).find((found) => found.id === unfinished!.id);
           return row?.state === 'released' ? row : undefined;
         },
-        15_000,
+        30_000,
       );
       expect(released.transaction).to.equal(null);
       expect(released.reason).to.match(/never finished/);
