@@ -18,6 +18,20 @@ import { quietLogger, testCoreServices } from '../../support/kernel.ts';
 import { fixturePath } from '../../support/paths.ts';
 import { packPackage } from '../../fixtures/out-of-tree/acme-registry/test/packages.ts';
 
+/** A plugin host on an in-memory database, the fixtures' folder its base, with one plugin loaded and started. */
+async function startedHost(entry: Record<string, unknown>): Promise<{ db: Database; host: PluginHost }> {
+  const db = await openDatabase({ url: ':memory:' });
+  const host = new PluginHost({
+    builtins: builtinPlugins,
+    core: testCoreServices(db),
+    logger: quietLogger(),
+    baseDir: fixturePath('host'),
+  });
+  await host.load([pluginEntrySchema.parse(entry)]);
+  await host.start();
+  return { db, host };
+}
+
 /** What a process printed on stdout, once it has ended. */
 async function outputOf(child: SandboxProcess): Promise<string> {
   let out = '';
@@ -32,15 +46,7 @@ describe('plugin host: a v1 sandbox-runtime adapted to v2', () => {
   let sandbox: SandboxRuntimeV2;
 
   before(async () => {
-    db = await openDatabase({ url: ':memory:' });
-    host = new PluginHost({
-      builtins: builtinPlugins,
-      core: testCoreServices(db),
-      logger: quietLogger(),
-      baseDir: fixturePath('host'),
-    });
-    await host.load([pluginEntrySchema.parse({ resolve: './plain-sandbox-v1.ts' })]);
-    await host.start();
+    ({ db, host } = await startedHost({ resolve: './plain-sandbox-v1.ts' }));
     sandbox = host.one('sandbox-runtime');
   });
   after(async () => {
@@ -119,20 +125,10 @@ describe('plugin host: a v1 package-registry adapted to v2', () => {
       version: '1.2.0',
       bin: { 'acme-a': 'index.js', 'acme-b': 'index.js' },
     });
-    db = await openDatabase({ url: ':memory:' });
-    host = new PluginHost({
-      builtins: builtinPlugins,
-      core: testCoreServices(db),
-      logger: quietLogger(),
-      baseDir: fixturePath('host'),
-    });
-    await host.load([
-      pluginEntrySchema.parse({
-        resolve: fixturePath('out-of-tree', 'acme-registry', 'src', 'index.ts'),
-        options: { cacheDir: join(work, 'cache'), packages: [listed] },
-      }),
-    ]);
-    await host.start();
+    ({ db, host } = await startedHost({
+      resolve: fixturePath('out-of-tree', 'acme-registry', 'src', 'index.ts'),
+      options: { cacheDir: join(work, 'cache'), packages: [listed] },
+    }));
     registry = host.one('package-registry');
     resolved = await registry.resolve({ name: 'acme-tools', range: '^1.0.0' });
   });
@@ -182,15 +178,7 @@ describe('plugin host: a v1 tee-backend adapted to v2', () => {
   let tee: TeeBackendV2;
 
   before(async () => {
-    db = await openDatabase({ url: ':memory:' });
-    host = new PluginHost({
-      builtins: builtinPlugins,
-      core: testCoreServices(db),
-      logger: quietLogger(),
-      baseDir: fixturePath('host'),
-    });
-    await host.load([pluginEntrySchema.parse({ resolve: './plain-tee-v1.ts' })]);
-    await host.start();
+    ({ db, host } = await startedHost({ resolve: './plain-tee-v1.ts' }));
     tee = host.one('tee-backend');
   });
   after(async () => {
