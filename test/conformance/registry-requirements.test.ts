@@ -7,11 +7,10 @@ import type { Serving } from '../../services/serve.ts';
 import { tempDir } from '../registries/npm/support.ts';
 import { ProbeWorld } from '../services/gateway/support.ts';
 import { eventually } from '../support/eventually.ts';
-import { TestRepository } from '../support/git.ts';
+import { nodeEchoRepository, startEchoIndex } from '../support/echo-servers.ts';
 import { startTamperingProxy, type TamperingProxy } from '../support/oci-registry.ts';
 import { fixturePath } from '../support/paths.ts';
-import { served, startPythonIndex, type PythonIndex } from '../support/python-index.ts';
-import { wheelFromProject } from '../support/python-wheels.ts';
+import type { PythonIndex } from '../support/python-index.ts';
 import { runRequirements } from './support.ts';
 
 /**
@@ -72,16 +71,8 @@ describe('registry requirements against a real gateway serving npm, PyPI and Git
   let proxy: TamperingProxy;
 
   before(async () => {
-    const python = fixturePath('python');
-    index = await startPythonIndex({
-      projects: {
-        'sigil-echo-server': [served(await wheelFromProject(join(python, 'sigil-echo-server')))],
-        'sigil-echo-format': [served(await wheelFromProject(join(python, 'sigil-echo-format')))],
-      },
-    });
-    const repo = new TestRepository(repos.path, 'node-echo.git').copy(fixturePath('mcp', 'node-echo-server'));
-    repo.commit('an MCP server in plain Node');
-    repo.tag('v1.0.0');
+    index = await startEchoIndex();
+    const repo = nodeEchoRepository(repos.path);
     world = await ProbeWorld.start({
       packages: [fixturePath('mcp', 'echo-format-package')],
       servers: [

@@ -13,10 +13,9 @@ import {
   type TestEngine,
   type TestRegistry,
 } from '../../support/docker.ts';
-import { TestRepository } from '../../support/git.ts';
 import { fixturePath } from '../../support/paths.ts';
-import { type PythonIndex, served, startPythonIndex } from '../../support/python-index.ts';
-import { wheelFromProject } from '../../support/python-wheels.ts';
+import type { PythonIndex } from '../../support/python-index.ts';
+import { nodeEchoRepository, startEchoIndex } from '../../support/echo-servers.ts';
 import { mcpClient, ProbeWorld, textOf, walletToken } from './support.ts';
 
 /**
@@ -59,16 +58,8 @@ describe('gateway: a server of every registry kind, enabled, called and proved (
     engine = await testEngine();
     images = await startRegistry();
     image = await images.pushAndForget(engine.docker, engine.images.python, IMAGE_REPOSITORY);
-    const python = fixturePath('python');
-    index = await startPythonIndex({
-      projects: {
-        'sigil-echo-server': [served(await wheelFromProject(join(python, 'sigil-echo-server')))],
-        'sigil-echo-format': [served(await wheelFromProject(join(python, 'sigil-echo-format')))],
-      },
-    });
-    const repo = new TestRepository(repos.path, 'node-echo.git').copy(fixturePath('mcp', 'node-echo-server'));
-    repo.commit('an MCP server in plain Node');
-    repo.tag('v1.0.0');
+    index = await startEchoIndex();
+    const repo = nodeEchoRepository(repos.path);
     world = await ProbeWorld.start({
       packages: [fixturePath('mcp', 'echo-format-package')],
       servers: [
