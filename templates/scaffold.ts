@@ -177,14 +177,28 @@ describeLlmProviderBehaviour(pluginLoader(plugin.default, OPTIONS), () => ({
 `,
   },
   'package-registry': {
-    imports: 'describePackageRegistryBehaviour, pluginLoader',
-    body: `// Resolve, verified install, idempotence, refused tampering, no install scripts, warm set: against
+    imports: 'describePackageRegistryBehaviourV2, pluginLoader',
+    body: `// Resolve, verified install, idempotence, refused tampering, a moved pin, no install scripts: against
 // packages your registry serves for the purpose (publish them in a before hook, e.g. to a local one).
 // Options given as a function are read for each instance, so after that hook (its address, digests).
-describePackageRegistryBehaviour(pluginLoader(plugin.default, () => OPTIONS), () => ({
-  plain: { name: 'TODO-plain-package', range: '^1.0.0', version: '1.0.0', digest: 'TODO-its-digest' },
-  scripted: { name: 'TODO-package-with-install-scripts', range: '^1.0.0', marker: '/tmp/TODO-marker' },
-  tampered: { name: 'TODO-package-served-with-wrong-content', range: '^1.0.0' },
+const ENTRY_POINT = { bin: 'TODO-an-executable-the-package-declares', args: [] };
+describePackageRegistryBehaviourV2(pluginLoader(plugin.default, () => OPTIONS), () => ({
+  plain: {
+    name: 'TODO-plain-package',
+    range: '^1.0.0',
+    version: '1.0.0',
+    digest: 'TODO-its-digest',
+    entryPoint: ENTRY_POINT,
+  },
+  tampered: { name: 'TODO-package-served-with-wrong-content', range: '^1.0.0', entryPoint: ENTRY_POINT },
+  moved: {
+    name: 'TODO-package-whose-version-move-republishes',
+    range: '^1.0.0',
+    entryPoint: ENTRY_POINT,
+    move: async () => {
+      throw new Error('TODO: give the version other content under the same name');
+    },
+  },
 }));
 `,
   },

@@ -1,13 +1,13 @@
 import { z } from 'zod';
 import {
-  type CacheStatus,
+  type CacheContents,
   definePlugin,
+  type EntryPoint,
   extensionPoints,
-  type InstalledPackage,
-  type PackageRegistryV1,
+  type InstalledServer,
+  type PackageRegistryV2,
   type PackageSpec,
   provide,
-  type RefreshReport,
   type ResolvedPackage,
   SigilError,
 } from '@sigil/plugin-api';
@@ -24,33 +24,25 @@ const notImplemented = (member: string): SigilError =>
   new SigilError('internal', `template-plugin-name: ${member} is not implemented yet`);
 
 /**
- * A `package-registry` (the contract: PackageRegistryV1 in @sigil/plugin-api). Fill in each member; the
+ * A `package-registry` (the contract: PackageRegistryV2 in @sigil/plugin-api). Fill in each member; the
  * kit in test/kit.test.ts checks every sentence of the contract and fails until you do.
  */
-class Registry implements PackageRegistryV1 {
-  readonly specVersion = 'v1';
+class Registry implements PackageRegistryV2 {
+  readonly specVersion = 'v2';
   /** What catalog entries name in `registry` to be installed by this plugin. */
   readonly registryKind = 'template-plugin-name';
 
   constructor(private readonly options: z.infer<typeof config>) {}
 
-  async resolve(_packageName: string, _versionRange: string): Promise<ResolvedPackage> {
+  async resolve(_spec: PackageSpec): Promise<ResolvedPackage> {
     throw notImplemented('resolve');
   }
 
-  async install(_resolved: ResolvedPackage): Promise<InstalledPackage> {
+  async install(_resolved: ResolvedPackage, _entryPoint: EntryPoint): Promise<InstalledServer> {
     throw notImplemented('install');
   }
 
-  keepWarm(_specs: readonly PackageSpec[]): void {
-    throw notImplemented('keepWarm');
-  }
-
-  async refresh(): Promise<RefreshReport> {
-    throw notImplemented('refresh');
-  }
-
-  async cacheStatus(): Promise<CacheStatus> {
+  async cacheStatus(): Promise<CacheContents> {
     throw notImplemented('cacheStatus');
   }
 }
@@ -58,7 +50,7 @@ class Registry implements PackageRegistryV1 {
 export default definePlugin({
   kind: 'package-registry',
   name: 'template-plugin-name',
-  specVersion: 'v1',
+  specVersion: 'v2',
   description: 'template-plugin-name: a package registry',
   config,
   // The catalog entries the gateway installs with this plugin: those whose `registry` is this kind.

@@ -2,8 +2,9 @@ import { z } from 'zod';
 import {
   definePlugin,
   type SandboxProcess,
-  type SandboxRuntimeV1,
-  type SandboxSpec,
+  type SandboxRuntimeV2,
+  type SandboxSpecV2,
+  type SandboxStatus,
   SigilError,
 } from '@sigil/plugin-api';
 
@@ -18,23 +19,27 @@ const notImplemented = (member: string): SigilError =>
   new SigilError('internal', `template-plugin-name: ${member} is not implemented yet`);
 
 /**
- * A `sandbox-runtime` (the contract: SandboxRuntimeV1 in @sigil/plugin-api). Fill in each member; the
+ * A `sandbox-runtime` (the contract: SandboxRuntimeV2 in @sigil/plugin-api). Fill in each member; the
  * kit in test/kit.test.ts checks every sentence of the contract and fails until you do.
  */
-class Runtime implements SandboxRuntimeV1 {
-  readonly specVersion = 'v1';
+class Runtime implements SandboxRuntimeV2 {
+  readonly specVersion = 'v2';
 
   constructor(private readonly options: z.infer<typeof config>) {}
 
-  async spawn(_spec: SandboxSpec): Promise<SandboxProcess> {
+  async spawn(_spec: SandboxSpecV2): Promise<SandboxProcess> {
     throw notImplemented('spawn');
+  }
+
+  async status(): Promise<SandboxStatus> {
+    throw notImplemented('status');
   }
 }
 
 export default definePlugin({
   kind: 'sandbox-runtime',
   name: 'template-plugin-name',
-  specVersion: 'v1',
+  specVersion: 'v2',
   description: 'template-plugin-name: a sandbox runtime',
   config,
   create: ({ config: options }) => new Runtime(options),
