@@ -6,7 +6,7 @@ import { registerConformanceCommands } from '../conformance/cli.ts';
 import { migrate, openDatabase } from '../core/db/database.ts';
 import { isSigilError, PLUGIN_KINDS, SigilError } from '@sigil/plugin-api';
 import type { DestinationStream } from 'pino';
-import { createLogger, logDestinationIn, logFormat, SecretRegistry } from '../core/log.ts';
+import { createLogger, logDestinationIn, logFormat, logWritten, SecretRegistry } from '../core/log.ts';
 import { PluginLoadError } from '../core/plugins/host.ts';
 import { builtinPlugins } from '../services/builtin-plugins.ts';
 import { withUpDefaults } from '../services/up-defaults.ts';
@@ -103,7 +103,11 @@ async function runServices(
         devChainOperatorBanner(kernel.config, chain) +
         devChainLedgerBanner(kernel.config),
     );
-  void serving.warmedUp.then((warmup) => process.stdout.write(readyLine(serving.urls, warmup)));
+  void serving.warmedUp.then(async (warmup) => {
+    // Written after the warmup's own log lines, which wait in the batched log destination.
+    await logWritten(destination);
+    process.stdout.write(readyLine(serving.urls, warmup));
+  });
 }
 
 /** The line that says everything is up: where to connect, and how the catalog's warmup went. */

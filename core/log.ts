@@ -76,6 +76,8 @@ type SonicBoom = ReturnType<typeof pino.destination>;
  */
 export interface LogDestination extends DestinationStream {
   close(): void;
+  /** Writes what it holds; `done` runs once it is written. */
+  flush(done?: (err?: Error) => void): void;
 }
 
 const BATCH_CHARS = 16 * 1024;
@@ -181,6 +183,16 @@ export const logDestinationIn = (format: LogFormat, dest = 2): DestinationStream
         ignore: 'pid,hostname',
       })
     : logDestination(dest);
+
+/**
+ * Resolves once the lines a destination holds are written (at once where it cannot say), so that a
+ * line printed on stdout afterwards follows them, as `sigil up`'s ready line must.
+ */
+export function logWritten(destination: DestinationStream): Promise<void> {
+  const { flush } = destination as Partial<Pick<LogDestination, 'flush'>>;
+  if (typeof flush !== 'function') return Promise.resolve();
+  return new Promise((resolve) => flush.call(destination, () => resolve()));
+}
 
 export function createLogger(options: LoggerOptions): Logger {
   const secrets = options.secrets;

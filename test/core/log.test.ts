@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { configSchema } from '../../services/config.ts';
-import { createLogger, logDestination, logFormat, SecretRegistry } from '../../core/log.ts';
+import { createLogger, logDestination, logFormat, logWritten, SecretRegistry } from '../../core/log.ts';
 import { openKernel } from '../../services/kernel.ts';
 
 const logModule = fileURLToPath(new URL('../../core/log.ts', import.meta.url));
@@ -92,6 +92,16 @@ describe('logger', () => {
       expect(written).to.have.length(500);
       expect(written[0]).to.match(/^line 0 /);
       expect(written[499]).to.match(/^line 499 /);
+    });
+
+    it('logWritten resolves once a partial batch is in the file (sigil up prints its ready line after it)', async () => {
+      const file = join(dir, 'out.log');
+      const destination = logDestination(file);
+      const logger = createLogger({ destination });
+      logger.info('warmup 3/3: everything verified');
+      await logWritten(destination);
+      expect(linesIn(file)).to.deep.equal(['warmup 3/3: everything verified']);
+      destination.close();
     });
 
     it('writes a partial batch within its flush period, unasked', async () => {
