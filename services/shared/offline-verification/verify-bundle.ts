@@ -171,12 +171,19 @@ async function evidenceChecks(bundle: ReadBundle, options: VerifyBundleOptions):
     ...(bundle.expected.measurements === undefined ? {} : { measurements: bundle.expected.measurements }),
     ...(options.at === undefined ? {} : { at: options.at }),
   };
+  let result: EvidenceVerification;
   try {
-    const result = await verifier(evidence as AttestationEvidenceV2, expected);
-    return result.checks.map((check) => ({ ...check, id: `evidence.${check.id}` }));
+    result = await verifier(evidence as AttestationEvidenceV2, expected);
   } catch (error) {
     return [failed('evidence', `the ${evidence.platform} verifier failed: ${(error as Error).message}`)];
   }
+  const checks = result.checks.map((check) => ({ ...check, id: `evidence.${check.id}` }));
+  // Everything below reads REPORT_DATA as the hardware's: a verifier that did not check it vouches for nothing.
+  if (!result.checks.some((check) => check.id === 'report-data'))
+    checks.push(failed('evidence', `the ${evidence.platform} verifier did not check REPORT_DATA`));
+  if (!result.verified && checks.every((check) => check.ok))
+    checks.push(failed('evidence', `the ${evidence.platform} verifier says the evidence does not verify`));
+  return checks;
 }
 
 /** What each part of the expected REPORT_DATA must be, recomputed from the bundle. */
