@@ -1,4 +1,5 @@
 import { hkdfSync, randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { coreServices, definePlugin, SigilError, type AttestationEvidenceV2 } from '@sigil/plugin-api';
 import {
@@ -8,9 +9,11 @@ import {
   requestExtendedReport,
   tableCertificates,
 } from './guest.ts';
-import { createSnpVerifier, PLATFORM } from './verify.ts';
+import { createSnpVerifier, DEFAULT_SNP_POLICY, PLATFORM } from './verify.ts';
 
 const REPORT_DATA_BYTES = 64;
+/** The module the offline bundle script carries to verify this platform's evidence. */
+const OFFLINE_VERIFIER = fileURLToPath(new URL('./offline-verifier.ts', import.meta.url));
 const secretMaterial = z.string().min(32, 'at least 32 characters of secret material');
 const tcbComponent = (name: string) =>
   z.number().int().min(0).max(255).optional().describe(`Lowest ${name} security version accepted`);
@@ -45,11 +48,11 @@ export default definePlugin({
         ),
       allowMigrationAgent: z
         .boolean()
-        .default(false)
+        .default(DEFAULT_SNP_POLICY.allowMigrationAgent)
         .describe('Accept evidence whose guest policy allows a migration agent'),
       allowSmt: z
         .boolean()
-        .default(true)
+        .default(DEFAULT_SNP_POLICY.allowSmt)
         .describe('Accept evidence from a platform running with SMT enabled'),
       minimumTcb: z
         .object({
@@ -124,6 +127,7 @@ export default definePlugin({
     return {
       specVersion: 'v2' as const,
       platform: PLATFORM,
+      offlineVerifier: OFFLINE_VERIFIER,
       // A report of our own, verified: the start fails where there is no SNP guest or no VCEK, and says
       // what of its own evidence would not verify (a debug guest, a VCEK of another TCB).
       start: async () => {

@@ -34,6 +34,9 @@ export interface SnpVerificationPolicy {
   minimumTcb?: Partial<TcbParts>;
 }
 
+/** What a relying party accepts unless it says otherwise: the plugin's defaults, the offline script's policy. */
+export const DEFAULT_SNP_POLICY: SnpVerificationPolicy = { allowMigrationAgent: false, allowSmt: true };
+
 export interface SnpVerifier {
   verify(evidence: AttestationEvidenceV2, expected?: ExpectedEvidence): EvidenceVerification;
   /** The trusted ASK and ARK (PEM) a VCEK chains to, for evidence whose host supplied no chain. */

@@ -1,4 +1,5 @@
 import { hkdfSync } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { coreServices, definePlugin, SigilError } from '@sigil/plugin-api';
 import { directorySource, pccsSource, type CollateralSource } from './collateral.ts';
@@ -6,6 +7,9 @@ import { parseTdxQuote, type TdxQuote } from './quote.ts';
 import { TCB_STATUSES } from './tcb.ts';
 import { probeTsm, TSM_REPORT_ROOT, tsmQuote, type TsmProbe } from './tsm.ts';
 import { TDX_PLATFORM, verifyTdxEvidence } from './verify.ts';
+
+/** The module the offline bundle script carries to verify this platform's evidence. */
+const OFFLINE_VERIFIER = fileURLToPath(new URL('./offline-verifier.ts', import.meta.url));
 
 /** TCB statuses an operator may accept besides UpToDate; OutOfDate and Revoked never pass. */
 const ACCEPTABLE_TCB_STATUSES = TCB_STATUSES.filter(
@@ -88,6 +92,7 @@ export default definePlugin({
     return {
       specVersion: 'v2' as const,
       platform: TDX_PLATFORM,
+      offlineVerifier: OFFLINE_VERIFIER,
       async start() {
         const found = await probed();
         if (!found.available)

@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { coreServices, definePlugin, SigilError } from '@sigil/plugin-api';
 import { vtpmConfigSchema } from './config.ts';
 import { keyFor, SEALED_PURPOSES } from './keys.ts';
@@ -5,6 +6,9 @@ import { Quoter } from './quote.ts';
 import { unsealKeys } from './seal.ts';
 import { Tpm } from './tpm.ts';
 import { verifyVtpmEvidence, VTPM_PLATFORM } from './verify.ts';
+
+/** The module the offline bundle script carries to verify this platform's evidence. */
+const OFFLINE_VERIFIER = fileURLToPath(new URL('./offline-verifier.ts', import.meta.url));
 
 /**
  * A TPM 2.0 (a confidential VM's vTPM, a machine's TPM, swtpm in tests) through tpm2-tools: keys
@@ -34,6 +38,7 @@ export default definePlugin({
     return {
       specVersion: 'v2' as const,
       platform: VTPM_PLATFORM,
+      offlineVerifier: OFFLINE_VERIFIER,
       status: () => Promise.resolve({ ...status }),
       attest: (reportData) => quoter.attest(reportData),
       signingKey: (purpose) => Promise.resolve({ key: keyFor(sealed, purpose), source: 'sealed' as const }),

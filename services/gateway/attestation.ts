@@ -1,6 +1,8 @@
 import { hmacSha256 } from '../../core/crypto.ts';
 import type { Kernel } from '../kernel.ts';
 import type { AttestedService } from '../shared/attestation.ts';
+import { buildInfo } from '../shared/build-info.ts';
+import { provenanceOf } from '../shared/provenance.ts';
 
 /** What the proof key fingerprint is an HMAC of, under the execution-proof key. */
 const FINGERPRINT_LABEL = 'sigil:proof-key-fingerprint';
@@ -14,13 +16,17 @@ const FINGERPRINT_LABEL = 'sigil:proof-key-fingerprint';
 export function attestedGateway(kernel: Kernel): AttestedService {
   const tee = kernel.plugins.one('tee-backend');
   const proofKey = () => tee.signingKey('execution-proof');
+  const binding = async () => ({
+    name: 'proofKeyFingerprint',
+    of: `HMAC-SHA256 of "${FINGERPRINT_LABEL}" under the execution-proof key`,
+    sha256: hmacSha256((await proofKey()).key, FINGERPRINT_LABEL),
+  });
   return {
+    name: 'gateway',
     tee,
-    binding: async () => ({
-      name: 'proofKeyFingerprint',
-      of: `HMAC-SHA256 of "${FINGERPRINT_LABEL}" under the execution-proof key`,
-      sha256: hmacSha256((await proofKey()).key, FINGERPRINT_LABEL),
-    }),
+    binding,
+    bundledIdentity: async () => ({ proofKeyFingerprint: (await binding()).sha256.toString('hex') }),
+    provenance: provenanceOf(tee, buildInfo),
     security: async () => ({
       mode: kernel.config.mode,
       keySources: { executionProof: (await proofKey()).source },

@@ -242,7 +242,7 @@ export function gatewayOpenApi(gateway: ServiceAddress): Record<string, unknown>
       ...authPaths('/api/auth', { walletTokens: true }),
       [PROTECTED_RESOURCE_PATH]: protectedResource,
       [`${PROTECTED_RESOURCE_PATH}/mcp`]: protectedResource,
-      ...attestationPaths('proofKeyFingerprint'),
+      ...attestationPaths('proofKeyFingerprint', 'proofKeyFingerprint'),
       '/health': health,
       '/metrics': metrics,
     },

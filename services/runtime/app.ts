@@ -104,7 +104,7 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
       health,
       auth.router,
       delegationRouter(delegation, gatewayUrl),
-      attestationRouter(attested),
+      attestationRouter(attested, kernel.clock),
       vaultRouter,
       ...ledger.routers,
       chatRouter(chat),

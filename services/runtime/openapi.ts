@@ -68,7 +68,7 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
           },
         },
       },
-      ...attestationPaths('jwksSha256'),
+      ...attestationPaths('jwksSha256', 'jwks'),
       '/wallet/provider-vault/message': {
         get: {
           summary: 'The message a wallet signs to unlock its provider vault',

@@ -8,6 +8,8 @@ export interface BuildInfo {
   codeHash: string;
   /** The git commit the code came from, or `unknown` outside a checkout without SIGIL_GIT_COMMIT. */
   gitCommit: string;
+  /** Where the source is (a git URL): SIGIL_SOURCE_REPOSITORY as an image build sets it, else null. */
+  sourceRepository: string | null;
   files: number;
   /** SHA-256 of package-lock.json: which dependency tree the code runs on. */
   lockfileSha256: string | null;
@@ -21,7 +23,9 @@ export interface BuildInfo {
 }
 
 const REPO_ROOT = join(fileURLToPath(import.meta.url), '..', '..', '..');
-const SOURCE_DIRS = ['core', 'services', 'providers', 'registries', 'plugins', 'attestation', 'bin'];
+/** What the code hash covers: every source file of these folders, and these files at the root. */
+export const SOURCE_DIRS = ['core', 'services', 'providers', 'registries', 'plugins', 'attestation', 'bin'];
+export const ROOT_FILES = ['package.json', 'package-lock.json'];
 const SOURCE_FILE = /\.(ts|js|cjs|mjs|json)$/;
 
 let cached: BuildInfo | undefined;
@@ -35,13 +39,14 @@ export function buildInfo(): BuildInfo {
 export function computeBuildInfo(root: string, env: NodeJS.ProcessEnv = process.env): BuildInfo {
   const files = [
     ...SOURCE_DIRS.flatMap((dir) => listFiles(root, join(root, dir))),
-    ...['package.json', 'package-lock.json'].filter((f) => existsSync(join(root, f))),
+    ...ROOT_FILES.filter((f) => existsSync(join(root, f))),
   ].sort();
   const manifest = files.map((file) => `${file}\0${sha256Hex(readFileSync(join(root, file)))}`).join('\n');
   const lockfile = join(root, 'package-lock.json');
   return {
     codeHash: sha256Hex(manifest),
     gitCommit: env.SIGIL_GIT_COMMIT ?? readGitCommit(root) ?? 'unknown',
+    sourceRepository: env.SIGIL_SOURCE_REPOSITORY ?? null,
     files: files.length,
     lockfileSha256: existsSync(lockfile) ? sha256Hex(readFileSync(lockfile)) : null,
     nodeVersion: process.version,

@@ -20,6 +20,8 @@ const TEE_ONLY_CHECKS = [
   'tee-backend.verify-report-data',
   'tee-backend.verify-flipped-bit',
 ];
+/** What does not apply to `none`: the checks above, and those of an offline verifier, which it has none of. */
+const NOT_APPLICABLE_TO_NONE = [...TEE_ONLY_CHECKS, 'tee-backend.offline-verifier'];
 /** The key material tee-keeps-state is given, and puts in its status: no evidence may show it. */
 const KEY_MATERIAL = 'tee-keeps-state-key-material-0123456789';
 
@@ -43,13 +45,13 @@ describe('conformance plugin kits', () => {
       async () =>
         teeNone.create({ config: {}, deps: { secrets: new SecretRegistry() }, logger: quietLogger() }),
       {
-        expectNotApplicable: TEE_ONLY_CHECKS,
+        expectNotApplicable: NOT_APPLICABLE_TO_NONE,
       },
     );
   });
 
   describe('the whole plugin kit from mocha, on the attestation/none module', () => {
-    describePluginKit(teeNoneModule, {}, { expectNotApplicable: TEE_ONLY_CHECKS });
+    describePluginKit(teeNoneModule, {}, { expectNotApplicable: NOT_APPLICABLE_TO_NONE });
   });
 
   describe('the whole plugin kit from mocha, with a database of the caller', () => {
@@ -68,7 +70,7 @@ describe('conformance plugin kits', () => {
     describePluginKit(
       teeKeepsStateModule,
       { keyMaterial: KEY_MATERIAL },
-      { expectNotApplicable: TEE_ONLY_CHECKS, services: { db } },
+      { expectNotApplicable: NOT_APPLICABLE_TO_NONE, services: { db } },
     );
   });
 
@@ -114,6 +116,19 @@ describe('conformance plugin kits', () => {
       expect(results['manifest.exported']?.status).to.equal('pass');
       expect(results['tee-backend.members']?.reason).to.equal('attest is undefined, expected function');
       expect(failedIds(results)).to.include('tee-backend.none-attest-undefined');
+    });
+
+    it('fails a backend whose offlineVerifier judges otherwise than its verify(), or does not load', async () => {
+      const lenient = await kitResults(`${FIXTURES}/tee-offline-disagrees.ts`, { verifier: 'lenient' });
+      expect(failedIds(lenient)).to.deep.equal(['tee-backend.offline-verifier']);
+      expect(lenient['tee-backend.offline-verifier']?.reason).to.equal(
+        'for random bytes, verify() says verified false [evidence:failed], the offline verifier verified true [evidence:ok]',
+      );
+      const missing = await kitResults(`${FIXTURES}/tee-offline-disagrees.ts`, { verifier: 'missing' });
+      expect(failedIds(missing)).to.deep.equal(['tee-backend.offline-verifier']);
+      expect(missing['tee-backend.offline-verifier']?.reason).to.match(
+        /^offlineVerifier \/\S+\/no-such-verifier\.ts does not load: /,
+      );
     });
 
     it('fails a none backend that pretends to have a TEE', async () => {

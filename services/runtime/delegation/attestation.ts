@@ -2,6 +2,8 @@ import type { TeeBackendV2 } from '@sigil/plugin-api';
 import type { DelegationKeys } from '../../../core/auth/delegation/keys.ts';
 import { jwksSha256 } from '../../../core/auth/delegation/report-data.ts';
 import type { AttestedService } from '../../shared/attestation.ts';
+import { buildInfo } from '../../shared/build-info.ts';
+import { provenanceOf } from '../../shared/provenance.ts';
 
 /**
  * The runtime as an attested service: its reports bind the SHA-256 of the delegated path's JWKS at
@@ -20,8 +22,11 @@ export function attestedRuntime(
     sha256: jwksSha256(await keys.jwks()),
   });
   return {
+    name: 'runtime',
     tee,
     binding,
+    bundledIdentity: async () => ({ jwks: await keys.jwks() }),
+    provenance: provenanceOf(tee, buildInfo),
     security,
     summary: async () => ({
       delegation: { jwksSha256: (await binding()).sha256.toString('hex'), signingKey: keys.source },

@@ -3,7 +3,7 @@ import { expect } from 'chai';
 import type { EvidenceVerification } from '@sigil/plugin-api';
 import { pemBlocks } from '../../../attestation/sev-snp/certificates.ts';
 import { AMD_PRODUCTS, AMD_ROOTS } from '../../../attestation/sev-snp/roots.ts';
-import { createSnpVerifier, type SnpVerificationPolicy } from '../../../attestation/sev-snp/verify.ts';
+import { createSnpVerifier, DEFAULT_SNP_POLICY } from '../../../attestation/sev-snp/verify.ts';
 import {
   AT,
   evidenceOf,
@@ -24,8 +24,7 @@ import {
   withPolicyBit,
 } from './material.ts';
 
-const DEFAULT_POLICY: SnpVerificationPolicy = { allowMigrationAgent: false, allowSmt: true };
-const verifier = createSnpVerifier(DEFAULT_POLICY);
+const verifier = createSnpVerifier(DEFAULT_SNP_POLICY);
 
 const failed = (result: EvidenceVerification) =>
   result.checks.filter((check) => !check.ok).map((check) => check.id);
@@ -36,7 +35,7 @@ const detailOf = (result: EvidenceVerification, id: string) =>
 const CRYPTOGRAPHIC_CHECKS = ['report', 'certificates', 'chain', 'validity', 'signature', 'tcb', 'chip-id'];
 
 /** A verifier that trusts a forged Milan chain instead of AMD's: what the forged material is judged by. */
-function trustingForgedMilan(forged: ReturnType<typeof forgeMilanChain>, policy = DEFAULT_POLICY) {
+function trustingForgedMilan(forged: ReturnType<typeof forgeMilanChain>, policy = DEFAULT_SNP_POLICY) {
   return createSnpVerifier(policy, { roots: { ...AMD_ROOTS, Milan: forged.roots } });
 }
 
@@ -130,7 +129,7 @@ describe('tee-sev-snp verifier on the real Milan report', () => {
   });
 
   it('judges certificates by its clock when no time is expected', () => {
-    const at2031 = createSnpVerifier(DEFAULT_POLICY, { now: () => new Date('2031-01-01T00:00:00Z') });
+    const at2031 = createSnpVerifier(DEFAULT_SNP_POLICY, { now: () => new Date('2031-01-01T00:00:00Z') });
     expect(failed(at2031.verify(REAL_EVIDENCE))).to.include('validity');
   });
 
@@ -159,11 +158,11 @@ describe('tee-sev-snp verifier on the real Milan report', () => {
   });
 
   it('refuses a reported TCB below the configured minimum', () => {
-    const strict = createSnpVerifier({ ...DEFAULT_POLICY, minimumTcb: { snp: 6, microcode: 68 } });
+    const strict = createSnpVerifier({ ...DEFAULT_SNP_POLICY, minimumTcb: { snp: 6, microcode: 68 } });
     const result = strict.verify(REAL_EVIDENCE, { at: AT });
     expect(failed(result)).to.deep.equal(['tcb-minimum', 'debug']);
     expect(detailOf(result, 'tcb-minimum')).to.equal('reported TCB is below the minimum: snp 5 < 6');
-    const met = createSnpVerifier({ ...DEFAULT_POLICY, minimumTcb: { snp: 5, microcode: 68 } });
+    const met = createSnpVerifier({ ...DEFAULT_SNP_POLICY, minimumTcb: { snp: 5, microcode: 68 } });
     expect(failed(met.verify(REAL_EVIDENCE, { at: AT }))).to.deep.equal(['debug']);
   });
 
@@ -176,7 +175,7 @@ describe('tee-sev-snp verifier on the real Milan report', () => {
   });
 
   it('refuses SMT when the policy forbids it: the real platform runs with SMT', () => {
-    const noSmt = createSnpVerifier({ ...DEFAULT_POLICY, allowSmt: false });
+    const noSmt = createSnpVerifier({ ...DEFAULT_SNP_POLICY, allowSmt: false });
     const result = noSmt.verify(REAL_EVIDENCE, { at: AT });
     expect(failed(result)).to.deep.equal(['debug', 'smt']);
   });
@@ -252,7 +251,7 @@ describe('tee-sev-snp verifier on a forged chain, re-signed reports', () => {
     expect(failed(trustingForgedMilan(forged).verify(evidence, { at: AT }))).to.deep.equal([
       'migration-agent',
     ]);
-    const allowing = trustingForgedMilan(forged, { ...DEFAULT_POLICY, allowMigrationAgent: true });
+    const allowing = trustingForgedMilan(forged, { ...DEFAULT_SNP_POLICY, allowMigrationAgent: true });
     expect(failed(allowing.verify(evidence, { at: AT }))).to.deep.equal([]);
   });
 

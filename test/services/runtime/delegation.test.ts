@@ -452,7 +452,10 @@ describeEachDatabase('delegated gateway access', (database) => {
         const jwks = await (await stack.get('runtime', '/.well-known/jwks.json')).json();
         const hash = jwksSha256(jwks).toString('hex');
         expect(report).to.include({ platform: 'none', evidence: null, nonce, jwksSha256: hash });
-        expect(report.reportData).to.equal(`${nonce}${hash.slice(0, 32)}${'00'.repeat(16)}`);
+        const { keyid } = (await (await stack.get('runtime', '/api/attestation/provenance')).json()) as {
+          keyid: string;
+        };
+        expect(report.reportData).to.equal(`${nonce}${hash.slice(0, 32)}${keyid.slice(0, 32)}`);
         expect((await stack.get('runtime', '/api/attestation/report?nonce=xyz')).status).to.equal(400);
         const summary = (await (await stack.get('runtime', '/api/attestation')).json()) as Record<
           string,

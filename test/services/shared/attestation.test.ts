@@ -37,13 +37,15 @@ describe('attestation endpoints of the runtime and the gateway', function () {
         expect(summary[binding]).to.match(/^[0-9a-f]{64}$/);
       });
 
-      it("binds the caller's nonce at REPORT_DATA[0:32] and its identity at [32:48]; no evidence without a TEE", async () => {
+      it("binds the caller's nonce at REPORT_DATA[0:32], its identity at [32:48] and its provenance key at [48:64]; no evidence without a TEE", async () => {
         const nonce = randomBytes(32).toString('hex');
         const report = await json(service, `/api/attestation/report?nonce=${nonce}`);
         const reportData = String(report.reportData);
         expect(reportData.slice(0, 64)).to.equal(nonce);
         expect(reportData.slice(64, 96)).to.equal(String(report[binding]).slice(0, 32));
-        expect(reportData.slice(96)).to.equal('0'.repeat(32));
+        const { keyid } = (await json(service, '/api/attestation/provenance')) as { keyid: string };
+        expect(reportData.slice(96)).to.equal(keyid.slice(0, 32));
+        expect(report.provenanceKeySha256).to.equal(keyid);
         expect(report.evidence).to.equal(null);
         expect((report.reportDataLayout as Record<string, unknown>)[binding]).to.include({
           offset: 32,

@@ -32,6 +32,18 @@ export interface TeeBackendV2 {
   signingKey(purpose: string): Promise<DerivedKey>;
   /** Verifies evidence of this backend's platform (see above). */
   verify(evidence: AttestationEvidenceV2, expected?: ExpectedEvidence): Promise<EvidenceVerification>;
+  /**
+   * The verifier the offline bundle script carries: the absolute path of a module whose named export
+   * `verify(evidence, expected)` returns (or resolves to) what `verify` does for evidence of this
+   * platform, with the platform's defaults for what an operator may configure (pinned keys, accepted
+   * TCB levels): the same `verified`, and the same checks by id and outcome.
+   * - The module is pure: no file, network or environment read at import or in `verify`; it imports
+   *   node: built-ins and packages only, and it bundles (esbuild, CommonJS, Node 20) into one file;
+   *   its `@sigil/plugin-api` imports are types only.
+   * - It judges evidence of this platform only: the script picks it by the evidence's platform.
+   * - Absent where the platform has no evidence to verify (`none`).
+   */
+  readonly offlineVerifier?: string;
 }
 
 export interface AttestationEvidenceV2 extends AttestationEvidence {

@@ -1,16 +1,24 @@
 import { randomBytes } from 'node:crypto';
+import { isAbsolute } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
 import { isSigilError } from '../errors.ts';
-import type { AttestationEvidenceV2, EvidenceVerification, TeeBackendV2 } from '../index.ts';
-import { ensure, expectShape, failWith, pass } from './check.ts';
+import type {
+  AttestationEvidenceV2,
+  EvidenceVerification,
+  ExpectedEvidence,
+  TeeBackendV2,
+} from '../index.ts';
+import { ensure, expectShape, failWith, notApplicableBecause, pass } from './check.ts';
 import type { InstanceCheck, KitContext } from './kit.ts';
-import { attestFresh, onlyWithTee } from './tee-backend-behaviour.ts';
+import { attestFresh, onlyWithTee, statusOf } from './tee-backend-behaviour.ts';
 
 /**
- * The checks of `tee-backend` v2's own sentence, `verify`: the evidence a backend produces verifies
- * with the report data it was given and with no other, one flipped bit fails it, and garbage is a
- * failed verification, not an exception. A backend without a TEE is checked on garbage only; a
- * platform's own tests check its verifier on recorded real evidence.
+ * The checks of `tee-backend` v2's own sentences, `verify` and `offlineVerifier`: the evidence a
+ * backend produces verifies with the report data it was given and with no other, one flipped bit fails
+ * it, garbage is a failed verification, not an exception, and the offline verifier module judges all
+ * of these as `verify` does. A backend without a TEE is checked on garbage only; a platform's own
+ * tests check its verifier on recorded real evidence.
  */
 
 const CONTRACT = 'packages/plugin-api/src/contracts/tee-backend-v2.ts';
@@ -59,6 +67,36 @@ async function freshEvidence(
   if (evidence === undefined) failWith('attest() returned undefined although a TEE is enabled');
   return { evidence: evidence as AttestationEvidenceV2, reportData };
 }
+
+const garbageOf = (platform: string): AttestationEvidenceV2 => ({
+  platform,
+  report: randomBytes(97).toString('base64'),
+  certificates: [],
+});
+
+type OfflineVerify = (
+  evidence: AttestationEvidenceV2,
+  expected: ExpectedEvidence,
+) => EvidenceVerification | Promise<EvidenceVerification>;
+
+/** The `verify` export of the backend's offlineVerifier module; not applicable without one. */
+async function offlineVerifierOf({ instance }: Context): Promise<OfflineVerify> {
+  const path = instance.offlineVerifier;
+  if (path === undefined) notApplicableBecause('the backend has no offlineVerifier');
+  ensure(isAbsolute(path), `offlineVerifier "${path}" is not an absolute path`);
+  let loaded: { verify?: unknown };
+  try {
+    loaded = (await import(pathToFileURL(path).href)) as { verify?: unknown };
+  } catch (error) {
+    failWith(`offlineVerifier ${path} does not load: ${(error as Error).message}`);
+  }
+  ensure(typeof loaded.verify === 'function', `offlineVerifier ${path} exports no verify function`);
+  return loaded.verify as OfflineVerify;
+}
+
+/** `verified`, then each check as `id:ok`: what an offline verifier must say as `verify` does. */
+const outcomeOf = (result: EvidenceVerification): string =>
+  `verified ${result.verified} [${result.checks.map((check) => `${check.id}:${check.ok ? 'ok' : 'failed'}`).join(', ')}]`;
 
 const flipOneBit = (report: string): string => {
   const bytes = Buffer.from(report, 'base64');
@@ -125,12 +163,7 @@ export const teeBackendV2Checks: readonly InstanceCheck<TeeBackendV2>[] = [
     title: 'verify() answers a report of random bytes with a failed verification, not an exception',
     spec: `${CONTRACT}: verify, "never throws on bad evidence"`,
     check: async (context) => {
-      const garbage = {
-        platform: context.instance.platform,
-        report: randomBytes(97).toString('base64'),
-        certificates: [],
-      };
-      const result = await verified(context, 'random bytes', garbage);
+      const result = await verified(context, 'random bytes', garbageOf(context.instance.platform));
       ensure(!result.verified, 'random bytes verified');
       return pass();
     },
@@ -152,6 +185,41 @@ export const teeBackendV2Checks: readonly InstanceCheck<TeeBackendV2>[] = [
         isSigilError(outcome.error) && outcome.error.code === 'invalid_request',
         `verify() threw ${String(outcome.error)}, not a SigilError invalid_request`,
       );
+      return pass();
+    },
+  },
+  {
+    id: 'tee-backend.offline-verifier',
+    level: 'MUST',
+    title:
+      'An offlineVerifier module loads and judges as verify() does: random bytes, and with a TEE fresh evidence and a report with one bit flipped',
+    spec: `${CONTRACT}: offlineVerifier, "returns (or resolves to) what verify does … the same verified, and the same checks by id and outcome"`,
+    check: async (context) => {
+      const offline = await offlineVerifierOf(context);
+      const cases: [what: string, evidence: AttestationEvidenceV2, reportData?: Uint8Array][] = [
+        ['random bytes', garbageOf(context.instance.platform)],
+      ];
+      if ((await statusOf(context)).teeEnabled) {
+        const { evidence, reportData } = await freshEvidence(context);
+        cases.push(
+          ['fresh evidence, its report data', evidence, reportData],
+          ['a report with one bit flipped', { ...evidence, report: flipOneBit(evidence.report) }, reportData],
+        );
+      }
+      for (const [what, evidence, reportData] of cases) {
+        const expected = reportData === undefined ? {} : { reportData };
+        const online = await verified(context, what, evidence, reportData);
+        const result = expectShape(
+          verificationSchema,
+          await offline(evidence, expected),
+          `the offline verify(${what})`,
+        );
+        context.evidence.note(`the offline verify(${what})`, result);
+        ensure(
+          outcomeOf(result) === outcomeOf(online),
+          `for ${what}, verify() says ${outcomeOf(online)}, the offline verifier ${outcomeOf(result)}`,
+        );
+      }
       return pass();
     },
   },

@@ -19,12 +19,15 @@ export const teeBackendKit: ContractKit<'tee-backend', 'v1'> = {
   behaviour: teeBackendBehaviour,
 };
 
-/** v1's behaviour, and `verify`: fresh evidence verifies with its report data only, garbage fails. */
+/**
+ * v1's behaviour, and `verify`: fresh evidence verifies with its report data only, garbage fails; an
+ * `offlineVerifier` module judges as `verify` does.
+ */
 export const teeBackendKitV2: ContractKit<'tee-backend', 'v2'> = {
   kind: 'tee-backend',
   specVersion: 'v2',
   contractFile: 'packages/plugin-api/src/contracts/tee-backend-v2.ts',
-  members: { ...members, verify: 'function' },
+  members: { ...members, verify: 'function', offlineVerifier: 'string?' },
   behaviour: [...teeBackendBehaviour, ...teeBackendV2Checks],
 };
 
