@@ -24,7 +24,19 @@ export interface BuildInfo {
 
 const REPO_ROOT = join(fileURLToPath(import.meta.url), '..', '..', '..');
 /** What the code hash covers: every source file of these folders, and these files at the root. */
-export const SOURCE_DIRS = ['core', 'services', 'providers', 'registries', 'plugins', 'attestation', 'bin'];
+export const SOURCE_DIRS = [
+  'core',
+  'services',
+  'packages/plugin-api/src',
+  'providers',
+  'registries',
+  'plugins',
+  'attestation',
+  'devchain',
+  'solidity',
+  'conformance',
+  'bin',
+];
 export const ROOT_FILES = ['package.json', 'package-lock.json'];
 const SOURCE_FILE = /\.(ts|js|cjs|mjs|json)$/;
 
