@@ -38,7 +38,7 @@ import { describeAk, verifyVtpmEvidence } from '../attestation/vtpm/verify.ts';
 import { AT, REAL_EVIDENCE, REPORT, VCEK } from '../test/attestation/sev-snp/material.ts';
 import { evidenceOf, QUOTE_V4, recordedCollateral, V4_TIME } from '../test/attestation/tdx/evidence.ts';
 import { startSwtpm } from '../test/support/swtpm.ts';
-import { log, median, ms, quantile, rotated } from './stats.ts';
+import { log, median, ms, quantile, rotated, type BenchRow } from './stats.ts';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 const VERIFICATIONS = Number(process.env.BENCH_ATTESTATION_VERIFICATIONS ?? 200);
@@ -53,12 +53,8 @@ interface Scenario {
   targeted?: boolean;
 }
 
-export interface AttestationMeasurement {
-  scenario: string;
-  concurrency: number;
-  rps: number;
-  p50Ms: number;
-  p99Ms: number;
+export interface AttestationMeasurement extends BenchRow {
+  /** This process's CPU per verification. */
   serverCpuUsPerRequest: number;
   verificationsPerRound: number;
   rounds: Round[];

@@ -74,6 +74,7 @@ const attestationReport: EvidenceKind = {
   },
 };
 
+/** Evidence as JSON on its own: the `evidence` of a report, or what a backend's `attest` returns. */
 const evidenceJson: EvidenceKind = {
   name: 'attestation evidence (JSON)',
   matches: ({ json }) =>
@@ -85,6 +86,7 @@ const evidenceJson: EvidenceKind = {
 
 const BUNDLE_FORMAT = 'sigil-attestation-bundle/v1';
 
+/** `GET /api/attestation/bundle`'s body: recognised, so that it is refused by name until it is read. */
 const bundle: EvidenceKind = {
   name: `Sigil attestation bundle (${BUNDLE_FORMAT})`,
   matches: ({ json }) => isRecord(json) && json.format === BUNDLE_FORMAT,

@@ -1,6 +1,5 @@
 import { createHash, randomBytes, X509Certificate } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import type { AttestationEvidenceV2, EvidenceVerification, TeeBackendV2 } from '@sigil/plugin-api';
@@ -33,6 +32,7 @@ import {
 } from '../attestation/tdx/evidence.ts';
 import { sealedOnSwtpm, type SealedVtpm } from '../attestation/vtpm/on-swtpm.ts';
 import { runSigil } from '../support/cli.ts';
+import { processTempDir } from '../support/paths.ts';
 
 /** What `--json` prints. */
 interface Printed extends EvidenceVerification {
@@ -48,12 +48,7 @@ const QUOTE_HEADER_BYTES = 48;
 
 describe('sigil attestation verify', function () {
   this.timeout(180_000);
-  let dir: string;
-
-  before(() => {
-    dir = mkdtempSync(join(tmpdir(), 'sigil-attestation-verify-'));
-  });
-  after(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = processTempDir('attestation-verify');
 
   /** Writes `content` to a file of the test's folder; its path. */
   const file = (name: string, content: string | Uint8Array) => {
