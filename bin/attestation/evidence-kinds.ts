@@ -59,9 +59,10 @@ function wholeEvidence(
   return { evidence: parsed.data, files: [{ path: file.path, as: `${as}, ${parsed.data.platform}` }] };
 }
 
+const REPORT_NAME = 'attestation report (GET /api/attestation/report)';
 /** `GET /api/attestation/report`'s body: the evidence under `evidence`, null where the service has no TEE. */
 const attestationReport: EvidenceKind = {
-  name: 'attestation report (GET /api/attestation/report)',
+  name: REPORT_NAME,
   matches: ({ json }) => isRecord(json) && 'evidence' in json && 'reportData' in json,
   assemble(file, others) {
     const report = file.json as Record<string, unknown>;
@@ -70,17 +71,18 @@ const attestationReport: EvidenceKind = {
         `${file.path}: the service attests nothing (platform ${String(report.platform)}, teeEnabled ${String(report.teeEnabled)}): its report carries no evidence`,
         'no_evidence',
       );
-    return wholeEvidence(file, others, report.evidence, this.name);
+    return wholeEvidence(file, others, report.evidence, REPORT_NAME);
   },
 };
 
+const EVIDENCE_NAME = 'attestation evidence (JSON)';
 /** Evidence as JSON on its own: the `evidence` of a report, or what a backend's `attest` returns. */
 const evidenceJson: EvidenceKind = {
-  name: 'attestation evidence (JSON)',
+  name: EVIDENCE_NAME,
   matches: ({ json }) =>
     isRecord(json) && typeof json.platform === 'string' && typeof json.report === 'string',
   assemble(file, others) {
-    return wholeEvidence(file, others, file.json, this.name);
+    return wholeEvidence(file, others, file.json, EVIDENCE_NAME);
   },
 };
 
