@@ -116,6 +116,7 @@ const suites: Record<string, () => Promise<Row[]>> = {
   ledger: async () => (await import('./ledger.ts')).ledgerSuite(),
   chat: async () => (await import('./chat.ts')).chatSuite(),
   'registry-kinds': async () => (await import('./registry-kinds.ts')).registryKindsSuite(),
+  attestation: async () => (await import('./attestation.ts')).attestationSuite(),
 };
 // `npm run bench -- gateway-mcp` runs the named suites only; the table keeps the others' last results.
 // Each suite runs in a process of its own: one suite's servers, timers and heap never slow the next.

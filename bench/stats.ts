@@ -1,5 +1,15 @@
 /** Summaries the benchmark suites share. */
 
+/** The columns of bench/README.md's table a suite's row fills. */
+export interface BenchRow {
+  scenario: string;
+  concurrency: number;
+  rps: number;
+  p50Ms: number;
+  p99Ms: number;
+  serverCpuUsPerRequest?: number;
+}
+
 /** The median; of an even count, the mean of the two middle values. */
 export const median = (values: readonly number[]): number => {
   const sorted = [...values].sort((a, b) => a - b);

@@ -29,6 +29,7 @@ import type { WarmupOutcome } from '../services/gateway/warmup.ts';
 import { serve, type ServiceName, type Serving } from '../services/serve.ts';
 import { SIGIL_VERSION } from '../services/shared/health.ts';
 import { scaffoldPlugin } from '../templates/scaffold.ts';
+import { registerAttestationCommands } from './attestation.ts';
 import { registerTeeCommands } from './tee.ts';
 
 /** Exit codes: 1 for a failure at run time, 2 for a configuration or plugin problem found at start-up. */
@@ -307,5 +308,6 @@ function reportAndExit(err: unknown): never {
 
 registerConformanceCommands(program);
 registerTeeCommands(program, configPath);
+registerAttestationCommands(program);
 
 program.parseAsync(process.argv).catch(reportAndExit);

@@ -24,6 +24,7 @@ describe('sigil command', function () {
       ['config', 'check'],
       ['config', 'schema'],
       ['db', 'migrate'],
+      ['attestation', 'verify'],
     ]) {
       const result = await runSigil([...command, '--help'], { cwd: dir });
       expect(result.code, command.join(' ')).to.equal(0);

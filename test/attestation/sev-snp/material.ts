@@ -148,3 +148,30 @@ export function withPolicyBit(report: Uint8Array, bit: number, on: boolean): Buf
   copy.writeBigUInt64LE(on ? policy | mask : policy & ~mask, 0x08);
   return copy;
 }
+
+/** The GUIDs of the GHCB specification's certificate table entries. */
+export const VCEK_GUID = '63da758d-e664-4564-adc5-f4b93be8accd';
+export const ASK_GUID = '4ab7b379-bbac-4fe4-a02f-05aef327c782';
+export const ARK_GUID = 'c0b406a4-a803-4952-9743-3fb6014cd0ae';
+
+/** A GUID's bytes as the GHCB certificate table stores them: the first three fields little-endian. */
+export function guidBytes(text: string): Buffer {
+  const [a, b, c, d, e] = text.split('-') as [string, string, string, string, string];
+  const field = (hex: string) => Buffer.from(hex, 'hex').reverse();
+  return Buffer.concat([field(a), field(b), field(c), Buffer.from(d + e, 'hex')]);
+}
+
+/** A certificate table as a host writes it: entries, a zero entry, then the DER certificates. */
+export function certificateTable(entries: readonly [guid: string, der: Buffer][]): Buffer {
+  const headerBytes = (entries.length + 1) * 24;
+  let offset = headerBytes;
+  const header = entries.map(([guid, der]) => {
+    const entry = Buffer.alloc(24);
+    guidBytes(guid).copy(entry);
+    entry.writeUInt32LE(offset, 16);
+    entry.writeUInt32LE(der.length, 20);
+    offset += der.length;
+    return entry;
+  });
+  return Buffer.concat([...header, Buffer.alloc(24), ...entries.map(([, der]) => der)]);
+}

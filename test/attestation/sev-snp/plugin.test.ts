@@ -13,7 +13,18 @@ import { DEFAULT_PLUGINS } from '../../../services/config.ts';
 import { builtinPlugins } from '../../../services/builtin-plugins.ts';
 import { SecretRegistry } from '../../../core/log.ts';
 import { quietLogger } from '../../support/kernel.ts';
-import { AT, fixture, MILAN_CHAIN, REAL_EVIDENCE, VCEK } from './material.ts';
+import {
+  ARK_GUID,
+  ASK_GUID,
+  AT,
+  certificateTable,
+  fixture,
+  guidBytes,
+  MILAN_CHAIN,
+  REAL_EVIDENCE,
+  VCEK,
+  VCEK_GUID,
+} from './material.ts';
 
 const create = (options: Record<string, unknown> = {}, secrets = new SecretRegistry()) =>
   teeSevSnp.create({
@@ -41,28 +52,6 @@ async function failureOf(promise: Promise<unknown>): Promise<SigilError> {
   );
   if (!isSigilError(error)) throw new Error(`expected a SigilError, got ${String(error)}`);
   return error;
-}
-
-/** A GUID's bytes as the GHCB certificate table stores them: the first three fields little-endian. */
-function guidBytes(text: string): Buffer {
-  const [a, b, c, d, e] = text.split('-') as [string, string, string, string, string];
-  const field = (hex: string) => Buffer.from(hex, 'hex').reverse();
-  return Buffer.concat([field(a), field(b), field(c), Buffer.from(d + e, 'hex')]);
-}
-
-/** A certificate table as a host writes it: entries, a zero entry, then the DER certificates. */
-function certificateTable(entries: readonly [guid: string, der: Buffer][]): Buffer {
-  const headerBytes = (entries.length + 1) * 24;
-  let offset = headerBytes;
-  const header = entries.map(([guid, der]) => {
-    const entry = Buffer.alloc(24);
-    guidBytes(guid).copy(entry);
-    entry.writeUInt32LE(offset, 16);
-    entry.writeUInt32LE(der.length, 20);
-    offset += der.length;
-    return entry;
-  });
-  return Buffer.concat([...header, Buffer.alloc(24), ...entries.map(([, der]) => der)]);
 }
 
 const der = (pem: string) => new X509Certificate(pem).raw;
@@ -158,10 +147,6 @@ describe('tee-sev-snp plugin', () => {
 });
 
 describe('tee-sev-snp certificates beside a report', () => {
-  const VCEK_GUID = '63da758d-e664-4564-adc5-f4b93be8accd';
-  const ASK_GUID = '4ab7b379-bbac-4fe4-a02f-05aef327c782';
-  const ARK_GUID = 'c0b406a4-a803-4952-9743-3fb6014cd0ae';
-
   it('reads the VCEK, ASK and ARK from an extended report’s certificate table, skipping GUIDs it does not know', () => {
     const table = certificateTable([
       ['00000000-0000-0000-0000-000000000001', Buffer.from('other')],

@@ -1,0 +1,189 @@
+import type { Command } from 'commander';
+import {
+  isSigilError,
+  type AttestationEvidenceV2,
+  type EvidenceVerification,
+  type ExpectedEvidence,
+} from '@sigil/plugin-api';
+import snp from '../attestation/sev-snp/index.ts';
+import { createSnpVerifier } from '../attestation/sev-snp/verify.ts';
+import { verifyTdxEvidence } from '../attestation/tdx/verify.ts';
+import { verifyVtpmEvidence, VTPM_PLATFORM } from '../attestation/vtpm/verify.ts';
+import { evidenceFromFiles } from './attestation/evidence-kinds.ts';
+import { isPlatform, PLATFORMS, unusable, type Platform, type TakenFile } from './attestation/inputs.ts';
+
+/**
+ * `sigil attestation verify <file>…`: evidence from files, judged offline by the verifier of its
+ * platform's plugin (the same code the plugin, the gateway and the bundle script run), with what
+ * the relying party expects. Exit 0 when every check passes, 1 when one fails, 2 when the input
+ * cannot be used.
+ */
+
+const EXIT_CHECK_FAILED = 1;
+const EXIT_UNUSABLE_INPUT = 2;
+
+interface VerifyOptions {
+  platform?: string;
+  at?: string;
+  reportData?: string;
+  measurement: string[];
+  trustedAk: string[];
+  json?: boolean;
+}
+
+type Verify = (
+  evidence: AttestationEvidenceV2,
+  expected: ExpectedEvidence,
+  trustedAkFingerprints: readonly string[],
+) => EvidenceVerification;
+
+/** Each platform's verifier, judging as its plugin does with its default options. */
+const VERIFIERS: Readonly<Record<Platform, Verify>> = {
+  'sev-snp': (evidence, expected) => {
+    const { allowMigrationAgent, allowSmt } = snp.config.parse({});
+    return createSnpVerifier({ allowMigrationAgent, allowSmt }).verify(evidence, expected);
+  },
+  tdx: (evidence, expected) => verifyTdxEvidence(evidence, expected),
+  vtpm: (evidence, expected, trustedAkFingerprints) =>
+    verifyVtpmEvidence(evidence, expected, { trustedAkFingerprints }),
+};
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+function hexOption(value: string, pattern: RegExp, option: string, what: string): Buffer {
+  if (!pattern.test(value)) throw unusable(`${option} ${value}: not ${what}`, 'invalid_option');
+  return Buffer.from(value, 'hex');
+}
+
+/** What the relying party expects, from the options; throws {@link unusable} on a malformed one. */
+function expectedOf(options: VerifyOptions): Required<Pick<ExpectedEvidence, 'at'>> & ExpectedEvidence {
+  const at = options.at === undefined ? new Date() : new Date(options.at);
+  if (Number.isNaN(at.getTime()))
+    throw unusable(`--at ${options.at}: not a time (ISO 8601, e.g. 2023-07-01T01:00:00Z)`, 'invalid_option');
+  const measurements = Object.fromEntries(
+    options.measurement.map((entry) => {
+      const [, name, value] = /^([A-Za-z0-9_.-]+)=([0-9a-fA-F]+)$/.exec(entry) ?? [];
+      if (name === undefined || value === undefined || value.length % 2 !== 0)
+        throw unusable(`--measurement ${entry}: not name=hex`, 'invalid_option');
+      return [name, value.toLowerCase()];
+    }),
+  );
+  return {
+    at,
+    ...(options.reportData === undefined
+      ? {}
+      : {
+          reportData: hexOption(options.reportData, /^[0-9a-fA-F]{128}$/, '--report-data', '64 bytes in hex'),
+        }),
+    ...(options.measurement.length === 0 ? {} : { measurements }),
+  };
+}
+
+function trustedAksOf(options: VerifyOptions, platform: string): string[] {
+  if (options.trustedAk.length > 0 && platform !== VTPM_PLATFORM)
+    throw unusable(
+      `--trusted-ak pins a TPM's attestation key: ${platform} evidence has none`,
+      'invalid_option',
+    );
+  return options.trustedAk.map((fingerprint) =>
+    hexOption(fingerprint, /^[0-9a-fA-F]{64}$/, '--trusted-ak', 'a SHA-256 in hex').toString('hex'),
+  );
+}
+
+const printable = (value: unknown): string =>
+  typeof value === 'object' && value !== null ? JSON.stringify(value) : String(value);
+
+/** Two columns, the first padded to its widest entry. */
+const columns = (rows: readonly (readonly [string, string])[], indent = '') => {
+  const width = Math.max(0, ...rows.map(([left]) => left.length));
+  return rows.map(([left, right]) => `${indent}${left.padEnd(width)}  ${right}`);
+};
+
+function report(files: readonly TakenFile[], at: Date, result: EvidenceVerification): string {
+  const failed = result.checks.filter((check) => !check.ok).map((check) => check.id);
+  const claims = result.claims;
+  const details = Object.entries(claims?.details ?? {}).filter(([, value]) => value !== undefined);
+  return [
+    `${result.platform} evidence, judged at ${at.toISOString()}:`,
+    ...columns(
+      files.map((file) => [file.path, file.as]),
+      '  ',
+    ),
+    '',
+    ...columns(result.checks.map((check) => [`${check.ok ? 'PASS' : 'FAIL'}  ${check.id}`, check.detail])),
+    '',
+    ...(claims === undefined
+      ? ['claims: none (the report cannot be read)']
+      : [
+          'claims:',
+          ...columns([['reportData', claims.reportData], ...Object.entries(claims.measurements)], '  '),
+          ...(details.length === 0 ? [] : ['  details:']),
+          ...columns(
+            details.map(([name, value]) => [name, printable(value)]),
+            '    ',
+          ),
+        ]),
+    '',
+    result.verified
+      ? `verified: all ${result.checks.length} checks passed`
+      : `not verified: ${failed.length} of ${result.checks.length} checks failed (${failed.join(', ')})`,
+    '',
+  ].join('\n');
+}
+
+function verifyFiles(paths: readonly string[], options: VerifyOptions): number {
+  if (options.platform !== undefined && !isPlatform(options.platform))
+    throw unusable(`--platform ${options.platform}: one of ${PLATFORMS.join(', ')}`, 'invalid_option');
+  const expected = expectedOf(options);
+  const { evidence, files } = evidenceFromFiles(paths, options.platform);
+  const platform = evidence.platform as Platform;
+  const result = VERIFIERS[platform](evidence, expected, trustedAksOf(options, platform));
+  process.stdout.write(
+    options.json
+      ? `${JSON.stringify({ files, at: expected.at.toISOString(), ...result }, null, 2)}\n`
+      : report(files, expected.at, result),
+  );
+  return result.verified ? 0 : EXIT_CHECK_FAILED;
+}
+
+export function registerAttestationCommands(program: Command): void {
+  program
+    .command('attestation')
+    .description('Attestation evidence: verify it offline')
+    .command('verify')
+    .description(
+      `Verify attestation evidence from files, offline, with the verifier of its platform's plugin: a raw SEV-SNP report (binary or hex) with its VCEK and ASK/ARK; a TDX quote with its collateral; a TPM quote (tpm2_quote's message, signature and PCR values, and the AK's public area); or the JSON of GET /api/attestation/report or of its evidence. Prints each check; exits 0 when every check passes, 1 when one fails, 2 when the input cannot be used`,
+    )
+    .argument('<files...>', 'the report, quote or evidence JSON, and the files that go with it, in any order')
+    .option(
+      '--platform <platform>',
+      `take the evidence as this platform's (${PLATFORMS.join(', ')}) rather than detect it`,
+    )
+    .option(
+      '--at <time>',
+      'judge certificates and collateral at this time (ISO 8601; default: now): recorded material needs a time inside its validity',
+    )
+    .option('--report-data <hex>', 'the 64 bytes REPORT_DATA must be (128 hex characters)')
+    .option(
+      '--measurement <name=hex>',
+      'a measurement the evidence must report (repeatable): sev-snp measurement; tdx mrtd, rtmr0…rtmr3; vtpm pcr<N>',
+      collect,
+      [],
+    )
+    .option(
+      '--trusted-ak <sha256>',
+      'vtpm: an attestation key to trust, by the SHA-256 of its SubjectPublicKeyInfo (repeatable; what `sigil tee seal` prints); default: any, on first use',
+      collect,
+      [],
+    )
+    .option('--json', 'print the verification as JSON')
+    .action((paths: string[], options: VerifyOptions) => {
+      try {
+        process.exitCode = verifyFiles(paths, options);
+      } catch (error) {
+        if (!isSigilError(error) || error.code !== 'invalid_request') throw error;
+        process.stderr.write(`sigil: ${error.message}${error.hint ? `\n  hint: ${error.hint}` : ''}\n`);
+        process.exitCode = EXIT_UNUSABLE_INPUT;
+      }
+    });
+}
