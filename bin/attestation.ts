@@ -9,7 +9,8 @@ import snp from '../attestation/sev-snp/index.ts';
 import { createSnpVerifier } from '../attestation/sev-snp/verify.ts';
 import { verifyTdxEvidence } from '../attestation/tdx/verify.ts';
 import { verifyVtpmEvidence, VTPM_PLATFORM } from '../attestation/vtpm/verify.ts';
-import { evidenceFromFiles } from './attestation/evidence-kinds.ts';
+import { verifyBundle } from '../services/shared/offline-verification/verify-bundle.ts';
+import { bundleIn, evidenceFromFiles } from './attestation/evidence-kinds.ts';
 import { isPlatform, PLATFORMS, unusable, type Platform, type TakenFile } from './attestation/inputs.ts';
 
 /**
@@ -146,13 +147,60 @@ function verifyFiles(paths: readonly string[], options: VerifyOptions): number {
   return result.verified ? 0 : EXIT_CHECK_FAILED;
 }
 
+/**
+ * A bundle, with the checks its own offline script makes (the same function): the evidence by its
+ * platform's verifier, then what the report binds, the provenance and the code it names.
+ */
+async function verifyBundleFile(path: string, bundle: unknown, options: VerifyOptions): Promise<number> {
+  if (options.reportData !== undefined || options.measurement.length > 0 || options.platform !== undefined)
+    throw unusable(
+      `${path}: a bundle says what its report must bind and which platform it is`,
+      'invalid_option',
+      'verify it without --report-data, --measurement and --platform',
+    );
+  const { at } = expectedOf(options);
+  const verifiers = Object.fromEntries(
+    PLATFORMS.map((platform) => [
+      platform,
+      (evidence: AttestationEvidenceV2, expected: ExpectedEvidence) =>
+        VERIFIERS[platform](evidence, expected, trustedAksOf(options, platform)),
+    ]),
+  );
+  const result = await verifyBundle(bundle, { verifiers, at });
+  const failed = result.checks.filter((check) => !check.ok).map((check) => check.id);
+  process.stdout.write(
+    options.json
+      ? `${JSON.stringify({ files: [{ path, as: 'Sigil attestation bundle' }], at: at.toISOString(), ...result }, null, 2)}\n`
+      : [
+          `attestation bundle ${path}, judged at ${at.toISOString()}:`,
+          '',
+          ...columns(
+            result.checks.map((check) => [`${check.ok ? 'PASS' : 'FAIL'}  ${check.id}`, check.detail]),
+          ),
+          '',
+          result.verified
+            ? `verified: all ${result.checks.length} checks passed`
+            : `not verified: ${failed.length} of ${result.checks.length} checks failed (${failed.join(', ')})`,
+          '',
+        ].join('\n'),
+  );
+  return result.verified ? 0 : EXIT_CHECK_FAILED;
+}
+
+async function verifyInputs(paths: readonly string[], options: VerifyOptions): Promise<number> {
+  const found = bundleIn(paths);
+  return found === undefined
+    ? verifyFiles(paths, options)
+    : verifyBundleFile(found.path, found.bundle, options);
+}
+
 export function registerAttestationCommands(program: Command): void {
   program
     .command('attestation')
     .description('Attestation evidence: verify it offline')
     .command('verify')
     .description(
-      `Verify attestation evidence from files, offline, with the verifier of its platform's plugin: a raw SEV-SNP report (binary or hex) with its VCEK and ASK/ARK; a TDX quote with its collateral; a TPM quote (tpm2_quote's message, signature and PCR values, and the AK's public area); or the JSON of GET /api/attestation/report or of its evidence. Prints each check; exits 0 when every check passes, 1 when one fails, 2 when the input cannot be used`,
+      `Verify attestation evidence from files, offline, with the verifier of its platform's plugin: a raw SEV-SNP report (binary or hex) with its VCEK and ASK/ARK; a TDX quote with its collateral; a TPM quote (tpm2_quote's message, signature and PCR values, and the AK's public area); the JSON of GET /api/attestation/report or of its evidence; or a bundle of GET /api/attestation/bundle, checked as its own script checks it. Prints each check; exits 0 when every check passes, 1 when one fails, 2 when the input cannot be used`,
     )
     .argument('<files...>', 'the report, quote or evidence JSON, and the files that go with it, in any order')
     .option(
@@ -177,9 +225,9 @@ export function registerAttestationCommands(program: Command): void {
       [],
     )
     .option('--json', 'print the verification as JSON')
-    .action((paths: string[], options: VerifyOptions) => {
+    .action(async (paths: string[], options: VerifyOptions) => {
       try {
-        process.exitCode = verifyFiles(paths, options);
+        process.exitCode = await verifyInputs(paths, options);
       } catch (error) {
         if (!isSigilError(error) || error.code !== 'invalid_request') throw error;
         process.stderr.write(`sigil: ${error.message}${error.hint ? `\n  hint: ${error.hint}` : ''}\n`);

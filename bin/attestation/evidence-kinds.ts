@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { BUNDLE_FORMAT } from '../../services/shared/offline-verification/verify-bundle.ts';
 import {
   isPlatform,
   isRecord,
@@ -86,24 +87,27 @@ const evidenceJson: EvidenceKind = {
   },
 };
 
-const BUNDLE_FORMAT = 'sigil-attestation-bundle/v1';
-
-/** `GET /api/attestation/bundle`'s body: recognised, so that it is refused by name until it is read. */
-const bundle: EvidenceKind = {
-  name: `Sigil attestation bundle (${BUNDLE_FORMAT})`,
-  matches: ({ json }) => isRecord(json) && json.format === BUNDLE_FORMAT,
-  assemble(file) {
+/**
+ * The bundle among `paths` (`GET /api/attestation/bundle`'s body), which holds its evidence and what it
+ * must bind whole, so it is verified alone; undefined when no file is one.
+ */
+export function bundleIn(paths: readonly string[]): { path: string; bundle: unknown } | undefined {
+  const files = paths.map(readInputFile);
+  const found = files.find(({ json }) => isRecord(json) && json.format === BUNDLE_FORMAT);
+  if (found === undefined) return undefined;
+  const other = files.find((file) => file !== found);
+  if (other !== undefined)
     throw unusable(
-      `${file.path}: a ${BUNDLE_FORMAT} bundle; verifying bundles is not supported yet`,
-      'not_supported',
+      `${other.path}: given with ${found.path}, a bundle that holds everything it is verified with`,
+      'unexpected_file',
+      'verify the bundle alone',
     );
-  },
-};
+  return { path: found.path, bundle: found.json };
+}
 
 /** Every kind of evidence the command reads, each told by its content; the first that matches a file wins. */
 export const EVIDENCE_KINDS: readonly EvidenceKind[] = [
   ...Object.values(RAW_KINDS),
-  bundle,
   attestationReport,
   evidenceJson,
 ];

@@ -5,7 +5,14 @@ import { expect } from 'chai';
 import type { AttestationEvidenceV2, EvidenceVerification, TeeBackendV2 } from '@sigil/plugin-api';
 import { pemBlocks } from '../../attestation/sev-snp/certificates.ts';
 import { describeAk } from '../../attestation/vtpm/verify.ts';
-import { attestationReport } from '../../services/shared/attestation.ts';
+import {
+  attestationBundle,
+  attestationReport,
+  type AttestedService,
+} from '../../services/shared/attestation.ts';
+import { buildInfo } from '../../services/shared/build-info.ts';
+import { provenanceOf } from '../../services/shared/provenance.ts';
+import { systemClock } from '../../core/clock.ts';
 import {
   ARK_GUID,
   ASK_GUID,
@@ -316,16 +323,22 @@ describe('sigil attestation verify', function () {
       expect(failedChecks(printed)).to.deep.equal(['pcr-digest']);
     });
 
+    /** A runtime over the swtpm backend, as services/runtime mounts it: what it binds and bundles. */
+    const runtimeOver = (tee: TeeBackendV2): AttestedService => {
+      const jwks = { keys: [] };
+      const jwksHash = createHash('sha256').update(JSON.stringify(jwks)).digest();
+      return {
+        name: 'runtime',
+        tee,
+        binding: () => Promise.resolve({ name: 'jwksSha256', of: 'the JWKS', sha256: jwksHash }),
+        bundledIdentity: () => Promise.resolve({ jwks }),
+        provenance: provenanceOf(tee, buildInfo),
+        security: () => Promise.resolve({}),
+      };
+    };
+
     it('verifies the body of GET /api/attestation/report, its REPORT_DATA binding the nonce and the JWKS hash', async () => {
-      const jwksHash = createHash('sha256').update('{"keys":[]}').digest();
-      const served = await attestationReport(
-        {
-          tee: backend,
-          binding: () => Promise.resolve({ name: 'jwksHash', of: 'the JWKS', sha256: jwksHash }),
-          security: () => Promise.resolve({}),
-        },
-        randomBytes(32),
-      );
+      const served = await attestationReport(runtimeOver(backend), randomBytes(32));
       const body = file('report.json', JSON.stringify(served));
       const { code, printed } = await verifyJson(body, '--report-data', served.reportData);
       expect(code).to.equal(0);
@@ -336,6 +349,27 @@ describe('sigil attestation verify', function () {
       const other = await verifyJson(body, '--report-data', randomBytes(64).toString('hex'));
       expect(other.code).to.equal(1);
       expect(failedChecks(other.printed)).to.deep.equal(['report-data']);
+    });
+
+    it('verifies a bundle of GET /api/attestation/bundle as its own script does, and names what a tampered one fails', async () => {
+      const bundle = await attestationBundle(runtimeOver(backend), randomBytes(32), systemClock);
+      const { code, printed } = await verifyJson(file('bundle.json', JSON.stringify(bundle)));
+      expect(code, JSON.stringify(printed.checks)).to.equal(0);
+      expect(printed.checks.map((check) => check.id)).to.include.members([
+        'evidence.signature',
+        'nonce',
+        'jwks-hash',
+        'provenance-key',
+        'provenance-signature',
+        'code-hash',
+      ]);
+      const tampered = { ...bundle, jwks: { keys: [{ kty: 'EC' }] } };
+      const refused = await verifyJson(file('tampered.json', JSON.stringify(tampered)));
+      expect(refused.code).to.equal(1);
+      expect(failedChecks(refused.printed)).to.deep.equal(['jwks-hash']);
+      const alone = await verify(file('bundle.json', JSON.stringify(bundle)), file('notes.txt', 'x'));
+      expect(alone.code).to.equal(2);
+      expect(alone.stderr).to.include('a bundle that holds everything it is verified with');
     });
   });
 
@@ -354,18 +388,6 @@ describe('sigil attestation verify', function () {
       const missing = await verify(join(dir, 'missing.bin'));
       expect(missing.code).to.equal(2);
       expect(missing.stderr).to.include(`${join(dir, 'missing.bin')}: cannot be read (ENOENT)`);
-    });
-
-    it('says a Sigil attestation bundle is not supported yet', async () => {
-      const bundle = file(
-        'bundle.json',
-        JSON.stringify({ format: 'sigil-attestation-bundle/v1', report: {} }),
-      );
-      const result = await verify(bundle);
-      expect(result.code).to.equal(2);
-      expect(result.stderr).to.include(
-        `${bundle}: a sigil-attestation-bundle/v1 bundle; verifying bundles is not supported yet`,
-      );
     });
   });
 });
