@@ -4,9 +4,17 @@ import { privateKeyToAccount } from 'viem/accounts';
 import type { CheckResult } from '@sigil/plugin-api/kit';
 import { runDeployment } from './deployment/run.ts';
 import { importPluginModule, PluginNotFound, runPluginKit } from './plugin.ts';
-import { exitCodeFor, formatResultLine, formatSummaryLine, writeReports, type Report } from './report.ts';
+import { REQUIREMENT_GROUPS } from './deployment/context.ts';
+import {
+  exitCodeFor,
+  formatExclusionLine,
+  formatResultLine,
+  formatSummaryLine,
+  writeReports,
+  type Report,
+} from './report.ts';
 import { REQUIREMENTS } from './requirements.ts';
-import { parseIdList, select, unknownPatterns } from './selection.ts';
+import { exclusions, parseIdList, select, unknownPatterns } from './selection.ts';
 
 /**
  * `sigil conformance …`. Exit codes: 0 when no MUST failed, 1 when one did, 2 for bad arguments (an
@@ -91,11 +99,17 @@ function parseSelection(only: string | undefined, skip: string | undefined) {
   return selection;
 }
 
+const groupList = (): string =>
+  Object.entries(REQUIREMENT_GROUPS)
+    .map(([group, meaning]) => `${group} (${meaning})`)
+    .join(', ');
+
 const printResult = (result: CheckResult): void => {
   process.stdout.write(`${formatResultLine(result)}\n`);
 };
 
 async function finish(report: Report, out: string | undefined): Promise<number> {
+  for (const exclusion of report.excluded) process.stdout.write(`${formatExclusionLine(exclusion)}\n`);
   process.stdout.write(`\n${formatSummaryLine(report)}\n`);
   if (out !== undefined) process.stdout.write(`reports: ${(await writeReports(report, out)).join(', ')}\n`);
   return exitCodeFor(report);
@@ -126,7 +140,8 @@ async function deploymentCommand(options: DeploymentOptions): Promise<number> {
     parsePrivateKey(process.env[PAYER_KEY_ENV], PAYER_KEY_ENV);
   const rpcUrl =
     parseRpcUrl(options.rpcUrl, '--rpc-url') ?? parseRpcUrl(process.env[RPC_URL_ENV], RPC_URL_ENV);
-  const requirements = select(REQUIREMENTS, parseSelection(options.only, options.skip));
+  const selection = parseSelection(options.only, options.skip);
+  const requirements = select(REQUIREMENTS, selection);
   const paying =
     payerKey === undefined
       ? ''
@@ -142,7 +157,7 @@ async function deploymentCommand(options: DeploymentOptions): Promise<number> {
       ...(rpcUrl === undefined ? {} : { rpcUrl }),
       expectOperatorEnforcement: options.expectOperatorEnforcement === true,
     },
-    { requirements, onResult: printResult },
+    { requirements, excluded: exclusions(REQUIREMENTS, selection), onResult: printResult },
   );
   return finish(report, options.out);
 }
@@ -187,8 +202,11 @@ export function registerConformanceCommands(program: Command): void {
     .requiredOption('--runtime <url>', 'base URL of the agent runtime, e.g. http://127.0.0.1:8080')
     .requiredOption('--gateway <url>', 'base URL of the tool gateway, e.g. http://127.0.0.1:8402')
     .option('--out <dir>', 'directory for the three report files', './conformance-report')
-    .option('--only <ids>', 'comma-separated ids or prefixes to run, e.g. GW-5,RT-4.health')
-    .option('--skip <ids>', 'comma-separated ids or prefixes to leave out')
+    .option('--only <ids>', 'comma-separated ids, prefixes or groups to run, e.g. GW-5,RT-4.health')
+    .option(
+      '--skip <ids>',
+      `comma-separated ids, prefixes or groups to leave out; the reports list them as excluded on request. Groups: ${groupList()}`,
+    )
     .option(
       '--operator-key <hex>',
       `private key of a gateway operator wallet, for GW-5.erc8128-operator-enforced; prefer env ${OPERATOR_KEY_ENV}, which process lists do not show. Never printed`,
@@ -223,8 +241,9 @@ export function registerConformanceCommands(program: Command): void {
     .description('List the deployment requirements: id, level and title')
     .action(() => {
       for (const requirement of REQUIREMENTS) {
+        const groups = requirement.groups === undefined ? '' : ` [${requirement.groups.join(', ')}]`;
         process.stdout.write(
-          `${requirement.id.padEnd(34)} ${requirement.level.padEnd(7)} ${requirement.title}\n`,
+          `${requirement.id.padEnd(34)} ${requirement.level.padEnd(7)} ${requirement.title}${groups}\n`,
         );
       }
     });

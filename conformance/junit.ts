@@ -1,9 +1,10 @@
 import { describeEvidence, type CheckResult } from '@sigil/plugin-api/kit';
-import type { Report } from './report.ts';
+import { excludedOnRequest, type Report } from './report.ts';
+import type { Exclusion } from './selection.ts';
 
 /**
  * JUnit XML as CI systems read it: one <testcase> per check, a failed check as <failure>, a check that
- * does not apply as <skipped message="…">. Reasons and evidence come from servers and plugins, so every
+ * does not apply, or that the tester excluded, as <skipped message="…">. Reasons and evidence come from servers and plugins, so every
  * value is escaped and characters XML 1.0 forbids are replaced.
  */
 
@@ -54,14 +55,19 @@ function testcase(result: CheckResult, classname: string): string {
   }
 }
 
+function excludedTestcase(exclusion: Exclusion, classname: string): string {
+  const name = `${exclusion.id} ${exclusion.title}`;
+  return `    <testcase${attributes({ classname, name, time: seconds(0) })}>\n      <skipped${attributes({ message: excludedOnRequest(exclusion) })}/>\n    </testcase>`;
+}
+
 export function toJunitXml(report: Report): string {
   const { summary } = report;
   const suiteName = `sigil conformance ${report.suite}`;
   const counts = {
-    tests: summary.total,
+    tests: summary.total + summary.excluded,
     failures: summary.fail,
     errors: 0,
-    skipped: summary.notApplicable,
+    skipped: summary.notApplicable + summary.excluded,
     time: seconds(report.durationMs),
   };
   const properties = Object.entries(report.target).map(
@@ -75,6 +81,7 @@ export function toJunitXml(report: Report): string {
     ...properties,
     '    </properties>',
     ...report.results.map((result) => testcase(result, `conformance.${report.suite}`)),
+    ...report.excluded.map((exclusion) => excludedTestcase(exclusion, `conformance.${report.suite}`)),
     '  </testsuite>',
     '</testsuites>',
     '',

@@ -1,5 +1,5 @@
 import { describeEvidence, type CheckResult, type Status } from '@sigil/plugin-api/kit';
-import type { Report } from './report.ts';
+import { excludedOnRequest, type Report } from './report.ts';
 
 /** summary.md: the verdict, one table row per check, then the details a reader needs to act on a failure. */
 
@@ -37,13 +37,18 @@ export function toMarkdownSummary(report: Report): string {
     `- Started: ${report.startedAt} (${(report.durationMs / 1000).toFixed(1)} s)`,
     '',
     `**${verdict}**. ${summary.pass} passed, ${summary.fail} failed (${summary.shouldFailed} of them SHOULD), ` +
-      `${summary.notApplicable} not applicable, of ${summary.total}.`,
+      `${summary.notApplicable} not applicable, of ${summary.total}` +
+      (summary.excluded > 0 ? `; ${summary.excluded} excluded on request, not run.` : '.'),
     '',
     '| Status | Level | Id | Title |',
     '|---|---|---|---|',
     ...report.results.map(
       (result) =>
         `| ${STATUS_CELL[result.status]} | ${result.level} | ${code(result.id)} | ${cell(result.title)} |`,
+    ),
+    ...report.excluded.map(
+      (exclusion) =>
+        `| ${cell(excludedOnRequest(exclusion))} | ${exclusion.level} | ${code(exclusion.id)} | ${cell(exclusion.title)} |`,
     ),
     ...section(
       'Failures',

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { redactSecrets, type CheckResult, type Status } from '@sigil/plugin-api/kit';
 import { toJunitXml } from './junit.ts';
 import { toMarkdownSummary } from './markdown.ts';
+import type { Exclusion } from './selection.ts';
 
 export interface Summary {
   total: number;
@@ -11,6 +12,8 @@ export interface Summary {
   notApplicable: number;
   mustFailed: number;
   shouldFailed: number;
+  /** Left out on the tester's request (`--skip`), not run: not counted in `total`. */
+  excluded: number;
 }
 
 /** What one run found: the shape of `report.json`, and the input of the other two files. */
@@ -23,11 +26,13 @@ export interface Report {
   durationMs: number;
   summary: Summary;
   results: readonly CheckResult[];
+  /** What the tester's `--skip` left out of the run, so no reader takes the run for a whole one. */
+  excluded: readonly Exclusion[];
 }
 
 export const REPORT_FILES = { json: 'report.json', junit: 'junit.xml', markdown: 'summary.md' } as const;
 
-export function summarize(results: readonly CheckResult[]): Summary {
+export function summarize(results: readonly CheckResult[], excluded: readonly Exclusion[] = []): Summary {
   const count = (status: Status) => results.filter((result) => result.status === status).length;
   const failed = results.filter((result) => result.status === 'fail');
   return {
@@ -37,6 +42,7 @@ export function summarize(results: readonly CheckResult[]): Summary {
     notApplicable: count('not-applicable'),
     mustFailed: failed.filter((result) => result.level === 'MUST').length,
     shouldFailed: failed.filter((result) => result.level === 'SHOULD').length,
+    excluded: excluded.length,
   };
 }
 
@@ -45,14 +51,16 @@ export function buildReport(
   target: Record<string, string>,
   started: Date,
   results: readonly CheckResult[],
+  excluded: readonly Exclusion[] = [],
 ): Report {
   return {
     suite,
     target,
     startedAt: started.toISOString(),
     durationMs: Date.now() - started.getTime(),
-    summary: summarize(results),
+    summary: summarize(results, excluded),
     results,
+    excluded,
   };
 }
 
@@ -95,6 +103,14 @@ export function formatResultLine(result: CheckResult): string {
   return result.status === 'fail' ? `${because}\n      checks: ${result.spec}` : because;
 }
 
+/** A requirement left out by `--skip`, as one terminal line in the shape of a result's. */
+export function formatExclusionLine(exclusion: Exclusion): string {
+  return `${'SKIP'.padEnd(5)} ${exclusion.level.padEnd(7)} ${exclusion.id.padEnd(34)} ${exclusion.title}\n      -> ${excludedOnRequest(exclusion)}`;
+}
+
+export const excludedOnRequest = (exclusion: Exclusion): string =>
+  `excluded on request (--skip ${exclusion.excludedBy})`;
+
 /** The closing line on the terminal; deliberately not "N passed, N failed", which CI reads as test totals. */
 export function formatSummaryLine(report: Report): string {
   const { summary } = report;
@@ -102,6 +118,6 @@ export function formatSummaryLine(report: Report): string {
   return (
     `${report.suite} conformance: ${verdict} (MUST failed ${summary.mustFailed}, SHOULD failed ${summary.shouldFailed}; ` +
     `pass ${summary.pass}, fail ${summary.fail}, not applicable ${summary.notApplicable}; ` +
-    `${(report.durationMs / 1000).toFixed(1)} s)`
+    `${summary.excluded > 0 ? `excluded on request ${summary.excluded}; ` : ''}${(report.durationMs / 1000).toFixed(1)} s)`
   );
 }

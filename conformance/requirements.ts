@@ -1,4 +1,5 @@
 import type { Requirement } from './deployment/context.ts';
+import { attestationRequirements } from './deployment/attestation/index.ts';
 import { chatRequirements } from './deployment/chat.ts';
 import { delegationRequirements } from './deployment/delegation.ts';
 import { discoveryRequirements } from './deployment/discovery.ts';
@@ -43,6 +44,7 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...signInRequirements(RUNTIME_AUTH),
   foreignTokenRequirement(RUNTIME_AUTH, GATEWAY_AUTH),
   ...delegationRequirements,
+  ...attestationRequirements,
   ...ledgerRequirements,
   ...chatRequirements,
 ];

@@ -1,10 +1,22 @@
 import type { CheckInfo } from '@sigil/plugin-api/kit';
 
 export interface Selection {
-  /** Ids or prefixes to run; empty means all. */
+  /** Ids, prefixes or groups to run; empty means all. */
   only: readonly string[];
-  /** Ids or prefixes to leave out, applied after `only`. */
+  /** Ids, prefixes or groups to leave out, applied after `only`. */
   skip: readonly string[];
+}
+
+/** A check as a tester selects it: by its id, a prefix of it, or a group it belongs to. */
+export interface Selectable extends CheckInfo {
+  /** Named sets a tester selects or leaves out as a whole (`--skip tee`). */
+  groups?: readonly string[];
+}
+
+/** A check in the run's scope that `--skip` left out: the report lists it as excluded on request. */
+export interface Exclusion extends CheckInfo {
+  /** The `--skip` pattern that left it out. */
+  excludedBy: string;
 }
 
 /**
@@ -17,19 +29,36 @@ export function matches(pattern: string, id: string): boolean {
   return id.startsWith(pattern) && ['.', '-'].includes(id.charAt(pattern.length));
 }
 
+/** True when `pattern` matches the check's id (see {@link matches}) or names one of its groups. */
+export function selects(pattern: string, check: Selectable): boolean {
+  return matches(pattern, check.id) || (check.groups ?? []).includes(pattern);
+}
+
 /** Patterns that match no check: a typo in `--only` or `--skip` is an error, not an empty run. */
-export function unknownPatterns(checks: readonly CheckInfo[], selection: Selection): string[] {
+export function unknownPatterns(checks: readonly Selectable[], selection: Selection): string[] {
   return [...selection.only, ...selection.skip].filter(
-    (pattern) => !checks.some((check) => matches(pattern, check.id)),
+    (pattern) => !checks.some((check) => selects(pattern, check)),
   );
 }
 
-export function select<T extends CheckInfo>(checks: readonly T[], selection: Selection): T[] {
-  return checks.filter(
-    (check) =>
-      (selection.only.length === 0 || selection.only.some((pattern) => matches(pattern, check.id))) &&
-      !selection.skip.some((pattern) => matches(pattern, check.id)),
-  );
+const inScope = (check: Selectable, selection: Selection): boolean =>
+  selection.only.length === 0 || selection.only.some((pattern) => selects(pattern, check));
+
+const skippedBy = (check: Selectable, selection: Selection): string | undefined =>
+  selection.skip.find((pattern) => selects(pattern, check));
+
+export function select<T extends Selectable>(checks: readonly T[], selection: Selection): T[] {
+  return checks.filter((check) => inScope(check, selection) && skippedBy(check, selection) === undefined);
+}
+
+/** The checks `--only` (or its absence) took in and `--skip` then left out, each with its pattern. */
+export function exclusions(checks: readonly Selectable[], selection: Selection): Exclusion[] {
+  return checks.flatMap((check) => {
+    const pattern = inScope(check, selection) ? skippedBy(check, selection) : undefined;
+    if (pattern === undefined) return [];
+    const { id, level, title, spec } = check;
+    return [{ id, level, title, spec, excludedBy: pattern }];
+  });
 }
 
 /** Splits a comma-separated option value (`GW-5,RT-4.health`) into patterns. */

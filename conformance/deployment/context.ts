@@ -35,6 +35,13 @@ export interface DeploymentContext {
   payer?: Payer;
 }
 
+/** Named sets of requirements a tester selects or leaves out as a whole (`--skip tee`), with what each holds. */
+export const REQUIREMENT_GROUPS = {
+  tee: 'the requirements that need a TEE: they fail on a deployment without one, such as npm start with tee-none',
+} as const;
+
+export type RequirementGroup = keyof typeof REQUIREMENT_GROUPS;
+
 /** One requirement of a spec, checked over HTTP only. */
 export interface Requirement extends Check<DeploymentContext> {
   /** `GW-<part>.<slug>` for the gateway spec, `RT-<part>.<slug>` for the runtime spec. */
@@ -46,4 +53,6 @@ export interface Requirement extends Check<DeploymentContext> {
    * feature is absent the requirement is reported not applicable, with the probe's finding as reason.
    */
   features?: readonly FeatureName[];
+  /** The groups it belongs to, by which `--only` and `--skip` select it too. */
+  groups?: readonly RequirementGroup[];
 }

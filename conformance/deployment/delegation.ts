@@ -1,12 +1,13 @@
-import { createHash, createPublicKey, generateKeyPairSync, type JsonWebKey } from 'node:crypto';
-import canonicalize from 'canonicalize';
+import { createPublicKey, generateKeyPairSync, type JsonWebKey } from 'node:crypto';
 import { createLocalJWKSet, jwtVerify, SignJWT, type JWK } from 'jose';
 import type { PrivateKeyAccount } from 'viem/accounts';
 import { z } from 'zod';
 import { ensure, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
+import { boundIdentity, freshNonce, judgeReport, reportSchema, requestReport } from './attestation/report.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
-import { expectJson, expectStatus, sameAddress } from './expect.ts';
+import { expectJson, sameAddress } from './expect.ts';
+import { JWKS_PATH, jwksHashPrefixes, readJwks } from './jwks.ts';
 import {
   bearer,
   decodeJwtOrFail,
@@ -22,7 +23,8 @@ import {
 
 /**
  * The delegated path (runtime spec parts 2, 3 and 5): the runtime's ES256 JWKS, per-wallet JWTs the
- * gateway verifies through it, and the trust state the gateway assigns to the runtime.
+ * gateway verifies through it, and the trust state the gateway assigns to the runtime, set against
+ * what the runner finds verifying the runtime's report itself.
  *
  * A black box cannot sign as the runtime, so the runner asks Sigil's runtime for a delegated JWT for
  * its own wallet (`POST /wallet/gateway-token`; not applicable where a runtime has no such route), and
@@ -32,9 +34,7 @@ import {
  * hold the key (a black box cannot wait out the lifetime or sign for another audience).
  */
 
-const JWKS_PATH = '/.well-known/jwks.json';
 const TOKEN_PATH = '/wallet/gateway-token';
-const REPORT_PATH = '/api/attestation/report';
 /** Short lived: the runner accepts up to 15 minutes (Sigil mints 5). */
 const MAX_LIFETIME_SECONDS = 900;
 const TRUST_STATES = ['trusted', 'degraded_hash_mismatch', 'degraded_no_attestation'] as const;
@@ -46,37 +46,10 @@ const SPEC_DELEGATED =
   'runtime spec part 1 and part 5, rule 4 (per-wallet ES256 JWTs signed with MCP_SIGNING_KEY) and rule 5 (the gateway verifies them through the JWKS)';
 const SPEC_TRUST =
   'runtime spec part 3 (cross-gateway trust, as judged by the tool gateway: trusted, degraded_hash_mismatch, degraded_no_attestation) and part 5, rule 5';
-const SPEC_BINDING =
-  'runtime spec part 2 (the JWKS hash is bound into the attestation report at REPORT_DATA[32:48])';
-
-const jwkSchema = z.looseObject({
-  kty: z.string(),
-  kid: z.string().optional(),
-  alg: z.string().optional(),
-  crv: z.string().optional(),
-  x: z.string().optional(),
-  y: z.string().optional(),
-});
-const jwksSchema = z.looseObject({ keys: z.array(jwkSchema) });
 const tokenSchema = z.looseObject({ token: z.string().min(1) });
 const sessionSchema = z.looseObject({ address: z.string(), trust: z.string().optional() });
-const reportSchema = z.looseObject({
-  reportData: z.string().optional(),
-  evidence: z.unknown().optional(),
-});
 
 const PRIVATE_PARAMETERS = ['d', 'p', 'q', 'dp', 'dq', 'qi', 'k'];
-
-interface RuntimeJwks {
-  text: string;
-  document: z.infer<typeof jwksSchema>;
-}
-
-async function readJwks(context: DeploymentContext): Promise<RuntimeJwks> {
-  const response = await context.http.request({ service: 'runtime', path: JWKS_PATH });
-  const document = expectJson(response, 200, jwksSchema, `GET ${JWKS_PATH}`);
-  return { text: response.text, document };
-}
 
 interface Delegated {
   wallet: PrivateKeyAccount;
@@ -129,7 +102,35 @@ function trustOf(response: HttpResponse): string | undefined {
   return fromBody ?? response.headers.get(TRUST_HEADER) ?? undefined;
 }
 
-const sha256 = (data: string): Buffer => createHash('sha256').update(data).digest();
+/**
+ * Why the runner, having verified a fresh report of the runtime itself, finds the gateway may not call
+ * the runtime `state`; undefined when it may. The runner only contradicts: a gateway may judge a
+ * runtime the runner finds sound degraded (it may lack a verifier, or pin attestation keys).
+ */
+async function contradiction(context: DeploymentContext, state: string): Promise<string | undefined> {
+  const nonce = freshNonce();
+  const response = await requestReport(context, 'runtime', nonce);
+  // A runtime serving no report fails the attestation requirements; here there is nothing to compare.
+  if (response.status !== 200) return undefined;
+  const reading = judgeReport(context, expectJson(response, 200, reportSchema, 'the runtime report'), nonce);
+  switch (reading.kind) {
+    case 'no-evidence':
+      return state === 'degraded_no_attestation'
+        ? undefined
+        : `the runtime has no attestation evidence, yet the gateway judges it "${state}"`;
+    case 'unverifiable':
+      return undefined;
+    case 'refused':
+      return state === 'trusted'
+        ? `the runtime's report does not stand for the runner (${reading.reason}), yet the gateway judges it "trusted"`
+        : undefined;
+    case 'bound': {
+      const bound = boundIdentity(reading.reportData);
+      if (state !== 'trusted' || jwksHashPrefixes(await readJwks(context)).includes(bound)) return undefined;
+      return `the runtime's verified report binds ${bound} at REPORT_DATA[32:48], not its JWKS hash, yet the gateway judges it "trusted"`;
+    }
+  }
+}
 
 const delegatedFeatures = ['runtime-wallet-auth', 'gateway-session'] as const;
 
@@ -296,7 +297,7 @@ export const delegationRequirements: readonly Requirement[] = [
     id: 'RT-3.trust-state-reported',
     level: 'MUST',
     title:
-      'The gateway reports a trust state for the runtime of a delegated caller (trusted, degraded_hash_mismatch or degraded_no_attestation), degraded_no_attestation when the runtime has no attestation',
+      "The gateway reports a trust state for the runtime of a delegated caller (trusted, degraded_hash_mismatch or degraded_no_attestation): degraded_no_attestation when the runtime has no attestation, and never trusted when the runner's own verification of the runtime's report fails",
     spec: SPEC_TRUST,
     service: 'gateway',
     features: delegatedFeatures,
@@ -319,52 +320,8 @@ export const delegationRequirements: readonly Requirement[] = [
         header === null || header === state,
         `the ${TRUST_HEADER} header says ${header}, the session ${state}`,
       );
-      const report = await context.http.request({
-        service: 'runtime',
-        path: `${REPORT_PATH}?nonce=${'00'.repeat(32)}`,
-      });
-      if (report.status === 200) {
-        const { evidence } = expectJson(report, 200, reportSchema, `GET ${REPORT_PATH}`);
-        if (evidence === null || evidence === undefined) {
-          ensure(
-            state === 'degraded_no_attestation',
-            `the runtime has no attestation evidence, yet the gateway judges it "${state}"`,
-          );
-        }
-      }
-      return pass();
-    },
-  },
-  {
-    id: 'RT-2.jwks-hash-report-data',
-    level: 'MUST',
-    title: `The runtime's attestation report binds the SHA-256 of its JWKS at REPORT_DATA[32:48]`,
-    spec: SPEC_BINDING,
-    service: 'runtime',
-    check: async (context) => {
-      const nonce = createHash('sha256').update(`sigil-conformance:${Date.now()}`).digest('hex');
-      const response = await context.http.request({
-        service: 'runtime',
-        path: `${REPORT_PATH}?nonce=${nonce}`,
-      });
-      expectStatus(response, 200, `GET ${REPORT_PATH}`);
-      const report = expectJson(response, 200, reportSchema, `GET ${REPORT_PATH}`);
-      if (report.reportData === undefined) {
-        notApplicableBecause(
-          `the report shows no REPORT_DATA ("reportData"), and the runner cannot parse hardware evidence of every platform`,
-        );
-      }
-      ensure(/^[0-9a-fA-F]{128}$/.test(report.reportData), 'reportData is not 64 bytes in hex');
-      const bound = report.reportData.slice(64, 96).toLowerCase();
-      const { text, document } = await readJwks(context);
-      const canonical = canonicalize(document);
-      const candidates = [...(canonical === undefined ? [] : [sha256(canonical)]), sha256(text)].map((hash) =>
-        hash.subarray(0, 16).toString('hex'),
-      );
-      ensure(
-        candidates.includes(bound),
-        `REPORT_DATA[32:48] is ${bound}, not the first 16 bytes of SHA-256 of the JWKS (${candidates.join(' or ')})`,
-      );
+      const contradicted = await contradiction(context, state);
+      if (contradicted !== undefined) failWith(contradicted);
       return pass();
     },
   },

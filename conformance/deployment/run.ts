@@ -2,6 +2,7 @@ import { EvidenceRedactor, notApplicable, runChecks, type CheckResult } from '@s
 import { HttpClient } from '../http.ts';
 import { buildReport, type Report } from '../report.ts';
 import { REQUIREMENTS } from '../requirements.ts';
+import type { Exclusion } from '../selection.ts';
 import type { DeploymentContext, DeploymentTarget, Requirement } from './context.ts';
 import { FeatureProbe } from './features.ts';
 import { Payer } from './payer.ts';
@@ -9,6 +10,8 @@ import { Payer } from './payer.ts';
 export interface DeploymentRunOptions {
   /** The requirements to check, already selected; all of them by default. */
   requirements?: readonly Requirement[];
+  /** What the tester left out (`--skip`), listed in the report as excluded on request. */
+  excluded?: readonly Exclusion[];
   /** Longest one requirement may take, all its requests included. */
   timeoutMs?: number;
   onResult?(result: CheckResult): void;
@@ -46,5 +49,5 @@ export async function runDeployment(
     },
     ...(options.onResult ? { onResult: options.onResult } : {}),
   });
-  return buildReport('deployment', baseUrls, started, results);
+  return buildReport('deployment', baseUrls, started, results, options.excluded);
 }

@@ -181,7 +181,8 @@ describe('sigil conformance deployment', function () {
     const payerKey = (chain as DevChain).accounts.payer.privateKey;
     // The keys go in without 0x, through the environment: they must still be used, and never shown.
     const bareKey = operatorKey.slice(2);
-    const run = await certify(urlsOf(enforcing), ['--expect-operator-enforcement'], {
+    // As the README runs it against npm start: tee-none, so the requirements that need a TEE are left out.
+    const run = await certify(urlsOf(enforcing), ['--expect-operator-enforcement', '--skip', 'tee'], {
       SIGIL_CONFORMANCE_OPERATOR_KEY: bareKey,
       SIGIL_CONFORMANCE_PAYER_KEY: payerKey.slice(2),
       SIGIL_CONFORMANCE_RPC_URL: (chain as DevChain).rpcUrl,
@@ -200,13 +201,19 @@ describe('sigil conformance deployment', function () {
     );
     expect(failures.map((result) => `${result.id}: ${result.reason}`)).to.deep.equal([]);
     expect(run.code, run.stderr).to.equal(0);
+    const needTee = REQUIREMENTS.filter((requirement) => requirement.groups?.includes('tee'));
+    expect(run.report.excluded.map((exclusion) => [exclusion.id, exclusion.excludedBy])).to.deep.equal(
+      needTee.map((requirement) => [requirement.id, 'tee']),
+    );
     expect(run.report.summary).to.include({
-      total: REQUIREMENTS.length,
-      pass: REQUIREMENTS.length - absent.length,
+      total: REQUIREMENTS.length - needTee.length,
+      pass: REQUIREMENTS.length - needTee.length - absent.length,
       notApplicable: absent.length,
+      excluded: needTee.length,
     });
     expect(findAll(parseXml(run.junit), 'testcase')).to.have.length(REQUIREMENTS.length);
     expect(run.stdout).to.include('deployment conformance: OK');
+    expect(run.stdout).to.include('-> excluded on request (--skip tee)');
     expect(run.stdout).to.include(`paying as ${(chain as DevChain).accounts.payer.address}`);
     for (const output of [run.stdout, run.stderr, JSON.stringify(run.report), run.junit, run.summary]) {
       expect(output).not.to.include(bareKey);
@@ -253,17 +260,29 @@ describe('sigil conformance deployment', function () {
   it('runs only what --only selects, less what --skip removes', async () => {
     const run = await certify(urlsOf(lenient), [
       '--only',
-      'GW-4.health,RT-4',
+      'GW-4.health,RT-4.health,RT-2.jwks-hash-report-data',
       '--skip',
-      'RT-4.health-security-posture',
+      'RT-4.health-security-posture,tee',
     ]);
     expect(run.code).to.equal(0);
     expect(run.report.results.map((result) => result.id)).to.deep.equal(['GW-4.health', 'RT-4.health']);
+    expect(run.report.excluded.map((exclusion) => [exclusion.id, exclusion.excludedBy])).to.deep.equal([
+      ['RT-4.health-security-posture', 'RT-4.health-security-posture'],
+      ['RT-2.jwks-hash-report-data', 'tee'],
+    ]);
+    expect(run.stdout).to.include('-> excluded on request (--skip tee)');
     expect(run.report.target).to.deep.equal({
       runtime: lenient.runtimeUrl + '/',
       gateway: lenient.gatewayUrl + '/',
     });
     expect(run.results['GW-4.health']?.evidence[0]).to.deep.include({ kind: 'http' });
+  });
+
+  it('fails the requirements that need a TEE against tee-none, saying so', async () => {
+    const run = await certify(urlsOf(lenient), ['--only', 'tee']);
+    expect(run.code).to.equal(1);
+    expect(run.report.results.map((result) => result.status)).to.deep.equal(['fail', 'fail', 'fail', 'fail']);
+    expect(run.results['RT-2.jwks-hash-report-data']?.reason).to.match(/^the runtime has no TEE: /);
   });
 
   describe('GW-5.erc8128-operator-enforced', () => {
@@ -348,7 +367,7 @@ describe('sigil conformance deployment', function () {
           keys: [canaries.privateKey, canaries.pemPrivateKey],
         });
       });
-      const run = await certify(bothAt(server), ['--only', 'GW-4.health,RT-4'], {
+      const run = await certify(bothAt(server), ['--only', 'GW-4.health,RT-4.health'], {
         SIGIL_CONFORMANCE_OPERATOR_KEY: canaries.bareHexKey,
       });
       expect(run.code).to.equal(0);
@@ -415,6 +434,7 @@ describe('sigil conformance deployment', function () {
       const run = await runSigil(['conformance', 'requirements']);
       expect(run.code).to.equal(0);
       for (const requirement of REQUIREMENTS) expect(run.stdout).to.include(requirement.id);
+      expect(run.stdout).to.match(/^RT-2\.jwks-hash-report-data +MUST +.* \[tee\]$/m);
     });
   });
 });

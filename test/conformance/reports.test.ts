@@ -12,10 +12,13 @@ import {
 import {
   buildReport,
   exitCodeFor,
+  formatExclusionLine,
   formatResultLine,
+  formatSummaryLine,
   REPORT_FILES,
   writeReports,
 } from '../../conformance/report.ts';
+import { exclusions } from '../../conformance/selection.ts';
 import { leakedIn, makeCanaries, type Canaries } from './canaries.ts';
 import { findAll, parseXml } from './strict-xml.ts';
 import { reportDir } from './support.ts';
@@ -157,6 +160,45 @@ describe('conformance reports', () => {
       expect(rows).to.have.length(3); // header and two checks
       expect(rows[1]).to.include('a \\| b');
       expect(out.read(REPORT_FILES.markdown)).to.include('## Failures');
+    } finally {
+      out.cleanup();
+    }
+  });
+
+  it('lists what --skip left out as excluded on request in every report, apart from what ran', async () => {
+    const catalog = [
+      check('RT-4.summary', async () => pass()),
+      { ...check('RT-4.report', async () => fail('never run')), groups: ['tee'] },
+    ];
+    const excluded = exclusions(catalog, { only: [], skip: ['tee'] });
+    const results = await run(catalog.filter((entry) => entry.id === 'RT-4.summary'));
+    const report = buildReport('deployment', {}, new Date(), results, excluded);
+    expect(report.summary).to.include({ total: 1, pass: 1, excluded: 1, mustFailed: 0 });
+    expect(report.excluded).to.deep.equal([
+      {
+        id: 'RT-4.report',
+        level: 'MUST',
+        title: 'title of RT-4.report',
+        spec: 'test spec',
+        excludedBy: 'tee',
+      },
+    ]);
+    expect(exitCodeFor(report)).to.equal(0);
+    expect(formatSummaryLine(report)).to.include('excluded on request 1;');
+    expect(formatExclusionLine(excluded[0]!)).to.match(
+      /^SKIP {2}MUST {4}RT-4\.report +title of RT-4\.report\n {6}-> excluded on request \(--skip tee\)$/,
+    );
+    const out = reportDir();
+    try {
+      await writeReports(report, out.dir);
+      expect(JSON.parse(out.read(REPORT_FILES.json)).excluded).to.deep.equal(excluded);
+      const root = parseXml(out.read(REPORT_FILES.junit));
+      expect(root.attributes).to.include({ tests: '2', failures: '0', skipped: '1' });
+      const skipped = findAll(findAll(root, 'testcase')[1]!, 'skipped')[0];
+      expect(skipped?.attributes.message).to.equal('excluded on request (--skip tee)');
+      const summary = out.read(REPORT_FILES.markdown);
+      expect(summary).to.include('1 excluded on request, not run.');
+      expect(summary).to.include('| excluded on request (--skip tee) | MUST | `RT-4.report` |');
     } finally {
       out.cleanup();
     }

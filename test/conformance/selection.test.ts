@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { matches, parseIdList, select, unknownPatterns } from '../../conformance/selection.ts';
+import { exclusions, matches, parseIdList, select, unknownPatterns } from '../../conformance/selection.ts';
 
 const catalog = [
   'GW-4.health',
@@ -7,7 +7,14 @@ const catalog = [
   'GW-5.erc8128-precedence',
   'GW-5.erc8128-replay',
   'RT-4.health',
-].map((id) => ({ id, level: 'MUST' as const, title: id, spec: '' }));
+  'RT-4.report',
+].map((id) => ({
+  id,
+  level: 'MUST' as const,
+  title: id,
+  spec: '',
+  ...(id === 'RT-4.report' ? { groups: ['tee'] } : {}),
+}));
 const ids = (selection: { only?: string[]; skip?: string[] }) =>
   select(catalog, { only: selection.only ?? [], skip: selection.skip ?? [] }).map((check) => check.id);
 
@@ -36,6 +43,19 @@ describe('conformance --only and --skip', () => {
 
   it('applies --skip after --only', () => {
     expect(ids({ only: ['GW'], skip: ['GW-5.erc8128'] })).to.deep.equal(['GW-4.health', 'GW-5.jwt-lifetime']);
+  });
+
+  it('selects and leaves out a group by its name, and lists what --skip left out of the scope', () => {
+    expect(ids({ only: ['tee'] })).to.deep.equal(['RT-4.report']);
+    expect(ids({ only: ['RT-4'], skip: ['tee'] })).to.deep.equal(['RT-4.health']);
+    expect(exclusions(catalog, { only: ['RT-4'], skip: ['tee', 'GW-5'] })).to.deep.equal([
+      { id: 'RT-4.report', level: 'MUST', title: 'RT-4.report', spec: '', excludedBy: 'tee' },
+    ]);
+    expect(exclusions(catalog, { only: [], skip: ['GW-5.erc8128'] }).map((entry) => entry.id)).to.deep.equal([
+      'GW-5.erc8128-precedence',
+      'GW-5.erc8128-replay',
+    ]);
+    expect(unknownPatterns(catalog, { only: [], skip: ['tee', 'te'] })).to.deep.equal(['te']);
   });
 
   it('reports patterns that match nothing, so a typo is an error rather than an empty run', () => {
