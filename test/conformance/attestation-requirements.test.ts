@@ -1,4 +1,4 @@
-import { generateKeyPairSync } from 'node:crypto';
+import { createHash, generateKeyPairSync } from 'node:crypto';
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { expect } from 'chai';
 import type { CheckResult } from '@sigil/plugin-api/kit';
@@ -121,8 +121,11 @@ describe('conformance: the attestation endpoints and what their reports bind', f
       expect(TEE_IDS).to.have.members([
         'RT-4.attestation-report',
         'GW-4.attestation-report',
+        'GW-4.attestation-bundle',
         'RT-2.jwks-hash-report-data',
         'GW-2.proof-key-report-data',
+        'RT-4.provenance-key-report-data',
+        'GW-4.provenance-key-report-data',
       ]);
       expectEachFails(
         Object.fromEntries(TEE_IDS.map((id) => [id, results[id]!])),
@@ -196,8 +199,10 @@ describe('conformance: the attestation endpoints and what their reports bind', f
         runtime: { [REPORT]: () => old.runtime },
         gateway: { [REPORT]: () => old.gateway },
       });
-      const results = await runRequirements(target, TEE_IDS);
-      expect(Object.keys(results)).to.have.members(TEE_IDS);
+      // The bundle is asked for apart, with a report made for it: only the reports are replayed here.
+      const reportIds = TEE_IDS.filter((id) => id !== 'GW-4.attestation-bundle');
+      const results = await runRequirements(target, reportIds);
+      expect(Object.keys(results)).to.have.members(reportIds);
       expectEachFails(
         results,
         /^REPORT_DATA\[0:32\] of the verified report is (5e){32}, not the runner's fresh nonce [0-9a-f]{64}: the report is not fresh/,
@@ -349,6 +354,53 @@ describe('conformance: the attestation endpoints and what their reports bind', f
       ]);
       expect(enforcing['GW-4.attestation-security']?.reason).to.equal(
         'GET /api/attestation/security on the gateway says ERC-8128 operator enforcement is off, and the tester states the gateway enforces it',
+      );
+    });
+
+    it('fails the provenance whose signed payload was changed, and the bundle whose JWKS or script was', async () => {
+      const target = await lying({
+        runtime: {
+          '/api/attestation/provenance': (provenance) => {
+            const envelope = provenance.envelope as Json;
+            const statement = JSON.parse(Buffer.from(String(envelope.payload), 'base64').toString()) as Json;
+            const payload = Buffer.from(JSON.stringify({ ...statement, predicateType: 'x' })).toString(
+              'base64',
+            );
+            return { ...provenance, envelope: { ...envelope, payload } };
+          },
+        },
+        gateway: {
+          '/api/attestation/bundle': (bundle) => {
+            const script = 'console.log("PASS everything"); process.exit(3);';
+            const offlineVerification = {
+              ...(bundle.offlineVerification as Json),
+              script,
+              scriptSha256: createHash('sha256').update(script).digest('hex'),
+            };
+            return { ...bundle, offlineVerification };
+          },
+        },
+      });
+      const results = await runRequirements(target, [
+        'RT-4.attestation-provenance',
+        'RT-4.provenance-key-report-data',
+        'GW-4.attestation-bundle',
+      ]);
+      expect(results['RT-4.attestation-provenance']?.reason).to.equal(
+        'GET /api/attestation/provenance on the runtime: no signature of the DSSE envelope verifies with the Ed25519 key given (publicKey.hex)',
+      );
+      expect(results['RT-4.provenance-key-report-data']?.status).to.equal('fail');
+      expect(results['GW-4.attestation-bundle']?.reason).to.match(
+        /^GET \/api\/attestation\/bundle\?nonce=<fresh> on the gateway: its script, run with node in an empty folder holding only the bundle, exits 3/,
+      );
+      const tampered = await lying({
+        gateway: {
+          '/api/attestation/bundle': (bundle) => ({ ...bundle, proofKeyFingerprint: 'ab'.repeat(32) }),
+        },
+      });
+      const refused = await runRequirements(tampered, ['GW-4.attestation-bundle']);
+      expect(refused['GW-4.attestation-bundle']?.reason).to.match(
+        /^GET \/api\/attestation\/bundle\?nonce=<fresh> on the gateway: the runner's own verification fails: proof-key-fingerprint: /,
       );
     });
 

@@ -3,6 +3,8 @@ import { ensure, failWith, pass, type Level, type Outcome } from '@sigil/plugin-
 import type { ServiceName } from '../../http.ts';
 import type { DeploymentContext, Requirement, RequirementGroup } from '../context.ts';
 import { expectJson, expectStatus } from '../expect.ts';
+import { BUNDLE_PATH, checkBundle } from './bundle.ts';
+import { checkProvenance, PROVENANCE_PATH } from './provenance.ts';
 import { freshNonce, REPORT_PATH, reportSchema, requestReport, verifiedReportData } from './report.ts';
 
 /**
@@ -25,6 +27,8 @@ interface AttestationEndpoint {
   /** The row of each spec's endpoint table it checks. */
   spec: Readonly<Record<ServiceName, string>>;
   groups?: readonly RequirementGroup[];
+  /** The services it applies to, where not both. */
+  services?: readonly ServiceName[];
   check(context: DeploymentContext, service: ServiceName): Promise<Outcome>;
 }
 
@@ -188,6 +192,28 @@ const ENDPOINTS: readonly AttestationEndpoint[] = [
       return pass();
     },
   },
+  {
+    slug: 'attestation-provenance',
+    level: 'MUST',
+    title: `GET ${PROVENANCE_PATH} answers without credentials with an in-toto statement (SLSA provenance) in a DSSE envelope whose signature verifies with the Ed25519 key given, its subject the summary's codeHash`,
+    spec: spec(
+      '/api/attestation/provenance, "signed build provenance"',
+      'GET /api/attestation/provenance, "signed build provenance metadata"',
+    ),
+    check: checkProvenance,
+  },
+  {
+    slug: 'attestation-bundle',
+    level: 'MUST',
+    title: `GET ${BUNDLE_PATH}?nonce=<fresh> answers without credentials with a bundle for that nonce that the runner verifies offline, and whose offlineVerification.script, run with plain node in an empty folder holding only the bundle, exits 0`,
+    spec: spec(
+      '(not in the runtime spec)',
+      'GET /api/attestation/bundle, "offline verification bundle; field offlineVerification.script holds a verification script"',
+    ),
+    groups: ['tee'],
+    services: ['gateway'],
+    check: checkBundle,
+  },
 ];
 
 const ID_PARTS = { runtime: 'RT-4', gateway: 'GW-4' } as const;
@@ -195,7 +221,7 @@ const SERVICES = ['runtime', 'gateway'] as const;
 
 /** The requirement of one endpoint on each service. */
 const onBothServices = (endpoint: AttestationEndpoint): Requirement[] =>
-  SERVICES.map((service) => ({
+  (endpoint.services ?? SERVICES).map((service) => ({
     id: `${ID_PARTS[service]}.${endpoint.slug}`,
     level: endpoint.level,
     title: `The ${service}: ${endpoint.title}`,

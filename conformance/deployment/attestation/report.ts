@@ -41,6 +41,10 @@ export type ReportReading =
   /** Verified, and REPORT_DATA[0:32] is the runner's nonce. */
   | { kind: 'bound'; platform: string; reportData: Buffer };
 
+/** Why a requirement of the `tee` group fails on a deployment without a TEE. */
+export const noTee = (service: ServiceName): string =>
+  `the ${service} has no TEE: its report carries no evidence (evidence null), so nothing binds REPORT_DATA; a development deployment leaves this out with --skip tee`;
+
 export const freshNonce = (): Buffer => randomBytes(NONCE_BYTES);
 
 /** REPORT_DATA[32:48] in hex: the identity a service binds beside the nonce (the runtime's JWKS hash). */
@@ -110,9 +114,7 @@ export async function verifiedReportData(
   const reading = judgeReport(context, report, nonce);
   switch (reading.kind) {
     case 'no-evidence':
-      return failWith(
-        `the ${service} has no TEE: its report carries no evidence (evidence null), so nothing binds REPORT_DATA; a development deployment leaves this out with --skip tee`,
-      );
+      return failWith(noTee(service));
     case 'unverifiable':
       return failWith(
         `the runner cannot verify ${reading.platform} evidence (it verifies ${Object.keys(RUNNER_VERIFIERS).join(', ')}), so it cannot tell what REPORT_DATA the ${service}'s report binds`,
