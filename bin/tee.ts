@@ -1,11 +1,11 @@
 import type { Command } from 'commander';
 import { calculateJwkThumbprint } from 'jose';
 import { SigilError } from '@sigil/plugin-api';
+import { p256PrivateKey } from '@sigil/plugin-api/p256';
 import vtpm from '../attestation/vtpm/index.ts';
 import {
   keyFromHex,
   newP256Scalar,
-  p256PrivateKey,
   p256Scalar,
   randomKey,
   type SealedPurpose,
