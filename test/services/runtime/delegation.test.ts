@@ -343,7 +343,7 @@ describeEachDatabase('delegated gateway access', (database) => {
         // The runtime restarts with a new key and publishes the old one as previous.
         stack.kernel.config.runtime.mcpSigningKey = pem(second);
         stack.kernel.config.runtime.mcpSigningKeyPrevious = pem(first);
-        const rotated = createRuntimeApp(stack.kernel);
+        const rotated = await createRuntimeApp(stack.kernel);
         stack.replaceRuntime(rotated);
         const fresh = await rotated.delegation.sign(wallet.address, GATEWAY_PUBLIC);
         expect(fresh.kid).to.not.equal(old.kid);
@@ -363,7 +363,7 @@ describeEachDatabase('delegated gateway access', (database) => {
 
         // Rotation done: the previous key leaves the JWKS, and after the cache period its tokens stop.
         stack.kernel.config.runtime.mcpSigningKeyPrevious = undefined;
-        stack.replaceRuntime(createRuntimeApp(stack.kernel));
+        stack.replaceRuntime(await createRuntimeApp(stack.kernel));
         stack.clock.advance(301_000);
         const late = await stack.runtime.delegation.sign(wallet.address, GATEWAY_PUBLIC);
         await expectRefused(stack, late.token, /no applicable key|matching key/i);

@@ -121,7 +121,7 @@ export class Stack {
       },
     });
     try {
-      const runtime = createRuntimeApp(kernel, { gatewayUrl: ports.gateway.url });
+      const runtime = await createRuntimeApp(kernel, { gatewayUrl: ports.gateway.url });
       await runtime.vault.ready();
       ports.runtime.serve(runtime.callback());
       const gateway = createGatewayApp(kernel, options.gateway ?? {});
