@@ -82,7 +82,10 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
   const inProcess: RuntimeSource = {
     name: 'in-process',
     jwks: () => delegation.jwks(),
-    evidence: async (nonce) => (await attestationReport(attested, nonce)).evidence ?? undefined,
+    report: async (nonce) => {
+      const { evidence, reportData } = await attestationReport(attested, nonce);
+      return { evidence: evidence ?? undefined, reportData: Buffer.from(reportData, 'hex') };
+    },
   };
   const auth = runtimeAuth(kernel);
   const ledger = createLedgerService(kernel);

@@ -16,9 +16,6 @@ import { bearerHeader, GATEWAY_PUBLIC, RUNTIME_PUBLIC } from '../../core/auth/su
 
 export { GATEWAY_PUBLIC, RUNTIME_PUBLIC };
 
-/** The fake TEE backend of these tests (a TEE is the one part that cannot run here). */
-export const FAKE_TEE = new URL('./fixtures/tee-fake.ts', import.meta.url).pathname;
-
 /** The plugins `sigil up` loads, with another TEE backend in place of tee-none. */
 export const pluginsWithTee = (tee: PluginEntry): PluginEntry[] => [
   tee,
@@ -202,6 +199,22 @@ export class Stack {
     if (res.status !== 200) throw new Error(`gateway-token failed: ${res.status} ${await res.text()}`);
     return ((await res.json()) as { token: string }).token;
   }
+}
+
+/** The gateway's view of a bearer token (GET /api/auth/session), with its trust header. */
+export interface GatewaySession {
+  status: number;
+  trustHeader: string | null;
+  body: Record<string, unknown>;
+}
+
+export async function gatewaySession(stack: Stack, token: string): Promise<GatewaySession> {
+  const res = await stack.get('gateway', '/api/auth/session', token);
+  return {
+    status: res.status,
+    trustHeader: res.headers.get('x-sigil-runtime-trust'),
+    body: (await res.json()) as Record<string, unknown>,
+  };
 }
 
 /**
