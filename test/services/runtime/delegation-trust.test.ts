@@ -14,12 +14,13 @@ import { jwksSha256 } from '../../../core/auth/delegation/report-data.ts';
 import { hmacSha256 } from '../../../core/crypto.ts';
 import { SecretRegistry } from '../../../core/log.ts';
 import { createRuntimeApp } from '../../../services/runtime/app.ts';
+import { serve } from '../../../services/serve.ts';
 import { newWallet } from '../../core/auth/support.ts';
 import { sendJson, startTinyServer, type TinyServer } from '../../conformance/support.ts';
 import { openTestKernel, quietLogger, TEST_DATABASES } from '../../support/kernel.ts';
 import { captureLogs } from '../../support/logs.ts';
 import { sealedVtpm, type SealedVtpmEntry } from '../../support/sealed-vtpm.ts';
-import { gatewaySession, pluginsWithTee, Stack, type StackOptions } from './support.ts';
+import { gatewaySession, mintDelegatedToken, pluginsWithTee, Stack, type StackOptions } from './support.ts';
 
 const pem = () =>
   generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({
@@ -118,6 +119,23 @@ describe('the runtime’s trust, judged by the gateway from vTPM quotes (swtpm)'
       expect(gatewaySecurity.keySources).to.deep.equal({ executionProof: 'sealed' });
     } finally {
       await stack.close();
+    }
+  });
+
+  it('trusted in one process too (sigil up), the gateway reading the runtime it serves directly', async () => {
+    const kernel = await openTestKernel({
+      database,
+      config: { runtime: { port: 0 }, gateway: { port: 0 }, plugins: pluginsWithTee(tpm.entry) },
+    });
+    const serving = await serve(kernel, ['runtime', 'gateway']);
+    try {
+      const token = await mintDelegatedToken(serving.urls.runtime as string, newWallet());
+      const session = await fetch(`${serving.urls.gateway as string}/api/auth/session`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
+      expect(await session.json()).to.include({ trust: 'trusted', trustPlatform: 'vtpm' });
+    } finally {
+      await serving.stop();
     }
   });
 
@@ -227,6 +245,31 @@ describe('the runtime’s trust, judged by the gateway from vTPM quotes (swtpm)'
       expect(session.body.trustReason).to.match(/loads no vtpm TEE backend/);
     } finally {
       await stack.close();
+    }
+  });
+
+  it('the gateway’s summary says why it cannot judge a runtime whose JWKS it cannot read', async () => {
+    const unreachable = await startTinyServer((_request, response) => sendJson(response, 503, {}));
+    const stack = await Stack.start({
+      database,
+      config: {
+        gateway: {
+          delegation: {
+            enabled: true,
+            cacheSeconds: 300,
+            requireTrusted: false,
+            runtimeUrl: unreachable.url,
+          },
+        },
+      },
+    });
+    try {
+      const { runtimeTrust } = await json(stack, 'gateway', '/api/attestation');
+      expect(runtimeTrust).to.have.nested.property('error.code', 'unauthorized');
+      expect((runtimeTrust as { error: { message: string } }).error.message).to.include(unreachable.url);
+    } finally {
+      await stack.close();
+      await unreachable.close();
     }
   });
 

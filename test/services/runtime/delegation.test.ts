@@ -10,7 +10,7 @@ import { serve } from '../../../services/serve.ts';
 import { describeEachDatabase, openTestKernel } from '../../support/kernel.ts';
 import { errorOf, newWallet } from '../../core/auth/support.ts';
 import { captureLogs } from '../../support/logs.ts';
-import { GATEWAY_PUBLIC, gatewaySession, RUNTIME_PUBLIC, Stack } from './support.ts';
+import { GATEWAY_PUBLIC, gatewaySession, mintDelegatedToken, RUNTIME_PUBLIC, Stack } from './support.ts';
 
 const pem = (key: KeyObject): string => key.export({ format: 'pem', type: 'pkcs8' }) as string;
 const newKey = () => generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
@@ -268,26 +268,7 @@ describeEachDatabase('delegated gateway access', (database) => {
         const serving = await serve(kernel, services);
         try {
           const wallet = newWallet();
-          const runtime = serving.urls.runtime as string;
-          const challenge = (await (
-            await fetch(`${runtime}/auth/challenge?address=${wallet.address}`)
-          ).json()) as {
-            message: string;
-          };
-          const verified = await fetch(`${runtime}/auth/verify`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({
-              message: challenge.message,
-              signature: await wallet.signMessage({ message: challenge.message }),
-            }),
-          });
-          const { token: jwt } = (await verified.json()) as { token: string };
-          const minted = await fetch(`${runtime}/wallet/gateway-token`, {
-            method: 'POST',
-            headers: { authorization: `Bearer ${jwt}` },
-          });
-          const { token } = (await minted.json()) as { token: string };
+          const token = await mintDelegatedToken(serving.urls.runtime as string, wallet);
           const session = await fetch(`${serving.urls.gateway as string}/api/auth/session`, {
             headers: { authorization: `Bearer ${token}` },
           });

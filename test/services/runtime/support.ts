@@ -181,24 +181,42 @@ export class Stack {
   }
 
   /** SIWE with the runtime; returns its session JWT. */
-  async signIn(wallet: PrivateKeyAccount, service: 'runtime' | 'gateway' = 'runtime'): Promise<string> {
-    const prefix = service === 'runtime' ? '/auth' : '/api/auth';
-    const challenge = await this.get(service, `${prefix}/challenge?address=${wallet.address}`);
-    const { message } = (await challenge.json()) as { message: string };
-    const res = await this.send(service, 'POST', `${prefix}/verify`, {
-      message,
-      signature: await wallet.signMessage({ message }),
-    });
-    if (res.status !== 200) throw new Error(`verify failed: ${res.status} ${await res.text()}`);
-    return ((await res.json()) as { token: string }).token;
+  signIn(wallet: PrivateKeyAccount, service: 'runtime' | 'gateway' = 'runtime'): Promise<string> {
+    return signInAt(this.url(service, service === 'runtime' ? '/auth' : '/api/auth'), wallet);
   }
 
   /** A delegated JWT for the signed-in wallet, minted by the runtime. */
-  async gatewayToken(jwt: string): Promise<string> {
-    const res = await this.send('runtime', 'POST', '/wallet/gateway-token', undefined, jwt);
-    if (res.status !== 200) throw new Error(`gateway-token failed: ${res.status} ${await res.text()}`);
-    return ((await res.json()) as { token: string }).token;
+  gatewayToken(jwt: string): Promise<string> {
+    return gatewayTokenAt(this.url('runtime'), jwt);
   }
+}
+
+/** SIWE at a service's sign-in routes (`<authUrl>/challenge`, `/verify`); returns its session JWT. */
+async function signInAt(authUrl: string, wallet: PrivateKeyAccount): Promise<string> {
+  const challenge = await fetch(`${authUrl}/challenge?address=${wallet.address}`);
+  const { message } = (await challenge.json()) as { message: string };
+  const res = await fetch(`${authUrl}/verify`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ message, signature: await wallet.signMessage({ message }) }),
+  });
+  if (res.status !== 200) throw new Error(`verify failed: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { token: string }).token;
+}
+
+/** A delegated JWT minted by the runtime at `runtimeUrl` for the wallet of session `jwt`. */
+async function gatewayTokenAt(runtimeUrl: string, jwt: string): Promise<string> {
+  const res = await fetch(`${runtimeUrl}/wallet/gateway-token`, {
+    method: 'POST',
+    headers: bearerHeader(jwt),
+  });
+  if (res.status !== 200) throw new Error(`gateway-token failed: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { token: string }).token;
+}
+
+/** Signs `wallet` in at the runtime at `runtimeUrl` (SIWE) and has it mint a delegated JWT. */
+export async function mintDelegatedToken(runtimeUrl: string, wallet: PrivateKeyAccount): Promise<string> {
+  return gatewayTokenAt(runtimeUrl, await signInAt(`${runtimeUrl}/auth`, wallet));
 }
 
 /** The gateway's view of a bearer token (GET /api/auth/session), with its trust header. */
