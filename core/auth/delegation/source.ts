@@ -34,10 +34,12 @@ const evidenceSchema = z.object({
 });
 const reportSchema = z.looseObject({
   evidence: evidenceSchema.nullable().optional(),
+  // Only a help for reading a report that binds its digest: in another form it is left unread.
   reportData: z
     .string()
     .regex(/^[0-9a-fA-F]{128}$/)
-    .optional(),
+    .optional()
+    .catch(undefined),
 });
 
 /** `GET <url>/.well-known/jwks.json` and `GET <url>/api/attestation/report?nonce=<hex>`. */
