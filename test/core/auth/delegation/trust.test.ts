@@ -4,13 +4,16 @@ import type { AttestationEvidenceV2, TeeBackendV2 } from '@sigil/plugin-api';
 import teeSevSnp from '../../../../attestation/sev-snp/index.ts';
 import teeTdx from '../../../../attestation/tdx/index.ts';
 import { parseTdxQuote } from '../../../../attestation/tdx/quote.ts';
-import { delegationReportData } from '../../../../core/auth/delegation/report-data.ts';
 import { evaluateTrust, type TrustInput } from '../../../../core/auth/delegation/trust.ts';
 import { SecretRegistry } from '../../../../core/log.ts';
 import * as snp from '../../../attestation/sev-snp/material.ts';
 import * as tdx from '../../../attestation/tdx/evidence.ts';
 import { sealedOnSwtpm, type SealedVtpm } from '../../../attestation/vtpm/on-swtpm.ts';
 import { quietLogger } from '../../../support/kernel.ts';
+
+/** REPORT_DATA as the runtime asks for it: the nonce, the JWKS hash's first 16 bytes, then 16 of its own. */
+const runtimeReportData = (nonce: Uint8Array, jwksHash: Uint8Array, tail = Buffer.alloc(16)): Buffer =>
+  Buffer.concat([nonce, jwksHash.subarray(0, 16), tail]);
 
 /** A JWKS hash whose first 16 bytes (what REPORT_DATA[32:48] holds) are `bound`. */
 const jwksHashBinding = (bound: Uint8Array): Buffer =>
@@ -118,7 +121,7 @@ describe('evaluateTrust: the runtime’s trust from its evidence, by the backend
     let digestBackend: TeeBackendV2;
     const nonce = randomBytes(32);
     const jwksHash = randomBytes(32);
-    const reportData = delegationReportData(nonce, jwksHash);
+    const reportData = runtimeReportData(nonce, jwksHash);
     let evidence: AttestationEvidenceV2;
     before(async () => {
       vtpm = await sealedOnSwtpm();
@@ -144,8 +147,7 @@ describe('evaluateTrust: the runtime’s trust from its evidence, by the backend
     });
 
     it('trusted whatever REPORT_DATA[48:64] holds (where a provenance key hash goes)', async () => {
-      const withTail = Buffer.from(reportData);
-      randomBytes(16).copy(withTail, 48);
+      const withTail = runtimeReportData(nonce, jwksHash, randomBytes(16));
       const trust = await judge({ evidence: (await backend.attest(withTail)) as AttestationEvidenceV2 });
       expect(trust.state).to.equal('trusted');
     });
@@ -179,7 +181,7 @@ describe('evaluateTrust: the runtime’s trust from its evidence, by the backend
       expect(unreadable.state).to.equal('degraded_no_attestation');
       expect(unreadable.reason).to.match(/gives 32 bytes of REPORT_DATA, not the 64/);
       // REPORT_DATA served with another JWKS hash than the quote binds: the verifier refuses it.
-      const misstated = await judgeDigest({ reportData: delegationReportData(nonce, randomBytes(32)) });
+      const misstated = await judgeDigest({ reportData: runtimeReportData(nonce, randomBytes(32)) });
       expect(misstated.state).to.equal('degraded_no_attestation');
       expect(misstated.failedChecks).to.deep.equal(['report-data']);
     });
