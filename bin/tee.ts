@@ -1,11 +1,11 @@
 import type { Command } from 'commander';
 import { calculateJwkThumbprint } from 'jose';
 import { SigilError } from '@sigil/plugin-api';
+import { p256PrivateKey } from '@sigil/plugin-api/p256';
 import vtpm from '../attestation/vtpm/index.ts';
 import {
   keyFromHex,
   newP256Scalar,
-  p256PrivateKey,
   p256Scalar,
   randomKey,
   type SealedPurpose,
@@ -70,15 +70,22 @@ function keysToSeal(loaded: LoadedConfig, env: NodeJS.ProcessEnv) {
   return { keys, origin };
 }
 
-async function seal(loaded: LoadedConfig, force: boolean): Promise<string> {
-  const options = vtpmOptions(loaded);
-  const { keys, origin } = keysToSeal(loaded, process.env);
-  const tpm = new Tpm(options.tcti);
+/**
+ * What `sigil tee seal` does: seals the keys (from `env` and the config, or new) with the options of
+ * the config's tee-vtpm entry, and says what it sealed, in words.
+ */
+export async function sealConfiguredKeys(
+  loaded: LoadedConfig,
+  options: { force: boolean; env: NodeJS.ProcessEnv },
+): Promise<string> {
+  const vtpmConfig = vtpmOptions(loaded);
+  const { keys, origin } = keysToSeal(loaded, options.env);
+  const tpm = new Tpm(vtpmConfig.tcti);
   const sealed = await sealKeys(tpm, {
-    sealedDir: options.sealedDir,
-    pcrs: options.sealPcrs,
+    sealedDir: vtpmConfig.sealedDir,
+    pcrs: vtpmConfig.sealPcrs,
     keys,
-    force,
+    force: options.force,
     now: new Date(),
   });
   const ak = describeAk(await attestationKeyPublic(tpm));
@@ -87,7 +94,7 @@ async function seal(loaded: LoadedConfig, force: boolean): Promise<string> {
   origin['mcp-signing-key'] += `, kid ${kid}`;
   const width = Math.max(...[...sealed.files.values()].map((file) => file.length));
   return [
-    `sealed to sha256 PCR ${options.sealPcrs.join(',')} of the TPM at ${options.tcti}:`,
+    `sealed to sha256 PCR ${vtpmConfig.sealPcrs.join(',')} of the TPM at ${vtpmConfig.tcti}:`,
     ...[...sealed.files].map(([purpose, file]) => `  ${file.padEnd(width)}  ${purpose} (${origin[purpose]})`),
     'PCR values sealed to:',
     ...[...sealed.pcrs].map(([pcr, value]) => `  ${String(pcr).padStart(2)}  ${value.toString('hex')}`),
@@ -108,6 +115,8 @@ export function registerTeeCommands(program: Command, configPath: () => string |
     .option('--force', 'replace sealed keys already in sealedDir')
     .action(async (options: { force?: boolean }) => {
       const loaded = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
-      process.stdout.write(await seal(loaded, options.force === true));
+      process.stdout.write(
+        await sealConfiguredKeys(loaded, { force: options.force === true, env: process.env }),
+      );
     });
 }

@@ -32,14 +32,14 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
   const apps: ServiceApp[] = [];
   const urls: Partial<Record<ServiceName, string>> = {};
   let runtime: RuntimeApp | undefined;
-  const compose = (name: ServiceName): ServiceApp => {
-    if (name === 'runtime') return (runtime = createRuntimeApp(kernel));
+  const compose = async (name: ServiceName): Promise<ServiceApp> => {
+    if (name === 'runtime') return (runtime = await createRuntimeApp(kernel));
     return createGatewayApp(kernel, runtime ? { inProcessRuntime: runtime.inProcess } : {});
   };
   try {
     for (const name of SERVICE_ORDER.filter((service) => services.includes(service))) {
       const { host, port, http } = kernel.config[name];
-      const service = compose(name);
+      const service = await compose(name);
       apps.push(service);
       const server = await listen(service, host, port, http);
       running.push(server);

@@ -1,5 +1,4 @@
 import {
-  createECDH,
   createPrivateKey,
   generateKeyPairSync,
   hkdfSync,
@@ -14,7 +13,8 @@ import { SigilError } from '@sigil/plugin-api';
  *
  * - `execution-proof`: the gateway's HMAC key for execution proofs, 32 bytes;
  * - `mcp-signing-key`: the runtime's ES256 key (MCP_SIGNING_KEY) as its P-256 private scalar `d`,
- *   32 bytes big-endian ({@link p256PrivateKey} makes the key of it);
+ *   32 bytes big-endian (`p256PrivateKey` of `@sigil/plugin-api/p256` makes the key of it, in the
+ *   runtime as in `sigil tee seal`);
  * - `key-derivation`: a root of 32 bytes; the key of any other purpose (`provider-vault`, …) is
  *   HKDF-SHA256 of it with the purpose, so a key derived for one purpose tells nothing of the sealed
  *   keys or of another purpose's.
@@ -66,21 +66,4 @@ export function p256Scalar(pemOrJwk: string, source: string): Uint8Array {
 export function newP256Scalar(): Uint8Array {
   const { d } = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ format: 'jwk' });
   return new Uint8Array(Buffer.from(d as string, 'base64url'));
-}
-
-/** The ES256 private key whose scalar `signingKey('mcp-signing-key')` gives. */
-export function p256PrivateKey(scalar: Uint8Array): KeyObject {
-  const ecdh = createECDH('prime256v1');
-  ecdh.setPrivateKey(Buffer.from(scalar));
-  const point = ecdh.getPublicKey(); // 0x04 || x || y
-  return createPrivateKey({
-    format: 'jwk',
-    key: {
-      kty: 'EC',
-      crv: 'P-256',
-      d: Buffer.from(scalar).toString('base64url'),
-      x: point.subarray(1, 1 + KEY_BYTES).toString('base64url'),
-      y: point.subarray(1 + KEY_BYTES).toString('base64url'),
-    },
-  });
 }

@@ -2,6 +2,7 @@ import type Router from '@koa/router';
 import type { Middleware } from 'koa';
 import type { LaneStep } from '../http/lane.ts';
 import type { Logger } from '../log.ts';
+import type { RuntimeTrust } from './delegation/trust.ts';
 import { DelegationVerifier, type DelegationVerifierOptions } from './delegation/verifier.ts';
 import { RequestSignatures } from './erc8128.ts';
 import { authenticate, authenticateLane } from './middleware.ts';
@@ -32,6 +33,8 @@ export interface WalletAuth {
   challenge: AuthChallenge;
   /** The protected-resource metadata (RFC 9728), which MCP clients read after a 401, when published. */
   resourceMetadata?: Router;
+  /** The trust of the runtime whose delegated JWTs this service accepts, when it accepts them. */
+  runtimeTrust?: () => Promise<RuntimeTrust>;
 }
 
 /** The delegated JWTs a service accepts: whose, where their keys and attestation are read, how trusted. */
@@ -71,6 +74,7 @@ export function createWalletAuth(
     delegated: options.delegation && delegationVerifier(deps, settings.baseUrl, options.delegation),
   };
   const { protectedResource } = options;
+  const { delegated } = parts;
   return {
     middleware: authenticate(parts),
     laneStep: authenticateLane(parts),
@@ -79,6 +83,7 @@ export function createWalletAuth(
     ...(protectedResource
       ? { resourceMetadata: protectedResourceRouter(settings, protectedResource.authorizationServer) }
       : {}),
+    ...(delegated ? { runtimeTrust: () => delegated.trust() } : {}),
   };
 }
 

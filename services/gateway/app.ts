@@ -38,7 +38,7 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
       ...(auth.resourceMetadata ? [auth.resourceMetadata] : []),
       tools.mcp.router,
       ...tools.routers,
-      attestationRouter(attestedGateway(kernel), kernel.clock),
+      attestationRouter(attestedGateway(kernel, auth.runtimeTrust), kernel.clock),
     ],
     // Tool calls: authentication, then the MCP endpoint, without Koa.
     lane: { steps: [auth.laneStep], routes: tools.mcp.lane },

@@ -7,8 +7,9 @@ import type { SigilConfig } from '../config.ts';
 
 export interface GatewayAuthOptions {
   /**
-   * Verifiers of TEE evidence, by platform, with which the gateway judges the runtime's attestation
-   * (the delegated path's trust state). None are built in yet: they come with real TEE backends.
+   * Verifiers of the runtime's TEE evidence, by platform, with which the gateway judges its trust
+   * state: by default the TEE backends the kernel loaded (each verifies its own platform's evidence),
+   * so a gateway trusts runtimes on its own platform, normally the same hardware.
    */
   evidenceVerifiers?: readonly EvidenceVerifier[];
   /**
@@ -38,7 +39,7 @@ export function gatewayAuth(kernel: Kernel, options: GatewayAuthOptions = {}): W
       operators: config.gateway.operatorWallets,
     },
     {
-      ...(config.gateway.delegation.enabled ? { delegation: delegationOptions(config, options) } : {}),
+      ...(config.gateway.delegation.enabled ? { delegation: delegationOptions(kernel, options) } : {}),
       protectedResource: { authorizationServer: delegationIssuer(config) },
     },
   );
@@ -51,14 +52,15 @@ function delegationIssuer(config: SigilConfig): string | undefined {
 }
 
 /** How the gateway verifies the runtime's delegated JWTs (`gateway.delegation`). */
-function delegationOptions(config: SigilConfig, options: GatewayAuthOptions): DelegationOptions {
+function delegationOptions(kernel: Kernel, options: GatewayAuthOptions): DelegationOptions {
+  const { config } = kernel;
   const { delegation } = config.gateway;
   return {
     source: runtimeSource(config, options.inProcessRuntime),
     issuer: publicBase(config.runtime),
     cacheSeconds: delegation.cacheSeconds,
     requireTrusted: delegation.requireTrusted,
-    verifiers: options.evidenceVerifiers ?? [],
+    verifiers: options.evidenceVerifiers ?? kernel.plugins.all('tee-backend'),
   };
 }
 

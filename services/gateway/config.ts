@@ -142,7 +142,9 @@ export const gatewaySchema = serviceSchema(8402)
         requireTrusted: z
           .boolean()
           .default(false)
-          .describe('Refuse delegated JWTs unless the runtime is trusted (its attestation binds its JWKS)'),
+          .describe(
+            'Refuse delegated JWTs unless the runtime is trusted: its attestation verifies with a TEE backend this gateway loads, and binds the JWKS it serves',
+          ),
       })
       .strict()
       .prefault({})

@@ -52,14 +52,17 @@ async function securityPosture(
     tee: { enabled: tee.teeEnabled, platform: tee.platform, keySource: tee.keySource },
     vaultPersistence: vault.persistence === 'persistent' ? 'persistent' : 'memory-only',
     sessionJwt: { alg: 'ES256', ttlSeconds: kernel.config.auth.runtimeJwtTtlSeconds },
-    delegatedGatewayJwt: delegation.source === 'config' ? 'configured' : 'ephemeral',
+    keySources: { mcpSigningKey: delegation.source },
   };
 }
 
-/** The agent runtime: composition of core middleware and the runtime's routers. */
-export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}): RuntimeApp {
+/**
+ * The agent runtime: composition of core middleware and the runtime's routers. Asynchronous because
+ * the delegated path's key may be the TEE backend's sealed one.
+ */
+export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}): Promise<RuntimeApp> {
   const { vault, router: vaultRouter } = createProviderVault(kernel);
-  const delegation = delegationKeysFrom(kernel);
+  const delegation = await delegationKeysFrom(kernel);
   const gatewayUrl = publicBase(kernel.config.gateway);
   kernel.secrets.add(kernel.config.runtime.operatorKey);
   const gateway = new GatewayClient({
@@ -79,7 +82,10 @@ export function createRuntimeApp(kernel: Kernel, options: RuntimeAppOptions = {}
   const inProcess: RuntimeSource = {
     name: 'in-process',
     jwks: () => delegation.jwks(),
-    evidence: async (nonce) => (await attestationReport(attested, nonce)).evidence ?? undefined,
+    report: async (nonce) => {
+      const { evidence, reportData } = await attestationReport(attested, nonce);
+      return { evidence: evidence ?? undefined, reportData: Buffer.from(reportData, 'hex') };
+    },
   };
   const auth = runtimeAuth(kernel);
   const ledger = createLedgerService(kernel);

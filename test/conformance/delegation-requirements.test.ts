@@ -7,8 +7,8 @@ import { runDeployment } from '../../conformance/deployment/run.ts';
 import { newWallet } from '../core/auth/support.ts';
 import { describeEachDatabase } from '../support/kernel.ts';
 import { sendJson, startTinyServer, type TinyServer } from './support.ts';
-import { fakeEvidenceVerifier } from '../services/runtime/fixtures/tee-fake.ts';
-import { FAKE_TEE, GATEWAY_PUBLIC, pluginsWithTee, Stack } from '../services/runtime/support.ts';
+import { sealedVtpm, type SealedVtpmEntry } from '../support/sealed-vtpm.ts';
+import { GATEWAY_PUBLIC, pluginsWithTee, Stack } from '../services/runtime/support.ts';
 
 const IDS = delegationRequirements.map((requirement) => requirement.id);
 
@@ -56,15 +56,20 @@ describeEachDatabase('conformance: the delegated path', (database) => {
     }
   });
 
-  it('passes with an attested runtime the gateway trusts', async () => {
-    const stack = await Stack.start({
-      database,
-      config: {
-        plugins: pluginsWithTee({ resolve: FAKE_TEE, enabled: true, options: { bind: 'as-asked' } }),
-      },
-      gateway: { evidenceVerifiers: [fakeEvidenceVerifier] },
+  describe('with an attested runtime the gateway trusts (tee-vtpm on swtpm, its keys sealed)', function () {
+    this.timeout(180_000);
+    let tpm: SealedVtpmEntry;
+    let stack: Stack;
+    before(async () => {
+      tpm = await sealedVtpm();
+      stack = await Stack.start({ database, config: { plugins: pluginsWithTee(tpm.entry) } });
     });
-    try {
+    after(async () => {
+      await stack?.close();
+      await tpm?.remove();
+    });
+
+    it('every delegated-path requirement passes, and the gateway judges the runtime trusted', async () => {
       const results = await certify(stack.url('runtime'), stack.url('gateway'));
       expect(Object.values(results).filter((result) => result.status !== 'pass')).to.deep.equal([]);
       const token = await stack.gatewayToken(await stack.signIn(newWallet()));
@@ -72,9 +77,7 @@ describeEachDatabase('conformance: the delegated path', (database) => {
         trust: string;
       };
       expect(session.trust).to.equal('trusted');
-    } finally {
-      await stack.close();
-    }
+    });
   });
 
   describe('against a gateway that believes any token', () => {

@@ -130,7 +130,7 @@ describe('generated docs', () => {
 
     it('each service serves its own document: the runtime at /openapi.json, the gateway at /api/openapi.json', async () => {
       for (const [app, path, document] of [
-        [createRuntimeApp(kernel), '/openapi.json', runtimeOpenApi(kernel.config.runtime)],
+        [await createRuntimeApp(kernel), '/openapi.json', runtimeOpenApi(kernel.config.runtime)],
         [createGatewayApp(kernel), '/api/openapi.json', gatewayOpenApi(kernel.config.gateway)],
       ] as const) {
         const server = createServer(app.app.callback());
@@ -147,9 +147,9 @@ describe('generated docs', () => {
       }
     });
 
-    it('of the runtime', () =>
+    it('of the runtime', async () =>
       expectEveryRouteDocumented(
-        createRuntimeApp(kernel),
+        await createRuntimeApp(kernel),
         runtimeOpenApi(kernel.config.runtime),
         'POST /agents/{id}/sessions/{sessionId}/messages',
       ));

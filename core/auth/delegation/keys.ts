@@ -28,8 +28,11 @@ export interface Jwks {
   keys: PublishedJwk[];
 }
 
-/** Where the signing key came from: `MCP_SIGNING_KEY`, or generated for this process (development). */
-export type DelegationKeySource = 'config' | 'ephemeral';
+/**
+ * Where the signing key came from: sealed by the TEE backend (`signingKey('mcp-signing-key')`),
+ * `MCP_SIGNING_KEY`, or generated for this process (development).
+ */
+export type DelegationKeySource = 'sealed' | 'config' | 'ephemeral';
 
 export interface DelegatedToken {
   token: string;
@@ -45,6 +48,11 @@ export interface DelegationKeysOptions {
   current: string | undefined;
   /** `runtime.mcpSigningKeyPrevious`: the key it replaced, private or public; published, never used. */
   previous: string | undefined;
+  /**
+   * The key the TEE backend seals for the delegated path, where it seals one: it signs unless
+   * `current` is another key, and it is always the key the runtime's reports vouch for.
+   */
+  sealed?: KeyObject;
   clock: Clock;
   /** JWT `iss`: the runtime's public base URL. */
   issuer: string;
@@ -58,28 +66,46 @@ export interface DelegationKeysOptions {
  */
 export class DelegationKeys {
   readonly source: DelegationKeySource;
+  /**
+   * `MCP_SIGNING_KEY` is a key other than the sealed one: it signs and its JWKS is served, while the
+   * reports still vouch for the sealed key's JWKS ({@link attestedJwks}).
+   */
+  readonly overridesSealed: boolean;
   private readonly privateKey: KeyObject;
   private readonly publicKeys: KeyObject[];
-  private prepared: Promise<{ kid: string; jwks: Jwks }> | undefined;
+  private readonly attestedKeys: KeyObject[];
+  private prepared: Promise<{ kid: string; jwks: Jwks; attested: Jwks }> | undefined;
 
   constructor(private readonly options: DelegationKeysOptions) {
-    if (options.current === undefined) {
-      this.source = 'ephemeral';
-      this.privateKey = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
-    } else {
-      this.source = 'config';
-      this.privateKey = parseKey(options.current, 'runtime.mcpSigningKey', 'private');
-    }
-    this.publicKeys = [createPublicKey(this.privateKey)];
+    const configured =
+      options.current === undefined
+        ? undefined
+        : parseKey(options.current, 'runtime.mcpSigningKey', 'private');
+    const { sealed } = options;
+    this.privateKey = configured ?? sealed ?? generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
+    if (configured === undefined) this.source = sealed === undefined ? 'ephemeral' : 'sealed';
+    else this.source = sealed !== undefined && sameKey(configured, sealed) ? 'sealed' : 'config';
+    this.overridesSealed = sealed !== undefined && this.source === 'config';
+    const previous: KeyObject[] = [];
     if (options.previous !== undefined) {
-      const previous = parseKey(options.previous, 'runtime.mcpSigningKeyPrevious', 'any');
-      this.publicKeys.push(previous.type === 'public' ? previous : createPublicKey(previous));
+      const key = parseKey(options.previous, 'runtime.mcpSigningKeyPrevious', 'any');
+      previous.push(key.type === 'public' ? key : createPublicKey(key));
     }
+    this.publicKeys = [createPublicKey(this.privateKey), ...previous];
+    this.attestedKeys = [createPublicKey(sealed ?? this.privateKey), ...previous];
   }
 
   /** The published key set: the current key first, then the previous one. */
   async jwks(): Promise<Jwks> {
     return (await this.prepare()).jwks;
+  }
+
+  /**
+   * The key set the runtime's attestation reports bind the hash of: the published one, except while
+   * `MCP_SIGNING_KEY` overrides a sealed key, when it is the set the sealed key would publish.
+   */
+  async attestedJwks(): Promise<Jwks> {
+    return (await this.prepare()).attested;
   }
 
   async currentKid(): Promise<string> {
@@ -110,27 +136,28 @@ export class DelegationKeys {
     };
   }
 
-  private prepare(): Promise<{ kid: string; jwks: Jwks }> {
+  private prepare(): Promise<{ kid: string; jwks: Jwks; attested: Jwks }> {
     this.prepared ??= (async () => {
-      const keys: PublishedJwk[] = [];
-      for (const key of this.publicKeys) {
-        const jwk = key.export({ format: 'jwk' }) as { x: string; y: string };
-        const published: PublishedJwk = {
-          kty: 'EC',
-          crv: 'P-256',
-          x: jwk.x,
-          y: jwk.y,
-          kid: await calculateJwkThumbprint({ kty: 'EC', crv: 'P-256', x: jwk.x, y: jwk.y }),
-          alg: 'ES256',
-          use: 'sig',
-        };
-        // A previous key equal to the current one is published once.
-        if (!keys.some((existing) => existing.kid === published.kid)) keys.push(published);
-      }
-      return { kid: (keys[0] as PublishedJwk).kid, jwks: { keys } };
+      const jwks = await jwksOf(this.publicKeys);
+      return { kid: (jwks.keys[0] as PublishedJwk).kid, jwks, attested: await jwksOf(this.attestedKeys) };
     })();
     return this.prepared;
   }
+}
+
+const sameKey = (a: KeyObject, b: KeyObject): boolean => createPublicKey(a).equals(createPublicKey(b));
+
+/** The JWKS of `keys`, in order, each key once. */
+async function jwksOf(keys: readonly KeyObject[]): Promise<Jwks> {
+  const published: PublishedJwk[] = [];
+  for (const key of keys) {
+    const jwk = key.export({ format: 'jwk' }) as { x: string; y: string };
+    const kid = await calculateJwkThumbprint({ kty: 'EC', crv: 'P-256', x: jwk.x, y: jwk.y });
+    // A previous key equal to the current one is published once.
+    if (published.some((existing) => existing.kid === kid)) continue;
+    published.push({ kty: 'EC', crv: 'P-256', x: jwk.x, y: jwk.y, kid, alg: 'ES256', use: 'sig' });
+  }
+  return { keys: published };
 }
 
 /**

@@ -1,27 +1,46 @@
 import { z } from 'zod';
-import { type AttestationEvidence, SigilError } from '@sigil/plugin-api';
+import { type AttestationEvidenceV2, SigilError } from '@sigil/plugin-api';
 
 /**
- * Where the gateway reads the runtime it trusts: its JWKS and, for a nonce, its attestation evidence
- * (undefined when it has none). Over HTTP from the runtime's URL, or directly from a runtime served by
- * the same process (`sigil up`), which needs no address.
+ * Where the gateway reads the runtime it trusts: its JWKS and, for a nonce, its attestation report.
+ * Over HTTP from the runtime's URL, or directly from a runtime served by the same process (`sigil
+ * up`), which needs no address.
  */
 export interface RuntimeSource {
   /** For logs: the runtime's URL, or `in-process`. */
   readonly name: string;
   jwks(): Promise<unknown>;
-  evidence(nonce: Uint8Array): Promise<AttestationEvidence | undefined>;
+  report(nonce: Uint8Array): Promise<RuntimeReport>;
+}
+
+/** What the runtime answers for a nonce: nothing in it is taken on trust before its verifier checks it. */
+export interface RuntimeReport {
+  /** Its evidence; undefined when it has none (`tee-none`). */
+  evidence: AttestationEvidenceV2 | undefined;
+  /** The 64 bytes of REPORT_DATA it says the evidence binds. */
+  reportData: Uint8Array | undefined;
 }
 
 const FETCH_TIMEOUT_MS = 5_000;
-const MAX_DOCUMENT_BYTES = 64 * 1024;
+const MAX_JWKS_BYTES = 64 * 1024;
+/** A report carries its certificate chain and collateral (a TDX quote's TCB info and CRLs run to tens of KiB). */
+const MAX_REPORT_BYTES = 1024 * 1024;
 
 const evidenceSchema = z.object({
   platform: z.string().min(1),
   report: z.string(),
   certificates: z.array(z.string()).default([]),
+  collateral: z.record(z.string(), z.string()).optional(),
 });
-const reportSchema = z.looseObject({ evidence: evidenceSchema.nullable().optional() });
+const reportSchema = z.looseObject({
+  evidence: evidenceSchema.nullable().optional(),
+  // Only a help for reading a report that binds its digest: in another form it is left unread.
+  reportData: z
+    .string()
+    .regex(/^[0-9a-fA-F]{128}$/)
+    .optional()
+    .catch(undefined),
+});
 
 /** `GET <url>/.well-known/jwks.json` and `GET <url>/api/attestation/report?nonce=<hex>`. */
 export class HttpRuntimeSource implements RuntimeSource {
@@ -32,16 +51,20 @@ export class HttpRuntimeSource implements RuntimeSource {
   }
 
   jwks(): Promise<unknown> {
-    return fetchJson(`${this.name}/.well-known/jwks.json`);
+    return fetchJson(`${this.name}/.well-known/jwks.json`, MAX_JWKS_BYTES);
   }
 
-  async evidence(nonce: Uint8Array): Promise<AttestationEvidence | undefined> {
+  async report(nonce: Uint8Array): Promise<RuntimeReport> {
     const url = `${this.name}/api/attestation/report?nonce=${Buffer.from(nonce).toString('hex')}`;
-    return reportSchema.parse(await fetchJson(url)).evidence ?? undefined;
+    const { evidence, reportData } = reportSchema.parse(await fetchJson(url, MAX_REPORT_BYTES));
+    return {
+      evidence: evidence ?? undefined,
+      reportData: reportData === undefined ? undefined : Buffer.from(reportData, 'hex'),
+    };
   }
 }
 
-async function fetchJson(url: string): Promise<unknown> {
+async function fetchJson(url: string, limitBytes: number): Promise<unknown> {
   const response = await fetch(url, {
     headers: { accept: 'application/json' },
     redirect: 'error',
@@ -53,9 +76,9 @@ async function fetchJson(url: string): Promise<unknown> {
       details: { reason: 'runtime_refused', status: response.status },
     });
   }
-  if (body.length > MAX_DOCUMENT_BYTES) {
+  if (body.length > limitBytes) {
     throw new SigilError('unavailable', `the document at ${url} is too large`, {
-      details: { reason: 'document_too_large', limitBytes: MAX_DOCUMENT_BYTES },
+      details: { reason: 'document_too_large', limitBytes },
     });
   }
   return JSON.parse(body) as unknown;

@@ -1,4 +1,4 @@
-import type { AttestationEvidence } from '@sigil/plugin-api';
+import type { AttestationEvidenceV2, EvidenceVerification, TeeBackendV2 } from '@sigil/plugin-api';
 import { boundJwksHash, JWKS_HASH_BYTES, NONCE_BYTES, REPORT_DATA_BYTES } from './report-data.ts';
 
 /**
@@ -25,37 +25,48 @@ export interface RuntimeTrust {
   platform: string;
   /** Hex SHA-256 of the JWKS the state was judged against. */
   jwksSha256: string;
+  /** Ids of the verifier's checks that failed (`signature`, `debug`, `tcb`, …), when the evidence did not verify. */
+  failedChecks?: readonly string[];
   checkedAt: Date;
 }
 
 /**
- * Checks one platform's evidence. A verifier must check the report's signature up to the hardware
- * vendor's root (and whatever else makes it genuine on that platform) before returning its 64-byte
- * REPORT_DATA; it throws when the evidence does not verify. Verifiers for real platforms (SEV-SNP, TDX,
- * vTPM) arrive with their TEE backends; until then such evidence is judged `degraded_no_attestation`.
+ * A verifier of one platform's evidence: a TEE backend of that platform (tee-backend v2), whose
+ * `verify` checks the report's signature up to the vendor's root, its debug state and its TCB, and
+ * reads its REPORT_DATA. The gateway uses the backends its kernel loaded.
  */
-export interface EvidenceVerifier {
-  readonly platform: string;
-  reportData(evidence: AttestationEvidence): Promise<Uint8Array>;
-}
+export type EvidenceVerifier = Pick<TeeBackendV2, 'platform' | 'verify'>;
 
 export interface TrustInput {
   /** The runtime's evidence; undefined when it reports none (e.g. `tee-none`). */
-  evidence: AttestationEvidence | undefined;
+  evidence: AttestationEvidenceV2 | undefined;
+  /**
+   * The 64 bytes of REPORT_DATA the runtime says its evidence binds, when it says so: the verifier
+   * checks them against the report, which is how a report binding only their SHA-256 (a TPM without
+   * SHA-512) is read. Without them REPORT_DATA is read from the report itself.
+   */
+  reportData?: Uint8Array;
   /** The nonce the gateway asked the report to bind at REPORT_DATA[0:32]. */
   nonce: Uint8Array;
   /** SHA-256 of the JWKS the gateway fetched. */
   jwksHash: Uint8Array;
   verifiers: readonly EvidenceVerifier[];
+  /** Also when certificates and collateral must be valid. */
   now: Date;
 }
 
 export async function evaluateTrust(input: TrustInput): Promise<RuntimeTrust> {
-  const judged = (state: TrustState, reason: string, platform: string): RuntimeTrust => ({
+  const judged = (
+    state: TrustState,
+    reason: string,
+    platform: string,
+    failedChecks?: readonly string[],
+  ): RuntimeTrust => ({
     state,
     reason,
     platform,
     jwksSha256: Buffer.from(input.jwksHash).toString('hex'),
+    ...(failedChecks === undefined ? {} : { failedChecks }),
     checkedAt: input.now,
   });
   const evidence = input.evidence;
@@ -67,38 +78,65 @@ export async function evaluateTrust(input: TrustInput): Promise<RuntimeTrust> {
   if (verifier === undefined) {
     return judged(
       'degraded_no_attestation',
-      `the gateway has no verifier for ${platform} evidence, so it cannot rely on it`,
+      `the gateway loads no ${platform} TEE backend, so it cannot verify the runtime's ${platform} evidence`,
       platform,
     );
   }
-  let reportData: Buffer;
+  let verification: EvidenceVerification;
   try {
-    reportData = Buffer.from(await verifier.reportData(evidence));
+    verification = await verifier.verify(evidence, {
+      at: input.now,
+      ...(input.reportData === undefined ? {} : { reportData: input.reportData }),
+    });
   } catch (err) {
     return judged(
       'degraded_no_attestation',
-      `the ${platform} evidence did not verify: ${(err as Error).message}`,
+      `the ${platform} evidence could not be verified: ${(err as Error).message}`,
       platform,
     );
   }
-  if (reportData.length !== REPORT_DATA_BYTES) {
-    return judged('degraded_no_attestation', `REPORT_DATA is ${reportData.length} bytes, not 64`, platform);
-  }
-  if (!reportData.subarray(0, NONCE_BYTES).equals(Buffer.from(input.nonce))) {
+  const claimed =
+    verification.claims === undefined ? undefined : Buffer.from(verification.claims.reportData, 'hex');
+  if (!verification.verified) {
+    const failed = verification.checks.filter((check) => !check.ok);
+    const binding =
+      claimed?.length === REPORT_DATA_BYTES ? `; the report ${bindingOf(claimed, input).words}` : '';
     return judged(
       'degraded_no_attestation',
-      'the report does not bind the nonce the gateway sent (not fresh)',
+      `the ${platform} evidence does not verify: ${failed.map((check) => `${check.id} (${check.detail})`).join('; ')}${binding}`,
+      platform,
+      failed.map((check) => check.id),
+    );
+  }
+  const reportData = input.reportData === undefined ? claimed : Buffer.from(input.reportData);
+  if (reportData?.length !== REPORT_DATA_BYTES) {
+    return judged(
+      'degraded_no_attestation',
+      `the verified ${platform} report gives ${reportData?.length ?? 0} bytes of REPORT_DATA, not the 64 its nonce and JWKS hash are read from`,
       platform,
     );
   }
+  const binding = bindingOf(reportData, input);
+  const words = `the verified ${platform} report ${binding.words}`;
+  if (!binding.fresh) return judged('degraded_no_attestation', `${words} (not fresh)`, platform);
+  if (!binding.sameJwks) return judged('degraded_hash_mismatch', words, platform);
+  return judged('trusted', words, platform);
+}
+
+/** What REPORT_DATA binds, against the nonce sent and the JWKS served. */
+function bindingOf(
+  reportData: Buffer,
+  input: TrustInput,
+): { fresh: boolean; sameJwks: boolean; words: string } {
+  const fresh = reportData.subarray(0, NONCE_BYTES).equals(Buffer.from(input.nonce));
   const expected = Buffer.from(input.jwksHash).subarray(0, JWKS_HASH_BYTES);
   const bound = boundJwksHash(reportData);
-  if (!bound.equals(expected)) {
-    return judged(
-      'degraded_hash_mismatch',
-      `the report binds JWKS hash ${bound.toString('hex')} at REPORT_DATA[32:48], not ${expected.toString('hex')} (the JWKS served)`,
-      platform,
-    );
-  }
-  return judged('trusted', `the ${platform} report binds the JWKS hash at REPORT_DATA[32:48]`, platform);
+  const sameJwks = bound.equals(expected);
+  const nonce = fresh
+    ? "the gateway's nonce at REPORT_DATA[0:32]"
+    : 'another nonce than the gateway sent at REPORT_DATA[0:32]';
+  const jwks = sameJwks
+    ? `the served JWKS's hash at [32:48]`
+    : `JWKS hash ${bound.toString('hex')} at [32:48], not ${expected.toString('hex')} (the JWKS served)`;
+  return { fresh, sameJwks, words: `binds ${nonce} and ${jwks}` };
 }

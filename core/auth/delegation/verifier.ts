@@ -46,6 +46,7 @@ export interface DelegationVerifierOptions {
   clockSkewSeconds: number;
   clock: Clock;
   logger: Logger;
+  /** The TEE backends whose `verify` judges the runtime's evidence, one per platform it may run on. */
   verifiers: readonly EvidenceVerifier[];
 }
 
@@ -110,9 +111,15 @@ export class DelegationVerifier {
     if (this.options.requireTrusted && snapshot.trust.state !== 'trusted') {
       throw unauthorized(
         `Delegated token rejected: this gateway requires a trusted runtime, and the runtime is ${snapshot.trust.state} (${snapshot.trust.reason})`,
+        { reason: 'runtime_not_trusted', trust: snapshot.trust.state },
       );
     }
     return { address: getAddress(subject), trust: snapshot.trust };
+  }
+
+  /** How far the runtime is trusted now: the last judgement, or a new one once it is `cacheSeconds` old. */
+  async trust(): Promise<RuntimeTrust> {
+    return (await this.current()).trust;
   }
 
   /**
@@ -201,8 +208,10 @@ export class DelegationVerifier {
     const now = () => this.options.clock.now();
     let trust: RuntimeTrust;
     try {
+      const report = await source.report(nonce);
       trust = await evaluateTrust({
-        evidence: await source.evidence(nonce),
+        evidence: report.evidence,
+        ...(report.reportData === undefined ? {} : { reportData: report.reportData }),
         nonce,
         jwksHash,
         verifiers: this.options.verifiers,

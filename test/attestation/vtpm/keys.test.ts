@@ -1,11 +1,11 @@
 import { createPublicKey, generateKeyPairSync } from 'node:crypto';
 import { expect } from 'chai';
 import { SigilError } from '@sigil/plugin-api';
+import { p256PrivateKey } from '@sigil/plugin-api/p256';
 import {
   keyFor,
   keyFromHex,
   newP256Scalar,
-  p256PrivateKey,
   p256Scalar,
   randomKey,
   SEALED_PURPOSES,

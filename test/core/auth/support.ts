@@ -45,7 +45,7 @@ export class Services {
     });
     try {
       // As sigil up composes them: the gateway reads the runtime it is served beside directly.
-      const runtimeApp = createRuntimeApp(kernel);
+      const runtimeApp = await createRuntimeApp(kernel);
       const gateway = await listen(
         createGatewayApp(kernel, { inProcessRuntime: runtimeApp.inProcess }),
         '127.0.0.1',

@@ -1,14 +1,16 @@
-import { createPublicKey, generateKeyPairSync } from 'node:crypto';
+import { createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { expect } from 'chai';
+import { calculateJwkThumbprint } from 'jose';
 import { DelegationKeys } from '../../../core/auth/delegation/keys.ts';
 import { ManualClock } from '../../../core/clock.ts';
 import { loadConfig, redactConfig } from '../../../services/config.ts';
 import { SigilError } from '@sigil/plugin-api';
 
-const keys = (current: string | undefined, previous?: string) =>
+const keys = (current: string | undefined, previous?: string, sealed?: KeyObject) =>
   new DelegationKeys({
     current,
     previous,
+    ...(sealed === undefined ? {} : { sealed }),
     clock: new ManualClock(),
     issuer: 'http://runtime.test',
     ttlSeconds: 300,
@@ -56,6 +58,29 @@ describe('delegated path configuration', () => {
     expect(new Set(kids).size).to.equal(1);
     expect(keys(pem).source).to.equal('config');
     expect(keys(undefined).source).to.equal('ephemeral');
+  });
+
+  it('signs with the sealed key unless MCP_SIGNING_KEY names another, and vouches for the sealed key’s JWKS either way', async () => {
+    const sealed = pair().privateKey;
+    const sealedPem = sealed.export({ format: 'pem', type: 'pkcs8' }) as string;
+    const previous = createPublicKey(pair().privateKey).export({ format: 'pem', type: 'spki' }) as string;
+    const kidOf = async (key: KeyObject) => calculateJwkThumbprint(key.export({ format: 'jwk' }));
+
+    for (const current of [undefined, sealedPem]) {
+      const same = keys(current, previous, sealed);
+      expect(same).to.include({ source: 'sealed', overridesSealed: false });
+      expect(await same.currentKid()).to.equal(await kidOf(sealed));
+      expect(await same.attestedJwks()).to.deep.equal(await same.jwks());
+    }
+
+    const other = pair().privateKey;
+    const overriding = keys(other.export({ format: 'pem', type: 'pkcs8' }) as string, previous, sealed);
+    expect(overriding).to.include({ source: 'config', overridesSealed: true });
+    expect(await overriding.currentKid()).to.equal(await kidOf(other));
+    const [served, attested] = [await overriding.jwks(), await overriding.attestedJwks()];
+    expect(served.keys.map((key) => key.kid)).to.deep.equal([await kidOf(other), served.keys[1]?.kid]);
+    expect(attested.keys.map((key) => key.kid)).to.deep.equal([await kidOf(sealed), served.keys[1]?.kid]);
+    expect(keys(undefined)).to.include({ source: 'ephemeral', overridesSealed: false });
   });
 
   it('publishes a previous key given as a public key too, after the current one', async () => {

@@ -9,35 +9,11 @@ import { createRuntimeApp } from '../../../services/runtime/app.ts';
 import { serve } from '../../../services/serve.ts';
 import { describeEachDatabase, openTestKernel } from '../../support/kernel.ts';
 import { errorOf, newWallet } from '../../core/auth/support.ts';
-import { fakeEvidenceVerifier } from './fixtures/tee-fake.ts';
 import { captureLogs } from '../../support/logs.ts';
-import {
-  FAKE_TEE,
-  GATEWAY_PUBLIC,
-  pluginsWithTee,
-  RUNTIME_PUBLIC,
-  Stack,
-  type StackOptions,
-} from './support.ts';
+import { GATEWAY_PUBLIC, gatewaySession, mintDelegatedToken, RUNTIME_PUBLIC, Stack } from './support.ts';
 
 const pem = (key: KeyObject): string => key.export({ format: 'pem', type: 'pkcs8' }) as string;
 const newKey = () => generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
-
-interface Session {
-  status: number;
-  trustHeader: string | null;
-  body: Record<string, unknown>;
-}
-
-/** The gateway's view of a bearer token: GET /api/auth/session. */
-async function gatewaySession(stack: Stack, token: string): Promise<Session> {
-  const res = await stack.get('gateway', '/api/auth/session', token);
-  return {
-    status: res.status,
-    trustHeader: res.headers.get('x-sigil-runtime-trust'),
-    body: (await res.json()) as Record<string, unknown>,
-  };
-}
 
 async function expectRefused(stack: Stack, token: string, reason: RegExp): Promise<void> {
   const error = await errorOf(await stack.get('gateway', '/api/auth/session', token));
@@ -292,26 +268,7 @@ describeEachDatabase('delegated gateway access', (database) => {
         const serving = await serve(kernel, services);
         try {
           const wallet = newWallet();
-          const runtime = serving.urls.runtime as string;
-          const challenge = (await (
-            await fetch(`${runtime}/auth/challenge?address=${wallet.address}`)
-          ).json()) as {
-            message: string;
-          };
-          const verified = await fetch(`${runtime}/auth/verify`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({
-              message: challenge.message,
-              signature: await wallet.signMessage({ message: challenge.message }),
-            }),
-          });
-          const { token: jwt } = (await verified.json()) as { token: string };
-          const minted = await fetch(`${runtime}/wallet/gateway-token`, {
-            method: 'POST',
-            headers: { authorization: `Bearer ${jwt}` },
-          });
-          const { token } = (await minted.json()) as { token: string };
+          const token = await mintDelegatedToken(serving.urls.runtime as string, wallet);
           const session = await fetch(`${serving.urls.gateway as string}/api/auth/session`, {
             headers: { authorization: `Bearer ${token}` },
           });
@@ -343,7 +300,7 @@ describeEachDatabase('delegated gateway access', (database) => {
         // The runtime restarts with a new key and publishes the old one as previous.
         stack.kernel.config.runtime.mcpSigningKey = pem(second);
         stack.kernel.config.runtime.mcpSigningKeyPrevious = pem(first);
-        const rotated = createRuntimeApp(stack.kernel);
+        const rotated = await createRuntimeApp(stack.kernel);
         stack.replaceRuntime(rotated);
         const fresh = await rotated.delegation.sign(wallet.address, GATEWAY_PUBLIC);
         expect(fresh.kid).to.not.equal(old.kid);
@@ -363,7 +320,7 @@ describeEachDatabase('delegated gateway access', (database) => {
 
         // Rotation done: the previous key leaves the JWKS, and after the cache period its tokens stop.
         stack.kernel.config.runtime.mcpSigningKeyPrevious = undefined;
-        stack.replaceRuntime(createRuntimeApp(stack.kernel));
+        stack.replaceRuntime(await createRuntimeApp(stack.kernel));
         stack.clock.advance(301_000);
         const late = await stack.runtime.delegation.sign(wallet.address, GATEWAY_PUBLIC);
         await expectRefused(stack, late.token, /no applicable key|matching key/i);
@@ -373,78 +330,9 @@ describeEachDatabase('delegated gateway access', (database) => {
     });
   });
 
-  describe('trust states', () => {
-    const withTee = (bind: string | undefined, extra: Partial<StackOptions> = {}): Partial<StackOptions> => ({
-      config: {
-        runtime: { mcpSigningKey: pem(newKey()) },
-        plugins: pluginsWithTee(
-          bind === undefined
-            ? { resolve: 'tee-none', enabled: true, options: {} }
-            : { resolve: FAKE_TEE, enabled: true, options: { bind } },
-        ),
-        ...extra.config,
-      },
-      ...(extra.gateway ? { gateway: extra.gateway } : {}),
-    });
-    const verifiers = { gateway: { evidenceVerifiers: [fakeEvidenceVerifier] } };
-
-    const trustOf = async (options: Partial<StackOptions>): Promise<Session> => {
-      const stack = await Stack.start({ database, ...options });
-      try {
-        const token = await stack.gatewayToken(await stack.signIn(newWallet()));
-        return await gatewaySession(stack, token);
-      } finally {
-        await stack.close();
-      }
-    };
-
-    it('trusted: the runtime’s attestation binds the SHA-256 of its JWKS at REPORT_DATA[32:48]', async () => {
-      const session = await trustOf(withTee('as-asked', verifiers));
-      expect(session.body).to.include({ trust: 'trusted', trustPlatform: 'sigil-test-fake' });
-      expect(session.trustHeader).to.equal('trusted');
-    });
-
-    it('degraded_hash_mismatch: the attestation binds another hash', async () => {
-      const session = await trustOf(withTee('other-jwks', verifiers));
-      expect(session.body).to.include({ trust: 'degraded_hash_mismatch' });
-      expect(session.body.trustReason).to.match(/REPORT_DATA\[32:48\]/);
-      expect(session.trustHeader).to.equal('degraded_hash_mismatch');
-    });
-
-    it('degraded_no_attestation: tee-none attests nothing', async () => {
-      const session = await trustOf(withTee(undefined));
-      expect(session.body).to.include({ trust: 'degraded_no_attestation', trustPlatform: 'none' });
-    });
-
-    it('degraded_no_attestation: evidence the gateway cannot verify, or a report that is not fresh', async () => {
-      const unverifiable = await trustOf(withTee('as-asked'));
-      expect(unverifiable.body).to.include({ trust: 'degraded_no_attestation' });
-      expect(unverifiable.body.trustReason).to.match(/no verifier/);
-      const stale = await trustOf(withTee('stale', verifiers));
-      expect(stale.body).to.include({ trust: 'degraded_no_attestation' });
-      expect(stale.body.trustReason).to.match(/nonce/);
-    });
-
-    it('refuses degraded runtimes when the gateway requires a trusted one', async () => {
-      const refused = await trustOf(
-        withTee('other-jwks', {
-          ...verifiers,
-          config: { gateway: { delegation: { enabled: true, cacheSeconds: 300, requireTrusted: true } } },
-        }),
-      );
-      expect(refused.status).to.equal(401);
-      expect(refused.body.message).to.match(/requires a trusted runtime.*degraded_hash_mismatch/);
-      const accepted = await trustOf(
-        withTee('as-asked', {
-          ...verifiers,
-          config: { gateway: { delegation: { enabled: true, cacheSeconds: 300, requireTrusted: true } } },
-        }),
-      );
-      expect(accepted.body).to.include({ trust: 'trusted' });
-    });
-
+  describe('attestation report', () => {
     it('serves the attestation report: evidence null with tee-none, REPORT_DATA laid out as documented', async () => {
-      const stack = await Stack.start({ database, ...withTee(undefined) });
+      const stack = await Stack.start({ database });
       try {
         const nonce = 'ab'.repeat(32);
         const res = await stack.get('runtime', `/api/attestation/report?nonce=${nonce}`);

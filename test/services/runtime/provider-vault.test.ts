@@ -6,7 +6,7 @@ import { secp256k1 } from '@noble/curves/secp256k1';
 import { expect } from 'chai';
 import { hashMessage, serializeSignature } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import { isSigilError, SigilError } from '@sigil/plugin-api';
+import { isSigilError, type SigilError } from '@sigil/plugin-api';
 import { createRuntimeApp } from '../../../services/runtime/app.ts';
 import { PROVIDER_VAULT_MESSAGE, ProviderKeyUnavailable } from '../../../services/runtime/vault/index.ts';
 import type { VaultSession } from '../../../services/runtime/vault/index.ts';
@@ -363,7 +363,7 @@ describe('provider vault in production', () => {
       config: { mode: 'production', runtime: { mcpSigningKey: signingKey() } },
     });
     try {
-      expect(() => createRuntimeApp(kernel)).to.throw(SigilError, /VAULT_PERSISTENCE_DIR/);
+      expect((await refusal(createRuntimeApp(kernel))).message).to.match(/VAULT_PERSISTENCE_DIR/);
     } finally {
       await kernel.close();
     }
@@ -381,7 +381,7 @@ describe('provider vault in production', () => {
       },
     });
     try {
-      const app = createRuntimeApp(kernel);
+      const app = await createRuntimeApp(kernel);
       let failed: unknown;
       await app.start().catch((err: unknown) => (failed = err));
       expect(failed).to.be.instanceOf(Error);
@@ -396,7 +396,7 @@ describe('provider vault in production', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sigil-provider-vault-'));
     const kernel = await openTestKernel({ config: { mode: 'production', vault: { persistenceDir: dir } } });
     try {
-      expect(() => createRuntimeApp(kernel)).to.throw(SigilError, /MCP_SIGNING_KEY/);
+      expect((await refusal(createRuntimeApp(kernel))).message).to.match(/MCP_SIGNING_KEY/);
     } finally {
       await kernel.close();
       rmSync(dir, { recursive: true, force: true });

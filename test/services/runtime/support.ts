@@ -16,9 +16,6 @@ import { bearerHeader, GATEWAY_PUBLIC, RUNTIME_PUBLIC } from '../../core/auth/su
 
 export { GATEWAY_PUBLIC, RUNTIME_PUBLIC };
 
-/** The fake TEE backend of these tests (a TEE is the one part that cannot run here). */
-export const FAKE_TEE = new URL('./fixtures/tee-fake.ts', import.meta.url).pathname;
-
 /** The plugins `sigil up` loads, with another TEE backend in place of tee-none. */
 export const pluginsWithTee = (tee: PluginEntry): PluginEntry[] => [
   tee,
@@ -121,7 +118,7 @@ export class Stack {
       },
     });
     try {
-      const runtime = createRuntimeApp(kernel, { gatewayUrl: ports.gateway.url });
+      const runtime = await createRuntimeApp(kernel, { gatewayUrl: ports.gateway.url });
       await runtime.vault.ready();
       ports.runtime.serve(runtime.callback());
       const gateway = createGatewayApp(kernel, options.gateway ?? {});
@@ -184,24 +181,58 @@ export class Stack {
   }
 
   /** SIWE with the runtime; returns its session JWT. */
-  async signIn(wallet: PrivateKeyAccount, service: 'runtime' | 'gateway' = 'runtime'): Promise<string> {
-    const prefix = service === 'runtime' ? '/auth' : '/api/auth';
-    const challenge = await this.get(service, `${prefix}/challenge?address=${wallet.address}`);
-    const { message } = (await challenge.json()) as { message: string };
-    const res = await this.send(service, 'POST', `${prefix}/verify`, {
-      message,
-      signature: await wallet.signMessage({ message }),
-    });
-    if (res.status !== 200) throw new Error(`verify failed: ${res.status} ${await res.text()}`);
-    return ((await res.json()) as { token: string }).token;
+  signIn(wallet: PrivateKeyAccount, service: 'runtime' | 'gateway' = 'runtime'): Promise<string> {
+    return signInAt(this.url(service, service === 'runtime' ? '/auth' : '/api/auth'), wallet);
   }
 
   /** A delegated JWT for the signed-in wallet, minted by the runtime. */
-  async gatewayToken(jwt: string): Promise<string> {
-    const res = await this.send('runtime', 'POST', '/wallet/gateway-token', undefined, jwt);
-    if (res.status !== 200) throw new Error(`gateway-token failed: ${res.status} ${await res.text()}`);
-    return ((await res.json()) as { token: string }).token;
+  gatewayToken(jwt: string): Promise<string> {
+    return gatewayTokenAt(this.url('runtime'), jwt);
   }
+}
+
+/** SIWE at a service's sign-in routes (`<authUrl>/challenge`, `/verify`); returns its session JWT. */
+async function signInAt(authUrl: string, wallet: PrivateKeyAccount): Promise<string> {
+  const challenge = await fetch(`${authUrl}/challenge?address=${wallet.address}`);
+  const { message } = (await challenge.json()) as { message: string };
+  const res = await fetch(`${authUrl}/verify`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ message, signature: await wallet.signMessage({ message }) }),
+  });
+  if (res.status !== 200) throw new Error(`verify failed: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { token: string }).token;
+}
+
+/** A delegated JWT minted by the runtime at `runtimeUrl` for the wallet of session `jwt`. */
+async function gatewayTokenAt(runtimeUrl: string, jwt: string): Promise<string> {
+  const res = await fetch(`${runtimeUrl}/wallet/gateway-token`, {
+    method: 'POST',
+    headers: bearerHeader(jwt),
+  });
+  if (res.status !== 200) throw new Error(`gateway-token failed: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { token: string }).token;
+}
+
+/** Signs `wallet` in at the runtime at `runtimeUrl` (SIWE) and has it mint a delegated JWT. */
+export async function mintDelegatedToken(runtimeUrl: string, wallet: PrivateKeyAccount): Promise<string> {
+  return gatewayTokenAt(runtimeUrl, await signInAt(`${runtimeUrl}/auth`, wallet));
+}
+
+/** The gateway's view of a bearer token (GET /api/auth/session), with its trust header. */
+export interface GatewaySession {
+  status: number;
+  trustHeader: string | null;
+  body: Record<string, unknown>;
+}
+
+export async function gatewaySession(stack: Stack, token: string): Promise<GatewaySession> {
+  const res = await stack.get('gateway', '/api/auth/session', token);
+  return {
+    status: res.status,
+    trustHeader: res.headers.get('x-sigil-runtime-trust'),
+    body: (await res.json()) as Record<string, unknown>,
+  };
 }
 
 /**

@@ -81,7 +81,8 @@ describe('attestation endpoints of the runtime and the gateway', function () {
 
   it("the runtime's /security says its mode, vault persistence and delegated key source", async () => {
     const security = await json('runtime', '/api/attestation/security');
-    expect(security).to.include.keys('mode', 'vaultPersistence', 'delegatedGatewayJwt');
+    expect(security).to.include.keys('mode', 'vaultPersistence');
+    expect(security.keySources).to.deep.equal({ mcpSigningKey: 'ephemeral' });
   });
 });
 
