@@ -181,7 +181,8 @@ export function attestationRouter(service: AttestedService, clock: Clock): Route
   });
   router.get('/security', async (ctx) => {
     const [tee, security] = await Promise.all([service.tee.status(), service.security()]);
-    ctx.body = { tee, ...security };
+    // The TEE's own status last: a service's security() may describe its TEE another way (the runtime's /health posture).
+    ctx.body = { ...security, tee };
   });
   router.get('/build-info', (ctx) => {
     ctx.body = buildInfo();

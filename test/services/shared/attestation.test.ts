@@ -82,6 +82,8 @@ describe('attestation endpoints of the runtime and the gateway', function () {
   it("the runtime's /security says its mode, vault persistence and delegated key source", async () => {
     const security = await json('runtime', '/api/attestation/security');
     expect(security).to.include.keys('mode', 'vaultPersistence');
+    // The same TEE status as the gateway's, not the posture /health shows (it once said `enabled`).
+    expect(security.tee).to.include({ teeEnabled: false, platform: 'none' });
     expect(security.keySources).to.deep.equal({ mcpSigningKey: 'ephemeral' });
   });
 });
