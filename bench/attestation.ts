@@ -18,10 +18,14 @@
  * time). Target (issue 25): ≤ 20 ms p50 per verification once certificates are parsed.
  *
  * A scenario is one entry of `scenarios`; an asynchronous one (a script run per verification) is
- * awaited.
+ * awaited. The bundle script rows start a process per run: BENCH_ATTESTATION_SCRIPT_RUNS (10) a round.
  */
-import { createPublicKey, verify, X509Certificate } from 'node:crypto';
-import { loadavg } from 'node:os';
+import { execFile } from 'node:child_process';
+import { createPublicKey, randomBytes, verify, X509Certificate } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { loadavg, tmpdir } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { EvidenceVerification } from '@sigil/plugin-api';
 import snp from '../attestation/sev-snp/index.ts';
@@ -38,12 +42,19 @@ import { describeAk, verifyVtpmEvidence } from '../attestation/vtpm/verify.ts';
 import { AT, REAL_EVIDENCE, REPORT, VCEK } from '../test/attestation/sev-snp/material.ts';
 import { evidenceOf, QUOTE_V4, recordedCollateral, V4_TIME } from '../test/attestation/tdx/evidence.ts';
 import { startSwtpm } from '../test/support/swtpm.ts';
+import { sealedOnSwtpm } from '../test/attestation/vtpm/on-swtpm.ts';
+import { attestedRuntimeOver } from '../test/support/attested-service.ts';
+import { systemClock } from '../core/clock.ts';
+import { attestationBundle } from '../services/shared/attestation.ts';
 import { log, median, ms, quantile, rotated, type BenchRow } from './stats.ts';
+
+const run = promisify(execFile);
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 const VERIFICATIONS = Number(process.env.BENCH_ATTESTATION_VERIFICATIONS ?? 200);
 const WARMUP = Number(process.env.BENCH_ATTESTATION_WARMUP ?? 20);
 const TARGET_P50_MS = 20;
+const SCRIPT_RUNS = Number(process.env.BENCH_ATTESTATION_SCRIPT_RUNS ?? 10);
 
 interface Scenario {
   name: string;
@@ -51,6 +62,8 @@ interface Scenario {
   run(): unknown;
   /** Whether the issue's target applies: a verification once certificates are parsed. */
   targeted?: boolean;
+  /** Verifications per round where not VERIFICATIONS (a process started per verification). */
+  perRound?: number;
 }
 
 export interface AttestationMeasurement extends BenchRow {
@@ -158,15 +171,61 @@ async function vtpmScenarios(): Promise<{ scenarios: Scenario[]; stop: () => Pro
   }
 }
 
+/**
+ * The bundle's offline script as a relying party runs it: `node verify-bundle.cjs bundle.json` in a
+ * folder holding only those two files, a vtpm bundle of a runtime over swtpm; its floor is the same
+ * `node` starting and exiting (`node -e 0`) in the same folder. A process per verification.
+ */
+async function bundleScenarios(): Promise<{ scenarios: Scenario[]; stop: () => Promise<void> }> {
+  const vtpm = await sealedOnSwtpm();
+  const folder = mkdtempSync(join(tmpdir(), 'sigil-bench-bundle-'));
+  const stop = async () => {
+    rmSync(folder, { recursive: true, force: true });
+    await vtpm.remove();
+  };
+  try {
+    const bundle = await attestationBundle(
+      attestedRuntimeOver(await vtpm.create()),
+      randomBytes(32),
+      systemClock,
+    );
+    writeFileSync(join(folder, 'bundle.json'), JSON.stringify(bundle));
+    writeFileSync(join(folder, 'verify-bundle.cjs'), bundle.offlineVerification.script);
+    const node = (args: string[]) =>
+      run(process.execPath, args, { cwd: folder, env: { PATH: process.env.PATH } });
+    await node(['verify-bundle.cjs', 'bundle.json']); // exits 1 (rejects) unless every check passes
+    const perRound = SCRIPT_RUNS;
+    return {
+      scenarios: [
+        {
+          name: 'bundle script · floor: node -e 0 in the same empty folder (a process start)',
+          run: () => node(['-e', '0']),
+          perRound,
+        },
+        {
+          name: 'bundle script · node verify-bundle.cjs bundle.json, a vtpm bundle (every check passes; the CPU column is this process only, not the script)',
+          run: () => node(['verify-bundle.cjs', 'bundle.json']),
+          perRound,
+        },
+      ],
+      stop,
+    };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
 async function round(scenario: Scenario): Promise<Round> {
   const once = async () => {
     const pending = scenario.run();
     if (pending instanceof Promise) await pending;
   };
-  for (let index = 0; index < WARMUP; index += 1) await once();
+  const count = scenario.perRound ?? VERIFICATIONS;
+  for (let index = 0; index < Math.min(WARMUP, count); index += 1) await once();
   const samples: number[] = [];
   const cpu = process.cpuUsage();
-  for (let index = 0; index < VERIFICATIONS; index += 1) {
+  for (let index = 0; index < count; index += 1) {
     const started = performance.now();
     await once();
     samples.push(performance.now() - started);
@@ -177,20 +236,24 @@ async function round(scenario: Scenario): Promise<Round> {
     p50Ms: ms(median(samples)),
     p99Ms: ms(quantile(samples, 0.99)),
     meanMs: ms(samples.reduce((sum, sample) => sum + sample, 0) / samples.length),
-    cpuUs: Math.round((used.user + used.system) / VERIFICATIONS),
+    cpuUs: Math.round((used.user + used.system) / count),
     loadAverage1m: Number((loadavg()[0] ?? 0).toFixed(2)),
   };
 }
 
 export async function attestationSuite(): Promise<AttestationMeasurement[]> {
   const vtpm = await vtpmScenarios();
-  const scenarios = [...sevSnpScenarios(), ...tdxScenarios(), ...vtpm.scenarios];
+  const bundle = await bundleScenarios().catch(async (error: unknown) => {
+    await vtpm.stop();
+    throw error;
+  });
+  const scenarios = [...sevSnpScenarios(), ...tdxScenarios(), ...vtpm.scenarios, ...bundle.scenarios];
   const rounds = new Map<Scenario, Round[]>(scenarios.map((scenario) => [scenario, []]));
   try {
     for (let run = 0; run < RUNS; run += 1)
       for (const scenario of rotated(scenarios, run)) rounds.get(scenario)?.push(await round(scenario));
   } finally {
-    await vtpm.stop();
+    await Promise.all([vtpm.stop(), bundle.stop()]);
   }
   return scenarios.map((scenario) => {
     const measured = rounds.get(scenario) ?? [];
@@ -206,7 +269,7 @@ export async function attestationSuite(): Promise<AttestationMeasurement[]> {
       p50Ms,
       p99Ms: ms(of('p99Ms')),
       serverCpuUsPerRequest: Math.round(of('cpuUs')),
-      verificationsPerRound: VERIFICATIONS,
+      verificationsPerRound: scenario.perRound ?? VERIFICATIONS,
       rounds: measured,
     };
     log({ ...row, rounds: undefined });

@@ -1,14 +1,7 @@
 import type { Command } from 'commander';
-import {
-  isSigilError,
-  type AttestationEvidenceV2,
-  type EvidenceVerification,
-  type ExpectedEvidence,
-} from '@sigil/plugin-api';
-import snp from '../attestation/sev-snp/index.ts';
-import { createSnpVerifier } from '../attestation/sev-snp/verify.ts';
-import { verifyTdxEvidence } from '../attestation/tdx/verify.ts';
-import { verifyVtpmEvidence, VTPM_PLATFORM } from '../attestation/vtpm/verify.ts';
+import { isSigilError, type EvidenceVerification, type ExpectedEvidence } from '@sigil/plugin-api';
+import { VTPM_PLATFORM } from '../attestation/vtpm/verify.ts';
+import { builtinVerifiers } from '../services/shared/offline-verification/builtin-verifiers.ts';
 import { verifyBundle } from '../services/shared/offline-verification/verify-bundle.ts';
 import { bundleIn, evidenceFromFiles } from './attestation/evidence-kinds.ts';
 import { isPlatform, PLATFORMS, unusable, type Platform, type TakenFile } from './attestation/inputs.ts';
@@ -31,23 +24,6 @@ interface VerifyOptions {
   trustedAk: string[];
   json?: boolean;
 }
-
-type Verify = (
-  evidence: AttestationEvidenceV2,
-  expected: ExpectedEvidence,
-  trustedAkFingerprints: readonly string[],
-) => EvidenceVerification;
-
-/** Each platform's verifier, judging as its plugin does with its default options. */
-const VERIFIERS: Readonly<Record<Platform, Verify>> = {
-  'sev-snp': (evidence, expected) => {
-    const { allowMigrationAgent, allowSmt } = snp.config.parse({});
-    return createSnpVerifier({ allowMigrationAgent, allowSmt }).verify(evidence, expected);
-  },
-  tdx: (evidence, expected) => verifyTdxEvidence(evidence, expected),
-  vtpm: (evidence, expected, trustedAkFingerprints) =>
-    verifyVtpmEvidence(evidence, expected, { trustedAkFingerprints }),
-};
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 
@@ -138,7 +114,8 @@ function verifyFiles(paths: readonly string[], options: VerifyOptions): number {
   const expected = expectedOf(options);
   const { evidence, files } = evidenceFromFiles(paths, options.platform);
   const platform = evidence.platform as Platform;
-  const result = VERIFIERS[platform](evidence, expected, trustedAksOf(options, platform));
+  const verify = builtinVerifiers({ trustedAkFingerprints: trustedAksOf(options, platform) })[platform];
+  const result = verify(evidence, expected);
   process.stdout.write(
     options.json
       ? `${JSON.stringify({ files, at: expected.at.toISOString(), ...result }, null, 2)}\n`
@@ -159,14 +136,8 @@ async function verifyBundleFile(path: string, bundle: unknown, options: VerifyOp
       'verify it without --report-data, --measurement and --platform',
     );
   const { at } = expectedOf(options);
-  const verifiers = Object.fromEntries(
-    PLATFORMS.map((platform) => [
-      platform,
-      (evidence: AttestationEvidenceV2, expected: ExpectedEvidence) =>
-        VERIFIERS[platform](evidence, expected, trustedAksOf(options, platform)),
-    ]),
-  );
-  const result = await verifyBundle(bundle, { verifiers, at });
+  const trustedAkFingerprints = trustedAksOf(options, VTPM_PLATFORM);
+  const result = await verifyBundle(bundle, { verifiers: builtinVerifiers({ trustedAkFingerprints }), at });
   const failed = result.checks.filter((check) => !check.ok).map((check) => check.id);
   process.stdout.write(
     options.json

@@ -1,8 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { SigilError, type AttestationEvidenceV2 } from '@sigil/plugin-api';
-import { PLATFORM as SEV_SNP } from '../../attestation/sev-snp/verify.ts';
-import { TDX_PLATFORM } from '../../attestation/tdx/verify.ts';
-import { VTPM_PLATFORM } from '../../attestation/vtpm/verify.ts';
+import {
+  BUILTIN_PLATFORMS,
+  type BuiltinPlatform,
+} from '../../services/shared/offline-verification/builtin-verifiers.ts';
 
 /**
  * What `sigil attestation verify` reads: files, each recognised by its content as one kind of input
@@ -10,8 +11,8 @@ import { VTPM_PLATFORM } from '../../attestation/vtpm/verify.ts';
  */
 
 /** The platforms whose evidence the command verifies, each with its plugin's verifier. */
-export const PLATFORMS = [SEV_SNP, TDX_PLATFORM, VTPM_PLATFORM] as const;
-export type Platform = (typeof PLATFORMS)[number];
+export const PLATFORMS = BUILTIN_PLATFORMS;
+export type Platform = BuiltinPlatform;
 
 export const isPlatform = (name: string): name is Platform => (PLATFORMS as readonly string[]).includes(name);
 

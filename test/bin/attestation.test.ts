@@ -5,13 +5,8 @@ import { expect } from 'chai';
 import type { AttestationEvidenceV2, EvidenceVerification, TeeBackendV2 } from '@sigil/plugin-api';
 import { pemBlocks } from '../../attestation/sev-snp/certificates.ts';
 import { describeAk } from '../../attestation/vtpm/verify.ts';
-import {
-  attestationBundle,
-  attestationReport,
-  type AttestedService,
-} from '../../services/shared/attestation.ts';
-import { buildInfo } from '../../services/shared/build-info.ts';
-import { provenanceOf } from '../../services/shared/provenance.ts';
+import { attestationBundle, attestationReport } from '../../services/shared/attestation.ts';
+import { attestedRuntimeOver } from '../support/attested-service.ts';
 import { systemClock } from '../../core/clock.ts';
 import {
   ARK_GUID,
@@ -323,22 +318,8 @@ describe('sigil attestation verify', function () {
       expect(failedChecks(printed)).to.deep.equal(['pcr-digest']);
     });
 
-    /** A runtime over the swtpm backend, as services/runtime mounts it: what it binds and bundles. */
-    const runtimeOver = (tee: TeeBackendV2): AttestedService => {
-      const jwks = { keys: [] };
-      const jwksHash = createHash('sha256').update(JSON.stringify(jwks)).digest();
-      return {
-        name: 'runtime',
-        tee,
-        binding: () => Promise.resolve({ name: 'jwksSha256', of: 'the JWKS', sha256: jwksHash }),
-        bundledIdentity: () => Promise.resolve({ jwks }),
-        provenance: provenanceOf(tee, buildInfo),
-        security: () => Promise.resolve({}),
-      };
-    };
-
     it('verifies the body of GET /api/attestation/report, its REPORT_DATA binding the nonce and the JWKS hash', async () => {
-      const served = await attestationReport(runtimeOver(backend), randomBytes(32));
+      const served = await attestationReport(attestedRuntimeOver(backend), randomBytes(32));
       const body = file('report.json', JSON.stringify(served));
       const { code, printed } = await verifyJson(body, '--report-data', served.reportData);
       expect(code).to.equal(0);
@@ -352,7 +333,7 @@ describe('sigil attestation verify', function () {
     });
 
     it('verifies a bundle of GET /api/attestation/bundle as its own script does, and names what a tampered one fails', async () => {
-      const bundle = await attestationBundle(runtimeOver(backend), randomBytes(32), systemClock);
+      const bundle = await attestationBundle(attestedRuntimeOver(backend), randomBytes(32), systemClock);
       const { code, printed } = await verifyJson(file('bundle.json', JSON.stringify(bundle)));
       expect(code, JSON.stringify(printed.checks)).to.equal(0);
       expect(printed.checks.map((check) => check.id)).to.include.members([
