@@ -30,7 +30,11 @@ import type { BuildProvenance } from './provenance.ts';
 const nonceHex = z.string().regex(/^[0-9a-fA-F]{64}$/, 'must be 32 bytes in hex (64 characters)');
 export const reportQuery = z.object({ nonce: nonceHex.optional() });
 /** A bundle is for a relying party to keep and check later: it binds a nonce of theirs, always. */
-export const bundleQuery = z.object({ nonce: nonceHex });
+export const bundleQuery = z.object({
+  nonce: z
+    .string({ error: "required: 32 bytes in hex (64 characters), the nonce the bundle's report must bind" })
+    .pipe(nonceHex),
+});
 
 /** What a service binds into its reports, and what else it says of itself. */
 export interface AttestedService {

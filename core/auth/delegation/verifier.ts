@@ -9,6 +9,7 @@ import {
 } from 'jose';
 import { getAddress, isAddress, type Address } from 'viem';
 import { z } from 'zod';
+import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../clock.ts';
 import type { Logger } from '../../log.ts';
 import { refuseFutureIssuedAt } from '../issued-at.ts';
@@ -109,9 +110,14 @@ export class DelegationVerifier {
       throw unauthorized('Delegated token rejected: "sub" is not a wallet address');
     }
     if (this.options.requireTrusted && snapshot.trust.state !== 'trusted') {
-      throw unauthorized(
+      throw new SigilError(
+        'unauthorized',
         `Delegated token rejected: this gateway requires a trusted runtime, and the runtime is ${snapshot.trust.state} (${snapshot.trust.reason})`,
-        { reason: 'runtime_not_trusted', trust: snapshot.trust.state },
+        {
+          // Signing in again changes nothing: the runtime's attestation must change.
+          hint: 'The fix is on the runtime: run it in its TEE with its sealed signing key (no MCP_SIGNING_KEY overriding it; `sigil tee seal --force` seals a new one), then retry; GET /api/attestation on the gateway shows runtimeTrust',
+          details: { reason: 'runtime_not_trusted', trust: snapshot.trust.state },
+        },
       );
     }
     return { address: getAddress(subject), trust: snapshot.trust };

@@ -46,7 +46,7 @@ export async function delegationKeysFrom(kernel: Kernel): Promise<DelegationKeys
   if (keys.overridesSealed) {
     logger.warn(
       { kid: await keys.currentKid(), sealedKid: (await keys.attestedJwks()).keys[0]?.kid },
-      'MCP_SIGNING_KEY is not the sealed signing key: delegated gateway JWTs and the JWKS use the configured key, but the attestation reports bind the JWKS of the sealed one, so a gateway judges this runtime degraded_hash_mismatch until `sigil tee seal` is run again (with this MCP_SIGNING_KEY)',
+      'MCP_SIGNING_KEY is not the sealed signing key: delegated gateway JWTs and the JWKS use the configured key, but the attestation reports bind the JWKS of the sealed one, so a gateway judges this runtime degraded_hash_mismatch until `sigil tee seal --force` seals this MCP_SIGNING_KEY (keeping the other sealed keys)',
     );
   }
   return keys;

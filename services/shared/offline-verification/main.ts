@@ -5,7 +5,8 @@ import { verifyBundle, type OfflineEvidenceVerifier } from './verify-bundle.ts';
 /**
  * The command line of the bundle's offline script: `node verify-bundle.cjs bundle.json [--at <ISO
  * time>]`. One line per check (`PASS <id> <detail>` or `FAIL <id> <detail>`), then a summary; exit 0
- * only when every check passed, 1 when one failed, 2 when the command itself is wrong.
+ * only when every check passed, 1 when one failed, 2 when the command itself is wrong (or the file
+ * cannot be read).
  */
 
 const USAGE = 'usage: node verify-bundle.cjs <bundle.json> [--at <ISO time>]';
@@ -21,9 +22,13 @@ export async function runVerifyBundle(
   try {
     const { values, positionals } = parseArgs({
       args: [...args],
-      options: { at: { type: 'string' } },
+      options: { at: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
       allowPositionals: true,
     });
+    if (values.help) {
+      print(USAGE);
+      return 0;
+    }
     [file] = positionals;
     if (file === undefined || positionals.length > 1) throw new Error('give one bundle file');
     if (values.at !== undefined) {
@@ -31,12 +36,22 @@ export async function runVerifyBundle(
       if (Number.isNaN(at.getTime())) throw new Error(`--at ${values.at} is not a time`);
     }
   } catch (error) {
-    print(`${(error as Error).message}\n${USAGE}`);
+    // parseArgs's own errors carry a code and a long text: the first sentence says what was wrong.
+    print(`${(error as Error).message.split('. ')[0]}\n${USAGE}`);
+    return 2;
+  }
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    print(
+      `${file} cannot be read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})\n${USAGE}`,
+    );
     return 2;
   }
   let bundle: unknown;
   try {
-    bundle = JSON.parse(readFileSync(file, 'utf8'));
+    bundle = JSON.parse(text);
   } catch (error) {
     print(`FAIL bundle ${file} cannot be read as JSON: ${(error as Error).message}`);
     return 1;

@@ -160,7 +160,7 @@ async function evidenceChecks(bundle: ReadBundle, options: VerifyBundleOptions):
     return [
       failed(
         'evidence',
-        `the ${bundle.service} runs without a TEE (platform ${platform}): there is no hardware report, so nothing vouches for the REPORT_DATA below`,
+        `the bundle carries no evidence: the ${bundle.service} runs without a TEE (platform ${platform}), or the evidence was removed; there is no hardware report, so nothing vouches for the REPORT_DATA below`,
       ),
     ];
   const verifier = options.verifiers[evidence.platform];

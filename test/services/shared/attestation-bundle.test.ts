@@ -274,6 +274,7 @@ describe('attestation bundle on tee-none', function () {
         expect(run.status, run.output).to.equal(1);
         expect(run.failed).to.deep.equal(['evidence']);
         expect(run.detail('evidence')).to.contain(`the ${service} runs without a TEE (platform none)`);
+        expect(run.detail('evidence')).to.contain('the bundle carries no evidence');
         expect(run.passed).to.deep.equal(['bundle', ...BUNDLE_CHECKS[service]]);
         expect(run.output).to.contain('NOT verified: 1 of');
       } finally {

@@ -1,4 +1,9 @@
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { offlineVerification } from '../../../../services/shared/offline-verification/script.ts';
 
@@ -27,5 +32,31 @@ describe('the offline script build', function () {
     const again = offlineVerification(broken);
     expect(again).to.not.equal(failed);
     await again.catch(() => undefined);
+  });
+
+  it('answers --help with its usage (exit 0), and a bundle it cannot read or a stray option with a line and exit 2', async () => {
+    const { script } = await offlineVerification({ platform: 'none' });
+    const folder = mkdtempSync(join(tmpdir(), 'sigil-script-cli-'));
+    try {
+      writeFileSync(join(folder, 'verify-bundle.cjs'), script);
+      const node = (...args: string[]) =>
+        promisify(execFile)(process.execPath, ['verify-bundle.cjs', ...args], { cwd: folder }).then(
+          ({ stdout }) => ({ code: 0, stdout }),
+          (err: { code: number; stdout: string }) => ({ code: err.code, stdout: err.stdout }),
+        );
+      const help = await node('--help');
+      expect(help).to.deep.equal({
+        code: 0,
+        stdout: 'usage: node verify-bundle.cjs <bundle.json> [--at <ISO time>]\n',
+      });
+      const missing = await node('missing.json');
+      expect(missing.code).to.equal(2);
+      expect(missing.stdout).to.match(/^missing\.json cannot be read \(ENOENT\)\nusage: /);
+      const stray = await node('bundle.json', '--pin', 'x');
+      expect(stray.code).to.equal(2);
+      expect(stray.stdout.split('\n')).to.have.length(3);
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
   });
 });
