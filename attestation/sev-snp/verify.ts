@@ -13,6 +13,7 @@ import {
   productName,
   type AmdCertificate,
 } from './certificates.ts';
+import { PLATFORM } from './platform.ts';
 import { ECDSA_P384_SHA384, parseReport, type SnpReport, type TcbLayout, type TcbParts } from './report.ts';
 import { AMD_PRODUCTS, AMD_ROOTS, type AmdProduct, type AmdProductRoots } from './roots.ts';
 
@@ -22,7 +23,7 @@ import { AMD_PRODUCTS, AMD_ROOTS, type AmdProduct, type AmdProductRoots } from '
  * and the offline bundle script run the same code. It never throws on bad evidence.
  */
 
-export const PLATFORM = 'sev-snp';
+export { PLATFORM };
 
 /** What a relying party accepts beyond what every genuine, non-debug report passes. */
 export interface SnpVerificationPolicy {

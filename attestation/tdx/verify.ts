@@ -15,6 +15,7 @@ import {
   verifyChain,
   type VerifiedChain,
 } from './certificates.ts';
+import { TDX_PLATFORM } from './platform.ts';
 import { parseTdxQuote, type TdxQuote } from './quote.ts';
 import { Refusal, refuse } from './refusal.ts';
 import {
@@ -44,7 +45,7 @@ import {
  * `tcbInfoIssuerChain` and `qeIdentityIssuerChain` (PEM), `pckCrl` and `rootCaCrl` (base64 DER).
  */
 
-export const TDX_PLATFORM = 'tdx';
+export { TDX_PLATFORM };
 
 export const MEASUREMENTS = ['mrtd', 'rtmr0', 'rtmr1', 'rtmr2', 'rtmr3'] as const;
 

@@ -2,6 +2,7 @@ import { fileURLToPath } from 'node:url';
 import { coreServices, definePlugin, SigilError } from '@sigil/plugin-api';
 import { vtpmConfigSchema } from './config.ts';
 import { keyFor, SEALED_PURPOSES } from './keys.ts';
+import { VTPM_PLUGIN_NAME } from './name.ts';
 import { Quoter } from './quote.ts';
 import { unsealKeys } from './seal.ts';
 import { Tpm } from './tpm.ts';
@@ -17,7 +18,7 @@ const OFFLINE_VERIFIER = fileURLToPath(new URL('./offline-verifier.ts', import.m
  */
 export default definePlugin({
   kind: 'tee-backend',
-  name: 'tee-vtpm',
+  name: VTPM_PLUGIN_NAME,
   specVersion: 'v2',
   description: 'A TPM 2.0 (vTPM): keys sealed to PCRs, quotes by an attestation key',
   config: vtpmConfigSchema,

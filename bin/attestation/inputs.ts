@@ -3,7 +3,7 @@ import { SigilError, type AttestationEvidenceV2 } from '@sigil/plugin-api';
 import {
   BUILTIN_PLATFORMS,
   type BuiltinPlatform,
-} from '../../services/shared/offline-verification/builtin-verifiers.ts';
+} from '../../services/shared/offline-verification/builtin-platforms.ts';
 
 /**
  * What `sigil attestation verify` reads: files, each recognised by its content as one kind of input

@@ -1,7 +1,8 @@
 import Router from '@koa/router';
 import type { Kernel } from '../kernel.ts';
+import { SIGIL_VERSION } from './version.ts';
 
-export const SIGIL_VERSION = '0.1.0';
+export { SIGIL_VERSION };
 
 /**
  * Where both services answer health probes; its GET and HEAD are served whatever the `Host`, since

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { sealConfiguredKeys } from '../../bin/tee.ts';
+import { sealConfiguredKeys } from '../../bin/tee/seal.ts';
 import type { PluginEntry } from '../../core/config/schema.ts';
 import { configSchema } from '../../services/config.ts';
 import { startSwtpm, type Swtpm } from './swtpm.ts';

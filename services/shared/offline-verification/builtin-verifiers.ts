@@ -3,15 +3,13 @@ import snp from '../../../attestation/sev-snp/index.ts';
 import { createSnpVerifier, PLATFORM as SEV_SNP } from '../../../attestation/sev-snp/verify.ts';
 import { TDX_PLATFORM, verifyTdxEvidence } from '../../../attestation/tdx/verify.ts';
 import { VTPM_PLATFORM, verifyVtpmEvidence } from '../../../attestation/vtpm/verify.ts';
+import type { BuiltinPlatform } from './builtin-platforms.ts';
 
 /** A platform's verifier of evidence alone, offline: what `sigil attestation verify` and the conformance runner judge with. */
 export type EvidenceVerifierFn = (
   evidence: AttestationEvidenceV2,
   expected: ExpectedEvidence,
 ) => EvidenceVerification;
-
-export const BUILTIN_PLATFORMS = [SEV_SNP, TDX_PLATFORM, VTPM_PLATFORM] as const;
-export type BuiltinPlatform = (typeof BUILTIN_PLATFORMS)[number];
 
 /**
  * The pure verify modules of Sigil's built-in TEE backends, under those plugins' default policies

@@ -1,0 +1,2 @@
+/** The platform's name, apart from the verifier: `sigil attestation verify`'s help lists it without loading the verifier. */
+export const PLATFORM = 'sev-snp';

@@ -1,0 +1,166 @@
+import { dirname } from 'node:path';
+import type { DestinationStream } from 'pino';
+import { SigilError } from '@sigil/plugin-api';
+import { createLogger, logDestinationIn, logFormat, logWritten, SecretRegistry } from '../core/log.ts';
+import {
+  DEV_CHAIN_RAIL,
+  devChainBanner,
+  devChainLedgerBanner,
+  devChainOperatorBanner,
+  devChainSkipReason,
+  startDevChain,
+  withDevChainLedger,
+  withDevChainOperator,
+  withDevChainRail,
+  type DevChain,
+} from '../devchain/index.ts';
+import { builtinPlugins } from '../services/builtin-plugins.ts';
+import { loadConfig, type LoadedConfig } from '../services/config.ts';
+import type { WarmupOutcome } from '../services/gateway/warmup.ts';
+import { openKernel } from '../services/kernel.ts';
+import { paymentsBanner } from '../services/payments-banner.ts';
+import { serve, type ServiceName, type Serving } from '../services/serve.ts';
+import { withUpDefaults } from '../services/up-defaults.ts';
+
+/** `sigil up`, `sigil runtime`, `sigil gateway`: serves until SIGINT or SIGTERM, then stops gracefully. */
+export async function runServices(
+  services: readonly ServiceName[],
+  options: {
+    configPath?: string | undefined;
+    /** `sigil up`: the dev chain, provider-local and a persistent vault (services/up-defaults.ts). */
+    devChain?: boolean;
+  } = {},
+): Promise<void> {
+  const read = loadConfig({ ...(options.configPath ? { path: options.configPath } : {}) });
+  const loaded = options.devChain ? { ...read, config: withUpDefaults(read.config) } : read;
+  // One log stream for the dev chain's progress and the kernel's logs.
+  const destination = logDestinationIn(
+    logFormat(loaded.config.log.format, { mode: loaded.config.mode, terminal: process.stderr.isTTY }),
+  );
+  const chain = options.devChain ? await startDevChainFor(loaded, destination) : undefined;
+  const stopChain = async () => {
+    await chain?.stop();
+  };
+  let serving: Awaited<ReturnType<typeof serve>>;
+  let kernel: Awaited<ReturnType<typeof openKernel>>;
+  try {
+    kernel = await openKernel({
+      loaded: chain
+        ? {
+            ...loaded,
+            config: withDevChainOperator(
+              withDevChainLedger(withDevChainRail(loaded.config, chain), chain),
+              chain,
+            ),
+          }
+        : loaded,
+      logDestination: destination,
+    });
+    serving = await serve(kernel, services);
+  } catch (err) {
+    await stopChain();
+    throw err;
+  }
+  const shutdown = (signal: string) => {
+    process.stdout.write(`\n${signal}: finishing in-flight requests, then stopping plugins\n`);
+    serving
+      .stop()
+      .then(stopChain)
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          process.stderr.write(`shutdown failed: ${(err as Error).message}\n`);
+          process.exit(1);
+        },
+      );
+  };
+  // Before anything is printed: whoever waits for the output may signal at once.
+  process.once('SIGINT', () => shutdown('SIGINT'));
+  process.once('SIGTERM', () => shutdown('SIGTERM'));
+  for (const [name, url] of Object.entries(serving.urls)) process.stdout.write(`${name.padEnd(8)} ${url}\n`);
+  if (!kernel.configFile) process.stdout.write('config   embedded defaults (no sigil.config.json)\n');
+  if (serving.urls.gateway)
+    process.stdout.write(paymentsBannerOf(kernel, serving.urls.gateway, chain !== undefined));
+  if (chain)
+    process.stdout.write(
+      devChainBanner(chain, kernel.config.devChain.stateFile) +
+        devChainOperatorBanner(kernel.config, chain) +
+        devChainLedgerBanner(kernel.config),
+    );
+  void serving.warmedUp.then(async (warmup) => {
+    // Written after the warmup's own log lines, which wait in the batched log destination.
+    await logWritten(destination);
+    process.stdout.write(readyLine(serving.urls, warmup));
+  });
+}
+
+/** The line that says everything is up: where to connect, and how the catalog's warmup went. */
+function readyLine(urls: Serving['urls'], warmup: WarmupOutcome | undefined): string {
+  const where = [
+    ...(urls.gateway ? [`gateway ${urls.gateway}/mcp`] : []),
+    ...(urls.runtime ? [`runtime ${urls.runtime}`] : []),
+  ];
+  const warm = warmup ? `; ${warmup.verified}/${warmup.servers} catalog servers warm` : '';
+  return `ready    ${where.join(', ')}${warm}\n`;
+}
+
+function paymentsBannerOf(
+  kernel: Awaited<ReturnType<typeof openKernel>>,
+  gatewayUrl: string,
+  devChain: boolean,
+): string {
+  const names = kernel.plugins
+    .list()
+    .filter((plugin) => plugin.kind === 'payment-rail')
+    .map((plugin) => plugin.name);
+  const [charging] = kernel.plugins.all('payment-rail');
+  return paymentsBanner({
+    gatewayUrl,
+    rail: charging ? { names, terms: charging.terms() } : undefined,
+    devChain,
+    defaultCatalog: kernel.config.gateway.includeDefaultCatalog,
+  });
+}
+
+/**
+ * Starts the local dev chain for `sigil up`, unless it is turned off or the config has a payment
+ * rail of its own. Progress goes to the log; what the developer needs is printed once serving.
+ */
+async function startDevChainFor(
+  loaded: LoadedConfig,
+  destination: DestinationStream,
+): Promise<DevChain | undefined> {
+  const { config } = loaded;
+  const secrets = new SecretRegistry();
+  const logger = createLogger({ level: config.log.level, secrets, destination });
+  const skip = await devChainSkipReason(config, {
+    builtins: builtinPlugins,
+    baseDir: loaded.file ? dirname(loaded.file) : process.cwd(),
+  });
+  if (skip !== undefined) {
+    logger.info({ reason: skip }, 'dev chain: not started');
+    return undefined;
+  }
+  let chain: DevChain;
+  try {
+    chain = await startDevChain({
+      logger,
+      statePath: config.devChain.stateFile,
+      ...(config.devChain.port === undefined ? {} : { port: config.devChain.port }),
+    });
+  } catch (cause) {
+    throw new SigilError('unavailable', `cannot start the dev chain: ${(cause as Error).message}`, {
+      hint: 'set DEV_CHAIN=false (or devChain.enabled: false) to run without it, or configure a payment-rail plugin',
+      cause,
+    });
+  }
+  // Public dev keys, but keys all the same: never in a log line.
+  secrets.add(chain.accounts.operator.privateKey);
+  secrets.add(chain.accounts.payer.privateKey);
+  secrets.add(chain.accounts.runtime.privateKey);
+  logger.info(
+    { rpcUrl: chain.rpcUrl, chainId: chain.chainId, rail: DEV_CHAIN_RAIL },
+    'dev chain: ready; the payment rail points at it',
+  );
+  return chain;
+}
