@@ -11,9 +11,12 @@ export function registerTeeCommands(program: Command, configPath: () => string |
     .description('The TEE backend: seal its keys')
     .command('seal')
     .description(
-      `Seal the execution-proof key, MCP_SIGNING_KEY and the key-derivation root to the TPM PCRs of the config's ${VTPM_PLUGIN_NAME} plugin, writing the sealed blobs to its sealedDir; keys come from ${EXECUTION_PROOF_ENV}, MCP_SIGNING_KEY and ${KEY_DERIVATION_ENV} (hex) when set, else are made anew`,
+      `Seal the execution-proof key, MCP_SIGNING_KEY and the key-derivation root to the TPM PCRs of the config's ${VTPM_PLUGIN_NAME} plugin, writing the sealed blobs to its sealedDir; keys come from ${EXECUTION_PROOF_ENV}, MCP_SIGNING_KEY and ${KEY_DERIVATION_ENV} (hex) when set; with --force, keys not given are kept from those sealed until now when the TPM still unseals them; else they are made anew`,
     )
-    .option('--force', 'replace sealed keys already in sealedDir')
+    .option(
+      '--force',
+      'seal again over the keys in sealedDir, keeping each one not given (remove the folder to make all anew)',
+    )
     .action(async (options: { force?: boolean }) => {
       const [{ loadConfig }, { sealConfiguredKeys }] = await Promise.all([
         import('../services/config.ts'),

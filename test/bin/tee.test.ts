@@ -77,7 +77,7 @@ describe('sigil tee seal', function () {
     ]);
   });
 
-  it('refuses to seal over sealed keys unless --force, which seals new ones', async () => {
+  it('refuses to seal over sealed keys unless --force, which keeps each key it is not given (issue 25 trial: a reseal rotated them all)', async () => {
     writeConfig({});
     expect((await runSigil(['tee', 'seal'], { cwd: dir, env: env() })).code).to.equal(0);
     const again = await runSigil(['tee', 'seal'], { cwd: dir, env: env() });
@@ -86,13 +86,34 @@ describe('sigil tee seal', function () {
       /sealed already holds sealed keys \(execution-proof, mcp-signing-key, key-derivation\)/,
     );
     expect(again.stderr).to.match(/hint: .*--force/);
+    const hexOf = (keys: Map<string, Uint8Array>, purpose: string) =>
+      Buffer.from(keys.get(purpose) as Uint8Array).toString('hex');
     const before = await unsealKeys(new Tpm(swtpm.tcti), join(dir, 'sealed'));
+    const signingKey = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey;
+    const forced = await runSigil(['tee', 'seal', '--force'], {
+      cwd: dir,
+      env: { ...env(), MCP_SIGNING_KEY: signingKey.export({ type: 'pkcs8', format: 'pem' }) as string },
+    });
+    expect(forced.code, forced.stderr).to.equal(0);
+    expect(forced.stdout).to.include('execution-proof (kept: the key sealed until now)');
+    expect(forced.stdout).to.include('key-derivation (kept: the key sealed until now)');
+    expect(forced.stdout).to.match(/mcp-signing-key \(from MCP_SIGNING_KEY, kid /);
+    const after = await unsealKeys(new Tpm(swtpm.tcti), join(dir, 'sealed'));
+    expect(hexOf(after, 'execution-proof')).to.equal(hexOf(before, 'execution-proof'));
+    expect(hexOf(after, 'key-derivation')).to.equal(hexOf(before, 'key-derivation'));
+    expect(hexOf(after, 'mcp-signing-key')).not.to.equal(hexOf(before, 'mcp-signing-key'));
+  });
+
+  it('reseals with new keys where the sealed ones no longer unseal (a changed PCR), saying why', async () => {
+    writeConfig({});
+    expect((await runSigil(['tee', 'seal'], { cwd: dir, env: env() })).code).to.equal(0);
+    swtpm.extendPcr(7);
     const forced = await runSigil(['tee', 'seal', '--force'], { cwd: dir, env: env() });
     expect(forced.code, forced.stderr).to.equal(0);
-    const after = await unsealKeys(new Tpm(swtpm.tcti), join(dir, 'sealed'));
-    const hex = (keys: typeof before) =>
-      Buffer.from(keys.get('execution-proof') as Uint8Array).toString('hex');
-    expect(hex(after)).not.to.equal(hex(before));
+    expect(forced.stdout).to.match(
+      /execution-proof \(new: the keys sealed until now cannot be unsealed \(.*PCR 7 .*changed/,
+    );
+    expect((await unsealKeys(new Tpm(swtpm.tcti), join(dir, 'sealed'))).size).to.equal(3);
   });
 
   it('after a changed PCR, the services refuse to start, naming the PCR (exit 2, no fallback key)', async () => {
