@@ -24,6 +24,10 @@ const groupList = (): string =>
     .map(([group, meaning]) => `${group} (${meaning})`)
     .join(', ');
 
+/** A repeated `--only`/`--skip` adds to the list given before it, as a comma would. */
+const joinedIds = (value: string, previous: string | undefined): string =>
+  previous === undefined ? value : `${previous},${value}`;
+
 export function registerConformanceCommands(program: Command): void {
   const conformance = program
     .command('conformance')
@@ -39,10 +43,15 @@ export function registerConformanceCommands(program: Command): void {
     .requiredOption('--runtime <url>', 'base URL of the agent runtime, e.g. http://127.0.0.1:8080')
     .requiredOption('--gateway <url>', 'base URL of the tool gateway, e.g. http://127.0.0.1:8402')
     .option('--out <dir>', 'directory for the three report files', './conformance-report')
-    .option('--only <ids>', 'comma-separated ids, prefixes or groups to run, e.g. GW-5,RT-4.health')
+    .option(
+      '--only <ids>',
+      'comma-separated ids, prefixes or groups to run, e.g. GW-5,RT-4.health (repeatable)',
+      joinedIds,
+    )
     .option(
       '--skip <ids>',
-      `comma-separated ids, prefixes or groups to leave out; the reports list them as excluded on request. Groups: ${groupList()}`,
+      `comma-separated ids, prefixes or groups to leave out (repeatable); the reports list them as excluded on request. Groups: ${groupList()}`,
+      joinedIds,
     )
     .option(
       '--operator-key <hex>',
