@@ -1,6 +1,6 @@
 import { dirname } from 'node:path';
 import type { DestinationStream } from 'pino';
-import { SigilError } from '@sigil/plugin-api';
+import { SigilError, type TeeStatus } from '@sigil/plugin-api';
 import { createLogger, logDestinationIn, logFormat, logWritten, SecretRegistry } from '../core/log.ts';
 import {
   DEV_CHAIN_RAIL,
@@ -79,6 +79,7 @@ export async function runServices(
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   for (const [name, url] of Object.entries(serving.urls)) process.stdout.write(`${name.padEnd(8)} ${url}\n`);
   if (!kernel.configFile) process.stdout.write('config   embedded defaults (no sigil.config.json)\n');
+  process.stdout.write(teeLine(await kernel.plugins.one('tee-backend').status()));
   if (serving.urls.gateway)
     process.stdout.write(paymentsBannerOf(kernel, serving.urls.gateway, chain !== undefined));
   if (chain)
@@ -92,6 +93,19 @@ export async function runServices(
     await logWritten(destination);
     process.stdout.write(readyLine(serving.urls, warmup));
   });
+}
+
+/** What protects the keys, said where an operator looks first: no TEE is said as plainly as one. */
+function teeLine(status: TeeStatus): string {
+  const keys = {
+    sealed: 'keys sealed to the TEE',
+    config: 'keys from keyMaterial in the config',
+    ephemeral: 'keys made for this process (proofs verify until a restart)',
+  }[status.keySource];
+  const attested = status.teeEnabled
+    ? `attested (GET /api/attestation/bundle to verify offline)`
+    : 'no hardware attestation';
+  return `tee      ${status.platform}: ${attested}; ${keys}\n`;
 }
 
 /** The line that says everything is up: where to connect, and how the catalog's warmup went. */

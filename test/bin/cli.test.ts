@@ -104,7 +104,8 @@ describe('sigil command', function () {
 
   it('up serves /health on both services and stops cleanly on SIGTERM', async () => {
     const [runtimePort, gatewayPort] = [await freePort(), await freePort()];
-    const up = await startSigil(['up'], /gateway\s+http/, {
+    // The tee line follows the services' addresses.
+    const up = await startSigil(['up'], /^tee {6}.*\n/m, {
       cwd: dir,
       env: { ...env(), RUNTIME_PORT: String(runtimePort), GATEWAY_PORT: String(gatewayPort) },
     });
@@ -113,6 +114,9 @@ describe('sigil command', function () {
       expect(runtime.status).to.equal(200);
       expect(await runtime.json()).to.have.property('securityPosture');
       expect((await fetch(`http://127.0.0.1:${gatewayPort}/health`)).status).to.equal(200);
+      expect(up.output()).to.match(
+        /^tee {6}none: no hardware attestation; keys made for this process \(proofs verify until a restart\)$/m,
+      );
     } finally {
       up.child.kill('SIGTERM');
     }
