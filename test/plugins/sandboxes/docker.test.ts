@@ -276,18 +276,21 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
     });
 
     it('holds at most limits.egressConnections tunnels at once', async () => {
+      const FLOOD = 40;
       const server = await echoServer();
       const { sandbox, report } = await startProbe<{ established: number; outcomes: Record<string, number> }>(
         runtime,
         'egressFlood',
-        { args: [target(server), '40'], allow: [target(server)], limits: { egressConnections: 8 } },
+        { args: [target(server), String(FLOOD)], allow: [target(server)], limits: { egressConnections: 8 } },
       );
       try {
         // The rest are refused: a 503, or (when the proxy closes before the forwarder wrote the
-        // request) a close.
-        expect(report.established, JSON.stringify(report.outcomes)).to.be.within(1, 8);
+        // request) a close; on a loaded machine every refusal may be a close (CI saw 8 × 200, 32 closed).
+        const outcomes = JSON.stringify(report.outcomes);
+        expect(report.established, outcomes).to.be.within(1, 8);
         expect(report.outcomes['200']).to.equal(report.established);
-        expect(report.outcomes['503'], JSON.stringify(report.outcomes)).to.be.at.least(1);
+        const refused = (report.outcomes['503'] ?? 0) + (report.outcomes['closed'] ?? 0);
+        expect(refused, outcomes).to.equal(FLOOD - report.established);
       } finally {
         await sandbox.kill();
         server.close();
