@@ -1,4 +1,9 @@
-import { isSigilError, type EvidenceVerification, type ExpectedEvidence } from '@sigil/plugin-api';
+import {
+  isSigilError,
+  type EvidenceCheck,
+  type EvidenceVerification,
+  type ExpectedEvidence,
+} from '@sigil/plugin-api';
 import { VTPM_PLATFORM } from '../../attestation/vtpm/verify.ts';
 import { builtinVerifiers } from '../../services/shared/offline-verification/builtin-verifiers.ts';
 import { verifyBundle } from '../../services/shared/offline-verification/verify-bundle.ts';
@@ -73,8 +78,22 @@ const columns = (rows: readonly (readonly [string, string])[], indent = '') => {
   return rows.map(([left, right]) => `${indent}${left.padEnd(width)}  ${right}`);
 };
 
+/** Each check as PASS or FAIL with its id and why, and the verdict, as both kinds of input print them. */
+function checkLines(
+  checks: readonly EvidenceCheck[],
+  verified: boolean,
+): { checks: string[]; verdict: string } {
+  const failed = checks.filter((check) => !check.ok).map((check) => check.id);
+  return {
+    checks: columns(checks.map((check) => [`${check.ok ? 'PASS' : 'FAIL'}  ${check.id}`, check.detail])),
+    verdict: verified
+      ? `verified: all ${checks.length} checks passed`
+      : `not verified: ${failed.length} of ${checks.length} checks failed (${failed.join(', ')})`,
+  };
+}
+
 function report(files: readonly TakenFile[], at: Date, result: EvidenceVerification): string {
-  const failed = result.checks.filter((check) => !check.ok).map((check) => check.id);
+  const printed = checkLines(result.checks, result.verified);
   const claims = result.claims;
   const details = Object.entries(claims?.details ?? {}).filter(([, value]) => value !== undefined);
   return [
@@ -84,7 +103,7 @@ function report(files: readonly TakenFile[], at: Date, result: EvidenceVerificat
       '  ',
     ),
     '',
-    ...columns(result.checks.map((check) => [`${check.ok ? 'PASS' : 'FAIL'}  ${check.id}`, check.detail])),
+    ...printed.checks,
     '',
     ...(claims === undefined
       ? ['claims: none (the report cannot be read)']
@@ -98,9 +117,7 @@ function report(files: readonly TakenFile[], at: Date, result: EvidenceVerificat
           ),
         ]),
     '',
-    result.verified
-      ? `verified: all ${result.checks.length} checks passed`
-      : `not verified: ${failed.length} of ${result.checks.length} checks failed (${failed.join(', ')})`,
+    printed.verdict,
     '',
   ].join('\n');
 }
@@ -135,20 +152,16 @@ async function verifyBundleFile(path: string, bundle: unknown, options: VerifyOp
   const { at } = expectedOf(options);
   const trustedAkFingerprints = trustedAksOf(options, VTPM_PLATFORM);
   const result = await verifyBundle(bundle, { verifiers: builtinVerifiers({ trustedAkFingerprints }), at });
-  const failed = result.checks.filter((check) => !check.ok).map((check) => check.id);
+  const printed = checkLines(result.checks, result.verified);
   process.stdout.write(
     options.json
       ? `${JSON.stringify({ files: [{ path, as: 'Sigil attestation bundle' }], at: at.toISOString(), ...result }, null, 2)}\n`
       : [
           `attestation bundle ${path}, judged at ${at.toISOString()}:`,
           '',
-          ...columns(
-            result.checks.map((check) => [`${check.ok ? 'PASS' : 'FAIL'}  ${check.id}`, check.detail]),
-          ),
+          ...printed.checks,
           '',
-          result.verified
-            ? `verified: all ${result.checks.length} checks passed`
-            : `not verified: ${failed.length} of ${result.checks.length} checks failed (${failed.join(', ')})`,
+          printed.verdict,
           '',
         ].join('\n'),
   );
