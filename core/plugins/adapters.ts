@@ -1,4 +1,7 @@
+import { z } from 'zod';
 import {
+  type CanvasNodeV1,
+  type CanvasNodeV2,
   type CurrentInstanceOf,
   nodeLaunch,
   type PackageRegistryV1,
@@ -26,6 +29,8 @@ export function currentContract<K extends PluginKind>(
     return registryFromV1(instance as PackageRegistryV1) as CurrentInstanceOf<K>;
   if (kind === 'sandbox-runtime' && specVersion === 'v1')
     return sandboxFromV1(instance as SandboxRuntimeV1, pluginName) as CurrentInstanceOf<K>;
+  if (kind === 'canvas-node' && specVersion === 'v1')
+    return canvasNodeFromV1(instance as CanvasNodeV1) as CurrentInstanceOf<K>;
   if (kind === 'tee-backend' && specVersion === 'v1')
     return teeFromV1(instance as TeeBackendV1, pluginName) as CurrentInstanceOf<K>;
   return instance as CurrentInstanceOf<K>;
@@ -132,6 +137,44 @@ function teeFromV1(v1: TeeBackendV1, pluginName: string): TeeBackendV2 {
           },
         ],
       });
+    },
+  };
+}
+
+/**
+ * A v1 canvas node has untyped params and reads its upstream nodes' outputs by node id: it gets one
+ * optional `upstream` input (an object of those outputs, by node id) and gives its whole result on
+ * `output`. A v1 node that writes is a `writes` node, approvals enforced by the executor.
+ */
+function canvasNodeFromV1(v1: CanvasNodeV1): CanvasNodeV2 {
+  return {
+    specVersion: 'v2',
+    nodeKind: v1.nodeKind,
+    description: `${v1.nodeKind} (a canvas-node v1 plugin)`,
+    effect: v1.writes ? 'writes' : 'reads',
+    params: z.record(z.string(), z.unknown()),
+    ports: () => ({
+      inputs: { upstream: { type: 'object', required: false } },
+      outputs: { output: { type: 'object' } },
+    }),
+    example: { params: {}, inputs: {} },
+    run: async (context) => {
+      if (v1.writes && (context.approvals.length === 0 || context.approvals.some((a) => !a.approved)))
+        throw new SigilError(
+          'forbidden',
+          `Node ${context.nodeId} writes, and no approval upstream approved it`,
+          {
+            details: { reason: 'approval_required', nodeId: context.nodeId },
+          },
+        );
+      const upstream = (context.inputs.upstream ?? {}) as Record<string, Record<string, unknown>>;
+      const output = await v1.run({
+        params: context.params,
+        upstream,
+        log: (message) => context.log(message),
+        signal: context.signal,
+      });
+      return { output };
     },
   };
 }

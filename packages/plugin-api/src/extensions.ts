@@ -1,5 +1,5 @@
 import type { PluginKind } from './contracts/index.ts';
-import type { CanvasNodeV1 } from './contracts/canvas-node-v1.ts';
+import type { CanvasNodeV2 } from './contracts/canvas-node-v2.ts';
 import type { PackageRegistryV2 } from './contracts/package-registry-v2.ts';
 
 /** Carries the interface an extension implements; never present at run time. */
@@ -52,6 +52,12 @@ export const REGISTRY_KIND_RULE = Object.freeze({
   says: 'lowercase letters, digits and dashes; at most 63 characters',
 });
 
+/** A canvas node kind, as workflow documents name it in a node's `kind` (`llm`, `write-files`). */
+export const NODE_KIND_RULE = Object.freeze({
+  pattern: /^[a-z][a-z0-9-]{0,62}$/,
+  says: 'a lowercase letter, then lowercase letters, digits and dashes; at most 63 characters',
+});
+
 const point = <T, Key extends string = string>(
   definition: Omit<ExtensionPoint<T, Key>, typeof implementedBy | typeof keyedBy>,
 ): ExtensionPoint<T, Key> => Object.freeze(definition);
@@ -67,11 +73,12 @@ export const extensionPoints = Object.freeze({
     description:
       "The registries MCP server packages come from, by the `registry` a catalog entry names: the gateway installs an entry's package with the plugin that provides its registry kind.",
   }),
-  canvasNodeKinds: point<CanvasNodeV1>({
+  canvasNodeKinds: point<CanvasNodeV2>({
     id: 'sigil.canvas-node-kinds',
-    version: 'v1',
+    version: 'v2',
     kind: 'canvas-node',
     keyName: 'node kind',
+    keyRule: NODE_KIND_RULE,
     description:
       'The kinds of node a canvas workflow document may use, by its `nodeKind`: the canvas runs each node with the plugin that provides its kind.',
   }),

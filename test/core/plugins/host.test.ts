@@ -2,7 +2,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { expect } from 'chai';
-import { extensionPoints, type CanvasNodeV1 } from '@sigil/plugin-api';
+import { extensionPoints, type CanvasNodeV2 } from '@sigil/plugin-api';
+import { canvasTestContext } from '@sigil/plugin-api/kit';
 import { systemClock } from '../../../core/clock.ts';
 import { pluginEntrySchema, type PluginEntry } from '../../../core/config/schema.ts';
 import { openDatabase, type Database } from '../../../core/db/database.ts';
@@ -296,14 +297,15 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
     it('collects canvas node kinds, and refuses a node kind provided twice', async () => {
       const host = newHost();
       await host.load([entry('./canvas-echo.ts')]);
-      const echo = host.extensions(extensionPoints.canvasNodeKinds).get('echo') as CanvasNodeV1;
-      const output = await echo.run({
-        params: { said: 'hi' },
-        upstream: {},
-        log: () => undefined,
-        signal: new AbortController().signal,
-      });
-      expect(output).to.deep.equal({ said: 'hi' });
+      // A v1 node, adapted to v2: its whole result on the `output` port.
+      const echo = host.extensions(extensionPoints.canvasNodeKinds).get('echo') as CanvasNodeV2;
+      expect(echo.effect).to.equal('reads');
+      const { context, dispose } = await canvasTestContext({ params: { said: 'hi' } });
+      try {
+        expect(await echo.run(context)).to.deep.equal({ output: { said: 'hi' } });
+      } finally {
+        await dispose();
+      }
       const twice = await loadError([entry('./canvas-echo.ts'), entry('./canvas-echo.ts', { id: 'echo-2' })]);
       expect(twice.reason).to.match(
         /^node kind "echo" \(extension point sigil.canvas-node-kinds\) is provided by both "canvas-echo" \(plugins.0\) and "echo-2" \(plugins.1\)/,

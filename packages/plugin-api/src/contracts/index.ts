@@ -1,4 +1,5 @@
 import type { CanvasNodeV1 } from './canvas-node-v1.ts';
+import type { CanvasNodeV2 } from './canvas-node-v2.ts';
 import type { LlmProviderV1 } from './llm-provider-v1.ts';
 import type { PackageRegistryV1 } from './package-registry-v1.ts';
 import type { PackageRegistryV2 } from './package-registry-v2.ts';
@@ -9,6 +10,7 @@ import type { TeeBackendV1 } from './tee-backend-v1.ts';
 import type { TeeBackendV2 } from './tee-backend-v2.ts';
 
 export type * from './canvas-node-v1.ts';
+export type * from './canvas-node-v2.ts';
 export type * from './llm-provider-v1.ts';
 export type * from './launch.ts';
 export type * from './package-registry-v1.ts';
@@ -26,7 +28,7 @@ export interface PluginContracts {
   'payment-rail': { v1: PaymentRailV1 };
   'sandbox-runtime': { v1: SandboxRuntimeV1; v2: SandboxRuntimeV2 };
   'tee-backend': { v1: TeeBackendV1; v2: TeeBackendV2 };
-  'canvas-node': { v1: CanvasNodeV1 };
+  'canvas-node': { v1: CanvasNodeV1; v2: CanvasNodeV2 };
 }
 
 export type PluginKind = keyof PluginContracts;
@@ -41,7 +43,7 @@ export interface CurrentSpecVersions {
   'payment-rail': 'v1';
   'sandbox-runtime': 'v2';
   'tee-backend': 'v2';
-  'canvas-node': 'v1';
+  'canvas-node': 'v2';
 }
 
 /** An instance of a kind's current contract: what the host's `all`, `one` and `extensions` give. */
@@ -60,7 +62,7 @@ export const SUPPORTED_SPEC_VERSIONS: { readonly [K in PluginKind]: readonly Spe
   'payment-rail': ['v1'],
   'sandbox-runtime': ['v1', 'v2'],
   'tee-backend': ['v1', 'v2'],
-  'canvas-node': ['v1'],
+  'canvas-node': ['v1', 'v2'],
 };
 
 export const PLUGIN_KINDS = Object.keys(SUPPORTED_SPEC_VERSIONS) as PluginKind[];

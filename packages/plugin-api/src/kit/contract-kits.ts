@@ -1,5 +1,5 @@
 import { type PluginKind, type SpecVersion, SUPPORTED_SPEC_VERSIONS } from '../index.ts';
-import { canvasNodeKit } from './canvas-node.ts';
+import { canvasNodeKit, canvasNodeKitV2 } from './canvas-node.ts';
 import type { ContractKit } from './kit.ts';
 import { llmProviderKit } from './llm-provider.ts';
 import { packageRegistryKit, packageRegistryKitV2 } from './package-registry.ts';
@@ -19,7 +19,7 @@ export const CONTRACT_KITS: {
   'payment-rail': { v1: paymentRailKit },
   'sandbox-runtime': { v1: sandboxRuntimeKit, v2: sandboxRuntimeKitV2 },
   'tee-backend': { v1: teeBackendKit, v2: teeBackendKitV2 },
-  'canvas-node': { v1: canvasNodeKit },
+  'canvas-node': { v1: canvasNodeKit, v2: canvasNodeKitV2 },
 };
 
 /** The kit of a kind's newest spec version: the one new plugins implement and the docs describe. */

@@ -29,7 +29,18 @@ export {
   type MemberType,
 } from './kit.ts';
 export { CONTRACT_KITS, latestKit } from './contract-kits.ts';
-export { canvasNodeKit, describeCanvasNodeKit } from './canvas-node.ts';
+export {
+  canvasNodeKit,
+  canvasNodeKitV2,
+  describeCanvasNodeKit,
+  describeCanvasNodeKitV2,
+} from './canvas-node.ts';
+export {
+  approvedDecision,
+  canvasTestContext,
+  type CanvasTestContextOptions,
+  type CanvasTestRecord,
+} from './canvas-node-context.ts';
 export { describeLlmProviderKit, llmProviderKit } from './llm-provider.ts';
 export {
   describePackageRegistryKit,

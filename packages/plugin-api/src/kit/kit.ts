@@ -19,7 +19,7 @@ export type KitCheck = Check<KitContext>;
 export type InstanceCheck<Instance> = Check<KitContext & { instance: Instance }>;
 
 /** A member's `typeof`; with `?`, the member is optional (absent, or of that type). */
-export type MemberType = 'function' | 'string' | 'boolean' | 'function?' | 'string?';
+export type MemberType = 'function' | 'string' | 'boolean' | 'object' | 'function?' | 'string?' | 'boolean?';
 
 /**
  * Every member of a contract but `specVersion`, with the type it must have. Being a mapped type, it

@@ -1,0 +1,6 @@
+/**
+ * What canvas nodes and their host share (`@sigil/plugin-api/canvas`): git as both run it, the
+ * workspace a run starts with, and what a value on a port of each type must be.
+ */
+export { CANVAS_GIT_ENV, initWorkspace, runGit, type RunGitOptions } from './git.ts';
+export { PORT_VALUE_SCHEMAS, portAccepts, WORKSPACE_PATH } from './ports.ts';
