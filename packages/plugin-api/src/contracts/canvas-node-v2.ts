@@ -136,6 +136,12 @@ export interface CanvasNodeContextV2<Params = Record<string, unknown>> {
 export interface CanvasWorkspaceV2 {
   /** Absolute path of the run's working tree (a git repository with at least one commit). */
   readonly dir: string;
+  /**
+   * Where the host serves the working tree's files over HTTP, read-only, to anyone holding the URL (an
+   * unguessable token in its path), ending in `/`: what a browser node opens to check a page a
+   * write node made. Absent where the host serves no previews.
+   */
+  readonly previewUrl?: string;
 }
 
 export interface CanvasArtifactsV2 {
