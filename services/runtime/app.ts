@@ -10,6 +10,8 @@ import { attestedRuntime } from './delegation/attestation.ts';
 import { attestationReport, attestationRouter } from '../shared/attestation.ts';
 import { delegationKeysFrom } from './delegation/keys.ts';
 import { delegationRouter } from './delegation/routes.ts';
+import { CanvasService } from './canvas/service.ts';
+import { canvasRouter } from './canvas/routes.ts';
 import { ChatService } from './chat/chat.ts';
 import { chatRouter } from './chat/routes.ts';
 import { runtimeOpenApi } from './openapi.ts';
@@ -30,6 +32,8 @@ export interface RuntimeApp extends HttpApp {
   gateway: GatewayClient;
   /** Chat sessions and the chat loop. */
   chat: ChatService;
+  /** Canvas workflows and their runs. */
+  canvas: CanvasService;
   /** Recovers unfinished transfers, then starts the ledger's background work. */
   start(): Promise<void>;
   close(): Promise<void>;
@@ -97,6 +101,14 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     gateway,
     logger: kernel.logger.child({ component: 'chat' }),
   });
+  const canvas = new CanvasService({
+    kernel,
+    chat,
+    agents: ledger.agents,
+    holds: ledger.holds,
+    vault,
+    gateway,
+  });
   const http = createHttpApp({
     service: 'runtime',
     logger: kernel.logger.child({ service: 'runtime' }),
@@ -114,6 +126,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
       vaultRouter,
       ...ledger.routers,
       chatRouter(chat),
+      ...(kernel.config.runtime.canvas.enabled ? [canvasRouter(canvas)] : []),
       new Router().get('/openapi.json', (ctx) => {
         ctx.body = runtimeOpenApi(kernel.config.runtime);
       }),
@@ -127,13 +140,16 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     inProcess,
     gateway,
     chat,
+    canvas,
     start: async () => {
       await vault.ready();
       await ledger.start();
       await chat.warnOfSharedModels();
+      if (kernel.config.runtime.canvas.enabled) await canvas.start();
     },
     close: async () => {
       http.stopLogging();
+      await canvas.close();
       await chat.drain();
       await chat.toolClients.close();
       vault.close();

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { asBool, asString, type EnvOverrides } from '../../core/config/env.ts';
 import { serviceEnv, serviceSchema } from '../../core/config/service.ts';
 import { privateKey } from '../../core/config/values.ts';
+import { canvasSchema } from './canvas/config.ts';
 import { chatSchema } from './chat/config.ts';
 
 /** The `runtime` section: where the agent runtime listens, its keys, its chat sessions. */
@@ -38,6 +39,7 @@ export const runtimeSchema = serviceSchema(8080)
         "The operator's internal provider key, used for a chat when the wallet stored none and chat.internalKey allows it",
       ),
     chat: chatSchema.describe('Chat sessions and their limits (docs/runtime-chat.md)'),
+    canvas: canvasSchema.describe('Canvas workflows, their runs and limits (docs/canvas.md)'),
   })
   .prefault({});
 
@@ -62,6 +64,8 @@ export const RUNTIME_ENV: EnvOverrides = {
   RUNTIME_CHAT_INTERNAL_KEY: { path: 'runtime.chat.internalKey', coerce: asBool },
   RUNTIME_GATEWAY_PATH: { path: 'runtime.chat.gatewayPath', coerce: asString },
   RUNTIME_GATEWAY_URL: { path: 'runtime.chat.gatewayUrl', coerce: asString },
+  RUNTIME_CANVAS_TEAM_MODE: { path: 'runtime.canvas.teamMode', coerce: asBool },
+  RUNTIME_CANVAS_DATA_DIR: { path: 'runtime.canvas.dataDir', coerce: asString },
 };
 
 /** The runtime's config paths whose values are secrets. */

@@ -189,4 +189,78 @@ export const runtimeMigrations: readonly Migration[] = [
       });
     },
   },
+  {
+    name: '0250-canvas',
+    async up(db) {
+      // Saved workflow documents: one row per version; a delete marks every version of the id.
+      await db.schema.createTable('canvas_workflows', (t) => {
+        t.string('id', 36).notNullable();
+        t.integer('version').notNullable();
+        t.string('wallet', 42).notNullable();
+        t.string('name', 200).notNullable();
+        t.text('document').notNullable();
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('deleted_at').nullable();
+        t.primary(['id', 'version']);
+        t.index(['wallet', 'deleted_at']);
+      });
+      // A run keeps the document it runs (a saved workflow may change or go meanwhile).
+      await db.schema.createTable('canvas_runs', (t) => {
+        t.string('id', 36).primary();
+        t.string('wallet', 42).notNullable();
+        t.string('agent_id', 36).notNullable();
+        t.string('workflow_id', 36).nullable();
+        t.integer('workflow_version').nullable();
+        t.text('document').notNullable();
+        t.text('inputs').notNullable();
+        t.string('status', 24).notNullable();
+        t.text('error').nullable();
+        // Where /canvas/preview/<token>/ serves the run's workspace from.
+        t.string('preview_token', 64).notNullable().unique();
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('updated_at').notNullable();
+        t.bigInteger('ended_at').nullable();
+        t.index(['wallet', 'created_at']);
+        t.index(['status']);
+      });
+      await db.schema.createTable('canvas_node_runs', (t) => {
+        t.string('run_id', 36).notNullable().references('canvas_runs.id').onDelete('CASCADE');
+        t.string('node_id', 63).notNullable();
+        t.string('state', 24).notNullable();
+        t.integer('attempt').notNullable().defaultTo(0);
+        t.text('outputs').nullable();
+        t.text('error').nullable();
+        // The owner's decision, for an approval node.
+        t.text('decision').nullable();
+        t.bigInteger('started_at').nullable();
+        t.bigInteger('ended_at').nullable();
+        t.primary(['run_id', 'node_id']);
+      });
+      // Append-only: what the run's SSE stream sends, numbered per run (the events' ids).
+      await db.schema.createTable('canvas_events', (t) => {
+        t.string('run_id', 36).notNullable().references('canvas_runs.id').onDelete('CASCADE');
+        t.integer('seq').notNullable();
+        t.string('type', 40).notNullable();
+        t.text('data').notNullable();
+        t.bigInteger('created_at').notNullable();
+        t.primary(['run_id', 'seq']);
+      });
+      await db.schema.createTable('canvas_artifacts', (t) => {
+        t.string('id', 36).primary();
+        t.string('run_id', 36).notNullable().references('canvas_runs.id').onDelete('CASCADE');
+        t.string('node_id', 63).notNullable();
+        t.string('name', 200).notNullable();
+        t.string('content_type', 200).notNullable();
+        t.bigInteger('bytes').notNullable();
+        t.string('sha256', 64).notNullable();
+        t.binary('content').notNullable();
+        t.bigInteger('created_at').notNullable();
+        t.index(['run_id']);
+      });
+    },
+    async down(db) {
+      for (const table of ['canvas_artifacts', 'canvas_events', 'canvas_node_runs', 'canvas_runs', 'canvas_workflows'])
+        await db.schema.dropTableIfExists(table);
+    },
+  },
 ];

@@ -63,7 +63,8 @@ export class ChatService {
   readonly settings: ChatSettings;
   /** One MCP client of the gateway per chat session with servers, kept between its messages. */
   readonly toolClients: ToolClients;
-  private readonly payments: ToolPayments | undefined;
+  /** How paid tools are paid (the operator wallet), or undefined when this runtime has none. */
+  readonly payments: ToolPayments | undefined;
   /** Requests whose stream is still running: the runtime waits for them before its database closes. */
   private readonly running = new Set<Promise<void>>();
 
@@ -214,7 +215,7 @@ export class ChatService {
     }
   }
 
-  private async keyFor(
+  async keyFor(
     principal: AuthPrincipal,
     slot: string,
   ): Promise<{ apiKey: string; keyKind: KeyKind }> {

@@ -5,3 +5,4 @@
 export { CANVAS_GIT_ENV, initWorkspace, runGit, type RunGitOptions } from './git.ts';
 export { PORT_VALUE_SCHEMAS, portAccepts, WORKSPACE_PATH } from './ports.ts';
 export { renderTemplate, templatePaths, valueAt } from './template.ts';
+export { canvasNode } from './node.ts';

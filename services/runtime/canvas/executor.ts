@@ -1,0 +1,434 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  type CanvasApprovalV2,
+  type CanvasNodeContextV2,
+  type CanvasServicesV2,
+  isSigilError,
+  SigilError,
+} from '@sigil/plugin-api';
+import type { Logger } from '../../../core/log.ts';
+import type { RunArtifacts } from './artifacts.ts';
+import { approvalRequest } from './approvals.ts';
+import type { CanvasSettings } from './config.ts';
+import { RUN_ENDED, type RunEvents } from './events.ts';
+import { checkOutputs, runErrorOf } from './outputs.ts';
+import {
+  ENDED_NODE,
+  type NewEvent,
+  type NodeChange,
+  type NodeRecord,
+  type NodeState,
+  type RunError,
+  type RunEvent,
+  type RunRecord,
+  type RunStatus,
+  type RunStore,
+} from './runs.ts';
+import type { PlannedNode, ValidatedWorkflow } from './validate.ts';
+import type { Workspaces } from './workspaces.ts';
+
+/** What a run's nodes may ask of the host, made per run (its wallet, agent and the latest sign-in). */
+export type ServicesFor = (run: ActiveRun, nodeId: string, attempt: number) => CanvasServicesV2;
+
+export interface ExecutorDeps {
+  store: RunStore;
+  events: RunEvents;
+  artifacts: RunArtifacts;
+  workspaces: Workspaces;
+  settings: CanvasSettings;
+  services: ServicesFor;
+  logger: Logger;
+  /** Scrubs registered secrets out of what is stored and streamed. */
+  redact<T>(value: T): T;
+  now(): Date;
+}
+
+/** A run this process is executing: its plan and the in-memory state mirrored in the store. */
+export class ActiveRun {
+  readonly states = new Map<string, NodeState>();
+  readonly outputs = new Map<string, Record<string, unknown>>();
+  readonly decisions = new Map<string, CanvasApprovalV2>();
+  readonly attempts = new Map<string, number>();
+  readonly running = new Set<string>();
+  readonly abort = new AbortController();
+  /** Resolves once the run has ended. */
+  readonly ended: Promise<void>;
+  status: RunStatus = 'running';
+  cancelled = false;
+  /** Set at shutdown: nodes stop where they are, left `running` in the store for the next process. */
+  stopping = false;
+  /** The attempts in flight, awaited at shutdown. */
+  readonly tasks = new Set<Promise<void>>();
+  /** The owner's latest authenticated request (what unlocks the vault for the nodes). */
+  principal: unknown;
+  /** Money charged for the run's nodes so far, in base units. */
+  charged = 0n;
+  private end: () => void = () => undefined;
+  readonly approvalTimers = new Map<string, NodeJS.Timeout>();
+
+  constructor(
+    readonly record: RunRecord,
+    readonly plan: ValidatedWorkflow,
+  ) {
+    this.ended = new Promise((resolve) => {
+      this.end = resolve;
+    });
+  }
+
+  node(id: string): PlannedNode {
+    return this.plan.nodes.get(id) as PlannedNode;
+  }
+
+  finish(): void {
+    for (const timer of this.approvalTimers.values()) clearTimeout(timer);
+    this.end();
+  }
+}
+
+/**
+ * Runs canvas workflows: nodes in topological order, independent branches in parallel (at most
+ * `maxParallelNodes` a run), each node's state and events stored before they are streamed. A small
+ * executor on the runtime's own database rather than a durable-execution library: those that fit
+ * Node need a server of their own (Temporal, Inngest, Restate) or PostgreSQL alone (DBOS,
+ * graphile-worker, pg-boss), and the runtime runs on SQLite by default (docs/canvas.md, "Engine").
+ */
+export class CanvasExecutor {
+  private readonly active = new Map<string, ActiveRun>();
+
+  constructor(private readonly deps: ExecutorDeps) {}
+
+  get(runId: string): ActiveRun | undefined {
+    return this.active.get(runId);
+  }
+
+  /** Starts a new run (already stored with its `run.started` event). */
+  start(record: RunRecord, plan: ValidatedWorkflow, principal: unknown): ActiveRun {
+    const run = new ActiveRun(record, plan);
+    run.principal = principal;
+    for (const id of plan.order) {
+      run.states.set(id, 'queued');
+      run.attempts.set(id, 0);
+    }
+    this.active.set(record.id, run);
+    this.pump(run);
+    return run;
+  }
+
+  /**
+   * Takes up a run a previous process left unfinished: finished nodes keep their outputs, approvals
+   * still wait, and a node that was running is run again by its policy (a write node with the same
+   * idempotency key, so what it writes is written once) or failed when it has no attempt left.
+   */
+  async resume(record: RunRecord, plan: ValidatedWorkflow, nodes: readonly NodeRecord[]): Promise<ActiveRun> {
+    const run = new ActiveRun(record, plan);
+    this.active.set(record.id, run);
+    const interrupted: string[] = [];
+    for (const node of nodes) {
+      run.attempts.set(node.nodeId, node.attempt);
+      if (node.outputs) run.outputs.set(node.nodeId, node.outputs);
+      if (node.decision) run.decisions.set(node.nodeId, node.decision as unknown as CanvasApprovalV2);
+      const state = node.state === 'running' ? 'queued' : node.state;
+      run.states.set(node.nodeId, state);
+      if (node.state === 'running') interrupted.push(node.nodeId);
+    }
+    await this.emit(run, [{ type: 'run.resumed', data: { interrupted } }]);
+    for (const id of interrupted) {
+      const planned = run.node(id);
+      const attempts = run.attempts.get(id) ?? 0;
+      if (planned.plugin.effect !== 'writes' && attempts > planned.spec.retries)
+        await this.failNode(run, id, {
+          code: 'unavailable',
+          reason: 'interrupted',
+          message: `Node ${id} was running when the runtime stopped, and has no retry left`,
+        });
+    }
+    for (const id of plan.order)
+      if (run.states.get(id) === 'waiting_approval') this.armApprovalTimeout(run, id);
+    this.pump(run);
+    return run;
+  }
+
+  /** Starts whatever can start; ends the run when nothing runs, waits or can start. */
+  private pump(run: ActiveRun): void {
+    if (run.stopping || (run.status !== 'running' && run.status !== 'waiting_approval')) return;
+    const failFast = run.plan.document.failurePolicy === 'fail-fast';
+    const anyFailed = [...run.states.values()].includes('failed');
+    for (const id of run.plan.order) {
+      if (run.states.get(id) !== 'queued') continue;
+      const upstream = run.node(id).upstream.map((up) => run.states.get(up) as NodeState);
+      const blocked = upstream.some((state) => ENDED_NODE.includes(state) && state !== 'succeeded');
+      if (run.cancelled) this.settleQueued(run, id, 'cancelled');
+      else if (blocked || (failFast && anyFailed)) this.settleQueued(run, id, 'skipped');
+      else if (upstream.every((state) => state === 'succeeded') && run.running.size < this.deps.settings.maxParallelNodes)
+        this.launch(run, id);
+    }
+    const waiting = [...run.states.values()].includes('waiting_approval');
+    const queued = [...run.states.values()].includes('queued');
+    if (run.running.size > 0 || queued) {
+      if (run.status === 'waiting_approval' && run.running.size > 0) void this.setStatus(run, 'running');
+      return;
+    }
+    if (waiting && !run.cancelled) {
+      if (run.status !== 'waiting_approval') void this.setStatus(run, 'waiting_approval');
+      return;
+    }
+    void this.endRun(run);
+  }
+
+  /** A queued node that will never run: skipped (an upstream failed) or cancelled. */
+  private settleQueued(run: ActiveRun, id: string, state: 'skipped' | 'cancelled'): void {
+    run.states.set(id, state);
+    void this.change(run, id, { state, endedAt: this.deps.now() }, [
+      { type: 'node.status', data: { nodeId: id, state } },
+    ]);
+  }
+
+  private launch(run: ActiveRun, id: string): void {
+    const planned = run.node(id);
+    if (planned.plugin.effect === 'approval' && !run.decisions.has(id)) {
+      run.states.set(id, 'waiting_approval');
+      void this.requestApproval(run, id);
+      return;
+    }
+    run.running.add(id);
+    run.states.set(id, 'running');
+    const task = this.execute(run, id)
+      .catch((err: unknown) =>
+        this.deps.logger.error({ err, runId: run.record.id, nodeId: id }, 'canvas: a node failed unexpectedly'),
+      )
+      .finally(() => {
+        run.running.delete(id);
+        run.tasks.delete(task);
+        this.pump(run);
+      });
+    run.tasks.add(task);
+  }
+
+  private async requestApproval(run: ActiveRun, id: string): Promise<void> {
+    const request = approvalRequest(run.record.id, id, this.inputsOf(run, id).value);
+    await this.change(run, id, { state: 'waiting_approval', startedAt: this.deps.now() }, [
+      { type: 'node.status', data: { nodeId: id, state: 'waiting_approval' } },
+      { type: 'approval.required', data: { nodeId: id, ...request } },
+    ]);
+    this.armApprovalTimeout(run, id);
+    this.pump(run);
+  }
+
+  private armApprovalTimeout(run: ActiveRun, id: string): void {
+    const timer = setTimeout(() => {
+      if (run.states.get(id) !== 'waiting_approval') return;
+      this.deps.logger.info({ runId: run.record.id, nodeId: id }, 'canvas: an approval timed out; the run is cancelled');
+      void this.cancel(run, 'approval_timeout');
+    }, this.deps.settings.approvalTimeoutSeconds * 1000);
+    timer.unref();
+    run.approvalTimers.set(id, timer);
+  }
+
+  /** Records the owner's decision on a waiting approval node and runs it. */
+  async decide(run: ActiveRun, id: string, decision: CanvasApprovalV2): Promise<void> {
+    if (run.states.get(id) !== 'waiting_approval')
+      throw new SigilError('conflict', `Node ${id} is not waiting for an approval`, {
+        details: { reason: 'not_waiting_approval', nodeId: id, state: run.states.get(id) ?? null },
+      });
+    clearTimeout(run.approvalTimers.get(id));
+    run.decisions.set(id, decision);
+    run.states.set(id, 'queued');
+    await this.change(run, id, { state: 'queued', decision: decision as unknown as Record<string, unknown> }, [
+      { type: 'approval.decided', data: { ...decision } },
+    ]);
+    if (run.status === 'waiting_approval') await this.setStatus(run, 'running');
+    this.pump(run);
+  }
+
+  /** Cancels a run: queued and waiting nodes are cancelled, running ones aborted. */
+  async cancel(run: ActiveRun, reason = 'cancelled_by_owner'): Promise<void> {
+    if (run.cancelled) return;
+    run.cancelled = true;
+    run.abort.abort(new SigilError('conflict', 'The run was cancelled', { details: { reason } }));
+    await this.emit(run, [{ type: 'run.cancelling', data: { reason } }]);
+    for (const [id, state] of run.states)
+      if (state === 'waiting_approval') {
+        run.states.set(id, 'queued');
+        this.settleQueued(run, id, 'cancelled');
+      }
+    this.pump(run);
+  }
+
+  /** Runs a node's attempts until one succeeds or none is left. */
+  private async execute(run: ActiveRun, id: string): Promise<void> {
+    const planned = run.node(id);
+    for (;;) {
+      const attempt = (run.attempts.get(id) ?? 0) + 1;
+      run.attempts.set(id, attempt);
+      await this.change(run, id, { state: 'running', attempt, startedAt: this.deps.now() }, [
+        { type: 'node.status', data: { nodeId: id, state: 'running', attempt } },
+      ]);
+      const outcome = await this.attempt(run, id, attempt);
+      if (run.stopping) return;
+      if ('outputs' in outcome) {
+        run.outputs.set(id, outcome.outputs);
+        run.states.set(id, 'succeeded');
+        await this.change(run, id, { state: 'succeeded', outputs: outcome.outputs, endedAt: this.deps.now() }, [
+          { type: 'node.output', data: { nodeId: id, outputs: outcome.outputs } },
+          { type: 'node.status', data: { nodeId: id, state: 'succeeded', attempt } },
+        ]);
+        return;
+      }
+      if (run.cancelled) {
+        run.states.set(id, 'cancelled');
+        await this.change(run, id, { state: 'cancelled', endedAt: this.deps.now() }, [
+          { type: 'node.status', data: { nodeId: id, state: 'cancelled', attempt } },
+        ]);
+        return;
+      }
+      if (attempt > planned.spec.retries || !outcome.retryable) {
+        await this.failNode(run, id, outcome.error, attempt);
+        return;
+      }
+      const backoffMs = this.deps.settings.retryBackoffMs * 2 ** (attempt - 1);
+      await this.emit(run, [{ type: 'node.retry', data: { nodeId: id, attempt, error: outcome.error, backoffMs } }]);
+      await delay(backoffMs, undefined, { signal: run.abort.signal }).catch(() => undefined);
+    }
+  }
+
+  private async failNode(run: ActiveRun, id: string, error: RunError, attempt?: number): Promise<void> {
+    run.states.set(id, 'failed');
+    await this.change(run, id, { state: 'failed', error, endedAt: this.deps.now() }, [
+      { type: 'node.status', data: { nodeId: id, state: 'failed', ...(attempt ? { attempt } : {}), error } },
+    ]);
+  }
+
+  /** One attempt: the node's outputs, checked against its ports, or what went wrong. */
+  private async attempt(
+    run: ActiveRun,
+    id: string,
+    attempt: number,
+  ): Promise<{ outputs: Record<string, unknown> } | { error: RunError; retryable: boolean }> {
+    const planned = run.node(id);
+    const timeoutMs = (planned.spec.timeoutSeconds ?? this.deps.settings.nodeTimeoutSeconds) * 1000;
+    const signal = AbortSignal.any([run.abort.signal, AbortSignal.timeout(timeoutMs)]);
+    const approvals = planned.plugin.effect === 'approval'
+      ? [run.decisions.get(id) as CanvasApprovalV2]
+      : planned.approvals.map((approval) => run.decisions.get(approval)).filter((d) => d !== undefined);
+    try {
+      if (planned.plugin.effect === 'writes' && (approvals.length === 0 || approvals.some((d) => !d.approved)))
+        throw new SigilError('forbidden', `Write node ${id} has no approved approval upstream`, {
+          details: { reason: 'approval_required', nodeId: id },
+        });
+      const context: CanvasNodeContextV2<unknown> = {
+        runId: run.record.id,
+        nodeId: id,
+        attempt,
+        idempotencyKey: `canvas:${run.record.id}:${id}`,
+        params: planned.params,
+        inputs: this.inputsOf(run, id),
+        approvals,
+        log: (message, data) => {
+          void this.emit(run, [
+            { type: 'node.log', data: { nodeId: id, message: String(message).slice(0, 4000), ...(data ? { data } : {}) } },
+          ]);
+        },
+        signal,
+        workspace: await this.deps.workspaces.of(run.record),
+        artifacts: {
+          put: async (name, contentType, content) => {
+            const stored = await this.deps.artifacts.put(run.record.id, id, name, contentType, content);
+            const artifact = {
+              id: stored.id,
+              name: stored.name,
+              contentType: stored.contentType,
+              bytes: stored.bytes,
+              sha256: stored.sha256,
+            };
+            await this.emit(run, [{ type: 'node.artifact', data: { nodeId: id, ...artifact } }]);
+            return artifact;
+          },
+        },
+        services: this.deps.services(run, id, attempt),
+      };
+      const outputs = await planned.plugin.run(context as CanvasNodeContextV2);
+      signal.throwIfAborted();
+      return { outputs: this.deps.redact(checkOutputs(planned, outputs, this.deps.settings.maxOutputBytes)) };
+    } catch (err) {
+      const timedOut = signal.aborted && !run.abort.signal.aborted;
+      const error = timedOut
+        ? { code: 'unavailable', reason: 'node_timeout', message: `Node ${id} took longer than ${timeoutMs / 1000} s` }
+        : this.deps.redact(runErrorOf(err));
+      if (!isSigilError(err) && !timedOut && !run.cancelled)
+        this.deps.logger.warn({ err, runId: run.record.id, nodeId: id }, 'canvas: a node failed');
+      return { error, retryable: !NOT_RETRIED.has(error.reason ?? '') && error.code !== 'invalid_request' };
+    }
+  }
+
+  /** The value on each fed input port: a run input or an upstream node's output. */
+  inputsOf(run: ActiveRun, id: string): Record<string, unknown> {
+    const inputs: Record<string, unknown> = {};
+    for (const [port, source] of Object.entries(run.node(id).inputs)) {
+      const value =
+        source.node === '$inputs' ? run.record.inputs[source.port] : run.outputs.get(source.node)?.[source.port];
+      if (value !== undefined) inputs[port] = value;
+    }
+    return inputs;
+  }
+
+  private async setStatus(run: ActiveRun, status: RunStatus): Promise<void> {
+    run.status = status;
+    await this.publish(run, this.deps.store.changeRun(run.record.id, status, [{ type: 'run.status', data: { status } }]));
+  }
+
+  private async endRun(run: ActiveRun): Promise<void> {
+    if (!this.active.has(run.record.id)) return;
+    this.active.delete(run.record.id);
+    const states = [...run.states.values()];
+    const status: RunStatus = run.cancelled ? 'cancelled' : states.includes('failed') ? 'failed' : 'succeeded';
+    run.status = status;
+    const failed = [...run.states].filter(([, state]) => state === 'failed').map(([id]) => id);
+    const error: RunError | undefined =
+      status === 'failed'
+        ? { code: 'conflict', reason: 'nodes_failed', message: `Nodes failed: ${failed.join(', ')}`, details: { nodes: failed } }
+        : undefined;
+    await this.publish(
+      run,
+      this.deps.store.changeRun(
+        run.record.id,
+        status,
+        [{ type: RUN_ENDED, data: { status, charged: run.charged.toString(), ...(error ? { error } : {}) } }],
+        error,
+      ),
+    );
+    this.deps.store.release(run.record.id);
+    run.finish();
+  }
+
+  private change(run: ActiveRun, id: string, change: NodeChange, events: NewEvent[]): Promise<void> {
+    return this.publish(run, this.deps.store.changeNode(run.record.id, id, change, this.deps.redact(events)));
+  }
+
+  /** Records events that change no state (logs, costs, retries). */
+  emit(run: ActiveRun, events: NewEvent[]): Promise<void> {
+    return this.publish(run, this.deps.store.record(run.record.id, this.deps.redact(events)));
+  }
+
+  private async publish(run: ActiveRun, stored: Promise<RunEvent[]>): Promise<void> {
+    try {
+      this.deps.events.publish(run.record.id, await stored);
+    } catch (err) {
+      this.deps.logger.error({ err, runId: run.record.id }, 'canvas: storing a run event failed');
+    }
+  }
+
+  /** Aborts every run this process executes and waits for their nodes to stop (shutdown). */
+  async stop(): Promise<void> {
+    const runs = [...this.active.values()];
+    for (const run of runs) {
+      run.stopping = true;
+      run.abort.abort(new SigilError('unavailable', 'The runtime is stopping'));
+      run.finish();
+    }
+    await Promise.allSettled(runs.flatMap((run) => [...run.tasks]));
+    this.active.clear();
+  }
+}
+
+/** Failures a retry cannot change: a missing approval, a refused budget, a bad input. */
+const NOT_RETRIED = new Set(['approval_required', 'approval_rejected', 'budget_exceeded', 'insufficient_balance']);

@@ -1,0 +1,56 @@
+import { createReadStream } from 'node:fs';
+import { realpath, stat } from 'node:fs/promises';
+import { extname, resolve, sep } from 'node:path';
+import Router from '@koa/router';
+import { SigilError } from '@sigil/plugin-api';
+import type { CanvasService } from './service.ts';
+
+const CONTENT_TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.htm': 'text/html; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.json': 'application/json',
+  '.txt': 'text/plain; charset=utf-8',
+  '.md': 'text/plain; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.jpg': 'image/jpeg',
+  '.jpeg': 'image/jpeg',
+  '.gif': 'image/gif',
+  '.webp': 'image/webp',
+  '.ico': 'image/x-icon',
+};
+
+const notFound = () => new SigilError('not_found', 'No such preview file', { details: { reason: 'preview_not_found' } });
+
+/**
+ * `GET /canvas/preview/<token>/<path>`: a run's workspace files, read-only, to whoever holds the
+ * run's unguessable token (a browser node, the owner's browser), never `.git`, never outside the
+ * workspace (symlinks resolved), under a sandboxing Content-Security-Policy: a preview runs no
+ * script against the runtime's origin.
+ */
+export function previewRouter(canvas: CanvasService): Router {
+  const router = new Router();
+  router.get(/^\/preview\/([A-Za-z0-9_-]{32})\/(.*)$/, async (ctx) => {
+    const [token, path] = [ctx.params[0] as string, decodeURIComponent((ctx.params[1] as string) || 'index.html')];
+    const run = await canvas.runs.byPreviewToken(token);
+    if (!run) throw notFound();
+    const root = await realpath(canvas.workspaces.dirOf(run.id)).catch(() => {
+      throw notFound();
+    });
+    const wanted = path.endsWith('/') || path === '' ? `${path}index.html` : path;
+    if (wanted.split('/').some((segment) => segment === '.git' || segment === '..')) throw notFound();
+    const file = await realpath(resolve(root, wanted)).catch(() => {
+      throw notFound();
+    });
+    if (!file.startsWith(root + sep) || !(await stat(file)).isFile()) throw notFound();
+    ctx.set('Content-Type', CONTENT_TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream');
+    ctx.set('Content-Security-Policy', 'sandbox allow-scripts; default-src \'self\' data:; style-src \'self\' \'unsafe-inline\'');
+    ctx.set('X-Content-Type-Options', 'nosniff');
+    ctx.set('Cache-Control', 'no-store');
+    ctx.body = createReadStream(file);
+  });
+  return router;
+}

@@ -1,0 +1,312 @@
+import { SigilError } from '@sigil/plugin-api';
+import type { Clock } from '../../../core/clock.ts';
+import type { Database } from '../../../core/db/database.ts';
+import type { WorkflowDocument } from './document.ts';
+
+export type RunStatus = 'running' | 'waiting_approval' | 'succeeded' | 'failed' | 'cancelled';
+export type NodeState =
+  | 'queued'
+  | 'running'
+  | 'waiting_approval'
+  | 'succeeded'
+  | 'failed'
+  | 'skipped'
+  | 'cancelled';
+
+export const ENDED_RUN: readonly RunStatus[] = ['succeeded', 'failed', 'cancelled'];
+export const ENDED_NODE: readonly NodeState[] = ['succeeded', 'failed', 'skipped', 'cancelled'];
+
+/** What failed, as events and the run's record show it: a stable code and a message safe to show. */
+export interface RunError {
+  code: string;
+  message: string;
+  reason?: string;
+  hint?: string;
+  details?: Record<string, unknown>;
+}
+
+export interface RunEvent {
+  seq: number;
+  type: string;
+  data: Record<string, unknown>;
+  at: string;
+}
+
+export interface RunRecord {
+  id: string;
+  wallet: string;
+  agentId: string;
+  workflowId: string | null;
+  workflowVersion: number | null;
+  document: WorkflowDocument;
+  inputs: Record<string, unknown>;
+  status: RunStatus;
+  error: RunError | null;
+  previewToken: string;
+  createdAt: Date;
+  updatedAt: Date;
+  endedAt: Date | null;
+}
+
+export interface NodeRecord {
+  nodeId: string;
+  state: NodeState;
+  attempt: number;
+  outputs: Record<string, unknown> | null;
+  error: RunError | null;
+  decision: Record<string, unknown> | null;
+  startedAt: Date | null;
+  endedAt: Date | null;
+}
+
+export interface NodeChange {
+  state: NodeState;
+  attempt?: number;
+  outputs?: Record<string, unknown>;
+  error?: RunError;
+  decision?: Record<string, unknown>;
+  startedAt?: Date;
+  endedAt?: Date;
+}
+
+export type NewEvent = Omit<RunEvent, 'seq' | 'at'>;
+
+interface RunRow {
+  id: string;
+  wallet: string;
+  agent_id: string;
+  workflow_id: string | null;
+  workflow_version: number | null;
+  document: string;
+  inputs: string;
+  status: RunStatus;
+  error: string | null;
+  preview_token: string;
+  created_at: string | number;
+  updated_at: string | number;
+  ended_at: string | number | null;
+}
+
+interface NodeRow {
+  node_id: string;
+  state: NodeState;
+  attempt: number;
+  outputs: string | null;
+  error: string | null;
+  decision: string | null;
+  started_at: string | number | null;
+  ended_at: string | number | null;
+}
+
+const time = (value: string | number | null): Date | null => (value === null ? null : new Date(Number(value)));
+const parsed = <T>(value: string | null): T | null => (value === null ? null : (JSON.parse(value) as T));
+
+const runRecord = (row: RunRow): RunRecord => ({
+  id: row.id,
+  wallet: row.wallet,
+  agentId: row.agent_id,
+  workflowId: row.workflow_id,
+  workflowVersion: row.workflow_version === null ? null : Number(row.workflow_version),
+  document: JSON.parse(row.document) as WorkflowDocument,
+  inputs: JSON.parse(row.inputs) as Record<string, unknown>,
+  status: row.status,
+  error: parsed<RunError>(row.error),
+  previewToken: row.preview_token,
+  createdAt: new Date(Number(row.created_at)),
+  updatedAt: new Date(Number(row.updated_at)),
+  endedAt: time(row.ended_at),
+});
+
+const nodeRecord = (row: NodeRow): NodeRecord => ({
+  nodeId: row.node_id,
+  state: row.state,
+  attempt: Number(row.attempt),
+  outputs: parsed(row.outputs),
+  error: parsed(row.error),
+  decision: parsed(row.decision),
+  startedAt: time(row.started_at),
+  endedAt: time(row.ended_at),
+});
+
+const runNotFound = (id: string) =>
+  new SigilError('not_found', `No run ${id}`, { details: { reason: 'run_not_found', id } });
+
+/**
+ * Runs, their nodes' states and their events in the database. Each change of a node or a run is one
+ * transaction with the events it causes, numbered per run: what a client streams is what was stored,
+ * and a run read back after a restart is where its events left it.
+ */
+export class RunStore {
+  /** The next event number of each run this process is writing (see `track`). */
+  private readonly nextSeq = new Map<string, number>();
+  /**
+   * Each run's writes, one after another: events are numbered and committed in order, so a stream
+   * that resumes after event N has missed nothing numbered below it.
+   */
+  private readonly queues = new Map<string, Promise<unknown>>();
+
+  constructor(
+    private readonly db: Database,
+    private readonly clock: Clock,
+  ) {}
+
+  /** Takes up writing a run's events after those stored (a run resumed after a restart). */
+  async track(runId: string): Promise<void> {
+    const last = await this.db('canvas_events').where({ run_id: runId }).max({ seq: 'seq' }).first();
+    this.nextSeq.set(runId, Number(last?.seq ?? 0) + 1);
+  }
+
+  private serial<T>(runId: string, write: () => Promise<T>): Promise<T> {
+    const previous = this.queues.get(runId) ?? Promise.resolve();
+    const next = previous.then(write, write);
+    const settled = next.catch(() => undefined);
+    this.queues.set(runId, settled);
+    void settled.then(() => {
+      if (this.queues.get(runId) === settled) this.queues.delete(runId);
+    });
+    return next;
+  }
+
+  async create(
+    run: Omit<RunRecord, 'status' | 'error' | 'createdAt' | 'updatedAt' | 'endedAt'>,
+    nodeIds: readonly string[],
+    events: readonly NewEvent[],
+  ): Promise<RunEvent[]> {
+    const now = this.clock.now().getTime();
+    this.nextSeq.set(run.id, 1);
+    return this.db.transaction(async (trx) => {
+      await trx('canvas_runs').insert({
+        id: run.id,
+        wallet: run.wallet,
+        agent_id: run.agentId,
+        workflow_id: run.workflowId,
+        workflow_version: run.workflowVersion,
+        document: JSON.stringify(run.document),
+        inputs: JSON.stringify(run.inputs),
+        status: 'running',
+        preview_token: run.previewToken,
+        created_at: now,
+        updated_at: now,
+      });
+      // Batches keep under SQLite's limit of bound variables a statement.
+      const rows = nodeIds.map((node_id) => ({ run_id: run.id, node_id, state: 'queued', attempt: 0 }));
+      for (let i = 0; i < rows.length; i += 100) await trx('canvas_node_runs').insert(rows.slice(i, i + 100));
+      return this.append(trx, run.id, events);
+    });
+  }
+
+  /** Changes a node's state and records the events it causes, in one transaction. */
+  async changeNode(runId: string, nodeId: string, change: NodeChange, events: readonly NewEvent[]): Promise<RunEvent[]> {
+    const row: Record<string, unknown> = { state: change.state };
+    if (change.attempt !== undefined) row.attempt = change.attempt;
+    if (change.outputs !== undefined) row.outputs = JSON.stringify(change.outputs);
+    if (change.error !== undefined) row.error = JSON.stringify(change.error);
+    if (change.decision !== undefined) row.decision = JSON.stringify(change.decision);
+    if (change.startedAt !== undefined) row.started_at = change.startedAt.getTime();
+    if (change.endedAt !== undefined) row.ended_at = change.endedAt.getTime();
+    return this.serial(runId, () =>
+      this.db.transaction(async (trx) => {
+        await trx('canvas_node_runs').where({ run_id: runId, node_id: nodeId }).update(row);
+        return this.append(trx, runId, events);
+      }),
+    );
+  }
+
+  /** Changes the run's status (ending it when the status is final) with its events. */
+  async changeRun(runId: string, status: RunStatus, events: readonly NewEvent[], error?: RunError): Promise<RunEvent[]> {
+    const now = this.clock.now().getTime();
+    return this.serial(runId, () =>
+      this.db.transaction(async (trx) => {
+      await trx('canvas_runs')
+        .where({ id: runId })
+        .update({
+          status,
+          updated_at: now,
+          ...(error ? { error: JSON.stringify(error) } : {}),
+          ...(ENDED_RUN.includes(status) ? { ended_at: now } : {}),
+        });
+      return this.append(trx, runId, events);
+    }),
+    );
+  }
+
+  /** Events that change no state (a node's log line, a cost). */
+  async record(runId: string, events: readonly NewEvent[]): Promise<RunEvent[]> {
+    return this.serial(runId, () => this.db.transaction((trx) => this.append(trx, runId, events)));
+  }
+
+  private async append(trx: Database, runId: string, events: readonly NewEvent[]): Promise<RunEvent[]> {
+    if (events.length === 0) return [];
+    const seq = this.nextSeq.get(runId);
+    if (seq === undefined) throw new SigilError('internal', `Run ${runId} is not tracked by this process`);
+    const at = this.clock.now();
+    const stored = events.map((event, index) => ({ ...event, seq: seq + index, at: at.toISOString() }));
+    await trx('canvas_events').insert(
+      stored.map((event) => ({
+        run_id: runId,
+        seq: event.seq,
+        type: event.type,
+        data: JSON.stringify(event.data),
+        created_at: at.getTime(),
+      })),
+    );
+    this.nextSeq.set(runId, seq + events.length);
+    return stored;
+  }
+
+  /** Forgets an ended run's event counter. */
+  release(runId: string): void {
+    this.nextSeq.delete(runId);
+  }
+
+  /** The wallet's run (404 for anyone else's). */
+  async get(wallet: string, id: string): Promise<RunRecord> {
+    const row = (await this.db('canvas_runs').where({ id, wallet }).first()) as RunRow | undefined;
+    if (!row) throw runNotFound(id);
+    return runRecord(row);
+  }
+
+  async byPreviewToken(token: string): Promise<RunRecord | undefined> {
+    const row = (await this.db('canvas_runs').where({ preview_token: token }).first()) as RunRow | undefined;
+    return row ? runRecord(row) : undefined;
+  }
+
+  async nodes(runId: string): Promise<NodeRecord[]> {
+    const rows = (await this.db('canvas_node_runs').where({ run_id: runId })) as NodeRow[];
+    return rows.map(nodeRecord);
+  }
+
+  async list(wallet: string, limit: number, before?: Date): Promise<RunRecord[]> {
+    const query = this.db('canvas_runs').where({ wallet });
+    if (before) query.where('created_at', '<', before.getTime());
+    return ((await query.orderBy('created_at', 'desc').limit(limit)) as RunRow[]).map(runRecord);
+  }
+
+  /** The wallet's runs that have not ended. */
+  async activeCount(wallet: string): Promise<number> {
+    const found = await this.db('canvas_runs')
+      .where({ wallet })
+      .whereNull('ended_at')
+      .count({ n: '*' })
+      .first();
+    return Number(found?.n ?? 0);
+  }
+
+  /** Every run not yet ended: what a starting runtime picks up again. */
+  async unfinished(): Promise<RunRecord[]> {
+    return ((await this.db('canvas_runs').whereNull('ended_at').orderBy('created_at')) as RunRow[]).map(runRecord);
+  }
+
+  async events(runId: string, afterSeq: number): Promise<RunEvent[]> {
+    const rows = await this.db('canvas_events')
+      .where({ run_id: runId })
+      .andWhere('seq', '>', afterSeq)
+      .orderBy('seq');
+    return (rows as { seq: number; type: string; data: string; created_at: string | number }[]).map((row) => ({
+      seq: Number(row.seq),
+      type: row.type,
+      data: JSON.parse(row.data) as Record<string, unknown>,
+      at: new Date(Number(row.created_at)).toISOString(),
+    }));
+  }
+}

@@ -1,0 +1,39 @@
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { CanvasWorkspaceV2 } from '@sigil/plugin-api';
+import { initWorkspace } from '@sigil/plugin-api/canvas';
+import type { RunRecord } from './runs.ts';
+
+/** Each run's git working tree under `dataDir/runs/<id>/workspace`, made on first use. */
+export class Workspaces {
+  readonly root: string;
+  private readonly made = new Map<string, Promise<void>>();
+
+  constructor(
+    dataDir: string,
+    /** The runtime's public base URL, where /canvas/preview/<token>/ serves a workspace. */
+    private readonly publicBase: string,
+  ) {
+    this.root = resolve(dataDir, 'runs');
+  }
+
+  dirOf(runId: string): string {
+    return resolve(this.root, runId, 'workspace');
+  }
+
+  async of(run: RunRecord): Promise<CanvasWorkspaceV2> {
+    const dir = this.dirOf(run.id);
+    let making = this.made.get(run.id);
+    if (!making) {
+      making = existsSync(resolve(dir, '.git')) ? Promise.resolve() : initWorkspace(dir);
+      this.made.set(run.id, making);
+      making.catch(() => this.made.delete(run.id));
+    }
+    await making;
+    return { dir, previewUrl: `${this.publicBase}/canvas/preview/${run.previewToken}/` };
+  }
+
+  forget(runId: string): void {
+    this.made.delete(runId);
+  }
+}
