@@ -14,7 +14,12 @@ export interface ApprovalRequest {
  * The message a signed decision covers: the run, the node and the hash of the value shown, so a
  * signature approves exactly that value in that run and cannot be replayed on another.
  */
-export const approvalMessage = (runId: string, nodeId: string, valueHash: string, approved: boolean): string =>
+export const approvalMessage = (
+  runId: string,
+  nodeId: string,
+  valueHash: string,
+  approved: boolean,
+): string =>
   [
     'Sigil canvas approval',
     `Run: ${runId}`,
@@ -64,7 +69,9 @@ export async function checkedDecision(
     });
   if (input.signature !== undefined) {
     const message = approvalMessage(runId, nodeId, valueHash, input.approved);
-    const valid = await verifyMessage({ address: owner, message, signature: input.signature }).catch(() => false);
+    const valid = await verifyMessage({ address: owner, message, signature: input.signature }).catch(
+      () => false,
+    );
     if (!valid)
       throw new SigilError('forbidden', "The signature is not the run owner's over this decision", {
         details: { reason: 'approval_signature_invalid' },

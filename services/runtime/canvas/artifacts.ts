@@ -16,11 +16,21 @@ export class RunArtifacts {
     private readonly maxBytes: number,
   ) {}
 
-  async put(runId: string, nodeId: string, name: string, contentType: string, content: Uint8Array): Promise<StoredArtifact> {
+  async put(
+    runId: string,
+    nodeId: string,
+    name: string,
+    contentType: string,
+    content: Uint8Array,
+  ): Promise<StoredArtifact> {
     if (content.byteLength > this.maxBytes)
-      throw new SigilError('payload_too_large', `Artifact ${name} is ${content.byteLength} bytes; at most ${this.maxBytes}`, {
-        details: { reason: 'artifact_too_large', limit: this.maxBytes },
-      });
+      throw new SigilError(
+        'payload_too_large',
+        `Artifact ${name} is ${content.byteLength} bytes; at most ${this.maxBytes}`,
+        {
+          details: { reason: 'artifact_too_large', limit: this.maxBytes },
+        },
+      );
     const artifact: StoredArtifact = {
       id: randomUUID(),
       nodeId,
@@ -55,8 +65,7 @@ export class RunArtifacts {
   /** An artifact of the run with its content; 404 when the run has none of that id. */
   async content(runId: string, id: string): Promise<StoredArtifact & { content: Buffer }> {
     const row = (await this.db('canvas_artifacts').where({ run_id: runId, id }).first()) as
-      | (ArtifactRow & { content: Buffer | Uint8Array })
-      | undefined;
+      (ArtifactRow & { content: Buffer | Uint8Array }) | undefined;
     if (!row)
       throw new SigilError('not_found', `Run ${runId} has no artifact ${id}`, {
         details: { reason: 'artifact_not_found', id },

@@ -16,12 +16,16 @@ export const canvasSchema = z
       .default('data/canvas')
       .describe("Where runs' git workspaces live (one directory per run); relative to the working directory"),
     maxNodes: int(1, 10_000).default(200).describe('Nodes one workflow may have'),
-    maxParallelNodes: int(1, 64).default(4).describe('Nodes of one run running at once (independent branches)'),
+    maxParallelNodes: int(1, 64)
+      .default(4)
+      .describe('Nodes of one run running at once (independent branches)'),
     maxActiveRuns: int(1, 10_000)
       .default(8)
       .describe('Runs of one wallet not yet ended (running or waiting for approval); more are refused'),
     maxWorkflowsPerWallet: int(1, 100_000).default(200).describe('Saved workflows one wallet may keep'),
-    maxDocumentBytes: int(1024, 16 * 1024 * 1024).default(512 * 1024).describe('Largest workflow document'),
+    maxDocumentBytes: int(1024, 16 * 1024 * 1024)
+      .default(512 * 1024)
+      .describe('Largest workflow document'),
     nodeTimeoutSeconds: int(1, 86_400)
       .default(300)
       .describe("A node's timeout unless its own timeoutSeconds says otherwise"),
@@ -34,7 +38,9 @@ export const canvasSchema = z
       .boolean()
       .default(false)
       .describe("Accept an approval only with the owner's wallet signature over the run, node and value"),
-    maxArtifactBytes: int(1024, 256 * 1024 * 1024).default(16 * 1024 * 1024).describe('Largest run artifact'),
+    maxArtifactBytes: int(1024, 256 * 1024 * 1024)
+      .default(16 * 1024 * 1024)
+      .describe('Largest run artifact'),
     maxOutputBytes: int(1024, 64 * 1024 * 1024)
       .default(4 * 1024 * 1024)
       .describe("Largest node's outputs, as JSON"),

@@ -7,7 +7,15 @@ import type { CanvasPortType } from '@sigil/plugin-api';
  */
 export const WORKFLOW_FORMAT = 'sigil.canvas.workflow/v1';
 
-const PORT_TYPES = ['string', 'number', 'boolean', 'object', 'array', 'files', 'json'] as const satisfies readonly CanvasPortType[];
+const PORT_TYPES = [
+  'string',
+  'number',
+  'boolean',
+  'object',
+  'array',
+  'files',
+  'json',
+] as const satisfies readonly CanvasPortType[];
 
 /** Node ids and port names: `$inputs` (the run's inputs) can never be one. */
 const NAME = /^[a-z][a-z0-9_-]{0,62}$/i;
@@ -57,7 +65,9 @@ export const workflowDocumentSchema = z
     failurePolicy: z
       .enum(['fail-fast', 'continue'])
       .default('fail-fast')
-      .describe('fail-fast: a failure skips every node not yet started; continue: only those downstream of it'),
+      .describe(
+        'fail-fast: a failure skips every node not yet started; continue: only those downstream of it',
+      ),
   })
   .strict();
 

@@ -34,7 +34,13 @@ export class RunEvents {
    * Streams a run's events after `afterSeq` to `sse`: the stored ones, then live ones, until the run
    * ends (or `hasEnded` said it had) or the client goes. Resolves once the stream is closed.
    */
-  async stream(store: RunStore, runId: string, afterSeq: number, sse: SseStream, hasEnded: boolean): Promise<void> {
+  async stream(
+    store: RunStore,
+    runId: string,
+    afterSeq: number,
+    sse: SseStream,
+    hasEnded: boolean,
+  ): Promise<void> {
     let last = afterSeq;
     let ended = false;
     const buffered: RunEvent[] = [];

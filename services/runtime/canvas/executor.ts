@@ -50,6 +50,8 @@ export class ActiveRun {
   readonly decisions = new Map<string, CanvasApprovalV2>();
   readonly attempts = new Map<string, number>();
   readonly running = new Set<string>();
+  /** Approval nodes whose request is stored (and streamed). */
+  readonly requested = new Set<string>();
   readonly abort = new AbortController();
   /** Resolves once the run has ended. */
   readonly ended: Promise<void>;
@@ -143,7 +145,10 @@ export class CanvasExecutor {
         });
     }
     for (const id of plan.order)
-      if (run.states.get(id) === 'waiting_approval') this.armApprovalTimeout(run, id);
+      if (run.states.get(id) === 'waiting_approval') {
+        run.requested.add(id);
+        this.armApprovalTimeout(run, id);
+      }
     this.pump(run);
     return run;
   }
@@ -159,16 +164,20 @@ export class CanvasExecutor {
       const blocked = upstream.some((state) => ENDED_NODE.includes(state) && state !== 'succeeded');
       if (run.cancelled) this.settleQueued(run, id, 'cancelled');
       else if (blocked || (failFast && anyFailed)) this.settleQueued(run, id, 'skipped');
-      else if (upstream.every((state) => state === 'succeeded') && run.running.size < this.deps.settings.maxParallelNodes)
+      else if (
+        upstream.every((state) => state === 'succeeded') &&
+        run.running.size < this.deps.settings.maxParallelNodes
+      )
         this.launch(run, id);
     }
-    const waiting = [...run.states.values()].includes('waiting_approval');
-    const queued = [...run.states.values()].includes('queued');
-    if (run.running.size > 0 || queued) {
-      if (run.status === 'waiting_approval' && run.running.size > 0) void this.setStatus(run, 'running');
+    if (run.running.size > 0) {
+      if (run.status === 'waiting_approval') void this.setStatus(run, 'running');
       return;
     }
-    if (waiting && !run.cancelled) {
+    const waiting = [...run.states].filter(([, state]) => state === 'waiting_approval').map(([id]) => id);
+    // An approval asked for but not yet recorded: its request pumps again once it is.
+    if (waiting.some((id) => !run.requested.has(id))) return;
+    if (waiting.length > 0) {
       if (run.status !== 'waiting_approval') void this.setStatus(run, 'waiting_approval');
       return;
     }
@@ -194,7 +203,10 @@ export class CanvasExecutor {
     run.states.set(id, 'running');
     const task = this.execute(run, id)
       .catch((err: unknown) =>
-        this.deps.logger.error({ err, runId: run.record.id, nodeId: id }, 'canvas: a node failed unexpectedly'),
+        this.deps.logger.error(
+          { err, runId: run.record.id, nodeId: id },
+          'canvas: a node failed unexpectedly',
+        ),
       )
       .finally(() => {
         run.running.delete(id);
@@ -210,6 +222,7 @@ export class CanvasExecutor {
       { type: 'node.status', data: { nodeId: id, state: 'waiting_approval' } },
       { type: 'approval.required', data: { nodeId: id, ...request } },
     ]);
+    run.requested.add(id);
     this.armApprovalTimeout(run, id);
     this.pump(run);
   }
@@ -217,7 +230,10 @@ export class CanvasExecutor {
   private armApprovalTimeout(run: ActiveRun, id: string): void {
     const timer = setTimeout(() => {
       if (run.states.get(id) !== 'waiting_approval') return;
-      this.deps.logger.info({ runId: run.record.id, nodeId: id }, 'canvas: an approval timed out; the run is cancelled');
+      this.deps.logger.info(
+        { runId: run.record.id, nodeId: id },
+        'canvas: an approval timed out; the run is cancelled',
+      );
       void this.cancel(run, 'approval_timeout');
     }, this.deps.settings.approvalTimeoutSeconds * 1000);
     timer.unref();
@@ -231,11 +247,15 @@ export class CanvasExecutor {
         details: { reason: 'not_waiting_approval', nodeId: id, state: run.states.get(id) ?? null },
       });
     clearTimeout(run.approvalTimers.get(id));
+    run.requested.delete(id);
     run.decisions.set(id, decision);
     run.states.set(id, 'queued');
-    await this.change(run, id, { state: 'queued', decision: decision as unknown as Record<string, unknown> }, [
-      { type: 'approval.decided', data: { ...decision } },
-    ]);
+    await this.change(
+      run,
+      id,
+      { state: 'queued', decision: decision as unknown as Record<string, unknown> },
+      [{ type: 'approval.decided', data: { ...decision } }],
+    );
     if (run.status === 'waiting_approval') await this.setStatus(run, 'running');
     this.pump(run);
   }
@@ -248,7 +268,7 @@ export class CanvasExecutor {
     await this.emit(run, [{ type: 'run.cancelling', data: { reason } }]);
     for (const [id, state] of run.states)
       if (state === 'waiting_approval') {
-        run.states.set(id, 'queued');
+        run.requested.delete(id);
         this.settleQueued(run, id, 'cancelled');
       }
     this.pump(run);
@@ -268,10 +288,15 @@ export class CanvasExecutor {
       if ('outputs' in outcome) {
         run.outputs.set(id, outcome.outputs);
         run.states.set(id, 'succeeded');
-        await this.change(run, id, { state: 'succeeded', outputs: outcome.outputs, endedAt: this.deps.now() }, [
-          { type: 'node.output', data: { nodeId: id, outputs: outcome.outputs } },
-          { type: 'node.status', data: { nodeId: id, state: 'succeeded', attempt } },
-        ]);
+        await this.change(
+          run,
+          id,
+          { state: 'succeeded', outputs: outcome.outputs, endedAt: this.deps.now() },
+          [
+            { type: 'node.output', data: { nodeId: id, outputs: outcome.outputs } },
+            { type: 'node.status', data: { nodeId: id, state: 'succeeded', attempt } },
+          ],
+        );
         return;
       }
       if (run.cancelled) {
@@ -286,7 +311,9 @@ export class CanvasExecutor {
         return;
       }
       const backoffMs = this.deps.settings.retryBackoffMs * 2 ** (attempt - 1);
-      await this.emit(run, [{ type: 'node.retry', data: { nodeId: id, attempt, error: outcome.error, backoffMs } }]);
+      await this.emit(run, [
+        { type: 'node.retry', data: { nodeId: id, attempt, error: outcome.error, backoffMs } },
+      ]);
       await delay(backoffMs, undefined, { signal: run.abort.signal }).catch(() => undefined);
     }
   }
@@ -307,11 +334,15 @@ export class CanvasExecutor {
     const planned = run.node(id);
     const timeoutMs = (planned.spec.timeoutSeconds ?? this.deps.settings.nodeTimeoutSeconds) * 1000;
     const signal = AbortSignal.any([run.abort.signal, AbortSignal.timeout(timeoutMs)]);
-    const approvals = planned.plugin.effect === 'approval'
-      ? [run.decisions.get(id) as CanvasApprovalV2]
-      : planned.approvals.map((approval) => run.decisions.get(approval)).filter((d) => d !== undefined);
+    const approvals =
+      planned.plugin.effect === 'approval'
+        ? [run.decisions.get(id) as CanvasApprovalV2]
+        : planned.approvals.map((approval) => run.decisions.get(approval)).filter((d) => d !== undefined);
     try {
-      if (planned.plugin.effect === 'writes' && (approvals.length === 0 || approvals.some((d) => !d.approved)))
+      if (
+        planned.plugin.effect === 'writes' &&
+        (approvals.length === 0 || approvals.some((d) => !d.approved))
+      )
         throw new SigilError('forbidden', `Write node ${id} has no approved approval upstream`, {
           details: { reason: 'approval_required', nodeId: id },
         });
@@ -325,7 +356,10 @@ export class CanvasExecutor {
         approvals,
         log: (message, data) => {
           void this.emit(run, [
-            { type: 'node.log', data: { nodeId: id, message: String(message).slice(0, 4000), ...(data ? { data } : {}) } },
+            {
+              type: 'node.log',
+              data: { nodeId: id, message: String(message).slice(0, 4000), ...(data ? { data } : {}) },
+            },
           ]);
         },
         signal,
@@ -352,7 +386,11 @@ export class CanvasExecutor {
     } catch (err) {
       const timedOut = signal.aborted && !run.abort.signal.aborted;
       const error = timedOut
-        ? { code: 'unavailable', reason: 'node_timeout', message: `Node ${id} took longer than ${timeoutMs / 1000} s` }
+        ? {
+            code: 'unavailable',
+            reason: 'node_timeout',
+            message: `Node ${id} took longer than ${timeoutMs / 1000} s`,
+          }
         : this.deps.redact(runErrorOf(err));
       if (!isSigilError(err) && !timedOut && !run.cancelled)
         this.deps.logger.warn({ err, runId: run.record.id, nodeId: id }, 'canvas: a node failed');
@@ -365,7 +403,9 @@ export class CanvasExecutor {
     const inputs: Record<string, unknown> = {};
     for (const [port, source] of Object.entries(run.node(id).inputs)) {
       const value =
-        source.node === '$inputs' ? run.record.inputs[source.port] : run.outputs.get(source.node)?.[source.port];
+        source.node === '$inputs'
+          ? run.record.inputs[source.port]
+          : run.outputs.get(source.node)?.[source.port];
       if (value !== undefined) inputs[port] = value;
     }
     return inputs;
@@ -373,19 +413,31 @@ export class CanvasExecutor {
 
   private async setStatus(run: ActiveRun, status: RunStatus): Promise<void> {
     run.status = status;
-    await this.publish(run, this.deps.store.changeRun(run.record.id, status, [{ type: 'run.status', data: { status } }]));
+    await this.publish(
+      run,
+      this.deps.store.changeRun(run.record.id, status, [{ type: 'run.status', data: { status } }]),
+    );
   }
 
   private async endRun(run: ActiveRun): Promise<void> {
     if (!this.active.has(run.record.id)) return;
     this.active.delete(run.record.id);
     const states = [...run.states.values()];
-    const status: RunStatus = run.cancelled ? 'cancelled' : states.includes('failed') ? 'failed' : 'succeeded';
+    const status: RunStatus = run.cancelled
+      ? 'cancelled'
+      : states.includes('failed')
+        ? 'failed'
+        : 'succeeded';
     run.status = status;
     const failed = [...run.states].filter(([, state]) => state === 'failed').map(([id]) => id);
     const error: RunError | undefined =
       status === 'failed'
-        ? { code: 'conflict', reason: 'nodes_failed', message: `Nodes failed: ${failed.join(', ')}`, details: { nodes: failed } }
+        ? {
+            code: 'conflict',
+            reason: 'nodes_failed',
+            message: `Nodes failed: ${failed.join(', ')}`,
+            details: { nodes: failed },
+          }
         : undefined;
     await this.publish(
       run,
@@ -431,4 +483,9 @@ export class CanvasExecutor {
 }
 
 /** Failures a retry cannot change: a missing approval, a refused budget, a bad input. */
-const NOT_RETRIED = new Set(['approval_required', 'approval_rejected', 'budget_exceeded', 'insufficient_balance']);
+const NOT_RETRIED = new Set([
+  'approval_required',
+  'approval_rejected',
+  'budget_exceeded',
+  'insufficient_balance',
+]);

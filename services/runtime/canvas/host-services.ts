@@ -62,10 +62,14 @@ export class CanvasHostServices {
   private principal(run: ActiveRun): AuthPrincipal {
     const principal = run.principal as AuthPrincipal | undefined;
     if (!principal)
-      throw new SigilError('forbidden', 'This run needs the wallet\'s vault, and nobody has signed in for it since the runtime restarted', {
-        hint: 'Sign in, unlock the vault, and approve or retry the run',
-        details: { reason: 'vault_locked' },
-      });
+      throw new SigilError(
+        'forbidden',
+        "This run needs the wallet's vault, and nobody has signed in for it since the runtime restarted",
+        {
+          hint: 'Sign in, unlock the vault, and approve or retry the run',
+          details: { reason: 'vault_locked' },
+        },
+      );
     return principal;
   }
 
@@ -91,10 +95,16 @@ export class CanvasHostServices {
       });
     const { apiKey, keyKind } = await this.deps.chat.keyFor(this.principal(run), entry.provider.keySlot);
     const messages: LlmMessage[] = [];
-    const system = [request.system, request.schema ? schemaInstruction(request.schema) : undefined].filter(Boolean);
+    const system = [request.system, request.schema ? schemaInstruction(request.schema) : undefined].filter(
+      Boolean,
+    );
     if (system.length > 0) messages.push({ role: 'system', content: system.join('\n\n') });
     messages.push({ role: 'user', content: request.prompt });
-    const estimate = platformCost(keyKind, this.deps.chat.turnCost(messages, [], entry.model), 0).platformCost;
+    const estimate = platformCost(
+      keyKind,
+      this.deps.chat.turnCost(messages, [], entry.model),
+      0,
+    ).platformCost;
     const hold = await this.deps.holds.hold({ wallet, agentId, amount: estimate, idempotencyKey: holdKey });
     let base = 0n;
     let text = '';
@@ -104,7 +114,10 @@ export class CanvasHostServices {
       for await (const part of entry.provider.doStream({
         model,
         messages,
-        maxOutputTokens: Math.min(request.maxOutputTokens ?? Infinity, this.deps.chat.settings.maxOutputTokens),
+        maxOutputTokens: Math.min(
+          request.maxOutputTokens ?? Infinity,
+          this.deps.chat.settings.maxOutputTokens,
+        ),
         apiKey,
         signal,
       })) {
@@ -136,9 +149,13 @@ export class CanvasHostServices {
     }
     const validate = this.ajv.compile(schema);
     if (!validate(value))
-      throw new SigilError('unavailable', `The model's JSON does not match the schema: ${this.ajv.errorsText(validate.errors)}`, {
-        details: { reason: 'llm_output_invalid' },
-      });
+      throw new SigilError(
+        'unavailable',
+        `The model's JSON does not match the schema: ${this.ajv.errorsText(validate.errors)}`,
+        {
+          details: { reason: 'llm_output_invalid' },
+        },
+      );
     return value;
   }
 
@@ -160,7 +177,11 @@ export class CanvasHostServices {
   }
 
   /** The run's own MCP session at the gateway (its X-MCP-Session), with `servers` enabled in it. */
-  private async session(run: ActiveRun, servers: readonly string[], signal: AbortSignal): Promise<GatewayToolSession> {
+  private async session(
+    run: ActiveRun,
+    servers: readonly string[],
+    signal: AbortSignal,
+  ): Promise<GatewayToolSession> {
     const runId = run.record.id;
     let opening = this.toolSessions.get(runId);
     if (!opening) {
@@ -219,7 +240,11 @@ export class CanvasHostServices {
     }
   }
 
-  private async listTools(run: ActiveRun, servers: readonly string[], signal: AbortSignal): Promise<CanvasToolInfoV2[]> {
+  private async listTools(
+    run: ActiveRun,
+    servers: readonly string[],
+    signal: AbortSignal,
+  ): Promise<CanvasToolInfoV2[]> {
     const session = await this.session(run, servers, signal);
     return session.definitions().flatMap((definition) => {
       const [server, ...rest] = definition.name.split('__');

@@ -43,5 +43,9 @@ export function runErrorOf(err: unknown): RunError {
     };
   if (isLlmProviderError(err))
     return { code: 'unavailable', reason: `provider_${err.kind}`, message: err.message };
-  return { code: 'internal', reason: 'node_error', message: 'The node failed; the operator finds the cause in the logs' };
+  return {
+    code: 'internal',
+    reason: 'node_error',
+    message: 'The node failed; the operator finds the cause in the logs',
+  };
 }

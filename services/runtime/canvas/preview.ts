@@ -23,7 +23,8 @@ const CONTENT_TYPES: Record<string, string> = {
   '.ico': 'image/x-icon',
 };
 
-const notFound = () => new SigilError('not_found', 'No such preview file', { details: { reason: 'preview_not_found' } });
+const notFound = () =>
+  new SigilError('not_found', 'No such preview file', { details: { reason: 'preview_not_found' } });
 
 /**
  * `GET /canvas/preview/<token>/<path>`: a run's workspace files, read-only, to whoever holds the
@@ -34,7 +35,10 @@ const notFound = () => new SigilError('not_found', 'No such preview file', { det
 export function previewRouter(canvas: CanvasService): Router {
   const router = new Router();
   router.get(/^\/preview\/([A-Za-z0-9_-]{32})\/(.*)$/, async (ctx) => {
-    const [token, path] = [ctx.params[0] as string, decodeURIComponent((ctx.params[1] as string) || 'index.html')];
+    const [token, path] = [
+      ctx.params[0] as string,
+      decodeURIComponent((ctx.params[1] as string) || 'index.html'),
+    ];
     const run = await canvas.runs.byPreviewToken(token);
     if (!run) throw notFound();
     const root = await realpath(canvas.workspaces.dirOf(run.id)).catch(() => {
@@ -47,7 +51,10 @@ export function previewRouter(canvas: CanvasService): Router {
     });
     if (!file.startsWith(root + sep) || !(await stat(file)).isFile()) throw notFound();
     ctx.set('Content-Type', CONTENT_TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream');
-    ctx.set('Content-Security-Policy', 'sandbox allow-scripts; default-src \'self\' data:; style-src \'self\' \'unsafe-inline\'');
+    ctx.set(
+      'Content-Security-Policy',
+      "sandbox allow-scripts; default-src 'self' data:; style-src 'self' 'unsafe-inline'",
+    );
     ctx.set('X-Content-Type-Options', 'nosniff');
     ctx.set('Cache-Control', 'no-store');
     ctx.body = createReadStream(file);

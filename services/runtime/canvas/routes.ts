@@ -12,7 +12,10 @@ import { previewRouter } from './preview.ts';
 const uuid = (what: string) => z.uuid(`must be ${what} (a UUID)`);
 const runParams = z.object({ id: uuid('a run id') });
 const workflowParams = z.object({ id: uuid('a workflow id') });
-const nodeParams = z.object({ id: uuid('a run id'), nodeId: z.string().regex(/^[A-Za-z][A-Za-z0-9_-]{0,62}$/) });
+const nodeParams = z.object({
+  id: uuid('a run id'),
+  nodeId: z.string().regex(/^[A-Za-z][A-Za-z0-9_-]{0,62}$/),
+});
 const artifactParams = z.object({ id: uuid('a run id'), artifactId: uuid('an artifact id') });
 
 const executeBody = z
@@ -27,13 +30,21 @@ const executeBody = z
   .refine((body) => (body.workflow === undefined) !== (body.workflowId === undefined), {
     message: 'give either workflow (a document) or workflowId (a saved workflow)',
   });
-const saveBody = z.object({ workflow: z.unknown(), expectedVersion: z.number().int().min(1).optional() }).strict();
+const saveBody = z
+  .object({ workflow: z.unknown(), expectedVersion: z.number().int().min(1).optional() })
+  .strict();
 const decisionBody = z
   .object({
     approved: z.boolean(),
     comment: z.string().max(2000).optional(),
-    valueHash: z.string().regex(/^[0-9a-f]{64}$/, 'SHA-256 hex').optional(),
-    signature: z.string().regex(/^0x[0-9a-fA-F]+$/, 'a 0x-hex signature').optional(),
+    valueHash: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/, 'SHA-256 hex')
+      .optional(),
+    signature: z
+      .string()
+      .regex(/^0x[0-9a-fA-F]+$/, 'a 0x-hex signature')
+      .optional(),
   })
   .strict();
 const listQuery = z.object({
@@ -87,9 +98,17 @@ export function canvasRouter(canvas: CanvasService): Router {
   });
   router.post('/workflows', async (ctx) => {
     const body = parseInput(saveBody, ctx.request.body ?? {}, 'body');
-    const saved = await canvas.workflows.create(principalOf(ctx.state).address, canvas.validate(body.workflow).document);
+    const saved = await canvas.workflows.create(
+      principalOf(ctx.state).address,
+      canvas.validate(body.workflow).document,
+    );
     ctx.status = 201;
-    ctx.body = { id: saved.id, version: saved.version, name: saved.name, createdAt: saved.createdAt.toISOString() };
+    ctx.body = {
+      id: saved.id,
+      version: saved.version,
+      name: saved.name,
+      createdAt: saved.createdAt.toISOString(),
+    };
   });
   router.get('/workflows', async (ctx) => {
     const workflows = await canvas.workflows.list(principalOf(ctx.state).address);
@@ -111,8 +130,18 @@ export function canvasRouter(canvas: CanvasService): Router {
     const body = parseInput(saveBody, ctx.request.body ?? {}, 'body');
     const wallet = principalOf(ctx.state).address;
     await canvas.workflows.get(wallet, id);
-    const saved = await canvas.workflows.update(wallet, id, canvas.validate(body.workflow).document, body.expectedVersion);
-    ctx.body = { id: saved.id, version: saved.version, name: saved.name, createdAt: saved.createdAt.toISOString() };
+    const saved = await canvas.workflows.update(
+      wallet,
+      id,
+      canvas.validate(body.workflow).document,
+      body.expectedVersion,
+    );
+    ctx.body = {
+      id: saved.id,
+      version: saved.version,
+      name: saved.name,
+      createdAt: saved.createdAt.toISOString(),
+    };
   });
   router.delete('/workflows/:id', async (ctx) => {
     const { id } = parseInput(workflowParams, ctx.params, 'params');
@@ -130,7 +159,11 @@ export function canvasRouter(canvas: CanvasService): Router {
 
   router.get('/runs', async (ctx) => {
     const { limit, before } = parseInput(listQuery, ctx.query, 'query');
-    const runs = await canvas.runs.list(principalOf(ctx.state).address, limit, before ? new Date(before) : undefined);
+    const runs = await canvas.runs.list(
+      principalOf(ctx.state).address,
+      limit,
+      before ? new Date(before) : undefined,
+    );
     ctx.body = { runs: runs.map(runView) };
   });
   router.get('/runs/:id', async (ctx) => {
@@ -151,7 +184,10 @@ export function canvasRouter(canvas: CanvasService): Router {
         startedAt: node.startedAt?.toISOString() ?? null,
         endedAt: node.endedAt?.toISOString() ?? null,
       })),
-      artifacts: (await canvas.artifacts.list(id)).map((a) => ({ ...a, createdAt: a.createdAt.toISOString() })),
+      artifacts: (await canvas.artifacts.list(id)).map((a) => ({
+        ...a,
+        createdAt: a.createdAt.toISOString(),
+      })),
       charged: canvas.executor.get(id)?.charged.toString(),
     };
   });
@@ -173,10 +209,17 @@ export function canvasRouter(canvas: CanvasService): Router {
     const body = parseInput(decisionBody, ctx.request.body ?? {}, 'body');
     const principal = principalOf(ctx.state);
     const run = await canvas.activeRun(principal, id);
-    const decision = await checkedDecision(principal.address, id, nodeId, canvas.approvalValue(run, nodeId), {
-      ...body,
-      signature: body.signature as `0x${string}` | undefined,
-    }, { requireSignature: canvas.settings.requireSignedApprovals, now: new Date() });
+    const decision = await checkedDecision(
+      principal.address,
+      id,
+      nodeId,
+      canvas.approvalValue(run, nodeId),
+      {
+        ...body,
+        signature: body.signature as `0x${string}` | undefined,
+      },
+      { requireSignature: canvas.settings.requireSignedApprovals, now: new Date() },
+    );
     run.principal = principal;
     await canvas.executor.decide(run, nodeId, decision);
     ctx.body = { runId: id, nodeId, approved: decision.approved, valueHash: decision.valueHash };
@@ -186,7 +229,10 @@ export function canvasRouter(canvas: CanvasService): Router {
     await canvas.runs.get(principalOf(ctx.state).address, id);
     const artifact = await canvas.artifacts.content(id, artifactId);
     ctx.set('Content-Type', artifact.contentType);
-    ctx.set('Content-Disposition', `attachment; filename="${artifact.name.replace(/[^A-Za-z0-9._-]/g, '_')}"`);
+    ctx.set(
+      'Content-Disposition',
+      `attachment; filename="${artifact.name.replace(/[^A-Za-z0-9._-]/g, '_')}"`,
+    );
     ctx.set('X-Content-Type-Options', 'nosniff');
     ctx.body = artifact.content;
   });

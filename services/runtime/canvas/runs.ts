@@ -5,13 +5,7 @@ import type { WorkflowDocument } from './document.ts';
 
 export type RunStatus = 'running' | 'waiting_approval' | 'succeeded' | 'failed' | 'cancelled';
 export type NodeState =
-  | 'queued'
-  | 'running'
-  | 'waiting_approval'
-  | 'succeeded'
-  | 'failed'
-  | 'skipped'
-  | 'cancelled';
+  'queued' | 'running' | 'waiting_approval' | 'succeeded' | 'failed' | 'skipped' | 'cancelled';
 
 export const ENDED_RUN: readonly RunStatus[] = ['succeeded', 'failed', 'cancelled'];
 export const ENDED_NODE: readonly NodeState[] = ['succeeded', 'failed', 'skipped', 'cancelled'];
@@ -98,7 +92,8 @@ interface NodeRow {
   ended_at: string | number | null;
 }
 
-const time = (value: string | number | null): Date | null => (value === null ? null : new Date(Number(value)));
+const time = (value: string | number | null): Date | null =>
+  value === null ? null : new Date(Number(value));
 const parsed = <T>(value: string | null): T | null => (value === null ? null : (JSON.parse(value) as T));
 
 const runRecord = (row: RunRow): RunRecord => ({
@@ -196,7 +191,12 @@ export class RunStore {
   }
 
   /** Changes a node's state and records the events it causes, in one transaction. */
-  async changeNode(runId: string, nodeId: string, change: NodeChange, events: readonly NewEvent[]): Promise<RunEvent[]> {
+  async changeNode(
+    runId: string,
+    nodeId: string,
+    change: NodeChange,
+    events: readonly NewEvent[],
+  ): Promise<RunEvent[]> {
     const row: Record<string, unknown> = { state: change.state };
     if (change.attempt !== undefined) row.attempt = change.attempt;
     if (change.outputs !== undefined) row.outputs = JSON.stringify(change.outputs);
@@ -213,20 +213,25 @@ export class RunStore {
   }
 
   /** Changes the run's status (ending it when the status is final) with its events. */
-  async changeRun(runId: string, status: RunStatus, events: readonly NewEvent[], error?: RunError): Promise<RunEvent[]> {
+  async changeRun(
+    runId: string,
+    status: RunStatus,
+    events: readonly NewEvent[],
+    error?: RunError,
+  ): Promise<RunEvent[]> {
     const now = this.clock.now().getTime();
     return this.serial(runId, () =>
       this.db.transaction(async (trx) => {
-      await trx('canvas_runs')
-        .where({ id: runId })
-        .update({
-          status,
-          updated_at: now,
-          ...(error ? { error: JSON.stringify(error) } : {}),
-          ...(ENDED_RUN.includes(status) ? { ended_at: now } : {}),
-        });
-      return this.append(trx, runId, events);
-    }),
+        await trx('canvas_runs')
+          .where({ id: runId })
+          .update({
+            status,
+            updated_at: now,
+            ...(error ? { error: JSON.stringify(error) } : {}),
+            ...(ENDED_RUN.includes(status) ? { ended_at: now } : {}),
+          });
+        return this.append(trx, runId, events);
+      }),
     );
   }
 
@@ -294,7 +299,9 @@ export class RunStore {
 
   /** Every run not yet ended: what a starting runtime picks up again. */
   async unfinished(): Promise<RunRecord[]> {
-    return ((await this.db('canvas_runs').whereNull('ended_at').orderBy('created_at')) as RunRow[]).map(runRecord);
+    return ((await this.db('canvas_runs').whereNull('ended_at').orderBy('created_at')) as RunRow[]).map(
+      runRecord,
+    );
   }
 
   async events(runId: string, afterSeq: number): Promise<RunEvent[]> {
@@ -302,11 +309,13 @@ export class RunStore {
       .where({ run_id: runId })
       .andWhere('seq', '>', afterSeq)
       .orderBy('seq');
-    return (rows as { seq: number; type: string; data: string; created_at: string | number }[]).map((row) => ({
-      seq: Number(row.seq),
-      type: row.type,
-      data: JSON.parse(row.data) as Record<string, unknown>,
-      at: new Date(Number(row.created_at)).toISOString(),
-    }));
+    return (rows as { seq: number; type: string; data: string; created_at: string | number }[]).map(
+      (row) => ({
+        seq: Number(row.seq),
+        type: row.type,
+        data: JSON.parse(row.data) as Record<string, unknown>,
+        at: new Date(Number(row.created_at)).toISOString(),
+      }),
+    );
   }
 }

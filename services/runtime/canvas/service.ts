@@ -81,9 +81,13 @@ export class CanvasService {
   validate(document: unknown): ValidatedWorkflow {
     const bytes = Buffer.byteLength(JSON.stringify(document ?? null));
     if (bytes > this.settings.maxDocumentBytes)
-      throw new SigilError('payload_too_large', `The workflow is ${bytes} bytes; at most ${this.settings.maxDocumentBytes}`, {
-        details: { reason: 'workflow_too_large', limit: this.settings.maxDocumentBytes },
-      });
+      throw new SigilError(
+        'payload_too_large',
+        `The workflow is ${bytes} bytes; at most ${this.settings.maxDocumentBytes}`,
+        {
+          details: { reason: 'workflow_too_large', limit: this.settings.maxDocumentBytes },
+        },
+      );
     return validateWorkflow(document, {
       nodeKinds: this.nodeKinds(),
       teamMode: this.settings.teamMode,
@@ -99,14 +103,20 @@ export class CanvasService {
   async execute(principal: AuthPrincipal, request: ExecuteRequest): Promise<ActiveRun> {
     const wallet = principal.address;
     await this.deps.agents.get(wallet, request.agentId);
-    const saved = request.workflowId ? await this.workflows.get(wallet, request.workflowId, request.version) : undefined;
+    const saved = request.workflowId
+      ? await this.workflows.get(wallet, request.workflowId, request.version)
+      : undefined;
     const plan = this.validate(saved ? saved.document : request.workflow);
     checkInputs(plan.document, request.inputs);
     if ((await this.runs.activeCount(wallet)) >= this.settings.maxActiveRuns)
-      throw new SigilError('rate_limited', `At most ${this.settings.maxActiveRuns} runs of a wallet at once`, {
-        hint: 'Wait for a run to end, or cancel one',
-        details: { reason: 'too_many_active_runs', limit: this.settings.maxActiveRuns },
-      });
+      throw new SigilError(
+        'rate_limited',
+        `At most ${this.settings.maxActiveRuns} runs of a wallet at once`,
+        {
+          hint: 'Wait for a run to end, or cancel one',
+          details: { reason: 'too_many_active_runs', limit: this.settings.maxActiveRuns },
+        },
+      );
     const record: Omit<RunRecord, 'status' | 'error' | 'createdAt' | 'updatedAt' | 'endedAt'> = {
       id: randomUUID(),
       wallet,
@@ -178,11 +188,16 @@ export class CanvasService {
         plan = this.validate(record.document);
       } catch (err) {
         // The node kinds it used are no longer loaded: the run cannot go on.
-        await this.runs.changeRun(record.id, 'failed', [{ type: 'run.ended', data: { status: 'failed', reason: 'workflow_invalid' } }], {
-          code: 'conflict',
-          reason: 'workflow_invalid',
-          message: `The run's workflow is no longer valid here: ${(err as Error).message}`,
-        });
+        await this.runs.changeRun(
+          record.id,
+          'failed',
+          [{ type: 'run.ended', data: { status: 'failed', reason: 'workflow_invalid' } }],
+          {
+            code: 'conflict',
+            reason: 'workflow_invalid',
+            message: `The run's workflow is no longer valid here: ${(err as Error).message}`,
+          },
+        );
         continue;
       }
       const run = await this.executor.resume(record, plan, await this.runs.nodes(record.id));
@@ -201,14 +216,20 @@ function checkInputs(document: WorkflowDocument, inputs: Record<string, unknown>
   for (const [name, declared] of Object.entries(document.inputs)) {
     const value = inputs[name];
     if (value === undefined) {
-      if (declared.required) problems.push({ path: `inputs.${name}`, message: `required (${declared.type})` });
+      if (declared.required)
+        problems.push({ path: `inputs.${name}`, message: `required (${declared.type})` });
     } else if (!PORT_VALUE_SCHEMAS[declared.type].safeParse(value).success)
       problems.push({ path: `inputs.${name}`, message: `must be ${declared.type}` });
   }
   for (const name of Object.keys(inputs))
-    if (!(name in document.inputs)) problems.push({ path: `inputs.${name}`, message: 'the workflow declares no such input' });
+    if (!(name in document.inputs))
+      problems.push({ path: `inputs.${name}`, message: 'the workflow declares no such input' });
   if (problems.length > 0)
-    throw new SigilError('invalid_request', `The run's inputs are not valid: ${problems[0]?.path}: ${problems[0]?.message}`, {
-      details: { reason: 'inputs_invalid', problems },
-    });
+    throw new SigilError(
+      'invalid_request',
+      `The run's inputs are not valid: ${problems[0]?.path}: ${problems[0]?.message}`,
+      {
+        details: { reason: 'inputs_invalid', problems },
+      },
+    );
 }

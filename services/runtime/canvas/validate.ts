@@ -1,10 +1,5 @@
 import type { z } from 'zod';
-import {
-  type CanvasNodeV2,
-  type CanvasPortsV2,
-  type CanvasPortType,
-  SigilError,
-} from '@sigil/plugin-api';
+import { type CanvasNodeV2, type CanvasPortsV2, type CanvasPortType, SigilError } from '@sigil/plugin-api';
 import { portAccepts } from '@sigil/plugin-api/canvas';
 import { PORT_REF, workflowDocumentSchema, type WorkflowDocument, type WorkflowNode } from './document.ts';
 

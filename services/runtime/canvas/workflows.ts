@@ -64,9 +64,13 @@ export class Workflows {
   ): Promise<SavedWorkflow> {
     const latest = await this.get(wallet, id);
     if (expectedVersion !== undefined && expectedVersion !== latest.version)
-      throw new SigilError('conflict', `Workflow ${id} is at version ${latest.version}, not ${expectedVersion}`, {
-        details: { reason: 'version_conflict', version: latest.version },
-      });
+      throw new SigilError(
+        'conflict',
+        `Workflow ${id} is at version ${latest.version}, not ${expectedVersion}`,
+        {
+          details: { reason: 'version_conflict', version: latest.version },
+        },
+      );
     return this.insert(wallet, id, latest.version + 1, document);
   }
 
@@ -91,9 +95,9 @@ export class Workflows {
   /** The latest version, or the one asked for. */
   async get(wallet: string, id: string, version?: number): Promise<SavedWorkflow> {
     const query = this.db('canvas_workflows').where({ id, wallet, deleted_at: null });
-    const row = (await (version === undefined ? query.orderBy('version', 'desc') : query.where({ version })).first()) as
-      | WorkflowRow
-      | undefined;
+    const row = (await (
+      version === undefined ? query.orderBy('version', 'desc') : query.where({ version })
+    ).first()) as WorkflowRow | undefined;
     if (!row) throw notFound(id);
     return saved(row);
   }

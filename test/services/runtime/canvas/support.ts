@@ -1,0 +1,97 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
+import type { PluginEntry } from '../../../../core/config/schema.ts';
+import type { TestDatabase } from '../../../support/kernel.ts';
+import { fixturePath } from '../../../support/paths.ts';
+import { readSse, runtimeClient, type SseEvent } from '../chat-support.ts';
+import { pluginsWithLocalProvider, Stack } from '../support.ts';
+
+/** The canvas test node kinds (test/fixtures/canvas): emit, join, flaky, hang, gate (approval), record (writes). */
+export const FIXTURE_NODES = ['emit', 'join', 'flaky', 'hang', 'gate', 'record'];
+
+const fixtureEntries = (): PluginEntry[] =>
+  FIXTURE_NODES.map((name) => ({ resolve: `./${name}.ts`, enabled: true, options: {} }) as PluginEntry);
+
+export interface CanvasWorldOptions {
+  database: TestDatabase;
+  /** Where runs' workspaces live; a fresh directory by default (the same one again to restart). */
+  dataDir?: string;
+  canvas?: Record<string, unknown>;
+  plugins?: PluginEntry[];
+}
+
+/** A runtime (and gateway) on a real kernel with the canvas fixture nodes and provider-local loaded. */
+export async function startCanvasWorld(options: CanvasWorldOptions) {
+  const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'sigil-canvas-data-'));
+  const stack = await Stack.start({
+    database: options.database,
+    configDir: fixturePath('canvas'),
+    config: {
+      plugins: [...pluginsWithLocalProvider(), ...fixtureEntries(), ...(options.plugins ?? [])],
+      runtime: { canvas: { dataDir, retryBackoffMs: 0, ...options.canvas } as never },
+    },
+  });
+  await stack.runtime.canvas.start();
+  return {
+    stack,
+    dataDir,
+    close: async () => {
+      await stack.runtime.canvas.close();
+      await stack.close();
+    },
+    removeData: () => rmSync(dataDir, { recursive: true, force: true }),
+  };
+}
+
+export type CanvasWorld = Awaited<ReturnType<typeof startCanvasWorld>>;
+
+/** A new wallet signed in to the world's runtime, with an agent (on the stand-in's `sigil-echo`). */
+export async function canvasUser(
+  stack: Stack,
+  wallet: PrivateKeyAccount = privateKeyToAccount(generatePrivateKey()),
+) {
+  const jwt = await stack.signIn(wallet);
+  const client = runtimeClient(stack.url('runtime'), jwt);
+  const agent = await client.json('POST', '/agents', { name: 'canvas', model: 'sigil-echo' });
+  if (agent.status !== 201) throw new Error(`agent: ${agent.status} ${JSON.stringify(agent.body)}`);
+  return { wallet, jwt, client, agentId: agent.body.id as string };
+}
+
+export type CanvasUser = Awaited<ReturnType<typeof canvasUser>>;
+
+/** A workflow document of the given nodes and edges (`a.value -> b.after`). */
+export const workflow = (
+  nodes: {
+    id: string;
+    kind: string;
+    params?: Record<string, unknown>;
+    retries?: number;
+    timeoutSeconds?: number;
+  }[],
+  edges: string[] = [],
+  extra: Record<string, unknown> = {},
+) => ({
+  format: 'sigil.canvas.workflow/v1',
+  name: 'test',
+  nodes,
+  edges: edges.map((edge) => {
+    const [from, to] = edge.split(' -> ');
+    return { from, to };
+  }),
+  ...extra,
+});
+
+/** Runs a document over SSE; resolves with the response once its headers came (or the refusal). */
+export const execute = (user: CanvasUser, body: Record<string, unknown>, signal?: AbortSignal) =>
+  user.client.send('POST', '/canvas/workflows/execute/stream', { agentId: user.agentId, ...body }, signal);
+
+/** Reads a run's stream until `until` (by default its end). */
+export const eventsUntil = (
+  res: Response,
+  until: (event: SseEvent) => boolean = (e) => e.event === 'run.ended',
+) => readSse(res, until);
+
+/** The run id of a stream's first event. */
+export const runIdOf = (events: SseEvent[]): string => events[0]?.data.runId as string;
