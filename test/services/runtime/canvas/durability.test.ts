@@ -1,0 +1,185 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { readSse, type SseEvent } from '../chat-support.ts';
+import { describeEachDatabase, stickyDatabase } from '../../../support/kernel.ts';
+import { approvalMessage } from '../../../../services/runtime/canvas/approvals.ts';
+import { canvasUser, eventsUntil, execute, runIdOf, startCanvasWorld, workflow } from './support.ts';
+
+const approvalFlow = workflow(
+  [
+    { id: 'draft', kind: 'emit', params: { value: '<h1>Hello</h1>' } },
+    { id: 'approve', kind: 'gate' },
+    { id: 'write', kind: 'record' },
+  ],
+  ['draft.value -> approve.value', 'approve.value -> write.value'],
+);
+
+const waitingForApproval = (e: SseEvent) => e.event === 'run.status' && e.data.status === 'waiting_approval';
+
+describeEachDatabase('canvas runs across restarts, and whose they are', (database) => {
+  it('a run waiting for approval survives a runtime restart and completes once approved', async () => {
+    const sticky = stickyDatabase(database);
+    const wallet = privateKeyToAccount(generatePrivateKey());
+    const first = await startCanvasWorld({ database: sticky.database });
+    const { dataDir } = first;
+    let runId: string;
+    let valueHash: string;
+    try {
+      const user = await canvasUser(first.stack, wallet);
+      const events = await readSse(await execute(user, { workflow: approvalFlow }), waitingForApproval);
+      runId = runIdOf(events);
+      valueHash = events.find((e) => e.event === 'approval.required')?.data.valueHash as string;
+    } finally {
+      await first.close();
+    }
+    const second = await startCanvasWorld({ database: sticky.database, dataDir });
+    try {
+      const again = await canvasUser(second.stack, wallet);
+      const waiting = await again.client.json('GET', `/canvas/runs/${runId}`);
+      expect(waiting.body.status).to.equal('waiting_approval');
+      const decided = await again.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, {
+        approved: true,
+        valueHash,
+      });
+      expect(decided.status, JSON.stringify(decided.body)).to.equal(200);
+      const rest = await eventsUntil(await again.client.send('GET', `/canvas/runs/${runId}/events`));
+      expect(rest.some((e) => e.event === 'run.resumed')).to.equal(true);
+      expect(rest.at(-1)?.data.status).to.equal('succeeded');
+      const written = join(dataDir, 'runs', runId, 'workspace', 'write.json');
+      expect(JSON.parse(readFileSync(written, 'utf8'))).to.equal('<h1>Hello</h1>');
+    } finally {
+      await second.close();
+      second.removeData();
+      await sticky.drop();
+    }
+  });
+
+  describe('ownership and approvals', () => {
+    let world: Awaited<ReturnType<typeof startCanvasWorld>>;
+    before(async () => {
+      world = await startCanvasWorld({ database, canvas: { requireSignedApprovals: false } });
+    });
+    after(async () => {
+      await world.close();
+      world.removeData();
+    });
+
+    it('another wallet sees none of a run or workflow (404) and cannot approve or cancel it', async () => {
+      const owner = await canvasUser(world.stack);
+      const other = await canvasUser(world.stack);
+      const events = await readSse(await execute(owner, { workflow: approvalFlow }), waitingForApproval);
+      const runId = runIdOf(events);
+      const saved = await owner.client.json('POST', '/canvas/workflows', { workflow: approvalFlow });
+      expect(saved.status).to.equal(201);
+      for (const [method, path, body] of [
+        ['GET', `/canvas/runs/${runId}`],
+        ['GET', `/canvas/runs/${runId}/events`],
+        ['POST', `/canvas/runs/${runId}/cancel`],
+        ['POST', `/canvas/runs/${runId}/nodes/approve/decision`, { approved: true }],
+        ['GET', `/canvas/workflows/${saved.body.id}`],
+        ['PUT', `/canvas/workflows/${saved.body.id}`, { workflow: approvalFlow }],
+        ['DELETE', `/canvas/workflows/${saved.body.id}`],
+      ] as const) {
+        const res = await other.client.send(method, path, body);
+        expect(res.status, `${method} ${path}`).to.equal(404);
+      }
+      expect((await other.client.json('GET', '/canvas/runs')).body.runs).to.deep.equal([]);
+      const unauthenticated = await fetch(world.stack.url('runtime', `/canvas/runs/${runId}`));
+      expect(unauthenticated.status).to.equal(401);
+      const state = await owner.client.json('GET', `/canvas/runs/${runId}`);
+      expect(state.body.status).to.equal('waiting_approval');
+      await owner.client.json('POST', `/canvas/runs/${runId}/cancel`);
+      expect(
+        (await eventsUntil(await owner.client.send('GET', `/canvas/runs/${runId}/events`))).at(-1)?.data
+          .status,
+      ).to.equal('cancelled');
+    });
+
+    it('takes a signed decision only with the owner’s signature over this run, node and value', async () => {
+      const owner = await canvasUser(world.stack);
+      const events = await readSse(await execute(owner, { workflow: approvalFlow }), waitingForApproval);
+      const runId = runIdOf(events);
+      const request = events.find((e) => e.event === 'approval.required')?.data as {
+        valueHash: string;
+        message: string;
+      };
+      expect(request.message).to.equal(approvalMessage(runId, 'approve', request.valueHash, true));
+      const stranger = privateKeyToAccount(generatePrivateKey());
+      const decide = (body: Record<string, unknown>) =>
+        owner.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, body);
+      const forged = await decide({
+        approved: true,
+        signature: await stranger.signMessage({ message: request.message }),
+      });
+      expect(forged.status).to.equal(403);
+      expect(forged.body.details.reason).to.equal('approval_signature_invalid');
+      const otherRun = approvalMessage(
+        '00000000-0000-4000-8000-000000000000',
+        'approve',
+        request.valueHash,
+        true,
+      );
+      const replayed = await decide({
+        approved: true,
+        signature: await owner.wallet.signMessage({ message: otherRun }),
+      });
+      expect(replayed.status).to.equal(403);
+      const flipped = await decide({
+        approved: false,
+        signature: await owner.wallet.signMessage({ message: request.message }),
+      });
+      expect(flipped.status).to.equal(403);
+      const wrongValue = await decide({ approved: true, valueHash: '0'.repeat(64) });
+      expect(wrongValue.status).to.equal(409);
+      expect((await owner.client.json('GET', `/canvas/runs/${runId}`)).body.status).to.equal(
+        'waiting_approval',
+      );
+      const signed = await decide({
+        approved: true,
+        signature: await owner.wallet.signMessage({ message: request.message }),
+      });
+      expect(signed.status).to.equal(200);
+      const rest = await eventsUntil(await owner.client.send('GET', `/canvas/runs/${runId}/events`));
+      expect(rest.find((e) => e.event === 'approval.decided')?.data.signature).to.match(/^0x/);
+      expect(rest.at(-1)?.data.status).to.equal('succeeded');
+      const again = await decide({ approved: true });
+      expect(again.status).to.equal(409);
+    });
+
+    it('saves, versions, lists and deletes workflows, and runs a saved one by id', async () => {
+      const owner = await canvasUser(world.stack);
+      const created = await owner.client.json('POST', '/canvas/workflows', {
+        workflow: workflow([{ id: 'a', kind: 'emit' }]),
+      });
+      const { id } = created.body;
+      const updated = await owner.client.json('PUT', `/canvas/workflows/${id}`, {
+        workflow: { ...workflow([{ id: 'a', kind: 'emit', params: { value: 2 } }]), name: 'second' },
+        expectedVersion: 1,
+      });
+      expect(updated.body.version).to.equal(2);
+      const stale = await owner.client.json('PUT', `/canvas/workflows/${id}`, {
+        workflow: workflow([{ id: 'a', kind: 'emit' }]),
+        expectedVersion: 1,
+      });
+      expect(stale.status).to.equal(409);
+      const invalid = await owner.client.json('PUT', `/canvas/workflows/${id}`, {
+        workflow: workflow([{ id: 'a', kind: 'nope' }]),
+      });
+      expect(invalid.status).to.equal(400);
+      expect(
+        (await owner.client.json('GET', `/canvas/workflows/${id}/versions`)).body.versions.map(
+          (v: { version: number }) => v.version,
+        ),
+      ).to.deep.equal([1, 2]);
+      expect((await owner.client.json('GET', '/canvas/workflows')).body.workflows).to.have.length(1);
+      const byId = await eventsUntil(await execute(owner, { workflowId: id }));
+      expect(byId.find((e) => e.event === 'node.output')?.data.outputs).to.deep.equal({ value: 2 });
+      const v1 = await eventsUntil(await execute(owner, { workflowId: id, version: 1 }));
+      expect(v1.find((e) => e.event === 'node.output')?.data.outputs).to.deep.equal({ value: null });
+      expect((await owner.client.send('DELETE', `/canvas/workflows/${id}`)).status).to.equal(204);
+      expect((await owner.client.send('GET', `/canvas/workflows/${id}`)).status).to.equal(404);
+    });
+  });
+});
