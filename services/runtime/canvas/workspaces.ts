@@ -7,7 +7,7 @@ import type { RunRecord } from './runs.ts';
 /** Each run's git working tree under `dataDir/runs/<id>/workspace`, made on first use. */
 export class Workspaces {
   readonly root: string;
-  private readonly made = new Map<string, Promise<void>>();
+  private readonly made = new Map<string, Promise<boolean>>();
 
   constructor(
     dataDir: string,
@@ -25,7 +25,7 @@ export class Workspaces {
     const dir = this.dirOf(run.id);
     let making = this.made.get(run.id);
     if (!making) {
-      making = existsSync(resolve(dir, '.git')) ? Promise.resolve() : initWorkspace(dir);
+      making = existsSync(resolve(dir, '.git')) ? Promise.resolve(true) : initWorkspace(dir);
       this.made.set(run.id, making);
       making.catch(() => this.made.delete(run.id));
     }

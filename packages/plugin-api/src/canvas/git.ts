@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { mkdir } from 'node:fs/promises';
 import { promisify } from 'node:util';
-import { SigilError } from '../errors.ts';
+import { isSigilError, SigilError } from '../errors.ts';
 
 const execFileAsync = promisify(execFile);
 
@@ -62,9 +62,18 @@ export async function runGit(
   }
 }
 
-/** Makes `dir` a canvas workspace: a git repository on branch `main` with one empty commit. */
-export async function initWorkspace(dir: string): Promise<void> {
+/**
+ * Makes `dir` a canvas workspace: a git repository on branch `main` with one empty commit, or where
+ * git is not installed a plain directory (resolves false then).
+ */
+export async function initWorkspace(dir: string): Promise<boolean> {
   await mkdir(dir, { recursive: true });
-  await runGit(dir, ['init', '--quiet', '--initial-branch=main']);
+  try {
+    await runGit(dir, ['init', '--quiet', '--initial-branch=main']);
+  } catch (err) {
+    if (isSigilError(err) && err.details?.reason === 'git_missing') return false;
+    throw err;
+  }
   await runGit(dir, ['commit', '--quiet', '--allow-empty', '-m', 'canvas workspace']);
+  return true;
 }

@@ -134,7 +134,11 @@ export interface CanvasNodeContextV2<Params = Record<string, unknown>> {
 }
 
 export interface CanvasWorkspaceV2 {
-  /** Absolute path of the run's working tree (a git repository with at least one commit). */
+  /**
+   * Absolute path of the run's working tree: a git repository on branch `main` with at least one
+   * commit where git is installed, a plain directory where it is not (a node that needs git then
+   * fails with `unavailable`, reason `git_missing`).
+   */
   readonly dir: string;
   /**
    * Where the host serves the working tree's files over HTTP, read-only, to anyone holding the URL (an
