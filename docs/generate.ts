@@ -6,6 +6,7 @@ import { PLUGIN_KINDS } from '@sigil/plugin-api';
 import { configSchema } from '../services/config.ts';
 import { gatewayOpenApi } from '../services/gateway/openapi.ts';
 import { runtimeOpenApi } from '../services/runtime/openapi.ts';
+import { workflowJsonSchema } from '../services/runtime/canvas/document.ts';
 import { configurationPage } from './configuration-page.ts';
 import { pluginKindPage } from './plugin-kind-page.ts';
 
@@ -22,6 +23,7 @@ export async function generatedDocs(): Promise<Record<string, string>> {
     'configuration.md': await configurationPage(),
     'openapi-gateway.json': JSON.stringify(gatewayOpenApi(defaults.gateway)),
     'openapi-runtime.json': JSON.stringify(runtimeOpenApi(defaults.runtime)),
+    'canvas-workflow.schema.json': JSON.stringify(workflowJsonSchema()),
   };
   for (const kind of PLUGIN_KINDS) raw[`plugins/${kind}.md`] = await pluginKindPage(kind);
   const formatted: Record<string, string> = {};

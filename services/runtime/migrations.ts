@@ -259,7 +259,13 @@ export const runtimeMigrations: readonly Migration[] = [
       });
     },
     async down(db) {
-      for (const table of ['canvas_artifacts', 'canvas_events', 'canvas_node_runs', 'canvas_runs', 'canvas_workflows'])
+      for (const table of [
+        'canvas_artifacts',
+        'canvas_events',
+        'canvas_node_runs',
+        'canvas_runs',
+        'canvas_workflows',
+      ])
         await db.schema.dropTableIfExists(table);
     },
   },

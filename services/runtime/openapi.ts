@@ -21,6 +21,7 @@ import {
   withdrawalParams,
 } from './ledger/routes.ts';
 import { slotParams, storeBody, unlockBody } from './vault/routes.ts';
+import { canvasPaths } from './canvas/openapi.ts';
 
 const agent = parametersOf(agentParams, 'path');
 const session = [
@@ -44,7 +45,8 @@ const sse = {
 export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown> {
   return openApiDocument({
     title: 'Sigil agent runtime',
-    description: 'Wallet sign-in, agents, chat, the provider-key vault and the wallet ledger.',
+    description:
+      'Wallet sign-in, agents, chat, canvas workflows, the provider-key vault and the wallet ledger.',
     address: runtime,
     bearerDescription: 'A runtime session JWT (1 h) from /auth/verify',
     paths: {
@@ -69,6 +71,7 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
         },
       },
       ...attestationPaths('jwksSha256', 'jwks'),
+      ...canvasPaths(),
       '/wallet/provider-vault/message': {
         get: {
           summary: 'The message a wallet signs to unlock its provider vault',

@@ -10,15 +10,15 @@ import type { CanvasService } from './service.ts';
 import { previewRouter } from './preview.ts';
 
 const uuid = (what: string) => z.uuid(`must be ${what} (a UUID)`);
-const runParams = z.object({ id: uuid('a run id') });
-const workflowParams = z.object({ id: uuid('a workflow id') });
-const nodeParams = z.object({
+export const runParams = z.object({ id: uuid('a run id') });
+export const workflowParams = z.object({ id: uuid('a workflow id') });
+export const nodeParams = z.object({
   id: uuid('a run id'),
   nodeId: z.string().regex(/^[A-Za-z][A-Za-z0-9_-]{0,62}$/),
 });
-const artifactParams = z.object({ id: uuid('a run id'), artifactId: uuid('an artifact id') });
+export const artifactParams = z.object({ id: uuid('a run id'), artifactId: uuid('an artifact id') });
 
-const executeBody = z
+export const executeBody = z
   .object({
     workflow: z.unknown().optional(),
     workflowId: uuid('a workflow id').optional(),
@@ -30,10 +30,10 @@ const executeBody = z
   .refine((body) => (body.workflow === undefined) !== (body.workflowId === undefined), {
     message: 'give either workflow (a document) or workflowId (a saved workflow)',
   });
-const saveBody = z
+export const saveBody = z
   .object({ workflow: z.unknown(), expectedVersion: z.number().int().min(1).optional() })
   .strict();
-const decisionBody = z
+export const decisionBody = z
   .object({
     approved: z.boolean(),
     comment: z.string().max(2000).optional(),
@@ -47,11 +47,11 @@ const decisionBody = z
       .optional(),
   })
   .strict();
-const listQuery = z.object({
+export const listQuery = z.object({
   limit: z.coerce.number().int().min(1).max(200).default(50),
   before: z.iso.datetime().optional(),
 });
-const versionQuery = z.object({ version: z.coerce.number().int().min(1).optional() });
+export const versionQuery = z.object({ version: z.coerce.number().int().min(1).optional() });
 const lastEventId = z.coerce.number().int().min(0).default(0);
 
 const principalOf = (state: { auth?: AuthPrincipal }) => state.auth as AuthPrincipal;

@@ -215,10 +215,7 @@ export class ChatService {
     }
   }
 
-  async keyFor(
-    principal: AuthPrincipal,
-    slot: string,
-  ): Promise<{ apiKey: string; keyKind: KeyKind }> {
+  async keyFor(principal: AuthPrincipal, slot: string): Promise<{ apiKey: string; keyKind: KeyKind }> {
     try {
       return { apiKey: await this.options.vault.providerKey(principal, slot), keyKind: 'byok' };
     } catch (err) {
