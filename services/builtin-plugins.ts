@@ -13,6 +13,7 @@ export const builtinPlugins: BuiltinPlugins = {
   'sandbox-linux-namespaces': () => import('../plugins/sandboxes/linux-namespaces/index.ts'),
   'sandbox-docker': () => import('../plugins/sandboxes/docker/index.ts'),
   'payments-x402-evm': () => import('../plugins/payments/x402-evm/index.ts'),
+  'canvas-chromium': () => import('../plugins/canvas/chromium/index.ts'),
   'canvas-transform': () => import('../plugins/canvas/transform/index.ts'),
   'provider-openai-compatible': () => import('../providers/openai-compatible/index.ts'),
   'provider-anthropic': () => import('../providers/anthropic/index.ts'),
