@@ -118,7 +118,7 @@ export const canvasNodeV2Checks: readonly CanvasCheck[] = [
     id: 'canvas-node.effect',
     level: 'MUST',
     title: `effect is one of ${EFFECTS.join(', ')}`,
-    spec: `${CONTRACT}: effect, "What the node does beyond computing its outputs, which the executor enforces: none, reads, writes, approval"`,
+    spec: `${CONTRACT}: effect, "What the node does beyond computing its outputs, which the executor enforces": none, reads, writes or approval`,
     check: async ({ instance }) => {
       ensure(
         EFFECTS.includes(instance.effect),
