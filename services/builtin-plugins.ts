@@ -18,4 +18,6 @@ export const builtinPlugins: BuiltinPlugins = {
   'provider-openai-compatible': () => import('../providers/openai-compatible/index.ts'),
   'provider-anthropic': () => import('../providers/anthropic/index.ts'),
   'provider-local': () => import('../providers/local/index.ts'),
+  'canvas-approval': () => import('../plugins/canvas/approval/index.ts'),
+  'canvas-workspace': () => import('../plugins/canvas/workspace/index.ts'),
 };

@@ -5,9 +5,11 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { isSigilError, PLUGIN_KINDS } from '@sigil/plugin-api';
+import { importPluginModule, runPluginKit } from '../../conformance/plugin.ts';
 import { packPluginApi, scaffoldPlugin } from '../../templates/scaffold.ts';
 
 const run = promisify(execFile);
+const ROOT = join(import.meta.dirname, '../..');
 
 /** Output without its colours (mocha colours it where CI is set). */
 // eslint-disable-next-line no-control-regex -- ANSI escape sequences start with ESC
@@ -84,6 +86,18 @@ describe('sigil plugin new', function () {
     );
     expect(tested.output).to.match(/\d+\) llm-provider\.stream-text/);
     expect(tested.output).to.include('acme-chat: listModels is not implemented yet');
+  });
+
+  it('the canvas-node stub fails the v2 kit on the checks that run its example, until run is written', async () => {
+    const report = await runPluginKit(await importPluginModule('./templates/plugin/canvas-node.ts', ROOT));
+    const failed = report.results.filter((result) => result.status === 'fail');
+    expect(failed.map((result) => result.id)).to.deep.equal([
+      'canvas-node.run-outputs',
+      'canvas-node.log',
+      'canvas-node.abort',
+    ]);
+    for (const { reason } of failed)
+      expect(reason).to.include('template-plugin-name: run is not implemented yet');
   });
 
   it('refuses an unknown kind, a name that is not one, and a folder that exists, making nothing', () => {
