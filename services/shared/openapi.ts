@@ -96,4 +96,4 @@ export function openApiDocument(options: {
 }
 
 /** `/agents/:id` as OpenAPI writes it: `/agents/{id}`. */
-export const openApiPath = (koaPath: string): string => koaPath.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+export const openApiPath = (koaPath: string): string => koaPath.replace(/[:*]([A-Za-z0-9_]+)/g, '{$1}');

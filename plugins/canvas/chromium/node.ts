@@ -50,6 +50,7 @@ export class BrowserVerifyNode implements CanvasNodeV2<BrowserVerifyParams> {
       assertions: [{ status: 200 }, { selector: 'h1', visible: true }, { text: 'Hello' }],
     },
     inputs: {},
+    workspaceFiles: [{ path: 'index.html', content: '<!doctype html><title>Hello</title><h1>Hello</h1>' }],
   };
 
   constructor(private readonly config: BrowserVerifyConfig) {

@@ -126,6 +126,12 @@ export function canvasPaths(): Record<string, unknown> {
         responses: { '200': { description: 'The file' }, '401': error, '404': error },
       }),
     },
+    '/canvas/preview/{token}/': {
+      get: {
+        summary: "A run's workspace index.html, to whoever holds the run's preview token (no sign-in)",
+        responses: { '200': { description: 'The file' }, '404': error },
+      },
+    },
     '/canvas/preview/{token}/{path}': {
       get: {
         summary: "A run's workspace file, read-only, to whoever holds the run's preview token (no sign-in)",

@@ -2,6 +2,7 @@ import { createReadStream } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import { extname, resolve, sep } from 'node:path';
 import Router from '@koa/router';
+import type { Context } from 'koa';
 import { SigilError } from '@sigil/plugin-api';
 import type { CanvasService } from './service.ts';
 
@@ -23,6 +24,9 @@ const CONTENT_TYPES: Record<string, string> = {
   '.ico': 'image/x-icon',
 };
 
+/** The run's preview token: 24 random bytes, base64url. */
+const TOKEN = /^[A-Za-z0-9_-]{32}$/;
+
 const notFound = () =>
   new SigilError('not_found', 'No such preview file', { details: { reason: 'preview_not_found' } });
 
@@ -34,19 +38,15 @@ const notFound = () =>
  */
 export function previewRouter(canvas: CanvasService): Router {
   const router = new Router();
-  router.get(/^\/preview\/([A-Za-z0-9_-]{32})\/(.*)$/, async (ctx) => {
-    const [token, path] = [
-      ctx.params[0] as string,
-      decodeURIComponent((ctx.params[1] as string) || 'index.html'),
-    ];
-    const run = await canvas.runs.byPreviewToken(token);
+  const serve = async (ctx: Context, token: string, path: string[]) => {
+    const run = TOKEN.test(token) ? await canvas.runs.byPreviewToken(token) : undefined;
     if (!run) throw notFound();
     const root = await realpath(canvas.workspaces.dirOf(run.id)).catch(() => {
       throw notFound();
     });
-    const wanted = path.endsWith('/') || path === '' ? `${path}index.html` : path;
-    if (wanted.split('/').some((segment) => segment === '.git' || segment === '..')) throw notFound();
-    const file = await realpath(resolve(root, wanted)).catch(() => {
+    const wanted = path.length === 0 || path.at(-1) === '' ? [...path.filter(Boolean), 'index.html'] : path;
+    if (wanted.some((segment) => segment === '.git' || segment === '..' || segment === '')) throw notFound();
+    const file = await realpath(resolve(root, ...wanted)).catch(() => {
       throw notFound();
     });
     if (!file.startsWith(root + sep) || !(await stat(file)).isFile()) throw notFound();
@@ -58,6 +58,14 @@ export function previewRouter(canvas: CanvasService): Router {
     ctx.set('X-Content-Type-Options', 'nosniff');
     ctx.set('Cache-Control', 'no-store');
     ctx.body = createReadStream(file);
-  });
+  };
+  router.get('/preview/:token/', (ctx) => serve(ctx, ctx.params.token as string, []));
+  router.get('/preview/:token/*path', (ctx) =>
+    serve(
+      ctx,
+      ctx.params.token as string,
+      (ctx.params.path as unknown as string[] | string).toString().split(/[/,]/),
+    ),
+  );
   return router;
 }

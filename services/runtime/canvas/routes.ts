@@ -172,6 +172,7 @@ export function canvasRouter(canvas: CanvasService): Router {
     const nodes = await canvas.runs.nodes(id);
     ctx.body = {
       ...runView(run),
+      previewUrl: canvas.workspaces.previewUrlOf(run.previewToken),
       inputs: run.inputs,
       document: run.document,
       nodes: nodes.map((node) => ({

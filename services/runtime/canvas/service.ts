@@ -134,6 +134,7 @@ export class CanvasService {
           runId: record.id,
           workflow: { name: plan.document.name, id: record.workflowId, version: record.workflowVersion },
           agentId: record.agentId,
+          previewUrl: this.workspaces.previewUrlOf(record.previewToken),
           nodes: plan.order.map((id) => ({ id, kind: plan.nodes.get(id)?.spec.kind })),
         },
       },

@@ -30,10 +30,11 @@ export class Workspaces {
       making.catch(() => this.made.delete(run.id));
     }
     await making;
-    return { dir, previewUrl: `${this.publicBase}/canvas/preview/${run.previewToken}/` };
+    return { dir, previewUrl: this.previewUrlOf(run.previewToken) };
   }
 
-  forget(runId: string): void {
-    this.made.delete(runId);
+  /** Where /canvas/preview serves a run's workspace (its token in the path). */
+  previewUrlOf(token: string): string {
+    return `${this.publicBase}/canvas/preview/${token}/`;
   }
 }

@@ -60,6 +60,8 @@ export interface CanvasNodeV2<Params = Record<string, unknown>> {
 export interface CanvasNodeExampleV2 {
   params: Record<string, unknown>;
   inputs: Record<string, unknown>;
+  /** Files the workspace holds before the example runs (a page for a browser node to open). */
+  workspaceFiles?: CanvasFileV2[];
 }
 
 export type CanvasNodeEffect = 'none' | 'reads' | 'writes' | 'approval';

@@ -3,6 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { initWorkspace } from '../canvas/git.ts';
+import { servePreview } from './canvas-preview.ts';
 import { SigilError } from '../errors.ts';
 import type { CanvasApprovalV2, CanvasArtifactV2, CanvasNodeContextV2, CanvasServicesV2 } from '../index.ts';
 
@@ -21,6 +22,8 @@ export interface CanvasTestContextOptions<Params> {
   signal?: AbortSignal;
   /** An existing workspace; a fresh one (a temporary git repository) by default, removed by `dispose`. */
   workspaceDir?: string;
+  /** Serve the workspace read-only on 127.0.0.1 as `workspace.previewUrl` (until `dispose`). */
+  servePreview?: boolean;
   runId?: string;
   nodeId?: string;
   attempt?: number;
@@ -38,6 +41,7 @@ export async function canvasTestContext<Params>(
   const dir = options.workspaceDir ?? join(await mkdtemp(join(tmpdir(), 'sigil-canvas-')), 'workspace');
   if (owned) await initWorkspace(dir);
   const record: CanvasTestRecord = { logs: [], artifacts: [] };
+  const preview = options.servePreview ? await servePreview(dir) : undefined;
   const missing = (name: string) => async () => {
     throw new SigilError('unavailable', `this test context provides no ${name} service`);
   };
@@ -60,7 +64,7 @@ export async function canvasTestContext<Params>(
     approvals: options.approvals ?? [],
     log: (message, data) => record.logs.push({ message, ...(data ? { data } : {}) }),
     signal: options.signal ?? new AbortController().signal,
-    workspace: { dir },
+    workspace: { dir, ...(preview ? { previewUrl: preview.url } : {}) },
     artifacts: {
       put: async (name, contentType, content) => {
         const artifact = {
@@ -80,6 +84,7 @@ export async function canvasTestContext<Params>(
     context,
     record,
     dispose: async () => {
+      await preview?.close();
       if (owned) await rm(join(dir, '..'), { recursive: true, force: true });
     },
   };

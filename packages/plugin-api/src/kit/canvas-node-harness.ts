@@ -1,12 +1,19 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { z } from 'zod';
-import { initWorkspace } from '../canvas/git.ts';
+import { initWorkspace, runGit } from '../canvas/git.ts';
+import { PORT_VALUE_SCHEMAS } from '../canvas/ports.ts';
 import { isSigilError, SigilError } from '../errors.ts';
 import { Redactor } from '../redaction.ts';
-import type { CanvasApprovalV2, CanvasNodeExampleV2, CanvasNodeV2, CanvasServicesV2 } from '../index.ts';
+import type {
+  CanvasApprovalV2,
+  CanvasFileV2,
+  CanvasNodeExampleV2,
+  CanvasNodeV2,
+  CanvasServicesV2,
+} from '../index.ts';
 import { approvedDecision, canvasTestContext, type CanvasTestRecord } from './canvas-node-context.ts';
 import { expectShape, failWith, notApplicableBecause } from './check.ts';
 import type { KitContext } from './kit.ts';
@@ -28,10 +35,11 @@ export const KIT_APPROVAL_ID = 'kit-approval';
 const exampleSchema = z.object({
   params: z.record(z.string(), z.unknown()),
   inputs: z.record(z.string(), z.unknown()),
+  workspaceFiles: PORT_VALUE_SCHEMAS.files.optional(),
 });
 
 export const exampleOf = (instance: CanvasNodeV2): CanvasNodeExampleV2 =>
-  expectShape(exampleSchema, instance.example, 'example');
+  expectShape(exampleSchema, instance.example, 'example') as CanvasNodeExampleV2;
 
 /** The example's params as the node's `params` parses them (what the executor passes `run` and `ports`). */
 export function exampleParams(instance: CanvasNodeV2): Record<string, unknown> {
@@ -139,6 +147,7 @@ export async function withNodeHarness<T>(
   const runId = randomUUID();
   try {
     await initWorkspace(dir);
+    await seedWorkspace(dir, exampleOf(instance).workspaceFiles ?? []);
     return await body({
       params,
       hasSecrets: () => secretsGiven() > 0 || secretParams.length > 0,
@@ -146,7 +155,7 @@ export async function withNodeHarness<T>(
       state: () => workspaceState(root, dir),
       run: async (options = {}) => {
         const approvals = options.approvals ?? approvalsFor(instance);
-        const { context, record } = await canvasTestContext({
+        const { context, record, dispose } = await canvasTestContext({
           params,
           inputs,
           approvals,
@@ -154,12 +163,16 @@ export async function withNodeHarness<T>(
           workspaceDir: dir,
           runId,
           nodeId: KIT_NODE_ID,
+          servePreview: true,
           ...(options.signal ? { signal: options.signal } : {}),
         });
-        const outcome = await instance.run(context).then(
-          (outputs) => ({ outputs }),
-          (error: unknown) => ({ error }),
-        );
+        const outcome = await instance
+          .run(context)
+          .then(
+            (outputs) => ({ outputs }),
+            (error: unknown) => ({ error }),
+          )
+          .finally(dispose);
         const rejection = 'error' in outcome ? secrets.text(describeError(outcome.error)) : undefined;
         evidence.note(`run(example) with ${approvals.length} decision(s)`, {
           ...('error' in outcome ? { error: rejection } : { outputs: redacted(outcome.outputs) }),
@@ -177,6 +190,17 @@ export async function withNodeHarness<T>(
   } finally {
     await rm(root, { recursive: true, force: true });
   }
+}
+
+/** Writes and commits the example's workspace files, so the run starts from them. */
+async function seedWorkspace(dir: string, files: readonly CanvasFileV2[]): Promise<void> {
+  if (files.length === 0) return;
+  for (const file of files) {
+    await mkdir(dirname(join(dir, file.path)), { recursive: true });
+    await writeFile(join(dir, file.path), file.content);
+  }
+  await runGit(dir, ['add', '--all']);
+  await runGit(dir, ['commit', '--quiet', '-m', 'the example workspace']);
 }
 
 /** The strings of the secret-named params (`apiKey`, `token`…) among `params`, however deep. */

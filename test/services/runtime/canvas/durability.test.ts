@@ -148,6 +148,24 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
       expect(again.status).to.equal(409);
     });
 
+    it("serves the run's workspace read-only at its preview URL, never .git nor outside it", async () => {
+      const owner = await canvasUser(world.stack);
+      const events = await readSse(await execute(owner, { workflow: approvalFlow }), waitingForApproval);
+      const runId = runIdOf(events);
+      const previewPath = new URL(events[0]?.data.previewUrl as string).pathname;
+      expect(previewPath).to.match(/^\/canvas\/preview\/[A-Za-z0-9_-]{32}\/$/);
+      await owner.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, { approved: true });
+      await eventsUntil(await owner.client.send('GET', `/canvas/runs/${runId}/events`));
+      const page = await fetch(world.stack.url('runtime', `${previewPath}write.json`));
+      expect(page.status).to.equal(200);
+      expect(await page.json()).to.equal('<h1>Hello</h1>');
+      expect(page.headers.get('content-security-policy')).to.match(/^sandbox/);
+      for (const path of ['.git/config', '../../../etc/passwd', '%2e%2e/%2e%2e/etc/passwd', 'missing.html'])
+        expect((await fetch(world.stack.url('runtime', `${previewPath}${path}`))).status, path).to.equal(404);
+      const wrongToken = previewPath.replace(/preview\/[^/]+/, `preview/${'A'.repeat(32)}`);
+      expect((await fetch(world.stack.url('runtime', `${wrongToken}write.json`))).status).to.equal(404);
+    });
+
     it('saves, versions, lists and deletes workflows, and runs a saved one by id', async () => {
       const owner = await canvasUser(world.stack);
       const created = await owner.client.json('POST', '/canvas/workflows', {
