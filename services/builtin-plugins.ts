@@ -21,4 +21,5 @@ export const builtinPlugins: BuiltinPlugins = {
   'canvas-approval': () => import('../plugins/canvas/approval/index.ts'),
   'canvas-workspace': () => import('../plugins/canvas/workspace/index.ts'),
   'canvas-git': () => import('../plugins/canvas/git/index.ts'),
+  'canvas-github': () => import('../plugins/canvas/github/index.ts'),
 };

@@ -5,6 +5,7 @@
  * repository-hosting nodes).
  */
 export { requireApproval } from './approval.ts';
+export { withDeadline } from './deadline.ts';
 export { CANVAS_GIT_ENV, initWorkspace, runGit, type RunGitOptions } from './git.ts';
 export { PORT_VALUE_SCHEMAS, portAccepts, WORKSPACE_PATH } from './ports.ts';
 export { renderTemplate, templatePaths, valueAt } from './template.ts';

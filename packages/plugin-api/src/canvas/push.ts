@@ -2,6 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SigilError } from '../errors.ts';
+import { withDeadline } from './deadline.ts';
 import { runGit } from './git.ts';
 import { requireRemoteUrl } from './remote.ts';
 
@@ -82,23 +83,17 @@ export async function pushWorkspace(request: PushWorkspaceRequest): Promise<Push
 /** The exchanges with the remote, each bounded by the timeout and the caller's signal. */
 function remoteOf(request: PushWorkspaceRequest) {
   const env = remoteEnv(request.remote, request.authorization);
-  const git = async (args: string[]): Promise<string> => {
-    const timeout = AbortSignal.timeout(request.timeoutMs);
-    try {
-      return await runGit(request.workspaceDir, args, {
-        env,
-        signal: AbortSignal.any([request.signal, timeout]),
-      });
-    } catch (err) {
-      if (request.signal.aborted) throw request.signal.reason;
-      if (timeout.aborted)
-        throw new SigilError('unavailable', `git ${args[0]} took longer than ${request.timeoutMs} ms`, {
-          hint: 'The remote did not answer in time; check that it is up, or raise pushTimeoutMs',
+  const git = (args: string[]): Promise<string> =>
+    withDeadline(
+      request.signal,
+      request.timeoutMs,
+      (signal) => runGit(request.workspaceDir, args, { env, signal }),
+      () =>
+        new SigilError('unavailable', `git ${args[0]} took longer than ${request.timeoutMs} ms`, {
+          hint: 'The remote did not answer in time; check that it is up, or raise the timeout',
           details: { reason: 'git_timeout', command: args[0] },
-        });
-      throw err;
-    }
-  };
+        }),
+    );
   const tip = async (branch: string): Promise<string | undefined> => {
     const ref = `refs/heads/${branch}`;
     const lines = await git(['ls-remote', request.remote, ref]);
