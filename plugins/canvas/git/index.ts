@@ -1,8 +1,9 @@
 import { z } from 'zod';
-import { definePlugin, extensionPoints, provide, type CanvasNodeV2 } from '@sigil/plugin-api';
+import { definePlugin, extensionPoints, provide } from '@sigil/plugin-api';
 import {
   authorizationHeader,
   BRANCH_NAME,
+  canvasNode,
   pushWorkspace,
   refineInputsTemplate,
   REMOTE_URL,
@@ -62,8 +63,6 @@ const PARAMS = z
   .strict()
   .superRefine((params, context) => refineInputsTemplate(context, ['message'], params.message));
 
-type GitPushParams = z.infer<typeof PARAMS>;
-
 /**
  * A canvas node of kind `git-push`: commits the run's workspace on top of a remote branch and pushes
  * it, once per node run (see README.md).
@@ -75,74 +74,75 @@ export default definePlugin({
   description: "Canvas node git-push: commits the run's workspace and pushes it to a git remote",
   config: CONFIG,
   provides: [provide(extensionPoints.canvasNodeKinds, NODE_KIND)],
-  create: ({ config }): CanvasNodeV2<GitPushParams> => ({
-    specVersion: 'v2',
-    nodeKind: NODE_KIND,
-    description: "Commits the run's workspace on top of a remote git branch and pushes it",
-    effect: 'writes',
-    // Refused at validation too, so a document names an unlisted remote before it runs.
-    params: PARAMS.refine(
-      (params) => allowedRemote(new URL(params.remote), config.allowedRemotes) !== undefined,
-      { path: ['remote'], message: "not on the operator's list of allowed remotes (allowedRemotes)" },
-    ),
-    ports: (params) => ({
-      inputs: {
-        after: {
-          type: 'json',
-          required: false,
-          description:
-            'Any output of the node whose workspace changes to push (a write node): the push waits for it',
+  create: ({ config }) =>
+    canvasNode({
+      specVersion: 'v2',
+      nodeKind: NODE_KIND,
+      description: "Commits the run's workspace on top of a remote git branch and pushes it",
+      effect: 'writes',
+      // Refused at validation too, so a document names an unlisted remote before it runs.
+      params: PARAMS.refine(
+        (params) => allowedRemote(new URL(params.remote), config.allowedRemotes) !== undefined,
+        { path: ['remote'], message: "not on the operator's list of allowed remotes (allowedRemotes)" },
+      ),
+      ports: (params) => ({
+        inputs: {
+          after: {
+            type: 'json',
+            required: false,
+            description:
+              'Any output of the node whose workspace changes to push (a write node): the push waits for it',
+          },
+          ...templateInputPorts(params.message),
         },
-        ...templateInputPorts(params.message),
+        outputs: {
+          commit: { type: 'string', description: 'The commit on the remote branch holding the workspace' },
+          remote: { type: 'string', description: 'The remote pushed to, normalized' },
+          branch: { type: 'string' },
+          files: { type: 'array', description: 'Paths the commit changed' },
+          pushed: { type: 'boolean', description: 'False when the branch already held it (a re-run)' },
+        },
+      }),
+      example: {
+        params: {
+          remote: 'https://github.com/octo-org/site.git',
+          branch: 'main',
+          message: 'Publish {{ inputs.title }}',
+          tokenSlot: 'GITHUB_TOKEN',
+        },
+        inputs: { title: 'the landing page' },
       },
-      outputs: {
-        commit: { type: 'string', description: 'The commit on the remote branch holding the workspace' },
-        remote: { type: 'string', description: 'The remote pushed to, normalized' },
-        branch: { type: 'string' },
-        files: { type: 'array', description: 'Paths the commit changed' },
-        pushed: { type: 'boolean', description: 'False when the branch already held it (a re-run)' },
+      run: async (context) => {
+        requireApproval(context.approvals);
+        context.signal.throwIfAborted();
+        const { params } = context;
+        const remote = requireAllowedRemote(params.remote, config.allowedRemotes);
+        const message = renderTemplate(params.message, { inputs: context.inputs });
+        const authorization =
+          params.tokenSlot === undefined
+            ? undefined
+            : authorizationHeader(
+                await context.services.secret(params.tokenSlot),
+                params.tokenScheme,
+                params.tokenUser,
+              );
+        context.log(`Pushing the workspace to ${remote}, branch ${params.branch}`);
+        const { commit, files, pushed } = await pushWorkspace({
+          workspaceDir: context.workspace.dir,
+          remote,
+          branch: params.branch,
+          base: params.base,
+          message,
+          idempotencyKey: context.idempotencyKey,
+          authorization,
+          signal: context.signal,
+          timeoutMs: config.pushTimeoutMs,
+        });
+        context.log(pushed ? `Pushed ${commit}` : `Nothing new to push: the branch holds ${commit}`, {
+          commit,
+          files: files.length,
+        });
+        return { commit, remote, branch: params.branch, files, pushed };
       },
     }),
-    example: {
-      params: {
-        remote: 'https://github.com/octo-org/site.git',
-        branch: 'main',
-        message: 'Publish {{ inputs.title }}',
-        tokenSlot: 'GITHUB_TOKEN',
-      },
-      inputs: { title: 'the landing page' },
-    },
-    run: async (context) => {
-      requireApproval(context.approvals);
-      context.signal.throwIfAborted();
-      const { params } = context;
-      const remote = requireAllowedRemote(params.remote, config.allowedRemotes);
-      const message = renderTemplate(params.message, { inputs: context.inputs });
-      const authorization =
-        params.tokenSlot === undefined
-          ? undefined
-          : authorizationHeader(
-              await context.services.secret(params.tokenSlot),
-              params.tokenScheme,
-              params.tokenUser,
-            );
-      context.log(`Pushing the workspace to ${remote}, branch ${params.branch}`);
-      const { commit, files, pushed } = await pushWorkspace({
-        workspaceDir: context.workspace.dir,
-        remote,
-        branch: params.branch,
-        base: params.base,
-        message,
-        idempotencyKey: context.idempotencyKey,
-        authorization,
-        signal: context.signal,
-        timeoutMs: config.pushTimeoutMs,
-      });
-      context.log(pushed ? `Pushed ${commit}` : `Nothing new to push: the branch holds ${commit}`, {
-        commit,
-        files: files.length,
-      });
-      return { commit, remote, branch: params.branch, files, pushed };
-    },
-  }),
 });

@@ -1,8 +1,9 @@
 import { z } from 'zod';
-import { definePlugin, extensionPoints, provide, SigilError, type CanvasNodeV2 } from '@sigil/plugin-api';
+import { definePlugin, extensionPoints, provide, SigilError } from '@sigil/plugin-api';
 import {
   authorizationHeader,
   BRANCH_NAME,
+  canvasNode,
   pushWorkspace,
   refineInputsTemplate,
   renderTemplate,
@@ -72,8 +73,6 @@ const PARAMS = z
     refineInputsTemplate(context, ['body'], params.body);
   });
 
-type PullRequestParams = z.infer<typeof PARAMS>;
-
 /**
  * A canvas node of kind `github-pull-request`: pushes the run's workspace as a branch of a GitHub
  * repository (created when missing) and opens a pull request for it, once per node run (see README.md).
@@ -86,103 +85,106 @@ export default definePlugin({
     "Canvas node github-pull-request: pushes the run's workspace to GitHub and opens a pull request",
   config: CONFIG,
   provides: [provide(extensionPoints.canvasNodeKinds, NODE_KIND)],
-  create: ({ config }): CanvasNodeV2<PullRequestParams> => ({
-    specVersion: 'v2',
-    nodeKind: NODE_KIND,
-    description: "Pushes the run's workspace as a branch of a GitHub repository and opens a pull request",
-    effect: 'writes',
-    params: PARAMS,
-    ports: (params) => ({
-      inputs: {
-        after: {
-          type: 'json',
-          required: false,
-          description:
-            'Any output of the node whose workspace changes to push (a write node): the node waits for it',
+  create: ({ config }) =>
+    canvasNode({
+      specVersion: 'v2',
+      nodeKind: NODE_KIND,
+      description: "Pushes the run's workspace as a branch of a GitHub repository and opens a pull request",
+      effect: 'writes',
+      params: PARAMS,
+      ports: (params) => ({
+        inputs: {
+          after: {
+            type: 'json',
+            required: false,
+            description:
+              'Any output of the node whose workspace changes to push (a write node): the node waits for it',
+          },
+          ...templateInputPorts(params.title, params.body),
         },
-        ...templateInputPorts(params.title, params.body),
+        outputs: {
+          repository: { type: 'string', description: 'owner/name' },
+          repositoryUrl: { type: 'string' },
+          created: { type: 'boolean', description: 'Whether this node run created the repository' },
+          branch: { type: 'string' },
+          commit: { type: 'string', description: "The branch's commit holding the workspace" },
+          files: { type: 'array', description: 'Paths the commit changed' },
+          pullRequest: { type: 'number', description: "The pull request's number" },
+          pullRequestUrl: { type: 'string' },
+        },
+      }),
+      example: {
+        params: {
+          owner: 'octo-org',
+          repo: 'site',
+          title: 'Publish {{ inputs.title }}',
+          body: 'Drafted and approved in a Sigil canvas run.',
+        },
+        inputs: { title: 'the landing page' },
       },
-      outputs: {
-        repository: { type: 'string', description: 'owner/name' },
-        repositoryUrl: { type: 'string' },
-        created: { type: 'boolean', description: 'Whether this node run created the repository' },
-        branch: { type: 'string' },
-        commit: { type: 'string', description: "The branch's commit holding the workspace" },
-        files: { type: 'array', description: 'Paths the commit changed' },
-        pullRequest: { type: 'number', description: "The pull request's number" },
-        pullRequestUrl: { type: 'string' },
+      run: async (context) => {
+        requireApproval(context.approvals);
+        context.signal.throwIfAborted();
+        const { params } = context;
+        const scope = { inputs: context.inputs };
+        const [title, body] = [renderTemplate(params.title, scope), renderTemplate(params.body, scope)];
+        const branch = params.branch ?? defaultBranch(context.runId, context.nodeId);
+        const token = await context.services.secret(params.tokenSlot);
+        const forge = new Forge({
+          apiUrl: config.apiUrl,
+          token,
+          signal: context.signal,
+          timeoutMs: config.timeoutMs,
+        });
+        const login = await forge.user();
+        const owner = params.owner ?? login;
+        const { repository, created } = await forge.repository(owner, params.repo, {
+          private: params.private,
+          ownedByUser: owner.toLowerCase() === login.toLowerCase(),
+        });
+        context.log(`${created ? 'Created' : 'Found'} the repository ${repository.full_name}`);
+        const base = params.base ?? repository.default_branch;
+        if (base === branch)
+          throw new SigilError('invalid_request', `The pull request's branch is its base, ${base}`, {
+            hint: 'Give params.branch another name than the base branch',
+            details: { reason: 'branch_is_base' },
+          });
+        requireCloneProtocol(repository.clone_url, config.apiUrl);
+        const { commit, files, pushed } = await pushWorkspace({
+          workspaceDir: context.workspace.dir,
+          remote: repository.clone_url,
+          branch,
+          base,
+          message: body === '' ? title : `${title}\n\n${body}`,
+          idempotencyKey: context.idempotencyKey,
+          authorization: authorizationHeader(token, 'basic'),
+          signal: context.signal,
+          timeoutMs: config.timeoutMs,
+        });
+        context.log(pushed ? `Pushed ${commit} to ${branch}` : `${branch} already holds ${commit}`, {
+          commit,
+        });
+        const { pullRequest, opened } = await forge.pullRequest(owner, params.repo, {
+          head: branch,
+          base,
+          title,
+          body,
+        });
+        context.log(`${opened ? 'Opened' : 'Found'} pull request #${pullRequest.number}`, {
+          url: pullRequest.html_url,
+        });
+        return {
+          repository: repository.full_name,
+          repositoryUrl: repository.html_url,
+          created,
+          branch,
+          commit,
+          files,
+          pullRequest: pullRequest.number,
+          pullRequestUrl: pullRequest.html_url,
+        };
       },
     }),
-    example: {
-      params: {
-        owner: 'octo-org',
-        repo: 'site',
-        title: 'Publish {{ inputs.title }}',
-        body: 'Drafted and approved in a Sigil canvas run.',
-      },
-      inputs: { title: 'the landing page' },
-    },
-    run: async (context) => {
-      requireApproval(context.approvals);
-      context.signal.throwIfAborted();
-      const { params } = context;
-      const scope = { inputs: context.inputs };
-      const [title, body] = [renderTemplate(params.title, scope), renderTemplate(params.body, scope)];
-      const branch = params.branch ?? defaultBranch(context.runId, context.nodeId);
-      const token = await context.services.secret(params.tokenSlot);
-      const forge = new Forge({
-        apiUrl: config.apiUrl,
-        token,
-        signal: context.signal,
-        timeoutMs: config.timeoutMs,
-      });
-      const login = await forge.user();
-      const owner = params.owner ?? login;
-      const { repository, created } = await forge.repository(owner, params.repo, {
-        private: params.private,
-        ownedByUser: owner.toLowerCase() === login.toLowerCase(),
-      });
-      context.log(`${created ? 'Created' : 'Found'} the repository ${repository.full_name}`);
-      const base = params.base ?? repository.default_branch;
-      if (base === branch)
-        throw new SigilError('invalid_request', `The pull request's branch is its base, ${base}`, {
-          hint: 'Give params.branch another name than the base branch',
-          details: { reason: 'branch_is_base' },
-        });
-      requireCloneProtocol(repository.clone_url, config.apiUrl);
-      const { commit, files, pushed } = await pushWorkspace({
-        workspaceDir: context.workspace.dir,
-        remote: repository.clone_url,
-        branch,
-        base,
-        message: body === '' ? title : `${title}\n\n${body}`,
-        idempotencyKey: context.idempotencyKey,
-        authorization: authorizationHeader(token, 'basic'),
-        signal: context.signal,
-        timeoutMs: config.timeoutMs,
-      });
-      context.log(pushed ? `Pushed ${commit} to ${branch}` : `${branch} already holds ${commit}`, { commit });
-      const { pullRequest, opened } = await forge.pullRequest(owner, params.repo, {
-        head: branch,
-        base,
-        title,
-        body,
-      });
-      context.log(`${opened ? 'Opened' : 'Found'} pull request #${pullRequest.number}`, {
-        url: pullRequest.html_url,
-      });
-      return {
-        repository: repository.full_name,
-        repositoryUrl: repository.html_url,
-        created,
-        branch,
-        commit,
-        files,
-        pullRequest: pullRequest.number,
-        pullRequestUrl: pullRequest.html_url,
-      };
-    },
-  }),
 });
 
 /** `sigil/<run id>/<node id>`: the same on every attempt of the node run, so a re-run finds its branch. */
