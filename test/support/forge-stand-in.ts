@@ -42,7 +42,8 @@ type Route = (segments: string[], body: Record<string, unknown>, url: URL) => [n
 
 export async function startForgeStandIn(
   root: string,
-  { token, login }: { token: string; login: string },
+  /** `accepts`: whether a token is one the stand-in's user holds; `login`: that user's name. */
+  { accepts, login }: { accepts: (token: string) => boolean; login: string },
 ): Promise<ForgeStandIn> {
   mkdirSync(root, { recursive: true });
   const requests: ForgeStandIn['requests'] = [];
@@ -132,10 +133,19 @@ export async function startForgeStandIn(
     ],
   ];
 
+  /** Whether an `Authorization` header carries a token the stand-in accepts: Bearer (the API), Basic with user x-access-token (git). */
+  const authorized = (authorization: string | undefined, scheme: 'Bearer' | 'Basic') => {
+    if (!authorization?.startsWith(`${scheme} `)) return false;
+    const credential = authorization.slice(scheme.length + 1);
+    if (scheme === 'Bearer') return accepts(credential);
+    const [user, token] = Buffer.from(credential, 'base64').toString().split(/:(.*)/s);
+    return user === 'x-access-token' && token !== undefined && accepts(token);
+  };
+
   const api = async (request: IncomingMessage, response: ServerResponse, url: URL) => {
     const answer = (status: number, json: unknown) =>
       response.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(json));
-    if (request.headers.authorization !== `Bearer ${token}`)
+    if (!authorized(request.headers.authorization, 'Bearer'))
       return answer(401, { message: 'Bad credentials' });
     const path = url.pathname.slice('/api'.length);
     const route = routes.find(([method, pattern]) => method === request.method && pattern.test(path));
@@ -146,7 +156,6 @@ export async function startForgeStandIn(
       chunks.length > 0 ? (JSON.parse(Buffer.concat(chunks).toString()) as Record<string, unknown>) : {};
     answer(...route[2]((path.match(route[1]) ?? []).slice(1), body, url));
   };
-  const gitBasic = `Basic ${Buffer.from(`x-access-token:${token}`).toString('base64')}`;
   const server = createServer((request, response) => {
     const url = new URL(request.url ?? '/', 'http://localhost');
     const seen = { method: request.method ?? 'GET', url: request.url ?? '/' };
@@ -155,7 +164,7 @@ export async function startForgeStandIn(
     if (url.pathname.startsWith('/api/'))
       return void api(request, response, url).catch(() => response.writeHead(500).end());
     if (!url.pathname.startsWith('/git/')) return void response.writeHead(404).end();
-    if (request.headers.authorization !== gitBasic)
+    if (!authorized(request.headers.authorization, 'Basic'))
       return void response.writeHead(401, { 'WWW-Authenticate': 'Basic realm="stand-in"' }).end();
     serveGitHttp(root, url.pathname.slice('/git'.length), request, response);
   });

@@ -24,6 +24,7 @@ const CONFIG = z
   .object({
     allowedRemotes: z
       .array(REMOTE_PREFIX)
+      .min(1)
       .default(DEFAULT_ALLOWED_REMOTES)
       .describe(
         'URL prefixes, each ending in /, of the remotes nodes may push to (https, http or git); file:// and other transports are never allowed',
@@ -103,9 +104,11 @@ export default definePlugin({
           pushed: { type: 'boolean', description: 'False when the branch already held it (a re-run)' },
         },
       }),
+      // Under the first allowed remote, so the catalog shows a remote this runtime takes and the
+      // contract kit can run it where the operator (a test) serves that repository.
       example: {
         params: {
-          remote: 'https://github.com/octo-org/site.git',
+          remote: `${config.allowedRemotes[0]}octo-org/site.git`,
           branch: 'main',
           message: 'Publish {{ inputs.title }}',
           tokenSlot: 'GITHUB_TOKEN',

@@ -36,6 +36,15 @@ describe('canvas-git: the git-push node', () => {
     mkdirSync(join(work, 'daemon'));
     mkdirSync(join(work, 'http'));
     daemon = await startGitDaemon(join(work, 'daemon'), { receivePack: true });
+    // What the node's example pushes to, under the first allowed remote: the kit runs it.
+    git(
+      work,
+      'init',
+      '--quiet',
+      '--bare',
+      '--initial-branch=main',
+      join(work, 'daemon', 'octo-org', 'site.git'),
+    );
     http = await startGitHttpServer(join(work, 'http'), {
       authorize: (authorization) => authorization === basic || authorization === `Bearer ${canary}`,
       beforeReceivePack: () => raceBeforeReceivePack(),
@@ -194,6 +203,22 @@ describe('canvas-git: the git-push node', () => {
     }
     expect(commits[0]).to.not.equal(commits[1]);
     expect(git(remote.dir, 'rev-list', '--count', 'main')).to.equal('2');
+  });
+
+  it('refuses an idempotency key that would break its trailer line, pushing nothing', async () => {
+    const node = await load();
+    const remote = bareRepository('daemon');
+    const { context } = await contextFor(
+      node,
+      { remote: remote.url },
+      { idempotencyKey: 'run\nSigil-Idempotency-Key: other' },
+    );
+    const refused = await rejectionOf(node.run(context));
+    expect([refused.code, refused.details?.reason]).to.deep.equal([
+      'invalid_request',
+      'invalid_idempotency_key',
+    ]);
+    expect(git(remote.dir, 'for-each-ref')).to.equal('');
   });
 
   it('commits nothing when the branch already holds the workspace files', async () => {

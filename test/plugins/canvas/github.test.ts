@@ -27,7 +27,10 @@ describe('canvas-github: the github-pull-request node', () => {
   let forge: ForgeStandIn;
 
   before(async () => {
-    forge = await startForgeStandIn(join(work, 'forge'), { token: canary, login: 'octocat' });
+    forge = await startForgeStandIn(join(work, 'forge'), {
+      accepts: (token) => token === canary,
+      login: 'octocat',
+    });
   });
   after(async () => {
     await forge.close();
@@ -63,7 +66,18 @@ describe('canvas-github: the github-pull-request node', () => {
   const requestsSince = (seen: number) =>
     forge.requests.slice(seen).map(({ method, url }) => `${method} ${url}`);
 
-  describeCanvasNodeKitV2(load);
+  describe("with a stand-in that takes the kit's tokens", () => {
+    // The kit answers every secret with a canary of its own (sigil-kit-canary-<random>).
+    let kitForge: ForgeStandIn;
+    before(async () => {
+      kitForge = await startForgeStandIn(join(work, 'kit-forge'), {
+        accepts: (token) => token.startsWith('sigil-kit-canary-'),
+        login: 'kit',
+      });
+    });
+    after(() => kitForge.close());
+    describeCanvasNodeKitV2(pluginLoader(plugin, () => ({ apiUrl: kitForge.apiUrl, timeoutMs: 5_000 })));
+  });
 
   it('refuses without an approved decision: no token read, no request to the forge', async () => {
     const node = await load();

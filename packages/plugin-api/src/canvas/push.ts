@@ -61,6 +61,11 @@ export function authorizationHeader(
 /** Commits the workspace's files on top of the remote branch and pushes them, once per idempotency key. */
 export async function pushWorkspace(request: PushWorkspaceRequest): Promise<PushedWorkspace> {
   requireRemoteUrl(request.remote);
+  // The key becomes a trailer line: a line break in it would end the trailer early.
+  if (request.idempotencyKey === '' || /\p{Cc}/u.test(request.idempotencyKey))
+    throw new SigilError('invalid_request', 'The idempotency key is empty or holds control characters', {
+      details: { reason: 'invalid_idempotency_key' },
+    });
   const dir = request.workspaceDir;
   const remote = remoteOf(request);
   const tip = await remote.tip(request.branch);
