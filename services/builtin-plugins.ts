@@ -20,4 +20,6 @@ export const builtinPlugins: BuiltinPlugins = {
   'provider-local': () => import('../providers/local/index.ts'),
   'canvas-approval': () => import('../plugins/canvas/approval/index.ts'),
   'canvas-workspace': () => import('../plugins/canvas/workspace/index.ts'),
+  'canvas-git': () => import('../plugins/canvas/git/index.ts'),
+  'canvas-github': () => import('../plugins/canvas/github/index.ts'),
 };

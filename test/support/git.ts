@@ -9,7 +9,7 @@ import { freePort } from './cli.ts';
  */
 
 /** git with no configuration of this machine's and a fixed identity, so commits are reproducible enough. */
-const GIT_ENV = {
+export const GIT_ENV = {
   PATH: process.env.PATH ?? '/usr/bin:/bin',
   HOME: '/nonexistent',
   LC_ALL: 'C',
@@ -81,10 +81,14 @@ export interface GitDaemon {
 }
 
 /**
- * `git daemon` serving every repository under `basePath`, read-only, on a free loopback port. Resolves
- * once it says it listens ("Ready to rumble", printed with --verbose after it bound the port).
+ * `git daemon` serving every repository under `basePath`, on a free loopback port: read-only unless
+ * `receivePack` (pushes) is set. Resolves once it says it listens ("Ready to rumble", printed with
+ * --verbose after it bound the port).
  */
-export async function startGitDaemon(basePath: string): Promise<GitDaemon> {
+export async function startGitDaemon(
+  basePath: string,
+  { receivePack = false }: { receivePack?: boolean } = {},
+): Promise<GitDaemon> {
   for (let attempt = 1; ; attempt += 1) {
     const port = await freePort();
     const child = spawn(
@@ -97,6 +101,7 @@ export async function startGitDaemon(basePath: string): Promise<GitDaemon> {
         '--verbose',
         '--listen=127.0.0.1',
         `--port=${port}`,
+        ...(receivePack ? ['--enable=receive-pack'] : []),
       ],
       { env: GIT_ENV, stdio: ['ignore', 'ignore', 'pipe'] },
     );

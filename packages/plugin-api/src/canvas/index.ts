@@ -1,8 +1,21 @@
 /**
  * What canvas nodes and their host share (`@sigil/plugin-api/canvas`): git as both run it, the
- * workspace a run starts with, and what a value on a port of each type must be.
+ * workspace a run starts with, what a value on a port of each type must be, the approval check of
+ * `writes` nodes, templates over a node's inputs, and pushing a workspace to a git remote (the
+ * repository-hosting nodes).
  */
+export { requireApproval } from './approval.ts';
+export { withDeadline } from './deadline.ts';
 export { CANVAS_GIT_ENV, initWorkspace, runGit, type RunGitOptions } from './git.ts';
 export { PORT_VALUE_SCHEMAS, portAccepts, WORKSPACE_PATH } from './ports.ts';
 export { renderTemplate, templatePaths, valueAt } from './template.ts';
 export { canvasNode } from './node.ts';
+export { refineInputsTemplate, templateInputPorts } from './template-inputs.ts';
+export {
+  authorizationHeader,
+  IDEMPOTENCY_TRAILER,
+  pushWorkspace,
+  type PushedWorkspace,
+  type PushWorkspaceRequest,
+} from './push.ts';
+export { BRANCH_NAME, REMOTE_URL, remoteUrlProblem, requireRemoteUrl } from './remote.ts';

@@ -1,0 +1,14 @@
+import type { CanvasApprovalV2 } from '../contracts/canvas-node-v2.ts';
+import { SigilError } from '../errors.ts';
+
+/**
+ * What a `writes` node checks first (canvas-node v2): at least one upstream decision, every one
+ * approved; otherwise a `forbidden` rejection, reason `approval_required`, before anything changes.
+ */
+export function requireApproval(approvals: readonly CanvasApprovalV2[]): void {
+  if (approvals.length > 0 && approvals.every((decision) => decision.approved)) return;
+  throw new SigilError('forbidden', 'This node changes things outside the run: it needs an approval first', {
+    hint: 'Put an approval node upstream of it and approve the run',
+    details: { reason: 'approval_required' },
+  });
+}
