@@ -20,4 +20,5 @@ export const builtinPlugins: BuiltinPlugins = {
   'provider-local': () => import('../providers/local/index.ts'),
   'canvas-approval': () => import('../plugins/canvas/approval/index.ts'),
   'canvas-workspace': () => import('../plugins/canvas/workspace/index.ts'),
+  'canvas-llm': () => import('../plugins/canvas/llm/index.ts'),
 };
