@@ -21,4 +21,5 @@ export const builtinPlugins: BuiltinPlugins = {
   'canvas-approval': () => import('../plugins/canvas/approval/index.ts'),
   'canvas-workspace': () => import('../plugins/canvas/workspace/index.ts'),
   'canvas-llm': () => import('../plugins/canvas/llm/index.ts'),
+  'canvas-gateway': () => import('../plugins/canvas/gateway/index.ts'),
 };

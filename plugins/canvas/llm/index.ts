@@ -103,6 +103,7 @@ const llmNode: CanvasNodeV2<LlmParams> = {
         signal,
       );
     } finally {
+      // A host that finished the turn after a cancellation: the node still stops with the signal's reason.
       signal.throwIfAborted();
     }
     const { model, inputTokens, outputTokens } = answer;
