@@ -22,4 +22,5 @@ export const builtinPlugins: BuiltinPlugins = {
   'canvas-workspace': () => import('../plugins/canvas/workspace/index.ts'),
   'canvas-llm': () => import('../plugins/canvas/llm/index.ts'),
   'canvas-gateway': () => import('../plugins/canvas/gateway/index.ts'),
+  'canvas-team': () => import('../plugins/canvas/team/index.ts'),
 };
