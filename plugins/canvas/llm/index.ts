@@ -1,3 +1,4 @@
+import { Ajv } from 'ajv';
 import { z } from 'zod';
 import {
   type CanvasNodeV2,
@@ -15,6 +16,22 @@ import {
 } from '@sigil/plugin-api/canvas';
 
 const TEMPLATE = z.string().max(100_000);
+
+/** A validator as the host's (Ajv, JSON Schema draft 7): a schema it cannot compile is refused at validation. */
+const schemaCompiler = new Ajv({ strict: false });
+
+/** Why the host could not validate answers against `schema`, or undefined when it can. */
+function schemaProblem(schema: Record<string, unknown>): string | undefined {
+  try {
+    schemaCompiler.compile(schema);
+    return undefined;
+  } catch (err) {
+    return (err as Error).message;
+  } finally {
+    // Ajv keeps every schema it compiled; params are validated for every document.
+    schemaCompiler.removeSchema(schema);
+  }
+}
 
 const LLM_PARAMS = z
   .object({
@@ -41,6 +58,9 @@ const LLM_PARAMS = z
   .superRefine((params, ctx) => {
     refineTemplate(ctx, ['prompt'], params.prompt, params.inputs);
     if (params.system !== undefined) refineTemplate(ctx, ['system'], params.system, params.inputs);
+    const problem = params.schema && schemaProblem(params.schema);
+    if (problem)
+      ctx.addIssue({ code: 'custom', path: ['schema'], message: `not a JSON Schema (draft 7): ${problem}` });
   });
 
 type LlmParams = z.output<typeof LLM_PARAMS>;

@@ -28,7 +28,7 @@ export interface StructuredTurn<T> {
 }
 
 /** The reason of the host's `llm` rejection, and of this module's, for an answer not valid against its schema. */
-export const INVALID_ANSWER = 'structured_output_invalid';
+export const INVALID_ANSWER = 'llm_output_invalid';
 
 const PROBLEM_CHARS = 1000;
 
@@ -38,7 +38,8 @@ const PROBLEM_CHARS = 1000;
  * such) is asked for once more, with a note saying what was wrong; a second one fails `unavailable`.
  */
 export async function askStructured<T>(scope: TeamScope, turn: StructuredTurn<T>): Promise<T> {
-  const schema = z.toJSONSchema(turn.schema) as Record<string, unknown>;
+  // Draft 7: what JSON Schema validators (the host's Ajv) and model APIs take most widely.
+  const schema = z.toJSONSchema(turn.schema, { target: 'draft-7' }) as Record<string, unknown>;
   let problem: string | undefined;
   for (let attempt = 1; ; attempt++) {
     scope.signal.throwIfAborted();

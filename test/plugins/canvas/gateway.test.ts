@@ -3,7 +3,13 @@ import type { CanvasApprovalV2, CanvasNodeV2, CanvasServicesV2 } from '@sigil/pl
 import { approvedDecision, canvasTestContext, describeCanvasNodeKitV2 } from '@sigil/plugin-api/kit';
 import gatewayPlugin from '../../../plugins/canvas/gateway/index.ts';
 import { rejectionOf } from '../../support/rejection.ts';
-import { mcpGateway, type McpGateway, nodeOf, toolServer } from './host-services.ts';
+import {
+  mcpGateway,
+  type McpGateway,
+  nodeOf,
+  NOT_APPLICABLE_TO_HOSTED_READS,
+  toolServer,
+} from './host-services.ts';
 
 /** The `tool` node kind against a real MCP server (the official SDK's, in process) behind the host's services. */
 describe('canvas-gateway: the tool node kind', function () {
@@ -42,7 +48,9 @@ describe('canvas-gateway: the tool node kind', function () {
     }
   }
 
-  describeCanvasNodeKitV2(() => nodeOf(gatewayPlugin));
+  describeCanvasNodeKitV2(() => nodeOf(gatewayPlugin), {
+    expectNotApplicable: NOT_APPLICABLE_TO_HOSTED_READS,
+  });
 
   describe('params and ports', () => {
     it('declares the inputs of params.inputs, and text, structured (optional) and isError as outputs', () => {

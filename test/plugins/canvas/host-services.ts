@@ -1,6 +1,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { Ajv } from 'ajv';
 import { z } from 'zod';
 import {
   type CanvasLlmRequestV2,
@@ -16,9 +17,22 @@ import { quietLogger } from '../../support/kernel.ts';
 /**
  * The host's services for canvas node tests, over real parts: `llm` over the local stand-in LLM's
  * OpenAI wire, `callTool` and `listTools` over official-SDK MCP servers in process. They behave as the
- * runtime's do by the contract: the system and the prompt are a conversation's two messages, and with
- * a schema the answer must be JSON valid against it.
+ * runtime's do (services/runtime/canvas/host-services.ts): the system and the prompt are a
+ * conversation's two messages, and with a schema the answer must be JSON valid against it, else
+ * `unavailable` with reason `llm_output_invalid`.
  */
+
+/**
+ * The kit checks that do not apply to a `reads` node whose example needs a model turn or a gateway
+ * tool, which the kit's host refuses: those that need the example to succeed, and the `writes` ones.
+ */
+export const NOT_APPLICABLE_TO_HOSTED_READS = [
+  'canvas-node.run-outputs',
+  'canvas-node.log',
+  'canvas-node.no-secret',
+  'canvas-node.writes-need-approval',
+  'canvas-node.writes-once',
+];
 
 export interface StandInLlm {
   llm: CanvasServicesV2['llm'];
@@ -68,22 +82,24 @@ export function standInLlm(
   return { llm, requests };
 }
 
+const ajv = new Ajv({ strict: false });
+
+/** The answer as JSON valid against the schema, checked as the runtime's host checks it (Ajv). */
 function structuredAnswer(text: string, schema: Record<string, unknown>): unknown {
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {
-    throw invalidAnswer('is not JSON');
+    throw invalidAnswer('The model did not answer with JSON');
   }
-  const checked = z.fromJSONSchema(schema as Parameters<typeof z.fromJSONSchema>[0]).safeParse(json);
-  if (!checked.success) throw invalidAnswer(`does not match the schema: ${z.prettifyError(checked.error)}`);
-  return checked.data;
+  const validate = ajv.compile(schema);
+  if (!validate(json))
+    throw invalidAnswer(`The model's JSON does not match the schema: ${ajv.errorsText(validate.errors)}`);
+  return json;
 }
 
-const invalidAnswer = (problem: string) =>
-  new SigilError('unavailable', `The model's answer ${problem}`, {
-    details: { reason: 'structured_output_invalid' },
-  });
+const invalidAnswer = (message: string) =>
+  new SigilError('unavailable', message, { details: { reason: 'llm_output_invalid' } });
 
 /** The test tools server: `echo` (its text back), `add` (a structured sum), `fail` (an error result). */
 export function toolServer(): McpServer {

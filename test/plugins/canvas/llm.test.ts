@@ -4,7 +4,7 @@ import { canvasTestContext, describeCanvasNodeKitV2 } from '@sigil/plugin-api/ki
 import { startStandIn, type StandIn } from '@sigil/plugin-api/llm/stand-in';
 import llmPlugin from '../../../plugins/canvas/llm/index.ts';
 import { rejectionOf } from '../../support/rejection.ts';
-import { nodeOf, standInLlm } from './host-services.ts';
+import { nodeOf, NOT_APPLICABLE_TO_HOSTED_READS, standInLlm } from './host-services.ts';
 
 /**
  * The `llm` node kind against the real local stand-in LLM, which echoes the prompt: a prompt that is
@@ -47,7 +47,7 @@ describe('canvas-llm: the llm node kind', function () {
       (err: unknown) => err,
     );
 
-  describeCanvasNodeKitV2(() => nodeOf(llmPlugin));
+  describeCanvasNodeKitV2(() => nodeOf(llmPlugin), { expectNotApplicable: NOT_APPLICABLE_TO_HOSTED_READS });
 
   describe('params and ports', () => {
     it('declares each input of params.inputs as a required port, and text as its output', () => {
@@ -85,6 +85,23 @@ describe('canvas-llm: the llm node kind', function () {
         'system: {{ secrets.PROVIDER_API_KEY }}',
         'system: {{ inputs }}',
       ]);
+    });
+
+    it('refuses a schema that is not JSON Schema draft 7, naming the param', () => {
+      for (const schema of [
+        { type: 'objekt' },
+        { type: 'object', required: 'title' },
+        { $schema: 'https://json-schema.org/draft/2020-12/schema', type: 'object' },
+      ]) {
+        const refused = node.params.safeParse({ prompt: 'p', schema });
+        expect(
+          refused.error?.issues.map((issue) => issue.path.join('.')),
+          JSON.stringify(schema),
+        ).to.deep.equal(['schema']);
+      }
+      expect(
+        node.params.safeParse({ prompt: 'p', schema: { type: 'array', items: { type: 'string' } } }).success,
+      ).to.equal(true);
     });
 
     it('refuses unknown params, a bad input name and a bad port type', () => {
@@ -150,7 +167,7 @@ describe('canvas-llm: the llm node kind', function () {
         run({ inputs: { page: 'object' }, prompt: '{{ inputs.page }}', schema }, { page: { name: 'x' } }),
       );
       expect(err.code).to.equal('unavailable');
-      expect(err.details?.reason).to.equal('structured_output_invalid');
+      expect(err.details?.reason).to.equal('llm_output_invalid');
     });
 
     it('fails unavailable when the host gives no json for a schema', async () => {

@@ -4,7 +4,14 @@ import { canvasTestContext, describeCanvasNodeKitV2 } from '@sigil/plugin-api/ki
 import { startStandIn, type StandIn } from '@sigil/plugin-api/llm/stand-in';
 import teamPlugin from '../../../plugins/canvas/team/index.ts';
 import { quietLogger } from '../../support/kernel.ts';
-import { mcpGateway, type McpGateway, nodeOf, standInLlm, toolServer } from './host-services.ts';
+import {
+  mcpGateway,
+  type McpGateway,
+  nodeOf,
+  NOT_APPLICABLE_TO_HOSTED_READS,
+  standInLlm,
+  toolServer,
+} from './host-services.ts';
 
 /**
  * The `team` node kind against the real stand-in LLM and a real MCP server. The stand-in echoes the
@@ -76,7 +83,7 @@ describe('canvas-team: the team node kind (team mode)', function () {
     }
   }
 
-  describeCanvasNodeKitV2(() => nodeOf(teamPlugin));
+  describeCanvasNodeKitV2(() => nodeOf(teamPlugin), { expectNotApplicable: NOT_APPLICABLE_TO_HOSTED_READS });
 
   describe('params and ports', () => {
     it('is a team-mode node that reads; outputs result, plan and contributions', () => {
@@ -179,7 +186,7 @@ describe('canvas-team: the team node kind (team mode)', function () {
         const { error, requests } = await run({ teammates: [teammate] }, plan([teammate.name, instruction]));
         expect(error).to.include({ code: 'unavailable' });
         expect((error as { details: unknown }).details).to.deep.equal({
-          reason: 'structured_output_invalid',
+          reason: 'llm_output_invalid',
           purpose: `${teammate.name} (task 1), step 1`,
         });
         // The plan, then the step and its one retry, told what was wrong.
@@ -214,7 +221,7 @@ describe('canvas-team: the team node kind (team mode)', function () {
       ]) {
         const { error } = await run({ teammates: [writer], maxTasks: 2 }, bad);
         expect((error as { details: unknown }).details).to.deep.equal({
-          reason: 'structured_output_invalid',
+          reason: 'llm_output_invalid',
           purpose: 'the plan',
         });
       }
@@ -227,7 +234,7 @@ describe('canvas-team: the team node kind (team mode)', function () {
         plan(['researcher', looping]),
       );
       expect((error as { details: unknown }).details).to.deep.equal({
-        reason: 'structured_output_invalid',
+        reason: 'llm_output_invalid',
         purpose: 'researcher (task 1), step 2',
       });
       expect(gateway.calls).to.have.length(1);
@@ -286,7 +293,7 @@ describe('canvas-team: the team node kind (team mode)', function () {
         { services: { callTool } },
       );
       expect((error as { details: unknown }).details).to.deep.equal({
-        reason: 'structured_output_invalid',
+        reason: 'llm_output_invalid',
         purpose: 'writer (task 2), step 1',
       });
       expect(sawAbort).to.equal(true);

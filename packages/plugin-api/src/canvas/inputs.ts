@@ -11,10 +11,10 @@ import { templatePaths } from './template.ts';
 /** A port's type in params. */
 export const PORT_TYPE = z.enum(Object.keys(PORT_VALUE_SCHEMAS) as [CanvasPortType, ...CanvasPortType[]]);
 
-/** A declared input's name: one segment of a template path (`{{ inputs.<name> }}`). */
+/** A declared input's name: one step of the template paths that read it (`{{ inputs.<name> }}`), so no dots and no `__proto__`. */
 export const INPUT_PORT_NAME = z
   .string()
-  .regex(/^[A-Za-z_][A-Za-z0-9_-]{0,63}$/, 'a letter or _, then letters, digits, _ or - (at most 64)');
+  .regex(/^[A-Za-z][A-Za-z0-9_-]{0,62}$/, 'a letter, then letters, digits, _ and -; at most 63 characters');
 
 /** The `inputs` param: each declared input port's type by name; `{}` when absent. */
 export const DECLARED_INPUTS = z.record(INPUT_PORT_NAME, PORT_TYPE).default({});
