@@ -22,4 +22,7 @@ export const builtinPlugins: BuiltinPlugins = {
   'canvas-workspace': () => import('../plugins/canvas/workspace/index.ts'),
   'canvas-git': () => import('../plugins/canvas/git/index.ts'),
   'canvas-github': () => import('../plugins/canvas/github/index.ts'),
+  'canvas-llm': () => import('../plugins/canvas/llm/index.ts'),
+  'canvas-gateway': () => import('../plugins/canvas/gateway/index.ts'),
+  'canvas-team': () => import('../plugins/canvas/team/index.ts'),
 };
