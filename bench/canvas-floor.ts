@@ -79,15 +79,7 @@ export class FloorRun {
       started_at: now,
       ended_at: now,
     }));
-    const events = nodeIds.flatMap((nodeId) =>
-      Array.from({ length: 3 }, () => ({
-        run_id: this.id,
-        seq: this.seq++,
-        type: 'node.status',
-        data: JSON.stringify({ nodeId, state: 'succeeded', attempt: 1 }),
-        created_at: now,
-      })),
-    );
+    const events = nodeIds.flatMap((nodeId) => this.events(nodeId, 3, now));
     await this.db.transaction(async (trx) => {
       await trx('canvas_node_runs')
         .insert(rows)
@@ -97,17 +89,22 @@ export class FloorRun {
     });
   }
 
+  /** The run's next `count` event rows, of the size of a node's status event. */
+  private events(nodeId: string, count: number, now: number) {
+    return Array.from({ length: count }, () => ({
+      run_id: this.id,
+      seq: this.seq++,
+      type: 'node.status',
+      data: JSON.stringify({ nodeId, state: 'succeeded', attempt: 1 }),
+      created_at: now,
+    }));
+  }
+
   /** Writes `changes` to node `nodeId`'s row (or the run's), one transaction each, one after another. */
   async write(nodeId: string, changes: readonly StoredChange[]): Promise<void> {
     for (const change of changes) {
       const now = Date.now();
-      const events = Array.from({ length: change.events }, () => ({
-        run_id: this.id,
-        seq: this.seq++,
-        type: 'node.status',
-        data: JSON.stringify({ nodeId, state: 'succeeded', attempt: 1 }),
-        created_at: now,
-      }));
+      const events = this.events(nodeId, change.events, now);
       await this.db.transaction(async (trx) => {
         if (change.table === 'canvas_runs')
           await trx('canvas_runs').where({ id: this.id }).update({ status: 'running', updated_at: now });
