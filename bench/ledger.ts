@@ -28,15 +28,12 @@ import { ManualClock } from '../core/clock.ts';
 import { createLedgerService, type LedgerService } from '../services/runtime/ledger/service.ts';
 import { SpendRefused } from '../services/runtime/ledger/errors.ts';
 import { openTestKernel, TEST_DATABASES, type TestDatabase } from '../test/support/kernel.ts';
+import { POSTGRES_URL, postgresReachable } from './postgres.ts';
 
 const CHARGES = Number(process.env.BENCH_LEDGER_CHARGES ?? 4000);
 const CONCURRENCY = Number(process.env.BENCH_LEDGER_CONCURRENCY ?? 50);
 const MANY_WALLETS = Number(process.env.BENCH_LEDGER_WALLETS ?? 200);
 const AMOUNT = 1000n;
-const POSTGRES_URL =
-  process.env.BENCH_DATABASE_URL ??
-  process.env.TEST_DATABASE_URL ??
-  'postgres://postgres@127.0.0.1:5432/test';
 
 interface Measurement {
   scenario: string;
@@ -58,18 +55,6 @@ const wallet = () => getAddress(`0x${randomBytes(20).toString('hex')}`);
 function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return 0;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
-}
-
-async function postgresReachable(): Promise<boolean> {
-  const probe = knex({ client: 'pg', connection: POSTGRES_URL, pool: { min: 0, max: 1 } });
-  try {
-    await probe.raw('select 1');
-    return true;
-  } catch {
-    return false;
-  } finally {
-    await probe.destroy();
-  }
 }
 
 function postgresDatabase(): TestDatabase {

@@ -71,6 +71,11 @@ export function ownCpuUs(): number {
   return usage.user + usage.system;
 }
 
+/** CPU (µs) of this process's main thread alone: the event loop's, without libuv's pool (SQLite, fs). */
+export function mainThreadCpuUs(): number {
+  return statOf(`${process.pid}/task/${process.pid}`)?.cpuUs ?? 0;
+}
+
 /** A process started with plain child_process: the baseline a sandboxed start is measured against. */
 export interface PlainProcess {
   stdin: NodeJS.WritableStream;
