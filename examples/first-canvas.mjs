@@ -44,7 +44,7 @@ const workflow = {
       id: 'page',
       kind: 'transform',
       params: {
-        inputs: { html: 'string' },
+        inputs: { html: 'json' },
         outputs: { files: { type: 'files', files: [{ path: 'index.html', template: '{{inputs.html}}' }] } },
       },
     },
@@ -118,7 +118,8 @@ function startGitDaemon() {
     probe();
   });
   return {
-    remote: `git://127.0.0.1:${GIT_PORT}/site.git`,
+    // 9418 is git:// URLs' default port: the remote names none, as canvas-git's allowed prefix does not.
+    remote: 'git://127.0.0.1/site.git',
     ready,
     /** The pushed page, read back from the bare repository. */
     pushedPage: () =>
@@ -133,8 +134,11 @@ function startGitDaemon() {
   };
 }
 
+let runId;
+
 /** Prints one event of the run as it streams. */
 function show(event, data) {
+  if (event === 'run.started') runId = data.runId;
   const node = data.nodeId ? `${data.nodeId}`.padEnd(10) : ''.padEnd(10);
   if (event === 'node.status')
     console.log(`  ${node}${data.state}${data.error ? `: ${data.error.message}` : ''}`);
@@ -146,7 +150,7 @@ function show(event, data) {
     console.log(`  ${node}waits for your approval of ${JSON.stringify(data.value).slice(0, 80)}`);
   else if (event === 'node.artifact')
     console.log(
-      `  ${node}artifact ${data.name} (${data.bytes} bytes) ${runtimeUrl}/canvas/runs/…/artifacts/${data.id}`,
+      `  ${node}artifact ${data.name} (${data.bytes} bytes) ${runtimeUrl}/canvas/runs/${runId}/artifacts/${data.id}`,
     );
   else if (event === 'run.ended') console.log(`run       ${data.status}, charged ${data.charged} base units`);
 }
@@ -184,7 +188,6 @@ async function main() {
       response,
       (event, data) => event === 'run.status' && data.status === 'waiting_approval',
     );
-    const runId = first[0].data.runId;
     const approval = first.find((e) => e.event === 'approval.required').data;
 
     // A second request, as the owner would from another window: approve exactly the value shown.

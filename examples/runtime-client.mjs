@@ -45,7 +45,7 @@ export function request(method, body) {
 
 export const refusal = (method, path, status, answer) =>
   new Error(
-    `${method} ${path} answered ${status} ${answer.code ?? ''}: ${answer.message ?? JSON.stringify(answer)}${answer.hint ? ` (${answer.hint})` : ''}`,
+    `${method} ${path} answered ${status} ${answer.code ?? ''}: ${answer.message ?? JSON.stringify(answer)}${answer.hint ? ` (${answer.hint})` : ''}${(answer.details?.problems ?? []).map((p) => `\n  ${p.path}: ${p.message}`).join('')}`,
   );
 
 /** 1. SIWE: the runtime's challenge, signed by the wallet, for a session JWT. */
