@@ -394,7 +394,7 @@ export class CanvasExecutor {
         : this.deps.redact(runErrorOf(err));
       if (!isSigilError(err) && !timedOut && !run.cancelled)
         this.deps.logger.warn({ err, runId: run.record.id, nodeId: id }, 'canvas: a node failed');
-      return { error, retryable: !NOT_RETRIED.has(error.reason ?? '') && error.code !== 'invalid_request' };
+      return { error, retryable: RETRIED_CODES.has(error.code) };
     }
   }
 
@@ -482,10 +482,8 @@ export class CanvasExecutor {
   }
 }
 
-/** Failures a retry cannot change: a missing approval, a refused budget, a bad input. */
-const NOT_RETRIED = new Set([
-  'approval_required',
-  'approval_rejected',
-  'budget_exceeded',
-  'insufficient_balance',
-]);
+/**
+ * Failures a retry may change: an unavailable service, a timeout, a rate limit, an internal fault.
+ * A refusal (a missing approval, a refused budget, a bad input) stays one.
+ */
+const RETRIED_CODES = new Set(['unavailable', 'internal', 'rate_limited']);

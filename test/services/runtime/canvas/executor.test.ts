@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { readSse, type SseEvent } from '../chat-support.ts';
+import { readSse, storeAndUnlock, type SseEvent } from '../chat-support.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
 import {
   canvasUser,
@@ -186,5 +186,42 @@ describeEachDatabase('canvas executor', (database) => {
     });
     const resumed = await eventsUntil(res);
     expect(resumed.map((e) => e.data.seq)).to.deep.equal(all.slice(3).map((e) => e.data.seq));
+  });
+});
+
+describeEachDatabase('canvas costs', (database) => {
+  let world: CanvasWorld;
+  before(async () => {
+    world = await startCanvasWorld({
+      database,
+      plugins: [{ resolve: 'canvas-llm', enabled: true, options: {} } as never],
+    });
+  });
+  after(async () => {
+    await world.close();
+    world.removeData();
+  });
+
+  it('stops a run whose model turn the ledger refuses, with a clear event, not retried, charging nothing', async () => {
+    const user = await canvasUser(world.stack);
+    await storeAndUnlock(user.client, user.wallet, 'PROVIDER_API_KEY', 'sk-canvas-canary-key-0123456789');
+    const events = await eventsUntil(
+      await execute(user, {
+        workflow: workflow(
+          [
+            { id: 'draft', kind: 'llm', params: { prompt: 'hello' }, retries: 2 },
+            { id: 'after', kind: 'emit' },
+          ],
+          ['draft.text -> after.after'],
+        ),
+      }),
+    );
+    const failed = events.find((e) => e.event === 'node.status' && e.data.state === 'failed');
+    expect(failed?.data.nodeId).to.equal('draft');
+    expect((failed?.data.error as { code: string }).code).to.equal('payment_required');
+    expect(events.some((e) => e.event === 'node.retry')).to.equal(false);
+    expect(states(events, 'after')).to.deep.equal(['skipped']);
+    expect(events.at(-1)?.data).to.deep.include({ status: 'failed', charged: '0' });
+    expect(JSON.stringify(events)).to.not.include('sk-canvas-canary-key');
   });
 });
