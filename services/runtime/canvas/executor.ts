@@ -121,8 +121,14 @@ export class CanvasExecutor {
    * still wait, and a node that was running is run again by its policy (a write node with the same
    * idempotency key, so what it writes is written once) or failed when it has no attempt left.
    */
-  async resume(record: RunRecord, plan: ValidatedWorkflow, nodes: readonly NodeRecord[]): Promise<ActiveRun> {
+  async resume(
+    record: RunRecord,
+    plan: ValidatedWorkflow,
+    nodes: readonly NodeRecord[],
+    charged: bigint,
+  ): Promise<ActiveRun> {
     const run = new ActiveRun(record, plan);
+    run.charged = charged;
     this.active.set(record.id, run);
     const interrupted: string[] = [];
     for (const node of nodes) {

@@ -189,7 +189,7 @@ export function canvasRouter(canvas: CanvasService): Router {
         ...a,
         createdAt: a.createdAt.toISOString(),
       })),
-      charged: canvas.executor.get(id)?.charged.toString(),
+      charged: (await canvas.runs.charged(id)).toString(),
     };
   });
   router.get('/runs/:id/events', async (ctx) => {

@@ -304,6 +304,17 @@ export class RunStore {
     );
   }
 
+  /** What the run's nodes were charged so far: the sum of its `cost` events. */
+  async charged(runId: string): Promise<bigint> {
+    const rows = (await this.db('canvas_events').where({ run_id: runId, type: 'cost' }).select('data')) as {
+      data: string;
+    }[];
+    return rows.reduce(
+      (sum, row) => sum + BigInt((JSON.parse(row.data) as { charged?: string }).charged ?? 0),
+      0n,
+    );
+  }
+
   async events(runId: string, afterSeq: number): Promise<RunEvent[]> {
     const rows = await this.db('canvas_events')
       .where({ run_id: runId })

@@ -201,7 +201,8 @@ export class CanvasService {
         );
         continue;
       }
-      const run = await this.executor.resume(record, plan, await this.runs.nodes(record.id));
+      const nodes = await this.runs.nodes(record.id);
+      const run = await this.executor.resume(record, plan, nodes, await this.runs.charged(record.id));
       void run.ended.then(() => this.host.endRun(record.id));
     }
   }
