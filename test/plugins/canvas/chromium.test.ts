@@ -332,4 +332,15 @@ describe('canvas-chromium: the browser-verify node against real chromium and loc
   });
 });
 
-describePluginKit(chromiumPlugin, { executablePath: '/usr/bin/chromium' });
+// Not a writes node, and it is given no secret.
+describePluginKit(
+  chromiumPlugin,
+  { executablePath: '/usr/bin/chromium' },
+  {
+    expectNotApplicable: [
+      'canvas-node.writes-need-approval',
+      'canvas-node.writes-once',
+      'canvas-node.no-secret',
+    ],
+  },
+);

@@ -99,7 +99,8 @@ describe('canvas-git: the git-push node', () => {
   const branchTip = (bare: string, branch = 'main') => git(bare, 'rev-parse', `refs/heads/${branch}`);
   const filesAt = (bare: string, rev: string) => git(bare, 'ls-tree', '-r', '--name-only', rev).split('\n');
 
-  describeCanvasNodeKitV2(load);
+  // A writes node: the check of nodes that do not write does not apply.
+  describeCanvasNodeKitV2(load, { expectNotApplicable: ['canvas-node.reads-change-nothing'] });
 
   it('refuses to push without an approved decision, asking for no token and changing nothing', async () => {
     const node = await load();

@@ -76,7 +76,13 @@ describe('canvas-github: the github-pull-request node', () => {
       });
     });
     after(() => kitForge.close());
-    describeCanvasNodeKitV2(pluginLoader(plugin, () => ({ apiUrl: kitForge.apiUrl, timeoutMs: 5_000 })));
+    // A writes node: the check of nodes that do not write does not apply.
+    describeCanvasNodeKitV2(
+      pluginLoader(plugin, () => ({ apiUrl: kitForge.apiUrl, timeoutMs: 5_000 })),
+      {
+        expectNotApplicable: ['canvas-node.reads-change-nothing'],
+      },
+    );
   });
 
   it('refuses without an approved decision: no token read, no request to the forge', async () => {

@@ -255,4 +255,15 @@ describe('canvas-transform: the transform node', () => {
   });
 });
 
-describePluginKit(transformPlugin);
+// Not a writes node, and it is given no secret.
+describePluginKit(
+  transformPlugin,
+  {},
+  {
+    expectNotApplicable: [
+      'canvas-node.writes-need-approval',
+      'canvas-node.writes-once',
+      'canvas-node.no-secret',
+    ],
+  },
+);
