@@ -183,12 +183,16 @@ export async function runIds(context: DeploymentContext, as: SignedIn): Promise<
   ).runs.map((run) => run.id);
 }
 
-/** Cancels a run the check leaves behind; a failure to is only noted, never the check's result. */
+/**
+ * Cancels a run the check leaves behind and waits for it to end (a cancel is only accepted at once);
+ * a failure to is only noted, never the check's result.
+ */
 export async function cancelLeftover(context: DeploymentContext, as: SignedIn, runId: string): Promise<void> {
   try {
     const run = await runOf(context, as, runId);
     if (['succeeded', 'failed', 'cancelled'].includes(run.status)) return;
     await canvasRequest(context, as, 'POST', `/canvas/runs/${runId}/cancel`);
+    await resume(context, as, runId, '0');
   } catch {
     context.evidence.note(`could not cancel run ${runId}, which the check left unfinished`);
   }
