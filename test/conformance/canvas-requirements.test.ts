@@ -10,7 +10,7 @@ import { serve, type Serving } from '../../services/serve.ts';
 import { pluginsWithLocalProvider } from '../services/runtime/support.ts';
 import { openTestKernel } from '../support/kernel.ts';
 import { startCanvasProxy, type CanvasFaults } from './canvas-proxy.ts';
-import { runRequirements, statuses } from './support.ts';
+import { reportDir, runRequirements, runSigil, statuses } from './support.ts';
 import type { TinyServer } from './support.ts';
 
 const IDS = REQUIREMENTS.filter((requirement) => requirement.groups?.includes('canvas')).map(
@@ -69,6 +69,31 @@ describe('canvas: conformance requirements (order, cycles, approvals, SSE, owner
       const results = await runRequirements({ runtimeUrl: runtime.url, gatewayUrl: runtime.url }, IDS);
       for (const id of IDS) expect(results[id]?.status, `${id}: ${results[id]?.reason}`).to.equal('pass');
       expect(await unfinishedRuns(runtime.kernel)).to.equal(0);
+    });
+
+    it('sigil conformance deployment --only canvas runs exactly these, and exits 0', async () => {
+      const out = reportDir();
+      try {
+        const run = await runSigil([
+          'conformance',
+          'deployment',
+          '--runtime',
+          runtime.url,
+          '--gateway',
+          runtime.url,
+          '--out',
+          out.dir,
+          '--only',
+          'canvas',
+        ]);
+        expect(run.code, run.stdout + run.stderr).to.equal(0);
+        const report = JSON.parse(out.read('report.json')) as { results: { id: string; status: string }[] };
+        expect(report.results.map((result) => [result.id, result.status])).to.have.deep.members(
+          IDS.map((id) => [id, 'pass']),
+        );
+      } finally {
+        out.cleanup();
+      }
     });
 
     describe('behind a proxy that breaks one rule', () => {
