@@ -6,7 +6,7 @@ import type { PluginEntry } from '../../core/config/schema.ts';
 import { CYCLE_OPENED, textDag } from '../../conformance/deployment/canvas/workflows.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import type { Kernel } from '../../services/kernel.ts';
-import { serve, type Serving } from '../../services/serve.ts';
+import { serve } from '../../services/serve.ts';
 import { pluginsWithLocalProvider } from '../services/runtime/support.ts';
 import { openTestKernel } from '../support/kernel.ts';
 import { startCanvasProxy, type CanvasFaults } from './canvas-proxy.ts';
