@@ -174,6 +174,22 @@ describe('canvas: conformance requirements (order, cycles, approvals, SSE, owner
     });
   });
 
+  describe('against Sigil that takes signed approvals only', () => {
+    let runtime: Awaited<ReturnType<typeof startRuntime>>;
+    before(async () => {
+      runtime = await startRuntime(CANVAS_KINDS, { requireSignedApprovals: true });
+    });
+    after(() => runtime?.stop());
+
+    it('the approval check passes: the owner signs its approval', async () => {
+      const results = await runRequirements({ runtimeUrl: runtime.url, gatewayUrl: runtime.url }, [
+        'RT-4.canvas-approval-enforced',
+      ]);
+      const approval = results['RT-4.canvas-approval-enforced'];
+      expect(approval?.status, approval?.reason).to.equal('pass');
+    });
+  });
+
   describe('against Sigil with only transform', () => {
     let runtime: Awaited<ReturnType<typeof startRuntime>>;
     before(async () => {
