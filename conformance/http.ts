@@ -70,7 +70,37 @@ export class HttpClient {
     return new URL(path, this.baseUrls[service]).toString();
   }
 
-  async request(request: HttpRequest): Promise<HttpResponse> {
+  request(request: HttpRequest): Promise<HttpResponse> {
+    return this.exchange(request, (response) => response.text());
+  }
+
+  /**
+   * A request whose answer is a stream (Server-Sent Events): its body is read until `enough` holds of
+   * what came so far, or until it ends, so a stream that stays open (a run waiting for an approval)
+   * is left once it said what the check waits for.
+   */
+  stream(request: HttpRequest, enough: (text: string) => boolean): Promise<HttpResponse> {
+    return this.exchange(request, async (response) => {
+      if (!response.body) return '';
+      const decoder = new TextDecoder();
+      const reader = response.body.getReader();
+      let text = '';
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return text + decoder.decode();
+        text += decoder.decode(value, { stream: true });
+        if (enough(text)) {
+          await reader.cancel();
+          return text;
+        }
+      }
+    });
+  }
+
+  private async exchange(
+    request: HttpRequest,
+    readBody: (response: Response) => Promise<string>,
+  ): Promise<HttpResponse> {
     const method = request.method ?? 'GET';
     const url = this.url(request.service, request.path);
     const headers: Record<string, string> = {
@@ -101,7 +131,7 @@ export class HttpClient {
               signal,
             })
           : await withHost(url, method, headers, body, signal);
-      const text = await response.text();
+      const text = await readBody(response);
       const parsed = parseJson(text);
       this.rememberSecretFields(parsed);
       exchange.response = {

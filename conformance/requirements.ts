@@ -1,5 +1,6 @@
 import type { Requirement } from './deployment/context.ts';
 import { attestationRequirements } from './deployment/attestation/index.ts';
+import { canvasRequirements } from './deployment/canvas/index.ts';
 import { chatRequirements } from './deployment/chat.ts';
 import { delegationRequirements } from './deployment/delegation.ts';
 import { discoveryRequirements } from './deployment/discovery.ts';
@@ -47,4 +48,5 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...attestationRequirements,
   ...ledgerRequirements,
   ...chatRequirements,
+  ...canvasRequirements,
 ];

@@ -13,6 +13,7 @@ import { ensure, excerpt, expectShape, failWith, notApplicableBecause, pass } fr
 import { createAgent, is4xx, offeredModel, quote } from './agents.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectJson } from './expect.ts';
+import { parseSse } from './sse.ts';
 import { bearer, freshWallet, RUNTIME_AUTH, signIn } from './wallet.ts';
 
 /**
@@ -114,30 +115,6 @@ async function storeKey(context: DeploymentContext, as: Who, slot: string, apiKe
     unlocked.status === 200,
     `POST /wallet/provider-vault/unlock: expected HTTP 200, got ${unlocked.status}: ${quote(unlocked)}`,
   );
-}
-
-interface SseEvent {
-  event: string;
-  data: unknown;
-}
-
-function parseSse(text: string): SseEvent[] {
-  const events: SseEvent[] = [];
-  for (const block of text.split(/\r?\n\r?\n/)) {
-    let event = 'message';
-    const data: string[] = [];
-    for (const line of block.split(/\r?\n/)) {
-      if (line.startsWith('event:')) event = line.slice(6).trim();
-      else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
-    }
-    if (!data.length) continue;
-    try {
-      events.push({ event, data: JSON.parse(data.join('\n')) as unknown });
-    } catch {
-      failWith(`the ${event} event's data is not JSON: ${excerpt(data.join(' '), 120)}`);
-    }
-  }
-  return events;
 }
 
 /** Deposits `amount` of the deployment's token to the wallet's deposit address and waits for it to count. */

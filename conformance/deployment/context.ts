@@ -38,6 +38,8 @@ export interface DeploymentContext {
 /** Named sets of requirements a tester selects or leaves out as a whole (`--skip tee`), with what each holds. */
 export const REQUIREMENT_GROUPS = {
   tee: 'the requirements that need a TEE: they fail on a deployment without one, such as npm start with tee-none',
+  canvas:
+    "canvas workflows (Sigil's /canvas routes): topological order, cycle refusal, approval enforcement, SSE events, owner-only runs",
 } as const;
 
 export type RequirementGroup = keyof typeof REQUIREMENT_GROUPS;

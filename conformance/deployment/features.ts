@@ -46,6 +46,12 @@ export const FEATURES = {
     '/wallet/provider-vault/message',
     "the runtime exposes no provider-key vault at Sigil's paths (the runtime spec does not fix them)",
   ),
+  /** The spec names /canvas/workflows/execute/stream but no method nor body; these are Sigil's routes (401 unsigned). */
+  'runtime-canvas': absentOn404(
+    'runtime',
+    '/canvas/node-kinds',
+    "the runtime serves no canvas workflows at Sigil's /canvas paths (off, or another implementation's routes)",
+  ),
   /** Sigil's gateway says who a request authenticates as; checks of credentials observe it there. */
   'gateway-session': absentOn404(
     'gateway',

@@ -160,7 +160,14 @@ describe('sigil conformance deployment', function () {
         ...servers.plugins,
         railPlugin(chain).plugin,
         { resolve: 'provider-local', enabled: true, options: {} },
+        // The node kinds the canvas requirements run.
+        ...['canvas-transform', 'canvas-approval', 'canvas-workspace'].map((resolve) => ({
+          resolve,
+          enabled: true,
+          options: {},
+        })),
       ],
+      runtime: { canvas: { dataDir: join(dir, 'canvas') } } as never,
       gateway: { ...servers.gateway, operatorWallets: [operator], erc8128EnforceOperatorMcp: true },
       // The wallet ledger on the same chain, so the payer can also deposit and withdraw.
       ledger: ledgerOnChain(chain, { confirmations: 1, pollIntervalMs: 100 }),
