@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
+import { encodingsOf, REDACTED } from '@sigil/plugin-api';
 import { readSse, storeAndUnlock, type SseEvent } from '../chat-support.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
 import {
@@ -223,5 +225,31 @@ describeEachDatabase('canvas costs', (database) => {
     expect(states(events, 'after')).to.deep.equal(['skipped']);
     expect(events.at(-1)?.data).to.deep.include({ status: 'failed', charged: '0' });
     expect(JSON.stringify(events)).to.not.include('sk-canvas-canary-key');
+  });
+});
+
+describeEachDatabase('canvas secrets', (database) => {
+  it('scrubs a vault secret a node read from every event, log line and stored output, in every encoding', async () => {
+    const world = await startCanvasWorld({ database });
+    try {
+      const user = await canvasUser(world.stack);
+      const canary = `ghp_canvas_canary_${randomBytes(12).toString('hex')}`;
+      await storeAndUnlock(user.client, user.wallet, 'GITHUB_TOKEN', canary);
+      const events = await eventsUntil(
+        await execute(user, {
+          workflow: workflow([{ id: 'careless', kind: 'leak', params: { slot: 'GITHUB_TOKEN' } }]),
+        }),
+      );
+      const runId = runIdOf(events);
+      expect(events.at(-1)?.data.status).to.equal('succeeded');
+      const stored = await user.client.json('GET', `/canvas/runs/${runId}`);
+      const replayed = await eventsUntil(await user.client.send('GET', `/canvas/runs/${runId}/events`));
+      const seen = JSON.stringify([events, stored.body, replayed]);
+      for (const encoding of encodingsOf(canary)) expect(seen).to.not.include(encoding);
+      expect(seen).to.include(REDACTED);
+    } finally {
+      await world.close();
+      world.removeData();
+    }
   });
 });
