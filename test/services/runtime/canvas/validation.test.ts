@@ -46,6 +46,23 @@ describeEachDatabase('canvas workflow validation', (database) => {
     expect(res.body.order).to.deep.equal(['a', 'b']);
   });
 
+  it('publishes the document format as JSON Schema, and each loaded node kind with its params, ports and effect', async () => {
+    const schema = (await (await fetch(world.stack.url('runtime', '/canvas/schema.json'))).json()) as {
+      properties: { format: { const: string } };
+      required: string[];
+    };
+    expect(schema.properties.format.const).to.equal('sigil.canvas.workflow/v1');
+    expect(schema.required).to.include.members(['format', 'name', 'nodes']);
+    const kinds = await user.client.json('GET', '/canvas/node-kinds');
+    expect(kinds.body.teamMode).to.equal(false);
+    const record = kinds.body.nodeKinds.find((k: { kind: string }) => k.kind === 'record');
+    expect(record).to.deep.include({ effect: 'writes', teamMode: false });
+    expect(record.ports.inputs.value.type).to.equal('json');
+    const flaky = kinds.body.nodeKinds.find((k: { kind: string }) => k.kind === 'flaky');
+    expect(flaky.params.properties.failTimes.type).to.equal('integer');
+    expect((await fetch(world.stack.url('runtime', '/canvas/node-kinds'))).status).to.equal(401);
+  });
+
   it('refuses an unknown kind, naming the loaded ones', async () => {
     const [problem] = await problems(workflow([{ id: 'a', kind: 'nope' }]));
     expect(problem?.path).to.equal('nodes.0.kind');
