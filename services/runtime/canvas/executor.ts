@@ -10,7 +10,7 @@ import type { Logger } from '../../../core/log.ts';
 import type { RunArtifacts } from './artifacts.ts';
 import { approvalRequest } from './approvals.ts';
 import type { CanvasSettings } from './config.ts';
-import { RUN_ENDED, type RunEvents } from './events.ts';
+import { RUN_ENDED } from './events.ts';
 import { checkOutputs, runErrorOf } from './outputs.ts';
 import {
   ENDED_NODE,
@@ -31,8 +31,8 @@ import type { Workspaces } from './workspaces.ts';
 export type ServicesFor = (run: ActiveRun, nodeId: string, attempt: number) => CanvasServicesV2;
 
 export interface ExecutorDeps {
+  /** Stores runs' changes and hands their events to the streams once committed. */
   store: RunStore;
-  events: RunEvents;
   artifacts: RunArtifacts;
   workspaces: Workspaces;
   settings: CanvasSettings;
@@ -413,7 +413,7 @@ export class CanvasExecutor {
 
   private async setStatus(run: ActiveRun, status: RunStatus): Promise<void> {
     run.status = status;
-    await this.publish(
+    await this.stored(
       run,
       this.deps.store.changeRun(run.record.id, status, [{ type: 'run.status', data: { status } }]),
     );
@@ -439,7 +439,7 @@ export class CanvasExecutor {
             details: { nodes: failed },
           }
         : undefined;
-    await this.publish(
+    await this.stored(
       run,
       this.deps.store.changeRun(
         run.record.id,
@@ -453,17 +453,18 @@ export class CanvasExecutor {
   }
 
   private change(run: ActiveRun, id: string, change: NodeChange, events: NewEvent[]): Promise<void> {
-    return this.publish(run, this.deps.store.changeNode(run.record.id, id, change, this.deps.redact(events)));
+    return this.stored(run, this.deps.store.changeNode(run.record.id, id, change, this.deps.redact(events)));
   }
 
   /** Records events that change no state (logs, costs, retries). */
   emit(run: ActiveRun, events: NewEvent[]): Promise<void> {
-    return this.publish(run, this.deps.store.record(run.record.id, this.deps.redact(events)));
+    return this.stored(run, this.deps.store.record(run.record.id, this.deps.redact(events)));
   }
 
-  private async publish(run: ActiveRun, stored: Promise<RunEvent[]>): Promise<void> {
+  /** Waits for a change to be stored; a failure is logged, not thrown (the run goes on in memory). */
+  private async stored(run: ActiveRun, stored: Promise<RunEvent[]>): Promise<void> {
     try {
-      this.deps.events.publish(run.record.id, await stored);
+      await stored;
     } catch (err) {
       this.deps.logger.error({ err, runId: run.record.id }, 'canvas: storing a run event failed');
     }

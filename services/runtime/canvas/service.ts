@@ -51,7 +51,7 @@ export class CanvasService {
     const { kernel } = deps;
     this.settings = kernel.config.runtime.canvas;
     this.workflows = new Workflows(kernel.db, kernel.clock, this.settings.maxWorkflowsPerWallet);
-    this.runs = new RunStore(kernel.db, kernel.clock);
+    this.runs = new RunStore(kernel.db, kernel.clock, (runId, events) => this.events.publish(runId, events));
     this.artifacts = new RunArtifacts(kernel.db, kernel.clock, this.settings.maxArtifactBytes);
     this.workspaces = new Workspaces(this.settings.dataDir, publicBase(kernel.config.runtime));
     this.host = new CanvasHostServices({
@@ -65,7 +65,6 @@ export class CanvasService {
     });
     this.executor = new CanvasExecutor({
       store: this.runs,
-      events: this.events,
       artifacts: this.artifacts,
       workspaces: this.workspaces,
       settings: this.settings,
@@ -127,7 +126,7 @@ export class CanvasService {
       inputs: request.inputs,
       previewToken: randomBytes(24).toString('base64url'),
     };
-    const events = await this.runs.create(record, plan.order, [
+    await this.runs.create(record, plan.order, [
       {
         type: 'run.started',
         data: {
@@ -141,7 +140,6 @@ export class CanvasService {
     ]);
     const stored = await this.runs.get(wallet, record.id);
     const run = this.executor.start(stored, plan, principal);
-    this.events.publish(record.id, events);
     void run.ended.then(() => this.host.endRun(record.id));
     return run;
   }
