@@ -52,6 +52,15 @@ export class ActiveRun {
   readonly running = new Set<string>();
   /** Approval nodes whose request is stored (and streamed). */
   readonly requested = new Set<string>();
+  /** Queued nodes whose upstream nodes have all succeeded, in the order they became ready. */
+  readonly ready = new Set<string>();
+  /** Queued nodes an upstream node ended without succeeding: they will be skipped. */
+  readonly blocked = new Set<string>();
+  readonly queued = new Set<string>();
+  readonly waiting = new Set<string>();
+  failed = 0;
+  /** Per node, its upstream nodes that have not succeeded yet. */
+  private readonly unmet = new Map<string, number>();
   readonly abort = new AbortController();
   /** Resolves once the run has ended. */
   readonly ended: Promise<void>;
@@ -81,6 +90,50 @@ export class ActiveRun {
     return this.plan.nodes.get(id) as PlannedNode;
   }
 
+  /** Takes every node's state (all queued, or as stored) and works out which can start. */
+  index(states: ReadonlyMap<string, NodeState>): void {
+    for (const id of this.plan.order) {
+      const state = states.get(id) ?? 'queued';
+      this.states.set(id, state);
+      if (state === 'failed') this.failed++;
+      if (state === 'waiting_approval') this.waiting.add(id);
+    }
+    for (const id of this.plan.order) {
+      const upstream = this.node(id).upstream.map((up) => this.states.get(up) as NodeState);
+      const unmet = upstream.filter((state) => state !== 'succeeded').length;
+      this.unmet.set(id, unmet);
+      if (this.states.get(id) !== 'queued') continue;
+      this.queued.add(id);
+      if (upstream.some((state) => ENDED_NODE.includes(state) && state !== 'succeeded')) this.blocked.add(id);
+      else if (unmet === 0) this.ready.add(id);
+    }
+  }
+
+  /** Sets a node's state and passes what it means on to the nodes it feeds (O(its edges), not O(nodes)). */
+  set(id: string, state: NodeState): void {
+    const previous = this.states.get(id) as NodeState;
+    this.states.set(id, state);
+    for (const set of [this.queued, this.ready, this.blocked, this.waiting]) set.delete(id);
+    if (state === 'queued') {
+      this.queued.add(id);
+      if (this.unmet.get(id) === 0) this.ready.add(id);
+    }
+    if (state === 'waiting_approval') this.waiting.add(id);
+    if (state === 'failed') this.failed++;
+    if (!ENDED_NODE.includes(state) || ENDED_NODE.includes(previous)) return;
+    for (const next of this.node(id).downstream) {
+      if (!this.queued.has(next)) continue;
+      if (state !== 'succeeded') {
+        this.ready.delete(next);
+        this.blocked.add(next);
+        continue;
+      }
+      const unmet = (this.unmet.get(next) as number) - 1;
+      this.unmet.set(next, unmet);
+      if (unmet === 0 && !this.blocked.has(next)) this.ready.add(next);
+    }
+  }
+
   finish(): void {
     for (const timer of this.approvalTimers.values()) clearTimeout(timer);
     this.end();
@@ -107,10 +160,8 @@ export class CanvasExecutor {
   start(record: RunRecord, plan: ValidatedWorkflow, principal: unknown): ActiveRun {
     const run = new ActiveRun(record, plan);
     run.principal = principal;
-    for (const id of plan.order) {
-      run.states.set(id, 'queued');
-      run.attempts.set(id, 0);
-    }
+    for (const id of plan.order) run.attempts.set(id, 0);
+    run.index(new Map());
     this.active.set(record.id, run);
     this.pump(run);
     return run;
@@ -125,14 +176,15 @@ export class CanvasExecutor {
     const run = new ActiveRun(record, plan);
     this.active.set(record.id, run);
     const interrupted: string[] = [];
+    const states = new Map<string, NodeState>();
     for (const node of nodes) {
       run.attempts.set(node.nodeId, node.attempt);
       if (node.outputs) run.outputs.set(node.nodeId, node.outputs);
       if (node.decision) run.decisions.set(node.nodeId, node.decision as unknown as CanvasApprovalV2);
-      const state = node.state === 'running' ? 'queued' : node.state;
-      run.states.set(node.nodeId, state);
+      states.set(node.nodeId, node.state === 'running' ? 'queued' : node.state);
       if (node.state === 'running') interrupted.push(node.nodeId);
     }
+    run.index(states);
     await this.emit(run, [{ type: 'run.resumed', data: { interrupted } }]);
     for (const id of interrupted) {
       const planned = run.node(id);
@@ -144,11 +196,10 @@ export class CanvasExecutor {
           message: `Node ${id} was running when the runtime stopped, and has no retry left`,
         });
     }
-    for (const id of plan.order)
-      if (run.states.get(id) === 'waiting_approval') {
-        run.requested.add(id);
-        this.armApprovalTimeout(run, id);
-      }
+    for (const id of run.waiting) {
+      run.requested.add(id);
+      this.armApprovalTimeout(run, id);
+    }
     this.pump(run);
     return run;
   }
@@ -157,27 +208,22 @@ export class CanvasExecutor {
   private pump(run: ActiveRun): void {
     if (run.stopping || (run.status !== 'running' && run.status !== 'waiting_approval')) return;
     const failFast = run.plan.document.failurePolicy === 'fail-fast';
-    const anyFailed = [...run.states.values()].includes('failed');
-    for (const id of run.plan.order) {
-      if (run.states.get(id) !== 'queued') continue;
-      const upstream = run.node(id).upstream.map((up) => run.states.get(up) as NodeState);
-      const blocked = upstream.some((state) => ENDED_NODE.includes(state) && state !== 'succeeded');
-      if (run.cancelled) this.settleQueued(run, id, 'cancelled');
-      else if (blocked || (failFast && anyFailed)) this.settleQueued(run, id, 'skipped');
-      else if (
-        upstream.every((state) => state === 'succeeded') &&
-        run.running.size < this.deps.settings.maxParallelNodes
-      )
-        this.launch(run, id);
+    // Settling a node takes it out of these sets, and skipping one blocks the queued nodes it feeds,
+    // which the loop over `blocked` then reaches (a Set's iteration visits what is added during it).
+    if (run.cancelled) for (const id of run.queued) this.settleQueued(run, id, 'cancelled');
+    else if (failFast && run.failed > 0) for (const id of run.queued) this.settleQueued(run, id, 'skipped');
+    for (const id of run.blocked) this.settleQueued(run, id, 'skipped');
+    for (const id of run.ready) {
+      if (run.running.size >= this.deps.settings.maxParallelNodes) break;
+      this.launch(run, id);
     }
     if (run.running.size > 0) {
       if (run.status === 'waiting_approval') void this.setStatus(run, 'running');
       return;
     }
-    const waiting = [...run.states].filter(([, state]) => state === 'waiting_approval').map(([id]) => id);
-    // An approval asked for but not yet recorded: its request pumps again once it is.
-    if (waiting.some((id) => !run.requested.has(id))) return;
-    if (waiting.length > 0) {
+    if (run.waiting.size > 0) {
+      // An approval asked for but not yet recorded: its request pumps again once it is.
+      for (const id of run.waiting) if (!run.requested.has(id)) return;
       if (run.status !== 'waiting_approval') void this.setStatus(run, 'waiting_approval');
       return;
     }
@@ -186,7 +232,7 @@ export class CanvasExecutor {
 
   /** A queued node that will never run: skipped (an upstream failed) or cancelled. */
   private settleQueued(run: ActiveRun, id: string, state: 'skipped' | 'cancelled'): void {
-    run.states.set(id, state);
+    run.set(id, state);
     void this.change(run, id, { state, endedAt: this.deps.now() }, [
       { type: 'node.status', data: { nodeId: id, state } },
     ]);
@@ -195,12 +241,12 @@ export class CanvasExecutor {
   private launch(run: ActiveRun, id: string): void {
     const planned = run.node(id);
     if (planned.plugin.effect === 'approval' && !run.decisions.has(id)) {
-      run.states.set(id, 'waiting_approval');
+      run.set(id, 'waiting_approval');
       void this.requestApproval(run, id);
       return;
     }
     run.running.add(id);
-    run.states.set(id, 'running');
+    run.set(id, 'running');
     const task = this.execute(run, id)
       .catch((err: unknown) =>
         this.deps.logger.error(
@@ -249,15 +295,17 @@ export class CanvasExecutor {
     clearTimeout(run.approvalTimers.get(id));
     run.requested.delete(id);
     run.decisions.set(id, decision);
-    run.states.set(id, 'queued');
-    await this.change(
-      run,
-      id,
-      { state: 'queued', decision: decision as unknown as Record<string, unknown> },
-      [{ type: 'approval.decided', data: { ...decision } }],
-    );
-    if (run.status === 'waiting_approval') await this.setStatus(run, 'running');
+    run.set(id, 'queued');
+    // Made in one turn, so stored in one transaction (GroupCommit): the decision, the run going on,
+    // and the approval node's start, which this pump makes.
+    const stored = [
+      this.change(run, id, { state: 'queued', decision: decision as unknown as Record<string, unknown> }, [
+        { type: 'approval.decided', data: { ...decision } },
+      ]),
+    ];
+    if (run.status === 'waiting_approval') stored.push(this.setStatus(run, 'running'));
     this.pump(run);
+    await Promise.all(stored);
   }
 
   /** Cancels a run: queued and waiting nodes are cancelled, running ones aborted. */
@@ -266,11 +314,10 @@ export class CanvasExecutor {
     run.cancelled = true;
     run.abort.abort(new SigilError('conflict', 'The run was cancelled', { details: { reason } }));
     await this.emit(run, [{ type: 'run.cancelling', data: { reason } }]);
-    for (const [id, state] of run.states)
-      if (state === 'waiting_approval') {
-        run.requested.delete(id);
-        this.settleQueued(run, id, 'cancelled');
-      }
+    for (const id of run.waiting) {
+      run.requested.delete(id);
+      this.settleQueued(run, id, 'cancelled');
+    }
     this.pump(run);
   }
 
@@ -280,27 +327,30 @@ export class CanvasExecutor {
     for (;;) {
       const attempt = (run.attempts.get(id) ?? 0) + 1;
       run.attempts.set(id, attempt);
-      await this.change(run, id, { state: 'running', attempt, startedAt: this.deps.now() }, [
-        { type: 'node.status', data: { nodeId: id, state: 'running', attempt } },
-      ]);
+      await this.stored(
+        run,
+        planned,
+        this.change(run, id, { state: 'running', attempt, startedAt: this.deps.now() }, [
+          { type: 'node.status', data: { nodeId: id, state: 'running', attempt } },
+        ]),
+      );
       const outcome = await this.attempt(run, id, attempt);
       if (run.stopping) return;
       if ('outputs' in outcome) {
         run.outputs.set(id, outcome.outputs);
-        run.states.set(id, 'succeeded');
-        await this.change(
+        run.set(id, 'succeeded');
+        await this.stored(
           run,
-          id,
-          { state: 'succeeded', outputs: outcome.outputs, endedAt: this.deps.now() },
-          [
+          planned,
+          this.change(run, id, { state: 'succeeded', outputs: outcome.outputs, endedAt: this.deps.now() }, [
             { type: 'node.output', data: { nodeId: id, outputs: outcome.outputs } },
             { type: 'node.status', data: { nodeId: id, state: 'succeeded', attempt } },
-          ],
+          ]),
         );
         return;
       }
       if (run.cancelled) {
-        run.states.set(id, 'cancelled');
+        run.set(id, 'cancelled');
         await this.change(run, id, { state: 'cancelled', endedAt: this.deps.now() }, [
           { type: 'node.status', data: { nodeId: id, state: 'cancelled', attempt } },
         ]);
@@ -319,7 +369,7 @@ export class CanvasExecutor {
   }
 
   private async failNode(run: ActiveRun, id: string, error: RunError, attempt?: number): Promise<void> {
-    run.states.set(id, 'failed');
+    run.set(id, 'failed');
     await this.change(run, id, { state: 'failed', error, endedAt: this.deps.now() }, [
       { type: 'node.status', data: { nodeId: id, state: 'failed', ...(attempt ? { attempt } : {}), error } },
     ]);
@@ -411,9 +461,9 @@ export class CanvasExecutor {
     return inputs;
   }
 
-  private async setStatus(run: ActiveRun, status: RunStatus): Promise<void> {
+  private setStatus(run: ActiveRun, status: RunStatus): Promise<void> {
     run.status = status;
-    await this.stored(
+    return this.logged(
       run,
       this.deps.store.changeRun(run.record.id, status, [{ type: 'run.status', data: { status } }]),
     );
@@ -439,7 +489,7 @@ export class CanvasExecutor {
             details: { nodes: failed },
           }
         : undefined;
-    await this.stored(
+    await this.logged(
       run,
       this.deps.store.changeRun(
         run.record.id,
@@ -453,16 +503,21 @@ export class CanvasExecutor {
   }
 
   private change(run: ActiveRun, id: string, change: NodeChange, events: NewEvent[]): Promise<void> {
-    return this.stored(run, this.deps.store.changeNode(run.record.id, id, change, this.deps.redact(events)));
+    return this.logged(run, this.deps.store.changeNode(run.record.id, id, change, this.deps.redact(events)));
   }
 
   /** Records events that change no state (logs, costs, retries). */
   emit(run: ActiveRun, events: NewEvent[]): Promise<void> {
-    return this.stored(run, this.deps.store.record(run.record.id, this.deps.redact(events)));
+    return this.logged(run, this.deps.store.record(run.record.id, this.deps.redact(events)));
+  }
+
+  /** Waits for a node's own change to be stored. */
+  private async stored(_run: ActiveRun, _planned: PlannedNode, change: Promise<void>): Promise<void> {
+    await change;
   }
 
   /** Waits for a change to be stored; a failure is logged, not thrown (the run goes on in memory). */
-  private async stored(run: ActiveRun, stored: Promise<RunEvent[]>): Promise<void> {
+  private async logged(run: ActiveRun, stored: Promise<RunEvent[]>): Promise<void> {
     try {
       await stored;
     } catch (err) {
@@ -479,6 +534,8 @@ export class CanvasExecutor {
       run.finish();
     }
     await Promise.allSettled(runs.flatMap((run) => [...run.tasks]));
+    // What the nodes did before they stopped, written behind them, is stored for the next process.
+    await this.deps.store.idle();
     this.active.clear();
   }
 }

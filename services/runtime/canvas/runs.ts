@@ -297,7 +297,12 @@ export class RunStore {
   }
 
   /** Changes the run's status (ending it when the status is final) with its events. */
-  changeRun(runId: string, status: RunStatus, events: readonly NewEvent[], error?: RunError): Promise<RunEvent[]> {
+  changeRun(
+    runId: string,
+    status: RunStatus,
+    events: readonly NewEvent[],
+    error?: RunError,
+  ): Promise<RunEvent[]> {
     const now = this.clock.now().getTime();
     const run = {
       status,
