@@ -511,9 +511,21 @@ export class CanvasExecutor {
     return this.logged(run, this.deps.store.record(run.record.id, this.deps.redact(events)));
   }
 
-  /** Waits for a node's own change to be stored. */
-  private async stored(_run: ActiveRun, _planned: PlannedNode, change: Promise<void>): Promise<void> {
-    await change;
+  /**
+   * Waits for a node's own change to be stored when the node needs it: a `writes` node acts outside
+   * the run and an `approval` node on a decision, so each starts (and its downstream) only once the
+   * store says so. A `none` or `reads` node goes on without waiting (write-behind: the run's changes
+   * commit in order, so a crash leaves the store at an earlier point of the run, and such a node may
+   * run again), unless the run's uncommitted changes are many (backpressure).
+   */
+  private async stored(run: ActiveRun, planned: PlannedNode, change: Promise<void>): Promise<void> {
+    const effect = planned.plugin.effect;
+    if (
+      effect === 'writes' ||
+      effect === 'approval' ||
+      this.deps.store.backlog(run.record.id) >= MAX_WRITE_BEHIND
+    )
+      await change;
   }
 
   /** Waits for a change to be stored; a failure is logged, not thrown (the run goes on in memory). */
@@ -539,6 +551,9 @@ export class CanvasExecutor {
     this.active.clear();
   }
 }
+
+/** Uncommitted changes of a run (on SQLite, of all runs) beyond which nodes wait for theirs. */
+const MAX_WRITE_BEHIND = 256;
 
 /** Failures a retry cannot change: a missing approval, a refused budget, a bad input. */
 const NOT_RETRIED = new Set([
