@@ -324,12 +324,13 @@ export class CanvasExecutor {
   /** Runs a node's attempts until one succeeds or none is left. */
   private async execute(run: ActiveRun, id: string): Promise<void> {
     const planned = run.node(id);
+    const { effect } = planned.plugin;
     for (;;) {
       const attempt = (run.attempts.get(id) ?? 0) + 1;
       run.attempts.set(id, attempt);
       await this.stored(
         run,
-        planned,
+        effect === 'writes' || effect === 'approval',
         this.change(run, id, { state: 'running', attempt, startedAt: this.deps.now() }, [
           { type: 'node.status', data: { nodeId: id, state: 'running', attempt } },
         ]),
@@ -341,7 +342,7 @@ export class CanvasExecutor {
         run.set(id, 'succeeded');
         await this.stored(
           run,
-          planned,
+          effect === 'writes',
           this.change(run, id, { state: 'succeeded', outputs: outcome.outputs, endedAt: this.deps.now() }, [
             { type: 'node.output', data: { nodeId: id, outputs: outcome.outputs } },
             { type: 'node.status', data: { nodeId: id, state: 'succeeded', attempt } },
@@ -383,7 +384,7 @@ export class CanvasExecutor {
   ): Promise<{ outputs: Record<string, unknown> } | { error: RunError; retryable: boolean }> {
     const planned = run.node(id);
     const timeoutMs = (planned.spec.timeoutSeconds ?? this.deps.settings.nodeTimeoutSeconds) * 1000;
-    const signal = AbortSignal.any([run.abort.signal, AbortSignal.timeout(timeoutMs)]);
+    const { signal, done } = nodeSignal(run.abort.signal, timeoutMs);
     const approvals =
       planned.plugin.effect === 'approval'
         ? [run.decisions.get(id) as CanvasApprovalV2]
@@ -445,6 +446,8 @@ export class CanvasExecutor {
       if (!isSigilError(err) && !timedOut && !run.cancelled)
         this.deps.logger.warn({ err, runId: run.record.id, nodeId: id }, 'canvas: a node failed');
       return { error, retryable: !NOT_RETRIED.has(error.reason ?? '') && error.code !== 'invalid_request' };
+    } finally {
+      done();
     }
   }
 
@@ -512,20 +515,15 @@ export class CanvasExecutor {
   }
 
   /**
-   * Waits for a node's own change to be stored when the node needs it: a `writes` node acts outside
-   * the run and an `approval` node on a decision, so each starts (and its downstream) only once the
-   * store says so. A `none` or `reads` node goes on without waiting (write-behind: the run's changes
-   * commit in order, so a crash leaves the store at an earlier point of the run, and such a node may
-   * run again), unless the run's uncommitted changes are many (backpressure).
+   * Waits for a node's change to be stored when `mustWait`: a `writes` node starts acting, and ends,
+   * only once the store says so, as an `approval` node starts (on a stored decision). Other changes
+   * are written behind: the run goes on at once (the run's changes commit in order, so a crash leaves
+   * the store at an earlier point of the run, from which `none`, `reads` and `approval` nodes may run
+   * again, and whatever a `writes` node waits for holds all before it), unless the run's uncommitted
+   * changes are many (backpressure).
    */
-  private async stored(run: ActiveRun, planned: PlannedNode, change: Promise<void>): Promise<void> {
-    const effect = planned.plugin.effect;
-    if (
-      effect === 'writes' ||
-      effect === 'approval' ||
-      this.deps.store.backlog(run.record.id) >= MAX_WRITE_BEHIND
-    )
-      await change;
+  private async stored(run: ActiveRun, mustWait: boolean, change: Promise<void>): Promise<void> {
+    if (mustWait || this.deps.store.backlog(run.record.id) >= MAX_WRITE_BEHIND) await change;
   }
 
   /** Waits for a change to be stored; a failure is logged, not thrown (the run goes on in memory). */
@@ -550,6 +548,28 @@ export class CanvasExecutor {
     await this.deps.store.idle();
     this.active.clear();
   }
+}
+
+/**
+ * A node attempt's signal: aborted with the run's, or after `timeoutMs` (a TimeoutError). What
+ * `AbortSignal.any` with `AbortSignal.timeout` gives, at a fraction of their cost in Node 20 (a
+ * tenth of a millisecond a node); `done` lets go of the timer and the run's listener.
+ */
+function nodeSignal(runSignal: AbortSignal, timeoutMs: number) {
+  const controller = new AbortController();
+  const onRunAbort = () => controller.abort(runSignal.reason);
+  const timer = setTimeout(
+    () => controller.abort(new DOMException('The node timed out', 'TimeoutError')),
+    timeoutMs,
+  );
+  timer.unref();
+  if (runSignal.aborted) onRunAbort();
+  else runSignal.addEventListener('abort', onRunAbort, { once: true });
+  const done = () => {
+    clearTimeout(timer);
+    runSignal.removeEventListener('abort', onRunAbort);
+  };
+  return { signal: controller.signal, done };
 }
 
 /** Uncommitted changes of a run (on SQLite, of all runs) beyond which nodes wait for theirs. */
