@@ -97,6 +97,15 @@ describeEachDatabase('canvas executor', (database) => {
     ]);
   });
 
+  it('fails a node that outlives its timeoutSeconds with node_timeout, and the run with it', async () => {
+    const events = await eventsUntil(
+      await execute(user, { workflow: workflow([{ id: 'slow', kind: 'hang', timeoutSeconds: 1 }]) }),
+    );
+    const failure = events.find((e) => e.event === 'node.status' && e.data.state === 'failed');
+    expect((failure?.data.error as { reason: string }).reason).to.equal('node_timeout');
+    expect(events.at(-1)?.data.status).to.equal('failed');
+  });
+
   it('retries a failing node by its retries, then fails fast: downstream skipped, the run failed', async () => {
     const retried = await eventsUntil(
       await execute(user, {
