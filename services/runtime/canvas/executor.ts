@@ -50,8 +50,6 @@ export class ActiveRun {
   readonly decisions = new Map<string, CanvasApprovalV2>();
   readonly attempts = new Map<string, number>();
   readonly running = new Set<string>();
-  /** Approval nodes whose request is stored (and streamed). */
-  readonly requested = new Set<string>();
   /** Queued nodes whose upstream nodes have all succeeded, in the order they became ready. */
   readonly ready = new Set<string>();
   /** Queued nodes an upstream node ended without succeeding: they will be skipped. */
@@ -197,7 +195,6 @@ export class CanvasExecutor {
         });
     }
     for (const id of run.waiting) {
-      run.requested.add(id);
       this.armApprovalTimeout(run, id);
     }
     this.pump(run);
@@ -222,8 +219,6 @@ export class CanvasExecutor {
       return;
     }
     if (run.waiting.size > 0) {
-      // An approval asked for but not yet recorded: its request pumps again once it is.
-      for (const id of run.waiting) if (!run.requested.has(id)) return;
       if (run.status !== 'waiting_approval') void this.setStatus(run, 'waiting_approval');
       return;
     }
@@ -241,8 +236,7 @@ export class CanvasExecutor {
   private launch(run: ActiveRun, id: string): void {
     const planned = run.node(id);
     if (planned.plugin.effect === 'approval' && !run.decisions.has(id)) {
-      run.set(id, 'waiting_approval');
-      void this.requestApproval(run, id);
+      this.requestApproval(run, id);
       return;
     }
     run.running.add(id);
@@ -262,15 +256,18 @@ export class CanvasExecutor {
     run.tasks.add(task);
   }
 
-  private async requestApproval(run: ActiveRun, id: string): Promise<void> {
+  /**
+   * Asks for the owner's decision. The run's `waiting_approval` status, which the pump then sets, is
+   * stored after the request (a run's changes commit in order), mostly in the same transaction.
+   */
+  private requestApproval(run: ActiveRun, id: string): void {
+    run.set(id, 'waiting_approval');
     const request = approvalRequest(run.record.id, id, this.inputsOf(run, id).value);
-    await this.change(run, id, { state: 'waiting_approval', startedAt: this.deps.now() }, [
+    void this.change(run, id, { state: 'waiting_approval', startedAt: this.deps.now() }, [
       { type: 'node.status', data: { nodeId: id, state: 'waiting_approval' } },
       { type: 'approval.required', data: { nodeId: id, ...request } },
     ]);
-    run.requested.add(id);
     this.armApprovalTimeout(run, id);
-    this.pump(run);
   }
 
   private armApprovalTimeout(run: ActiveRun, id: string): void {
@@ -293,7 +290,6 @@ export class CanvasExecutor {
         details: { reason: 'not_waiting_approval', nodeId: id, state: run.states.get(id) ?? null },
       });
     clearTimeout(run.approvalTimers.get(id));
-    run.requested.delete(id);
     run.decisions.set(id, decision);
     run.set(id, 'queued');
     // Made in one turn, so stored in one transaction (GroupCommit): the decision, the run going on,
@@ -314,10 +310,7 @@ export class CanvasExecutor {
     run.cancelled = true;
     run.abort.abort(new SigilError('conflict', 'The run was cancelled', { details: { reason } }));
     await this.emit(run, [{ type: 'run.cancelling', data: { reason } }]);
-    for (const id of run.waiting) {
-      run.requested.delete(id);
-      this.settleQueued(run, id, 'cancelled');
-    }
+    for (const id of run.waiting) this.settleQueued(run, id, 'cancelled');
     this.pump(run);
   }
 

@@ -151,6 +151,9 @@ export class CanvasService {
 
   /** The wallet's run this process executes; 404 for another's, 409 once it has ended. */
   async activeRun(principal: AuthPrincipal, runId: string): Promise<ActiveRun> {
+    const active = this.executor.get(runId);
+    // No read for the owner's run in flight: a decision goes on without waiting for the store.
+    if (active?.record.wallet === principal.address) return active;
     const record = await this.runs.get(principal.address, runId);
     const run = this.executor.get(runId);
     if (!run)
