@@ -20,7 +20,7 @@ import { GatewayToolSession } from '../chat/tools.ts';
 import type { GatewayClient } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import type { ProviderVault } from '../vault/index.ts';
-import type { ActiveRun } from './executor.ts';
+import type { ActiveRun } from './active-run.ts';
 
 export interface HostServicesDeps {
   chat: ChatService;

@@ -1,7 +1,8 @@
 import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
-import type { Database } from '../../../core/db/database.ts';
+import { type Database, dialectOf } from '../../../core/db/database.ts';
 import type { WorkflowDocument } from './document.ts';
+import { GroupCommit } from './group-commit.ts';
 
 export type RunStatus = 'running' | 'waiting_approval' | 'succeeded' | 'failed' | 'cancelled';
 export type NodeState =
@@ -126,24 +127,49 @@ const nodeRecord = (row: NodeRow): NodeRecord => ({
 const runNotFound = (id: string) =>
   new SigilError('not_found', `No run ${id}`, { details: { reason: 'run_not_found', id } });
 
+/** One change of a run, queued for the next transaction of its lane. */
+interface RunWrite {
+  runId: string;
+  node?: { nodeId: string; row: Record<string, unknown> };
+  run?: Record<string, unknown>;
+  events: readonly NewEvent[];
+}
+
+/** Rows an event insert carries: 5 bound variables each, under SQLite's oldest limit of 999 a statement. */
+const EVENTS_PER_INSERT = 150;
+
+/** Merges the rows changed in a batch, in order: one UPDATE per row, later values winning. */
+function mergedRows(rows: [key: string, row: Record<string, unknown>][]) {
+  const merged = new Map<string, Record<string, unknown>>();
+  for (const [key, row] of rows) merged.set(key, { ...merged.get(key), ...row });
+  return merged;
+}
+
 /**
- * Runs, their nodes' states and their events in the database. Each change of a node or a run is one
- * transaction with the events it causes, numbered per run: what a client streams is what was stored,
- * and a run read back after a restart is where its events left it.
+ * Runs, their nodes' states and their events in the database. A change of a node or a run is stored
+ * with the events it causes, numbered per run, and its events are handed to `onStored` only once
+ * committed, in their order: what a client streams is what was stored, and a run read back after a
+ * restart is where its events left it.
+ *
+ * Changes are group-committed (GroupCommit): all changes made while a transaction commits go into the
+ * next one, which updates each changed row once and inserts the events in a few multi-row INSERTs.
+ * A run's changes commit in the order they were made (one lane a run; on SQLite, whose one
+ * connection serialises everything, one lane for all), so the stored state is always a prefix of
+ * what happened, whichever write a crash interrupts.
  */
 export class RunStore {
   /** The next event number of each run this process is writing (see `track`). */
   private readonly nextSeq = new Map<string, number>();
-  /**
-   * Each run's writes, one after another: events are numbered and committed in order, so a stream
-   * that resumes after event N has missed nothing numbered below it.
-   */
-  private readonly queues = new Map<string, Promise<unknown>>();
+  private readonly writes = new GroupCommit<RunWrite, RunEvent[]>((batch) => this.commit(batch));
+  private readonly oneLane: boolean;
 
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
-  ) {}
+    private readonly onStored: (runId: string, events: readonly RunEvent[]) => void = () => undefined,
+  ) {
+    this.oneLane = dialectOf(db) === 'sqlite';
+  }
 
   /** Takes up writing a run's events after those stored (a run resumed after a restart). */
   async track(runId: string): Promise<void> {
@@ -151,15 +177,65 @@ export class RunStore {
     this.nextSeq.set(runId, Number(last?.seq ?? 0) + 1);
   }
 
-  private serial<T>(runId: string, write: () => Promise<T>): Promise<T> {
-    const previous = this.queues.get(runId) ?? Promise.resolve();
-    const next = previous.then(write, write);
-    const settled = next.catch(() => undefined);
-    this.queues.set(runId, settled);
-    void settled.then(() => {
-      if (this.queues.get(runId) === settled) this.queues.delete(runId);
+  private laneOf(runId: string): string {
+    return this.oneLane ? '' : runId;
+  }
+
+  private enqueue(write: RunWrite): Promise<RunEvent[]> {
+    if (!this.nextSeq.has(write.runId))
+      return Promise.reject(new SigilError('internal', `Run ${write.runId} is not tracked by this process`));
+    return this.writes.add(this.laneOf(write.runId), write);
+  }
+
+  /** The run's changes not yet committed (on SQLite, all runs'). */
+  backlog(runId: string): number {
+    return this.writes.backlog(this.laneOf(runId));
+  }
+
+  /** Resolves once every change made so far has been committed or refused. */
+  idle(): Promise<void> {
+    return this.writes.idle();
+  }
+
+  private async commit(batch: RunWrite[]): Promise<RunEvent[][]> {
+    const at = this.clock.now();
+    const firstSeq = new Map<string, number>();
+    const stored = batch.map(({ runId, events }) => {
+      const seq = this.nextSeq.get(runId) ?? 1;
+      if (!firstSeq.has(runId)) firstSeq.set(runId, seq);
+      this.nextSeq.set(runId, seq + events.length);
+      return events.map((event, index) => ({ ...event, seq: seq + index, at: at.toISOString() }));
     });
-    return next;
+    const eventRows = stored.flatMap((events, i) =>
+      events.map((event) => ({
+        run_id: (batch[i] as RunWrite).runId,
+        seq: event.seq,
+        type: event.type,
+        data: JSON.stringify(event.data),
+        created_at: at.getTime(),
+      })),
+    );
+    const nodes = mergedRows(
+      batch.flatMap(({ runId, node }) => (node ? [[JSON.stringify([runId, node.nodeId]), node.row]] : [])),
+    );
+    const runs = mergedRows(batch.flatMap(({ runId, run }) => (run ? [[runId, run]] : [])));
+    try {
+      await this.db.transaction(async (trx) => {
+        for (const [key, row] of nodes) {
+          const [runId, nodeId] = JSON.parse(key) as [string, string];
+          await trx('canvas_node_runs').where({ run_id: runId, node_id: nodeId }).update(row);
+        }
+        for (const [runId, row] of runs) await trx('canvas_runs').where({ id: runId }).update(row);
+        for (let i = 0; i < eventRows.length; i += EVENTS_PER_INSERT)
+          await trx('canvas_events').insert(eventRows.slice(i, i + EVENTS_PER_INSERT));
+      });
+    } catch (err) {
+      // Nothing of the batch was stored: its numbers are given again to the next changes.
+      for (const [runId, seq] of firstSeq) this.nextSeq.set(runId, seq);
+      throw err;
+    }
+    batch.forEach(({ runId }, i) => this.onStored(runId, stored[i] as RunEvent[]));
+    return stored;
   }
 
   async create(
@@ -168,8 +244,9 @@ export class RunStore {
     events: readonly NewEvent[],
   ): Promise<RunEvent[]> {
     const now = this.clock.now().getTime();
-    this.nextSeq.set(run.id, 1);
-    return this.db.transaction(async (trx) => {
+    const at = new Date(now).toISOString();
+    const stored = events.map((event, index) => ({ ...event, seq: index + 1, at }));
+    await this.db.transaction(async (trx) => {
       await trx('canvas_runs').insert({
         id: run.id,
         wallet: run.wallet,
@@ -186,12 +263,24 @@ export class RunStore {
       // Batches keep under SQLite's limit of bound variables a statement.
       const rows = nodeIds.map((node_id) => ({ run_id: run.id, node_id, state: 'queued', attempt: 0 }));
       for (let i = 0; i < rows.length; i += 100) await trx('canvas_node_runs').insert(rows.slice(i, i + 100));
-      return this.append(trx, run.id, events);
+      if (stored.length > 0)
+        await trx('canvas_events').insert(
+          stored.map((event) => ({
+            run_id: run.id,
+            seq: event.seq,
+            type: event.type,
+            data: JSON.stringify(event.data),
+            created_at: now,
+          })),
+        );
     });
+    this.nextSeq.set(run.id, stored.length + 1);
+    this.onStored(run.id, stored);
+    return stored;
   }
 
   /** Changes a node's state and records the events it causes, in one transaction. */
-  async changeNode(
+  changeNode(
     runId: string,
     nodeId: string,
     change: NodeChange,
@@ -204,59 +293,29 @@ export class RunStore {
     if (change.decision !== undefined) row.decision = JSON.stringify(change.decision);
     if (change.startedAt !== undefined) row.started_at = change.startedAt.getTime();
     if (change.endedAt !== undefined) row.ended_at = change.endedAt.getTime();
-    return this.serial(runId, () =>
-      this.db.transaction(async (trx) => {
-        await trx('canvas_node_runs').where({ run_id: runId, node_id: nodeId }).update(row);
-        return this.append(trx, runId, events);
-      }),
-    );
+    return this.enqueue({ runId, node: { nodeId, row }, events });
   }
 
   /** Changes the run's status (ending it when the status is final) with its events. */
-  async changeRun(
+  changeRun(
     runId: string,
     status: RunStatus,
     events: readonly NewEvent[],
     error?: RunError,
   ): Promise<RunEvent[]> {
     const now = this.clock.now().getTime();
-    return this.serial(runId, () =>
-      this.db.transaction(async (trx) => {
-        await trx('canvas_runs')
-          .where({ id: runId })
-          .update({
-            status,
-            updated_at: now,
-            ...(error ? { error: JSON.stringify(error) } : {}),
-            ...(ENDED_RUN.includes(status) ? { ended_at: now } : {}),
-          });
-        return this.append(trx, runId, events);
-      }),
-    );
+    const run = {
+      status,
+      updated_at: now,
+      ...(error ? { error: JSON.stringify(error) } : {}),
+      ...(ENDED_RUN.includes(status) ? { ended_at: now } : {}),
+    };
+    return this.enqueue({ runId, run, events });
   }
 
   /** Events that change no state (a node's log line, a cost). */
-  async record(runId: string, events: readonly NewEvent[]): Promise<RunEvent[]> {
-    return this.serial(runId, () => this.db.transaction((trx) => this.append(trx, runId, events)));
-  }
-
-  private async append(trx: Database, runId: string, events: readonly NewEvent[]): Promise<RunEvent[]> {
-    if (events.length === 0) return [];
-    const seq = this.nextSeq.get(runId);
-    if (seq === undefined) throw new SigilError('internal', `Run ${runId} is not tracked by this process`);
-    const at = this.clock.now();
-    const stored = events.map((event, index) => ({ ...event, seq: seq + index, at: at.toISOString() }));
-    await trx('canvas_events').insert(
-      stored.map((event) => ({
-        run_id: runId,
-        seq: event.seq,
-        type: event.type,
-        data: JSON.stringify(event.data),
-        created_at: at.getTime(),
-      })),
-    );
-    this.nextSeq.set(runId, seq + events.length);
-    return stored;
+  record(runId: string, events: readonly NewEvent[]): Promise<RunEvent[]> {
+    return this.enqueue({ runId, events });
   }
 
   /** Forgets an ended run's event counter. */

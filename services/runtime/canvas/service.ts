@@ -12,7 +12,8 @@ import type { ProviderVault } from '../vault/index.ts';
 import { RunArtifacts } from './artifacts.ts';
 import type { WorkflowDocument } from './document.ts';
 import { RunEvents } from './events.ts';
-import { type ActiveRun, CanvasExecutor } from './executor.ts';
+import type { ActiveRun } from './active-run.ts';
+import { CanvasExecutor } from './executor.ts';
 import { CanvasHostServices } from './host-services.ts';
 import { RunStore, type RunRecord } from './runs.ts';
 import { validateWorkflow, type ValidatedWorkflow } from './validate.ts';
@@ -51,7 +52,7 @@ export class CanvasService {
     const { kernel } = deps;
     this.settings = kernel.config.runtime.canvas;
     this.workflows = new Workflows(kernel.db, kernel.clock, this.settings.maxWorkflowsPerWallet);
-    this.runs = new RunStore(kernel.db, kernel.clock);
+    this.runs = new RunStore(kernel.db, kernel.clock, (runId, events) => this.events.publish(runId, events));
     this.artifacts = new RunArtifacts(kernel.db, kernel.clock, this.settings.maxArtifactBytes);
     this.workspaces = new Workspaces(this.settings.dataDir, publicBase(kernel.config.runtime));
     this.host = new CanvasHostServices({
@@ -65,7 +66,6 @@ export class CanvasService {
     });
     this.executor = new CanvasExecutor({
       store: this.runs,
-      events: this.events,
       artifacts: this.artifacts,
       workspaces: this.workspaces,
       settings: this.settings,
@@ -127,7 +127,7 @@ export class CanvasService {
       inputs: request.inputs,
       previewToken: randomBytes(24).toString('base64url'),
     };
-    const events = await this.runs.create(record, plan.order, [
+    await this.runs.create(record, plan.order, [
       {
         type: 'run.started',
         data: {
@@ -141,7 +141,6 @@ export class CanvasService {
     ]);
     const stored = await this.runs.get(wallet, record.id);
     const run = this.executor.start(stored, plan, principal);
-    this.events.publish(record.id, events);
     void run.ended.then(() => this.host.endRun(record.id));
     return run;
   }
@@ -153,6 +152,9 @@ export class CanvasService {
 
   /** The wallet's run this process executes; 404 for another's, 409 once it has ended. */
   async activeRun(principal: AuthPrincipal, runId: string): Promise<ActiveRun> {
+    const active = this.executor.get(runId);
+    // No read for the owner's run in flight: a decision goes on without waiting for the store.
+    if (active?.record.wallet === principal.address) return active;
     const record = await this.runs.get(principal.address, runId);
     const run = this.executor.get(runId);
     if (!run)

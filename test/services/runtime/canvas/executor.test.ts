@@ -3,6 +3,7 @@ import { expect } from 'chai';
 import { encodingsOf, REDACTED } from '@sigil/plugin-api';
 import { readSse, storeAndUnlock, type SseEvent } from '../chat-support.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
+import { witness } from '../../../fixtures/canvas/witness.ts';
 import {
   canvasUser,
   type CanvasUser,
@@ -98,6 +99,15 @@ describeEachDatabase('canvas executor', (database) => {
     ]);
   });
 
+  it('fails a node that outlives its timeoutSeconds with node_timeout, and the run with it', async () => {
+    const events = await eventsUntil(
+      await execute(user, { workflow: workflow([{ id: 'slow', kind: 'hang', timeoutSeconds: 1 }]) }),
+    );
+    const failure = events.find((e) => e.event === 'node.status' && e.data.state === 'failed');
+    expect((failure?.data.error as { reason: string }).reason).to.equal('node_timeout');
+    expect(events.at(-1)?.data.status).to.equal('failed');
+  });
+
   it('retries a failing node by its retries, then fails fast: downstream skipped, the run failed', async () => {
     const retried = await eventsUntil(
       await execute(user, {
@@ -168,6 +178,51 @@ describeEachDatabase('canvas executor', (database) => {
     const ended = await eventsUntil(await user.client.send('GET', `/canvas/runs/${rejectedRun}/events`));
     expect(states(ended, 'write')).to.deep.equal(['skipped']);
     expect(ended.at(-1)?.data.status).to.equal('failed');
+  });
+
+  it('lets a writes node act only once the store holds it running and its upstream nodes succeeded, though none nodes write behind', async () => {
+    const seen: { nodes: Record<string, string>; events: string[] }[] = [];
+    witness(async (runId) => {
+      const { runs } = world.stack.runtime.canvas;
+      const nodes = Object.fromEntries((await runs.nodes(runId)).map((node) => [node.nodeId, node.state]));
+      const events = (await runs.events(runId, 0)).map(
+        (e) => `${e.type} ${e.data.nodeId ?? ''} ${e.data.state ?? ''}`,
+      );
+      seen.push({ nodes, events });
+    });
+    try {
+      const first = await readSse(
+        await execute(user, {
+          workflow: workflow(
+            [
+              { id: 'a', kind: 'emit' },
+              { id: 'b', kind: 'emit' },
+              { id: 'approve', kind: 'gate' },
+              { id: 'w', kind: 'witness' },
+            ],
+            ['a.value -> b.after', 'b.value -> approve.value', 'approve.value -> w.after'],
+          ),
+        }),
+        (e) => e.event === 'approval.required',
+      );
+      const runId = runIdOf(first);
+      const decided = await user.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, {
+        approved: true,
+      });
+      expect(decided.status).to.equal(200);
+      const rest = await eventsUntil(await user.client.send('GET', `/canvas/runs/${runId}/events`));
+      expect(rest.at(-1)?.data.status).to.equal('succeeded');
+      expect(seen).to.have.length(1);
+      expect(seen[0]?.nodes).to.deep.equal({
+        a: 'succeeded',
+        b: 'succeeded',
+        approve: 'succeeded',
+        w: 'running',
+      });
+      expect(seen[0]?.events.at(-1)).to.equal('node.status w running');
+    } finally {
+      witness();
+    }
   });
 
   it('resumes a stream after Last-Event-ID with exactly the events the client had not seen', async () => {

@@ -8,8 +8,11 @@ import { fixturePath } from '../../../support/paths.ts';
 import { readSse, runtimeClient, type SseEvent } from '../chat-support.ts';
 import { pluginsWithLocalProvider, Stack } from '../support.ts';
 
-/** The canvas test node kinds (test/fixtures/canvas): emit, join, flaky, hang, gate (approval), record (writes), leak. */
-export const FIXTURE_NODES = ['emit', 'join', 'flaky', 'hang', 'gate', 'record', 'leak'];
+/**
+ * The canvas test node kinds (test/fixtures/canvas): emit, join, flaky, hang, gate (approval), record
+ * and witness (writes), leak (a careless reader of secrets).
+ */
+export const FIXTURE_NODES = ['emit', 'join', 'flaky', 'hang', 'gate', 'record', 'witness', 'leak'];
 
 const fixtureEntries = (): PluginEntry[] =>
   FIXTURE_NODES.map((name) => ({ resolve: `./${name}.ts`, enabled: true, options: {} }) as PluginEntry);

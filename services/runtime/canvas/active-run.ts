@@ -1,0 +1,98 @@
+import type { CanvasApprovalV2 } from '@sigil/plugin-api';
+import { ENDED_NODE, type NodeState, type RunRecord, type RunStatus } from './runs.ts';
+import type { PlannedNode, ValidatedWorkflow } from './validate.ts';
+
+/** A run this process is executing: its plan and the in-memory state mirrored in the store. */
+export class ActiveRun {
+  readonly states = new Map<string, NodeState>();
+  readonly outputs = new Map<string, Record<string, unknown>>();
+  readonly decisions = new Map<string, CanvasApprovalV2>();
+  readonly attempts = new Map<string, number>();
+  readonly running = new Set<string>();
+  /** Queued nodes whose upstream nodes have all succeeded, in the order they became ready. */
+  readonly ready = new Set<string>();
+  /** Queued nodes an upstream node ended without succeeding: they will be skipped. */
+  readonly blocked = new Set<string>();
+  readonly queued = new Set<string>();
+  readonly waiting = new Set<string>();
+  failed = 0;
+  /** Per node, its upstream nodes that have not succeeded yet. */
+  private readonly unmet = new Map<string, number>();
+  readonly abort = new AbortController();
+  /** Resolves once the run has ended. */
+  readonly ended: Promise<void>;
+  status: RunStatus = 'running';
+  cancelled = false;
+  /** Set at shutdown: nodes stop where they are, left `running` in the store for the next process. */
+  stopping = false;
+  /** The attempts in flight, awaited at shutdown. */
+  readonly tasks = new Set<Promise<void>>();
+  /** The owner's latest authenticated request (what unlocks the vault for the nodes). */
+  principal: unknown;
+  /** Money charged for the run's nodes so far, in base units. */
+  charged = 0n;
+  private end: () => void = () => undefined;
+  readonly approvalTimers = new Map<string, NodeJS.Timeout>();
+
+  constructor(
+    readonly record: RunRecord,
+    readonly plan: ValidatedWorkflow,
+  ) {
+    this.ended = new Promise((resolve) => {
+      this.end = resolve;
+    });
+  }
+
+  node(id: string): PlannedNode {
+    return this.plan.nodes.get(id) as PlannedNode;
+  }
+
+  /** Takes every node's state (all queued, or as stored) and works out which can start. */
+  index(states: ReadonlyMap<string, NodeState>): void {
+    for (const id of this.plan.order) {
+      const state = states.get(id) ?? 'queued';
+      this.states.set(id, state);
+      if (state === 'failed') this.failed++;
+      if (state === 'waiting_approval') this.waiting.add(id);
+    }
+    for (const id of this.plan.order) {
+      const upstream = this.node(id).upstream.map((up) => this.states.get(up) as NodeState);
+      const unmet = upstream.filter((state) => state !== 'succeeded').length;
+      this.unmet.set(id, unmet);
+      if (this.states.get(id) !== 'queued') continue;
+      this.queued.add(id);
+      if (upstream.some((state) => ENDED_NODE.includes(state) && state !== 'succeeded')) this.blocked.add(id);
+      else if (unmet === 0) this.ready.add(id);
+    }
+  }
+
+  /** Sets a node's state and passes what it means on to the nodes it feeds (O(its edges), not O(nodes)). */
+  set(id: string, state: NodeState): void {
+    const previous = this.states.get(id) as NodeState;
+    this.states.set(id, state);
+    for (const set of [this.queued, this.ready, this.blocked, this.waiting]) set.delete(id);
+    if (state === 'queued') {
+      this.queued.add(id);
+      if (this.unmet.get(id) === 0) this.ready.add(id);
+    }
+    if (state === 'waiting_approval') this.waiting.add(id);
+    if (state === 'failed') this.failed++;
+    if (!ENDED_NODE.includes(state) || ENDED_NODE.includes(previous)) return;
+    for (const next of this.node(id).downstream) {
+      if (!this.queued.has(next)) continue;
+      if (state !== 'succeeded') {
+        this.ready.delete(next);
+        this.blocked.add(next);
+        continue;
+      }
+      const unmet = (this.unmet.get(next) as number) - 1;
+      this.unmet.set(next, unmet);
+      if (unmet === 0 && !this.blocked.has(next)) this.ready.add(next);
+    }
+  }
+
+  finish(): void {
+    for (const timer of this.approvalTimers.values()) clearTimeout(timer);
+    this.end();
+  }
+}

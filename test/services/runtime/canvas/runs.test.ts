@@ -1,0 +1,126 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { expect } from 'chai';
+import { SigilError } from '@sigil/plugin-api';
+import type { WorkflowDocument } from '../../../../services/runtime/canvas/document.ts';
+import { RunStore, type RunEvent } from '../../../../services/runtime/canvas/runs.ts';
+import type { Kernel } from '../../../../services/kernel.ts';
+import { describeEachDatabase, openTestKernel } from '../../../support/kernel.ts';
+
+describeEachDatabase('canvas RunStore group commit', (database) => {
+  let kernel: Kernel;
+  let store: RunStore;
+  /** Every event handed to the streams, as (run, seq, type). */
+  let published: { runId: string; seq: number; type: string }[];
+  let statements: string[];
+  const onQuery = (query: { sql: string }) => statements.push(query.sql.toUpperCase());
+
+  before(async () => {
+    kernel = await openTestKernel({ database });
+    kernel.db.on('query', onQuery);
+  });
+  after(async () => {
+    kernel.db.off('query', onQuery);
+    await kernel.close();
+  });
+  beforeEach(() => {
+    published = [];
+    statements = [];
+    store = new RunStore(kernel.db, kernel.clock, (runId, events: readonly RunEvent[]) =>
+      published.push(...events.map(({ seq, type }) => ({ runId, seq, type }))),
+    );
+  });
+
+  const newRun = async (nodeIds: string[]) => {
+    const id = randomUUID();
+    await store.create(
+      {
+        id,
+        wallet: `0x${'1'.repeat(40)}`,
+        agentId: randomUUID(),
+        workflowId: null,
+        workflowVersion: null,
+        document: { name: 'test' } as unknown as WorkflowDocument,
+        inputs: {},
+        previewToken: randomBytes(24).toString('base64url'),
+      },
+      nodeIds,
+      [{ type: 'run.started', data: {} }],
+    );
+    return id;
+  };
+  const commits = () => statements.filter((sql) => sql.startsWith('COMMIT')).length;
+
+  it('stores the changes made in one turn in one transaction, numbered and published in order once committed', async () => {
+    const runId = await newRun(['a', 'b']);
+    published = [];
+    statements = [];
+    const writes = [
+      store.changeNode(runId, 'a', { state: 'running', attempt: 1 }, [{ type: 'a.running', data: {} }]),
+      store.changeNode(runId, 'a', { state: 'succeeded', outputs: { v: 1 } }, [
+        { type: 'a.output', data: {} },
+        { type: 'a.succeeded', data: {} },
+      ]),
+      store.changeNode(runId, 'b', { state: 'running', attempt: 1 }, [{ type: 'b.running', data: {} }]),
+      store.changeRun(runId, 'waiting_approval', [{ type: 'run.status', data: {} }]),
+    ];
+    expect(published, 'nothing is published before its commit').to.deep.equal([]);
+    const stored = await Promise.all(writes);
+    expect(stored.map((events) => events.map((e) => e.seq))).to.deep.equal([[2], [3, 4], [5], [6]]);
+    expect(published.map((e) => `${e.seq}:${e.type}`)).to.deep.equal([
+      '2:a.running',
+      '3:a.output',
+      '4:a.succeeded',
+      '5:b.running',
+      '6:run.status',
+    ]);
+    expect(commits()).to.equal(1);
+    // One UPDATE per changed row, the events in one INSERT.
+    expect(statements.filter((sql) => sql.startsWith('UPDATE'))).to.have.length(3);
+    expect(statements.filter((sql) => sql.startsWith('INSERT'))).to.have.length(1);
+    const nodes = new Map((await store.nodes(runId)).map((node) => [node.nodeId, node]));
+    expect(nodes.get('a')).to.include({ state: 'succeeded', attempt: 1 });
+    expect(nodes.get('a')?.outputs).to.deep.equal({ v: 1 });
+    expect(nodes.get('b')).to.include({ state: 'running', attempt: 1 });
+    expect((await store.events(runId, 0)).map((e) => e.seq)).to.deep.equal([1, 2, 3, 4, 5, 6]);
+  });
+
+  it('rejects every write of a batch whose transaction fails, publishes none, and numbers the next changes from where it stood', async () => {
+    const runId = await newRun(['a', 'b']);
+    published = [];
+    // A row already holding the batch's second number makes its events' INSERT fail.
+    await kernel
+      .db('canvas_events')
+      .insert({ run_id: runId, seq: 3, type: 'in.the.way', data: '{}', created_at: 0 });
+    const writes = [
+      store.changeNode(runId, 'a', { state: 'running', attempt: 1 }, [{ type: 'a.running', data: {} }]),
+      store.changeNode(runId, 'b', { state: 'failed' }, [{ type: 'b.failed', data: {} }]),
+      store.record(runId, [{ type: 'a.log', data: {} }]),
+    ];
+    const outcomes = await Promise.allSettled(writes);
+    expect(outcomes.map((outcome) => outcome.status)).to.deep.equal(['rejected', 'rejected', 'rejected']);
+    expect(published).to.deep.equal([]);
+    expect((await store.nodes(runId)).map((node) => node.state)).to.deep.equal(['queued', 'queued']);
+    expect((await store.events(runId, 0)).map((e) => e.type)).to.deep.equal(['run.started', 'in.the.way']);
+
+    await kernel.db('canvas_events').where({ run_id: runId, seq: 3 }).delete();
+    const again = await store.changeNode(runId, 'a', { state: 'running', attempt: 1 }, [
+      { type: 'a.running', data: {} },
+      { type: 'a.log', data: {} },
+    ]);
+    expect(again.map((e) => e.seq)).to.deep.equal([2, 3]);
+    expect(published.map((e) => `${e.seq}:${e.type}`)).to.deep.equal(['2:a.running', '3:a.log']);
+    expect((await store.nodes(runId)).find((node) => node.nodeId === 'a')?.state).to.equal('running');
+  });
+
+  it('refuses a change of a run it does not track, alone', async () => {
+    const runId = await newRun(['a']);
+    const untracked = store.record(randomUUID(), [{ type: 'lost', data: {} }]);
+    const tracked = store.record(runId, [{ type: 'kept', data: {} }]);
+    const refused = await untracked.then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(refused).to.be.instanceOf(SigilError).and.include({ code: 'internal' });
+    expect((await tracked).map((e) => e.seq)).to.deep.equal([2]);
+  });
+});
