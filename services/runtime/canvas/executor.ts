@@ -242,9 +242,11 @@ export class CanvasExecutor {
       if ('outputs' in outcome) {
         run.outputs.set(id, outcome.outputs);
         run.set(id, 'succeeded');
+        // A node that wrote or spent (a model turn, a tool call) is stored as done before the run goes
+        // on: after a crash it is never run, so charged, twice.
         await this.stored(
           run,
-          effect === 'writes',
+          effect === 'writes' || effect === 'reads',
           this.change(run, id, { state: 'succeeded', outputs: outcome.outputs, endedAt: this.deps.now() }, [
             { type: 'node.output', data: { nodeId: id, outputs: outcome.outputs } },
             { type: 'node.status', data: { nodeId: id, state: 'succeeded', attempt } },
@@ -418,11 +420,11 @@ export class CanvasExecutor {
 
   /**
    * Waits for a node's change to be stored when `mustWait`: a `writes` node starts acting, and ends,
-   * only once the store says so, as an `approval` node starts (on a stored decision). Other changes
-   * are written behind: the run goes on at once (the run's changes commit in order, so a crash leaves
-   * the store at an earlier point of the run, from which `none`, `reads` and `approval` nodes may run
-   * again, and whatever a `writes` node waits for holds all before it), unless the run's uncommitted
-   * changes are many (backpressure).
+   * only once the store says so, as an `approval` node starts (on a stored decision) and a `reads`
+   * node ends (what it spent is not spent again). Other changes are written behind: the run goes on
+   * at once (the run's changes commit in order, so a crash leaves the store at an earlier point of
+   * the run, from which `none` and `approval` nodes may run again, and whatever a `writes` node waits
+   * for holds all before it), unless the run's uncommitted changes are many (backpressure).
    */
   private async stored(run: ActiveRun, mustWait: boolean, change: Promise<void>): Promise<void> {
     if (mustWait || this.deps.store.backlog(run.record.id) >= MAX_WRITE_BEHIND) await change;
