@@ -192,12 +192,20 @@ export class CanvasExecutor {
     run.approvalTimers.set(id, timer);
   }
 
-  /** Records the owner's decision on a waiting approval node and runs it. */
-  async decide(run: ActiveRun, id: string, decision: CanvasApprovalV2): Promise<void> {
+  /** Refuses (409) unless the node waits for an approval. */
+  requireWaiting(run: ActiveRun, id: string): void {
     if (run.states.get(id) !== 'waiting_approval')
       throw new SigilError('conflict', `Node ${id} is not waiting for an approval`, {
         details: { reason: 'not_waiting_approval', nodeId: id, state: run.states.get(id) ?? null },
       });
+  }
+
+  /**
+   * Records the owner's decision on a waiting approval node and runs it; checked again here, as
+   * another decision may have come while this one's signature was verified.
+   */
+  async decide(run: ActiveRun, id: string, decision: CanvasApprovalV2): Promise<void> {
+    this.requireWaiting(run, id);
     clearTimeout(run.approvalTimers.get(id));
     run.decisions.set(id, decision);
     run.set(id, 'queued');

@@ -170,10 +170,7 @@ export class CanvasService {
       throw new SigilError('not_found', `Run ${run.record.id} has no node ${nodeId}`, {
         details: { reason: 'node_not_found', nodeId },
       });
-    if (run.states.get(nodeId) !== 'waiting_approval')
-      throw new SigilError('conflict', `Node ${nodeId} is not waiting for an approval`, {
-        details: { reason: 'not_waiting_approval', nodeId, state: run.states.get(nodeId) ?? null },
-      });
+    this.executor.requireWaiting(run, nodeId);
     return this.executor.inputsOf(run, nodeId).value;
   }
 
