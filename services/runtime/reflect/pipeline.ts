@@ -1,0 +1,47 @@
+import type { AuthPrincipal } from '../../../core/auth/index.ts';
+
+/** When a wallet's self-improvement runs by itself (`PUT /wallet/settings`); all times in UTC. */
+export const SCHEDULES = ['after_each', 'daily', 'weekly', 'biweekly'] as const;
+export type Schedule = (typeof SCHEDULES)[number];
+
+/** One run's work, handed to the pipeline by the scheduler or a manual trigger. */
+export interface ReflectJob {
+  wallet: string;
+  runId: string;
+  trigger: 'manual' | 'schedule';
+  /** The signed-in caller of a manual trigger (its vault session may hold the BYOK key). */
+  principal?: AuthPrincipal;
+  signal: AbortSignal;
+}
+
+/** What one run did, recorded in its history entry. */
+export interface ReflectOutcome {
+  sessions: number;
+  facets: number;
+  learnings: number;
+  skills: number;
+  llmCalls: number;
+  inputTokens: number;
+  outputTokens: number;
+  /** Charged to the ledger, in its base units. */
+  charged: bigint;
+  /** Ids of what the run produced, for the history route. */
+  produced: { facets: string[]; learnings: string[]; skills: string[] };
+}
+
+/** What a wallet has learned so far, for the status route. */
+export interface ReflectCounts {
+  facets: number;
+  learnings: number;
+  skills: number;
+}
+
+/**
+ * The self-improvement pipeline (facets → learnings → skills) as the scheduler sees it. `run` throws
+ * a SigilError with `details.reason === 'vault_locked'` when no BYOK key is reachable and the internal
+ * key is off: the run then waits (`waiting_for_unlock`) and is retried when a session unlocks.
+ */
+export interface ReflectPipeline {
+  run(job: ReflectJob): Promise<ReflectOutcome>;
+  counts(wallet: string): Promise<ReflectCounts>;
+}
