@@ -1,4 +1,5 @@
 import type { Migration } from '../../core/db/migrations/index.ts';
+import { reflectMemoryMigration } from './reflect/migration.ts';
 
 /**
  * Runtime state shared by replicas: wallet-owned agents, and the wallet ledger. Money columns are
@@ -269,4 +270,5 @@ export const runtimeMigrations: readonly Migration[] = [
         await db.schema.dropTableIfExists(table);
     },
   },
+  reflectMemoryMigration,
 ];

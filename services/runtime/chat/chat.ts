@@ -29,7 +29,7 @@ import { GatewayToolSession, type ToolOutcome, type ToolPayments } from './tools
 
 export type ChatSettings = Kernel['config']['runtime']['chat'];
 
-interface ProviderEntry {
+export interface ProviderEntry {
   name: string;
   provider: LlmProviderV1;
   model: LlmModelInfo;

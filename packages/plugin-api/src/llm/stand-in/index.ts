@@ -8,3 +8,4 @@
 export { startStandIn, type StandIn, type StandInOptions, type StandInStats } from './stand-in.ts';
 export { FAILING_MODEL, LOCAL_MODELS, RATE_LIMITED_MODEL, SLOW_MODEL } from './catalog.ts';
 export { countTokens, reply, requestedToolCalls } from './model.ts';
+export { FACETS_SCHEMA_ID, LEARNINGS_SCHEMA_ID } from './reflect.ts';

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { SLOW_MODEL } from './catalog.ts';
+import { reflectAnswer } from './reflect.ts';
 
 /**
  * The stand-in's deterministic "model", the same for both wire formats: the wire layers turn a request
@@ -11,12 +12,14 @@ import { SLOW_MODEL } from './catalog.ts';
  *    `use tool <name>` for an offered tool, optionally followed by `with {json object}`, it calls each
  *    tool so named, in order, with that object as arguments (`{}` when none follows or it is not
  *    valid JSON), and writes no text.
- * 3. Otherwise it echoes the last user message, word for word (`(empty message)` when empty).
+ * 3. When the system text carries one of the runtime's self-improvement schemas, it answers that
+ *    task's JSON, derived from the request (reflect.ts).
+ * 4. Otherwise it echoes the last user message, word for word (`(empty message)` when empty).
  *    `sigil-slow` instead counts `1 2 3 … 1000`.
- * 4. A token is a run of non-whitespace characters. Input tokens: the words of every message (system
+ * 5. A token is a run of non-whitespace characters. Input tokens: the words of every message (system
  *    included; an assistant's tool call counts its name and its compact JSON arguments); tool
  *    definitions are free. Output tokens: the words of the text plus those of each tool call.
- * 5. With a maximum of output tokens below the text's words, the text is cut after that many words
+ * 6. With a maximum of output tokens below the text's words, the text is cut after that many words
  *    and the turn finishes with `length`. Tool calls are never cut.
  */
 
@@ -145,7 +148,13 @@ export function reply(
         outputTokens: toolCalls.reduce((sum, call) => sum + callTokens(call), 0),
       };
     }
-    if (model === SLOW_MODEL) text = Array.from({ length: SLOW_COUNT }, (_, i) => i + 1).join(' ');
+    const system = turns
+      .filter((turn) => turn.role === 'system')
+      .map((turn) => turn.text)
+      .join('\n');
+    const structured = reflectAnswer(system, said);
+    if (structured !== undefined) text = structured;
+    else if (model === SLOW_MODEL) text = Array.from({ length: SLOW_COUNT }, (_, i) => i + 1).join(' ');
     else text = said.trim() === '' ? '(empty message)' : said;
   }
 

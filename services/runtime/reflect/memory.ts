@@ -1,0 +1,463 @@
+import { createHash, randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import { SigilError } from '@sigil/plugin-api';
+import type { Clock } from '../../../core/clock.ts';
+import type { Database } from '../../../core/db/database.ts';
+
+/**
+ * What self-improvement keeps per wallet: facets (observations with provenance), learnings (short
+ * statements synthesized from facets, superseded rather than overwritten) and skills (SKILL.md-shaped
+ * procedures, one row per version). Statements and instructions hold the user's own words, so they
+ * are sealed like the conversations they come from.
+ */
+
+export const FACET_KINDS = ['goal', 'preference', 'correction', 'recurring_task', 'tool_usage'] as const;
+export type FacetKind = (typeof FACET_KINDS)[number];
+
+/** Seals text at rest (the conversation store's data key) or leaves it as is; `aad` binds it to its row. */
+export interface TextSealer {
+  seal(wallet: string, text: string, aad: string): Promise<string>;
+  open(wallet: string, stored: string, aad: string): Promise<string>;
+  /** A digest of `text` to find equal texts by (keyed when sealing is on, so it reveals nothing). */
+  digest(wallet: string, text: string): Promise<string>;
+}
+
+export const plaintext: TextSealer = {
+  seal: (_wallet, text) => Promise.resolve(text),
+  open: (_wallet, stored) => Promise.resolve(stored),
+  digest: (_wallet, text) => Promise.resolve(createHash('sha256').update(text).digest('hex')),
+};
+
+export interface Facet {
+  id: string;
+  sessionId: string;
+  agentId: string;
+  kind: FacetKind;
+  statement: string;
+  /** The session's messages it was seen in. */
+  messageIds: string[];
+  runId: string;
+  createdAt: string;
+}
+
+export type LearningStatus = 'active' | 'superseded' | 'deleted';
+
+export interface Learning {
+  id: string;
+  statement: string;
+  confidence: number;
+  status: LearningStatus;
+  supersededBy: string | null;
+  sources: { facets: string[]; sessions: string[] };
+  runId: string | null;
+  createdAt: string;
+  updatedAt: string;
+  editedAt: string | null;
+}
+
+export interface Skill {
+  id: string;
+  name: string;
+  version: number;
+  description: string;
+  instructions: string;
+  tools: string[];
+  sources: { facets: string[]; sessions: string[] };
+  runId: string;
+  createdAt: string;
+}
+
+/** What a synthesis call proposes, after the pipeline has checked it. */
+export interface Synthesis {
+  learnings: { statement: string; confidence: number; facets: string[]; supersedes: string[] }[];
+  skills: { name: string; description: string; instructions: string; tools: string[]; facets: string[] }[];
+}
+
+export interface Applied {
+  learnings: string[];
+  skills: string[];
+}
+
+const json = (value: unknown) => JSON.stringify(value);
+const parsed = <T>(text: string): T => JSON.parse(text) as T;
+const iso = (ms: number | string | null) => (ms === null ? null : new Date(Number(ms)).toISOString());
+const normalized = (statement: string) => statement.trim().replace(/\s+/g, ' ').toLowerCase();
+
+interface LearningRow {
+  id: string;
+  wallet: string;
+  statement: string;
+  confidence: number;
+  status: LearningStatus;
+  superseded_by: string | null;
+  sources: string;
+  run_id: string | null;
+  created_at: number | string;
+  updated_at: number | string;
+  edited_at: number | string | null;
+}
+
+interface SkillRow {
+  id: string;
+  name: string;
+  version: number;
+  description: string;
+  instructions: string;
+  tools: string;
+  sources: string;
+  run_id: string;
+  created_at: number | string;
+}
+
+export const learningNotFound = (id: string) =>
+  new SigilError('not_found', `No learning ${id} for this wallet`, {
+    details: { reason: 'learning_not_found' },
+  });
+
+export class ReflectMemory {
+  constructor(
+    private readonly db: Database,
+    private readonly clock: Clock,
+    private readonly sealer: TextSealer = plaintext,
+  ) {}
+
+  /** The watermark: how far each of the wallet's sessions has been processed by this pipeline version. */
+  async watermarks(wallet: string, version: number): Promise<Map<string, number>> {
+    const rows = await this.db('reflect_watermarks')
+      .where({ wallet, pipeline_version: version })
+      .select<{ session_id: string; last_seq: number }[]>('session_id', 'last_seq');
+    return new Map(rows.map((row) => [row.session_id, Number(row.last_seq)]));
+  }
+
+  /**
+   * A session's facets and its new watermark, in one transaction: a crash either keeps both or
+   * neither, so the session is extracted again and nothing is stored twice.
+   */
+  async addFacets(
+    wallet: string,
+    version: number,
+    runId: string,
+    session: { id: string; agentId: string; lastSeq: number },
+    facets: { kind: FacetKind; statement: string; messageIds: string[] }[],
+  ): Promise<string[]> {
+    const now = this.clock.now().getTime();
+    const rows = await Promise.all(
+      facets.map(async (facet, position) => {
+        const id = randomUUID();
+        return {
+          id,
+          wallet,
+          run_id: runId,
+          session_id: session.id,
+          agent_id: session.agentId,
+          kind: facet.kind,
+          statement: await this.sealer.seal(wallet, facet.statement, `facet:${id}`),
+          message_ids: json(facet.messageIds),
+          position,
+          synthesized_run_id: null,
+          created_at: now,
+        };
+      }),
+    );
+    await this.db.transaction(async (trx) => {
+      if (rows.length > 0) await trx('reflect_facets').insert(rows);
+      await trx('reflect_watermarks')
+        .insert({
+          wallet,
+          session_id: session.id,
+          pipeline_version: version,
+          last_seq: session.lastSeq,
+          run_id: runId,
+          processed_at: now,
+        })
+        .onConflict(['session_id', 'pipeline_version'])
+        .merge(['last_seq', 'run_id', 'processed_at']);
+    });
+    return rows.map((row) => row.id);
+  }
+
+  /** Facets not yet synthesized into learnings, oldest first. */
+  async pendingFacets(wallet: string, limit: number): Promise<Facet[]> {
+    const rows = await this.db('reflect_facets')
+      .where({ wallet })
+      .whereNull('synthesized_run_id')
+      .orderBy([{ column: 'created_at' }, { column: 'session_id' }, { column: 'position' }])
+      .limit(limit);
+    return Promise.all(rows.map((row: Record<string, unknown>) => this.facetOf(wallet, row)));
+  }
+
+  async facets(wallet: string, ids: readonly string[]): Promise<Facet[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.db('reflect_facets').where({ wallet }).whereIn('id', ids);
+    return Promise.all(rows.map((row: Record<string, unknown>) => this.facetOf(wallet, row)));
+  }
+
+  private async facetOf(wallet: string, row: Record<string, unknown>): Promise<Facet> {
+    const id = row.id as string;
+    return {
+      id,
+      sessionId: row.session_id as string,
+      agentId: row.agent_id as string,
+      kind: row.kind as FacetKind,
+      statement: await this.sealer.open(wallet, row.statement as string, `facet:${id}`),
+      messageIds: parsed<string[]>(row.message_ids as string),
+      runId: row.run_id as string,
+      createdAt: iso(row.created_at as number) as string,
+    };
+  }
+
+  async learnings(wallet: string, status: LearningStatus | 'all' = 'active'): Promise<Learning[]> {
+    const query = this.db('reflect_learnings').where({ wallet });
+    if (status !== 'all') void query.andWhere({ status });
+    const rows = await query.orderBy([
+      { column: 'confidence', order: 'desc' },
+      { column: 'updated_at', order: 'desc' },
+      { column: 'id' },
+    ]);
+    return Promise.all(rows.map((row: LearningRow) => this.learningOf(row)));
+  }
+
+  async learning(wallet: string, id: string): Promise<Learning> {
+    const row = await this.db('reflect_learnings').where({ wallet, id }).first<LearningRow | undefined>();
+    if (!row || row.status === 'deleted') throw learningNotFound(id);
+    return this.learningOf(row);
+  }
+
+  private async learningOf(row: LearningRow): Promise<Learning> {
+    return {
+      id: row.id,
+      statement: await this.sealer.open(row.wallet, row.statement, `learning:${row.id}`),
+      confidence: Number(row.confidence),
+      status: row.status,
+      supersededBy: row.superseded_by,
+      sources: parsed(row.sources),
+      runId: row.run_id,
+      createdAt: iso(row.created_at) as string,
+      updatedAt: iso(row.updated_at) as string,
+      editedAt: iso(row.edited_at),
+    };
+  }
+
+  /** The user's own edit: the statement changes, its sources stay, and it is marked edited. */
+  async editLearning(wallet: string, id: string, change: { statement?: string; confidence?: number }) {
+    const current = await this.learning(wallet, id);
+    const now = this.clock.now().getTime();
+    await this.db('reflect_learnings')
+      .where({ wallet, id })
+      .update({
+        ...(change.statement === undefined
+          ? {}
+          : {
+              statement: await this.sealer.seal(wallet, change.statement, `learning:${id}`),
+              normalized_hash: await this.statementKey(wallet, change.statement),
+            }),
+        ...(change.confidence === undefined ? {} : { confidence: change.confidence }),
+        edited_at: now,
+        updated_at: now,
+      });
+    return { ...current, ...change, editedAt: iso(now), updatedAt: iso(now) as string };
+  }
+
+  async deleteLearning(wallet: string, id: string): Promise<void> {
+    await this.learning(wallet, id);
+    await this.db('reflect_learnings')
+      .where({ wallet, id })
+      .update({ status: 'deleted', updated_at: this.clock.now().getTime() });
+  }
+
+  /** The latest version of each of the wallet's skills. */
+  async skills(wallet: string): Promise<Skill[]> {
+    const rows = await this.db('reflect_skills as s')
+      .where({ 's.wallet': wallet, 's.deleted': false })
+      .whereRaw(
+        's.version = (select max(v.version) from reflect_skills v where v.wallet = s.wallet and v.name = s.name)',
+      )
+      .orderBy('s.name')
+      .select<SkillRow[]>('s.*');
+    return Promise.all(rows.map((row) => this.skillOf(wallet, row)));
+  }
+
+  async skill(wallet: string, name: string): Promise<Skill | undefined> {
+    return (await this.skills(wallet)).find((skill) => skill.name === name);
+  }
+
+  private async skillOf(wallet: string, row: SkillRow): Promise<Skill> {
+    const aad = `skill:${row.id}`;
+    return {
+      id: row.id,
+      name: row.name,
+      version: Number(row.version),
+      description: await this.sealer.open(wallet, row.description, `${aad}:description`),
+      instructions: await this.sealer.open(wallet, row.instructions, `${aad}:instructions`),
+      tools: parsed(row.tools),
+      sources: parsed(row.sources),
+      runId: row.run_id,
+      createdAt: iso(row.created_at) as string,
+    };
+  }
+
+  /**
+   * Applies a synthesis and marks its facets synthesized, in one transaction. A statement the wallet
+   * already has (compared normalized) adds its sources to that learning instead of a twin; each
+   * superseded learning stays, marked, pointing at its successor; a skill whose instructions changed
+   * gets a new version.
+   */
+  async apply(
+    wallet: string,
+    runId: string,
+    facets: readonly Facet[],
+    synthesis: Synthesis,
+  ): Promise<Applied> {
+    const now = this.clock.now().getTime();
+    const sessionsOf = (ids: readonly string[]) => [
+      ...new Set(facets.filter((f) => ids.includes(f.id)).map((f) => f.sessionId)),
+    ];
+    const existingSkills = new Map((await this.skills(wallet)).map((skill) => [skill.name, skill]));
+    const sealed = await Promise.all(
+      synthesis.learnings.map(async (learning) => {
+        const id = randomUUID();
+        return {
+          id,
+          learning,
+          statement: await this.sealer.seal(wallet, learning.statement, `learning:${id}`),
+          key: await this.statementKey(wallet, learning.statement),
+        };
+      }),
+    );
+    const skillRows: Record<string, unknown>[] = [];
+    for (const skill of synthesis.skills) {
+      const previous = existingSkills.get(skill.name);
+      if (
+        previous &&
+        previous.instructions === skill.instructions &&
+        previous.description === skill.description
+      )
+        continue;
+      const id = randomUUID();
+      skillRows.push({
+        id,
+        wallet,
+        name: skill.name,
+        version: (previous?.version ?? 0) + 1,
+        description: await this.sealer.seal(wallet, skill.description, `skill:${id}:description`),
+        instructions: await this.sealer.seal(wallet, skill.instructions, `skill:${id}:instructions`),
+        tools: json(skill.tools),
+        sources: json({ facets: skill.facets, sessions: sessionsOf(skill.facets) }),
+        run_id: runId,
+        deleted: false,
+        created_at: now,
+      });
+    }
+    const applied: Applied = { learnings: [], skills: skillRows.map((row) => row.id as string) };
+    await this.db.transaction(async (trx) => {
+      for (const { id, learning, statement, key } of sealed) {
+        const twin = await trx('reflect_learnings')
+          .where({ wallet, status: 'active', normalized_hash: key })
+          .first<LearningRow | undefined>();
+        if (twin) {
+          const sources = parsed<Learning['sources']>(twin.sources);
+          const merged = {
+            facets: [...new Set([...sources.facets, ...learning.facets])],
+            sessions: [...new Set([...sources.sessions, ...sessionsOf(learning.facets)])],
+          };
+          await trx('reflect_learnings')
+            .where({ id: twin.id })
+            .update({
+              sources: json(merged),
+              confidence: Math.max(Number(twin.confidence), learning.confidence),
+              updated_at: now,
+            });
+          applied.learnings.push(twin.id);
+          continue;
+        }
+        await trx('reflect_learnings').insert({
+          id,
+          wallet,
+          statement,
+          normalized_hash: key,
+          confidence: learning.confidence,
+          status: 'active',
+          superseded_by: null,
+          sources: json({ facets: learning.facets, sessions: sessionsOf(learning.facets) }),
+          run_id: runId,
+          created_at: now,
+          updated_at: now,
+          edited_at: null,
+        });
+        if (learning.supersedes.length > 0)
+          await trx('reflect_learnings')
+            .where({ wallet, status: 'active' })
+            .whereIn('id', learning.supersedes)
+            .update({ status: 'superseded', superseded_by: id, updated_at: now });
+        applied.learnings.push(id);
+      }
+      if (skillRows.length > 0) await trx('reflect_skills').insert(skillRows);
+      if (facets.length > 0)
+        await trx('reflect_facets')
+          .where({ wallet })
+          .whereIn(
+            'id',
+            facets.map((f) => f.id),
+          )
+          .whereNull('synthesized_run_id')
+          .update({ synthesized_run_id: runId });
+    });
+    return applied;
+  }
+
+  /**
+   * Forgets what was learned only from one session: its facets and watermarks go, and each learning
+   * or skill all of whose sources were in it is deleted (those with other sources keep them).
+   */
+  async forgetSession(wallet: string, sessionId: string): Promise<{ learnings: number; skills: number }> {
+    const now = this.clock.now().getTime();
+    return this.db.transaction(async (trx) => {
+      const onlyFrom = (sources: string) => {
+        const sessions = parsed<Learning['sources']>(sources).sessions;
+        return sessions.length > 0 && sessions.every((s) => s === sessionId);
+      };
+      const learnings = (
+        await trx('reflect_learnings')
+          .where({ wallet })
+          .whereNot({ status: 'deleted' })
+          .select<LearningRow[]>('*')
+      ).filter((row) => onlyFrom(row.sources));
+      if (learnings.length > 0)
+        await trx('reflect_learnings')
+          .whereIn(
+            'id',
+            learnings.map((row) => row.id),
+          )
+          .update({ status: 'deleted', updated_at: now });
+      const skills = (
+        await trx('reflect_skills').where({ wallet, deleted: false }).select<SkillRow[]>('*')
+      ).filter((row) => onlyFrom(row.sources));
+      if (skills.length > 0)
+        await trx('reflect_skills')
+          .whereIn(
+            'id',
+            skills.map((row) => row.id),
+          )
+          .update({ deleted: true });
+      await trx('reflect_facets').where({ wallet, session_id: sessionId }).delete();
+      await trx('reflect_watermarks').where({ wallet, session_id: sessionId }).delete();
+      return { learnings: learnings.length, skills: skills.length };
+    });
+  }
+
+  async counts(wallet: string): Promise<{ facets: number; learnings: number; skills: number }> {
+    const count = async (query: Knex.QueryBuilder) =>
+      Number(((await query.first()) as { n: number | string } | undefined)?.n ?? 0);
+    const [facets, learnings, skills] = await Promise.all([
+      count(this.db('reflect_facets').where({ wallet }).count({ n: '*' })),
+      count(this.db('reflect_learnings').where({ wallet, status: 'active' }).count({ n: '*' })),
+      count(this.db('reflect_skills').where({ wallet, deleted: false }).countDistinct({ n: 'name' })),
+    ]);
+    return { facets, learnings, skills };
+  }
+
+  /** Finds a twin statement without reading (or decrypting) any: a digest of the normalized text. */
+  private statementKey(wallet: string, statement: string): Promise<string> {
+    return this.sealer.digest(wallet, normalized(statement));
+  }
+}

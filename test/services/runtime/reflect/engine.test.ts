@@ -1,0 +1,225 @@
+import { expect } from 'chai';
+import { randomUUID } from 'node:crypto';
+import { isSigilError, type SigilError } from '@sigil/plugin-api';
+import local, { type LocalProvider } from '../../../../providers/local/index.ts';
+import type { ProviderEntry } from '../../../../services/runtime/chat/chat.ts';
+import {
+  type ConversationSource,
+  type HistoryMessage,
+  PIPELINE_VERSION,
+  ReflectEngine,
+} from '../../../../services/runtime/reflect/engine.ts';
+import { ReflectMemory } from '../../../../services/runtime/reflect/memory.ts';
+import type { ReflectJob } from '../../../../services/runtime/reflect/pipeline.ts';
+import { describeEachDatabase, quietLogger } from '../../../support/kernel.ts';
+import { openLedgerWorld, randomWallet, setOnChain, type LedgerWorld } from '../ledger/support.ts';
+
+/** Stored conversations as the chat's history store hands them to the pipeline. */
+class Conversations implements ConversationSource {
+  readonly stored = new Map<string, { wallet: string; agentId: string; messages: HistoryMessage[] }>();
+
+  add(wallet: string, agentId: string, turns: (string | { tool: string; ok: boolean })[]): string {
+    const id = randomUUID();
+    const messages = turns.map((turn, index): HistoryMessage => {
+      const seq = index + 1;
+      if (typeof turn !== 'string')
+        return { id: `m${seq}-${id}`, seq, role: 'tool', text: '', toolName: turn.tool, isError: !turn.ok };
+      return { id: `m${seq}-${id}`, seq, role: index % 2 === 0 ? 'user' : 'assistant', text: turn };
+    });
+    this.stored.set(id, { wallet, agentId, messages });
+    return id;
+  }
+
+  sessions(wallet: string) {
+    return Promise.resolve(
+      [...this.stored]
+        .filter(([, session]) => session.wallet === wallet)
+        .map(([id, session]) => ({
+          id,
+          agentId: session.agentId,
+          model: 'sigil-echo',
+          lastSeq: session.messages.length,
+        })),
+    );
+  }
+
+  messages(_wallet: string, sessionId: string, afterSeq: number) {
+    return Promise.resolve(this.stored.get(sessionId)?.messages.filter((m) => m.seq > afterSeq) ?? []);
+  }
+}
+
+describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)', (database) => {
+  let world: LedgerWorld;
+  let provider: LocalProvider;
+  let memory: ReflectMemory;
+  let conversations: Conversations;
+  let engine: ReflectEngine;
+
+  before(async () => {
+    world = await openLedgerWorld(database, { config: { ledger: { minimumBalance: '0' } as never } });
+    provider = (await local.create({
+      config: local.config.parse({}),
+      deps: { logger: quietLogger() },
+      logger: quietLogger(),
+    })) as LocalProvider;
+    await provider.start();
+    memory = new ReflectMemory(world.kernel.db, world.clock);
+    conversations = new Conversations();
+    const entry = async (model: string): Promise<ProviderEntry | undefined> => {
+      const found = (await provider.listModels()).find((m) => m.id === model);
+      return found && { name: 'provider-local', provider, model: found };
+    };
+    engine = new ReflectEngine({
+      memory,
+      source: conversations,
+      holds: world.service.holds,
+      providerFor: entry,
+      // One base unit a byte of the messages: a hold always covers the stand-in's turn.
+      estimate: () => (messages) => BigInt(JSON.stringify(messages).length) * 4n,
+      keys: () => Promise.resolve({ apiKey: 'reflect-test-key', keyKind: 'byok' }),
+      settings: {
+        maxSessionsPerRun: 50,
+        maxFacetsPerSynthesis: 200,
+        maxTranscriptChars: 50_000,
+        maxOutputTokens: 4096,
+      },
+    });
+  });
+  after(async () => {
+    await provider?.stop();
+    await world?.close();
+  });
+
+  async function funded() {
+    const wallet = randomWallet();
+    const agentId = (await world.service.agents.create(wallet, { name: 'a', model: 'sigil-echo' })).id;
+    await setOnChain(world.ledger, wallet, 10_000_000n);
+    return { wallet, agentId };
+  }
+
+  const job = (wallet: string): ReflectJob => ({
+    wallet,
+    runId: randomUUID(),
+    trigger: 'manual',
+    signal: new AbortController().signal,
+  });
+
+  const charges = async (wallet: string) =>
+    world.kernel
+      .db('ledger_entries')
+      .where({ wallet: wallet.toLowerCase() })
+      .orWhere({ wallet })
+      .where('kind', 'charge');
+
+  it('a correction becomes a learning with its provenance, charged once; a second run reads nothing', async () => {
+    const { wallet, agentId } = await funded();
+    const session = conversations.add(wallet, agentId, [
+      'How warm is it in Lisbon?',
+      'It is 75 degrees Fahrenheit.',
+      'No, always answer in metric units.',
+      'Understood.',
+    ]);
+    const outcome = await engine.run(job(wallet));
+    expect(outcome).to.include({ sessions: 1, facets: 1, learnings: 1, skills: 0, llmCalls: 2 });
+    expect(outcome.charged > 0n).to.equal(true);
+    const [learning] = await memory.learnings(wallet);
+    expect(learning).to.include({ statement: 'Always answer in metric units', confidence: 0.9 });
+    expect(learning?.sources.sessions).to.deep.equal([session]);
+    const [facet] = await memory.facets(wallet, learning?.sources.facets ?? []);
+    expect(facet).to.include({ kind: 'correction', sessionId: session });
+    expect(facet?.messageIds).to.deep.equal([`m3-${session}`]);
+    const balance = await world.ledger.balance(wallet);
+    expect(balance.unsettledSpend).to.equal(outcome.charged);
+
+    const again = await engine.run(job(wallet));
+    expect(again).to.include({ sessions: 0, facets: 0, learnings: 0, llmCalls: 0, charged: 0n });
+    expect((await world.ledger.balance(wallet)).unsettledSpend).to.equal(outcome.charged);
+    expect((await memory.watermarks(wallet, PIPELINE_VERSION)).get(session)).to.equal(4);
+  });
+
+  it('only new messages are read next time, and a contradicting learning supersedes the old one', async () => {
+    const { wallet, agentId } = await funded();
+    const session = conversations.add(wallet, agentId, ['Always answer in imperial units.', 'Sure.']);
+    await engine.run(job(wallet));
+    const [old] = await memory.learnings(wallet);
+    expect(old?.statement).to.equal('Always answer in imperial units');
+    conversations.stored
+      .get(session)
+      ?.messages.push(
+        { id: `m3-${session}`, seq: 3, role: 'user', text: 'Actually, always answer in metric units.' },
+        { id: `m4-${session}`, seq: 4, role: 'assistant', text: 'Understood.' },
+      );
+    const outcome = await engine.run(job(wallet));
+    expect(outcome).to.include({ sessions: 1, facets: 1, learnings: 1 });
+    const active = await memory.learnings(wallet);
+    expect(active.map((l) => l.statement)).to.deep.equal(['Always answer in metric units']);
+    const all = await memory.learnings(wallet, 'all');
+    const superseded = all.find((l) => l.id === old?.id);
+    expect(superseded).to.include({ status: 'superseded', supersededBy: active[0]?.id });
+  });
+
+  it('a sequence of tools that worked in two sessions becomes a versioned skill, once', async () => {
+    const { wallet, agentId } = await funded();
+    const steps = [
+      'use tool probe_echo then probe_add',
+      { tool: 'probe_echo', ok: true },
+      { tool: 'probe_add', ok: true },
+    ];
+    conversations.add(wallet, agentId, steps);
+    conversations.add(wallet, agentId, steps);
+    const outcome = await engine.run(job(wallet));
+    expect(outcome.skills).to.equal(1);
+    const skills = await memory.skills(wallet);
+    expect(skills).to.have.length(1);
+    expect(skills[0]).to.include({ name: 'probe-echo-then-probe-add', version: 1 });
+    expect(skills[0]?.instructions).to.equal('1. Call probe_echo.\n2. Call probe_add.');
+    expect(skills[0]?.sources.sessions).to.have.length(2);
+  });
+
+  it('a run that died after its charge and before storing charges nothing twice and stores once', async () => {
+    const { wallet, agentId } = await funded();
+    const session = conversations.add(wallet, agentId, ['Never use emojis.', 'Ok.']);
+    const first = await engine.run(job(wallet));
+    // As if the store's transaction never committed: the charge stands, the facets and learnings do not.
+    await world.kernel.db('reflect_learnings').where({ wallet }).delete();
+    await world.kernel.db('reflect_facets').where({ wallet }).delete();
+    await world.kernel.db('reflect_watermarks').where({ wallet }).delete();
+    const second = await engine.run(job(wallet));
+    expect(second).to.include({ sessions: 1, facets: 1, learnings: 1, llmCalls: 2 });
+    // Extraction had charged: its retry ran free. The synthesis reads new facet ids: a new charge.
+    const rows = await charges(wallet);
+    const keys = rows.map((row: { idempotency_key: string }) => row.idempotency_key);
+    expect(keys.filter((key: string) => key.includes(session))).to.have.length(1);
+    expect((await world.ledger.balance(wallet)).unsettledSpend).to.equal(first.charged + second.charged);
+    expect(await memory.learnings(wallet)).to.have.length(1);
+  });
+
+  it('forgetting a session deletes what was learned only from it', async () => {
+    const { wallet, agentId } = await funded();
+    const a = conversations.add(wallet, agentId, ['Always cite sources.', 'Ok.']);
+    const b = conversations.add(wallet, agentId, ['Never use emojis.', 'Ok.']);
+    conversations.add(wallet, agentId, ['Always cite sources.', 'Ok.']);
+    await engine.run(job(wallet));
+    expect((await memory.learnings(wallet)).map((l) => l.statement).sort()).to.deep.equal([
+      'Always cite sources',
+      'Never use emojis',
+    ]);
+    expect(await memory.forgetSession(wallet, b)).to.deep.equal({ learnings: 1, skills: 0 });
+    // Learned from two sessions: forgetting one keeps it.
+    expect(await memory.forgetSession(wallet, a)).to.deep.equal({ learnings: 0, skills: 0 });
+    expect((await memory.learnings(wallet)).map((l) => l.statement)).to.deep.equal(['Always cite sources']);
+  });
+
+  it('a hold the budget refuses stops the run before any call, and stores nothing', async () => {
+    const wallet = randomWallet();
+    const agentId = (await world.service.agents.create(wallet, { name: 'a', model: 'sigil-echo' })).id;
+    conversations.add(wallet, agentId, ['Always answer briefly.', 'Ok.']);
+    let refused: SigilError | undefined;
+    await engine.run(job(wallet)).catch((err: unknown) => {
+      if (isSigilError(err)) refused = err;
+    });
+    expect(refused?.code).to.equal('payment_required');
+    expect(await memory.counts(wallet)).to.deep.equal({ facets: 0, learnings: 0, skills: 0 });
+    expect(await memory.watermarks(wallet, PIPELINE_VERSION)).to.have.property('size', 0);
+  });
+});
