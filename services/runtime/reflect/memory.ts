@@ -296,6 +296,13 @@ export class ReflectMemory {
     };
   }
 
+  /** Deletes every version of a skill; false when the wallet has none of that name. */
+  async deleteSkill(wallet: string, name: string): Promise<boolean> {
+    return (
+      (await this.db('reflect_skills').where({ wallet, name, deleted: false }).update({ deleted: true })) > 0
+    );
+  }
+
   /**
    * Applies a synthesis and marks its facets synthesized, in one transaction. A statement the wallet
    * already has (compared normalized) adds its sources to that learning instead of a twin; each

@@ -46,6 +46,17 @@ export class VaultSessions {
     return vault;
   }
 
+  /** One of the wallet's sessions that has its vault unlocked now (the one unlocked longest ahead). */
+  unlockedOf(wallet: string): UnlockedVault | undefined {
+    let found: UnlockedVault | undefined;
+    for (const id of [...this.sessions.keys()]) {
+      const vault = this.get(id);
+      if (vault?.wallet === wallet && (found === undefined || vault.expiresAt > found.expiresAt))
+        found = vault;
+    }
+    return found;
+  }
+
   /** Replaces whatever the session had unlocked. */
   open(sessionId: string, vault: UnlockedVault): void {
     this.end(sessionId);

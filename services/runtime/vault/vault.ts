@@ -91,11 +91,23 @@ export class ProviderVault {
    * store one and names the slot), `provider_vault_locked` when one is stored but the session has not
    * unlocked the vault (or its unlock has ended).
    */
-  async providerKey(session: VaultSession, slot: string): Promise<string> {
-    const unlocked = this.unlockedFor(session);
+  providerKey(session: VaultSession, slot: string): Promise<string> {
+    return this.keyFrom(session.address, this.unlockedFor(session), slot);
+  }
+
+  /**
+   * The wallet's key for `slot` for work no request is waiting on (a scheduled self-improvement run),
+   * from any of the wallet's sessions that has the vault unlocked now, in this process. Throws as
+   * {@link providerKey} does.
+   */
+  providerKeyOfWallet(address: string, slot: string): Promise<string> {
+    return this.keyFrom(address, this.sessions.unlockedOf(address.toLowerCase()), slot);
+  }
+
+  private async keyFrom(address: string, unlocked: UnlockedVault | undefined, slot: string): Promise<string> {
     const cached = unlocked?.keys.get(slot);
     if (cached !== undefined) return cached;
-    const lookup = await this.lookup(session.address);
+    const lookup = await this.lookup(address);
     const entry = this.options.store.read(lookup)?.entries[slot];
     if (entry === undefined) throw new ProviderKeyUnavailable('provider_key_missing', slot);
     if (unlocked === undefined || entry.protection !== 'wallet') {
