@@ -38,8 +38,8 @@ export interface ExecutorDeps {
   settings: CanvasSettings;
   services: ServicesFor;
   logger: Logger;
-  /** Scrubs registered secrets out of what is stored and streamed. */
-  redact<T>(value: T): T;
+  /** Replaces registered secrets in text: what a node's outputs pass on to the nodes it feeds. */
+  scrub(text: string): string;
   now(): Date;
 }
 
@@ -345,7 +345,9 @@ export class CanvasExecutor {
       };
       const outputs = await planned.plugin.run(context as CanvasNodeContextV2);
       signal.throwIfAborted();
-      return { outputs: this.deps.redact(checkOutputs(planned, outputs, this.deps.settings.maxOutputBytes)) };
+      // A copy, scrubbed as the store scrubs what it writes: the nodes it feeds see what is stored.
+      const json = checkOutputs(planned, outputs, this.deps.settings.maxOutputBytes);
+      return { outputs: JSON.parse(this.deps.scrub(json)) as Record<string, unknown> };
     } catch (err) {
       const timedOut = signal.aborted && !run.abort.signal.aborted;
       const error = timedOut
@@ -354,7 +356,7 @@ export class CanvasExecutor {
             reason: 'node_timeout',
             message: `Node ${id} took longer than ${timeoutMs / 1000} s`,
           }
-        : this.deps.redact(runErrorOf(err));
+        : runErrorOf(err);
       if (!isSigilError(err) && !timedOut && !run.cancelled)
         this.deps.logger.warn({ err, runId: run.record.id, nodeId: id }, 'canvas: a node failed');
       return { error, retryable: RETRIED_CODES.has(error.code) };
@@ -418,12 +420,12 @@ export class CanvasExecutor {
   }
 
   private change(run: ActiveRun, id: string, change: NodeChange, events: NewEvent[]): Promise<void> {
-    return this.logged(run, this.deps.store.changeNode(run.record.id, id, change, this.deps.redact(events)));
+    return this.logged(run, this.deps.store.changeNode(run.record.id, id, change, events));
   }
 
   /** Records events that change no state (logs, costs, retries). */
   emit(run: ActiveRun, events: NewEvent[]): Promise<void> {
-    return this.logged(run, this.deps.store.record(run.record.id, this.deps.redact(events)));
+    return this.logged(run, this.deps.store.record(run.record.id, events));
   }
 
   /**
