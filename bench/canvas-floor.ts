@@ -8,23 +8,26 @@
  *   connection: its group commit writes them in one transaction, each node's row once and its 3
  *   events, the least the store can do for them (the executor's runs take a transaction per ~100
  *   nodes).
- * - `knexNodes`: the same rows and events through knex in one transaction of multi-row statements,
- *   without RunStore: the database's own share.
+ * - `knexNodes`: the same rows and events in the same statements in one transaction, without
+ *   RunStore (its batching, JSON and redaction): the database's own share.
  * - `decision`: a decision's changes through RunStore in the 2 transactions the executor commits
  *   them in (the decision, the run going on and the approval node's start; then the approval node's
  *   success, the next node's start and end, and the next approval's request).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { WorkflowDocument } from '../services/runtime/canvas/document.ts';
-import { type NewEvent, RunStore } from '../services/runtime/canvas/runs.ts';
+import {
+  EVENT_COLUMNS,
+  EVENTS_PER_INSERT,
+  insertRows,
+  type NewEvent,
+  NODES_PER_INSERT,
+  RunStore,
+} from '../services/runtime/canvas/runs.ts';
 import type { CanvasWorld } from './canvas-world.ts';
 
 /** What a bench no-op node gives. */
 const OUTPUTS = { value: 0 };
-
-/** Statement sizes as RunStore's: under SQLite's oldest limit of 999 bound variables. */
-const NODES_PER_UPSERT = 100;
-const EVENTS_PER_INSERT = 150;
 
 const status = (nodeId: string, state: string): NewEvent => ({
   type: 'node.status',
@@ -87,36 +90,31 @@ export class FloorRun {
     );
   }
 
-  /** The same rows and events as `nodes`, through knex in one transaction (events from seq 2 on). */
+  /**
+   * The same rows and events as `nodes`, in the statements RunStore writes them with (events from
+   * seq 2 on), in one transaction: what the database itself costs.
+   */
   async knexNodes(nodeIds: readonly string[]): Promise<void> {
     const now = Date.now();
-    const rows = nodeIds.map((nodeId) => ({
-      run_id: this.id,
-      node_id: nodeId,
-      state: 'succeeded',
-      attempt: 1,
-      outputs: JSON.stringify(OUTPUTS),
-      started_at: now,
-      ended_at: now,
-    }));
+    const outputs = JSON.stringify(OUTPUTS);
+    const columns = ['state', 'attempt', 'outputs', 'started_at', 'ended_at'];
+    const rows = nodeIds.flatMap((nodeId) => [this.id, nodeId, 'succeeded', 1, outputs, now, now]);
     let seq = 2;
     const events = nodeIds.flatMap((nodeId) =>
-      [status(nodeId, 'running'), output(nodeId, OUTPUTS), status(nodeId, 'succeeded')].map((event) => ({
-        run_id: this.id,
-        seq: seq++,
-        type: event.type,
-        data: JSON.stringify(event.data),
-        created_at: now,
-      })),
+      [status(nodeId, 'running'), output(nodeId, OUTPUTS), status(nodeId, 'succeeded')].flatMap((event) => [
+        this.id,
+        seq++,
+        event.type,
+        JSON.stringify(event.data),
+        now,
+      ]),
     );
     await this.world.kernel.db.transaction(async (trx) => {
-      for (let i = 0; i < rows.length; i += NODES_PER_UPSERT)
-        await trx('canvas_node_runs')
-          .insert(rows.slice(i, i + NODES_PER_UPSERT))
-          .onConflict(['run_id', 'node_id'])
-          .merge(['state', 'attempt', 'outputs', 'started_at', 'ended_at']);
-      for (let i = 0; i < events.length; i += EVENTS_PER_INSERT)
-        await trx('canvas_events').insert(events.slice(i, i + EVENTS_PER_INSERT));
+      await insertRows(trx, 'canvas_node_runs', ['run_id', 'node_id', ...columns], rows, NODES_PER_INSERT, {
+        key: ['run_id', 'node_id'],
+        merge: columns,
+      });
+      await insertRows(trx, 'canvas_events', EVENT_COLUMNS, events, EVENTS_PER_INSERT);
     });
     // The run's next events (its end) follow these.
     await this.store.track(this.id);

@@ -20,8 +20,8 @@
  *   `node.status running` read on the stream (target ≤ 20 ms).
  * - floors (bench/canvas-floor.ts): what the design must write at the least, on the runtime's
  *   connection, with no executor: every node's changes made at once through RunStore, so one group
- *   commit writes them (the `added` rows are the executor's run less this); the same rows through knex
- *   in one transaction (the database's share); a decision's changes through RunStore in the executor's
+ *   commit writes them (the `added` rows are the executor's run less this); the same rows in the
+ *   same statements in one transaction without RunStore (the database's share); a decision's changes through RunStore in the executor's
  *   2 transactions.
  *
  * BENCH_RUNS rounds (1), the scenarios in a turning order; rows are medians over rounds, the `added`
@@ -255,7 +255,7 @@ function rows(database: string, samples: Map<ScenarioKey, Sample[]>): CanvasMeas
     ),
     ...row(
       'floor-nodes-knex',
-      'floor: the same rows and events through knex in one transaction of multi-row statements (no RunStore)',
+      "floor: the same rows and events in RunStore's statements in one transaction, through knex, without RunStore",
     ),
     ...perNode('chain', `${NODES}-node chain of no-op nodes`, 1),
     ...perNode('fan-out', `1 source + ${NODES - 1} independent no-op nodes, maxParallelNodes 4 (default)`, 4),
