@@ -132,7 +132,10 @@ const nodeRecord = (row: NodeRow): NodeRecord => ({
 const runNotFound = (id: string) =>
   new SigilError('not_found', `No run ${id}`, { details: { reason: 'run_not_found', id } });
 
-/** An event as a change queues it: its data already JSON (made when the change is, so later changes to the object are not stored). */
+/**
+ * An event as a change queues it: its data already JSON, made when the change is (what the object
+ * becomes later is not stored).
+ */
 interface SerializedEvent {
   type: string;
   json: string;
@@ -186,8 +189,8 @@ export async function insertRows(
 /**
  * The node rows a batch changes, each once (later values winning), in groups of rows that set the same
  * columns: each group is written by multi-row upserts (the rows exist since the run was created, so
- * each is an update), not by an UPDATE a row, whose statement cost SQLite's driver ~55 µs of the main
- * thread each.
+ * each is an update), not by an UPDATE a row, whose statement took SQLite's driver ~55 µs of the main
+ * thread each on a loaded machine.
  */
 function nodeRowGroups(batch: readonly RunWrite[]) {
   const merged = new Map<string, Record<string, unknown>>();
