@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { expect } from 'chai';
 import { REDACTED, SigilError } from '@sigil/plugin-api';
 import type { WorkflowDocument } from '../../../../services/runtime/canvas/document.ts';
-import { RunStore, type RunEvent } from '../../../../services/runtime/canvas/runs.ts';
+import { type NewEvent, RunStore, type RunEvent } from '../../../../services/runtime/canvas/runs.ts';
 import type { Kernel } from '../../../../services/kernel.ts';
 import { describeEachDatabase, openTestKernel } from '../../../support/kernel.ts';
 
@@ -34,9 +34,14 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
     );
   });
 
-  const newRun = async (nodeIds: string[]) => {
+  /** A run of `nodeIds` created through `on` (the suite's store by default) with its `started` events. */
+  const newRun = async (
+    nodeIds: string[],
+    on: RunStore = store,
+    started: NewEvent[] = [{ type: 'run.started', data: {} }],
+  ) => {
     const id = randomUUID();
-    await store.create(
+    await on.create(
       {
         id,
         wallet: `0x${'1'.repeat(40)}`,
@@ -48,7 +53,7 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
         previewToken: randomBytes(24).toString('base64url'),
       },
       nodeIds,
-      [{ type: 'run.started', data: {} }],
+      started,
     );
     return id;
   };
@@ -133,21 +138,7 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
       (_runId, events) => published.push(...events),
     );
     try {
-      const runId = randomUUID();
-      await scrubbing.create(
-        {
-          id: runId,
-          wallet: `0x${'1'.repeat(40)}`,
-          agentId: randomUUID(),
-          workflowId: null,
-          workflowVersion: null,
-          document: { name: 'test' } as unknown as WorkflowDocument,
-          inputs: {},
-          previewToken: randomBytes(24).toString('base64url'),
-        },
-        ['a', 'b'],
-        [{ type: 'run.started', data: { note: canary } }],
-      );
+      const runId = await newRun(['a', 'b'], scrubbing, [{ type: 'run.started', data: { note: canary } }]);
       await Promise.all([
         scrubbing.changeNode(runId, 'a', { state: 'succeeded', outputs: { [canary]: canary } }, [
           { type: 'node.output', data: { outputs: { deep: [canary] } } },
