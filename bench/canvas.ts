@@ -21,14 +21,15 @@
  * - floors (bench/canvas-floor.ts): what the design must write at the least, on the runtime's
  *   connection, with no executor: every node's changes made at once through RunStore, so one group
  *   commit writes them (the `added` rows are the executor's run less this); the same rows in the
- *   same statements in one transaction without RunStore (the database's share); a decision's changes through RunStore in the executor's
- *   2 transactions.
+ *   same statements in one transaction without RunStore (the database's share); a decision's
+ *   changes through RunStore in the executor's 2 transactions.
  *
  * BENCH_RUNS rounds (1), the scenarios in a turning order; rows are medians over rounds, the `added`
  * rows medians of the paired per-round differences. BENCH_CANVAS_NODES (1000), BENCH_CANVAS_APPROVALS
  * (100) decisions a run. "server CPU" is this whole process's CPU per node or decision (runtime,
  * SQLite's threads, client); the JSON adds the main thread's alone, the statements and commits per
- * step and the machine's load. BENCH_CPU_PROFILE=<dir> writes a CPU profile of each measured run.
+ * step and the machine's load. BENCH_CPU_PROFILE=<dir> writes a CPU profile of each measured run
+ * (BENCH_CPU_PROFILE_INTERVAL_US: its sampling interval).
  */
 import { loadavg } from 'node:os';
 import { describeUrl } from '../core/db/database.ts';
