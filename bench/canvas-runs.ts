@@ -26,9 +26,12 @@ const workflow = (nodes: WorkflowNode[], edges: [from: string, to: string][]) =>
 
 const noop = (id: string): WorkflowNode => ({ id, kind: 'noop' });
 
+/** `n1`, `n2`, … `n<count>`. */
+export const nodeIds = (count: number) => Array.from({ length: count }, (_, i) => `n${i + 1}`);
+
 /** `n1 → n2 → … → n<count>`. */
 export const chain = (count: number) => {
-  const nodes = Array.from({ length: count }, (_, i) => noop(`n${i + 1}`));
+  const nodes = nodeIds(count).map(noop);
   return workflow(
     nodes,
     nodes.slice(1).map((node, i) => [`n${i + 1}.value`, `${node.id}.after`]),
@@ -57,6 +60,9 @@ const approvals = (count: number) => {
   }
   return workflow(nodes, edges);
 };
+
+/** The node ids of `approvals(count)`. */
+export const approvalNodeIds = (count: number) => approvals(count).nodes.map((node) => node.id);
 
 /** Starts a run of `document`; its stream's events come as they are read. */
 async function execute(world: CanvasWorld, document: object) {
@@ -125,16 +131,18 @@ export async function approvalsRun(world: CanvasWorld, count: number): Promise<T
 }
 
 /**
- * The floor: the rows of `steps` steps of a stored run, up to `perWrite` steps a write
- * (`write(run, first, count)`), one write after another; each step's time is its write's ÷ its count.
+ * A floor: `steps` steps of a stored run of `nodeIds`, up to `perWrite` steps a write
+ * (`write(run, first, count)`, steps numbered from 1), one write after another; each step's time is
+ * its write's ÷ its count. The run is created before the timing and ended after it.
  */
 export async function floorRun(
   world: CanvasWorld,
+  nodeIds: readonly string[],
   steps: number,
   perWrite: number,
   write: (run: FloorRun, first: number, count: number) => Promise<void>,
 ): Promise<Timed> {
-  const run = await FloorRun.create(world.kernel.db, world.wallet, world.agentId, steps);
+  const run = await FloorRun.create(world, nodeIds);
   const stepsMs: number[] = [];
   const started = performance.now();
   for (let first = 1; first <= steps; first += perWrite) {
@@ -144,5 +152,7 @@ export async function floorRun(
     const each = (performance.now() - writeStarted) / count;
     for (let i = 0; i < count; i++) stepsMs.push(each);
   }
-  return { totalMs: performance.now() - started, stepsMs };
+  const totalMs = performance.now() - started;
+  await run.end();
+  return { totalMs, stepsMs };
 }

@@ -18,20 +18,31 @@
  * - approvals: `start → approve1 → after1 → … → after100`; each step is from the decision's `POST
  *   /canvas/runs/:id/nodes/:nodeId/decision` (sent as `approval.required` is read) to the next node's
  *   `node.status running` read on the stream (target ≤ 20 ms).
- * - floor: the same rows written straight through knex on the runtime's connection in the same
- *   transactions (bench/canvas-floor.ts), one node (or one decision's five transactions) at a time;
- *   on SQLite also with `synchronous = NORMAL`, and as a store that batches would write them.
+ * - floors (bench/canvas-floor.ts): what the design must write at the least, on the runtime's
+ *   connection, with no executor: every node's changes made at once through RunStore, so one group
+ *   commit writes them (the `added` rows are the executor's run less this); the same rows in the
+ *   same statements in one transaction without RunStore (the database's share); a decision's
+ *   changes through RunStore in the executor's 2 transactions.
  *
  * BENCH_RUNS rounds (1), the scenarios in a turning order; rows are medians over rounds, the `added`
  * rows medians of the paired per-round differences. BENCH_CANVAS_NODES (1000), BENCH_CANVAS_APPROVALS
  * (100) decisions a run. "server CPU" is this whole process's CPU per node or decision (runtime,
  * SQLite's threads, client); the JSON adds the main thread's alone, the statements and commits per
- * step and the machine's load. BENCH_CPU_PROFILE=<dir> writes a CPU profile of each measured run.
+ * step and the machine's load. BENCH_CPU_PROFILE=<dir> writes a CPU profile of each measured run
+ * (BENCH_CPU_PROFILE_INTERVAL_US: its sampling interval).
  */
 import { loadavg } from 'node:os';
-import { describeUrl, dialectOf } from '../core/db/database.ts';
-import { APPROVAL_CHANGES, NODE_CHANGES, withSynchronous } from './canvas-floor.ts';
-import { approvalsRun, chain, fanOut, floorRun, nodesRun, type Timed } from './canvas-runs.ts';
+import { describeUrl } from '../core/db/database.ts';
+import {
+  approvalNodeIds,
+  approvalsRun,
+  chain,
+  fanOut,
+  floorRun,
+  nodeIds,
+  nodesRun,
+  type Timed,
+} from './canvas-runs.ts';
 import { openCanvasWorld, type CanvasWorld, type WorldDatabase } from './canvas-world.ts';
 import { POSTGRES_URL, postgresReachable } from './postgres.ts';
 import { mainThreadCpuUs, ownCpuUs, profiled } from './proc.ts';
@@ -43,8 +54,6 @@ const APPROVALS = Number(process.env.BENCH_CANVAS_APPROVALS ?? 100);
 const DATABASES = (process.env.BENCH_CANVAS_DATABASES ?? 'sqlite,postgres').split(',');
 /** The wide fan-out's maxParallelNodes: the highest the runtime allows. */
 const WIDE = 64;
-/** Nodes a transaction in the floor of a store that batches. */
-const BATCH = 50;
 const TARGET_NODE_MS = 1;
 const TARGET_APPROVAL_MS = 20;
 
@@ -70,14 +79,7 @@ interface Sample {
 }
 
 type ScenarioKey =
-  | 'floor-nodes'
-  | 'floor-nodes-normal'
-  | 'floor-nodes-batched'
-  | 'chain'
-  | 'fan-out'
-  | 'fan-out-wide'
-  | 'floor-approvals'
-  | 'approvals';
+  'floor-nodes' | 'floor-nodes-knex' | 'chain' | 'fan-out' | 'fan-out-wide' | 'floor-approvals' | 'approvals';
 
 interface Scenario {
   key: ScenarioKey;
@@ -86,26 +88,17 @@ interface Scenario {
 }
 
 /**
- * What one database's worlds measure: every scenario on SQLite; on PostgreSQL (no `wide` world) the
- * chain, the default fan-out, the approvals and their floors.
+ * What one database's worlds measure: the floors, the chain, the default fan-out and the approvals;
+ * on SQLite the wide fan-out too (a `wide` world).
  */
 function scenarios(world: CanvasWorld, wide: CanvasWorld | undefined): Scenario[] {
-  const sqlite = dialectOf(world.kernel.db) === 'sqlite';
-  const floorNodes = () => floorRun(world, NODES, 1, (run, i) => run.write(`n${i}`, NODE_CHANGES));
+  const ids = nodeIds(NODES);
   const all: (Scenario | false)[] = [
-    { key: 'floor-nodes', world, run: floorNodes },
-    sqlite && {
-      key: 'floor-nodes-normal',
+    { key: 'floor-nodes', world, run: () => floorRun(world, ids, NODES, NODES, (run) => run.nodes(ids)) },
+    {
+      key: 'floor-nodes-knex',
       world,
-      run: () => withSynchronous(world.kernel.db, 'NORMAL', floorNodes),
-    },
-    sqlite && {
-      key: 'floor-nodes-batched',
-      world,
-      run: () =>
-        floorRun(world, NODES, BATCH, (run, first, count) =>
-          run.writeBatch(Array.from({ length: count }, (_, i) => `n${first + i}`)),
-        ),
+      run: () => floorRun(world, ids, NODES, NODES, (run) => run.knexNodes(ids)),
     },
     { key: 'chain', world, run: () => nodesRun(world, chain(NODES)) },
     { key: 'fan-out', world, run: () => nodesRun(world, fanOut(NODES)) },
@@ -113,7 +106,10 @@ function scenarios(world: CanvasWorld, wide: CanvasWorld | undefined): Scenario[
     {
       key: 'floor-approvals',
       world,
-      run: () => floorRun(world, APPROVALS, 1, (run, i) => run.write(`n${i}`, APPROVAL_CHANGES)),
+      run: () =>
+        floorRun(world, approvalNodeIds(APPROVALS), APPROVALS, 1, (run, i) =>
+          run.decision(`approve${i}`, `after${i}`, i < APPROVALS ? `approve${i + 1}` : undefined),
+        ),
     },
     { key: 'approvals', world, run: () => approvalsRun(world, APPROVALS) },
   ];
@@ -168,9 +164,11 @@ async function databaseRows(database: WorldDatabase): Promise<CanvasMeasurement[
         })
       : undefined;
   try {
-    // JIT, the node kinds' first loads and each runtime's first workspace, outside the timing.
-    for (const each of [world, wide]) if (each) await nodesRun(each, chain(20));
-    await approvalsRun(world, 5);
+    // The node kinds' first loads, each runtime's first workspace and V8's optimizing compiler
+    // (which took a first measured run to twice the CPU of the next ones), outside the timing.
+    for (const each of [world, wide])
+      if (each) for (const document of [chain(NODES), fanOut(NODES)]) await nodesRun(each, document);
+    await approvalsRun(world, Math.min(APPROVALS, 20));
     const samples = new Map<ScenarioKey, Sample[]>();
     const measured = scenarios(world, wide);
     for (let round = 0; round < RUNS; round++)
@@ -254,15 +252,11 @@ function rows(database: string, samples: Map<ScenarioKey, Sample[]>): CanvasMeas
   return [
     ...row(
       'floor-nodes',
-      `floor: a no-op node's rows through knex on the runtime's connection, as RunStore writes them (2 transactions: UPDATE + 1 event, UPDATE + 2 events), ${NODES} nodes one after another`,
+      `floor: every node's changes through RunStore at once, one group commit (a transaction; each node's row once and its 3 events), ${NODES} nodes, no executor`,
     ),
     ...row(
-      'floor-nodes-normal',
-      'floor: the same with PRAGMA synchronous = NORMAL (WAL, no fsync at commit; the runtime runs FULL, the default)',
-    ),
-    ...row(
-      'floor-nodes-batched',
-      `floor of a store that batches: each node's final row and its 3 events, ${BATCH} nodes a transaction`,
+      'floor-nodes-knex',
+      "floor: the same rows and events in RunStore's statements in one transaction, through knex, without RunStore",
     ),
     ...perNode('chain', `${NODES}-node chain of no-op nodes`, 1),
     ...perNode('fan-out', `1 source + ${NODES - 1} independent no-op nodes, maxParallelNodes 4 (default)`, 4),
@@ -270,12 +264,18 @@ function rows(database: string, samples: Map<ScenarioKey, Sample[]>): CanvasMeas
     ...added(
       'chain',
       'floor-nodes',
-      `added by the executor a node (chain − floor; p50 column: POST to run.ended ÷ ${NODES}, paired)`,
+      `added by the executor a node (chain − RunStore floor; p50 column: POST to run.ended ÷ ${NODES}, paired)`,
+      true,
+    ),
+    ...added(
+      'fan-out',
+      'floor-nodes',
+      `added by the executor a node (fan-out − RunStore floor; p50 column: POST to run.ended ÷ ${NODES}, paired)`,
       true,
     ),
     ...row(
       'floor-approvals',
-      "floor: the 5 transactions from a decision to the next node's start (decision, run status, approval node running and succeeded, next node running)",
+      "floor: a decision's changes through RunStore in the executor's 2 transactions (the decision, the run's status, the approval node's start; its success, the next node's start and end, the next approval's request), no executor",
     ),
     ...row(
       'approvals',

@@ -121,6 +121,9 @@ const cpuProfile: Recorder = {
   extension: 'cpuprofile',
   start: async (session) => {
     await session.post('Profiler.enable');
+    // V8 samples every 1000 µs by default: too coarse for steps of a millisecond (a canvas node).
+    const intervalUs = Number(process.env.BENCH_CPU_PROFILE_INTERVAL_US ?? 0);
+    if (intervalUs > 0) await session.post('Profiler.setSamplingInterval', { interval: intervalUs });
     await session.post('Profiler.start');
   },
   stop: async (session) => (await session.post('Profiler.stop')).profile,
@@ -142,7 +145,8 @@ const heapProfile: Recorder = {
 
 /**
  * With BENCH_CPU_PROFILE=<dir>, each measured run against an HTTP target writes a V8 CPU profile of
- * this process to <dir>: where the serving CPU per call goes. With BENCH_HEAP_PROFILE=<dir>, a
+ * this process to <dir>: where the serving CPU per call goes (BENCH_CPU_PROFILE_INTERVAL_US: a sample
+ * every so many µs, V8's 1000 by default). With BENCH_HEAP_PROFILE=<dir>, a
  * sampling heap profile instead: what allocates (each allocation costs the serving process GC time).
  */
 export async function profiled<T>(name: string, work: () => Promise<T>): Promise<T> {

@@ -2,8 +2,17 @@ import { PassThrough } from 'node:stream';
 import type { Context } from 'koa';
 import { disconnectSignal } from './disconnect.ts';
 
+/** An event whose data is JSON text already (one line, as JSON.stringify writes it). */
+export interface SseEvent {
+  event: string;
+  json: string;
+  id?: string;
+}
+
 export interface SseStream {
   send(event: string, data: unknown, id?: string): void;
+  /** Several events in one write: one chunk on the wire, not one per event. */
+  sendJson(events: readonly SseEvent[]): void;
   close(): void;
   /** Aborts when the client goes away, so upstream work (an LLM call, a workflow) can stop. */
   readonly signal: AbortSignal;
@@ -33,17 +42,18 @@ export function openSse(ctx: Context, heartbeatMs = 15_000): SseStream {
     stream.end();
   };
   ctx.res.on('close', close);
+  const sendJson = (events: readonly SseEvent[]) => {
+    if (closed || events.length === 0) return;
+    let text = '';
+    for (const { event, json, id } of events)
+      text += `${id === undefined ? '' : `id: ${id}\n`}event: ${event}\ndata: ${json}\n\n`;
+    stream.write(text);
+  };
   return {
     signal,
-    send(event, data, id) {
-      if (closed) return;
-      const lines = [
-        id === undefined ? '' : `id: ${id}\n`,
-        `event: ${event}\n`,
-        `data: ${JSON.stringify(data)}\n\n`,
-      ];
-      stream.write(lines.join(''));
-    },
+    send: (event, data, id) =>
+      sendJson([{ event, json: JSON.stringify(data), ...(id === undefined ? {} : { id }) }]),
+    sendJson,
     close,
   };
 }

@@ -1,10 +1,20 @@
-import type { SseStream } from '../../../core/http/sse.ts';
+import type { SseEvent, SseStream } from '../../../core/http/sse.ts';
 import type { RunEvent, RunStore } from './runs.ts';
 
 /** The event that ends a run's stream: nothing follows it. */
 export const RUN_ENDED = 'run.ended';
 
-type Listener = (event: RunEvent) => void;
+type Listener = (events: readonly RunEvent[]) => void;
+
+/**
+ * An event as its stream sends it: its data with its number and time, `{ ...data, seq, at }`, made
+ * from the stored text without parsing it (a data object's text ends in `}`).
+ */
+const streamed = ({ type, seq, at, json }: RunEvent): SseEvent => ({
+  event: type,
+  id: String(seq),
+  json: `${json === '{}' ? '{' : `${json.slice(0, -1)},`}"seq":${seq},"at":"${at}"}`,
+});
 
 /**
  * Live delivery of runs' events to their open streams, after the store committed them. A stream
@@ -17,7 +27,7 @@ export class RunEvents {
   publish(runId: string, events: readonly RunEvent[]): void {
     const listeners = this.listeners.get(runId);
     if (!listeners) return;
-    for (const event of events) for (const listener of listeners) listener(event);
+    for (const listener of listeners) listener(events);
   }
 
   private subscribe(runId: string, listener: Listener): () => void {
@@ -49,21 +59,26 @@ export class RunEvents {
     const done = new Promise<void>((resolve) => {
       finish = resolve;
     });
-    const send = (event: RunEvent) => {
-      if (event.seq <= last || ended) return;
-      last = event.seq;
-      sse.send(event.type, { ...event.data, seq: event.seq, at: event.at }, String(event.seq));
-      if (event.type === RUN_ENDED) {
-        ended = true;
-        finish();
+    /** Sends the events not sent yet, up to the run's end, in one write. */
+    const send = (events: readonly RunEvent[]) => {
+      const out: SseEvent[] = [];
+      for (const event of events) {
+        if (event.seq <= last || ended) continue;
+        last = event.seq;
+        out.push(streamed(event));
+        if (event.type === RUN_ENDED) ended = true;
       }
+      sse.sendJson(out);
+      if (ended) finish();
     };
-    const unsubscribe = this.subscribe(runId, (event) => (catchingUp ? buffered.push(event) : send(event)));
+    const unsubscribe = this.subscribe(runId, (events) =>
+      catchingUp ? buffered.push(...events) : send(events),
+    );
     sse.signal.addEventListener('abort', () => finish(), { once: true });
     try {
-      for (const event of await store.events(runId, afterSeq)) send(event);
+      send(await store.events(runId, afterSeq));
       catchingUp = false;
-      for (const event of buffered.splice(0)) send(event);
+      send(buffered.splice(0));
       if (!sse.signal.aborted && !hasEnded) await done;
     } finally {
       unsubscribe();

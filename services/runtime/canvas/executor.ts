@@ -38,8 +38,8 @@ export interface ExecutorDeps {
   settings: CanvasSettings;
   services: ServicesFor;
   logger: Logger;
-  /** Scrubs registered secrets out of what is stored and streamed. */
-  redact<T>(value: T): T;
+  /** Replaces registered secrets in text: what a node's outputs pass on to the nodes it feeds. */
+  scrub(text: string): string;
   now(): Date;
 }
 
@@ -296,7 +296,9 @@ export class CanvasExecutor {
   ): Promise<{ outputs: Record<string, unknown> } | { error: RunError; retryable: boolean }> {
     const planned = run.node(id);
     const timeoutMs = (planned.spec.timeoutSeconds ?? this.deps.settings.nodeTimeoutSeconds) * 1000;
-    const { signal, done } = nodeSignal(run.abort.signal, timeoutMs);
+    const abort = run.attemptAbort(timeoutMs);
+    const { deps } = this;
+    let services: CanvasServicesV2 | undefined;
     const approvals =
       planned.plugin.effect === 'approval'
         ? [run.decisions.get(id) as CanvasApprovalV2]
@@ -325,7 +327,9 @@ export class CanvasExecutor {
             },
           ]);
         },
-        signal,
+        get signal() {
+          return abort.signal;
+        },
         workspace: await this.deps.workspaces.of(run.record),
         artifacts: {
           put: async (name, contentType, content) => {
@@ -341,25 +345,30 @@ export class CanvasExecutor {
             return artifact;
           },
         },
-        services: this.deps.services(run, id, attempt),
+        // Made once, when the node first asks (its idempotency keys count its calls).
+        get services() {
+          return (services ??= deps.services(run, id, attempt));
+        },
       };
       const outputs = await planned.plugin.run(context as CanvasNodeContextV2);
-      signal.throwIfAborted();
-      return { outputs: this.deps.redact(checkOutputs(planned, outputs, this.deps.settings.maxOutputBytes)) };
+      abort.throwIfAborted();
+      // A copy, scrubbed as the store scrubs what it writes: the nodes it feeds see what is stored.
+      const json = checkOutputs(planned, outputs, this.deps.settings.maxOutputBytes);
+      return { outputs: JSON.parse(this.deps.scrub(json)) as Record<string, unknown> };
     } catch (err) {
-      const timedOut = signal.aborted && !run.abort.signal.aborted;
+      const timedOut = abort.aborted && !run.abort.signal.aborted;
       const error = timedOut
         ? {
             code: 'unavailable',
             reason: 'node_timeout',
             message: `Node ${id} took longer than ${timeoutMs / 1000} s`,
           }
-        : this.deps.redact(runErrorOf(err));
+        : runErrorOf(err);
       if (!isSigilError(err) && !timedOut && !run.cancelled)
         this.deps.logger.warn({ err, runId: run.record.id, nodeId: id }, 'canvas: a node failed');
       return { error, retryable: RETRIED_CODES.has(error.code) };
     } finally {
-      done();
+      abort.done();
     }
   }
 
@@ -418,12 +427,12 @@ export class CanvasExecutor {
   }
 
   private change(run: ActiveRun, id: string, change: NodeChange, events: NewEvent[]): Promise<void> {
-    return this.logged(run, this.deps.store.changeNode(run.record.id, id, change, this.deps.redact(events)));
+    return this.logged(run, this.deps.store.changeNode(run.record.id, id, change, events));
   }
 
   /** Records events that change no state (logs, costs, retries). */
   emit(run: ActiveRun, events: NewEvent[]): Promise<void> {
-    return this.logged(run, this.deps.store.record(run.record.id, this.deps.redact(events)));
+    return this.logged(run, this.deps.store.record(run.record.id, events));
   }
 
   /**
@@ -460,28 +469,6 @@ export class CanvasExecutor {
     await this.deps.store.idle();
     this.active.clear();
   }
-}
-
-/**
- * A node attempt's signal: aborted with the run's, or after `timeoutMs` (a TimeoutError). What
- * `AbortSignal.any` with `AbortSignal.timeout` gives, at a fraction of their cost in Node 20 (a
- * tenth of a millisecond a node); `done` lets go of the timer and the run's listener.
- */
-function nodeSignal(runSignal: AbortSignal, timeoutMs: number) {
-  const controller = new AbortController();
-  const onRunAbort = () => controller.abort(runSignal.reason);
-  const timer = setTimeout(
-    () => controller.abort(new DOMException('The node timed out', 'TimeoutError')),
-    timeoutMs,
-  );
-  timer.unref();
-  if (runSignal.aborted) onRunAbort();
-  else runSignal.addEventListener('abort', onRunAbort, { once: true });
-  const done = () => {
-    clearTimeout(timer);
-    runSignal.removeEventListener('abort', onRunAbort);
-  };
-  return { signal: controller.signal, done };
 }
 
 /** Uncommitted changes of a run (on SQLite, of all runs) beyond which nodes wait for theirs. */

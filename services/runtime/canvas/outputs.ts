@@ -4,10 +4,11 @@ import type { RunError } from './runs.ts';
 import type { PlannedNode } from './validate.ts';
 
 /**
- * A node's outputs as its ports declare them: every required output set, each of its port's type,
- * nothing undeclared, and no larger than `maxBytes` as JSON. A node that breaks its ports fails.
+ * Checks a node's outputs against its ports (every required output set, each of its port's type,
+ * nothing undeclared, no larger than `maxBytes`) and gives them as JSON text. A node that breaks its
+ * ports fails.
  */
-export function checkOutputs(node: PlannedNode, outputs: unknown, maxBytes: number): Record<string, unknown> {
+export function checkOutputs(node: PlannedNode, outputs: unknown, maxBytes: number): string {
   const fail = (message: string) =>
     new SigilError('internal', `Node ${node.spec.id} (${node.spec.kind}) ${message}`, {
       details: { reason: 'outputs_invalid', nodeId: node.spec.id },
@@ -26,9 +27,10 @@ export function checkOutputs(node: PlannedNode, outputs: unknown, maxBytes: numb
   }
   const extra = Object.keys(given).filter((port) => !(port in node.ports.outputs));
   if (extra.length > 0) throw fail(`gave undeclared outputs: ${extra.join(', ')}`);
-  const bytes = Buffer.byteLength(JSON.stringify(given));
+  const json = JSON.stringify(given);
+  const bytes = Buffer.byteLength(json);
   if (bytes > maxBytes) throw fail(`gave ${bytes} bytes of outputs; at most ${maxBytes}`);
-  return given;
+  return json;
 }
 
 /** What a node's failure shows the run's owner: a SigilError's code and safe details, else a generic line. */

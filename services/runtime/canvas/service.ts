@@ -52,7 +52,10 @@ export class CanvasService {
     const { kernel } = deps;
     this.settings = kernel.config.runtime.canvas;
     this.workflows = new Workflows(kernel.db, kernel.clock, this.settings.maxWorkflowsPerWallet);
-    this.runs = new RunStore(kernel.db, kernel.clock, (runId, events) => this.events.publish(runId, events));
+    const scrub = (text: string) => kernel.secrets.scrub(text);
+    this.runs = new RunStore(kernel.db, kernel.clock, scrub, (runId, events) =>
+      this.events.publish(runId, events),
+    );
     this.artifacts = new RunArtifacts(kernel.db, kernel.clock, this.settings.maxArtifactBytes);
     this.workspaces = new Workspaces(this.settings.dataDir, publicBase(kernel.config.runtime));
     this.host = new CanvasHostServices({
@@ -71,8 +74,7 @@ export class CanvasService {
       settings: this.settings,
       services: (run, nodeId, attempt) => this.host.for(run, nodeId, attempt),
       logger: kernel.logger.child({ component: 'canvas' }),
-      // Through JSON: every string in the value, however deep, is scrubbed of each registered secret.
-      redact: (value) => JSON.parse(kernel.secrets.scrub(JSON.stringify(value))) as typeof value,
+      scrub,
       now: () => kernel.clock.now(),
     });
   }

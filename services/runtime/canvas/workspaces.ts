@@ -7,7 +7,8 @@ import type { RunRecord } from './runs.ts';
 /** Each run's git working tree under `dataDir/runs/<id>/workspace`, made on first use. */
 export class Workspaces {
   readonly root: string;
-  private readonly made = new Map<string, Promise<boolean>>();
+  /** Each run's workspace once made (every node of the run is given the same). */
+  private readonly made = new Map<string, Promise<CanvasWorkspaceV2>>();
 
   constructor(
     dataDir: string,
@@ -21,16 +22,18 @@ export class Workspaces {
     return resolve(this.root, runId, 'workspace');
   }
 
-  async of(run: RunRecord): Promise<CanvasWorkspaceV2> {
-    const dir = this.dirOf(run.id);
+  of(run: RunRecord): Promise<CanvasWorkspaceV2> {
     let making = this.made.get(run.id);
     if (!making) {
-      making = existsSync(resolve(dir, '.git')) ? Promise.resolve(true) : initWorkspace(dir);
+      const dir = this.dirOf(run.id);
+      const workspace = Object.freeze({ dir, previewUrl: this.previewUrlOf(run.previewToken) });
+      making = (existsSync(resolve(dir, '.git')) ? Promise.resolve() : initWorkspace(dir)).then(
+        () => workspace,
+      );
       this.made.set(run.id, making);
       making.catch(() => this.made.delete(run.id));
     }
-    await making;
-    return { dir, previewUrl: this.previewUrlOf(run.previewToken) };
+    return making;
   }
 
   /** Where /canvas/preview serves a run's workspace (its token in the path). */

@@ -16,6 +16,17 @@ import { pluginsWithLocalProvider, Stack } from './support.ts';
 
 const TTL_SECONDS = 120;
 
+/** A stream that keeps what the chat sends it. */
+const recording = (events: SseEvent[]): SseStream => ({
+  send: (event, data) => void events.push({ event, data: data as Record<string, unknown> }),
+  sendJson: (batch) => {
+    for (const { event, json } of batch)
+      events.push({ event, data: JSON.parse(json) as Record<string, unknown> });
+  },
+  close: () => undefined,
+  signal: new AbortController().signal,
+});
+
 /**
  * Issue 21 review: a chat's hold moved its expiry only when its amount grew, so a tool batch longer
  * than ledger.holdTtlSeconds (16 calls × 60 s by default, against 600 s) lost its hold to the expiry
@@ -89,13 +100,8 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
         content: 'use tool slow__wait then use tool slow__wait',
       });
       const events: SseEvent[] = [];
-      const sse: SseStream = {
-        send: (event, data) => events.push({ event, data: data as Record<string, unknown> }),
-        close: () => undefined,
-        signal: new AbortController().signal,
-      };
       // One batch of two calls, reserved before it starts, then running 2 × TTL − 2 s.
-      await chat.run(principal, prepared, sse);
+      await chat.run(principal, prepared, recording(events));
       expect(events.map((e) => e.event)).to.include.members(['tool-result', 'done']);
       expect(held).to.have.length(2);
       for (const amount of held) expect(amount! > 0n).to.equal(true, 'the hold was released mid-chat');
@@ -115,11 +121,7 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
       const prepared = await chat.prepare(principal, agentId, session.id, { content: 'hello there world' });
       const fault = await refuseCharges(stack.kernel.db, wallet.address);
       const events: SseEvent[] = [];
-      await chat.run(principal, prepared, {
-        send: (event, data) => events.push({ event, data: data as Record<string, unknown> }),
-        close: () => undefined,
-        signal: new AbortController().signal,
-      });
+      await chat.run(principal, prepared, recording(events));
       const cost = events.find((e) => e.event === 'cost')!.data;
       expect(cost).to.include({ charged: '0' });
       expect(cost.error).to.include({ code: 'internal' });

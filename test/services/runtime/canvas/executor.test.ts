@@ -185,9 +185,10 @@ describeEachDatabase('canvas executor', (database) => {
     witness(async (runId) => {
       const { runs } = world.stack.runtime.canvas;
       const nodes = Object.fromEntries((await runs.nodes(runId)).map((node) => [node.nodeId, node.state]));
-      const events = (await runs.events(runId, 0)).map(
-        (e) => `${e.type} ${e.data.nodeId ?? ''} ${e.data.state ?? ''}`,
-      );
+      const events = (await runs.events(runId, 0)).map((e) => {
+        const data = JSON.parse(e.json) as { nodeId?: string; state?: string };
+        return `${e.type} ${data.nodeId ?? ''} ${data.state ?? ''}`;
+      });
       seen.push({ nodes, events });
     });
     try {

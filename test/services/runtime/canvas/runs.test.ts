@@ -1,8 +1,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { expect } from 'chai';
-import { SigilError } from '@sigil/plugin-api';
+import { REDACTED, SigilError } from '@sigil/plugin-api';
 import type { WorkflowDocument } from '../../../../services/runtime/canvas/document.ts';
-import { RunStore, type RunEvent } from '../../../../services/runtime/canvas/runs.ts';
+import { type NewEvent, RunStore, type RunEvent } from '../../../../services/runtime/canvas/runs.ts';
 import type { Kernel } from '../../../../services/kernel.ts';
 import { describeEachDatabase, openTestKernel } from '../../../support/kernel.ts';
 
@@ -25,14 +25,23 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
   beforeEach(() => {
     published = [];
     statements = [];
-    store = new RunStore(kernel.db, kernel.clock, (runId, events: readonly RunEvent[]) =>
-      published.push(...events.map(({ seq, type }) => ({ runId, seq, type }))),
+    store = new RunStore(
+      kernel.db,
+      kernel.clock,
+      (text) => kernel.secrets.scrub(text),
+      (runId, events: readonly RunEvent[]) =>
+        published.push(...events.map(({ seq, type }) => ({ runId, seq, type }))),
     );
   });
 
-  const newRun = async (nodeIds: string[]) => {
+  /** A run of `nodeIds` created through `on` (the suite's store by default) with its `started` events. */
+  const newRun = async (
+    nodeIds: string[],
+    on: RunStore = store,
+    started: NewEvent[] = [{ type: 'run.started', data: {} }],
+  ) => {
     const id = randomUUID();
-    await store.create(
+    await on.create(
       {
         id,
         wallet: `0x${'1'.repeat(40)}`,
@@ -44,7 +53,7 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
         previewToken: randomBytes(24).toString('base64url'),
       },
       nodeIds,
-      [{ type: 'run.started', data: {} }],
+      started,
     );
     return id;
   };
@@ -74,9 +83,15 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
       '6:run.status',
     ]);
     expect(commits()).to.equal(1);
-    // One UPDATE per changed row, the events in one INSERT.
-    expect(statements.filter((sql) => sql.startsWith('UPDATE'))).to.have.length(3);
-    expect(statements.filter((sql) => sql.startsWith('INSERT'))).to.have.length(1);
+    // Each changed row written once: the nodes' by an upsert per set of columns changed (a: state,
+    // attempt and outputs; b: state and attempt), the run's by an UPDATE, the events in one INSERT.
+    const inserts = (table: string) =>
+      statements.filter((sql) => sql.startsWith('INSERT') && sql.includes(table.toUpperCase()));
+    const upserts = inserts('canvas_node_runs');
+    expect(upserts).to.have.length(2);
+    for (const sql of upserts) expect(sql).to.include('ON CONFLICT');
+    expect(statements.filter((sql) => sql.startsWith('UPDATE'))).to.have.length(1);
+    expect(inserts('canvas_events')).to.have.length(1);
     const nodes = new Map((await store.nodes(runId)).map((node) => [node.nodeId, node]));
     expect(nodes.get('a')).to.include({ state: 'succeeded', attempt: 1 });
     expect(nodes.get('a')?.outputs).to.deep.equal({ v: 1 });
@@ -110,6 +125,67 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
     expect(again.map((e) => e.seq)).to.deep.equal([2, 3]);
     expect(published.map((e) => `${e.seq}:${e.type}`)).to.deep.equal(['2:a.running', '3:a.log']);
     expect((await store.nodes(runId)).find((node) => node.nodeId === 'a')?.state).to.equal('running');
+  });
+
+  it('stores and publishes events, outputs, errors and decisions scrubbed of registered secrets', async () => {
+    const canary = `sk-store-canary-${randomBytes(8).toString('hex')}`;
+    kernel.secrets.add(canary);
+    const published: RunEvent[] = [];
+    const scrubbing = new RunStore(
+      kernel.db,
+      kernel.clock,
+      (text) => kernel.secrets.scrub(text),
+      (_runId, events) => published.push(...events),
+    );
+    try {
+      const runId = await newRun(['a', 'b'], scrubbing, [{ type: 'run.started', data: { note: canary } }]);
+      await Promise.all([
+        scrubbing.changeNode(runId, 'a', { state: 'succeeded', outputs: { [canary]: canary } }, [
+          { type: 'node.output', data: { outputs: { deep: [canary] } } },
+        ]),
+        scrubbing.changeNode(
+          runId,
+          'b',
+          { state: 'failed', error: { code: 'internal', message: canary }, decision: { comment: canary } },
+          [{ type: 'node.log', data: { message: `the key is ${canary}` } }],
+        ),
+        scrubbing.changeRun(runId, 'failed', [{ type: 'run.ended', data: {} }], {
+          code: 'conflict',
+          message: canary,
+        }),
+      ]);
+      const stored = JSON.stringify([
+        await scrubbing.nodes(runId),
+        await scrubbing.events(runId, 0),
+        await kernel.db('canvas_runs').where({ id: runId }).first(),
+        published,
+      ]);
+      expect(stored).to.not.include(canary);
+      expect((await scrubbing.nodes(runId)).find((node) => node.nodeId === 'a')?.outputs).to.deep.equal({
+        [REDACTED]: REDACTED,
+      });
+      expect(published.map((event) => JSON.parse(event.json) as unknown)).to.deep.include({
+        message: `the key is ${REDACTED}`,
+      });
+    } finally {
+      kernel.secrets.remove(canary);
+    }
+  });
+
+  it('refuses a change whose JSON a redaction left invalid, and stores nothing of it', async () => {
+    // "\u0001" then the rest is how JSON writes the control character U+0001 followed by it: a
+    // secret that matches from the escape's digits on cuts the escape in two.
+    const secret = `0001${randomBytes(8).toString('hex')}`;
+    kernel.secrets.add(secret);
+    try {
+      const runId = await newRun(['a']);
+      expect(() =>
+        store.record(runId, [{ type: 'node.log', data: { message: `\u0001${secret.slice(4)}` } }]),
+      ).to.throw(SyntaxError);
+      expect((await store.events(runId, 0)).map((e) => e.type)).to.deep.equal(['run.started']);
+    } finally {
+      kernel.secrets.remove(secret);
+    }
   });
 
   it('refuses a change of a run it does not track, alone', async () => {
