@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { definePlugin, extensionPoints, provide } from '@sigil/plugin-api';
 import {
+  afterInput,
   authorizationHeader,
   BRANCH_NAME,
   canvasNode,
@@ -88,12 +89,9 @@ export default definePlugin({
       ),
       ports: (params) => ({
         inputs: {
-          after: {
-            type: 'json',
-            required: false,
-            description:
-              'Any output of the node whose workspace changes to push (a write node): the push waits for it',
-          },
+          ...afterInput(
+            'Any output of the node whose workspace changes to push (a write node): the push waits for it',
+          ),
           ...templateInputPorts(params.message),
         },
         outputs: {

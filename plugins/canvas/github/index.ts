@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { definePlugin, extensionPoints, provide, SigilError } from '@sigil/plugin-api';
 import {
+  afterInput,
   authorizationHeader,
   BRANCH_NAME,
   canvasNode,
@@ -94,12 +95,9 @@ export default definePlugin({
       params: PARAMS,
       ports: (params) => ({
         inputs: {
-          after: {
-            type: 'json',
-            required: false,
-            description:
-              'Any output of the node whose workspace changes to push (a write node): the node waits for it',
-          },
+          ...afterInput(
+            'Any output of the node whose workspace changes to push (a write node): the node waits for it',
+          ),
           ...templateInputPorts(params.title, params.body),
         },
         outputs: {
