@@ -2,14 +2,13 @@ import { z } from 'zod';
 import { definePlugin, extensionPoints, provide } from '@sigil/plugin-api';
 import {
   afterInput,
+  approvedPush,
   authorizationHeader,
   BRANCH_NAME,
   canvasNode,
-  pushWorkspace,
   refineInputsTemplate,
   REMOTE_URL,
   renderTemplate,
-  requireApproval,
   templateInputPorts,
 } from '@sigil/plugin-api/canvas';
 import {
@@ -114,8 +113,7 @@ export default definePlugin({
         inputs: { title: 'the landing page' },
       },
       run: async (context) => {
-        requireApproval(context.approvals);
-        context.signal.throwIfAborted();
+        const push = approvedPush(context, config.pushTimeoutMs);
         const { params } = context;
         const remote = requireAllowedRemote(params.remote, config.allowedRemotes);
         const message = renderTemplate(params.message, { inputs: context.inputs });
@@ -128,16 +126,12 @@ export default definePlugin({
                 params.tokenUser,
               );
         context.log(`Pushing the workspace to ${remote}, branch ${params.branch}`);
-        const { commit, files, pushed } = await pushWorkspace({
-          workspaceDir: context.workspace.dir,
+        const { commit, files, pushed } = await push({
           remote,
           branch: params.branch,
           base: params.base,
           message,
-          idempotencyKey: context.idempotencyKey,
           authorization,
-          signal: context.signal,
-          timeoutMs: config.pushTimeoutMs,
         });
         context.log(pushed ? `Pushed ${commit}` : `Nothing new to push: the branch holds ${commit}`, {
           commit,

@@ -2,13 +2,12 @@ import { z } from 'zod';
 import { definePlugin, extensionPoints, provide, SigilError } from '@sigil/plugin-api';
 import {
   afterInput,
+  approvedPush,
   authorizationHeader,
   BRANCH_NAME,
   canvasNode,
-  pushWorkspace,
   refineInputsTemplate,
   renderTemplate,
-  requireApproval,
   templateInputPorts,
 } from '@sigil/plugin-api/canvas';
 import { Forge } from './forge.ts';
@@ -121,8 +120,7 @@ export default definePlugin({
         inputs: { title: 'the landing page' },
       },
       run: async (context) => {
-        requireApproval(context.approvals);
-        context.signal.throwIfAborted();
+        const push = approvedPush(context, config.timeoutMs);
         const { params } = context;
         const scope = { inputs: context.inputs };
         const [title, body] = [renderTemplate(params.title, scope), renderTemplate(params.body, scope)];
@@ -148,16 +146,12 @@ export default definePlugin({
             details: { reason: 'branch_is_base' },
           });
         requireCloneProtocol(repository.clone_url, config.apiUrl);
-        const { commit, files, pushed } = await pushWorkspace({
-          workspaceDir: context.workspace.dir,
+        const { commit, files, pushed } = await push({
           remote: repository.clone_url,
           branch,
           base,
           message: body === '' ? title : `${title}\n\n${body}`,
-          idempotencyKey: context.idempotencyKey,
           authorization: authorizationHeader(token, 'basic'),
-          signal: context.signal,
-          timeoutMs: config.timeoutMs,
         });
         context.log(pushed ? `Pushed ${commit} to ${branch}` : `${branch} already holds ${commit}`, {
           commit,

@@ -21,8 +21,10 @@ export { renderTemplate, templatePaths, valueAt } from './template.ts';
 export { canvasNode } from './node.ts';
 export { refineInputsTemplate, templateInputPorts } from './template-inputs.ts';
 export {
+  approvedPush,
   authorizationHeader,
   IDEMPOTENCY_TRAILER,
+  type NodePushRequest,
   pushWorkspace,
   type PushedWorkspace,
   type PushWorkspaceRequest,
