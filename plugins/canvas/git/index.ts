@@ -7,9 +7,11 @@ import {
   BRANCH_NAME,
   canvasNode,
   refineInputsTemplate,
+  REMOTE_TIMEOUT_MS,
   REMOTE_URL,
   renderTemplate,
   templateInputPorts,
+  VAULT_SLOT,
 } from '@sigil/plugin-api/canvas';
 import {
   allowedRemote,
@@ -29,13 +31,9 @@ const CONFIG = z
       .describe(
         'URL prefixes, each ending in /, of the remotes nodes may push to (https, http or git); file:// and other transports are never allowed',
       ),
-    pushTimeoutMs: z
-      .number()
-      .int()
-      .min(1_000)
-      .max(600_000)
-      .default(120_000)
-      .describe('Longest each exchange with a remote (ls-remote, fetch, push) may take, in milliseconds'),
+    pushTimeoutMs: REMOTE_TIMEOUT_MS.describe(
+      'Longest each exchange with a remote (ls-remote, fetch, push) may take, in milliseconds',
+    ),
   })
   .strict();
 
@@ -52,12 +50,9 @@ const PARAMS = z
       .max(10_000)
       .default('Update from a Sigil canvas run')
       .describe('Commit message, a template over inputs ({{ inputs.title }})'),
-    tokenSlot: z
-      .string()
-      .min(1)
-      .max(128)
-      .optional()
-      .describe("The wallet's vault slot holding the remote's token; absent: no credentials"),
+    tokenSlot: VAULT_SLOT.optional().describe(
+      "The wallet's vault slot holding the remote's token; absent: no credentials",
+    ),
     tokenScheme: z.enum(['basic', 'bearer']).default('basic').describe('How the token is sent over HTTP'),
     tokenUser: z.string().min(1).max(128).default('x-access-token').describe('The user name of Basic'),
   })

@@ -7,8 +7,10 @@ import {
   BRANCH_NAME,
   canvasNode,
   refineInputsTemplate,
+  REMOTE_TIMEOUT_MS,
   renderTemplate,
   templateInputPorts,
+  VAULT_SLOT,
 } from '@sigil/plugin-api/canvas';
 import { Forge } from './forge.ts';
 
@@ -20,13 +22,9 @@ const CONFIG = z
       .url({ protocol: /^https?$/ })
       .default('https://api.github.com')
       .describe("The forge's REST v3 API: GitHub's, or a GitHub Enterprise server's (https://host/api/v3)"),
-    timeoutMs: z
-      .number()
-      .int()
-      .min(1_000)
-      .max(600_000)
-      .default(120_000)
-      .describe('Longest each API request and each exchange with git (ls-remote, fetch, push) may take'),
+    timeoutMs: REMOTE_TIMEOUT_MS.describe(
+      'Longest each API request and each exchange with git (ls-remote, fetch, push) may take',
+    ),
   })
   .strict();
 
@@ -60,12 +58,7 @@ const PARAMS = z
       .max(65_536)
       .default('')
       .describe("The pull request's description, a template over inputs"),
-    tokenSlot: z
-      .string()
-      .min(1)
-      .max(128)
-      .default('GITHUB_TOKEN')
-      .describe("The wallet's vault slot of the token"),
+    tokenSlot: VAULT_SLOT.default('GITHUB_TOKEN').describe("The wallet's vault slot of the token"),
   })
   .strict()
   .superRefine((params, context) => {

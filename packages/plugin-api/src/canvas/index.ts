@@ -29,4 +29,11 @@ export {
   type PushedWorkspace,
   type PushWorkspaceRequest,
 } from './push.ts';
-export { BRANCH_NAME, REMOTE_URL, remoteUrlProblem, requireRemoteUrl } from './remote.ts';
+export {
+  BRANCH_NAME,
+  REMOTE_TIMEOUT_MS,
+  REMOTE_URL,
+  remoteUrlProblem,
+  requireRemoteUrl,
+  VAULT_SLOT,
+} from './remote.ts';
