@@ -5,7 +5,7 @@
  * (input ports that params declare, or that templates read), pushing a workspace to a git remote
  * (the repository-hosting nodes), and the file a preview of a workspace serves at a path.
  */
-export { requireApproval } from './approval.ts';
+export { approvedUpstream, requireApproval } from './approval.ts';
 export { withDeadline } from './deadline.ts';
 export {
   DECLARED_INPUTS,
