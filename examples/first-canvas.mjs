@@ -23,7 +23,7 @@ import {
 const TOPIC = process.env.SIGIL_TOPIC ?? 'Hello from Sigil';
 const GIT_PORT = 9418;
 
-/** The workflow: draft → approve → page → write → push → published → verify. */
+/** The workflow: draft → approve → page → write → push → verify. */
 const workflow = {
   format: 'sigil.canvas.workflow/v1',
   name: 'draft, approve, publish and check a page',
@@ -55,18 +55,10 @@ const workflow = {
       params: { remote: 'set below', branch: 'main', message: 'Publish the approved page' },
     },
     {
-      id: 'published',
-      kind: 'transform',
-      params: {
-        inputs: { commit: 'string' },
-        outputs: { path: { type: 'string', template: 'index.html?commit={{inputs.commit}}' } },
-      },
-    },
-    {
       id: 'verify',
       kind: 'browser-verify',
       params: {
-        url: '{{workspace.previewUrl}}{{inputs.url}}',
+        url: '{{workspace.previewUrl}}index.html',
         assertions: [{ status: 200 }, { selector: 'h1', visible: true }, { text: TOPIC }],
       },
     },
@@ -77,8 +69,8 @@ const workflow = {
     { from: 'approve.value', to: 'page.html' },
     { from: 'page.files', to: 'write.files' },
     { from: 'write.commit', to: 'push.after' },
-    { from: 'push.commit', to: 'published.commit' },
-    { from: 'published.path', to: 'verify.url' },
+    // The check waits for the push (the page it opens is the run's preview, not the pushed commit).
+    { from: 'push.commit', to: 'verify.after' },
   ],
 };
 

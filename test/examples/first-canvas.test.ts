@@ -20,7 +20,11 @@ describe('examples/first-canvas.mjs after sigil up', function () {
   it('runs draft → approval → write → push → browser check, and the ledger holds its charge', async () => {
     const stdout = await runExample(['examples/first-canvas.mjs', sigil.runtimeUrl], {});
     const order = [...stdout.matchAll(/^ {2}(\w+) +running$/gm)].map((m) => m[1]);
-    expect(order).to.deep.equal(['draft', 'approve', 'page', 'write', 'push', 'published', 'verify']);
+    expect(order).to.deep.equal(['draft', 'approve', 'page', 'write', 'push', 'verify']);
+    // verify reads nothing of push: its input after alone makes it wait for the push to succeed.
+    const pushed = stdout.search(/^ {2}push +succeeded$/m);
+    expect(pushed).to.be.greaterThan(-1);
+    expect(stdout.search(/^ {2}verify +running$/m)).to.be.greaterThan(pushed);
     expect(stdout).to.match(/^ {2}approve +waiting_approval$/m);
     expect(stdout).to.match(/^approve {3}POST \/canvas\/runs\/[0-9a-f-]{36}\/nodes\/approve\/decision$/m);
     expect(stdout).to.match(/^ {2}verify +log {2}every assertion held$/m);

@@ -4,7 +4,7 @@ import {
   type CanvasNodeV2,
   type CanvasPortsV2,
 } from '@sigil/plugin-api';
-import { renderTemplate } from '@sigil/plugin-api/canvas';
+import { afterInput, renderTemplate } from '@sigil/plugin-api/canvas';
 import { AllowList } from './allow-list.ts';
 import { checkAssertions, type AssertionResult } from './assertions.ts';
 import { openBrowser, type BrowserSession } from './browser.ts';
@@ -25,6 +25,7 @@ type Context = CanvasNodeContextV2<BrowserVerifyParams>;
 const PORTS: CanvasPortsV2 = {
   inputs: {
     url: { type: 'string', required: false, description: 'What the url template reads as {{inputs.url}}' },
+    ...afterInput('Any output of the node the check must wait for (a push): its value is not used'),
   },
   outputs: {
     passed: { type: 'boolean', description: 'Whether every assertion held' },

@@ -1,6 +1,11 @@
 import { z } from 'zod';
 import { type CanvasNodeV2, definePlugin, extensionPoints, provide, SigilError } from '@sigil/plugin-api';
-import { DECLARED_INPUTS, declaredInputPorts, refineTemplate } from '@sigil/plugin-api/canvas';
+import {
+  approvedUpstream,
+  DECLARED_INPUTS,
+  declaredInputPorts,
+  refineTemplate,
+} from '@sigil/plugin-api/canvas';
 import { mapStrings, renderArgument } from './arguments.ts';
 
 /** How much of a failed tool's text its error quotes. */
@@ -68,7 +73,7 @@ const toolNode: CanvasNodeV2<ToolParams> = {
   },
   run: async ({ params, inputs, approvals, services, signal, log }) => {
     const { server, tool } = params;
-    if (params.requireApproval && !(approvals.length > 0 && approvals.every((decision) => decision.approved)))
+    if (params.requireApproval && !approvedUpstream(approvals))
       throw new SigilError('forbidden', `The tool node calls ${server}/${tool} only once approved`, {
         hint: 'Put an approval node upstream of this node, and approve it',
         details: { reason: 'approval_required' },

@@ -1,15 +1,17 @@
 import { z } from 'zod';
 import { definePlugin, extensionPoints, provide } from '@sigil/plugin-api';
 import {
+  afterInput,
+  approvedPush,
   authorizationHeader,
   BRANCH_NAME,
   canvasNode,
-  pushWorkspace,
   refineInputsTemplate,
+  REMOTE_TIMEOUT_MS,
   REMOTE_URL,
   renderTemplate,
-  requireApproval,
   templateInputPorts,
+  VAULT_SLOT,
 } from '@sigil/plugin-api/canvas';
 import {
   allowedRemote,
@@ -29,13 +31,9 @@ const CONFIG = z
       .describe(
         'URL prefixes, each ending in /, of the remotes nodes may push to (https, http or git); file:// and other transports are never allowed',
       ),
-    pushTimeoutMs: z
-      .number()
-      .int()
-      .min(1_000)
-      .max(600_000)
-      .default(120_000)
-      .describe('Longest each exchange with a remote (ls-remote, fetch, push) may take, in milliseconds'),
+    pushTimeoutMs: REMOTE_TIMEOUT_MS.describe(
+      'Longest each exchange with a remote (ls-remote, fetch, push) may take, in milliseconds',
+    ),
   })
   .strict();
 
@@ -52,12 +50,9 @@ const PARAMS = z
       .max(10_000)
       .default('Update from a Sigil canvas run')
       .describe('Commit message, a template over inputs ({{ inputs.title }})'),
-    tokenSlot: z
-      .string()
-      .min(1)
-      .max(128)
-      .optional()
-      .describe("The wallet's vault slot holding the remote's token; absent: no credentials"),
+    tokenSlot: VAULT_SLOT.optional().describe(
+      "The wallet's vault slot holding the remote's token; absent: no credentials",
+    ),
     tokenScheme: z.enum(['basic', 'bearer']).default('basic').describe('How the token is sent over HTTP'),
     tokenUser: z.string().min(1).max(128).default('x-access-token').describe('The user name of Basic'),
   })
@@ -88,12 +83,9 @@ export default definePlugin({
       ),
       ports: (params) => ({
         inputs: {
-          after: {
-            type: 'json',
-            required: false,
-            description:
-              'Any output of the node whose workspace changes to push (a write node): the push waits for it',
-          },
+          ...afterInput(
+            'Any output of the node whose workspace changes to push (a write node): the push waits for it',
+          ),
           ...templateInputPorts(params.message),
         },
         outputs: {
@@ -116,8 +108,7 @@ export default definePlugin({
         inputs: { title: 'the landing page' },
       },
       run: async (context) => {
-        requireApproval(context.approvals);
-        context.signal.throwIfAborted();
+        const push = approvedPush(context, config.pushTimeoutMs);
         const { params } = context;
         const remote = requireAllowedRemote(params.remote, config.allowedRemotes);
         const message = renderTemplate(params.message, { inputs: context.inputs });
@@ -130,16 +121,12 @@ export default definePlugin({
                 params.tokenUser,
               );
         context.log(`Pushing the workspace to ${remote}, branch ${params.branch}`);
-        const { commit, files, pushed } = await pushWorkspace({
-          workspaceDir: context.workspace.dir,
+        const { commit, files, pushed } = await push({
           remote,
           branch: params.branch,
           base: params.base,
           message,
-          idempotencyKey: context.idempotencyKey,
           authorization,
-          signal: context.signal,
-          timeoutMs: config.pushTimeoutMs,
         });
         context.log(pushed ? `Pushed ${commit}` : `Nothing new to push: the branch holds ${commit}`, {
           commit,

@@ -1,14 +1,16 @@
 import { z } from 'zod';
 import { definePlugin, extensionPoints, provide, SigilError } from '@sigil/plugin-api';
 import {
+  afterInput,
+  approvedPush,
   authorizationHeader,
   BRANCH_NAME,
   canvasNode,
-  pushWorkspace,
   refineInputsTemplate,
+  REMOTE_TIMEOUT_MS,
   renderTemplate,
-  requireApproval,
   templateInputPorts,
+  VAULT_SLOT,
 } from '@sigil/plugin-api/canvas';
 import { Forge } from './forge.ts';
 
@@ -20,13 +22,9 @@ const CONFIG = z
       .url({ protocol: /^https?$/ })
       .default('https://api.github.com')
       .describe("The forge's REST v3 API: GitHub's, or a GitHub Enterprise server's (https://host/api/v3)"),
-    timeoutMs: z
-      .number()
-      .int()
-      .min(1_000)
-      .max(600_000)
-      .default(120_000)
-      .describe('Longest each API request and each exchange with git (ls-remote, fetch, push) may take'),
+    timeoutMs: REMOTE_TIMEOUT_MS.describe(
+      'Longest each API request and each exchange with git (ls-remote, fetch, push) may take',
+    ),
   })
   .strict();
 
@@ -60,12 +58,7 @@ const PARAMS = z
       .max(65_536)
       .default('')
       .describe("The pull request's description, a template over inputs"),
-    tokenSlot: z
-      .string()
-      .min(1)
-      .max(128)
-      .default('GITHUB_TOKEN')
-      .describe("The wallet's vault slot of the token"),
+    tokenSlot: VAULT_SLOT.default('GITHUB_TOKEN').describe("The wallet's vault slot of the token"),
   })
   .strict()
   .superRefine((params, context) => {
@@ -94,12 +87,9 @@ export default definePlugin({
       params: PARAMS,
       ports: (params) => ({
         inputs: {
-          after: {
-            type: 'json',
-            required: false,
-            description:
-              'Any output of the node whose workspace changes to push (a write node): the node waits for it',
-          },
+          ...afterInput(
+            'Any output of the node whose workspace changes to push (a write node): the node waits for it',
+          ),
           ...templateInputPorts(params.title, params.body),
         },
         outputs: {
@@ -123,8 +113,7 @@ export default definePlugin({
         inputs: { title: 'the landing page' },
       },
       run: async (context) => {
-        requireApproval(context.approvals);
-        context.signal.throwIfAborted();
+        const push = approvedPush(context, config.timeoutMs);
         const { params } = context;
         const scope = { inputs: context.inputs };
         const [title, body] = [renderTemplate(params.title, scope), renderTemplate(params.body, scope)];
@@ -150,16 +139,12 @@ export default definePlugin({
             details: { reason: 'branch_is_base' },
           });
         requireCloneProtocol(repository.clone_url, config.apiUrl);
-        const { commit, files, pushed } = await pushWorkspace({
-          workspaceDir: context.workspace.dir,
+        const { commit, files, pushed } = await push({
           remote: repository.clone_url,
           branch,
           base,
           message: body === '' ? title : `${title}\n\n${body}`,
-          idempotencyKey: context.idempotencyKey,
           authorization: authorizationHeader(token, 'basic'),
-          signal: context.signal,
-          timeoutMs: config.timeoutMs,
         });
         context.log(pushed ? `Pushed ${commit} to ${branch}` : `${branch} already holds ${commit}`, {
           commit,

@@ -8,6 +8,7 @@ import {
   provide,
   SigilError,
 } from '@sigil/plugin-api';
+import { approvedUpstream } from '@sigil/plugin-api/canvas';
 import { commitFiles, commitOf } from './commit.ts';
 import {
   type FileLimits,
@@ -56,10 +57,9 @@ function portsOf(params: WriteFilesParams): CanvasPortsV2 {
   };
 }
 
-/** The contract's rule, checked by the node too: at least one decision upstream, every one approved. */
+/** The contract's rule, checked by the node too, refused with the node's id. */
 function requireApproval(context: CanvasNodeContextV2<WriteFilesParams>): void {
-  const { approvals } = context;
-  if (approvals.length > 0 && approvals.every((decision) => decision.approved)) return;
+  if (approvedUpstream(context.approvals)) return;
   throw new SigilError(
     'forbidden',
     `Node ${context.nodeId} writes files, and no approval upstream approved it`,

@@ -1,9 +1,9 @@
 import { createReadStream } from 'node:fs';
-import { realpath, stat } from 'node:fs/promises';
-import { extname, resolve, sep } from 'node:path';
+import { extname } from 'node:path';
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import { SigilError } from '@sigil/plugin-api';
+import { previewFile } from '@sigil/plugin-api/canvas';
 import type { CanvasService } from './service.ts';
 
 const CONTENT_TYPES: Record<string, string> = {
@@ -41,15 +41,8 @@ export function previewRouter(canvas: CanvasService): Router {
   const serve = async (ctx: Context, token: string, path: string[]) => {
     const run = TOKEN.test(token) ? await canvas.runs.byPreviewToken(token) : undefined;
     if (!run) throw notFound();
-    const root = await realpath(canvas.workspaces.dirOf(run.id)).catch(() => {
-      throw notFound();
-    });
-    const wanted = path.length === 0 || path.at(-1) === '' ? [...path.filter(Boolean), 'index.html'] : path;
-    if (wanted.some((segment) => segment === '.git' || segment === '..' || segment === '')) throw notFound();
-    const file = await realpath(resolve(root, ...wanted)).catch(() => {
-      throw notFound();
-    });
-    if (!file.startsWith(root + sep) || !(await stat(file)).isFile()) throw notFound();
+    const file = await previewFile(canvas.workspaces.dirOf(run.id), path);
+    if (file === undefined) throw notFound();
     ctx.set('Content-Type', CONTENT_TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream');
     ctx.set(
       'Content-Security-Policy',

@@ -7,6 +7,7 @@ import { checkedDecision } from './approvals.ts';
 import { workflowJsonSchema } from './document.ts';
 import { ENDED_RUN, type RunRecord } from './runs.ts';
 import type { CanvasService } from './service.ts';
+import type { SavedWorkflow } from './workflows.ts';
 import { previewRouter } from './preview.ts';
 
 const uuid = (what: string) => z.uuid(`must be ${what} (a UUID)`);
@@ -67,6 +68,14 @@ const runView = (run: RunRecord) => ({
   endedAt: run.endedAt?.toISOString() ?? null,
 });
 
+/** What saving a workflow answers: the version saved, without its document. */
+const savedView = (saved: SavedWorkflow) => ({
+  id: saved.id,
+  version: saved.version,
+  name: saved.name,
+  createdAt: saved.createdAt.toISOString(),
+});
+
 /** `/canvas/…`: workflows, runs, their event streams, approvals and artifacts, all owner-only. */
 export function canvasRouter(canvas: CanvasService): Router {
   const router = new Router({ prefix: '/canvas' });
@@ -103,12 +112,7 @@ export function canvasRouter(canvas: CanvasService): Router {
       canvas.validate(body.workflow).document,
     );
     ctx.status = 201;
-    ctx.body = {
-      id: saved.id,
-      version: saved.version,
-      name: saved.name,
-      createdAt: saved.createdAt.toISOString(),
-    };
+    ctx.body = savedView(saved);
   });
   router.get('/workflows', async (ctx) => {
     const workflows = await canvas.workflows.list(principalOf(ctx.state).address);
@@ -136,12 +140,7 @@ export function canvasRouter(canvas: CanvasService): Router {
       canvas.validate(body.workflow).document,
       body.expectedVersion,
     );
-    ctx.body = {
-      id: saved.id,
-      version: saved.version,
-      name: saved.name,
-      createdAt: saved.createdAt.toISOString(),
-    };
+    ctx.body = savedView(saved);
   });
   router.delete('/workflows/:id', async (ctx) => {
     const { id } = parseInput(workflowParams, ctx.params, 'params');

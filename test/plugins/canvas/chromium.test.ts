@@ -269,11 +269,18 @@ describe('canvas-chromium: the browser-verify node against real chromium and loc
     expect(outside.paths).to.deep.equal([]);
   });
 
+  it('has an optional input after of any type, only to wait for another node', () => {
+    const { inputs } = node().ports();
+    expect(inputs.after).to.include({ type: 'json', required: false });
+    expect(inputs.url).to.include({ type: 'string', required: false });
+  });
+
   it("opens the run's preview with no origin allowed, and nothing of its origin outside the preview", async () => {
     const { outcome } = await run(
       node({ allowedOrigins: [] }),
       { url: '{{workspace.previewUrl}}index.html', assertions: [{ text: 'Preview' }] },
-      { previewUrl: `${site.origin}/preview/token/` },
+      // A push it waited for: the value on after changes nothing of the check.
+      { previewUrl: `${site.origin}/preview/token/`, inputs: { after: { commit: 'f'.repeat(40) } } },
     );
     const outputs = await outcome;
     expect(outputs).to.include({ passed: true, status: 200 });

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { CanvasPortType } from '../contracts/canvas-node-v2.ts';
+import type { CanvasPortType, CanvasPortV2 } from '../contracts/canvas-node-v2.ts';
 
 const JSON_VALUE: z.ZodType<unknown> = z.json();
 
@@ -33,3 +33,11 @@ export const PORT_VALUE_SCHEMAS: Readonly<Record<CanvasPortType, z.ZodType<unkno
 /** Whether an output of type `from` may feed an input of type `to`. */
 export const portAccepts = (to: CanvasPortType, from: CanvasPortType): boolean =>
   to === 'json' || to === from;
+
+/**
+ * An optional input `after` of type `json` taking any value: an edge into it makes a node wait for
+ * another whose output it does not use (a push after a write, a browser check after a push).
+ */
+export const afterInput = (description: string): { after: CanvasPortV2 } => ({
+  after: { type: 'json', required: false, description },
+});

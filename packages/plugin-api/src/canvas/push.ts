@@ -1,7 +1,9 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { CanvasNodeContextV2 } from '../contracts/canvas-node-v2.ts';
 import { SigilError } from '../errors.ts';
+import { requireApproval } from './approval.ts';
 import { withDeadline } from './deadline.ts';
 import { runGit } from './git.ts';
 import { requireRemoteUrl } from './remote.ts';
@@ -41,6 +43,33 @@ export interface PushedWorkspace {
   files: string[];
   /** False when an earlier call with the same key pushed it, or when the branch already held these files. */
   pushed: boolean;
+}
+
+/** What a node gives `approvedPush`'s push: the rest comes from its context. */
+export type NodePushRequest = Omit<
+  PushWorkspaceRequest,
+  'workspaceDir' | 'idempotencyKey' | 'signal' | 'timeoutMs'
+>;
+
+/**
+ * How a repository-hosting node (effect `writes`) starts its run: it refuses unless approved, and
+ * stops when aborted, before anything else; then it pushes the run's workspace with this node run's
+ * idempotency key and signal, each exchange with the remote bounded by `timeoutMs`.
+ */
+export function approvedPush(
+  context: Pick<CanvasNodeContextV2, 'approvals' | 'signal' | 'workspace' | 'idempotencyKey'>,
+  timeoutMs: number,
+): (request: NodePushRequest) => Promise<PushedWorkspace> {
+  requireApproval(context.approvals);
+  context.signal.throwIfAborted();
+  return (request) =>
+    pushWorkspace({
+      ...request,
+      workspaceDir: context.workspace.dir,
+      idempotencyKey: context.idempotencyKey,
+      signal: context.signal,
+      timeoutMs,
+    });
 }
 
 /** An HTTP `Authorization` value for a forge token: Basic with a user name (GitHub's style), or Bearer. */

@@ -3,7 +3,8 @@ import { SigilError } from '../errors.ts';
 
 /**
  * What a canvas node may push to: an `https`, `http` or `git` URL with no credentials in it (a token
- * travels in a header, from the wallet's vault), and a branch name git accepts.
+ * travels in a header, from a slot of the wallet's vault), and a branch name git accepts; and how long
+ * each exchange with it may take.
  */
 const REMOTE_PROTOCOLS = new Set(['https:', 'http:', 'git:']);
 
@@ -54,3 +55,9 @@ export const BRANCH_NAME = z
   .min(1)
   .max(200)
   .refine(isBranchName, 'a branch name: letters, digits and ._/- (no .., no segment starting with . or -)');
+
+/** An operator's bound on each exchange with a remote, in milliseconds: 1 s to 10 min, 2 min by default. */
+export const REMOTE_TIMEOUT_MS = z.number().int().min(1_000).max(600_000).default(120_000);
+
+/** A slot of the wallet's vault by name, e.g. the one holding a forge token (`GITHUB_TOKEN`). */
+export const VAULT_SLOT = z.string().min(1).max(128);

@@ -1,17 +1,15 @@
 import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { realpath, stat } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { resolve, sep } from 'node:path';
+import { previewFile } from '../canvas/preview.ts';
 
 /**
  * A workspace served read-only over HTTP on 127.0.0.1, as the runtime serves a run's preview: a path
- * with an unguessable token, `index.html` for a folder, never `.git` nor outside the workspace.
+ * with an unguessable token, then the files `previewFile` finds.
  */
 export async function servePreview(dir: string): Promise<{ url: string; close(): Promise<void> }> {
   const prefix = `/preview/${randomBytes(24).toString('base64url')}/`;
-  const root = await realpath(dir);
   const server = createServer((req, res) => {
     const notFound = () => {
       res.statusCode = 404;
@@ -19,13 +17,9 @@ export async function servePreview(dir: string): Promise<{ url: string; close():
     };
     const path = decodeURIComponent(new URL(req.url ?? '/', 'http://preview').pathname);
     if (!path.startsWith(prefix)) return notFound();
-    const segments = path.slice(prefix.length).split('/');
-    if (segments.at(-1) === '') segments[segments.length - 1] = 'index.html';
-    if (segments.some((segment) => segment === '' || segment === '..' || segment === '.git'))
-      return notFound();
-    realpath(resolve(root, ...segments))
-      .then(async (file) => {
-        if (!file.startsWith(root + sep) || !(await stat(file)).isFile()) return notFound();
+    previewFile(dir, path.slice(prefix.length).split('/'))
+      .then((file) => {
+        if (file === undefined) return notFound();
         res.setHeader(
           'Content-Type',
           file.endsWith('.html') ? 'text/html; charset=utf-8' : 'application/octet-stream',

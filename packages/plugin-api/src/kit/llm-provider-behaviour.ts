@@ -9,9 +9,9 @@ import type {
   LlmToolDefinition,
 } from '../index.ts';
 import { ensure, failWith, notApplicableBecause, pass } from './check.ts';
-import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
+import type { InstanceCheck, KitContext } from './kit.ts';
 import { llmProviderKit } from './llm-provider.ts';
-import { registerChecks } from './mocha.ts';
+import { describeKitWithBehaviour } from './mocha.ts';
 
 /**
  * Behaviour of `llm-provider` v1 (packages/plugin-api/src/contracts/llm-provider-v1.ts) against a real upstream:
@@ -536,9 +536,5 @@ export function describeLlmProviderBehaviour(
   load: () => Promise<LlmProviderV1>,
   harness: () => LlmProviderHarness,
 ): void {
-  const kit = {
-    ...llmProviderKit,
-    behaviour: [...llmProviderKit.behaviour, ...llmProviderBehaviour(harness)],
-  };
-  describe(`${kit.kind} contract kit, with behaviour`, () => registerChecks(contractChecks(kit, load)));
+  describeKitWithBehaviour(llmProviderKit, llmProviderBehaviour(harness), load);
 }

@@ -1,7 +1,7 @@
-import type { PluginInstanceOf, PluginKind } from '../index.ts';
+import type { PluginInstanceOf, PluginKind, SpecVersion } from '../index.ts';
 import { runChecks } from './check.ts';
 import { EvidenceRedactor } from './redact.ts';
-import { contractChecks, type ContractKit, type KitCheck } from './kit.ts';
+import { contractChecks, type ContractKit, type InstanceCheck, type KitCheck } from './kit.ts';
 
 /**
  * Kits as mocha suites, for plugin authors' own test runs. Each check is one test: a pass passes, a
@@ -52,4 +52,18 @@ export function describeContractKit<K extends PluginKind>(
   options: RegisterOptions = {},
 ): void {
   describe(`${kit.kind} contract kit`, () => registerChecks(contractChecks(kit, load), options));
+}
+
+/**
+ * A kit and the behavioural checks that need what the tester gives (an upstream, a registry, a payer)
+ * as mocha tests, against instances from `load` (fresh and started on each call).
+ */
+export function describeKitWithBehaviour<K extends PluginKind, V extends SpecVersion<K>>(
+  kit: ContractKit<K, V>,
+  behaviour: readonly InstanceCheck<PluginInstanceOf<K, V>>[],
+  load: () => Promise<PluginInstanceOf<K, V>>,
+): void {
+  const withBehaviour = { ...kit, behaviour: [...kit.behaviour, ...behaviour] };
+  describe(`${kit.kind} contract kit, with behaviour`, () =>
+    registerChecks(contractChecks(withBehaviour, load)));
 }

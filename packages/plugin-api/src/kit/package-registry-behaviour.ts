@@ -3,8 +3,8 @@ import { join, relative } from 'node:path';
 import { z } from 'zod';
 import type { PackageRegistryV1, ResolvedPackage } from '../index.ts';
 import { ensure, expectShape, failWith, pass } from './check.ts';
-import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
-import { registerChecks } from './mocha.ts';
+import type { InstanceCheck, KitContext } from './kit.ts';
+import { describeKitWithBehaviour } from './mocha.ts';
 import { packageRegistryKit } from './package-registry.ts';
 
 /**
@@ -226,9 +226,5 @@ export function describePackageRegistryBehaviour(
   load: () => Promise<PackageRegistryV1>,
   fixture: () => PackageRegistryFixture,
 ): void {
-  const kit = {
-    ...packageRegistryKit,
-    behaviour: [...packageRegistryKit.behaviour, ...packageRegistryBehaviour(fixture)],
-  };
-  describe(`${kit.kind} contract kit, with behaviour`, () => registerChecks(contractChecks(kit, load)));
+  describeKitWithBehaviour(packageRegistryKit, packageRegistryBehaviour(fixture), load);
 }

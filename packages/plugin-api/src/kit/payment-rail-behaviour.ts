@@ -9,8 +9,8 @@ import type {
 } from '../index.ts';
 import { ensure, expectShape, failWith, notApplicableBecause, pass } from './check.ts';
 import { caip2, sameAddress, x402PaymentRequiredSchema, type X402Requirements } from './x402.ts';
-import { contractChecks, type InstanceCheck, type KitContext } from './kit.ts';
-import { registerChecks } from './mocha.ts';
+import type { InstanceCheck, KitContext } from './kit.ts';
+import { describeKitWithBehaviour } from './mocha.ts';
 import { paymentRailKit } from './payment-rail.ts';
 
 /**
@@ -658,9 +658,5 @@ export function describePaymentRailBehaviour(
   load: () => Promise<PaymentRailV1>,
   harness: () => PaymentRailHarness,
 ): void {
-  const kit = {
-    ...paymentRailKit,
-    behaviour: [...paymentRailKit.behaviour, ...paymentRailBehaviour(harness)],
-  };
-  describe(`${kit.kind} contract kit, with behaviour`, () => registerChecks(contractChecks(kit, load)));
+  describeKitWithBehaviour(paymentRailKit, paymentRailBehaviour(harness), load);
 }

@@ -159,6 +159,16 @@ async function startProbe(
   });
 }
 
+/** A probe's report: the last line of its stdout, parsed when it is JSON. */
+export function lastLineReport<T>(stdout: string): { last: string; report: T | undefined } {
+  const last = stdout.trim().split('\n').pop() ?? '';
+  try {
+    return { last, report: JSON.parse(last) as T };
+  } catch {
+    return { last, report: undefined };
+  }
+}
+
 /** Runs the probe in `mode` to its end and returns what it reported. */
 function runProbe<T>(
   context: SandboxContext,
@@ -176,13 +186,7 @@ function runProbe<T>(
     });
     sandbox.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4096)));
     const exit = await sandbox.exited;
-    const last = stdout.trim().split('\n').pop() ?? '';
-    let report: T | undefined;
-    try {
-      report = JSON.parse(last) as T;
-    } catch {
-      report = undefined;
-    }
+    const { last, report } = lastLineReport<T>(stdout);
     context.evidence.note(`probe ${mode} ended`, { exit, report: last.slice(0, 1500) });
     return { exit, report, stdoutBytes, stderr };
   });

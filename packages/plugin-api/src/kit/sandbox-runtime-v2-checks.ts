@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type { SandboxExit, SandboxProcess, SandboxRuntimeV2, SandboxSpecV2 } from '../index.ts';
 import { ensure, expectShape, notApplicableBecause, pass } from './check.ts';
 import type { InstanceCheck, KitContext } from './kit.ts';
-import { probeReadOnlyPaths, SANDBOX_PROBE_FILE } from './sandbox-runtime-behaviour.ts';
+import { lastLineReport, probeReadOnlyPaths, SANDBOX_PROBE_FILE } from './sandbox-runtime-behaviour.ts';
 
 /**
  * Behaviour of `sandbox-runtime` v2 beyond v1's (which the v1 checks probe through a host launch of
@@ -91,13 +91,7 @@ async function runToEnd<T>(
   sandbox.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   sandbox.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4096)));
   const exit = await sandbox.exited;
-  const last = stdout.trim().split('\n').pop() ?? '';
-  let report: T | undefined;
-  try {
-    report = JSON.parse(last) as T;
-  } catch {
-    report = undefined;
-  }
+  const { last, report } = lastLineReport<T>(stdout);
   evidence.note('ended', { exit, report: last.slice(0, 1500) });
   return { exit, report, stderr };
 }

@@ -166,16 +166,18 @@ async function handle(x: Exchange): Promise<void> {
   }
 
   const withUsage = body.stream_options?.include_usage === true;
-  const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+  const frame = (choices: unknown[], usageField: { usage?: typeof usage | null }) =>
     data({
       id,
       object: 'chat.completion.chunk',
       created,
       model: body.model,
       system_fingerprint: 'sigil-stand-in',
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-      ...(withUsage ? { usage: null } : {}),
+      choices,
+      ...usageField,
     });
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+    frame([{ index: 0, delta, logprobs: null, finish_reason: finish }], withUsage ? { usage: null } : {});
   // As OpenAI does: content '' opens a text answer, null one that calls tools.
   const frames = [chunk({ role: 'assistant', content: toolCalls.length > 0 ? null : '', refusal: null })];
   for (const delta of answer.deltas) frames.push(chunk({ content: delta }));
@@ -194,18 +196,8 @@ async function handle(x: Exchange): Promise<void> {
       );
   });
   frames.push(chunk({}, finishReason));
-  if (withUsage)
-    frames.push(
-      data({
-        id,
-        object: 'chat.completion.chunk',
-        created,
-        model: body.model,
-        system_fingerprint: 'sigil-stand-in',
-        choices: [],
-        usage,
-      }),
-    );
+  // The last chunk of a stream that asked for usage: no choice, the usage.
+  if (withUsage) frames.push(frame([], { usage }));
   frames.push('data: [DONE]\n\n');
   await x.stream(body.model, frames);
 }
