@@ -9,10 +9,21 @@ import { readSse, runtimeClient, type SseEvent } from '../chat-support.ts';
 import { pluginsWithLocalProvider, Stack } from '../support.ts';
 
 /**
- * The canvas test node kinds (test/fixtures/canvas): emit, join, flaky, hang, gate (approval), record
- * and witness (writes), leak (a careless reader of secrets).
+ * The canvas test node kinds (test/fixtures/canvas): emit, join, flaky, hang, observe (the test's
+ * hook), gate (approval), record and witness (writes, the latter the test's hook), leak (a careless
+ * reader of secrets).
  */
-export const FIXTURE_NODES = ['emit', 'join', 'flaky', 'hang', 'gate', 'record', 'witness', 'leak'];
+export const FIXTURE_NODES = [
+  'emit',
+  'join',
+  'flaky',
+  'hang',
+  'observe',
+  'gate',
+  'record',
+  'witness',
+  'leak',
+];
 
 const fixtureEntries = (): PluginEntry[] =>
   FIXTURE_NODES.map((name) => ({ resolve: `./${name}.ts`, enabled: true, options: {} }) as PluginEntry);
