@@ -229,7 +229,8 @@ export class CanvasHostServices {
     try {
       const outcome = await session.call(toolName(request.server, request.tool), request.arguments, signal);
       billed = outcome.billed;
-      return { text: outcome.content, isError: outcome.isError };
+      const { content: text, structuredContent, isError } = outcome;
+      return { text, isError, ...(structuredContent === undefined ? {} : { structuredContent }) };
     } finally {
       await this.charge(run, nodeId, hold, platformCost('byok', 0n, billed ? 1 : 0), {
         kind: 'tool',

@@ -5,6 +5,7 @@ import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 
 import type { PluginEntry } from '../../../../core/config/schema.ts';
 import type { TestDatabase } from '../../../support/kernel.ts';
 import { fixturePath } from '../../../support/paths.ts';
+import type { ProbeWorld } from '../../gateway/support.ts';
 import { readSse, runtimeClient, type SseEvent } from '../chat-support.ts';
 import { pluginsWithLocalProvider, Stack } from '../support.ts';
 
@@ -34,17 +35,27 @@ export interface CanvasWorldOptions {
   dataDir?: string;
   canvas?: Record<string, unknown>;
   plugins?: PluginEntry[];
+  /** Gateway servers: the probe world's catalog, installed from its registry into real sandboxes. */
+  probe?: ProbeWorld;
 }
 
 /** A runtime (and gateway) on a real kernel with the canvas fixture nodes and provider-local loaded. */
 export async function startCanvasWorld(options: CanvasWorldOptions) {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'sigil-canvas-data-'));
+  const { probe } = options;
   const stack = await Stack.start({
     database: options.database,
     configDir: fixturePath('canvas'),
     config: {
-      plugins: [...pluginsWithLocalProvider(), ...fixtureEntries(), ...(options.plugins ?? [])],
+      plugins: [
+        ...(probe
+          ? [...probe.plugins(), { resolve: 'provider-local', enabled: true, options: {} } as PluginEntry]
+          : pluginsWithLocalProvider()),
+        ...fixtureEntries(),
+        ...(options.plugins ?? []),
+      ],
       runtime: { canvas: { dataDir, retryBackoffMs: 0, ...options.canvas } as never },
+      ...(probe ? { gateway: { includeDefaultCatalog: false, catalogFile: probe.catalogFile } } : {}),
     },
   });
   await stack.runtime.canvas.start();
