@@ -4,10 +4,16 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { loadConfig } from '../../../../services/config.ts';
 import { ProbeWorld } from '../../gateway/support.ts';
-import { storeAndUnlock, type SseEvent } from '../chat-support.ts';
-import { setOnChain } from '../ledger/support.ts';
+import type { SseEvent } from '../chat-support.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
-import { canvasUser, type CanvasWorld, eventsUntil, execute, startCanvasWorld, workflow } from './support.ts';
+import {
+  type CanvasWorld,
+  eventsUntil,
+  execute,
+  fundedCanvasUser,
+  startCanvasWorld,
+  workflow,
+} from './support.ts';
 
 const USD = 1_000_000n;
 
@@ -57,13 +63,7 @@ describe('canvas nodes through a real gateway', function () {
       world?.removeData();
     });
 
-    /** A signed-in wallet with a dollar on its ledger, its own provider key stored and unlocked. */
-    async function fundedUser() {
-      const user = await canvasUser(world.stack);
-      await setOnChain(world.stack.runtime.ledger.ledger, user.wallet.address, USD);
-      await storeAndUnlock(user.client, user.wallet, 'PROVIDER_API_KEY', 'sk-canvas-own-key-0123456789');
-      return user;
-    }
+    const fundedUser = () => fundedCanvasUser(world.stack, USD);
 
     it("a tool node outputs a real MCP tool's structured content beside its text, charged as one tool call", async () => {
       const user = await fundedUser();
