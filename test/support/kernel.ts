@@ -60,6 +60,12 @@ export function stickyDatabase(database: TestDatabase): { database: TestDatabase
   };
 }
 
+/** A copy of a test database, which another kernel can open; `drop` removes it. */
+export interface Snapshot {
+  database: TestDatabase;
+  drop(): Promise<void>;
+}
+
 /**
  * A copy of what `db`, a kernel's database on the sticky `source`, holds committed at this instant,
  * as a database another kernel can open: what a process that crashed now would leave (its writes
@@ -67,10 +73,7 @@ export function stickyDatabase(database: TestDatabase): { database: TestDatabase
  * every table copied into a new schema in one REPEATABLE READ transaction, so from one snapshot
  * (serial columns draw on the source's sequences: drop the copy before the source).
  */
-export async function snapshotDatabase(
-  db: Database,
-  source: TestDatabase,
-): Promise<{ database: TestDatabase; drop(): Promise<void> }> {
+export async function snapshotDatabase(db: Database, source: TestDatabase): Promise<Snapshot> {
   const { url, schema } = source.fresh();
   let copy: { url: string; schema?: string; cleanup(): Promise<void> };
   if (schema === undefined) {
