@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { signRequest } from '@slicekit/erc8128';
@@ -69,12 +70,33 @@ export const MCP_SESSION_HEADER = 'x-mcp-session';
 const SCOPE_HEADERS = [ON_BEHALF_OF_HEADER, MCP_SESSION_HEADER];
 
 /**
- * Whom a chat's gateway requests are for: `wallet` (on the operator path named in
- * X-Sigil-On-Behalf-Of; a delegated JWT names it itself) and its chat session's `session` id.
+ * Whom a chat's or a canvas run's gateway requests are for: `wallet` (on the operator path named in
+ * X-Sigil-On-Behalf-Of; a delegated JWT names it itself) and its own `session` id (gatewayScopeOf).
  */
 export interface GatewayScope {
   wallet: Address;
   session: string;
+}
+
+/**
+ * What has a gateway session of its own, and the domain its id is digested under. Never changed: the
+ * gateway keeps a session's enabled servers under its id, which another digest would orphan.
+ */
+const SCOPE_DOMAINS = { chat: 'sigil-chat-session', canvas: 'sigil-canvas-run' } as const;
+
+/**
+ * The gateway scope of a chat session or a canvas run: its wallet, and an X-MCP-Session that is a
+ * digest of its kind, wallet and id (a random UUID), so unguessable, one per session or run, never
+ * another wallet's, and not the runtime's id itself.
+ */
+export function gatewayScopeOf(
+  kind: keyof typeof SCOPE_DOMAINS,
+  owner: { wallet: string; id: string },
+): GatewayScope {
+  const digest = createHash('sha256')
+    .update(`${SCOPE_DOMAINS[kind]}\0${owner.wallet.toLowerCase()}\0${owner.id}`)
+    .digest('base64url');
+  return { wallet: owner.wallet as Address, session: `${kind}.${digest}` };
 }
 
 export interface DelegatedFetchOptions {

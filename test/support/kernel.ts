@@ -26,23 +26,21 @@ const sqlite: TestDatabase = {
   },
 };
 
+async function dropSchema(url: string, schema: string): Promise<void> {
+  const admin = knex({ client: 'pg', connection: url, pool: { min: 0, max: 1 } });
+  try {
+    await admin.raw(`drop schema if exists "${schema}" cascade`);
+  } finally {
+    await admin.destroy();
+  }
+}
+
 function postgres(url: string): TestDatabase {
   return {
     name: 'postgres',
     fresh() {
       const schema = `t_${process.pid}_${randomBytes(4).toString('hex')}`;
-      return {
-        url,
-        schema,
-        cleanup: async () => {
-          const admin = knex({ client: 'pg', connection: url, pool: { min: 0, max: 1 } });
-          try {
-            await admin.raw(`drop schema if exists "${schema}" cascade`);
-          } finally {
-            await admin.destroy();
-          }
-        },
-      };
+      return { url, schema, cleanup: () => dropSchema(url, schema) };
     },
   };
 }
@@ -59,6 +57,51 @@ export function stickyDatabase(database: TestDatabase): { database: TestDatabase
   return {
     database: { name: database.name, fresh: () => ({ ...fresh, cleanup: async () => undefined }) },
     drop: fresh.cleanup,
+  };
+}
+
+/** A copy of a test database, which another kernel can open; `drop` removes it. */
+export interface Snapshot {
+  database: TestDatabase;
+  drop(): Promise<void>;
+}
+
+/**
+ * A copy of what `db`, a kernel's database on the sticky `source`, holds committed at this instant,
+ * as a database another kernel can open: what a process that crashed now would leave (its writes
+ * not yet committed, and all later ones, are not in it). SQLite: VACUUM INTO a new file; PostgreSQL:
+ * every table copied into a new schema in one REPEATABLE READ transaction, so from one snapshot
+ * (serial columns draw on the source's sequences: drop the copy before the source).
+ */
+export async function snapshotDatabase(db: Database, source: TestDatabase): Promise<Snapshot> {
+  const { url, schema } = source.fresh();
+  let copy: { url: string; schema?: string; cleanup(): Promise<void> };
+  if (schema === undefined) {
+    const dir = mkdtempSync(join(tmpdir(), 'sigil-snapshot-'));
+    const file = join(dir, 'sigil.db');
+    await db.raw('vacuum into ?', [file]);
+    copy = { url: file, cleanup: async () => rmSync(dir, { recursive: true, force: true }) };
+  } else {
+    const target = `${schema}_copy_${randomBytes(2).toString('hex')}`;
+    await db.transaction(
+      async (trx) => {
+        const tables = (await trx.raw('select tablename from pg_tables where schemaname = ?', [schema]))
+          .rows as { tablename: string }[];
+        await trx.raw(`create schema "${target}"`);
+        for (const { tablename } of tables) {
+          await trx.raw(
+            `create table "${target}"."${tablename}" (like "${schema}"."${tablename}" including all)`,
+          );
+          await trx.raw(`insert into "${target}"."${tablename}" select * from "${schema}"."${tablename}"`);
+        }
+      },
+      { isolationLevel: 'repeatable read' },
+    );
+    copy = { url, schema: target, cleanup: () => dropSchema(url, target) };
+  }
+  return {
+    database: { name: source.name, fresh: () => ({ ...copy, cleanup: async () => undefined }) },
+    drop: copy.cleanup,
   };
 }
 

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { Ajv } from 'ajv';
 import {
   type CanvasLlmRequestV2,
@@ -17,7 +16,7 @@ import type { Agents } from '../agents.ts';
 import type { ChatService } from '../chat/chat.ts';
 import { costView, platformCost, type CostBreakdown } from '../chat/cost.ts';
 import { GatewayToolSession } from '../chat/tools.ts';
-import type { GatewayClient } from '../gateway-client.ts';
+import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import type { ProviderVault } from '../vault/index.ts';
 import type { ActiveRun } from './active-run.ts';
@@ -188,7 +187,7 @@ export class CanvasHostServices {
       opening = GatewayToolSession.open({
         gateway: this.deps.gateway,
         path: this.deps.chat.settings.gatewayPath,
-        scope: { wallet: run.record.wallet as `0x${string}`, session: gatewaySessionOf(run) },
+        scope: gatewayScopeOf('canvas', run.record),
         servers: [],
         payments: this.deps.chat.payments,
         signal,
@@ -230,7 +229,8 @@ export class CanvasHostServices {
     try {
       const outcome = await session.call(toolName(request.server, request.tool), request.arguments, signal);
       billed = outcome.billed;
-      return { text: outcome.content, isError: outcome.isError };
+      const { content: text, structuredContent, isError } = outcome;
+      return { text, isError, ...(structuredContent === undefined ? {} : { structuredContent }) };
     } finally {
       await this.charge(run, nodeId, hold, platformCost('byok', 0n, billed ? 1 : 0), {
         kind: 'tool',
@@ -268,10 +268,6 @@ export class CanvasHostServices {
     await (await session?.catch(() => undefined))?.close();
   }
 }
-
-/** A run's X-MCP-Session at the gateway: a digest of its wallet and id, never the run id itself. */
-const gatewaySessionOf = (run: ActiveRun): string =>
-  `canvas.${createHash('sha256').update(`sigil-canvas-run\0${run.record.wallet.toLowerCase()}\0${run.record.id}`).digest('base64url')}`;
 
 const schemaInstruction = (schema: Record<string, unknown>): string =>
   `Answer with one JSON value only, no prose, valid against this JSON Schema:\n${JSON.stringify(schema)}`;

@@ -19,12 +19,12 @@ import type { Logger } from '../../../core/log.ts';
 import type { Kernel } from '../../kernel.ts';
 import type { Agents } from '../agents.ts';
 import { offeredModels, offeredModelsHint } from '../models.ts';
-import type { GatewayClient } from '../gateway-client.ts';
+import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
 import { ChatSessions, type ChatSession } from './sessions.ts';
-import { gatewayScopeOf, ToolClients, type ToolLease } from './tool-clients.ts';
+import { ToolClients, type ToolLease } from './tool-clients.ts';
 import { GatewayToolSession, type ToolOutcome, type ToolPayments } from './tools.ts';
 
 export type ChatSettings = Kernel['config']['runtime']['chat'];
@@ -76,7 +76,7 @@ export class ChatService {
         GatewayToolSession.open({
           gateway: deps.gateway,
           path: this.settings.gatewayPath,
-          scope: gatewayScopeOf(session),
+          scope: gatewayScopeOf('chat', session),
           servers: session.servers,
           payments: this.payments,
           signal,

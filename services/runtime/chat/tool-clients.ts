@@ -1,25 +1,6 @@
-import { createHash } from 'node:crypto';
 import type { Clock } from '../../../core/clock.ts';
-import type { GatewayScope } from '../gateway-client.ts';
 import type { ChatSession } from './sessions.ts';
 import type { GatewayToolSession } from './tools.ts';
-
-/**
- * The X-MCP-Session of a chat session at the gateway: a digest of its wallet and its id (a random
- * UUID), so unguessable, one per chat session, never another wallet's, and not the runtime's id itself.
- */
-export function gatewaySessionId(session: Pick<ChatSession, 'id' | 'wallet'>): string {
-  const digest = createHash('sha256')
-    .update(`sigil-chat-session\0${session.wallet.toLowerCase()}\0${session.id}`)
-    .digest('base64url');
-  return `chat.${digest}`;
-}
-
-/** A chat session's gateway scope: its wallet, and its own X-MCP-Session. */
-export const gatewayScopeOf = (session: ChatSession): GatewayScope => ({
-  wallet: session.wallet as GatewayScope['wallet'],
-  session: gatewaySessionId(session),
-});
 
 /** What the clients are kept for: anything that can be closed (the gateway's MCP clients in the chat). */
 export interface Closable {

@@ -26,6 +26,8 @@ export interface ToolPayments {
 
 export interface ToolOutcome {
   content: string;
+  /** The tool's `structuredContent`, when it returned one (a canvas tool node outputs it). */
+  structuredContent?: Record<string, unknown>;
   isError: boolean;
   /**
    * The gateway ran the tool and it succeeded: its result carries an execution proof and is no error,
@@ -168,6 +170,7 @@ function textOf(result: CallToolResult): string {
 
 const outcomeOf = (result: CallToolResult): ToolOutcome => ({
   content: textOf(result),
+  ...(result.structuredContent === undefined ? {} : { structuredContent: result.structuredContent }),
   isError: result.isError === true,
   billed: result.isError !== true && result._meta?.[PROOF_META_KEY] !== undefined,
 });

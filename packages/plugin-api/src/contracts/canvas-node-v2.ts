@@ -205,6 +205,7 @@ export interface CanvasToolRequestV2 {
 export interface CanvasToolResultV2 {
   /** The tool's text content, joined. */
   text: string;
+  /** The tool's structured content (MCP `structuredContent`), when it returned one, as it came. */
   structuredContent?: Record<string, unknown>;
   isError: boolean;
 }

@@ -2,10 +2,34 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import type { PluginEntry } from '../../../../core/config/schema.ts';
 import { readSse, type SseEvent } from '../chat-support.ts';
-import { describeEachDatabase, stickyDatabase } from '../../../support/kernel.ts';
+import type { Stack } from '../support.ts';
+import {
+  describeEachDatabase,
+  type Snapshot,
+  snapshotDatabase,
+  stickyDatabase,
+  type TestDatabase,
+} from '../../../support/kernel.ts';
+import { observe } from '../../../fixtures/canvas/observe.ts';
 import { approvalMessage } from '../../../../services/runtime/canvas/approvals.ts';
-import { canvasUser, eventsUntil, execute, runIdOf, startCanvasWorld, workflow } from './support.ts';
+import {
+  canvasUser,
+  type CanvasUser,
+  type CanvasWorld,
+  eventsUntil,
+  execute,
+  fundedCanvasUser,
+  modelTurnsServed,
+  nodeCharges,
+  runIdOf,
+  startCanvasWorld,
+  workflow,
+} from './support.ts';
+
+const USD = 1_000_000n;
+const LLM: PluginEntry[] = [{ resolve: 'canvas-llm', enabled: true, options: {} } as PluginEntry];
 
 const approvalFlow = workflow(
   [
@@ -18,46 +42,164 @@ const approvalFlow = workflow(
 
 const waitingForApproval = (e: SseEvent) => e.event === 'run.status' && e.data.status === 'waiting_approval';
 
+/**
+ * Reads to its end a run that the runtime of `stack` took up after another stopped: from its
+ * `run.resumed` event on, node `draft` (a model turn the other runtime ran) is neither run nor
+ * charged, and the run ends succeeded, its `charged` (event and record) the one charge on the ledger.
+ */
+async function expectModelTurnChargedOnce(stack: Stack, user: CanvasUser, runId: string): Promise<void> {
+  const events = await eventsUntil(await user.client.send('GET', `/canvas/runs/${runId}/events`));
+  const after = events.slice(events.findIndex((e) => e.event === 'run.resumed'));
+  expect(after[0]?.event).to.equal('run.resumed');
+  expect(after.filter((e) => e.data.nodeId === 'draft' || e.event === 'cost')).to.deep.equal([]);
+  expect(after.at(-1)?.data.status).to.equal('succeeded');
+  expect(modelTurnsServed(stack)).to.equal(0);
+  const charges = await nodeCharges(user, runId, 'draft');
+  expect(charges).to.have.length(1);
+  expect(charges[0] !== undefined && charges[0] > 0n, 'a charge above 0').to.equal(true);
+  const record = await user.client.json('GET', `/canvas/runs/${runId}`);
+  expect([after.at(-1)?.data.charged, record.body.charged]).to.deep.equal([
+    String(charges[0]),
+    String(charges[0]),
+  ]);
+}
+
 describeEachDatabase('canvas runs across restarts, and whose they are', (database) => {
-  it('a run waiting for approval survives a runtime restart and completes once approved', async () => {
+  /**
+   * A runtime that stops, and another that takes over its database and data directory, as a restart:
+   * `first` runs on the first, `second` on the next, opened on `reopenOn` when `first` gives one (the
+   * database as a crash left it) or else on the same database.
+   */
+  async function acrossRestart<T extends { runId: string; reopenOn?: Snapshot }>(
+    plugins: PluginEntry[],
+    first: (world: CanvasWorld, sticky: TestDatabase) => Promise<T>,
+    second: (world: CanvasWorld, state: T) => Promise<void>,
+  ): Promise<void> {
     const sticky = stickyDatabase(database);
-    const wallet = privateKeyToAccount(generatePrivateKey());
-    const first = await startCanvasWorld({ database: sticky.database });
-    const { dataDir } = first;
-    let runId: string;
-    let valueHash: string;
+    const one = await startCanvasWorld({ database: sticky.database, plugins });
+    let state: T | undefined;
     try {
-      const user = await canvasUser(first.stack, wallet);
-      const events = await readSse(await execute(user, { workflow: approvalFlow }), waitingForApproval);
-      runId = runIdOf(events);
-      valueHash = events.find((e) => e.event === 'approval.required')?.data.valueHash as string;
+      state = await first(one, sticky.database);
     } finally {
-      await first.close();
+      await one.close();
     }
-    const second = await startCanvasWorld({ database: sticky.database, dataDir });
+    const two = await startCanvasWorld({
+      database: state.reopenOn?.database ?? sticky.database,
+      dataDir: one.dataDir,
+      plugins,
+    });
     try {
-      const again = await canvasUser(second.stack, wallet);
-      const waiting = await again.client.json('GET', `/canvas/runs/${runId}`);
-      expect(waiting.body.status).to.equal('waiting_approval');
-      const decided = await again.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, {
-        approved: true,
-        valueHash,
-      });
-      expect(decided.status, JSON.stringify(decided.body)).to.equal(200);
-      const rest = await eventsUntil(await again.client.send('GET', `/canvas/runs/${runId}/events`));
-      expect(rest.some((e) => e.event === 'run.resumed')).to.equal(true);
-      expect(rest.at(-1)?.data.status).to.equal('succeeded');
-      const written = join(dataDir, 'runs', runId, 'workspace', 'write.json');
-      expect(JSON.parse(readFileSync(written, 'utf8'))).to.equal('<h1>Hello</h1>');
+      await second(two, state);
     } finally {
-      await second.close();
-      second.removeData();
+      await two.close();
+      two.removeData();
+      await state.reopenOn?.drop();
       await sticky.drop();
     }
+  }
+
+  it('a run waiting for approval survives a runtime restart and completes once approved', async () => {
+    const wallet = privateKeyToAccount(generatePrivateKey());
+    await acrossRestart(
+      [],
+      async (first) => {
+        const user = await canvasUser(first.stack, wallet);
+        const events = await readSse(await execute(user, { workflow: approvalFlow }), waitingForApproval);
+        return {
+          runId: runIdOf(events),
+          valueHash: events.find((e) => e.event === 'approval.required')?.data.valueHash as string,
+        };
+      },
+      async (second, { runId, valueHash }) => {
+        const again = await canvasUser(second.stack, wallet);
+        const waiting = await again.client.json('GET', `/canvas/runs/${runId}`);
+        expect(waiting.body.status).to.equal('waiting_approval');
+        const decided = await again.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, {
+          approved: true,
+          valueHash,
+        });
+        expect(decided.status, JSON.stringify(decided.body)).to.equal(200);
+        const rest = await eventsUntil(await again.client.send('GET', `/canvas/runs/${runId}/events`));
+        expect(rest.some((e) => e.event === 'run.resumed')).to.equal(true);
+        expect(rest.at(-1)?.data.status).to.equal('succeeded');
+        const written = join(second.dataDir, 'runs', runId, 'workspace', 'write.json');
+        expect(JSON.parse(readFileSync(written, 'utf8'))).to.equal('<h1>Hello</h1>');
+      },
+    );
+  });
+
+  it('stores a model turn’s success before the run goes on: a crash then, and the next runtime neither runs nor charges it again', async () => {
+    const wallet = privateKeyToAccount(generatePrivateKey());
+    await acrossRestart(
+      LLM,
+      async (first, sticky) => {
+        const user = await fundedCanvasUser(first.stack, USD, wallet);
+        let reopenOn: Snapshot | undefined;
+        // The moment `after` starts, the run has gone on past the model turn: what a crash then leaves.
+        observe(async () => {
+          reopenOn ??= await snapshotDatabase(first.stack.kernel.db, sticky);
+        });
+        try {
+          const events = await eventsUntil(
+            await execute(user, {
+              workflow: workflow(
+                [
+                  // Retries, so that after a crash a node not stored as done would be run (and charged) again.
+                  { id: 'draft', kind: 'llm', params: { prompt: 'hello there world' }, retries: 2 },
+                  { id: 'after', kind: 'observe', retries: 2 },
+                ],
+                ['draft.text -> after.after'],
+              ),
+            }),
+          );
+          expect(events.at(-1)?.data.status).to.equal('succeeded');
+          if (!reopenOn) throw new Error('the observe node never started');
+          return { runId: runIdOf(events), reopenOn };
+        } finally {
+          observe();
+        }
+      },
+      async (second, { runId }) =>
+        expectModelTurnChargedOnce(second.stack, await canvasUser(second.stack, wallet), runId),
+    );
+  });
+
+  it('charges a model turn once across a restart while the run waits for approval; the run’s charged is the ledger’s', async () => {
+    const wallet = privateKeyToAccount(generatePrivateKey());
+    await acrossRestart(
+      LLM,
+      async (first) => {
+        const user = await fundedCanvasUser(first.stack, USD, wallet);
+        const events = await readSse(
+          await execute(user, {
+            workflow: workflow(
+              [
+                { id: 'draft', kind: 'llm', params: { prompt: 'a page about canvases' } },
+                { id: 'approve', kind: 'gate' },
+                { id: 'write', kind: 'record' },
+              ],
+              ['draft.text -> approve.value', 'approve.value -> write.value'],
+            ),
+          }),
+          waitingForApproval,
+        );
+        expect(events.filter((e) => e.event === 'cost').map((e) => e.data.nodeId)).to.deep.equal(['draft']);
+        expect(modelTurnsServed(first.stack)).to.equal(1);
+        return { runId: runIdOf(events) };
+      },
+      async (second, { runId }) => {
+        const user = await canvasUser(second.stack, wallet);
+        const decided = await user.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, {
+          approved: true,
+        });
+        expect(decided.status, JSON.stringify(decided.body)).to.equal(200);
+        await expectModelTurnChargedOnce(second.stack, user, runId);
+      },
+    );
   });
 
   describe('ownership and approvals', () => {
-    let world: Awaited<ReturnType<typeof startCanvasWorld>>;
+    let world: CanvasWorld;
     before(async () => {
       world = await startCanvasWorld({ database, canvas: { requireSignedApprovals: false } });
     });

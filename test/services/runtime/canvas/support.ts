@@ -3,16 +3,30 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import type { PluginEntry } from '../../../../core/config/schema.ts';
+import type { LocalProvider } from '../../../../providers/local/index.ts';
 import type { TestDatabase } from '../../../support/kernel.ts';
 import { fixturePath } from '../../../support/paths.ts';
-import { readSse, runtimeClient, type SseEvent } from '../chat-support.ts';
+import type { ProbeWorld } from '../../gateway/support.ts';
+import { readSse, runtimeClient, storeAndUnlock, type SseEvent } from '../chat-support.ts';
+import { setOnChain } from '../ledger/support.ts';
 import { pluginsWithLocalProvider, Stack } from '../support.ts';
 
 /**
- * The canvas test node kinds (test/fixtures/canvas): emit, join, flaky, hang, gate (approval), record
- * and witness (writes), leak (a careless reader of secrets).
+ * The canvas test node kinds (test/fixtures/canvas): emit, join, flaky, hang, observe (the test's
+ * hook), gate (approval), record and witness (writes, the latter the test's hook), leak (a careless
+ * reader of secrets).
  */
-export const FIXTURE_NODES = ['emit', 'join', 'flaky', 'hang', 'gate', 'record', 'witness', 'leak'];
+export const FIXTURE_NODES = [
+  'emit',
+  'join',
+  'flaky',
+  'hang',
+  'observe',
+  'gate',
+  'record',
+  'witness',
+  'leak',
+];
 
 const fixtureEntries = (): PluginEntry[] =>
   FIXTURE_NODES.map((name) => ({ resolve: `./${name}.ts`, enabled: true, options: {} }) as PluginEntry);
@@ -23,17 +37,27 @@ export interface CanvasWorldOptions {
   dataDir?: string;
   canvas?: Record<string, unknown>;
   plugins?: PluginEntry[];
+  /** Gateway servers: the probe world's catalog, installed from its registry into real sandboxes. */
+  probe?: ProbeWorld;
 }
 
 /** A runtime (and gateway) on a real kernel with the canvas fixture nodes and provider-local loaded. */
 export async function startCanvasWorld(options: CanvasWorldOptions) {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'sigil-canvas-data-'));
+  const { probe } = options;
   const stack = await Stack.start({
     database: options.database,
     configDir: fixturePath('canvas'),
     config: {
-      plugins: [...pluginsWithLocalProvider(), ...fixtureEntries(), ...(options.plugins ?? [])],
+      plugins: [
+        ...(probe
+          ? [...probe.plugins(), { resolve: 'provider-local', enabled: true, options: {} } as PluginEntry]
+          : pluginsWithLocalProvider()),
+        ...fixtureEntries(),
+        ...(options.plugins ?? []),
+      ],
       runtime: { canvas: { dataDir, retryBackoffMs: 0, ...options.canvas } as never },
+      ...(probe ? { gateway: { includeDefaultCatalog: false, catalogFile: probe.catalogFile } } : {}),
     },
   });
   await stack.runtime.canvas.start();
@@ -63,6 +87,30 @@ export async function canvasUser(
 }
 
 export type CanvasUser = Awaited<ReturnType<typeof canvasUser>>;
+
+/** A canvas user whose ledger holds `funds`, its own provider key stored and unlocked (model turns). */
+export async function fundedCanvasUser(
+  stack: Stack,
+  funds: bigint,
+  wallet?: PrivateKeyAccount,
+): Promise<CanvasUser> {
+  const user = await canvasUser(stack, wallet);
+  await setOnChain(stack.runtime.ledger.ledger, user.wallet.address, funds);
+  await storeAndUnlock(user.client, user.wallet, 'PROVIDER_API_KEY', 'sk-canvas-own-key-0123456789');
+  return user;
+}
+
+/** The wallet's ledger charges for one node of a run (the keys of its holds name the run and the node). */
+export async function nodeCharges(user: CanvasUser, runId: string, nodeId: string): Promise<bigint[]> {
+  const history = await user.client.json('GET', '/wallet/transactions?kind=charge&limit=200');
+  return (history.body.transactions as { amount: string; idempotencyKey: string }[])
+    .filter((entry) => entry.idempotencyKey.startsWith(`canvas:${runId}:${nodeId}:`))
+    .map((entry) => BigInt(entry.amount));
+}
+
+/** The model turns the world's local stand-in LLM answered. */
+export const modelTurnsServed = (stack: Stack): number =>
+  (stack.kernel.plugins.all('llm-provider')[0] as LocalProvider).standIn?.stats().served ?? 0;
 
 /** A workflow document of the given nodes and edges (`a.value -> b.after`). */
 export const workflow = (

@@ -186,20 +186,28 @@ describeEachDatabase('canvas workflow validation', (database) => {
     expect(after.body.runs.length).to.equal(before.body.runs.length);
   });
 
-  it('refuses team-mode nodes while the flag is off', async () => {
+  it('refuses team-mode nodes while the flag is off, the built-in team kind too, and runs none', async () => {
     const teamWorld = await startCanvasWorld({
       database,
-      plugins: [{ resolve: './team-fixture.ts', enabled: true, options: {} } as never],
+      plugins: ['./team-fixture.ts', 'canvas-team'].map(
+        (resolve) => ({ resolve, enabled: true, options: {} }) as never,
+      ),
     });
     try {
       const teamUser = await canvasUser(teamWorld.stack);
-      const res = await teamUser.client.json('POST', '/canvas/workflows/validate', {
-        workflow: workflow([{ id: 't', kind: 'team-fixture' }]),
-      });
+      const document = workflow([
+        { id: 't', kind: 'team-fixture' },
+        { id: 'team', kind: 'team', params: { goal: 'g', teammates: [{ name: 'w', instructions: 'i' }] } },
+      ]);
+      const res = await teamUser.client.json('POST', '/canvas/workflows/validate', { workflow: document });
       expect(res.status).to.equal(400);
-      expect(res.body.details.problems[0].message).to.match(
-        /team mode, which this runtime has off \(runtime.canvas.teamMode\)/,
-      );
+      const problems = res.body.details.problems as { path: string; message: string }[];
+      expect(problems.map((problem) => problem.path)).to.deep.equal(['nodes.0.kind', 'nodes.1.kind']);
+      for (const problem of problems)
+        expect(problem.message).to.match(/team mode, which this runtime has off \(runtime.canvas.teamMode\)/);
+      const run = await execute(teamUser, { workflow: document });
+      expect(run.status).to.equal(400);
+      expect((await teamUser.client.json('GET', '/canvas/runs')).body.runs).to.deep.equal([]);
     } finally {
       await teamWorld.close();
       teamWorld.removeData();
