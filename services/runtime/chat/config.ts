@@ -98,3 +98,43 @@ export const chatSchema = z
   })
   .strict()
   .prefault({});
+
+/** A key-encryption key of the chat history: an id stored beside what it wrapped, and 32 bytes. */
+const dataKeySchema = z
+  .object({
+    id: z
+      .string()
+      .regex(/^[A-Za-z0-9._-]{1,64}$/, '1 to 64 characters of A-Z a-z 0-9 . _ -')
+      .describe('Stored beside each data key it wraps: name a key by it, never reuse it for another'),
+    key: z
+      .string()
+      .regex(/^[A-Za-z0-9+/]{43}=$/, 'must be 32 bytes in base64 (openssl rand -base64 32)')
+      .describe('32 random bytes, base64'),
+  })
+  .strict();
+
+/** The runtime's `history` settings: chat history at rest (docs/runtime-chat.md, "History"). */
+export const historySchema = z
+  .object({
+    dataKeys: z
+      .array(dataKeySchema)
+      .max(16)
+      .default([])
+      .refine((keys) => new Set(keys.map((k) => k.id)).size === keys.length, 'key ids must differ')
+      .describe(
+        'Keys that wrap each chat session’s data key (AES-256-GCM envelope): the first wraps new sessions, the others still open older ones (rotation: sigil db rewrap-history). Empty: history is plain text',
+      ),
+  })
+  .strict()
+  .prefault({});
+
+/**
+ * RUNTIME_DATA_KEY: `<id>:<base64 key>`, several comma-separated (the current first). Text that is
+ * not of that shape is handed on as it is, for the schema to name the field at fault.
+ */
+export const asDataKeys = (raw: string): unknown => {
+  const items = raw.split(',').map((item) => item.trim());
+  const pairs = items.map((item) => /^([^:]+):(.*)$/.exec(item));
+  if (pairs.some((pair) => pair === null)) return raw;
+  return pairs.map((pair) => ({ id: pair?.[1], key: pair?.[2] }));
+};
