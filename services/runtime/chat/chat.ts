@@ -438,16 +438,19 @@ export class ChatService {
     cost: bigint,
   ): Promise<true | ReturnType<typeof errorEvent>> {
     const { session, messageId } = chat;
-    const completed = messages && { added: messages.slice(chat.history.length), cost };
     try {
-      await this.sessions.finish(session, messageId, completed);
+      await this.sessions.finish(
+        session,
+        messageId,
+        messages && { added: messages.slice(chat.history.length), cost },
+      );
       return true;
     } catch (err) {
       this.options.logger.error(
         { err, sessionId: session.id, messageId },
-        completed ? 'chat: storing the answered message failed' : 'chat: freeing the session failed',
+        'chat: storing the answered message failed',
       );
-      return completed ? errorEvent(err) : true;
+      return errorEvent(err);
     }
   }
 

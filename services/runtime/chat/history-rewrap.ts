@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { SigilError } from '@sigil/plugin-api';
 import type { Database } from '../../../core/db/database.ts';
-import { takeChange } from './history.ts';
+import { takeChange } from './history-rows.ts';
 import { type HistoryKeys, messagePlace, SessionCipher, SYSTEM_PLACE } from './history-keys.ts';
 
 /** What a rewrap did, in sessions. */

@@ -3,13 +3,19 @@ import type { Knex } from 'knex';
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
+import { type HistoryKeys, SessionCipher, SYSTEM_PLACE, type WrappedDataKey } from './history-keys.ts';
 import {
-  type HistoryKeys,
-  messagePlace,
-  SessionCipher,
-  SYSTEM_PLACE,
-  type WrappedDataKey,
-} from './history-keys.ts';
+  beyond,
+  decodeCursor,
+  encodeCursor,
+  type MessageRow,
+  messageOf,
+  openSystem,
+  sealMessage,
+  type SessionRow,
+  sessionOf,
+  takeChange,
+} from './history-rows.ts';
 
 /** Why a session ended: closed by its owner, or idle for `sessionIdleSeconds`. */
 export type EndReason = 'closed' | 'expired';
@@ -79,35 +85,6 @@ export type SessionRef = Pick<StoredSession, 'id' | 'wallet' | 'agentId'>;
  * session alone goes with it (a throw rolls the deletion back).
  */
 export type SessionDeletedListener = (session: SessionRef, trx: Knex.Transaction) => Promise<void>;
-
-interface SessionRow {
-  id: string;
-  wallet: string;
-  agent_id: string;
-  model: string;
-  provider: string;
-  servers: string;
-  system: string | null;
-  user_messages: number | string;
-  last_seq: number | string;
-  key_id: string | null;
-  wrapped_key: string | null;
-  change_seq: number | string;
-  created_at: number | string;
-  last_used_at: number | string;
-  ended_at: number | string | null;
-  end_reason: EndReason | null;
-}
-
-interface MessageRow {
-  session_id: string;
-  seq: number | string;
-  message_id: string;
-  role: LlmMessage['role'];
-  content: string;
-  cost: number | string | null;
-  created_at: number | string;
-}
 
 /** Rows inserted by one statement: well under SQLite's bound variables, a long tool loop included. */
 const INSERT_CHUNK = 100;
@@ -234,14 +211,8 @@ export class ConversationStore {
       .limit(options.limit + 1);
     if (options.state === 'open') query = query.whereNull('ended_at');
     if (options.state === 'ended') query = query.whereNotNull('ended_at');
-    if (options.cursor !== undefined) {
-      const after = decodeCursor(options.cursor, 's');
-      query = query.andWhere((q) =>
-        q
-          .where('created_at', '<', after.number)
-          .orWhere((same) => same.where('created_at', after.number).andWhere('id', '<', after.id)),
-      );
-    }
+    if (options.cursor !== undefined)
+      query = beyond(query, 'created_at', '<', decodeCursor(options.cursor, 's'));
     const rows = (await query) as SessionRow[];
     const sessions = rows.slice(0, options.limit).map(sessionOf);
     const last = sessions.at(-1);
@@ -296,9 +267,8 @@ export class ConversationStore {
   }
 
   /** Whether the session already stored the answer to `messageId` (a retry of it is refused). */
-  async answered(sessionId: string, messageId: string): Promise<boolean> {
-    const row = await this.deps
-      .db('chat_messages')
+  async answered(sessionId: string, messageId: string, db: Knex = this.deps.db): Promise<boolean> {
+    const row = await db('chat_messages')
       .where({ session_id: sessionId, message_id: messageId })
       .first('seq');
     return row !== undefined;
@@ -327,10 +297,7 @@ export class ConversationStore {
       const change = await takeChange(trx, session.wallet);
       const row = (await trx('chat_sessions').where({ id: session.id }).first()) as SessionRow | undefined;
       if (!row) throw sessionGone(session.id);
-      const done = await trx('chat_messages')
-        .where({ session_id: session.id, message_id: messageId })
-        .first('seq');
-      if (done) throw alreadyAnswered(messageId);
+      if (await this.answered(session.id, messageId, trx)) throw alreadyAnswered(messageId);
       const cipher = this.cipherOf(sessionOf(row));
       const first = Number(row.last_seq) + 1;
       const rows: MessageRow[] = added.map((message, index) => ({
@@ -399,14 +366,8 @@ export class ConversationStore {
       .orderBy(['change_seq', 'id'])
       .limit(options.limit + 1);
     if (!options.includeOpen) query = query.whereNotNull('ended_at');
-    if (options.after !== undefined) {
-      const after = decodeCursor(options.after, 'w');
-      query = query.andWhere((q) =>
-        q
-          .where('change_seq', '>', after.number)
-          .orWhere((same) => same.where('change_seq', after.number).andWhere('id', '>', after.id)),
-      );
-    }
+    if (options.after !== undefined)
+      query = beyond(query, 'change_seq', '>', decodeCursor(options.after, 'w'));
     const rows = (await query) as SessionRow[];
     return {
       sessions: rows.slice(0, options.limit).map((row) => ({
@@ -458,64 +419,6 @@ export class ConversationStore {
   }
 }
 
-/**
- * The wallet's next change number, its counter row locked until `trx` ends: every write to a wallet's
- * sessions takes one first, so they run one at a time across replicas, in the order of their numbers.
- */
-export async function takeChange(trx: Knex.Transaction, wallet: string): Promise<number> {
-  const [row] = (await trx('chat_history_wallets')
-    .insert({ wallet, last_change: 1 })
-    .onConflict('wallet')
-    .merge({ last_change: trx.raw('?? + 1', ['chat_history_wallets.last_change']) })
-    .returning('last_change')) as { last_change: number | string }[];
-  return Number(row?.last_change);
-}
-
-function sealMessage(message: LlmMessage, seq: number, cipher: SessionCipher | undefined): string {
-  const text = JSON.stringify(message);
-  return cipher ? cipher.seal(text, messagePlace(seq, message.role)) : text;
-}
-
-function messageOf(row: MessageRow, cipher: SessionCipher | undefined): StoredMessage {
-  const seq = Number(row.seq);
-  const text = cipher ? cipher.open(row.content, messagePlace(seq, row.role)) : row.content;
-  return {
-    sessionId: row.session_id,
-    seq,
-    messageId: row.message_id,
-    message: JSON.parse(text) as LlmMessage,
-    cost: row.cost === null ? undefined : BigInt(row.cost),
-    createdAt: new Date(Number(row.created_at)),
-  };
-}
-
-const openSystem = (session: StoredSession, cipher: SessionCipher | undefined): string | undefined =>
-  session.storedSystem === undefined
-    ? undefined
-    : (cipher?.open(session.storedSystem, SYSTEM_PLACE) ?? session.storedSystem);
-
-function sessionOf(row: SessionRow): StoredSession {
-  return {
-    id: row.id,
-    wallet: row.wallet,
-    agentId: row.agent_id,
-    model: row.model,
-    provider: row.provider,
-    servers: JSON.parse(row.servers) as string[],
-    userMessages: Number(row.user_messages),
-    lastSeq: Number(row.last_seq),
-    createdAt: new Date(Number(row.created_at)),
-    lastUsedAt: new Date(Number(row.last_used_at)),
-    endedAt: row.ended_at === null ? undefined : new Date(Number(row.ended_at)),
-    endReason: row.end_reason ?? undefined,
-    dataKey:
-      row.key_id === null || row.wrapped_key === null
-        ? undefined
-        : { keyId: row.key_id, wrapped: row.wrapped_key },
-    storedSystem: row.system ?? undefined,
-  };
-}
-
 const refOf = (session: StoredSession): SessionRef => ({
   id: session.id,
   wallet: session.wallet,
@@ -530,21 +433,3 @@ export const alreadyAnswered = (messageId: string): SigilError =>
 
 const sessionGone = (id: string): SigilError =>
   new SigilError('not_found', `Session ${id} was deleted`, { details: { reason: 'session_not_found' } });
-
-/**
- * A page's place: `<kind>:<number>:<id>`, base64url (sessions by creation `s`, by change `w`, messages
- * by seq `m`); only what this API returned decodes.
- */
-export const encodeCursor = (kind: 's' | 'w' | 'm', number: number, id: string): string =>
-  Buffer.from(`${kind}:${number}:${id}`).toString('base64url');
-
-export function decodeCursor(cursor: string, kind: 's' | 'w' | 'm'): { number: number; id: string } {
-  const match = new RegExp(`^${kind}:([0-9]{1,16}):([0-9a-f-]{36})$`).exec(
-    Buffer.from(cursor, 'base64url').toString('utf8'),
-  );
-  if (!match)
-    throw new SigilError('invalid_request', 'Invalid cursor: not one this API returned', {
-      details: { reason: 'invalid_cursor' },
-    });
-  return { number: Number(match[1]), id: match[2] as string };
-}

@@ -2,12 +2,11 @@ import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import {
   alreadyAnswered,
   type ConversationStore,
-  decodeCursor,
-  encodeCursor,
   type SessionState,
   type StoredMessage,
   type StoredSession,
 } from './history.ts';
+import { decodeCursor, encodeCursor } from './history-rows.ts';
 
 /** The limits of README "Chat" (config `runtime.chat`). */
 export interface SessionLimits {
@@ -166,7 +165,8 @@ export class ChatSessions {
 
   /**
    * Ends the request: what it `added` to the conversation (from its user message on) is stored with
-   * its `cost` only when it completed; the session is free again either way.
+   * its `cost` only when it completed; the session is free again either way (a request that did not
+   * complete stores nothing: `begin` counted its use).
    */
   async finish(
     session: ChatSession,
@@ -175,7 +175,6 @@ export class ChatSessions {
   ): Promise<void> {
     try {
       if (completed) await this.store.append(session, messageId, completed.added, completed.cost);
-      else session.lastUsedAt = await this.store.touch(session);
     } finally {
       this.store.release(session.id);
     }

@@ -1,7 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { expect } from 'chai';
 import type { ManualClock } from '../../../core/clock.ts';
@@ -9,41 +6,24 @@ import { newWallet } from '../../core/auth/support.ts';
 import { setOnChain } from './ledger/support.ts';
 import type { TestDatabase } from '../../support/kernel.ts';
 import { readSse, runtimeClient, type SseEvent } from './chat-support.ts';
-import { pluginsWithLocalProvider, Stack } from './support.ts';
+import { internalKeyStack, type Stack } from './support.ts';
 
 const USD = 1_000_000n;
 const INTERNAL_KEY = 'sk-internal-operator-key-h1st';
 export const IDLE_SECONDS = 600;
 
 /** A runtime on `database` whose chats run on the operator's key, with `history` keys when given. */
-export async function start(
+export const start = (
   database: TestDatabase,
   options: { clock?: ManualClock; dataKeys?: { id: string; key: string }[]; logs?: Writable } = {},
-): Promise<{ stack: Stack; close(): Promise<void> }> {
-  const dir = mkdtempSync(join(tmpdir(), 'sigil-chat-history-'));
-  const stack = await Stack.start({
-    database,
+): Promise<{ stack: Stack; close(): Promise<void> }> =>
+  internalKeyStack(database, {
+    operatorKey: INTERNAL_KEY,
+    chat: { sessionIdleSeconds: IDLE_SECONDS, maxSessionsPerAgent: 3 },
+    history: { dataKeys: options.dataKeys ?? [] },
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.logs ? { logs: options.logs } : {}),
-    config: {
-      vault: { persistenceDir: dir },
-      ledger: { minimumBalance: '0' } as never,
-      runtime: {
-        providerApiKey: INTERNAL_KEY,
-        chat: { internalKey: true, sessionIdleSeconds: IDLE_SECONDS, maxSessionsPerAgent: 3 } as never,
-        history: { dataKeys: options.dataKeys ?? [] },
-      },
-      plugins: pluginsWithLocalProvider(),
-    },
   });
-  return {
-    stack,
-    close: async () => {
-      await stack.close();
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
 
 export type Client = ReturnType<typeof runtimeClient>;
 
