@@ -103,7 +103,7 @@ export const chatSchema = z
 const dataKeySchema = z
   .object({
     id: z
-      .string()
+      .string({ error: 'a key needs an id (RUNTIME_DATA_KEY=<id>:<base64 key>)' })
       .regex(/^[A-Za-z0-9._-]{1,64}$/, '1 to 64 characters of A-Z a-z 0-9 . _ -')
       .describe('Stored beside each data key it wraps: name a key by it, never reuse it for another'),
     key: z
@@ -128,13 +128,12 @@ export const historySchema = z
   .strict()
   .prefault({});
 
-/**
- * RUNTIME_DATA_KEY: `<id>:<base64 key>`, several comma-separated (the current first). Text that is
- * not of that shape is handed on as it is, for the schema to name the field at fault.
- */
-export const asDataKeys = (raw: string): unknown => {
-  const items = raw.split(',').map((item) => item.trim());
-  const pairs = items.map((item) => /^([^:]+):(.*)$/.exec(item));
-  if (pairs.some((pair) => pair === null)) return raw;
-  return pairs.map((pair) => ({ id: pair?.[1], key: pair?.[2] }));
-};
+/** RUNTIME_DATA_KEY: `<id>:<base64 key>`, several comma-separated (the current first). */
+export const asDataKeys = (raw: string): unknown =>
+  raw.split(',').map((item) => {
+    const colon = item.indexOf(':');
+    // Without an id the schema says one is needed, naming the item.
+    return colon < 0
+      ? { key: item.trim() }
+      : { id: item.slice(0, colon).trim(), key: item.slice(colon + 1).trim() };
+  });
