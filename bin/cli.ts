@@ -4,6 +4,9 @@ import { registerConformanceCommands } from '../conformance/cli.ts';
 import { SIGIL_VERSION } from '../services/shared/version.ts';
 import { registerAttestationCommands } from './attestation.ts';
 import { registerTeeCommands } from './tee.ts';
+// Types only: erased, so they load nothing.
+import type { Database } from '../core/db/database.ts';
+import type { SigilConfig } from '../services/config.ts';
 
 /**
  * Every command is registered here with its options and help, cheaply; what a command does is
@@ -110,25 +113,52 @@ program
     );
   });
 
-program
-  .command('db')
-  .description('Database maintenance')
+const database = program.command('db').description('Database maintenance');
+
+/** Runs `work` on the configured database, migrated first; closes it after. */
+async function withDatabase<T>(
+  work: (db: Database, config: SigilConfig, applied: string[]) => Promise<T>,
+): Promise<T> {
+  const [{ loadConfig }, { migrate, openDatabase }, { serviceMigrations }] = await Promise.all([
+    import('../services/config.ts'),
+    import('../core/db/database.ts'),
+    import('../services/migrations.ts'),
+  ]);
+  const { config: effective } = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
+  const db = await openDatabase({ url: effective.database.url });
+  try {
+    return await work(db, effective, await migrate(db, serviceMigrations));
+  } finally {
+    await db.destroy();
+  }
+}
+
+database
   .command('migrate')
   .description('Apply pending migrations (also done at every start-up)')
   .action(async () => {
-    const [{ loadConfig }, { migrate, openDatabase }, { serviceMigrations }] = await Promise.all([
-      import('../services/config.ts'),
-      import('../core/db/database.ts'),
-      import('../services/migrations.ts'),
-    ]);
-    const { config: effective } = loadConfig({ ...(configPath() ? { path: configPath() as string } : {}) });
-    const db = await openDatabase({ url: effective.database.url });
-    try {
-      const applied = await migrate(db, serviceMigrations);
+    await withDatabase(async (_db, _config, applied) => {
       process.stdout.write(applied.length ? `applied: ${applied.join(', ')}\n` : 'database is up to date\n');
-    } finally {
-      await db.destroy();
-    }
+    });
+  });
+
+database
+  .command('rewrap-history')
+  .description(
+    "Key rotation of the chat history: wrap every session's data key under the first key of runtime.history.dataKeys (RUNTIME_DATA_KEY), and encrypt sessions stored in plain text",
+  )
+  .action(async () => {
+    const [{ HistoryKeys }, { rewrapHistory }] = await Promise.all([
+      import('../services/runtime/chat/history-keys.ts'),
+      import('../services/runtime/chat/history-rewrap.ts'),
+    ]);
+    await withDatabase(async (db, config) => {
+      const keys = new HistoryKeys(config.runtime.history.dataKeys);
+      const report = await rewrapHistory(db, keys);
+      process.stdout.write(
+        `chat history under key "${keys.current ?? ''}": ${report.rewrapped} rewrapped, ${report.encrypted} encrypted, ${report.unchanged} already under it\n`,
+      );
+    });
   });
 
 function printTable(header: readonly string[], rows: readonly (readonly string[])[]): void {

@@ -76,8 +76,9 @@ export function readConfig<Config>(
     throw new ConfigError(
       parsed.error.issues.map((issue) => {
         const path = issue.path.join('.');
+        // A variable that sets a list or an object is also to blame for a field inside it.
         const fromEnv = Object.entries(definition.env).find(
-          ([name, o]) => o.path === path && envOverrides.includes(name),
+          ([name, o]) => (path === o.path || path.startsWith(`${o.path}.`)) && envOverrides.includes(name),
         );
         return { path, message: issue.message, source: fromEnv ? `env ${fromEnv[0]}` : (file ?? 'defaults') };
       }),

@@ -3,14 +3,19 @@ import type { CoreConfig } from './schema.ts';
 
 /**
  * The effective config with every secret replaced, for `sigil config check` and logs: the values at
- * `secretPaths` (`section.key`), the database URL's password, and plugin options named like secrets.
+ * `secretPaths` (dotted: `section.key`, `section.group.key`), the database URL's password, and plugin options named like secrets.
  */
 export function redactSecrets(config: CoreConfig, secretPaths: readonly string[]): Record<string, unknown> {
   const copy = structuredClone(config) as unknown as Record<string, unknown>;
   for (const path of secretPaths) {
-    const [section, key] = path.split('.') as [string, string];
-    const holder = copy[section] as Record<string, unknown> | undefined;
-    if (holder && holder[key] !== undefined) holder[key] = '[REDACTED]';
+    const keys = path.split('.');
+    const last = keys.pop() as string;
+    let holder: Record<string, unknown> | undefined = copy;
+    for (const key of keys) holder = holder?.[key] as Record<string, unknown> | undefined;
+    const value = holder?.[last];
+    // An empty list holds no secret, and shown as one it would read as a key being set.
+    if (holder && value !== undefined && !(Array.isArray(value) && value.length === 0))
+      holder[last] = '[REDACTED]';
   }
   const database = copy.database as { url: string };
   database.url = describeUrl(database.url);

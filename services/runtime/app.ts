@@ -13,6 +13,8 @@ import { delegationRouter } from './delegation/routes.ts';
 import { CanvasService } from './canvas/service.ts';
 import { canvasRouter } from './canvas/routes.ts';
 import { ChatService } from './chat/chat.ts';
+import { ConversationStore } from './chat/history.ts';
+import { HistoryKeys } from './chat/history-keys.ts';
 import { chatRouter } from './chat/routes.ts';
 import { runtimeOpenApi } from './openapi.ts';
 import { GatewayClient } from './gateway-client.ts';
@@ -32,6 +34,8 @@ export interface RuntimeApp extends HttpApp {
   gateway: GatewayClient;
   /** Chat sessions and the chat loop. */
   chat: ChatService;
+  /** Stored chat sessions and messages: what the chat reads and writes, and the pipeline learns from. */
+  history: ConversationStore;
   /** Canvas workflows and their runs. */
   canvas: CanvasService;
   /** Recovers unfinished transfers, then starts the ledger's background work. */
@@ -58,6 +62,25 @@ async function securityPosture(
     sessionJwt: { alg: 'ES256', ttlSeconds: kernel.config.auth.runtimeJwtTtlSeconds },
     keySources: { mcpSigningKey: delegation.source },
   };
+}
+
+/**
+ * The chat history on the kernel's database, sealed under `runtime.history.dataKeys` when set (their
+ * values kept out of every log line); in production mode, plain text is said at start-up.
+ */
+function conversationStore(kernel: Kernel): ConversationStore {
+  const { dataKeys } = kernel.config.runtime.history;
+  for (const { key } of dataKeys) kernel.secrets.add(key);
+  if (dataKeys.length === 0 && kernel.config.mode === 'production')
+    kernel.logger.warn(
+      'chat history is stored in plain text: set runtime.history.dataKeys (RUNTIME_DATA_KEY=<id>:<32 bytes base64>) to encrypt it at rest',
+    );
+  return new ConversationStore({
+    db: kernel.db,
+    clock: kernel.clock,
+    keys: new HistoryKeys(dataKeys),
+    idleMs: kernel.config.runtime.chat.sessionIdleSeconds * 1000,
+  });
 }
 
 /**
@@ -93,8 +116,10 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
   };
   const auth = runtimeAuth(kernel);
   const ledger = createLedgerService(kernel);
+  const history = conversationStore(kernel);
   const chat = new ChatService({
     kernel,
+    history,
     agents: ledger.agents,
     holds: ledger.holds,
     vault,
@@ -140,6 +165,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     inProcess,
     gateway,
     chat,
+    history,
     canvas,
     start: async () => {
       await vault.ready();

@@ -3,7 +3,7 @@ import { asBool, asString, type EnvOverrides } from '../../core/config/env.ts';
 import { serviceEnv, serviceSchema } from '../../core/config/service.ts';
 import { privateKey } from '../../core/config/values.ts';
 import { canvasSchema } from './canvas/config.ts';
-import { chatSchema } from './chat/config.ts';
+import { asDataKeys, chatSchema, historySchema } from './chat/config.ts';
 
 /** The `runtime` section: where the agent runtime listens, its keys, its chat sessions. */
 export const runtimeSchema = serviceSchema(8080)
@@ -40,6 +40,7 @@ export const runtimeSchema = serviceSchema(8080)
       ),
     chat: chatSchema.describe('Chat sessions and their limits (docs/runtime-chat.md)'),
     canvas: canvasSchema.describe('Canvas workflows, their runs and limits (docs/canvas.md)'),
+    history: historySchema.describe('Chat history at rest: its encryption keys (docs/runtime-chat.md)'),
   })
   .prefault({});
 
@@ -66,6 +67,7 @@ export const RUNTIME_ENV: EnvOverrides = {
   RUNTIME_GATEWAY_URL: { path: 'runtime.chat.gatewayUrl', coerce: asString },
   RUNTIME_CANVAS_TEAM_MODE: { path: 'runtime.canvas.teamMode', coerce: asBool },
   RUNTIME_CANVAS_DATA_DIR: { path: 'runtime.canvas.dataDir', coerce: asString },
+  RUNTIME_DATA_KEY: { path: 'runtime.history.dataKeys', coerce: asDataKeys },
 };
 
 /** The runtime's config paths whose values are secrets. */
@@ -74,4 +76,5 @@ export const RUNTIME_SECRET_PATHS = [
   'runtime.mcpSigningKeyPrevious',
   'runtime.operatorKey',
   'runtime.providerApiKey',
+  'runtime.history.dataKeys',
 ] as const;

@@ -2,9 +2,10 @@ import type { Migration } from '../../core/db/migrations/index.ts';
 import { reflectMemoryMigration } from './reflect/migration.ts';
 
 /**
- * Runtime state shared by replicas: wallet-owned agents, and the wallet ledger. Money columns are
- * integer base units of the ledger's token (bigint: SQLite's 64-bit INTEGER, PostgreSQL's int8); times
- * are unix milliseconds of the kernel's clock, except EIP-3009 validity bounds (unix seconds, as signed).
+ * Runtime state shared by replicas: wallet-owned agents, the wallet ledger, canvas runs and the chat
+ * history. Money columns are integer base units of the ledger's token (bigint: SQLite's 64-bit
+ * INTEGER, PostgreSQL's int8); times are unix milliseconds of the kernel's clock, except EIP-3009
+ * validity bounds (unix seconds, as signed).
  */
 export const runtimeMigrations: readonly Migration[] = [
   {
@@ -267,6 +268,61 @@ export const runtimeMigrations: readonly Migration[] = [
         'canvas_runs',
         'canvas_workflows',
       ])
+        await db.schema.dropTableIfExists(table);
+    },
+  },
+  {
+    name: '0260-chat-history',
+    async up(db) {
+      // One row per wallet: every write to its chat sessions first takes the next number here (the
+      // row locked to the commit), so those writes run one at a time across replicas, and a session's
+      // change_seq orders it by its last change (the self-improvement pipeline's watermark).
+      await db.schema.createTable('chat_history_wallets', (t) => {
+        t.string('wallet', 42).primary();
+        t.bigInteger('last_change').notNullable();
+      });
+      await db.schema.createTable('chat_sessions', (t) => {
+        t.string('id', 36).primary();
+        t.string('wallet', 42).notNullable();
+        t.string('agent_id', 36).notNullable().references('agents.id');
+        t.string('model', 200).notNullable();
+        t.string('provider', 100).notNullable();
+        // JSON array of gateway server ids.
+        t.text('servers').notNullable();
+        // Sealed under the session's data key when key_id is set, like every message's content.
+        t.text('system').nullable();
+        t.integer('user_messages').notNullable().defaultTo(0);
+        t.integer('last_seq').notNullable().defaultTo(0);
+        // Envelope encryption: the key-encryption key's id and the session's data key wrapped under
+        // it (AES-256-GCM); both null for a plain-text session.
+        t.string('key_id', 64).nullable();
+        t.text('wrapped_key').nullable();
+        t.bigInteger('change_seq').notNullable();
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('last_used_at').notNullable();
+        t.bigInteger('ended_at').nullable();
+        // closed | expired; null while open.
+        t.string('end_reason', 16).nullable();
+        t.index(['wallet', 'agent_id', 'created_at']);
+        t.index(['wallet', 'change_seq', 'id']);
+      });
+      // The messages of completed requests, numbered per session; content is the LlmMessage's JSON
+      // (text, tool calls, tool results), sealed when the session has a data key, bound to its
+      // session, seq and role. cost: the request's platform cost, on the last message it stored.
+      await db.schema.createTable('chat_messages', (t) => {
+        t.string('session_id', 36).notNullable().references('chat_sessions.id').onDelete('CASCADE');
+        t.integer('seq').notNullable();
+        t.string('message_id', 100).notNullable();
+        t.string('role', 16).notNullable();
+        t.text('content').notNullable();
+        t.bigInteger('cost').nullable();
+        t.bigInteger('created_at').notNullable();
+        t.primary(['session_id', 'seq']);
+        t.index(['session_id', 'message_id']);
+      });
+    },
+    async down(db) {
+      for (const table of ['chat_messages', 'chat_sessions', 'chat_history_wallets'])
         await db.schema.dropTableIfExists(table);
     },
   },

@@ -21,6 +21,7 @@ import {
   withdrawalParams,
 } from './ledger/routes.ts';
 import { slotParams, storeBody, unlockBody } from './vault/routes.ts';
+import { listQuery } from './chat/routes.ts';
 import { canvasPaths } from './canvas/openapi.ts';
 
 const agent = parametersOf(agentParams, 'path');
@@ -31,6 +32,10 @@ const session = [
 const spendRefused = {
   ...error,
   description: 'payment_required: a budget, the minimum balance or available',
+};
+const historyKey = {
+  ...error,
+  description: 'unavailable: history_key_missing or history_key_mismatch (runtime.history.dataKeys)',
 };
 const sse = {
   description:
@@ -219,27 +224,63 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
           },
         },
         get: {
-          summary: "The agent's open sessions",
+          summary:
+            "The agent's sessions, newest first, open and ended ones (state= to keep one kind), by pages",
           security: bearer,
-          parameters: agent,
-          responses: { '200': json('{ sessions: [...] }'), '401': error, '404': error },
+          parameters: [...agent, ...parametersOf(listQuery, 'query')],
+          responses: {
+            '200': json(
+              '{ sessions: [{ id, agentId, model, provider, servers, messages, state, busy, encrypted, createdAt, lastUsedAt, endedAt, endReason }], nextCursor }',
+            ),
+            '400': error,
+            '401': error,
+            '404': error,
+          },
         },
       },
       '/agents/{id}/sessions/{sessionId}': {
         get: {
-          summary: 'One session',
+          summary: 'One session, open or ended, with its system prompt',
           security: bearer,
           parameters: session,
-          responses: { '200': json('Session'), '401': error, '404': error },
+          responses: { '200': json('Session, with system'), '401': error, '404': error, '503': historyKey },
         },
         delete: {
-          summary: 'Close the session',
+          summary:
+            'Delete the session and its stored history (what was derived only from it goes with it); 409 while it answers a message',
           security: bearer,
           parameters: session,
-          responses: { '204': { description: 'Closed' }, '401': error, '404': error },
+          responses: { '204': { description: 'Deleted' }, '401': error, '404': error, '409': error },
+        },
+      },
+      '/agents/{id}/sessions/{sessionId}/end': {
+        post: {
+          summary: 'End the session: no more messages, its history stays readable (409 when it has ended)',
+          security: bearer,
+          parameters: session,
+          responses: { '200': json('Session'), '400': error, '401': error, '404': error, '409': error },
         },
       },
       '/agents/{id}/sessions/{sessionId}/messages': {
+        get: {
+          summary:
+            "The session's stored messages in order, by pages (the messages of requests that completed)",
+          security: bearer,
+          parameters: [...session, ...parametersOf(pageQuery, 'query')],
+          responses: {
+            '200': json(
+              "{ messages: [{ seq, messageId, role, content, toolCalls?, toolCallId?, isError?, cost, createdAt }], nextCursor }; cost: the request's platform cost, on its last message",
+            ),
+            '400': error,
+            '401': error,
+            '404': error,
+            '500': {
+              ...error,
+              description: 'internal: history_tampered, a stored message failed its integrity check',
+            },
+            '503': historyKey,
+          },
+        },
         post: {
           summary: 'Send one message; the answer streams as Server-Sent Events',
           security: bearer,
@@ -271,6 +312,7 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
             '402': spendRefused,
             '404': error,
             '409': error,
+            '503': historyKey,
           },
         },
       },

@@ -24,6 +24,7 @@ describe('sigil command', function () {
       ['config', 'check'],
       ['config', 'schema'],
       ['db', 'migrate'],
+      ['db', 'rewrap-history'],
       ['attestation', 'verify'],
     ]) {
       const result = await runSigil([...command, '--help'], { cwd: dir });

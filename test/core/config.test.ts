@@ -155,6 +155,36 @@ describe('config', () => {
     expect(printed).to.include('[REDACTED]');
   });
 
+  it('takes the chat history keys from RUNTIME_DATA_KEY, current first; refuses a key not of 32 bytes or a repeated id', () => {
+    const [k2, k1] = [Buffer.alloc(32, 2).toString('base64'), Buffer.alloc(32, 1).toString('base64')];
+    const { config } = loadConfig({ cwd: dir, env: { RUNTIME_DATA_KEY: `k2:${k2}, k1:${k1}` } });
+    expect(config.runtime.history.dataKeys).to.deep.equal([
+      { id: 'k2', key: k2 },
+      { id: 'k1', key: k1 },
+    ]);
+    const printed = JSON.stringify(redactConfig(config));
+    expect(printed).not.to.include(k2);
+    expect(printed).not.to.include(k1);
+    // No key: nothing to hide, and nothing that reads as a key being set.
+    expect(redactConfig(loadConfig({ cwd: dir, env: {} }).config))
+      .to.have.nested.property('runtime.history.dataKeys')
+      .that.deep.equals([]);
+    const short = Buffer.alloc(16).toString('base64');
+    for (const [env, path] of [
+      [`k1:${short}`, 'runtime.history.dataKeys.0.key'],
+      [`k1:${k1},k1:${k2}`, 'runtime.history.dataKeys'],
+      [`bad id:${k1}`, 'runtime.history.dataKeys.0.id'],
+      [k1, 'runtime.history.dataKeys.0.id'],
+    ]) {
+      const issues = issuesOf(() => loadConfig({ cwd: dir, env: { RUNTIME_DATA_KEY: env as string } }));
+      expect(
+        issues.map((i) => [i.path, i.source]),
+        env,
+      ).to.deep.equal([[path, 'env RUNTIME_DATA_KEY']]);
+      expect(JSON.stringify(issues)).not.to.include(k1);
+    }
+  });
+
   it('publishes a JSON Schema of the file', () => {
     const schema = configJsonSchema() as { type: string; properties: Record<string, unknown> };
     expect(schema.type).to.equal('object');

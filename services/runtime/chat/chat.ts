@@ -23,6 +23,7 @@ import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
+import type { ConversationStore } from './history.ts';
 import { ChatSessions, type ChatSession } from './sessions.ts';
 import { ToolClients, type ToolLease } from './tool-clients.ts';
 import { GatewayToolSession, type ToolOutcome, type ToolPayments } from './tools.ts';
@@ -38,6 +39,8 @@ export interface ProviderEntry {
 /** A chat request ready to stream: its key, prices and estimate were checked before the response. */
 export interface PreparedChat {
   session: ChatSession;
+  /** The conversation before this message, as stored: the system prompt, then the earlier turns. */
+  history: LlmMessage[];
   messageId: string;
   content: string;
   entry: ProviderEntry;
@@ -50,6 +53,8 @@ export interface PreparedChat {
 
 export interface ChatDeps {
   kernel: Kernel;
+  /** Where sessions and their messages are kept. */
+  history: ConversationStore;
   agents: Agents;
   holds: Holds;
   vault: ProviderVault;
@@ -85,9 +90,8 @@ export class ChatService {
       maxClients: this.settings.maxToolClients,
       clock: deps.kernel.clock,
     });
-    this.sessions = new ChatSessions(this.settings, deps.kernel.clock, (id) => {
-      void this.toolClients.end(id);
-    });
+    this.sessions = new ChatSessions(this.settings, deps.history);
+    deps.history.onSessionEnded((session) => void this.toolClients.end(session.id));
     const { runtime, ledger } = deps.kernel.config;
     this.payments =
       runtime.operatorKey && ledger.tokenAddress
@@ -190,7 +194,7 @@ export class ChatService {
     sessionId: string,
     body: { content: string; id?: string | undefined },
   ): Promise<PreparedChat> {
-    const session = this.sessions.get(principal.address, agentId, sessionId);
+    const session = await this.sessions.get(principal.address, agentId, sessionId);
     const messageId = body.id ?? randomUUID();
     const entry = await this.providerFor(session.model);
     if (!entry)
@@ -198,19 +202,19 @@ export class ChatService {
         details: { reason: 'model_not_offered', model: session.model },
       });
     const { apiKey, keyKind } = await this.keyFor(principal, entry.provider.keySlot);
-    const messages: LlmMessage[] = [...session.messages, { role: 'user', content: body.content }];
-    const estimate = platformCost(keyKind, this.turnCost(messages, [], entry.model), 0).platformCost;
-    this.sessions.begin(session, messageId);
+    const history = await this.sessions.begin(session, messageId);
     try {
+      const messages: LlmMessage[] = [...history, { role: 'user', content: body.content }];
+      const estimate = platformCost(keyKind, this.turnCost(messages, [], entry.model), 0).platformCost;
       const hold = await this.options.holds.hold({
         wallet: principal.address,
         agentId,
         amount: estimate,
         idempotencyKey: chargeKey(session, messageId),
       });
-      return { session, messageId, content: body.content, entry, apiKey, keyKind, estimate, hold };
+      return { session, history, messageId, content: body.content, entry, apiKey, keyKind, estimate, hold };
     } catch (err) {
-      this.sessions.end(session, messageId, undefined);
+      await this.sessions.finish(session, messageId, undefined);
       throw err;
     }
   }
@@ -293,7 +297,7 @@ export class ChatService {
   private async converse(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     const { session, entry } = chat;
     const signal = sse.signal;
-    const messages: LlmMessage[] = [...session.messages, { role: 'user', content: chat.content }];
+    const messages: LlmMessage[] = [...chat.history, { role: 'user', content: chat.content }];
     let base = 0n;
     /** Calls the model made, and of them those the gateway ran (what is charged). */
     let toolCalls = 0;
@@ -401,7 +405,8 @@ export class ChatService {
       await lease?.release(healthy && !signal.aborted);
       const cost = platformCost(chat.keyKind, base, billed);
       const charge = await this.settle(chat, cost);
-      this.sessions.end(session, chat.messageId, completed ? messages : undefined);
+      const stored = await this.store(chat, completed ? messages : undefined, cost.platformCost);
+      if (stored !== true) sse.send('error', stored);
       sse.send('cost', {
         ...costView(cost),
         estimate: chat.estimate.toString(),
@@ -410,7 +415,7 @@ export class ChatService {
         ...(charge.entryId ? { entryId: charge.entryId } : {}),
         ...(charge.error ? { error: charge.error } : {}),
       });
-      if (completed)
+      if (completed && stored === true)
         sse.send('done', {
           messageId: chat.messageId,
           sessionId: session.id,
@@ -419,6 +424,33 @@ export class ChatService {
           toolCalls,
         });
       sse.close();
+    }
+  }
+
+  /**
+   * Frees the session, storing what a completed request added to its conversation (from its user
+   * message on) with its cost. A store that fails is told as the `error` event in place of `done`:
+   * the answer was charged but is not in the history, and a retry of the id is refused as charged.
+   */
+  private async store(
+    chat: PreparedChat,
+    messages: LlmMessage[] | undefined,
+    cost: bigint,
+  ): Promise<true | ReturnType<typeof errorEvent>> {
+    const { session, messageId } = chat;
+    try {
+      await this.sessions.finish(
+        session,
+        messageId,
+        messages && { added: messages.slice(chat.history.length), cost },
+      );
+      return true;
+    } catch (err) {
+      this.options.logger.error(
+        { err, sessionId: session.id, messageId },
+        'chat: storing the answered message failed',
+      );
+      return errorEvent(err);
     }
   }
 

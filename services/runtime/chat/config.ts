@@ -98,3 +98,42 @@ export const chatSchema = z
   })
   .strict()
   .prefault({});
+
+/** A key-encryption key of the chat history: an id stored beside what it wrapped, and 32 bytes. */
+const dataKeySchema = z
+  .object({
+    id: z
+      .string({ error: 'a key needs an id (RUNTIME_DATA_KEY=<id>:<base64 key>)' })
+      .regex(/^[A-Za-z0-9._-]{1,64}$/, '1 to 64 characters of A-Z a-z 0-9 . _ -')
+      .describe('Stored beside each data key it wraps: name a key by it, never reuse it for another'),
+    key: z
+      .string()
+      .regex(/^[A-Za-z0-9+/]{43}=$/, 'must be 32 bytes in base64 (openssl rand -base64 32)')
+      .describe('32 random bytes, base64'),
+  })
+  .strict();
+
+/** The runtime's `history` settings: chat history at rest (docs/runtime-chat.md, "History"). */
+export const historySchema = z
+  .object({
+    dataKeys: z
+      .array(dataKeySchema)
+      .max(16)
+      .default([])
+      .refine((keys) => new Set(keys.map((k) => k.id)).size === keys.length, 'key ids must differ')
+      .describe(
+        "[{ id, key: 32 bytes base64 }] wrapping each chat session's data key: the first wraps new ones, the others open older ones (sigil db rewrap-history). Env: <id>:<key>,… Empty: plain text",
+      ),
+  })
+  .strict()
+  .prefault({});
+
+/** RUNTIME_DATA_KEY: `<id>:<base64 key>`, several comma-separated (the current first). */
+export const asDataKeys = (raw: string): unknown =>
+  raw.split(',').map((item) => {
+    const colon = item.indexOf(':');
+    // Without an id the schema says one is needed, naming the item.
+    return colon < 0
+      ? { key: item.trim() }
+      : { id: item.slice(0, colon).trim(), key: item.slice(colon + 1).trim() };
+  });

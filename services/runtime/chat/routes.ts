@@ -4,7 +4,8 @@ import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
 import { openSse } from '../../../core/http/sse.ts';
 import { parseInput } from '../../../core/http/validate.ts';
 import type { ChatService } from './chat.ts';
-import { sessionView } from './sessions.ts';
+import { pageFields, pageQuery } from '../ledger/routes.ts';
+import { messageView, sessionView } from './sessions.ts';
 
 const params = z.object({
   id: z.uuid('must be an agent id (a UUID)'),
@@ -13,7 +14,16 @@ const params = z.object({
 
 const SERVER_ID = /^[a-z0-9][a-z0-9._-]{0,99}$/;
 
-/** `/agents/:id/sessions…`: the signed-in wallet's chat sessions and the chat stream (README: Chat). */
+/** `?limit=&cursor=&state=`: an agent's sessions, open, ended or both (the default). */
+export const listQuery = z
+  .object({ ...pageFields, state: z.enum(['open', 'ended', 'all']).optional() })
+  .strict();
+const emptyBody = z.object({}).strict();
+
+/**
+ * `/agents/:id/sessions…`: the signed-in wallet's chat sessions, their stored history and the chat
+ * stream (docs/runtime-chat.md). Another wallet's agent or session is a 404.
+ */
 export function chatRouter(chat: ChatService): Router {
   const { settings } = chat;
   const sessionBody = z
@@ -43,20 +53,48 @@ export function chatRouter(chat: ChatService): Router {
     const body = parseInput(sessionBody, ctx.request.body ?? {}, 'body');
     const session = await chat.openSession(wallet(ctx.state), id, body);
     ctx.status = 201;
-    ctx.body = { ...sessionView(session), limits: limitsView(chat) };
+    ctx.body = { ...sessionView(session, false), limits: limitsView(chat) };
   });
   router.get('/', async (ctx) => {
     const { id } = parseInput(params, ctx.params, 'params');
+    const query = parseInput(listQuery, ctx.query, 'query');
     await chat.deps().agents.get(wallet(ctx.state), id);
-    ctx.body = { sessions: chat.sessions.forAgent(wallet(ctx.state), id).map(sessionView) };
+    const page = await chat.sessions.list(wallet(ctx.state), id, {
+      limit: query.limit ?? 50,
+      cursor: query.cursor,
+      state: query.state ?? 'all',
+    });
+    ctx.body = {
+      sessions: page.sessions.map((session) => sessionView(session, chat.sessions.isBusy(session))),
+      nextCursor: page.nextCursor ?? null,
+    };
   });
-  router.get('/:sessionId', (ctx) => {
+  router.get('/:sessionId', async (ctx) => {
     const { id, sessionId } = parseInput(params, ctx.params, 'params');
-    ctx.body = sessionView(chat.sessions.get(wallet(ctx.state), id, sessionId as string));
+    const session = await chat.sessions.get(wallet(ctx.state), id, sessionId as string);
+    ctx.body = {
+      ...sessionView(session, chat.sessions.isBusy(session)),
+      system: chat.sessions.store.system(session) ?? null,
+    };
   });
-  router.delete('/:sessionId', (ctx) => {
+  router.get('/:sessionId/messages', async (ctx) => {
     const { id, sessionId } = parseInput(params, ctx.params, 'params');
-    chat.sessions.close(wallet(ctx.state), id, sessionId as string);
+    const query = parseInput(pageQuery, ctx.query, 'query');
+    const page = await chat.sessions.messages(wallet(ctx.state), id, sessionId as string, {
+      limit: query.limit ?? 50,
+      cursor: query.cursor,
+    });
+    ctx.body = { messages: page.messages.map(messageView), nextCursor: page.nextCursor ?? null };
+  });
+  router.post('/:sessionId/end', async (ctx) => {
+    const { id, sessionId } = parseInput(params, ctx.params, 'params');
+    parseInput(emptyBody, ctx.request.body ?? {}, 'body');
+    const session = await chat.sessions.end(wallet(ctx.state), id, sessionId as string);
+    ctx.body = sessionView(session, chat.sessions.isBusy(session));
+  });
+  router.delete('/:sessionId', async (ctx) => {
+    const { id, sessionId } = parseInput(params, ctx.params, 'params');
+    await chat.sessions.delete(wallet(ctx.state), id, sessionId as string);
     ctx.status = 204;
   });
   router.post('/:sessionId/messages', async (ctx) => {

@@ -1,6 +1,12 @@
-import { randomUUID } from 'node:crypto';
-import type { Clock } from '../../../core/clock.ts';
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
+import {
+  alreadyAnswered,
+  type ConversationStore,
+  type SessionState,
+  type StoredMessage,
+  type StoredSession,
+} from './history.ts';
+import { decodeCursor, encodeCursor } from './history-rows.ts';
 
 /** The limits of README "Chat" (config `runtime.chat`). */
 export interface SessionLimits {
@@ -9,156 +15,180 @@ export interface SessionLimits {
   sessionIdleSeconds: number;
 }
 
-/** One conversation with an agent. Held in the runtime's memory: a restart ends every session. */
-export interface ChatSession {
-  id: string;
-  agentId: string;
-  wallet: string;
-  model: string;
-  /** The llm-provider plugin serving `model`. */
-  provider: string;
-  /** Gateway servers the tool loop enables and offers (their tools as `<server>__<tool>`). */
-  servers: string[];
-  system: string | undefined;
-  /** The conversation so far: only requests that completed (`done`) are kept. */
-  messages: LlmMessage[];
-  /** User messages accepted so far. */
-  userMessages: number;
-  /** Message ids already answered (a retry with the same id is a conflict, its charge a replay). */
-  answered: Set<string>;
-  createdAt: Date;
-  lastUsedAt: Date;
-  /** A chat request is streaming now: one at a time per session. */
-  busy: boolean;
-}
+/** One conversation with an agent, as stored: any replica serves it, and a restart keeps it. */
+export type ChatSession = StoredSession;
 
-export const sessionView = (session: ChatSession) => ({
+export const sessionView = (session: ChatSession, busy: boolean) => ({
   id: session.id,
   agentId: session.agentId,
   model: session.model,
   provider: session.provider,
   servers: session.servers,
   messages: session.userMessages,
-  busy: session.busy,
+  state: session.endedAt === undefined ? 'open' : 'ended',
+  busy,
+  encrypted: session.dataKey !== undefined,
   createdAt: session.createdAt.toISOString(),
   lastUsedAt: session.lastUsedAt.toISOString(),
+  endedAt: session.endedAt?.toISOString() ?? null,
+  endReason: session.endReason ?? null,
+});
+
+/** A stored message as the history routes show it. */
+export const messageView = (stored: StoredMessage) => ({
+  seq: stored.seq,
+  messageId: stored.messageId,
+  ...stored.message,
+  cost: stored.cost?.toString() ?? null,
+  createdAt: stored.createdAt.toISOString(),
 });
 
 export const sessionNotFound = (agentId: string, id: string): SigilError =>
   new SigilError('not_found', `No session ${id} of agent ${agentId} for this wallet`, {
-    hint: `Open one with POST /agents/${agentId}/sessions; sessions end after an idle time and at a runtime restart`,
+    hint: `Open one with POST /agents/${agentId}/sessions`,
     details: { reason: 'session_not_found' },
   });
 
-/** Open chat sessions by id; idle ones expire (checked on every access). */
+/**
+ * The chat's sessions, stored by the ConversationStore: the limits, one request at a time, and what a
+ * request reads and stores. An idle session ends (`expired`); an ended one is read, never chatted in.
+ */
 export class ChatSessions {
-  private readonly sessions = new Map<string, ChatSession>();
-
   constructor(
     private readonly limits: SessionLimits,
-    private readonly clock: Clock,
-    /** Told of each session that ends (closed or expired), to let go of what it held. */
-    private readonly onEnd: (sessionId: string) => void = () => undefined,
+    readonly store: ConversationStore,
   ) {}
 
-  open(
-    input: Omit<
-      ChatSession,
-      'id' | 'messages' | 'userMessages' | 'answered' | 'createdAt' | 'lastUsedAt' | 'busy'
-    >,
-  ): ChatSession {
-    this.expire();
-    const open = this.forAgent(input.wallet, input.agentId);
-    if (open.length >= this.limits.maxSessionsPerAgent) {
+  async open(input: {
+    agentId: string;
+    wallet: string;
+    model: string;
+    provider: string;
+    servers: string[];
+    system: string | undefined;
+  }): Promise<ChatSession> {
+    const created = await this.store.create(input, this.limits.maxSessionsPerAgent);
+    if ('full' in created) {
       throw new SigilError(
         'rate_limited',
-        `Agent ${input.agentId} has ${open.length} open sessions, the most it may have`,
+        `Agent ${input.agentId} has ${created.full} open sessions, the most it may have`,
         {
-          hint: `Close one with DELETE /agents/${input.agentId}/sessions/:sessionId, or wait: a session idle for ${this.limits.sessionIdleSeconds} s ends`,
+          hint: `End one with POST /agents/${input.agentId}/sessions/:sessionId/end (or DELETE it), or wait: a session idle for ${this.limits.sessionIdleSeconds} s ends`,
           details: { reason: 'too_many_sessions', limit: this.limits.maxSessionsPerAgent },
         },
       );
     }
-    const now = this.clock.now();
-    const session: ChatSession = {
-      ...input,
-      id: randomUUID(),
-      messages: input.system === undefined ? [] : [{ role: 'system', content: input.system }],
-      userMessages: 0,
-      answered: new Set(),
-      createdAt: now,
-      lastUsedAt: now,
-      busy: false,
-    };
-    this.sessions.set(session.id, session);
+    return created;
+  }
+
+  /** The session (open or ended) if `wallet` owns it and it belongs to `agentId`; 404 otherwise. */
+  async get(wallet: string, agentId: string, id: string): Promise<ChatSession> {
+    const session = await this.store.find(wallet, id);
+    if (!session || session.agentId !== agentId) throw sessionNotFound(agentId, id);
     return session;
   }
 
-  /** The session if `wallet` owns it and it belongs to `agentId`; 404 otherwise. */
-  get(wallet: string, agentId: string, id: string): ChatSession {
-    this.expire();
-    const session = this.sessions.get(id);
-    if (!session || session.wallet !== wallet || session.agentId !== agentId)
-      throw sessionNotFound(agentId, id);
-    return session;
+  list(
+    wallet: string,
+    agentId: string,
+    page: { limit: number; cursor?: string | undefined; state: SessionState },
+  ): Promise<{ sessions: ChatSession[]; nextCursor: string | undefined }> {
+    return this.store.list(wallet, agentId, page);
   }
 
-  forAgent(wallet: string, agentId: string): ChatSession[] {
-    this.expire();
-    return [...this.sessions.values()].filter((s) => s.wallet === wallet && s.agentId === agentId);
-  }
-
-  close(wallet: string, agentId: string, id: string): void {
-    this.get(wallet, agentId, id);
-    this.sessions.delete(id);
-    this.onEnd(id);
-  }
-
-  /** Marks the session busy for one request; refuses a second one at once and a full session. */
-  begin(session: ChatSession, messageId: string): void {
-    if (session.busy) {
-      throw new SigilError('conflict', 'This session is answering another message', {
-        hint: 'Wait for its done (or error) event, or open another session',
-        details: { reason: 'session_busy' },
+  /** The session's stored messages in order, by pages (`cursor`: the previous page's `nextCursor`). */
+  async messages(
+    wallet: string,
+    agentId: string,
+    id: string,
+    page: { limit: number; cursor?: string | undefined },
+  ): Promise<{ messages: StoredMessage[]; nextCursor: string | undefined }> {
+    const session = await this.get(wallet, agentId, id);
+    const after = page.cursor === undefined ? undefined : decodeCursor(page.cursor, 'm');
+    if (after && after.id !== session.id)
+      throw new SigilError('invalid_request', 'Invalid cursor: it is of another session', {
+        details: { reason: 'invalid_cursor' },
       });
-    }
-    if (session.answered.has(messageId)) {
-      throw new SigilError('conflict', `Message ${messageId} was already answered in this session`, {
-        hint: 'Send a new message with another id (or none: the runtime gives one)',
-        details: { reason: 'message_already_answered', messageId },
-      });
-    }
-    if (session.userMessages >= this.limits.maxMessagesPerSession) {
-      throw new SigilError(
-        'conflict',
-        `This session has reached its ${this.limits.maxMessagesPerSession} messages`,
-        {
-          hint: 'Open a new session with POST /agents/:id/sessions',
-          details: { reason: 'session_full', limit: this.limits.maxMessagesPerSession },
-        },
-      );
-    }
-    session.busy = true;
-    session.lastUsedAt = this.clock.now();
+    const { messages, more } = await this.store.messages(wallet, session.id, {
+      afterSeq: after?.number ?? 0,
+      limit: page.limit,
+    });
+    const last = messages.at(-1);
+    return { messages, nextCursor: more && last ? encodeCursor('m', last.seq, session.id) : undefined };
   }
 
-  /** Ends the request; `messages` (the whole new conversation) is kept only when it completed. */
-  end(session: ChatSession, messageId: string, messages: LlmMessage[] | undefined): void {
-    session.busy = false;
-    session.lastUsedAt = this.clock.now();
-    if (messages !== undefined) {
-      session.messages = messages;
-      session.userMessages++;
-      session.answered.add(messageId);
-    }
+  isBusy(session: ChatSession): boolean {
+    return this.store.isAnswering(session.id);
   }
 
-  private expire(): void {
-    const cutoff = this.clock.now().getTime() - this.limits.sessionIdleSeconds * 1000;
-    for (const [id, session] of this.sessions)
-      if (!session.busy && session.lastUsedAt.getTime() < cutoff) {
-        this.sessions.delete(id);
-        this.onEnd(id);
+  /** Ends the session; its history stays readable. An ended session's end is a 409. */
+  async end(wallet: string, agentId: string, id: string): Promise<ChatSession> {
+    const session = await this.get(wallet, agentId, id);
+    if (!(await this.store.end(session, 'closed'))) throw sessionEnded(session);
+    return (await this.store.find(wallet, id)) ?? session;
+  }
+
+  /** Deletes the session and its history; refused while it answers a message here. */
+  async delete(wallet: string, agentId: string, id: string): Promise<void> {
+    const session = await this.get(wallet, agentId, id);
+    if (this.store.isAnswering(id)) throw sessionBusy();
+    await this.store.delete(session);
+  }
+
+  /**
+   * Marks the session busy for one request and gives its conversation so far; refuses an ended
+   * session, a second request at once, a message id already answered (from the stored history, so
+   * across restarts and replicas) and a full session.
+   */
+  async begin(session: ChatSession, messageId: string): Promise<LlmMessage[]> {
+    if (session.endedAt !== undefined) throw sessionEnded(session);
+    if (!this.store.claim(session.id)) throw sessionBusy();
+    try {
+      if (await this.store.answered(session.id, messageId)) throw alreadyAnswered(messageId);
+      if (session.userMessages >= this.limits.maxMessagesPerSession) {
+        throw new SigilError(
+          'conflict',
+          `This session has reached its ${this.limits.maxMessagesPerSession} messages`,
+          {
+            hint: 'Open a new session with POST /agents/:id/sessions',
+            details: { reason: 'session_full', limit: this.limits.maxMessagesPerSession },
+          },
+        );
       }
+      session.lastUsedAt = await this.store.touch(session);
+      return await this.store.conversation(session);
+    } catch (err) {
+      this.store.release(session.id);
+      throw err;
+    }
+  }
+
+  /**
+   * Ends the request: what it `added` to the conversation (from its user message on) is stored with
+   * its `cost` only when it completed; the session is free again either way (a request that did not
+   * complete stores nothing: `begin` counted its use).
+   */
+  async finish(
+    session: ChatSession,
+    messageId: string,
+    completed: { added: readonly LlmMessage[]; cost: bigint } | undefined,
+  ): Promise<void> {
+    try {
+      if (completed) await this.store.append(session, messageId, completed.added, completed.cost);
+    } finally {
+      this.store.release(session.id);
+    }
   }
 }
+
+const sessionBusy = (): SigilError =>
+  new SigilError('conflict', 'This session is answering another message', {
+    hint: 'Wait for its done (or error) event, or open another session',
+    details: { reason: 'session_busy' },
+  });
+
+const sessionEnded = (session: ChatSession): SigilError =>
+  new SigilError('conflict', `Session ${session.id} has ended (${session.endReason ?? 'closed'})`, {
+    hint: `Its history stays readable (GET /agents/${session.agentId}/sessions/${session.id}/messages); open a new session with POST /agents/${session.agentId}/sessions`,
+    details: { reason: 'session_ended', endReason: session.endReason ?? null },
+  });

@@ -34,7 +34,7 @@ export const withdrawalBody = z
   .strict();
 
 /** `?limit=&cursor=` of a paged list: 1 to 200 items, after the previous page's cursor. */
-const pageFields = {
+export const pageFields = {
   limit: z
     .string()
     .regex(/^[0-9]{1,3}$/, 'must be an integer from 1 to 200')

@@ -9,6 +9,7 @@ import { ManualClock } from '../../../core/clock.ts';
 import type { PluginEntry } from '../../../core/config/schema.ts';
 import { createGatewayApp, type GatewayAppOptions } from '../../../services/gateway/app.ts';
 import type { Kernel } from '../../../services/kernel.ts';
+import type { SigilConfig } from '../../../services/config.ts';
 import { createRuntimeApp, type RuntimeApp } from '../../../services/runtime/app.ts';
 import type { ChatSettings } from '../../../services/runtime/chat/chat.ts';
 import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../support/kernel.ts';
@@ -242,17 +243,26 @@ export async function gatewaySession(stack: Stack, token: string): Promise<Gatew
  */
 export async function internalKeyStack(
   database: TestDatabase,
-  options: { operatorKey: string; chat: Partial<ChatSettings> },
+  options: {
+    operatorKey: string;
+    chat: Partial<ChatSettings>;
+    history?: Partial<SigilConfig['runtime']['history']>;
+    clock?: ManualClock;
+    logs?: Writable;
+  },
 ): Promise<{ stack: Stack; close(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'sigil-chat-'));
   const stack = await Stack.start({
     database,
+    ...(options.clock ? { clock: options.clock } : {}),
+    ...(options.logs ? { logs: options.logs } : {}),
     config: {
       vault: { persistenceDir: dir },
       ledger: { minimumBalance: '0' } as never,
       runtime: {
         providerApiKey: options.operatorKey,
         chat: { internalKey: true, ...options.chat } as never,
+        ...(options.history ? { history: options.history as never } : {}),
       },
       plugins: pluginsWithLocalProvider(),
     },

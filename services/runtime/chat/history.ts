@@ -1,0 +1,435 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import { type LlmMessage, SigilError } from '@sigil/plugin-api';
+import type { Clock } from '../../../core/clock.ts';
+import type { Database } from '../../../core/db/database.ts';
+import { type HistoryKeys, SessionCipher, SYSTEM_PLACE, type WrappedDataKey } from './history-keys.ts';
+import {
+  beyond,
+  decodeCursor,
+  encodeCursor,
+  type MessageRow,
+  messageOf,
+  openSystem,
+  sealMessage,
+  type SessionRow,
+  sessionOf,
+  takeChange,
+} from './history-rows.ts';
+
+/** Why a session ended: closed by its owner, or idle for `sessionIdleSeconds`. */
+export type EndReason = 'closed' | 'expired';
+
+/** A chat session as stored (its content, the system prompt and messages, is read separately). */
+export interface StoredSession {
+  id: string;
+  wallet: string;
+  agentId: string;
+  model: string;
+  /** The llm-provider plugin serving `model`. */
+  provider: string;
+  /** Gateway servers the tool loop enables and offers (their tools as `<server>__<tool>`). */
+  servers: string[];
+  /** User messages answered (a request that reached `done`). */
+  userMessages: number;
+  /** The seq of its last stored message (0: none). */
+  lastSeq: number;
+  createdAt: Date;
+  lastUsedAt: Date;
+  endedAt: Date | undefined;
+  endReason: EndReason | undefined;
+  /** Its data key, wrapped; undefined: its content is plain text. */
+  dataKey: WrappedDataKey | undefined;
+  /** The system prompt as stored: sealed under the data key when there is one. */
+  storedSystem: string | undefined;
+}
+
+/** One stored message: where it is (session, seq), the request that produced it, and what it cost. */
+export interface StoredMessage {
+  sessionId: string;
+  /** 1, 2, … in the session's order. */
+  seq: number;
+  /** The id of the user message whose request produced it (the client's, or one the runtime gave). */
+  messageId: string;
+  message: LlmMessage;
+  /**
+   * What the request cost (its platformCost, ledger base units), on the last message it stored (the
+   * answer); undefined on the others, so summing a session's costs counts each request once.
+   */
+  cost: bigint | undefined;
+  createdAt: Date;
+}
+
+export interface NewSession {
+  wallet: string;
+  agentId: string;
+  model: string;
+  provider: string;
+  servers: string[];
+  system: string | undefined;
+}
+
+/** A session a run of the self-improvement pipeline has to look at, and its place in their order. */
+export interface PendingSession extends StoredSession {
+  /** Pass as `after` once this session is processed: later pages start after it. */
+  watermark: string;
+}
+
+export type SessionState = 'open' | 'ended' | 'all';
+
+/** Who a session is, as told to the listeners of its end and of its deletion. */
+export type SessionRef = Pick<StoredSession, 'id' | 'wallet' | 'agentId'>;
+
+/**
+ * Runs inside the transaction that deletes a session, before its rows go: what was derived from the
+ * session alone goes with it (a throw rolls the deletion back).
+ */
+export type SessionDeletedListener = (session: SessionRef, trx: Knex.Transaction) => Promise<void>;
+
+/** Rows inserted by one statement: well under SQLite's bound variables, a long tool loop included. */
+const INSERT_CHUNK = 100;
+
+/**
+ * Chat sessions and their messages in the database (SQLite or PostgreSQL), so a session outlives the
+ * process that opened it and any replica serves it. Every write to a wallet's sessions first takes the
+ * next number of the wallet's change counter (a row lock held to the commit), which both serializes
+ * the writes of one wallet across replicas and orders its sessions by their last change: the
+ * watermark of `pending`. Content is sealed under each session's data key when `keys` has one
+ * (history-keys.ts).
+ *
+ * Which sessions are answering a request is kept in this process only (`claim`): one replica never
+ * answers two messages of a session at once, but two replicas could; a shared lease is for scale-out.
+ */
+export class ConversationStore {
+  private readonly answering = new Set<string>();
+  private readonly endedListeners: ((session: SessionRef) => void)[] = [];
+  private readonly deletedListeners: SessionDeletedListener[] = [];
+
+  constructor(
+    private readonly deps: {
+      db: Database;
+      clock: Clock;
+      keys: HistoryKeys;
+      /** A session unused this long ends (`expired`). */
+      idleMs: number;
+    },
+  ) {}
+
+  /** Told (after the commit) of each session that ends: closed, expired or deleted while open. */
+  onSessionEnded(listener: (session: SessionRef) => void): void {
+    this.endedListeners.push(listener);
+  }
+
+  /** Run in the deleting transaction of each session deleted (learnings drawn only from it go too). */
+  onSessionDeleted(listener: SessionDeletedListener): void {
+    this.deletedListeners.push(listener);
+  }
+
+  /** Marks the session as answering a request in this process; false when it already is. */
+  claim(sessionId: string): boolean {
+    if (this.answering.has(sessionId)) return false;
+    this.answering.add(sessionId);
+    return true;
+  }
+
+  release(sessionId: string): void {
+    this.answering.delete(sessionId);
+  }
+
+  isAnswering(sessionId: string): boolean {
+    return this.answering.has(sessionId);
+  }
+
+  /**
+   * Stores a new session, unless its agent has `maxOpen` open sessions already (counted under the
+   * wallet's lock, so replicas together never pass it): then `{ full: count }`.
+   */
+  async create(input: NewSession, maxOpen: number): Promise<StoredSession | { full: number }> {
+    await this.expireIdle({ wallet: input.wallet, agent_id: input.agentId });
+    const id = randomUUID();
+    const envelope = this.deps.keys.newDataKey(id);
+    const now = this.now();
+    return this.deps.db.transaction(async (trx) => {
+      const change = await takeChange(trx, input.wallet);
+      const open = await trx('chat_sessions')
+        .where({ wallet: input.wallet, agent_id: input.agentId })
+        .whereNull('ended_at')
+        .count({ n: '*' })
+        .first();
+      const count = Number(open?.n ?? 0);
+      if (count >= maxOpen) return { full: count };
+      const cipher = envelope && new SessionCipher(id, envelope.dataKey);
+      const row: SessionRow = {
+        id,
+        wallet: input.wallet,
+        agent_id: input.agentId,
+        model: input.model,
+        provider: input.provider,
+        servers: JSON.stringify(input.servers),
+        system:
+          input.system === undefined ? null : cipher ? cipher.seal(input.system, SYSTEM_PLACE) : input.system,
+        user_messages: 0,
+        last_seq: 0,
+        key_id: envelope?.wrapped.keyId ?? null,
+        wrapped_key: envelope?.wrapped.wrapped ?? null,
+        change_seq: change,
+        created_at: now,
+        last_used_at: now,
+        ended_at: null,
+        end_reason: null,
+      };
+      await trx('chat_sessions').insert(row);
+      return sessionOf(row);
+    });
+  }
+
+  /** The wallet's session `id` (open or ended), or undefined; one idle too long ends first. */
+  async find(wallet: string, id: string): Promise<StoredSession | undefined> {
+    const read = async () =>
+      (await this.deps.db('chat_sessions').where({ id, wallet }).first()) as SessionRow | undefined;
+    const row = await read();
+    if (!row || row.ended_at !== null || Number(row.last_used_at) >= this.now() - this.deps.idleMs)
+      return row && sessionOf(row);
+    await this.expireIdle({ wallet, id });
+    return await read().then((again) => again && sessionOf(again));
+  }
+
+  /** An agent's sessions, newest first, by pages (`cursor`: the previous page's `nextCursor`). */
+  async list(
+    wallet: string,
+    agentId: string,
+    options: { limit: number; cursor?: string | undefined; state: SessionState },
+  ): Promise<{ sessions: StoredSession[]; nextCursor: string | undefined }> {
+    await this.expireIdle({ wallet, agent_id: agentId });
+    let query = this.deps
+      .db('chat_sessions')
+      .where({ wallet, agent_id: agentId })
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(options.limit + 1);
+    if (options.state === 'open') query = query.whereNull('ended_at');
+    if (options.state === 'ended') query = query.whereNotNull('ended_at');
+    if (options.cursor !== undefined)
+      query = beyond(query, 'created_at', '<', decodeCursor(options.cursor, 's'));
+    const rows = (await query) as SessionRow[];
+    const sessions = rows.slice(0, options.limit).map(sessionOf);
+    const last = sessions.at(-1);
+    return {
+      sessions,
+      nextCursor:
+        rows.length > options.limit && last
+          ? encodeCursor('s', last.createdAt.getTime(), last.id)
+          : undefined,
+    };
+  }
+
+  /** The session's system prompt, opened. */
+  system(session: StoredSession): string | undefined {
+    return openSystem(session, this.cipherOf(session));
+  }
+
+  /** What the model is given of the session: its system prompt, then every stored message in order. */
+  async conversation(session: StoredSession): Promise<LlmMessage[]> {
+    const cipher = this.cipherOf(session);
+    const rows = (await this.deps
+      .db('chat_messages')
+      .where({ session_id: session.id })
+      .orderBy('seq')) as MessageRow[];
+    const system = openSystem(session, cipher);
+    return [
+      ...(system === undefined ? [] : [{ role: 'system' as const, content: system }]),
+      ...rows.map((message) => messageOf(message, cipher).message),
+    ];
+  }
+
+  /** The wallet's session's messages after `afterSeq` (0: from the first), in order, at most `limit`. */
+  async messages(
+    wallet: string,
+    sessionId: string,
+    options: { afterSeq: number; limit: number },
+  ): Promise<{ messages: StoredMessage[]; more: boolean }> {
+    const row = (await this.deps.db('chat_sessions').where({ id: sessionId, wallet }).first()) as
+      SessionRow | undefined;
+    if (!row) throw sessionGone(sessionId);
+    const cipher = this.cipherOf(sessionOf(row));
+    const rows = (await this.deps
+      .db('chat_messages')
+      .where({ session_id: sessionId })
+      .andWhere('seq', '>', options.afterSeq)
+      .orderBy('seq')
+      .limit(options.limit + 1)) as MessageRow[];
+    return {
+      messages: rows.slice(0, options.limit).map((message) => messageOf(message, cipher)),
+      more: rows.length > options.limit,
+    };
+  }
+
+  /** Whether the session already stored the answer to `messageId` (a retry of it is refused). */
+  async answered(sessionId: string, messageId: string, db: Knex = this.deps.db): Promise<boolean> {
+    const row = await db('chat_messages')
+      .where({ session_id: sessionId, message_id: messageId })
+      .first('seq');
+    return row !== undefined;
+  }
+
+  /** Records a use of the session now (its idle time starts again). */
+  async touch(session: StoredSession): Promise<Date> {
+    const now = this.now();
+    await this.deps.db('chat_sessions').where({ id: session.id }).update({ last_used_at: now });
+    return new Date(now);
+  }
+
+  /**
+   * Stores what one answered request added (its user message, then the model's turns and tool
+   * results), with its cost on the last of them, in one transaction. A session that meanwhile stored
+   * this message id (another replica) or was deleted is refused, and nothing is stored.
+   */
+  async append(
+    session: StoredSession,
+    messageId: string,
+    added: readonly LlmMessage[],
+    cost: bigint,
+  ): Promise<void> {
+    const now = this.now();
+    await this.deps.db.transaction(async (trx) => {
+      const change = await takeChange(trx, session.wallet);
+      const row = (await trx('chat_sessions').where({ id: session.id }).first()) as SessionRow | undefined;
+      if (!row) throw sessionGone(session.id);
+      if (await this.answered(session.id, messageId, trx)) throw alreadyAnswered(messageId);
+      const cipher = this.cipherOf(sessionOf(row));
+      const first = Number(row.last_seq) + 1;
+      const rows: MessageRow[] = added.map((message, index) => ({
+        session_id: session.id,
+        seq: first + index,
+        message_id: messageId,
+        role: message.role,
+        content: sealMessage(message, first + index, cipher),
+        cost: index === added.length - 1 ? cost.toString() : null,
+        created_at: now,
+      }));
+      for (let start = 0; start < rows.length; start += INSERT_CHUNK)
+        await trx('chat_messages').insert(rows.slice(start, start + INSERT_CHUNK));
+      await trx('chat_sessions')
+        .where({ id: session.id })
+        .update({
+          user_messages: trx.raw('?? + 1', ['user_messages']),
+          last_seq: first + rows.length - 1,
+          last_used_at: now,
+          change_seq: change,
+        });
+    });
+  }
+
+  /** Ends an open session (its history stays readable); false when it had ended already. */
+  async end(session: SessionRef, reason: EndReason): Promise<boolean> {
+    const now = this.now();
+    const ended = await this.deps.db.transaction(async (trx): Promise<number> => {
+      const change = await takeChange(trx, session.wallet);
+      return trx('chat_sessions')
+        .where({ id: session.id })
+        .whereNull('ended_at')
+        .update({ ended_at: now, end_reason: reason, change_seq: change });
+    });
+    if (ended > 0) this.tellEnded([session]);
+    return ended > 0;
+  }
+
+  /** Deletes the session and its messages (the listeners first, in the same transaction). */
+  async delete(session: StoredSession): Promise<void> {
+    await this.deps.db.transaction(async (trx) => {
+      await takeChange(trx, session.wallet);
+      for (const listener of this.deletedListeners) await listener(refOf(session), trx);
+      await trx('chat_messages').where({ session_id: session.id }).delete();
+      await trx('chat_sessions').where({ id: session.id }).delete();
+    });
+    if (session.endedAt === undefined) this.tellEnded([session]);
+  }
+
+  /**
+   * For the self-improvement pipeline: the wallet's sessions with messages that changed after the
+   * watermark `after` (none: from the start), in the order of their last change, at most `limit`.
+   * By default only ended ones (closed, or idle past `sessionIdleSeconds`: they end here first);
+   * `includeOpen` adds open ones. A session changed again after it was processed (a new message, its
+   * end) comes again after a later watermark. Its messages: `messages(wallet, id, { afterSeq })`.
+   */
+  async pending(
+    wallet: string,
+    options: { after?: string | undefined; limit: number; includeOpen?: boolean },
+  ): Promise<{ sessions: PendingSession[]; more: boolean }> {
+    await this.expireIdle({ wallet });
+    let query = this.deps
+      .db('chat_sessions')
+      .where({ wallet })
+      .andWhere('user_messages', '>', 0)
+      .orderBy(['change_seq', 'id'])
+      .limit(options.limit + 1);
+    if (!options.includeOpen) query = query.whereNotNull('ended_at');
+    if (options.after !== undefined)
+      query = beyond(query, 'change_seq', '>', decodeCursor(options.after, 'w'));
+    const rows = (await query) as SessionRow[];
+    return {
+      sessions: rows.slice(0, options.limit).map((row) => ({
+        ...sessionOf(row),
+        watermark: encodeCursor('w', Number(row.change_seq), row.id),
+      })),
+      more: rows.length > options.limit,
+    };
+  }
+
+  /**
+   * Ends the open sessions matching `where` idle past `idleMs` (not those answering here), at the
+   * moment they became idle. Read first, so an access with nothing idle writes nothing.
+   */
+  private async expireIdle(where: { wallet: string; agent_id?: string; id?: string }): Promise<void> {
+    const cutoff = this.now() - this.deps.idleMs;
+    const idle = () =>
+      this.deps.db('chat_sessions').where(where).whereNull('ended_at').andWhere('last_used_at', '<', cutoff);
+    const candidates = ((await idle().select('id')) as { id: string }[])
+      .map((row) => row.id)
+      .filter((id) => !this.answering.has(id));
+    if (candidates.length === 0) return;
+    const expired = await this.deps.db.transaction(async (trx) => {
+      const change = await takeChange(trx, where.wallet);
+      return (await idle()
+        .transacting(trx)
+        .whereIn('id', candidates)
+        .update({
+          ended_at: trx.raw('?? + ?', ['last_used_at', this.deps.idleMs]),
+          end_reason: 'expired',
+          change_seq: change,
+        })
+        .returning(['id', 'wallet', 'agent_id'])) as { id: string; wallet: string; agent_id: string }[];
+    });
+    this.tellEnded(expired.map((row) => ({ id: row.id, wallet: row.wallet, agentId: row.agent_id })));
+  }
+
+  private cipherOf(session: StoredSession): SessionCipher | undefined {
+    if (session.dataKey === undefined) return undefined;
+    return new SessionCipher(session.id, this.deps.keys.unwrap(session.id, session.dataKey));
+  }
+
+  private tellEnded(sessions: readonly SessionRef[]): void {
+    for (const session of sessions) for (const listener of this.endedListeners) listener(session);
+  }
+
+  private now(): number {
+    return this.deps.clock.now().getTime();
+  }
+}
+
+const refOf = (session: StoredSession): SessionRef => ({
+  id: session.id,
+  wallet: session.wallet,
+  agentId: session.agentId,
+});
+
+export const alreadyAnswered = (messageId: string): SigilError =>
+  new SigilError('conflict', `Message ${messageId} was already answered in this session`, {
+    hint: 'Send a new message with another id (or none: the runtime gives one)',
+    details: { reason: 'message_already_answered', messageId },
+  });
+
+const sessionGone = (id: string): SigilError =>
+  new SigilError('not_found', `Session ${id} was deleted`, { details: { reason: 'session_not_found' } });
