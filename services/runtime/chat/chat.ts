@@ -55,6 +55,8 @@ export interface ChatDeps {
   vault: ProviderVault;
   gateway: GatewayClient;
   logger: Logger;
+  /** Told of each message answered to its end (self-improvement's after_each schedule); must not throw. */
+  onTurnCompleted?: (turn: { wallet: string; agentId: string; sessionId: string }) => void;
 }
 
 /** Sessions, the chat loop (model ↔ gateway tools), and what it charges (README: Chat). */
@@ -402,6 +404,12 @@ export class ChatService {
       const cost = platformCost(chat.keyKind, base, billed);
       const charge = await this.settle(chat, cost);
       this.sessions.end(session, chat.messageId, completed ? messages : undefined);
+      if (completed)
+        this.options.onTurnCompleted?.({
+          wallet: principal.address,
+          agentId: session.agentId,
+          sessionId: session.id,
+        });
       sse.send('cost', {
         ...costView(cost),
         estimate: chat.estimate.toString(),

@@ -11,6 +11,7 @@ import { createGatewayApp, type GatewayAppOptions } from '../../../services/gate
 import type { Kernel } from '../../../services/kernel.ts';
 import { createRuntimeApp, type RuntimeApp } from '../../../services/runtime/app.ts';
 import type { ChatSettings } from '../../../services/runtime/chat/chat.ts';
+import type { ReflectPipeline } from '../../../services/runtime/reflect/pipeline.ts';
 import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../support/kernel.ts';
 import { bearerHeader, GATEWAY_PUBLIC, RUNTIME_PUBLIC } from '../../core/auth/support.ts';
 
@@ -76,6 +77,8 @@ export interface StackOptions {
   logs?: Writable;
   /** Where plugin packages resolve from (a deployment's folder); see openTestKernel. */
   configDir?: string;
+  /** What the runtime's self-improvement runs. */
+  reflectPipeline?: ReflectPipeline;
 }
 
 /**
@@ -118,12 +121,16 @@ export class Stack {
       },
     });
     try {
-      const runtime = await createRuntimeApp(kernel, { gatewayUrl: ports.gateway.url });
+      const runtime = await createRuntimeApp(kernel, {
+        gatewayUrl: ports.gateway.url,
+        ...(options.reflectPipeline ? { reflectPipeline: options.reflectPipeline } : {}),
+      });
       await runtime.vault.ready();
       ports.runtime.serve(runtime.callback());
       const gateway = createGatewayApp(kernel, options.gateway ?? {});
       ports.gateway.serve(gateway.callback());
       return new Stack(kernel, clock, runtime, ports, [
+        () => runtime.reflect.close(),
         async () => runtime.vault.close(),
         () => gateway.close(),
       ]);
@@ -242,11 +249,18 @@ export async function gatewaySession(stack: Stack, token: string): Promise<Gatew
  */
 export async function internalKeyStack(
   database: TestDatabase,
-  options: { operatorKey: string; chat: Partial<ChatSettings> },
+  options: {
+    operatorKey: string;
+    chat: Partial<ChatSettings>;
+    clock?: ManualClock;
+    reflectPipeline?: ReflectPipeline;
+  },
 ): Promise<{ stack: Stack; close(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'sigil-chat-'));
   const stack = await Stack.start({
     database,
+    ...(options.clock ? { clock: options.clock } : {}),
+    ...(options.reflectPipeline ? { reflectPipeline: options.reflectPipeline } : {}),
     config: {
       vault: { persistenceDir: dir },
       ledger: { minimumBalance: '0' } as never,
