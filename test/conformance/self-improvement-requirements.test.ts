@@ -3,7 +3,7 @@ import type { ServerResponse } from 'node:http';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
 import { serve } from '../../services/serve.ts';
 import { openTestKernel } from '../support/kernel.ts';
-import { reportDir, runRequirements, runSigil, startTinyServer, type TinyServer } from './support.ts';
+import { certifyGroup, runRequirements, startTinyServer, type TinyServer } from './support.ts';
 
 const IDS = REQUIREMENTS.filter((requirement) => requirement.groups?.includes('self-improvement')).map(
   (requirement) => requirement.id,
@@ -94,28 +94,9 @@ describe('self-improvement: conformance requirements (routes, schedule values, o
   });
 
   it('sigil conformance deployment --only self-improvement runs exactly these, and exits 0', async () => {
-    const out = reportDir();
-    try {
-      const run = await runSigil([
-        'conformance',
-        'deployment',
-        '--runtime',
-        runtime.url,
-        '--gateway',
-        runtime.url,
-        '--out',
-        out.dir,
-        '--only',
-        'self-improvement',
-      ]);
-      expect(run.code, run.stdout + run.stderr).to.equal(0);
-      const report = JSON.parse(out.read('report.json')) as { results: { id: string; status: string }[] };
-      expect(report.results.map((result) => [result.id, result.status])).to.have.deep.members(
-        IDS.map((id) => [id, 'pass']),
-      );
-    } finally {
-      out.cleanup();
-    }
+    const { code, output, results } = await certifyGroup(runtime.url, 'self-improvement');
+    expect(code, output).to.equal(0);
+    expect(results).to.have.deep.members(IDS.map((id) => [id, 'pass']));
   });
 
   describe('behind a proxy that breaks one rule', () => {
