@@ -13,6 +13,7 @@ import { paymentRequirements } from './deployment/payments/index.ts';
 import { proofRequirements } from './deployment/proofs.ts';
 import { registryRequirements } from './deployment/registries.ts';
 import { secretsRequirements } from './deployment/secrets.ts';
+import { selfImprovementRequirements } from './deployment/self-improvement.ts';
 import { serversApiRequirements } from './deployment/servers-api.ts';
 import { foreignTokenRequirement, signInRequirements } from './deployment/sign-in.ts';
 import { toolCallRequirements } from './deployment/tool-calls.ts';
@@ -49,4 +50,5 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...ledgerRequirements,
   ...chatRequirements,
   ...canvasRequirements,
+  ...selfImprovementRequirements,
 ];

@@ -40,6 +40,8 @@ export const REQUIREMENT_GROUPS = {
   tee: 'the requirements that need a TEE: they fail on a deployment without one, such as npm start with tee-none',
   canvas:
     "canvas workflows (Sigil's /canvas routes): topological order, cycle refusal, approval enforcement, SSE events, owner-only runs",
+  'self-improvement':
+    'self-improvement: the status, trigger, history and settings routes, the four schedule values, owner-only runs, a trigger making a history entry',
 } as const;
 
 export type RequirementGroup = keyof typeof REQUIREMENT_GROUPS;

@@ -1,4 +1,5 @@
 import Router from '@koa/router';
+import { SigilError } from '@sigil/plugin-api';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import type { RuntimeSource } from '../../core/auth/delegation/source.ts';
 import { publicBase } from '../../core/auth/settings.ts';
@@ -20,6 +21,9 @@ import { runtimeOpenApi } from './openapi.ts';
 import { GatewayClient } from './gateway-client.ts';
 import { createLedgerService, type LedgerService } from './ledger/service.ts';
 import { createProviderVault, type ProviderVault } from './vault/index.ts';
+import type { ReflectPipeline } from './reflect/pipeline.ts';
+import { reflectRouter } from './reflect/routes.ts';
+import { ReflectService } from './reflect/service.ts';
 
 export interface RuntimeApp extends HttpApp {
   /** Agents and the wallet ledger (what the chat charges). */
@@ -38,6 +42,8 @@ export interface RuntimeApp extends HttpApp {
   history: ConversationStore;
   /** Canvas workflows and their runs. */
   canvas: CanvasService;
+  /** Self-improvement: wallet settings, the schedules, runs of the pipeline. */
+  reflect: ReflectService;
   /** Recovers unfinished transfers, then starts the ledger's background work. */
   start(): Promise<void>;
   close(): Promise<void>;
@@ -46,7 +52,21 @@ export interface RuntimeApp extends HttpApp {
 export interface RuntimeAppOptions {
   /** Where the runtime reaches the gateway; its public URL (`gateway.publicUrl`) by default. */
   gatewayUrl?: string;
+  /** What self-improvement runs (facets, learnings, skills); tests give their own. */
+  reflectPipeline?: ReflectPipeline;
 }
+
+/** Until the pipeline (issue 27, part 2) is composed here: runs fail as unavailable, nothing is learned. */
+const PIPELINE_NOT_BUILT: ReflectPipeline = {
+  version: 'none',
+  run: () =>
+    Promise.reject(
+      new SigilError('unavailable', 'This runtime has no self-improvement pipeline yet', {
+        details: { reason: 'pipeline_missing' },
+      }),
+    ),
+  counts: () => Promise.resolve({ facets: 0, learnings: 0, skills: 0 }),
+};
 
 /** What the runtime tells about its own protection, shown on `/health` as `securityPosture`. */
 async function securityPosture(
@@ -117,6 +137,14 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
   const auth = runtimeAuth(kernel);
   const ledger = createLedgerService(kernel);
   const history = conversationStore(kernel);
+  const reflect = new ReflectService({
+    db: kernel.db,
+    clock: kernel.clock,
+    logger: kernel.logger.child({ component: 'self-improvement' }),
+    settings: kernel.config.runtime.selfImprovement,
+    pipeline: options.reflectPipeline ?? PIPELINE_NOT_BUILT,
+  });
+  vault.onUnlock((session) => void reflect.unlocked(session));
   const chat = new ChatService({
     kernel,
     history,
@@ -125,6 +153,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     vault,
     gateway,
     logger: kernel.logger.child({ component: 'chat' }),
+    onTurnCompleted: (turn) => void reflect.chatted(turn.wallet),
   });
   const canvas = new CanvasService({
     kernel,
@@ -151,6 +180,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
       vaultRouter,
       ...ledger.routers,
       chatRouter(chat),
+      reflectRouter(reflect),
       ...(kernel.config.runtime.canvas.enabled ? [canvasRouter(canvas)] : []),
       new Router().get('/openapi.json', (ctx) => {
         ctx.body = runtimeOpenApi(kernel.config.runtime);
@@ -167,15 +197,18 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     chat,
     history,
     canvas,
+    reflect,
     start: async () => {
       await vault.ready();
       await ledger.start();
       await chat.warnOfSharedModels();
       if (kernel.config.runtime.canvas.enabled) await canvas.start();
+      reflect.start();
     },
     close: async () => {
       http.stopLogging();
       await canvas.close();
+      await reflect.close();
       await chat.drain();
       await chat.toolClients.close();
       vault.close();

@@ -4,6 +4,7 @@ import { serviceEnv, serviceSchema } from '../../core/config/service.ts';
 import { privateKey } from '../../core/config/values.ts';
 import { canvasSchema } from './canvas/config.ts';
 import { asDataKeys, chatSchema, historySchema } from './chat/config.ts';
+import { selfImprovementSchema } from './reflect/config.ts';
 
 /** The `runtime` section: where the agent runtime listens, its keys, its chat sessions. */
 export const runtimeSchema = serviceSchema(8080)
@@ -41,6 +42,9 @@ export const runtimeSchema = serviceSchema(8080)
     chat: chatSchema.describe('Chat sessions and their limits (docs/runtime-chat.md)'),
     canvas: canvasSchema.describe('Canvas workflows, their runs and limits (docs/canvas.md)'),
     history: historySchema.describe('Chat history at rest: its encryption keys (docs/runtime-chat.md)'),
+    selfImprovement: selfImprovementSchema.describe(
+      'Self-improvement runs: their schedules, leases and retries (docs/self-improvement.md)',
+    ),
   })
   .prefault({});
 

@@ -326,5 +326,62 @@ export const runtimeMigrations: readonly Migration[] = [
         await db.schema.dropTableIfExists(table);
     },
   },
+  {
+    name: '0270-wallet-settings-and-reflect-runs',
+    async up(db) {
+      // PUT /wallet/settings: the wallet's whole settings document, as validated JSON.
+      await db.schema.createTable('wallet_settings', (t) => {
+        t.string('wallet', 42).primary();
+        t.text('document').notNullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+      // When each wallet's next self-improvement run is due (null: none is); after_each also keeps
+      // since when it waits, so further messages push the run back no further than the max delay.
+      await db.schema.createTable('reflect_schedules', (t) => {
+        t.string('wallet', 42).primary();
+        t.bigInteger('next_run_at').nullable().index();
+        t.bigInteger('pending_since').nullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+      // due_at: queued, when it may start; running, when its lease ends (renewed while its replica
+      // lives); waiting_for_unlock, when it is tried again. attempt grows with every claim and fences
+      // each write of the claimer, so a replica that lost its lease never records anything.
+      await db.schema.createTable('reflect_runs', (t) => {
+        t.string('id', 36).primary();
+        t.string('wallet', 42).notNullable();
+        t.string('trigger', 16).notNullable();
+        t.string('status', 24).notNullable();
+        t.string('pipeline_version', 100).nullable();
+        t.integer('attempt').notNullable().defaultTo(0);
+        t.integer('resumes').notNullable().defaultTo(0);
+        t.bigInteger('due_at').notNullable();
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('started_at').nullable();
+        t.bigInteger('ended_at').nullable();
+        t.bigInteger('updated_at').notNullable();
+        t.integer('sessions').nullable();
+        t.integer('facets').nullable();
+        t.integer('learnings').nullable();
+        t.integer('skills').nullable();
+        t.integer('llm_calls').nullable();
+        t.bigInteger('input_tokens').nullable();
+        t.bigInteger('output_tokens').nullable();
+        t.bigInteger('charged').nullable();
+        t.text('produced').nullable();
+        t.string('error_code', 40).nullable();
+        t.text('error_message').nullable();
+        t.index(['wallet', 'created_at']);
+        t.index(['status', 'due_at']);
+      });
+      // One run at a time per wallet, whichever replica or trigger starts it (same SQL on both).
+      await db.raw(
+        "create unique index reflect_runs_one_active on reflect_runs (wallet) where status in ('queued', 'running', 'waiting_for_unlock')",
+      );
+    },
+    async down(db) {
+      for (const table of ['reflect_runs', 'reflect_schedules', 'wallet_settings'])
+        await db.schema.dropTableIfExists(table);
+    },
+  },
   reflectMemoryMigration,
 ];

@@ -23,6 +23,7 @@ import {
 import { slotParams, storeBody, unlockBody } from './vault/routes.ts';
 import { listQuery } from './chat/routes.ts';
 import { canvasPaths } from './canvas/openapi.ts';
+import { reflectPaths } from './reflect/openapi.ts';
 
 const agent = parametersOf(agentParams, 'path');
 const session = [
@@ -51,7 +52,7 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
   return openApiDocument({
     title: 'Sigil agent runtime',
     description:
-      'Wallet sign-in, agents, chat, canvas workflows, the provider-key vault and the wallet ledger.',
+      'Wallet sign-in, agents, chat, canvas workflows, self-improvement, the provider-key vault and the wallet ledger.',
     address: runtime,
     bearerDescription: 'A runtime session JWT (1 h) from /auth/verify',
     paths: {
@@ -77,6 +78,7 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
       },
       ...attestationPaths('jwksSha256', 'jwks'),
       ...canvasPaths(),
+      ...reflectPaths(),
       '/wallet/provider-vault/message': {
         get: {
           summary: 'The message a wallet signs to unlock its provider vault',

@@ -10,7 +10,7 @@ import { serve } from '../../services/serve.ts';
 import { pluginsWithLocalProvider } from '../services/runtime/support.ts';
 import { openTestKernel } from '../support/kernel.ts';
 import { startCanvasProxy, type CanvasFaults } from './canvas-proxy.ts';
-import { reportDir, runRequirements, runSigil, statuses } from './support.ts';
+import { certifyGroup, runRequirements, statuses } from './support.ts';
 import type { TinyServer } from './support.ts';
 
 const IDS = REQUIREMENTS.filter((requirement) => requirement.groups?.includes('canvas')).map(
@@ -72,28 +72,9 @@ describe('canvas: conformance requirements (order, cycles, approvals, SSE, owner
     });
 
     it('sigil conformance deployment --only canvas runs exactly these, and exits 0', async () => {
-      const out = reportDir();
-      try {
-        const run = await runSigil([
-          'conformance',
-          'deployment',
-          '--runtime',
-          runtime.url,
-          '--gateway',
-          runtime.url,
-          '--out',
-          out.dir,
-          '--only',
-          'canvas',
-        ]);
-        expect(run.code, run.stdout + run.stderr).to.equal(0);
-        const report = JSON.parse(out.read('report.json')) as { results: { id: string; status: string }[] };
-        expect(report.results.map((result) => [result.id, result.status])).to.have.deep.members(
-          IDS.map((id) => [id, 'pass']),
-        );
-      } finally {
-        out.cleanup();
-      }
+      const { code, output, results } = await certifyGroup(runtime.url, 'canvas');
+      expect(code, output).to.equal(0);
+      expect(results).to.have.deep.members(IDS.map((id) => [id, 'pass']));
     });
 
     describe('behind a proxy that breaks one rule', () => {

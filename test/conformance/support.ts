@@ -88,6 +88,39 @@ export function reportDir(): { dir: string; read(name: string): string; cleanup(
   };
 }
 
+/**
+ * `sigil conformance deployment --only <group>` against one runtime (as both URLs): its exit code,
+ * what it printed, and each result of its JSON report as [id, status].
+ */
+export async function certifyGroup(
+  runtimeUrl: string,
+  group: string,
+): Promise<{ code: number | null; output: string; results: [string, string][] }> {
+  const out = reportDir();
+  try {
+    const run = await runSigil([
+      'conformance',
+      'deployment',
+      '--runtime',
+      runtimeUrl,
+      '--gateway',
+      runtimeUrl,
+      '--out',
+      out.dir,
+      '--only',
+      group,
+    ]);
+    const report = JSON.parse(out.read('report.json')) as { results: { id: string; status: string }[] };
+    return {
+      code: run.code,
+      output: run.stdout + run.stderr,
+      results: report.results.map((result) => [result.id, result.status]),
+    };
+  } finally {
+    out.cleanup();
+  }
+}
+
 /** Runs the deployment requirements `ids` against `target`: each one's result, by id. */
 export async function runRequirements(
   target: DeploymentTarget,

@@ -60,6 +60,8 @@ export interface ChatDeps {
   vault: ProviderVault;
   gateway: GatewayClient;
   logger: Logger;
+  /** Told of each message answered to its end (self-improvement's after_each schedule); must not throw. */
+  onTurnCompleted?: (turn: { wallet: string; agentId: string; sessionId: string }) => void;
 }
 
 /** Sessions, the chat loop (model ↔ gateway tools), and what it charges (README: Chat). */
@@ -407,6 +409,12 @@ export class ChatService {
       const charge = await this.settle(chat, cost);
       const stored = await this.store(chat, completed ? messages : undefined, cost.platformCost);
       if (stored !== true) sse.send('error', stored);
+      if (completed && stored === true)
+        this.options.onTurnCompleted?.({
+          wallet: principal.address,
+          agentId: session.agentId,
+          sessionId: session.id,
+        });
       sse.send('cost', {
         ...costView(cost),
         estimate: chat.estimate.toString(),

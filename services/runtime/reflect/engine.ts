@@ -73,6 +73,8 @@ interface CallTally {
  * key derived from what it reads, so a run that crashed and runs again charges nothing twice.
  */
 export class ReflectEngine implements ReflectPipeline {
+  readonly version = String(PIPELINE_VERSION);
+
   constructor(private readonly deps: ReflectEngineDeps) {}
 
   counts(wallet: string): Promise<ReflectCounts> {

@@ -1,4 +1,4 @@
-import type { AuthPrincipal } from '../../../core/auth/index.ts';
+import type { VaultSession } from '../vault/index.ts';
 
 /** When a wallet's self-improvement runs by itself (`PUT /wallet/settings`); all times in UTC. */
 export const SCHEDULES = ['after_each', 'daily', 'weekly', 'biweekly'] as const;
@@ -9,8 +9,11 @@ export interface ReflectJob {
   wallet: string;
   runId: string;
   trigger: 'manual' | 'schedule';
-  /** The signed-in caller of a manual trigger (its vault session may hold the BYOK key). */
-  principal?: AuthPrincipal;
+  /**
+   * A session whose vault may hold the BYOK key: the signed-in caller of a manual trigger, or the
+   * session whose unlock let a waiting run go on. None for a scheduled run.
+   */
+  principal?: VaultSession;
   signal: AbortSignal;
 }
 
@@ -42,6 +45,8 @@ export interface ReflectCounts {
  * key is off: the run then waits (`waiting_for_unlock`) and is retried when a session unlocks.
  */
 export interface ReflectPipeline {
+  /** Recorded on each run it works on (the history says which version produced what). */
+  readonly version: string;
   run(job: ReflectJob): Promise<ReflectOutcome>;
   counts(wallet: string): Promise<ReflectCounts>;
 }

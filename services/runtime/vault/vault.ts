@@ -67,6 +67,7 @@ export class ProviderVault {
   readonly message = PROVIDER_VAULT_MESSAGE;
   private readonly sessions: VaultSessions;
   private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly unlockListeners: ((session: VaultSession) => void)[] = [];
 
   constructor(private readonly options: ProviderVaultOptions) {
     this.sessions = new VaultSessions(options.clock, options.registry);
@@ -144,6 +145,11 @@ export class ProviderVault {
     };
   }
 
+  /** Tells `listener` of each session that unlocks (self-improvement runs waiting for its key go on). */
+  onUnlock(listener: (session: VaultSession) => void): void {
+    this.unlockListeners.push(listener);
+  }
+
   /**
    * Unlocks every stored key into this session's memory with the provider-vault signature, which must
    * be the session wallet's; server-protected copies are sealed again under the wallet's key and the
@@ -211,6 +217,7 @@ export class ProviderVault {
         root,
         keys,
       });
+      for (const listener of this.unlockListeners) listener(session);
       return result;
     });
   }

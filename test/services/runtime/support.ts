@@ -12,6 +12,7 @@ import type { Kernel } from '../../../services/kernel.ts';
 import type { SigilConfig } from '../../../services/config.ts';
 import { createRuntimeApp, type RuntimeApp } from '../../../services/runtime/app.ts';
 import type { ChatSettings } from '../../../services/runtime/chat/chat.ts';
+import type { ReflectPipeline } from '../../../services/runtime/reflect/pipeline.ts';
 import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../support/kernel.ts';
 import { bearerHeader, GATEWAY_PUBLIC, RUNTIME_PUBLIC } from '../../core/auth/support.ts';
 
@@ -77,6 +78,8 @@ export interface StackOptions {
   logs?: Writable;
   /** Where plugin packages resolve from (a deployment's folder); see openTestKernel. */
   configDir?: string;
+  /** What the runtime's self-improvement runs. */
+  reflectPipeline?: ReflectPipeline;
 }
 
 /**
@@ -119,12 +122,16 @@ export class Stack {
       },
     });
     try {
-      const runtime = await createRuntimeApp(kernel, { gatewayUrl: ports.gateway.url });
+      const runtime = await createRuntimeApp(kernel, {
+        gatewayUrl: ports.gateway.url,
+        ...(options.reflectPipeline ? { reflectPipeline: options.reflectPipeline } : {}),
+      });
       await runtime.vault.ready();
       ports.runtime.serve(runtime.callback());
       const gateway = createGatewayApp(kernel, options.gateway ?? {});
       ports.gateway.serve(gateway.callback());
       return new Stack(kernel, clock, runtime, ports, [
+        () => runtime.reflect.close(),
         async () => runtime.vault.close(),
         () => gateway.close(),
       ]);
@@ -249,6 +256,7 @@ export async function internalKeyStack(
     history?: Partial<SigilConfig['runtime']['history']>;
     clock?: ManualClock;
     logs?: Writable;
+    reflectPipeline?: ReflectPipeline;
   },
 ): Promise<{ stack: Stack; close(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'sigil-chat-'));
@@ -256,6 +264,7 @@ export async function internalKeyStack(
     database,
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.logs ? { logs: options.logs } : {}),
+    ...(options.reflectPipeline ? { reflectPipeline: options.reflectPipeline } : {}),
     config: {
       vault: { persistenceDir: dir },
       ledger: { minimumBalance: '0' } as never,

@@ -1,0 +1,57 @@
+import { z } from 'zod';
+
+const seconds = (min: number, max: number) => z.number().int().min(min).max(max);
+
+/** The runtime's `selfImprovement` settings: how replicas schedule and run reflect runs (docs/self-improvement.md). */
+export const selfImprovementSchema = z
+  .object({
+    passIntervalSeconds: seconds(1, 3600)
+      .default(30)
+      .describe(
+        "How often each replica looks for due runs (scheduled occurrences, runs to resume or retry) and renews its running runs' leases",
+      ),
+    afterEachDebounceSeconds: seconds(0, 86_400)
+      .default(60)
+      .describe(
+        'after_each: a run starts this long after the last completed chat message; a further message pushes it back',
+      ),
+    afterEachMaxDelaySeconds: seconds(0, 7 * 86_400)
+      .default(900)
+      .describe(
+        'after_each: the most a run is pushed back by further messages, counted from the first message it waits for',
+      ),
+    leaseSeconds: seconds(10, 86_400)
+      .default(300)
+      .describe(
+        'A running run is held this long by its replica, renewed at each pass; not renewed (the replica died), the next pass elsewhere takes it over',
+      ),
+    maxResumes: z
+      .number()
+      .int()
+      .min(0)
+      .max(10)
+      .default(2)
+      .describe(
+        'Times a run whose replica died is resumed by another; the next such death marks it failed (run_abandoned)',
+      ),
+    lockedRetrySeconds: seconds(10, 7 * 86_400)
+      .default(900)
+      .describe(
+        'A run waiting_for_unlock is tried again this often, and at once when a session of its wallet unlocks the vault here',
+      ),
+    maxConcurrentRuns: z
+      .number()
+      .int()
+      .min(1)
+      .max(64)
+      .default(2)
+      .describe("Runs one replica works on at once (each wallet's runs one at a time in any case)"),
+  })
+  .strict()
+  .refine((settings) => settings.leaseSeconds >= 2 * settings.passIntervalSeconds, {
+    path: ['leaseSeconds'],
+    message: 'must be at least twice passIntervalSeconds: a lease is renewed once a pass',
+  })
+  .prefault({});
+
+export type SelfImprovementSettings = z.infer<typeof selfImprovementSchema>;

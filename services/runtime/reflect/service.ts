@@ -1,0 +1,116 @@
+import type { Knex } from 'knex';
+import type { AuthPrincipal } from '../../../core/auth/index.ts';
+import type { Clock } from '../../../core/clock.ts';
+import type { Logger } from '../../../core/log.ts';
+import type { VaultSession } from '../vault/index.ts';
+import type { SelfImprovementSettings } from './config.ts';
+import type { ReflectCounts, ReflectPipeline } from './pipeline.ts';
+import { ReflectRuns, type ReflectRun } from './runs.ts';
+import { ReflectScheduler } from './scheduler.ts';
+import { ReflectSchedules } from './schedules.ts';
+import { WalletSettings, type SelfImprovementChoice, type WalletSettingsDocument } from './settings.ts';
+
+export interface ReflectDeps {
+  db: Knex;
+  clock: Clock;
+  logger: Logger;
+  settings: SelfImprovementSettings;
+  pipeline: ReflectPipeline;
+}
+
+export interface ReflectStatus extends SelfImprovementChoice {
+  nextRunAt: Date | null;
+  pipelineVersion: string;
+  currentRun: ReflectRun | null;
+  lastRun: ReflectRun | null;
+  counts: ReflectCounts;
+}
+
+/**
+ * Self-improvement as the routes and the rest of the runtime see it (docs/self-improvement.md): a
+ * wallet's settings, its runs' status and history, manual triggers, and the events that move its
+ * schedule (a completed chat message, a vault unlock).
+ */
+export class ReflectService {
+  readonly walletSettings: WalletSettings;
+  readonly runs: ReflectRuns;
+  readonly schedules: ReflectSchedules;
+  readonly scheduler: ReflectScheduler;
+
+  constructor(private readonly deps: ReflectDeps) {
+    const { db, clock, settings } = deps;
+    this.walletSettings = new WalletSettings(db, clock);
+    this.runs = new ReflectRuns(db, clock);
+    this.schedules = new ReflectSchedules(db, clock, {
+      debounceMs: settings.afterEachDebounceSeconds * 1000,
+      maxDelayMs: settings.afterEachMaxDelaySeconds * 1000,
+    });
+    this.scheduler = new ReflectScheduler({
+      ...deps,
+      runs: this.runs,
+      schedules: this.schedules,
+      walletSettings: this.walletSettings,
+    });
+  }
+
+  settings(wallet: string): Promise<WalletSettingsDocument> {
+    return this.walletSettings.get(wallet);
+  }
+
+  /** Replaces the wallet's settings; its next run follows them, in the same transaction. */
+  async replaceSettings(wallet: string, document: WalletSettingsDocument): Promise<WalletSettingsDocument> {
+    await this.deps.db.transaction(async (trx) => {
+      await this.walletSettings.put(trx, wallet, document);
+      await this.schedules.applySettings(trx, wallet, document.selfImprovement);
+    });
+    return document;
+  }
+
+  async status(wallet: string): Promise<ReflectStatus> {
+    const [settings, nextRunAt, current, last, counts] = await Promise.all([
+      this.walletSettings.get(wallet),
+      this.schedules.nextRunAt(wallet),
+      this.runs.active(wallet),
+      this.runs.lastEnded(wallet),
+      this.deps.pipeline.counts(wallet),
+    ]);
+    return {
+      ...settings.selfImprovement,
+      nextRunAt,
+      pipelineVersion: this.deps.pipeline.version,
+      currentRun: current ?? null,
+      lastRun: last ?? null,
+      counts,
+    };
+  }
+
+  trigger(principal: AuthPrincipal): Promise<{ run: ReflectRun; created: boolean }> {
+    return this.scheduler.trigger(principal);
+  }
+
+  history(wallet: string, page: { limit: number; cursor?: string | undefined }) {
+    return this.runs.page(wallet, page);
+  }
+
+  /** A chat message of the wallet completed (ChatService's onTurnCompleted). Never throws: logged. */
+  async chatted(wallet: string): Promise<void> {
+    try {
+      await this.schedules.chatted(wallet, (await this.walletSettings.get(wallet)).selfImprovement);
+    } catch (err) {
+      this.deps.logger.warn({ err, wallet }, 'self-improvement: a chat message was not scheduled for');
+    }
+  }
+
+  /** A session unlocked its provider vault here (the vault's onUnlock). Never throws. */
+  unlocked(session: VaultSession): Promise<void> {
+    return this.scheduler.unlocked(session);
+  }
+
+  start(): void {
+    this.scheduler.start();
+  }
+
+  close(): Promise<void> {
+    return this.scheduler.close();
+  }
+}
