@@ -1,4 +1,3 @@
-import { Ajv } from 'ajv';
 import {
   type CanvasLlmRequestV2,
   type CanvasLlmResultV2,
@@ -15,6 +14,7 @@ import type { SecretRegistry } from '../../../core/log.ts';
 import type { Agents } from '../agents.ts';
 import type { ChatService } from '../chat/chat.ts';
 import { costView, platformCost, type CostBreakdown } from '../chat/cost.ts';
+import { schemaInstruction, structuredAnswer } from '../chat/held-turn.ts';
 import { GatewayToolSession } from '../chat/tools.ts';
 import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
@@ -43,7 +43,6 @@ const toolName = (server: string, tool: string) => `${server}__${tool}`;
 export class CanvasHostServices {
   private readonly toolSessions = new Map<string, Promise<GatewayToolSession>>();
   private readonly enabled = new Map<string, Set<string>>();
-  private readonly ajv = new Ajv({ strict: false, allErrors: false });
 
   constructor(private readonly deps: HostServicesDeps) {}
 
@@ -131,31 +130,8 @@ export class CanvasHostServices {
       await this.charge(run, nodeId, hold, platformCost(keyKind, base, 0), { kind: 'llm', model });
     }
     const result: CanvasLlmResultV2 = { text, model, inputTokens, outputTokens };
-    if (request.schema) result.json = this.structured(text, request.schema);
+    if (request.schema) result.json = structuredAnswer(text, request.schema);
     return result;
-  }
-
-  /** The answer as JSON valid against the schema (a fenced block accepted); a clear failure otherwise. */
-  private structured(text: string, schema: Record<string, unknown>): unknown {
-    const body = /```(?:json)?\s*([\s\S]*?)```/.exec(text)?.[1] ?? text;
-    let value: unknown;
-    try {
-      value = JSON.parse(body.trim());
-    } catch {
-      throw new SigilError('unavailable', 'The model did not answer with JSON', {
-        details: { reason: 'llm_output_invalid' },
-      });
-    }
-    const validate = this.ajv.compile(schema);
-    if (!validate(value))
-      throw new SigilError(
-        'unavailable',
-        `The model's JSON does not match the schema: ${this.ajv.errorsText(validate.errors)}`,
-        {
-          details: { reason: 'llm_output_invalid' },
-        },
-      );
-    return value;
   }
 
   private async charge(
@@ -268,6 +244,3 @@ export class CanvasHostServices {
     await (await session?.catch(() => undefined))?.close();
   }
 }
-
-const schemaInstruction = (schema: Record<string, unknown>): string =>
-  `Answer with one JSON value only, no prose, valid against this JSON Schema:\n${JSON.stringify(schema)}`;
