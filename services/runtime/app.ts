@@ -1,5 +1,4 @@
 import Router from '@koa/router';
-import { SigilError } from '@sigil/plugin-api';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import type { RuntimeSource } from '../../core/auth/delegation/source.ts';
 import { publicBase } from '../../core/auth/settings.ts';
@@ -22,6 +21,8 @@ import { GatewayClient } from './gateway-client.ts';
 import { createLedgerService, type LedgerService } from './ledger/service.ts';
 import { createProviderVault, type ProviderVault } from './vault/index.ts';
 import type { ReflectPipeline } from './reflect/pipeline.ts';
+import { composeReflect } from './reflect/compose.ts';
+import { reflectMemoryRouter } from './reflect/memory-routes.ts';
 import { reflectRouter } from './reflect/routes.ts';
 import { ReflectService } from './reflect/service.ts';
 
@@ -55,18 +56,6 @@ export interface RuntimeAppOptions {
   /** What self-improvement runs (facets, learnings, skills); tests give their own. */
   reflectPipeline?: ReflectPipeline;
 }
-
-/** Until the pipeline (issue 27, part 2) is composed here: runs fail as unavailable, nothing is learned. */
-const PIPELINE_NOT_BUILT: ReflectPipeline = {
-  version: 'none',
-  run: () =>
-    Promise.reject(
-      new SigilError('unavailable', 'This runtime has no self-improvement pipeline yet', {
-        details: { reason: 'pipeline_missing' },
-      }),
-    ),
-  counts: () => Promise.resolve({ facets: 0, learnings: 0, skills: 0 }),
-};
 
 /** What the runtime tells about its own protection, shown on `/health` as `securityPosture`. */
 async function securityPosture(
@@ -137,12 +126,13 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
   const auth = runtimeAuth(kernel);
   const ledger = createLedgerService(kernel);
   const history = conversationStore(kernel);
+  const composed = composeReflect({ kernel, history, holds: ledger.holds, vault, chat: () => chat });
   const reflect = new ReflectService({
     db: kernel.db,
     clock: kernel.clock,
     logger: kernel.logger.child({ component: 'self-improvement' }),
     settings: kernel.config.runtime.selfImprovement,
-    pipeline: options.reflectPipeline ?? PIPELINE_NOT_BUILT,
+    pipeline: options.reflectPipeline ?? composed.engine,
   });
   vault.onUnlock((session) => void reflect.unlocked(session));
   const chat = new ChatService({
@@ -181,6 +171,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
       ...ledger.routers,
       chatRouter(chat),
       reflectRouter(reflect),
+      reflectMemoryRouter(composed.memory),
       ...(kernel.config.runtime.canvas.enabled ? [canvasRouter(canvas)] : []),
       new Router().get('/openapi.json', (ctx) => {
         ctx.body = runtimeOpenApi(kernel.config.runtime);

@@ -46,6 +46,40 @@ export const selfImprovementSchema = z
       .max(64)
       .default(2)
       .describe("Runs one replica works on at once (each wallet's runs one at a time in any case)"),
+    model: z
+      .string()
+      .min(1)
+      .max(200)
+      .optional()
+      .describe("The model of every pipeline call; absent: each session's own model"),
+    internalKey: z
+      .boolean()
+      .default(false)
+      .describe(
+        "Run on the operator's key (runtime.providerApiKey, priced by the internal formula) when no session has the wallet's vault unlocked; off: such runs wait (waiting_for_unlock)",
+      ),
+    maxSessionsPerRun: z.number().int().min(1).max(10_000).default(50).describe('Sessions one run reads'),
+    maxFacetsPerSynthesis: z
+      .number()
+      .int()
+      .min(1)
+      .max(1000)
+      .default(200)
+      .describe('Facets one synthesis call reads; more wait for the next run'),
+    maxTranscriptChars: z
+      .number()
+      .int()
+      .min(1000)
+      .max(1_000_000)
+      .default(50_000)
+      .describe("A session's transcript sent for facets, newest messages kept"),
+    maxOutputTokens: z
+      .number()
+      .int()
+      .min(256)
+      .max(65_536)
+      .default(4096)
+      .describe('Output tokens of a pipeline call'),
   })
   .strict()
   .refine((settings) => settings.leaseSeconds >= 2 * settings.passIntervalSeconds, {

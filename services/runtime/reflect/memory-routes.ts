@@ -6,12 +6,12 @@ import { parseInput } from '../../../core/http/validate.ts';
 import type { ReflectMemory, Skill } from './memory.ts';
 import { SKILL_NAME } from './prompts.ts';
 
-const learningParams = z.object({ id: z.uuid('must be a learning id (a UUID)') });
-const skillParams = z.object({
+export const learningParams = z.object({ id: z.uuid('must be a learning id (a UUID)') });
+export const skillParams = z.object({
   name: z.string().regex(SKILL_NAME, 'must be a skill name (lower-case words and hyphens)'),
 });
-const learningsQuery = z.object({ status: z.enum(['active', 'superseded', 'all']).default('active') });
-const editBody = z
+export const learningsQuery = z.object({ status: z.enum(['active', 'superseded', 'all']).default('active') });
+export const editBody = z
   .object({
     statement: z.string().trim().min(1, 'must not be empty').max(500).optional(),
     confidence: z.number().min(0).max(1).optional(),

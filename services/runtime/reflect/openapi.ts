@@ -1,10 +1,17 @@
 import { bearer, error, json, jsonBody, parametersOf } from '../../shared/openapi.ts';
 import { pageQuery } from '../ledger/routes.ts';
+import { editBody, learningParams, learningsQuery, skillParams } from './memory-routes.ts';
 import { triggerBody } from './routes.ts';
 import { settingsDocument } from './settings.ts';
 
 const RUN =
   'a run: { id, trigger (manual|schedule), status (queued|running|waiting_for_unlock|succeeded|failed), pipelineVersion, createdAt, startedAt, endedAt, retryAt, attempts, resumes, outcome { sessions, facets, learnings, skills, produced { facets, learnings, skills } }, cost { llmCalls, inputTokens, outputTokens, charged }, error { code, message } }';
+
+const LEARNING =
+  'a learning: { id, statement, confidence, status (active|superseded|deleted), supersededBy, sources { facets, sessions }, runId, createdAt, updatedAt, editedAt }';
+const SKILL =
+  'a skill: { id, name, version, description, instructions, tools, sources { facets, sessions }, runId, createdAt }';
+const deleted = { '204': { description: 'Deleted' }, '401': error, '404': error };
 
 const owned = (summary: string, extra: Record<string, unknown>) => ({ summary, security: bearer, ...extra });
 
@@ -53,6 +60,54 @@ export function reflectPaths(): Record<string, unknown> {
         parameters: parametersOf(pageQuery, 'query'),
         responses: { '200': json(`{ runs, nextCursor }, each ${RUN}`), '400': error, '401': error },
       }),
+    },
+    '/wallet/learnings': {
+      get: owned('What self-improvement learned about the wallet, most confident first', {
+        parameters: parametersOf(learningsQuery, 'query'),
+        responses: { '200': json(`{ learnings }, each ${LEARNING}`), '400': error, '401': error },
+      }),
+    },
+    '/wallet/learnings/{id}': {
+      patch: owned("Edit a learning's statement or confidence (marked editedAt)", {
+        parameters: parametersOf(learningParams, 'path'),
+        requestBody: jsonBody(editBody),
+        responses: { '200': json(LEARNING), '400': error, '401': error, '404': error },
+      }),
+      delete: owned("Delete a learning: it leaves the next chat request's input", {
+        parameters: parametersOf(learningParams, 'path'),
+        responses: deleted,
+      }),
+    },
+    '/wallet/skills': {
+      get: owned("The latest version of each of the wallet's skills", {
+        responses: { '200': json(`{ skills }, each ${SKILL}`), '401': error },
+      }),
+    },
+    '/wallet/skills/{name}': {
+      get: owned('One skill', {
+        parameters: parametersOf(skillParams, 'path'),
+        responses: { '200': json(SKILL), '400': error, '401': error, '404': error },
+      }),
+      delete: owned('Delete every version of a skill', {
+        parameters: parametersOf(skillParams, 'path'),
+        responses: deleted,
+      }),
+    },
+    '/wallet/skills/{name}/SKILL.md': {
+      get: owned(
+        'One skill as a SKILL.md file (front matter name, description, allowed-tools, metadata.version)',
+        {
+          parameters: parametersOf(skillParams, 'path'),
+          responses: {
+            '200': {
+              description: 'text/markdown',
+              content: { 'text/markdown': { schema: { type: 'string' } } },
+            },
+            '401': error,
+            '404': error,
+          },
+        },
+      ),
     },
   };
 }

@@ -257,6 +257,7 @@ export async function internalKeyStack(
     clock?: ManualClock;
     logs?: Writable;
     reflectPipeline?: ReflectPipeline;
+    selfImprovement?: Partial<SigilConfig['runtime']['selfImprovement']>;
   },
 ): Promise<{ stack: Stack; close(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'sigil-chat-'));
@@ -272,6 +273,7 @@ export async function internalKeyStack(
         providerApiKey: options.operatorKey,
         chat: { internalKey: true, ...options.chat } as never,
         ...(options.history ? { history: options.history as never } : {}),
+        ...(options.selfImprovement ? { selfImprovement: options.selfImprovement as never } : {}),
       },
       plugins: pluginsWithLocalProvider(),
     },

@@ -11,6 +11,11 @@ describe('self-improvement config (runtime.selfImprovement)', () => {
       maxResumes: 2,
       lockedRetrySeconds: 900,
       maxConcurrentRuns: 2,
+      internalKey: false,
+      maxSessionsPerRun: 50,
+      maxFacetsPerSynthesis: 200,
+      maxTranscriptChars: 50_000,
+      maxOutputTokens: 4096,
     });
   });
 

@@ -1,0 +1,60 @@
+import { SigilError } from '@sigil/plugin-api';
+import type { Kernel } from '../../kernel.ts';
+import type { ChatService } from '../chat/chat.ts';
+import type { ConversationStore } from '../chat/history.ts';
+import type { Holds } from '../ledger/holds.ts';
+import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
+import { type KeyResolver, ReflectEngine } from './engine.ts';
+import { historySource } from './history-source.ts';
+import { ReflectMemory } from './memory.ts';
+
+export interface ReflectComposition {
+  kernel: Kernel;
+  history: ConversationStore;
+  holds: Holds;
+  vault: ProviderVault;
+  /** The chat service, read when a run calls a model (it is built after the scheduler it tells). */
+  chat: () => ChatService;
+}
+
+/**
+ * The wallet's own key: the triggering session's when its vault is unlocked, else any of the wallet's
+ * sessions unlocked in this process; the operator's only when `selfImprovement.internalKey` allows.
+ * Otherwise the run waits for an unlock (reason `vault_locked`, what the scheduler waits on).
+ */
+function keyResolver({ kernel, vault }: ReflectComposition): KeyResolver {
+  return async (job, slot) => {
+    try {
+      const own = job.principal
+        ? await vault.providerKey(job.principal, slot).catch(() => undefined)
+        : undefined;
+      return { apiKey: own ?? (await vault.providerKeyOfWallet(job.wallet, slot)), keyKind: 'byok' };
+    } catch (err) {
+      if (!(err instanceof ProviderKeyUnavailable)) throw err;
+      const internal = kernel.config.runtime.providerApiKey;
+      if (kernel.config.runtime.selfImprovement.internalKey && internal)
+        return { apiKey: internal, keyKind: 'internal' };
+      throw new SigilError('conflict', `Self-improvement waits for your key: ${err.message}`, {
+        hint: 'Sign in and unlock your provider vault (POST /wallet/provider-vault/unlock); the waiting run then starts',
+        details: { reason: 'vault_locked', slot },
+      });
+    }
+  };
+}
+
+/** The self-improvement pipeline on the runtime's chat history, ledger and vault. */
+export function composeReflect(parts: ReflectComposition): { engine: ReflectEngine; memory: ReflectMemory } {
+  const { kernel } = parts;
+  const settings = kernel.config.runtime.selfImprovement;
+  const memory = new ReflectMemory(kernel.db, kernel.clock);
+  const engine = new ReflectEngine({
+    memory,
+    source: historySource(parts.history),
+    holds: parts.holds,
+    providerFor: (model) => parts.chat().providerFor(model),
+    estimate: (entry) => (messages) => parts.chat().turnCost(messages, [], entry.model),
+    keys: keyResolver(parts),
+    settings,
+  });
+  return { engine, memory };
+}
