@@ -8,16 +8,15 @@ import {
   type LlmMessage,
   SigilError,
 } from '@sigil/plugin-api';
-import { baseLlmCost } from '@sigil/plugin-api/llm';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import type { SecretRegistry } from '../../../core/log.ts';
 import type { Agents } from '../agents.ts';
 import type { ChatService } from '../chat/chat.ts';
 import { costView, platformCost, type CostBreakdown } from '../chat/cost.ts';
-import { schemaInstruction, structuredAnswer } from '../chat/held-turn.ts';
+import { heldModelTurn, schemaInstruction, structuredAnswer } from '../chat/held-turn.ts';
 import { GatewayToolSession } from '../chat/tools.ts';
 import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
-import type { Hold, Holds } from '../ledger/holds.ts';
+import type { Hold, Holds, Settlement } from '../ledger/holds.ts';
 import type { ProviderVault } from '../vault/index.ts';
 import type { ActiveRun } from './active-run.ts';
 
@@ -98,37 +97,25 @@ export class CanvasHostServices {
     );
     if (system.length > 0) messages.push({ role: 'system', content: system.join('\n\n') });
     messages.push({ role: 'user', content: request.prompt });
-    const estimate = platformCost(
-      keyKind,
-      this.deps.chat.turnCost(messages, [], entry.model),
-      0,
-    ).platformCost;
-    const hold = await this.deps.holds.hold({ wallet, agentId, amount: estimate, idempotencyKey: holdKey });
-    let base = 0n;
-    let text = '';
-    let inputTokens = 0;
-    let outputTokens = 0;
-    try {
-      for await (const part of entry.provider.doStream({
-        model,
+    const { text, inputTokens, outputTokens } = await heldModelTurn(
+      this.deps.holds,
+      (turn) => this.deps.chat.turnCost(turn, [], entry.model),
+      {
+        wallet,
+        agentId,
+        entry,
+        apiKey,
+        keyKind,
         messages,
         maxOutputTokens: Math.min(
           request.maxOutputTokens ?? Infinity,
           this.deps.chat.settings.maxOutputTokens,
         ),
-        apiKey,
+        idempotencyKey: holdKey,
         signal,
-      })) {
-        if (part.type === 'text-delta') text += part.text;
-        if (part.type === 'usage') {
-          base += baseLlmCost(part, entry.model);
-          inputTokens += part.inputTokens;
-          outputTokens += part.outputTokens;
-        }
-      }
-    } finally {
-      await this.charge(run, nodeId, hold, platformCost(keyKind, base, 0), { kind: 'llm', model });
-    }
+        onSettled: (cost, settled) => this.recordCharge(run, nodeId, cost, settled, { kind: 'llm', model }),
+      },
+    );
     const result: CanvasLlmResultV2 = { text, model, inputTokens, outputTokens };
     if (request.schema) result.json = structuredAnswer(text, request.schema);
     return result;
@@ -141,7 +128,17 @@ export class CanvasHostServices {
     cost: CostBreakdown,
     what: Record<string, unknown>,
   ): Promise<void> {
-    const settled = await this.deps.holds.settle(hold, cost.platformCost);
+    await this.recordCharge(run, nodeId, cost, await this.deps.holds.settle(hold, cost.platformCost), what);
+  }
+
+  /** A settled charge on the run's total and as its `cost` event. */
+  private async recordCharge(
+    run: ActiveRun,
+    nodeId: string,
+    cost: CostBreakdown,
+    settled: Settlement,
+    what: Record<string, unknown>,
+  ): Promise<void> {
     run.charged += settled.charged;
     await this.deps.onCost(run, nodeId, {
       ...what,

@@ -18,6 +18,8 @@ export interface HeldTurnRequest {
   /** The hold's key: the same key holds and charges once, however often the turn is retried. */
   idempotencyKey: string;
   signal?: AbortSignal;
+  /** Told of the settlement as soon as it is made, also when the turn failed half-way. */
+  onSettled?: (cost: CostBreakdown, settlement: Settlement) => Promise<void>;
 }
 
 export interface HeldTurnResult extends StreamedTurn {
@@ -45,13 +47,15 @@ export async function heldModelTurn(
     idempotencyKey: request.idempotencyKey,
   });
   const progress: StreamedTurn = { text: '', inputTokens: 0, outputTokens: 0, baseLlmCost: 0n };
-  let settlement: Settlement;
+  let settled: { cost: CostBreakdown; settlement: Settlement };
   try {
     await streamTurn(request, progress);
   } finally {
-    settlement = await holds.settle(hold, platformCost(keyKind, progress.baseLlmCost, 0).platformCost);
+    const cost = platformCost(keyKind, progress.baseLlmCost, 0);
+    settled = { cost, settlement: await holds.settle(hold, cost.platformCost) };
+    await request.onSettled?.(settled.cost, settled.settlement);
   }
-  return { ...progress, cost: platformCost(keyKind, progress.baseLlmCost, 0), settlement };
+  return { ...progress, ...settled };
 }
 
 /** What a turn has streamed so far: complete once streamTurn resolves. */
