@@ -86,7 +86,8 @@ export class ReflectEngine implements ReflectPipeline {
     const produced: ReflectOutcome['produced'] = { facets: [], learnings: [], skills: [] };
     const { memory, settings } = this.deps;
     const marks = await memory.watermarks(job.wallet, PIPELINE_VERSION);
-    const sessions = (await this.deps.source.sessions(job.wallet))
+    const stored = await this.deps.source.sessions(job.wallet);
+    const sessions = stored
       .filter((session) => session.lastSeq > (marks.get(session.id) ?? 0))
       .slice(0, settings.maxSessionsPerRun);
     for (const session of sessions) {
@@ -101,7 +102,7 @@ export class ReflectEngine implements ReflectPipeline {
     const pending = await memory.pendingFacets(job.wallet, settings.maxFacetsPerSynthesis);
     if (pending.length > 0) {
       job.signal.throwIfAborted();
-      const synthesis = await this.synthesize(job, pending, tally);
+      const synthesis = await this.synthesize(job, pending, stored, tally);
       const applied = await memory.apply(job.wallet, job.runId, pending, synthesis);
       produced.learnings.push(...applied.learnings);
       produced.skills.push(...applied.skills);
@@ -141,12 +142,15 @@ export class ReflectEngine implements ReflectPipeline {
       .filter((facet) => facet.messageIds.length > 0 && FACET_KINDS.includes(facet.kind));
   }
 
-  private async synthesize(job: ReflectJob, pending: readonly Facet[], tally: CallTally): Promise<Synthesis> {
+  private async synthesize(
+    job: ReflectJob,
+    pending: readonly Facet[],
+    stored: readonly { id: string; model: string }[],
+    tally: CallTally,
+  ): Promise<Synthesis> {
     const active = await this.deps.memory.learnings(job.wallet);
     const latest = pending.at(-1) as Facet;
-    const sessionModel = (await this.deps.source.sessions(job.wallet)).find(
-      (s) => s.id === latest.sessionId,
-    )?.model;
+    const sessionModel = stored.find((session) => session.id === latest.sessionId)?.model;
     const model = this.deps.settings.model ?? sessionModel;
     if (model === undefined)
       throw new SigilError('invalid_request', 'No model to synthesize learnings with', {
