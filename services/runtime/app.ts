@@ -21,7 +21,9 @@ import { GatewayClient } from './gateway-client.ts';
 import { createLedgerService, type LedgerService } from './ledger/service.ts';
 import { createProviderVault, type ProviderVault } from './vault/index.ts';
 import type { ReflectPipeline } from './reflect/pipeline.ts';
+import { reflectChatContext } from './reflect/chat-context.ts';
 import { composeReflect } from './reflect/compose.ts';
+import type { ReflectMemory } from './reflect/memory.ts';
 import { reflectMemoryRouter } from './reflect/memory-routes.ts';
 import { reflectRouter } from './reflect/routes.ts';
 import { ReflectService } from './reflect/service.ts';
@@ -45,6 +47,8 @@ export interface RuntimeApp extends HttpApp {
   canvas: CanvasService;
   /** Self-improvement: wallet settings, the schedules, runs of the pipeline. */
   reflect: ReflectService;
+  /** What self-improvement learned per wallet (facets, learnings, skills): what chats get in context. */
+  memory: ReflectMemory;
   /** Recovers unfinished transfers, then starts the ledger's background work. */
   start(): Promise<void>;
   close(): Promise<void>;
@@ -143,6 +147,11 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     vault,
     gateway,
     logger: kernel.logger.child({ component: 'chat' }),
+    context: reflectChatContext({
+      memory: composed.memory,
+      settingsOf: (wallet) => reflect.settings(wallet),
+      maxLearnings: kernel.config.runtime.selfImprovement.maxLearningsInContext,
+    }),
     onTurnCompleted: (turn) => void reflect.chatted(turn.wallet),
   });
   const canvas = new CanvasService({
@@ -189,6 +198,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     history,
     canvas,
     reflect,
+    memory: composed.memory,
     start: async () => {
       await vault.ready();
       await ledger.start();

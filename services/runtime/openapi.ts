@@ -40,7 +40,7 @@ const historyKey = {
 };
 const sse = {
   description:
-    'Server-Sent Events: text-delta, tool-call, tool-result, usage, then cost and done (or error then cost)',
+    'Server-Sent Events: context (what self-improvement put in the model context), text-delta, tool-call, tool-result, usage, then cost and done (or error then cost)',
   content: { 'text/event-stream': { schema: { type: 'string' } } },
 };
 

@@ -23,6 +23,7 @@ import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
+import { type ChatContext, type ChatContextSource, NO_CONTEXT, withContext } from './context.ts';
 import type { ConversationStore } from './history.ts';
 import { ChatSessions, type ChatSession } from './sessions.ts';
 import { ToolClients, type ToolLease } from './tool-clients.ts';
@@ -46,6 +47,8 @@ export interface PreparedChat {
   entry: ProviderEntry;
   apiKey: string;
   keyKind: KeyKind;
+  /** What the model is told beyond the conversation (learnings, runtime tools), read for this request. */
+  context: ChatContext;
   /** The first turn's estimate, reserved on the ledger before the response (README: Chat, "Holds"). */
   estimate: bigint;
   hold: Hold;
@@ -60,11 +63,13 @@ export interface ChatDeps {
   vault: ProviderVault;
   gateway: GatewayClient;
   logger: Logger;
+  /** What each request's model is told of its wallet beyond the conversation (self-improvement). */
+  context?: ChatContextSource;
   /** Told of each message answered to its end (self-improvement's after_each schedule); must not throw. */
   onTurnCompleted?: (turn: { wallet: string; agentId: string; sessionId: string }) => void;
 }
 
-/** Sessions, the chat loop (model ↔ gateway tools), and what it charges (README: Chat). */
+/** Sessions, the chat loop (model ↔ gateway tools and the runtime's own), and what it charges (README: Chat). */
 export class ChatService {
   readonly sessions: ChatSessions;
   readonly settings: ChatSettings;
@@ -204,17 +209,36 @@ export class ChatService {
         details: { reason: 'model_not_offered', model: session.model },
       });
     const { apiKey, keyKind } = await this.keyFor(principal, entry.provider.keySlot);
+    const context = this.options.context
+      ? await this.options.context(principal.address, body.content)
+      : NO_CONTEXT;
     const history = await this.sessions.begin(session, messageId);
     try {
-      const messages: LlmMessage[] = [...history, { role: 'user', content: body.content }];
-      const estimate = platformCost(keyKind, this.turnCost(messages, [], entry.model), 0).platformCost;
+      const messages = withContext([...history, { role: 'user', content: body.content }], context);
+      const runtimeTools = context.tools.map((tool) => tool.definition);
+      const estimate = platformCost(
+        keyKind,
+        this.turnCost(messages, runtimeTools, entry.model),
+        0,
+      ).platformCost;
       const hold = await this.options.holds.hold({
         wallet: principal.address,
         agentId,
         amount: estimate,
         idempotencyKey: chargeKey(session, messageId),
       });
-      return { session, history, messageId, content: body.content, entry, apiKey, keyKind, estimate, hold };
+      return {
+        session,
+        history,
+        messageId,
+        content: body.content,
+        entry,
+        apiKey,
+        keyKind,
+        context,
+        estimate,
+        hold,
+      };
     } catch (err) {
       await this.sessions.finish(session, messageId, undefined);
       throw err;
@@ -271,7 +295,8 @@ export class ChatService {
   }
 
   /**
-   * Runs the loop and streams it: model turns, the gateway's tools, until the model stops or
+   * Runs the loop and streams it: model turns (each given the request's context), the gateway's tools
+   * and the context's runtime tools (free), until the model stops or
    * `maxSteps` turns. Before each turn and each batch of tool calls the hold is extended to cover them
    * (a refusal ends the loop with a payment_required error), and its expiry refreshed before each turn,
    * each tool call and during a long stream. Whatever happens (an error, the client gone), the hold is
@@ -311,8 +336,10 @@ export class ChatService {
     /** False once a gateway request failed under the session's client: it is closed, not kept. */
     let healthy = true;
     try {
+      if (chat.context.used) sse.send('context', chat.context.used);
       if (session.servers.length > 0) lease = await this.toolClients.lease(session, signal);
       const tools = lease?.tools;
+      const runtimeTools = new Map(chat.context.tools.map((tool) => [tool.definition.name, tool]));
       for (;;) {
         if (steps >= this.settings.maxSteps) {
           finish = 'max-steps';
@@ -321,11 +348,15 @@ export class ChatService {
         steps++;
         let text = '';
         const calls: LlmToolCall[] = [];
-        const definitions = tools?.definitions() ?? [];
-        await this.reserve(chat, base + this.turnCost(messages, definitions, entry.model), billed);
+        const definitions = [
+          ...(tools?.definitions() ?? []),
+          ...chat.context.tools.map((tool) => tool.definition),
+        ];
+        const input = withContext(messages, chat.context);
+        await this.reserve(chat, base + this.turnCost(input, definitions, entry.model), billed);
         for await (const part of entry.provider.doStream({
           model: session.model,
-          messages,
+          messages: input,
           ...(definitions.length ? { tools: definitions } : {}),
           maxOutputTokens: this.settings.maxOutputTokens,
           apiKey: chat.apiKey,
@@ -371,20 +402,23 @@ export class ChatService {
           // Room for the calls billed so far and every call of the batch still to run.
           await this.reserve(chat, base, billed + calls.length - index);
           toolCalls++;
-          const outcome: ToolOutcome = tools
-            ? await tools.call(call.name, call.input, signal).catch((err: unknown) => {
-                healthy = false;
-                return {
-                  content: `the gateway failed: ${(err as Error).message}`,
+          const runtimeTool = runtimeTools.get(call.name);
+          const outcome: ToolOutcome = runtimeTool
+            ? { ...(await runtimeTool.call(call.input)), billed: false }
+            : tools
+              ? await tools.call(call.name, call.input, signal).catch((err: unknown) => {
+                  healthy = false;
+                  return {
+                    content: `the gateway failed: ${(err as Error).message}`,
+                    isError: true,
+                    billed: false,
+                  };
+                })
+              : {
+                  content: `No tool ${call.name}: this session has no gateway servers`,
                   isError: true,
                   billed: false,
                 };
-              })
-            : {
-                content: `No tool ${call.name}: this session has no gateway servers`,
-                isError: true,
-                billed: false,
-              };
           if (outcome.billed) billed++;
           signal.throwIfAborted();
           sse.send('tool-result', { step: steps, id: call.id, name: call.name, ...outcome });

@@ -1,18 +1,7 @@
-import type { LlmToolDefinition } from '@sigil/plugin-api';
-import type { Learning, ReflectMemory } from './memory.ts';
-
-/** A tool the runtime answers itself, beside the gateway's: free, and never sent to the gateway. */
-export interface RuntimeTool {
-  definition: LlmToolDefinition;
-  call(input: Record<string, unknown>): Promise<{ content: string; isError: boolean }>;
-}
-
-/** What a chat request's model is told of its wallet beyond the conversation, read fresh each request. */
-export interface ChatContext {
-  /** A system message to put first; absent when there is nothing to tell. */
-  system?: string;
-  tools: RuntimeTool[];
-}
+import type { ChatContext, ChatContextSource, RuntimeTool } from '../chat/context.ts';
+import { NO_CONTEXT } from '../chat/context.ts';
+import type { Learning, ReflectMemory, Skill } from './memory.ts';
+import type { WalletSettingsDocument } from './settings.ts';
 
 export const LOAD_SKILL_TOOL = 'load_skill';
 
@@ -46,7 +35,7 @@ export function relevantLearnings(
 /**
  * The wallet's learnings as a system message, and its skills behind a `load_skill` tool: the model
  * sees each skill's name and description and loads the instructions when a task needs them (the
- * SKILL.md way: only what is relevant enters the context).
+ * SKILL.md way: only what is relevant enters the context). `used` names both for the client.
  */
 export async function chatContext(
   memory: ReflectMemory,
@@ -56,6 +45,7 @@ export async function chatContext(
 ): Promise<ChatContext> {
   const [learnings, skills] = await Promise.all([memory.learnings(wallet), memory.skills(wallet)]);
   const shown = relevantLearnings(learnings, message, maxLearnings);
+  if (shown.length === 0 && skills.length === 0) return NO_CONTEXT;
   const parts: string[] = [];
   if (shown.length > 0)
     parts.push(
@@ -67,34 +57,49 @@ export async function chatContext(
       `Skills you can load with the ${LOAD_SKILL_TOOL} tool when a task needs one:`,
       ...skills.map((skill) => `- ${skill.name}: ${skill.description}`),
     );
-  const tools: RuntimeTool[] =
-    skills.length === 0
-      ? []
-      : [
-          {
-            definition: {
-              name: LOAD_SKILL_TOOL,
-              description:
-                "Loads one of the user's skills: its step-by-step instructions and the tools it uses",
-              inputSchema: {
-                type: 'object',
-                properties: { name: { type: 'string', enum: skills.map((skill) => skill.name) } },
-                required: ['name'],
-                additionalProperties: false,
-              },
-            },
-            call: (input) => {
-              const skill = skills.find((s) => s.name === input.name);
-              return Promise.resolve(
-                skill
-                  ? {
-                      content: `${skill.instructions}\n\nTools: ${skill.tools.join(', ') || 'none'}`,
-                      isError: false,
-                    }
-                  : { content: `No skill ${String(input.name)}`, isError: true },
-              );
-            },
-          },
-        ];
-  return { ...(parts.length > 0 ? { system: parts.join('\n') } : {}), tools };
+  return {
+    system: parts.join('\n'),
+    tools: skills.length === 0 ? [] : [loadSkillTool(skills)],
+    used: {
+      learnings: shown.map(({ id, statement }) => ({ id, statement })),
+      skills: skills.map(({ name, version }) => ({ name, version })),
+    },
+  };
+}
+
+function loadSkillTool(skills: readonly Skill[]): RuntimeTool {
+  return {
+    definition: {
+      name: LOAD_SKILL_TOOL,
+      description: "Loads one of the user's skills: its step-by-step instructions and the tools it uses",
+      inputSchema: {
+        type: 'object',
+        properties: { name: { type: 'string', enum: skills.map((skill) => skill.name) } },
+        required: ['name'],
+        additionalProperties: false,
+      },
+    },
+    call: (input) => {
+      const skill = skills.find((s) => s.name === input.name);
+      return Promise.resolve(
+        skill
+          ? { content: `${skill.instructions}\n\nTools: ${skill.tools.join(', ') || 'none'}`, isError: false }
+          : { content: `No skill ${String(input.name)}`, isError: true },
+      );
+    },
+  };
+}
+
+/** Chats' context from self-improvement's memory, for wallets whose settings let chats use it. */
+export function reflectChatContext(parts: {
+  memory: ReflectMemory;
+  settingsOf: (wallet: string) => Promise<WalletSettingsDocument>;
+  maxLearnings: number;
+}): ChatContextSource {
+  return async (wallet, message) => {
+    const { selfImprovement } = await parts.settingsOf(wallet);
+    return selfImprovement.useInChats
+      ? chatContext(parts.memory, wallet, message, parts.maxLearnings)
+      : NO_CONTEXT;
+  };
 }

@@ -80,6 +80,15 @@ export const selfImprovementSchema = z
       .max(65_536)
       .default(4096)
       .describe('Output tokens of a pipeline call'),
+    maxLearningsInContext: z
+      .number()
+      .int()
+      .min(0)
+      .max(200)
+      .default(20)
+      .describe(
+        "Learnings a chat request's model gets in context: all of them up to this many, beyond it the most relevant to the message",
+      ),
   })
   .strict()
   .refine((settings) => settings.leaseSeconds >= 2 * settings.passIntervalSeconds, {

@@ -20,7 +20,7 @@ export function reflectPaths(): Record<string, unknown> {
   return {
     '/wallet/settings': {
       get: owned("The wallet's settings (the defaults until it saves its own)", {
-        responses: { '200': json('{ selfImprovement: { enabled, schedule } }'), '401': error },
+        responses: { '200': json('{ selfImprovement: { enabled, useInChats, schedule } }'), '401': error },
       }),
       put: owned(
         'Replace the settings document (a field left out takes its default); the next run follows the schedule',
@@ -38,7 +38,7 @@ export function reflectPaths(): Record<string, unknown> {
       get: owned('Settings, the next run, the run under way, the last run and what the wallet has learned', {
         responses: {
           '200': json(
-            `{ enabled, schedule, nextRunAt, pipelineVersion, currentRun, lastRun, counts { facets, learnings, skills } }, each run ${RUN}`,
+            `{ enabled, useInChats, schedule, nextRunAt, pipelineVersion, currentRun, lastRun, counts { facets, learnings, skills } }, each run ${RUN}`,
           ),
           '401': error,
         },

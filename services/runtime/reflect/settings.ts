@@ -15,6 +15,12 @@ export const settingsDocument = z
           .boolean()
           .default(true)
           .describe('Whether runs start by themselves on the schedule (a manual trigger runs either way)'),
+        useInChats: z
+          .boolean()
+          .default(true)
+          .describe(
+            "Whether chats get the wallet's learnings in their model's context and its skills as the load_skill tool",
+          ),
         schedule: z
           .enum(SCHEDULES)
           .default('daily')

@@ -67,11 +67,14 @@ describe('self-improvement routes: settings, status, trigger, history (owner-onl
       const defaults = await client.json('GET', '/wallet/settings');
       expect(defaults).to.deep.equal({
         status: 200,
-        body: { selfImprovement: { enabled: true, schedule: 'daily' } },
+        body: { selfImprovement: { enabled: true, useInChats: true, schedule: 'daily' } },
       });
       for (const schedule of ['after_each', 'daily', 'weekly', 'biweekly']) {
         const put = await client.json('PUT', '/wallet/settings', { selfImprovement: { schedule } });
-        expect(put).to.deep.equal({ status: 200, body: { selfImprovement: { enabled: true, schedule } } });
+        expect(put).to.deep.equal({
+          status: 200,
+          body: { selfImprovement: { enabled: true, useInChats: true, schedule } },
+        });
         expect((await client.json('GET', '/wallet/settings')).body.selfImprovement.schedule).to.equal(
           schedule,
         );

@@ -6,7 +6,7 @@ import { openReplicas, principalOf, randomWallet, type Replica } from './support
 const MINUTE = 60_000;
 const iso = (value: Date | null) => value?.toISOString() ?? null;
 const choose = (schedule: WalletSettingsDocument['selfImprovement']['schedule'], enabled = true) => ({
-  selfImprovement: { enabled, schedule },
+  selfImprovement: { enabled, useInChats: true, schedule },
 });
 
 describe('self-improvement scheduler: schedules, claims, leases (a moved clock, passes driven by the test)', function () {
