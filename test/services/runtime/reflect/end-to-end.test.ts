@@ -1,10 +1,24 @@
 import { expect } from 'chai';
+import { ManualClock } from '../../../../core/clock.ts';
 import { newWallet } from '../../../core/auth/support.ts';
 import { eventually } from '../../../support/eventually.ts';
-import { describeEachDatabase } from '../../../support/kernel.ts';
+import { describeEachDatabase, stickyDatabase, type TestDatabase } from '../../../support/kernel.ts';
+import { newUser, say, session } from '../chat-history-support.ts';
 import { readSse, runtimeClient } from '../chat-support.ts';
 import { setOnChain } from '../ledger/support.ts';
 import { internalKeyStack, type Stack } from '../support.ts';
+import { WEDNESDAY_NOON } from './support.ts';
+
+const DAY_MS = 86_400_000;
+
+/** A runtime whose runs use the operator's key, on `database` and `clock` (a restart is another call). */
+const startRuntime = (database: TestDatabase, clock: ManualClock) =>
+  internalKeyStack(database, {
+    operatorKey: 'sk-internal-operator-key-reflect-daily',
+    chat: {},
+    clock,
+    selfImprovement: { internalKey: true },
+  });
 
 /**
  * The runtime as composed: stored chat sessions → a triggered run of the real pipeline (the stand-in
@@ -59,6 +73,90 @@ describe('self-improvement end to end: chat history → a run → learnings', fu
       expect((await other.json('DELETE', `/wallet/learnings/${learnings[0]?.id}`)).status).to.equal(404);
       expect((await client.json('DELETE', `/wallet/learnings/${learnings[0]?.id}`)).status).to.equal(204);
       expect((await client.json('GET', '/wallet/learnings')).body.learnings).to.deep.equal([]);
+    });
+
+    it('daily: sessions chatted, the clock moved past midnight, the real pipeline runs once; a restart loses no session and no learning; the next session uses it', async () => {
+      const sticky = stickyDatabase(database);
+      const clock = new ManualClock(WEDNESDAY_NOON);
+      let runtime = await startRuntime(sticky.database, clock);
+      try {
+        const alice = await newUser(runtime.stack);
+        const put = await alice.client.json('PUT', '/wallet/settings', {
+          selfImprovement: { schedule: 'daily' },
+        });
+        expect(put.status).to.equal(200);
+        const first = await session(alice.client, alice.agentId);
+        await say(alice.client, alice.agentId, first, 'How warm is Lisbon today?');
+        await say(alice.client, alice.agentId, first, 'No, always answer in metric units.');
+        const second = await session(alice.client, alice.agentId);
+        await say(alice.client, alice.agentId, second, 'I need to plan a trip to Porto.');
+
+        const scheduler = () => runtime.stack.runtime.reflect.scheduler;
+        expect((await scheduler().pass()).queued, 'nothing is due before midnight').to.deep.equal([]);
+        const status = (await alice.client.json('GET', '/wallet/self-improvement/status')).body;
+        expect(status.nextRunAt).to.equal('2026-03-19T00:00:00.000Z');
+
+        clock.set(new Date(Date.UTC(2026, 2, 19, 0, 0, 5)));
+        const midnight = await scheduler().pass();
+        expect(midnight.queued).to.have.length(1);
+        await scheduler().settled();
+        // A session token lasts an hour: the clock moved past it.
+        const signedIn = async () =>
+          runtimeClient(runtime.stack.url('runtime'), await runtime.stack.signIn(alice.wallet));
+        let client = await signedIn();
+        const runs = (await client.json('GET', '/wallet/self-improvement/history')).body.runs;
+        expect(runs.map((r: { status: string; trigger: string }) => [r.status, r.trigger])).to.deep.equal([
+          ['succeeded', 'schedule'],
+        ]);
+        expect(runs[0].outcome).to.include({ sessions: 2, learnings: 2 });
+        expect(BigInt(runs[0].cost.charged)).to.be.greaterThan(0n);
+        const learned = (await client.json('GET', '/wallet/learnings')).body.learnings as {
+          id: string;
+          statement: string;
+        }[];
+        expect(learned.map((l) => l.statement).sort()).to.deep.equal([
+          'Always answer in metric units',
+          'I need to plan a trip to Porto',
+        ]);
+
+        await runtime.close();
+        runtime = await startRuntime(sticky.database, clock);
+        client = await signedIn();
+        const sessions = (await client.json('GET', `/agents/${alice.agentId}/sessions`)).body.sessions as {
+          id: string;
+          messages: number;
+        }[];
+        expect(sessions.map((s) => [s.id, s.messages]).sort()).to.deep.equal(
+          [
+            [first, 2],
+            [second, 1],
+          ].sort(),
+        );
+        expect((await client.json('GET', '/wallet/learnings')).body.learnings).to.deep.equal(learned);
+        const after = (await client.json('GET', '/wallet/self-improvement/status')).body;
+        expect(after).to.deep.include({ nextRunAt: '2026-03-20T00:00:00.000Z' });
+        expect(after.lastRun.status).to.equal('succeeded');
+
+        const third = await session(client, alice.agentId);
+        const answered = await say(client, alice.agentId, third, 'How warm is Faro today?');
+        const context = answered.events.find((e) => e.event === 'context')?.data as {
+          learnings: { statement: string }[];
+        };
+        expect(context.learnings.map((l) => l.statement)).to.include('Always answer in metric units');
+
+        // The next midnight reads only the new session: nothing learned twice.
+        clock.set(new Date(Date.UTC(2026, 2, 20, 0, 0, 5)));
+        expect((await runtime.stack.runtime.reflect.scheduler.pass()).queued).to.have.length(1);
+        await runtime.stack.runtime.reflect.scheduler.settled();
+        client = await signedIn();
+        const again = (await client.json('GET', '/wallet/self-improvement/history')).body.runs;
+        expect(again[0]).to.deep.include({ status: 'succeeded' });
+        expect(again[0].outcome).to.include({ sessions: 1, learnings: 0 });
+        expect((await client.json('GET', '/wallet/learnings')).body.learnings).to.deep.equal(learned);
+      } finally {
+        await runtime.close();
+        await sticky.drop();
+      }
     });
   });
 });
