@@ -9,8 +9,6 @@ import { setOnChain } from '../ledger/support.ts';
 import { internalKeyStack, type Stack } from '../support.ts';
 import { WEDNESDAY_NOON } from './support.ts';
 
-const DAY_MS = 86_400_000;
-
 /** A runtime whose runs use the operator's key, on `database` and `clock` (a restart is another call). */
 const startRuntime = (database: TestDatabase, clock: ManualClock) =>
   internalKeyStack(database, {
