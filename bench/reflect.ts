@@ -418,7 +418,7 @@ function rows(database: string, samples: Map<ScenarioKey, Sample[]>): ReflectMea
   const described = (key: ScenarioKey) => {
     const f = figures(key);
     const usd = (f.chargedPerSession / USD).toFixed(6);
-    return `${f.totalMs} ms in all; a session: ${f.llmCallsPerSession} LLM calls (${f.sessions} extraction + ${f.calls - f.sessions} synthesis), ${f.inputTokensPerSession} input + ${f.outputTokensPerSession} output tokens, ${f.chargedPerSession} base units charged (${usd} USD); produced ${f.facets} facets, ${f.learnings} learnings, ${f.skills} skills`;
+    return `${f.totalMs} ms in all; a session: ${f.llmCallsPerSession} LLM calls (${f.sessions} extraction + ${f.calls - f.sessions} synthesis), ${f.inputTokensPerSession} input + ${f.outputTokensPerSession} output tokens, ${f.chargedPerSession} base units charged (${usd} USD); produced: facets ${f.facets}, learnings ${f.learnings} (new or merged), skills ${f.skills}`;
   };
   const run = figures('run');
   const fresh = figures('run-new');
