@@ -46,7 +46,7 @@ import {
 import { openCanvasWorld, type CanvasWorld, type WorldDatabase } from './canvas-world.ts';
 import { POSTGRES_URL, postgresReachable } from './postgres.ts';
 import { mainThreadCpuUs, ownCpuUs, profiled } from './proc.ts';
-import { log, median, ms, quantile, rotated, type BenchRow } from './stats.ts';
+import { counted, log, median, ms, pairedMedian, quantile, rotated, type BenchRow } from './stats.ts';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
 const NODES = Number(process.env.BENCH_CANVAS_NODES ?? 1000);
@@ -116,25 +116,10 @@ function scenarios(world: CanvasWorld, wide: CanvasWorld | undefined): Scenario[
   return all.filter((scenario) => scenario !== false);
 }
 
-/** Statements (each BEGIN and COMMIT included) and commits on the world's database while `work` runs. */
-async function counted<T>(world: CanvasWorld, work: () => Promise<T>) {
-  const counts = { statements: 0, commits: 0 };
-  const onQuery = (query: { sql: string }) => {
-    counts.statements++;
-    if (query.sql === 'COMMIT;' || query.sql === 'COMMIT') counts.commits++;
-  };
-  world.kernel.db.on('query', onQuery);
-  try {
-    return { result: await work(), ...counts };
-  } finally {
-    world.kernel.db.off('query', onQuery);
-  }
-}
-
 async function measure(scenario: Scenario, name: string): Promise<Sample> {
   const cpu = ownCpuUs();
   const mainCpu = mainThreadCpuUs();
-  const { result, statements, commits } = await counted(scenario.world, () =>
+  const { result, statements, commits } = await counted(scenario.world.kernel.db, () =>
     profiled(name, () => scenario.run()),
   );
   const steps = result.stepsMs.length;
@@ -234,8 +219,7 @@ function rows(database: string, samples: Map<ScenarioKey, Sample[]>): CanvasMeas
     const executor = of(key);
     const floors = of(floor);
     if (executor.length === 0 || floors.length !== executor.length) return [];
-    const paired = (pick: (sample: Sample) => number) =>
-      median(executor.map((sample, i) => pick(sample) - pick(floors[i] as Sample)));
+    const paired = (pick: (sample: Sample) => number) => pairedMedian(executor, floors, pick);
     return [
       {
         scenario: `${database} · ${scenario}`,

@@ -35,7 +35,8 @@ async function dropSchema(url: string, schema: string): Promise<void> {
   }
 }
 
-function postgres(url: string): TestDatabase {
+/** A PostgreSQL database at `url`, each `fresh()` a new schema in it (dropped by its cleanup). */
+export function postgresTestDatabase(url: string): TestDatabase {
   return {
     name: 'postgres',
     fresh() {
@@ -48,7 +49,7 @@ function postgres(url: string): TestDatabase {
 /** SQLite always; PostgreSQL too when TEST_DATABASE_URL is set (CI sets it). */
 export const TEST_DATABASES: readonly TestDatabase[] = [
   sqlite,
-  ...(process.env.TEST_DATABASE_URL ? [postgres(process.env.TEST_DATABASE_URL)] : []),
+  ...(process.env.TEST_DATABASE_URL ? [postgresTestDatabase(process.env.TEST_DATABASE_URL)] : []),
 ];
 
 /** A test database that hands out the same database every time, so a kernel can be reopened on it. */
