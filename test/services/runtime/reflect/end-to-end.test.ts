@@ -107,7 +107,7 @@ describe('self-improvement end to end: chat history → a run → learnings', fu
           ['succeeded', 'schedule'],
         ]);
         expect(runs[0].outcome).to.include({ sessions: 2, learnings: 2 });
-        expect(BigInt(runs[0].cost.charged)).to.be.greaterThan(0n);
+        expect(BigInt(runs[0].cost.charged) > 0n, runs[0].cost.charged).to.equal(true);
         const learned = (await client.json('GET', '/wallet/learnings')).body.learnings as {
           id: string;
           statement: string;
