@@ -3,7 +3,13 @@ import type { Knex } from 'knex';
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
-import { type HistoryKeys, SessionCipher, SYSTEM_PLACE, type WrappedDataKey } from './history-keys.ts';
+import {
+  type HistoryKeys,
+  SessionCipher,
+  sessionKeyOwner,
+  SYSTEM_PLACE,
+  type WrappedDataKey,
+} from './history-keys.ts';
 import {
   beyond,
   decodeCursor,
@@ -147,7 +153,7 @@ export class ConversationStore {
   async create(input: NewSession, maxOpen: number): Promise<StoredSession | { full: number }> {
     await this.expireIdle({ wallet: input.wallet, agent_id: input.agentId });
     const id = randomUUID();
-    const envelope = this.deps.keys.newDataKey(id);
+    const envelope = this.deps.keys.newDataKey(sessionKeyOwner(id));
     const now = this.now();
     return this.deps.db.transaction(async (trx) => {
       const change = await takeChange(trx, input.wallet);
@@ -407,7 +413,7 @@ export class ConversationStore {
 
   private cipherOf(session: StoredSession): SessionCipher | undefined {
     if (session.dataKey === undefined) return undefined;
-    return new SessionCipher(session.id, this.deps.keys.unwrap(session.id, session.dataKey));
+    return new SessionCipher(session.id, this.deps.keys.unwrap(sessionKeyOwner(session.id), session.dataKey));
   }
 
   private tellEnded(sessions: readonly SessionRef[]): void {
