@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
+import { type Forgotten, forgetSession } from './memory-forget.ts';
 
 /**
  * What self-improvement keeps per wallet: facets (observations with provenance), learnings (short
@@ -413,43 +414,13 @@ export class ReflectMemory {
   }
 
   /**
-   * Forgets what was learned only from one session: its facets and watermarks go, and each learning
-   * or skill all of whose sources were in it is deleted (those with other sources keep them).
+   * Forgets what was learned only from one session (memory-forget.ts): in `trx` when given (the
+   * transaction deleting the session), else in one of its own.
    */
-  async forgetSession(wallet: string, sessionId: string): Promise<{ learnings: number; skills: number }> {
+  async forgetSession(wallet: string, sessionId: string, trx?: Knex.Transaction): Promise<Forgotten> {
     const now = this.clock.now().getTime();
-    return this.db.transaction(async (trx) => {
-      const onlyFrom = (sources: string) => {
-        const sessions = parsed<Learning['sources']>(sources).sessions;
-        return sessions.length > 0 && sessions.every((s) => s === sessionId);
-      };
-      const learnings = (
-        await trx('reflect_learnings')
-          .where({ wallet })
-          .whereNot({ status: 'deleted' })
-          .select<LearningRow[]>('*')
-      ).filter((row) => onlyFrom(row.sources));
-      if (learnings.length > 0)
-        await trx('reflect_learnings')
-          .whereIn(
-            'id',
-            learnings.map((row) => row.id),
-          )
-          .update({ status: 'deleted', updated_at: now });
-      const skills = (
-        await trx('reflect_skills').where({ wallet, deleted: false }).select<SkillRow[]>('*')
-      ).filter((row) => onlyFrom(row.sources));
-      if (skills.length > 0)
-        await trx('reflect_skills')
-          .whereIn(
-            'id',
-            skills.map((row) => row.id),
-          )
-          .update({ deleted: true });
-      await trx('reflect_facets').where({ wallet, session_id: sessionId }).delete();
-      await trx('reflect_watermarks').where({ wallet, session_id: sessionId }).delete();
-      return { learnings: learnings.length, skills: skills.length };
-    });
+    if (trx) return forgetSession(trx, wallet, sessionId, now);
+    return this.db.transaction((own) => forgetSession(own, wallet, sessionId, now));
   }
 
   async counts(wallet: string): Promise<{ facets: number; learnings: number; skills: number }> {
