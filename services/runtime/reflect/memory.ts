@@ -15,18 +15,43 @@ import { type Forgotten, forgetSession } from './memory-forget.ts';
 export const FACET_KINDS = ['goal', 'preference', 'correction', 'recurring_task', 'tool_usage'] as const;
 export type FacetKind = (typeof FACET_KINDS)[number];
 
-/** Seals text at rest (the conversation store's data key) or leaves it as is; `aad` binds it to its row. */
+/**
+ * Seals text at rest (under the wallet's memory data key, memory-sealer.ts) or leaves it as is. `place`
+ * names the row and field a value is stored in (`learning:<id>`): a sealed value is bound to it.
+ */
 export interface TextSealer {
-  seal(wallet: string, text: string, aad: string): Promise<string>;
-  open(wallet: string, stored: string, aad: string): Promise<string>;
+  /** Whether `seal` seals: stored beside each value (`sealed`), so a row written either way opens. */
+  readonly sealing: boolean;
+  seal(wallet: string, text: string, place: string): Promise<string>;
+  /** The text stored at `place`; `sealed`: the row's flag. */
+  open(wallet: string, stored: string, place: string, sealed: boolean): Promise<string>;
   /** A digest of `text` to find equal texts by (keyed when sealing is on, so it reveals nothing). */
   digest(wallet: string, text: string): Promise<string>;
 }
 
+/** The digest of plain-text rows: SHA-256. */
+export const plainDigest = (text: string): string => createHash('sha256').update(text).digest('hex');
+
+/** No sealing: what runs without `runtime.history.dataKeys` (a sealed row then cannot be read). */
 export const plaintext: TextSealer = {
+  sealing: false,
   seal: (_wallet, text) => Promise.resolve(text),
-  open: (_wallet, stored) => Promise.resolve(stored),
-  digest: (_wallet, text) => Promise.resolve(createHash('sha256').update(text).digest('hex')),
+  open: (_wallet, stored, place, sealed) =>
+    sealed
+      ? Promise.reject(
+          new SigilError('unavailable', `The memory's ${place} is sealed and no data key is configured`, {
+            details: { reason: 'history_key_missing' },
+          }),
+        )
+      : Promise.resolve(stored),
+  digest: (_wallet, text) => Promise.resolve(plainDigest(text)),
+};
+
+/** Where each sealed value is stored: its table, row and field, bound to the value when sealed. */
+export const places = {
+  facet: (id: string) => `facet:${id}`,
+  learning: (id: string) => `learning:${id}`,
+  skill: (id: string, field: 'description' | 'instructions') => `skill:${id}:${field}`,
 };
 
 export interface Facet {
@@ -82,7 +107,8 @@ export interface Applied {
 const json = (value: unknown) => JSON.stringify(value);
 const parsed = <T>(text: string): T => JSON.parse(text) as T;
 const iso = (ms: number | string | null) => (ms === null ? null : new Date(Number(ms)).toISOString());
-const normalized = (statement: string) => statement.trim().replace(/\s+/g, ' ').toLowerCase();
+/** A statement as twins are compared: trimmed, white space folded, lower case. */
+export const normalized = (statement: string) => statement.trim().replace(/\s+/g, ' ').toLowerCase();
 
 interface LearningRow {
   id: string;
@@ -96,6 +122,7 @@ interface LearningRow {
   created_at: number | string;
   updated_at: number | string;
   edited_at: number | string | null;
+  sealed: boolean | number;
 }
 
 interface SkillRow {
@@ -108,6 +135,7 @@ interface SkillRow {
   sources: string;
   run_id: string;
   created_at: number | string;
+  sealed: boolean | number;
 }
 
 export const learningNotFound = (id: string) =>
@@ -152,7 +180,8 @@ export class ReflectMemory {
           session_id: session.id,
           agent_id: session.agentId,
           kind: facet.kind,
-          statement: await this.sealer.seal(wallet, facet.statement, `facet:${id}`),
+          statement: await this.sealer.seal(wallet, facet.statement, places.facet(id)),
+          sealed: this.sealer.sealing,
           message_ids: json(facet.messageIds),
           position,
           synthesized_run_id: null,
@@ -200,7 +229,12 @@ export class ReflectMemory {
       sessionId: row.session_id as string,
       agentId: row.agent_id as string,
       kind: row.kind as FacetKind,
-      statement: await this.sealer.open(wallet, row.statement as string, `facet:${id}`),
+      statement: await this.sealer.open(
+        wallet,
+        row.statement as string,
+        places.facet(id),
+        Boolean(row.sealed),
+      ),
       messageIds: parsed<string[]>(row.message_ids as string),
       runId: row.run_id as string,
       createdAt: iso(row.created_at as number) as string,
@@ -227,7 +261,12 @@ export class ReflectMemory {
   private async learningOf(row: LearningRow): Promise<Learning> {
     return {
       id: row.id,
-      statement: await this.sealer.open(row.wallet, row.statement, `learning:${row.id}`),
+      statement: await this.sealer.open(
+        row.wallet,
+        row.statement,
+        places.learning(row.id),
+        Boolean(row.sealed),
+      ),
       confidence: Number(row.confidence),
       status: row.status,
       supersededBy: row.superseded_by,
@@ -249,7 +288,8 @@ export class ReflectMemory {
         ...(change.statement === undefined
           ? {}
           : {
-              statement: await this.sealer.seal(wallet, change.statement, `learning:${id}`),
+              statement: await this.sealer.seal(wallet, change.statement, places.learning(id)),
+              sealed: this.sealer.sealing,
               normalized_hash: await this.statementKey(wallet, change.statement),
             }),
         ...(change.confidence === undefined ? {} : { confidence: change.confidence }),
@@ -283,13 +323,23 @@ export class ReflectMemory {
   }
 
   private async skillOf(wallet: string, row: SkillRow): Promise<Skill> {
-    const aad = `skill:${row.id}`;
+    const sealed = Boolean(row.sealed);
     return {
       id: row.id,
       name: row.name,
       version: Number(row.version),
-      description: await this.sealer.open(wallet, row.description, `${aad}:description`),
-      instructions: await this.sealer.open(wallet, row.instructions, `${aad}:instructions`),
+      description: await this.sealer.open(
+        wallet,
+        row.description,
+        places.skill(row.id, 'description'),
+        sealed,
+      ),
+      instructions: await this.sealer.open(
+        wallet,
+        row.instructions,
+        places.skill(row.id, 'instructions'),
+        sealed,
+      ),
       tools: parsed(row.tools),
       sources: parsed(row.sources),
       runId: row.run_id,
@@ -327,7 +377,7 @@ export class ReflectMemory {
         return {
           id,
           learning,
-          statement: await this.sealer.seal(wallet, learning.statement, `learning:${id}`),
+          statement: await this.sealer.seal(wallet, learning.statement, places.learning(id)),
           key: await this.statementKey(wallet, learning.statement),
         };
       }),
@@ -347,8 +397,9 @@ export class ReflectMemory {
         wallet,
         name: skill.name,
         version: (previous?.version ?? 0) + 1,
-        description: await this.sealer.seal(wallet, skill.description, `skill:${id}:description`),
-        instructions: await this.sealer.seal(wallet, skill.instructions, `skill:${id}:instructions`),
+        description: await this.sealer.seal(wallet, skill.description, places.skill(id, 'description')),
+        instructions: await this.sealer.seal(wallet, skill.instructions, places.skill(id, 'instructions')),
+        sealed: this.sealer.sealing,
         tools: json(skill.tools),
         sources: json({ facets: skill.facets, sessions: sessionsOf(skill.facets) }),
         run_id: runId,
@@ -382,6 +433,7 @@ export class ReflectMemory {
           id,
           wallet,
           statement,
+          sealed: this.sealer.sealing,
           normalized_hash: key,
           confidence: learning.confidence,
           status: 'active',
