@@ -48,7 +48,8 @@ function keyResolver({ kernel, vault }: ReflectComposition): KeyResolver {
 
 /**
  * The self-improvement pipeline on the runtime's chat history, ledger and vault. Its memory is sealed
- * at rest under the history's data keys when they are configured (memory-sealer.ts).
+ * at rest under the history's data keys when they are configured (memory-sealer.ts), and a session
+ * deleted with `forget` takes what was learned only from it along, in the deleting transaction.
  */
 export function composeReflect(parts: ReflectComposition): { engine: ReflectEngine; memory: ReflectMemory } {
   const { kernel } = parts;
@@ -57,6 +58,9 @@ export function composeReflect(parts: ReflectComposition): { engine: ReflectEngi
     kernel.db,
     kernel.clock,
     new MemorySealer(kernel.db, parts.keys, kernel.clock),
+  );
+  parts.history.onSessionDeleted(async (session, trx, deletion) =>
+    deletion.forget ? memory.forgetSession(session.wallet, session.id, trx) : undefined,
   );
   const engine = new ReflectEngine({
     memory,
