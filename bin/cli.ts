@@ -145,18 +145,24 @@ database
 database
   .command('rewrap-history')
   .description(
-    "Key rotation of the chat history: wrap every session's data key under the first key of runtime.history.dataKeys (RUNTIME_DATA_KEY), and encrypt sessions stored in plain text",
+    "Key rotation of the chat history and the self-improvement memory: wrap every session's and every wallet memory's data key under the first key of runtime.history.dataKeys (RUNTIME_DATA_KEY), and encrypt what is stored in plain text",
   )
   .action(async () => {
-    const [{ HistoryKeys }, { rewrapHistory }] = await Promise.all([
+    const [{ HistoryKeys }, { rewrapHistory }, { rewrapMemory }, { systemClock }] = await Promise.all([
       import('../services/runtime/chat/history-keys.ts'),
       import('../services/runtime/chat/history-rewrap.ts'),
+      import('../services/runtime/reflect/memory-rewrap.ts'),
+      import('../core/clock.ts'),
     ]);
     await withDatabase(async (db, config) => {
       const keys = new HistoryKeys(config.runtime.history.dataKeys);
       const report = await rewrapHistory(db, keys);
       process.stdout.write(
         `chat history under key "${keys.current ?? ''}": ${report.rewrapped} rewrapped, ${report.encrypted} encrypted, ${report.unchanged} already under it\n`,
+      );
+      const memory = await rewrapMemory(db, keys, systemClock);
+      process.stdout.write(
+        `self-improvement memory under key "${keys.current ?? ''}": ${memory.rewrapped} wallet keys rewrapped, ${memory.unchanged} already under it, ${memory.encrypted} plain-text rows encrypted\n`,
       );
     });
   });

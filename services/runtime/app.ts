@@ -78,22 +78,18 @@ async function securityPosture(
 }
 
 /**
- * The chat history on the kernel's database, sealed under `runtime.history.dataKeys` when set (their
- * values kept out of every log line); in production mode, plain text is said at start-up.
+ * The keys of what the runtime keeps of conversations (the chat history, the self-improvement memory):
+ * `runtime.history.dataKeys`, their values kept out of every log line; in production mode, plain
+ * text is said at start-up.
  */
-function conversationStore(kernel: Kernel): ConversationStore {
+function historyKeys(kernel: Kernel): HistoryKeys {
   const { dataKeys } = kernel.config.runtime.history;
   for (const { key } of dataKeys) kernel.secrets.add(key);
   if (dataKeys.length === 0 && kernel.config.mode === 'production')
     kernel.logger.warn(
-      'chat history is stored in plain text: set runtime.history.dataKeys (RUNTIME_DATA_KEY=<id>:<32 bytes base64>) to encrypt it at rest',
+      'chat history and self-improvement memory are stored in plain text: set runtime.history.dataKeys (RUNTIME_DATA_KEY=<id>:<32 bytes base64>) to encrypt them at rest',
     );
-  return new ConversationStore({
-    db: kernel.db,
-    clock: kernel.clock,
-    keys: new HistoryKeys(dataKeys),
-    idleMs: kernel.config.runtime.chat.sessionIdleSeconds * 1000,
-  });
+  return new HistoryKeys(dataKeys);
 }
 
 /**
@@ -129,8 +125,14 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
   };
   const auth = runtimeAuth(kernel);
   const ledger = createLedgerService(kernel);
-  const history = conversationStore(kernel);
-  const composed = composeReflect({ kernel, history, holds: ledger.holds, vault, chat: () => chat });
+  const keys = historyKeys(kernel);
+  const history = new ConversationStore({
+    db: kernel.db,
+    clock: kernel.clock,
+    keys,
+    idleMs: kernel.config.runtime.chat.sessionIdleSeconds * 1000,
+  });
+  const composed = composeReflect({ kernel, history, keys, holds: ledger.holds, vault, chat: () => chat });
   const reflect = new ReflectService({
     db: kernel.db,
     clock: kernel.clock,

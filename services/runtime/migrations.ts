@@ -1,5 +1,5 @@
 import type { Migration } from '../../core/db/migrations/index.ts';
-import { reflectMemoryMigration } from './reflect/migration.ts';
+import { reflectMemoryMigration, reflectMemorySealingMigration } from './reflect/migration.ts';
 
 /**
  * Runtime state shared by replicas: wallet-owned agents, the wallet ledger, canvas runs and the chat
@@ -384,4 +384,5 @@ export const runtimeMigrations: readonly Migration[] = [
     },
   },
   reflectMemoryMigration,
+  reflectMemorySealingMigration,
 ];

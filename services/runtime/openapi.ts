@@ -21,7 +21,7 @@ import {
   withdrawalParams,
 } from './ledger/routes.ts';
 import { slotParams, storeBody, unlockBody } from './vault/routes.ts';
-import { listQuery } from './chat/routes.ts';
+import { deleteQuery, listQuery } from './chat/routes.ts';
 import { canvasPaths } from './canvas/openapi.ts';
 import { reflectPaths } from './reflect/openapi.ts';
 
@@ -249,10 +249,19 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
         },
         delete: {
           summary:
-            'Delete the session and its stored history (what was derived only from it goes with it); 409 while it answers a message',
+            'Delete the session and its stored history; with forget=true, also what self-improvement learned only from it (its facets, the learnings and skill versions whose every source is in it; the others lose it from their sources), in the same transaction. Without, what was learned stays. 409 while it answers a message',
           security: bearer,
-          parameters: session,
-          responses: { '204': { description: 'Deleted' }, '401': error, '404': error, '409': error },
+          parameters: [...session, ...parametersOf(deleteQuery, 'query')],
+          responses: {
+            '200': json(
+              '{ forgotten: { facets, learnings, skills } } (forget=true): what was removed with the session; skills counts skill versions',
+            ),
+            '204': { description: 'Deleted (without forget=true)' },
+            '400': error,
+            '401': error,
+            '404': error,
+            '409': error,
+          },
         },
       },
       '/agents/{id}/sessions/{sessionId}/end': {

@@ -122,7 +122,7 @@ export const historySchema = z
       .default([])
       .refine((keys) => new Set(keys.map((k) => k.id)).size === keys.length, 'key ids must differ')
       .describe(
-        "[{ id, key: 32 bytes base64 }] wrapping each chat session's data key: the first wraps new ones, the others open older ones (sigil db rewrap-history). Env: <id>:<key>,… Empty: plain text",
+        "[{ id, key: 32 bytes base64 }] wrapping each chat session's and each wallet's self-improvement memory's data key: the first wraps new ones, the others open older ones (sigil db rewrap-history). Env: <id>:<key>,… Empty: plain text",
       ),
   })
   .strict()

@@ -15,10 +15,26 @@ export interface WrappedDataKey {
 }
 
 /**
+ * Whose data key a wrapping holds: the wrap is bound to `aad` (a key wrapped for one owner does not
+ * open for another), and a refusal names it by `name`.
+ */
+export interface DataKeyOwner {
+  aad: string;
+  name: string;
+}
+
+/** A chat session's data key. */
+export const sessionKeyOwner = (sessionId: string): DataKeyOwner => ({
+  aad: `sigil:chat-history:data-key:${sessionId}`,
+  name: `session ${sessionId}`,
+});
+
+/**
  * Envelope encryption of the chat history: each session has a random 256-bit data key, wrapped
  * (AES-256-GCM) under a key-encryption key of the config and stored beside the session; the session's
  * content (its system prompt, each message) is sealed with AES-256-GCM under the data key. Rotating the
- * key-encryption key then rewraps 32 bytes a session, never its messages.
+ * key-encryption key then rewraps 32 bytes a session, never its messages. The self-improvement
+ * memory's data keys, one a wallet, are wrapped by the same keys (reflect/memory-sealer.ts).
  *
  * Written here over core/crypto's AES-GCM rather than taken from a library: it is these few lines,
  * and the libraries that do envelopes (a cloud KMS SDK, Tink) bring a service or a large dependency
@@ -35,38 +51,38 @@ export class HistoryKeys {
     this.current = configured[0]?.id;
   }
 
-  /** A new session's data key and its wrapped form under the current key; undefined without one. */
-  newDataKey(sessionId: string): { dataKey: Buffer; wrapped: WrappedDataKey } | undefined {
+  /** A new data key (a session's, a wallet memory's) and its wrapped form under the current key; undefined without one. */
+  newDataKey(owner: DataKeyOwner): { dataKey: Buffer; wrapped: WrappedDataKey } | undefined {
     if (this.current === undefined) return undefined;
     const dataKey = randomBytes(32);
-    return { dataKey, wrapped: this.wrap(sessionId, dataKey) };
+    return { dataKey, wrapped: this.wrap(owner, dataKey) };
   }
 
   /** The data key wrapped under the current key (rotation). */
-  wrap(sessionId: string, dataKey: Buffer): WrappedDataKey {
+  wrap(owner: DataKeyOwner, dataKey: Buffer): WrappedDataKey {
     const keyId = this.current as string;
-    const box = sealAesGcm(this.keys.get(keyId) as Buffer, dataKey.toString('base64'), dataKeyAad(sessionId));
+    const box = sealAesGcm(this.keys.get(keyId) as Buffer, dataKey.toString('base64'), owner.aad);
     return { keyId, wrapped: JSON.stringify(box) };
   }
 
-  /** Opens a session's data key; a clear error when its key is not configured or does not open it. */
-  unwrap(sessionId: string, stored: WrappedDataKey): Buffer {
+  /** Opens a data key; a clear error when its key is not configured or does not open it. */
+  unwrap(owner: DataKeyOwner, stored: WrappedDataKey): Buffer {
     const kek = this.keys.get(stored.keyId);
     if (kek === undefined)
       throw new SigilError(
         'unavailable',
-        `The history of session ${sessionId} is encrypted under data key "${stored.keyId}", which this runtime does not have`,
+        `The content of ${owner.name} is encrypted under data key "${stored.keyId}", which this runtime does not have`,
         {
           hint: `Add the key with id "${stored.keyId}" to runtime.history.dataKeys (RUNTIME_DATA_KEY) after the current one`,
           details: { reason: 'history_key_missing', keyId: stored.keyId },
         },
       );
     try {
-      return Buffer.from(openAesGcm(kek, parseBox(stored.wrapped), dataKeyAad(sessionId)), 'base64');
+      return Buffer.from(openAesGcm(kek, parseBox(stored.wrapped), owner.aad), 'base64');
     } catch {
       throw new SigilError(
         'unavailable',
-        `The data key of session ${sessionId} does not open under key "${stored.keyId}": the configured key is not the one it was wrapped with, or the row was altered`,
+        `The data key of ${owner.name} does not open under key "${stored.keyId}": the configured key is not the one it was wrapped with, or the row was altered`,
         {
           hint: `Configure the key "${stored.keyId}" was when the session began; a key id must never name two keys`,
           details: { reason: 'history_key_mismatch', keyId: stored.keyId },
@@ -111,13 +127,11 @@ export const SYSTEM_PLACE = 'system';
 /** Where a message is sealed: its seq and role are bound to the box, so rows cannot be swapped. */
 export const messagePlace = (seq: number, role: string): string => `message:${seq}:${role}`;
 
-const dataKeyAad = (sessionId: string): string => `sigil:chat-history:data-key:${sessionId}`;
-
 /**
  * A stored box: a JSON SealedBox with a whole 16-byte tag (GCM would check a cut one, down to 4 bytes,
  * which makes a forgery cheap). A row that is not one fails as the altered row it is.
  */
-function parseBox(stored: string): SealedBox {
+export function parseBox(stored: string): SealedBox {
   const box = JSON.parse(stored) as Partial<SealedBox> | null;
   if (typeof box?.iv !== 'string' || typeof box.ciphertext !== 'string' || typeof box.tag !== 'string')
     throw new TypeError('not a sealed box');

@@ -2,7 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { SigilError } from '@sigil/plugin-api';
 import type { Database } from '../../../core/db/database.ts';
 import { takeChange } from './history-rows.ts';
-import { type HistoryKeys, messagePlace, SessionCipher, SYSTEM_PLACE } from './history-keys.ts';
+import {
+  type HistoryKeys,
+  messagePlace,
+  SessionCipher,
+  sessionKeyOwner,
+  SYSTEM_PLACE,
+} from './history-keys.ts';
 
 /** What a rewrap did, in sessions. */
 export interface RewrapReport {
@@ -48,7 +54,8 @@ export async function rewrapHistory(db: Database, keys: HistoryKeys): Promise<Re
       if (row.key_id === current) report.unchanged++;
       else if (row.key_id !== null && row.wrapped_key !== null) {
         const stored = { keyId: row.key_id, wrapped: row.wrapped_key };
-        const wrapped = keys.wrap(row.id, keys.unwrap(row.id, stored));
+        const owner = sessionKeyOwner(row.id);
+        const wrapped = keys.wrap(owner, keys.unwrap(owner, stored));
         const changed = await db('chat_sessions')
           .where({ id: row.id, key_id: row.key_id, wrapped_key: row.wrapped_key })
           .update({ key_id: wrapped.keyId, wrapped_key: wrapped.wrapped });
@@ -80,7 +87,7 @@ async function encryptSession(db: Database, keys: HistoryKeys, id: string, walle
       await trx('chat_messages')
         .where({ session_id: id, seq: message.seq })
         .update({ content: cipher.seal(message.content, messagePlace(Number(message.seq), message.role)) });
-    const wrapped = keys.wrap(id, dataKey);
+    const wrapped = keys.wrap(sessionKeyOwner(id), dataKey);
     await trx('chat_sessions')
       .where({ id })
       .update({

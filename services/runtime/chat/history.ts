@@ -3,7 +3,13 @@ import type { Knex } from 'knex';
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
-import { type HistoryKeys, SessionCipher, SYSTEM_PLACE, type WrappedDataKey } from './history-keys.ts';
+import {
+  type HistoryKeys,
+  SessionCipher,
+  sessionKeyOwner,
+  SYSTEM_PLACE,
+  type WrappedDataKey,
+} from './history-keys.ts';
 import {
   beyond,
   decodeCursor,
@@ -80,11 +86,23 @@ export type SessionState = 'open' | 'ended' | 'all';
 /** Who a session is, as told to the listeners of its end and of its deletion. */
 export type SessionRef = Pick<StoredSession, 'id' | 'wallet' | 'agentId'>;
 
+/** How a session is deleted: `forget` asks that what was learned only from it go too (`?forget=true`). */
+export interface SessionDeletion {
+  forget: boolean;
+}
+
+/** What the listeners removed with a session, counted by kind (the memory's: facets, learnings, skills). */
+export type Removed = Record<string, number>;
+
 /**
  * Runs inside the transaction that deletes a session, before its rows go: what was derived from the
- * session alone goes with it (a throw rolls the deletion back).
+ * session alone can go with it (a throw rolls the deletion back). It answers what it removed, if anything.
  */
-export type SessionDeletedListener = (session: SessionRef, trx: Knex.Transaction) => Promise<void>;
+export type SessionDeletedListener = (
+  session: SessionRef,
+  trx: Knex.Transaction,
+  deletion: SessionDeletion,
+) => Promise<Removed | undefined>;
 
 /** Rows inserted by one statement: well under SQLite's bound variables, a long tool loop included. */
 const INSERT_CHUNK = 100;
@@ -120,7 +138,7 @@ export class ConversationStore {
     this.endedListeners.push(listener);
   }
 
-  /** Run in the deleting transaction of each session deleted (learnings drawn only from it go too). */
+  /** Run in the deleting transaction of each session deleted (with `forget`, its learnings go too). */
   onSessionDeleted(listener: SessionDeletedListener): void {
     this.deletedListeners.push(listener);
   }
@@ -147,7 +165,7 @@ export class ConversationStore {
   async create(input: NewSession, maxOpen: number): Promise<StoredSession | { full: number }> {
     await this.expireIdle({ wallet: input.wallet, agent_id: input.agentId });
     const id = randomUUID();
-    const envelope = this.deps.keys.newDataKey(id);
+    const envelope = this.deps.keys.newDataKey(sessionKeyOwner(id));
     const now = this.now();
     return this.deps.db.transaction(async (trx) => {
       const change = await takeChange(trx, input.wallet);
@@ -336,15 +354,22 @@ export class ConversationStore {
     return ended > 0;
   }
 
-  /** Deletes the session and its messages (the listeners first, in the same transaction). */
-  async delete(session: StoredSession): Promise<void> {
+  /**
+   * Deletes the session and its messages (the listeners first, in the same transaction); answers what
+   * the listeners removed with it, their counts added up by kind.
+   */
+  async delete(session: StoredSession, deletion: SessionDeletion = { forget: false }): Promise<Removed> {
+    const removed: Removed = {};
     await this.deps.db.transaction(async (trx) => {
       await takeChange(trx, session.wallet);
-      for (const listener of this.deletedListeners) await listener(refOf(session), trx);
+      for (const listener of this.deletedListeners)
+        for (const [kind, count] of Object.entries((await listener(refOf(session), trx, deletion)) ?? {}))
+          removed[kind] = (removed[kind] ?? 0) + count;
       await trx('chat_messages').where({ session_id: session.id }).delete();
       await trx('chat_sessions').where({ id: session.id }).delete();
     });
     if (session.endedAt === undefined) this.tellEnded([session]);
+    return removed;
   }
 
   /**
@@ -407,7 +432,7 @@ export class ConversationStore {
 
   private cipherOf(session: StoredSession): SessionCipher | undefined {
     if (session.dataKey === undefined) return undefined;
-    return new SessionCipher(session.id, this.deps.keys.unwrap(session.id, session.dataKey));
+    return new SessionCipher(session.id, this.deps.keys.unwrap(sessionKeyOwner(session.id), session.dataKey));
   }
 
   private tellEnded(sessions: readonly SessionRef[]): void {

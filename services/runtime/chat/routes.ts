@@ -19,6 +19,10 @@ export const listQuery = z
   .object({ ...pageFields, state: z.enum(['open', 'ended', 'all']).optional() })
   .strict();
 const emptyBody = z.object({}).strict();
+/** `DELETE …/:sessionId?forget=true`: what was learned only from the session goes too (opt-in). */
+export const deleteQuery = z
+  .object({ forget: z.enum(['true', 'false'], 'must be true or false').optional() })
+  .strict();
 
 /**
  * `/agents/:id/sessions…`: the signed-in wallet's chat sessions, their stored history and the chat
@@ -94,8 +98,11 @@ export function chatRouter(chat: ChatService): Router {
   });
   router.delete('/:sessionId', async (ctx) => {
     const { id, sessionId } = parseInput(params, ctx.params, 'params');
-    await chat.sessions.delete(wallet(ctx.state), id, sessionId as string);
-    ctx.status = 204;
+    const forget = parseInput(deleteQuery, ctx.query, 'query').forget === 'true';
+    const removed = await chat.sessions.delete(wallet(ctx.state), id, sessionId as string, { forget });
+    // Without forget, what was learned from the session stays: nothing else to tell.
+    if (!forget) ctx.status = 204;
+    else ctx.body = { forgotten: { facets: 0, learnings: 0, skills: 0, ...removed } };
   });
   router.post('/:sessionId/messages', async (ctx) => {
     const { id, sessionId } = parseInput(params, ctx.params, 'params');

@@ -2,6 +2,8 @@ import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import {
   alreadyAnswered,
   type ConversationStore,
+  type Removed,
+  type SessionDeletion,
   type SessionState,
   type StoredMessage,
   type StoredSession,
@@ -128,11 +130,19 @@ export class ChatSessions {
     return (await this.store.find(wallet, id)) ?? session;
   }
 
-  /** Deletes the session and its history; refused while it answers a message here. */
-  async delete(wallet: string, agentId: string, id: string): Promise<void> {
+  /**
+   * Deletes the session and its history; refused while it answers a message here. With `forget`, what
+   * was learned only from it goes too, and the answer counts it.
+   */
+  async delete(
+    wallet: string,
+    agentId: string,
+    id: string,
+    deletion: SessionDeletion = { forget: false },
+  ): Promise<Removed> {
     const session = await this.get(wallet, agentId, id);
     if (this.store.isAnswering(id)) throw sessionBusy();
-    await this.store.delete(session);
+    return this.store.delete(session, deletion);
   }
 
   /**

@@ -1,16 +1,20 @@
 import { SigilError } from '@sigil/plugin-api';
 import type { Kernel } from '../../kernel.ts';
 import type { ChatService } from '../chat/chat.ts';
+import type { HistoryKeys } from '../chat/history-keys.ts';
 import type { ConversationStore } from '../chat/history.ts';
 import type { Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
 import { type KeyResolver, ReflectEngine } from './engine.ts';
 import { historySource } from './history-source.ts';
 import { ReflectMemory } from './memory.ts';
+import { MemorySealer } from './memory-sealer.ts';
 
 export interface ReflectComposition {
   kernel: Kernel;
   history: ConversationStore;
+  /** The chat history's keys (`runtime.history.dataKeys`): the memory is sealed under them too. */
+  keys: HistoryKeys;
   holds: Holds;
   vault: ProviderVault;
   /** The chat service, read when a run calls a model (it is built after the scheduler it tells). */
@@ -42,11 +46,22 @@ function keyResolver({ kernel, vault }: ReflectComposition): KeyResolver {
   };
 }
 
-/** The self-improvement pipeline on the runtime's chat history, ledger and vault. */
+/**
+ * The self-improvement pipeline on the runtime's chat history, ledger and vault. Its memory is sealed
+ * at rest under the history's data keys when they are configured (memory-sealer.ts), and a session
+ * deleted with `forget` takes what was learned only from it along, in the deleting transaction.
+ */
 export function composeReflect(parts: ReflectComposition): { engine: ReflectEngine; memory: ReflectMemory } {
   const { kernel } = parts;
   const settings = kernel.config.runtime.selfImprovement;
-  const memory = new ReflectMemory(kernel.db, kernel.clock);
+  const memory = new ReflectMemory(
+    kernel.db,
+    kernel.clock,
+    new MemorySealer(kernel.db, parts.keys, kernel.clock),
+  );
+  parts.history.onSessionDeleted(async (session, trx, deletion) =>
+    deletion.forget ? memory.forgetSession(session.wallet, session.id, trx) : undefined,
+  );
   const engine = new ReflectEngine({
     memory,
     source: historySource(parts.history),

@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
+import { type Forgotten, forgetSession } from './memory-forget.ts';
 
 /**
  * What self-improvement keeps per wallet: facets (observations with provenance), learnings (short
@@ -14,18 +15,43 @@ import type { Database } from '../../../core/db/database.ts';
 export const FACET_KINDS = ['goal', 'preference', 'correction', 'recurring_task', 'tool_usage'] as const;
 export type FacetKind = (typeof FACET_KINDS)[number];
 
-/** Seals text at rest (the conversation store's data key) or leaves it as is; `aad` binds it to its row. */
+/**
+ * Seals text at rest (under the wallet's memory data key, memory-sealer.ts) or leaves it as is. `place`
+ * names the row and field a value is stored in (`learning:<id>`): a sealed value is bound to it.
+ */
 export interface TextSealer {
-  seal(wallet: string, text: string, aad: string): Promise<string>;
-  open(wallet: string, stored: string, aad: string): Promise<string>;
+  /** Whether `seal` seals: stored beside each value (`sealed`), so a row written either way opens. */
+  readonly sealing: boolean;
+  seal(wallet: string, text: string, place: string): Promise<string>;
+  /** The text stored at `place`; `sealed`: the row's flag. */
+  open(wallet: string, stored: string, place: string, sealed: boolean): Promise<string>;
   /** A digest of `text` to find equal texts by (keyed when sealing is on, so it reveals nothing). */
   digest(wallet: string, text: string): Promise<string>;
 }
 
+/** The digest of plain-text rows: SHA-256. */
+export const plainDigest = (text: string): string => createHash('sha256').update(text).digest('hex');
+
+/** No sealing: what runs without `runtime.history.dataKeys` (a sealed row then cannot be read). */
 export const plaintext: TextSealer = {
+  sealing: false,
   seal: (_wallet, text) => Promise.resolve(text),
-  open: (_wallet, stored) => Promise.resolve(stored),
-  digest: (_wallet, text) => Promise.resolve(createHash('sha256').update(text).digest('hex')),
+  open: (_wallet, stored, place, sealed) =>
+    sealed
+      ? Promise.reject(
+          new SigilError('unavailable', `The memory's ${place} is sealed and no data key is configured`, {
+            details: { reason: 'history_key_missing' },
+          }),
+        )
+      : Promise.resolve(stored),
+  digest: (_wallet, text) => Promise.resolve(plainDigest(text)),
+};
+
+/** Where each sealed value is stored: its table, row and field, bound to the value when sealed. */
+export const places = {
+  facet: (id: string) => `facet:${id}`,
+  learning: (id: string) => `learning:${id}`,
+  skill: (id: string, field: 'description' | 'instructions') => `skill:${id}:${field}`,
 };
 
 export interface Facet {
@@ -81,7 +107,8 @@ export interface Applied {
 const json = (value: unknown) => JSON.stringify(value);
 const parsed = <T>(text: string): T => JSON.parse(text) as T;
 const iso = (ms: number | string | null) => (ms === null ? null : new Date(Number(ms)).toISOString());
-const normalized = (statement: string) => statement.trim().replace(/\s+/g, ' ').toLowerCase();
+/** A statement as twins are compared: trimmed, white space folded, lower case. */
+export const normalized = (statement: string) => statement.trim().replace(/\s+/g, ' ').toLowerCase();
 
 interface LearningRow {
   id: string;
@@ -95,6 +122,7 @@ interface LearningRow {
   created_at: number | string;
   updated_at: number | string;
   edited_at: number | string | null;
+  sealed: boolean | number;
 }
 
 interface SkillRow {
@@ -107,6 +135,7 @@ interface SkillRow {
   sources: string;
   run_id: string;
   created_at: number | string;
+  sealed: boolean | number;
 }
 
 export const learningNotFound = (id: string) =>
@@ -151,7 +180,8 @@ export class ReflectMemory {
           session_id: session.id,
           agent_id: session.agentId,
           kind: facet.kind,
-          statement: await this.sealer.seal(wallet, facet.statement, `facet:${id}`),
+          statement: await this.sealer.seal(wallet, facet.statement, places.facet(id)),
+          sealed: this.sealer.sealing,
           message_ids: json(facet.messageIds),
           position,
           synthesized_run_id: null,
@@ -199,7 +229,12 @@ export class ReflectMemory {
       sessionId: row.session_id as string,
       agentId: row.agent_id as string,
       kind: row.kind as FacetKind,
-      statement: await this.sealer.open(wallet, row.statement as string, `facet:${id}`),
+      statement: await this.sealer.open(
+        wallet,
+        row.statement as string,
+        places.facet(id),
+        Boolean(row.sealed),
+      ),
       messageIds: parsed<string[]>(row.message_ids as string),
       runId: row.run_id as string,
       createdAt: iso(row.created_at as number) as string,
@@ -226,7 +261,12 @@ export class ReflectMemory {
   private async learningOf(row: LearningRow): Promise<Learning> {
     return {
       id: row.id,
-      statement: await this.sealer.open(row.wallet, row.statement, `learning:${row.id}`),
+      statement: await this.sealer.open(
+        row.wallet,
+        row.statement,
+        places.learning(row.id),
+        Boolean(row.sealed),
+      ),
       confidence: Number(row.confidence),
       status: row.status,
       supersededBy: row.superseded_by,
@@ -248,7 +288,8 @@ export class ReflectMemory {
         ...(change.statement === undefined
           ? {}
           : {
-              statement: await this.sealer.seal(wallet, change.statement, `learning:${id}`),
+              statement: await this.sealer.seal(wallet, change.statement, places.learning(id)),
+              sealed: this.sealer.sealing,
               normalized_hash: await this.statementKey(wallet, change.statement),
             }),
         ...(change.confidence === undefined ? {} : { confidence: change.confidence }),
@@ -282,13 +323,23 @@ export class ReflectMemory {
   }
 
   private async skillOf(wallet: string, row: SkillRow): Promise<Skill> {
-    const aad = `skill:${row.id}`;
+    const sealed = Boolean(row.sealed);
     return {
       id: row.id,
       name: row.name,
       version: Number(row.version),
-      description: await this.sealer.open(wallet, row.description, `${aad}:description`),
-      instructions: await this.sealer.open(wallet, row.instructions, `${aad}:instructions`),
+      description: await this.sealer.open(
+        wallet,
+        row.description,
+        places.skill(row.id, 'description'),
+        sealed,
+      ),
+      instructions: await this.sealer.open(
+        wallet,
+        row.instructions,
+        places.skill(row.id, 'instructions'),
+        sealed,
+      ),
       tools: parsed(row.tools),
       sources: parsed(row.sources),
       runId: row.run_id,
@@ -326,7 +377,7 @@ export class ReflectMemory {
         return {
           id,
           learning,
-          statement: await this.sealer.seal(wallet, learning.statement, `learning:${id}`),
+          statement: await this.sealer.seal(wallet, learning.statement, places.learning(id)),
           key: await this.statementKey(wallet, learning.statement),
         };
       }),
@@ -346,8 +397,9 @@ export class ReflectMemory {
         wallet,
         name: skill.name,
         version: (previous?.version ?? 0) + 1,
-        description: await this.sealer.seal(wallet, skill.description, `skill:${id}:description`),
-        instructions: await this.sealer.seal(wallet, skill.instructions, `skill:${id}:instructions`),
+        description: await this.sealer.seal(wallet, skill.description, places.skill(id, 'description')),
+        instructions: await this.sealer.seal(wallet, skill.instructions, places.skill(id, 'instructions')),
+        sealed: this.sealer.sealing,
         tools: json(skill.tools),
         sources: json({ facets: skill.facets, sessions: sessionsOf(skill.facets) }),
         run_id: runId,
@@ -381,6 +433,7 @@ export class ReflectMemory {
           id,
           wallet,
           statement,
+          sealed: this.sealer.sealing,
           normalized_hash: key,
           confidence: learning.confidence,
           status: 'active',
@@ -413,43 +466,13 @@ export class ReflectMemory {
   }
 
   /**
-   * Forgets what was learned only from one session: its facets and watermarks go, and each learning
-   * or skill all of whose sources were in it is deleted (those with other sources keep them).
+   * Forgets what was learned only from one session (memory-forget.ts): in `trx` when given (the
+   * transaction deleting the session), else in one of its own.
    */
-  async forgetSession(wallet: string, sessionId: string): Promise<{ learnings: number; skills: number }> {
+  async forgetSession(wallet: string, sessionId: string, trx?: Knex.Transaction): Promise<Forgotten> {
     const now = this.clock.now().getTime();
-    return this.db.transaction(async (trx) => {
-      const onlyFrom = (sources: string) => {
-        const sessions = parsed<Learning['sources']>(sources).sessions;
-        return sessions.length > 0 && sessions.every((s) => s === sessionId);
-      };
-      const learnings = (
-        await trx('reflect_learnings')
-          .where({ wallet })
-          .whereNot({ status: 'deleted' })
-          .select<LearningRow[]>('*')
-      ).filter((row) => onlyFrom(row.sources));
-      if (learnings.length > 0)
-        await trx('reflect_learnings')
-          .whereIn(
-            'id',
-            learnings.map((row) => row.id),
-          )
-          .update({ status: 'deleted', updated_at: now });
-      const skills = (
-        await trx('reflect_skills').where({ wallet, deleted: false }).select<SkillRow[]>('*')
-      ).filter((row) => onlyFrom(row.sources));
-      if (skills.length > 0)
-        await trx('reflect_skills')
-          .whereIn(
-            'id',
-            skills.map((row) => row.id),
-          )
-          .update({ deleted: true });
-      await trx('reflect_facets').where({ wallet, session_id: sessionId }).delete();
-      await trx('reflect_watermarks').where({ wallet, session_id: sessionId }).delete();
-      return { learnings: learnings.length, skills: skills.length };
-    });
+    if (trx) return forgetSession(trx, wallet, sessionId, now);
+    return this.db.transaction((own) => forgetSession(own, wallet, sessionId, now));
   }
 
   async counts(wallet: string): Promise<{ facets: number; learnings: number; skills: number }> {

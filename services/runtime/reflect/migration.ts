@@ -69,3 +69,33 @@ export const reflectMemoryMigration: Migration = {
       await db.schema.dropTableIfExists(table);
   },
 };
+
+/**
+ * The memory sealed at rest (memory-sealer.ts): each wallet's memory data key, wrapped under the
+ * history's key-encryption key, and on every row holding the user's words whether they are sealed.
+ */
+export const reflectMemorySealingMigration: Migration = {
+  name: '0290-reflect-memory-sealing',
+  async up(db) {
+    // One data key per wallet, as chat_sessions keeps a session's: the key-encryption key's id and
+    // the data key wrapped under it (AES-256-GCM). Rotation rewraps this row, never the memory.
+    await db.schema.createTable('reflect_keys', (t) => {
+      t.string('wallet', 42).primary();
+      t.string('key_id', 64).notNullable();
+      t.text('wrapped_key').notNullable();
+      t.bigInteger('created_at').notNullable();
+    });
+    // Rows written before a key was configured stay plain text (false) until `sigil db rewrap-history`.
+    for (const table of ['reflect_facets', 'reflect_learnings', 'reflect_skills'])
+      await db.schema.alterTable(table, (t) => {
+        t.boolean('sealed').notNullable().defaultTo(false);
+      });
+  },
+  async down(db) {
+    for (const table of ['reflect_facets', 'reflect_learnings', 'reflect_skills'])
+      await db.schema.alterTable(table, (t) => {
+        t.dropColumn('sealed');
+      });
+    await db.schema.dropTableIfExists('reflect_keys');
+  },
+};

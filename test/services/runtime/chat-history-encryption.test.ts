@@ -1,4 +1,4 @@
-import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,6 +6,7 @@ import { expect } from 'chai';
 import { createRuntimeApp } from '../../../services/runtime/app.ts';
 import { HistoryKeys } from '../../../services/runtime/chat/history-keys.ts';
 import { rewrapHistory } from '../../../services/runtime/chat/history-rewrap.ts';
+import { ReflectMemory } from '../../../services/runtime/reflect/memory.ts';
 import { runSigil } from '../../support/cli.ts';
 import { captureLogs } from '../../support/logs.ts';
 import { describeEachDatabase, openTestKernel } from '../../support/kernel.ts';
@@ -197,6 +198,20 @@ describe('runtime chat: history encrypted at rest', function () {
       const dave = await newUser(runtime.stack);
       const id = await session(dave.client, dave.agentId);
       await say(dave.client, dave.agentId, id, `plain ${secret}`);
+      // What self-improvement learned from it, stored as plain text too: a facet and a learning.
+      const memory = new ReflectMemory(runtime.stack.kernel.db, runtime.stack.kernel.clock);
+      const runId = randomUUID();
+      const facets = await memory.addFacets(
+        dave.wallet.address,
+        1,
+        runId,
+        { id, agentId: dave.agentId, lastSeq: 2 },
+        [{ kind: 'preference', statement: `Always say ${secret}`, messageIds: ['m1'] }],
+      );
+      await memory.apply(dave.wallet.address, runId, await memory.facets(dave.wallet.address, facets), {
+        learnings: [{ statement: `Always say ${secret}`, confidence: 0.9, facets, supersedes: [] }],
+        skills: [],
+      });
       await runtime.close();
 
       const env = { DATABASE_URL: url, SIGIL_CONFIG: '' };
@@ -219,7 +234,8 @@ describe('runtime chat: history encrypted at rest', function () {
       expect(rewrap.stderr).to.equal('');
       expect(rewrap.code).to.equal(0);
       expect(rewrap.stdout).to.equal(
-        'chat history under key "k1": 0 rewrapped, 1 encrypted, 0 already under it\n',
+        'chat history under key "k1": 0 rewrapped, 1 encrypted, 0 already under it\n' +
+          'self-improvement memory under key "k1": 0 wallet keys rewrapped, 0 already under it, 2 plain-text rows encrypted\n',
       );
       const check = await runSigil(['config', 'check'], {
         cwd: dir,
@@ -234,6 +250,16 @@ describe('runtime chat: history encrypted at rest', function () {
         expect(await storedHistory(after.stack)).to.not.include(secret);
         const read = await client.json('GET', `/agents/${dave.agentId}/sessions/${id}/messages`);
         expect((read.body.messages as { content: string }[])[0]!.content).to.equal(`plain ${secret}`);
+        const db = after.stack.kernel.db;
+        const memoryRows = JSON.stringify([
+          await db('reflect_facets').select(),
+          await db('reflect_learnings').select(),
+        ]);
+        expect(memoryRows).to.not.include(secret);
+        const learnings = (await client.json('GET', '/wallet/learnings')).body.learnings as {
+          statement: string;
+        }[];
+        expect(learnings.map((l) => l.statement)).to.deep.equal([`Always say ${secret}`]);
       } finally {
         await after.close();
       }
@@ -242,7 +268,7 @@ describe('runtime chat: history encrypted at rest', function () {
     }
   });
 
-  it('warns at start-up in production mode while the history is plain text', async () => {
+  it('warns at start-up in production mode while the history and the memory are plain text', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sigil-history-production-'));
     const signingKey = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({
       format: 'pem',
@@ -264,7 +290,7 @@ describe('runtime chat: history encrypted at rest', function () {
           const app = await createRuntimeApp(kernel);
           await app.close();
           expect(
-            logs.text().includes('chat history is stored in plain text'),
+            logs.text().includes('chat history and self-improvement memory are stored in plain text'),
             `${dataKeys.length} keys`,
           ).to.equal(dataKeys.length === 0);
           expect(logs.text()).to.not.include(key.key);

@@ -158,6 +158,7 @@ describe('runtime chat: conversation history in the database', function () {
           const rows = await trx('chat_messages').where({ session_id: deleted.id }).count({ n: '*' });
           told.push(`${deleted.id}:${Number(rows[0]?.n)}`);
           if (refuse) throw new Error('the learnings could not be removed');
+          return undefined;
         });
         const failed = await erin.client.json('DELETE', `/agents/${erin.agentId}/sessions/${id}`);
         expect(failed.status).to.equal(500);

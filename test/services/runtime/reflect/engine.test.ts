@@ -194,20 +194,77 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
     expect(await memory.learnings(wallet)).to.have.length(1);
   });
 
-  it('forgetting a session deletes what was learned only from it', async () => {
+  it('forgetting a session deletes what was learned only from it; a learning with other sources keeps those', async () => {
     const { wallet, agentId } = await funded();
     const a = conversations.add(wallet, agentId, ['Always cite sources.', 'Ok.']);
     const b = conversations.add(wallet, agentId, ['Never use emojis.', 'Ok.']);
-    conversations.add(wallet, agentId, ['Always cite sources.', 'Ok.']);
+    const c = conversations.add(wallet, agentId, ['Always cite sources.', 'Ok.']);
     await engine.run(job(wallet));
     expect((await memory.learnings(wallet)).map((l) => l.statement).sort()).to.deep.equal([
       'Always cite sources',
       'Never use emojis',
     ]);
-    expect(await memory.forgetSession(wallet, b)).to.deep.equal({ learnings: 1, skills: 0 });
-    // Learned from two sessions: forgetting one keeps it.
-    expect(await memory.forgetSession(wallet, a)).to.deep.equal({ learnings: 0, skills: 0 });
-    expect((await memory.learnings(wallet)).map((l) => l.statement)).to.deep.equal(['Always cite sources']);
+    const emojis = (await memory.learnings(wallet)).find((l) => l.statement === 'Never use emojis');
+    expect(await memory.forgetSession(wallet, b)).to.deep.equal({ facets: 1, learnings: 1, skills: 0 });
+    // Removed, not only marked: no status shows it, no row holds it.
+    expect((await memory.learnings(wallet, 'all')).map((l) => l.statement)).to.deep.equal([
+      'Always cite sources',
+    ]);
+    expect(await world.kernel.db('reflect_learnings').where({ id: emojis?.id })).to.deep.equal([]);
+    // Learned from two sessions: forgetting one keeps it, with the other as its only source.
+    const [before] = await memory.learnings(wallet);
+    const facetOfA = (await memory.facets(wallet, before?.sources.facets ?? [])).find(
+      (f) => f.sessionId === a,
+    );
+    expect(await memory.forgetSession(wallet, a)).to.deep.equal({ facets: 1, learnings: 0, skills: 0 });
+    const [kept] = await memory.learnings(wallet);
+    expect(kept).to.include({ id: before?.id, statement: 'Always cite sources' });
+    expect(kept?.sources.sessions).to.deep.equal([c]);
+    expect(kept?.sources.facets).to.have.length(1);
+    expect(kept?.sources.facets).to.not.include(facetOfA?.id);
+    const watermarks = await memory.watermarks(wallet, PIPELINE_VERSION);
+    expect([...watermarks.keys()]).to.deep.equal([c]);
+  });
+
+  it('forgetting the session of a superseding learning removes it; the one it superseded stays superseded', async () => {
+    const { wallet, agentId } = await funded();
+    conversations.add(wallet, agentId, ['Always answer in imperial units.', 'Sure.']);
+    await engine.run(job(wallet));
+    const later = conversations.add(wallet, agentId, ['Actually, always answer in metric units.', 'Ok.']);
+    await engine.run(job(wallet));
+    const [metric] = await memory.learnings(wallet);
+    expect(metric?.statement).to.equal('Always answer in metric units');
+    expect(await memory.forgetSession(wallet, later)).to.deep.equal({ facets: 1, learnings: 1, skills: 0 });
+    expect(await memory.learnings(wallet)).to.deep.equal([]);
+    const [imperial] = await memory.learnings(wallet, 'all');
+    expect(imperial).to.include({
+      statement: 'Always answer in imperial units',
+      status: 'superseded',
+      supersededBy: null,
+    });
+  });
+
+  it('forgetting a session removes a skill version drawn only from it; one drawn from others keeps them', async () => {
+    const { wallet, agentId } = await funded();
+    const steps = [
+      'use tool probe_echo then probe_add',
+      { tool: 'probe_echo', ok: true },
+      { tool: 'probe_add', ok: true },
+    ];
+    const [a, b, c] = [1, 2, 3].map(() => conversations.add(wallet, agentId, steps)) as [
+      string,
+      string,
+      string,
+    ];
+    await engine.run(job(wallet));
+    const [skill] = await memory.skills(wallet);
+    expect(skill?.sources.sessions).to.have.members([a, b, c]);
+    expect(await memory.forgetSession(wallet, a)).to.deep.equal({ facets: 2, learnings: 0, skills: 0 });
+    expect((await memory.skills(wallet))[0]?.sources.sessions).to.have.members([b, c]);
+    await memory.forgetSession(wallet, b);
+    expect(await memory.forgetSession(wallet, c)).to.deep.equal({ facets: 2, learnings: 0, skills: 1 });
+    expect(await memory.skills(wallet)).to.deep.equal([]);
+    expect(await world.kernel.db('reflect_skills').where({ wallet })).to.deep.equal([]);
   });
 
   it('a hold the budget refuses stops the run before any call, and stores nothing', async () => {
