@@ -382,6 +382,15 @@ export class ReflectMemory {
         };
       }),
     );
+    // Numbered past every stored version, deleted ones too: a deleted skill learned again is its next version.
+    const lastVersions = new Map(
+      (
+        await this.db('reflect_skills')
+          .where({ wallet })
+          .groupBy('name')
+          .select<{ name: string; last: number | string }[]>('name', this.db.raw('max(version) as last'))
+      ).map((row) => [row.name, Number(row.last)]),
+    );
     const skillRows: Record<string, unknown>[] = [];
     for (const skill of synthesis.skills) {
       const previous = existingSkills.get(skill.name);
@@ -396,7 +405,7 @@ export class ReflectMemory {
         id,
         wallet,
         name: skill.name,
-        version: (previous?.version ?? 0) + 1,
+        version: (lastVersions.get(skill.name) ?? 0) + 1,
         description: await this.sealer.seal(wallet, skill.description, places.skill(id, 'description')),
         instructions: await this.sealer.seal(wallet, skill.instructions, places.skill(id, 'instructions')),
         sealed: this.sealer.sealing,
