@@ -12,7 +12,13 @@ import {
 } from '../chat/held-turn.ts';
 import type { Holds } from '../ledger/holds.ts';
 import { type Facet, FACET_KINDS, type FacetKind, type ReflectMemory, type Synthesis } from './memory.ts';
-import type { ReflectCounts, ReflectJob, ReflectOutcome, ReflectPipeline } from './pipeline.ts';
+import type {
+  ProducedItems,
+  ReflectCounts,
+  ReflectJob,
+  ReflectOutcome,
+  ReflectPipeline,
+} from './pipeline.ts';
 import { FACETS_SCHEMA, FACETS_SYSTEM, LEARNINGS_SCHEMA, LEARNINGS_SYSTEM, SKILL_NAME } from './prompts.ts';
 
 /** Bumped when extraction changes meaningfully: every session is then read again by the new version. */
@@ -79,6 +85,10 @@ export class ReflectEngine implements ReflectPipeline {
 
   counts(wallet: string): Promise<ReflectCounts> {
     return this.deps.memory.counts(wallet);
+  }
+
+  describe(wallet: string, produced: ReflectOutcome['produced']): Promise<ProducedItems> {
+    return this.deps.memory.produced(wallet, produced);
   }
 
   async run(job: ReflectJob): Promise<ReflectOutcome> {

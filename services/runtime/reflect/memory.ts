@@ -4,6 +4,7 @@ import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
 import { type Forgotten, forgetSession } from './memory-forget.ts';
+import type { ProducedItems, ReflectOutcome } from './pipeline.ts';
 
 /**
  * What self-improvement keeps per wallet: facets (observations with provenance), learnings (short
@@ -238,6 +239,43 @@ export class ReflectMemory {
       messageIds: parsed<string[]>(row.message_ids as string),
       runId: row.run_id as string,
       createdAt: iso(row.created_at as number) as string,
+    };
+  }
+
+  /** The items behind a run's produced ids, in their order (one since removed is left out). */
+  async produced(wallet: string, ids: ReflectOutcome['produced']): Promise<ProducedItems> {
+    const byIds = (table: string, list: readonly string[]) =>
+      list.length === 0 ? [] : this.db(table).where({ wallet }).whereIn('id', list);
+    const [facets, learningRows, skillRows] = await Promise.all([
+      this.facets(wallet, ids.facets),
+      byIds('reflect_learnings', ids.learnings) as Promise<LearningRow[]>,
+      byIds('reflect_skills', ids.skills) as Promise<SkillRow[]>,
+    ]);
+    const inOrder = <T extends { id: string }>(items: T[], order: readonly string[]) => {
+      const found = new Map(items.map((item) => [item.id, item]));
+      return order.flatMap((id) => found.get(id) ?? []);
+    };
+    const learnings = await Promise.all(learningRows.map((row) => this.learningOf(row)));
+    const skills = await Promise.all(skillRows.map((row) => this.skillOf(wallet, row)));
+    return {
+      facets: inOrder(facets, ids.facets).map(({ id, kind, statement, sessionId }) => ({
+        id,
+        kind,
+        statement,
+        sessionId,
+      })),
+      learnings: inOrder(learnings, ids.learnings).map(({ id, statement, confidence, status }) => ({
+        id,
+        statement,
+        confidence,
+        status,
+      })),
+      skills: inOrder(skills, ids.skills).map(({ id, name, version, description }) => ({
+        id,
+        name,
+        version,
+        description,
+      })),
     };
   }
 

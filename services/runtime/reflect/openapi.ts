@@ -1,7 +1,7 @@
 import { bearer, error, json, jsonBody, parametersOf } from '../../shared/openapi.ts';
 import { pageQuery } from '../ledger/routes.ts';
 import { editBody, learningParams, learningsQuery, skillParams } from './memory-routes.ts';
-import { triggerBody } from './routes.ts';
+import { runParams, triggerBody } from './routes.ts';
 import { settingsDocument } from './settings.ts';
 
 const RUN =
@@ -59,6 +59,19 @@ export function reflectPaths(): Record<string, unknown> {
       get: owned("The wallet's runs, newest first, by pages (nextCursor: the next page's cursor)", {
         parameters: parametersOf(pageQuery, 'query'),
         responses: { '200': json(`{ runs, nextCursor }, each ${RUN}`), '400': error, '401': error },
+      }),
+    },
+    '/wallet/self-improvement/history/{runId}': {
+      get: owned('One run, with the facets, learnings and skills it produced read back', {
+        parameters: parametersOf(runParams, 'path'),
+        responses: {
+          '200': json(
+            `${RUN}, and produced { facets [{ id, kind, statement, sessionId }], learnings [{ id, statement, confidence, status }], skills [{ id, name, version, description }] } (null until it succeeded; what was since forgotten is left out)`,
+          ),
+          '400': error,
+          '401': error,
+          '404': error,
+        },
       }),
     },
     '/wallet/learnings': {

@@ -32,6 +32,13 @@ export interface ReflectOutcome {
   produced: { facets: string[]; learnings: string[]; skills: string[] };
 }
 
+/** A run's products read back for its history entry; what was since forgotten is left out. */
+export interface ProducedItems {
+  facets: { id: string; kind: string; statement: string; sessionId: string }[];
+  learnings: { id: string; statement: string; confidence: number; status: string }[];
+  skills: { id: string; name: string; version: number; description: string }[];
+}
+
 /** What a wallet has learned so far, for the status route. */
 export interface ReflectCounts {
   facets: number;
@@ -49,4 +56,6 @@ export interface ReflectPipeline {
   readonly version: string;
   run(job: ReflectJob): Promise<ReflectOutcome>;
   counts(wallet: string): Promise<ReflectCounts>;
+  /** The items behind a run's `produced` ids, in that order. */
+  describe(wallet: string, produced: ReflectOutcome['produced']): Promise<ProducedItems>;
 }

@@ -8,6 +8,8 @@ import type { ReflectRun } from './runs.ts';
 import type { ReflectService } from './service.ts';
 import { settingsDocument } from './settings.ts';
 
+export const runParams = z.object({ runId: z.uuid() });
+
 /** `POST /wallet/self-improvement/trigger` takes no fields (an empty body or `{}`). */
 export const triggerBody = z.object({}).strict();
 
@@ -82,6 +84,11 @@ export function reflectRouter(reflect: ReflectService): Router {
       cursor: query.cursor,
     });
     ctx.body = { runs: page.runs.map(runView), nextCursor: page.nextCursor ?? null };
+  });
+  router.get('/wallet/self-improvement/history/:runId', auth, async (ctx) => {
+    const { runId } = parseInput(runParams, ctx.params, 'params');
+    const { run, produced } = await reflect.run(callerOf(ctx.state), runId);
+    ctx.body = { ...runView(run), produced };
   });
   return router;
 }

@@ -1,10 +1,11 @@
 import type { Knex } from 'knex';
+import { SigilError } from '@sigil/plugin-api';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import type { Clock } from '../../../core/clock.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { VaultSession } from '../vault/index.ts';
 import type { SelfImprovementSettings } from './config.ts';
-import type { ReflectCounts, ReflectPipeline } from './pipeline.ts';
+import type { ProducedItems, ReflectCounts, ReflectPipeline } from './pipeline.ts';
 import { ReflectRuns, type ReflectRun } from './runs.ts';
 import { ReflectScheduler } from './scheduler.ts';
 import { ReflectSchedules } from './schedules.ts';
@@ -90,6 +91,19 @@ export class ReflectService {
 
   history(wallet: string, page: { limit: number; cursor?: string | undefined }) {
     return this.runs.page(wallet, page);
+  }
+
+  /** One of the wallet's runs, with what it produced read back (404 for any other wallet's). */
+  async run(wallet: string, id: string): Promise<{ run: ReflectRun; produced: ProducedItems | null }> {
+    const run = await this.runs.get(id);
+    if (!run || run.wallet !== wallet)
+      throw new SigilError('not_found', `No self-improvement run ${id} for this wallet`, {
+        details: { reason: 'run_not_found' },
+      });
+    return {
+      run,
+      produced: run.outcome ? await this.deps.pipeline.describe(wallet, run.outcome.produced) : null,
+    };
   }
 
   /** A chat message of the wallet completed (ChatService's onTurnCompleted). Never throws: logged. */

@@ -66,7 +66,23 @@ describe('self-improvement end to end: chat history → a run → learnings', fu
       expect(learnings[0]?.sources.sessions).to.deep.equal([session]);
       const status = (await client.json('GET', '/wallet/self-improvement/status')).body;
       expect(status.counts).to.include({ learnings: 1 });
+      const detail = await client.json('GET', `/wallet/self-improvement/history/${run.id}`);
+      expect(detail.body).to.deep.include({ id: run.id, status: 'succeeded' });
+      expect(
+        detail.body.produced.facets.map((f: { kind: string; statement: string }) => [f.kind, f.statement]),
+      ).to.deep.equal([['correction', 'Always answer in metric units']]);
+      expect(detail.body.produced.facets[0].sessionId).to.equal(session);
+      expect(detail.body.produced.learnings).to.deep.equal([
+        {
+          id: learnings[0]?.id,
+          statement: 'Always answer in metric units',
+          confidence: 0.9,
+          status: 'active',
+        },
+      ]);
       const other = runtimeClient(stack.url('runtime'), await stack.signIn(newWallet()));
+      expect((await other.json('GET', `/wallet/self-improvement/history/${run.id}`)).status).to.equal(404);
+      expect((await client.json('GET', '/wallet/self-improvement/history/not-a-run')).status).to.equal(400);
       expect((await other.json('GET', '/wallet/learnings')).body.learnings).to.deep.equal([]);
       expect((await other.json('DELETE', `/wallet/learnings/${learnings[0]?.id}`)).status).to.equal(404);
       expect((await client.json('DELETE', `/wallet/learnings/${learnings[0]?.id}`)).status).to.equal(204);

@@ -6,6 +6,7 @@ import { openDatabase, migrate, type Database } from '../../../../core/db/databa
 import { serviceMigrations } from '../../../../services/migrations.ts';
 import { selfImprovementSchema } from '../../../../services/runtime/reflect/config.ts';
 import type {
+  ProducedItems,
   ReflectCounts,
   ReflectJob,
   ReflectOutcome,
@@ -84,6 +85,11 @@ export class RecordingPipeline implements ReflectPipeline {
     };
     this.outcomes.set(job.wallet, [...(this.outcomes.get(job.wallet) ?? []), outcome]);
     return outcome;
+  }
+
+  /** Its outcomes name items no memory holds: the route tests of the items use the real pipeline. */
+  describe(): Promise<ProducedItems> {
+    return Promise.resolve({ facets: [], learnings: [], skills: [] });
   }
 
   counts(wallet: string): Promise<ReflectCounts> {

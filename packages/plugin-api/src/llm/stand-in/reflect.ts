@@ -14,8 +14,8 @@
  * Each tool line is a `tool_usage` facet `<name> worked` or `<name> failed`.
  *
  * Learnings (schema `LEARNINGS_SCHEMA_ID`): the user message is JSON `{ learnings, facets }` (existing
- * active learnings `{id, statement}`, new facets `{id, kind, statement, sessionId}`). Each preference,
- * correction or goal facet becomes a learning (confidence 0.9, 0.8, 0.6), the same statement
+ * active learnings `{id, statement}`, new facets `{id, kind, statement, sessionId}`). Each correction,
+ * preference or goal facet becomes a learning (confidence 0.9, 0.8, 0.6), the same statement
  * (case-insensitive) once; it supersedes each existing learning whose first three words are the same
  * and whose statement differs ("Always answer in metric units" supersedes "Always answer in imperial
  * units"). The tools that worked in a session, in order, make a skill when the same sequence worked in
