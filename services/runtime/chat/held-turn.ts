@@ -5,7 +5,7 @@ import type { Holds, Settlement } from '../ledger/holds.ts';
 import type { ProviderEntry } from './chat.ts';
 import { type CostBreakdown, type KeyKind, platformCost } from './cost.ts';
 
-/** One model turn outside a chat (a canvas node's, self-improvement's), and who pays for it. */
+/** One model turn outside a chat (a canvas node's), and who pays for it. */
 export interface HeldTurnRequest {
   wallet: string;
   /** The agent whose budget windows the charge counts in. */
