@@ -13,7 +13,8 @@
  *
  * - run: `POST /wallet/self-improvement/trigger` as the wallet's signed-in session, to the run's end
  *   (the scheduler has no run left: facets stored, learnings and skills applied, the run recorded).
- *   One extraction call a session and one synthesis call, each held and charged on the ledger.
+ *   One extraction call a session and one synthesis call, each budget-checked on the run's hold for
+ *   the agent; one charge for the run (the wallet has one agent).
  * - floors: the same sessions read as the pipeline reads them (the chat store's pending sessions,
  *   each one's messages unsealed, its transcript lines), no model call; and those reads with the
  *   same model calls made straight to the provider (`streamTurn`: no hold, no charge, no memory
@@ -23,9 +24,10 @@
  *   third run with nothing new (no model call, nothing charged).
  *
  * LLM calls are the stand-in's answered requests counted at its listener, and checked against the
- * run's record and the ledger's charge entries (one per call); tokens are the provider's usage parts
- * as the run recorded them, checked against the ledger's charge (sigil-echo: 1 base unit an input
- * token, 2 an output token, BYOK charged 10 % of that, rounded up per call). A stand-in token is a
+ * run's record; the ledger's charge entries are one per run that made a call (its agent's, under
+ * `reflect:<runId>:<attempt>:<agentId>`); tokens are the provider's usage parts as the run recorded
+ * them, checked against the ledger's charge (sigil-echo: 1 base unit an input token, 2 an output
+ * token, BYOK charged 10 % of that, rounded up once a run). A stand-in token is a
  * whitespace-separated word (a real tokenizer counts some 1.3 tokens a word of English).
  *
  * BENCH_RUNS rounds (3) after a smaller warm-up round, the scenarios in a turning order; rows are
@@ -214,21 +216,26 @@ async function callsFloor(world: ReflectWorld, user: ReflectUser, only?: Readonl
   return () => Promise.resolve(used);
 }
 
-/** The wallet's charges by the pipeline so far: how many, and their sum in base units. */
-async function reflectCharges(world: ReflectWorld, user: ReflectUser) {
+/** The wallet's charges by the pipeline so far: how many, their sum in base units, and how many are `runId`'s. */
+async function reflectCharges(world: ReflectWorld, user: ReflectUser, runId?: string) {
   const db = world.stack.kernel.db;
   const rows = (await db('ledger_entries')
     .where({ wallet: user.wallet.address, kind: 'charge' })
     .andWhere('idempotency_key', 'like', 'charge:reflect:%')
-    .select(asText(db, 'amount'))) as { amount: string }[];
-  return { count: rows.length, sum: rows.reduce((total, row) => total + BigInt(row.amount), 0n) };
+    .select('idempotency_key', asText(db, 'amount'))) as { idempotency_key: string; amount: string }[];
+  return {
+    count: rows.length,
+    sum: rows.reduce((total, row) => total + BigInt(row.amount), 0n),
+    ofRun: rows.filter((row) => row.idempotency_key === `charge:reflect:${runId}:1:${user.agentId}`).length,
+  };
 }
 
 /**
  * A run as the wallet starts it: `POST /wallet/self-improvement/trigger`, to the scheduler's end of
- * it. The check after: the run succeeded over `expected` sessions; the stand-in's requests, the run's
- * recorded calls and the ledger's new charge entries agree; the charges add up to the recorded
- * `charged`, to the wallet's unsettled spend, and to what the recorded tokens cost.
+ * it. The check after: the run succeeded over `expected` sessions; the stand-in's requests and the
+ * run's recorded calls agree; the ledger has one new charge entry, the run's (none when it made no
+ * call), of the recorded `charged`, which is the wallet's unsettled spend's move and what the
+ * recorded tokens cost.
  */
 async function pipelineRun(world: ReflectWorld, user: ReflectUser, expected: number) {
   const ledger = world.stack.runtime.ledger.ledger;
@@ -252,22 +259,23 @@ async function pipelineRun(world: ReflectWorld, user: ReflectUser, expected: num
     }[];
     const run = runs.find((each) => each.id === trigger.body.run?.id);
     if (run?.status !== 'succeeded') throw new Error(`the run did not succeed: ${JSON.stringify(run)}`);
-    const charges = await reflectCharges(world, user);
+    const charges = await reflectCharges(world, user, run?.id);
     const balance = await ledger.balance(user.wallet.address);
     const charged = charges.sum - chargesBefore.sum;
     const { outcome, cost } = run;
-    // sigil-echo's price is 1 base unit an input token and 2 an output one; BYOK charges 10 % of
-    // each call's, rounded up: between a tenth of the whole and that plus one a call.
+    // sigil-echo's price is 1 base unit an input token and 2 an output one; BYOK charges 10 % of the
+    // run's, rounded up once: between a tenth of the whole and that plus one.
     const tenth = (cost.inputTokens + 2 * cost.outputTokens) / 10;
+    const entries = charges.count - chargesBefore.count;
     const problems = [
       outcome.sessions !== expected && `read ${outcome.sessions} sessions, not ${expected}`,
       cost.llmCalls !== calls && `recorded ${cost.llmCalls} calls, the stand-in answered ${calls}`,
-      charges.count - chargesBefore.count !== calls &&
-        `${charges.count - chargesBefore.count} charge entries for ${calls} calls`,
+      entries !== (calls > 0 ? 1 : 0) && `${entries} charge entries for a run of ${calls} calls`,
+      charges.ofRun !== entries && `${entries} new charge entries, ${charges.ofRun} under the run's key`,
       BigInt(cost.charged) !== charged && `recorded ${cost.charged} charged, the ledger ${charged}`,
       balance.unsettledSpend - balanceBefore.unsettledSpend !== charged &&
         `unsettled spend moved by ${balance.unsettledSpend - balanceBefore.unsettledSpend}, not ${charged}`,
-      (Number(charged) < tenth || Number(charged) >= tenth + calls + 1) &&
+      (Number(charged) < tenth || Number(charged) >= tenth + 1) &&
         `${charged} charged for ${cost.inputTokens} input and ${cost.outputTokens} output tokens`,
     ].filter(Boolean);
     if (problems.length > 0) throw new Error(`reflect bench: ${problems.join('; ')}`);

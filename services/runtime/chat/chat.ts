@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { setTimeout as delay } from 'node:timers/promises';
 import type { Address, Hex } from 'viem';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import {
@@ -289,9 +288,7 @@ export class ChatService {
 
   /** While a model turn streams: refreshes the hold once half its TTL has passed (a long stream). */
   private async keepHeld(chat: PreparedChat): Promise<void> {
-    const now = this.options.kernel.clock.now().getTime();
-    if (chat.hold.expiresAt.getTime() - now < this.options.holds.ttlMs / 2)
-      chat.hold = await this.options.holds.refresh(chat.hold);
+    chat.hold = await this.options.holds.keep(chat.hold);
   }
 
   /**
@@ -497,9 +494,8 @@ export class ChatService {
   }
 
   /**
-   * Settles the hold to the request's cost, trying SETTLE_ATTEMPTS times (a lock timeout, a dropped
-   * connection). When every attempt failed, the cost is recorded on the hold and the expiry sweep
-   * charges it: the work is never served free for a database fault.
+   * Settles the hold to the request's cost (Holds.settleOrRecord: tried again on a database fault,
+   * else left on the hold for the expiry sweep to charge, so the work is never served free).
    */
   private async settle(
     chat: PreparedChat,
@@ -510,45 +506,19 @@ export class ChatService {
     entryId?: string;
     error?: ReturnType<typeof errorEvent>;
   }> {
-    const { holds, logger } = this.options;
-    const context = {
+    const settled = await this.options.holds.settleOrRecord(chat.hold, cost.platformCost, {
       sessionId: chat.session.id,
       messageId: chat.messageId,
-      amount: cost.platformCost.toString(),
-    };
-    let failure: unknown;
-    for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
-      try {
-        const settled = await holds.settle(chat.hold, cost.platformCost);
-        return {
-          charged: settled.charged.toString(),
-          ...(settled.uncharged > 0n ? { uncharged: settled.uncharged.toString() } : {}),
-          ...(settled.entry ? { entryId: settled.entry.id } : {}),
-        };
-      } catch (err) {
-        failure = err;
-        if (attempt === SETTLE_ATTEMPTS) break;
-        logger.warn({ err, attempt, ...context }, 'chat: the charge failed; trying again');
-        await delay(SETTLE_RETRY_MS * attempt);
-      }
-    }
-    const recorded = await holds.recordCost(chat.hold, cost.platformCost).catch((err: unknown) => {
-      logger.error({ err, ...context }, 'chat: recording the cost of a failed charge failed too');
-      return false;
     });
-    logger.error(
-      { err: failure, recorded, ...context },
-      recorded
-        ? 'chat: the charge failed; the hold keeps its cost and the expiry sweep charges it'
-        : 'chat: the charge failed and its cost is not on the hold: the expiry sweep releases it',
-    );
-    return { charged: '0', error: errorEvent(failure) };
+    if (!('settlement' in settled)) return { charged: '0', error: errorEvent(settled.failure) };
+    const { settlement } = settled;
+    return {
+      charged: settlement.charged.toString(),
+      ...(settlement.uncharged > 0n ? { uncharged: settlement.uncharged.toString() } : {}),
+      ...(settlement.entry ? { entryId: settlement.entry.id } : {}),
+    };
   }
 }
-
-/** How many times a chat tries to settle its hold before leaving its cost to the expiry sweep. */
-const SETTLE_ATTEMPTS = 3;
-const SETTLE_RETRY_MS = 200;
 
 /** The ledger key of a message's hold and charge: one charge per message id of a session. */
 const chargeKey = (session: ChatSession, messageId: string): string => `chat:${session.id}:${messageId}`;

@@ -5,7 +5,7 @@ import type { Holds, Settlement } from '../ledger/holds.ts';
 import type { ProviderEntry } from './chat.ts';
 import { type CostBreakdown, type KeyKind, platformCost } from './cost.ts';
 
-/** One model turn outside a chat (a canvas node's, self-improvement's), and who pays for it. */
+/** One model turn outside a chat (a canvas node's), and who pays for it. */
 export interface HeldTurnRequest {
   wallet: string;
   /** The agent whose budget windows the charge counts in. */
@@ -68,11 +68,13 @@ export interface StreamedTurn {
 
 /**
  * Streams one model turn into `progress` (updated as it goes, so a turn that fails half-way still
- * says what it used). No hold, no charge: for work the ledger has already charged.
+ * says what it used). No hold, no charge: the caller holds and charges (or measures) it; `onPart`
+ * is awaited before each part is taken (to keep the caller's hold alive during a long stream).
  */
 export async function streamTurn(
   request: Omit<HeldTurnRequest, 'wallet' | 'agentId' | 'keyKind' | 'idempotencyKey'>,
   progress: StreamedTurn,
+  onPart?: () => Promise<void>,
 ): Promise<StreamedTurn> {
   const { entry } = request;
   for await (const part of entry.provider.doStream({
@@ -82,6 +84,7 @@ export async function streamTurn(
     apiKey: request.apiKey,
     ...(request.signal ? { signal: request.signal } : {}),
   })) {
+    await onPart?.();
     if (part.type === 'text-delta') progress.text += part.text;
     if (part.type === 'usage') {
       progress.baseLlmCost += baseLlmCost(part, entry.model);

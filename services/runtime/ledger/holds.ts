@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Knex } from 'knex';
 import { getAddress } from 'viem';
 import { SigilError } from '@sigil/plugin-api';
@@ -26,7 +27,10 @@ export interface Hold {
   createdAt: Date;
   /** The expiry sweep releases the hold from then on; each extension moves it. */
   expiresAt: Date;
-  /** The work's real cost, recorded when its settlement failed: the sweep charges it (recordCost). */
+  /**
+   * The work's cost recorded on the hold: its real cost when its settlement failed (recordCost), or
+   * what it has cost so far while it runs (recordCostSoFar). The expiry sweep charges it.
+   */
   settleCost?: bigint;
 }
 
@@ -65,6 +69,10 @@ const HOLD_COLUMNS = [
   'expires_at',
   'settle_cost',
 ];
+
+/** How many times `settleOrRecord` tries to settle before leaving the cost to the expiry sweep. */
+const SETTLE_ATTEMPTS = 3;
+const SETTLE_RETRY_MS = 200;
 
 /** How many expired holds one sweep step releases (each in its own wallet transaction). */
 const EXPIRY_BATCH = 100;
@@ -118,12 +126,7 @@ export class Holds {
       const { budgets, replayId } = await readBudgets(trx, this.ledger.clock.now(), wallet, input.agentId, {
         replayKey: CHARGE_KEY_PREFIX + input.idempotencyKey,
       });
-      if (replayId !== undefined) {
-        throw new SigilError('conflict', 'This idempotency key has already charged', {
-          hint: 'Use a new idempotency key for new work',
-          details: { reason: 'already_charged', entryId: replayId },
-        });
-      }
+      if (replayId !== undefined) throw alreadyCharged(replayId);
       const open = await this.byKey(trx, wallet, input.idempotencyKey);
       if (open) {
         if (open.agentId !== input.agentId)
@@ -161,7 +164,8 @@ export class Holds {
    * Raises the hold to `amount` in all (what the work needs before its next step), and moves its
    * expiry. Only the increase is checked, against the budgets and the balance (not the minimum
    * balance: the work has started); a refusal (SpendRefused) leaves the hold as it was. A hold the
-   * expiry sweep already released is taken again, checked for its whole amount.
+   * expiry sweep already released is taken again, checked for its whole amount; one the sweep settled
+   * (its recorded cost charged) is not: a 409 `already_charged`, as `hold`.
    */
   async extend(hold: Hold, amount: bigint): Promise<Hold> {
     checkAmount(amount);
@@ -175,7 +179,14 @@ export class Holds {
         expiresAt: new Date(now + this.deps.ttlMs),
       };
       if (increase > 0n) {
-        const { budgets } = await readBudgets(trx, this.ledger.clock.now(), hold.wallet, hold.agentId);
+        const { budgets, replayId } = await readBudgets(
+          trx,
+          this.ledger.clock.now(),
+          hold.wallet,
+          hold.agentId,
+          current ? {} : { replayKey: CHARGE_KEY_PREFIX + hold.idempotencyKey },
+        );
+        if (replayId !== undefined) throw alreadyCharged(replayId);
         this.refuse(budgets, balance, increase, hold.agentId, { minimumBalance: false });
         await this.addHeld(trx, hold.wallet, increase);
       }
@@ -206,6 +217,14 @@ export class Holds {
       .where({ wallet: hold.wallet, idempotency_key: hold.idempotencyKey })
       .update({ expires_at: expiresAt.getTime() });
     return moved > 0 ? { ...hold, expiresAt } : this.extend(hold, hold.amount);
+  }
+
+  /**
+   * `refresh` once half the hold's TTL has passed since its last extension, else the hold as it is (no
+   * statement): for a holder that keeps its hold alive often (each part of a long stream).
+   */
+  async keep(hold: Hold): Promise<Hold> {
+    return hold.expiresAt.getTime() - this.ledger.now() < this.deps.ttlMs / 2 ? this.refresh(hold) : hold;
   }
 
   /** How long a hold stays without a refresh or an extension (ledger.holdTtlSeconds). */
@@ -240,6 +259,59 @@ export class Holds {
       .where({ wallet: hold.wallet, idempotency_key: hold.idempotencyKey })
       .update({ settle_cost: cost.toString(), expires_at: this.ledger.now() });
     return moved > 0;
+  }
+
+  /**
+   * For work of several steps under one hold: records what the work has cost so far on the hold after
+   * each step and moves its expiry like `refresh` (one UPDATE, no lock), so that if the holder dies
+   * before it settles, the expiry sweep charges that cost once the hold expires instead of releasing it
+   * (the holder's own `settle` replaces it). Unlike `recordCost` the hold stays open. The hold with its
+   * new expiry; undefined when it is gone (settled, or the sweep ended it).
+   */
+  async recordCostSoFar(hold: Hold, cost: bigint): Promise<Hold | undefined> {
+    if (cost < 0n || cost > MAX_AMOUNT) throw new SigilError('internal', `A cost out of range: ${cost}`);
+    const expiresAt = new Date(this.ledger.now() + this.deps.ttlMs);
+    const moved = await this.ledger
+      .db('ledger_holds')
+      .where({ wallet: hold.wallet, idempotency_key: hold.idempotencyKey })
+      .update({ settle_cost: cost.toString(), expires_at: expiresAt.getTime() });
+    return moved > 0 ? { ...hold, expiresAt, settleCost: cost } : undefined;
+  }
+
+  /**
+   * `settle`, tried SETTLE_ATTEMPTS times (a lock timeout, a dropped connection). When every attempt
+   * failed, the cost is recorded on the hold (`recordCost`) and the expiry sweep charges it: work is
+   * never served free for a database fault. `context` goes into the log lines (who settles what).
+   */
+  async settleOrRecord(
+    hold: Hold,
+    cost: bigint,
+    context: Record<string, unknown>,
+  ): Promise<{ settlement: Settlement } | { failure: unknown; recorded: boolean }> {
+    const { logger } = this.deps;
+    const logged = { ...context, key: hold.idempotencyKey, amount: cost.toString() };
+    let failure: unknown;
+    for (let attempt = 1; attempt <= SETTLE_ATTEMPTS; attempt++) {
+      try {
+        return { settlement: await this.settle(hold, cost) };
+      } catch (err) {
+        failure = err;
+        if (attempt === SETTLE_ATTEMPTS) break;
+        logger.warn({ err, attempt, ...logged }, 'ledger: a settlement failed; trying again');
+        await delay(SETTLE_RETRY_MS * attempt);
+      }
+    }
+    const recorded = await this.recordCost(hold, cost).catch((err: unknown) => {
+      logger.error({ err, ...logged }, 'ledger: recording the cost of a failed settlement failed too');
+      return false;
+    });
+    logger.error(
+      { err: failure, recorded, ...logged },
+      recorded
+        ? 'ledger: a settlement failed; the hold keeps its cost and the expiry sweep charges it'
+        : 'ledger: a settlement failed and its cost is not on the hold: the expiry sweep releases it',
+    );
+    return { failure, recorded };
   }
 
   /** Ends the hold and charges `cost` within the wallet's transaction (see `settle`). */
@@ -308,7 +380,8 @@ export class Holds {
 
   /**
    * Ends every hold whose expiry has passed (by the ledger's clock): settled to its recorded cost when
-   * its holder's settlement failed (recordCost), released otherwise; resolves with how many.
+   * it has one (its holder's settlement failed, or its holder died after recording its cost so far),
+   * released otherwise; resolves with how many.
    */
   releaseExpired(): Promise<number> {
     return this.expirySweep.run();
@@ -420,6 +493,12 @@ export class Holds {
       throw new SpendRefused('available', { requested: amount, remaining, agentId });
   }
 }
+
+const alreadyCharged = (entryId: string): SigilError =>
+  new SigilError('conflict', 'This idempotency key has already charged', {
+    hint: 'Use a new idempotency key for new work',
+    details: { reason: 'already_charged', entryId },
+  });
 
 function checkAmount(amount: bigint): void {
   if (amount <= 0n || amount > MAX_AMOUNT) {

@@ -1,9 +1,7 @@
-import { createHash } from 'node:crypto';
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import type { ProviderEntry } from '../chat/chat.ts';
 import type { KeyKind } from '../chat/cost.ts';
 import {
-  heldModelTurn,
   schemaInstruction,
   streamTurn,
   structuredAnswer,
@@ -20,6 +18,7 @@ import type {
   ReflectPipeline,
 } from './pipeline.ts';
 import { FACETS_SCHEMA, FACETS_SYSTEM, LEARNINGS_SCHEMA, LEARNINGS_SYSTEM, SKILL_NAME } from './prompts.ts';
+import { RunCharges } from './run-charges.ts';
 
 /** Bumped when extraction changes meaningfully: every session is then read again by the new version. */
 export const PIPELINE_VERSION = 1;
@@ -65,18 +64,20 @@ export interface ReflectEngineDeps {
   settings: ReflectSettings;
 }
 
+/** A run's model calls so far, and what it spends on the ledger. */
 interface CallTally {
   llmCalls: number;
   inputTokens: number;
   outputTokens: number;
-  charged: bigint;
+  charges: RunCharges;
 }
 
 /**
  * The self-improvement pipeline: each session's new messages → facets (one model call a session,
  * stored with the session's watermark in one transaction), then the wallet's pending facets →
- * learnings and skills (one call, applied in one transaction). Each call is held and charged under a
- * key derived from what it reads, so a run that crashed and runs again charges nothing twice.
+ * learnings and skills (one call, applied in one transaction). A run holds and charges once per agent
+ * whose sessions it reads (RunCharges): each call is budget-checked on that hold before it starts and
+ * its cost recorded on it after, and the holds are settled when the run ends, however it ends.
  */
 export class ReflectEngine implements ReflectPipeline {
   readonly version = String(PIPELINE_VERSION);
@@ -92,7 +93,19 @@ export class ReflectEngine implements ReflectPipeline {
   }
 
   async run(job: ReflectJob): Promise<ReflectOutcome> {
-    const tally: CallTally = { llmCalls: 0, inputTokens: 0, outputTokens: 0, charged: 0n };
+    const charges = new RunCharges(this.deps.holds, job);
+    let outcome: Omit<ReflectOutcome, 'charged'>;
+    try {
+      outcome = await this.work(job, charges);
+    } finally {
+      // Done, failed or aborted at shutdown: each agent's hold is charged what its calls used.
+      await charges.settle();
+    }
+    return { ...outcome, charged: charges.charged };
+  }
+
+  private async work(job: ReflectJob, charges: RunCharges): Promise<Omit<ReflectOutcome, 'charged'>> {
+    const tally: CallTally = { llmCalls: 0, inputTokens: 0, outputTokens: 0, charges };
     const produced: ReflectOutcome['produced'] = { facets: [], learnings: [], skills: [] };
     const { memory, settings } = this.deps;
     const marks = await memory.watermarks(job.wallet, PIPELINE_VERSION);
@@ -122,7 +135,9 @@ export class ReflectEngine implements ReflectPipeline {
       facets: produced.facets.length,
       learnings: produced.learnings.length,
       skills: produced.skills.length,
-      ...tally,
+      llmCalls: tally.llmCalls,
+      inputTokens: tally.inputTokens,
+      outputTokens: tally.outputTokens,
       produced,
     };
   }
@@ -141,7 +156,6 @@ export class ReflectEngine implements ReflectPipeline {
       model: this.deps.settings.model ?? session.model,
       system: `${FACETS_SYSTEM}\n\n${schemaInstruction(FACETS_SCHEMA)}`,
       user: transcript,
-      key: `reflect:${session.id}:${from}-${session.lastSeq}:v${PIPELINE_VERSION}`,
       schema: FACETS_SCHEMA,
       tally,
     })) as { facets: { kind: FacetKind; statement: string; messageIds: string[] }[] };
@@ -167,10 +181,6 @@ export class ReflectEngine implements ReflectPipeline {
         hint: 'Set runtime.selfImprovement.model',
         details: { reason: 'model_not_offered' },
       });
-    const digest = createHash('sha256')
-      .update(pending.map((facet) => facet.id).join(','))
-      .digest('base64url')
-      .slice(0, 32);
     const answer = (await this.call(job, {
       agentId: latest.agentId,
       model,
@@ -179,7 +189,6 @@ export class ReflectEngine implements ReflectPipeline {
         learnings: active.map(({ id, statement }) => ({ id, statement })),
         facets: pending.map(({ id, kind, statement, sessionId }) => ({ id, kind, statement, sessionId })),
       }),
-      key: `reflect:${job.wallet}:learn:${digest}:v${PIPELINE_VERSION}`,
       schema: LEARNINGS_SCHEMA,
       tally,
     })) as {
@@ -212,7 +221,10 @@ export class ReflectEngine implements ReflectPipeline {
     };
   }
 
-  /** One model call for JSON, charged once under `key` (a retry of charged work runs free). */
+  /**
+   * One model call for JSON: budget-checked on the agent's hold of the run before it starts, its cost
+   * recorded on that hold after (also when it failed half-way).
+   */
   private async call(
     job: ReflectJob,
     call: {
@@ -220,7 +232,6 @@ export class ReflectEngine implements ReflectPipeline {
       model: string;
       system: string;
       user: string;
-      key: string;
       schema: Record<string, unknown>;
       tally: CallTally;
     },
@@ -235,29 +246,24 @@ export class ReflectEngine implements ReflectPipeline {
       { role: 'system', content: call.system },
       { role: 'user', content: call.user },
     ];
-    const request = {
-      wallet: job.wallet,
-      agentId: call.agentId,
-      entry,
-      apiKey,
-      keyKind,
-      messages,
-      maxOutputTokens: this.deps.settings.maxOutputTokens,
-      idempotencyKey: call.key,
-      signal: job.signal,
-    };
-    let turn: StreamedTurn;
+    const { charges } = call.tally;
+    await charges.reserve(call.agentId, keyKind, this.deps.estimate(entry)(messages));
+    const turn: StreamedTurn = { text: '', inputTokens: 0, outputTokens: 0, baseLlmCost: 0n };
     try {
-      const held = await heldModelTurn(this.deps.holds, this.deps.estimate(entry), request);
-      call.tally.charged += held.settlement.charged;
-      turn = held;
-    } catch (err) {
-      if (!(err instanceof SigilError && err.details?.reason === 'already_charged')) throw err;
-      turn = await streamTurn(request, { text: '', inputTokens: 0, outputTokens: 0, baseLlmCost: 0n });
+      const request = {
+        entry,
+        apiKey,
+        messages,
+        maxOutputTokens: this.deps.settings.maxOutputTokens,
+        signal: job.signal,
+      };
+      await streamTurn(request, turn, () => charges.keep(call.agentId));
+    } finally {
+      call.tally.llmCalls++;
+      call.tally.inputTokens += turn.inputTokens;
+      call.tally.outputTokens += turn.outputTokens;
+      await charges.spent(call.agentId, keyKind, turn.baseLlmCost);
     }
-    call.tally.llmCalls++;
-    call.tally.inputTokens += turn.inputTokens;
-    call.tally.outputTokens += turn.outputTokens;
     return structuredAnswer(turn.text, call.schema);
   }
 }

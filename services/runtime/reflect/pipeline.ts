@@ -8,6 +8,11 @@ export type Schedule = (typeof SCHEDULES)[number];
 export interface ReflectJob {
   wallet: string;
   runId: string;
+  /**
+   * The claim of the run this job works under (ReflectRun.attempt, from 1): a run resumed after its
+   * replica died is a new attempt, and holds and charges under keys of its own.
+   */
+  attempt: number;
   trigger: 'manual' | 'schedule';
   /**
    * A session whose vault may hold the BYOK key: the signed-in caller of a manual trigger, or the
@@ -26,7 +31,7 @@ export interface ReflectOutcome {
   llmCalls: number;
   inputTokens: number;
   outputTokens: number;
-  /** Charged to the ledger, in its base units. */
+  /** Charged to the ledger, in its base units: the sum of the run's settlements (one per agent). */
   charged: bigint;
   /** Ids of what the run produced, for the history route. */
   produced: { facets: string[]; learnings: string[]; skills: string[] };

@@ -246,6 +246,7 @@ export class ReflectScheduler {
       outcome = await pipeline.run({
         wallet: run.wallet,
         runId: run.id,
+        attempt: run.attempt,
         trigger: run.trigger,
         ...(principal ? { principal } : {}),
         signal,

@@ -198,6 +198,53 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     expect((await ledger.audit()).mismatches).to.deep.equal([]);
   });
 
+  it('a cost so far keeps the hold open and alive; once its holder died the sweep charges the last one recorded, once', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n);
+    let hold = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'steps' });
+    world.clock.advance(TTL_MS - 1000);
+    hold = (await holds.recordCostSoFar(hold, 40n)) as typeof hold;
+    expect(hold).to.include({ settleCost: 40n });
+    // Recorded like a refresh: past the first expiry the sweep keeps it, and it is still open.
+    world.clock.advance(2000);
+    expect(await holds.releaseExpired()).to.equal(0);
+    expect(await holds.get(wallet, 'steps')).to.include({ amount: 300n, settleCost: 40n });
+    hold = (await holds.recordCostSoFar(hold, 90n)) as typeof hold;
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 300n, unsettledSpend: 0n });
+    // The holder dies: nothing refreshes it, and the sweep charges the last cost it recorded.
+    world.clock.advance(TTL_MS);
+    expect(await holds.releaseExpired()).to.equal(1);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, unsettledSpend: 90n, available: 910n });
+    expect(await holds.releaseExpired()).to.equal(0);
+    expect(await holds.recordCostSoFar(hold, 120n)).to.equal(undefined);
+    // A late holder cannot take it again nor charge twice: its settlement answers the sweep's charge.
+    const again = await refusalOf(holds.extend(hold, 400n));
+    expect(again.details).to.include({ reason: 'already_charged' });
+    expect(await holds.settle(hold, 120n)).to.include({ charged: 90n, replayed: true });
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, unsettledSpend: 90n });
+    expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
+  });
+
+  it('a settlement that keeps failing is tried again, then left on the hold for the sweep to charge', async function () {
+    this.timeout(30_000);
+    const { wallet, agentId } = await walletWithAgent(1000n);
+    const hold = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'retried' });
+    const fault = await refuseCharges(world.kernel.db, wallet);
+    let settled: Awaited<ReturnType<Holds['settleOrRecord']>>;
+    try {
+      settled = await holds.settleOrRecord(hold, 70n, { test: 'retried' });
+    } finally {
+      await fault.heal();
+    }
+    expect(settled).to.include({ recorded: true });
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 300n, unsettledSpend: 0n });
+    expect(await holds.releaseExpired()).to.equal(1);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, unsettledSpend: 70n });
+    const healthy = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'healthy' });
+    const ok = await holds.settleOrRecord(healthy, 30n, { test: 'healthy' });
+    expect('settlement' in ok && ok.settlement).to.include({ charged: 30n, replayed: false });
+    expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
+  });
+
   it('another wallet cannot hold on an agent it does not own: 404, nothing held', async () => {
     const { agentId } = await walletWithAgent(1000n);
     const stranger = randomWallet();

@@ -57,6 +57,20 @@ describe('self-improvement end to end: chat history → a run → learnings', fu
         return last && ['succeeded', 'failed'].includes(last.status) && last;
       });
       expect(run.status, JSON.stringify(run)).to.equal('succeeded');
+      // Two model calls, one charge: the run's, named by its id, and the amount its history shows.
+      expect(run.cost).to.include({ llmCalls: 2 });
+      const transactions = (await client.json('GET', '/wallet/transactions?kind=charge')).body
+        .transactions as { amount: string; agentId: string; idempotencyKey: string }[];
+      const runCharges = transactions.filter((t) => t.idempotencyKey.startsWith('reflect:'));
+      expect(runCharges).to.deep.equal([
+        {
+          ...runCharges[0],
+          amount: run.cost.charged,
+          agentId,
+          idempotencyKey: `reflect:${run.id}:1:${agentId}`,
+        },
+      ]);
+      expect(BigInt(run.cost.charged) > 0n).to.equal(true);
       const learnings = (await client.json('GET', '/wallet/learnings')).body.learnings as {
         id: string;
         statement: string;

@@ -3,6 +3,8 @@ import { randomUUID } from 'node:crypto';
 import { isSigilError, type SigilError } from '@sigil/plugin-api';
 import local, { type LocalProvider } from '../../../../providers/local/index.ts';
 import type { ProviderEntry } from '../../../../services/runtime/chat/chat.ts';
+import type { TurnEstimate } from '../../../../services/runtime/chat/held-turn.ts';
+import { asText } from '../../../../services/runtime/ledger/amounts.ts';
 import {
   type ConversationSource,
   type HistoryMessage,
@@ -65,17 +67,22 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
     await provider.start();
     memory = new ReflectMemory(world.kernel.db, world.clock);
     conversations = new Conversations();
+    engine = engineWith({});
+  });
+
+  /** The engine on the stand-in, this world's ledger and `conversations`, or what `parts` says. */
+  function engineWith(parts: { source?: ConversationSource; estimate?: TurnEstimate }): ReflectEngine {
     const entry = async (model: string): Promise<ProviderEntry | undefined> => {
       const found = (await provider.listModels()).find((m) => m.id === model);
       return found && { name: 'provider-local', provider, model: found };
     };
-    engine = new ReflectEngine({
+    return new ReflectEngine({
       memory,
-      source: conversations,
+      source: parts.source ?? conversations,
       holds: world.service.holds,
       providerFor: entry,
-      // One base unit a byte of the messages: a hold always covers the stand-in's turn.
-      estimate: () => (messages) => BigInt(JSON.stringify(messages).length) * 4n,
+      // Four base units a byte of the messages: a hold always covers the stand-in's turn.
+      estimate: () => parts.estimate ?? ((messages) => BigInt(JSON.stringify(messages).length) * 4n),
       keys: () => Promise.resolve({ apiKey: 'reflect-test-key', keyKind: 'byok' }),
       settings: {
         maxSessionsPerRun: 50,
@@ -84,7 +91,7 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
         maxOutputTokens: 4096,
       },
     });
-  });
+  }
   after(async () => {
     await provider?.stop();
     await world?.close();
@@ -97,19 +104,32 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
     return { wallet, agentId };
   }
 
-  const job = (wallet: string): ReflectJob => ({
+  const job = (wallet: string, more: Partial<ReflectJob> = {}): ReflectJob => ({
     wallet,
     runId: randomUUID(),
+    attempt: 1,
     trigger: 'manual',
     signal: new AbortController().signal,
+    ...more,
   });
 
+  /** The wallet's charge entries, oldest first. */
   const charges = async (wallet: string) =>
-    world.kernel
-      .db('ledger_entries')
-      .where({ wallet: wallet.toLowerCase() })
-      .orWhere({ wallet })
-      .where('kind', 'charge');
+    (
+      (await world.kernel
+        .db('ledger_entries')
+        .where({ wallet, kind: 'charge' })
+        .orderBy('id')
+        .select('idempotency_key', 'agent_id', asText(world.kernel.db, 'amount'))) as {
+        idempotency_key: string;
+        agent_id: string;
+        amount: string;
+      }[]
+    ).map((row) => ({ key: row.idempotency_key, agentId: row.agent_id, amount: BigInt(row.amount) }));
+
+  /** The ledger key a run's charge for an agent is under. */
+  const chargeKey = (run: ReflectJob, agentId: string) =>
+    `charge:reflect:${run.runId}:${run.attempt}:${agentId}`;
 
   it('a correction becomes a learning with its provenance, charged once; a second run reads nothing', async () => {
     const { wallet, agentId } = await funded();
@@ -119,9 +139,17 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
       'No, always answer in metric units.',
       'Understood.',
     ]);
-    const outcome = await engine.run(job(wallet));
+    const run = job(wallet);
+    const outcome = await engine.run(run);
     expect(outcome).to.include({ sessions: 1, facets: 1, learnings: 1, skills: 0, llmCalls: 2 });
     expect(outcome.charged > 0n).to.equal(true);
+    // Two calls, one charge: the run's, under its id, attempt and agent.
+    expect(await charges(wallet)).to.deep.equal([
+      { key: chargeKey(run, agentId), agentId, amount: outcome.charged },
+    ]);
+    expect(await world.service.holds.get(wallet, chargeKey(run, agentId).slice('charge:'.length))).to.equal(
+      undefined,
+    );
     const [learning] = await memory.learnings(wallet);
     expect(learning).to.include({ statement: 'Always answer in metric units', confidence: 0.9 });
     expect(learning?.sources.sessions).to.deep.equal([session]);
@@ -133,6 +161,7 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
 
     const again = await engine.run(job(wallet));
     expect(again).to.include({ sessions: 0, facets: 0, learnings: 0, llmCalls: 0, charged: 0n });
+    expect(await charges(wallet)).to.have.length(1);
     expect((await world.ledger.balance(wallet)).unsettledSpend).to.equal(outcome.charged);
     expect((await memory.watermarks(wallet, PIPELINE_VERSION)).get(session)).to.equal(4);
   });
@@ -193,22 +222,171 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
     ]);
   });
 
-  it('a run that died after its charge and before storing charges nothing twice and stores once', async () => {
+  it('a run whose store never committed is read again by the next run, stored once, and its calls charged again', async () => {
     const { wallet, agentId } = await funded();
-    const session = conversations.add(wallet, agentId, ['Never use emojis.', 'Ok.']);
-    const first = await engine.run(job(wallet));
+    conversations.add(wallet, agentId, ['Never use emojis.', 'Ok.']);
+    const firstRun = job(wallet);
+    const first = await engine.run(firstRun);
     // As if the store's transaction never committed: the charge stands, the facets and learnings do not.
     await world.kernel.db('reflect_learnings').where({ wallet }).delete();
     await world.kernel.db('reflect_facets').where({ wallet }).delete();
     await world.kernel.db('reflect_watermarks').where({ wallet }).delete();
-    const second = await engine.run(job(wallet));
+    const secondRun = job(wallet);
+    const second = await engine.run(secondRun);
     expect(second).to.include({ sessions: 1, facets: 1, learnings: 1, llmCalls: 2 });
-    // Extraction had charged: its retry ran free. The synthesis reads new facet ids: a new charge.
-    const rows = await charges(wallet);
-    const keys = rows.map((row: { idempotency_key: string }) => row.idempotency_key);
-    expect(keys.filter((key: string) => key.includes(session))).to.have.length(1);
+    // The calls were made again upstream: each run charged its own, once.
+    expect(second.charged).to.equal(first.charged);
+    expect(await charges(wallet)).to.deep.equal([
+      { key: chargeKey(firstRun, agentId), agentId, amount: first.charged },
+      { key: chargeKey(secondRun, agentId), agentId, amount: second.charged },
+    ]);
     expect((await world.ledger.balance(wallet)).unsettledSpend).to.equal(first.charged + second.charged);
     expect(await memory.learnings(wallet)).to.have.length(1);
+  });
+
+  it("a run over sessions of two agents charges each agent once: two entries, their sum the run's charge", async () => {
+    const { wallet, agentId: ada } = await funded();
+    const bob = (await world.service.agents.create(wallet, { name: 'b', model: 'sigil-echo' })).id;
+    conversations.add(wallet, ada, ['Always cite sources.', 'Ok.']);
+    conversations.add(wallet, bob, ['Never use emojis.', 'Ok.']);
+    conversations.add(wallet, ada, ['I want to learn Portuguese.', 'Ok.']);
+    const before = await world.ledger.balance(wallet);
+    const run = job(wallet);
+    const outcome = await engine.run(run);
+    expect(outcome).to.include({ sessions: 3, learnings: 3, llmCalls: 4 });
+    const rows = await charges(wallet);
+    expect(rows.map((row) => [row.key, row.agentId]).sort()).to.deep.equal(
+      [
+        [chargeKey(run, ada), ada],
+        [chargeKey(run, bob), bob],
+      ].sort(),
+    );
+    const sum = rows.reduce((total, row) => total + row.amount, 0n);
+    expect(rows.every((row) => row.amount > 0n)).to.equal(true);
+    expect(sum).to.equal(outcome.charged);
+    const after = await world.ledger.balance(wallet);
+    expect(after.unsettledSpend - before.unsettledSpend).to.equal(outcome.charged);
+    expect(after.available).to.equal(before.available - outcome.charged);
+    expect(after.heldSpend).to.equal(0n);
+    // Each agent's budget windows count its own charge.
+    for (const row of rows)
+      expect((await world.ledger.budgets(wallet, row.agentId)).daily).to.include({
+        spent: row.amount,
+        held: 0n,
+      });
+    expect((await world.ledger.audit(wallet)).mismatches).to.deep.equal([]);
+  });
+
+  it('a budget too small for the second call fails the run with payment_required; the first call is charged once', async () => {
+    const { wallet, agentId } = await funded();
+    // 1000 base units upstream at most a call: a call needs 100 of the hold, 200 with the room for one
+    // more. 110 a day: the first hold is taken without the room, the second call's 100 more is refused.
+    await world.ledger.setBudgets(wallet, agentId, { daily: 110n, weekly: null, monthly: null });
+    const first = conversations.add(wallet, agentId, ['Always answer briefly.', 'Ok.']);
+    const second = conversations.add(wallet, agentId, ['Never use emojis.', 'Ok.']);
+    const run = job(wallet);
+    const refused = await engineWith({ estimate: () => 1000n })
+      .run(run)
+      .then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+    expect(isSigilError(refused) && refused.code, String(refused)).to.equal('payment_required');
+    expect((refused as SigilError).details).to.include({ reason: 'budget_exceeded', agentId });
+    const rows = await charges(wallet);
+    expect(rows).to.have.length(1);
+    expect(rows[0]).to.include({ key: chargeKey(run, agentId), agentId });
+    expect((rows[0]?.amount ?? 0n) > 0n).to.equal(true);
+    const balance = await world.ledger.balance(wallet);
+    expect(balance).to.include({ unsettledSpend: rows[0]?.amount, heldSpend: 0n });
+    // The first session's facets are stored; the second is read again by a next run.
+    const marks = await memory.watermarks(wallet, PIPELINE_VERSION);
+    expect(marks.get(first)).to.equal(2);
+    expect(marks.has(second)).to.equal(false);
+    expect(await world.service.holds.releaseExpired()).to.equal(0);
+    expect(await charges(wallet)).to.have.length(1);
+  });
+
+  it('a run aborted at shutdown after its first call charges that call once; its next attempt charges its own', async () => {
+    const { wallet, agentId } = await funded();
+    conversations.add(wallet, agentId, ['Always answer briefly.', 'Ok.']);
+    const later = conversations.add(wallet, agentId, ['Never use emojis.', 'Ok.']);
+    const controller = new AbortController();
+    // The shutdown comes while the run reads its second session.
+    const stopping: ConversationSource = {
+      sessions: (w) => conversations.sessions(w),
+      messages: (w, id, after) => {
+        if (id === later) controller.abort(new Error('The runtime is shutting down'));
+        return conversations.messages(w, id, after);
+      },
+    };
+    const run = job(wallet, { signal: controller.signal });
+    const aborted = await engineWith({ source: stopping })
+      .run(run)
+      .then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+    expect(aborted).to.be.instanceOf(Error);
+    const [stopped, ...none] = await charges(wallet);
+    expect(none).to.deep.equal([]);
+    expect(stopped).to.include({ key: chargeKey(run, agentId) });
+    expect(await world.ledger.balance(wallet)).to.include({ heldSpend: 0n, unsettledSpend: stopped?.amount });
+    const resumed = { ...run, attempt: 2, signal: new AbortController().signal };
+    const outcome = await engine.run(resumed);
+    expect(outcome).to.include({ sessions: 1, llmCalls: 2 });
+    expect((await charges(wallet)).map((row) => [row.key, row.amount])).to.deep.equal([
+      [chargeKey(run, agentId), stopped?.amount],
+      [chargeKey(resumed, agentId), outcome.charged],
+    ]);
+  });
+
+  it('a run whose process died mid-run: the sweep charges the cost it recorded, once; the resumed attempt charges only its own calls', async () => {
+    const { wallet, agentId } = await funded();
+    const sessions = [
+      conversations.add(wallet, agentId, ['Always answer briefly.', 'Ok.']),
+      conversations.add(wallet, agentId, ['Never use emojis.', 'Ok.']),
+      conversations.add(wallet, agentId, ['Always cite sources.', 'Ok.']),
+    ];
+    // The process "dies" as the run reads its third session: the run never goes on, nothing settles.
+    let died!: () => void;
+    const dead = new Promise<void>((resolve) => (died = resolve));
+    const dying: ConversationSource = {
+      sessions: (w) => conversations.sessions(w),
+      messages: (w, id, after) => {
+        if (id !== sessions[2]) return conversations.messages(w, id, after);
+        died();
+        return new Promise(() => {});
+      },
+    };
+    const run = job(wallet);
+    void engineWith({ source: dying }).run(run);
+    await dead;
+    const holds = world.service.holds;
+    const key = chargeKey(run, agentId).slice('charge:'.length);
+    const held = await holds.get(wallet, key);
+    const recorded = held?.settleCost ?? 0n;
+    expect(recorded > 0n, 'the cost of its two calls is on its hold').to.equal(true);
+    expect(await charges(wallet)).to.deep.equal([]);
+
+    world.clock.advance(holds.ttlMs);
+    expect(await holds.releaseExpired()).to.equal(1);
+    expect(await charges(wallet)).to.deep.equal([{ key: `charge:${key}`, agentId, amount: recorded }]);
+    const resumed = { ...run, attempt: 2 };
+    const outcome = await engine.run(resumed);
+    expect(outcome).to.include({ sessions: 1, llmCalls: 2 });
+    expect(await holds.releaseExpired()).to.equal(0);
+    expect(await charges(wallet)).to.deep.equal([
+      { key: `charge:${key}`, agentId, amount: recorded },
+      { key: chargeKey(resumed, agentId), agentId, amount: outcome.charged },
+    ]);
+    expect(await world.ledger.balance(wallet)).to.include({
+      heldSpend: 0n,
+      unsettledSpend: recorded + outcome.charged,
+    });
+    // Every session was read once: two by the dead attempt, one by the resumed one.
+    const marks = await memory.watermarks(wallet, PIPELINE_VERSION);
+    expect(sessions.map((id) => marks.get(id))).to.deep.equal([2, 2, 2]);
   });
 
   it('forgetting a session deletes what was learned only from it; a learning with other sources keeps those', async () => {
@@ -295,5 +473,7 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
     expect(refused?.code).to.equal('payment_required');
     expect(await memory.counts(wallet)).to.deep.equal({ facets: 0, learnings: 0, skills: 0 });
     expect(await memory.watermarks(wallet, PIPELINE_VERSION)).to.have.property('size', 0);
+    expect(await charges(wallet)).to.deep.equal([]);
+    expect(await world.ledger.balance(wallet)).to.include({ heldSpend: 0n });
   });
 });
