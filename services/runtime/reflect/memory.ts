@@ -337,11 +337,18 @@ export class ReflectMemory {
     return { ...current, ...change, editedAt: iso(now), updatedAt: iso(now) as string };
   }
 
+  /**
+   * Deletes a learning: the row goes, so its words are no longer stored (a status would keep them);
+   * a learning it had superseded stays superseded, pointing at nothing.
+   */
   async deleteLearning(wallet: string, id: string): Promise<void> {
     await this.learning(wallet, id);
-    await this.db('reflect_learnings')
-      .where({ wallet, id })
-      .update({ status: 'deleted', updated_at: this.clock.now().getTime() });
+    await this.db.transaction(async (trx) => {
+      await trx('reflect_learnings').where({ wallet, id }).delete();
+      await trx('reflect_learnings')
+        .where({ wallet, superseded_by: id })
+        .update({ superseded_by: null, updated_at: this.clock.now().getTime() });
+    });
   }
 
   /** The latest version of each of the wallet's skills. */
@@ -385,11 +392,9 @@ export class ReflectMemory {
     };
   }
 
-  /** Deletes every version of a skill; false when the wallet has none of that name. */
+  /** Deletes every version of a skill (the rows, and so its words); false when the wallet has none of that name. */
   async deleteSkill(wallet: string, name: string): Promise<boolean> {
-    return (
-      (await this.db('reflect_skills').where({ wallet, name, deleted: false }).update({ deleted: true })) > 0
-    );
+    return (await this.db('reflect_skills').where({ wallet, name }).delete()) > 0;
   }
 
   /**
@@ -420,7 +425,7 @@ export class ReflectMemory {
         };
       }),
     );
-    // Numbered past every stored version, deleted ones too: a deleted skill learned again is its next version.
+    // Numbered past every stored version, including rows an older runtime marked deleted.
     const lastVersions = new Map(
       (
         await this.db('reflect_skills')

@@ -8,7 +8,7 @@ const RUN =
   'a run: { id, trigger (manual|schedule), status (queued|running|waiting_for_unlock|succeeded|failed), pipelineVersion, createdAt, startedAt, endedAt, retryAt, attempts, resumes, outcome { sessions, facets, learnings, skills, produced { facets, learnings, skills } }, cost { llmCalls, inputTokens, outputTokens, charged }, error { code, message } }';
 
 const LEARNING =
-  'a learning: { id, statement, confidence, status (active|superseded|deleted), supersededBy, sources { facets, sessions }, runId, createdAt, updatedAt, editedAt }';
+  'a learning: { id, statement, confidence, status (active|superseded), supersededBy, sources { facets, sessions }, runId, createdAt, updatedAt, editedAt }';
 const SKILL =
   'a skill: { id, name, version, description, instructions, tools, sources { facets, sessions }, runId, createdAt }';
 const deleted = { '204': { description: 'Deleted' }, '401': error, '404': error };
@@ -86,10 +86,13 @@ export function reflectPaths(): Record<string, unknown> {
         requestBody: jsonBody(editBody),
         responses: { '200': json(LEARNING), '400': error, '401': error, '404': error },
       }),
-      delete: owned("Delete a learning: it leaves the next chat request's input", {
-        parameters: parametersOf(learningParams, 'path'),
-        responses: deleted,
-      }),
+      delete: owned(
+        "Delete a learning (its words are no longer stored): it leaves the next chat request's input",
+        {
+          parameters: parametersOf(learningParams, 'path'),
+          responses: deleted,
+        },
+      ),
     },
     '/wallet/skills': {
       get: owned("The latest version of each of the wallet's skills", {

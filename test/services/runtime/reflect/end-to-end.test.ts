@@ -101,6 +101,13 @@ describe('self-improvement end to end: chat history → a run → learnings', fu
       expect((await other.json('DELETE', `/wallet/learnings/${learnings[0]?.id}`)).status).to.equal(404);
       expect((await client.json('DELETE', `/wallet/learnings/${learnings[0]?.id}`)).status).to.equal(204);
       expect((await client.json('GET', '/wallet/learnings')).body.learnings).to.deep.equal([]);
+      expect((await client.json('GET', '/wallet/learnings?status=all')).body.learnings).to.deep.equal([]);
+      // The words are gone from the database, not only hidden.
+      const rows = await stack.kernel.db('reflect_learnings').where({ wallet: wallet.address });
+      expect(rows).to.deep.equal([]);
+      expect(
+        (await client.json('GET', `/wallet/self-improvement/history/${run.id}`)).body.produced.learnings,
+      ).to.deep.equal([]);
     });
 
     it('daily: sessions chatted, the clock moved past midnight, the real pipeline runs once; a restart loses no session and no learning; the next session uses it', async () => {

@@ -205,7 +205,7 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
     expect(skills[0]?.sources.sessions).to.have.length(2);
   });
 
-  it('a deleted skill learned again is its next version (the deleted ones keep their numbers)', async () => {
+  it('a deleted skill is gone with its words; learned again, it starts anew', async () => {
     const { wallet, agentId } = await funded();
     const steps = ['go', { tool: 'probe_echo', ok: true }, { tool: 'probe_add', ok: true }];
     conversations.add(wallet, agentId, steps);
@@ -213,12 +213,13 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
     await engine.run(job(wallet));
     expect(await memory.deleteSkill(wallet, 'probe-echo-then-probe-add')).to.equal(true);
     expect(await memory.skills(wallet)).to.deep.equal([]);
+    expect(await world.kernel.db('reflect_skills').where({ wallet })).to.deep.equal([]);
     conversations.add(wallet, agentId, steps);
     conversations.add(wallet, agentId, steps);
     const again = await engine.run(job(wallet));
     expect(again.skills).to.equal(1);
     expect((await memory.skills(wallet)).map((s) => [s.name, s.version])).to.deep.equal([
-      ['probe-echo-then-probe-add', 2],
+      ['probe-echo-then-probe-add', 1],
     ]);
   });
 
