@@ -53,7 +53,8 @@ export async function listen(
   server.maxConnections = limits.maxConnections;
   if (limits.maxConnectionsPerClient > 0) capConnectionsPerClient(server, limits.maxConnectionsPerClient);
   // Responses still being produced when shutdown begins are told to close their connection, so a
-  // keep-alive client does not hold the server open after its last answer.
+  // keep-alive client does not hold the server open after its last answer; a stream whose headers
+  // (and their keep-alive) are already sent has its connection ended once it finishes.
   const inFlight = new Set<ServerResponse>();
   let closing = false;
   server.on('request', (_req, res: ServerResponse) => {
@@ -76,7 +77,14 @@ export async function listen(
     close: (graceMs = 10_000) =>
       new Promise<void>((resolve) => {
         closing = true;
-        for (const res of inFlight) if (!res.headersSent) res.shouldKeepAlive = false;
+        for (const res of inFlight) {
+          if (!res.headersSent) res.shouldKeepAlive = false;
+          else {
+            // Taken now: the server detaches it from the response as the response finishes.
+            const { socket } = res;
+            res.once('finish', () => socket?.end());
+          }
+        }
         const force = setTimeout(() => server.closeAllConnections(), graceMs);
         force.unref();
         server.close(() => {

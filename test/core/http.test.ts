@@ -183,6 +183,43 @@ describe('HTTP core', () => {
     expect(await res.json()).to.deep.equal({ finished: true });
     await closed;
   });
+
+  it('shuts down as soon as an open stream ends: its keep-alive connection is closed, not waited on', async () => {
+    let endStream: () => void = () => undefined;
+    const { app } = createHttpApp({
+      service: 'streams',
+      logger: quietLogger(),
+      bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
+      routers: [
+        new Router().get('/events', (ctx) => {
+          const sse = openSse(ctx);
+          sse.send('hello', {});
+          endStream = () => {
+            sse.send('bye', {});
+            sse.close();
+          };
+        }),
+      ],
+    });
+    const running = await listen(app, '127.0.0.1', 0);
+    // fetch keeps its connections alive (4 s idle): the server must close this one itself.
+    const res = await fetch(`${running.url}/events`);
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).to.include('event: hello');
+    const started = Date.now();
+    let closedAt = 0;
+    const closed = running.close(10_000).then(() => (closedAt = Date.now()));
+    endStream();
+    let rest = '';
+    for (let part = await reader.read(); !part.done; part = await reader.read())
+      rest += new TextDecoder().decode(part.value);
+    expect(rest).to.equal('event: bye\ndata: {}\n\n');
+    await closed;
+    expect(closedAt - started, 'closed long before its grace, and its client idle timeout').to.be.below(
+      2_000,
+    );
+  });
 });
 
 describe('HTTP core: request logging', () => {
