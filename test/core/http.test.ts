@@ -1,4 +1,6 @@
+import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import Router from '@koa/router';
 import { expect } from 'chai';
 import { pino } from 'pino';
@@ -184,7 +186,7 @@ describe('HTTP core', () => {
     await closed;
   });
 
-  it('shuts down as soon as an open stream ends: its keep-alive connection is closed, not waited on', async () => {
+  it('shuts down as soon as an open stream ends: its keep-alive connection, and one never used, are closed, not waited on', async () => {
     let endStream: () => void = () => undefined;
     const { app } = createHttpApp({
       service: 'streams',
@@ -207,6 +209,10 @@ describe('HTTP core', () => {
     const res = await fetch(`${running.url}/events`);
     const reader = (res.body as ReadableStream<Uint8Array>).getReader();
     expect(new TextDecoder().decode((await reader.read()).value)).to.include('event: hello');
+    // A connection opened ahead, as clients do, that has not sent a request (yet).
+    const ahead = connect(Number(new URL(running.url).port), '127.0.0.1');
+    await once(ahead, 'connect');
+    const aheadClosed = once(ahead, 'close');
     const started = Date.now();
     let closedAt = 0;
     const closed = running.close(10_000).then(() => (closedAt = Date.now()));
@@ -216,6 +222,7 @@ describe('HTTP core', () => {
       rest += new TextDecoder().decode(part.value);
     expect(rest).to.equal('event: bye\ndata: {}\n\n');
     await closed;
+    await aheadClosed;
     expect(closedAt - started, 'closed long before its grace, and its client idle timeout').to.be.below(
       2_000,
     );
