@@ -160,6 +160,11 @@ function show(event, data) {
 async function follow(response, until = () => false) {
   const events = [];
   for await (const { event, data } of serverSentEvents(response.body)) {
+    // The runtime stopped before the run ended: the run is stored and goes on once it is back.
+    if (event === 'shutdown')
+      throw new Error(
+        `the runtime stopped; run ${data.runId} goes on once it is back: GET /canvas/runs/${data.runId}/events with Last-Event-ID: ${data.lastEventId}`,
+      );
     events.push({ event, data });
     show(event, data);
     if (event === 'run.ended' || until(event, data)) break;

@@ -220,7 +220,16 @@ export class CanvasService {
     if (unfinished.length > 0) this.logger.info(taken, startedLine(taken));
   }
 
+  /**
+   * Shutdown begins: open event streams end at once with a `shutdown` event (runs are stored, and
+   * their clients take them up again after the restart with Last-Event-ID).
+   */
+  closing(): void {
+    this.events.shutdown();
+  }
+
   async close(): Promise<void> {
+    this.closing();
     await this.executor.stop();
   }
 }

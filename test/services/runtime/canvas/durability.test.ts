@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { PluginEntry } from '../../../../core/config/schema.ts';
-import { readSse, type SseEvent } from '../chat-support.ts';
+import { parseSse, readSse, type SseEvent } from '../chat-support.ts';
 import type { Stack } from '../support.ts';
 import {
   describeEachDatabase,
@@ -139,6 +139,46 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
         expect(rest.at(-1)?.data.status).to.equal('succeeded');
         const written = join(second.dataDir, 'runs', runId, 'workspace', 'write.json');
         expect(JSON.parse(readFileSync(written, 'utf8'))).to.equal('<h1>Hello</h1>');
+      },
+    );
+  });
+
+  it('a stream open when the runtime closes ends with a shutdown event; from its lastEventId the next runtime goes on', async () => {
+    const wallet = privateKeyToAccount(generatePrivateKey());
+    await acrossRestart(
+      [],
+      async (first) => {
+        const user = await canvasUser(first.stack, wallet);
+        const started = await readSse(await execute(user, { workflow: approvalFlow }), waitingForApproval);
+        const runId = runIdOf(started);
+        const res = await user.client.send('GET', `/canvas/runs/${runId}/events`);
+        const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+        const decoder = new TextDecoder();
+        let text = '';
+        while (!text.includes('"status":"waiting_approval"'))
+          text += decoder.decode((await reader.read()).value, { stream: true });
+        await first.stack.runtime.close();
+        for (let part = await reader.read(); !part.done; part = await reader.read())
+          text += decoder.decode(part.value, { stream: true });
+        const events = parseSse(text);
+        expect(events.at(-1)).to.deep.equal({
+          event: 'shutdown',
+          data: { runId, lastEventId: String(events.at(-2)?.data.seq), reason: 'runtime_stopping' },
+        });
+        return { runId, lastEventId: events.at(-1)?.data.lastEventId as string };
+      },
+      async (second, { runId, lastEventId }) => {
+        const user = await canvasUser(second.stack, wallet);
+        const decided = await user.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, {
+          approved: true,
+        });
+        expect(decided.status, JSON.stringify(decided.body)).to.equal(200);
+        const rest = await eventsUntil(
+          await user.client.send('GET', `/canvas/runs/${runId}/events?after=${lastEventId}`),
+        );
+        expect(rest[0]?.data.seq).to.equal(Number(lastEventId) + 1);
+        expect(rest[0]?.event).to.equal('run.resumed');
+        expect(rest.at(-1)?.data.status).to.equal('succeeded');
       },
     );
   });
