@@ -6,7 +6,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { runtimeClient, signIn } from '../services/runtime/chat-support.ts';
 import { ensureChromium } from '../support/chromium.ts';
 import { sigilUpSuite } from '../support/sigil-up-suite.ts';
-import { runExample } from './support.ts';
+import { printedExample, runExample } from './support.ts';
 
 /**
  * Issue 26's done-when, as the README gives it: under `sigil up`, one command runs the example
@@ -20,7 +20,10 @@ describe('examples/first-canvas.mjs after sigil up', function () {
   const sigil = sigilUpSuite(/^ready {4}.*\n/m, { warmupAtStart: true, timeoutMs: 170_000 });
 
   it('runs draft → approval → write → push → browser check, and the ledger holds its charge', async () => {
-    const stdout = await runExample(['examples/first-canvas.mjs', sigil.runtimeUrl], {});
+    // As the banner prints it.
+    const printed = printedExample(sigil.up.output(), 'canvas', 'first-canvas.mjs');
+    expect(printed).to.deep.equal(['examples/first-canvas.mjs', sigil.runtimeUrl]);
+    const stdout = await runExample(printed, {});
     const order = [...stdout.matchAll(/^ {2}(\w+) +running$/gm)].map((m) => m[1]);
     expect(order).to.deep.equal(['draft', 'approve', 'page', 'write', 'push', 'verify']);
     // verify reads nothing of push: its input after alone makes it wait for the push to succeed.
