@@ -8,6 +8,7 @@ import {
   devChainLedgerBanner,
   devChainOperatorBanner,
   devChainSkipReason,
+  runtimeExamplesBanner,
   startDevChain,
   withDevChainLedger,
   withDevChainOperator,
@@ -86,7 +87,8 @@ export async function runServices(
     process.stdout.write(
       devChainBanner(chain, kernel.config.devChain.stateFile) +
         devChainOperatorBanner(kernel.config, chain) +
-        devChainLedgerBanner(kernel.config),
+        devChainLedgerBanner(kernel.config) +
+        (serving.urls.runtime ? runtimeExamplesBanner(serving.urls.runtime) : ''),
     );
   void serving.warmedUp.then(async (warmup) => {
     // Written after the warmup's own log lines, which wait in the batched log destination.

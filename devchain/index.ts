@@ -27,7 +27,14 @@ export {
   devChainLedgerBanner,
   withDevChainLedger,
 } from './ledger.ts';
-export { DEV_CHAIN_PAYMENT_HINT, PAY_OVER_MCP, PAY_OVER_REST, RUN_FREE, payCommand } from './quick-start.ts';
+export {
+  DEV_CHAIN_PAYMENT_HINT,
+  PAY_OVER_MCP,
+  PAY_OVER_REST,
+  RUN_FREE,
+  payCommand,
+  runtimeExamplesBanner,
+} from './quick-start.ts';
 export { devChainOperatorBanner, withDevChainOperator } from './runtime.ts';
 export {
   DEV_CHAIN_RAIL,

@@ -82,6 +82,8 @@ function startGitDaemon() {
     'git',
     [
       'daemon',
+      // With --verbose it says "Ready to rumble" once its own sockets listen (and why not, when they cannot).
+      '--verbose',
       '--reuseaddr',
       '--export-all',
       '--enable=receive-pack',
@@ -96,21 +98,28 @@ function startGitDaemon() {
     daemon.on('error', (error) =>
       reject(new Error(`cannot start git daemon: ${error.message} (is git installed?)`)),
     );
-    daemon.on('exit', (code) => reject(new Error(`git daemon exited (${code}): is port ${GIT_PORT} taken?`)));
-    // It says nothing when ready: a connection that opens says it listens.
-    const probe = () =>
-      import('node:net').then(({ connect }) => {
-        const socket = connect(GIT_PORT, '127.0.0.1');
-        socket.on('connect', () => {
-          socket.destroy();
-          resolve();
-        });
-        socket.on('error', () => setTimeout(probe, 100));
-      });
-    probe();
+    // Its log is read to the end (a pipe nobody reads would fill up and stall it). Only this line of
+    // its own says it listens: a connection to the port might reach another daemon on it.
+    let said = '';
+    daemon.stderr.setEncoding('utf8');
+    daemon.stderr.on('data', (chunk) => {
+      said = (said + chunk).slice(-2000);
+      if (said.includes('Ready to rumble')) resolve();
+    });
+    // 'close', not 'exit': its last lines, which say why it stopped, have been read by then.
+    daemon.on('close', (code) => {
+      const why = said
+        .trim()
+        .split('\n')
+        .slice(-3)
+        .map((line) => line.replace(/^\[\d+\] /, ''))
+        .join('; ');
+      reject(new Error(`git daemon exited (${code}): is port ${GIT_PORT} taken? (${why})`));
+    });
   });
   return {
-    // 9418 is git:// URLs' default port: the remote names none, as canvas-git's allowed prefix does not.
+    // 9418 is git:// URLs' default port: the remote names none, as `sigil up`'s allowed prefixes
+    // (git://127.0.0.1/, git://localhost/) do not; a remote on another port is not under them.
     remote: 'git://127.0.0.1/site.git',
     ready,
     /** The pushed page, read back from the bare repository. */
@@ -119,7 +128,7 @@ function startGitDaemon() {
         encoding: 'utf8',
       }),
     stop: () => {
-      daemon.removeAllListeners('exit');
+      daemon.removeAllListeners('close');
       daemon.kill();
       rmSync(base, { recursive: true, force: true });
     },
@@ -151,6 +160,11 @@ function show(event, data) {
 async function follow(response, until = () => false) {
   const events = [];
   for await (const { event, data } of serverSentEvents(response.body)) {
+    // The runtime stopped before the run ended: the run is stored and goes on once it is back.
+    if (event === 'shutdown')
+      throw new Error(
+        `the runtime stopped; run ${data.runId} goes on once it is back: GET /canvas/runs/${data.runId}/events with Last-Event-ID: ${data.lastEventId}`,
+      );
     events.push({ event, data });
     show(event, data);
     if (event === 'run.ended' || until(event, data)) break;

@@ -13,6 +13,8 @@ interface ServiceApp {
   start?(): Promise<void> | void;
   /** Settles once its start-up work (the gateway's warmup) is done. */
   warmedUp?(): Promise<WarmupOutcome | undefined>;
+  /** Shutdown begins: ends at once what need not wait for the in-flight requests' grace (streams). */
+  closing?(): void;
   close?(): Promise<void>;
 }
 
@@ -23,7 +25,10 @@ export interface Serving {
   urls: Partial<Record<ServiceName, string>>;
   /** Settles once every service's start-up work is done, with the gateway's warmup if it ran one. */
   warmedUp: Promise<WarmupOutcome | undefined>;
-  /** Graceful: stop accepting, let in-flight requests finish, then stop plugins and close the database. */
+  /**
+   * Graceful: stop accepting, end the streams that can end at once (open canvas event streams, with a
+   * `shutdown` event), let other in-flight requests finish, then stop plugins and close the database.
+   */
   stop(): Promise<void>;
 }
 
@@ -65,7 +70,10 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
     warmedUp,
     stop: () => {
       stopping ??= (async () => {
-        await Promise.all(running.map((server) => server.close()));
+        // The servers stop accepting first; then the apps end the streams that need not wait.
+        const drained = Promise.all(running.map((server) => server.close()));
+        for (const service of apps) service.closing?.();
+        await drained;
         await Promise.all(apps.map((service) => service.close?.()));
         await kernel.close();
       })();

@@ -1,5 +1,5 @@
 import { createServer, type RequestListener, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { capConnectionsPerClient } from './client-connections.ts';
 
 /** Bounds on what a client may hold of a server: time to send a request, idle time, connections. */
@@ -52,10 +52,17 @@ export async function listen(
   );
   server.maxConnections = limits.maxConnections;
   if (limits.maxConnectionsPerClient > 0) capConnectionsPerClient(server, limits.maxConnectionsPerClient);
-  // Responses still being produced when shutdown begins are told to close their connection, so a
-  // keep-alive client does not hold the server open after its last answer.
+  // At shutdown no connection outlives its last answer: responses still being produced are told to
+  // close their connection (a stream, whose keep-alive was sent with its headers, has it ended once it
+  // finishes), idle ones are closed at once, and so is one that never sent a byte (a client may open
+  // one ahead; Node's closeIdleConnections leaves it open until the grace).
   const inFlight = new Set<ServerResponse>();
+  const sockets = new Set<Socket>();
   let closing = false;
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
   server.on('request', (_req, res: ServerResponse) => {
     if (closing) res.shouldKeepAlive = false;
     inFlight.add(res);
@@ -76,7 +83,16 @@ export async function listen(
     close: (graceMs = 10_000) =>
       new Promise<void>((resolve) => {
         closing = true;
-        for (const res of inFlight) if (!res.headersSent) res.shouldKeepAlive = false;
+        for (const res of inFlight) {
+          if (!res.headersSent) res.shouldKeepAlive = false;
+          else {
+            // Taken now: the server detaches it from the response as the response finishes.
+            const { socket } = res;
+            res.once('finish', () => socket?.destroySoon());
+          }
+        }
+        // Not a byte received: no request is lost (idle ones that served one, closeIdleConnections closes).
+        for (const socket of sockets) if (socket.bytesRead === 0) socket.destroy();
         const force = setTimeout(() => server.closeAllConnections(), graceMs);
         force.unref();
         server.close(() => {

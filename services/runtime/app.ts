@@ -51,6 +51,12 @@ export interface RuntimeApp extends HttpApp {
   memory: ReflectMemory;
   /** Recovers unfinished transfers, then starts the ledger's background work. */
   start(): Promise<void>;
+  /**
+   * Shutdown begins (before in-flight requests are waited for): what can end at once does, so it
+   * does not hold the server for its grace: open canvas event streams end with a `shutdown` event.
+   * A chat answering goes on, to finish within the grace.
+   */
+  closing(): void;
   close(): Promise<void>;
 }
 
@@ -208,6 +214,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
       if (kernel.config.runtime.canvas.enabled) await canvas.start();
       reflect.start();
     },
+    closing: () => canvas.closing(),
     close: async () => {
       http.stopLogging();
       await canvas.close();

@@ -1,4 +1,6 @@
+import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import Router from '@koa/router';
 import { expect } from 'chai';
 import { pino } from 'pino';
@@ -182,6 +184,48 @@ describe('HTTP core', () => {
     expect(res.status).to.equal(200);
     expect(await res.json()).to.deep.equal({ finished: true });
     await closed;
+  });
+
+  it('shuts down as soon as an open stream ends: its keep-alive connection, and one never used, are closed, not waited on', async () => {
+    let endStream: () => void = () => undefined;
+    const { app } = createHttpApp({
+      service: 'streams',
+      logger: quietLogger(),
+      bodyLimitBytes: 1024,
+      edge: LOOPBACK_EDGE,
+      routers: [
+        new Router().get('/events', (ctx) => {
+          const sse = openSse(ctx);
+          sse.send('hello', {});
+          endStream = () => {
+            sse.send('bye', {});
+            sse.close();
+          };
+        }),
+      ],
+    });
+    const running = await listen(app, '127.0.0.1', 0);
+    // fetch keeps its connections alive (4 s idle): the server must close this one itself.
+    const res = await fetch(`${running.url}/events`);
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).to.include('event: hello');
+    // A connection opened ahead, as clients do, that has not sent a request (yet).
+    const ahead = connect(Number(new URL(running.url).port), '127.0.0.1');
+    await once(ahead, 'connect');
+    const aheadClosed = once(ahead, 'close');
+    const started = Date.now();
+    let closedAt = 0;
+    const closed = running.close(10_000).then(() => (closedAt = Date.now()));
+    endStream();
+    let rest = '';
+    for (let part = await reader.read(); !part.done; part = await reader.read())
+      rest += new TextDecoder().decode(part.value);
+    expect(rest).to.equal('event: bye\ndata: {}\n\n');
+    await closed;
+    await aheadClosed;
+    expect(closedAt - started, 'closed long before its grace, and its client idle timeout').to.be.below(
+      2_000,
+    );
   });
 });
 

@@ -1,10 +1,12 @@
+import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { expect } from 'chai';
 import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { runtimeClient, signIn } from '../services/runtime/chat-support.ts';
 import { ensureChromium } from '../support/chromium.ts';
 import { sigilUpSuite } from '../support/sigil-up-suite.ts';
-import { runExample } from './support.ts';
+import { printedExample, runExample } from './support.ts';
 
 /**
  * Issue 26's done-when, as the README gives it: under `sigil up`, one command runs the example
@@ -18,7 +20,10 @@ describe('examples/first-canvas.mjs after sigil up', function () {
   const sigil = sigilUpSuite(/^ready {4}.*\n/m, { warmupAtStart: true, timeoutMs: 170_000 });
 
   it('runs draft → approval → write → push → browser check, and the ledger holds its charge', async () => {
-    const stdout = await runExample(['examples/first-canvas.mjs', sigil.runtimeUrl], {});
+    // As the banner prints it.
+    const printed = printedExample(sigil.up.output(), 'canvas', 'first-canvas.mjs');
+    expect(printed).to.deep.equal(['examples/first-canvas.mjs', sigil.runtimeUrl]);
+    const stdout = await runExample(printed, {});
     const order = [...stdout.matchAll(/^ {2}(\w+) +running$/gm)].map((m) => m[1]);
     expect(order).to.deep.equal(['draft', 'approve', 'page', 'write', 'push', 'verify']);
     // verify reads nothing of push: its input after alone makes it wait for the push to succeed.
@@ -47,5 +52,40 @@ describe('examples/first-canvas.mjs after sigil up', function () {
     expect(png.subarray(0, 8).toString('hex')).to.equal('89504e470d0a1a0a');
     const { transactions } = (await client.json('GET', '/wallet/transactions?kind=charge')).body;
     expect(transactions[0].amount).to.equal(charged);
+  });
+});
+
+/**
+ * The trial of issue 26 with port 9418 already served (another `git daemon`): the example's own
+ * daemon cannot bind it and exits, and the example says so before it asks anything of the runtime.
+ * (It took a connection that opened for its daemon's readiness, reached the other listener, went on,
+ * and pushed into the other daemon's repository.)
+ */
+describe('examples/first-canvas.mjs with port 9418 taken', function () {
+  this.timeout(60_000);
+
+  it('stops at once, saying its git daemon could not listen, and never reaches the runtime', async () => {
+    const other = createServer((socket) => socket.end());
+    other.listen(9418, '127.0.0.1');
+    const listening = await Promise.race([
+      once(other, 'listening').then(() => true),
+      // Taken already (by another daemon): that is the case too.
+      once(other, 'error').then(() => false),
+    ]);
+    try {
+      // Nothing listens on port 9 of loopback: a run that got past its daemon would fail on sign-in.
+      const failure = await runExample(['examples/first-canvas.mjs', 'http://127.0.0.1:9'], {}).then(
+        () => undefined,
+        (err: unknown) => err as { code: number; stdout: string; stderr: string },
+      );
+      expect(failure?.code).to.equal(1);
+      expect(failure?.stderr).to.match(
+        /^first-canvas failed: git daemon exited \(128\): is port 9418 taken\? \(.*Address already in use/m,
+      );
+      expect(failure?.stdout).to.not.match(/^git {7}/m);
+      expect(failure?.stderr).to.not.include('/auth/challenge');
+    } finally {
+      if (listening) await new Promise((resolve) => other.close(resolve));
+    }
   });
 });

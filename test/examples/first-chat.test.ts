@@ -3,7 +3,7 @@ import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { runtimeClient, signIn } from '../services/runtime/chat-support.ts';
 import { sigilUpSuite } from '../support/sigil-up-suite.ts';
-import { runExample } from './support.ts';
+import { printedExample, runExample } from './support.ts';
 
 const DEPOSIT = 1_000_000n;
 
@@ -22,7 +22,10 @@ describe('examples/first-chat.mjs after sigil up', function () {
 
   it('signs in, funds the ledger from the dev wallet, chats, and each charge is what its cost event said', async () => {
     const payerBefore = await sigil.balanceOf(sigil.banner.payer);
-    const stdout = await runExample(['examples/first-chat.mjs', sigil.runtimeUrl], { SIGIL_SERVER: 'probe' });
+    // As the banner prints it.
+    const printed = printedExample(sigil.up.output(), 'chat', 'first-chat.mjs');
+    expect(printed).to.deep.equal(['examples/first-chat.mjs', sigil.runtimeUrl]);
+    const stdout = await runExample(printed, { SIGIL_SERVER: 'probe' });
 
     expect(stdout).to.match(new RegExp(`^signed in ${sigil.banner.payer} with SIWE`, 'm'));
     expect(stdout).to.match(/^vault {5}PROVIDER_API_KEY stored and unlocked/m);

@@ -16,3 +16,13 @@ export async function runExample(args: readonly string[], env: NodeJS.ProcessEnv
   });
   return stdout;
 }
+
+/**
+ * The arguments of `node` in the command the `sigil up` banner prints on its `label` line (`chat`,
+ * `canvas`) for `example`; throws when the banner has no such line.
+ */
+export function printedExample(output: string, label: string, example: string): string[] {
+  const line = new RegExp(`^${label} +(node examples/${example}(?: \\S+)?) {3}\\(`, 'm').exec(output);
+  if (!line?.[1]) throw new Error(`the banner prints no ${label} line for ${example}:\n${output}`);
+  return line[1].split(' ').slice(1);
+}

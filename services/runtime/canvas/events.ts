@@ -4,6 +4,18 @@ import type { RunEvent, RunStore } from './runs.ts';
 /** The event that ends a run's stream: nothing follows it. */
 export const RUN_ENDED = 'run.ended';
 
+/**
+ * The event that ends a run's stream when the runtime stops before the run ended: the run is stored,
+ * so the client reconnects (to this runtime once it is back) with `Last-Event-ID: lastEventId`. It has
+ * no SSE id, so an EventSource keeps the last run event's.
+ */
+export const SHUTDOWN = 'shutdown';
+
+const shutdownEvent = (runId: string, lastEventId: number): SseEvent => ({
+  event: SHUTDOWN,
+  json: JSON.stringify({ runId, lastEventId: String(lastEventId), reason: 'runtime_stopping' }),
+});
+
 type Listener = (events: readonly RunEvent[]) => void;
 
 /**
@@ -23,6 +35,18 @@ const streamed = ({ type, seq, at, json }: RunEvent): SseEvent => ({
  */
 export class RunEvents {
   private readonly listeners = new Map<string, Set<Listener>>();
+  /** Ends each open stream with a `shutdown` event. */
+  private readonly open = new Set<() => void>();
+  private stopping = false;
+
+  /**
+   * The runtime is stopping: every open stream gets a `shutdown` event and ends now, as does any
+   * opened from here on (its run's events are stored; the client takes them up after the restart).
+   */
+  shutdown(): void {
+    this.stopping = true;
+    for (const stop of this.open) stop();
+  }
 
   publish(runId: string, events: readonly RunEvent[]): void {
     const listeners = this.listeners.get(runId);
@@ -42,7 +66,8 @@ export class RunEvents {
 
   /**
    * Streams a run's events after `afterSeq` to `sse`: the stored ones, then live ones, until the run
-   * ends (or `hasEnded` said it had) or the client goes. Resolves once the stream is closed.
+   * ends (or `hasEnded` said it had), the client goes, or the runtime stops (see `shutdown`). Resolves
+   * once the stream is closed.
    */
   async stream(
     store: RunStore,
@@ -75,13 +100,18 @@ export class RunEvents {
       catchingUp ? buffered.push(...events) : send(events),
     );
     sse.signal.addEventListener('abort', () => finish(), { once: true });
+    this.open.add(finish);
     try {
-      send(await store.events(runId, afterSeq));
-      catchingUp = false;
-      send(buffered.splice(0));
-      if (!sse.signal.aborted && !hasEnded) await done;
+      if (!this.stopping) {
+        send(await store.events(runId, afterSeq));
+        catchingUp = false;
+        send(buffered.splice(0));
+        if (!sse.signal.aborted && !hasEnded && !this.stopping) await done;
+      }
     } finally {
+      this.open.delete(finish);
       unsubscribe();
+      if (this.stopping && !ended) sse.sendJson([shutdownEvent(runId, last)]);
       sse.close();
     }
   }

@@ -112,6 +112,7 @@ export class CanvasHostServices {
           this.deps.chat.settings.maxOutputTokens,
         ),
         idempotencyKey: holdKey,
+        purpose: 'canvas_run',
         signal,
         onSettled: (cost, settled) => this.recordCharge(run, nodeId, cost, settled, { kind: 'llm', model }),
       },
@@ -197,6 +198,7 @@ export class CanvasHostServices {
       agentId,
       amount: platformCost('byok', 0n, 1).platformCost,
       idempotencyKey: holdKey,
+      purpose: 'canvas_run',
     });
     let billed = false;
     try {

@@ -24,7 +24,7 @@ const answers = (description: string, extra: Record<string, unknown> = {}) => ({
 });
 const events = {
   description:
-    'Server-Sent Events, each with id = its number in the run (send it back as Last-Event-ID): run.started, run.status, node.status, node.log, node.output, node.artifact, node.retry, approval.required, approval.decided, cost, run.cancelling, run.resumed, run.ended (docs/canvas.md, "Events")',
+    'Server-Sent Events, each with id = its number in the run (send it back as Last-Event-ID): run.started, run.status, node.status, node.log, node.output, node.artifact, node.retry, approval.required, approval.decided, cost, run.cancelling, run.resumed, run.ended; and, when the runtime stops first, shutdown (no id; reconnect with its lastEventId) (docs/canvas.md, "Events")',
   content: { 'text/event-stream': { schema: { type: 'string' } } },
 };
 

@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { type CanvasNodeV2, extensionPoints, SigilError } from '@sigil/plugin-api';
 import { PORT_VALUE_SCHEMAS } from '@sigil/plugin-api/canvas';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
+import type { Logger } from '../../../core/log.ts';
 import { publicBase } from '../../../core/auth/settings.ts';
 import type { Kernel } from '../../kernel.ts';
 import type { Agents } from '../agents.ts';
@@ -47,9 +48,11 @@ export class CanvasService {
   readonly workspaces: Workspaces;
   readonly executor: CanvasExecutor;
   private readonly host: CanvasHostServices;
+  private readonly logger: Logger;
 
   constructor(private readonly deps: CanvasDeps) {
     const { kernel } = deps;
+    this.logger = kernel.logger.child({ component: 'canvas' });
     this.settings = kernel.config.runtime.canvas;
     this.workflows = new Workflows(kernel.db, kernel.clock, this.settings.maxWorkflowsPerWallet);
     const scrub = (text: string) => kernel.secrets.scrub(text);
@@ -73,7 +76,7 @@ export class CanvasService {
       workspaces: this.workspaces,
       settings: this.settings,
       services: (run, nodeId, attempt) => this.host.for(run, nodeId, attempt),
-      logger: kernel.logger.child({ component: 'canvas' }),
+      logger: this.logger,
       scrub,
       now: () => kernel.clock.now(),
     });
@@ -181,9 +184,14 @@ export class CanvasService {
     await this.executor.cancel(run);
   }
 
-  /** Picks up every run a previous process left unfinished. */
+  /**
+   * Picks up every run a previous process left unfinished, and says in one log line how many wait for
+   * an approval, how many go on, and how many cannot (nothing when there were none).
+   */
   async start(): Promise<void> {
-    for (const record of await this.runs.unfinished()) {
+    const taken = { waiting: 0, resumed: 0, failed: 0 };
+    const unfinished = await this.runs.unfinished();
+    for (const record of unfinished) {
       await this.runs.track(record.id);
       let plan: ValidatedWorkflow;
       try {
@@ -200,17 +208,37 @@ export class CanvasService {
             message: `The run's workflow is no longer valid here: ${(err as Error).message}`,
           },
         );
+        taken.failed++;
         continue;
       }
       const nodes = await this.runs.nodes(record.id);
       const run = await this.executor.resume(record, plan, nodes, await this.runs.charged(record.id));
       void run.ended.then(() => this.host.endRun(record.id));
+      if (record.status === 'waiting_approval') taken.waiting++;
+      else taken.resumed++;
     }
+    if (unfinished.length > 0) this.logger.info(taken, startedLine(taken));
+  }
+
+  /**
+   * Shutdown begins: open event streams end at once with a `shutdown` event (runs are stored, and
+   * their clients take them up again after the restart with Last-Event-ID).
+   */
+  closing(): void {
+    this.events.shutdown();
   }
 
   async close(): Promise<void> {
+    this.closing();
     await this.executor.stop();
   }
+}
+
+/** `canvas: 1 run waiting for approval, 0 resumed` (and `, 1 failed: its workflow is no longer valid`). */
+function startedLine(taken: { waiting: number; resumed: number; failed: number }): string {
+  const runs = (n: number) => `${n} run${n === 1 ? '' : 's'}`;
+  const failed = taken.failed > 0 ? `, ${taken.failed} failed: the workflow is no longer valid here` : '';
+  return `canvas: ${runs(taken.waiting)} waiting for approval, ${taken.resumed} resumed${failed}`;
 }
 
 /** The run's inputs against the document's: each required one given, each of its type, no other. */

@@ -225,6 +225,7 @@ export class ChatService {
         agentId,
         amount: estimate,
         idempotencyKey: chargeKey(session, messageId),
+        purpose: 'chat',
       });
       return {
         session,

@@ -1,6 +1,7 @@
 import { Ajv } from 'ajv';
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import { baseLlmCost } from '@sigil/plugin-api/llm';
+import type { SpendPurpose } from '../ledger/errors.ts';
 import type { Holds, Settlement } from '../ledger/holds.ts';
 import type { ProviderEntry } from './chat.ts';
 import { type CostBreakdown, type KeyKind, platformCost } from './cost.ts';
@@ -17,6 +18,8 @@ export interface HeldTurnRequest {
   maxOutputTokens: number;
   /** The hold's key: the same key holds and charges once, however often the turn is retried. */
   idempotencyKey: string;
+  /** The work the turn is for, named when the ledger refuses its hold. */
+  purpose: SpendPurpose;
   signal?: AbortSignal;
   /** Told of the settlement as soon as it is made, also when the turn failed half-way. */
   onSettled?: (cost: CostBreakdown, settlement: Settlement) => Promise<void>;
@@ -45,6 +48,7 @@ export async function heldModelTurn(
     agentId,
     amount: platformCost(keyKind, estimate(messages), 0).platformCost,
     idempotencyKey: request.idempotencyKey,
+    purpose: request.purpose,
   });
   const progress: StreamedTurn = { text: '', inputTokens: 0, outputTokens: 0, baseLlmCost: 0n };
   let settled: { cost: CostBreakdown; settlement: Settlement };
@@ -72,7 +76,7 @@ export interface StreamedTurn {
  * is awaited before each part is taken (to keep the caller's hold alive during a long stream).
  */
 export async function streamTurn(
-  request: Omit<HeldTurnRequest, 'wallet' | 'agentId' | 'keyKind' | 'idempotencyKey'>,
+  request: Omit<HeldTurnRequest, 'wallet' | 'agentId' | 'keyKind' | 'idempotencyKey' | 'purpose'>,
   progress: StreamedTurn,
   onPart?: () => Promise<void>,
 ): Promise<StreamedTurn> {

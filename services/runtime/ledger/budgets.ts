@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { agentNotFound } from '../agents.ts';
 import { toAmount } from './amounts.ts';
-import { SpendRefused } from './errors.ts';
+import { SpendRefused, type SpendPurpose } from './errors.ts';
 import { BUDGET_WINDOWS, windowBounds, type BudgetWindow } from './windows.ts';
 
 export interface BudgetLimits {
@@ -105,13 +105,16 @@ export async function writeBudgetLimits(
   await trx('agent_budgets').insert(row).onConflict('agent_id').merge();
 }
 
-/** Throws SpendRefused naming the first budget window without room for `amount`. */
+/**
+ * Throws SpendRefused naming the first budget window without room for `amount`; the refusal says
+ * `requested` (by default `amount`) and, when given, the work refused.
+ */
 export function refuseOverBudget(
   budgets: Budgets,
   amount: bigint,
-  agentId: string,
-  requested = amount,
+  spend: { agentId: string; purpose?: SpendPurpose | undefined; requested?: bigint },
 ): void {
+  const { agentId, purpose, requested = amount } = spend;
   for (const window of BUDGET_WINDOWS) {
     const state = budgets[window];
     if (state.limit === null || state.remaining === null) continue;
@@ -122,6 +125,7 @@ export function refuseOverBudget(
         limit: state.limit,
         resetsAt: state.resetsAt,
         agentId,
+        ...(purpose === undefined ? {} : { purpose }),
       });
     }
   }

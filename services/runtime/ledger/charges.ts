@@ -42,7 +42,7 @@ export async function chargeAgent(
         const first = (await entryByKey(trx, wallet, key)) as LedgerEntry;
         return { entry: sameCharge(first, input), replayed: true };
       }
-      refuseOverBudget(context.budgets, input.amount, input.agentId);
+      refuseOverBudget(context.budgets, input.amount, { agentId: input.agentId });
       if (input.amount > balance.available) {
         throw new SpendRefused('available', {
           requested: input.amount,
@@ -80,7 +80,7 @@ export async function checkSpend(
 ): Promise<{ balance: Balance; budgets: Budgets }> {
   const address = getAddress(wallet);
   const { budgets } = await readBudgets(ledger.db, ledger.clock.now(), address, agentId);
-  refuseOverBudget(budgets, amount > 0n ? amount : 1n, agentId, amount);
+  refuseOverBudget(budgets, amount > 0n ? amount : 1n, { agentId, requested: amount });
   const balance = await ledger.balance(address);
   const minimum = ledger.settings.minimumBalance;
   if (balance.available < minimum) {

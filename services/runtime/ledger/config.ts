@@ -71,7 +71,9 @@ export const ledgerSchema = z
       .describe('How often every deposit address is read with balanceOf, besides Transfer events'),
     minimumBalance: baseUnits
       .default('10000')
-      .describe('Available balance a wallet needs to start a chat (base units; 0.01 USD by default)'),
+      .describe(
+        "Available balance a wallet needs to start paid work: a chat message, a canvas node's model turn or tool call, a self-improvement run's model turn (base units; 0.01 USD by default)",
+      ),
     holdTtlSeconds: z
       .number()
       .int()

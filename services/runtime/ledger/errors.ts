@@ -3,12 +3,21 @@ import { formatUsd } from './amounts.ts';
 import type { BudgetWindow } from './windows.ts';
 
 /**
- * Which limit refused a spend: an agent's budget window, the minimum balance a chat needs, or the
- * wallet's available balance.
+ * Which limit refused a spend: an agent's budget window, the minimum balance new work needs (a chat,
+ * a canvas run, a self-improvement run), or the wallet's available balance.
  */
 export type SpendLimit = BudgetWindow | 'minimum_balance' | 'available';
 
 export type RefusalReason = 'budget_exceeded' | 'minimum_balance' | 'insufficient_funds';
+
+/** What a spend is for, named in its refusal (and its `details.purpose`): the work that was refused. */
+export type SpendPurpose = 'chat' | 'canvas_run' | 'self_improvement';
+
+const PURPOSES: Record<SpendPurpose, string> = {
+  chat: 'a chat',
+  canvas_run: 'a canvas run',
+  self_improvement: 'a self-improvement run',
+};
 
 const REASONS: Record<SpendLimit, RefusalReason> = {
   daily: 'budget_exceeded',
@@ -28,6 +37,8 @@ export interface RefusalFacts {
   /** When the window's spend stops counting; absent for balance limits, which wait for a deposit. */
   resetsAt?: Date;
   agentId?: string;
+  /** The work refused; absent for a spend not made for one (a bare charge, a budget check). */
+  purpose?: SpendPurpose;
 }
 
 /**
@@ -49,6 +60,7 @@ export class SpendRefused extends SigilError {
         ...(facts.limit === undefined ? {} : { limitAmount: facts.limit.toString() }),
         ...(facts.resetsAt === undefined ? {} : { resetsAt: facts.resetsAt.toISOString() }),
         ...(facts.agentId === undefined ? {} : { agentId: facts.agentId }),
+        ...(facts.purpose === undefined ? {} : { purpose: facts.purpose }),
       },
     });
     this.name = 'SpendRefused';
@@ -59,13 +71,14 @@ export class SpendRefused extends SigilError {
 
 function refusalMessage(limit: SpendLimit, facts: RefusalFacts): string {
   const usd = (amount: bigint) => `${amount} base units (${formatUsd(amount)} USD)`;
+  const work = facts.purpose === undefined ? undefined : PURPOSES[facts.purpose];
   switch (limit) {
     case 'minimum_balance':
-      return `Refused: a chat needs an available balance of at least ${usd(facts.limit ?? 0n)}; available is ${usd(facts.remaining)}`;
+      return `Refused: ${work ?? 'spending'} needs an available balance of at least ${usd(facts.limit ?? 0n)}; available is ${usd(facts.remaining)}`;
     case 'available':
-      return `Refused: this needs ${usd(facts.requested)} but only ${usd(facts.remaining)} is available`;
+      return `Refused: ${work ?? 'this'} needs ${usd(facts.requested)} but only ${usd(facts.remaining)} is available`;
     default:
-      return `Refused: the agent's ${limit} budget has ${usd(facts.remaining)} left of ${usd(facts.limit ?? 0n)}; this needs ${usd(facts.requested)}; it resets at ${facts.resetsAt?.toISOString()}`;
+      return `Refused: the agent's ${limit} budget has ${usd(facts.remaining)} left of ${usd(facts.limit ?? 0n)}; ${work ?? 'this'} needs ${usd(facts.requested)}; it resets at ${facts.resetsAt?.toISOString()}`;
   }
 }
 

@@ -5,7 +5,7 @@ import { getAddress } from 'viem';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import { MAX_AMOUNT, minus, plus, toAmount } from './amounts.ts';
-import { SpendRefused } from './errors.ts';
+import { SpendRefused, type SpendPurpose } from './errors.ts';
 import { PeriodicPass } from '../../../core/periodic.ts';
 import type { Balance } from './balance.ts';
 import { readBudgets, refuseOverBudget, type Budgets } from './budgets.ts';
@@ -32,6 +32,8 @@ export interface Hold {
    * what it has cost so far while it runs (recordCostSoFar). The expiry sweep charges it.
    */
   settleCost?: bigint;
+  /** The work it is for, named by an extension's refusal; not stored (absent on a hold read back). */
+  purpose?: SpendPurpose;
 }
 
 export interface Settlement {
@@ -106,13 +108,15 @@ export class Holds {
    * Reserves `amount` for `agentId`'s work. Refused (SpendRefused, 402, nothing recorded) when a
    * budget window has no room for it beside the spend and the other holds, when the available balance
    * is below the ledger's minimum balance, or below `amount`. The same key answers the same open hold;
-   * a key that already charged is a 409 (a new piece of work needs a new key).
+   * a key that already charged is a 409 (a new piece of work needs a new key). A refusal names
+   * `purpose`, the work refused.
    */
   async hold(input: {
     wallet: string;
     agentId: string;
     amount: bigint;
     idempotencyKey: string;
+    purpose: SpendPurpose;
   }): Promise<Hold> {
     checkAmount(input.amount);
     if (!IDEMPOTENCY_KEY.test(input.idempotencyKey)) {
@@ -133,9 +137,9 @@ export class Holds {
           throw new SigilError('conflict', 'This idempotency key holds funds for another agent', {
             details: { reason: 'hold_key_reused', agentId: open.agentId },
           });
-        return open;
+        return { ...open, purpose: input.purpose };
       }
-      this.refuse(budgets, balance, input.amount, input.agentId, { minimumBalance: true });
+      this.refuse(budgets, balance, input.amount, input, { minimumBalance: true });
       const now = this.ledger.now();
       const hold: Hold = {
         id: randomUUID(),
@@ -145,6 +149,7 @@ export class Holds {
         idempotencyKey: input.idempotencyKey,
         createdAt: new Date(now),
         expiresAt: new Date(now + this.deps.ttlMs),
+        purpose: input.purpose,
       };
       await trx('ledger_holds').insert({
         id: hold.id,
@@ -187,7 +192,7 @@ export class Holds {
           current ? {} : { replayKey: CHARGE_KEY_PREFIX + hold.idempotencyKey },
         );
         if (replayId !== undefined) throw alreadyCharged(replayId);
-        this.refuse(budgets, balance, increase, hold.agentId, { minimumBalance: false });
+        this.refuse(budgets, balance, increase, hold, { minimumBalance: false });
         await this.addHeld(trx, hold.wallet, increase);
       }
       const row = { amount: extended.amount.toString(), expires_at: extended.expiresAt.getTime() };
@@ -481,16 +486,21 @@ export class Holds {
     budgets: Budgets,
     balance: Balance,
     amount: bigint,
-    agentId: string,
+    spend: { agentId: string; purpose?: SpendPurpose | undefined },
     options: { minimumBalance: boolean },
   ): void {
-    refuseOverBudget(budgets, amount, agentId);
-    const remaining = balance.available;
+    const { agentId, purpose } = spend;
+    refuseOverBudget(budgets, amount, { agentId, purpose });
+    const facts = {
+      requested: amount,
+      remaining: balance.available,
+      agentId,
+      ...(purpose === undefined ? {} : { purpose }),
+    };
     const minimum = this.ledger.settings.minimumBalance;
     if (options.minimumBalance && balance.available < minimum)
-      throw new SpendRefused('minimum_balance', { requested: amount, remaining, limit: minimum, agentId });
-    if (amount > balance.available)
-      throw new SpendRefused('available', { requested: amount, remaining, agentId });
+      throw new SpendRefused('minimum_balance', { ...facts, limit: minimum });
+    if (amount > balance.available) throw new SpendRefused('available', facts);
   }
 }
 

@@ -23,7 +23,7 @@ import { utcDay } from './windows.ts';
 export { ENTRY_KINDS, type Balance, type EntryKind } from './balance.ts';
 
 export interface LedgerSettings {
-  /** Available balance a chat needs to start. */
+  /** Available balance a hold needs to start (a chat's, a canvas run's, self-improvement's). */
   minimumBalance: bigint;
 }
 

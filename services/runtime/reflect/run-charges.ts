@@ -68,6 +68,7 @@ export class RunCharges {
             agentId,
             amount,
             idempotencyKey: this.key(agentId),
+            purpose: 'self_improvement',
           });
     part.hold = await take(roomy).catch((err: unknown) => {
       if (err instanceof SpendRefused && roomy > needed) return take(needed);

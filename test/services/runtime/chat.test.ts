@@ -215,7 +215,10 @@ describe('runtime chat: sessions, SSE, keys, budgets, cancellation', function ()
       },
     );
     expect(low.status).to.equal(402);
-    expect(low.body.details).to.include({ reason: 'minimum_balance' });
+    expect(low.body.details).to.include({ reason: 'minimum_balance', purpose: 'chat' });
+    expect(low.body.message).to.match(
+      /^Refused: a chat needs an available balance of at least 10000 base units/,
+    );
   });
 
   it('cancels the upstream call when the client disconnects, and charges what was used once', async () => {

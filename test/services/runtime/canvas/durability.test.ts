@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { PluginEntry } from '../../../../core/config/schema.ts';
-import { readSse, type SseEvent } from '../chat-support.ts';
+import { parseSse, readSse, type SseEvent } from '../chat-support.ts';
 import type { Stack } from '../support.ts';
 import {
   describeEachDatabase,
@@ -13,6 +13,7 @@ import {
   type TestDatabase,
 } from '../../../support/kernel.ts';
 import { observe } from '../../../fixtures/canvas/observe.ts';
+import { captureLogs } from '../../../support/logs.ts';
 import { approvalMessage } from '../../../../services/runtime/canvas/approvals.ts';
 import {
   canvasUser,
@@ -64,6 +65,14 @@ async function expectModelTurnChargedOnce(stack: Stack, user: CanvasUser, runId:
   ]);
 }
 
+/** The canvas's start-up lines among a runtime's log lines: what it took up of the runs it found. */
+const startLines = (logs: string) =>
+  logs
+    .split('\n')
+    .filter((line) => line.includes('"component":"canvas"') && line.includes('waiting for approval'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>)
+    .map(({ msg, waiting, resumed }) => ({ msg, waiting, resumed }));
+
 describeEachDatabase('canvas runs across restarts, and whose they are', (database) => {
   /**
    * A runtime that stops, and another that takes over its database and data directory, as a restart:
@@ -73,7 +82,7 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
   async function acrossRestart<T extends { runId: string; reopenOn?: Snapshot }>(
     plugins: PluginEntry[],
     first: (world: CanvasWorld, sticky: TestDatabase) => Promise<T>,
-    second: (world: CanvasWorld, state: T) => Promise<void>,
+    second: (world: CanvasWorld, state: T, logs: () => string) => Promise<void>,
   ): Promise<void> {
     const sticky = stickyDatabase(database);
     const one = await startCanvasWorld({ database: sticky.database, plugins });
@@ -83,13 +92,15 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
     } finally {
       await one.close();
     }
+    const logs = captureLogs();
     const two = await startCanvasWorld({
       database: state.reopenOn?.database ?? sticky.database,
       dataDir: one.dataDir,
       plugins,
+      logs: logs.stream,
     });
     try {
-      await second(two, state);
+      await second(two, state, logs.text);
     } finally {
       await two.close();
       two.removeData();
@@ -110,7 +121,11 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
           valueHash: events.find((e) => e.event === 'approval.required')?.data.valueHash as string,
         };
       },
-      async (second, { runId, valueHash }) => {
+      async (second, { runId, valueHash }, logs) => {
+        // The restart says what it took up.
+        expect(startLines(logs())).to.deep.equal([
+          { msg: 'canvas: 1 run waiting for approval, 0 resumed', waiting: 1, resumed: 0 },
+        ]);
         const again = await canvasUser(second.stack, wallet);
         const waiting = await again.client.json('GET', `/canvas/runs/${runId}`);
         expect(waiting.body.status).to.equal('waiting_approval');
@@ -124,6 +139,46 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
         expect(rest.at(-1)?.data.status).to.equal('succeeded');
         const written = join(second.dataDir, 'runs', runId, 'workspace', 'write.json');
         expect(JSON.parse(readFileSync(written, 'utf8'))).to.equal('<h1>Hello</h1>');
+      },
+    );
+  });
+
+  it('a stream open when the runtime closes ends with a shutdown event; from its lastEventId the next runtime goes on', async () => {
+    const wallet = privateKeyToAccount(generatePrivateKey());
+    await acrossRestart(
+      [],
+      async (first) => {
+        const user = await canvasUser(first.stack, wallet);
+        const started = await readSse(await execute(user, { workflow: approvalFlow }), waitingForApproval);
+        const runId = runIdOf(started);
+        const res = await user.client.send('GET', `/canvas/runs/${runId}/events`);
+        const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+        const decoder = new TextDecoder();
+        let text = '';
+        while (!text.includes('"status":"waiting_approval"'))
+          text += decoder.decode((await reader.read()).value, { stream: true });
+        await first.stack.runtime.close();
+        for (let part = await reader.read(); !part.done; part = await reader.read())
+          text += decoder.decode(part.value, { stream: true });
+        const events = parseSse(text);
+        expect(events.at(-1)).to.deep.equal({
+          event: 'shutdown',
+          data: { runId, lastEventId: String(events.at(-2)?.data.seq), reason: 'runtime_stopping' },
+        });
+        return { runId, lastEventId: events.at(-1)?.data.lastEventId as string };
+      },
+      async (second, { runId, lastEventId }) => {
+        const user = await canvasUser(second.stack, wallet);
+        const decided = await user.client.json('POST', `/canvas/runs/${runId}/nodes/approve/decision`, {
+          approved: true,
+        });
+        expect(decided.status, JSON.stringify(decided.body)).to.equal(200);
+        const rest = await eventsUntil(
+          await user.client.send('GET', `/canvas/runs/${runId}/events?after=${lastEventId}`),
+        );
+        expect(rest[0]?.data.seq).to.equal(Number(lastEventId) + 1);
+        expect(rest[0]?.event).to.equal('run.resumed');
+        expect(rest.at(-1)?.data.status).to.equal('succeeded');
       },
     );
   });
@@ -159,8 +214,12 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
           observe();
         }
       },
-      async (second, { runId }) =>
-        expectModelTurnChargedOnce(second.stack, await canvasUser(second.stack, wallet), runId),
+      async (second, { runId }, logs) => {
+        expect(startLines(logs())).to.deep.equal([
+          { msg: 'canvas: 0 runs waiting for approval, 1 resumed', waiting: 0, resumed: 1 },
+        ]);
+        await expectModelTurnChargedOnce(second.stack, await canvasUser(second.stack, wallet), runId);
+      },
     );
   });
 

@@ -276,7 +276,11 @@ describeEachDatabase('canvas costs', (database) => {
     );
     const failed = events.find((e) => e.event === 'node.status' && e.data.state === 'failed');
     expect(failed?.data.nodeId).to.equal('draft');
-    expect((failed?.data.error as { code: string }).code).to.equal('payment_required');
+    const refusal = failed?.data.error as { code: string; message: string; details: object };
+    expect(refusal.code).to.equal('payment_required');
+    // Refused as the canvas run's spend, not a chat's.
+    expect(refusal.details).to.include({ reason: 'minimum_balance', purpose: 'canvas_run' });
+    expect(refusal.message).to.match(/^Refused: a canvas run needs an available balance of at least /);
     expect(events.some((e) => e.event === 'node.retry')).to.equal(false);
     expect(states(events, 'after')).to.deep.equal(['skipped']);
     expect(events.at(-1)?.data).to.deep.include({ status: 'failed', charged: '0' });

@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Writable } from 'node:stream';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import type { PluginEntry } from '../../../../core/config/schema.ts';
 import type { LocalProvider } from '../../../../providers/local/index.ts';
@@ -39,6 +40,8 @@ export interface CanvasWorldOptions {
   plugins?: PluginEntry[];
   /** Gateway servers: the probe world's catalog, installed from its registry into real sandboxes. */
   probe?: ProbeWorld;
+  /** Where the kernel's log lines go (none by default). */
+  logs?: Writable;
 }
 
 /** A runtime (and gateway) on a real kernel with the canvas fixture nodes and provider-local loaded. */
@@ -48,6 +51,7 @@ export async function startCanvasWorld(options: CanvasWorldOptions) {
   const stack = await Stack.start({
     database: options.database,
     configDir: fixturePath('canvas'),
+    ...(options.logs ? { logs: options.logs } : {}),
     config: {
       plugins: [
         ...(probe

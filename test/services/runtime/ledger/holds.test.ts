@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { isSigilError, type SigilError } from '@sigil/plugin-api';
-import { SpendRefused } from '../../../../services/runtime/ledger/errors.ts';
+import { SpendRefused, type SpendPurpose } from '../../../../services/runtime/ledger/errors.ts';
 import type { Holds } from '../../../../services/runtime/ledger/holds.ts';
 import type { Ledger } from '../../../../services/runtime/ledger/ledger.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
@@ -47,7 +47,7 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
 
   it('a hold counts in available and in the budget windows until it settles to the real cost', async () => {
     const { wallet, agentId } = await walletWithAgent(1000n, 800n);
-    const hold = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'h1' });
+    const hold = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'h1', purpose: 'chat' });
     expect(await ledger.balance(wallet)).to.include({ heldSpend: 300n, available: 700n });
     expect((await ledger.budgets(wallet, agentId)).daily).to.include({
       spent: 0n,
@@ -69,7 +69,9 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     });
     // Settling again answers the first charge; the key cannot hold again.
     expect(await holds.settle(hold, 120n)).to.include({ charged: 120n, replayed: true });
-    const again = await refusalOf(holds.hold({ wallet, agentId, amount: 1n, idempotencyKey: 'h1' }));
+    const again = await refusalOf(
+      holds.hold({ wallet, agentId, amount: 1n, idempotencyKey: 'h1', purpose: 'chat' }),
+    );
     expect(again.code).to.equal('conflict');
     expect(again.details).to.include({ reason: 'already_charged' });
     expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
@@ -77,16 +79,22 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
 
   it('a refused hold records nothing; the same key answers the same open hold', async () => {
     const { wallet, agentId } = await walletWithAgent(1000n, 500n);
-    const budget = await refusalOf(holds.hold({ wallet, agentId, amount: 501n, idempotencyKey: 'big' }));
+    const budget = await refusalOf(
+      holds.hold({ wallet, agentId, amount: 501n, idempotencyKey: 'big', purpose: 'chat' }),
+    );
     expect((budget as SpendRefused).limit).to.equal('daily');
-    const balance = await refusalOf(holds.hold({ wallet, agentId, amount: 1001n, idempotencyKey: 'big' }));
+    const balance = await refusalOf(
+      holds.hold({ wallet, agentId, amount: 1001n, idempotencyKey: 'big', purpose: 'chat' }),
+    );
     expect((balance as SpendRefused).limit).to.equal('daily');
     expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, available: 1000n });
-    const first = await holds.hold({ wallet, agentId, amount: 400n, idempotencyKey: 'k' });
-    const replay = await holds.hold({ wallet, agentId, amount: 400n, idempotencyKey: 'k' });
+    const first = await holds.hold({ wallet, agentId, amount: 400n, idempotencyKey: 'k', purpose: 'chat' });
+    const replay = await holds.hold({ wallet, agentId, amount: 400n, idempotencyKey: 'k', purpose: 'chat' });
     expect(replay.id).to.equal(first.id);
     expect(await ledger.balance(wallet)).to.include({ heldSpend: 400n });
-    const other = await refusalOf(holds.hold({ wallet, agentId, amount: 200n, idempotencyKey: 'k2' }));
+    const other = await refusalOf(
+      holds.hold({ wallet, agentId, amount: 200n, idempotencyKey: 'k2', purpose: 'chat' }),
+    );
     expect((other as SpendRefused).limit).to.equal('daily');
     expect(await holds.release(first)).to.equal(true);
     expect(await holds.release(first)).to.equal(false);
@@ -99,7 +107,7 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     const { wallet, agentId } = await walletWithAgent(500n);
     const results = await Promise.allSettled(
       Array.from({ length: 200 }, (_, i) =>
-        holds.hold({ wallet, agentId, amount: 10n, idempotencyKey: `c${i}` }),
+        holds.hold({ wallet, agentId, amount: 10n, idempotencyKey: `c${i}`, purpose: 'chat' }),
       ),
     );
     const taken = results.filter((r) => r.status === 'fulfilled');
@@ -112,8 +120,14 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
 
   it('a cost past the hold is charged up to what available and the budgets allow, never below 0', async () => {
     const { wallet, agentId } = await walletWithAgent(1000n, 700n);
-    const mine = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'mine' });
-    const others = await holds.hold({ wallet, agentId, amount: 500n, idempotencyKey: 'others' });
+    const mine = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'mine', purpose: 'chat' });
+    const others = await holds.hold({
+      wallet,
+      agentId,
+      amount: 500n,
+      idempotencyKey: 'others',
+      purpose: 'chat',
+    });
     // The daily budget has 700 − 600 held = 100 left beside this hold: 200 can be charged of 5,000.
     const settled = await holds.settle(mine, 5000n);
     expect(settled).to.include({ charged: 200n, uncharged: 4800n });
@@ -124,21 +138,51 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     });
     await holds.settle(others, 0n);
     const poor = await walletWithAgent(50n);
-    const hold = await holds.hold({ ...poor, amount: 50n, idempotencyKey: 'p' });
+    const hold = await holds.hold({ ...poor, amount: 50n, idempotencyKey: 'p', purpose: 'chat' });
     expect(await holds.settle(hold, 80n)).to.include({ charged: 50n, uncharged: 30n });
     expect(await ledger.balance(poor.wallet)).to.include({ available: 0n, heldSpend: 0n });
     expect((await ledger.audit()).mismatches).to.deep.equal([]);
   });
 
+  it('a refusal names the work refused, from the purpose its hold was asked for', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n, 500n);
+    const work = { chat: 'a chat', canvas_run: 'a canvas run', self_improvement: 'a self-improvement run' };
+    for (const [purpose, named] of Object.entries(work) as [SpendPurpose, string][]) {
+      const budget = await refusalOf(
+        holds.hold({ wallet, agentId, amount: 501n, idempotencyKey: `b-${purpose}`, purpose }),
+      );
+      expect(budget.details).to.include({ reason: 'budget_exceeded', purpose });
+      expect(budget.message).to.include(`; ${named} needs 501 base units`);
+    }
+    await ledger.setBudgets(wallet, agentId, { daily: null, weekly: null, monthly: null });
+    const hold = await holds.hold({
+      wallet,
+      agentId,
+      amount: 100n,
+      idempotencyKey: 'c',
+      purpose: 'canvas_run',
+    });
+    const over = await refusalOf(holds.extend(hold, 1101n));
+    expect(over.details).to.include({ reason: 'insufficient_funds', purpose: 'canvas_run' });
+    expect(over.message).to.match(
+      /^Refused: a canvas run needs 1001 base units \(.*\) but only 900 base units/,
+    );
+    // A bare charge is made for no named work.
+    const charge = await refusalOf(ledger.charge({ wallet, agentId, amount: 901n, idempotencyKey: 'd' }));
+    expect(charge.details).to.not.have.property('purpose');
+    expect(charge.message).to.match(/^Refused: this needs 901 base units/);
+  });
+
   it('an extension reserves only the increase, is refused without room, and moves the expiry', async () => {
     const { wallet, agentId } = await walletWithAgent(1000n);
-    let hold = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'x' });
+    let hold = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'x', purpose: 'chat' });
     world.clock.advance(TTL_MS - 1000);
     hold = await holds.extend(hold, 600n);
     expect(hold.amount).to.equal(600n);
     expect(await ledger.balance(wallet)).to.include({ heldSpend: 600n, available: 400n });
     const refused = await refusalOf(holds.extend(hold, 1001n));
     expect((refused as SpendRefused).limit).to.equal('available');
+    expect(refused.details).to.include({ purpose: 'chat' });
     expect(await ledger.balance(wallet)).to.include({ heldSpend: 600n });
     // Past the first expiry, but within the extended one: the sweep keeps it.
     world.clock.advance(2000);
@@ -149,8 +193,14 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
 
   it('the expiry sweep releases the holds of a crashed holder, and a late settlement still charges once', async () => {
     const { wallet, agentId } = await walletWithAgent(1000n);
-    const crashed = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'crash' });
-    const late = await holds.hold({ wallet, agentId, amount: 200n, idempotencyKey: 'late' });
+    const crashed = await holds.hold({
+      wallet,
+      agentId,
+      amount: 300n,
+      idempotencyKey: 'crash',
+      purpose: 'chat',
+    });
+    const late = await holds.hold({ wallet, agentId, amount: 200n, idempotencyKey: 'late', purpose: 'chat' });
     world.clock.advance(TTL_MS);
     expect(await holds.releaseExpired()).to.be.at.least(2);
     expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, available: 1000n });
@@ -164,7 +214,7 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
 
   it('a refresh moves only the expiry: the sweep keeps a refreshed hold, and a swept one is taken again', async () => {
     const { wallet, agentId } = await walletWithAgent(1000n);
-    let hold = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'r' });
+    let hold = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'r', purpose: 'chat' });
     world.clock.advance(TTL_MS - 1000);
     hold = await holds.refresh(hold);
     world.clock.advance(2000);
@@ -180,8 +230,8 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
   it('the sweep charges a recorded cost instead of releasing; one hold it cannot settle keeps no other', async () => {
     const failing = await walletWithAgent(1000n);
     const other = await walletWithAgent(1000n);
-    const owed = await holds.hold({ ...failing, amount: 300n, idempotencyKey: 'owed' });
-    await holds.hold({ ...other, amount: 200n, idempotencyKey: 'crashed' });
+    const owed = await holds.hold({ ...failing, amount: 300n, idempotencyKey: 'owed', purpose: 'chat' });
+    await holds.hold({ ...other, amount: 200n, idempotencyKey: 'crashed', purpose: 'chat' });
     expect(await holds.recordCost(owed, 120n)).to.equal(true);
     const fault = await refuseCharges(world.kernel.db, failing.wallet);
     try {
@@ -200,7 +250,7 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
 
   it('a cost so far keeps the hold open and alive; once its holder died the sweep charges the last one recorded, once', async () => {
     const { wallet, agentId } = await walletWithAgent(1000n);
-    let hold = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'steps' });
+    let hold = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'steps', purpose: 'chat' });
     world.clock.advance(TTL_MS - 1000);
     hold = (await holds.recordCostSoFar(hold, 40n)) as typeof hold;
     expect(hold).to.include({ settleCost: 40n });
@@ -227,7 +277,13 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
   it('a settlement that keeps failing is tried again, then left on the hold for the sweep to charge', async function () {
     this.timeout(30_000);
     const { wallet, agentId } = await walletWithAgent(1000n);
-    const hold = await holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 'retried' });
+    const hold = await holds.hold({
+      wallet,
+      agentId,
+      amount: 300n,
+      idempotencyKey: 'retried',
+      purpose: 'chat',
+    });
     const fault = await refuseCharges(world.kernel.db, wallet);
     let settled: Awaited<ReturnType<Holds['settleOrRecord']>>;
     try {
@@ -239,7 +295,13 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     expect(await ledger.balance(wallet)).to.include({ heldSpend: 300n, unsettledSpend: 0n });
     expect(await holds.releaseExpired()).to.equal(1);
     expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, unsettledSpend: 70n });
-    const healthy = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'healthy' });
+    const healthy = await holds.hold({
+      wallet,
+      agentId,
+      amount: 100n,
+      idempotencyKey: 'healthy',
+      purpose: 'chat',
+    });
     const ok = await holds.settleOrRecord(healthy, 30n, { test: 'healthy' });
     expect('settlement' in ok && ok.settlement).to.include({ charged: 30n, replayed: false });
     expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
@@ -250,7 +312,7 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     const stranger = randomWallet();
     await setOnChain(ledger, stranger, 1000n);
     const refused = await refusalOf(
-      holds.hold({ wallet: stranger, agentId, amount: 1n, idempotencyKey: 's' }),
+      holds.hold({ wallet: stranger, agentId, amount: 1n, idempotencyKey: 's', purpose: 'chat' }),
     );
     expect(refused.code).to.equal('not_found');
     expect(await ledger.balance(stranger)).to.include({ heldSpend: 0n });

@@ -472,6 +472,8 @@ describeEachDatabase('self-improvement: the pipeline (facets, learnings, skills)
       if (isSigilError(err)) refused = err;
     });
     expect(refused?.code).to.equal('payment_required');
+    expect(refused?.details).to.include({ purpose: 'self_improvement' });
+    expect(refused?.message).to.match(/^Refused: a self-improvement run needs /);
     expect(await memory.counts(wallet)).to.deep.equal({ facets: 0, learnings: 0, skills: 0 });
     expect(await memory.watermarks(wallet, PIPELINE_VERSION)).to.have.property('size', 0);
     expect(await charges(wallet)).to.deep.equal([]);
