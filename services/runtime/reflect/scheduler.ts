@@ -124,8 +124,10 @@ export class ReflectScheduler {
       pipeline.version,
       settings.leaseSeconds * 1000,
     );
-    if (created) this.work(run, principal);
-    else if (run.status === 'waiting_for_unlock')
+    if (created) {
+      await this.deps.schedules.coveredBy(run.wallet, run.createdAt.getTime());
+      this.work(run, principal);
+    } else if (run.status === 'waiting_for_unlock')
       return { run: (await this.retry(run.wallet, principal)) ?? run, created };
     return { run, created };
   }

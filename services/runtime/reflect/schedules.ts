@@ -52,6 +52,17 @@ export class ReflectSchedules {
   }
 
   /**
+   * A run starting now reads every message chatted before it: an after_each run waiting only for
+   * those is no longer due (it would find nothing). Messages after `startedAt` keep theirs.
+   */
+  async coveredBy(wallet: string, startedAt: number): Promise<void> {
+    await this.db('reflect_schedules')
+      .where({ wallet })
+      .andWhere('pending_since', '<=', startedAt)
+      .update({ next_run_at: null, pending_since: null, updated_at: this.now() });
+  }
+
+  /**
    * A chat message of the wallet completed: after_each pushes its run back (within the max delay);
    * a timed schedule starts if the wallet had none (its history begins).
    */

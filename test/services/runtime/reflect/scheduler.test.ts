@@ -151,6 +151,27 @@ describe('self-improvement scheduler: schedules, claims, leases (a moved clock, 
       expect(world.pipeline.jobs).to.have.length(2);
     });
 
+    it('after_each: a manual run takes the messages it waited for; none is left to run empty after it', async () => {
+      world = await openReplicas(database);
+      const replica = await world.replica();
+      const wallet = randomWallet();
+      await replica.reflect.replaceSettings(wallet, choose('after_each'));
+      await replica.reflect.chatted(wallet);
+      expect(await replica.reflect.schedules.nextRunAt(wallet)).to.not.equal(null);
+      world.clock.advance(1000);
+      await replica.reflect.trigger(principalOf(wallet, world.clock));
+      await replica.reflect.scheduler.settled();
+      expect(await replica.reflect.schedules.nextRunAt(wallet)).to.equal(null);
+      world.clock.advance(10 * MINUTE);
+      expect((await replica.reflect.scheduler.pass()).queued).to.deep.equal([]);
+      // A message after the manual run is waited for again.
+      await replica.reflect.chatted(wallet);
+      world.clock.advance(MINUTE);
+      expect((await replica.reflect.scheduler.pass()).queued).to.have.length(1);
+      await replica.reflect.scheduler.settled();
+      expect(world.pipeline.jobs.map((job) => job.trigger)).to.deep.equal(['manual', 'schedule']);
+    });
+
     it('disabled: no run starts by itself, and enabling again schedules from now', async () => {
       world = await openReplicas(database);
       const replica = await world.replica();
