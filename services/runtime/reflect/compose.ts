@@ -38,10 +38,19 @@ function keyResolver({ kernel, vault }: ReflectComposition): KeyResolver {
       const internal = kernel.config.runtime.providerApiKey;
       if (kernel.config.runtime.selfImprovement.internalKey && internal)
         return { apiKey: internal, keyKind: 'internal' };
-      throw new SigilError('conflict', `Self-improvement waits for your key: ${err.message}`, {
-        hint: 'Sign in and unlock your provider vault (POST /wallet/provider-vault/unlock); the waiting run then starts',
-        details: { reason: 'vault_locked', slot },
-      });
+      // A run's error is all its history shows, and no session of the caller is involved: the
+      // message says what to do on its own (a vault locks at every restart of the runtime).
+      const missing = err.reason === 'provider_key_missing';
+      throw new SigilError(
+        'conflict',
+        missing
+          ? `Self-improvement waits for your key: none is stored in the ${slot} slot; store one (PUT /wallet/provider-vault/keys/${slot}) and the run starts`
+          : `Self-improvement waits for your key: your ${slot} key is stored, but no session has your vault unlocked in this runtime (it locks at every restart); unlock it (POST /wallet/provider-vault/unlock) and the run starts`,
+        {
+          hint: 'Sign in and unlock your provider vault (POST /wallet/provider-vault/unlock); the waiting run then starts',
+          details: { reason: 'vault_locked', slot },
+        },
+      );
     }
   };
 }

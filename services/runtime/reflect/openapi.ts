@@ -2,7 +2,7 @@ import { bearer, error, json, jsonBody, parametersOf } from '../../shared/openap
 import { pageQuery } from '../ledger/routes.ts';
 import { editBody, learningParams, learningsQuery, skillParams } from './memory-routes.ts';
 import { runParams, triggerBody } from './routes.ts';
-import { settingsDocument } from './settings.ts';
+import { settingsDocument, settingsPatch } from './settings.ts';
 
 const RUN =
   'a run: { id, trigger (manual|schedule), status (queued|running|waiting_for_unlock|succeeded|failed), pipelineVersion, createdAt, startedAt, endedAt, retryAt, attempts, resumes, outcome { sessions, facets, learnings, skills, produced { facets, learnings, skills } }, cost { llmCalls, inputTokens, outputTokens, charged }, error { code, message } }';
@@ -33,6 +33,10 @@ export function reflectPaths(): Record<string, unknown> {
           },
         },
       ),
+      patch: owned('Change only the fields given (a merge patch); the next run follows the schedule', {
+        requestBody: jsonBody(settingsPatch),
+        responses: { '200': json('The stored document'), '400': error, '401': error },
+      }),
     },
     '/wallet/self-improvement/status': {
       get: owned('Settings, the next run, the run under way, the last run and what the wallet has learned', {

@@ -6,7 +6,7 @@ import { callerOf } from '../agent-routes.ts';
 import { pageQuery } from '../ledger/routes.ts';
 import type { ReflectRun } from './runs.ts';
 import type { ReflectService } from './service.ts';
-import { settingsDocument } from './settings.ts';
+import { settingsDocument, settingsPatch } from './settings.ts';
 
 export const runParams = z.object({ runId: z.uuid() });
 
@@ -60,6 +60,10 @@ export function reflectRouter(reflect: ReflectService): Router {
   router.put('/wallet/settings', auth, async (ctx) => {
     const document = parseInput(settingsDocument, ctx.request.body ?? {}, 'body');
     ctx.body = await reflect.replaceSettings(callerOf(ctx.state), document);
+  });
+  router.patch('/wallet/settings', auth, async (ctx) => {
+    const patch = parseInput(settingsPatch, ctx.request.body ?? {}, 'body');
+    ctx.body = await reflect.patchSettings(callerOf(ctx.state), patch);
   });
 
   router.get('/wallet/self-improvement/status', auth, async (ctx) => {

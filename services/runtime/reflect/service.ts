@@ -9,7 +9,12 @@ import type { ProducedItems, ReflectCounts, ReflectPipeline } from './pipeline.t
 import { ReflectRuns, type ReflectRun } from './runs.ts';
 import { ReflectScheduler } from './scheduler.ts';
 import { ReflectSchedules } from './schedules.ts';
-import { WalletSettings, type SelfImprovementChoice, type WalletSettingsDocument } from './settings.ts';
+import {
+  type SelfImprovementChoice,
+  type SettingsPatch,
+  WalletSettings,
+  type WalletSettingsDocument,
+} from './settings.ts';
 
 export interface ReflectDeps {
   db: Knex;
@@ -60,11 +65,26 @@ export class ReflectService {
 
   /** Replaces the wallet's settings; its next run follows them, in the same transaction. */
   async replaceSettings(wallet: string, document: WalletSettingsDocument): Promise<WalletSettingsDocument> {
-    await this.deps.db.transaction(async (trx) => {
+    return this.changeSettings(wallet, () => document);
+  }
+
+  /** Changes only the fields `patch` names (`PATCH /wallet/settings`), read and written in one transaction. */
+  async patchSettings(wallet: string, patch: SettingsPatch): Promise<WalletSettingsDocument> {
+    return this.changeSettings(wallet, (current) => ({
+      selfImprovement: { ...current.selfImprovement, ...patch.selfImprovement },
+    }));
+  }
+
+  private changeSettings(
+    wallet: string,
+    change: (current: WalletSettingsDocument) => WalletSettingsDocument,
+  ): Promise<WalletSettingsDocument> {
+    return this.deps.db.transaction(async (trx) => {
+      const document = change(await this.walletSettings.get(wallet, trx));
       await this.walletSettings.put(trx, wallet, document);
       await this.schedules.applySettings(trx, wallet, document.selfImprovement);
+      return document;
     });
-    return document;
   }
 
   async status(wallet: string): Promise<ReflectStatus> {

@@ -37,6 +37,23 @@ export const settingsDocument = z
   .strict();
 
 export type WalletSettingsDocument = z.infer<typeof settingsDocument>;
+
+/** `PATCH /wallet/settings`: only the fields given change (a JSON merge patch of the document). */
+export const settingsPatch = z
+  .object({
+    selfImprovement: z
+      .object({
+        enabled: z.boolean(),
+        useInChats: z.boolean(),
+        schedule: z.enum(SCHEDULES),
+      })
+      .partial()
+      .strict(),
+  })
+  .partial()
+  .strict();
+
+export type SettingsPatch = z.infer<typeof settingsPatch>;
 export type SelfImprovementChoice = WalletSettingsDocument['selfImprovement'];
 
 /** What a wallet that never saved its settings has. */

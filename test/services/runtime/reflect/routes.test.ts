@@ -13,6 +13,7 @@ const SLOT = 'PROVIDER_API_KEY';
 const ROUTES = [
   ['GET', '/wallet/settings'],
   ['PUT', '/wallet/settings'],
+  ['PATCH', '/wallet/settings'],
   ['GET', '/wallet/self-improvement/status'],
   ['POST', '/wallet/self-improvement/trigger'],
   ['GET', '/wallet/self-improvement/history'],
@@ -94,6 +95,41 @@ describe('self-improvement routes: settings, status, trigger, history (owner-onl
       await client.json('PUT', '/wallet/settings', { selfImprovement: { enabled: false } });
       const off = await client.json('GET', '/wallet/self-improvement/status');
       expect([off.body.enabled, off.body.schedule, off.body.nextRunAt]).to.deep.equal([false, 'daily', null]);
+    });
+
+    it('PATCH changes only the fields given; bad input is a 400 that changes nothing', async () => {
+      const { client } = await user();
+      await client.json('PUT', '/wallet/settings', { selfImprovement: { schedule: 'after_each' } });
+      const patched = await client.json('PATCH', '/wallet/settings', {
+        selfImprovement: { useInChats: false },
+      });
+      expect(patched).to.deep.equal({
+        status: 200,
+        body: { selfImprovement: { enabled: true, useInChats: false, schedule: 'after_each' } },
+      });
+      await client.json('PATCH', '/wallet/settings', { selfImprovement: { schedule: 'weekly' } });
+      expect((await client.json('GET', '/wallet/settings')).body).to.deep.equal({
+        selfImprovement: { enabled: true, useInChats: false, schedule: 'weekly' },
+      });
+      expect((await client.json('GET', '/wallet/self-improvement/status')).body.nextRunAt).to.equal(
+        '2026-03-23T00:00:00.000Z',
+      );
+      expect((await client.json('PATCH', '/wallet/settings', {})).body.selfImprovement.schedule).to.equal(
+        'weekly',
+      );
+      for (const [body, path] of [
+        [{ selfImprovement: { schedule: 'hourly' } }, 'body.selfImprovement.schedule'],
+        [{ selfImprovement: { useInChats: 'no' } }, 'body.selfImprovement.useInChats'],
+        [{ selfImprovement: { hour: 3 } }, 'body.selfImprovement'],
+        [{ other: {} }, 'body'],
+      ] as const) {
+        const refused = await client.json('PATCH', '/wallet/settings', body);
+        expect(refused.status, JSON.stringify(body)).to.equal(400);
+        expect(refused.body.details.issues[0].path).to.equal(path);
+      }
+      expect((await client.json('GET', '/wallet/settings')).body).to.deep.equal({
+        selfImprovement: { enabled: true, useInChats: false, schedule: 'weekly' },
+      });
     });
 
     it('400 for an invalid schedule (naming body.selfImprovement.schedule), a wrong type or an unknown field; nothing changes', async () => {
