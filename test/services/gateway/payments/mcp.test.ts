@@ -53,15 +53,20 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
     await chain?.stop();
   });
 
-  /** The JSON-RPC error a call is refused with (the SDK throws it as McpError). */
-  const refusal = async (call: Promise<unknown>): Promise<McpError> => {
+  /**
+   * The JSON-RPC error a call is refused with: the SDK 1.x throws it as McpError, the SDK v2 as
+   * ProtocolError (`as`).
+   */
+  async function refusal(call: Promise<unknown>): Promise<McpError>;
+  async function refusal<E>(call: Promise<unknown>, as: new (...args: never[]) => E): Promise<E>;
+  async function refusal(call: Promise<unknown>, as: new (...args: never[]) => unknown = McpError) {
     const err = await call.then(
       () => undefined,
       (error: unknown) => error,
     );
-    expect(err, 'the call was refused').to.be.instanceOf(McpError);
-    return err as McpError;
-  };
+    expect(err, 'the call was refused').to.be.instanceOf(as);
+    return err;
+  }
   const payFor = (required: PaymentRequired): Promise<PaymentPayload> =>
     payingClient(chain, gateway.payer).createPaymentPayload(required);
 
@@ -210,19 +215,9 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
     expect((await gateway.expectBalanced()).settled).to.equal(2000n);
   });
 
-  /** The JSON-RPC error an SDK v2 client's call is refused with (it throws ProtocolError). */
-  const refusalV2 = async (call: Promise<unknown>): Promise<ProtocolError> => {
-    const err = await call.then(
-      () => undefined,
-      (error: unknown) => error,
-    );
-    expect(err, 'the call was refused').to.be.instanceOf(ProtocolError);
-    return err as ProtocolError;
-  };
-
   /** A paid call at 2026-07-28 through `v2`: refused with 402 and the terms, then paid in `_meta`. */
   const payAtModern = async (v2: ClientV2, name: string, message: string): Promise<CallToolResult> => {
-    const err = await refusalV2(v2.callTool({ name, arguments: { message: 'unpaid' } }));
+    const err = await refusal(v2.callTool({ name, arguments: { message: 'unpaid' } }), ProtocolError);
     expect(err.code).to.equal(402);
     const required = err.data as PaymentRequired;
     expect(parsePaymentRequired(err.data).success).to.equal(true);
