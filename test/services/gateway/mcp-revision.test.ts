@@ -1,8 +1,11 @@
+import { classifyInboundRequest, createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { expect } from 'chai';
+import { classify } from '../../../services/gateway/mcp/jsonrpc.ts';
 import {
   classifyRevision,
   decodeHeaderValue,
   isRejection,
+  LEGACY_VERSIONS,
   META,
   MODERN_METHODS,
   type RevisionInput,
@@ -162,11 +165,12 @@ const LADDER: Cell[] = [
     expected: { status: 400, code: -32602 },
   },
   {
+    // The request schema refuses it before the revision is looked at.
     name: 'a progressToken that is an object',
     headers: modernHeaders('tools/list'),
     method: 'tools/list',
     params: { _meta: envelope({ progressToken: {} }) },
-    expected: { status: 400, code: -32602 },
+    expected: { status: 400, code: -32600 },
   },
   // Headers that disagree with the body.
   {
@@ -340,23 +344,96 @@ const LADDER: Cell[] = [
   },
 ];
 
-const verdictOf = (verdict: RevisionVerdict): Expected =>
-  isRejection(verdict)
+/**
+ * What the endpoint answers a cell before any handler runs: the JSON-RPC shape (jsonrpc.ts), then the
+ * revision (revision.ts), as endpoint.ts calls them.
+ */
+function verdictOf(cell: Cell): Expected {
+  const message = {
+    jsonrpc: '2.0',
+    method: cell.method,
+    ...(cell.params !== undefined && { params: cell.params }),
+  };
+  const kind = cell.kind ?? 'request';
+  const parsed = classify(kind === 'request' ? { ...message, id: 1 } : message);
+  if (parsed.kind === 'invalid')
+    return { status: 400, code: (parsed.reply as { error: { code: number } }).error.code };
+  const verdict: RevisionVerdict = classifyRevision(
+    { ...cell.headers, message: parsed.message },
+    parsed.kind,
+  );
+  return isRejection(verdict)
     ? { status: verdict.reject.status, code: verdict.reject.error.code }
     : { era: verdict.era, version: verdict.version };
+}
 
 describe('MCP revisions: the per-request validation ladder (revision.ts)', () => {
   for (const cell of LADDER) {
     it(`${cell.name}: ${'status' in cell.expected ? `${cell.expected.status} / ${cell.expected.code}` : cell.expected.era}`, () => {
-      const message = {
-        method: cell.method,
-        ...(cell.params !== undefined && { params: cell.params }),
-        id: 1,
-      };
-      const verdict = classifyRevision({ ...cell.headers, message }, cell.kind ?? 'request');
-      expect(verdictOf(verdict)).to.deep.equal(cell.expected);
+      expect(verdictOf(cell)).to.deep.equal(cell.expected);
     });
   }
+
+  /**
+   * The SDK v2 server's verdict on a cell: its classifier, then (for what it classifies modern) its
+   * HTTP entry with the supported-revision gate, the standard headers and the method registry, serving
+   * a server with the cell's tool; an answer of 200 is "served". Where the SDK leaves the choice to
+   * the server, the gateway's: a legacy header of no revision served is -32022 (the SDK's legacy
+   * fallback does not check it), and `subscriptions/listen` (which the SDK serves) is 404.
+   */
+  async function sdkVerdict(cell: Cell): Promise<Expected> {
+    const message = {
+      jsonrpc: '2.0',
+      method: cell.method,
+      ...(cell.params !== undefined && { params: cell.params }),
+    };
+    const body = (cell.kind ?? 'request') === 'request' ? { ...message, id: 1 } : message;
+    const { headerVersion, mcpMethod, mcpName } = cell.headers;
+    const route = classifyInboundRequest({
+      httpMethod: 'POST',
+      body,
+      ...(headerVersion && { protocolVersionHeader: headerVersion }),
+      ...(mcpMethod && { mcpMethodHeader: mcpMethod }),
+      ...(mcpName && { mcpNameHeader: mcpName }),
+    });
+    if (route.kind === 'reject') return { status: route.httpStatus, code: route.code };
+    if (route.kind === 'legacy') {
+      if (headerVersion !== '' && !LEGACY_VERSIONS.includes(headerVersion))
+        return { status: 400, code: -32022 };
+      return { era: 'legacy', version: headerVersion || '2025-03-26' };
+    }
+    if (cell.method === 'subscriptions/listen') return { status: 404, code: -32601 };
+    const answer = await sdkHandler.fetch(
+      new Request('http://127.0.0.1/mcp', {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          ...(headerVersion && { 'mcp-protocol-version': headerVersion }),
+          ...(mcpMethod && { 'mcp-method': mcpMethod }),
+          ...(mcpName && { 'mcp-name': mcpName }),
+        },
+        body: JSON.stringify(body),
+      }),
+    );
+    if (answer.status === 200 || answer.status === 202) {
+      await answer.body?.cancel();
+      return { era: 'modern', version: route.classification.revision ?? '' };
+    }
+    return { status: answer.status, code: ((await answer.json()) as { error: { code: number } }).error.code };
+  }
+
+  const sdkHandler = createMcpHandler(() => {
+    const server = new McpServer({ name: 'sdk', version: '1.0.0' });
+    for (const name of ['probe__echo', 'probe__fail'])
+      server.registerTool(name, { description: name }, () => ({ content: [{ type: 'text', text: name }] }));
+    return server;
+  });
+  after(() => sdkHandler.close());
+
+  it('agrees with the SDK v2 server on every cell', async () => {
+    for (const cell of LADDER) expect(await sdkVerdict(cell), cell.name).to.deep.equal(cell.expected);
+  });
 
   it('names what was expected: the envelope key, the versions served, the header that disagrees', () => {
     const reject = (headers: Omit<RevisionInput, 'message'>, method: string, params: unknown) => {
