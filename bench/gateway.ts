@@ -12,7 +12,9 @@
  * - floor: a bare `node:http` JSON-RPC relay (bench/relay.ts) to a warm sandboxed instance of the same
  *   server: the baseline of the gateway's throughput;
  * - gateway: `tools/call` of `echo` through POST /mcp/server/probe (anonymous) and through POST /mcp
- *   with a wallet token and an X-MCP-Session in which the server is enabled (`probe__echo`).
+ *   with a wallet token and an X-MCP-Session in which the server is enabled (`probe__echo`), each at
+ *   MCP 2025-11-25 and at 2026-07-28 (the envelope in `_meta`, the standard headers), compared pair by
+ *   pair.
  *
  * The scenarios' order turns by one place from run to run, so no scenario always runs after the same
  * one; ratios and differences pair the runs of one round.
@@ -155,17 +157,35 @@ function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayM
   return measurement;
 }
 
-const callBody = (tool: string) =>
+/** A tools/call of `tool`; `modern`: at MCP 2026-07-28, its envelope in `_meta` as an SDK v2 client sends it. */
+const callBody = (tool: string, modern = false) =>
   JSON.stringify({
     jsonrpc: '2.0',
     id: 1,
     method: 'tools/call',
-    params: { name: tool, arguments: { message: 'bench' } },
+    params: {
+      name: tool,
+      arguments: { message: 'bench' },
+      ...(modern && {
+        _meta: {
+          'io.modelcontextprotocol/protocolVersion': MODERN_REVISION,
+          'io.modelcontextprotocol/clientInfo': { name: 'bench', version: '1.0.0' },
+          'io.modelcontextprotocol/clientCapabilities': {},
+        },
+      }),
+    },
   });
 const mcpHeaders = {
   accept: 'application/json, text/event-stream',
   'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
 };
+const MODERN_REVISION = '2026-07-28';
+/** The standard headers of a 2026-07-28 tools/call of `tool` (SEP-2243). */
+const modernHeaders = (tool: string) => ({
+  'mcp-protocol-version': MODERN_REVISION,
+  'mcp-method': 'tools/call',
+  'mcp-name': tool,
+});
 
 /** One POST over a fresh connection, for setup and the cold calls (single requests, client cost negligible). */
 function post(url: string, body: string, headers: Record<string, string> = {}): Promise<string> {
@@ -351,11 +371,16 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       arguments: { message: 'bench' },
       expect: 'bench',
     });
-    const http = (target: string, tool: string, headers: Record<string, string> = {}): Target => ({
+    const http = (
+      target: string,
+      tool: string,
+      headers: Record<string, string> = {},
+      modern = false,
+    ): Target => ({
       kind: 'http',
       url: target,
-      body: callBody(tool),
-      headers: { ...mcpHeaders, ...headers },
+      body: callBody(tool, modern),
+      headers: { ...mcpHeaders, ...headers, ...(modern ? modernHeaders(tool) : {}) },
       expect: 'bench',
     });
     const scenarios: { name: string; target: Target }[] = [
@@ -373,7 +398,19 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
         name: 'gateway: POST /mcp, wallet token + X-MCP-Session, enabled server',
         target: http(`${url}/mcp`, 'probe__echo', walletHeaders),
       },
+      {
+        name: `gateway: POST /mcp/server/probe, anonymous, MCP ${MODERN_REVISION}`,
+        target: http(`${url}/mcp/server/probe`, 'echo', {}, true),
+      },
+      {
+        name: `gateway: POST /mcp, wallet token + X-MCP-Session, enabled server, MCP ${MODERN_REVISION}`,
+        target: http(`${url}/mcp`, 'probe__echo', walletHeaders, true),
+      },
     ];
+    /** Each 2026-07-28 scenario and the same endpoint at 2025-11-25, paired run by run. */
+    const revisionPairs = scenarios
+      .filter((s) => s.name.endsWith(`, MCP ${MODERN_REVISION}`))
+      .map((modern) => ({ modern, legacy: modern.name.replace(`, MCP ${MODERN_REVISION}`, '') }));
     const [directSandboxed, , floor, ...gateways] = scenarios;
     for (const scenario of scenarios)
       if (scenario.target.kind === 'http') await load(scenario.target, 50, true);
@@ -390,6 +427,26 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       }
       for (const scenario of scenarios)
         results.push(summarize(scenario.name, concurrency, runs.get(scenario.name) as Run[]));
+      for (const { modern, legacy } of revisionPairs) {
+        const mine = runs.get(modern.name) as Run[];
+        const base = runs.get(legacy) as Run[];
+        const ratio = median(mine.map((r, i) => r.rps / (base[i] as Run).rps));
+        const row: GatewayMeasurement = {
+          scenario: `MCP ${MODERN_REVISION} − 2025-11-25 (${legacy.replace('gateway: ', '')}, paired): ${Math.round(ratio * 100)} % of its req/s`,
+          concurrency,
+          rps: Math.round(median(mine.map((r) => r.rps))),
+          p50Ms: ms(median(mine.map((r, i) => r.p50Ms - (base[i] as Run).p50Ms))),
+          p99Ms: ms(median(mine.map((r, i) => r.p99Ms - (base[i] as Run).p99Ms))),
+          serverCpuUsPerRequest: Math.round(
+            median(mine.map((r, i) => r.serverCpuUs - (base[i] as Run).serverCpuUs)),
+          ),
+          // The noise of a paired run on this machine is a few per cent either way.
+          target: 'not slower: ≥ 95 % of the 2025-11-25 req/s',
+          met: ratio >= 0.95,
+        };
+        process.stdout.write(`${JSON.stringify(row)}\n`);
+        results.push(row);
+      }
       for (const gateway of gateways) {
         const mine = runs.get(gateway.name) as Run[];
         if (concurrency === 1) {

@@ -303,7 +303,8 @@ export const canonicalRequest = (call: ProvenCall): Json => ({
 
 /**
  * The response a proof commits to: the result without `_meta`, which carries the proof itself (and
- * without a top-level `proof`, where a REST answer may carry it instead).
+ * without a top-level `proof`, where a REST answer may carry it instead), and without MCP 2026-07-28's
+ * `resultType: "complete"`, the framing of every result of that revision.
  */
 export function canonicalResponse(result: Json): Json {
   const {
@@ -313,6 +314,7 @@ export function canonicalResponse(result: Json): Json {
     execution_proof: _another,
     ...rest
   } = result;
+  if (rest.resultType === 'complete') delete rest.resultType;
   return rest;
 }
 

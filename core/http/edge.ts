@@ -12,12 +12,17 @@ export interface EdgeSettings {
   http: { allowedHosts: readonly string[]; allowedOrigins: readonly string[] };
 }
 
-/** Request headers a browser may send cross-origin: those of MCP clients, x402 and ERC-8128. */
+/**
+ * Request headers a browser may send cross-origin: those of MCP clients (2025-11-25, and the standard
+ * headers of 2026-07-28), x402 and ERC-8128.
+ */
 const ALLOWED_REQUEST_HEADERS = [
   'content-type',
   'accept',
   'authorization',
   'mcp-protocol-version',
+  'mcp-method',
+  'mcp-name',
   'mcp-session-id',
   'x-mcp-session',
   'last-event-id',

@@ -6,9 +6,19 @@ export const PAYMENT_REQUIRED_CODE = 402;
 
 /**
  * The gateway's own codes (in JSON-RPC's server-error range) for a call refused for now, beside the
- * HTTP 429 and 503 of the same codes; `data.retryAfterSeconds` says when to try again.
+ * HTTP 429 and 503 of the same codes; `data.retryAfterSeconds` says when to try again. For MCP
+ * 2025-11-25 and older clients, as they always were.
  */
 export const RETRY_LATER_CODES = { rate_limited: -32029, unavailable: -32053 } as const;
+
+/**
+ * The same refusals for MCP 2026-07-28 clients: that revision reserves -32020…-32099 for the spec's
+ * own codes, so these are the HTTP statuses themselves, outside JSON-RPC's ranges (as x402's 402 is).
+ */
+export const MODERN_RETRY_LATER_CODES = { rate_limited: 429, unavailable: 503 } as const;
+
+/** Which MCP revision a client speaks: 2025-11-25 and older (`legacy`), or 2026-07-28 (`modern`). */
+export type McpEra = 'legacy' | 'modern';
 
 /** The `details.reason` of a `not_found` that names a tool which is not there: MCP's "unknown tool". */
 export const UNKNOWN_TOOL = 'unknown_tool';
@@ -23,6 +33,8 @@ export interface JsonRpcErrorObject {
 /** A failure an MCP client is answered with a JSON-RPC error: the call must change, be paid, or wait. */
 interface JsonRpcAnswer {
   jsonRpc: number;
+  /** The code for a 2026-07-28 client, when it is not `jsonRpc` (which is in the range it reserves). */
+  modern?: number;
   /** Which errors of the code are JSON-RPC errors; the others are tool errors. */
   only?: (error: SigilError) => boolean;
   /** `data` is x402's payment terms (and the hint), not the stable code and details. */
@@ -44,10 +56,11 @@ export const MCP_ANSWER_BY_CODE: Record<ErrorCode, McpAnswer> = {
   /** An unknown tool is a protocol error (MCP); a server or package not found is the tool's failure. */
   not_found: { jsonRpc: JsonRpcCode.InvalidParams, only: (error) => error.details?.reason === UNKNOWN_TOOL },
   payment_required: { jsonRpc: PAYMENT_REQUIRED_CODE, x402: true },
-  rate_limited: { jsonRpc: RETRY_LATER_CODES.rate_limited },
+  rate_limited: { jsonRpc: RETRY_LATER_CODES.rate_limited, modern: MODERN_RETRY_LATER_CODES.rate_limited },
   /** At capacity, with a time to retry; a server that cannot start or install is the tool's failure. */
   unavailable: {
     jsonRpc: RETRY_LATER_CODES.unavailable,
+    modern: MODERN_RETRY_LATER_CODES.unavailable,
     only: (error) => typeof error.details?.retryAfterSeconds === 'number',
   },
   unauthorized: 'tool_error',
@@ -62,21 +75,25 @@ export const MCP_ANSWER_BY_CODE: Record<ErrorCode, McpAnswer> = {
   plugin_invalid: 'tool_error',
 };
 
-/** The JSON-RPC error `error` is to an MCP client, or undefined when it is a tool error. */
-export function jsonRpcErrorOf(error: SigilError): JsonRpcErrorObject | undefined {
+/**
+ * The JSON-RPC error `error` is to an MCP client of `era`, or undefined when it is a tool error (the
+ * same errors are JSON-RPC errors on both eras; only the retry-later codes differ).
+ */
+export function jsonRpcErrorOf(error: SigilError, era: McpEra = 'legacy'): JsonRpcErrorObject | undefined {
   const answer = MCP_ANSWER_BY_CODE[error.code];
   if (answer === 'tool_error' || (answer.only && !answer.only(error))) return undefined;
+  const code = era === 'modern' ? (answer.modern ?? answer.jsonRpc) : answer.jsonRpc;
   if (answer.x402) {
     // The client reads the terms from `data` and pays in `_meta`. The hint rides beside them (x402
     // clients ignore other members), and in the message, which is all some clients show (the
     // inspector's CLI).
     return {
-      code: answer.jsonRpc,
+      code,
       message: withHint(error),
       data: { ...(error.details?.paymentRequired as object), hint: error.hint },
     };
   }
-  return { code: answer.jsonRpc, message: error.message, data: { code: error.code, ...error.details } };
+  return { code, message: error.message, data: { code: error.code, ...error.details } };
 }
 
 /** What a tool error says of `error`: its message, and its hint when it has one. */

@@ -87,6 +87,21 @@ export const gatewaySchema = serviceSchema(8402)
       .default(600)
       .describe('The longest time limit a catalog entry may set for its calls (its toolCallTimeoutSeconds)'),
     callLimits: callLimitsSchema,
+    mcp: z
+      .object({
+        listTtlSeconds: z
+          .number()
+          .int()
+          .min(0)
+          .max(86_400)
+          .default(60)
+          .describe(
+            'How long MCP 2026-07-28 clients may reuse server/discover and a per-server endpoint’s tools/list (ttlMs, public); never past the next daily refresh. POST /mcp tools/list is never cached (the enabled set changes)',
+          ),
+      })
+      .strict()
+      .prefault({})
+      .describe('The MCP endpoints (docs/mcp-revisions.md)'),
     paymentHint: z
       .string()
       .min(1)

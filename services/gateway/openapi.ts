@@ -80,13 +80,16 @@ export function gatewayOpenApi(gateway: ServiceAddress): Record<string, unknown>
       '/mcp': {
         post: {
           summary:
-            'MCP JSON-RPC 2.0 (Streamable HTTP, stateless): initialize, tools/list, tools/call, notifications/initialized',
+            'MCP JSON-RPC 2.0 (Streamable HTTP, stateless), per request at 2026-07-28 (server/discover, tools/list, tools/call; the envelope in params._meta) or 2025-11-25 (initialize, notifications/initialized, ping, logging/setLevel, tools/list, tools/call): docs/mcp-revisions.md',
           parameters: [mcpSession],
           security: optionalBearer,
           responses: {
             '200': json('JSON-RPC response'),
             '202': { description: 'Notification accepted' },
-            '400': json('JSON-RPC parse error or invalid request'),
+            '400': json(
+              'JSON-RPC parse error, invalid request, or a request the 2026-07-28 validation ladder refuses (-32602 envelope, -32020 header mismatch, -32022 unsupported revision)',
+            ),
+            '404': json('JSON-RPC -32601: a method MCP 2026-07-28 does not have here (initialize, ping, …)'),
           },
         },
         get: refused,
@@ -97,7 +100,14 @@ export function gatewayOpenApi(gateway: ServiceAddress): Record<string, unknown>
           summary: "MCP JSON-RPC exposing only one server's tools (un-namespaced)",
           parameters: parametersOf(secretsParams, 'path'),
           security: optionalBearer,
-          responses: { '200': json('JSON-RPC response'), '403': error, '404': error, '503': error },
+          responses: {
+            '200': json('JSON-RPC response'),
+            '202': { description: 'Notification accepted' },
+            '400': json('As POST /mcp'),
+            '403': error,
+            '404': json('No such server (an error), or JSON-RPC -32601 as POST /mcp'),
+            '503': error,
+          },
         },
         get: refused,
         delete: refused,

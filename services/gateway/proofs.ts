@@ -60,9 +60,16 @@ export interface ProofCheck {
 export const requestHash = (serverId: string, tool: string, args: Record<string, unknown>): string =>
   sha256Hex(canonicalJson({ serverId, tool, arguments: args }));
 
-/** The canonical response a proof commits to: the result without `_meta`, which carries the proof itself. */
+/**
+ * The canonical response a proof commits to: the result without `_meta`, which carries the proof
+ * itself, and without MCP 2026-07-28's `resultType: "complete"`, which frames every result of that
+ * revision: one proof verifies against the result as either revision delivers it, and proofs of
+ * results without it are what they always were.
+ */
 export function responseHash(result: CallToolResult): string {
   const { _meta: _ignored, ...rest } = result;
+  if ((rest as { resultType?: unknown }).resultType === 'complete')
+    delete (rest as { resultType?: unknown }).resultType;
   return sha256Hex(canonicalJson(rest));
 }
 

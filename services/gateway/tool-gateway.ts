@@ -7,6 +7,7 @@ import { SIGIL_VERSION } from '../shared/health.ts';
 import { loadCatalog } from './catalog.ts';
 import { CallerLimits, serverCallSettings } from './call-limits.ts';
 import { SandboxedServers, type ServerLaunch } from './launcher.ts';
+import { CacheHints } from './mcp/cache-hints.ts';
 import { McpDispatcher } from './mcp/dispatcher.ts';
 import { mcpRoutes } from './mcp/endpoint.ts';
 import { GatewayTools } from './mcp/gateway-tools.ts';
@@ -158,12 +159,6 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     enabled: new EnabledServers(kernel.db, kernel.clock),
     caller,
   });
-  const dispatcher = new McpDispatcher(tools, {
-    name: 'sigil-gateway',
-    version: SIGIL_VERSION,
-    instructions:
-      'Discovery is opt-in: use gateway_search_servers, then gateway_enable_server; the server’s tools then appear as <serverId>__<tool>.',
-  });
   const warmup = new Warmup({
     catalog,
     servers,
@@ -172,6 +167,20 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     logger,
     refresh: kernel.config.gateway.refresh,
   });
+  const dispatcher = new McpDispatcher(
+    tools,
+    {
+      name: 'sigil-gateway',
+      version: SIGIL_VERSION,
+      instructions:
+        'Discovery is opt-in: use gateway_search_servers, then gateway_enable_server; the server’s tools then appear as <serverId>__<tool>.',
+    },
+    new CacheHints({
+      listTtlMs: kernel.config.gateway.mcp.listTtlSeconds * 1000,
+      clock: kernel.clock,
+      nextChange: () => warmup.schedule?.nextRun,
+    }),
+  );
   return {
     mcp: mcpRoutes({
       dispatcher,

@@ -52,6 +52,22 @@ describe('error tables: every code over HTTP and over MCP', () => {
     });
   }
 
+  it('answers MCP 2026-07-28 clients with the same errors, retry-later as 429 and 503 (outside the range it reserves)', () => {
+    for (const [code, [status, mcp]] of Object.entries(EXPECTED) as [
+      ErrorCode,
+      [number, number | string],
+    ][]) {
+      const error = new SigilError(code, `a ${code} failure`, { details: { retryAfterSeconds: 1 } });
+      const modern = jsonRpcErrorOf(error, 'modern');
+      const expected =
+        code === 'rate_limited' || code === 'unavailable' ? status : mcp === 'tool_error' ? undefined : mcp;
+      expect(modern?.code, code).to.equal(expected);
+      if (modern) expect(modern.code <= -32020 && modern.code >= -32099, code).to.equal(false);
+      if (modern)
+        expect({ ...modern, code: 0 }).to.deep.equal({ ...jsonRpcErrorOf(error, 'legacy'), code: 0 });
+    }
+  });
+
   it('makes an unknown tool a JSON-RPC error, and any other not_found (a server, a package) a tool error', () => {
     const unknownTool = new SigilError('not_found', 'MCP server "s" has no tool "t"', {
       details: { reason: UNKNOWN_TOOL, serverId: 's', tool: 't' },

@@ -188,6 +188,9 @@ describe('HTTP edge: Host and Origin (DNS rebinding) and CORS', function () {
       'content-type',
       'authorization',
       'mcp-protocol-version',
+      // The standard headers every MCP 2026-07-28 request carries.
+      'mcp-method',
+      'mcp-name',
       'mcp-session-id',
       'x-mcp-session',
       'payment-signature',

@@ -17,7 +17,9 @@ import type { Disconnection } from '../../../core/http/disconnect.ts';
 import type { CallOrigin } from '../call-limits.ts';
 import { jsonRpcErrorOf } from '../../../core/http/mcp-errors.ts';
 import type { ResolvedServer } from '../servers.ts';
-import { ErrorCode, errorReply, isPlainObject, type JsonRpcReply } from './jsonrpc.ts';
+import type { CacheHints } from './cache-hints.ts';
+import { ErrorCode, errorReply, isPlainObject, plainMeta, type JsonRpcReply } from './jsonrpc.ts';
+import { META, MODERN_METHODS, MODERN_VERSIONS, type Revision } from './revision.ts';
 
 /** Everything a tool list or call may depend on: who asks, in which session, through which endpoint. */
 export interface McpRequestScope {
@@ -30,6 +32,8 @@ export interface McpRequestScope {
    * un-namespaced, no meta-tools.
    */
   server: ResolvedServer | undefined;
+  /** The protocol revision the request is served at (revision.ts), with a modern client's envelope. */
+  revision: Revision;
   /** Tells a tool call that the client went away. */
   disconnection: Disconnection;
   /** Payment and other per-call data the client sent in `params._meta`. */
@@ -57,48 +61,97 @@ export interface ServerIdentity {
 
 type Handler = (request: JSONRPCRequest, scope: McpRequestScope) => Promise<Record<string, unknown>>;
 
+/** What a 2026-07-28 client is told the gateway serves: tools, and log messages on request. */
+const MODERN_CAPABILITIES = Object.freeze({ tools: {}, logging: {} });
+
 /**
- * Answers MCP requests statelessly. Written against the SDK's schemas and constants instead of running
- * an SDK `Server` per request: building a server and transport per request costs about 0.33 ms of CPU
- * (a quarter of a bare relay's throughput here), and the SDK reports bad params as -32603 where
- * JSON-RPC requires -32602.
+ * Answers MCP requests statelessly, at the revision each request names (revision.ts): 2025-11-25 and
+ * older after `initialize`, as always; 2026-07-28 with `server/discover`, cache hints on lists, and
+ * `resultType` and the server's identity on every result. Written against the SDK's schemas and
+ * constants instead of running an SDK `Server` per request: building a server and transport per
+ * request costs about 0.33 ms of CPU (a quarter of a bare relay's throughput here), and the SDK
+ * reports bad params as -32603 where JSON-RPC requires -32602.
  */
 export class McpDispatcher {
-  private readonly handlers: ReadonlyMap<string, Handler>;
+  private readonly legacy: ReadonlyMap<string, Handler>;
+  private readonly modern: ReadonlyMap<string, Handler>;
+  /** `_meta["io.modelcontextprotocol/serverInfo"]` of modern results, one frozen object per endpoint. */
+  private readonly serverInfo = new Map<string, Readonly<{ name: string; version: string }>>();
 
   constructor(
     private readonly tools: McpToolSource,
     private readonly identity: ServerIdentity,
+    private readonly hints: CacheHints,
   ) {
-    this.handlers = new Map<string, Handler>([
+    const listTools: Handler = (request, scope) => this.listTools(request, scope);
+    const callTool: Handler = (request, scope) => this.callTool(request, scope);
+    this.legacy = new Map<string, Handler>([
       ['initialize', (request) => this.initialize(request)],
       ['ping', (request) => (parseParams(PingRequestSchema, request), Promise.resolve({}))],
       // Stateless: no session remembers a level, so every log message of a call is forwarded.
       ['logging/setLevel', (request) => (parseParams(SetLevelRequestSchema, request), Promise.resolve({}))],
-      ['tools/list', (request, scope) => this.listTools(request, scope)],
-      ['tools/call', (request, scope) => this.callTool(request, scope)],
+      ['tools/list', listTools],
+      ['tools/call', callTool],
     ]);
+    this.modern = new Map<string, Handler>([
+      ['server/discover', (_request, scope) => Promise.resolve(this.discover(scope))],
+      ['tools/list', listTools],
+      ['tools/call', callTool],
+    ]);
+    const served = [...this.modern.keys()].sort().join();
+    if (served !== [...MODERN_METHODS].sort().join())
+      throw new Error(`the modern handlers (${served}) are not MODERN_METHODS`);
   }
 
   async dispatch(request: JSONRPCRequest, scope: McpRequestScope): Promise<JsonRpcReply> {
-    const handler = this.handlers.get(request.method);
+    const { era } = scope.revision;
+    const handler = (era === 'modern' ? this.modern : this.legacy).get(request.method);
     if (!handler)
       return errorReply(request.id, {
         code: ErrorCode.MethodNotFound,
         message: `Method not found: ${request.method}`,
       });
     try {
+      const result = await handler(request, { ...scope, meta: metaOf(request) });
       return {
         jsonrpc: '2.0',
         id: request.id,
-        result: await handler(request, { ...scope, meta: metaOf(request) }),
+        result: era === 'modern' ? this.complete(result, scope) : result,
       };
     } catch (err) {
       // What is no JSON-RPC error (MCP_ANSWER_BY_CODE) is the HTTP answer of the endpoint.
-      const error = isSigilError(err) ? jsonRpcErrorOf(err) : undefined;
+      const error = isSigilError(err) ? jsonRpcErrorOf(err, era) : undefined;
       if (error) return errorReply(request.id, error);
       throw err;
     }
+  }
+
+  /**
+   * A modern result: `resultType: "complete"` and the server's identity in `_meta` (beside a payment
+   * receipt and the execution proof, whose hash leaves out both: see proofs.ts).
+   */
+  private complete(result: Record<string, unknown>, scope: McpRequestScope): Record<string, unknown> {
+    const meta = result._meta as Record<string, unknown> | undefined;
+    return {
+      ...result,
+      resultType: 'complete',
+      _meta: { ...meta, [META.serverInfo]: this.serverInfoOf(scope) },
+    };
+  }
+
+  /**
+   * The identity a modern client keys its cache by: a per-server endpoint is a server of its own
+   * (`sigil-gateway/<serverId>`), so a public tool list of one is never served for another.
+   */
+  private serverInfoOf(scope: McpRequestScope): Readonly<{ name: string; version: string }> {
+    const key = scope.server?.entry.id ?? '';
+    let info = this.serverInfo.get(key);
+    if (!info) {
+      const name = key === '' ? this.identity.name : `${this.identity.name}/${key}`;
+      info = Object.freeze({ name, version: this.identity.version });
+      this.serverInfo.set(key, info);
+    }
+    return info;
   }
 
   private initialize(request: JSONRPCRequest): Promise<Record<string, unknown>> {
@@ -115,9 +168,27 @@ export class McpDispatcher {
     });
   }
 
+  /**
+   * `server/discover` (2026-07-28): the revisions served per request (the modern ones only: older
+   * clients negotiate with `initialize`), the capabilities and the instructions `initialize` gives.
+   * No `listChanged`: there is no `subscriptions/listen` stream to announce a change on.
+   */
+  private discover(scope: McpRequestScope): Record<string, unknown> {
+    return {
+      supportedVersions: MODERN_VERSIONS,
+      capabilities: MODERN_CAPABILITIES,
+      ...(this.identity.instructions ? { instructions: this.identity.instructions } : {}),
+      ...this.hints.discover(),
+      // The SDK v2 client reads the server's identity from here.
+      _meta: { [META.serverInfo]: this.serverInfoOf(scope) },
+    };
+  }
+
   private async listTools(request: JSONRPCRequest, scope: McpRequestScope): Promise<Record<string, unknown>> {
     parseParams(ListToolsRequestSchema, request);
-    return { tools: await this.tools.listTools(scope) };
+    const tools = await this.tools.listTools(scope);
+    if (scope.revision.era === 'legacy') return { tools };
+    return { tools: withoutExecution(tools), ...this.hints.toolList(scope.server !== undefined) };
   }
 
   private async callTool(request: JSONRPCRequest, scope: McpRequestScope): Promise<Record<string, unknown>> {
@@ -127,12 +198,26 @@ export class McpDispatcher {
 }
 
 /**
- * The params of a plain tools/call (a name, and arguments as an object), checked without zod: the
- * SDK schema's parse is a tenth of a busy gateway's CPU per call. Anything else (`_meta`, `task`, a
- * malformed value) is undefined, and the SDK schema decides.
+ * The tools as 2026-07-28 lists them: without `execution` (task support), which that revision
+ * removed; the same objects when none has it.
+ */
+function withoutExecution(tools: Tool[]): Tool[] {
+  if (!tools.some((tool) => 'execution' in tool)) return tools;
+  return tools.map((tool) => {
+    if (!('execution' in tool)) return tool;
+    const { execution: _removed, ...rest } = tool;
+    return rest;
+  });
+}
+
+/**
+ * The params of a plain tools/call (a name, arguments as an object, and a `_meta` the SDK schema would
+ * accept, such as a 2026-07-28 envelope or a payment), checked without zod: the SDK schema's parse is
+ * a tenth of a busy gateway's CPU per call. Anything else (`task`, a malformed value) is undefined,
+ * and the SDK schema decides.
  */
 function plainCallParams(params: unknown): { name: string; arguments?: Record<string, unknown> } | undefined {
-  if (!isPlainObject(params) || '_meta' in params || 'task' in params) return undefined;
+  if (!isPlainObject(params) || 'task' in params || !plainMeta(params)) return undefined;
   const { name, arguments: args } = params;
   if (typeof name !== 'string' || !(args === undefined || isPlainObject(args))) return undefined;
   return args === undefined ? { name } : { name, arguments: args };

@@ -1,12 +1,12 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
-import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { LaneAnswer, LaneExchange, LaneRoute } from '../../../core/http/lane.ts';
 import type { ResolvedServer } from '../servers.ts';
 import type { McpDispatcher, McpRequestScope } from './dispatcher.ts';
 import { McpAnswer } from './event-stream.ts';
 import { classify, ErrorCode, errorReply, type JsonRpcReply } from './jsonrpc.ts';
+import { classifyRevision, isRejection } from './revision.ts';
 
 const SESSION_HEADER = 'x-mcp-session';
 const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -21,7 +21,8 @@ export interface McpEndpointOptions {
 }
 
 /**
- * Streamable HTTP, stateless: every POST carries one JSON-RPC message and gets one answer, JSON or (for
+ * Streamable HTTP, stateless, at MCP 2026-07-28 and 2025-11-25 (and older) side by side, told apart per
+ * request (revision.ts): every POST carries one JSON-RPC message and gets one answer, JSON or (for
  * a client that accepts it, when there is something to say before the result) an SSE stream of this
  * request's notifications ending with its response (see McpAnswer). The POSTs are the gateway's lane
  * (served without Koa: every tool call comes this way); GET (a server-initiated stream) and DELETE
@@ -57,16 +58,6 @@ async function handle(
 ): Promise<LaneAnswer> {
   const { request, state } = exchange;
   if (state.authError) throw state.authError;
-  const protocolVersion = request.header('mcp-protocol-version');
-  if (protocolVersion !== '' && !SUPPORTED_PROTOCOL_VERSIONS.includes(protocolVersion)) {
-    return reply(
-      400,
-      errorReply(null, {
-        code: ErrorCode.InvalidRequest,
-        message: `Unsupported MCP-Protocol-Version: ${protocolVersion}`,
-      }),
-    );
-  }
   let body: unknown;
   try {
     body = JSON.parse((await request.rawBody()).toString('utf8'));
@@ -79,6 +70,20 @@ async function handle(
   }
   const message = classify(body);
   if (message.kind === 'invalid') return reply(400, message.reply);
+  // Per request, from the body; Mcp-Session-Id means nothing here on either revision.
+  const revision = classifyRevision(
+    {
+      headerVersion: request.header('mcp-protocol-version'),
+      mcpMethod: request.header('mcp-method'),
+      mcpName: request.header('mcp-name'),
+      message: message.message,
+    },
+    message.kind,
+  );
+  if (isRejection(revision)) {
+    const id = message.kind === 'request' ? message.message.id : null;
+    return reply(revision.reject.status, errorReply(id, revision.reject.error));
+  }
   if (message.kind === 'notification') return { status: 202, body: null };
   const session = request.header(SESSION_HEADER);
   if (session !== '' && !SESSION_ID.test(session)) {
@@ -95,6 +100,7 @@ async function handle(
     wallet: state.auth?.address,
     sessionId: session === '' ? undefined : session,
     server,
+    revision,
     disconnection: exchange.disconnection(),
     meta: undefined,
     origin: request,

@@ -40,6 +40,8 @@ export class McpAnswer {
     this.stream ??= this.exchange.openStream({
       'Content-Type': EVENT_STREAM,
       'Cache-Control': 'no-cache, no-transform',
+      // A proxy that buffers would hold the notifications back until the result.
+      'X-Accel-Buffering': 'no',
     });
     if (!this.stream.congested) this.stream.write(event(notification));
   }

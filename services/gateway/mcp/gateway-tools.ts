@@ -13,6 +13,7 @@ import type { ResolvedServer, ServerDirectory } from '../servers.ts';
 import type { EnabledServers } from '../enabled-servers.ts';
 import { NAMESPACE_SEPARATOR, toolError, type ToolCaller } from '../tool-calls.ts';
 import type { McpRequestScope, McpToolSource } from './dispatcher.ts';
+import { LOG_LEVELS, type Revision } from './revision.ts';
 import { checkPayloadSize } from '../tool-arguments.ts';
 
 export { NAMESPACE_SEPARATOR };
@@ -136,7 +137,9 @@ export class GatewayTools implements McpToolSource {
       wallet: scope.wallet,
       meta: scope.meta,
       origin: scope.origin,
-      ...(scope.notify && { observer: forwarding(scope.notify, scope.meta?.progressToken) }),
+      ...(scope.notify && {
+        observer: forwarding(scope.notify, scope.meta?.progressToken, scope.revision),
+      }),
     };
     try {
       return await this.deps.caller.call(call, scope.disconnection);
@@ -147,15 +150,18 @@ export class GatewayTools implements McpToolSource {
   }
 
   /**
-   * Adds or removes a server from a wallet's persisted set; a client with an open stream hears that its
-   * tool list changed before the result (there is no other stream to tell it on: see endpoint.ts).
+   * Adds or removes a server from a wallet's persisted set; a 2025-11-25 client with an open stream
+   * hears that its tool list changed before the result (there is no other stream to tell it on: see
+   * endpoint.ts). MCP 2026-07-28 sends change notifications only on a `subscriptions/listen` stream,
+   * which the gateway does not serve: those clients list again (the list is never cached).
    */
   private async changeEnabled(
     scope: McpRequestScope & { wallet: string },
     serverId: string,
     enable: boolean,
   ): Promise<readonly string[]> {
-    const { wallet, sessionId, notify } = scope;
+    const { wallet, sessionId } = scope;
+    const notify = scope.revision.era === 'legacy' ? scope.notify : undefined;
     const before = notify && (await this.deps.enabled.list(wallet, sessionId));
     const after = await this.deps.enabled.change(wallet, sessionId, serverId, enable);
     if (notify && before?.includes(serverId) !== after.includes(serverId))
@@ -218,13 +224,18 @@ export class GatewayTools implements McpToolSource {
 
 /**
  * Forwards a server's progress (under the client's own progress token, when it sent one: without
- * one the server is not asked) and log messages to the client's stream.
+ * one the server is not asked) and log messages to the client's stream: all of them to a 2025-11-25
+ * client (no session remembers its level), and to a 2026-07-28 one those at or above the level its
+ * request's `_meta` names, none without one (the spec forbids them).
  */
 function forwarding(
   notify: (notification: JSONRPCNotification) => void,
   progressToken: unknown,
+  revision: Revision,
 ): CallObserver {
   const token = ProgressTokenSchema.safeParse(progressToken);
+  const threshold =
+    revision.era === 'legacy' ? 0 : revision.logLevel === undefined ? undefined : severity(revision.logLevel);
   return {
     ...(token.success && {
       onProgress: (progress) =>
@@ -234,8 +245,19 @@ function forwarding(
           params: { ...progress, progressToken: token.data },
         }),
     }),
-    onLog: (message) => notify({ jsonrpc: '2.0', method: 'notifications/message', params: message }),
+    ...(threshold !== undefined && {
+      onLog: (message) => {
+        if (threshold === 0 || severity(message.level) >= threshold)
+          notify({ jsonrpc: '2.0', method: 'notifications/message', params: message });
+      },
+    }),
   };
+}
+
+/** A log level's rank, least severe (debug) first; an unknown level ranks as the most severe. */
+function severity(level: string): number {
+  const rank = (LOG_LEVELS as readonly string[]).indexOf(level);
+  return rank === -1 ? LOG_LEVELS.length : rank;
 }
 
 function parseArgs<S extends z.ZodType>(schema: S, args: Record<string, unknown>): z.infer<S> {

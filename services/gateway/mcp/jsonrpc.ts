@@ -63,9 +63,10 @@ export function classify(body: unknown): IncomingMessage {
 const REQUEST_MEMBERS = new Set(['jsonrpc', 'id', 'method', 'params']);
 
 /**
- * A well-formed request whose params (if any) are a plain object without `_meta`, recognized without
- * zod: the SDK schema's parse is a measurable share of a busy gateway's CPU per call. Anything else is
- * undefined, and the SDK schema decides.
+ * A well-formed request whose params (if any) are a plain object, with a `_meta` (if any) that
+ * {@link plainMeta} accepts, recognized without zod: the SDK schema's parse is a measurable share of a
+ * busy gateway's CPU per call, and every 2026-07-28 request has a `_meta`. Anything else is undefined,
+ * and the SDK schema decides.
  */
 function plainRequest(body: unknown): JSONRPCRequest | undefined {
   if (!isPlainObject(body)) return undefined;
@@ -73,8 +74,25 @@ function plainRequest(body: unknown): JSONRPCRequest | undefined {
   const { jsonrpc, id, method, params } = body;
   if (jsonrpc !== '2.0' || typeof method !== 'string') return undefined;
   if (typeof id !== 'string' && !Number.isSafeInteger(id)) return undefined;
-  if (params !== undefined && (!isPlainObject(params) || '_meta' in params)) return undefined;
+  if (params !== undefined && (!isPlainObject(params) || !plainMeta(params))) return undefined;
   return body as JSONRPCRequest;
+}
+
+/** The `_meta` member the SDK 1.x schema checks beyond `progressToken` (left to it when present). */
+const RELATED_TASK_META_KEY = 'io.modelcontextprotocol/related-task';
+
+/**
+ * Whether `params` has no `_meta`, or one the SDK's request schema would accept as it is: a plain
+ * object whose `progressToken` (if any) is a string or an integer, without a related-task member. The
+ * 2026-07-28 envelope keys are checked where the revision is decided (revision.ts).
+ */
+export function plainMeta(params: Record<string, unknown>): boolean {
+  if (!('_meta' in params)) return true;
+  const meta = params._meta;
+  if (!isPlainObject(meta) || RELATED_TASK_META_KEY in meta) return false;
+  if (!('progressToken' in meta)) return true;
+  const token = meta.progressToken;
+  return typeof token === 'string' || Number.isSafeInteger(token);
 }
 
 /** An object as JSON.parse makes them (not an array, nor an instance of a class). */

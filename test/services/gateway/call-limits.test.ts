@@ -3,9 +3,9 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import type { SigilConfig } from '../../../services/config.ts';
 import { CallerLimits } from '../../../services/gateway/call-limits.ts';
-import { RETRY_LATER_CODES } from '../../../core/http/mcp-errors.ts';
+import { MODERN_RETRY_LATER_CODES, RETRY_LATER_CODES } from '../../../core/http/mcp-errors.ts';
 import { RetryLater } from '../../../services/gateway/retry-later.ts';
-import { probeEntry, ProbeWorld, textOf, walletToken } from './support.ts';
+import { modernMeta, MODERN_REVISION, probeEntry, ProbeWorld, textOf, walletToken } from './support.ts';
 
 type Gateway = Awaited<ReturnType<ProbeWorld['gateway']>>;
 
@@ -40,13 +40,14 @@ async function rest(
   };
 }
 
-/** tools/call on POST /mcp/server/:id: the JSON-RPC answer. */
+/** tools/call on POST /mcp/server/:id, at 2025-11-25 or (`modern`) 2026-07-28: the JSON-RPC answer. */
 async function mcp(
   url: string,
   serverId: string,
   tool: string,
   args: Record<string, unknown>,
   token?: string,
+  modern = false,
 ): Promise<{ result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } }> {
   const res = await fetch(`${url}/mcp/server/${serverId}`, {
     method: 'POST',
@@ -54,12 +55,17 @@ async function mcp(
       'content-type': 'application/json',
       accept: 'application/json, text/event-stream',
       ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(modern && {
+        'mcp-protocol-version': MODERN_REVISION,
+        'mcp-method': 'tools/call',
+        'mcp-name': tool,
+      }),
     },
     body: JSON.stringify({
       jsonrpc: '2.0',
       id: 1,
       method: 'tools/call',
-      params: { name: tool, arguments: args },
+      params: { name: tool, arguments: args, ...(modern && { _meta: modernMeta() }) },
     }),
   });
   expect(res.status).to.equal(200);
@@ -176,13 +182,20 @@ describe('gateway call limits (a real gateway, the probe and server-memory in th
       expect(textOf(served.body)).to.equal('still served');
     });
 
-    it('answers 429 over MCP as a JSON-RPC error with data.retryAfterSeconds', async () => {
+    it('answers 429 over MCP as a JSON-RPC error with data.retryAfterSeconds (-32029; 429 at 2026-07-28)', async () => {
       const url = await start({ callLimits: limits() });
       const { token } = await walletToken(url);
       await hang(url, 'slow-a', token);
       const refused = await mcp(url, 'slow-a', 'echo', { message: 'one too many' }, token);
       expect(refused.error).to.include({ code: RETRY_LATER_CODES.rate_limited });
       expect(refused.error?.data).to.deep.equal({ code: 'rate_limited', retryAfterSeconds: 1 });
+      // 2026-07-28 reserves -32020…-32099 for the spec's codes.
+      const modern = await mcp(url, 'slow-a', 'echo', { message: 'one too many' }, token, true);
+      expect(modern.error).to.include({
+        code: MODERN_RETRY_LATER_CODES.rate_limited,
+        message: refused.error?.message,
+      });
+      expect(modern.error?.data).to.deep.equal({ code: 'rate_limited', retryAfterSeconds: 1 });
     });
 
     it('queues a call for a busy gateway, then answers 503 with Retry-After when the wait runs out or the queue is full', async () => {
@@ -206,6 +219,9 @@ describe('gateway call limits (a real gateway, the probe and server-memory in th
       const overMcp = await mcp(url, 'slow-b', 'echo', { message: 'over MCP' }, b.token);
       expect(overMcp.error).to.include({ code: RETRY_LATER_CODES.unavailable });
       expect(overMcp.error?.data).to.deep.equal({ code: 'unavailable', retryAfterSeconds: 2 });
+      const overModern = await mcp(url, 'slow-b', 'echo', { message: 'over MCP' }, b.token, true);
+      expect(overModern.error).to.include({ code: MODERN_RETRY_LATER_CODES.unavailable });
+      expect(overModern.error?.data).to.deep.equal({ code: 'unavailable', retryAfterSeconds: 2 });
     });
 
     it('serves a queued call as soon as a process is free', async () => {

@@ -5,7 +5,7 @@ import type { Kernel } from '../../../services/kernel.ts';
 import { serve, type Serving } from '../../../services/serve.ts';
 import { META_TOOLS } from '../../../services/gateway/mcp/gateway-tools.ts';
 import { openTestKernel } from '../../support/kernel.ts';
-import { postMcp } from './support.ts';
+import { mcpClientV2, MODERN_REVISION, modernMeta, postMcp, postModern } from './support.ts';
 
 /** The MCP protocol surface of the gateway, with no registry or sandbox plugin loaded. */
 describe('gateway MCP endpoint (protocol)', function () {
@@ -129,11 +129,15 @@ describe('gateway MCP endpoint (protocol)', function () {
     expect(await res.text()).to.equal('');
   });
 
-  it('refuses an unsupported MCP-Protocol-Version header', async () => {
+  it('refuses an unsupported MCP-Protocol-Version header, naming the revisions served', async () => {
     const res = await rpc(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }), {
       'mcp-protocol-version': '1999-01-01',
     });
     expect(res.status).to.equal(400);
+    const { error } = (await res.json()) as { error: { code: number; message: string; data: unknown } };
+    expect(error.code).to.equal(-32022);
+    expect(error.data).to.deep.equal({ supported: ['2026-07-28'], requested: '1999-01-01' });
+    expect(error.message).to.include('2025-11-25');
   });
 
   it('explains why a server cannot be enabled here, as a tool error', async () => {
@@ -165,6 +169,221 @@ describe('gateway MCP endpoint (protocol)', function () {
     });
     expect(notRunnable.status).to.equal(503);
     expect(((await notRunnable.json()) as { message: string }).message).to.match(/not runnable/);
+  });
+
+  describe('at MCP 2026-07-28, beside 2025-11-25', () => {
+    type Answer = {
+      id?: unknown;
+      result?: Record<string, unknown>;
+      error?: { code: number; message: string; data?: unknown };
+    };
+    const modern = async (
+      method: string,
+      params?: Record<string, unknown>,
+      options?: Parameters<typeof postModern>[2],
+      path = '/mcp',
+    ) => {
+      const res = await postModern(`${url}${path}`, { id: 7, method, ...(params && { params }) }, options);
+      return { status: res.status, headers: res.headers, body: (await res.json()) as Answer };
+    };
+
+    it('serves the SDK v2 client pinned to 2026-07-28, and in auto mode, on the same endpoint as 1.x', async () => {
+      for (const mode of [{ pin: MODERN_REVISION }, 'auto'] as const) {
+        const client = await mcpClientV2(`${url}/mcp`, undefined, undefined, mode);
+        expect(client.getProtocolEra(), JSON.stringify(mode)).to.equal('modern');
+        expect(client.getServerVersion()?.name).to.equal('sigil-gateway');
+        expect(client.getInstructions()).to.match(/gateway_search_servers/);
+        const { tools } = await client.listTools();
+        expect(tools.map((t) => t.name)).to.deep.equal(META_TOOLS.map((t) => t.name));
+        const search = await client.callTool({
+          name: 'gateway_search_servers',
+          arguments: { query: 'memory' },
+        });
+        expect(
+          (search.structuredContent as { servers: { id: string }[] }).servers.map((s) => s.id),
+        ).to.deep.equal(['memory']);
+        await client.close();
+      }
+    });
+
+    it('answers server/discover with the modern revisions, capabilities, instructions and a public cache hint', async () => {
+      const { status, body } = await modern('server/discover');
+      expect(status).to.equal(200);
+      const { result } = body;
+      expect(result).to.deep.include({
+        resultType: 'complete',
+        supportedVersions: [MODERN_REVISION],
+        capabilities: { tools: {}, logging: {} },
+        ttlMs: 60_000,
+        cacheScope: 'public',
+      });
+      expect(result?.instructions).to.match(/gateway_enable_server/);
+      const info = (result?._meta as Record<string, { name: string; version: string }>)[
+        'io.modelcontextprotocol/serverInfo'
+      ];
+      expect(info?.name).to.equal('sigil-gateway');
+      expect(info?.version).to.be.a('string').and.not.equal('');
+      // initialize, at 2025-11-25, names the same server with the same instructions.
+      const init = await rpcJson({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'c', version: '1' } },
+      });
+      expect(init.body.result?.serverInfo).to.deep.equal(info);
+      expect(init.body.result?.instructions).to.equal(result?.instructions);
+      expect(init.body.result).to.not.have.property('resultType');
+    });
+
+    it('lists tools with resultType, the server identity, and a private cache hint of 0 (the enabled set changes)', async () => {
+      const { body } = await modern('tools/list');
+      expect(body.result).to.include({ resultType: 'complete', ttlMs: 0, cacheScope: 'private' });
+      expect((body.result?.tools as { name: string }[]).map((t) => t.name)).to.deep.equal(
+        META_TOOLS.map((t) => t.name),
+      );
+      expect(body.result?._meta).to.have.property('io.modelcontextprotocol/serverInfo');
+      const legacy = await rpcJson({ jsonrpc: '2.0', id: 1, method: 'tools/list' });
+      expect(legacy.body.result).to.have.keys('tools');
+    });
+
+    it('marks a tool result complete; tool errors and unknown tools answer as at 2025-11-25, in-band', async () => {
+      const listed = await modern('tools/call', { name: 'gateway_list_enabled', arguments: {} });
+      expect(listed.status).to.equal(200);
+      expect(listed.body.result).to.include({ resultType: 'complete' });
+      expect(listed.body.result?.structuredContent).to.deep.equal({ enabled: [] });
+      const refused = await modern('tools/call', {
+        name: 'gateway_enable_server',
+        arguments: { serverId: 'memory' },
+      });
+      expect(refused.status).to.equal(200);
+      expect(refused.body.result).to.include({ isError: true, resultType: 'complete' });
+      const unknown = await modern('tools/call', { name: 'nope__nothing', arguments: {} });
+      expect(unknown.status).to.equal(200);
+      expect(unknown.body.error?.code).to.equal(-32602);
+      const badParams = await modern('tools/call', { name: 'gateway_list_enabled', arguments: [1] });
+      expect(badParams.status).to.equal(200);
+      expect(badParams.body.error?.code).to.equal(-32602);
+    });
+
+    it('answers the methods 2026-07-28 does not have with 404 / -32601, and a legacy client still gets them', async () => {
+      for (const method of [
+        'initialize',
+        'ping',
+        'logging/setLevel',
+        'resources/list',
+        'subscriptions/listen',
+      ]) {
+        const { status, body } = await modern(method);
+        expect(status, method).to.equal(404);
+        expect(body.error?.code, method).to.equal(-32601);
+        expect(body.id, method).to.equal(7);
+      }
+      const ping = await rpcJson({ jsonrpc: '2.0', id: 1, method: 'ping' });
+      expect(ping).to.deep.equal({ status: 200, body: { jsonrpc: '2.0', id: 1, result: {} } });
+    });
+
+    it('refuses bad input with the ladder’s 400s, naming what was expected, never a 500', async () => {
+      const cases: [string, Promise<{ status: number; body: Answer }>, number][] = [
+        [
+          'no clientCapabilities',
+          modern('tools/list', undefined, {
+            meta: { 'io.modelcontextprotocol/clientCapabilities': undefined },
+          }),
+          -32602,
+        ],
+        [
+          '2025-11-25 in _meta (mixed revisions)',
+          modern('tools/list', undefined, {
+            meta: { 'io.modelcontextprotocol/protocolVersion': '2025-11-25' },
+            headers: { 'mcp-protocol-version': '2025-11-25' },
+          }),
+          -32022,
+        ],
+        [
+          'header ≠ _meta',
+          modern('tools/list', undefined, { headers: { 'mcp-protocol-version': '2025-11-25' } }),
+          -32020,
+        ],
+        [
+          'Mcp-Method ≠ method',
+          modern('tools/list', undefined, { headers: { 'mcp-method': 'tools/call' } }),
+          -32020,
+        ],
+        [
+          'no MCP-Protocol-Version',
+          modern('tools/list', undefined, { headers: { 'mcp-protocol-version': '' } }),
+          -32020,
+        ],
+        ['no Mcp-Method', modern('tools/list', undefined, { headers: { 'mcp-method': '' } }), -32020],
+        [
+          'no Mcp-Name',
+          modern(
+            'tools/call',
+            { name: 'gateway_list_enabled', arguments: {} },
+            { headers: { 'mcp-name': '' } },
+          ),
+          -32020,
+        ],
+      ];
+      for (const [what, answer, code] of cases) {
+        const { status, body } = await answer;
+        expect(status, what).to.equal(400);
+        expect(body.error?.code, what).to.equal(code);
+      }
+      const noEnvelope = await rpc(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }), {
+        'mcp-protocol-version': MODERN_REVISION,
+      });
+      expect(noEnvelope.status).to.equal(400);
+      const missing = (await noEnvelope.json()) as Answer;
+      expect(missing.error?.code).to.equal(-32602);
+      expect(missing.error?.message).to.match(/expected params\._meta/);
+      const batch = await rpc(
+        JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: modernMeta() } }]),
+        { 'mcp-protocol-version': MODERN_REVISION },
+      );
+      expect(batch.status).to.equal(400);
+      expect(((await batch.json()) as Answer).error?.code).to.equal(-32600);
+      // Odd values in every member the envelope has: 4xx, never 500.
+      const odd = [null, 7, 'x', [], {}, { sampling: 'yes' }];
+      for (const key of [
+        'io.modelcontextprotocol/protocolVersion',
+        'io.modelcontextprotocol/clientCapabilities',
+        'io.modelcontextprotocol/clientInfo',
+        'io.modelcontextprotocol/logLevel',
+        'progressToken',
+      ]) {
+        for (const value of odd) {
+          const res = await postModern(
+            `${url}/mcp`,
+            { method: 'tools/call', params: { name: 'gateway_list_enabled', arguments: {} } },
+            { meta: { [key]: value } },
+          );
+          expect(res.status, `${key}: ${JSON.stringify(value)}`).to.be.oneOf([200, 400]);
+          await res.body?.cancel();
+        }
+      }
+    });
+
+    it('accepts notifications with 202, ignores Mcp-Session-Id, and keeps GET and DELETE 405', async () => {
+      const note = await rpc(
+        JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 1 } }),
+        { 'mcp-protocol-version': MODERN_REVISION, 'mcp-method': 'notifications/cancelled' },
+      );
+      expect(note.status).to.equal(202);
+      const { status, headers, body } = await modern('tools/list', undefined, {
+        headers: { 'mcp-session-id': 'not-a-session-of-ours' },
+      });
+      expect(status).to.equal(200);
+      expect(body.result).to.include({ resultType: 'complete' });
+      expect(headers.get('mcp-session-id')).to.equal(null);
+      for (const method of ['GET', 'DELETE']) {
+        const res = await fetch(`${url}/mcp`, {
+          method,
+          headers: { 'mcp-protocol-version': MODERN_REVISION, accept: 'text/event-stream' },
+        });
+        expect(res.status, method).to.equal(405);
+      }
+    });
   });
 
   it('documents the REST surface in OpenAPI', async () => {

@@ -12,7 +12,19 @@ import type { Serving } from '../../../services/serve.ts';
 import { PROOF_META_KEY } from '../../../services/gateway/proofs.ts';
 import { TEST_DATABASES } from '../../support/kernel.ts';
 import { EVERYTHING } from '../../registries/npm/support.ts';
-import { everythingEntry, postMcp, ProbeWorld, textOf, walletToken } from './support.ts';
+import { everythingEntry, postMcp, postModern, ProbeWorld, textOf, walletToken } from './support.ts';
+
+type Message = { method?: string; params?: Record<string, unknown>; result?: Record<string, unknown> };
+
+/** The messages of an MCP answer: the events of a stream, or the one JSON response. */
+async function messagesOf(res: Response): Promise<Message[]> {
+  const text = await res.text();
+  if (!res.headers.get('content-type')?.startsWith('text/event-stream')) return [JSON.parse(text) as Message];
+  return text
+    .split('\n\n')
+    .flatMap((event) => event.split('\n').filter((line) => line.startsWith('data: ')))
+    .map((line) => JSON.parse(line.slice('data: '.length)) as Message);
+}
 
 /**
  * What an MCP client notices while a call runs: the server's progress and log messages, and a changed
@@ -120,6 +132,56 @@ describe('gateway MCP: event streams, list changes, task-only tools (server-ever
           arguments: {},
         });
         expect(textOf(stopped)).to.match(/^Stopped simulated/);
+      });
+
+      it('at 2026-07-28: log messages only at or above the level the request names, none without one; progress as before; no list_changed', async () => {
+        const auth = { authorization: `Bearer ${token}`, 'x-mcp-session': 'stream' };
+        const call = async (
+          name: string,
+          args: Record<string, unknown>,
+          meta: Record<string, unknown> = {},
+        ) =>
+          messagesOf(
+            await postModern(
+              `${serving.url}/mcp`,
+              { method: 'tools/call', params: { name, arguments: args } },
+              { meta, headers: auth },
+            ),
+          );
+        const methods = (messages: Message[]) => messages.flatMap((m) => (m.method ? [m.method] : []));
+        const toggle = 'everything__toggle-simulated-logging';
+        // No level named: the spec forbids notifications/message.
+        const quiet = await call(toggle, {});
+        expect(textOf(quiet.at(-1)?.result)).to.match(/^Started simulated/);
+        expect(quiet.at(-1)?.result).to.include({ resultType: 'complete' });
+        expect(methods(quiet)).to.deep.equal([]);
+        expect(textOf((await call(toggle, {})).at(-1)?.result)).to.match(/^Stopped simulated/);
+        // Every level is at or above debug.
+        const logged = await call(toggle, {}, { 'io.modelcontextprotocol/logLevel': 'debug' });
+        expect(methods(logged)).to.deep.equal(['notifications/message']);
+        expect(textOf((await call(toggle, {})).at(-1)?.result)).to.match(/^Stopped simulated/);
+        // At "error", the server's random-leveled messages below it are held back.
+        for (let round = 0; round < 4; round += 1) {
+          const severe = await call(toggle, {}, { 'io.modelcontextprotocol/logLevel': 'error' });
+          for (const message of severe.filter((m) => m.method === 'notifications/message'))
+            expect(message.params?.level).to.be.oneOf(['error', 'critical', 'alert', 'emergency']);
+          expect(textOf((await call(toggle, {})).at(-1)?.result)).to.match(/^Stopped simulated/);
+        }
+        const progress = await call(
+          'everything__trigger-long-running-operation',
+          { duration: 0.2, steps: 2 },
+          { progressToken: 'mine' },
+        );
+        expect(progress.slice(0, -1).map((m) => m.params)).to.deep.equal(
+          [1, 2].map((step) => ({ progress: step, total: 2, progressToken: 'mine' })),
+        );
+        expect(progress.at(-1)?.result?._meta).to.have.property(PROOF_META_KEY);
+        // 2026-07-28 announces changes only on a subscriptions/listen stream, which the gateway has not.
+        for (const tool of ['gateway_disable_server', 'gateway_enable_server']) {
+          const changed = await call(tool, { serverId: 'everything' });
+          expect(methods(changed), tool).to.deep.equal([]);
+          expect(changed.at(-1)?.result?.isError, tool).to.not.equal(true);
+        }
       });
 
       it('a client that accepts only JSON gets the plain JSON answer, without the notifications', async () => {

@@ -141,6 +141,16 @@ describe('execution proofs', () => {
     }
   });
 
+  it('verifies against the result as MCP 2026-07-28 frames it (resultType "complete"), and against nothing else', () => {
+    const proof = signer.sign(input);
+    const framed = { ...input.result, resultType: 'complete' } as ProofInput['result'];
+    expect(signer.verify(proof, { response: framed }).valid).to.equal(true);
+    const otherFraming = { ...input.result, resultType: 'input_required' } as ProofInput['result'];
+    expect(signer.verify(proof, { response: otherFraming }).problems.map((p) => p.field)).to.deep.equal([
+      'responseHash',
+    ]);
+  });
+
   it('hashes the response without its _meta, so the proof it carries does not change its hash', () => {
     const proof = signer.sign(input);
     expect(signer.verify(proof, { response: { ...input.result, _meta: { anything: true } } }).valid).to.equal(

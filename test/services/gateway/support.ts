@@ -1,5 +1,9 @@
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import {
+  Client as ClientV2,
+  StreamableHTTPClientTransport as HttpTransportV2,
+} from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -223,6 +227,65 @@ export async function mcpClient(url: string, token?: string, session?: string): 
   const client = new Client({ name: 'sigil-test', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
   return client;
+}
+
+/**
+ * An SDK v2 client (`@modelcontextprotocol/client`) connected at MCP 2026-07-28 (pinned: no fallback
+ * to `initialize`), or as `'auto'` negotiates.
+ */
+export async function mcpClientV2(
+  url: string,
+  token?: string,
+  session?: string,
+  mode: 'auto' | { pin: string } = { pin: MODERN_REVISION },
+): Promise<ClientV2> {
+  const headers: Record<string, string> = {};
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (session) headers['x-mcp-session'] = session;
+  const client = new ClientV2({ name: 'sigil-test-v2', version: '1.0.0' }, { versionNegotiation: { mode } });
+  await client.connect(new HttpTransportV2(new URL(url), { requestInit: { headers } }));
+  return client;
+}
+
+export const MODERN_REVISION = '2026-07-28';
+
+/** The `_meta` envelope of a 2026-07-28 request (`extra`: more keys, e.g. a payment or a log level). */
+export const modernMeta = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({
+  'io.modelcontextprotocol/protocolVersion': MODERN_REVISION,
+  'io.modelcontextprotocol/clientCapabilities': {},
+  'io.modelcontextprotocol/clientInfo': { name: 'sigil-test', version: '1.0.0' },
+  ...extra,
+});
+
+/**
+ * A 2026-07-28 request POSTed to `url` as an SDK v2 client sends it: the envelope in `params._meta`
+ * (`meta`: more keys) and the standard headers (`headers` may override or, as '', drop one).
+ */
+export function postModern(
+  url: string,
+  message: { id?: number | string; method: string; params?: Record<string, unknown> },
+  options: { meta?: Record<string, unknown>; headers?: Record<string, string> } = {},
+) {
+  const params = message.params ?? {};
+  const name = typeof params.name === 'string' ? params.name : undefined;
+  const standard = Object.fromEntries(
+    Object.entries({
+      'mcp-protocol-version': MODERN_REVISION,
+      'mcp-method': message.method,
+      ...(name !== undefined && { 'mcp-name': name }),
+      ...options.headers,
+    }).filter(([, value]) => value !== ''),
+  );
+  return postMcp(
+    url,
+    JSON.stringify({
+      jsonrpc: '2.0',
+      id: message.id ?? 1,
+      method: message.method,
+      params: { ...params, _meta: { ...(params._meta as object), ...modernMeta(options.meta) } },
+    }),
+    standard,
+  );
 }
 
 /** A JSON-RPC message POSTed to the MCP endpoint at `url` (`…/mcp`), as an MCP client sends it. */

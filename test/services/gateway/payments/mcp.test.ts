@@ -1,3 +1,4 @@
+import { ProtocolError, type Client as ClientV2 } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { parsePaymentRequired } from '@x402/core/schemas';
@@ -5,7 +6,13 @@ import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
 import { startDevChain, type DevChain } from '../../../support/chain.ts';
 import { TEST_DATABASES } from '../../../support/kernel.ts';
-import { mcpClient, textOf, walletToken, type ProbeWorld } from '../support.ts';
+import {
+  PROOF_META_KEY,
+  requestHash,
+  responseHash,
+  type ExecutionProof,
+} from '../../../../services/gateway/proofs.ts';
+import { mcpClient, mcpClientV2, textOf, walletToken, type ProbeWorld } from '../support.ts';
 import {
   payingClient,
   paidGateway,
@@ -27,11 +34,12 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
   let chain: DevChain;
   let gateway: PaidGateway;
   let client: Client;
+  let token: string;
 
   before(async () => {
     [world, chain] = await Promise.all([sharedProbeWorld(), startDevChain()]);
     gateway = await paidGateway(world, chain, TEST_DATABASES[0]!, { facilitatorIndex: 3 });
-    const { token } = await walletToken(gateway.url);
+    ({ token } = await walletToken(gateway.url));
     client = await mcpClient(`${gateway.url}/mcp`, token, 'paid');
     const enabled = await client.callTool({
       name: 'gateway_enable_server',
@@ -45,15 +53,20 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
     await chain?.stop();
   });
 
-  /** The JSON-RPC error a call is refused with (the SDK throws it as McpError). */
-  const refusal = async (call: Promise<unknown>): Promise<McpError> => {
+  /**
+   * The JSON-RPC error a call is refused with: the SDK 1.x throws it as McpError, the SDK v2 as
+   * ProtocolError (`as`).
+   */
+  async function refusal(call: Promise<unknown>): Promise<McpError>;
+  async function refusal<E>(call: Promise<unknown>, as: new (...args: never[]) => E): Promise<E>;
+  async function refusal(call: Promise<unknown>, as: new (...args: never[]) => unknown = McpError) {
     const err = await call.then(
       () => undefined,
       (error: unknown) => error,
     );
-    expect(err, 'the call was refused').to.be.instanceOf(McpError);
-    return err as McpError;
-  };
+    expect(err, 'the call was refused').to.be.instanceOf(as);
+    return err;
+  }
   const payFor = (required: PaymentRequired): Promise<PaymentPayload> =>
     payingClient(chain, gateway.payer).createPaymentPayload(required);
 
@@ -200,5 +213,53 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
     })) as CallToolResult;
     expect(textOf(result)).to.equal('small now');
     expect((await gateway.expectBalanced()).settled).to.equal(2000n);
+  });
+
+  /** A paid call at 2026-07-28 through `v2`: refused with 402 and the terms, then paid in `_meta`. */
+  const payAtModern = async (v2: ClientV2, name: string, message: string): Promise<CallToolResult> => {
+    const err = await refusal(v2.callTool({ name, arguments: { message: 'unpaid' } }), ProtocolError);
+    expect(err.code).to.equal(402);
+    const required = err.data as PaymentRequired;
+    expect(parsePaymentRequired(err.data).success).to.equal(true);
+    expect(required.accepts[0]).to.deep.include({ amount: '500', payTo: gateway.payTo });
+    return (await v2.callTool({
+      name,
+      arguments: { message },
+      _meta: { [PAYMENT]: await payFor(required) },
+    })) as CallToolResult;
+  };
+
+  it('at 2026-07-28 (SDK v2 client on the same wallet and session): 402 with the terms, paid in _meta, the receipt, and a proof whose hashes cover the result with or without its framing', async () => {
+    const v2 = await mcpClientV2(`${gateway.url}/mcp`, token, 'paid');
+    try {
+      expect(v2.getProtocolEra()).to.equal('modern');
+      expect((await v2.listTools()).tools.map((tool) => tool.name)).to.include('probe__echo');
+      const result = await payAtModern(v2, 'probe__echo', 'paid at 2026-07-28');
+      expect(textOf(result)).to.equal('paid at 2026-07-28');
+      expect(result._meta?.[RECEIPT]).to.include({ success: true, payer: gateway.payer.address });
+      // The proof commits to the result as the gateway sent it (with its resultType framing) and as the
+      // SDK hands it back (without): the hash leaves the framing out.
+      const proof = result._meta?.[PROOF_META_KEY] as ExecutionProof;
+      expect(proof.requestHash).to.equal(requestHash('probe', 'echo', { message: 'paid at 2026-07-28' }));
+      expect(responseHash({ ...result, resultType: 'complete' } as CallToolResult)).to.equal(
+        proof.responseHash,
+      );
+      expect(responseHash(result)).to.equal(proof.responseHash);
+    } finally {
+      await v2.close();
+    }
+    expect((await gateway.expectBalanced()).settled).to.equal(2500n);
+  });
+
+  it('at 2026-07-28 on POST /mcp/server/probe: an unpaid call is refused with 402, a paid one runs and settles', async () => {
+    const perServer = await mcpClientV2(`${gateway.url}/mcp/server/probe`);
+    try {
+      const result = await payAtModern(perServer, 'echo', 'per server at 2026-07-28');
+      expect(textOf(result)).to.equal('per server at 2026-07-28');
+      expect(result._meta?.[RECEIPT]).to.include({ success: true, payer: gateway.payer.address });
+    } finally {
+      await perServer.close();
+    }
+    expect((await gateway.expectBalanced()).settled).to.equal(3000n);
   });
 });
