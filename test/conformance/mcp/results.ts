@@ -1,0 +1,168 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { repoPath } from '../../support/paths.ts';
+import {
+  CONFORMANCE_VERSION,
+  failing,
+  LEGS,
+  REVISIONS,
+  scoredScenarios,
+  type CheckStatus,
+  type Leg,
+  type Revision,
+  type SuiteRun,
+} from './suite.ts';
+
+/** One leg's run of one revision, as recorded: every scored scenario's checks, and the listed gaps. */
+export interface LegRun {
+  date: string;
+  exitCode: number | null;
+  /** Check id → status (the most severe of its occurrences), by scored scenario. */
+  scenarios: Record<string, Record<string, CheckStatus>>;
+  /** The expected failures the run was given: `scenario` or `scenario:check-id`, with the reason. */
+  expectedFailures: { item: string; reason: string }[];
+}
+
+export interface ConformanceResults {
+  suite: 'mcp-conformance';
+  conformance: string;
+  legs: Record<Leg, string>;
+  runs: Partial<Record<Revision, Partial<Record<Leg, LegRun>>>>;
+}
+
+const RESULTS_FILE = repoPath('bench', 'results', 'mcp-conformance.json');
+const PAGE = repoPath('docs', 'mcp-conformance.md');
+const TABLE_START = '<!-- table: written by test/conformance/mcp-official.test.ts -->';
+const TABLE_END = '<!-- end of table -->';
+
+const LEG_NAMES: Record<Leg, string> = {
+  B: 'the fixture server directly, Streamable HTTP (baseline)',
+  S: 'the gateway, POST /mcp/server/cf',
+  M: 'the gateway, POST /mcp with a wallet token and X-MCP-Session, cf enabled',
+};
+
+const SEVERITY: Record<CheckStatus, number> = { FAILURE: 4, WARNING: 3, SUCCESS: 2, INFO: 1, SKIPPED: 0 };
+
+/** A run's scored scenarios, each check id with its most severe status (as the suite judges ids). */
+export function legRun(
+  run: SuiteRun,
+  revision: Revision,
+  expectedFailures: { item: string; reason: string }[],
+): LegRun {
+  const scenarios: LegRun['scenarios'] = {};
+  for (const scenario of scoredScenarios(revision)) {
+    const checks: Record<string, CheckStatus> = {};
+    for (const check of run.scenarios.get(scenario) ?? []) {
+      const seen = checks[check.id];
+      if (seen === undefined || SEVERITY[check.status] > SEVERITY[seen]) checks[check.id] = check.status;
+    }
+    scenarios[scenario] = checks;
+  }
+  return { date: new Date().toISOString(), exitCode: run.exitCode, scenarios, expectedFailures };
+}
+
+/** The entry that excuses a failing check of a scenario, if any. */
+const excuse = (run: LegRun, scenario: string, checkId: string) =>
+  run.expectedFailures.find(({ item }) => item === scenario || item === `${scenario}:${checkId}`);
+
+/**
+ * What passes on the baseline but not on `leg`, unlisted: each `scenario:check-id`. A check the leg
+ * did not reach counts as failing, unless a listed check of its scenario failed before it (a scenario
+ * stops at a failed prerequisite, as the suite's own rules allow). The gateway adds nothing the
+ * fixture lacks, so every difference must be a listed, reasoned gap.
+ */
+export function unlistedRegressions(baseline: LegRun, leg: LegRun): string[] {
+  const regressions: string[] = [];
+  for (const [scenario, checks] of Object.entries(baseline.scenarios)) {
+    const there = leg.scenarios[scenario] ?? {};
+    const stoppedAtAGap = Object.entries(there).some(
+      ([checkId, status]) => failing(status) && excuse(leg, scenario, checkId),
+    );
+    for (const [checkId, status] of Object.entries(checks)) {
+      if (failing(status)) continue;
+      const result = there[checkId];
+      if (result === undefined ? stoppedAtAGap : !failing(result)) continue;
+      if (!excuse(leg, scenario, checkId)) regressions.push(`${scenario}:${checkId}`);
+    }
+  }
+  return regressions;
+}
+
+/** Entries without a reason: every gap is listed with why. */
+export const unexplained = (entries: { item: string; reason: string }[]): string[] =>
+  entries.filter(({ reason }) => reason.trim() === '').map(({ item }) => item);
+
+/** Records runs (keeping the other legs' last ones) in bench/results and the table in docs/mcp-conformance.md. */
+export function recordRuns(runs: { leg: Leg; revision: Revision; run: LegRun }[]): ConformanceResults {
+  const results: ConformanceResults = existsSync(RESULTS_FILE)
+    ? (JSON.parse(readFileSync(RESULTS_FILE, 'utf8')) as ConformanceResults)
+    : { suite: 'mcp-conformance', conformance: CONFORMANCE_VERSION, legs: LEG_NAMES, runs: {} };
+  results.conformance = CONFORMANCE_VERSION;
+  results.legs = LEG_NAMES;
+  for (const { leg, revision, run } of runs) (results.runs[revision] ??= {})[leg] = run;
+  writeFileSync(RESULTS_FILE, `${JSON.stringify(results, null, 2)}\n`);
+  const page = readFileSync(PAGE, 'utf8');
+  const start = page.indexOf(TABLE_START);
+  const end = page.indexOf(TABLE_END);
+  if (start === -1 || end === -1) throw new Error(`${PAGE} lost its table markers`);
+  writeFileSync(
+    PAGE,
+    `${page.slice(0, start + TABLE_START.length)}\n\n${markdown(results)}\n${page.slice(end)}`,
+  );
+  return results;
+}
+
+/** The table: a row per scored scenario, a column per revision and leg; gaps numbered with their reasons. */
+export function markdown(results: ConformanceResults): string {
+  const reasons: string[] = [];
+  const note = (reason: string) => {
+    const index = reasons.indexOf(reason);
+    return index === -1 ? reasons.push(reason) : index + 1;
+  };
+  const cell = (revision: Revision, leg: Leg, scenario: string): string => {
+    const run = results.runs[revision]?.[leg];
+    if (!scoredScenarios(revision).includes(scenario)) return '–';
+    if (!run) return 'not run';
+    const checks = Object.entries(run.scenarios[scenario] ?? {});
+    if (checks.length === 0) return 'no checks';
+    const failed = checks.filter(([, status]) => failing(status));
+    if (failed.length === 0) return '✓';
+    const notes = new Set<number>();
+    for (const [checkId] of failed) {
+      const entry = excuse(run, scenario, checkId);
+      if (!entry) return `**✗ unlisted: ${checkId}**`;
+      notes.add(note(entry.reason));
+    }
+    const refs = [...notes].map((n) => `[${n}]`).join('');
+    return failed.length === checks.length
+      ? `✗ ${refs}`
+      : `✗ ${failed.length}/${checks.length} checks ${refs}`;
+  };
+  const scenarios = [...new Set(REVISIONS.flatMap((revision) => scoredScenarios(revision)))];
+  const header = `| scenario | ${REVISIONS.flatMap((r) => LEGS.map((leg) => `${r} ${leg}`)).join(' | ')} |`;
+  const rows = scenarios.map(
+    (scenario) =>
+      `| ${scenario} | ${REVISIONS.flatMap((r) => LEGS.map((leg) => cell(r, leg, scenario))).join(' | ')} |`,
+  );
+  const passed = REVISIONS.flatMap((revision) =>
+    LEGS.map((leg) => {
+      const run = results.runs[revision]?.[leg];
+      if (!run) return `${revision} ${leg}: not run`;
+      const all = Object.values(run.scenarios);
+      const clean = all.filter((checks) => !Object.values(checks).some(failing)).length;
+      return `${revision} ${leg}: ${clean}/${all.length} scenarios pass, exit ${run.exitCode} (${run.date.slice(0, 10)})`;
+    }),
+  );
+  return [
+    `@modelcontextprotocol/conformance ${results.conformance}, the required server scenarios of each revision: ` +
+      '✓ every check passes, ✗ a listed gap (its numbered reason below), – not part of that revision.',
+    '',
+    header,
+    `|---|${REVISIONS.flatMap(() => LEGS.map(() => ':-:')).join('|')}|`,
+    ...rows,
+    '',
+    ...reasons.map((reason, index) => `${index + 1}. ${reason}`),
+    '',
+    ...passed.map((line) => `- ${line}`),
+    '',
+  ].join('\n');
+}
