@@ -91,7 +91,11 @@ export function unlistedRegressions(baseline: LegRun, leg: LegRun): string[] {
 export const unexplained = (entries: { item: string; reason: string }[]): string[] =>
   entries.filter(({ reason }) => reason.trim() === '').map(({ item }) => item);
 
-/** Records runs (keeping the other legs' last ones) in bench/results and the table in docs/mcp-conformance.md. */
+/**
+ * Prints the table of these runs (what CI's output shows) and, under `npm run conformance:mcp`
+ * (MCP_CONFORMANCE_RECORD=1), records them (keeping the other legs' last ones) in bench/results and
+ * the table of docs/mcp-conformance.md: a plain test run leaves the checkout as it was.
+ */
 export function recordRuns(runs: { leg: Leg; revision: Revision; run: LegRun }[]): ConformanceResults {
   const results: ConformanceResults = existsSync(RESULTS_FILE)
     ? (JSON.parse(readFileSync(RESULTS_FILE, 'utf8')) as ConformanceResults)
@@ -99,6 +103,8 @@ export function recordRuns(runs: { leg: Leg; revision: Revision; run: LegRun }[]
   results.conformance = CONFORMANCE_VERSION;
   results.legs = LEG_NAMES;
   for (const { leg, revision, run } of runs) (results.runs[revision] ??= {})[leg] = run;
+  console.log(`\nMCP conformance (${CONFORMANCE_VERSION}):\n${markdown(results)}`);
+  if (process.env.MCP_CONFORMANCE_RECORD !== '1') return results;
   writeFileSync(RESULTS_FILE, `${JSON.stringify(results, null, 2)}\n`);
   const page = readFileSync(PAGE, 'utf8');
   const start = page.indexOf(TABLE_START);
