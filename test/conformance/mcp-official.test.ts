@@ -3,14 +3,15 @@ import { describeOfficialSuite } from './mcp/describe-suite.ts';
 import { unlistedRegressions, type LegRun } from './mcp/results.ts';
 import { yamlList } from './mcp/suite.ts';
 
-// The official MCP conformance suite against the fixture server directly (B, both revisions) and
-// through the gateway (S: POST /mcp/server/cf, M: POST /mcp) at 2025-11-25. The gateway's 2026-07-28
-// legs are in mcp-official-2026.pending.ts until the gateway serves that revision.
+// The official MCP conformance suite against the fixture server directly (B, the baseline) and
+// through the gateway (S: POST /mcp/server/cf, M: POST /mcp), at both revisions. S at 2026-07-28
+// waits for the gateway to speak 2026-07-28 to its own servers (mcp-official-2026.pending.ts).
 describeOfficialSuite('the official MCP conformance suite (@modelcontextprotocol/conformance)', [
   { leg: 'B', revision: '2025-11-25' },
   { leg: 'B', revision: '2026-07-28' },
   { leg: 'S', revision: '2025-11-25' },
   { leg: 'M', revision: '2025-11-25' },
+  { leg: 'M', revision: '2026-07-28' },
 ]);
 
 describe('the conformance harness', () => {
