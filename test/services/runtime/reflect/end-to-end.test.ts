@@ -4,7 +4,7 @@ import { newWallet } from '../../../core/auth/support.ts';
 import { eventually } from '../../../support/eventually.ts';
 import { describeEachDatabase, stickyDatabase, type TestDatabase } from '../../../support/kernel.ts';
 import { newUser, say, session } from '../chat-history-support.ts';
-import { readSse, runtimeClient } from '../chat-support.ts';
+import { readSse, runtimeClient, storeAndUnlock } from '../chat-support.ts';
 import { setOnChain } from '../ledger/support.ts';
 import { internalKeyStack, type Stack } from '../support.ts';
 import { WEDNESDAY_NOON } from './support.ts';
@@ -191,6 +191,35 @@ describe('self-improvement end to end: chat history → a run → learnings', fu
       } finally {
         await runtime.close();
         await sticky.drop();
+      }
+    });
+
+    it("a run with no key of the wallet's own waits (waiting_for_unlock, saying what to do) and runs once the vault is unlocked", async () => {
+      const own = await internalKeyStack(database, {
+        operatorKey: 'sk-internal-operator-key-reflect-wait',
+        chat: {},
+        selfImprovement: { internalKey: false },
+      });
+      try {
+        const alice = await newUser(own.stack);
+        const first = await session(alice.client, alice.agentId);
+        await say(alice.client, alice.agentId, first, 'Never use emojis.');
+        expect((await alice.client.json('POST', '/wallet/self-improvement/trigger')).status).to.equal(202);
+        const waiting = await eventually('the run to wait for a key', async () => {
+          const run = (await alice.client.json('GET', '/wallet/self-improvement/status')).body.currentRun;
+          return run?.status === 'waiting_for_unlock' && run;
+        });
+        expect(waiting.error.message).to.include('PUT /wallet/provider-vault/keys/PROVIDER_API_KEY');
+        expect(waiting.cost).to.equal(null);
+        await storeAndUnlock(alice.client, alice.wallet, 'PROVIDER_API_KEY', 'sk-the-wallets-own-key');
+        const done = await eventually('the run to end', async () => {
+          const last = (await alice.client.json('GET', '/wallet/self-improvement/status')).body.lastRun;
+          return last?.id === waiting.id && last;
+        });
+        expect(done.status, JSON.stringify(done)).to.equal('succeeded');
+        expect(done.outcome).to.include({ sessions: 1, learnings: 1 });
+      } finally {
+        await own.close();
       }
     });
   });
