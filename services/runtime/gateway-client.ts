@@ -1,6 +1,10 @@
 import { createHash } from 'node:crypto';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { FetchLike } from '@modelcontextprotocol/sdk/shared/transport.js';
+import {
+  Client,
+  StreamableHTTPClientTransport,
+  type DiscoverResult,
+  type FetchLike,
+} from '@modelcontextprotocol/client';
 import { signRequest } from '@slicekit/erc8128';
 import type { Address, Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -62,6 +66,12 @@ export function operatorFetch(options: OperatorFetchOptions): FetchLike {
     });
   };
 }
+
+/**
+ * The MCP revision the runtime speaks to the gateway: pinned, with no fallback to `initialize` (the
+ * gateway serves it beside 2025-11-25; docs/mcp-revisions.md).
+ */
+export const GATEWAY_MCP_REVISION = '2026-07-28';
 
 /** The gateway's X-MCP-Session header: whose enabled set a request reads and changes. */
 export const MCP_SESSION_HEADER = 'x-mcp-session';
@@ -144,10 +154,15 @@ export interface GatewayClientOptions {
 /**
  * The runtime as a client of the tool gateway, both ways the runtime spec names: the operator path
  * (ERC-8128 signed by the operator wallet) and the delegated path (a wallet's ES256 JWT). Each gives
- * a transport for the official MCP SDK client.
+ * a transport for the official MCP SDK client (v2, `@modelcontextprotocol/client`).
  */
 export class GatewayClient {
   private readonly operator: OperatorSigner | undefined;
+  /**
+   * The gateway's `server/discover` answers by endpoint, kept for their `ttlMs` when public (the same
+   * for every wallet): a tool loop connects with one as `prior`, without a round trip.
+   */
+  private readonly discovered = new Map<string, { result: DiscoverResult; until: number }>();
 
   constructor(private readonly options: GatewayClientOptions) {
     this.operator = options.operatorKey === undefined ? undefined : privateKeyToAccount(options.operatorKey);
@@ -221,6 +236,34 @@ export class GatewayClient {
     return path === 'operator'
       ? this.operatorTransport('/mcp', scope)
       : this.delegatedTransport(scope.wallet, '/mcp', scope.session);
+  }
+
+  /**
+   * An MCP client of the gateway's `/mcp` for the tool loop, at GATEWAY_MCP_REVISION: every request
+   * carries the revision and the client's capabilities (none: a server that needs sampling or
+   * elicitation is a tool error) in its `_meta`, and there is no `initialize`. The first connection
+   * asks `server/discover`; later ones adopt its answer while its cache hint lasts.
+   */
+  async toolClient(
+    path: 'delegated' | 'operator',
+    scope: GatewayScope,
+    signal: AbortSignal,
+  ): Promise<Client> {
+    const transport = this.scopedTransport(path, scope);
+    const key = this.endpoint('/mcp').href;
+    const now = this.options.clock.now().getTime();
+    const known = this.discovered.get(key);
+    const prior = known !== undefined && known.until > now ? known.result : undefined;
+    const client = new Client(
+      { name: 'sigil-runtime', version: '1.0.0' },
+      { versionNegotiation: { mode: { pin: GATEWAY_MCP_REVISION } } },
+    );
+    await client.connect(transport, { signal, ...(prior && { prior: { kind: 'modern', discover: prior } }) });
+    const result = prior === undefined ? client.getDiscoverResult() : undefined;
+    const ttlMs = result?.ttlMs;
+    if (result !== undefined && result.cacheScope === 'public' && typeof ttlMs === 'number' && ttlMs > 0)
+      this.discovered.set(key, { result, until: now + ttlMs });
+    return client;
   }
 
   private endpoint(path: string): URL {

@@ -1,5 +1,4 @@
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { ProtocolError, type CallToolResult, type Client } from '@modelcontextprotocol/client';
 import { x402Client } from '@x402/core/client';
 import type { PaymentRequired } from '@x402/core/types';
 import { ExactEvmScheme } from '@x402/evm/exact/client';
@@ -39,7 +38,10 @@ export interface ToolOutcome {
   paid?: { amount: string; asset: string; network: string; transaction?: string };
 }
 
-/** `<server>__<tool>` tools of the gateway for one chat request, over the official MCP SDK client. */
+/**
+ * `<server>__<tool>` tools of the gateway for one chat session or canvas run, over the official MCP SDK
+ * client (v2) at MCP 2026-07-28 (GatewayClient.toolClient).
+ */
 export class GatewayToolSession {
   private tools: LlmToolDefinition[] = [];
 
@@ -62,10 +64,7 @@ export class GatewayToolSession {
     payments: ToolPayments | undefined;
     signal: AbortSignal;
   }): Promise<GatewayToolSession> {
-    const client = new Client({ name: 'sigil-runtime', version: '1.0.0' });
-    await client.connect(options.gateway.scopedTransport(options.path, options.scope), {
-      signal: options.signal,
-    });
+    const client = await options.gateway.toolClient(options.path, options.scope, options.signal);
     const payer =
       options.payments === undefined
         ? undefined
@@ -80,11 +79,10 @@ export class GatewayToolSession {
     const session = new GatewayToolSession(client, payer);
     try {
       for (const serverId of options.servers) {
-        const result = (await client.callTool(
+        const result = await client.callTool(
           { name: 'gateway_enable_server', arguments: { serverId } },
-          undefined,
           { signal: options.signal },
-        )) as CallToolResult;
+        );
         if (result.isError) {
           throw new SigilError('unavailable', `the gateway did not enable ${serverId}: ${textOf(result)}`, {
             details: { reason: SERVER_NOT_ENABLED, serverId },
@@ -104,8 +102,9 @@ export class GatewayToolSession {
     return this.tools;
   }
 
+  /** Lists the tools again (never from the client's cache: enabling a server changes the list). */
   async refresh(signal: AbortSignal): Promise<void> {
-    const listed = await this.client.listTools(undefined, { signal });
+    const listed = await this.client.listTools(undefined, { signal, cacheMode: 'refresh' });
     this.tools = listed.tools
       .filter((tool) => TOOL_NAME.test(tool.name))
       .map((tool) => ({
@@ -119,11 +118,9 @@ export class GatewayToolSession {
   async call(name: string, input: Record<string, unknown>, signal: AbortSignal): Promise<ToolOutcome> {
     let outcome: ToolOutcome;
     try {
-      outcome = outcomeOf(
-        (await this.client.callTool({ name, arguments: input }, undefined, { signal })) as CallToolResult,
-      );
+      outcome = outcomeOf(await this.client.callTool({ name, arguments: input }, { signal }));
     } catch (err) {
-      if (!(err instanceof McpError) || err.code !== PAYMENT_REQUIRED_CODE) throw err;
+      if (!(err instanceof ProtocolError) || err.code !== PAYMENT_REQUIRED_CODE) throw err;
       if (this.payer === undefined) {
         return {
           content: `${name} is a paid tool and this runtime has no operator wallet to pay it (runtime.operatorKey)`,
@@ -133,11 +130,11 @@ export class GatewayToolSession {
       }
       const required = err.data as PaymentRequired;
       const payment = await this.payer.createPaymentPayload(required);
-      const result = (await this.client.callTool(
+      // Beside the client's own `_meta` envelope (the revision, its capabilities).
+      const result = await this.client.callTool(
         { name, arguments: input, _meta: { [PAYMENT_META_KEY]: payment } },
-        undefined,
         { signal },
-      )) as CallToolResult;
+      );
       outcome = outcomeOf(result);
       const accepted = payment.accepted as { amount?: string; asset?: string; network?: string };
       const settled = result._meta?.[PAYMENT_RESPONSE_META_KEY] as { transaction?: string } | undefined;
@@ -168,9 +165,13 @@ function textOf(result: CallToolResult): string {
   return parts.join('\n');
 }
 
+/** A JSON object (the gateway's tools return only these as `structuredContent`). */
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
 const outcomeOf = (result: CallToolResult): ToolOutcome => ({
   content: textOf(result),
-  ...(result.structuredContent === undefined ? {} : { structuredContent: result.structuredContent }),
+  ...(isRecord(result.structuredContent) ? { structuredContent: result.structuredContent } : {}),
   isError: result.isError === true,
   billed: result.isError !== true && result._meta?.[PROOF_META_KEY] !== undefined,
 });

@@ -5,9 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { privateKeyToAccount } from 'viem/accounts';
-import { operatorFetch } from '../../../services/runtime/gateway-client.ts';
+import { GATEWAY_MCP_REVISION, operatorFetch } from '../../../services/runtime/gateway-client.ts';
 import type { Serving } from '../../../services/serve.ts';
 import { systemClock } from '../../../core/clock.ts';
+import { PROOF_META_KEY } from '../../../services/gateway/proofs.ts';
+import { eventually, recordsOf, settlementRows } from '../gateway/payments/support.ts';
 import { ProbeWorld, walletToken } from '../gateway/support.ts';
 import { startDevChain, type DevChain } from '../../support/chain.ts';
 import { freePort } from '../../support/cli.ts';
@@ -21,9 +23,37 @@ interface Seen {
   method: string;
   session: string;
   onBehalfOf: string;
+  /** The MCP-Protocol-Version header ('' when absent). */
+  versionHeader: string;
+  /** The message's `params` (its `_meta` envelope among them). */
+  params: Record<string, unknown>;
+  /** The gateway's JSON-RPC answer (from JSON or the SSE stream), once it came. */
+  answer?: { result?: Record<string, unknown>; error?: { code: number } };
 }
 
-/** A real HTTP hop between the runtime and the gateway that notes each JSON-RPC method and its scope. */
+/** The JSON-RPC response among the messages of an answer (a JSON body, or an SSE stream's events). */
+function responseOf(body: string): Seen['answer'] {
+  const messages = body.trimStart().startsWith('{')
+    ? [body]
+    : body
+        .split('\n')
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5));
+  for (const message of messages) {
+    try {
+      const parsed = JSON.parse(message) as Seen['answer'] & { id?: unknown };
+      if (parsed.id !== undefined) return parsed;
+    } catch {
+      // Not JSON: not a response.
+    }
+  }
+  return undefined;
+}
+
+/**
+ * A real HTTP hop between the runtime and the gateway that notes each JSON-RPC request, its scope,
+ * revision and answer.
+ */
 async function recordingProxy(target: () => string): Promise<{ url: string; seen: Seen[]; server: Server }> {
   const seen: Seen[] = [];
   const server = createServer((req, res) => {
@@ -31,12 +61,17 @@ async function recordingProxy(target: () => string): Promise<{ url: string; seen
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
       const body = Buffer.concat(chunks);
+      let entry: Seen | undefined;
       try {
-        seen.push({
-          method: (JSON.parse(body.toString()) as { method: string }).method,
+        const message = JSON.parse(body.toString()) as { method: string; params?: Record<string, unknown> };
+        entry = {
+          method: message.method,
           session: String(req.headers['x-mcp-session'] ?? ''),
           onBehalfOf: String(req.headers['x-sigil-on-behalf-of'] ?? ''),
-        });
+          versionHeader: String(req.headers['mcp-protocol-version'] ?? ''),
+          params: message.params ?? {},
+        };
+        seen.push(entry);
       } catch {
         // Not JSON-RPC: forwarded as it is.
       }
@@ -50,8 +85,10 @@ async function recordingProxy(target: () => string): Promise<{ url: string; seen
         ...(body.length ? { body } : {}),
       }).then(
         async (answer) => {
+          const answered = Buffer.from(await answer.arrayBuffer());
+          if (entry !== undefined && answered.length > 0) entry.answer = responseOf(answered.toString());
           res.writeHead(answer.status, Object.fromEntries(answer.headers));
-          res.end(Buffer.from(await answer.arrayBuffer()));
+          res.end(answered);
         },
         () => {
           res.writeHead(502).end();
@@ -105,6 +142,8 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
         vaultDir: join(dir, 'vault'),
         ports,
         gatewayPath,
+        // server/discover may be reused for an hour: the runtime asks it once in this block.
+        gateway: { mcp: { listTtlSeconds: 3600 } },
         upConfig: (config) => ({
           ...config,
           runtime: { ...config.runtime, chat: { ...config.runtime.chat, gatewayUrl: proxy.url } },
@@ -178,6 +217,61 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
       expect(await enabledIn(alice, aliceSecond)).to.deep.equal(['probe']);
       expect(await enabledIn(bob, bobs)).to.deep.equal(['probe']);
     });
+    it('speaks MCP 2026-07-28 to the gateway: the revision in every request, no initialize, one server/discover; a paid tool settles once, with a proof', async function () {
+      this.timeout(240_000);
+      const alice = await chatUser(serving.urls.runtime as string, chain, 2n * USD);
+      const fresh = sticky.database.fresh();
+      const records = await recordsOf(fresh.url, fresh.schema);
+      try {
+        const before = await settlementRows(records);
+        const session = (
+          await alice.client.json('POST', `/agents/${alice.agentId}/sessions`, { servers: ['probe'] })
+        ).body.id as string;
+        const from = proxy.seen.length;
+        const [result] = await chat(alice, session, 'use tool probe__echo with {"message":"paid at 2026"}');
+        expect(result).to.include({ isError: false, billed: true, content: 'paid at 2026' });
+        const paid = result!.paid as { transaction: string };
+        expect(paid.transaction).to.match(/^0x[0-9a-f]{64}$/);
+
+        // Every request since this block's first chat: the revision in _meta and in the header.
+        const methods = proxy.seen.map((s) => s.method);
+        expect(methods).to.not.include('initialize');
+        expect(methods).to.not.include('notifications/initialized');
+        expect(methods.filter((m) => m === 'server/discover')).to.have.length(1);
+        for (const request of proxy.seen) {
+          const meta = request.params._meta as Record<string, unknown>;
+          expect(meta['io.modelcontextprotocol/protocolVersion'], request.method).to.equal(
+            GATEWAY_MCP_REVISION,
+          );
+          expect(meta['io.modelcontextprotocol/clientCapabilities'], request.method).to.deep.equal({});
+          expect(request.versionHeader, request.method).to.equal(GATEWAY_MCP_REVISION);
+        }
+
+        // The call: refused with 402, then paid beside the envelope, answered with the receipt and a proof.
+        const calls = proxy.seen.slice(from).filter((s) => s.params.name === 'probe__echo');
+        expect(calls.map((call) => call.answer?.error?.code ?? 'result')).to.deep.equal([402, 'result']);
+        const [unpaid, paying] = calls as [Seen, Seen];
+        expect(unpaid.params._meta).to.not.have.property('x402/payment');
+        expect(paying.params._meta).to.have.property('x402/payment');
+        const answered = paying.answer!.result!;
+        expect(answered.resultType).to.equal('complete');
+        const meta = answered._meta as Record<string, unknown>;
+        expect(meta[PROOF_META_KEY]).to.include.keys('requestHash', 'responseHash');
+        expect(meta['x402/payment-response']).to.include({ success: true, transaction: paid.transaction });
+        // Settled once: one new record, with that transaction.
+        const known = new Set(before.map((row) => row.id));
+        // The answer leaves while its settled mark is written: a moment later the mark is in.
+        const added = await eventually('the settlement of the call', async () => {
+          const rows = (await settlementRows(records)).filter((row) => !known.has(row.id));
+          return rows.every((row) => row.state !== 'settling') && rows;
+        });
+        expect(added.map((row) => [row.state, row.transaction])).to.deep.equal([
+          ['settled', paid.transaction],
+        ]);
+      } finally {
+        await records.destroy();
+      }
+    });
     it('one MCP client serves every message of a chat session: it connects, enables and lists once', async function () {
       this.timeout(240_000);
       const alice = await chatUser(serving.urls.runtime as string, chain, 2n * USD);
@@ -196,7 +290,8 @@ for (const gatewayPath of ['delegated', 'operator'] as const)
       for (const scope of scopes) {
         const of = seen.filter((s) => s.session === scope);
         const count = (method: string) => of.filter((s) => s.method === method).length;
-        expect(count('initialize'), `initialize in ${scope}`).to.equal(1);
+        // MCP 2026-07-28: no handshake, and the gateway's server/discover answer is reused.
+        expect(count('initialize'), `initialize in ${scope}`).to.equal(0);
         expect(count('tools/list'), `tools/list in ${scope}`).to.equal(1);
         // One gateway_enable_server, then one gateway_list_enabled per message.
         expect(count('tools/call'), `tools/call in ${scope}`).to.equal(4);

@@ -1,13 +1,13 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { expect } from 'chai';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import type { SseStream } from '../../../core/http/sse.ts';
 import { ChatService } from '../../../services/runtime/chat/chat.ts';
-import type { GatewayClient } from '../../../services/runtime/gateway-client.ts';
+import { GATEWAY_MCP_REVISION, type GatewayClient } from '../../../services/runtime/gateway-client.ts';
 import { newWallet } from '../../core/auth/support.ts';
 import { refuseCharges, setOnChain } from './ledger/support.ts';
 import { describeEachDatabase } from '../../support/kernel.ts';
@@ -59,20 +59,34 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
       rmSync(dir, { recursive: true, force: true });
     });
 
-    /** A gateway with one server, `slow`, whose `wait` tool runs `during` (the clock passes there). */
+    /**
+     * A gateway with one server, `slow`, whose `wait` tool runs `during` (the clock passes there):
+     * an SDK v2 server reached over HTTP's Request and Response in process, at the runtime's revision.
+     */
     function slowGateway(during: () => Promise<void>): GatewayClient {
-      const server = new McpServer({ name: 'gateway', version: '1.0.0' });
-      server.registerTool('gateway_enable_server', { description: 'enable' }, () => ({
-        content: [{ type: 'text', text: 'enabled' }],
-      }));
-      server.registerTool('slow__wait', { description: 'takes longer than the hold TTL' }, async () => {
-        await during();
-        return { content: [{ type: 'text', text: 'waited' }] };
+      const handler = createMcpHandler(() => {
+        const server = new McpServer({ name: 'gateway', version: '1.0.0' });
+        server.registerTool('gateway_enable_server', { description: 'enable' }, () => ({
+          content: [{ type: 'text', text: 'enabled' }],
+        }));
+        server.registerTool('slow__wait', { description: 'takes longer than the hold TTL' }, async () => {
+          await during();
+          return { content: [{ type: 'text', text: 'waited' }] };
+        });
+        return server;
       });
       return {
-        scopedTransport: () => {
-          const [client, served] = InMemoryTransport.createLinkedPair();
-          void server.connect(served);
+        toolClient: async (_path: unknown, _scope: unknown, signal: AbortSignal) => {
+          const client = new Client(
+            { name: 'sigil-runtime', version: '1.0.0' },
+            { versionNegotiation: { mode: { pin: GATEWAY_MCP_REVISION } } },
+          );
+          await client.connect(
+            new StreamableHTTPClientTransport(new URL('http://gateway.invalid/mcp'), {
+              fetch: (url, init) => handler.fetch(new Request(url, init)),
+            }),
+            { signal },
+          );
           return client;
         },
       } as unknown as GatewayClient;

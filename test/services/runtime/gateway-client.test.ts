@@ -1,5 +1,9 @@
 import { expect } from 'chai';
+import { GatewayToolSession } from '../../../services/runtime/chat/tools.ts';
 import { gatewayScopeOf } from '../../../services/runtime/gateway-client.ts';
+import { newWallet } from '../../core/auth/support.ts';
+import { describeEachDatabase } from '../../support/kernel.ts';
+import { Stack } from './support.ts';
 
 describe('runtime gateway client: the gateway scope of a chat session or a canvas run', () => {
   const owner = {
@@ -31,3 +35,55 @@ describe('runtime gateway client: the gateway scope of a chat session or a canva
     for (const session of sessions) expect(session).to.not.include(owner.id);
   });
 });
+
+/**
+ * The tool loop's client speaks MCP 2026-07-28 without a handshake: the gateway's public
+ * `server/discover` answer is asked once and adopted by later connections while its `ttlMs` lasts.
+ */
+describeEachDatabase(
+  'runtime gateway client: server/discover reused while its cache hint lasts',
+  (database) => {
+    const wallet = newWallet().address;
+    const signal = new AbortController().signal;
+    /** Opens a tool session (no servers: it only lists), closes it, and counts its POSTs to /mcp. */
+    const postsToOpen = async (stack: Stack, session: string): Promise<number> => {
+      const before = stack.gatewayRequests().filter((r) => r === 'POST /mcp').length;
+      const tools = await GatewayToolSession.open({
+        gateway: stack.runtime.gateway,
+        path: 'delegated',
+        scope: { wallet, session },
+        servers: [],
+        payments: undefined,
+        signal,
+      });
+      expect(tools.definitions().map((tool) => tool.name)).to.include('gateway_search_servers');
+      await tools.close();
+      return stack.gatewayRequests().filter((r) => r === 'POST /mcp').length - before;
+    };
+
+    it('discover and list on the first connection, only list on the next; discover again once ttlMs passed', async () => {
+      const stack = await Stack.start({ database, config: { gateway: { mcp: { listTtlSeconds: 60 } } } });
+      try {
+        expect(await postsToOpen(stack, 'first')).to.equal(2);
+        expect(await postsToOpen(stack, 'second')).to.equal(1);
+        stack.clock.advance(59_000);
+        expect(await postsToOpen(stack, 'third')).to.equal(1);
+        stack.clock.advance(1_000);
+        expect(await postsToOpen(stack, 'fourth')).to.equal(2);
+        expect(await postsToOpen(stack, 'fifth')).to.equal(1);
+      } finally {
+        await stack.close();
+      }
+    });
+
+    it('keeps no answer whose ttlMs is 0', async () => {
+      const stack = await Stack.start({ database, config: { gateway: { mcp: { listTtlSeconds: 0 } } } });
+      try {
+        expect(await postsToOpen(stack, 'first')).to.equal(2);
+        expect(await postsToOpen(stack, 'second')).to.equal(2);
+      } finally {
+        await stack.close();
+      }
+    });
+  },
+);

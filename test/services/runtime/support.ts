@@ -153,6 +153,11 @@ export class Stack {
     return this.ports.runtime.requests;
   }
 
+  /** Requests the gateway's port has served, e.g. `POST /mcp`. */
+  gatewayRequests(): string[] {
+    return this.ports.gateway.requests;
+  }
+
   async close(): Promise<void> {
     for (const close of this.closers) await close();
     await Promise.all([this.ports.runtime.close(), this.ports.gateway.close()]);

@@ -1,6 +1,6 @@
 import { ProtocolError, type Client as ClientV2 } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { parsePaymentRequired } from '@x402/core/schemas';
 import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
@@ -16,6 +16,7 @@ import { mcpClient, mcpClientV2, textOf, walletToken, type ProbeWorld } from '..
 import {
   payingClient,
   paidGateway,
+  refusal,
   settlementRows,
   sharedProbeWorld,
   stopSharedProbeWorld,
@@ -53,20 +54,6 @@ describe('payments: MCP tools/call paid with x402 on anvil', function () {
     await chain?.stop();
   });
 
-  /**
-   * The JSON-RPC error a call is refused with: the SDK 1.x throws it as McpError, the SDK v2 as
-   * ProtocolError (`as`).
-   */
-  async function refusal(call: Promise<unknown>): Promise<McpError>;
-  async function refusal<E>(call: Promise<unknown>, as: new (...args: never[]) => E): Promise<E>;
-  async function refusal(call: Promise<unknown>, as: new (...args: never[]) => unknown = McpError) {
-    const err = await call.then(
-      () => undefined,
-      (error: unknown) => error,
-    );
-    expect(err, 'the call was refused').to.be.instanceOf(as);
-    return err;
-  }
   const payFor = (required: PaymentRequired): Promise<PaymentPayload> =>
     payingClient(chain, gateway.payer).createPaymentPayload(required);
 

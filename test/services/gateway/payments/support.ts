@@ -4,6 +4,7 @@ import { x402Client } from '@x402/core/client';
 import { decodePaymentRequiredHeader, encodePaymentSignatureHeader } from '@x402/core/http';
 import type { PaymentPayload, PaymentRequired, PaymentRequirements } from '@x402/core/types';
 import { ExactEvmScheme as ExactEvmClient } from '@x402/evm/exact/client';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import { createPublicClient, http, parseAbi, type Address, type Hex, type LocalAccount } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
@@ -117,6 +118,21 @@ export async function cancelAuthorization(
   });
   const receipt = await publicClient.waitForTransactionReceipt({ hash });
   if (receipt.status !== 'success') throw new Error(`cancelling ${nonce} reverted`);
+}
+
+/**
+ * The JSON-RPC error a call is refused with: the SDK 1.x throws it as McpError, the SDK v2 as
+ * ProtocolError (`as`).
+ */
+export async function refusal(call: Promise<unknown>): Promise<McpError>;
+export async function refusal<E>(call: Promise<unknown>, as: new (...args: never[]) => E): Promise<E>;
+export async function refusal(call: Promise<unknown>, as: new (...args: never[]) => unknown = McpError) {
+  const err = await call.then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+  expect(err, 'the call was refused').to.be.instanceOf(as);
+  return err;
 }
 
 /** The key of anvil dev account `index` (3…9 are unused by the dev chain): a facilitator of its own. */
