@@ -8,6 +8,7 @@ import { edgeRequirements } from './deployment/edge.ts';
 import { gatewayAuthRequirements } from './deployment/gateway-auth.ts';
 import { healthRequirements } from './deployment/health.ts';
 import { ledgerRequirements } from './deployment/ledger.ts';
+import { mcp2026Requirements } from './deployment/mcp-2026.ts';
 import { mcpProtocolRequirements } from './deployment/mcp-protocol.ts';
 import { paymentRequirements } from './deployment/payments/index.ts';
 import { proofRequirements } from './deployment/proofs.ts';
@@ -35,6 +36,7 @@ export const REQUIREMENTS: readonly Requirement[] = [
   ...gatewayAuthRequirements,
   foreignTokenRequirement(GATEWAY_AUTH, RUNTIME_AUTH),
   ...mcpProtocolRequirements,
+  ...mcp2026Requirements,
   ...edgeRequirements,
   ...serversApiRequirements,
   ...discoveryRequirements,

@@ -1,4 +1,5 @@
 import type { HttpClient, ServiceName } from '../http.ts';
+import { modernAbsence } from './mcp.ts';
 
 /**
  * Features a requirement may need beyond what the specs mandate. The runner learns whether the
@@ -58,6 +59,8 @@ export const FEATURES = {
     '/api/auth/session',
     'the gateway exposes no session introspection, so which credential it accepted cannot be observed',
   ),
+  /** MCP 2026-07-28 beside 2025-11-25: the gateway spec names no revision, so serving it is a feature. */
+  'mcp-2026': { probe: modernAbsence },
 } satisfies Record<string, Feature>;
 
 export type FeatureName = keyof typeof FEATURES;

@@ -4,12 +4,16 @@ import type { Requirement } from './context.ts';
 import { expectStatus } from './expect.ts';
 import {
   expectJsonRpcError,
+  expectMethodNotAllowed,
   expectResult,
+  freshSessionId,
   initializeRequest,
   KNOWN_PROTOCOL_VERSIONS,
   McpConnection,
   postMcp,
   REQUESTED_PROTOCOL_VERSION,
+  toolNames,
+  toolNamesSchema,
 } from './mcp.ts';
 
 /**
@@ -40,17 +44,12 @@ export const mcpProtocolRequirements: readonly Requirement[] = [
       const initialize = await postMcp(context, MCP, initializeRequest(1));
       expectResult(initialize, `initialize at POST ${MCP}`);
       for (const method of ['GET', 'DELETE'] as const) {
-        const response = await context.http.request({
-          service: 'gateway',
+        await expectMethodNotAllowed(
+          context,
           method,
-          path: MCP,
-          headers: { accept: 'text/event-stream' },
-        });
-        expectStatus(response, 405, `${method} ${MCP}`);
-        const allow = (response.headers.get('allow') ?? '').split(',').map((m) => m.trim().toUpperCase());
-        ensure(
-          allow.includes('POST'),
-          `${method} ${MCP} answered 405 with Allow: ${JSON.stringify(response.headers.get('allow'))}, which does not name POST`,
+          MCP,
+          { accept: 'text/event-stream' },
+          `${method} ${MCP}`,
         );
       }
       return pass();
@@ -87,6 +86,43 @@ export const mcpProtocolRequirements: readonly Requirement[] = [
         (KNOWN_PROTOCOL_VERSIONS as readonly string[]).includes(counter.protocolVersion),
         `initialize with the unknown version ${unknown} answered protocolVersion ${counter.protocolVersion}, expected a version the gateway supports`,
       );
+      return pass();
+    },
+  },
+  {
+    id: 'GW-4.mcp-2025-stateless',
+    level: 'MUST',
+    title:
+      'At 2025-11-25 a request needs no handshake and no protocol session: tools/list answers without initialize, and with an Mcp-Session-Id never issued',
+    spec: `gateway spec part 1: "a stateless MCP endpoint"; part 2, Session: "state tied to wallet auth, not to MCP protocol sessions"; part 4: "405 (stateless)"; MCP 2025-11-25, Streamable HTTP, session management (a session is the server's choice; a server that has none holds no request to one)`,
+    service: 'gateway',
+    check: async (context) => {
+      // The positive control: the same request after the handshake, as a stateful client sends it.
+      const connection = await McpConnection.open(context, MCP);
+      const handshaken = toolNames(await connection.listTools());
+      const version = String(connection.initialized?.protocolVersion);
+      const cases: [string, Record<string, string>][] = [
+        [`tools/list with MCP-Protocol-Version ${version} and no initialize before it`, {}],
+        [
+          'tools/list with an Mcp-Session-Id the gateway never issued',
+          { 'mcp-session-id': freshSessionId() },
+        ],
+      ];
+      for (const [what, headers] of cases) {
+        const reply = await postMcp(
+          context,
+          MCP,
+          { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} },
+          { 'mcp-protocol-version': version, ...headers },
+        );
+        const listed = toolNames(
+          expectShape(toolNamesSchema, expectResult(reply, what), `${what}: the result`).tools,
+        );
+        ensure(
+          listed === handshaken,
+          `${what} lists [${listed}], but the same request after initialize lists [${handshaken}]`,
+        );
+      }
       return pass();
     },
   },

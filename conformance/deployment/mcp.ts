@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { ensure, excerpt, expectShape, failWith, notApplicableBecause } from '@sigil/plugin-api/kit';
-import type { HttpResponse } from '../http.ts';
+import type { HttpClient, HttpResponse } from '../http.ts';
 import { MCP_PAYMENT_META_KEY } from '../x402.ts';
 import type { DeploymentContext } from './context.ts';
+import { expectStatus } from './expect.ts';
 import { requiredOfMcp, type Payment } from './payer.ts';
 
 /**
@@ -15,6 +16,22 @@ import { requiredOfMcp, type Payment } from './payer.ts';
 /** Protocol revisions this runner speaks; it asks for the first and accepts any of them back. */
 export const KNOWN_PROTOCOL_VERSIONS = ['2025-06-18', '2025-11-25', '2025-03-26', '2024-11-05'] as const;
 export const REQUESTED_PROTOCOL_VERSION = KNOWN_PROTOCOL_VERSIONS[0];
+
+/**
+ * MCP 2026-07-28 has no handshake: every request names its revision and its client's capabilities in
+ * `params._meta`, mirrors its version, method and tool name into headers, and is answered alone.
+ */
+export const MODERN_PROTOCOL_VERSION = '2026-07-28';
+
+/** The reserved `_meta` keys of a 2026-07-28 request and result (MCP 2026-07-28, basic, `_meta`). */
+export const MODERN_META = {
+  protocolVersion: 'io.modelcontextprotocol/protocolVersion',
+  clientCapabilities: 'io.modelcontextprotocol/clientCapabilities',
+  clientInfo: 'io.modelcontextprotocol/clientInfo',
+  serverInfo: 'io.modelcontextprotocol/serverInfo',
+} as const;
+
+const CLIENT_INFO = { name: 'sigil-conformance', version: '1.0.0' };
 
 /** Streamable HTTP: a client accepts both a JSON answer and an event stream. */
 const ACCEPT = 'application/json, text/event-stream';
@@ -28,7 +45,7 @@ export const jsonRpcErrorSchema = z.object({
 });
 export type JsonRpcErrorReply = z.infer<typeof jsonRpcErrorSchema>;
 
-const jsonRpcResultSchema = z.object({
+export const jsonRpcResultSchema = z.object({
   jsonrpc: z.literal('2.0'),
   id: requestId,
   result: z.record(z.string(), z.unknown()),
@@ -54,6 +71,16 @@ const toolSchema = z.object({
   inputSchema: z.record(z.string(), z.unknown()),
 });
 
+/** A tools/list result, read only for its tool names (a gateway's tools may carry anything else). */
+export const toolNamesSchema = z.object({ tools: z.array(z.object({ name: z.string().min(1) }).loose()) });
+
+/** Tool names sorted and joined, to compare two lists in a reason. */
+export const toolNames = (tools: readonly { name: string }[]): string =>
+  tools
+    .map((tool) => tool.name)
+    .sort()
+    .join(', ');
+
 export const callToolResultSchema = z.object({
   content: z.array(z.object({ type: z.string() }).loose()),
   isError: z.boolean().optional(),
@@ -62,7 +89,7 @@ export type CallToolResult = z.infer<typeof callToolResultSchema>;
 
 /** Posts one JSON-RPC message (an object, or raw text to send malformed JSON) to an MCP path. */
 export async function postMcp(
-  context: DeploymentContext,
+  context: { http: HttpClient },
   path: string,
   message: Record<string, unknown> | string,
   headers: Record<string, string> = {},
@@ -169,7 +196,11 @@ export function notApplicableIfPaymentRequired(
   );
 }
 
-/** One MCP client connection to a path: the handshake done, its headers carried on every request. */
+/**
+ * One MCP client connection to a path. At 2025-11-25 (`open`) the handshake is done and its headers
+ * are carried on every request; at 2026-07-28 (`modern`) there is none, and every request carries
+ * the `_meta` envelope and the standard headers instead.
+ */
 export class McpConnection {
   private nextId = 1;
 
@@ -177,9 +208,23 @@ export class McpConnection {
     readonly context: DeploymentContext,
     readonly path: string,
     private readonly headers: Record<string, string>,
-    /** What the gateway answered to initialize. */
-    readonly initialized: Record<string, unknown>,
+    /** What the gateway answered to initialize; undefined at 2026-07-28, which has no handshake. */
+    readonly initialized: Record<string, unknown> | undefined,
   ) {}
+
+  /** True when every request is sent at 2026-07-28 (no handshake, the envelope in each request). */
+  get modern(): boolean {
+    return this.initialized === undefined;
+  }
+
+  /** A 2026-07-28 client of a path: no request is sent until one is asked for. */
+  static modern(
+    context: DeploymentContext,
+    path: string,
+    headers: Record<string, string> = {},
+  ): McpConnection {
+    return new McpConnection(context, path, headers, undefined);
+  }
 
   /**
    * initialize, then notifications/initialized, as a client does; the negotiated protocol version
@@ -219,6 +264,16 @@ export class McpConnection {
   /** Sends a request and returns the reply as it came. */
   send(method: string, params?: Record<string, unknown>, timeoutMs?: number): Promise<McpReply> {
     const id = this.nextId++;
+    if (this.modern) {
+      const modern = modernRequest(id, method, params);
+      return postMcp(
+        this.context,
+        this.path,
+        modern.message,
+        { ...this.headers, ...modern.headers },
+        timeoutMs,
+      );
+    }
     return postMcp(
       this.context,
       this.path,
@@ -228,13 +283,26 @@ export class McpConnection {
     );
   }
 
+  /** The result of a reply that must succeed; at 2026-07-28 it must say it is complete. */
+  result(reply: McpReply, what: string): Record<string, unknown> {
+    return this.modern ? expectCompleteResult(reply, what) : expectResult(reply, what);
+  }
+
   /** Sends a request that must succeed; returns its result. */
   async request(
     method: string,
     params?: Record<string, unknown>,
     timeoutMs?: number,
   ): Promise<Record<string, unknown>> {
-    return expectResult(await this.send(method, params, timeoutMs), `${method} at POST ${this.path}`);
+    return this.result(
+      await this.send(method, params, timeoutMs),
+      `${this.what(method)} at POST ${this.path}`,
+    );
+  }
+
+  /** A method as reasons name it: with the revision when it is 2026-07-28. */
+  what(method: string): string {
+    return this.modern ? `${method} (MCP ${MODERN_PROTOCOL_VERSION})` : method;
   }
 
   async listTools(): Promise<McpTool[]> {
@@ -277,13 +345,36 @@ export class McpConnection {
   ): Promise<CallToolResult> {
     const reply = await this.callToolReply(name, args, timeoutMs);
     notApplicableIfPaymentRequired(reply, this.context);
-    const result = expectResult(reply, `tools/call ${name} at POST ${this.path}`);
+    const result = this.result(reply, `${this.what('tools/call')} ${name} at POST ${this.path}`);
     return expectShape(
       callToolResultSchema,
       result,
       `tools/call ${name}: the result is not a CallToolResult`,
     );
   }
+}
+
+/**
+ * GET or DELETE on an MCP endpoint: 405 with an Allow that names POST (RFC 9110 section 15.5.6).
+ * `what` names the request in reasons.
+ */
+export async function expectMethodNotAllowed(
+  context: DeploymentContext,
+  method: 'GET' | 'DELETE',
+  path: string,
+  headers: Record<string, string>,
+  what: string,
+): Promise<void> {
+  const response = await context.http.request({ service: 'gateway', method, path, headers });
+  expectStatus(response, 405, what);
+  const allow = response.headers.get('allow');
+  ensure(
+    (allow ?? '')
+      .split(',')
+      .map((name) => name.trim().toUpperCase())
+      .includes('POST'),
+    `${what} answered 405 with Allow: ${JSON.stringify(allow)}, which does not name POST`,
+  );
 }
 
 /** A tool call may install and start a server on demand; that can take a while on a cold gateway. */
@@ -300,6 +391,116 @@ export function initializeRequest(id: number | string, protocolVersion: string =
       clientInfo: { name: 'sigil-conformance', version: '1.0.0' },
     },
   };
+}
+
+/** The `_meta` envelope of a 2026-07-28 request: its version, no client capabilities, the runner's name. */
+export function modernEnvelope(version: string = MODERN_PROTOCOL_VERSION): Record<string, unknown> {
+  return {
+    [MODERN_META.protocolVersion]: version,
+    [MODERN_META.clientCapabilities]: {},
+    [MODERN_META.clientInfo]: CLIENT_INFO,
+  };
+}
+
+/** Where `Mcp-Name` comes from, by method (MCP 2026-07-28, Streamable HTTP, standard request headers). */
+const NAME_SOURCE: Readonly<Record<string, string>> = {
+  'tools/call': 'name',
+  'prompts/get': 'name',
+  'resources/read': 'uri',
+};
+
+/** A header value as 2026-07-28 carries it: plain when safe, else `=?base64?…?=` of its UTF-8. */
+export function headerValue(value: string): string {
+  const plain =
+    /^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$/.test(value) &&
+    !(value.startsWith('=?base64?') && value.endsWith('?='));
+  return plain ? value : `=?base64?${Buffer.from(value, 'utf8').toString('base64')}?=`;
+}
+
+/**
+ * A 2026-07-28 request: `params._meta` holds the envelope (beside any `_meta` of the caller's, such
+ * as an x402 payment), and the headers mirror its version, method and, where the method has one, name.
+ */
+export function modernRequest(
+  id: number | string,
+  method: string,
+  params: Record<string, unknown> = {},
+  version: string = MODERN_PROTOCOL_VERSION,
+): { message: Record<string, unknown>; headers: Record<string, string> } {
+  const own = params._meta;
+  const meta = {
+    ...modernEnvelope(version),
+    ...(typeof own === 'object' && own !== null ? (own as Record<string, unknown>) : {}),
+  };
+  const source = Object.hasOwn(NAME_SOURCE, method) ? NAME_SOURCE[method] : undefined;
+  const name = source === undefined ? undefined : params[source];
+  return {
+    message: { jsonrpc: '2.0', id, method, params: { ...params, _meta: meta } },
+    headers: {
+      'mcp-protocol-version': version,
+      'mcp-method': method,
+      ...(typeof name === 'string' ? { 'mcp-name': headerValue(name) } : {}),
+    },
+  };
+}
+
+/** Posts one 2026-07-28 request; `headers` are added to (or, as '', remove) the standard ones. */
+export async function postModern(
+  context: { http: HttpClient },
+  path: string,
+  method: string,
+  params: Record<string, unknown> = {},
+  options: { id?: number | string; version?: string; headers?: Record<string, string> } = {},
+): Promise<McpReply> {
+  const { message, headers } = modernRequest(options.id ?? 1, method, params, options.version);
+  const merged = Object.fromEntries(
+    Object.entries({ ...headers, ...options.headers }).filter(([, value]) => value !== ''),
+  );
+  return postMcp(context, path, message, merged);
+}
+
+/** A reply as a reason names it: its status and JSON-RPC error, or the start of its body. */
+export function describeReply(reply: McpReply): string {
+  const { status, text } = reply.response;
+  const error = jsonRpcErrorSchema.safeParse(reply.message);
+  if (error.success)
+    return `HTTP ${status} with JSON-RPC error ${error.data.error.code} (${error.data.error.message})`;
+  if (jsonRpcResultSchema.safeParse(reply.message).success) return `HTTP ${status} with a result`;
+  return `HTTP ${status}${text === '' ? '' : `: ${excerpt(text.replace(/\s+/g, ' '), 160)}`}`;
+}
+
+/**
+ * Why the gateway does not serve MCP 2026-07-28 at POST /mcp, or undefined when it does: it answers
+ * server/discover with a result, or tools/list with a result that carries a `resultType`. The gateway
+ * spec names no protocol revision, so a gateway that speaks only 2025-11-25 conforms; one that
+ * answers either way speaks 2026-07-28 and is held to all of it.
+ */
+export async function modernAbsence(http: HttpClient): Promise<string | undefined> {
+  const context = { http };
+  const discover = await postModern(context, '/mcp', 'server/discover');
+  if (jsonRpcResultSchema.safeParse(discover.message).success) return undefined;
+  const list = await postModern(context, '/mcp', 'tools/list');
+  const listed = jsonRpcResultSchema.safeParse(list.message);
+  if (listed.success && 'resultType' in listed.data.result) return undefined;
+  return (
+    `the gateway does not serve MCP ${MODERN_PROTOCOL_VERSION} (the gateway spec names no revision): ` +
+    `server/discover with the ${MODERN_PROTOCOL_VERSION} _meta envelope answered ${describeReply(discover)}, ` +
+    `and tools/list ${listed.success ? 'a result without resultType' : describeReply(list)}`
+  );
+}
+
+/** A 2026-07-28 result: a JSON-RPC result whose `resultType` says it is complete. */
+export function expectCompleteResult(reply: McpReply, what: string): Record<string, unknown> {
+  const result = expectResult(reply, what);
+  ensure(
+    'resultType' in result,
+    `${what}: the result has no resultType; every result at MCP ${MODERN_PROTOCOL_VERSION} carries one ("complete" here)`,
+  );
+  ensure(
+    result.resultType === 'complete',
+    `${what}: resultType is ${JSON.stringify(result.resultType)}, expected "complete"`,
+  );
+  return result;
 }
 
 export function expectResult(reply: McpReply, what: string): Record<string, unknown> {
