@@ -2,7 +2,12 @@ import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/
 import { isSigilError, Redactor, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../core/http/disconnect.ts';
 import { UNKNOWN_TOOL } from '../../core/http/mcp-errors.ts';
-import { CallCancelled, type CallObserver } from '../../core/mcp/call-tool.ts';
+import {
+  CallCancelled,
+  isInputRequired,
+  type CallObserver,
+  type InputRequired,
+} from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
 import { pinOf, type ServerLaunch } from './launcher.ts';
 import type { ResolvedServer, ServerDetails, ServerDirectory } from './servers.ts';
@@ -42,6 +47,11 @@ export interface ToolCall {
    * absent for MCP, whose x402 transport names a tool `mcp://tool/<name>`.
    */
   resourceUrl?: string;
+  /**
+   * The MCP 2026-07-28 client the call came from: what a modern server is told of it (its
+   * capabilities and log level). Any other caller is told of no capability.
+   */
+  modernClient?: { clientCapabilities: Record<string, unknown>; logLevel?: string };
 }
 
 export interface ToolCallerOptions {
@@ -166,7 +176,13 @@ export class ToolCaller {
     disconnection: Disconnection | undefined,
   ): Promise<Execution> {
     const caller = this.options.limits.admit(call.wallet, call.origin);
-    const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous', entry, pin: pinOf(details) };
+    const key = {
+      serverId: call.serverId,
+      wallet: call.wallet ?? 'anonymous',
+      entry,
+      pin: pinOf(details),
+      protocol: details.protocol ?? undefined,
+    };
     let injected: RunningServer['injected'] = { names: [], redactor: Redactor.none };
     try {
       return await this.options.pool.use(
@@ -174,11 +190,13 @@ export class ToolCaller {
         async (server) => {
           injected = server.injected;
           try {
-            const result = await server.callTool(call.tool, call.arguments, {
+            const outcome = await server.callTool(call.tool, call.arguments, {
               timeoutMs: settings.timeoutMs,
               ...(disconnection ? { disconnection } : {}),
               ...(call.observer ? redacting(call.observer, server.injected.redactor) : {}),
+              ...(call.modernClient ? { caller: call.modernClient } : {}),
             });
+            const result = isInputRequired(outcome) ? inputNotRelayed(call.tool, outcome) : outcome;
             return { result, injected };
           } catch (err) {
             // Stopped before this call stops counting on it, so no call joins it meanwhile; its slot
@@ -213,6 +231,19 @@ export class ToolCaller {
       this.options.limits.release(caller);
     }
   }
+}
+
+/**
+ * A modern server's request for input, which the gateway does not relay: a tool error naming what
+ * was asked, so the model or its user knows why the tool did not run. (A caller is told of no
+ * capability, so a server asking by the book answers -32021 instead, which is a tool error too.)
+ */
+function inputNotRelayed(tool: string, { inputRequests }: InputRequired): CallToolResult {
+  const asked = Object.entries(inputRequests ?? {}).map(([key, request]) => `${request.method} (${key})`);
+  return toolError(
+    `Tool "${tool}" needs input before it can run${asked.length > 0 ? `: ${asked.join(', ')}` : ''}, ` +
+      'which the gateway cannot ask its client for',
+  );
 }
 
 /** What a server reports while a call runs reaches the caller as its results do: its secrets redacted. */

@@ -91,6 +91,10 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     secretsFor: (key) =>
       key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({}),
     registry: kernel.secrets,
+    onProtocolChanged: (launch, protocol) =>
+      void servers.recordProtocol(launch.serverId, launch.pin, protocol).catch((err: unknown) => {
+        logger.warn({ err, serverId: launch.serverId }, 'the MCP server protocol could not be recorded');
+      }),
   });
   const settingsOf = serverCallSettings(catalog.all(), {
     defaultSeconds: settings.toolCallTimeoutSeconds,

@@ -120,7 +120,8 @@ export class GatewayTools implements McpToolSource {
 
   /**
    * A server's tool (`admitted`: the server, when this request has already admitted it); a refusal by
-   * the gateway is a tool error proven as a result is.
+   * the gateway is a tool error proven as a result is. A 2026-07-28 client's call tells a modern
+   * server its capabilities and log level.
    */
   private async callServerTool(
     scope: McpRequestScope,
@@ -129,6 +130,7 @@ export class GatewayTools implements McpToolSource {
     args: Record<string, unknown>,
     admitted?: ResolvedServer,
   ): Promise<CallToolResult> {
+    const { revision } = scope;
     const call = {
       serverId,
       ...(admitted && { admitted }),
@@ -139,6 +141,12 @@ export class GatewayTools implements McpToolSource {
       origin: scope.origin,
       ...(scope.notify && {
         observer: forwarding(scope.notify, scope.meta?.progressToken, scope.revision),
+      }),
+      ...(revision.era === 'modern' && {
+        modernClient: {
+          clientCapabilities: revision.clientCapabilities,
+          ...(revision.logLevel !== undefined && { logLevel: revision.logLevel }),
+        },
       }),
     };
     try {
