@@ -112,6 +112,7 @@ const suites: Record<string, () => Promise<Row[]>> = {
   'http-core': httpCoreSuite,
   'sandbox-cold-start': async () => (await import('./sandbox.ts')).sandboxColdStartSuite(),
   'gateway-mcp': async () => (await import('./gateway.ts')).gatewayMcpSuite(),
+  'mcp-downstream': async () => (await import('./mcp-downstream.ts')).mcpDownstreamSuite(),
   payments: async () => (await import('./payments.ts')).paymentsSuite(),
   ledger: async () => (await import('./ledger.ts')).ledgerSuite(),
   chat: async () => (await import('./chat.ts')).chatSuite(),

@@ -9,7 +9,9 @@ import {
   type LoggingMessageNotificationParams,
   type Progress,
 } from '@modelcontextprotocol/sdk/types.js';
+import { z } from 'zod';
 import type { Disconnection } from '../http/disconnect.ts';
+import { ENVELOPE, type ModernEnvelopes } from './era.ts';
 import { TRANSPORT_CLOSED, type OwnAnswer, type ProcessStdioTransport } from './process-transport.ts';
 
 /** Hears what a server reports about a call while it runs. */
@@ -27,7 +29,51 @@ export interface CallToolOptions extends CallObserver {
   timeoutMs: number;
   /** When the requester goes away, the server is told (notifications/cancelled) and the call ends. */
   disconnection?: Disconnection;
+  /**
+   * A modern server: what its request's envelope says of the client the call is made for. Its
+   * capabilities are what an `input_required` result may ask of it (none when absent); its log level,
+   * the least severe message the server sends (`debug` when absent, and only while `onLog` listens).
+   */
+  caller?: { clientCapabilities?: Record<string, unknown>; logLevel?: string };
+  /** A modern server: the retry of a call it answered `input_required`, with the client's answers. */
+  retry?: InputRetry;
 }
+
+/** What a client sends again with a call that needed input: its answers, and the server's state echoed. */
+export interface InputRetry {
+  inputResponses?: Record<string, unknown>;
+  requestState?: string;
+}
+
+/** The methods an `input_required` result may embed (MCP 2026-07-28, "Multi-round requests"). */
+export const INPUT_REQUEST_METHODS = ['elicitation/create', 'sampling/createMessage', 'roots/list'] as const;
+
+const InputRequiredSchema = z
+  .object({
+    resultType: z.literal('input_required'),
+    inputRequests: z
+      .record(
+        z.string(),
+        z.looseObject({
+          method: z.enum(INPUT_REQUEST_METHODS),
+          params: z.record(z.string(), z.unknown()).optional(),
+        }),
+      )
+      .optional(),
+    requestState: z.string().optional(),
+  })
+  .refine((result) => result.inputRequests !== undefined || result.requestState !== undefined, {
+    message: 'an input_required result has inputRequests, requestState or both',
+  });
+
+/** A modern server's answer that a call needs the client's input before it can run. */
+export type InputRequired = z.infer<typeof InputRequiredSchema>;
+
+/** What a tools/call ends with: the tool's result, or (a modern server only) its request for input. */
+export type ToolCallOutcome = CallToolResult | InputRequired;
+
+export const isInputRequired = (outcome: ToolCallOutcome): outcome is InputRequired =>
+  (outcome as { resultType?: unknown }).resultType === 'input_required';
 
 /** The call ended because its requester went away; nothing is known to be wrong with the server. */
 export class CallCancelled extends Error {
@@ -44,15 +90,21 @@ export class CallCancelled extends Error {
  * the process's end an McpError(ConnectionClosed). Hand-written because the Protocol's bookkeeping per
  * request (an AbortSignal and its listener, a zod check of every answer's envelope, a timer record and
  * several closures) was a sixth of a busy gateway's CPU per call.
+ *
+ * `modern`: the server speaks 2026-07-28 (core/mcp/era.ts): every call carries the envelope, may be a
+ * retry with the client's input, and is answered with a `resultType`. A complete result is returned
+ * as a 2025-11-25 server would return it (without `resultType` and the server's identity in `_meta`);
+ * `input_required` is returned as it came, checked.
  */
 export function callTool(
   transport: ProcessStdioTransport,
   name: string,
   args: Record<string, unknown>,
   options: CallToolOptions,
-): Promise<CallToolResult> {
+  modern?: ModernEnvelopes,
+): Promise<ToolCallOutcome> {
   return new Promise(
-    (resolve, reject) => new PendingToolCall(transport, name, args, options, resolve, reject),
+    (resolve, reject) => new PendingToolCall(transport, name, args, options, modern, resolve, reject),
   );
 }
 
@@ -67,13 +119,14 @@ class PendingToolCall {
     name: string,
     args: Record<string, unknown>,
     private readonly options: CallToolOptions,
-    private readonly resolve: (result: CallToolResult) => void,
+    private readonly modern: ModernEnvelopes | undefined,
+    private readonly resolve: (result: ToolCallOutcome) => void,
     private readonly reject: (error: unknown) => void,
   ) {
     const listens = options.onProgress !== undefined || options.onLog !== undefined;
     this.request = transport.request(
       'tools/call',
-      { name, arguments: args },
+      modern ? modernParams(modern, name, args, options) : { name, arguments: args },
       (answer) => this.answered(answer),
       listens ? (notification) => this.heard(notification) : undefined,
     );
@@ -88,11 +141,34 @@ class PendingToolCall {
       this.reject(new McpError(ErrorCode.ConnectionClosed, 'Connection closed'));
     } else if ('error' in answer) {
       this.reject(new McpError(answer.error.code, answer.error.message, answer.error.data));
+    } else if (this.modern) {
+      this.answeredModern(answer.result);
     } else {
       const parsed = CallToolResultSchema.safeParse(answer.result);
       if (parsed.success) this.resolve(parsed.data);
       else this.reject(parsed.error);
     }
+  }
+
+  /**
+   * A modern server's result, by its `resultType`: `complete` (or none) is the tool's result without
+   * the framing, `input_required` its request for input; any other breaks the protocol.
+   */
+  private answeredModern(result: Record<string, unknown>): void {
+    const { resultType, ...rest } = result;
+    if (resultType === 'input_required') {
+      const parsed = InputRequiredSchema.safeParse(result);
+      if (parsed.success) this.resolve(parsed.data);
+      else this.reject(parsed.error);
+      return;
+    }
+    if (resultType !== undefined && resultType !== 'complete') {
+      this.reject(new Error(`the server answered tools/call with an unknown resultType`));
+      return;
+    }
+    const parsed = CallToolResultSchema.safeParse(withoutServerInfo(rest));
+    if (parsed.success) this.resolve(parsed.data);
+    else this.reject(parsed.error);
   }
 
   /** A notification the server sent about this call; one that breaks the protocol is dropped. */
@@ -142,4 +218,35 @@ class PendingToolCall {
     this.transport.forget(this.request.id);
     return true;
   }
+}
+
+/** The params of a call to a modern server: the envelope in `_meta`, and a retry's input. */
+function modernParams(
+  envelopes: ModernEnvelopes,
+  name: string,
+  args: Record<string, unknown>,
+  { caller, retry, onLog }: CallToolOptions,
+): Record<string, unknown> {
+  // Log messages only while someone listens (the server must send none without a level).
+  const logLevel = onLog ? (caller?.logLevel ?? 'debug') : undefined;
+  const params: Record<string, unknown> = {
+    name,
+    arguments: args,
+    _meta: envelopes.of(caller?.clientCapabilities, logLevel),
+  };
+  if (retry?.inputResponses !== undefined) params.inputResponses = retry.inputResponses;
+  if (retry?.requestState !== undefined) params.requestState = retry.requestState;
+  return params;
+}
+
+/**
+ * A modern result without the server's identity in `_meta` (the gateway answers as a server of its
+ * own), and without a `_meta` that held nothing else: as a 2025-11-25 server returns it.
+ */
+function withoutServerInfo(result: Record<string, unknown>): Record<string, unknown> {
+  const meta = result._meta as Record<string, unknown> | undefined;
+  if (typeof meta !== 'object' || meta === null || !(ENVELOPE.serverInfo in meta)) return result;
+  const { [ENVELOPE.serverInfo]: _identity, ...others } = meta;
+  const { _meta: _framed, ...rest } = result;
+  return Object.keys(others).length === 0 ? rest : { ...rest, _meta: others };
 }

@@ -47,6 +47,8 @@ export class ProcessStdioTransport implements Transport {
   /** The own requests that listen to the server's notifications about them, by id. */
   private readonly ownListeners = new Map<string, (notification: JSONRPCNotification) => void>();
   private nextOwnId = 0;
+  private spokeOnce = false;
+  private closing = false;
 
   constructor(
     private readonly process: ProcessStdio,
@@ -142,12 +144,23 @@ export class ProcessStdioTransport implements Transport {
     return { id, sent: this.send({ jsonrpc: '2.0', id, method, params: sent }) };
   }
 
+  /** Whether the process has sent a message yet: one that has not answered anything is silent or gone. */
+  get spoke(): boolean {
+    return this.spokeOnce;
+  }
+
   forget(id: string): void {
     this.ownRequests.delete(id);
     this.ownListeners.delete(id);
   }
 
+  /** Whether `close()` was called: the process's end after it is not the process's own doing. */
+  get closedByCaller(): boolean {
+    return this.closing;
+  }
+
   async close(): Promise<void> {
+    this.closing = true;
     if (this.closed) return;
     this.finish();
     await this.process.kill?.();
@@ -162,6 +175,7 @@ export class ProcessStdioTransport implements Transport {
       void this.close();
       return;
     }
+    if (lines.length > 0) this.spokeOnce = true;
     for (const line of lines) {
       let message: JSONRPCMessage;
       try {

@@ -1,4 +1,8 @@
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import {
+  Client,
+  UnsupportedProtocolVersionError,
+  type Transport as ClientTransport,
+} from '@modelcontextprotocol/client';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import {
   type EntryPoint,
@@ -13,6 +17,7 @@ import {
 } from '@sigil/plugin-api';
 import type { Logger, SecretRegistry } from '../../core/log.ts';
 import { callTool } from '../../core/mcp/call-tool.ts';
+import { ModernEnvelopes, protocolOf, type McpProtocol } from '../../core/mcp/era.ts';
 import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
 import type { PluginHost } from '../../core/plugins/host.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
@@ -23,6 +28,15 @@ import type { ProbeResult, ServerProber } from './servers.ts';
 /** Longest line a server may send: well above any sane tool result, far below memory trouble. */
 const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 const CONNECT_TIMEOUT_MS = 30_000;
+/**
+ * How long a verification waits for the answer to `server/discover` before taking the server for a
+ * legacy one that ignores unknown methods (once per pinned version: later starts know the era).
+ */
+const PROBE_TIMEOUT_MS = 5_000;
+/** The protocol of a server whose verification recorded none (verified before eras were probed). */
+const LEGACY: McpProtocol = Object.freeze({ era: 'legacy', version: '2025-11-25' });
+/** The `details.reason` of a start whose process refused the handshake of its recorded era. */
+export const ERA_REFUSED = 'era_refused';
 /** The end of a failed start's stderr quoted in its error: enough for the last lines of a stack trace. */
 const STDERR_IN_ERROR_CHARS = 500;
 
@@ -33,6 +47,8 @@ const STDERR_IN_ERROR_CHARS = 500;
 export interface ServerLaunch extends ServerKey {
   entry: CatalogEntry;
   pin: ResolvedPackage;
+  /** The protocol its verification found; none (verified before eras were probed) is legacy. */
+  protocol: McpProtocol | undefined;
 }
 
 /** Why a verification refused a pinned version: the registry now gives it another digest. */
@@ -45,6 +61,29 @@ export interface LauncherOptions {
   secretsFor(key: ServerKey): Promise<Record<string, string>>;
   /** Log lines scrub a process's secrets while it runs (from before it starts until it has ended). */
   registry: SecretRegistry;
+  /**
+   * A pinned version's process refused the handshake of the protocol its verification recorded and
+   * was probed again: `protocol` is what it speaks (to be recorded with the pin).
+   */
+  onProtocolChanged?(launch: ServerLaunch, protocol: McpProtocol): void;
+}
+
+/** How a start talks to its process first: the recorded protocol's handshake, or a probe for it. */
+type Handshake = McpProtocol | 'probe';
+
+/** A started server, and the SDK client connected to it (which verification lists its tools with). */
+interface Started {
+  server: RunningServer;
+  client: Client;
+}
+
+/** A spawned process, its stdio transport, and what it said on stderr. */
+interface Spawned {
+  child: Awaited<ReturnType<SandboxRuntimeV2['spawn']>>;
+  transport: ProcessStdioTransport;
+  stderrTail: string[];
+  /** Whether it ended on its own (its stdout ended, or it exited), not by a kill. */
+  endedByItself(): boolean;
 }
 
 /**
@@ -64,18 +103,35 @@ export class SandboxedServers implements ServerProber {
     return { ok: true };
   }
 
-  /** Starts the entry's pinned server in the sandbox, with the wallet's secrets, and connects an MCP client. */
-  launch = (target: ServerLaunch): Promise<RunningServer> =>
-    this.install(target.entry, target.pin).then((installed) =>
-      this.start(target, target.entry, installed, true),
-    );
+  /**
+   * Starts the entry's pinned server in the sandbox, with the wallet's secrets, and connects an MCP
+   * client at the protocol its verification recorded, without probing. A process that refuses that
+   * protocol's handshake is probed once, on a fresh process, and the protocol found is reported.
+   */
+  launch = async (target: ServerLaunch): Promise<RunningServer> => {
+    const installed = await this.install(target.entry, target.pin);
+    const recorded = target.protocol ?? LEGACY;
+    try {
+      return (await this.start(target, target.entry, installed, true, recorded)).server;
+    } catch (err) {
+      if (!isSigilError(err) || err.details?.reason !== ERA_REFUSED) throw err;
+      const { server } = await this.start(target, target.entry, installed, true, 'probe');
+      this.options.logger.warn(
+        { serverId: target.serverId, recorded, found: server.protocol },
+        'MCP server refused its recorded protocol; probed again',
+      );
+      this.options.onProtocolChanged?.(target, server.protocol);
+      return server;
+    }
+  };
 
   private async start(
     key: ServerKey,
     entry: CatalogEntry,
     installed: InstalledServer,
     withSecrets: boolean,
-  ): Promise<RunningServer> {
+    handshake: Handshake,
+  ): Promise<Started> {
     // A verification probe runs with no wallet and so with no secrets: many servers list tools without them.
     const secrets = withSecrets ? await this.declaredSecrets(key, entry) : {};
     const env = { ...entry.env, ...secrets };
@@ -90,6 +146,7 @@ export class SandboxedServers implements ServerProber {
         env,
         { names: Object.keys(secrets), redactor },
         release,
+        handshake,
       );
     } catch (err) {
       release();
@@ -104,7 +161,53 @@ export class SandboxedServers implements ServerProber {
     env: Record<string, string>,
     injected: RunningServer['injected'],
     release: () => void,
-  ): Promise<RunningServer> {
+    handshake: Handshake,
+  ): Promise<Started> {
+    const spawn = () => this.spawn(key, entry, installed, env);
+    let spawned = await spawn();
+    let client: Client;
+    try {
+      client = await this.handshake(spawned, handshake);
+    } catch (err) {
+      if (handshake !== 'probe' || !(await this.legacyAfterProbe(key, spawned, err))) {
+        throw await this.failedStart(key, spawned, injected, err, handshake);
+      }
+      // Silent or gone on server/discover (or pinned to another modern revision): a legacy server,
+      // on a fresh process, since this one may be stuck on the probe.
+      spawned = await spawn();
+      try {
+        client = await this.handshake(spawned, LEGACY);
+      } catch (retryErr) {
+        throw await this.failedStart(key, spawned, injected, retryErr, LEGACY);
+      }
+    }
+    const { child, transport } = spawned;
+    void child.exited.then(release, release);
+    const protocol = protocolOf(client.getNegotiatedProtocolVersion() ?? LEGACY.version);
+    if (handshake === 'probe') {
+      this.options.logger.info({ serverId: key.serverId, protocol }, 'MCP server protocol probed');
+    }
+    const envelopes =
+      protocol.era === 'modern'
+        ? new ModernEnvelopes(protocol.version, { name: 'sigil-gateway', version: SIGIL_VERSION })
+        : undefined;
+    const server: RunningServer = {
+      protocol,
+      callTool: (name, args, options) => callTool(transport, name, args, options, envelopes),
+      exited: child.exited,
+      kill: () => client.close(),
+      injected,
+    };
+    return { server, client };
+  }
+
+  /** Starts a process of the entry in the sandbox, its stderr's end kept for the error of a failed start. */
+  private async spawn(
+    key: ServerKey,
+    entry: CatalogEntry,
+    installed: InstalledServer,
+    env: Record<string, string>,
+  ): Promise<Spawned> {
     const child = await this.sandboxFor(installed.launch)
       .then((sandbox) =>
         sandbox.spawn({
@@ -117,11 +220,6 @@ export class SandboxedServers implements ServerProber {
       .catch((err: unknown) => {
         throw this.pluginFailure(err, `Starting ${entry.id} in the sandbox`);
       });
-    let endedByItself = false;
-    // Its stdout ends as it exits, before the sandbox reports the exit (after cleaning up).
-    const ended = () => (endedByItself = true);
-    child.stdout.once('end', ended);
-    void child.exited.then(ended);
     const stderrTail: string[] = [];
     const transport = new ProcessStdioTransport(child, {
       maxMessageBytes: MAX_MESSAGE_BYTES,
@@ -130,36 +228,85 @@ export class SandboxedServers implements ServerProber {
         if (stderrTail.length > 20) stderrTail.shift();
       },
     });
-    const client = new Client({ name: 'sigil-gateway', version: SIGIL_VERSION });
-    try {
-      await client.connect(transport, { timeout: CONNECT_TIMEOUT_MS });
-    } catch (err) {
-      // Read before the kill below, which ends the process whatever it was doing.
-      const exitedFirst = endedByItself;
-      await child.kill();
-      const exit = await child.exited;
-      // Redacted before it is cut: a cut could leave part of a secret that no longer matches whole.
-      const stderr = injected.redactor.text(stderrTail.join(''));
-      this.options.logger.warn(
-        { serverId: key.serverId, exit, stderr: stderr.slice(-2000) },
-        'MCP server failed to start',
-      );
-      // The server's own answer (an error to initialize) may quote its secrets.
-      const why = injected.redactor.text(
-        exit.reason ?? (exitedFirst ? exitedBeforeHandshake(exit, stderr) : (err as Error).message),
-      );
-      throw new SigilError('unavailable', `MCP server "${key.serverId}" did not start: ${why}`, {
-        details: { serverId: key.serverId },
-      });
-    }
-    void child.exited.then(release, release);
-    return {
-      client,
-      callTool: (name, args, options) => callTool(transport, name, args, options),
-      exited: child.exited,
-      kill: () => client.close(),
-      injected,
-    };
+    let endedByItself = false;
+    // Its stdout ends as it exits, before the sandbox reports the exit (after cleaning up). An SDK
+    // client whose handshake failed closes the transport, which ends the process: not its own doing.
+    const ended = () => (endedByItself ||= !transport.closedByCaller);
+    child.stdout.once('end', ended);
+    void child.exited.then(ended);
+    return { child, transport, stderrTail, endedByItself: () => endedByItself };
+  }
+
+  /**
+   * Connects the gateway's client to a fresh process: `initialize` (legacy), `server/discover` at the
+   * recorded revision (modern, no fallback), or the probe (MCP 2026-07-28, "stdio"): `server/discover`
+   * with the envelope, a DiscoverResult or -32022 naming a revision in common meaning modern, any
+   * other answer legacy, `initialize` then following on the same process.
+   */
+  private async handshake({ transport }: Spawned, handshake: Handshake): Promise<Client> {
+    const client = new Client(
+      { name: 'sigil-gateway', version: SIGIL_VERSION },
+      handshake === 'probe'
+        ? { versionNegotiation: { mode: 'auto', probe: { timeoutMs: PROBE_TIMEOUT_MS } } }
+        : handshake.era === 'modern'
+          ? { versionNegotiation: { mode: { pin: handshake.version } } }
+          : {},
+    );
+    // The SDK 2 transport contract, met by the SDK 1.x one it is written to (the same JSON-RPC messages).
+    await client.connect(transport as unknown as ClientTransport, { timeout: CONNECT_TIMEOUT_MS });
+    return client;
+  }
+
+  /**
+   * Whether a failed probe says "legacy, on a fresh process": the process answered nothing (it ended
+   * on the probe, or stayed silent past the probe's time), or refused the probe's revision for
+   * another modern one only. The failed process is stopped.
+   */
+  private async legacyAfterProbe(
+    key: ServerKey,
+    { child, transport }: Spawned,
+    err: unknown,
+  ): Promise<boolean> {
+    if (transport.spoke && !(err instanceof UnsupportedProtocolVersionError)) return false;
+    await child.kill();
+    await child.exited;
+    this.options.logger.info(
+      { serverId: key.serverId, err: (err as Error).message },
+      'MCP server did not answer server/discover: legacy, on a fresh process',
+    );
+    return true;
+  }
+
+  /**
+   * Stops a process whose handshake failed and says why, as an operator can act on it: its exit and
+   * stderr when it ended on its own, else the error (redacted: the server's answer may quote its
+   * secrets). A process that answered, but refused the handshake of its recorded protocol, is
+   * `ERA_REFUSED`: the launch probes it again.
+   */
+  private async failedStart(
+    key: ServerKey,
+    { child, stderrTail, transport, endedByItself }: Spawned,
+    injected: RunningServer['injected'],
+    err: unknown,
+    handshake: Handshake,
+  ): Promise<SigilError> {
+    // Read before the kill below, which ends the process whatever it was doing.
+    const exitedFirst = endedByItself();
+    await child.kill();
+    const exit = await child.exited;
+    // Redacted before it is cut: a cut could leave part of a secret that no longer matches whole.
+    const stderr = injected.redactor.text(stderrTail.join(''));
+    this.options.logger.warn(
+      { serverId: key.serverId, exit, stderr: stderr.slice(-2000) },
+      'MCP server failed to start',
+    );
+    const why = injected.redactor.text(
+      exit.reason ?? (exitedFirst ? exitedBeforeHandshake(exit, stderr) : (err as Error).message),
+    );
+    const refused = handshake !== 'probe' && transport.spoke && !exitedFirst;
+    return new SigilError('unavailable', `MCP server "${key.serverId}" did not start: ${why}`, {
+      details: { serverId: key.serverId, ...(refused && { reason: ERA_REFUSED }) },
+    });
   }
 
   /**
@@ -206,18 +353,19 @@ export class SandboxedServers implements ServerProber {
       );
     }
     const installed = await this.install(entry, resolved);
-    const server = await this.start({ serverId: entry.id, wallet: 'warmup' }, entry, installed, false);
+    const { server, client } = await this.start(
+      { serverId: entry.id, wallet: 'warmup' },
+      entry,
+      installed,
+      false,
+      'probe',
+    );
     try {
-      const tools: Tool[] = [];
-      let cursor: string | undefined;
-      do {
-        const page = await server.client.listTools(cursor === undefined ? {} : { cursor });
-        tools.push(...page.tools);
-        cursor = page.nextCursor;
-      } while (cursor !== undefined);
+      // Every page (a modern server's with the envelope), fetched anew.
+      const tools = (await client.listTools(undefined, { cacheMode: 'bypass' })).tools as unknown as Tool[];
       let smoke: ProbeResult['smoke'] = 'skipped';
       if (entry.smokeTest) {
-        const result = await server.client
+        const result = await client
           .callTool({ name: entry.smokeTest.tool, arguments: entry.smokeTest.arguments })
           .catch(() => ({ isError: true }));
         smoke = result.isError ? 'failed' : 'passed';
@@ -226,6 +374,7 @@ export class SandboxedServers implements ServerProber {
         version: installed.version,
         digest: installed.digest,
         hasInstallScripts: installed.hasInstallScripts,
+        protocol: server.protocol,
         tools,
         smoke,
       };

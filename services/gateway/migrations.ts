@@ -150,4 +150,22 @@ export const gatewayMigrations: readonly Migration[] = [
       });
     },
   },
+  {
+    name: '0160-gateway-server-protocol',
+    async up(db) {
+      // The MCP protocol a verified version speaks (its era and the revision negotiated), probed once
+      // at verification: every later start of that version uses it without probing. Null: verified
+      // before eras were probed (it ran at 2025-11-25 and older, which is what it gets).
+      await db.schema.alterTable('gateway_servers', (t) => {
+        t.string('protocol_era', 16).nullable();
+        t.string('protocol_version', 32).nullable();
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('gateway_servers', (t) => {
+        t.dropColumn('protocol_era');
+        t.dropColumn('protocol_version');
+      });
+    },
+  },
 ];

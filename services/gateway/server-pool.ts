@@ -1,15 +1,18 @@
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import type { CallToolOptions } from '../../core/mcp/call-tool.ts';
+import type { CallToolOptions, ToolCallOutcome } from '../../core/mcp/call-tool.ts';
+import type { McpProtocol } from '../../core/mcp/era.ts';
 import type { Logger } from '../../core/log.ts';
 import type { Redactor } from '@sigil/plugin-api';
 import { RetryLater } from './retry-later.ts';
 
 /** A started MCP server process with a connected client. */
 export interface RunningServer {
-  client: Client;
-  /** tools/call on this process: the hot path, without the SDK's Protocol (see core/mcp/call-tool.ts). */
-  callTool(name: string, args: Record<string, unknown>, options: CallToolOptions): Promise<CallToolResult>;
+  /** The protocol the process speaks (core/mcp/era.ts). */
+  protocol: McpProtocol;
+  /**
+   * tools/call on this process: the hot path, without the SDK's Protocol (see core/mcp/call-tool.ts);
+   * a modern server may answer that it needs input first.
+   */
+  callTool(name: string, args: Record<string, unknown>, options: CallToolOptions): Promise<ToolCallOutcome>;
   /** The wallet's secrets this process was started with: names for proofs, and their redaction. */
   injected: { names: readonly string[]; redactor: Redactor };
   /** Settles when the process has ended, for whatever reason. */

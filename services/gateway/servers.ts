@@ -2,6 +2,7 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { TtlCache } from '@sigil/plugin-api/cache';
 import type { Clock } from '../../core/clock.ts';
 import type { Database } from '../../core/db/database.ts';
+import type { McpProtocol } from '../../core/mcp/era.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../core/log.ts';
 import type { ServerCallSettings } from './call-limits.ts';
@@ -16,6 +17,8 @@ export interface ProbeResult {
   version: string;
   digest: string;
   hasInstallScripts: boolean;
+  /** The MCP protocol the server speaks, as its probe found it (core/mcp/era.ts). */
+  protocol: McpProtocol;
   tools: Tool[];
   /** `passed` when the catalog's smoke tool answered without error; `skipped` when none is declared. */
   smoke: 'passed' | 'failed' | 'skipped';
@@ -49,6 +52,12 @@ export interface ServerDetails {
   versionRange: string;
   version: string | null;
   digest: string | null;
+  /**
+   * The MCP protocol the verified version speaks (probed once, at verification; every start of it
+   * uses this); null when not verified, or verified before protocols were probed (it runs at
+   * 2025-11-25).
+   */
+  protocol: McpProtocol | null;
   filter: FilterVerdict;
   runnable: { ok: boolean; reason: string | null };
   tier: VerificationTier | null;
@@ -87,6 +96,8 @@ interface ServerRow {
   filter_reason: string | null;
   verified_at: number | string | null;
   last_error: string | null;
+  protocol_era: McpProtocol['era'] | null;
+  protocol_version: string | null;
 }
 
 /**
@@ -173,6 +184,10 @@ export class ServerDirectory {
       versionRange: entry.version,
       version: row?.version ?? null,
       digest: row?.digest ?? null,
+      protocol:
+        row?.protocol_era && row.protocol_version
+          ? { era: row.protocol_era, version: row.protocol_version }
+          : null,
       filter:
         denied ??
         (row
@@ -308,10 +323,18 @@ export class ServerDirectory {
         verified_at: now,
         last_error:
           probe.smoke === 'failed' ? `smoke test of tool "${entry.smokeTest?.tool ?? ''}" failed` : null,
+        protocol_era: probe.protocol.era,
+        protocol_version: probe.protocol.version,
       };
       if (!scriptsBlocked) await this.deps.pins.observe(id, probe.version, probe.tools);
       this.deps.logger.info(
-        { serverId: id, version: probe.version, tier: row.tier, tools: probe.tools.length },
+        {
+          serverId: id,
+          version: probe.version,
+          protocol: probe.protocol,
+          tier: row.tier,
+          tools: probe.tools.length,
+        },
         'MCP server verified',
       );
     } catch (err) {
@@ -331,6 +354,8 @@ export class ServerDirectory {
               : null,
         verified_at: now,
         last_error: (err as Error).message,
+        protocol_era: reason === PIN_MOVED ? (previous?.protocol_era ?? null) : null,
+        protocol_version: reason === PIN_MOVED ? (previous?.protocol_version ?? null) : null,
       };
       this.deps.logger.warn({ serverId: id, err: (err as Error).message }, 'MCP server verification failed');
     }
@@ -339,12 +364,41 @@ export class ServerDirectory {
         .db('gateway_servers')
         .insert({ server_id: id, ...row })
         .onConflict('server_id')
-        .merge(['version', 'digest', 'tier', 'filter_status', 'filter_reason', 'verified_at', 'last_error']);
+        .merge([
+          'version',
+          'digest',
+          'tier',
+          'filter_status',
+          'filter_reason',
+          'verified_at',
+          'last_error',
+          'protocol_era',
+          'protocol_version',
+        ]);
     } finally {
       // The pins may have changed even if the verdict could not be written.
       this.invalidate(id);
     }
     return this.resolve(id);
+  }
+
+  /**
+   * Records the protocol a process of a pinned version was found to speak when it refused the one its
+   * verification recorded (see SandboxedServers.launch); nothing when the pin has changed since.
+   */
+  async recordProtocol(
+    id: string,
+    pin: { version: string; digest: string },
+    protocol: McpProtocol,
+  ): Promise<void> {
+    try {
+      await this.deps
+        .db('gateway_servers')
+        .where({ server_id: id, version: pin.version, digest: pin.digest })
+        .update({ protocol_era: protocol.era, protocol_version: protocol.version });
+    } finally {
+      this.invalidate(id);
+    }
   }
 
   private denial(entry: CatalogEntry): FilterVerdict | undefined {

@@ -2,17 +2,25 @@ import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/
 import { isSigilError, Redactor, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../core/http/disconnect.ts';
 import { UNKNOWN_TOOL } from '../../core/http/mcp-errors.ts';
-import { CallCancelled, type CallObserver } from '../../core/mcp/call-tool.ts';
+import {
+  CallCancelled,
+  isInputRequired,
+  type CallObserver,
+  type InputRetry,
+  type ToolCallOutcome,
+} from '../../core/mcp/call-tool.ts';
 import type { Logger } from '../../core/log.ts';
 import { pinOf, type ServerLaunch } from './launcher.ts';
 import type { ResolvedServer, ServerDetails, ServerDirectory } from './servers.ts';
 import type { Payments } from './payments/payments.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY } from './payments/receipts.ts';
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
+import { inputNotRelayed, relayInputRequired } from './input-required.ts';
+import type { RequestStates } from './request-state.ts';
 import type { CallerLimits, CallOrigin } from './call-limits.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
 import { checkArguments, checkPayloadSize } from './tool-arguments.ts';
-import { cleanResult, cleanValue, MAX_RESULT_DEPTH, TOO_DEEP } from './tool-results.ts';
+import { cleanResult, cleanValue, MAX_RESULT_DEPTH, TOO_DEEP, toolError } from './tool-results.ts';
 
 /** Separates server id and tool name in namespaced tool names; server ids cannot contain it. */
 export const NAMESPACE_SEPARATOR = '__';
@@ -42,6 +50,14 @@ export interface ToolCall {
    * absent for MCP, whose x402 transport names a tool `mcp://tool/<name>`.
    */
   resourceUrl?: string;
+  /**
+   * The MCP 2026-07-28 client the call came from: what a modern server is told of it (its
+   * capabilities and log level), and the only caller a server's `input_required` is relayed to. Any
+   * other caller is told of no capability, and gets a tool error naming what the server asked.
+   */
+  modernClient?: { clientCapabilities: Record<string, unknown>; logLevel?: string };
+  /** That client's retry of a call answered `input_required`: its answers, and the state it was given. */
+  retry?: InputRetry;
 }
 
 export interface ToolCallerOptions {
@@ -54,26 +70,38 @@ export interface ToolCallerOptions {
   proofs: () => Promise<ProofSigner>;
   /** Calls in flight per caller. */
   limits: CallerLimits;
+  /** Seals the state of a relayed `input_required`, and opens it on the retry. */
+  requestStates: RequestStates;
   logger: Logger;
 }
 
 interface Execution {
-  result: CallToolResult;
+  result: ToolCallOutcome;
   injected: RunningServer['injected'];
 }
 
-/** A tool result that reports an error in text, as MCP clients show tool errors. */
-export const toolError = (text: string): CallToolResult => ({
-  isError: true,
-  content: [{ type: 'text', text }],
-});
+/** How a call ran: its answer, whether it succeeded (is settled), and whether it awaits input (is not). */
+interface Run {
+  value: ToolCallOutcome;
+  succeeded: boolean;
+  unfinished?: boolean;
+}
+
+export { toolError };
 
 /** The one execution path of a tool call, shared by MCP and REST. */
 export class ToolCaller {
   constructor(private readonly options: ToolCallerOptions) {}
 
-  /** `disconnection`: the caller's client going away cancels the call (the server is told). */
-  async call(call: ToolCall, disconnection?: Disconnection): Promise<CallToolResult> {
+  /**
+   * `disconnection`: the caller's client going away cancels the call (the server is told). Only a
+   * call from a 2026-07-28 client (`modernClient`) may be answered `input_required`: the server needs
+   * the client's input first; nothing was proven or charged, and the payment (if any) may be
+   * presented again with the retry.
+   */
+  call(call: ToolCall & { modernClient?: undefined }, disconnection?: Disconnection): Promise<CallToolResult>;
+  call(call: ToolCall, disconnection?: Disconnection): Promise<ToolCallOutcome>;
+  async call(call: ToolCall, disconnection?: Disconnection): Promise<ToolCallOutcome> {
     // Before anything runs or is paid: what the proof could not commit to after the tool ran.
     checkArguments(call.arguments);
     checkPayloadSize(call.arguments, call.meta);
@@ -101,18 +129,39 @@ export class ToolCaller {
             details: { reason: UNKNOWN_TOOL, serverId: call.serverId, tool: call.tool },
           });
     }
+    // Before anything runs or is paid: a retry's state is the gateway's, for this call (else -32602).
+    const retry = await this.retryOf(call);
     // The key is ready before the tool runs: a key error afterwards would make a side effect unpaid.
     const signer = await this.options.proofs();
     const { payments } = this.options;
-    if (!payments) return (await this.run(call, server, signer, disconnection)).value;
+    if (!payments) return (await this.run(call, server, signer, disconnection, retry)).value;
     const resource = {
       url: call.resourceUrl ?? `mcp://tool/${call.serverId}${NAMESPACE_SEPARATOR}${call.tool}`,
       description: `Tool "${call.tool}" of MCP server "${call.serverId}"`,
     };
     const { value, receipt } = await payments.run(call.meta?.[PAYMENT_META_KEY], resource, call.wallet, () =>
-      this.run(call, server, signer, disconnection),
+      this.run(call, server, signer, disconnection, retry),
     );
-    return receipt ? { ...value, _meta: { ...value._meta, [PAYMENT_RESPONSE_META_KEY]: receipt } } : value;
+    return receipt && !isInputRequired(value)
+      ? { ...value, _meta: { ...value._meta, [PAYMENT_RESPONSE_META_KEY]: receipt } }
+      : value;
+  }
+
+  /** A 2026-07-28 client's retry, with the server's own state opened from the one the gateway gave. */
+  private async retryOf(call: ToolCall): Promise<InputRetry | undefined> {
+    const { retry, modernClient } = call;
+    if (!retry || !modernClient) return undefined;
+    const requestState =
+      retry.requestState === undefined
+        ? undefined
+        : await this.options.requestStates.open(
+            { serverId: call.serverId, tool: call.tool, wallet: call.wallet },
+            retry.requestState,
+          );
+    return {
+      ...(retry.inputResponses !== undefined && { inputResponses: retry.inputResponses }),
+      ...(requestState !== undefined && { requestState }),
+    };
   }
 
   /**
@@ -124,10 +173,20 @@ export class ToolCaller {
     server: ResolvedServer,
     signer: ProofSigner,
     disconnection: Disconnection | undefined,
-  ): Promise<{ value: CallToolResult; succeeded: boolean }> {
-    const outcome = await this.execute(call, server, disconnection);
+    retry: InputRetry | undefined,
+  ): Promise<Run> {
+    const outcome = await this.execute(call, server, disconnection, retry);
+    let answer = outcome.result;
+    if (isInputRequired(answer)) {
+      // Not a result: nothing to prove or settle until the call completes.
+      const relayed = call.modernClient
+        ? await relayInputRequired(call, answer, outcome.injected.redactor, this.options.requestStates)
+        : inputNotRelayed(call.tool, answer);
+      if (isInputRequired(relayed)) return { value: relayed, succeeded: false, unfinished: true };
+      answer = relayed;
+    }
     // Whatever the server says (an echo of its environment, an error quoting it), its secrets stay in.
-    const cleaned = cleanResult(outcome.result, outcome.injected.redactor);
+    const cleaned = cleanResult(answer, outcome.injected.redactor);
     const result =
       cleaned === TOO_DEEP
         ? toolError(`Tool "${call.tool}" answered a result nested deeper than ${MAX_RESULT_DEPTH} levels`)
@@ -164,9 +223,16 @@ export class ToolCaller {
     call: ToolCall,
     { entry, details, settings }: ResolvedServer,
     disconnection: Disconnection | undefined,
+    retry: InputRetry | undefined,
   ): Promise<Execution> {
     const caller = this.options.limits.admit(call.wallet, call.origin);
-    const key = { serverId: call.serverId, wallet: call.wallet ?? 'anonymous', entry, pin: pinOf(details) };
+    const key = {
+      serverId: call.serverId,
+      wallet: call.wallet ?? 'anonymous',
+      entry,
+      pin: pinOf(details),
+      protocol: details.protocol ?? undefined,
+    };
     let injected: RunningServer['injected'] = { names: [], redactor: Redactor.none };
     try {
       return await this.options.pool.use(
@@ -178,6 +244,8 @@ export class ToolCaller {
               timeoutMs: settings.timeoutMs,
               ...(disconnection ? { disconnection } : {}),
               ...(call.observer ? redacting(call.observer, server.injected.redactor) : {}),
+              ...(call.modernClient ? { caller: call.modernClient } : {}),
+              ...(retry ? { retry } : {}),
             });
             return { result, injected };
           } catch (err) {

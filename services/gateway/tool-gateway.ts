@@ -23,6 +23,7 @@ import { ToolPins } from './tool-pins.ts';
 import { Warmup } from './warmup.ts';
 import { buildInfo } from '../shared/build-info.ts';
 import { ProofSigner } from './proofs.ts';
+import { RequestStates } from './request-state.ts';
 import { secretsRouter } from './secrets/routes.ts';
 import { SecretVault } from './secrets/vault.ts';
 import { verifyRouter } from './verify.ts';
@@ -71,6 +72,28 @@ function proofSignerFor(kernel: Kernel): () => Promise<ProofSigner> {
   };
 }
 
+/**
+ * The key that seals relayed `input_required` states: the TEE backend's for that purpose, the same on
+ * every replica that shares the backend's key source; asked for again after a failure.
+ */
+function requestStateKey(kernel: Kernel): () => Promise<Uint8Array> {
+  let key: Promise<Uint8Array> | undefined;
+  return () => {
+    key ??= kernel.plugins
+      .one('tee-backend')
+      .signingKey('mcp-request-state')
+      .then((derived) => derived.key)
+      .catch((cause: unknown) => {
+        key = undefined;
+        throw new SigilError('unavailable', 'The key for MCP request states is not available', {
+          hint: 'Retry shortly',
+          cause,
+        });
+      });
+    return key;
+  };
+}
+
 /** Assembles the gateway's MCP and REST surfaces over one catalog, one pool and one execution path. */
 export function createToolGateway(kernel: Kernel): ToolGateway {
   const settings = kernel.config.gateway;
@@ -91,6 +114,10 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     secretsFor: (key) =>
       key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({}),
     registry: kernel.secrets,
+    onProtocolChanged: (launch, protocol) =>
+      void servers.recordProtocol(launch.serverId, launch.pin, protocol).catch((err: unknown) => {
+        logger.warn({ err, serverId: launch.serverId }, 'the MCP server protocol could not be recorded');
+      }),
   });
   const settingsOf = serverCallSettings(catalog.all(), {
     defaultSeconds: settings.toolCallTimeoutSeconds,
@@ -151,6 +178,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     payments,
     proofs,
     limits: new CallerLimits(callLimits),
+    requestStates: new RequestStates({ key: requestStateKey(kernel), clock: kernel.clock }),
     logger,
   });
   const tools = new GatewayTools({

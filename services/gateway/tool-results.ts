@@ -10,6 +10,12 @@ export const MAX_RESULT_DEPTH = 256;
 /** A result nested deeper than {@link MAX_RESULT_DEPTH}: the server broke the protocol. */
 export const TOO_DEEP = Symbol('too deep');
 
+/** A tool result that reports an error in text, as MCP clients show tool errors. */
+export const toolError = (text: string): CallToolResult => ({
+  isError: true,
+  content: [{ type: 'text', text }],
+});
+
 /**
  * A tool result as the client receives it and its proof commits to, in one walk that copies only what
  * changes: every string and member name with the process's secrets redacted (every encoding), with

@@ -1,9 +1,17 @@
 import { spawn } from 'node:child_process';
-import { ErrorCode, McpError, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import {
+  ErrorCode,
+  McpError,
+  type CallToolResult,
+  type JSONRPCMessage,
+} from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
-import { CallCancelled, callTool } from '../../core/mcp/call-tool.ts';
+import { Client as ClientV2, type Transport } from '@modelcontextprotocol/client';
+import { CallCancelled, callTool, isInputRequired } from '../../core/mcp/call-tool.ts';
 import type { Disconnection } from '../../core/http/disconnect.ts';
+import { ModernEnvelopes } from '../../core/mcp/era.ts';
 import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
+import { fixturePath } from '../support/paths.ts';
 
 /**
  * A stand-in MCP server (a real process on stdio): `echo` answers, `fail` answers a JSON-RPC error,
@@ -22,10 +30,18 @@ require('readline').createInterface({ input: process.stdin }).on('line', (line) 
   if (name === 'fail') send({ jsonrpc: '2.0', id: m.id, error: { code: -32000, message: 'boom', data: { why: 1 } } });
   if (name === 'bad') send({ jsonrpc: '2.0', id: m.id, result: { content: 'not a list' } });
   if (name === 'exit') process.exit(0);
+  // 2026-07-28 framing: the params it got as text, beside the server's identity and another _meta key.
+  if (name === 'framed') send({ jsonrpc: '2.0', id: m.id, result: { resultType: 'complete',
+    content: [{ type: 'text', text: JSON.stringify(m.params) }],
+    _meta: { 'io.modelcontextprotocol/serverInfo': { name: 'stand-in', version: '1' }, kept: true } } });
+  if (name === 'ask') send({ jsonrpc: '2.0', id: m.id, result: { resultType: 'input_required', requestState: 's1',
+    inputRequests: { who: { method: 'elicitation/create', params: { message: 'Who?' } } } } });
+  if (name === 'ask-nothing') send({ jsonrpc: '2.0', id: m.id, result: { resultType: 'input_required' } });
+  if (name === 'task') send({ jsonrpc: '2.0', id: m.id, result: { resultType: 'task', content: [] } });
 });`;
 
-function serve(): { transport: ProcessStdioTransport; others: JSONRPCMessage[] } {
-  const child = spawn(process.execPath, ['-e', SERVER], { stdio: ['pipe', 'pipe', 'pipe'] });
+function serve(args = ['-e', SERVER]): { transport: ProcessStdioTransport; others: JSONRPCMessage[] } {
+  const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
   const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
   const transport = new ProcessStdioTransport({
     stdin: child.stdin,
@@ -66,7 +82,7 @@ describe('callTool over a process transport (without the SDK Protocol)', () => {
     );
     await server.transport.send({ jsonrpc: '2.0', id: 7, method: 'ping' });
     const results = await Promise.all(calls);
-    expect(results.map((r) => (r.content[0] as { text: string }).text)).to.deep.equal(
+    expect(results.map((r) => ((r as CallToolResult).content[0] as { text: string }).text)).to.deep.equal(
       Array.from({ length: 20 }, (_, i) => `m${i}`),
     );
     await until(() => server.others.length > 0);
@@ -126,5 +142,155 @@ describe('callTool over a process transport (without the SDK Protocol)', () => {
     expect(
       await callTool(server.transport, 'echo', {}, { timeoutMs: 5000 }).catch((e: unknown) => e),
     ).to.be.instanceOf(Error);
+  });
+});
+
+describe('callTool to a 2026-07-28 server', () => {
+  const envelopes = new ModernEnvelopes('2026-07-28', { name: 'sigil-gateway', version: 'test' });
+  const framed = (result: unknown) =>
+    JSON.parse(((result as CallToolResult).content[0] as { text: string }).text) as {
+      _meta: Record<string, unknown>;
+      inputResponses?: unknown;
+      requestState?: unknown;
+    };
+
+  describe('against a stand-in', () => {
+    let server: ReturnType<typeof serve>;
+    beforeEach(async () => {
+      server = serve();
+      await server.transport.start();
+    });
+    afterEach(() => server.transport.close());
+
+    it('sends the envelope (the caller’s capabilities, a log level only while someone listens) and a retry’s input', async () => {
+      const plain = framed(await callTool(server.transport, 'framed', {}, { timeoutMs: 5000 }, envelopes));
+      expect(plain._meta).to.deep.equal({
+        'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+        'io.modelcontextprotocol/clientCapabilities': {},
+        'io.modelcontextprotocol/clientInfo': { name: 'sigil-gateway', version: 'test' },
+      });
+      const listening = framed(
+        await callTool(
+          server.transport,
+          'framed',
+          {},
+          {
+            timeoutMs: 5000,
+            onLog: () => undefined,
+            caller: { clientCapabilities: { sampling: {} } },
+            retry: { inputResponses: { who: { action: 'decline' } }, requestState: 's1' },
+          },
+          envelopes,
+        ),
+      );
+      expect(listening._meta).to.deep.include({
+        'io.modelcontextprotocol/clientCapabilities': { sampling: {} },
+        'io.modelcontextprotocol/logLevel': 'debug',
+      });
+      expect(listening._meta.progressToken).to.be.a('string');
+      expect([listening.inputResponses, listening.requestState]).to.deep.equal([
+        { who: { action: 'decline' } },
+        's1',
+      ]);
+    });
+
+    it('returns a complete result without its framing, keeping the rest of its _meta', async () => {
+      const result = (await callTool(
+        server.transport,
+        'framed',
+        {},
+        { timeoutMs: 5000 },
+        envelopes,
+      )) as CallToolResult;
+      expect(result).to.not.have.property('resultType');
+      expect(result._meta).to.deep.equal({ kept: true });
+    });
+
+    it('returns input_required as it came, and refuses one that asks nothing or an unknown resultType', async () => {
+      const asked = await callTool(server.transport, 'ask', {}, { timeoutMs: 5000 }, envelopes);
+      expect(isInputRequired(asked)).to.equal(true);
+      expect(asked).to.deep.equal({
+        resultType: 'input_required',
+        requestState: 's1',
+        inputRequests: { who: { method: 'elicitation/create', params: { message: 'Who?' } } },
+      });
+      for (const name of ['ask-nothing', 'task']) {
+        const refused = await callTool(server.transport, name, {}, { timeoutMs: 5000 }, envelopes).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+        expect(refused, name).to.be.instanceOf(Error);
+      }
+    });
+  });
+
+  it('answers as the SDK v2 client does, against an SDK v2 server: results, progress, logs, input_required and its retry', async function () {
+    this.timeout(30_000);
+    const server = serve([fixturePath('mcp', 'modern-echo-package', 'server.mjs')]);
+    const client = new ClientV2(
+      { name: 'sigil-gateway', version: 'test' },
+      { versionNegotiation: { mode: { pin: '2026-07-28' } }, capabilities: { elicitation: {} } },
+    );
+    client.setRequestHandler('elicitation/create', () =>
+      Promise.resolve({ action: 'accept' as const, content: { name: 'Ada' } }),
+    );
+    await client.connect(server.transport as unknown as Transport);
+    try {
+      const withoutIdentity = ({ _meta, ...rest }: Record<string, unknown>) => {
+        const { 'io.modelcontextprotocol/serverInfo': _identity, ...others } = (_meta ?? {}) as Record<
+          string,
+          unknown
+        >;
+        return Object.keys(others).length === 0 ? rest : { ...rest, _meta: others };
+      };
+      const echoed = await callTool(
+        server.transport,
+        'echo',
+        { message: 'same' },
+        { timeoutMs: 5000 },
+        envelopes,
+      );
+      expect(echoed).to.deep.equal(
+        withoutIdentity(await client.callTool({ name: 'echo', arguments: { message: 'same' } })),
+      );
+      const heard: string[] = [];
+      const done = await callTool(
+        server.transport,
+        'progress',
+        {},
+        {
+          timeoutMs: 5000,
+          onProgress: (progress) => heard.push(`progress ${progress.progress}/${String(progress.total)}`),
+          onLog: (message) => heard.push(`log ${message.level}`),
+        },
+        envelopes,
+      );
+      expect(done).to.deep.equal(withoutIdentity(await client.callTool({ name: 'progress', arguments: {} })));
+      expect(heard).to.deep.equal(['progress 1/2', 'progress 2/2', 'log info']);
+      const caller = { clientCapabilities: { elicitation: {} } };
+      const asked = await callTool(server.transport, 'greet', {}, { timeoutMs: 5000, caller }, envelopes);
+      if (!isInputRequired(asked)) throw new Error('expected input_required');
+      expect(asked.inputRequests?.user_name?.method).to.equal('elicitation/create');
+      const answered = await callTool(
+        server.transport,
+        'greet',
+        {},
+        {
+          timeoutMs: 5000,
+          caller,
+          retry: {
+            inputResponses: { user_name: { action: 'accept', content: { name: 'Ada' } } },
+            ...(asked.requestState !== undefined && { requestState: asked.requestState }),
+          },
+        },
+        envelopes,
+      );
+      // The SDK client fulfils the same request with its handler and retries: the same result.
+      expect(answered).to.deep.equal(
+        withoutIdentity(await client.callTool({ name: 'greet', arguments: {} })),
+      );
+    } finally {
+      await client.close();
+    }
   });
 });

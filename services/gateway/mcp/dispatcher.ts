@@ -6,7 +6,6 @@ import {
   PingRequestSchema,
   SetLevelRequestSchema,
   SUPPORTED_PROTOCOL_VERSIONS,
-  type CallToolResult,
   type JSONRPCNotification,
   type JSONRPCRequest,
   type Tool,
@@ -14,6 +13,7 @@ import {
 import type { z } from 'zod';
 import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../../core/http/disconnect.ts';
+import type { InputRetry, ToolCallOutcome } from '../../../core/mcp/call-tool.ts';
 import type { CallOrigin } from '../call-limits.ts';
 import { jsonRpcErrorOf } from '../../../core/http/mcp-errors.ts';
 import type { ResolvedServer } from '../servers.ts';
@@ -50,7 +50,13 @@ export interface McpRequestScope {
 /** The tools behind the endpoint; the dispatcher only speaks the protocol. */
 export interface McpToolSource {
   listTools(scope: McpRequestScope): Promise<Tool[]>;
-  callTool(scope: McpRequestScope, name: string, args: Record<string, unknown>): Promise<CallToolResult>;
+  /** `retry`: a 2026-07-28 client's retry of a call it was answered `input_required` for. */
+  callTool(
+    scope: McpRequestScope,
+    name: string,
+    args: Record<string, unknown>,
+    retry?: InputRetry,
+  ): Promise<ToolCallOutcome>;
 }
 
 export interface ServerIdentity {
@@ -127,14 +133,15 @@ export class McpDispatcher {
   }
 
   /**
-   * A modern result: `resultType: "complete"` and the server's identity in `_meta` (beside a payment
-   * receipt and the execution proof, whose hash leaves out both: see proofs.ts).
+   * A modern result: `resultType: "complete"` (or a relayed `input_required`, kept) and the server's
+   * identity in `_meta` (beside a payment receipt and the execution proof, whose hash leaves out
+   * both: see proofs.ts).
    */
   private complete(result: Record<string, unknown>, scope: McpRequestScope): Record<string, unknown> {
     const meta = result._meta as Record<string, unknown> | undefined;
     return {
       ...result,
-      resultType: 'complete',
+      resultType: result.resultType === 'input_required' ? 'input_required' : 'complete',
       _meta: { ...meta, [META.serverInfo]: this.serverInfoOf(scope) },
     };
   }
@@ -193,7 +200,11 @@ export class McpDispatcher {
 
   private async callTool(request: JSONRPCRequest, scope: McpRequestScope): Promise<Record<string, unknown>> {
     const params = plainCallParams(request.params) ?? parseParams(CallToolRequestSchema, request).params;
-    return (await this.tools.callTool(scope, params.name, params.arguments ?? {})) as Record<string, unknown>;
+    const retry = scope.revision.era === 'modern' ? retryOf(request.params) : undefined;
+    return (await this.tools.callTool(scope, params.name, params.arguments ?? {}, retry)) as Record<
+      string,
+      unknown
+    >;
   }
 }
 
@@ -221,6 +232,23 @@ function plainCallParams(params: unknown): { name: string; arguments?: Record<st
   const { name, arguments: args } = params;
   if (typeof name !== 'string' || !(args === undefined || isPlainObject(args))) return undefined;
   return args === undefined ? { name } : { name, arguments: args };
+}
+
+/**
+ * A 2026-07-28 retry's `inputResponses` (an object, passed on as it is) and `requestState` (a
+ * string): undefined when the call carries neither, -32602 when either has another type.
+ */
+function retryOf(params: unknown): InputRetry | undefined {
+  if (!isPlainObject(params) || !('inputResponses' in params || 'requestState' in params)) return undefined;
+  const { inputResponses, requestState } = params;
+  if (inputResponses !== undefined && !isPlainObject(inputResponses))
+    throw new SigilError('invalid_request', 'Invalid params: inputResponses: expected an object');
+  if (requestState !== undefined && typeof requestState !== 'string')
+    throw new SigilError('invalid_request', 'Invalid params: requestState: expected a string');
+  return {
+    ...(inputResponses !== undefined && { inputResponses }),
+    ...(requestState !== undefined && { requestState }),
+  };
 }
 
 function parseParams<S extends z.ZodType>(schema: S, request: JSONRPCRequest): z.infer<S> {

@@ -7,7 +7,7 @@ import {
 import { z } from 'zod';
 import { isSigilError, SigilError } from '@sigil/plugin-api';
 import { jsonRpcErrorOf, UNKNOWN_TOOL, withHint } from '../../../core/http/mcp-errors.ts';
-import type { CallObserver } from '../../../core/mcp/call-tool.ts';
+import type { CallObserver, InputRetry, ToolCallOutcome } from '../../../core/mcp/call-tool.ts';
 import type { Catalog } from '../catalog.ts';
 import type { ResolvedServer, ServerDirectory } from '../servers.ts';
 import type { EnabledServers } from '../enabled-servers.ts';
@@ -95,10 +95,11 @@ export class GatewayTools implements McpToolSource {
     scope: McpRequestScope,
     name: string,
     args: Record<string, unknown>,
-  ): Promise<CallToolResult> {
+    retry?: InputRetry,
+  ): Promise<ToolCallOutcome> {
     try {
       if (scope.server !== undefined)
-        return await this.callServerTool(scope, scope.server.entry.id, name, args, scope.server);
+        return await this.callServerTool(scope, scope.server.entry.id, name, args, retry, scope.server);
       if (META_NAMES.has(name)) {
         // Free, but not unbounded: the same limit as a server tool's arguments, and the same refusal.
         checkPayloadSize(args, scope.meta);
@@ -112,7 +113,13 @@ export class GatewayTools implements McpToolSource {
           `Unknown tool: ${name} (server "${serverId}" is not enabled in this session; call gateway_enable_server first)`,
         );
       }
-      return await this.callServerTool(scope, serverId, name.slice(at + NAMESPACE_SEPARATOR.length), args);
+      return await this.callServerTool(
+        scope,
+        serverId,
+        name.slice(at + NAMESPACE_SEPARATOR.length),
+        args,
+        retry,
+      );
     } catch (err) {
       return toolFailure(err);
     }
@@ -120,15 +127,18 @@ export class GatewayTools implements McpToolSource {
 
   /**
    * A server's tool (`admitted`: the server, when this request has already admitted it); a refusal by
-   * the gateway is a tool error proven as a result is.
+   * the gateway is a tool error proven as a result is. A 2026-07-28 client's call tells a modern
+   * server its capabilities and log level, and may be answered (and retried after) `input_required`.
    */
   private async callServerTool(
     scope: McpRequestScope,
     serverId: string,
     tool: string,
     args: Record<string, unknown>,
+    retry: InputRetry | undefined,
     admitted?: ResolvedServer,
-  ): Promise<CallToolResult> {
+  ): Promise<ToolCallOutcome> {
+    const { revision } = scope;
     const call = {
       serverId,
       ...(admitted && { admitted }),
@@ -139,6 +149,13 @@ export class GatewayTools implements McpToolSource {
       origin: scope.origin,
       ...(scope.notify && {
         observer: forwarding(scope.notify, scope.meta?.progressToken, scope.revision),
+      }),
+      ...(revision.era === 'modern' && {
+        modernClient: {
+          clientCapabilities: revision.clientCapabilities,
+          ...(revision.logLevel !== undefined && { logLevel: revision.logLevel }),
+        },
+        ...(retry && { retry }),
       }),
     };
     try {

@@ -103,7 +103,8 @@ export class Payments {
 
   /**
    * Runs one paid operation: reserve, `work`, then settle if it succeeded or release if it failed or
-   * threw. The receipt is absent when nothing was charged.
+   * threw; withdraw the reservation if it is `unfinished` (the same payment pays for the retry that
+   * finishes it). The receipt is absent when nothing was charged.
    *
    * The settlement is sent, and its receipt awaited, after the work and before its result leaves: a
    * payer who cancels its authorization while the work runs (EIP-3009 `cancelAuthorization`) makes
@@ -116,17 +117,23 @@ export class Payments {
     payload: unknown,
     resource: PaymentResource,
     wallet: string | undefined,
-    work: () => Promise<{ value: T; succeeded: boolean }>,
+    work: () => Promise<{ value: T; succeeded: boolean; unfinished?: boolean }>,
   ): Promise<{ value: T; receipt?: PaymentReceipt }> {
     const payment = await this.reserve(payload, resource, wallet);
     this.inFlight.add(payment.id);
     try {
-      let outcome: { value: T; succeeded: boolean };
+      let outcome: { value: T; succeeded: boolean; unfinished?: boolean };
       try {
         outcome = await work();
       } catch (err) {
         await this.release(payment, (err as Error).message);
         throw err;
+      }
+      if (outcome.unfinished) {
+        // The call awaits the client's input (MCP 2026-07-28 `input_required`): nothing is charged,
+        // and the same payment pays for the retry that completes it.
+        await this.reservations.withdraw(payment);
+        return { value: outcome.value };
       }
       if (!outcome.succeeded) {
         await this.release(payment, 'the call reported an error');

@@ -116,12 +116,20 @@ export class Reservations {
     return inserted.length > 0;
   }
 
+  /**
+   * Removes the reservation of a payment whose call did not finish (it awaits the client's input), as
+   * if it had never been presented: the retry that finishes the call presents it again.
+   */
+  async withdraw(payment: VerifiedPayment): Promise<void> {
+    await this.deps.db('payment_settlements').where({ id: payment.id, state: 'executing' }).delete();
+  }
+
   /** Removes a reservation written for a payment that then failed: as if it had never been presented. */
   private async drop(
     reservation: Promise<boolean> | undefined,
     payment: VerifiedPayment | undefined,
   ): Promise<void> {
     if (!reservation || !payment || !(await reservation.catch(() => false))) return;
-    await this.deps.db('payment_settlements').where({ id: payment.id, state: 'executing' }).delete();
+    await this.withdraw(payment);
   }
 }

@@ -33,6 +33,7 @@ class StubProber implements ServerProber {
       version: '1.0.0',
       digest: 'sha512-stub',
       hasInstallScripts: false,
+      protocol: { era: 'legacy', version: '2025-11-25' },
       tools: this.tools,
       smoke: 'skipped',
     });

@@ -18,7 +18,7 @@ async function launchProbe(): Promise<RunningServer> {
   const exited = new Promise<void>((resolve) => (transport.onclose = resolve));
   await client.connect(transport);
   return {
-    client,
+    protocol: { era: 'legacy', version: '2025-11-25' },
     // The SDK client's own call: the pool does not care how a tool is called.
     callTool: async (name, args, options) =>
       (await client.callTool({ name, arguments: args }, undefined, {
@@ -43,7 +43,7 @@ describe('server pool', function () {
   let launches: ServerKey[];
   const key = (serverId: string, wallet = 'anonymous'): ServerKey => ({ serverId, wallet });
   const instanceOf = (k: ServerKey) =>
-    pool.use(k, async (s) => textOf(await s.client.callTool({ name: 'instance', arguments: {} })));
+    pool.use(k, async (s) => textOf(await s.callTool('instance', {}, { timeoutMs: 10_000 })));
 
   const newPool = (
     options: {
@@ -107,7 +107,7 @@ describe('server pool', function () {
     pool = newPool();
     const before = await instanceOf(key('probe'));
     await pool
-      .use(key('probe'), (s) => s.client.callTool({ name: 'crash', arguments: {} }))
+      .use(key('probe'), (s) => s.callTool('crash', {}, { timeoutMs: 10_000 }))
       .catch(() => undefined);
     await new Promise((resolve) => setTimeout(resolve, 100));
     const after = await instanceOf(key('probe'));
@@ -126,7 +126,7 @@ describe('server pool', function () {
 
   it('refuses a new server when every slot is busy', async () => {
     pool = newPool({ maxRunning: 1 });
-    const slow = pool.use(key('one'), (s) => s.client.callTool({ name: 'sleep', arguments: { ms: 400 } }));
+    const slow = pool.use(key('one'), (s) => s.callTool('sleep', { ms: 400 }, { timeoutMs: 10_000 }));
     await new Promise((resolve) => setTimeout(resolve, 50));
     const err = await instanceOf(key('two')).catch((e: unknown) => e);
     expect(err).to.be.instanceOf(RetryLater);
@@ -183,11 +183,13 @@ describe('server pool', function () {
   it('frees the slot of a discarded process at once, before the process has ended', async () => {
     // A process that takes forever to die: the next call must not wait for it.
     let endless: RunningServer | undefined;
+    let stopEndless: (() => Promise<void>) | undefined;
     pool = newPool({
       maxRunning: 1,
       launch: async () => {
         if (endless) return launchProbe();
         const server = await launchProbe();
+        stopEndless = server.kill;
         endless = { ...server, kill: () => new Promise<void>(() => undefined) };
         return endless;
       },
@@ -203,7 +205,7 @@ describe('server pool', function () {
     void killed?.then(() => (ended = true));
     await new Promise((resolve) => setImmediate(resolve));
     expect(ended, 'the first process is still being stopped').to.equal(false);
-    await endless?.client.close();
+    await stopEndless?.();
   });
 
   it('discards only the process it is given, not one started since for the same key', async () => {
@@ -222,7 +224,7 @@ describe('server pool', function () {
     const once = (): Promise<string> =>
       pool.use(
         key('probe'),
-        async (s) => textOf(await s.client.callTool({ name: 'instance', arguments: {} })),
+        async (s) => textOf(await s.callTool('instance', {}, { timeoutMs: 10_000 })),
         true,
       );
     const [a, b] = await Promise.all([once(), once()]);

@@ -22,6 +22,30 @@ const fixtures = fixturePath('mcp');
 export const probePackage = join(fixtures, 'probe-package');
 /** A server that leaks its secret CANARY_SECRET in every encoding and answers what proofs cannot hold. */
 export const hostilePackage = join(fixtures, 'hostile-package');
+/**
+ * A small real MCP stdio server on the SDK v2 (2026-07-28 first, 2025-11-25 to a client that opens with
+ * `initialize`): echo, instance, envelope, progress, greet (input_required), crash.
+ */
+export const modernEchoPackage = join(fixtures, 'modern-echo-package');
+
+/** The modern echo server's catalog entry (id `modern`): publish `modernEchoPackage` for it. */
+export const modernEchoEntry = {
+  id: 'modern',
+  title: 'Modern echo',
+  registry: 'npm',
+  package: '@sigil-test/modern-echo-server',
+  version: '^1.0.0',
+  entry: { bin: 'sigil-modern-echo' },
+  smokeTest: { tool: 'echo', arguments: { message: 'warm' } },
+  // Its one piece of state is an id per process, which says nothing of any caller.
+  stateless: true,
+};
+
+/** A JSON-RPC answer of the MCP endpoint, as a test reads it. */
+export type JsonRpcAnswer = {
+  result?: Record<string, unknown>;
+  error?: { code: number; message: string; data?: unknown };
+};
 
 export const textOf = (result: unknown): string =>
   ((result as CallToolResult).content[0] as { text: string }).text;
