@@ -4,13 +4,13 @@ import { unlistedRegressions, type LegRun } from './mcp/results.ts';
 import { yamlList } from './mcp/suite.ts';
 
 // The official MCP conformance suite against the fixture server directly (B, the baseline) and
-// through the gateway (S: POST /mcp/server/cf, M: POST /mcp), at both revisions. S at 2026-07-28
-// waits for the gateway to speak 2026-07-28 to its own servers (mcp-official-2026.pending.ts).
+// through the gateway (S: POST /mcp/server/cf, M: POST /mcp), at both revisions.
 describeOfficialSuite('the official MCP conformance suite (@modelcontextprotocol/conformance)', [
   { leg: 'B', revision: '2025-11-25' },
   { leg: 'B', revision: '2026-07-28' },
   { leg: 'S', revision: '2025-11-25' },
   { leg: 'M', revision: '2025-11-25' },
+  { leg: 'S', revision: '2026-07-28' },
   { leg: 'M', revision: '2026-07-28' },
 ]);
 
