@@ -19,7 +19,8 @@ import { jsonRpcErrorOf } from '../../../core/http/mcp-errors.ts';
 import type { ResolvedServer } from '../servers.ts';
 import type { CacheHints } from './cache-hints.ts';
 import { ErrorCode, errorReply, isPlainObject, plainMeta, type JsonRpcReply } from './jsonrpc.ts';
-import { META, MODERN_METHODS, MODERN_VERSIONS, type Revision } from './revision.ts';
+import { ENVELOPE } from '../../../core/mcp/era.ts';
+import { MODERN_METHODS, MODERN_VERSIONS, type Revision } from './revision.ts';
 
 /** Everything a tool list or call may depend on: who asks, in which session, through which endpoint. */
 export interface McpRequestScope {
@@ -142,7 +143,7 @@ export class McpDispatcher {
     return {
       ...result,
       resultType: result.resultType === 'input_required' ? 'input_required' : 'complete',
-      _meta: { ...meta, [META.serverInfo]: this.serverInfoOf(scope) },
+      _meta: { ...meta, [ENVELOPE.serverInfo]: this.serverInfoOf(scope) },
     };
   }
 
@@ -187,7 +188,7 @@ export class McpDispatcher {
       ...(this.identity.instructions ? { instructions: this.identity.instructions } : {}),
       ...this.hints.discover(),
       // The SDK v2 client reads the server's identity from here.
-      _meta: { [META.serverInfo]: this.serverInfoOf(scope) },
+      _meta: { [ENVELOPE.serverInfo]: this.serverInfoOf(scope) },
     };
   }
 

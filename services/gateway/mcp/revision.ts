@@ -1,5 +1,6 @@
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { JsonRpcErrorObject } from '../../../core/http/mcp-errors.ts';
+import { ENVELOPE, isModernVersion, MODERN_REVISION } from '../../../core/mcp/era.ts';
 import { ErrorCode, isPlainObject, type RequestId } from './jsonrpc.ts';
 
 /**
@@ -11,26 +12,13 @@ import { ErrorCode, isPlainObject, type RequestId } from './jsonrpc.ts';
  */
 
 /** The modern revisions served: those `server/discover` lists, and the only ones a `_meta` claim may name. */
-export const MODERN_VERSIONS: readonly string[] = ['2026-07-28'];
+export const MODERN_VERSIONS: readonly string[] = [MODERN_REVISION];
 /** The older revisions served, negotiated with `initialize` (the SDK 1.x list, as before). */
 export const LEGACY_VERSIONS: readonly string[] = SUPPORTED_PROTOCOL_VERSIONS;
 /** The revision of a request that names none at all: the spec lets a server assume 2025-03-26. */
 export const DEFAULT_LEGACY_VERSION = '2025-03-26';
-/** The first modern revision: any version from it on (as strings compare) claims the modern era. */
-const FIRST_MODERN_VERSION = '2026-07-28';
-
 /** The modern methods served; any other is 404 / -32601 on the modern era (`initialize`, `ping` among them). */
 export const MODERN_METHODS: readonly string[] = ['server/discover', 'tools/list', 'tools/call'];
-
-/** The reserved `_meta` keys of a modern request (MCP 2026-07-28, "Request envelope"). */
-export const META = {
-  protocolVersion: 'io.modelcontextprotocol/protocolVersion',
-  clientCapabilities: 'io.modelcontextprotocol/clientCapabilities',
-  clientInfo: 'io.modelcontextprotocol/clientInfo',
-  logLevel: 'io.modelcontextprotocol/logLevel',
-  /** Where a modern result names its server. */
-  serverInfo: 'io.modelcontextprotocol/serverInfo',
-} as const;
 
 /** Codes the spec defines in its reserved range (-32020…-32099); nothing else may be emitted there. */
 export const HEADER_MISMATCH = -32020;
@@ -88,8 +76,6 @@ const LEGACY_BY_VERSION = new Map<string, Revision>(
   [...LEGACY_VERSIONS, DEFAULT_LEGACY_VERSION].map((version) => [version, { era: 'legacy', version }]),
 );
 
-const isModernVersion = (version: string): boolean => version >= FIRST_MODERN_VERSION;
-
 /**
  * The revision `input` is served at, or its refusal; the first rung that fails answers (the order of
  * the SDK's `classifyInboundRequest` and of its HTTP entry):
@@ -111,7 +97,7 @@ export function classifyRevision(input: RevisionInput, kind: 'request' | 'notifi
   const { headerVersion, mcpMethod, message } = input;
   const { method, params } = message;
   const meta = isPlainObject(params) && isPlainObject(params._meta) ? params._meta : undefined;
-  const claimed = meta !== undefined && META.protocolVersion in meta;
+  const claimed = meta !== undefined && ENVELOPE.protocolVersion in meta;
   const headerModern = headerVersion !== '' && isModernVersion(headerVersion);
 
   if (kind === 'request' && method === 'initialize' && !(claimed && validModernClaim(meta))) {
@@ -130,7 +116,7 @@ export function classifyRevision(input: RevisionInput, kind: 'request' | 'notifi
       const missing =
         meta === undefined
           ? ['_meta']
-          : [META.protocolVersion, META.clientCapabilities].filter((k) => !(k in meta));
+          : [ENVELOPE.protocolVersion, ENVELOPE.clientCapabilities].filter((k) => !(k in meta));
       return invalidParams(
         `Invalid params: the MCP-Protocol-Version header names ${headerVersion}, but the request has no per-request envelope: expected ${missing.map(metaKeyName).join(' and ')}`,
         { envelope: { missing } },
@@ -146,14 +132,11 @@ export function classifyRevision(input: RevisionInput, kind: 'request' | 'notifi
   }
   const issue = envelopeIssue(meta, kind);
   if (issue) {
-    return invalidParams(
-      `Invalid _meta envelope for MCP ${FIRST_MODERN_VERSION}: expected ${issue.expected}`,
-      {
-        envelope: { key: issue.key, problem: issue.problem },
-      },
-    );
+    return invalidParams(`Invalid _meta envelope for MCP ${MODERN_REVISION}: expected ${issue.expected}`, {
+      envelope: { key: issue.key, problem: issue.problem },
+    });
   }
-  const version = meta[META.protocolVersion] as string;
+  const version = meta[ENVELOPE.protocolVersion] as string;
   if (headerVersion !== '' && headerVersion !== version) {
     return mismatch(
       headerVersion,
@@ -166,7 +149,7 @@ export function classifyRevision(input: RevisionInput, kind: 'request' | 'notifi
     return unsupported(
       version,
       isModernVersion(version)
-        ? `Unsupported protocol version ${version}: expected _meta["${META.protocolVersion}"] to be one of ${MODERN_VERSIONS.join(', ')}`
+        ? `Unsupported protocol version ${version}: expected _meta["${ENVELOPE.protocolVersion}"] to be one of ${MODERN_VERSIONS.join(', ')}`
         : `Unsupported protocol version ${version} in _meta: only ${MODERN_VERSIONS.join(', ')} is named per request; ${version} is negotiated with initialize and no _meta envelope (mixed revisions)`,
     );
   }
@@ -184,12 +167,12 @@ export function classifyRevision(input: RevisionInput, kind: 'request' | 'notifi
       },
     };
   }
-  const clientInfo = meta[META.clientInfo] as { name: string; version: string } | undefined;
-  const logLevel = meta[META.logLevel] as LogLevel | undefined;
+  const clientInfo = meta[ENVELOPE.clientInfo] as { name: string; version: string } | undefined;
+  const logLevel = meta[ENVELOPE.logLevel] as LogLevel | undefined;
   return {
     era: 'modern',
     version,
-    clientCapabilities: meta[META.clientCapabilities] as Record<string, unknown>,
+    clientCapabilities: meta[ENVELOPE.clientCapabilities] as Record<string, unknown>,
     ...(clientInfo && { clientInfo }),
     ...(logLevel && { logLevel }),
   };
@@ -211,7 +194,7 @@ const modernNotification = (version: string): Revision => ({
 const metaKeyName = (key: string): string => (key === '_meta' ? 'params._meta' : `_meta["${key}"]`);
 
 function validModernClaim(meta: Record<string, unknown>): boolean {
-  const version = meta[META.protocolVersion];
+  const version = meta[ENVELOPE.protocolVersion];
   return (
     typeof version === 'string' && isModernVersion(version) && envelopeIssue(meta, 'request') === undefined
   );
@@ -239,25 +222,26 @@ function envelopeIssue(
     problem,
     expected: `${metaKeyName(key)} to be ${what}; ${problem === 'missing' ? 'it is missing' : `it is ${problem}`}`,
   });
-  const version = meta[META.protocolVersion];
+  const version = meta[ENVELOPE.protocolVersion];
   if (typeof version !== 'string' || version === '')
-    return issue(META.protocolVersion, 'a protocol version string such as 2026-07-28', describe(version));
+    return issue(ENVELOPE.protocolVersion, 'a protocol version string such as 2026-07-28', describe(version));
   if (kind === 'notification') return undefined;
-  if (!(META.clientCapabilities in meta)) return issue(META.clientCapabilities, 'an object', 'missing');
-  const capabilities = meta[META.clientCapabilities];
+  if (!(ENVELOPE.clientCapabilities in meta))
+    return issue(ENVELOPE.clientCapabilities, 'an object', 'missing');
+  const capabilities = meta[ENVELOPE.clientCapabilities];
   if (!isPlainObject(capabilities))
-    return issue(META.clientCapabilities, 'an object', describe(capabilities));
+    return issue(ENVELOPE.clientCapabilities, 'an object', describe(capabilities));
   for (const member of CAPABILITY_MEMBERS) {
     if (member in capabilities && !isPlainObject(capabilities[member]))
-      return issue(`${META.clientCapabilities}.${member}`, 'an object', describe(capabilities[member]));
+      return issue(`${ENVELOPE.clientCapabilities}.${member}`, 'an object', describe(capabilities[member]));
   }
-  if (META.clientInfo in meta) {
-    const info = meta[META.clientInfo];
+  if (ENVELOPE.clientInfo in meta) {
+    const info = meta[ENVELOPE.clientInfo];
     if (!isPlainObject(info) || typeof info.name !== 'string' || typeof info.version !== 'string')
-      return issue(META.clientInfo, '{ name, version } (strings)', describe(info));
+      return issue(ENVELOPE.clientInfo, '{ name, version } (strings)', describe(info));
   }
-  if (META.logLevel in meta && !(LOG_LEVELS as readonly unknown[]).includes(meta[META.logLevel]))
-    return issue(META.logLevel, `one of ${LOG_LEVELS.join(', ')}`, describe(meta[META.logLevel]));
+  if (ENVELOPE.logLevel in meta && !(LOG_LEVELS as readonly unknown[]).includes(meta[ENVELOPE.logLevel]))
+    return issue(ENVELOPE.logLevel, `one of ${LOG_LEVELS.join(', ')}`, describe(meta[ENVELOPE.logLevel]));
   if ('progressToken' in meta) {
     const token = meta.progressToken;
     if (typeof token !== 'string' && !Number.isSafeInteger(token))

@@ -1,12 +1,12 @@
 import { classifyInboundRequest, createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { expect } from 'chai';
+import { ENVELOPE } from '../../../core/mcp/era.ts';
 import { classify } from '../../../services/gateway/mcp/jsonrpc.ts';
 import {
   classifyRevision,
   decodeHeaderValue,
   isRejection,
   LEGACY_VERSIONS,
-  META,
   MODERN_METHODS,
   type RevisionInput,
   type RevisionVerdict,
@@ -14,8 +14,8 @@ import {
 
 const MODERN = '2026-07-28';
 const envelope = (extra: Record<string, unknown> = {}) => ({
-  [META.protocolVersion]: MODERN,
-  [META.clientCapabilities]: {},
+  [ENVELOPE.protocolVersion]: MODERN,
+  [ENVELOPE.clientCapabilities]: {},
   ...extra,
 });
 /** The headers an SDK v2 client sends with a request of `method` (and `name`, for tools/call). */
@@ -98,7 +98,7 @@ const LADDER: Cell[] = [
     name: 'initialize with a malformed envelope stays the legacy handshake',
     headers: noHeaders,
     method: 'initialize',
-    params: { _meta: { [META.protocolVersion]: MODERN } },
+    params: { _meta: { [ENVELOPE.protocolVersion]: MODERN } },
     expected: { era: 'legacy', version: '2025-03-26' },
   },
   // A modern header without a claim.
@@ -126,42 +126,42 @@ const LADDER: Cell[] = [
     name: 'protocolVersion not a string',
     headers: modernHeaders('tools/list'),
     method: 'tools/list',
-    params: { _meta: envelope({ [META.protocolVersion]: 20260728 }) },
+    params: { _meta: envelope({ [ENVELOPE.protocolVersion]: 20260728 }) },
     expected: { status: 400, code: -32602 },
   },
   {
     name: 'clientCapabilities missing',
     headers: modernHeaders('tools/list'),
     method: 'tools/list',
-    params: { _meta: { [META.protocolVersion]: MODERN } },
+    params: { _meta: { [ENVELOPE.protocolVersion]: MODERN } },
     expected: { status: 400, code: -32602 },
   },
   {
     name: 'clientCapabilities an array',
     headers: modernHeaders('tools/list'),
     method: 'tools/list',
-    params: { _meta: envelope({ [META.clientCapabilities]: [] }) },
+    params: { _meta: envelope({ [ENVELOPE.clientCapabilities]: [] }) },
     expected: { status: 400, code: -32602 },
   },
   {
     name: 'a capability not an object',
     headers: modernHeaders('tools/list'),
     method: 'tools/list',
-    params: { _meta: envelope({ [META.clientCapabilities]: { sampling: true } }) },
+    params: { _meta: envelope({ [ENVELOPE.clientCapabilities]: { sampling: true } }) },
     expected: { status: 400, code: -32602 },
   },
   {
     name: 'clientInfo without a version',
     headers: modernHeaders('tools/list'),
     method: 'tools/list',
-    params: { _meta: envelope({ [META.clientInfo]: { name: 'c' } }) },
+    params: { _meta: envelope({ [ENVELOPE.clientInfo]: { name: 'c' } }) },
     expected: { status: 400, code: -32602 },
   },
   {
     name: 'an unknown logLevel',
     headers: modernHeaders('tools/list'),
     method: 'tools/list',
-    params: { _meta: envelope({ [META.logLevel]: 'loud' }) },
+    params: { _meta: envelope({ [ENVELOPE.logLevel]: 'loud' }) },
     expected: { status: 400, code: -32602 },
   },
   {
@@ -192,21 +192,21 @@ const LADDER: Cell[] = [
     name: '2025-11-25 inside _meta, header 2025-11-25',
     headers: { ...modernHeaders('tools/list'), headerVersion: '2025-11-25' },
     method: 'tools/list',
-    params: { _meta: envelope({ [META.protocolVersion]: '2025-11-25' }) },
+    params: { _meta: envelope({ [ENVELOPE.protocolVersion]: '2025-11-25' }) },
     expected: { status: 400, code: -32022 },
   },
   {
     name: '2025-11-25 inside _meta, no header',
     headers: noHeaders,
     method: 'tools/list',
-    params: { _meta: envelope({ [META.protocolVersion]: '2025-11-25' }) },
+    params: { _meta: envelope({ [ENVELOPE.protocolVersion]: '2025-11-25' }) },
     expected: { status: 400, code: -32022 },
   },
   {
     name: 'a future revision inside _meta and in the header',
     headers: { ...modernHeaders('tools/list'), headerVersion: '2027-01-01' },
     method: 'tools/list',
-    params: { _meta: envelope({ [META.protocolVersion]: '2027-01-01' }) },
+    params: { _meta: envelope({ [ENVELOPE.protocolVersion]: '2027-01-01' }) },
     expected: { status: 400, code: -32022 },
   },
   // Standard headers a modern request must carry (SEP-2243).
@@ -316,7 +316,7 @@ const LADDER: Cell[] = [
     kind: 'notification',
     headers: noHeaders,
     method: 'notifications/x',
-    params: { _meta: { [META.protocolVersion]: MODERN } },
+    params: { _meta: { [ENVELOPE.protocolVersion]: MODERN } },
     expected: { era: 'modern', version: MODERN },
   },
   {
@@ -324,7 +324,7 @@ const LADDER: Cell[] = [
     kind: 'notification',
     headers: noHeaders,
     method: 'notifications/x',
-    params: { _meta: { [META.protocolVersion]: null } },
+    params: { _meta: { [ENVELOPE.protocolVersion]: null } },
     expected: { status: 400, code: -32602 },
   },
   {
@@ -332,7 +332,7 @@ const LADDER: Cell[] = [
     kind: 'notification',
     headers: { ...noHeaders, headerVersion: '2025-11-25' },
     method: 'notifications/x',
-    params: { _meta: { [META.protocolVersion]: MODERN } },
+    params: { _meta: { [ENVELOPE.protocolVersion]: MODERN } },
     expected: { status: 400, code: -32020 },
   },
   {
@@ -442,16 +442,16 @@ describe('MCP revisions: the per-request validation ladder (revision.ts)', () =>
       return verdict.reject.error;
     };
     const missingCaps = reject(modernHeaders('tools/list'), 'tools/list', {
-      _meta: { [META.protocolVersion]: MODERN },
+      _meta: { [ENVELOPE.protocolVersion]: MODERN },
     });
     expect(missingCaps.message).to.equal(
       'Invalid _meta envelope for MCP 2026-07-28: expected _meta["io.modelcontextprotocol/clientCapabilities"] to be an object; it is missing',
     );
     expect(missingCaps.data).to.deep.equal({
-      envelope: { key: META.clientCapabilities, problem: 'missing' },
+      envelope: { key: ENVELOPE.clientCapabilities, problem: 'missing' },
     });
     const notString = reject(modernHeaders('tools/list'), 'tools/list', {
-      _meta: envelope({ [META.protocolVersion]: 7 }),
+      _meta: envelope({ [ENVELOPE.protocolVersion]: 7 }),
     });
     expect(notString.message).to.match(
       /expected _meta\["io\.modelcontextprotocol\/protocolVersion"\] to be a protocol version string .*; it is a number/,
@@ -462,7 +462,7 @@ describe('MCP revisions: the per-request validation ladder (revision.ts)', () =>
     );
     expect(noEnvelope.data).to.deep.equal({ envelope: { missing: ['_meta'] } });
     const mixed = reject(noHeaders, 'tools/list', {
-      _meta: envelope({ [META.protocolVersion]: '2025-11-25' }),
+      _meta: envelope({ [ENVELOPE.protocolVersion]: '2025-11-25' }),
     });
     expect(mixed.data).to.deep.equal({ supported: [MODERN], requested: '2025-11-25' });
     expect(mixed.message).to.match(/negotiated with initialize .*mixed revisions/);
@@ -489,9 +489,9 @@ describe('MCP revisions: the per-request validation ladder (revision.ts)', () =>
           id: 1,
           params: {
             _meta: envelope({
-              [META.clientCapabilities]: { sampling: {} },
-              [META.clientInfo]: { name: 'c', version: '1' },
-              [META.logLevel]: 'warning',
+              [ENVELOPE.clientCapabilities]: { sampling: {} },
+              [ENVELOPE.clientInfo]: { name: 'c', version: '1' },
+              [ENVELOPE.logLevel]: 'warning',
             }),
           },
         },
@@ -520,9 +520,9 @@ describe('MCP revisions: the per-request validation ladder (revision.ts)', () =>
       { name: 5, _meta: envelope() },
     ];
     const metas: unknown[] = [
-      { [META.protocolVersion]: {} },
-      { [META.protocolVersion]: '' },
-      { [META.protocolVersion]: MODERN, [META.clientCapabilities]: null },
+      { [ENVELOPE.protocolVersion]: {} },
+      { [ENVELOPE.protocolVersion]: '' },
+      { [ENVELOPE.protocolVersion]: MODERN, [ENVELOPE.clientCapabilities]: null },
       Object.create(null),
     ];
     for (const params of [...odd, ...metas.map((meta) => ({ _meta: meta }))]) {
