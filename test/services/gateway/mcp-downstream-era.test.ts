@@ -22,8 +22,9 @@ import {
   textOf,
   walletToken,
 } from './support.ts';
+import { ENVELOPE } from '../../../core/mcp/era.ts';
 
-const SERVER_INFO = 'io.modelcontextprotocol/serverInfo';
+const SERVER_INFO = ENVELOPE.serverInfo;
 const PROBED = 'MCP server protocol probed';
 const REPROBED = 'MCP server refused its recorded protocol; probed again';
 

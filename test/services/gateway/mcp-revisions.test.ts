@@ -15,8 +15,9 @@ import {
   textOf,
   walletToken,
 } from './support.ts';
+import { ENVELOPE } from '../../../core/mcp/era.ts';
 
-const SERVER_INFO = 'io.modelcontextprotocol/serverInfo';
+const SERVER_INFO = ENVELOPE.serverInfo;
 
 type Answer = { result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } };
 

@@ -16,6 +16,7 @@ import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../..
 import { EVERYTHING } from '../../registries/npm/support.ts';
 import { startVerdaccio, type PackageSource, type Verdaccio } from '../../support/verdaccio.ts';
 import { fixturePath } from '../../support/paths.ts';
+import { ENVELOPE, MODERN_REVISION } from '../../../core/mcp/era.ts';
 
 const fixtures = fixturePath('mcp');
 /** A small real MCP stdio server (echo, instance, sleep, …) that the tests install as a package. */
@@ -271,13 +272,13 @@ export async function mcpClientV2(
   return client;
 }
 
-export const MODERN_REVISION = '2026-07-28';
+export { MODERN_REVISION };
 
 /** The `_meta` envelope of a 2026-07-28 request (`extra`: more keys, e.g. a payment or a log level). */
 export const modernMeta = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({
-  'io.modelcontextprotocol/protocolVersion': MODERN_REVISION,
-  'io.modelcontextprotocol/clientCapabilities': {},
-  'io.modelcontextprotocol/clientInfo': { name: 'sigil-test', version: '1.0.0' },
+  [ENVELOPE.protocolVersion]: MODERN_REVISION,
+  [ENVELOPE.clientCapabilities]: {},
+  [ENVELOPE.clientInfo]: { name: 'sigil-test', version: '1.0.0' },
   ...extra,
 });
 
