@@ -31,6 +31,9 @@ export interface ConformanceResults {
 
 const RESULTS_FILE = repoPath('bench', 'results', 'mcp-conformance.json');
 const PAGE = repoPath('docs', 'mcp-conformance.md');
+// The README shows the same table, folded under its one-line summary (docs/mcp-conformance.md says
+// what each leg is and why each gap cannot apply).
+const README = repoPath('README.md');
 const TABLE_START = '<!-- table: written by test/conformance/mcp-official.test.ts -->';
 const TABLE_END = '<!-- end of table -->';
 
@@ -106,15 +109,35 @@ export function recordRuns(runs: { leg: Leg; revision: Revision; run: LegRun }[]
   console.log(`\nMCP conformance (${CONFORMANCE_VERSION}):\n${markdown(results)}`);
   if (process.env.MCP_CONFORMANCE_RECORD !== '1') return results;
   writeFileSync(RESULTS_FILE, `${JSON.stringify(results, null, 2)}\n`);
-  const page = readFileSync(PAGE, 'utf8');
-  const start = page.indexOf(TABLE_START);
-  const end = page.indexOf(TABLE_END);
-  if (start === -1 || end === -1) throw new Error(`${PAGE} lost its table markers`);
-  writeFileSync(
-    PAGE,
-    `${page.slice(0, start + TABLE_START.length)}\n\n${markdown(results)}\n${page.slice(end)}`,
+  replaceTable(PAGE, markdown(results));
+  replaceTable(
+    README,
+    `<details><summary>Scenarios passing every check: ${summary(results).join('; ')}</summary>\n\n${markdown(results)}\n</details>\n`,
   );
   return results;
+}
+
+function replaceTable(file: string, table: string): void {
+  const page = readFileSync(file, 'utf8');
+  const start = page.indexOf(TABLE_START);
+  const end = page.indexOf(TABLE_END);
+  if (start === -1 || end === -1) throw new Error(`${file} lost its table markers`);
+  writeFileSync(file, `${page.slice(0, start + TABLE_START.length)}\n\n${table}\n${page.slice(end)}`);
+}
+
+const passingScenarios = (run: LegRun): number =>
+  Object.values(run.scenarios).filter((checks) => !Object.values(checks).some(failing)).length;
+
+/** Per revision and leg: how many scored scenarios pass every check. */
+function summary(results: ConformanceResults): string[] {
+  return REVISIONS.map((revision) => {
+    const legs = LEGS.map((leg) => {
+      const run = results.runs[revision]?.[leg];
+      if (!run) return `${leg} not run`;
+      return `${leg} ${passingScenarios(run)}/${Object.keys(run.scenarios).length}`;
+    });
+    return `${revision}: ${legs.join(', ')}`;
+  });
 }
 
 /** The table: a row per scored scenario, a column per revision and leg; gaps numbered with their reasons. */
@@ -153,9 +176,7 @@ export function markdown(results: ConformanceResults): string {
     LEGS.map((leg) => {
       const run = results.runs[revision]?.[leg];
       if (!run) return `${revision} ${leg}: not run`;
-      const all = Object.values(run.scenarios);
-      const clean = all.filter((checks) => !Object.values(checks).some(failing)).length;
-      return `${revision} ${leg}: ${clean}/${all.length} scenarios pass, exit ${run.exitCode} (${run.date.slice(0, 10)})`;
+      return `${revision} ${leg}: ${passingScenarios(run)}/${Object.keys(run.scenarios).length} scenarios pass, exit ${run.exitCode} (${run.date.slice(0, 10)})`;
     }),
   );
   return [
