@@ -183,41 +183,59 @@ export function requiredOfResponse(response: HttpResponse): X402PaymentRequiredW
   return parsed.success ? parsed.data : undefined;
 }
 
+/** An x402 v2 `PaymentRequired` of an MCP reply, and where the reply carries it (as reasons name it). */
+export interface McpPaymentRequired {
+  required: X402PaymentRequiredWire;
+  place: string;
+}
+
 /**
- * The x402 v2 `PaymentRequired` an MCP reply asks with: x402's MCP transport puts it in a tool result
- * with `isError` (`structuredContent`, or JSON in `content[0].text`); older drafts and Sigil in a
- * JSON-RPC error's `data`; an HTTP 402 may carry it in PAYMENT-REQUIRED too.
+ * The x402 v2 `PaymentRequired` an MCP reply asks with, and where: x402's MCP transport puts it in a
+ * tool result with `isError` (`structuredContent`, or JSON in `content[0].text`); older drafts and
+ * Sigil in a JSON-RPC error's `data`; an HTTP 402 may carry it in PAYMENT-REQUIRED too. A place
+ * names the HTTP status and, for an error, its code: a client finds the terms by all of them.
  */
-export function requiredOfMcp(reply: {
+export function locateMcpPaymentRequired(reply: {
   response: HttpResponse;
   message?: unknown;
-}): X402PaymentRequiredWire | undefined {
+}): McpPaymentRequired | undefined {
   const read = (value: unknown) => {
     const parsed = x402PaymentRequiredSchema.safeParse(value);
     return parsed.success ? parsed.data : undefined;
   };
+  const found = (required: X402PaymentRequiredWire | undefined, place: string) =>
+    required && { required, place: `${place} (HTTP ${reply.response.status})` };
   const message = (reply.message ?? {}) as {
-    error?: { data?: unknown };
+    error?: { code?: unknown; data?: unknown };
     result?: { isError?: unknown; structuredContent?: unknown; content?: { text?: unknown }[] };
   };
-  const fromError = read(message.error?.data);
+  const fromError = found(
+    read(message.error?.data),
+    `the data of JSON-RPC error ${String(message.error?.code)}`,
+  );
   if (fromError) return fromError;
   const result = message.result;
   if (result?.isError === true) {
-    const structured = read(result.structuredContent);
+    const structured = found(read(result.structuredContent), "an isError result's structuredContent");
     if (structured) return structured;
     const text = result.content?.[0]?.text;
     if (typeof text === 'string') {
       try {
-        const fromText = read(JSON.parse(text));
+        const fromText = found(read(JSON.parse(text)), "an isError result's first text");
         if (fromText) return fromText;
       } catch {
         // not JSON: not a payment request
       }
     }
   }
-  return requiredOfResponse(reply.response);
+  return found(requiredOfResponse(reply.response), 'the PAYMENT-REQUIRED header');
 }
+
+/** The x402 v2 `PaymentRequired` an MCP reply asks with, wherever it carries it, or undefined. */
+export const requiredOfMcp = (reply: {
+  response: HttpResponse;
+  message?: unknown;
+}): X402PaymentRequiredWire | undefined => locateMcpPaymentRequired(reply)?.required;
 
 /**
  * A REST request that pays when asked: sent as is; when the gateway answers 402 with an x402

@@ -3,23 +3,22 @@ import canonicalize from 'canonicalize';
 import { z } from 'zod';
 import { ensure, excerpt, expectShape, failWith, notApplicableBecause, pass } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../http.ts';
-import { findServableServer, path, type ServableServer, type ServerCondition } from './catalog.ts';
+import { path, type ServableServer, type ServerCondition } from './catalog.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { expectJson } from './expect.ts';
 import {
   CALL_TIMEOUT_MS,
   callToolResultSchema,
-  expectResult,
   McpConnection,
+  MODERN_PROTOCOL_VERSION,
   notApplicableIfPaymentRequired,
   PAYER_OPTIONS,
-  sampleArguments,
   textOf,
   type CallToolResult,
-  type McpTool,
 } from './mcp.ts';
 import { requestPaying } from './payer.ts';
-import { smokeToolOf } from './tool-calls.ts';
+import { perServer } from './payments/messages.ts';
+import { smokeCall } from './tool-calls.ts';
 
 /**
  * Execution proofs (gateway spec part 2, "Execution proof"; part 1, every result comes with one;
@@ -202,10 +201,10 @@ export async function callKeepingMeta(
   name: string,
   args: Json,
 ): Promise<{ result: Json; where: string }> {
-  const where = `tools/call ${name} at POST ${connection.path}`;
+  const where = `${connection.what('tools/call')} ${name} at POST ${connection.path}`;
   const reply = await connection.callToolReply(name, args, CALL_TIMEOUT_MS);
   notApplicableIfPaymentRequired(reply, connection.context);
-  const result = expectResult(reply, where);
+  const result = connection.result(reply, where);
   expectShape(callToolResultSchema, result, `${where}: the result is not a CallToolResult`);
   return { result, where };
 }
@@ -236,36 +235,51 @@ export async function callOverRest(
   return { result, where, response };
 }
 
+type SmokeCall = Awaited<ReturnType<typeof smokeCall>>;
+
+/** A call of the smoke tool, kept whole, with the proof it must carry and no tool error. */
+function provenCall({ server, tool, args }: SmokeCall, call: { result: Json; where: string }): ProvenCall {
+  const serverId = server.view.id;
+  ensure(
+    call.result.isError !== true,
+    `${call.where} (the smoke tool of ${serverId}) answered a tool error: ${excerpt(textOf(call.result as CallToolResult), 300)}`,
+  );
+  return {
+    serverId,
+    tool: tool.name,
+    arguments: args,
+    result: call.result,
+    proof: findProof(call.result, `the result of ${call.where}`),
+    where: call.where,
+  };
+}
+
 /**
  * The smoke tool of a verified server (one meeting `where`, when given), called over its per-server
- * MCP endpoint and over REST.
+ * MCP endpoint (at 2025-11-25) and over REST.
  */
 export async function provenSmokeCalls(
   context: DeploymentContext,
   where?: ServerCondition,
 ): Promise<{ server: ServableServer; mcp: ProvenCall; rest: ProvenCall }> {
-  const server = await findServableServer(context, { needSmokeTool: true, where });
-  const tool: McpTool = smokeToolOf(server);
-  const serverId = server.view.id;
-  const args = sampleArguments(tool.inputSchema);
-  const connection = await McpConnection.open(context, `/mcp/server/${encodeURIComponent(serverId)}`);
+  const smoke = await smokeCall(context, where);
+  const { server, tool, args } = smoke;
+  const connection = await McpConnection.open(context, perServer(server.view.id));
   const overMcp = await callKeepingMeta(connection, tool.name, args);
-  const overRest = await callOverRest(context, serverId, tool.name, args);
-  const proven = (call: { result: Json; where: string }): ProvenCall => {
-    ensure(
-      call.result.isError !== true,
-      `${call.where} (the smoke tool of ${serverId}) answered a tool error: ${excerpt(textOf(call.result as CallToolResult), 300)}`,
-    );
-    return {
-      serverId,
-      tool: tool.name,
-      arguments: args,
-      result: call.result,
-      proof: findProof(call.result, `the result of ${call.where}`),
-      where: call.where,
-    };
+  const overRest = await callOverRest(context, server.view.id, tool.name, args);
+  return { server, mcp: provenCall(smoke, overMcp), rest: provenCall(smoke, overRest) };
+}
+
+/** The smoke tool of a verified server, called over its per-server endpoint at MCP 2026-07-28. */
+async function provenModernCall(
+  context: DeploymentContext,
+): Promise<{ server: ServableServer; mcp: ProvenCall }> {
+  const smoke = await smokeCall(context);
+  const connection = McpConnection.modern(context, perServer(smoke.server.view.id));
+  return {
+    server: smoke.server,
+    mcp: provenCall(smoke, await callKeepingMeta(connection, smoke.tool.name, smoke.args)),
   };
-  return { server, mcp: proven(overMcp), rest: proven(overRest) };
 }
 
 /**
@@ -456,6 +470,70 @@ export async function tamperEachLeaf(context: DeploymentContext): Promise<Tamper
   return results;
 }
 
+/** What the proof of `call` lacks of the spec's fields, or names otherwise than the server's details. */
+function proofFieldProblems(server: ServableServer, call: ProvenCall): string[] {
+  const problems: string[] = [];
+  for (const [name, field] of Object.entries(PROOF_FIELDS) as [ProofFieldName, ProofField][]) {
+    const found = findField(call.proof, name);
+    if (found === undefined) {
+      problems.push(`the proof of ${call.where} has no ${field.label}`);
+      continue;
+    }
+    const problem = field.problem(found.value);
+    if (problem !== undefined)
+      problems.push(`${field.label} (${dotted(found.path)}) of the proof of ${call.where} ${problem}`);
+  }
+  // Where the server's details name its package and digest, the proof must name the same.
+  for (const name of ['package', 'digest'] as const) {
+    const shown = server.view.details[name];
+    const found = findField(call.proof, name);
+    if (typeof shown === 'string' && shown !== '' && found !== undefined && found.value !== shown) {
+      problems.push(
+        `${PROOF_FIELDS[name].label} of the proof of ${call.where} is ${JSON.stringify(found.value)}, but GET ${path.server(server.view.id)} shows ${JSON.stringify(shown)}`,
+      );
+    }
+  }
+  return problems;
+}
+
+/**
+ * Where the request and response hashes of the proof of `call` are not the SHA-256 of the RFC 8785
+ * forms; not applicable to a proof that names another canonicalisation.
+ */
+function hashProblems(call: ProvenCall): string[] {
+  const scheme = Object.entries(call.proof).find(([key]) => /canonical/.test(normalized(key)))?.[1];
+  if (typeof scheme === 'string' && !/8785|jcs/i.test(scheme)) {
+    notApplicableBecause(
+      `the proof names its canonicalisation ${JSON.stringify(scheme)}; this runner computes RFC 8785 (JCS) only`,
+    );
+  }
+  const expected = {
+    requestHash: rfc8785Sha256(canonicalRequest(call)),
+    responseHash: rfc8785Sha256(canonicalResponse(call.result)),
+  };
+  const problems: string[] = [];
+  for (const name of ['requestHash', 'responseHash'] as const) {
+    const found = findField(call.proof, name);
+    const actual = bytes32(found?.value)?.toString('hex');
+    if (actual !== expected[name]) {
+      problems.push(
+        `${PROOF_FIELDS[name].label} in the proof of ${call.where} is ${JSON.stringify(found?.value)}, expected ${expected[name]} (${name === 'requestHash' ? `of ${excerpt(canonicalize(canonicalRequest(call)) ?? '', 200)}` : 'of the result without _meta'})`,
+      );
+    }
+  }
+  return problems;
+}
+
+/** POST /api/verify accepts the untouched proof of `call`, alone and with the request and response it covers. */
+async function expectVerifies(context: DeploymentContext, call: ProvenCall): Promise<void> {
+  await expectAccepted(context, { proof: call.proof }, `the proof of ${call.where}`);
+  await expectAccepted(
+    context,
+    { proof: call.proof, request: canonicalRequest(call), response: call.result },
+    `the proof of ${call.where} and the request and response it covers`,
+  );
+}
+
 export const proofRequirements: readonly Requirement[] = [
   {
     id: 'GW-2.proof-fields',
@@ -466,29 +544,7 @@ export const proofRequirements: readonly Requirement[] = [
     service: 'gateway',
     check: async (context) => {
       const { server, mcp, rest } = await provenSmokeCalls(context);
-      const problems: string[] = [];
-      for (const call of [mcp, rest]) {
-        for (const [name, field] of Object.entries(PROOF_FIELDS) as [ProofFieldName, ProofField][]) {
-          const found = findField(call.proof, name);
-          if (found === undefined) {
-            problems.push(`the proof of ${call.where} has no ${field.label}`);
-            continue;
-          }
-          const problem = field.problem(found.value);
-          if (problem !== undefined)
-            problems.push(`${field.label} (${dotted(found.path)}) of the proof of ${call.where} ${problem}`);
-        }
-        // Where the server's details name its package and digest, the proof must name the same.
-        for (const name of ['package', 'digest'] as const) {
-          const shown = server.view.details[name];
-          const found = findField(call.proof, name);
-          if (typeof shown === 'string' && shown !== '' && found !== undefined && found.value !== shown) {
-            problems.push(
-              `${PROOF_FIELDS[name].label} of the proof of ${call.where} is ${JSON.stringify(found.value)}, but GET ${path.server(server.view.id)} shows ${JSON.stringify(shown)}`,
-            );
-          }
-        }
-      }
+      const problems = [mcp, rest].flatMap((call) => proofFieldProblems(server, call));
       ensure(problems.length === 0, problems.join('; '));
       context.evidence.note(
         'proof fields found',
@@ -511,28 +567,7 @@ export const proofRequirements: readonly Requirement[] = [
     service: 'gateway',
     check: async (context) => {
       const { mcp, rest } = await provenSmokeCalls(context);
-      const problems: string[] = [];
-      for (const call of [mcp, rest]) {
-        const scheme = Object.entries(call.proof).find(([key]) => /canonical/.test(normalized(key)))?.[1];
-        if (typeof scheme === 'string' && !/8785|jcs/i.test(scheme)) {
-          notApplicableBecause(
-            `the proof names its canonicalisation ${JSON.stringify(scheme)}; this runner computes RFC 8785 (JCS) only`,
-          );
-        }
-        const expected = {
-          requestHash: rfc8785Sha256(canonicalRequest(call)),
-          responseHash: rfc8785Sha256(canonicalResponse(call.result)),
-        };
-        for (const name of ['requestHash', 'responseHash'] as const) {
-          const found = findField(call.proof, name);
-          const actual = bytes32(found?.value)?.toString('hex');
-          if (actual !== expected[name]) {
-            problems.push(
-              `${PROOF_FIELDS[name].label} in the proof of ${call.where} is ${JSON.stringify(found?.value)}, expected ${expected[name]} (${name === 'requestHash' ? `of ${excerpt(canonicalize(canonicalRequest(call)) ?? '', 200)}` : 'of the result without _meta'})`,
-            );
-          }
-        }
-      }
+      const problems = [mcp, rest].flatMap(hashProblems);
       ensure(problems.length === 0, problems.join('; '));
       return pass();
     },
@@ -545,14 +580,7 @@ export const proofRequirements: readonly Requirement[] = [
     service: 'gateway',
     check: async (context) => {
       const { mcp, rest } = await provenSmokeCalls(context);
-      for (const call of [mcp, rest]) {
-        await expectAccepted(context, { proof: call.proof }, `the proof of ${call.where}`);
-        await expectAccepted(
-          context,
-          { proof: call.proof, request: canonicalRequest(call), response: call.result },
-          `the proof of ${call.where} and the request and response it covers`,
-        );
-      }
+      for (const call of [mcp, rest]) await expectVerifies(context, call);
       return pass();
     },
   },
@@ -630,6 +658,21 @@ export const proofRequirements: readonly Requirement[] = [
         unnamed.length === 0,
         `refusals that do not name the changed field: ${unnamed.map((result) => `${result.leaf} (named ${result.named.join(', ') || 'nothing'}: ${result.excerpt})`).join('; ')}`,
       );
+      return pass();
+    },
+  },
+  {
+    id: 'GW-2.proof-mcp-2026',
+    level: 'MUST',
+    title: `A tool result at MCP ${MODERN_PROTOCOL_VERSION} carries an execution proof as at 2025-11-25: every field, request and response hashes of the RFC 8785 forms (the response without resultType), and POST /api/verify accepts it alone and with the request and response as delivered`,
+    spec: `${SPEC_VERIFY}; part 1: "returns the result with an execution proof"; MCP ${MODERN_PROTOCOL_VERSION} (the gateway serves the same proofs on both revisions; resultType "complete" frames every result of that revision)`,
+    service: 'gateway',
+    features: ['mcp-2026'],
+    check: async (context) => {
+      const { server, mcp } = await provenModernCall(context);
+      const problems = [...proofFieldProblems(server, mcp), ...hashProblems(mcp)];
+      ensure(problems.length === 0, problems.join('; '));
+      await expectVerifies(context, mcp);
       return pass();
     },
   },

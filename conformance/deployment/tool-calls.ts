@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ensure, excerpt, failWith, OutcomeSignal, pass } from '@sigil/plugin-api/kit';
-import { findServableServer, path, type ServableServer } from './catalog.ts';
+import { findServableServer, path, type ServableServer, type ServerCondition } from './catalog.ts';
 import type { DeploymentContext, Requirement } from './context.ts';
 import { identifyMetaTools, namespacedTools, switchServer } from './discovery.ts';
 import { expectJson } from './expect.ts';
@@ -54,6 +54,19 @@ export function smokeToolOf(server: ServableServer): McpTool {
     `${server.view.id} names ${String(name)} as its smoke tool, but GET ${path.tools(server.view.id)} does not list it`,
   );
   return tool;
+}
+
+/**
+ * The smoke tool of a verified server (one meeting `where`, when given), with the least arguments
+ * it takes: a call that must succeed.
+ */
+export async function smokeCall(
+  context: DeploymentContext,
+  where?: ServerCondition,
+): Promise<{ server: ServableServer; tool: McpTool; args: Record<string, unknown> }> {
+  const server = await findServableServer(context, { needSmokeTool: true, where });
+  const tool = smokeToolOf(server);
+  return { server, tool, args: sampleArguments(tool.inputSchema) };
 }
 
 /** Arguments for `tool` whose JSON is exactly `bytes` long: a string argument filled, or one added. */

@@ -241,6 +241,7 @@ describe('sigil conformance deployment', function () {
       expect(byStatus('pass')).to.have.members([
         'GW-4.x402-payment-required',
         'GW-4.x402-mcp-payment-required',
+        'GW-4.x402-mcp-2026-payment-required',
         'GW-4.x402-verify-payment-required',
         'GW-4.x402-free-endpoints',
         'GW-8.x402-price',
@@ -248,6 +249,7 @@ describe('sigil conformance deployment', function () {
       expect(byStatus('not-applicable')).to.have.members([
         'GW-1.tool-call',
         'GW-3.x402-charge-exact',
+        'GW-3.x402-mcp-2026-charge-exact',
         'GW-7.x402-no-charge-on-failure',
         'GW-3.x402-replay-refused',
       ]);

@@ -6,7 +6,15 @@ import { decodeJwt } from 'jose';
 import type { CheckResult } from '@sigil/plugin-api/kit';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
-import { fakeSignedInService, sendJson, startTinyServer, type TinyServer } from './support.ts';
+import {
+  claimsModern,
+  complete,
+  DISCOVERED,
+  fakeSignedInService,
+  sendJson,
+  startTinyServer,
+  type TinyServer,
+} from './support.ts';
 
 /**
  * The proof, verify and secrets requirements against a small gateway that is not Sigil: other key
@@ -40,6 +48,12 @@ interface Faults {
   paidToolCalls?: boolean;
   /** POST /api/verify asks for an x402 payment. */
   paidVerify?: boolean;
+  /** No 2026-07-28: `_meta` is ignored and server/discover is unknown, as on a 2025-only gateway. */
+  no2026?: boolean;
+  /** A result at 2026-07-28 carries no proof. */
+  noProofAt2026?: boolean;
+  /** At 2026-07-28 the response hash covers `resultType: "complete"`, which the result as 2025-11-25 delivers it has not. */
+  responseHashCoversResultType?: boolean;
 }
 
 const SERVER = 'vault-echo';
@@ -113,7 +127,12 @@ function fakeGateway(faults: Faults) {
     return proof;
   }
 
-  function callTool(wallet: string | undefined, name: string, args: Json): { result: Json; proof: Json } {
+  function callTool(
+    wallet: string | undefined,
+    name: string,
+    args: Json,
+    modern = false,
+  ): { result: Json; proof: Json } {
     const env = wallet === undefined ? {} : (vault.get(vaultKey(wallet)) ?? {});
     const redact = (value: string) =>
       Object.values(env).reduce((out, secret) => out.split(secret).join('***'), value);
@@ -126,7 +145,8 @@ function fakeGateway(faults: Faults) {
       const message = `exploded with ${String(args.variable)}=${env[String(args.variable)] ?? ''}`;
       result = { ...text(faults.leakInError ? message : redact(message)), isError: true };
     }
-    return { result, proof: prove(name, args, result, Object.keys(env)) };
+    const covered = modern && faults.responseHashCoversResultType ? complete(result) : result;
+    return { result, proof: prove(name, args, covered, Object.keys(env)) };
   }
 
   function verify(body: { proof: Json; request?: Json; response?: Json }): [number, Json] {
@@ -139,7 +159,7 @@ function fakeGateway(faults: Faults) {
       : ['id'];
     const problems = hmac === mac(fields) ? [] : changed.length > 0 ? changed : ['hmac'];
     if (body.request && sha256(body.request) !== fields.request_sha256) problems.push('request_sha256');
-    if (body.response && sha256(omit(body.response, '_meta')) !== fields.response_sha256)
+    if (body.response && sha256(omit(omit(body.response, '_meta'), 'resultType')) !== fields.response_sha256)
       problems.push('response_sha256');
     if (problems.length === 0) return [200, { valid: true }];
     return [
@@ -164,24 +184,34 @@ function fakeGateway(faults: Faults) {
     return [200, { secrets: faults.listsValues ? now : Object.keys(now) }];
   }
 
+  /** 2025-11-25 after initialize, or 2026-07-28 (claimed in `_meta`, results framed as complete). */
   function rpc(request: IncomingMessage, body: string): [number, unknown] {
     const message = JSON.parse(body) as { id?: unknown; method: string; params?: Json };
     if (message.id === undefined) return [202, undefined];
-    const ok = (result: unknown): [number, unknown] => [200, { jsonrpc: '2.0', id: message.id, result }];
-    if (message.method === 'initialize')
+    const params = message.params ?? {};
+    const modern = !faults.no2026 && claimsModern(params);
+    const ok = (result: object): [number, unknown] => [
+      200,
+      { jsonrpc: '2.0', id: message.id, result: modern ? complete(result) : result },
+    ];
+    if (message.method === 'initialize' && !modern)
       return ok({
         protocolVersion: '2025-06-18',
         capabilities: { tools: {} },
         serverInfo: { name: 'fake', version: '0' },
       });
+    if (message.method === 'server/discover' && modern) return ok(DISCOVERED);
     if (message.method === 'tools/list') return ok({ tools: TOOLS });
+    if (message.method !== 'tools/call')
+      return [200, { jsonrpc: '2.0', id: message.id, error: { code: -32601, message: 'Method not found' } }];
     if (faults.paidToolCalls) return [402, { error: 'payment required' }];
-    const params = message.params ?? {};
     const { result, proof } = callTool(
       walletOf(request),
       String(params.name),
       (params.arguments ?? {}) as Json,
+      modern,
     );
+    if (modern && faults.noProofAt2026) return ok(result);
     return ok({ ...result, _meta: { 'example.org/proof': proof } });
   }
 
@@ -218,7 +248,7 @@ function fakeGateway(faults: Faults) {
         return send(verify(JSON.parse(body) as Parameters<typeof verify>[0]));
       }
       if (url.pathname === `/api/secrets/${SERVER}`) return send(secrets(request, body));
-      if (route === `POST /mcp/server/${SERVER}`) return send(rpc(request, body));
+      if (route === `POST /mcp/server/${SERVER}` || route === 'POST /mcp') return send(rpc(request, body));
       sendJson(response, 404, { error: 'not found' });
     },
     { authPrefix: '/api' },
@@ -232,12 +262,13 @@ const IDS = [
   'GW-4.verify-mismatch',
   'GW-4.verify-tamper',
   'GW-4.verify-tamper-names-field',
+  'GW-2.proof-mcp-2026',
   'GW-5.secrets-wallet-only',
   'GW-4.secrets-api',
   'GW-7.secret-redaction',
   'GW-2.secret-per-wallet',
 ];
-const PROOF_IDS = IDS.slice(0, 6);
+const PROOF_IDS = IDS.slice(0, 7);
 const SECRET_IDS = ['GW-4.secrets-api', 'GW-7.secret-redaction', 'GW-2.secret-per-wallet'];
 const CANARY = /sigil-conformance-canary-[0-9a-f]{24}/;
 
@@ -300,6 +331,32 @@ describe('gateway proof, verify and secrets requirements against a gateway that 
       /do not name the changed field: id \(named nothing/,
     );
     expect(results['GW-4.verify-tamper-names-field']?.level).to.equal('SHOULD');
+  });
+
+  it('fails GW-2.proof-mcp-2026 when a result at 2026-07-28 carries no proof, or one over another response', async () => {
+    const id = 'GW-2.proof-mcp-2026';
+    const missing = await check({ noProofAt2026: true }, [id, 'GW-2.proof-fields']);
+    expect(missing['GW-2.proof-fields']?.status).to.equal('pass');
+    expectFailure(
+      missing[id],
+      /^the result of tools\/call \(MCP 2026-07-28\) say at POST \/mcp\/server\/vault-echo carries no execution proof: .* \(_meta keys: none\)$/,
+    );
+    await server?.close();
+    const framed = await check({ responseHashCoversResultType: true }, [
+      id,
+      'GW-2.proof-request-response-hashes',
+    ]);
+    expect(framed['GW-2.proof-request-response-hashes']?.status).to.equal('pass');
+    expectFailure(
+      framed[id],
+      /^SHA-256 of the response in the proof of tools\/call \(MCP 2026-07-28\) say at POST \/mcp\/server\/vault-echo is "[0-9a-f]{64}", expected [0-9a-f]{64} \(of the result without _meta\)$/,
+    );
+  });
+
+  it('reports GW-2.proof-mcp-2026 not applicable on a gateway that speaks only 2025-11-25', async () => {
+    const results = await check({ no2026: true }, ['GW-2.proof-mcp-2026']);
+    expect(results['GW-2.proof-mcp-2026']?.status).to.equal('not-applicable');
+    expect(results['GW-2.proof-mcp-2026']?.reason).to.match(/^the gateway does not serve MCP 2026-07-28 /);
   });
 
   for (const [fault, where] of [

@@ -10,7 +10,7 @@ import { X402EvmRail } from '../../plugins/payments/x402-evm/index.ts';
 import { configSchema } from '../../plugins/payments/x402-evm/config.ts';
 import { railPlugin } from '../services/gateway/payments/support.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
-import { sendJson, startTinyServer, type TinyServer } from './support.ts';
+import { claimsModern, complete, DISCOVERED, sendJson, startTinyServer, type TinyServer } from './support.ts';
 import { systemClock } from '../../core/clock.ts';
 
 /**
@@ -32,11 +32,22 @@ interface Faults {
   asks600?: boolean;
   /** The meta-tools ask for a payment too. */
   chargedMetaTools?: boolean;
+  /** No 2026-07-28: `_meta` is ignored and server/discover is unknown, as on a 2025-only gateway. */
+  no2026?: boolean;
+  /** At 2026-07-28, an unpaid call's PaymentRequired is a JSON-RPC error's data (at 2025-11-25 a tool result's). */
+  modernAsksInError?: boolean;
+  /** At 2026-07-28, an unpaid call asks 600 base units (at 2025-11-25 the price, 500). */
+  modernAsks600?: boolean;
+  /** At 2026-07-28, a paid result carries no receipt. */
+  modernDropsReceipt?: boolean;
 }
 
+/** Those about MCP 2026-07-28, which this gateway speaks beside 2025-11-25. */
+const MODERN_IDS = ['GW-4.x402-mcp-2026-payment-required', 'GW-3.x402-mcp-2026-charge-exact'];
 const PAYMENT_IDS = [
   'GW-4.x402-payment-required',
   'GW-4.x402-mcp-payment-required',
+  ...MODERN_IDS,
   'GW-4.x402-verify-payment-required',
   'GW-4.x402-free-endpoints',
   'GW-8.x402-price',
@@ -45,7 +56,12 @@ const PAYMENT_IDS = [
   'GW-3.x402-replay-refused',
 ];
 /** Those that spend the tester's money, and read the chain. */
-const PAYER_IDS = ['GW-3.x402-charge-exact', 'GW-7.x402-no-charge-on-failure', 'GW-3.x402-replay-refused'];
+const PAYER_IDS = [
+  'GW-3.x402-charge-exact',
+  'GW-3.x402-mcp-2026-charge-exact',
+  'GW-7.x402-no-charge-on-failure',
+  'GW-3.x402-replay-refused',
+];
 
 const SHOUT = {
   name: 'shout',
@@ -124,25 +140,25 @@ function fakeGateway(rail: PaymentRailV1, faults: Faults) {
     };
   }
 
-  function rpcReply(id: unknown, result: unknown) {
-    return { jsonrpc: '2.0', id, result };
-  }
-
+  /** 2025-11-25 after initialize, or 2026-07-28 (claimed in `_meta`, results framed as complete). */
   async function rpc(body: string, perServer: boolean): Promise<[number, unknown]> {
     const message = JSON.parse(body) as { id?: unknown; method: string; params?: Record<string, unknown> };
     const { id, method, params = {} } = message;
     if (id === undefined) return [202, undefined];
-    if (method === 'initialize') {
-      return [
-        200,
-        rpcReply(id, {
-          protocolVersion: '2025-06-18',
-          capabilities: { tools: {} },
-          serverInfo: { name: 'fake', version: '0' },
-        }),
-      ];
+    const modern = !faults.no2026 && claimsModern(params);
+    const ok = (result: object): [number, unknown] => [
+      200,
+      { jsonrpc: '2.0', id, result: modern ? complete(result) : result },
+    ];
+    if (method === 'initialize' && !modern) {
+      return ok({
+        protocolVersion: '2025-06-18',
+        capabilities: { tools: {} },
+        serverInfo: { name: 'fake', version: '0' },
+      });
     }
-    if (method === 'tools/list') return [200, rpcReply(id, { tools: perServer ? [SHOUT, FAIL] : META })];
+    if (method === 'server/discover' && modern) return ok(DISCOVERED);
+    if (method === 'tools/list') return ok({ tools: perServer ? [SHOUT, FAIL] : META });
     if (method !== 'tools/call')
       return [200, { jsonrpc: '2.0', id, error: { code: -32601, message: 'Method not found' } }];
     const name = String(params.name);
@@ -150,29 +166,30 @@ function fakeGateway(rail: PaymentRailV1, faults: Faults) {
     if (JSON.stringify(args).length > 100 * 1024)
       return [200, { jsonrpc: '2.0', id, error: { code: -32602, message: 'Arguments over 100 KB' } }];
     const isMeta = !perServer;
-    if (isMeta && !faults.chargedMetaTools)
-      return [200, rpcReply(id, { content: [{ type: 'text', text: 'ok' }] })];
+    if (isMeta && !faults.chargedMetaTools) return ok({ content: [{ type: 'text', text: 'ok' }] });
     const payment = (params._meta as Record<string, unknown> | undefined)?.['x402/payment'];
     const outcome = await paid(payment, `mcp://tool/echoes.${name}`, () => {
       const result = isMeta ? { content: [{ type: 'text', text: 'ok' }] } : runTool(name, args);
       return { value: result, ok: result.isError !== true };
     });
     if ('required' in outcome) {
+      const required = outcome.required as { accepts: object[] };
+      const asked =
+        modern && faults.modernAsks600
+          ? { ...required, accepts: required.accepts.map((entry) => ({ ...entry, amount: '600' })) }
+          : required;
+      if (modern && faults.modernAsksInError)
+        return [200, { jsonrpc: '2.0', id, error: { code: 402, message: 'Payment required', data: asked } }];
       // x402's MCP transport: an isError tool result carrying the PaymentRequired.
-      return [
-        200,
-        rpcReply(id, {
-          isError: true,
-          structuredContent: outcome.required,
-          content: [{ type: 'text', text: JSON.stringify(outcome.required) }],
-        }),
-      ];
+      return ok({
+        isError: true,
+        structuredContent: asked,
+        content: [{ type: 'text', text: JSON.stringify(asked) }],
+      });
     }
     const value = outcome.value as ToolResult;
-    const result = outcome.receipt
-      ? { ...value, _meta: { ...value._meta, 'x402/payment-response': outcome.receipt } }
-      : value;
-    return [200, rpcReply(id, result)];
+    const receipt = modern && faults.modernDropsReceipt ? undefined : outcome.receipt;
+    return ok(receipt ? { ...value, _meta: { ...value._meta, 'x402/payment-response': receipt } } : value);
   }
 
   async function handle(request: IncomingMessage, body: string, response: ServerResponse): Promise<void> {
@@ -373,7 +390,61 @@ describe('payment requirements against a gateway that is not Sigil, paying on an
       expect(results[id]?.reason, id).to.match(/did not ask for a payment/);
     }
     expect(results['GW-7.x402-no-charge-on-failure']?.reason).to.match(/^no paid call failed/);
+    for (const id of MODERN_IDS) {
+      expect(results[id], id).to.include({ status: 'not-applicable' });
+      expect(results[id]?.reason, id).to.match(
+        /^tools\/call shout at POST \/mcp\/server\/echoes without a payment, at 2025-11-25, asked for no x402 payment \(HTTP 200 with a result\)/,
+      );
+    }
   });
+
+  it('reports the 2026-07-28 payment requirements not applicable on a gateway that speaks only 2025-11-25', async () => {
+    const results = await check({ no2026: true }, MODERN_IDS);
+    for (const id of MODERN_IDS) {
+      expect(results[id], id).to.include({ status: 'not-applicable' });
+      expect(results[id]?.reason, id).to.match(/^the gateway does not serve MCP 2026-07-28 /);
+    }
+  });
+
+  /** Each fault at 2026-07-28, the requirement it breaks, its 2025-11-25 twin (which passes), and the reason. */
+  const MODERN_FAULTS: [string, Faults, string, string, RegExp][] = [
+    [
+      'an unpaid call asks in a JSON-RPC error',
+      { modernAsksInError: true },
+      'GW-4.x402-mcp-2026-payment-required',
+      'GW-4.x402-mcp-payment-required',
+      /^tools\/call \(MCP 2026-07-28\) shout at POST \/mcp\/server\/echoes carries its PaymentRequired in the data of JSON-RPC error 402 \(HTTP 200\); at 2025-11-25 the same call carries it in an isError result's structuredContent \(HTTP 200\), where x402 MCP clients look for it$/,
+    ],
+    [
+      'an unpaid call asks 600 base units',
+      { modernAsks600: true },
+      'GW-4.x402-mcp-2026-payment-required',
+      'GW-4.x402-mcp-payment-required',
+      /^tools\/call \(MCP 2026-07-28\) shout at POST \/mcp\/server\/echoes asks .*"amount":"600".*; at 2025-11-25 the same call asks .*"amount":"500"/,
+    ],
+    [
+      'a paid result carries no receipt',
+      { modernDropsReceipt: true },
+      'GW-3.x402-mcp-2026-charge-exact',
+      'GW-3.x402-charge-exact',
+      /^tools\/call \(MCP 2026-07-28\) shout at POST \/mcp\/server\/echoes, paid succeeded without _meta\["x402\/payment-response"\] \(x402: a paid response carries the settlement\)$/,
+    ],
+    [
+      'a payment runs again',
+      { acceptReplay: true },
+      'GW-3.x402-mcp-2026-charge-exact',
+      'GW-3.x402-charge-exact',
+      /^tools\/call \(MCP 2026-07-28\) shout at POST \/mcp\/server\/echoes with a payment already settled without a payment ran and answered a result/,
+    ],
+  ];
+  for (const [what, faults, id, twin, reason] of MODERN_FAULTS) {
+    it(`fails ${id} when, at 2026-07-28, ${what}, while ${twin} passes`, async () => {
+      const results = await check(faults, [id, twin]);
+      expect(results[twin], twin).to.include({ status: 'pass' });
+      expect(results[id], id).to.include({ status: 'fail' });
+      expect(results[id]?.reason, id).to.match(reason);
+    });
+  }
 
   it('fails GW-4.x402-verify-payment-required when POST /api/verify is free', async () => {
     const results = await check({ freeVerify: true }, ['GW-4.x402-verify-payment-required']);

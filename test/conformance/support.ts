@@ -12,6 +12,7 @@ import type { CheckResult } from '@sigil/plugin-api/kit';
 import type { DeploymentTarget } from '../../conformance/deployment/context.ts';
 import { runDeployment } from '../../conformance/deployment/run.ts';
 import { REQUIREMENTS } from '../../conformance/requirements.ts';
+import { ENVELOPE, MODERN_REVISION } from '../../core/mcp/era.ts';
 import { serve } from '../../services/serve.ts';
 import { chainClients, sigilDollarAbi } from '../solidity/support.ts';
 import type { DevChain } from '../support/chain.ts';
@@ -210,3 +211,26 @@ export function fakeSignedInService(
     });
   };
 }
+
+/**
+ * MCP 2026-07-28 at the least a fake gateway needs for the runner to take it for one that speaks it
+ * (the feature `mcp-2026`): a request claims the revision in `params._meta`, `server/discover`
+ * answers, and every result says it is complete. The envelope's other keys and the standard headers
+ * go unchecked: gateway-mcp-requirements.test.ts's fake is held to those.
+ */
+export const claimsModern = (params: Record<string, unknown>): boolean =>
+  typeof params._meta === 'object' && params._meta !== null && ENVELOPE.protocolVersion in params._meta;
+
+/** A result as 2026-07-28 frames it. */
+export const complete = <T extends object>(result: T): T & { resultType: 'complete' } => ({
+  ...result,
+  resultType: 'complete',
+});
+
+/** The result of `server/discover`. */
+export const DISCOVERED = complete({
+  supportedVersions: [MODERN_REVISION],
+  capabilities: { tools: {} },
+  ttlMs: 0,
+  cacheScope: 'public',
+});

@@ -1,5 +1,5 @@
 import type { Requirement } from '../context.ts';
-import { chargeExactRequirement } from './charge-exact.ts';
+import { chargeExactRequirement, mcp2026ChargeExactRequirement } from './charge-exact.ts';
 import { freeEndpointsRequirement } from './free-endpoints.ts';
 import { noChargeOnFailureRequirement } from './no-charge-on-failure.ts';
 import { paymentRequiredRequirements } from './payment-required.ts';
@@ -21,6 +21,7 @@ export const paymentRequirements: readonly Requirement[] = [
   freeEndpointsRequirement,
   priceRequirement,
   chargeExactRequirement,
+  mcp2026ChargeExactRequirement,
   noChargeOnFailureRequirement,
   replayRefusedRequirement,
 ];

@@ -1,16 +1,26 @@
+import canonicalize from 'canonicalize';
 import {
   ensure,
   excerpt,
   expectShape,
   failWith,
+  notApplicableBecause,
   x402PaymentRequiredSchema,
   type X402PaymentRequiredWire,
 } from '@sigil/plugin-api/kit';
 import type { HttpRequest, HttpResponse } from '../../http.ts';
 import { decodeHeader, HEADER, x402SettleResponseSchema } from '../../x402.ts';
 import { path } from '../catalog.ts';
-import { CALL_TIMEOUT_MS, callToolResultSchema, type McpReply, type McpTool } from '../mcp.ts';
-import { requiredOfMcp } from '../payer.ts';
+import type { DeploymentContext } from '../context.ts';
+import {
+  CALL_TIMEOUT_MS,
+  callToolResultSchema,
+  describeReply,
+  McpConnection,
+  type McpReply,
+  type McpTool,
+} from '../mcp.ts';
+import { locateMcpPaymentRequired, type McpPaymentRequired } from '../payer.ts';
 
 /**
  * The calls the payment checks make and how they read the answers: payment requests (x402 v2 HTTP
@@ -67,13 +77,13 @@ export const restCall = (serverId: string, tool: McpTool, args: Json): HttpReque
 
 export const perServer = (serverId: string) => `/mcp/server/${encodeURIComponent(serverId)}`;
 
-/** A payment request inside an MCP reply, or a failure that says what came instead. */
-export function expectMcpPaymentRequired(reply: McpReply, what: string): X402PaymentRequiredWire {
+/** A payment request inside an MCP reply and where it is, or a failure that says what came instead. */
+export function expectMcpPaymentRequired(reply: McpReply, what: string): McpPaymentRequired {
   ensure(reply.response.status < 500, `${what}: HTTP ${reply.response.status}, a server error`);
-  const required = requiredOfMcp(reply);
-  if (required) {
-    expectEvmAddresses(required, what);
-    return required;
+  const located = locateMcpPaymentRequired(reply);
+  if (located) {
+    expectEvmAddresses(located.required, what);
+    return located;
   }
   const result = callToolResultSchema.safeParse((reply.message as { result?: unknown } | undefined)?.result);
   if (result.success && result.data.isError !== true) {
@@ -83,6 +93,53 @@ export function expectMcpPaymentRequired(reply: McpReply, what: string): X402Pay
   }
   failWith(
     `${what} without a payment answered ${excerpt(JSON.stringify(reply.message ?? reply.response.text), 200)}, with no x402 v2 PaymentRequired (a tool result with isError and structuredContent, or a JSON-RPC error's data)`,
+  );
+}
+
+/**
+ * The payment request of an unpaid tools/call at 2025-11-25, what another revision must answer
+ * alike; when the call asks for none, the check is not applicable (GW-4.x402-mcp-payment-required
+ * judges that).
+ */
+export async function legacyPaymentRequired(
+  context: DeploymentContext,
+  path: string,
+  tool: McpTool,
+  args: Json,
+): Promise<McpPaymentRequired> {
+  const connection = await McpConnection.open(context, path);
+  const reply = await connection.send('tools/call', { name: tool.name, arguments: args }, CALL_TIMEOUT_MS);
+  const located = locateMcpPaymentRequired(reply);
+  if (!located) {
+    notApplicableBecause(
+      `tools/call ${tool.name} at POST ${path} without a payment, at 2025-11-25, asked for no x402 payment (${describeReply(reply)}): there is nothing to answer alike at another revision (GW-4.x402-mcp-payment-required judges that)`,
+    );
+  }
+  return located;
+}
+
+/** The terms a payer signs: the same at every revision, or one revision's clients pay otherwise. */
+const termsOf = ({ required }: McpPaymentRequired) =>
+  canonicalize({
+    x402Version: required.x402Version,
+    error: required.error,
+    resource: required.resource.url,
+    accepts: required.accepts,
+  });
+
+/** A payment request at another revision, checked against `baseline`: in the same place, the same terms. */
+export function expectSamePaymentRequired(
+  baseline: McpPaymentRequired,
+  other: McpPaymentRequired,
+  what: string,
+): void {
+  ensure(
+    other.place === baseline.place,
+    `${what} carries its PaymentRequired in ${other.place}; at 2025-11-25 the same call carries it in ${baseline.place}, where x402 MCP clients look for it`,
+  );
+  ensure(
+    termsOf(other) === termsOf(baseline),
+    `${what} asks ${excerpt(termsOf(other) ?? '', 300)}; at 2025-11-25 the same call asks ${excerpt(termsOf(baseline) ?? '', 300)}`,
   );
 }
 

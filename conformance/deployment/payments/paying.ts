@@ -1,11 +1,11 @@
 import { failWith, notApplicableBecause, type X402PaymentRequiredWire } from '@sigil/plugin-api/kit';
 import type { HttpResponse } from '../../http.ts';
 import { specPriceUnits } from '../../x402.ts';
-import { findServableServer, path } from '../catalog.ts';
+import { path } from '../catalog.ts';
 import type { DeploymentContext } from '../context.ts';
-import { PAYER_OPTIONS, sampleArguments } from '../mcp.ts';
+import { PAYER_OPTIONS } from '../mcp.ts';
 import { requiredOfResponse, type Payer, type Payment } from '../payer.ts';
-import { smokeToolOf } from '../tool-calls.ts';
+import { smokeCall } from '../tool-calls.ts';
 import { restCall } from './messages.ts';
 
 /** What the checks that move money need: the tester's payer, a payment, the chain's word on it. */
@@ -27,10 +27,8 @@ export function payerFor(context: DeploymentContext): Payer {
 /** A servable server's smoke tool, its 402 over REST, and the runner's payment for that call. */
 export async function firstPaymentForSmokeTool(context: DeploymentContext) {
   const payer = payerFor(context);
-  const server = await findServableServer(context, { needSmokeTool: true });
-  const tool = smokeToolOf(server);
+  const { server, tool, args } = await smokeCall(context);
   const id = server.view.id;
-  const args = sampleArguments(tool.inputSchema);
   const what = `POST ${path.tool(id, tool.name)}`;
   const required = requireCharged(await context.http.request(restCall(id, tool, args)), what);
   return { payer, id, tool, args, what, payment: await payer.pay(required, context.evidence, what) };

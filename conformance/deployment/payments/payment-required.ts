@@ -2,13 +2,21 @@ import { randomUUID } from 'node:crypto';
 import { notApplicableBecause, OutcomeSignal, pass } from '@sigil/plugin-api/kit';
 import { findServableServer, path, type ServableServer } from '../catalog.ts';
 import type { DeploymentContext, Requirement } from '../context.ts';
-import { CALL_TIMEOUT_MS, McpConnection, PAYER_OPTIONS, sampleArguments } from '../mcp.ts';
+import {
+  CALL_TIMEOUT_MS,
+  McpConnection,
+  MODERN_PROTOCOL_VERSION,
+  PAYER_OPTIONS,
+  sampleArguments,
+} from '../mcp.ts';
 import { requestPaying } from '../payer.ts';
 import { findProof } from '../proofs.ts';
 import { serverAndTool, smokeToolOf } from '../tool-calls.ts';
 import {
   expectMcpPaymentRequired,
   expectPaymentRequired,
+  expectSamePaymentRequired,
+  legacyPaymentRequired,
   perServer,
   restCall,
   type Json,
@@ -52,8 +60,33 @@ export const paymentRequiredRequirements: readonly Requirement[] = [
         { name: tool.name, arguments: sampleArguments(tool.inputSchema) },
         CALL_TIMEOUT_MS,
       );
-      const required = expectMcpPaymentRequired(reply, what);
-      context.evidence.note('the PaymentRequired of the reply', required);
+      const { required, place } = expectMcpPaymentRequired(reply, what);
+      context.evidence.note(`the PaymentRequired of the reply, in ${place}`, required);
+      return pass();
+    },
+  },
+  {
+    id: 'GW-4.x402-mcp-2026-payment-required',
+    level: 'MUST',
+    title: `An unpaid tools/call of a server tool at MCP ${MODERN_PROTOCOL_VERSION} is answered as at 2025-11-25: an x402 v2 PaymentRequired in the same place, asking the same terms, and does not run`,
+    spec: `${SPEC_COST}; x402 v2 MCP transport; MCP ${MODERN_PROTOCOL_VERSION} (the gateway serves the same payments on both revisions)`,
+    service: 'gateway',
+    features: ['mcp-2026'],
+    check: async (context) => {
+      const { server, tool } = await serverAndTool(context);
+      const endpoint = perServer(server.view.id);
+      const args = sampleArguments(tool.inputSchema);
+      const baseline = await legacyPaymentRequired(context, endpoint, tool, args);
+      const connection = McpConnection.modern(context, endpoint);
+      const what = `${connection.what('tools/call')} ${tool.name} at POST ${endpoint}`;
+      const reply = await connection.send(
+        'tools/call',
+        { name: tool.name, arguments: args },
+        CALL_TIMEOUT_MS,
+      );
+      const modern = expectMcpPaymentRequired(reply, what);
+      expectSamePaymentRequired(baseline, modern, what);
+      context.evidence.note(`the PaymentRequired at both revisions, in ${modern.place}`, modern.required);
       return pass();
     },
   },
