@@ -255,6 +255,11 @@ describe('gateway as an MCP client: each server at its own revision', function (
           await client.close();
         }
         expect(logged(REPROBED, 'probe')).to.equal(1);
+        // Recorded beside the call, not before its answer.
+        await eventually(
+          'the probed protocol to be recorded',
+          async () => (await details('probe')).protocol?.era === 'legacy',
+        );
         expect((await details('probe')).protocol).to.deep.equal({ era: 'legacy', version: '2025-11-25' });
       });
 
