@@ -1,5 +1,6 @@
 import {
   Client as ClientV2,
+  MissingRequiredClientCapabilityError,
   StreamableHTTPClientTransport as HttpTransportV2,
 } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -337,11 +338,10 @@ describe('gateway as an MCP client: each server at its own revision', function (
         expect(done._meta).to.have.property(PROOF_META_KEY);
       });
 
-      it('gives a caller that cannot answer input a tool error naming what the server asked', async () => {
-        const endpoint = `${url}/mcp/server/modern`;
+      it('gives a 2025-11-25 caller, which cannot answer input, a tool error naming what the server asked', async () => {
         const legacy = (await (
           await postMcp(
-            endpoint,
+            `${url}/mcp/server/modern`,
             JSON.stringify({
               jsonrpc: '2.0',
               id: 1,
@@ -350,16 +350,54 @@ describe('gateway as an MCP client: each server at its own revision', function (
             }),
           )
         ).json()) as JsonRpcAnswer;
-        const withoutCapability = (await (
-          await postModern(endpoint, { method: 'tools/call', params: { name: 'greet', arguments: {} } })
-        ).json()) as JsonRpcAnswer;
-        for (const [who, answer] of [
-          ['2025-11-25', legacy],
-          ['2026-07-28 without elicitation', withoutCapability],
+        // Told of no capability, the server answers -32021, which reaches this caller as a tool error.
+        expect(legacy.result?.isError).to.equal(true);
+        expect(textOf(legacy.result)).to.include('elicitation/create').and.include('user_name');
+        expect(legacy.result?._meta).to.have.property(PROOF_META_KEY);
+      });
+
+      it('relays the server’s -32021 to a 2026-07-28 caller that did not declare the capability: HTTP 400, the capability named, no proof', async () => {
+        const headers = { authorization: `Bearer ${token}`, 'x-mcp-session': 'eras' };
+        for (const [endpoint, name, extra] of [
+          [`${url}/mcp/server/modern`, 'greet', {}],
+          [`${url}/mcp`, 'modern__greet', headers],
         ] as const) {
-          expect(answer.result?.isError, who).to.equal(true);
-          expect(textOf(answer.result), who).to.include('elicitation/create').and.include('user_name');
-          expect(answer.result?._meta, who).to.have.property(PROOF_META_KEY);
+          const response = await postModern(
+            endpoint,
+            { id: 7, method: 'tools/call', params: { name, arguments: {} } },
+            { headers: extra },
+          );
+          const answer = (await response.json()) as JsonRpcAnswer & { id: unknown };
+          expect(response.status, endpoint).to.equal(400);
+          expect(answer.id).to.equal(7);
+          expect(answer.result, endpoint).to.equal(undefined);
+          expect(answer.error?.code, endpoint).to.equal(-32021);
+          expect(answer.error?.message).to.include('greet').and.include('elicitation');
+          expect(answer.error?.data).to.deep.equal({
+            code: 'capability_required',
+            serverId: 'modern',
+            tool: 'greet',
+            // As the server named it: form elicitation, what its request would use.
+            requiredCapabilities: { elicitation: { form: {} } },
+          });
+        }
+        // The SDK v2 client reads it as the spec's error, with the capability it must declare.
+        const client = await clientV2(`${url}/mcp/server/modern`);
+        try {
+          const refused = await client.callTool({ name: 'greet', arguments: {} }).then(
+            () => undefined,
+            (err: unknown) => err,
+          );
+          expect(refused).to.be.instanceOf(MissingRequiredClientCapabilityError);
+          expect((refused as MissingRequiredClientCapabilityError).requiredCapabilities).to.deep.equal({
+            elicitation: { form: {} },
+          });
+          // The process was not taken for a broken one: the next call runs on it.
+          expect(textOf(await client.callTool({ name: 'echo', arguments: { message: 'on' } }))).to.equal(
+            'on',
+          );
+        } finally {
+          await client.close();
         }
       });
     });
