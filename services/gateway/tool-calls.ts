@@ -105,6 +105,8 @@ export class ToolCaller {
   async call(call: ToolCall, disconnection?: Disconnection): Promise<ToolCallOutcome> {
     // Before anything runs or is paid: what the proof could not commit to after the tool ran.
     checkArguments(call.arguments);
+    const inputResponses = inputResponsesOf(call);
+    if (inputResponses !== undefined) checkArguments(inputResponses, 'inputResponses');
     checkPayloadSize(call.arguments, call.meta);
     const server = call.admitted ?? (await this.options.servers.admit(call.serverId));
     const { details } = server;
@@ -312,6 +314,7 @@ function proven(
   result: CallToolResult,
   secretNames: readonly string[],
 ): CallToolResult {
+  const inputResponses = inputResponsesOf(call);
   const proof = signer.sign({
     server: {
       id: details.id,
@@ -322,11 +325,19 @@ function proven(
     },
     tool: call.tool,
     arguments: call.arguments,
+    ...(inputResponses !== undefined && { inputResponses }),
     result,
     secretNames,
   });
   return { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
 }
+
+/**
+ * What a 2026-07-28 client's retry answered the server (only such a client's retry reaches it): the
+ * result depends on it, so its proof commits to it.
+ */
+const inputResponsesOf = ({ modernClient, retry }: ToolCall): Record<string, unknown> | undefined =>
+  modernClient ? retry?.inputResponses : undefined;
 
 /** A modern server's answer that the call needs a capability its client did not declare. */
 const missesCapability = (err: unknown): err is McpError =>

@@ -338,6 +338,56 @@ describe('gateway as an MCP client: each server at its own revision', function (
         expect(done._meta).to.have.property(PROOF_META_KEY);
       });
 
+      it('proves a retried call with its inputResponses: POST /api/verify takes them, and refuses other answers or none', async () => {
+        const endpoint = `${url}/mcp/server/modern`;
+        const caps = { 'io.modelcontextprotocol/clientCapabilities': { elicitation: {} } };
+        const args = { greeting: 'Hey' };
+        const call = async (params: Record<string, unknown>) =>
+          (await (
+            await postModern(
+              endpoint,
+              { method: 'tools/call', params: { name: 'greet', arguments: args, ...params } },
+              { meta: caps },
+            )
+          ).json()) as JsonRpcAnswer;
+        const { requestState } = (await call({})).result ?? {};
+        // Answers no proof could commit to are refused before the server hears them.
+        const unprovable = await call({
+          inputResponses: { user_name: { action: 'accept', content: { name: 'half \ud800' } } },
+          requestState,
+        });
+        expect(unprovable.error?.code).to.equal(-32602);
+        expect(unprovable.error?.data).to.deep.include({
+          reason: 'lone_surrogate',
+          path: 'inputResponses.user_name.content.name',
+        });
+        const inputResponses = { user_name: { action: 'accept', content: { name: 'Cy' } } };
+        const done = (await call({ inputResponses, requestState })).result ?? {};
+        expect(textOf(done)).to.equal('Hey, Cy!');
+        const verify = (request: Record<string, unknown>) =>
+          fetch(`${url}/api/verify`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({
+              proof: (done._meta as Record<string, unknown>)[PROOF_META_KEY],
+              request,
+              response: done,
+            }),
+          });
+        const request = { serverId: 'modern', tool: 'greet', arguments: args };
+        expect((await verify({ ...request, inputResponses })).status).to.equal(200);
+        for (const other of [
+          { ...request, inputResponses: { user_name: { action: 'accept', content: { name: 'Eve' } } } },
+          request,
+        ]) {
+          const refused = await verify(other);
+          expect(refused.status).to.equal(422);
+          expect(((await refused.json()) as { details: { fields: string[] } }).details.fields).to.deep.equal([
+            'requestHash',
+          ]);
+        }
+      });
+
       it('gives a 2025-11-25 caller, which cannot answer input, a tool error naming what the server asked', async () => {
         const legacy = (await (
           await postMcp(
