@@ -19,6 +19,7 @@ import {
   type JsonRpcAnswer,
   postMcp,
   postModern,
+  probeEntry,
   ProbeWorld,
   textOf,
   walletToken,
@@ -28,6 +29,7 @@ import { ENVELOPE } from '../../../core/mcp/era.ts';
 const SERVER_INFO = ENVELOPE.serverInfo;
 const PROBED = 'MCP server protocol probed';
 const REPROBED = 'MCP server refused its recorded protocol; probed again';
+const SILENT = 'MCP server did not answer server/discover: legacy, on a fresh process';
 
 interface Details {
   protocol: { era: string; version: string } | null;
@@ -83,7 +85,13 @@ describe('gateway as an MCP client: each server at its own revision', function (
   this.timeout(180_000);
   let world: ProbeWorld;
   before(async () => {
-    world = await ProbeWorld.start({ packages: [modernEchoPackage], servers: [modernEchoEntry] });
+    world = await ProbeWorld.start({
+      packages: [modernEchoPackage],
+      servers: [
+        modernEchoEntry,
+        { ...probeEntry, id: 'silent', env: { PROBE_UNANSWERED: 'server/discover' } },
+      ],
+    });
   });
   after(() => world?.stop());
 
@@ -448,6 +456,37 @@ describe('gateway as an MCP client: each server at its own revision', function (
           );
         } finally {
           await client.close();
+        }
+      });
+
+      it('waits gateway.mcp.probeTimeoutSeconds for a server silent on server/discover, then serves it at 2025-11-25 on a fresh process', async () => {
+        const quickLogs: typeof logs = [];
+        const logger = pino(
+          { level: 'info' },
+          { write: (line: string) => void quickLogs.push(JSON.parse(line)) },
+        );
+        const quick = await world.gateway(database, { mcp: { probeTimeoutSeconds: 1 } }, { logger });
+        try {
+          const tools = await fetch(`${quick.url}/api/servers/silent/tools`);
+          expect(tools.status).to.equal(200);
+          const detailsOf = (await (await fetch(`${quick.url}/api/servers/silent`)).json()) as Details;
+          expect(detailsOf.protocol).to.deep.equal({ era: 'legacy', version: '2025-11-25' });
+          const gaveUp = quickLogs.filter(
+            (line) => line.msg === SILENT && line.serverId === 'silent',
+          ) as unknown as { err: string }[];
+          expect(gaveUp.map((line) => line.err)).to.deep.equal([
+            'Version negotiation probe timed out after 1000ms',
+          ]);
+          const client = await mcpClient(`${quick.url}/mcp/server/silent`);
+          try {
+            expect(textOf(await client.callTool({ name: 'echo', arguments: { message: 'heard' } }))).to.equal(
+              'heard',
+            );
+          } finally {
+            await client.close();
+          }
+        } finally {
+          await quick.stop();
         }
       });
     });
