@@ -54,6 +54,8 @@ export const configSchema = z
   });
 
 export type SigilConfig = z.infer<typeof configSchema>;
+/** The config as a file or the environment gives it, before the schema fills in its defaults. */
+export type SigilConfigInput = z.input<typeof configSchema>;
 export type LoadedConfig = Loaded<SigilConfig>;
 
 /** Every environment variable the config honours, and the config path it sets. */

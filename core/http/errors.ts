@@ -8,6 +8,8 @@ export const STATUS_BY_CODE: Record<ErrorCode, number> = {
   invalid_request: 400,
   unauthorized: 401,
   payment_required: 402,
+  /** The call needs a capability of the client that its request did not declare (MCP 2026-07-28). */
+  capability_required: 400,
   forbidden: 403,
   /** The request named a host this service does not answer for (DNS rebinding). */
   misdirected_request: 421,

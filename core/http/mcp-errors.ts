@@ -1,8 +1,15 @@
 import { ErrorCode as JsonRpcCode } from '@modelcontextprotocol/sdk/types.js';
 import type { ErrorCode, SigilError } from '@sigil/plugin-api';
+import { STATUS_BY_CODE } from './errors.ts';
 
 /** x402's MCP transport: an unpaid tool call is this JSON-RPC error (as `@x402/mcp` defines it). */
 export const PAYMENT_REQUIRED_CODE = 402;
+
+/**
+ * MCP 2026-07-28's MissingRequiredClientCapability: the request needs a capability its client did not
+ * declare in `_meta`; `data.requiredCapabilities` names it (a ClientCapabilities object).
+ */
+export const MISSING_CLIENT_CAPABILITY_CODE = -32021;
 
 /**
  * The gateway's own codes (in JSON-RPC's server-error range) for a call refused for now, beside the
@@ -39,6 +46,11 @@ interface JsonRpcAnswer {
   only?: (error: SigilError) => boolean;
   /** `data` is x402's payment terms (and the hint), not the stable code and details. */
   x402?: true;
+  /**
+   * Over HTTP the answer has the code's own status (STATUS_BY_CODE), as MCP 2026-07-28 asks of
+   * -32021; every other error of a handler is in-band, with 200.
+   */
+  httpStatus?: true;
 }
 
 /**
@@ -56,6 +68,8 @@ export const MCP_ANSWER_BY_CODE: Record<ErrorCode, McpAnswer> = {
   /** An unknown tool is a protocol error (MCP); a server or package not found is the tool's failure. */
   not_found: { jsonRpc: JsonRpcCode.InvalidParams, only: (error) => error.details?.reason === UNKNOWN_TOOL },
   payment_required: { jsonRpc: PAYMENT_REQUIRED_CODE, x402: true },
+  /** Only a 2026-07-28 client declares capabilities, so only it is told this (see tool-calls.ts). */
+  capability_required: { jsonRpc: MISSING_CLIENT_CAPABILITY_CODE, httpStatus: true },
   rate_limited: { jsonRpc: RETRY_LATER_CODES.rate_limited, modern: MODERN_RETRY_LATER_CODES.rate_limited },
   /** At capacity, with a time to retry; a server that cannot start or install is the tool's failure. */
   unavailable: {
@@ -94,6 +108,12 @@ export function jsonRpcErrorOf(error: SigilError, era: McpEra = 'legacy'): JsonR
     };
   }
   return { code, message: error.message, data: { code: error.code, ...error.details } };
+}
+
+/** The HTTP status of an MCP answer that is `error`'s JSON-RPC error: 200, unless the code has its own. */
+export function httpStatusOf(error: SigilError): number {
+  const answer = MCP_ANSWER_BY_CODE[error.code];
+  return answer !== 'tool_error' && answer.httpStatus ? STATUS_BY_CODE[error.code] : 200;
 }
 
 /** What a tool error says of `error`: its message, and its hint when it has one. */

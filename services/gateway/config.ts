@@ -98,6 +98,15 @@ export const gatewaySchema = serviceSchema(8402)
           .describe(
             'How long MCP 2026-07-28 clients may reuse server/discover and a per-server endpoint’s tools/list (ttlMs, public); never past the next daily refresh. POST /mcp tools/list is never cached (the enabled set changes)',
           ),
+        probeTimeoutSeconds: z
+          .number()
+          .int()
+          .min(1)
+          .max(60)
+          .default(5)
+          .describe(
+            'How long a verification waits for an MCP server’s answer to server/discover (its start included), then takes it for a 2025-11-25 server and starts it again; too short takes a slow 2026-07-28 server for one',
+          ),
       })
       .strict()
       .prefault({})

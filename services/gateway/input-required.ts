@@ -1,6 +1,7 @@
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import type { Redactor } from '@sigil/plugin-api';
+import type { CallToolResult, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { SigilError, type Redactor } from '@sigil/plugin-api';
 import type { InputRequired } from '../../core/mcp/call-tool.ts';
+import { isPlainObject } from './mcp/jsonrpc.ts';
 import type { RequestStates, StateOwner } from './request-state.ts';
 import { cleanValue, MAX_RESULT_DEPTH, TOO_DEEP, toolError } from './tool-results.ts';
 
@@ -30,10 +31,40 @@ export async function relayInputRequired(
 }
 
 /**
+ * A modern server's -32021 (MISSING_CLIENT_CAPABILITY_CODE) to a call of a 2026-07-28 client: the
+ * same error from the gateway, `capability_required`, its `requiredCapabilities` as the server named
+ * them (cleaned as results are: the server's secrets redacted). The tool did not run. What the
+ * server sent beside them, its message included, stays here: only the capabilities are the client's
+ * to act on. A server that named none (or nested them past the limit) is relayed without them.
+ */
+export function capabilityRequired(
+  call: { serverId: string; tool: string },
+  error: McpError,
+  redactor: Redactor,
+): SigilError {
+  const named = (error.data as { requiredCapabilities?: unknown } | undefined)?.requiredCapabilities;
+  const cleaned = isPlainObject(named) ? cleanValue(named, redactor) : undefined;
+  const requiredCapabilities = cleaned === TOO_DEEP ? undefined : cleaned;
+  const names =
+    requiredCapabilities === undefined ? '' : ` (${Object.keys(requiredCapabilities).join(', ')})`;
+  return new SigilError(
+    'capability_required',
+    `Tool "${call.tool}" needs a client capability${names} that the request did not declare`,
+    {
+      details: {
+        serverId: call.serverId,
+        tool: call.tool,
+        ...(requiredCapabilities !== undefined && { requiredCapabilities }),
+      },
+    },
+  );
+}
+
+/**
  * A modern server's `input_required` for a caller it cannot be relayed to (an MCP 2025-11-25 client,
  * or REST): a tool error naming what the server asked, so the model or its user knows why the tool
  * did not run. (Such a caller is told of no capability, so a server asking by the book answers -32021
- * instead, which is a tool error too.)
+ * instead, which stays a tool error for it.)
  */
 export function inputNotRelayed(tool: string, { inputRequests }: InputRequired): CallToolResult {
   const asked = Object.entries(inputRequests ?? {}).map(([key, request]) => `${request.method} (${key})`);

@@ -28,11 +28,6 @@ import type { ProbeResult, ServerProber } from './servers.ts';
 /** Longest line a server may send: well above any sane tool result, far below memory trouble. */
 const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 const CONNECT_TIMEOUT_MS = 30_000;
-/**
- * How long a verification waits for the answer to `server/discover` before taking the server for a
- * legacy one that ignores unknown methods (once per pinned version: later starts know the era).
- */
-const PROBE_TIMEOUT_MS = 5_000;
 /** The protocol of a server whose verification recorded none (verified before eras were probed). */
 const LEGACY: McpProtocol = Object.freeze({ era: 'legacy', version: '2025-11-25' });
 /** The `details.reason` of a start whose process refused the handshake of its recorded era. */
@@ -61,6 +56,12 @@ export interface LauncherOptions {
   secretsFor(key: ServerKey): Promise<Record<string, string>>;
   /** Log lines scrub a process's secrets while it runs (from before it starts until it has ended). */
   registry: SecretRegistry;
+  /**
+   * How long a verification waits for the answer to `server/discover` before taking the server for a
+   * legacy one that ignores unknown methods (once per pinned version: later starts know the era);
+   * `gateway.mcp.probeTimeoutSeconds`.
+   */
+  probeTimeoutMs: number;
   /**
    * A pinned version's process refused the handshake of the protocol its verification recorded and
    * was probed again: `protocol` is what it speaks (to be recorded with the pin).
@@ -247,7 +248,7 @@ export class SandboxedServers implements ServerProber {
     const client = new Client(
       { name: 'sigil-gateway', version: SIGIL_VERSION },
       handshake === 'probe'
-        ? { versionNegotiation: { mode: 'auto', probe: { timeoutMs: PROBE_TIMEOUT_MS } } }
+        ? { versionNegotiation: { mode: 'auto', probe: { timeoutMs: this.options.probeTimeoutMs } } }
         : handshake.era === 'modern'
           ? { versionNegotiation: { mode: { pin: handshake.version } } }
           : {},

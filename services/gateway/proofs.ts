@@ -45,6 +45,8 @@ export interface ProofInput {
   server: ExecutionProof['server'];
   tool: string;
   arguments: Record<string, unknown>;
+  /** A 2026-07-28 retry's answers to the server's `input_required`, on which its result depends. */
+  inputResponses?: Record<string, unknown>;
   /** The result as the client receives it (already redacted), without the proof. */
   result: CallToolResult;
   secretNames: readonly string[];
@@ -56,9 +58,33 @@ export interface ProofCheck {
   problems: { field: string; message: string }[];
 }
 
-/** The canonical request a proof commits to. */
-export const requestHash = (serverId: string, tool: string, args: Record<string, unknown>): string =>
-  sha256Hex(canonicalJson({ serverId, tool, arguments: args }));
+/** The request a proof commits to, as a verifier gives it. */
+export interface ProvenRequest {
+  serverId: string;
+  tool: string;
+  arguments: Record<string, unknown>;
+  /** Only for the retry of a call that asked for input (MCP 2026-07-28): its `inputResponses`. */
+  inputResponses?: Record<string, unknown>;
+}
+
+/**
+ * The canonical request a proof commits to: `{ serverId, tool, arguments }`, and a retry's
+ * `inputResponses` beside them when it has them (the result depends on them): every other request
+ * hashes as it always did.
+ */
+export const requestHash = (
+  serverId: string,
+  tool: string,
+  args: Record<string, unknown>,
+  inputResponses?: Record<string, unknown>,
+): string =>
+  sha256Hex(
+    canonicalJson(
+      inputResponses === undefined
+        ? { serverId, tool, arguments: args }
+        : { serverId, tool, arguments: args, inputResponses },
+    ),
+  );
 
 /**
  * The canonical response a proof commits to: the result without `_meta`, which carries the proof
@@ -196,7 +222,7 @@ export class ProofSigner {
     const layout = this.layoutOf(input);
     const id = randomUUID();
     const timestamp = this.deps.clock.now().toISOString();
-    const request = requestHash(input.server.id, input.tool, input.arguments);
+    const request = requestHash(input.server.id, input.tool, input.arguments, input.inputResponses);
     const response = responseHash(input.result);
     const perCall: Record<PerCallField, FieldForm> = {
       id: this.formOf('id', id),
@@ -234,10 +260,7 @@ export class ProofSigner {
   /** Checks the signature and, when given, the request and response the proof claims to cover. */
   verify(
     proof: ExecutionProof,
-    against: {
-      request?: { serverId: string; tool: string; arguments: Record<string, unknown> };
-      response?: CallToolResult;
-    } = {},
+    against: { request?: ProvenRequest; response?: CallToolResult } = {},
   ): ProofCheck {
     const problems: ProofCheck['problems'] = [];
     const { fieldMacs, signature, ...fields } = proof;
@@ -258,7 +281,9 @@ export class ProofSigner {
     const { request, response } = against;
     if (
       request &&
-      provable(() => requestHash(request.serverId, request.tool, request.arguments)) !== proof.requestHash
+      provable(() =>
+        requestHash(request.serverId, request.tool, request.arguments, request.inputResponses),
+      ) !== proof.requestHash
     ) {
       problems.push({ field: 'requestHash', message: 'does not match the SHA-256 of the given request' });
     }

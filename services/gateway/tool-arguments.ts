@@ -35,15 +35,24 @@ export const MAX_ARGUMENT_DEPTH = 64;
 /** Why arguments are refused, in the error's details (`reason`), for clients that branch on it. */
 export type ArgumentProblem = 'lone_surrogate' | 'not_finite' | 'too_deep';
 
+/** What a proof commits to of a call's params, besides its name: see checkArguments. */
+export type ProvenParam = 'arguments' | 'inputResponses';
+
+const SUBJECTS: Record<ProvenParam, string> = {
+  arguments: 'Tool arguments',
+  inputResponses: 'The inputResponses of the retried call',
+};
+
 /**
- * Refuses, with `invalid_request` naming the path, arguments that a proof cannot commit to: a string
- * or member name holding a lone surrogate, or a number beyond a double (`1e400` parses as Infinity):
- * RFC 8785 takes I-JSON, which has neither, so the proof would fail after the tool ran; or containers
- * nested deeper than {@link MAX_ARGUMENT_DEPTH}. One walk.
+ * Refuses, with `invalid_request` naming the path, arguments (or a 2026-07-28 retry's
+ * `inputResponses`, `param`) that a proof cannot commit to: a string or member name holding a lone
+ * surrogate, or a number beyond a double (`1e400` parses as Infinity): RFC 8785 takes I-JSON, which
+ * has neither, so the proof would fail after the tool ran; or containers nested deeper than
+ * {@link MAX_ARGUMENT_DEPTH}. One walk.
  */
-export function checkArguments(args: Record<string, unknown>): void {
+export function checkArguments(args: Record<string, unknown>, param: ProvenParam = 'arguments'): void {
   const problem = problemIn(args, 1);
-  if (problem) refuse(problem.reason, `arguments${problem.path.reverse().join('')}`);
+  if (problem) refuse(problem.reason, param, `${param}${problem.path.reverse().join('')}`);
 }
 
 /** The first problem in `node`, with its path's segments innermost first (built only on failure). */
@@ -78,20 +87,23 @@ const IDENTIFIER = /^[A-Za-z_$][\w$]*$/;
 
 const REFUSALS: Record<ArgumentProblem, { message: string; hint: string }> = {
   lone_surrogate: {
-    message: 'Tool arguments hold a lone surrogate (half of a UTF-16 pair, which JSON text cannot carry) at',
+    message: 'hold a lone surrogate (half of a UTF-16 pair, which JSON text cannot carry) at',
     hint: 'Send well-formed Unicode strings',
   },
   not_finite: {
-    message: 'Tool arguments hold a number beyond the range of a double (I-JSON) at',
+    message: 'hold a number beyond the range of a double (I-JSON) at',
     hint: 'Send numbers within ±1.8e308, or large values as strings',
   },
   too_deep: {
-    message: `Tool arguments nest deeper than ${MAX_ARGUMENT_DEPTH} levels at`,
-    hint: `Flatten the arguments to at most ${MAX_ARGUMENT_DEPTH} nested objects and arrays`,
+    message: `nest deeper than ${MAX_ARGUMENT_DEPTH} levels at`,
+    hint: `Flatten them to at most ${MAX_ARGUMENT_DEPTH} nested objects and arrays`,
   },
 };
 
-function refuse(reason: ArgumentProblem, path: string): never {
+function refuse(reason: ArgumentProblem, param: ProvenParam, path: string): never {
   const { message, hint } = REFUSALS[reason];
-  throw new SigilError('invalid_request', `${message} ${path}`, { hint, details: { reason, path } });
+  throw new SigilError('invalid_request', `${SUBJECTS[param]} ${message} ${path}`, {
+    hint,
+    details: { reason, path },
+  });
 }

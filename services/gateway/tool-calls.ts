@@ -1,7 +1,7 @@
 import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { isSigilError, Redactor, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../core/http/disconnect.ts';
-import { UNKNOWN_TOOL } from '../../core/http/mcp-errors.ts';
+import { MISSING_CLIENT_CAPABILITY_CODE, UNKNOWN_TOOL } from '../../core/http/mcp-errors.ts';
 import {
   CallCancelled,
   isInputRequired,
@@ -15,7 +15,7 @@ import type { ResolvedServer, ServerDetails, ServerDirectory } from './servers.t
 import type { Payments } from './payments/payments.ts';
 import { PAYMENT_META_KEY, PAYMENT_RESPONSE_META_KEY } from './payments/receipts.ts';
 import { PROOF_META_KEY, type ProofSigner } from './proofs.ts';
-import { inputNotRelayed, relayInputRequired } from './input-required.ts';
+import { capabilityRequired, inputNotRelayed, relayInputRequired } from './input-required.ts';
 import type { RequestStates } from './request-state.ts';
 import type { CallerLimits, CallOrigin } from './call-limits.ts';
 import type { RunningServer, ServerPool } from './server-pool.ts';
@@ -97,13 +97,16 @@ export class ToolCaller {
    * `disconnection`: the caller's client going away cancels the call (the server is told). Only a
    * call from a 2026-07-28 client (`modernClient`) may be answered `input_required`: the server needs
    * the client's input first; nothing was proven or charged, and the payment (if any) may be
-   * presented again with the retry.
+   * presented again with the retry. Only such a call throws `capability_required` when the server
+   * needs a capability the client did not declare (its -32021): nothing ran, was proven or charged.
    */
   call(call: ToolCall & { modernClient?: undefined }, disconnection?: Disconnection): Promise<CallToolResult>;
   call(call: ToolCall, disconnection?: Disconnection): Promise<ToolCallOutcome>;
   async call(call: ToolCall, disconnection?: Disconnection): Promise<ToolCallOutcome> {
     // Before anything runs or is paid: what the proof could not commit to after the tool ran.
     checkArguments(call.arguments);
+    const inputResponses = inputResponsesOf(call);
+    if (inputResponses !== undefined) checkArguments(inputResponses, 'inputResponses');
     checkPayloadSize(call.arguments, call.meta);
     const server = call.admitted ?? (await this.options.servers.admit(call.serverId));
     const { details } = server;
@@ -252,6 +255,12 @@ export class ToolCaller {
             // Stopped before this call stops counting on it, so no call joins it meanwhile; its slot
             // is free at once, and it ends in the background.
             if (wedged(err)) void this.options.pool.discard(key, server);
+            if (call.modernClient && server.protocol.era === 'modern' && missesCapability(err)) {
+              // The request's failure, not the tool's, and a 2026-07-28 client can mend it: it hears
+              // the server's error, and (thrown) nothing is proven or settled. Any other caller
+              // declares no capability: a tool error tells its model what the tool needs.
+              throw capabilityRequired(call, err, server.injected.redactor);
+            }
             throw err;
           }
         },
@@ -305,6 +314,7 @@ function proven(
   result: CallToolResult,
   secretNames: readonly string[],
 ): CallToolResult {
+  const inputResponses = inputResponsesOf(call);
   const proof = signer.sign({
     server: {
       id: details.id,
@@ -315,11 +325,23 @@ function proven(
     },
     tool: call.tool,
     arguments: call.arguments,
+    ...(inputResponses !== undefined && { inputResponses }),
     result,
     secretNames,
   });
   return { ...result, _meta: { ...result._meta, [PROOF_META_KEY]: proof } };
 }
+
+/**
+ * What a 2026-07-28 client's retry answered the server (only such a client's retry reaches it): the
+ * result depends on it, so its proof commits to it.
+ */
+const inputResponsesOf = ({ modernClient, retry }: ToolCall): Record<string, unknown> | undefined =>
+  modernClient ? retry?.inputResponses : undefined;
+
+/** A modern server's answer that the call needs a capability its client did not declare. */
+const missesCapability = (err: unknown): err is McpError =>
+  err instanceof McpError && err.code === MISSING_CLIENT_CAPABILITY_CODE;
 
 /** A server that timed out or broke the protocol may be wedged: it is never handed another call. */
 const wedged = (err: unknown): boolean =>

@@ -114,6 +114,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     secretsFor: (key) =>
       key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({}),
     registry: kernel.secrets,
+    probeTimeoutMs: settings.mcp.probeTimeoutSeconds * 1000,
     onProtocolChanged: (launch, protocol) =>
       void servers.recordProtocol(launch.serverId, launch.pin, protocol).catch((err: unknown) => {
         logger.warn({ err, serverId: launch.serverId }, 'the MCP server protocol could not be recorded');

@@ -11,9 +11,17 @@ import { proofSchema, type ProofCheck, type ProofSigner } from './proofs.ts';
 export const verifyBody = z
   .object({
     proof: proofSchema,
-    /** The request the proof should cover: server id, tool name and arguments. */
+    /**
+     * The request the proof should cover: server id, tool name and arguments, and the
+     * `inputResponses` of an MCP 2026-07-28 retry (a call answered `input_required` first).
+     */
     request: z
-      .object({ serverId: z.string(), tool: z.string(), arguments: z.record(z.string(), z.unknown()) })
+      .object({
+        serverId: z.string(),
+        tool: z.string(),
+        arguments: z.record(z.string(), z.unknown()),
+        inputResponses: z.record(z.string(), z.unknown()).optional(),
+      })
       .strict()
       .optional(),
     /** The tool result the proof should cover (its `_meta` is ignored). */

@@ -1,13 +1,20 @@
 import { expect } from 'chai';
 import { SigilError, type ErrorCode } from '@sigil/plugin-api';
 import { STATUS_BY_CODE } from '../../core/http/errors.ts';
-import { jsonRpcErrorOf, MCP_ANSWER_BY_CODE, UNKNOWN_TOOL } from '../../core/http/mcp-errors.ts';
+import {
+  httpStatusOf,
+  jsonRpcErrorOf,
+  MCP_ANSWER_BY_CODE,
+  MISSING_CLIENT_CAPABILITY_CODE,
+  UNKNOWN_TOOL,
+} from '../../core/http/mcp-errors.ts';
 
 /** How each code reaches a caller: its HTTP status, and over MCP a JSON-RPC error code or a tool error. */
 const EXPECTED: Record<ErrorCode, [status: number, mcp: number | 'tool_error']> = {
   invalid_request: [400, -32602],
   unauthorized: [401, 'tool_error'],
   payment_required: [402, 402],
+  capability_required: [400, -32021],
   forbidden: [403, 'tool_error'],
   not_found: [404, 'tool_error'],
   method_not_allowed: [405, 'tool_error'],
@@ -62,10 +69,30 @@ describe('error tables: every code over HTTP and over MCP', () => {
       const expected =
         code === 'rate_limited' || code === 'unavailable' ? status : mcp === 'tool_error' ? undefined : mcp;
       expect(modern?.code, code).to.equal(expected);
-      if (modern) expect(modern.code <= -32020 && modern.code >= -32099, code).to.equal(false);
+      // The range is the spec's: only the code it defines there for this error is in it.
+      if (modern)
+        expect(modern.code <= -32020 && modern.code >= -32099, code).to.equal(
+          modern.code === MISSING_CLIENT_CAPABILITY_CODE,
+        );
       if (modern)
         expect({ ...modern, code: 0 }).to.deep.equal({ ...jsonRpcErrorOf(error, 'legacy'), code: 0 });
     }
+  });
+
+  it('answers capability_required (MCP 2026-07-28 -32021) with its HTTP status, every other JSON-RPC error with 200', () => {
+    for (const code of Object.keys(EXPECTED) as ErrorCode[]) {
+      const error = new SigilError(code, `a ${code} failure`, { details: { retryAfterSeconds: 1 } });
+      if (jsonRpcErrorOf(error) === undefined) continue;
+      expect(httpStatusOf(error), code).to.equal(code === 'capability_required' ? 400 : 200);
+    }
+    const missing = new SigilError('capability_required', 'Tool "t" needs a client capability (sampling)', {
+      details: { serverId: 's', tool: 't', requiredCapabilities: { sampling: {} } },
+    });
+    expect(jsonRpcErrorOf(missing, 'modern')).to.deep.equal({
+      code: -32021,
+      message: 'Tool "t" needs a client capability (sampling)',
+      data: { code: 'capability_required', serverId: 's', tool: 't', requiredCapabilities: { sampling: {} } },
+    });
   });
 
   it('makes an unknown tool a JSON-RPC error, and any other not_found (a server, a package) a tool error', () => {

@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import knex from 'knex';
 import { pino, type DestinationStream } from 'pino';
 import { systemClock, type Clock } from '../../core/clock.ts';
-import { configSchema, type SigilConfig } from '../../services/config.ts';
+import { configSchema, type SigilConfigInput } from '../../services/config.ts';
 import { SecretRegistry, type Logger } from '../../core/log.ts';
 import type { CoreServices } from '@sigil/plugin-api';
 import type { Database } from '../../core/db/database.ts';
@@ -114,9 +114,14 @@ export function describeEachDatabase(title: string, body: (database: TestDatabas
 /** A logger that writes nowhere unless SIGIL_TEST_LOGS is set; tests that read logs pass their own. */
 export const quietLogger = (): Logger => pino({ level: process.env.SIGIL_TEST_LOGS ? 'debug' : 'silent' });
 
-/** Sections to merge over the test defaults; arrays and scalars replace, objects merge one level deep. */
+/**
+ * Sections to merge over the test defaults, as a config file writes them (the schema fills in the
+ * defaults); arrays and scalars replace, objects merge one level deep.
+ */
 export type ConfigOverrides = {
-  [K in keyof SigilConfig]?: SigilConfig[K] extends unknown[] ? SigilConfig[K] : Partial<SigilConfig[K]>;
+  [K in keyof SigilConfigInput]?: SigilConfigInput[K] extends unknown[]
+    ? SigilConfigInput[K]
+    : Partial<SigilConfigInput[K]>;
 };
 
 export interface TestKernelOptions {

@@ -17,6 +17,7 @@ export type ErrorCode =
   | 'unsupported_media_type'
   | 'rate_limited'
   | 'payment_required'
+  | 'capability_required'
   | 'proof_invalid'
   | 'unavailable'
   | 'internal'

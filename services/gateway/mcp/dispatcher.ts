@@ -15,7 +15,7 @@ import { isSigilError, SigilError } from '@sigil/plugin-api';
 import type { Disconnection } from '../../../core/http/disconnect.ts';
 import type { InputRetry, ToolCallOutcome } from '../../../core/mcp/call-tool.ts';
 import type { CallOrigin } from '../call-limits.ts';
-import { jsonRpcErrorOf } from '../../../core/http/mcp-errors.ts';
+import { httpStatusOf, jsonRpcErrorOf } from '../../../core/http/mcp-errors.ts';
 import type { ResolvedServer } from '../servers.ts';
 import type { CacheHints } from './cache-hints.ts';
 import { ErrorCode, errorReply, isPlainObject, plainMeta, type JsonRpcReply } from './jsonrpc.ts';
@@ -66,6 +66,12 @@ export interface ServerIdentity {
   instructions?: string;
 }
 
+/** The answer to one request, and the HTTP status it goes with (when it is not streamed). */
+export interface Dispatched {
+  status: number;
+  reply: JsonRpcReply;
+}
+
 type Handler = (request: JSONRPCRequest, scope: McpRequestScope) => Promise<Record<string, unknown>>;
 
 /** What a 2026-07-28 client is told the gateway serves: tools, and log messages on request. */
@@ -110,25 +116,30 @@ export class McpDispatcher {
       throw new Error(`the modern handlers (${served}) are not MODERN_METHODS`);
   }
 
-  async dispatch(request: JSONRPCRequest, scope: McpRequestScope): Promise<JsonRpcReply> {
+  async dispatch(request: JSONRPCRequest, scope: McpRequestScope): Promise<Dispatched> {
     const { era } = scope.revision;
     const handler = (era === 'modern' ? this.modern : this.legacy).get(request.method);
-    if (!handler)
-      return errorReply(request.id, {
+    if (!handler) {
+      const reply = errorReply(request.id, {
         code: ErrorCode.MethodNotFound,
         message: `Method not found: ${request.method}`,
       });
+      return { status: 200, reply };
+    }
     try {
       const result = await handler(request, { ...scope, meta: metaOf(request) });
-      return {
+      const reply: JsonRpcReply = {
         jsonrpc: '2.0',
         id: request.id,
         result: era === 'modern' ? this.complete(result, scope) : result,
       };
+      return { status: 200, reply };
     } catch (err) {
       // What is no JSON-RPC error (MCP_ANSWER_BY_CODE) is the HTTP answer of the endpoint.
-      const error = isSigilError(err) ? jsonRpcErrorOf(err, era) : undefined;
-      if (error) return errorReply(request.id, error);
+      if (isSigilError(err)) {
+        const error = jsonRpcErrorOf(err, era);
+        if (error) return { status: httpStatusOf(err), reply: errorReply(request.id, error) };
+      }
       throw err;
     }
   }

@@ -107,7 +107,8 @@ async function handle(
     notify: answer.notify,
   };
   try {
-    return answer.finish(200, await options.dispatcher.dispatch(message.message, scope));
+    const { status, reply } = await options.dispatcher.dispatch(message.message, scope);
+    return answer.finish(status, reply);
   } catch (err) {
     if (!answer.streaming) throw err; // the lane maps it to its HTTP answer
     // The stream's status is sent: the failure can only be this request's JSON-RPC error.

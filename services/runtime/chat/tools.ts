@@ -5,7 +5,7 @@ import { ExactEvmScheme } from '@x402/evm/exact/client';
 import type { Address, Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { type LlmToolDefinition, SigilError } from '@sigil/plugin-api';
-import { PAYMENT_REQUIRED_CODE } from '../../../core/http/mcp-errors.ts';
+import { MISSING_CLIENT_CAPABILITY_CODE, PAYMENT_REQUIRED_CODE } from '../../../core/http/mcp-errors.ts';
 import { PROOF_META_KEY } from '../../gateway/proofs.ts';
 import type { GatewayClient, GatewayScope } from '../gateway-client.ts';
 
@@ -114,8 +114,28 @@ export class GatewayToolSession {
       }));
   }
 
-  /** Calls a tool; pays with the operator wallet when the gateway asks (x402) and a payer is set. */
+  /**
+   * Calls a tool; pays with the operator wallet when the gateway asks (x402) and a payer is set. A
+   * tool that needs a client capability this client does not declare (elicitation, sampling, roots:
+   * the gateway's -32021) did not run: the model reads why, as a tool error.
+   */
   async call(name: string, input: Record<string, unknown>, signal: AbortSignal): Promise<ToolOutcome> {
+    let outcome: ToolOutcome;
+    try {
+      outcome = await this.callPaying(name, input, signal);
+    } catch (err) {
+      if (!(err instanceof ProtocolError) || err.code !== MISSING_CLIENT_CAPABILITY_CODE) throw err;
+      return { content: `${name} did not run: ${err.message}`, isError: true, billed: false };
+    }
+    if (name === 'gateway_enable_server' && !outcome.isError) await this.refresh(signal);
+    return outcome;
+  }
+
+  private async callPaying(
+    name: string,
+    input: Record<string, unknown>,
+    signal: AbortSignal,
+  ): Promise<ToolOutcome> {
     let outcome: ToolOutcome;
     try {
       outcome = outcomeOf(await this.client.callTool({ name, arguments: input }, { signal }));
@@ -147,7 +167,6 @@ export class GatewayToolSession {
           ...(settled.transaction ? { transaction: settled.transaction } : {}),
         };
     }
-    if (name === 'gateway_enable_server' && !outcome.isError) await this.refresh(signal);
     return outcome;
   }
 

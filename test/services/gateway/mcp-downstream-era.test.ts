@@ -1,5 +1,6 @@
 import {
   Client as ClientV2,
+  MissingRequiredClientCapabilityError,
   StreamableHTTPClientTransport as HttpTransportV2,
 } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -18,6 +19,7 @@ import {
   type JsonRpcAnswer,
   postMcp,
   postModern,
+  probeEntry,
   ProbeWorld,
   textOf,
   walletToken,
@@ -27,6 +29,7 @@ import { ENVELOPE } from '../../../core/mcp/era.ts';
 const SERVER_INFO = ENVELOPE.serverInfo;
 const PROBED = 'MCP server protocol probed';
 const REPROBED = 'MCP server refused its recorded protocol; probed again';
+const SILENT = 'MCP server did not answer server/discover: legacy, on a fresh process';
 
 interface Details {
   protocol: { era: string; version: string } | null;
@@ -82,7 +85,13 @@ describe('gateway as an MCP client: each server at its own revision', function (
   this.timeout(180_000);
   let world: ProbeWorld;
   before(async () => {
-    world = await ProbeWorld.start({ packages: [modernEchoPackage], servers: [modernEchoEntry] });
+    world = await ProbeWorld.start({
+      packages: [modernEchoPackage],
+      servers: [
+        modernEchoEntry,
+        { ...probeEntry, id: 'silent', env: { PROBE_UNANSWERED: 'server/discover' } },
+      ],
+    });
   });
   after(() => world?.stop());
 
@@ -255,6 +264,11 @@ describe('gateway as an MCP client: each server at its own revision', function (
           await client.close();
         }
         expect(logged(REPROBED, 'probe')).to.equal(1);
+        // Recorded beside the call, not before its answer.
+        await eventually(
+          'the probed protocol to be recorded',
+          async () => (await details('probe')).protocol?.era === 'legacy',
+        );
         expect((await details('probe')).protocol).to.deep.equal({ era: 'legacy', version: '2025-11-25' });
       });
 
@@ -332,11 +346,60 @@ describe('gateway as an MCP client: each server at its own revision', function (
         expect(done._meta).to.have.property(PROOF_META_KEY);
       });
 
-      it('gives a caller that cannot answer input a tool error naming what the server asked', async () => {
+      it('proves a retried call with its inputResponses: POST /api/verify takes them, and refuses other answers or none', async () => {
         const endpoint = `${url}/mcp/server/modern`;
+        const caps = { 'io.modelcontextprotocol/clientCapabilities': { elicitation: {} } };
+        const args = { greeting: 'Hey' };
+        const call = async (params: Record<string, unknown>) =>
+          (await (
+            await postModern(
+              endpoint,
+              { method: 'tools/call', params: { name: 'greet', arguments: args, ...params } },
+              { meta: caps },
+            )
+          ).json()) as JsonRpcAnswer;
+        const { requestState } = (await call({})).result ?? {};
+        // Answers no proof could commit to are refused before the server hears them.
+        const unprovable = await call({
+          inputResponses: { user_name: { action: 'accept', content: { name: 'half \ud800' } } },
+          requestState,
+        });
+        expect(unprovable.error?.code).to.equal(-32602);
+        expect(unprovable.error?.data).to.deep.include({
+          reason: 'lone_surrogate',
+          path: 'inputResponses.user_name.content.name',
+        });
+        const inputResponses = { user_name: { action: 'accept', content: { name: 'Cy' } } };
+        const done = (await call({ inputResponses, requestState })).result ?? {};
+        expect(textOf(done)).to.equal('Hey, Cy!');
+        const verify = (request: Record<string, unknown>) =>
+          fetch(`${url}/api/verify`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({
+              proof: (done._meta as Record<string, unknown>)[PROOF_META_KEY],
+              request,
+              response: done,
+            }),
+          });
+        const request = { serverId: 'modern', tool: 'greet', arguments: args };
+        expect((await verify({ ...request, inputResponses })).status).to.equal(200);
+        for (const other of [
+          { ...request, inputResponses: { user_name: { action: 'accept', content: { name: 'Eve' } } } },
+          request,
+        ]) {
+          const refused = await verify(other);
+          expect(refused.status).to.equal(422);
+          expect(((await refused.json()) as { details: { fields: string[] } }).details.fields).to.deep.equal([
+            'requestHash',
+          ]);
+        }
+      });
+
+      it('gives a 2025-11-25 caller, which cannot answer input, a tool error naming what the server asked', async () => {
         const legacy = (await (
           await postMcp(
-            endpoint,
+            `${url}/mcp/server/modern`,
             JSON.stringify({
               jsonrpc: '2.0',
               id: 1,
@@ -345,16 +408,85 @@ describe('gateway as an MCP client: each server at its own revision', function (
             }),
           )
         ).json()) as JsonRpcAnswer;
-        const withoutCapability = (await (
-          await postModern(endpoint, { method: 'tools/call', params: { name: 'greet', arguments: {} } })
-        ).json()) as JsonRpcAnswer;
-        for (const [who, answer] of [
-          ['2025-11-25', legacy],
-          ['2026-07-28 without elicitation', withoutCapability],
+        // Told of no capability, the server answers -32021, which reaches this caller as a tool error.
+        expect(legacy.result?.isError).to.equal(true);
+        expect(textOf(legacy.result)).to.include('elicitation/create').and.include('user_name');
+        expect(legacy.result?._meta).to.have.property(PROOF_META_KEY);
+      });
+
+      it('relays the server’s -32021 to a 2026-07-28 caller that did not declare the capability: HTTP 400, the capability named, no proof', async () => {
+        const headers = { authorization: `Bearer ${token}`, 'x-mcp-session': 'eras' };
+        for (const [endpoint, name, extra] of [
+          [`${url}/mcp/server/modern`, 'greet', {}],
+          [`${url}/mcp`, 'modern__greet', headers],
         ] as const) {
-          expect(answer.result?.isError, who).to.equal(true);
-          expect(textOf(answer.result), who).to.include('elicitation/create').and.include('user_name');
-          expect(answer.result?._meta, who).to.have.property(PROOF_META_KEY);
+          const response = await postModern(
+            endpoint,
+            { id: 7, method: 'tools/call', params: { name, arguments: {} } },
+            { headers: extra },
+          );
+          const answer = (await response.json()) as JsonRpcAnswer & { id: unknown };
+          expect(response.status, endpoint).to.equal(400);
+          expect(answer.id).to.equal(7);
+          expect(answer.result, endpoint).to.equal(undefined);
+          expect(answer.error?.code, endpoint).to.equal(-32021);
+          expect(answer.error?.message).to.include('greet').and.include('elicitation');
+          expect(answer.error?.data).to.deep.equal({
+            code: 'capability_required',
+            serverId: 'modern',
+            tool: 'greet',
+            // As the server named it: form elicitation, what its request would use.
+            requiredCapabilities: { elicitation: { form: {} } },
+          });
+        }
+        // The SDK v2 client reads it as the spec's error, with the capability it must declare.
+        const client = await clientV2(`${url}/mcp/server/modern`);
+        try {
+          const refused = await client.callTool({ name: 'greet', arguments: {} }).then(
+            () => undefined,
+            (err: unknown) => err,
+          );
+          expect(refused).to.be.instanceOf(MissingRequiredClientCapabilityError);
+          expect((refused as MissingRequiredClientCapabilityError).requiredCapabilities).to.deep.equal({
+            elicitation: { form: {} },
+          });
+          // The process was not taken for a broken one: the next call runs on it.
+          expect(textOf(await client.callTool({ name: 'echo', arguments: { message: 'on' } }))).to.equal(
+            'on',
+          );
+        } finally {
+          await client.close();
+        }
+      });
+
+      it('waits gateway.mcp.probeTimeoutSeconds for a server silent on server/discover, then serves it at 2025-11-25 on a fresh process', async () => {
+        const quickLogs: typeof logs = [];
+        const logger = pino(
+          { level: 'info' },
+          { write: (line: string) => void quickLogs.push(JSON.parse(line)) },
+        );
+        const quick = await world.gateway(database, { mcp: { probeTimeoutSeconds: 1 } }, { logger });
+        try {
+          const tools = await fetch(`${quick.url}/api/servers/silent/tools`);
+          expect(tools.status).to.equal(200);
+          const detailsOf = (await (await fetch(`${quick.url}/api/servers/silent`)).json()) as Details;
+          expect(detailsOf.protocol).to.deep.equal({ era: 'legacy', version: '2025-11-25' });
+          const gaveUp = quickLogs.filter(
+            (line) => line.msg === SILENT && line.serverId === 'silent',
+          ) as unknown as { err: string }[];
+          expect(gaveUp.map((line) => line.err)).to.deep.equal([
+            'Version negotiation probe timed out after 1000ms',
+          ]);
+          const client = await mcpClient(`${quick.url}/mcp/server/silent`);
+          try {
+            expect(textOf(await client.callTool({ name: 'echo', arguments: { message: 'heard' } }))).to.equal(
+              'heard',
+            );
+          } finally {
+            await client.close();
+          }
+        } finally {
+          await quick.stop();
         }
       });
     });

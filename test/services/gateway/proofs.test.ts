@@ -1,9 +1,10 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import { ManualClock } from '../../../core/clock.ts';
 import {
   ProofSigner,
   proofSchema,
+  requestHash,
   type ExecutionProof,
   type ProofInput,
 } from '../../../services/gateway/proofs.ts';
@@ -117,6 +118,39 @@ describe('execution proofs', () => {
       response: { content: [{ type: 'text', text: 'other' }] },
     });
     expect(check.problems.map((p) => p.field)).to.deep.equal(['requestHash', 'responseHash']);
+  });
+
+  it('hashes a request without inputResponses as it always did: SHA-256 of { serverId, tool, arguments }', () => {
+    const proof = signer.sign(input);
+    const canonical = '{"arguments":{"message":"hello"},"serverId":"probe","tool":"echo"}';
+    expect(proof.requestHash).to.equal(createHash('sha256').update(canonical).digest('hex'));
+    expect(requestHash('probe', 'echo', { message: 'hello' })).to.equal(proof.requestHash);
+  });
+
+  it('binds a retried call’s inputResponses: verifies with them, not with others, not without them', () => {
+    const inputResponses = { user_name: { action: 'accept', content: { name: 'Ada' } } };
+    const proof = signer.sign({ ...input, inputResponses });
+    const request = { serverId: 'probe', tool: 'echo', arguments: { message: 'hello' } };
+    expect(signer.verify(proof, { request: { ...request, inputResponses } })).to.deep.equal({
+      valid: true,
+      problems: [],
+    });
+    for (const [what, other] of [
+      ['other answers', { ...request, inputResponses: { user_name: { action: 'decline' } } }],
+      ['no answers', request],
+      ['empty answers', { ...request, inputResponses: {} }],
+    ] as const) {
+      expect(
+        signer.verify(proof, { request: other }).problems.map((p) => p.field),
+        what,
+      ).to.deep.equal(['requestHash']);
+    }
+    // And a proof of a call without them is not one of a call with them.
+    expect(
+      signer
+        .verify(signer.sign(input), { request: { ...request, inputResponses } })
+        .problems.map((p) => p.field),
+    ).to.deep.equal(['requestHash']);
   });
 
   it('finds that no proof covers a value with no RFC 8785 form (a lone surrogate, 1e400, deep nesting), instead of throwing', () => {

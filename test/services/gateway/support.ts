@@ -12,7 +12,12 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { SigilConfig } from '../../../services/config.ts';
 import { serve, type Serving } from '../../../services/serve.ts';
 import { freePort, parseBanner, startSigil } from '../../support/cli.ts';
-import { openTestKernel, type TestDatabase, type TestKernelOptions } from '../../support/kernel.ts';
+import {
+  openTestKernel,
+  type ConfigOverrides,
+  type TestDatabase,
+  type TestKernelOptions,
+} from '../../support/kernel.ts';
 import { EVERYTHING } from '../../registries/npm/support.ts';
 import { startVerdaccio, type PackageSource, type Verdaccio } from '../../support/verdaccio.ts';
 import { fixturePath } from '../../support/paths.ts';
@@ -186,7 +191,7 @@ export class ProbeWorld {
   /** A gateway on a fresh (or given) database with the probe catalog and real plugins. */
   async gateway(
     database: TestDatabase | undefined,
-    gateway: Partial<SigilConfig['gateway']> = {},
+    gateway: ConfigOverrides['gateway'] = {},
     extra: Omit<TestKernelOptions, 'database' | 'config'> & {
       vault?: SigilConfig['vault'];
       /** More plugins, e.g. a payment rail. */

@@ -11,7 +11,7 @@ import type { ProbeWorld } from '../gateway/support.ts';
 import { fundedAccount, sendToken } from './ledger/chain-support.ts';
 import { eventually } from './ledger/support.ts';
 import type { DevChain } from '../../support/chain.ts';
-import { openTestKernel, type TestDatabase } from '../../support/kernel.ts';
+import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../support/kernel.ts';
 import { runtimeClient, signIn, storeAndUnlock } from './chat-support.ts';
 
 export interface ChatWorldOptions {
@@ -27,7 +27,7 @@ export interface ChatWorldOptions {
   gatewayPath?: 'delegated' | 'operator';
   /** runtime.operatorKey over what the up wiring gives; `null` runs without one. */
   operatorKey?: Hex | null;
-  gateway?: Partial<SigilConfig['gateway']>;
+  gateway?: ConfigOverrides['gateway'];
   /** A fresh one unless given (the same one again to restart on the same ledger). */
   depositMnemonic?: string;
   logs?: Writable;

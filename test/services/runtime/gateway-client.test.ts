@@ -3,6 +3,7 @@ import { GatewayToolSession } from '../../../services/runtime/chat/tools.ts';
 import { gatewayScopeOf } from '../../../services/runtime/gateway-client.ts';
 import { newWallet } from '../../core/auth/support.ts';
 import { describeEachDatabase } from '../../support/kernel.ts';
+import { modernEchoEntry, modernEchoPackage, ProbeWorld } from '../gateway/support.ts';
 import { Stack } from './support.ts';
 
 describe('runtime gateway client: the gateway scope of a chat session or a canvas run', () => {
@@ -87,3 +88,54 @@ describeEachDatabase(
     });
   },
 );
+
+/**
+ * A gateway tool that needs a client capability the runtime's tool loop does not declare (the SDK v2
+ * server behind asks for elicitation): the gateway answers -32021, which the runtime hands the model as
+ * a tool error, unbilled, as it did when the gateway sent a tool error itself.
+ */
+describe('runtime gateway client: a tool that needs a capability the runtime does not declare', function () {
+  this.timeout(180_000);
+  let world: ProbeWorld;
+  before(async () => {
+    world = await ProbeWorld.start({ packages: [modernEchoPackage], servers: [modernEchoEntry] });
+  });
+  after(() => world?.stop());
+
+  describeEachDatabase('the modern echo server behind the gateway', (database) => {
+    it('is a tool error naming the capability, not billed, and the session goes on', async () => {
+      const stack = await Stack.start({
+        database,
+        config: {
+          gateway: { includeDefaultCatalog: false, catalogFile: world.catalogFile },
+          plugins: world.plugins(),
+        },
+      });
+      const signal = new AbortController().signal;
+      try {
+        const tools = await GatewayToolSession.open({
+          gateway: stack.runtime.gateway,
+          path: 'delegated',
+          scope: { wallet: newWallet().address, session: 'needs-input' },
+          servers: ['modern'],
+          payments: undefined,
+          signal,
+        });
+        try {
+          const refused = await tools.call('modern__greet', {}, signal);
+          expect(refused).to.deep.include({ isError: true, billed: false });
+          expect(refused.content).to.include('modern__greet').and.include('elicitation');
+          expect(await tools.call('modern__echo', { message: 'still here' }, signal)).to.deep.include({
+            content: 'still here',
+            isError: false,
+            billed: true,
+          });
+        } finally {
+          await tools.close();
+        }
+      } finally {
+        await stack.close();
+      }
+    });
+  });
+});

@@ -12,6 +12,7 @@ import {
   type JsonRpcAnswer,
   modernEchoEntry,
   modernEchoPackage,
+  postMcp,
   postModern,
   ProbeWorld,
   textOf,
@@ -120,6 +121,39 @@ describe('payments: a paid call that needs input (MCP 2026-07-28 input_required)
           await client.close();
         }
         expect((await gateway.expectBalanced()).settled).to.equal(1000n);
+      });
+
+      it('settles nothing for a call the server refused for an undeclared capability: -32021 (HTTP 400) at 2026-07-28, a tool error at 2025-11-25', async () => {
+        const before = await gateway.expectBalanced();
+        const modern = await postModern(
+          endpoint(),
+          { method: 'tools/call', params: { name: 'greet', arguments: {} } },
+          { meta: { [PAYMENT]: await payment() } },
+        );
+        const refused = (await modern.json()) as JsonRpcAnswer;
+        expect(modern.status).to.equal(400);
+        expect(refused.error?.code).to.equal(-32021);
+        expect(refused.error?.data).to.deep.include({ requiredCapabilities: { elicitation: { form: {} } } });
+        // An error, not a result: no receipt, no proof.
+        expect(refused).to.not.have.property('result');
+        const legacy = (await (
+          await postMcp(
+            endpoint(),
+            JSON.stringify({
+              jsonrpc: '2.0',
+              id: 1,
+              method: 'tools/call',
+              params: { name: 'greet', arguments: {}, _meta: { [PAYMENT]: await payment() } },
+            }),
+          )
+        ).json()) as JsonRpcAnswer;
+        expect(legacy.result?.isError).to.equal(true);
+        expect(textOf(legacy.result)).to.include('elicitation');
+        expect(legacy.result?._meta).to.not.have.property(RECEIPT);
+        const after = await gateway.expectBalanced();
+        expect(after.settled).to.equal(before.settled);
+        const added = after.rows.filter((row) => !before.rows.some((earlier) => earlier.id === row.id));
+        expect(added.map((row) => row.state)).to.deep.equal(['released', 'released']);
       });
     });
   }
