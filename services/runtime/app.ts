@@ -218,8 +218,8 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     close: async () => {
       http.stopLogging();
       await canvas.close();
-      await reflect.close();
       await chat.drain();
+      await reflect.close();
       await chat.toolClients.close();
       vault.close();
       await ledger.close();

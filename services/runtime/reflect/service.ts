@@ -42,6 +42,8 @@ export class ReflectService {
   readonly runs: ReflectRuns;
   readonly schedules: ReflectSchedules;
   readonly scheduler: ReflectScheduler;
+  /** The `chatted` calls not yet done, which `close` waits for (the database closes after it). */
+  private readonly scheduling = new Set<Promise<void>>();
 
   constructor(private readonly deps: ReflectDeps) {
     const { db, clock, settings } = deps;
@@ -127,7 +129,13 @@ export class ReflectService {
   }
 
   /** A chat message of the wallet completed (ChatService's onTurnCompleted). Never throws: logged. */
-  async chatted(wallet: string): Promise<void> {
+  chatted(wallet: string): Promise<void> {
+    const scheduled = this.schedule(wallet).finally(() => this.scheduling.delete(scheduled));
+    this.scheduling.add(scheduled);
+    return scheduled;
+  }
+
+  private async schedule(wallet: string): Promise<void> {
     try {
       await this.schedules.chatted(wallet, (await this.walletSettings.get(wallet)).selfImprovement);
     } catch (err) {
@@ -144,7 +152,9 @@ export class ReflectService {
     this.scheduler.start();
   }
 
-  close(): Promise<void> {
-    return this.scheduler.close();
+  /** After the chats are drained: their last messages are scheduled for before the database closes. */
+  async close(): Promise<void> {
+    await Promise.all(this.scheduling);
+    await this.scheduler.close();
   }
 }
