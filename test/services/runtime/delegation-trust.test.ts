@@ -3,8 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { Client, SdkHttpError } from '@modelcontextprotocol/client';
 import { expect } from 'chai';
 import type { AttestationEvidenceV2 } from '@sigil/plugin-api';
 import teeNone from '../../../attestation/none/index.ts';
@@ -209,8 +208,8 @@ describe('the runtime’s trust, judged by the gateway from vTPM quotes (swtpm)'
       let failure: unknown;
       await callTool(restarted).catch((err: unknown) => (failure = err));
       // The SDK's error carries the status and the gateway's JSON error as it was sent.
-      expect(failure).to.be.instanceOf(StreamableHTTPError).with.property('code', 401);
-      expect((failure as Error).message).to.include('"reason":"runtime_not_trusted"');
+      expect(failure).to.be.instanceOf(SdkHttpError).with.property('status', 401);
+      expect((failure as SdkHttpError).data.text).to.include('"reason":"runtime_not_trusted"');
     } finally {
       await stack.close();
     }
