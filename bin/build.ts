@@ -27,8 +27,10 @@ const CONFIG = 'tsconfig.build.json';
 const ASSET_EXTENSIONS = new Set(['.cjs', '.json', '.py']);
 /** Folders of such files outside what tsc compiles. */
 const EXTRA_ASSET_DIRS = ['packages/plugin-api/probes'];
+/** Written first into the output: a build that failed halfway still says whose folder it is. */
+const OUTPUT_MARKER = '.sigil-build-output';
 
-export function build(out: string): BuildManifest {
+function build(out: string): BuildManifest {
   const builtAt = new Date().toISOString();
   const parsed = ts.getParsedCommandLineOfConfigFile(
     join(REPOSITORY, CONFIG),
@@ -70,18 +72,20 @@ export function build(out: string): BuildManifest {
 
 /**
  * Empties `out` for a build: it must lie inside the repository (the compiled code finds node_modules
- * by walking up), hold none of the sources, and be absent or a former build's output (its manifest
- * says so), so a mistyped --out never deletes anything else.
+ * by walking up), hold none of the sources, and be absent, empty or a former build's output (marked),
+ * so a mistyped --out never deletes anything else.
  */
 function clearOutput(out: string, sources: readonly string[]): void {
   const inside = relative(REPOSITORY, out);
   if (inside === '' || inside.startsWith('..') || isAbsolute(inside))
-    throw new Error(`--out ${out}: the output must be a folder inside ${REPOSITORY}`);
+    refuse(`--out ${out}: the output must be a folder inside ${REPOSITORY}`);
   if (sources.some((file) => file.startsWith(`${out}${sep}`)))
-    throw new Error(`--out ${out}: the folder holds sources of the build`);
-  if (existsSync(out) && readdirSync(out).length > 0 && !existsSync(join(out, BUILD_MANIFEST)))
-    throw new Error(`--out ${out}: the folder exists and is not a build's output (no ${BUILD_MANIFEST})`);
+    refuse(`--out ${out}: the folder holds sources of the build`);
+  if (existsSync(out) && readdirSync(out).length > 0 && !existsSync(join(out, OUTPUT_MARKER)))
+    refuse(`--out ${out}: the folder holds files and is not a build's output (no ${OUTPUT_MARKER})`);
   rmSync(out, { recursive: true, force: true });
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, OUTPUT_MARKER), '');
 }
 
 /**
@@ -160,6 +164,11 @@ function listAssets(dir: string): string[] {
   });
 }
 
+function refuse(reason: string): never {
+  process.stderr.write(`npm run build: ${reason}\n`);
+  process.exit(1);
+}
+
 function fail(...diagnostics: ts.Diagnostic[]): never {
   const host: ts.FormatDiagnosticsHost = {
     getCanonicalFileName: (name) => name,
@@ -170,12 +179,10 @@ function fail(...diagnostics: ts.Diagnostic[]): never {
   process.exit(1);
 }
 
-if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  const { values } = parseArgs({ options: { out: { type: 'string', default: 'dist' } } });
-  const out = resolve(values.out);
-  const started = performance.now();
-  const manifest = build(out);
-  process.stdout.write(
-    `built ${manifest.inputs.length} files into ${relative(process.cwd(), out) || '.'} in ${((performance.now() - started) / 1000).toFixed(1)} s\n`,
-  );
-}
+const { values } = parseArgs({ options: { out: { type: 'string', default: 'dist' } } });
+const out = resolve(values.out);
+const started = performance.now();
+const manifest = build(out);
+process.stdout.write(
+  `built ${manifest.inputs.length} files into ${relative(process.cwd(), out) || '.'} in ${((performance.now() - started) / 1000).toFixed(1)} s\n`,
+);

@@ -1,12 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, copyFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { expect } from 'chai';
 import { migrate, openDatabase } from '../../core/db/database.ts';
 import { COMPILED_BUILD_TYPE } from '../../services/shared/provenance.ts';
 import { serviceMigrations } from '../../services/migrations.ts';
-import { buildInto, RECORD_LOADS, type Build } from '../support/build.ts';
+import { buildInto, RECORD_LOADS, runBuild, type Build } from '../support/build.ts';
 import { runSigil, SIGIL_BIN, startSigil } from '../support/cli.ts';
 import { REPO_ROOT } from '../support/paths.ts';
 import { BundleFolder } from '../services/shared/offline-verification/support.ts';
@@ -158,6 +159,19 @@ describe('npm run build', function () {
     });
     expect(result.code, result.stderr).to.equal(0);
     expect(result.stdout).to.equal('database is up to date\n');
+  });
+
+  it('--out empties only a former build: a folder of other files, or one outside the repository, is refused and kept', async () => {
+    const mine = join(build.dir, 'not-a-build');
+    mkdirSync(mine);
+    writeFileSync(join(mine, 'keep.txt'), 'mine');
+    const refused = await runBuild(['--out', mine]);
+    expect(refused.code).to.equal(1);
+    expect(refused.stderr).to.include("holds files and is not a build's output");
+    expect(readFileSync(join(mine, 'keep.txt'), 'utf8')).to.equal('mine');
+    const outside = await runBuild(['--out', join(tmpdir(), 'sigil-build-outside')]);
+    expect(outside.code).to.equal(1);
+    expect(outside.stderr).to.include('the output must be a folder inside');
   });
 
   it('NODE_ENV=production refuses a missing or a stale build, saying how to go on', async () => {

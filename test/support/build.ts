@@ -23,14 +23,24 @@ export interface Build {
 export async function buildInto(prefix: string): Promise<Build> {
   const dir = mkdtempSync(repoPath('test', `.tmp-${prefix}-`));
   const dist = join(dir, 'dist');
-  await promisify(execFile)('npm', ['run', '--silent', 'build', '--', '--out', dist], {
-    cwd: repoPath(),
-  });
+  const built = await runBuild(['--out', dist]);
+  if (built.code !== 0) throw new Error(`npm run build failed:\n${built.stderr}`);
   const sigil = join(dir, 'bin', 'sigil.js');
   mkdirSync(join(dir, 'bin'));
   copyFileSync(SIGIL_BIN, sigil);
   const manifest = JSON.parse(readFileSync(join(dist, BUILD_MANIFEST), 'utf8')) as BuildManifest;
   return { dir, sigil, dist, manifest };
+}
+
+/** `npm run build -- <args>` from the repository, to completion. */
+export async function runBuild(args: readonly string[]): Promise<{ code: number; stderr: string }> {
+  try {
+    await promisify(execFile)('npm', ['run', '--silent', 'build', '--', ...args], { cwd: repoPath() });
+    return { code: 0, stderr: '' };
+  } catch (err) {
+    const { code, stderr } = err as { code: number; stderr: string };
+    return { code, stderr };
+  }
 }
 
 /** The preload that records every module URL the process resolves into the file SIGIL_LOADED_FILE names. */
