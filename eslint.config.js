@@ -45,6 +45,7 @@ export default tseslint.config(
   {
     ignores: [
       'node_modules/',
+      'dist/',
       'packages/*/dist/',
       'data/',
       'bench/results/',

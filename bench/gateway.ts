@@ -55,11 +55,11 @@ const execFileAsync = promisify(execFile);
 
 // At 50 in flight a run of 2000 calls lasts under half a second, and one scheduling hiccup of the
 // 2-vCPU machine moved a ratio by 20 points: runs are longer, and there are five.
-const CALLS = Number(process.env.BENCH_MCP_CALLS ?? 5000);
-const WARMUP = Number(process.env.BENCH_MCP_WARMUP ?? 2000);
+export const CALLS = Number(process.env.BENCH_MCP_CALLS ?? 5000);
+export const WARMUP = Number(process.env.BENCH_MCP_WARMUP ?? 2000);
 /** Calls each HTTP target gets once before any run: V8 needs several thousand to optimise the hot path. */
-const PREWARM = Number(process.env.BENCH_MCP_PREWARM ?? 5000);
-const RUNS = Number(process.env.BENCH_RUNS ?? 5);
+export const PREWARM = Number(process.env.BENCH_MCP_PREWARM ?? 5000);
+export const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 const COLD_CALLS = Number(process.env.BENCH_COLD_CALLS ?? 10);
 const RESTARTS = Number(process.env.BENCH_RESTARTS ?? 3);
 
@@ -101,6 +101,16 @@ const serverProcesses = () => {
   return found;
 };
 
+/** bench/mcp-load.ts run in a process of its own, and what it measured. */
+export async function mcpLoad(options: LoadOptions): Promise<LoadResult> {
+  const { stdout } = await execFileAsync(
+    process.execPath,
+    ['--import', 'tsx', join(here, 'mcp-load.ts'), JSON.stringify(options)],
+    { maxBuffer: 1024 * 1024 },
+  );
+  return JSON.parse(stdout) as LoadResult;
+}
+
 async function load(target: Target, concurrency: number, prewarm = false, name = ''): Promise<Run> {
   if (!prewarm && target.kind === 'http')
     return profiled(`${name}-${concurrency}`, () => measure(target, concurrency, false));
@@ -113,15 +123,10 @@ async function measure(target: Target, concurrency: number, prewarm: boolean): P
     : { target, total: CALLS, concurrency, warmup: WARMUP };
   const cpuBefore = ownCpuUs();
   const serversBefore = serverProcesses();
-  const { stdout } = await execFileAsync(
-    process.execPath,
-    ['--import', 'tsx', join(here, 'mcp-load.ts'), JSON.stringify(options)],
-    { maxBuffer: 1024 * 1024 },
-  );
+  const result = await mcpLoad(options);
   const calls = options.total + options.warmup;
   const serverCpu = (ownCpuUs() - cpuBefore) / calls;
   const mcpCpu = cpuBetween(serversBefore, serverProcesses()) / calls;
-  const result = JSON.parse(stdout) as LoadResult;
   const direct = result.mcpServerCpuUs !== undefined ? result.mcpServerCpuUs / result.requests : undefined;
   return {
     rps: result.rps,
@@ -158,7 +163,7 @@ function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayM
 }
 
 /** A tools/call of `tool`; `modern`: at MCP 2026-07-28, its envelope in `_meta` as an SDK v2 client sends it. */
-const callBody = (tool: string, modern = false) =>
+export const callBody = (tool: string, modern = false) =>
   JSON.stringify({
     jsonrpc: '2.0',
     id: 1,
@@ -175,7 +180,7 @@ const callBody = (tool: string, modern = false) =>
       }),
     },
   });
-const mcpHeaders = {
+export const mcpHeaders = {
   accept: 'application/json, text/event-stream',
   'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
 };
@@ -188,7 +193,7 @@ const modernHeaders = (tool: string) => ({
 });
 
 /** One POST over a fresh connection, for setup and the cold calls (single requests, client cost negligible). */
-function post(url: string, body: string, headers: Record<string, string> = {}): Promise<string> {
+export function post(url: string, body: string, headers: Record<string, string> = {}): Promise<string> {
   const agent = new Agent({ keepAlive: false });
   return new Promise((resolve, reject) => {
     const req = request(

@@ -65,6 +65,11 @@ export function reapedChildrenCpuUs(): number {
   return (Number(fields[13]) + Number(fields[14])) * US_PER_TICK;
 }
 
+/** The CPU (µs) process `pid` has used itself, all its threads, not its children's; 0 once it has ended. */
+export function processCpuUs(pid: number): number {
+  return statOf(pid)?.cpuUs ?? 0;
+}
+
 /** This process's own CPU (user + system), in µs. */
 export function ownCpuUs(): number {
   const usage = process.cpuUsage();

@@ -120,6 +120,7 @@ const suites: Record<string, () => Promise<Row[]>> = {
   attestation: async () => (await import('./attestation.ts')).attestationSuite(),
   canvas: async () => (await import('./canvas.ts')).canvasSuite(),
   reflect: async () => (await import('./reflect.ts')).reflectSuite(),
+  compiled: async () => (await import('./compiled.ts')).compiledSuite(),
 };
 // `npm run bench -- gateway-mcp` runs the named suites only; the table keeps the others' last results.
 // Each suite runs in a process of its own: one suite's servers, timers and heap never slow the next.

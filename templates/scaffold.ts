@@ -1,11 +1,10 @@
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { PLUGIN_KINDS, type PluginKind, SigilError } from '@sigil/plugin-api';
+// The repository's, also when this runs compiled: the templates are read as text, the plugin API packed.
+import { REPOSITORY_ROOT } from '../core/layout.ts';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const sigilRoot = join(here, '..');
 /** The placeholder every template uses for the plugin's name. */
 const NAME_TOKEN = 'template-plugin-name';
 
@@ -43,7 +42,7 @@ export function scaffoldPlugin(options: ScaffoldOptions): Scaffolded {
   const keySlot = `${name.replace(/-/g, '_').toUpperCase()}_API_KEY`;
   const named = (text: string) =>
     text.replaceAll('TEMPLATE_PLUGIN_NAME_API_KEY', keySlot).replaceAll(NAME_TOKEN, name);
-  const source = named(readFileSync(join(here, 'plugin', `${kind}.ts`), 'utf8'));
+  const source = named(readFileSync(join(REPOSITORY_ROOT, 'templates', 'plugin', `${kind}.ts`), 'utf8'));
   const vendor = join(dir, 'vendor');
   let tarball: string;
   if (options.pluginApiTarball === undefined) {
@@ -91,7 +90,7 @@ function checkName(name: string): string {
 export function packPluginApi(destination: string): string {
   mkdirSync(destination, { recursive: true });
   const output = execFileSync('npm', ['pack', '--silent', '--pack-destination', destination], {
-    cwd: join(sigilRoot, 'packages', 'plugin-api'),
+    cwd: join(REPOSITORY_ROOT, 'packages', 'plugin-api'),
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -100,7 +99,7 @@ export function packPluginApi(destination: string): string {
 
 /** The versions this repository is tested with, so the new package starts from a known-good set. */
 function sigilVersions(): Record<string, string> {
-  const manifest = JSON.parse(readFileSync(join(sigilRoot, 'package.json'), 'utf8')) as {
+  const manifest = JSON.parse(readFileSync(join(REPOSITORY_ROOT, 'package.json'), 'utf8')) as {
     dependencies: Record<string, string>;
     devDependencies: Record<string, string>;
   };
@@ -111,7 +110,7 @@ function packageJson(name: string, kind: PluginKind, tarball: string): string {
   const versions = sigilVersions();
   const pick = (...names: string[]) => Object.fromEntries(names.map((n) => [n, versions[n] as string]));
   const apiVersion = (
-    JSON.parse(readFileSync(join(sigilRoot, 'packages', 'plugin-api', 'package.json'), 'utf8')) as {
+    JSON.parse(readFileSync(join(REPOSITORY_ROOT, 'packages', 'plugin-api', 'package.json'), 'utf8')) as {
       version: string;
     }
   ).version;

@@ -1,4 +1,5 @@
 import { hkdfSync, randomBytes } from 'node:crypto';
+import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { coreServices, definePlugin, SigilError, type AttestationEvidenceV2 } from '@sigil/plugin-api';
@@ -12,8 +13,10 @@ import {
 import { createSnpVerifier, DEFAULT_SNP_POLICY, PLATFORM } from './verify.ts';
 
 const REPORT_DATA_BYTES = 64;
-/** The module the offline bundle script carries to verify this platform's evidence. */
-const OFFLINE_VERIFIER = fileURLToPath(new URL('./offline-verifier.ts', import.meta.url));
+/** The module the offline bundle script carries to verify this platform's evidence (.js in a build). */
+const OFFLINE_VERIFIER = fileURLToPath(
+  new URL(`./offline-verifier${extname(import.meta.url)}`, import.meta.url),
+);
 const secretMaterial = z.string().min(32, 'at least 32 characters of secret material');
 const tcbComponent = (name: string) =>
   z.number().int().min(0).max(255).optional().describe(`Lowest ${name} security version accepted`);

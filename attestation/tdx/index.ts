@@ -1,4 +1,5 @@
 import { hkdfSync } from 'node:crypto';
+import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { coreServices, definePlugin, SigilError } from '@sigil/plugin-api';
@@ -8,8 +9,10 @@ import { TCB_STATUSES } from './tcb.ts';
 import { probeTsm, TSM_REPORT_ROOT, tsmQuote, type TsmProbe } from './tsm.ts';
 import { TDX_PLATFORM, verifyTdxEvidence } from './verify.ts';
 
-/** The module the offline bundle script carries to verify this platform's evidence. */
-const OFFLINE_VERIFIER = fileURLToPath(new URL('./offline-verifier.ts', import.meta.url));
+/** The module the offline bundle script carries to verify this platform's evidence (.js in a build). */
+const OFFLINE_VERIFIER = fileURLToPath(
+  new URL(`./offline-verifier${extname(import.meta.url)}`, import.meta.url),
+);
 
 /** TCB statuses an operator may accept besides UpToDate; OutOfDate and Revoked never pass. */
 const ACCEPTABLE_TCB_STATUSES = TCB_STATUSES.filter(

@@ -1,3 +1,4 @@
+import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { coreServices, definePlugin, SigilError } from '@sigil/plugin-api';
 import { vtpmConfigSchema } from './config.ts';
@@ -8,8 +9,10 @@ import { unsealKeys } from './seal.ts';
 import { Tpm } from './tpm.ts';
 import { verifyVtpmEvidence, VTPM_PLATFORM } from './verify.ts';
 
-/** The module the offline bundle script carries to verify this platform's evidence. */
-const OFFLINE_VERIFIER = fileURLToPath(new URL('./offline-verifier.ts', import.meta.url));
+/** The module the offline bundle script carries to verify this platform's evidence (.js in a build). */
+const OFFLINE_VERIFIER = fileURLToPath(
+  new URL(`./offline-verifier${extname(import.meta.url)}`, import.meta.url),
+);
 
 /**
  * A TPM 2.0 (a confidential VM's vTPM, a machine's TPM, swtpm in tests) through tpm2-tools: keys

@@ -236,7 +236,7 @@ export function attestationPaths(binding: string, bundled: string): Record<strin
         summary: 'The build: git commit, code hash, lockfile hash, Node version, build time',
         responses: {
           '200': json(
-            '{ codeHash, gitCommit, sourceRepository, files, lockfileSha256, nodeVersion, builtAt }',
+            '{ codeHash, compiled, gitCommit, sourceRepository, files, lockfileSha256, nodeVersion, builtAt }',
           ),
           ...limited,
         },

@@ -1,11 +1,16 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { sha256Hex } from '../../core/crypto.ts';
+import { BUILD, CODE_ROOT, REPOSITORY_ROOT, type BuildManifest } from '../../core/layout.ts';
 
 export interface BuildInfo {
-  /** SHA-256 over every source file that runs (path and content hash, sorted): the code hash in proofs. */
+  /**
+   * SHA-256 over every file of the code that runs (path and content hash, sorted): the code hash in
+   * proofs. From source the TypeScript, compiled the build's output (`compiled`).
+   */
   codeHash: string;
+  /** Whether the code is the output of `npm run build` rather than the TypeScript sources. */
+  compiled: boolean;
   /** The git commit the code came from, or `unknown` outside a checkout without SIGIL_GIT_COMMIT. */
   gitCommit: string;
   /** Where the source is (a git URL): SIGIL_SOURCE_REPOSITORY as an image build sets it, else null. */
@@ -16,14 +21,16 @@ export interface BuildInfo {
   /** The Node.js version running it. */
   nodeVersion: string;
   /**
-   * When it was built: SIGIL_BUILD_TIME as an image build sets it, or null where the code runs from
-   * a checkout (a checkout has no build; its commit says which code it is).
+   * When it was built: SIGIL_BUILD_TIME as an image build sets it, else when `npm run build` made the
+   * compiled code, or null where the sources run from a checkout (its commit says which code it is).
    */
   builtAt: string | null;
 }
 
-const REPO_ROOT = join(fileURLToPath(import.meta.url), '..', '..', '..');
-/** What the code hash covers: every source file of these folders, and these files at the root. */
+/**
+ * What the code hash covers: every source file of these folders of the code (the repository's, or
+ * the same folders of a build's output), and these files at the repository's root.
+ */
 export const SOURCE_DIRS = [
   'core',
   'services',
@@ -44,25 +51,35 @@ let cached: BuildInfo | undefined;
 
 /** Computed once per process: the code does not change under a running process. */
 export function buildInfo(): BuildInfo {
-  cached ??= computeBuildInfo(REPO_ROOT);
+  cached ??= computeBuildInfo({ code: CODE_ROOT, repository: REPOSITORY_ROOT, build: BUILD });
   return cached;
 }
 
-export function computeBuildInfo(root: string, env: NodeJS.ProcessEnv = process.env): BuildInfo {
+/** `code`: the root of the code; `build`: its manifest when it is a build's output in `repository`. */
+export function computeBuildInfo(
+  roots: { code: string; repository: string; build?: BuildManifest | undefined },
+  env: NodeJS.ProcessEnv = process.env,
+): BuildInfo {
+  const { code, repository } = roots;
   const files = [
-    ...SOURCE_DIRS.flatMap((dir) => listFiles(root, join(root, dir))),
-    ...ROOT_FILES.filter((f) => existsSync(join(root, f))),
-  ].sort();
-  const manifest = files.map((file) => `${file}\0${sha256Hex(readFileSync(join(root, file)))}`).join('\n');
-  const lockfile = join(root, 'package-lock.json');
+    ...SOURCE_DIRS.flatMap((dir) => listFiles(code, join(code, dir))).map((file) => [code, file] as const),
+    ...ROOT_FILES.filter((file) => existsSync(join(repository, file))).map(
+      (file) => [repository, file] as const,
+    ),
+  ].sort(([, a], [, b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const manifest = files
+    .map(([root, file]) => `${file}\0${sha256Hex(readFileSync(join(root, file)))}`)
+    .join('\n');
+  const lockfile = join(repository, 'package-lock.json');
   return {
     codeHash: sha256Hex(manifest),
-    gitCommit: env.SIGIL_GIT_COMMIT ?? readGitCommit(root) ?? 'unknown',
+    compiled: roots.build !== undefined,
+    gitCommit: env.SIGIL_GIT_COMMIT ?? readGitCommit(repository) ?? 'unknown',
     sourceRepository: env.SIGIL_SOURCE_REPOSITORY ?? null,
     files: files.length,
     lockfileSha256: existsSync(lockfile) ? sha256Hex(readFileSync(lockfile)) : null,
     nodeVersion: process.version,
-    builtAt: env.SIGIL_BUILD_TIME ?? null,
+    builtAt: env.SIGIL_BUILD_TIME ?? roots.build?.builtAt ?? null,
   };
 }
 

@@ -21,8 +21,10 @@ import {
  * provenance → code hash.
  */
 
-/** Node.js runs the TypeScript sources as they are: the code is the source tree, nothing is compiled. */
-export const BUILD_TYPE = 'urn:sigil:build-type:node-source:v1';
+/** Node.js runs the TypeScript sources as they are (through tsx): the code is the source tree. */
+export const SOURCE_BUILD_TYPE = 'urn:sigil:build-type:node-source:v1';
+/** Node.js runs the output of `npm run build` (tsc, tsconfig.build.json): the code is that output. */
+export const COMPILED_BUILD_TYPE = 'urn:sigil:build-type:node-compiled:v1';
 /** The running service states its own build; its TEE report vouches for the key it signs with. */
 export const BUILDER_ID = 'urn:sigil:builder:attested-service';
 export const PROVENANCE_KEY_PURPOSE = 'build-provenance';
@@ -68,7 +70,7 @@ export function provenanceStatement(info: BuildInfo): Record<string, unknown> {
     predicateType: SLSA_PROVENANCE,
     predicate: {
       buildDefinition: {
-        buildType: BUILD_TYPE,
+        buildType: info.compiled ? COMPILED_BUILD_TYPE : SOURCE_BUILD_TYPE,
         externalParameters: { source: { ...source, gitCommit: info.gitCommit } },
         internalParameters: { nodeVersion: info.nodeVersion },
         resolvedDependencies: [

@@ -11,13 +11,24 @@ export interface CliResult {
   stderr: string;
 }
 
+/** How to run `sigil`: `bin` another copy of bin/sigil.js (a build's), `nodeArgs` before it. */
+interface SigilOptions {
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  bin?: string;
+  nodeArgs?: readonly string[];
+}
+
+const sigilArgv = (args: readonly string[], options: SigilOptions) => [
+  ...(options.nodeArgs ?? []),
+  options.bin ?? SIGIL_BIN,
+  ...args,
+];
+
 /** Runs the real `sigil` command to completion. */
-export function runSigil(
-  args: readonly string[],
-  options: { env?: NodeJS.ProcessEnv; cwd?: string } = {},
-): Promise<CliResult> {
+export function runSigil(args: readonly string[], options: SigilOptions = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SIGIL_BIN, ...args], {
+    const child = spawn(process.execPath, sigilArgv(args, options), {
       cwd: options.cwd ?? process.cwd(),
       env: { ...process.env, LOG_LEVEL: 'warn', ...options.env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -35,9 +46,9 @@ export function runSigil(
 export function startSigil(
   args: readonly string[],
   ready: RegExp,
-  options: { env?: NodeJS.ProcessEnv; cwd?: string; timeoutMs?: number } = {},
+  options: SigilOptions & { timeoutMs?: number } = {},
 ): Promise<{ child: ChildProcess; output: () => string; exited: Promise<number | null> }> {
-  const child = spawn(process.execPath, [SIGIL_BIN, ...args], {
+  const child = spawn(process.execPath, sigilArgv(args, options), {
     cwd: options.cwd ?? process.cwd(),
     env: { ...process.env, LOG_LEVEL: 'warn', ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],

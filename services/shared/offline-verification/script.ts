@@ -1,7 +1,8 @@
-import { dirname, join } from 'node:path';
+import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TeeBackendV2 } from '@sigil/plugin-api';
 import { sha256Hex } from '../../../core/crypto.ts';
+import { REPOSITORY_ROOT } from '../../../core/layout.ts';
 
 /**
  * The bundle's offline script: main.ts and the TEE backend's `offlineVerifier` module, bundled by
@@ -15,8 +16,8 @@ export interface OfflineVerification {
   usage: string;
 }
 
-const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
-const REPO_ROOT = join(dirname(MAIN), '..', '..', '..');
+/** main.ts, or main.js in a build: a module runs in the form this one does. */
+const MAIN = fileURLToPath(new URL(`./main${extname(import.meta.url)}`, import.meta.url));
 const SCRIPT_FILE = 'verify-bundle.cjs';
 const USAGE = [
   'Save this document as bundle.json, then, with Node.js 20 or later and nothing else installed:',
@@ -59,8 +60,8 @@ async function buildScript(platform: string, verifier: string | undefined): Prom
   // esbuild starts its service process on the first build; a service that never serves a bundle never loads it.
   const { build } = await import('esbuild');
   const result = await build({
-    stdin: { contents: entry, resolveDir: REPO_ROOT, sourcefile: 'verify-bundle.ts', loader: 'ts' },
-    absWorkingDir: REPO_ROOT,
+    stdin: { contents: entry, resolveDir: REPOSITORY_ROOT, sourcefile: 'verify-bundle.ts', loader: 'ts' },
+    absWorkingDir: REPOSITORY_ROOT,
     // Paths in the script's comments stay those of the repository (node_modules/…), whatever links it.
     preserveSymlinks: true,
     bundle: true,

@@ -193,9 +193,14 @@ describe('execution proofs', () => {
   });
 
   it('computes the code hash from the sources and reads the git commit without git', () => {
-    const info = computeBuildInfo(process.cwd(), { SIGIL_GIT_COMMIT: 'abc123' });
+    const info = computeBuildInfo(
+      { code: process.cwd(), repository: process.cwd() },
+      { SIGIL_GIT_COMMIT: 'abc123' },
+    );
     expect(info.gitCommit).to.equal('abc123');
     expect(info.codeHash).to.equal(buildInfo().codeHash);
     expect(info.files).to.be.greaterThan(50);
+    expect(info.compiled).to.equal(false);
+    expect(info.builtAt).to.equal(null);
   });
 });
