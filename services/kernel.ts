@@ -1,7 +1,9 @@
 import { dirname } from 'node:path';
 import { systemClock, type Clock } from '../core/clock.ts';
 import { loadConfig, type LoadedConfig, type SigilConfig } from './config.ts';
-import { migrate, openDatabase, type Database } from '../core/db/database.ts';
+import { isPostgresUrl, migrate, openDatabase, type Database } from '../core/db/database.ts';
+import { DatabaseLeases } from '../core/db/leases.ts';
+import { Replica } from '../core/db/replicas.ts';
 import type { DestinationStream } from 'pino';
 import { createLogger, logDestination, SecretRegistry, type Logger } from '../core/log.ts';
 import { PluginHost } from '../core/plugins/host.ts';
@@ -17,7 +19,11 @@ export interface Kernel {
   clock: Clock;
   secrets: SecretRegistry;
   plugins: PluginHost;
-  /** Stops plugins (reverse order) and closes the database. */
+  /** This process as a replica on the database: its id, its heartbeat, and who else is alive. */
+  replica: Replica;
+  /** Leases on the database, shared by every replica (plugins get them as `coreServices.leases`). */
+  leases: DatabaseLeases;
+  /** Stops plugins (reverse order), unregisters the replica and closes the database. */
   close(): Promise<void>;
 }
 
@@ -59,17 +65,25 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
     url: config.database.url,
     ...(options.dbSchema ? { schema: options.dbSchema } : {}),
   });
+  let replica: Replica | undefined;
   try {
     const applied = await migrate(db, serviceMigrations);
     if (applied.length > 0) logger.info({ applied }, 'database migrated');
+    replica = await Replica.register(db, logger, {
+      heartbeatMs: config.database.heartbeatSeconds * 1000,
+      deadAfterMs: config.database.replicaDeadAfterSeconds * 1000,
+      shared: config.database.shared ?? isPostgresUrl(config.database.url),
+    });
+    const leases = new DatabaseLeases(db);
     const plugins = new PluginHost({
       builtins: builtinPlugins,
-      core: { db, logger, clock, secrets, fetch: globalThis.fetch },
+      core: { db, logger, clock, secrets, fetch: globalThis.fetch, leases },
       logger,
       baseDir: loaded.file ? dirname(loaded.file) : process.cwd(),
     });
     await plugins.load(config.plugins);
     await plugins.start();
+    const registered = replica;
     return {
       config,
       configFile: loaded.file,
@@ -78,13 +92,18 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
       clock,
       secrets,
       plugins,
+      replica: registered,
+      leases,
       close: async () => {
         await plugins.stop();
+        await registered.close();
         await db.destroy();
         closeLog();
       },
     };
   } catch (err) {
+    // The failure to report is the first one: closing after it only tidies up.
+    await replica?.close().catch(() => undefined);
     await db.destroy();
     closeLog();
     throw err;

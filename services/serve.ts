@@ -41,8 +41,10 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
     if (name === 'runtime') return (runtime = await createRuntimeApp(kernel));
     return createGatewayApp(kernel, runtime ? { inProcessRuntime: runtime.inProcess } : {});
   };
+  const served = SERVICE_ORDER.filter((service) => services.includes(service));
+  await kernel.replica.serving(served);
   try {
-    for (const name of SERVICE_ORDER.filter((service) => services.includes(service))) {
+    for (const name of served) {
       const { host, port, http } = kernel.config[name];
       const service = await compose(name);
       apps.push(service);

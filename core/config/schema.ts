@@ -48,8 +48,44 @@ export const CORE_SETTINGS = {
         .describe(
           'Key that encrypts secrets the database keeps (the session signing key) at rest, AES-256-GCM; plain text without it',
         ),
+      shared: z
+        .boolean()
+        .optional()
+        .describe(
+          'Whether several processes of a service (replicas) share this database; by default yes on PostgreSQL, no on SQLite. Not shared, a process starting takes up at once all that its predecessor had claimed, however recently it died',
+        ),
+      heartbeatSeconds: z
+        .number()
+        .int()
+        .min(1)
+        .max(300)
+        .default(10)
+        .describe('How often each process writes its heartbeat to the replicas table'),
+      replicaDeadAfterSeconds: z
+        .number()
+        .int()
+        .min(2)
+        .max(3600)
+        .default(30)
+        .describe(
+          'A replica whose last heartbeat is older than this is dead: a replica starting takes up its claims at once (at least twice heartbeatSeconds)',
+        ),
+      leaseSeconds: z
+        .number()
+        .int()
+        .min(3)
+        .max(3600)
+        .default(30)
+        .describe(
+          "How long the lease of a job that one replica runs per interval (the payments reconciliation) lasts unrenewed: how soon another replica takes over a dead holder's job",
+        ),
     })
     .strict()
+    .refine((database) => database.replicaDeadAfterSeconds >= 2 * database.heartbeatSeconds, {
+      path: ['replicaDeadAfterSeconds'],
+      message:
+        'must be at least twice heartbeatSeconds: one late heartbeat must not make a live replica dead',
+    })
     .prefault({}),
 };
 

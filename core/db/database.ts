@@ -29,6 +29,17 @@ export function dialectOf(db: Database): Dialect {
   return dialect;
 }
 
+/**
+ * The database's own clock in unix milliseconds, as SQL for a statement: what replicas compare
+ * heartbeats and lease expiries with, so no process compares its clock with another's. PostgreSQL:
+ * the statement's start (inside a transaction too); SQLite: its clock, the same throughout a statement.
+ */
+export function databaseNowMs(db: Database): Knex.Raw {
+  return dialectOf(db) === 'postgres'
+    ? db.raw('(extract(epoch from statement_timestamp()) * 1000)::bigint')
+    : db.raw("cast(unixepoch('subsec') * 1000 as integer)");
+}
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   const db = isPostgresUrl(options.url) ? await openPostgres(options) : openSqlite(options.url);
   try {

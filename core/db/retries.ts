@@ -2,18 +2,23 @@ import type { Clock } from '../clock.ts';
 import type { Logger } from '../log.ts';
 import { PeriodicPass } from '../periodic.ts';
 import type { Database } from './database.ts';
+import type { Migration } from './migrations/index.ts';
+import type { Replica } from './replicas.ts';
 
 /**
  * Where a table's rows say which work is still to be done and when to try it next (an outbox). The
- * table has `id`, `state`, `attempts` and `next_attempt_at` (ms since the epoch; 0: due now), indexed
- * on (state, next_attempt_at). A row in one of the open states is due once `next_attempt_at` has
- * passed.
+ * table has `id`, `state`, `attempts`, `next_attempt_at` (ms since the epoch; 0: due now), indexed
+ * on (state, next_attempt_at), and `claimed_by` (the replica at work on it, or null). A row in one of
+ * the open states is due once `next_attempt_at` has passed.
  */
 export interface RetryQueueOptions {
   table: string;
   /** The states of a row whose work is not finished. */
   openStates: readonly string[];
-  /** How long a claim lasts: a row its worker did not finish by then (it died) is due again. */
+  /**
+   * How long a claim lasts unrenewed: a row its worker did not finish by then (it died) is due again.
+   * A worker renews its claim while it works on the row (`hold`), every third of it.
+   */
   claimMs: number;
   /** The wait after a row's `attempts`-th failed attempt. */
   backoff: (attempts: number) => number;
@@ -25,6 +30,25 @@ export interface RetryQueueOptions {
   columns: readonly string[];
 }
 
+/**
+ * The migration that adds `claimed_by` to a retry table made before claims named their replica: the
+ * replica whose worker claimed an open row, null when unclaimed (rows claimed before it are unclaimed:
+ * due when their claim runs out).
+ */
+export const retryClaimerMigration = (name: string, table: string): Migration => ({
+  name,
+  async up(db) {
+    await db.schema.alterTable(table, (t) => {
+      t.string('claimed_by', 36).nullable();
+    });
+  },
+  async down(db) {
+    await db.schema.alterTable(table, (t) => {
+      t.dropColumn('claimed_by');
+    });
+  },
+});
+
 /** Waits of `firstMs` after the first failure, doubling after each further one, up to `maxMs`. */
 export const doublingBackoff =
   (firstMs: number, maxMs: number) =>
@@ -32,14 +56,16 @@ export const doublingBackoff =
     Math.min(firstMs * 2 ** Math.max(0, attempts - 1), maxMs);
 
 /**
- * The due rows of a retry table, claimed one by one. A claim moves `next_attempt_at` `claimMs` ahead,
- * compare-and-set on the value read, so of replicas racing for a row exactly one takes it, and the row
- * is due again when a claim runs out unfinished. Time is the injected clock's.
+ * The due rows of a retry table, claimed one by one by this replica. A claim moves `next_attempt_at`
+ * `claimMs` ahead and names the replica, compare-and-set on the value read, so of replicas racing for
+ * a row exactly one takes it, and the row is due again when a claim runs out unfinished. Claims'
+ * times are the injected clock's; whether a claimer is alive is the replica registry's.
  */
 export class RetryQueue<Row extends { id: string }> {
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
+    private readonly replica: Replica,
     private readonly options: RetryQueueOptions,
   ) {}
 
@@ -64,25 +90,50 @@ export class RetryQueue<Row extends { id: string }> {
   }
 
   /** The columns that claim a row for `claimMs`, merged into the write that opens it (its worker is at it). */
-  claimColumns(): { next_attempt_at: number } {
-    return { next_attempt_at: this.now() + this.options.claimMs };
+  claimColumns(): { next_attempt_at: number; claimed_by: string } {
+    return { next_attempt_at: this.now() + this.options.claimMs, claimed_by: this.replica.id };
+  }
+
+  /**
+   * Runs `work` on `row`, which this replica claimed, renewing the claim every third of `claimMs`
+   * while it runs: an attempt longer than a claim (a slow RPC, a receipt awaited) keeps its row. A
+   * renewal that fails (the database unreachable) is tried again at the next third.
+   */
+  async hold<T>(row: { id: string }, work: () => Promise<T>): Promise<T> {
+    const renewal = setInterval(() => {
+      this.open(row.id)
+        .where({ claimed_by: this.replica.id })
+        .update({ next_attempt_at: this.now() + this.options.claimMs })
+        .catch(() => undefined);
+    }, this.options.claimMs / 3);
+    renewal.unref();
+    try {
+      return await work();
+    } finally {
+      clearInterval(renewal);
+    }
   }
 
   /** The columns of a failed attempt, the `attempts`-th: merged into the write that records why. */
-  failureColumns(attempts: number): { attempts: number; next_attempt_at: number } {
-    return { attempts, next_attempt_at: this.now() + this.options.backoff(attempts) };
+  failureColumns(attempts: number): { attempts: number; next_attempt_at: number; claimed_by: null } {
+    return { attempts, next_attempt_at: this.now() + this.options.backoff(attempts), claimed_by: null };
   }
 
   /** Looks at an open row again in `ms` (not a failure: its work is waiting on something). */
   async later(id: string, ms: number): Promise<void> {
-    await this.open(id).update({ next_attempt_at: this.now() + ms });
+    await this.open(id).update({ next_attempt_at: this.now() + ms, claimed_by: null });
   }
 
-  /** Makes every open row due now, whoever held it (start-up: what a dead process left is taken up). */
-  makeAllDue(): Promise<number> {
+  /**
+   * Makes due now the open rows claimed by replicas that are not alive (start-up: what a dead
+   * process left is taken up at once, not when its claim runs out). Live replicas' claims are left.
+   */
+  makeOrphansDue(): Promise<number> {
     return this.db(this.options.table)
       .whereIn('state', this.options.openStates)
-      .update({ next_attempt_at: 0 });
+      .whereNotNull('claimed_by')
+      .whereNotIn('claimed_by', this.replica.claimersAlive())
+      .update({ next_attempt_at: 0, claimed_by: null });
   }
 
   private open(id: string) {
@@ -105,7 +156,11 @@ export class RetryWorker<Row> {
 
   constructor(
     private readonly options: {
-      queue: { claimDue(): AsyncIterable<Row> };
+      /** The rows due, each claimed, and the claim held while its row is handled. */
+      queue: {
+        claimDue(): AsyncIterable<Row>;
+        hold<T>(row: NoInfer<Row>, work: () => Promise<T>): Promise<T>;
+      };
       handle: (row: Row) => Promise<void>;
       beforePass?: () => Promise<void>;
       intervalMs: number;
@@ -148,7 +203,8 @@ export class RetryWorker<Row> {
     do {
       this.again = false;
       await this.options.beforePass?.();
-      for await (const row of this.options.queue.claimDue()) await this.options.handle(row);
+      const { queue, handle } = this.options;
+      for await (const row of queue.claimDue()) await queue.hold(row, () => handle(row));
     } while (this.again);
   }
 }

@@ -1,4 +1,5 @@
 import type { Migration } from '../../core/db/migrations/index.ts';
+import { retryClaimerMigration } from '../../core/db/retries.ts';
 
 /** Gateway state shared by replicas: MCP session enablement, pinned tool definitions, server verification. */
 export const gatewayMigrations: readonly Migration[] = [
@@ -168,4 +169,5 @@ export const gatewayMigrations: readonly Migration[] = [
       });
     },
   },
+  retryClaimerMigration('0170-payment-settlement-claimer', 'payment_settlements'),
 ];

@@ -1,4 +1,5 @@
 import type { Migration } from '../../core/db/migrations/index.ts';
+import { retryClaimerMigration } from '../../core/db/retries.ts';
 import { reflectMemoryMigration, reflectMemorySealingMigration } from './reflect/migration.ts';
 
 /**
@@ -385,4 +386,5 @@ export const runtimeMigrations: readonly Migration[] = [
   },
   reflectMemoryMigration,
   reflectMemorySealingMigration,
+  retryClaimerMigration('0300-ledger-transfer-claimer', 'ledger_transfers'),
 ];

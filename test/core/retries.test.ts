@@ -1,8 +1,16 @@
 import { expect } from 'chai';
 import { ManualClock } from '../../core/clock.ts';
-import { openDatabase, type Database } from '../../core/db/database.ts';
+import { databaseNowMs, type Database } from '../../core/db/database.ts';
+import { Replica } from '../../core/db/replicas.ts';
 import { doublingBackoff, RetryQueue, RetryWorker, type RetryQueueOptions } from '../../core/db/retries.ts';
-import { describeEachDatabase, quietLogger } from '../support/kernel.ts';
+import { eventually } from '../support/eventually.ts';
+import {
+  describeEachDatabase,
+  openTwoHandles,
+  quietLogger,
+  SHARED_REPLICAS as SHARED,
+  type TwoHandles,
+} from '../support/kernel.ts';
 
 const TABLE = 'retry_jobs';
 const CLAIM_MS = 60_000;
@@ -25,6 +33,7 @@ async function createTable(db: Database): Promise<void> {
     t.integer('attempts').notNullable().defaultTo(0);
     t.bigInteger('next_attempt_at').notNullable().defaultTo(0);
     t.bigInteger('created_at').notNullable();
+    t.string('claimed_by', 36).nullable();
     t.index(['state', 'next_attempt_at']);
   });
 }
@@ -40,29 +49,31 @@ async function claimAll(queue: RetryQueue<Job>): Promise<string[]> {
 }
 
 describeEachDatabase('core: retry queue', (database) => {
-  let cleanup: () => Promise<void>;
+  let two: TwoHandles;
   /** Two handles on one database, as two replicas have. */
   let replicas: [Database, Database];
   let clock: ManualClock;
+  const register = (db: Database, settings = SHARED): Promise<Replica> => two.register(db, settings);
+  /** A queue on `db`, as a replica of its own (registered) claims. */
+  const queueOn = async (db: Database, options = OPTIONS): Promise<RetryQueue<Job>> =>
+    new RetryQueue<Job>(db, clock, await register(db), options);
+  const claimerOf = async (id: string): Promise<string | null> =>
+    ((await replicas[0](TABLE).where({ id }).first('claimed_by')) as { claimed_by: string | null })
+      .claimed_by;
 
   beforeEach(async () => {
-    const fresh = database.fresh();
-    const open = () => openDatabase({ url: fresh.url, ...(fresh.schema ? { schema: fresh.schema } : {}) });
-    replicas = [await open(), await open()];
+    two = await openTwoHandles(database);
+    replicas = two.handles;
     await createTable(replicas[0]);
     clock = new ManualClock(new Date('2025-01-01T00:00:00Z'));
-    cleanup = async () => {
-      await Promise.all(replicas.map((db) => db.destroy()));
-      await fresh.cleanup();
-    };
   });
 
-  afterEach(() => cleanup());
+  afterEach(() => two.close());
 
   it('gives racing replicas disjoint rows, and together every due row', async () => {
     const ids = Array.from({ length: 30 }, (_, at) => `job-${String(at).padStart(2, '0')}`);
     await addJobs(replicas[0], ids);
-    const [a, b] = replicas.map((db) => new RetryQueue<Job>(db, clock, OPTIONS).claimDue());
+    const [a, b] = (await Promise.all(replicas.map((db) => queueOn(db)))).map((queue) => queue.claimDue());
     const taken: [string[], string[]] = [[], []];
     // Both read the same due rows before either claims one, then claim in the same order: every
     // row is raced for.
@@ -74,12 +85,12 @@ describeEachDatabase('core: retry queue', (database) => {
     }
     expect(taken[0].filter((id) => taken[1].includes(id))).to.deep.equal([]);
     expect([...taken[0], ...taken[1]].sort()).to.deep.equal(ids);
-    expect(await claimAll(new RetryQueue<Job>(replicas[1], clock, OPTIONS))).to.deep.equal([]);
+    expect(await claimAll(await queueOn(replicas[1]))).to.deep.equal([]);
   });
 
   it('waits out the backoff after each failed attempt, doubling, by the injected clock', async () => {
     const [db] = replicas;
-    const queue = new RetryQueue<Job>(db, clock, OPTIONS);
+    const queue = await queueOn(db);
     await addJobs(db, ['a']);
     for (const [attempts, waitMs] of [
       [1, 1000],
@@ -100,17 +111,98 @@ describeEachDatabase('core: retry queue', (database) => {
 
   it('makes a claimed row due again once its claim runs out, and never hands out a finished one', async () => {
     const [db] = replicas;
-    const queue = new RetryQueue<Job>(db, clock, OPTIONS);
+    const queue = await queueOn(db);
     await addJobs(db, ['claimed', 'later']);
     await addJobs(db, ['finished'], 'done');
     expect(await claimAll(queue)).to.deep.equal(['claimed', 'later']);
     await queue.later('later', CLAIM_MS * 2);
+    expect(await claimerOf('later'), 'waiting, not claimed').to.equal(null);
     clock.advance(CLAIM_MS - 1);
     expect(await claimAll(queue)).to.deep.equal([]);
     clock.advance(1);
     expect(await claimAll(queue)).to.deep.equal(['claimed']);
-    expect(await queue.makeAllDue()).to.equal(2);
-    expect(await claimAll(queue)).to.deep.equal(['claimed', 'later']);
+  });
+
+  it("at start-up takes up at once the claims of dead replicas, never a live replica's or a row waiting out its backoff", async () => {
+    const [db, other] = replicas;
+    /** `replica` claims a new row `id` (the rows before are claimed, so not due). */
+    const claims = async (replica: Replica, id: string) => {
+      await addJobs(db, [id]);
+      expect(await claimAll(new RetryQueue<Job>(db, clock, replica, OPTIONS))).to.deep.equal([id]);
+    };
+    const live = await register(db);
+    await claims(live, 'live');
+    // Stopped gracefully: its row is gone.
+    const stopped = await Replica.register(db, quietLogger(), SHARED);
+    await claims(stopped, 'stopped');
+    await stopped.close();
+    // Killed: its last heartbeat is older than deadAfterMs, by the database's clock.
+    const silent = await register(db);
+    await claims(silent, 'silent');
+    await db('replicas')
+      .where({ id: silent.id })
+      .update({ heartbeat_at: db.raw('? - ?', [databaseNowMs(db), SHARED.deadAfterMs + 1]) });
+    await claims(live, 'backoff');
+    await db(TABLE)
+      .where({ id: 'backoff' })
+      .update(new RetryQueue<Job>(db, clock, live, OPTIONS).failureColumns(1));
+    const starting = await queueOn(other);
+    expect(await starting.makeOrphansDue()).to.equal(2);
+    expect((await claimAll(starting)).sort()).to.deep.equal(['silent', 'stopped']);
+    await db(TABLE).whereIn('id', ['silent', 'stopped']).update({ state: 'done' });
+    expect(await claimerOf('live')).to.equal(live.id);
+    clock.advance(CLAIM_MS);
+    expect((await claimAll(starting)).sort(), 'a claim run out, and the backoff').to.deep.equal([
+      'backoff',
+      'live',
+    ]);
+  });
+
+  it('on one machine (replicas not sharing the database) takes up every claim but its own at start-up', async () => {
+    const [db] = replicas;
+    await addJobs(db, ['predecessor']);
+    // Killed a moment ago: its heartbeat still looks alive.
+    expect(await claimAll(await queueOn(db))).to.deep.equal(['predecessor']);
+    const starting = new RetryQueue<Job>(
+      db,
+      clock,
+      await register(db, { ...SHARED, shared: false }),
+      OPTIONS,
+    );
+    expect(await starting.makeOrphansDue()).to.equal(1);
+    expect(await claimAll(starting)).to.deep.equal(['predecessor']);
+    expect(await starting.makeOrphansDue(), 'its own claim is its own').to.equal(0);
+  });
+
+  it('renews the claim while its handler runs: a row worked on longer than a claim stays with its replica', async () => {
+    const [db, other] = replicas;
+    const short = { ...OPTIONS, claimMs: 300 };
+    await addJobs(db, ['slow']);
+    const otherQueue = await queueOn(other, short);
+    const working = await register(db);
+    const worker = new RetryWorker<Job>({
+      queue: new RetryQueue<Job>(db, clock, working, short),
+      handle: async (job) => {
+        // Time passes beyond the claim while the attempt runs (a slow RPC)...
+        clock.advance(10 * short.claimMs);
+        const renewedUntil = clock.now().getTime() + short.claimMs;
+        // ...and the claim follows it, renewed by the worker's timer.
+        await eventually('the claim renewed', async () => {
+          const row = (await db(TABLE).where({ id: job.id }).first('next_attempt_at')) as {
+            next_attempt_at: number | string;
+          };
+          return Number(row.next_attempt_at) === renewedUntil;
+        });
+        expect(await claimAll(otherQueue), 'another replica finds it claimed').to.deep.equal([]);
+        await db(TABLE).where({ id: job.id }).update({ state: 'done' });
+      },
+      intervalMs: 60_000,
+      logger: quietLogger(),
+      failure: 'retry test: pass failed',
+    });
+    await worker.pass();
+    await worker.stop();
+    expect(await claimerOf('slow')).to.equal(working.id);
   });
 
   it('runs one more pass when one is asked for during a pass, so a row made due meanwhile is not left', async () => {
@@ -118,7 +210,7 @@ describeEachDatabase('core: retry queue', (database) => {
     await addJobs(db, ['first']);
     const handled: string[] = [];
     const worker: RetryWorker<Job> = new RetryWorker({
-      queue: new RetryQueue<Job>(db, clock, OPTIONS),
+      queue: await queueOn(db),
       handle: async (job) => {
         handled.push(job.id);
         if (job.id !== 'first') return;

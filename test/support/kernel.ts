@@ -8,7 +8,9 @@ import { systemClock, type Clock } from '../../core/clock.ts';
 import { configSchema, type SigilConfigInput } from '../../services/config.ts';
 import { SecretRegistry, type Logger } from '../../core/log.ts';
 import type { CoreServices } from '@sigil/plugin-api';
-import type { Database } from '../../core/db/database.ts';
+import { migrate, openDatabase, type Database } from '../../core/db/database.ts';
+import { DatabaseLeases } from '../../core/db/leases.ts';
+import { Replica, type ReplicaSettings } from '../../core/db/replicas.ts';
 import { openKernel, type Kernel } from '../../services/kernel.ts';
 
 export interface TestDatabase {
@@ -106,6 +108,40 @@ export async function snapshotDatabase(db: Database, source: TestDatabase): Prom
   };
 }
 
+/** Replicas sharing the database (as on PostgreSQL), with the default heartbeat and bound. */
+export const SHARED_REPLICAS: ReplicaSettings = { heartbeatMs: 10_000, deadAfterMs: 30_000, shared: true };
+
+/** Two processes' view of one database: a handle each, and the replicas registered through them. */
+export interface TwoHandles {
+  handles: [Database, Database];
+  /** Registers a replica on `db` (shared by default); `close` unregisters it. */
+  register(db: Database, settings?: ReplicaSettings): Promise<Replica>;
+  /** Unregisters the replicas, closes both handles and drops the database. */
+  close(): Promise<void>;
+}
+
+/** A fresh database with the kernel's tables, opened twice, as two replicas have it. */
+export async function openTwoHandles(database: TestDatabase): Promise<TwoHandles> {
+  const fresh = database.fresh();
+  const open = () => openDatabase({ url: fresh.url, ...(fresh.schema ? { schema: fresh.schema } : {}) });
+  const handles: [Database, Database] = [await open(), await open()];
+  await migrate(handles[0]);
+  const registered: Replica[] = [];
+  return {
+    handles,
+    register: async (db, settings = SHARED_REPLICAS) => {
+      const replica = await Replica.register(db, quietLogger(), settings);
+      registered.push(replica);
+      return replica;
+    },
+    close: async () => {
+      for (const replica of registered) await replica.close();
+      await Promise.all(handles.map((db) => db.destroy()));
+      await fresh.cleanup();
+    },
+  };
+}
+
 /** Runs the same suite once per test database: `describeEachDatabase('ledger', (db) => { … })`. */
 export function describeEachDatabase(title: string, body: (database: TestDatabase) => void): void {
   for (const database of TEST_DATABASES) describe(`${title} [${database.name}]`, () => body(database));
@@ -177,4 +213,5 @@ export const testCoreServices = (db: Database): CoreServices => ({
   clock: systemClock,
   secrets: new SecretRegistry(),
   fetch: globalThis.fetch,
+  leases: new DatabaseLeases(db),
 });

@@ -3,6 +3,7 @@ import { authTables } from './0001-auth.ts';
 import { siweNonceClients } from './0002-siwe-nonce-clients.ts';
 import { siweStatelessChallenges } from './0003-siwe-stateless-challenges.ts';
 import { chainIdentities } from './0004-chain-identities.ts';
+import { replicasAndLeases } from './0005-replicas-and-leases.ts';
 
 /** A schema change. Names sort in the order they apply, so prefix them with a number. */
 export interface Migration {
@@ -16,4 +17,5 @@ export const kernelMigrations: readonly Migration[] = [
   siweNonceClients,
   siweStatelessChallenges,
   chainIdentities,
+  replicasAndLeases,
 ];

@@ -32,6 +32,7 @@ export const coreServices: { readonly [Name in CoreServiceName]: DependencyRef<C
     clock: service('clock'),
     secrets: service('secrets'),
     fetch: service('fetch'),
+    leases: service('leases'),
   });
 
 /**

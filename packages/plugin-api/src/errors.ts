@@ -73,3 +73,16 @@ export const PACKAGE_REGISTRY_FAILURE_CODES = Object.freeze({
   build_required: 'forbidden',
   install_failed: 'internal',
 } as const satisfies Record<PackageRegistryFailureV2, ErrorCode>);
+
+/**
+ * The error a write fenced by a lease fails with once the lease is no longer held (`Leases.fenced`):
+ * `conflict`, with `details.reason` `lease_lost`.
+ */
+export const leaseLost = (name: string): SigilError =>
+  new SigilError('conflict', `The lease ${name} is no longer held: another holder may have taken it`, {
+    details: { reason: 'lease_lost', lease: name },
+  });
+
+/** Whether `err` is the failure of a write fenced by a lost lease (see `leaseLost`). */
+export const isLeaseLost = (err: unknown): boolean =>
+  isSigilError(err) && err.code === 'conflict' && err.details?.reason === 'lease_lost';

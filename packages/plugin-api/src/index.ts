@@ -10,7 +10,13 @@ export { coreServices, dependencyRefProblem, pluginOfKind } from './dependencies
 export type * from './errors.ts';
 export type { Extension, ExtensionPoint } from './extensions.ts';
 export { extensionPoints, provide, providedExtensionProblems, REGISTRY_KIND_RULE } from './extensions.ts';
-export { isSigilError, PACKAGE_REGISTRY_FAILURE_CODES, SigilError } from './errors.ts';
+export {
+  isLeaseLost,
+  isSigilError,
+  leaseLost,
+  PACKAGE_REGISTRY_FAILURE_CODES,
+  SigilError,
+} from './errors.ts';
 export type * from './llm-errors.ts';
 export {
   isLlmProviderError,

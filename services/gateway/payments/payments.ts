@@ -1,4 +1,6 @@
-import { PeriodicPass } from '../../../core/periodic.ts';
+import { LeasedPass } from '../../../core/db/leased-pass.ts';
+import type { DatabaseLeases } from '../../../core/db/leases.ts';
+import type { Replica } from '../../../core/db/replicas.ts';
 import type { PaymentResource, PaymentTerms, SigilError, VerifiedPayment } from '@sigil/plugin-api';
 import {
   DEFAULT_RESULT_MAX_BYTES,
@@ -23,7 +25,7 @@ import { Settlements } from './settlements.ts';
  * the database, so the same authorization never runs twice, on any replica) before the call runs;
  * its record moves to `settling` before the money moves; only a successful call settles. Settlements
  * that could not finish are retried with backoff; start-up recovers what a crash left behind; the
- * reconciler compares the records with the chain.
+ * reconciler compares the records with the chain, on one replica per interval.
  */
 export class Payments {
   /** Payments whose calls run in this process now: never stale, however long they take. */
@@ -33,10 +35,15 @@ export class Payments {
   private readonly settlements: Settlements;
   private readonly results: PaidResults;
   private readonly reconciler: Reconciler;
-  private readonly reconciliation: PeriodicPass<Reconciliation>;
+  private readonly reconciliation: LeasedPass;
 
   constructor(
     private readonly deps: PaymentServices & {
+      /** This replica: the settlements it claims name it, and it takes the reconciliation's leases. */
+      replica: Replica;
+      leases: DatabaseLeases;
+      /** How long the lease of an interval's reconciliation lasts unrenewed (`database.leaseSeconds`). */
+      leaseMs: number;
       /**
        * How long a call may run: an `executing` record older than this belongs to a process that died
        * (other replicas' live calls are younger), so it is released.
@@ -44,7 +51,10 @@ export class Payments {
       staleAfterMs: number;
       /** How often due settlements are retried; 1 s by default. */
       retryIntervalMs?: number;
-      /** How often the records are reconciled with the chain (mismatches are logged as errors); 10 min by default. */
+      /**
+       * How often the records are reconciled with the chain, by one replica each interval (mismatches
+       * are logged as errors); 10 min by default.
+       */
       reconcileIntervalMs?: number;
       /**
        * How long a paid call's result is kept for its payer to fetch again (`paidResult`), from the
@@ -79,9 +89,14 @@ export class Payments {
       inFlight: this.inFlight,
     });
     this.reconciler = new Reconciler(deps);
-    this.reconciliation = new PeriodicPass({
-      pass: () => this.reconciler.reconcile(),
+    this.reconciliation = new LeasedPass({
+      leases: deps.leases,
+      holder: deps.replica.id,
+      name: 'payments:reconcile',
+      job: (held) => this.reconciler.reconcile(held),
       intervalMs: deps.reconcileIntervalMs ?? 600_000,
+      leaseMs: deps.leaseMs,
+      clock: deps.clock,
       logger: deps.logger,
       failure: 'payments: reconciliation could not run',
     });
@@ -177,7 +192,7 @@ export class Payments {
       );
       return undefined;
     }
-    const receipt = await this.settlements.attempt(payment, 0, true);
+    const receipt = await this.settlements.firstAttempt(payment);
     // Pending only while nothing shows the authorization used (the RPC unreachable before the nonce
     // could be read, or our transfer not yet mined): the result is served with the pending receipt
     // and the worker settles it. Once the nonce is used, only our proven transfer serves it.
@@ -205,7 +220,10 @@ export class Payments {
     return this.results.fetch(id, caller, this.terms().network);
   }
 
-  /** Retries due settlements and reconciles with the chain in the background until `stop()`. */
+  /**
+   * Retries due settlements and reconciles with the chain (this interval's, unless another replica
+   * has) in the background until `stop()`.
+   */
   start(): void {
     this.settlements.start();
     this.reconciliation.start();

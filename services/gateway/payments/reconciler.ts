@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Database } from '../../../core/db/database.ts';
+import type { HeldLease } from '../../../core/db/leased-pass.ts';
 import type { Logger } from '../../../core/log.ts';
 import type { PaymentRailV1 } from '@sigil/plugin-api';
 import type { SettlementState } from './settlement-records.ts';
@@ -56,13 +57,17 @@ export class Reconciler {
    * not the history. A record marked settled after the chain was read looks missing from it: those
    * differences are judged again after a second (incremental) reading, when their transfers, sent
    * before the mark, are on chain unless the chain lost them.
+   *
+   * Run under a lease (`held`: one replica's reconciliation of an interval), it stops once the lease
+   * is lost, and what it read is stored only while the lease is held.
    */
-  async reconcile(): Promise<Reconciliation> {
-    await this.readChain();
+  async reconcile(held?: HeldLease): Promise<Reconciliation> {
+    await this.readChain(held);
     let missing = await this.settledNotOnChain();
     const others = await this.otherDifferences();
     if (missing.length > 0) {
-      await this.readChain();
+      held?.signal.throwIfAborted();
+      await this.readChain(held);
       missing = await this.settledNotOnChain(missing.map((mismatch) => mismatch.id));
     }
     const mismatches = [...missing, ...others];
@@ -151,7 +156,7 @@ export class Reconciler {
    * depth drops what it undid, and a chain shorter than the last reading is read from block 0 again.
    * Without, the rail reads them all, every time, and they replace what was stored.
    */
-  private async readChain(): Promise<void> {
+  private async readChain(held: HeldLease | undefined): Promise<void> {
     const { rail, db } = this.deps;
     const latest = rail.latestBlock ? await rail.latestBlock() : undefined;
     const cursor = (await db('payment_chain_cursor').where({ name: CURSOR }).first()) as
@@ -164,7 +169,10 @@ export class Reconciler {
         ? 0n
         : scannedTo - REREAD_BLOCKS;
     const found = await rail.settlementsOnChain(from);
-    await db.transaction(async (trx) => {
+    held?.signal.throwIfAborted();
+    const store = (work: (trx: Knex.Transaction) => Promise<void>) =>
+      held ? held.fenced(work) : db.transaction(work);
+    await store(async (trx) => {
       await trx('payment_chain_settlements').where('block', '>=', from.toString()).delete();
       for (let at = 0; at < found.length; at += INSERT_BATCH) {
         await trx('payment_chain_settlements')

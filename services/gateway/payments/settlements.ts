@@ -1,4 +1,5 @@
 import type { SettleOutcome, VerifiedPayment } from '@sigil/plugin-api';
+import type { Replica } from '../../../core/db/replicas.ts';
 import { doublingBackoff, RetryQueue, RetryWorker } from '../../../core/db/retries.ts';
 import { fencePaymentsOfReplacedChain } from './chain-fence.ts';
 import type { KeptResultColumns, PaidResults } from './paid-results.ts';
@@ -15,13 +16,14 @@ import {
 
 /** Retry delays of a settlement that could not be decided (RPC down): 1 s doubling to 5 min. */
 const BACKOFF = doublingBackoff(1000, 300_000);
-/** How long a worker owns a due settlement before another replica may take it over. */
+/** How long a worker's claim on a settlement lasts unrenewed: a dead replica's is taken over after it. */
 const CLAIM_MS = 60_000;
 
 /**
  * Moving the money of calls that succeeded: one settlement attempt and its outcome recorded, the
- * retry worker over the `settling` records (claimed atomically, so replicas do not collide) and
- * start-up recovery of what a crash left behind.
+ * retry worker over the `settling` records (claimed atomically by a replica, so replicas do not
+ * collide, and the claim renewed while an attempt runs) and start-up recovery of what a crash left
+ * behind.
  */
 export class Settlements {
   private readonly queue: RetryQueue<SettlementAttemptRow>;
@@ -32,6 +34,8 @@ export class Settlements {
   constructor(
     private readonly deps: PaymentServices & {
       results: PaidResults;
+      /** This replica: the settlements it claims name it. */
+      replica: Replica;
       /** An `executing` record older than this belongs to a process that died: it is released. */
       staleAfterMs: number;
       /** How often due settlements are retried. */
@@ -40,7 +44,7 @@ export class Settlements {
       inFlight: ReadonlySet<string>;
     },
   ) {
-    this.queue = new RetryQueue(deps.db, deps.clock, {
+    this.queue = new RetryQueue(deps.db, deps.clock, deps.replica, {
       table: 'payment_settlements',
       openStates: ['settling'],
       claimMs: CLAIM_MS,
@@ -78,12 +82,20 @@ export class Settlements {
   }
 
   /**
+   * The first settlement attempt, by the call whose `begin` claimed the record (the claim renewed
+   * while it runs), its `settled` mark written while the answer leaves (see `attempt`).
+   */
+  firstAttempt(payment: VerifiedPayment): Promise<PaymentReceipt> {
+    return this.queue.hold(payment, () => this.attempt(payment, 0, true));
+  }
+
+  /**
    * One settlement attempt of a `settling` record (after `previousAttempts`), and its outcome
    * recorded. With `answerFirst`, a settlement's `settled` mark is written while the answer leaves
    * (the chain holds the transfer and the record already says `settling`: should the write be lost
    * with the process, start-up recovery or the retry worker finds the transfer on chain and writes it).
    */
-  async attempt(
+  private async attempt(
     payment: VerifiedPayment,
     previousAttempts: number,
     answerFirst = false,
@@ -139,8 +151,10 @@ export class Settlements {
 
   /**
    * Start-up: the records of a chain that was replaced are fenced (chain-fence.ts), settlements that
-   * were under way are completed now, and calls left unfinished by a dead process are released (those
-   * of live replicas are younger than `staleAfterMs`; the worker releases the rest as they age).
+   * dead replicas left under way are completed now (live replicas' claims are theirs; a claim
+   * runs out unrenewed if its replica died since), and calls left unfinished by a dead process are
+   * released (those of live replicas are younger than `staleAfterMs`; the worker releases the rest as
+   * they age).
    */
   async recover(): Promise<{ released: number; settling: number }> {
     const { logger } = this.deps;
@@ -152,7 +166,7 @@ export class Settlements {
         'payments: cannot read the chain to check it is the one recorded; not checked this run',
       ),
     );
-    const settling = await this.queue.makeAllDue();
+    const settling = await this.queue.makeOrphansDue();
     const released = await this.releaseStale();
     if (settling > 0) logger.info({ settling }, 'payments: completing settlements left under way');
     await this.settleDue();

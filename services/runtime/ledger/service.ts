@@ -96,7 +96,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
         refreshMs: settings.balanceRefreshSeconds * 1000,
       })
     : undefined;
-  const transfers = new Transfers(ledger);
+  const transfers = new Transfers(ledger, kernel.replica);
   const worker =
     chain && keys
       ? new TransferWorker({

@@ -32,7 +32,8 @@ const FINISHED: Step = { finished: true };
  *   signed transfer can never go through later, then `failed` once the cancel is mined;
  * - unused otherwise: sent (again), as often as it takes.
  *
- * Every step is recorded before the next one, and at start-up every open transfer is taken up again.
+ * Every step is recorded before the next one, and at start-up the open transfers of dead replicas
+ * are taken up again (a live replica's stay its own; a dead one's claim runs out, unrenewed).
  */
 export class TransferWorker {
   private readonly worker: RetryWorker<Transfer>;
@@ -60,9 +61,9 @@ export class TransferWorker {
     });
   }
 
-  /** Start-up: every open transfer is due now, whoever was handling it; then polls every pollMs. */
+  /** Start-up: the open transfers of dead replicas are due now; then polls every pollMs. */
   async start(): Promise<void> {
-    const open = await this.deps.transfers.makeAllDue();
+    const open = await this.deps.transfers.makeOrphansDue();
     if (open > 0) this.deps.logger.info({ open }, 'ledger: resuming transfers left open');
     await this.processDue().catch(() => undefined);
     this.worker.start();

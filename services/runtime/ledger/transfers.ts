@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { getAddress, type Address, type Hex } from 'viem';
 import { SigilError } from '@sigil/plugin-api';
+import type { Replica } from '../../../core/db/replicas.ts';
 import { doublingBackoff, RetryQueue } from '../../../core/db/retries.ts';
 import { toAmount } from './amounts.ts';
 import { SpendRefused } from './errors.ts';
@@ -24,7 +25,7 @@ import {
   type WithdrawalLimits,
 } from './withdrawal-limits.ts';
 
-/** How long a worker owns a due transfer before another replica may take it over. */
+/** How long a worker's claim on a transfer lasts unrenewed: a dead replica's is taken over after it. */
 const CLAIM_MS = 60_000;
 /** Retry delays after an attempt failed (RPC down, …): 1 s doubling to 5 min. */
 const BACKOFF = doublingBackoff(1000, 300_000);
@@ -37,8 +38,12 @@ const BACKOFF = doublingBackoff(1000, 300_000);
 export class Transfers {
   private readonly queue: RetryQueue<{ id: string }>;
 
-  constructor(private readonly ledger: Ledger) {
-    this.queue = new RetryQueue(ledger.db, ledger.clock, {
+  /** `replica`: this process, which the transfers it claims name. */
+  constructor(
+    private readonly ledger: Ledger,
+    replica: Replica,
+  ) {
+    this.queue = new RetryQueue(ledger.db, ledger.clock, replica, {
       table: 'ledger_transfers',
       openStates: OPEN_STATES,
       claimMs: CLAIM_MS,
@@ -230,6 +235,11 @@ export class Transfers {
     }
   }
 
+  /** Runs `work` on a transfer this replica claimed, renewing the claim while it runs. */
+  hold<T>(transfer: Transfer, work: () => Promise<T>): Promise<T> {
+    return this.queue.hold(transfer, work);
+  }
+
   /** Looks at an open transfer again in `ms` (it waits on the chain). */
   later(id: string, ms: number): Promise<void> {
     return this.queue.later(id, ms);
@@ -251,9 +261,9 @@ export class Transfers {
     await this.openRow(id).update(this.queue.failureColumns(attempts));
   }
 
-  /** Every open transfer due now (start-up recovery: whatever a dead process left is taken up again). */
-  makeAllDue(): Promise<number> {
-    return this.queue.makeAllDue();
+  /** The open transfers dead replicas claimed, due now (start-up: what a dead process left is taken up). */
+  makeOrphansDue(): Promise<number> {
+    return this.queue.makeOrphansDue();
   }
 
   get(id: string, wallet?: string): Promise<Transfer | undefined> {

@@ -222,7 +222,7 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
     // Named like a core service by its config id: refused, and the core's clock stays what plugins get.
     const problems = await loadProblems([entry('./alpha.ts'), entry('./beta.ts', { id: 'clock' })]);
     expect(problems.map((p) => p.reason)).to.include.members([
-      '"clock" is the name of a core service (db, logger, clock, secrets, fetch); give the plugin another "id"',
+      '"clock" is the name of a core service (db, logger, clock, secrets, fetch, leases); give the plugin another "id"',
     ]);
     const host = newHost();
     await host.load([entry('./alpha.ts'), entry('./beta.ts')]);
@@ -259,7 +259,7 @@ export default { kind: 'tee-backend', name: 'acme-tee', specVersion: 'v1', confi
       ],
       [
         'bad-reference',
-        'manifest.dependencies.clock names no core service (db, logger, clock, secrets, fetch)',
+        'manifest.dependencies.clock names no core service (db, logger, clock, secrets, fetch, leases)',
       ],
     ]);
   });

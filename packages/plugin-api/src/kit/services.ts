@@ -1,13 +1,14 @@
 import type { knex as Knex } from 'knex';
 import { SigilError } from '../errors.ts';
 import type { Clock, CoreServices, Database, PluginLogger, SecretRegistry } from '../services.ts';
+import { KitLeases } from './leases.ts';
 import { EvidenceRedactor } from './redact.ts';
 
 /**
  * The core services a plugin under test may declare as dependencies, made by the kit so that a plugin's
  * own test suite needs nothing of Sigil's core. A caller may pass its own of any of them; the database,
  * when not passed, is an empty in-memory SQLite opened on first use, and only if knex and sqlite3 (the
- * package's optional peer dependencies) are installed.
+ * package's optional peer dependencies) are installed; leases are kept in the process (KitLeases).
  */
 
 /** A logger that writes nothing: kit results carry what a check saw, not the plugin's log lines. */
@@ -46,6 +47,7 @@ export class KitServices {
     clock: systemClock,
     secrets: new RedactingSecretRegistry(this.redactor),
     fetch: globalThis.fetch,
+    leases: new KitLeases(() => this.get('db')),
   };
   private scratchDatabase: Promise<Database> | undefined;
 

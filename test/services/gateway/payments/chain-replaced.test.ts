@@ -54,6 +54,9 @@ describe('payments: a dev chain kept between runs, and one replaced', function (
         db: kernel.db,
         clock: systemClock,
         logger: quietLogger(),
+        replica: kernel.replica,
+        leases: kernel.leases,
+        leaseMs: 30_000,
         staleAfterMs: 60_000,
       });
       await payments.recover();

@@ -1,6 +1,8 @@
 import { decodePaymentResponseHeader } from '@x402/core/http';
 import { expect } from 'chai';
-import { systemClock } from '../../../../core/clock.ts';
+import { ManualClock, systemClock, type Clock } from '../../../../core/clock.ts';
+import { DatabaseLeases } from '../../../../core/db/leases.ts';
+import { Replica } from '../../../../core/db/replicas.ts';
 import { SecretRegistry } from '../../../../core/log.ts';
 import type { PaymentRailV1 } from '@sigil/plugin-api';
 import x402Evm from '../../../../plugins/payments/x402-evm/index.ts';
@@ -9,6 +11,7 @@ import { describeEachDatabase, quietLogger } from '../../../support/kernel.ts';
 import {
   chainBehindProxy,
   devAccountKey,
+  eventually,
   paidGateway,
   payingClient,
   railPlugin,
@@ -19,6 +22,9 @@ import {
 } from './support.ts';
 
 after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
+
+/** The reconciliation lease of the replicas made here: short, so every replica looks often. */
+const LEASE_MS = 300;
 
 interface Report {
   checked: number;
@@ -189,7 +195,12 @@ describe('payments: incremental reconciliation, on anvil', function () {
       expect(report.onChain).to.equal(3);
     });
 
-    it('reads a rail without latestBlock() whole each time, keeping only what it read last', async () => {
+    /** The gateway's rail as another process has it (on anvil directly), stopped after the test. */
+    const railInstances: (PaymentRailV1 & { stop(): Promise<void> })[] = [];
+    afterEach(async () => {
+      for (const rail of railInstances.splice(0)) await rail.stop();
+    });
+    const railOfGateway = async (): Promise<PaymentRailV1> => {
       const { plugin } = railPlugin(world.chain, {
         payTo: gateway.payTo,
         facilitator: { kind: 'builtin', privateKey: devAccountKey(5) },
@@ -199,16 +210,46 @@ describe('payments: incremental reconciliation, on anvil', function () {
         deps: { secrets: new SecretRegistry(), clock: systemClock },
         logger: quietLogger(),
       })) as PaymentRailV1 & { stop(): Promise<void> };
+      railInstances.push(instance);
+      return instance;
+    };
+    /** Payments of another replica of the gateway, on its database; stopped and unregistered by `close`. */
+    const replicaPayments = async (
+      rail: PaymentRailV1,
+      options: { clock?: Clock; leases?: DatabaseLeases; reconcileIntervalMs?: number } = {},
+    ) => {
+      const replica = await Replica.register(gateway.records, quietLogger(), {
+        heartbeatMs: 10_000,
+        deadAfterMs: 30_000,
+        shared: true,
+      });
+      const payments = new Payments({
+        rail,
+        db: gateway.records,
+        clock: options.clock ?? systemClock,
+        logger: quietLogger(),
+        replica,
+        leases: options.leases ?? new DatabaseLeases(gateway.records),
+        leaseMs: LEASE_MS,
+        staleAfterMs: 60_000,
+        ...(options.reconcileIntervalMs ? { reconcileIntervalMs: options.reconcileIntervalMs } : {}),
+      });
+      return {
+        payments,
+        replica,
+        close: async () => {
+          await payments.stop();
+          await replica.close();
+        },
+      };
+    };
+
+    it('reads a rail without latestBlock() whole each time, keeping only what it read last', async () => {
+      const instance = await railOfGateway();
       const withoutLatestBlock = new Proxy(instance, {
         get: (target, name) => (name === 'latestBlock' ? undefined : (Reflect.get(target, name) as unknown)),
       });
-      const payments = new Payments({
-        rail: withoutLatestBlock,
-        db: gateway.records,
-        clock: systemClock,
-        logger: quietLogger(),
-        staleAfterMs: 60_000,
-      });
+      const { payments, close } = await replicaPayments(withoutLatestBlock);
       const cursor = () => gateway.records('payment_chain_cursor').select();
       const cursorBefore = await cursor();
       try {
@@ -224,7 +265,54 @@ describe('payments: incremental reconciliation, on anvil', function () {
         // The gateway's own incremental reading is left where it was.
         expect(await cursor()).to.deep.equal(cursorBefore);
       } finally {
-        await instance.stop();
+        await close();
+      }
+    });
+
+    it('two replicas reconcile each interval once between them, whichever looks first', async () => {
+      const intervalMs = 600_000;
+      // Far from now: the gateway's own reconciliation (by the system clock) takes other leases.
+      const clock = new ManualClock(Date.UTC(2026, 2, 18, 10, 0, 0));
+      /** Each replica's looks at each interval's lease, by `<holder> <lease>`. */
+      const looks = new Map<string, number>();
+      class Looking extends DatabaseLeases {
+        override acquire(name: string, holder: string, ttlMs: number) {
+          looks.set(`${holder} ${name}`, (looks.get(`${holder} ${name}`) ?? 0) + 1);
+          return super.acquire(name, holder, ttlMs);
+        }
+      }
+      const rail = await railOfGateway();
+      const replicas = await Promise.all(
+        [0, 1].map(async () => {
+          const reads = { count: 0 };
+          const counted = new Proxy(rail, {
+            get: (target, name) =>
+              name === 'settlementsOnChain'
+                ? (from: bigint) => ((reads.count += 1), target.settlementsOnChain(from))
+                : (Reflect.get(target, name) as unknown),
+          });
+          const leases = new Looking(gateway.records);
+          return {
+            reads,
+            ...(await replicaPayments(counted, { clock, leases, reconcileIntervalMs: intervalMs })),
+          };
+        }),
+      );
+      try {
+        for (const { payments } of replicas) payments.start();
+        for (let round = 0; round < 2; round += 1) {
+          const before = replicas.map(({ reads }) => reads.count);
+          clock.advance(intervalMs);
+          const lease = `payments:reconcile:${Math.floor(clock.now().getTime() / intervalMs)}`;
+          // Each replica looks again only after a job of its own has ended.
+          await eventually('both replicas looked twice', async () =>
+            replicas.every(({ replica }) => (looks.get(`${replica.id} ${lease}`) ?? 0) >= 2),
+          );
+          const reconciled = replicas.map(({ reads }, at) => reads.count > before[at]!);
+          expect(reconciled.filter(Boolean), `interval ${round + 1}`).to.have.length(1);
+        }
+      } finally {
+        for (const { close } of replicas) await close();
       }
     });
   });

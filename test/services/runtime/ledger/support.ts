@@ -5,6 +5,7 @@ import { dialectOf, type Database } from '../../../../core/db/database.ts';
 import type { Kernel } from '../../../../services/kernel.ts';
 import { createLedgerService, type LedgerService } from '../../../../services/runtime/ledger/service.ts';
 import type { Ledger } from '../../../../services/runtime/ledger/ledger.ts';
+import { OPEN_STATES } from '../../../../services/runtime/ledger/transfer-records.ts';
 import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../../support/kernel.ts';
 import { eventually } from '../../../support/eventually.ts';
 export { eventually };
@@ -42,6 +43,14 @@ export async function openLedgerWorld(
       await kernel.close();
     },
   };
+}
+
+/** Every open transfer due now, whatever its claim or backoff: a test's retry without the wait. */
+export async function transfersDueNow(world: LedgerWorld): Promise<void> {
+  await world.kernel
+    .db('ledger_transfers')
+    .whereIn('state', OPEN_STATES)
+    .update({ next_attempt_at: 0, claimed_by: null });
 }
 
 let nextBlock = 1n;

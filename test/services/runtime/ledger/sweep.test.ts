@@ -6,7 +6,7 @@ import { chainClients } from '../../../solidity/support.ts';
 import { chainBehindProxy, sendsTransaction } from '../../gateway/payments/support.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
 import { fundedAccount, ledgerOnChain, mine, sendToken, tokenBalance } from './chain-support.ts';
-import { eventually, openLedgerWorld, randomWallet, type LedgerWorld } from './support.ts';
+import { eventually, openLedgerWorld, randomWallet, transfersDueNow, type LedgerWorld } from './support.ts';
 
 const USD = 1_000_000n;
 
@@ -97,7 +97,7 @@ describe('ledger: settlement sweep on anvil', function () {
       const second = (await world.service.sweeper!.sweep()).filter((t) => t.wallet === wallet);
       expect(second.map((t) => t.amount)).to.deep.equal([USD]);
       rpc.proxy.intercept = undefined;
-      await world.service.transfers.makeAllDue();
+      await transfersDueNow(world);
       for (const sweep of [...first, ...second])
         expect((await finished(sweep.id)).state).to.equal('completed');
       expect(await world.ledger.balance(wallet)).to.include({ unsettledSpend: 0n, settledSpend: 2_200_000n });
@@ -112,7 +112,7 @@ describe('ledger: settlement sweep on anvil', function () {
         params: [3601] as never,
       });
       await mine(rpc.chain, 1);
-      await world.service.transfers.makeAllDue();
+      await transfersDueNow(world);
       expect((await finished(sweep!.id)).state).to.equal('failed');
       expect(await world.ledger.balance(wallet)).to.include({
         unsettledSpend: 2n * USD,

@@ -10,7 +10,7 @@ import { chainClients, sigilDollarAbi, tokenDomain } from '../../../solidity/sup
 import { chainBehindProxy, sendsTransaction } from '../../gateway/payments/support.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
 import { fundedAccount, ledgerOnChain, mine, sendToken, tokenBalance } from './chain-support.ts';
-import { eventually, openLedgerWorld, randomWallet, type LedgerWorld } from './support.ts';
+import { eventually, openLedgerWorld, randomWallet, transfersDueNow, type LedgerWorld } from './support.ts';
 
 const USD = 1_000_000n;
 
@@ -130,12 +130,12 @@ describe('ledger: withdrawals on anvil', function () {
         await world.service.worker!.processDue();
         return (await world.service.transfers.get(transfer.id))?.state === 'submitted';
       });
-      await world.service.transfers.makeAllDue();
+      await transfersDueNow(world);
       await world.service.worker!.processDue();
       expect((await world.service.transfers.get(transfer.id))!.state).to.equal('submitted');
       expect((await world.ledger.balance(wallet)).pendingWithdrawals).to.equal(USD);
       await mine(rpc.chain, 2);
-      await world.service.transfers.makeAllDue();
+      await transfersDueNow(world);
       expect((await settle(transfer.id)).state).to.equal('completed');
       await mine(rpc.chain, 2);
       await expectAgreement(wallet, deposit);
@@ -312,7 +312,7 @@ describe('ledger: withdrawals on anvil', function () {
         }),
       });
       rpc.proxy.intercept = undefined;
-      await world.service.transfers.makeAllDue();
+      await transfersDueNow(world);
       const done = await settle(transfer.id);
       expect(done.state).to.equal('failed');
       expect(await tokenBalance(rpc.chain, to)).to.equal(0n);
@@ -329,7 +329,7 @@ describe('ledger: withdrawals on anvil', function () {
       });
       expect((await world.service.transfers.get(transfer.id))!.state).to.equal('pending');
       rpc.proxy.intercept = undefined;
-      await world.service.transfers.makeAllDue();
+      await transfersDueNow(world);
       expect((await settle(transfer.id)).state).to.equal('completed');
       expect(await tokenBalance(rpc.chain, to)).to.equal(USD);
       await expectAgreement(wallet, deposit);
@@ -366,7 +366,7 @@ describe('ledger: withdrawals on anvil', function () {
       });
       await eventually('the transfer on chain', async () => (await tokenBalance(rpc.chain, to)) === USD);
       rpc.proxy.intercept = undefined;
-      await world.service.transfers.makeAllDue();
+      await transfersDueNow(world);
       const done = await settle(transfer.id);
       expect(done.state).to.equal('completed');
       expect(rpc.proxy.transactionsSent() - sentBefore).to.equal(1);
@@ -385,7 +385,7 @@ describe('ledger: withdrawals on anvil', function () {
       const { publicClient } = chainClients(rpc.chain);
       await publicClient.request({ method: 'evm_increaseTime' as never, params: [3601] as never });
       await mine(rpc.chain, 1);
-      await world.service.transfers.makeAllDue();
+      await transfersDueNow(world);
       const done = await settle(transfer.id);
       expect(done.state).to.equal('failed');
       expect(done.reason).to.match(/expired/);
