@@ -137,6 +137,8 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     clock: kernel.clock,
     keys,
     idleMs: kernel.config.runtime.chat.sessionIdleSeconds * 1000,
+    replica: kernel.replica,
+    claimMs: kernel.config.database.leaseSeconds * 1000,
   });
   const composed = composeReflect({ kernel, history, keys, holds: ledger.holds, vault, chat: () => chat });
   const reflect = new ReflectService({

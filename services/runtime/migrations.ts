@@ -387,4 +387,25 @@ export const runtimeMigrations: readonly Migration[] = [
   reflectMemoryMigration,
   reflectMemorySealingMigration,
   retryClaimerMigration('0300-ledger-transfer-claimer', 'ledger_transfers'),
+  {
+    name: '0320-chat-session-answering',
+    async up(db) {
+      // Which request answers the session now, so that replicas answer one at a time: the replica
+      // (replicas.id), the claim (a random id per request, the fence of its writes) and until when
+      // (database time, ms), renewed while the answer runs. Null when none; a claim whose replica is
+      // dead or whose time has passed is free.
+      await db.schema.alterTable('chat_sessions', (t) => {
+        t.string('answering_by', 36).nullable();
+        t.string('answering_claim', 36).nullable();
+        t.bigInteger('answering_until').nullable();
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('chat_sessions', (t) => {
+        t.dropColumn('answering_until');
+        t.dropColumn('answering_claim');
+        t.dropColumn('answering_by');
+      });
+    },
+  },
 ];

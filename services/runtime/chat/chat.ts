@@ -24,7 +24,7 @@ import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
 import { type ChatContext, type ChatContextSource, NO_CONTEXT, withContext } from './context.ts';
 import type { ConversationStore } from './history.ts';
-import { ChatSessions, type ChatSession } from './sessions.ts';
+import { ChatSessions, type ChatSession, type SessionClaim } from './sessions.ts';
 import { ToolClients, type ToolLease } from './tool-clients.ts';
 import { GatewayToolSession, type ToolOutcome, type ToolPayments } from './tools.ts';
 
@@ -51,6 +51,8 @@ export interface PreparedChat {
   /** The first turn's estimate, reserved on the ledger before the response (README: Chat, "Holds"). */
   estimate: bigint;
   hold: Hold;
+  /** The request's claim on its session (one request at a time, across replicas) until it is stored. */
+  claim: SessionClaim;
 }
 
 export interface ChatDeps {
@@ -211,7 +213,7 @@ export class ChatService {
     const context = this.options.context
       ? await this.options.context(principal.address, body.content)
       : NO_CONTEXT;
-    const history = await this.sessions.begin(session, messageId);
+    const { history, claim } = await this.sessions.begin(session, messageId);
     try {
       const messages = withContext([...history, { role: 'user', content: body.content }], context);
       const runtimeTools = context.tools.map((tool) => tool.definition);
@@ -220,13 +222,21 @@ export class ChatService {
         this.turnCost(messages, runtimeTools, entry.model),
         0,
       ).platformCost;
-      const hold = await this.options.holds.hold({
+      const held = {
         wallet: principal.address,
         agentId,
         amount: estimate,
         idempotencyKey: chargeKey(session, messageId),
-        purpose: 'chat',
-      });
+        purpose: 'chat' as const,
+      };
+      let hold = await this.options.holds.hold(held);
+      if (hold.settleCost !== undefined) {
+        // An earlier attempt at this message recorded what it used, then lost its claim on the
+        // session (its replica died): that cost is charged now rather than when its hold expires,
+        // and this attempt is refused as any message id that charged (409 already_charged).
+        await this.options.holds.settle(hold, hold.settleCost);
+        hold = await this.options.holds.hold(held);
+      }
       return {
         session,
         history,
@@ -238,9 +248,10 @@ export class ChatService {
         context,
         estimate,
         hold,
+        claim,
       };
     } catch (err) {
-      await this.sessions.finish(session, messageId, undefined);
+      await this.sessions.finish(session, messageId, claim, undefined);
       throw err;
     }
   }
@@ -287,6 +298,16 @@ export class ChatService {
         : await this.options.holds.refresh(chat.hold);
   }
 
+  /**
+   * After a billed step (a model turn that used something, a tool call the gateway ran): the cost so
+   * far, recorded on the hold, so that if this process dies before it settles, the expiry sweep
+   * charges it instead of releasing the hold (Holds.recordCostSoFar); the settlement replaces it.
+   */
+  private async recordSpent(chat: PreparedChat, base: bigint, billed: number): Promise<void> {
+    const cost = platformCost(chat.keyKind, base, billed).platformCost;
+    if (cost !== chat.hold.settleCost) chat.hold = await this.options.holds.recordSpent(chat.hold, cost);
+  }
+
   /** While a model turn streams: refreshes the hold once half its TTL has passed (a long stream). */
   private async keepHeld(chat: PreparedChat): Promise<void> {
     chat.hold = await this.options.holds.keep(chat.hold);
@@ -297,9 +318,10 @@ export class ChatService {
    * and the context's runtime tools (free), until the model stops or
    * `maxSteps` turns. Before each turn and each batch of tool calls the hold is extended to cover them
    * (a refusal ends the loop with a payment_required error), and its expiry refreshed before each turn,
-   * each tool call and during a long stream. Whatever happens (an error, the client gone), the hold is
-   * settled to what was used, charged once under `chat:<sessionId>:<messageId>`: the model's turns and
-   * the tool calls the gateway ran (ToolOutcome.billed), never a call refused before it ran.
+   * each tool call and during a long stream; after each billed step the cost so far is recorded on
+   * it. Whatever happens (an error, the client gone, the session's claim lost), the hold is settled to
+   * what was used, charged once under `chat:<sessionId>:<messageId>`: the model's turns and the tool
+   * calls the gateway ran (ToolOutcome.billed), never a call refused before it ran.
    */
   run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     // Runs on after its HTTP handler returned: nothing may escape it as an unhandled rejection.
@@ -321,7 +343,8 @@ export class ChatService {
 
   private async converse(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     const { session, entry } = chat;
-    const signal = sse.signal;
+    // The answer stops when its client goes, or when it lost its claim on the session.
+    const signal = AbortSignal.any([sse.signal, chat.claim.signal]);
     const messages: LlmMessage[] = [...chat.history, { role: 'user', content: chat.content }];
     let base = 0n;
     /** Calls the model made, and of them those the gateway ran (what is charged). */
@@ -387,6 +410,7 @@ export class ChatService {
               break;
           }
         }
+        if (base > 0n) await this.recordSpent(chat, base, billed);
         messages.push({ role: 'assistant', content: text, ...(calls.length ? { toolCalls: calls } : {}) });
         if (finish !== 'tool-calls' || calls.length === 0) break;
         if (calls.length > this.settings.maxToolCallsPerTurn) {
@@ -417,7 +441,10 @@ export class ChatService {
                   isError: true,
                   billed: false,
                 };
-          if (outcome.billed) billed++;
+          if (outcome.billed) {
+            billed++;
+            await this.recordSpent(chat, base, billed);
+          }
           signal.throwIfAborted();
           sse.send('tool-result', { step: steps, id: call.id, name: call.name, ...outcome });
           messages.push({
@@ -429,11 +456,14 @@ export class ChatService {
         }
       }
       completed = true;
-    } catch (err) {
-      if (!signal.aborted) sse.send('error', errorEvent(err));
+    } catch (thrown) {
+      // Whatever the loop threw once its claim was lost (an aborted call), the loss is the cause.
+      const err: unknown = chat.claim.signal.aborted ? chat.claim.signal.reason : thrown;
+      const clientGone = sse.signal.aborted;
+      if (!clientGone) sse.send('error', errorEvent(err));
       // A refusal (a 4xx code) or a provider's failure is the caller's to read; anything else, the operator's.
       const refusal = isLlmProviderError(err) || (isSigilError(err) && STATUS_BY_CODE[err.code] < 500);
-      if (!signal.aborted && !refusal)
+      if (!clientGone && !refusal)
         this.options.logger.warn({ err, sessionId: session.id }, 'chat: the request failed');
     } finally {
       await lease?.release(healthy && !signal.aborted);
@@ -482,6 +512,7 @@ export class ChatService {
       await this.sessions.finish(
         session,
         messageId,
+        chat.claim,
         messages && { added: messages.slice(chat.history.length), cost },
       );
       return true;

@@ -3,7 +3,7 @@ import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import type { EndReason, StoredMessage, StoredSession } from './history.ts';
 import { messagePlace, type SessionCipher, SYSTEM_PLACE } from './history-keys.ts';
 
-/** A chat_sessions row (migration 0260): how the ConversationStore (history.ts) keeps a session. */
+/** A chat_sessions row (migrations 0260, 0320): how the ConversationStore (history.ts) keeps a session. */
 export interface SessionRow {
   id: string;
   wallet: string;
@@ -21,6 +21,10 @@ export interface SessionRow {
   last_used_at: number | string;
   ended_at: number | string | null;
   end_reason: EndReason | null;
+  /** The request answering it (migration 0320): its replica, its claim and until when (database time). */
+  answering_by: string | null;
+  answering_claim: string | null;
+  answering_until: number | string | null;
 }
 
 export interface MessageRow {

@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
-import type { Database } from '../../../core/db/database.ts';
+import { databaseNowMs, type Database } from '../../../core/db/database.ts';
+import type { Replica } from '../../../core/db/replicas.ts';
 import {
   type HistoryKeys,
   SessionCipher,
@@ -115,11 +116,13 @@ const INSERT_CHUNK = 100;
  * watermark of `pending`. Content is sealed under each session's data key when `keys` has one
  * (history-keys.ts).
  *
- * Which sessions are answering a request is kept in this process only (`claim`): one replica never
- * answers two messages of a session at once, but two replicas could; a shared lease is for scale-out.
+ * A session answers one request at a time across replicas: the request claims it in its row
+ * (`answering_*`, see `claim`), and deleting it or ending it idle leaves a session whose claim is live.
+ * The claim is columns of the session rather than a lease of core/db/leases.ts: the deletion and the
+ * idle expiry test it in the statement that ends the session, the append clears it in the transaction
+ * that stores the answer, and the `leases` table would keep a row per session ever answered.
  */
 export class ConversationStore {
-  private readonly answering = new Set<string>();
   private readonly endedListeners: ((session: SessionRef) => void)[] = [];
   private readonly deletedListeners: SessionDeletedListener[] = [];
 
@@ -130,8 +133,17 @@ export class ConversationStore {
       keys: HistoryKeys;
       /** A session unused this long ends (`expired`). */
       idleMs: number;
+      /** This process among the replicas: who claims, and whose claims are live. */
+      replica: Replica;
+      /** How long a claim lasts unrenewed (database.leaseSeconds). */
+      claimMs: number;
     },
   ) {}
+
+  /** How long a request's claim on a session lasts unrenewed. */
+  get claimMs(): number {
+    return this.deps.claimMs;
+  }
 
   /** Told (after the commit) of each session that ends: closed, expired or deleted while open. */
   onSessionEnded(listener: (session: SessionRef) => void): void {
@@ -143,19 +155,49 @@ export class ConversationStore {
     this.deletedListeners.push(listener);
   }
 
-  /** Marks the session as answering a request in this process; false when it already is. */
-  claim(sessionId: string): boolean {
-    if (this.answering.has(sessionId)) return false;
-    this.answering.add(sessionId);
-    return true;
+  /**
+   * Claims the session for one request, for `claimMs` by the database's clock, compare-and-set: of
+   * requests racing on any replicas exactly one takes it. Answers the claim's id (the fence of the
+   * request's append); refused (`session_busy`) while another request holds a live claim, and
+   * `session_not_found` when the session was deleted meanwhile.
+   */
+  async claim(sessionId: string): Promise<string> {
+    const claim = randomUUID();
+    const { db, replica, claimMs } = this.deps;
+    const taken = await this.free(db('chat_sessions').where({ id: sessionId })).update({
+      answering_by: replica.id,
+      answering_claim: claim,
+      answering_until: db.raw('? + ?', [databaseNowMs(db), claimMs]),
+    });
+    if (taken === 1) return claim;
+    throw (await db('chat_sessions').where({ id: sessionId }).first('id'))
+      ? sessionBusy()
+      : sessionGone(sessionId);
   }
 
-  release(sessionId: string): void {
-    this.answering.delete(sessionId);
+  /** Extends the claim to `claimMs` from now; false when it is no longer held (ran out, or taken). */
+  async renew(sessionId: string, claim: string): Promise<boolean> {
+    const { db, claimMs } = this.deps;
+    const now = databaseNowMs(db);
+    const renewed = await db('chat_sessions')
+      .where({ id: sessionId, answering_claim: claim })
+      .andWhere('answering_until', '>', now)
+      .update({ answering_until: db.raw('? + ?', [now, claimMs]) });
+    return renewed === 1;
   }
 
-  isAnswering(sessionId: string): boolean {
-    return this.answering.has(sessionId);
+  /** Frees the session of the claim, if it still holds it. */
+  async release(sessionId: string, claim: string): Promise<void> {
+    await this.deps.db('chat_sessions').where({ id: sessionId, answering_claim: claim }).update(UNCLAIMED);
+  }
+
+  /** Of `ids`, the sessions a request is answering now, on this replica or another. */
+  async answering(ids: readonly string[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const rows = (await this.answeringNow(this.deps.db('chat_sessions').whereIn('id', ids)).select('id')) as {
+      id: string;
+    }[];
+    return new Set(rows.map((row) => row.id));
   }
 
   /**
@@ -195,6 +237,7 @@ export class ConversationStore {
         last_used_at: now,
         ended_at: null,
         end_reason: null,
+        ...UNCLAIMED,
       };
       await trx('chat_sessions').insert(row);
       return sessionOf(row);
@@ -284,12 +327,18 @@ export class ConversationStore {
     };
   }
 
-  /** Whether the session already stored the answer to `messageId` (a retry of it is refused). */
-  async answered(sessionId: string, messageId: string, db: Knex = this.deps.db): Promise<boolean> {
-    const row = await db('chat_messages')
+  /** Where the session stored the answer to `messageId` (its seqs), if it did (a retry is refused). */
+  async answerOf(
+    sessionId: string,
+    messageId: string,
+    db: Knex = this.deps.db,
+  ): Promise<StoredAnswer | undefined> {
+    const row = (await db('chat_messages')
       .where({ session_id: sessionId, message_id: messageId })
-      .first('seq');
-    return row !== undefined;
+      .min({ first: 'seq' })
+      .max({ last: 'seq' })
+      .first()) as { first: number | string | null; last: number | string | null } | undefined;
+    return row?.first == null ? undefined : { firstSeq: Number(row.first), lastSeq: Number(row.last) };
   }
 
   /** Records a use of the session now (its idle time starts again). */
@@ -301,12 +350,14 @@ export class ConversationStore {
 
   /**
    * Stores what one answered request added (its user message, then the model's turns and tool
-   * results), with its cost on the last of them, in one transaction. A session that meanwhile stored
-   * this message id (another replica) or was deleted is refused, and nothing is stored.
+   * results), with its cost on the last of them, and frees the session of its claim, in one
+   * transaction. Refused, with nothing stored, when the request no longer holds `claim` (it ran out
+   * and another request took the session) or the session was deleted or stored this message id.
    */
   async append(
     session: StoredSession,
     messageId: string,
+    claim: string,
     added: readonly LlmMessage[],
     cost: bigint,
   ): Promise<void> {
@@ -315,7 +366,9 @@ export class ConversationStore {
       const change = await takeChange(trx, session.wallet);
       const row = (await trx('chat_sessions').where({ id: session.id }).first()) as SessionRow | undefined;
       if (!row) throw sessionGone(session.id);
-      if (await this.answered(session.id, messageId, trx)) throw alreadyAnswered(messageId);
+      if (row.answering_claim !== claim) throw claimLost();
+      const answer = await this.answerOf(session.id, messageId, trx);
+      if (answer) throw alreadyAnswered(session, messageId, answer);
       const cipher = this.cipherOf(sessionOf(row));
       const first = Number(row.last_seq) + 1;
       const rows: MessageRow[] = added.map((message, index) => ({
@@ -336,6 +389,7 @@ export class ConversationStore {
           last_seq: first + rows.length - 1,
           last_used_at: now,
           change_seq: change,
+          ...UNCLAIMED,
         });
     });
   }
@@ -356,12 +410,17 @@ export class ConversationStore {
 
   /**
    * Deletes the session and its messages (the listeners first, in the same transaction); answers what
-   * the listeners removed with it, their counts added up by kind.
+   * the listeners removed with it, their counts added up by kind. Refused (`session_busy`) while a
+   * request is answering it, on any replica: its row is locked first, so no claim comes between.
    */
   async delete(session: StoredSession, deletion: SessionDeletion = { forget: false }): Promise<Removed> {
     const removed: Removed = {};
     await this.deps.db.transaction(async (trx) => {
       await takeChange(trx, session.wallet);
+      if ((await this.free(trx('chat_sessions').where({ id: session.id })).update(UNCLAIMED)) === 0)
+        throw (await trx('chat_sessions').where({ id: session.id }).first('id'))
+          ? sessionBusy()
+          : sessionGone(session.id);
       for (const listener of this.deletedListeners)
         for (const [kind, count] of Object.entries((await listener(refOf(session), trx, deletion)) ?? {}))
           removed[kind] = (removed[kind] ?? 0) + count;
@@ -404,16 +463,21 @@ export class ConversationStore {
   }
 
   /**
-   * Ends the open sessions matching `where` idle past `idleMs` (not those answering here), at the
-   * moment they became idle. Read first, so an access with nothing idle writes nothing.
+   * Ends the open sessions matching `where` idle past `idleMs` (not those a request is answering, on
+   * any replica), at the moment they became idle. Read first, so an access with nothing idle writes
+   * nothing.
    */
   private async expireIdle(where: { wallet: string; agent_id?: string; id?: string }): Promise<void> {
     const cutoff = this.now() - this.deps.idleMs;
     const idle = () =>
-      this.deps.db('chat_sessions').where(where).whereNull('ended_at').andWhere('last_used_at', '<', cutoff);
-    const candidates = ((await idle().select('id')) as { id: string }[])
-      .map((row) => row.id)
-      .filter((id) => !this.answering.has(id));
+      this.free(
+        this.deps
+          .db('chat_sessions')
+          .where(where)
+          .whereNull('ended_at')
+          .andWhere('last_used_at', '<', cutoff),
+      );
+    const candidates = ((await idle().select('id')) as { id: string }[]).map((row) => row.id);
     if (candidates.length === 0) return;
     const expired = await this.deps.db.transaction(async (trx) => {
       const change = await takeChange(trx, where.wallet);
@@ -428,6 +492,29 @@ export class ConversationStore {
         .returning(['id', 'wallet', 'agent_id'])) as { id: string; wallet: string; agent_id: string }[];
     });
     this.tellEnded(expired.map((row) => ({ id: row.id, wallet: row.wallet, agentId: row.agent_id })));
+  }
+
+  /**
+   * The sessions of `query` a request is answering now: claimed by a live replica (this one alone when
+   * replicas do not share the database: another claimer was this process's predecessor) until a time
+   * the database's clock has not reached.
+   */
+  private answeringNow(query: Knex.QueryBuilder): Knex.QueryBuilder {
+    const { db, replica } = this.deps;
+    return query
+      .whereIn('answering_by', replica.claimersAlive())
+      .andWhere('answering_until', '>', databaseNowMs(db));
+  }
+
+  /** The sessions of `query` no request is answering (the negation of `answeringNow`). */
+  private free(query: Knex.QueryBuilder): Knex.QueryBuilder {
+    const { db, replica } = this.deps;
+    return query.andWhere((free) =>
+      free
+        .whereNull('answering_by')
+        .orWhereNotIn('answering_by', replica.claimersAlive())
+        .orWhere('answering_until', '<=', databaseNowMs(db)),
+    );
   }
 
   private cipherOf(session: StoredSession): SessionCipher | undefined {
@@ -450,11 +537,43 @@ const refOf = (session: StoredSession): SessionRef => ({
   agentId: session.agentId,
 });
 
-export const alreadyAnswered = (messageId: string): SigilError =>
-  new SigilError('conflict', `Message ${messageId} was already answered in this session`, {
-    hint: 'Send a new message with another id (or none: the runtime gives one)',
-    details: { reason: 'message_already_answered', messageId },
+/** The columns of a session no request claims. */
+const UNCLAIMED = { answering_by: null, answering_claim: null, answering_until: null };
+
+/** Where a request's stored messages are in its session: seqs `firstSeq` to `lastSeq`. */
+export interface StoredAnswer {
+  firstSeq: number;
+  lastSeq: number;
+}
+
+/**
+ * A message id the session has stored the answer to: the retry of a client that lost its stream. It
+ * names where the stored answer is (a cursor of the messages route starting at it), never its content.
+ */
+export const alreadyAnswered = (session: SessionRef, messageId: string, answer: StoredAnswer): SigilError => {
+  const cursor = encodeCursor('m', answer.firstSeq - 1, session.id);
+  return new SigilError('conflict', `Message ${messageId} was already answered in this session`, {
+    hint: `Its answer is stored: GET /agents/${session.agentId}/sessions/${session.id}/messages?cursor=${cursor} starts with it. A new message needs another id (or none: the runtime gives one)`,
+    details: { reason: 'message_already_answered', messageId, ...answer, cursor },
   });
+};
+
+export const sessionBusy = (): SigilError =>
+  new SigilError('conflict', 'This session is answering another message', {
+    hint: 'Wait for its done (or error) event, or open another session',
+    details: { reason: 'session_busy' },
+  });
+
+/** A request's claim on its session ran out (its replica stalled) and it was taken or deleted. */
+export const claimLost = (): SigilError =>
+  new SigilError(
+    'unavailable',
+    'This answer lost its session to another request: it stopped and is not stored',
+    {
+      hint: 'What it used is charged under its message id; send the message again with a new id',
+      details: { reason: 'session_claim_lost' },
+    },
+  );
 
 const sessionGone = (id: string): SigilError =>
   new SigilError('not_found', `Session ${id} was deleted`, { details: { reason: 'session_not_found' } });

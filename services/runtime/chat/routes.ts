@@ -68,8 +68,9 @@ export function chatRouter(chat: ChatService): Router {
       cursor: query.cursor,
       state: query.state ?? 'all',
     });
+    const busy = await chat.sessions.busy(page.sessions);
     ctx.body = {
-      sessions: page.sessions.map((session) => sessionView(session, chat.sessions.isBusy(session))),
+      sessions: page.sessions.map((session) => sessionView(session, busy.has(session.id))),
       nextCursor: page.nextCursor ?? null,
     };
   });
@@ -77,7 +78,7 @@ export function chatRouter(chat: ChatService): Router {
     const { id, sessionId } = parseInput(params, ctx.params, 'params');
     const session = await chat.sessions.get(wallet(ctx.state), id, sessionId as string);
     ctx.body = {
-      ...sessionView(session, chat.sessions.isBusy(session)),
+      ...sessionView(session, await chat.sessions.isBusy(session)),
       system: chat.sessions.store.system(session) ?? null,
     };
   });
@@ -94,7 +95,7 @@ export function chatRouter(chat: ChatService): Router {
     const { id, sessionId } = parseInput(params, ctx.params, 'params');
     parseInput(emptyBody, ctx.request.body ?? {}, 'body');
     const session = await chat.sessions.end(wallet(ctx.state), id, sessionId as string);
-    ctx.body = sessionView(session, chat.sessions.isBusy(session));
+    ctx.body = sessionView(session, await chat.sessions.isBusy(session));
   });
   router.delete('/:sessionId', async (ctx) => {
     const { id, sessionId } = parseInput(params, ctx.params, 'params');

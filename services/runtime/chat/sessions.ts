@@ -1,6 +1,7 @@
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import {
   alreadyAnswered,
+  claimLost,
   type ConversationStore,
   type Removed,
   type SessionDeletion,
@@ -52,8 +53,46 @@ export const sessionNotFound = (agentId: string, id: string): SigilError =>
   });
 
 /**
- * The chat's sessions, stored by the ConversationStore: the limits, one request at a time, and what a
- * request reads and stores. An idle session ends (`expired`); an ended one is read, never chatted in.
+ * One request's claim on its session, from `begin` to `finish` (ConversationStore.claim), renewed
+ * every third of its lifetime while the answer runs. When a renewal finds it lost (this process
+ * stalled past it, and another request or a deletion took the session), `signal` aborts with
+ * `session_claim_lost` and the answer stops. A renewal that fails (the database unreachable) is tried
+ * again at the next third: the append, fenced by the claim, stores nothing once it is lost.
+ */
+export class SessionClaim {
+  private readonly lost = new AbortController();
+  private readonly renewal: NodeJS.Timeout;
+
+  constructor(
+    private readonly store: ConversationStore,
+    private readonly sessionId: string,
+    readonly id: string,
+  ) {
+    this.renewal = setInterval(() => void this.renew(), store.claimMs / 3);
+    this.renewal.unref();
+  }
+
+  /** Aborted, with `session_claim_lost`, once a renewal found the claim taken. */
+  get signal(): AbortSignal {
+    return this.lost.signal;
+  }
+
+  /** Ends the renewals (the request is finishing). */
+  stop(): void {
+    clearInterval(this.renewal);
+  }
+
+  private async renew(): Promise<void> {
+    if (await this.store.renew(this.sessionId, this.id).catch(() => true)) return;
+    this.stop();
+    this.lost.abort(claimLost());
+  }
+}
+
+/**
+ * The chat's sessions, stored by the ConversationStore: the limits, one request at a time (across
+ * replicas), and what a request reads and stores. An idle session ends (`expired`); an ended one is
+ * read, never chatted in.
  */
 export class ChatSessions {
   constructor(
@@ -119,8 +158,13 @@ export class ChatSessions {
     return { messages, nextCursor: more && last ? encodeCursor('m', last.seq, session.id) : undefined };
   }
 
-  isBusy(session: ChatSession): boolean {
-    return this.store.isAnswering(session.id);
+  /** Of `sessions`, the ids of those a request is answering now, here or on another replica. */
+  busy(sessions: readonly ChatSession[]): Promise<Set<string>> {
+    return this.store.answering(sessions.map((session) => session.id));
+  }
+
+  async isBusy(session: ChatSession): Promise<boolean> {
+    return (await this.busy([session])).has(session.id);
   }
 
   /** Ends the session; its history stays readable. An ended session's end is a 409. */
@@ -131,8 +175,8 @@ export class ChatSessions {
   }
 
   /**
-   * Deletes the session and its history; refused while it answers a message here. With `forget`, what
-   * was learned only from it goes too, and the answer counts it.
+   * Deletes the session and its history; refused while it answers a message (on any replica). With
+   * `forget`, what was learned only from it goes too, and the answer counts it.
    */
   async delete(
     wallet: string,
@@ -141,20 +185,24 @@ export class ChatSessions {
     deletion: SessionDeletion = { forget: false },
   ): Promise<Removed> {
     const session = await this.get(wallet, agentId, id);
-    if (this.store.isAnswering(id)) throw sessionBusy();
     return this.store.delete(session, deletion);
   }
 
   /**
-   * Marks the session busy for one request and gives its conversation so far; refuses an ended
-   * session, a second request at once, a message id already answered (from the stored history, so
-   * across restarts and replicas) and a full session.
+   * Claims the session for one request and gives its conversation so far; refuses an ended session,
+   * a second request at once (on any replica), a message id already answered (from the stored
+   * history, so across restarts and replicas: the refusal says where its answer is) and a full
+   * session. The claim is the request's until `finish`.
    */
-  async begin(session: ChatSession, messageId: string): Promise<LlmMessage[]> {
+  async begin(
+    session: ChatSession,
+    messageId: string,
+  ): Promise<{ history: LlmMessage[]; claim: SessionClaim }> {
     if (session.endedAt !== undefined) throw sessionEnded(session);
-    if (!this.store.claim(session.id)) throw sessionBusy();
+    const claim = new SessionClaim(this.store, session.id, await this.store.claim(session.id));
     try {
-      if (await this.store.answered(session.id, messageId)) throw alreadyAnswered(messageId);
+      const answer = await this.store.answerOf(session.id, messageId);
+      if (answer) throw alreadyAnswered(session, messageId, answer);
       if (session.userMessages >= this.limits.maxMessagesPerSession) {
         throw new SigilError(
           'conflict',
@@ -166,36 +214,44 @@ export class ChatSessions {
         );
       }
       session.lastUsedAt = await this.store.touch(session);
-      return await this.store.conversation(session);
+      return { history: await this.store.conversation(session), claim };
     } catch (err) {
-      this.store.release(session.id);
+      await this.release(session, claim);
       throw err;
     }
   }
 
   /**
    * Ends the request: what it `added` to the conversation (from its user message on) is stored with
-   * its `cost` only when it completed; the session is free again either way (a request that did not
-   * complete stores nothing: `begin` counted its use).
+   * its `cost` only when it completed (and still held its claim); the session is free again either
+   * way (a request that did not complete stores nothing: `begin` counted its use).
    */
   async finish(
     session: ChatSession,
     messageId: string,
+    claim: SessionClaim,
     completed: { added: readonly LlmMessage[]; cost: bigint } | undefined,
   ): Promise<void> {
+    if (!completed) return this.release(session, claim);
+    claim.stop();
     try {
-      if (completed) await this.store.append(session, messageId, completed.added, completed.cost);
-    } finally {
-      this.store.release(session.id);
+      // Frees the session in the same transaction.
+      await this.store.append(session, messageId, claim.id, completed.added, completed.cost);
+    } catch (err) {
+      await this.release(session, claim);
+      throw err;
     }
   }
-}
 
-const sessionBusy = (): SigilError =>
-  new SigilError('conflict', 'This session is answering another message', {
-    hint: 'Wait for its done (or error) event, or open another session',
-    details: { reason: 'session_busy' },
-  });
+  /**
+   * Frees the session of the request's claim. A release that fails (the database unreachable) is not
+   * the request's failure: the claim, no longer renewed, runs out within its lifetime.
+   */
+  private async release(session: ChatSession, claim: SessionClaim): Promise<void> {
+    claim.stop();
+    await this.store.release(session.id, claim.id).catch(() => undefined);
+  }
+}
 
 const sessionEnded = (session: ChatSession): SigilError =>
   new SigilError('conflict', `Session ${session.id} has ended (${session.endReason ?? 'closed'})`, {

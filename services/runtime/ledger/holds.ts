@@ -284,6 +284,18 @@ export class Holds {
   }
 
   /**
+   * `recordCostSoFar` for a holder whose hold may have expired while a step ran longer than its TTL:
+   * a hold the sweep released is taken again first (like `extend`), one it charged refuses (409
+   * `already_charged`: the work ends). The hold as recorded.
+   */
+  async recordSpent(hold: Hold, cost: bigint): Promise<Hold> {
+    const recorded = await this.recordCostSoFar(hold, cost);
+    if (recorded) return recorded;
+    await this.extend(hold, hold.amount);
+    return (await this.recordCostSoFar(hold, cost)) ?? hold;
+  }
+
+  /**
    * `settle`, tried SETTLE_ATTEMPTS times (a lock timeout, a dropped connection). When every attempt
    * failed, the cost is recorded on the hold (`recordCost`) and the expiry sweep charges it: work is
    * never served free for a database fault. `context` goes into the log lines (who settles what).

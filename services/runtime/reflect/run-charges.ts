@@ -88,15 +88,9 @@ export class RunCharges {
     part.base.set(keyKind, (part.base.get(keyKind) ?? 0n) + base);
     const { hold } = part;
     if (!hold || base === 0n) return;
-    const cost = costOf(part.base);
-    let recorded = await this.holds.recordCostSoFar(hold, cost);
-    if (!recorded) {
-      // The sweep ended the hold while the run stalled past its TTL: taken again (refused when the
-      // sweep charged the cost recorded before: the run then ends), and the cost recorded on it.
-      await this.holds.extend(hold, hold.amount);
-      recorded = await this.holds.recordCostSoFar(hold, cost);
-    }
-    part.hold = recorded ?? hold;
+    // A hold the sweep ended while the run stalled past its TTL is taken again (refused when the
+    // sweep charged the cost recorded before: the run then ends).
+    part.hold = await this.holds.recordSpent(hold, costOf(part.base));
   }
 
   /**

@@ -1,31 +1,17 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { expect } from 'chai';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
-import type { SseStream } from '../../../core/http/sse.ts';
 import { ChatService } from '../../../services/runtime/chat/chat.ts';
-import { GATEWAY_MCP_REVISION, type GatewayClient } from '../../../services/runtime/gateway-client.ts';
 import { newWallet } from '../../core/auth/support.ts';
 import { refuseCharges, setOnChain } from './ledger/support.ts';
 import { describeEachDatabase } from '../../support/kernel.ts';
 import type { SseEvent } from './chat-support.ts';
+import { inProcessGateway, recording } from './chat-in-process.ts';
 import { pluginsWithLocalProvider, Stack } from './support.ts';
 
 const TTL_SECONDS = 120;
-
-/** A stream that keeps what the chat sends it. */
-const recording = (events: SseEvent[]): SseStream => ({
-  send: (event, data) => void events.push({ event, data: data as Record<string, unknown> }),
-  sendJson: (batch) => {
-    for (const { event, json } of batch)
-      events.push({ event, data: JSON.parse(json) as Record<string, unknown> });
-  },
-  close: () => undefined,
-  signal: new AbortController().signal,
-});
 
 /**
  * Issue 21 review: a chat's hold moved its expiry only when its amount grew, so a tool batch longer
@@ -59,39 +45,6 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
       rmSync(dir, { recursive: true, force: true });
     });
 
-    /**
-     * A gateway with one server, `slow`, whose `wait` tool runs `during` (the clock passes there):
-     * an SDK v2 server reached over HTTP's Request and Response in process, at the runtime's revision.
-     */
-    function slowGateway(during: () => Promise<void>): GatewayClient {
-      const handler = createMcpHandler(() => {
-        const server = new McpServer({ name: 'gateway', version: '1.0.0' });
-        server.registerTool('gateway_enable_server', { description: 'enable' }, () => ({
-          content: [{ type: 'text', text: 'enabled' }],
-        }));
-        server.registerTool('slow__wait', { description: 'takes longer than the hold TTL' }, async () => {
-          await during();
-          return { content: [{ type: 'text', text: 'waited' }] };
-        });
-        return server;
-      });
-      return {
-        toolClient: async (_path: unknown, _scope: unknown, signal: AbortSignal) => {
-          const client = new Client(
-            { name: 'sigil-runtime', version: '1.0.0' },
-            { versionNegotiation: { mode: { pin: GATEWAY_MCP_REVISION } } },
-          );
-          await client.connect(
-            new StreamableHTTPClientTransport(new URL('http://gateway.invalid/mcp'), {
-              fetch: (url, init) => handler.fetch(new Request(url, init)),
-            }),
-            { signal },
-          );
-          return client;
-        },
-      } as unknown as GatewayClient;
-    }
-
     it('a tool batch that outlasts holdTtlSeconds keeps its hold: the sweep does not release it', async () => {
       const wallet = newWallet();
       const ledger = stack.runtime.ledger;
@@ -100,11 +53,15 @@ describe('runtime chat: a running chat keeps its hold, and a failed charge is no
       const held: (bigint | undefined)[] = [];
       const chat = new ChatService({
         ...stack.runtime.chat.deps(),
-        gateway: slowGateway(async () => {
-          // Each call takes TTL − 1 s; the batch of two outlasts the TTL. A sweep at each call's end.
-          stack.clock.advance((TTL_SECONDS - 1) * 1000);
-          await ledger.holds.releaseExpired();
-          held.push((await ledger.ledger.balance(wallet.address)).heldSpend);
+        gateway: inProcessGateway({
+          slow__wait: {
+            run: async () => {
+              // Each call takes TTL − 1 s; the batch of two outlasts the TTL. A sweep at each call's end.
+              stack.clock.advance((TTL_SECONDS - 1) * 1000);
+              await ledger.holds.releaseExpired();
+              held.push((await ledger.ledger.balance(wallet.address)).heldSpend);
+            },
+          },
         }),
       });
       const principal: AuthPrincipal = { address: wallet.address, method: 'jwt', operator: false };

@@ -263,6 +263,8 @@ export async function internalKeyStack(
     logs?: Writable;
     reflectPipeline?: ReflectPipeline;
     selfImprovement?: Partial<SigilConfig['runtime']['selfImprovement']>;
+    /** Replicas' settings (database.shared, leaseSeconds, …). */
+    database?: ConfigOverrides['database'];
   },
 ): Promise<{ stack: Stack; close(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'sigil-chat-'));
@@ -272,6 +274,7 @@ export async function internalKeyStack(
     ...(options.logs ? { logs: options.logs } : {}),
     ...(options.reflectPipeline ? { reflectPipeline: options.reflectPipeline } : {}),
     config: {
+      ...(options.database ? { database: options.database } : {}),
       vault: { persistenceDir: dir },
       ledger: { minimumBalance: '0' } as never,
       runtime: {
