@@ -279,6 +279,9 @@ export async function internalKeyStack(
       ledger: { minimumBalance: '0' } as never,
       runtime: {
         providerApiKey: options.operatorKey,
+        // Tests send a hundred messages at once on a loaded machine: the client's pooled sockets must
+        // not meet the server's keep-alive close halfway (an unretried POST then fails ECONNRESET).
+        http: { keepAliveTimeoutMs: 120_000 },
         chat: { internalKey: true, ...options.chat } as never,
         ...(options.history ? { history: options.history as never } : {}),
         ...(options.selfImprovement ? { selfImprovement: options.selfImprovement as never } : {}),
