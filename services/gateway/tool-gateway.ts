@@ -120,9 +120,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     plugins: kernel.plugins,
     logger,
     secretsFor: (key) =>
-      key.wallet.startsWith('0x')
-        ? vault.get(key.wallet, key.serverId).then((stored) => stored.values)
-        : Promise.resolve({}),
+      key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({ values: {} }),
     registry: kernel.secrets,
     probeTimeoutMs: settings.mcp.probeTimeoutSeconds * 1000,
     onProtocolChanged: (launch, protocol) =>
@@ -151,6 +149,12 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     maxRunning: settings.maxRunningServers,
     queueLength: callLimits.queueLength,
     queueWaitMs: callLimits.queueWaitSeconds * 1000,
+    // A change through this replica stops the process at once (secretsRouter's onChange); one through
+    // another is seen here within SECRETS_VERSION_TTL_MS.
+    outdated: async (key, server) => {
+      const started = server.injected.version;
+      return started !== undefined && (await vault.version(key.wallet, key.serverId)) > started;
+    },
     logger,
   });
   // The longest a paid call may take from its reservation: queued, then run to its time limit.
