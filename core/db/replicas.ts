@@ -50,6 +50,11 @@ export class Replica {
     return replica;
   }
 
+  /** Whether replicas share the database (`database.shared`): state kept per process is not shared. */
+  get shared(): boolean {
+    return this.settings.shared;
+  }
+
   /** Records which services this process serves (for people reading `replicas`). */
   async serving(services: readonly string[]): Promise<void> {
     this.services = services.join(',');

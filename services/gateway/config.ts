@@ -17,7 +17,15 @@ export const gatewaySchema = serviceSchema(8402)
       .string()
       .min(32)
       .optional()
-      .describe('Master key for per-wallet secrets; secrets are memory-only without it'),
+      .describe(
+        'Master key for per-wallet secrets: the same on every replica; without it secrets are memory-only, and the gateway refuses to start where they live in the database',
+      ),
+    secretsStore: z
+      .enum(['auto', 'database'])
+      .default('auto')
+      .describe(
+        'Where per-wallet secrets live. auto: in the database when replicas share it (database.shared), else as files under VAULT_PERSISTENCE_DIR with GATEWAY_SECRET_KEY, else in memory. database: in the database always. Both need GATEWAY_SECRET_KEY in the database (docs/secrets.md)',
+      ),
     catalogFile: z
       .string()
       .optional()
@@ -191,6 +199,7 @@ export const GATEWAY_SESSION = {
 export const GATEWAY_ENV: EnvOverrides = {
   ...serviceEnv('GATEWAY', 'gateway'),
   GATEWAY_SECRET_KEY: { path: 'gateway.secretKey', coerce: asString },
+  GATEWAY_SECRETS_STORE: { path: 'gateway.secretsStore', coerce: asString },
   OPERATOR_WALLETS: { path: 'gateway.operatorWallets', coerce: asList },
   ERC8128_ENFORCE_OPERATOR_MCP: { path: 'gateway.erc8128EnforceOperatorMcp', coerce: asBool },
   GATEWAY_WARMUP: { path: 'gateway.warmupAtStart', coerce: asBool },

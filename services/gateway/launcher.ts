@@ -52,8 +52,11 @@ export const PIN_MOVED = 'pin_moved';
 export interface LauncherOptions {
   plugins: PluginHost;
   logger: Logger;
-  /** The wallet's stored secrets for a server (decrypted), or nothing for an anonymous caller. */
-  secretsFor(key: ServerKey): Promise<Record<string, string>>;
+  /**
+   * The wallet's stored secrets for a server (decrypted) and their version, or no values and no
+   * version for an anonymous caller.
+   */
+  secretsFor(key: ServerKey): Promise<{ values: Record<string, string>; version?: number }>;
   /** Log lines scrub a process's secrets while it runs (from before it starts until it has ended). */
   registry: SecretRegistry;
   /**
@@ -134,7 +137,9 @@ export class SandboxedServers implements ServerProber {
     handshake: Handshake,
   ): Promise<Started> {
     // A verification probe runs with no wallet and so with no secrets: many servers list tools without them.
-    const secrets = withSecrets ? await this.declaredSecrets(key, entry) : {};
+    const { values: secrets, version } = withSecrets
+      ? await this.declaredSecrets(key, entry)
+      : { values: {} };
     const env = { ...entry.env, ...secrets };
     // Every encoding of the secrets, computed once per process: each of its results is redacted with it.
     const redactor = Redactor.of(Object.values(secrets));
@@ -145,7 +150,7 @@ export class SandboxedServers implements ServerProber {
         entry,
         installed,
         env,
-        { names: Object.keys(secrets), redactor },
+        { names: Object.keys(secrets), redactor, ...(version !== undefined && { version }) },
         release,
         handshake,
       );
@@ -314,8 +319,12 @@ export class SandboxedServers implements ServerProber {
    * Only the secrets the catalog declares reach the process, as environment variables (never files).
    * A required one that is missing stops the start with a message naming it and how to set it.
    */
-  private async declaredSecrets(key: ServerKey, entry: CatalogEntry): Promise<Record<string, string>> {
-    const stored = entry.secrets.length === 0 ? {} : await this.options.secretsFor(key);
+  private async declaredSecrets(
+    key: ServerKey,
+    entry: CatalogEntry,
+  ): Promise<{ values: Record<string, string>; version?: number }> {
+    if (entry.secrets.length === 0) return { values: {} };
+    const { values: stored, version } = await this.options.secretsFor(key);
     const missing = entry.secrets
       .filter((secret) => secret.required && stored[secret.name] === undefined)
       .map((secret) => secret.name);
@@ -329,11 +338,12 @@ export class SandboxedServers implements ServerProber {
         },
       );
     }
-    return Object.fromEntries(
+    const values = Object.fromEntries(
       entry.secrets
         .filter((secret) => stored[secret.name] !== undefined)
         .map((secret) => [secret.name, stored[secret.name] as string]),
     );
+    return { values, ...(version !== undefined && { version }) };
   }
 
   /**

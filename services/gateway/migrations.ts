@@ -170,4 +170,22 @@ export const gatewayMigrations: readonly Migration[] = [
     },
   },
   retryClaimerMigration('0170-payment-settlement-claimer', 'payment_settlements'),
+  {
+    name: '0180-gateway-secrets',
+    async up(db) {
+      // A wallet's secrets for one server, shared by every replica: under the HMAC lookup key of
+      // (wallet, server), never the address; sealed under GATEWAY_SECRET_KEY as the files were. A
+      // delete keeps the row (sealed null) so that `version` only grows: a process started with
+      // version n is known outdated by any later change, a delete and a new put included.
+      await db.schema.createTable('gateway_secrets', (t) => {
+        t.string('lookup', 64).primary();
+        t.text('sealed').nullable();
+        t.bigInteger('version').notNullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+    },
+    async down(db) {
+      await db.schema.dropTableIfExists('gateway_secrets');
+    },
+  },
 ];

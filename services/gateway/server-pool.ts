@@ -13,8 +13,11 @@ export interface RunningServer {
    * a modern server may answer that it needs input first.
    */
   callTool(name: string, args: Record<string, unknown>, options: CallToolOptions): Promise<ToolCallOutcome>;
-  /** The wallet's secrets this process was started with: names for proofs, and their redaction. */
-  injected: { names: readonly string[]; redactor: Redactor };
+  /**
+   * The wallet's secrets this process was started with: names for proofs, their redaction, and the
+   * version of the wallet's stored secrets they were read at (none: it read none).
+   */
+  injected: { names: readonly string[]; redactor: Redactor; version?: number };
   /** Settles when the process has ended, for whatever reason. */
   exited: Promise<unknown>;
   kill(): Promise<void>;
@@ -39,6 +42,11 @@ export interface ServerPoolOptions<Key extends ServerKey = ServerKey> {
   queueLength: number;
   /** How long a call waits for a process before it is refused (503). */
   queueWaitMs: number;
+  /**
+   * Whether a warm process must not serve another call: what it was started with has changed since
+   * (its wallet's secrets, perhaps through another replica). It is stopped, and the call gets a new one.
+   */
+  outdated?(key: Key, server: RunningServer): Promise<boolean>;
   logger: Logger;
 }
 
@@ -103,13 +111,21 @@ export class ServerPool<Key extends ServerKey = ServerKey> {
    * fresh process of its own, stopped when `work` ends (nothing it keeps reaches another call).
    */
   async use<T>(key: Key, work: (server: RunningServer) => Promise<T>, oneShot = false): Promise<T> {
-    const slot = this.acquire(key, oneShot, false) ?? (await this.queue(key, oneShot));
-    try {
-      return await work(await slot.server);
-    } finally {
-      slot.busy -= 1;
-      if (oneShot) void this.stop(slot, 'its one call ended');
-      else if (this.slots.get(slot.id) === slot) this.released(slot);
+    for (;;) {
+      const slot = this.acquire(key, oneShot, false) ?? (await this.queue(key, oneShot));
+      try {
+        const server = await slot.server;
+        if (!oneShot && (await this.options.outdated?.(key, server))) {
+          // Calls that joined it meanwhile find it outdated too; only the first stops it.
+          if (this.slots.get(slot.id) === slot) void this.stop(slot, 'outdated');
+          continue;
+        }
+        return await work(server);
+      } finally {
+        slot.busy -= 1;
+        if (oneShot) void this.stop(slot, 'its one call ended');
+        else if (this.slots.get(slot.id) === slot) this.released(slot);
+      }
     }
   }
 

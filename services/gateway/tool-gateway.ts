@@ -25,7 +25,7 @@ import { buildInfo } from '../shared/build-info.ts';
 import { ProofSigner } from './proofs.ts';
 import { RequestStates } from './request-state.ts';
 import { secretsRouter } from './secrets/routes.ts';
-import { SecretVault } from './secrets/vault.ts';
+import { openSecretVault } from './secrets/vault.ts';
 import { verifyRouter } from './verify.ts';
 
 export interface ToolGateway {
@@ -34,7 +34,10 @@ export interface ToolGateway {
   /** Everything else: REST, proof verification, payments, secrets. */
   routers: Router[];
   warmup: Warmup;
-  /** Recovers unfinished payments and starts retrying pending settlements. */
+  /**
+   * Imports the secret files into the database (when both are configured), recovers unfinished
+   * payments and starts retrying pending settlements.
+   */
   start(): Promise<void>;
   /** Stops the settlement worker and every MCP server process. */
   close(): Promise<void>;
@@ -103,16 +106,21 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     includeDefaults: settings.includeDefaultCatalog,
     ...(settings.catalogFile ? { file: settings.catalogFile } : {}),
   });
-  const vault = new SecretVault({
+  const secrets = openSecretVault({
     masterKey: settings.secretKey,
     persistenceDir: kernel.config.vault.persistenceDir,
+    store: settings.secretsStore,
+    shared: kernel.replica.shared,
+    db: kernel.db,
+    clock: kernel.clock,
     logger,
   });
+  const { vault } = secrets;
   const launcher = new SandboxedServers({
     plugins: kernel.plugins,
     logger,
     secretsFor: (key) =>
-      key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({}),
+      key.wallet.startsWith('0x') ? vault.get(key.wallet, key.serverId) : Promise.resolve({ values: {} }),
     registry: kernel.secrets,
     probeTimeoutMs: settings.mcp.probeTimeoutSeconds * 1000,
     onProtocolChanged: (launch, protocol) =>
@@ -141,6 +149,12 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     maxRunning: settings.maxRunningServers,
     queueLength: callLimits.queueLength,
     queueWaitMs: callLimits.queueWaitSeconds * 1000,
+    // A change through this replica stops the process at once (secretsRouter's onChange); one through
+    // another is seen here within SECRETS_VERSION_TTL_MS.
+    outdated: async (key, server) => {
+      const started = server.injected.version;
+      return started !== undefined && (await vault.version(key.wallet, key.serverId)) > started;
+    },
     logger,
   });
   // The longest a paid call may take from its reservation: queued, then run to its time limit.
@@ -232,6 +246,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     ],
     warmup,
     start: async () => {
+      await secrets.start();
       warmup.startSchedule();
       if (!payments) return;
       await payments.recover();

@@ -160,6 +160,9 @@ export type ConfigOverrides = {
     : Partial<SigilConfigInput[K]>;
 };
 
+/** The GATEWAY_SECRET_KEY of test kernels (a test may give another, or none: `secretKey: undefined`). */
+export const TEST_GATEWAY_SECRET_KEY = 'test-gateway-secret-key-0123456789abcdef';
+
 export interface TestKernelOptions {
   database?: TestDatabase;
   config?: ConfigOverrides;
@@ -174,11 +177,13 @@ export interface TestKernelOptions {
 /** A real kernel (real database, real plugins) on a fresh database, closed and dropped by `close`. */
 export async function openTestKernel(options: TestKernelOptions = {}): Promise<Kernel> {
   const database = (options.database ?? sqlite).fresh();
-  // No warmup: tests that want MCP servers install their own from a local registry.
+  // No warmup: tests that want MCP servers install their own from a local registry. One secret key
+  // for every test gateway: a gateway whose replicas share the database (PostgreSQL) needs one, and
+  // two test gateways on one database must agree on it.
   const raw: Record<string, unknown> = {
     database: { url: database.url },
     log: { level: options.logDestination ? 'debug' : 'silent' },
-    gateway: { warmupAtStart: false },
+    gateway: { warmupAtStart: false, secretKey: TEST_GATEWAY_SECRET_KEY },
   };
   for (const [section, values] of Object.entries(options.config ?? {}) as [string, unknown][]) {
     const isObject = typeof values === 'object' && values !== null && !Array.isArray(values);

@@ -28,7 +28,8 @@ export const deleteQuery = z
 /**
  * `POST`/`GET`/`DELETE /api/secrets/:serverId`: a wallet's secrets for one server. Only names the
  * catalog declares for that server are accepted (so no one sets NODE_OPTIONS or LD_PRELOAD), values
- * are never returned, and a change restarts the wallet's process of that server on its next call.
+ * are never returned, and a change stops the wallet's process of that server here at once (`onChange`);
+ * other replicas restart theirs before its next call within SECRETS_VERSION_TTL_MS (tool-gateway.ts).
  */
 export function secretsRouter(deps: {
   catalog: Catalog;

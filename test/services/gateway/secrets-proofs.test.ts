@@ -1,7 +1,8 @@
-import { chmodSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
+import { openDatabase } from '../../../core/db/database.ts';
 import { PROOF_META_KEY, type ExecutionProof } from '../../../services/gateway/proofs.ts';
 import type { Serving } from '../../../services/serve.ts';
 import { describeEachDatabase, stickyDatabase, type TestDatabase } from '../../support/kernel.ts';
@@ -172,11 +173,20 @@ describeEachDatabase('gateway proofs and secrets', (fresh: TestDatabase) => {
     }
   });
 
-  it('keeps secrets as ciphertext only, and the canary appears in no log line or response', () => {
-    const files = readdirSync(join(vaultDir, 'gateway-secrets'));
-    expect(files.length).to.be.greaterThan(0);
-    for (const file of files) {
-      const content = readFileSync(join(vaultDir, 'gateway-secrets', file), 'utf8');
+  it('keeps secrets as ciphertext only (files on one machine, the database where replicas share it), and the canary appears in no log line or response', async () => {
+    const dir = join(vaultDir, 'gateway-secrets');
+    const files = existsSync(dir)
+      ? readdirSync(dir).map((file) => readFileSync(join(dir, file), 'utf8'))
+      : [];
+    const { url, schema } = database.fresh();
+    const db = await openDatabase({ url, ...(schema !== undefined && { schema }) });
+    const rows = ((await db('gateway_secrets').select()) as unknown[]).map((row) => JSON.stringify(row));
+    await db.destroy();
+    // SQLite is one machine by default; PostgreSQL is shared by default (database.shared).
+    const [kept, none] = database.name === 'postgres' ? [rows, files] : [files, rows];
+    expect(kept.length).to.be.greaterThan(0);
+    expect(none).to.deep.equal([]);
+    for (const content of kept) {
       expect(content).not.to.include(canary);
       expect(content).not.to.match(/0x[0-9a-fA-F]{40}/); // no wallet address either
     }

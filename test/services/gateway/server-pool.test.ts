@@ -52,6 +52,7 @@ describe('server pool', function () {
       queueLength?: number;
       queueWaitMs?: number;
       launch?: () => Promise<RunningServer>;
+      outdated?: (key: ServerKey, server: RunningServer) => Promise<boolean>;
     } = {},
   ) =>
     new ServerPool({
@@ -63,6 +64,7 @@ describe('server pool', function () {
       maxRunning: options.maxRunning ?? 4,
       queueLength: options.queueLength ?? 0,
       queueWaitMs: options.queueWaitMs ?? 0,
+      ...(options.outdated && { outdated: options.outdated }),
       logger: quietLogger(),
     });
 
@@ -91,6 +93,28 @@ describe('server pool', function () {
     const [a, b] = await Promise.all([instanceOf(key('probe', '0xA')), instanceOf(key('probe', '0xB'))]);
     expect(a).not.to.equal(b);
     expect(pool.running()).to.have.length(2);
+  });
+
+  it('replaces a warm process that is outdated (its secrets changed) before its next call', async () => {
+    let current = 1;
+    pool = newPool({
+      launch: async () => ({
+        ...(await launchProbe()),
+        injected: { names: [], redactor: Redactor.none, version: current },
+      }),
+      outdated: async (_key, server) => (server.injected.version ?? 0) < current,
+    });
+    const k = key('probe', '0x0000000000000000000000000000000000000001');
+    const old = await pool.use(k, async (server) => server);
+    const first = await instanceOf(k);
+    expect(await instanceOf(k)).to.equal(first);
+    current = 2;
+    const second = await instanceOf(k);
+    expect(second).to.not.equal(first);
+    await old.exited; // the outdated process was stopped, not left running
+    expect(launches).to.have.length(2);
+    expect(pool.running()).to.have.length(1);
+    expect(await instanceOf(k)).to.equal(second);
   });
 
   it('stops a process after the inactivity period', async () => {
