@@ -16,8 +16,10 @@
  *   MCP 2025-11-25 and at 2026-07-28 (the envelope in `_meta`, the standard headers), compared pair by
  *   pair.
  *
- * The scenarios' order turns by one place from run to run, so no scenario always runs after the same
- * one; ratios and differences pair the runs of one round.
+ * Each 2026-07-28 scenario runs right after its 2025-11-25 pair, or right before it every other round:
+ * a pair sees the same state of the machine and neither revision always goes first. The order of the
+ * scenarios (a pair as one) turns by one place from round to round and is reversed every other round,
+ * so no scenario always runs after the same one; ratios and differences pair the runs of one round.
  *
  * Cold scenarios: the first `tools/call` after a gateway restart (package in the registry cache, server
  * verified), and `tools/call`s after the warm process was stopped for inactivity, each alternating
@@ -417,6 +419,14 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       .filter((s) => s.name.endsWith(`, MCP ${MODERN_REVISION}`))
       .map((modern) => ({ modern, legacy: modern.name.replace(`, MCP ${MODERN_REVISION}`, '') }));
     const [directSandboxed, , floor, ...gateways] = scenarios;
+    // Turning alone keeps every scenario's neighbours, and ran 2025-11-25 first in most rounds.
+    const units = scenarios
+      .filter((s) => !revisionPairs.some((pair) => pair.modern === s))
+      .map((s) => [s, ...revisionPairs.filter((pair) => pair.legacy === s.name).map((pair) => pair.modern)]);
+    const roundOrder = (run: number) => {
+      const order = rotated(units, run).flat();
+      return run % 2 === 0 ? order : order.reverse();
+    };
     for (const scenario of scenarios)
       if (scenario.target.kind === 'http') await load(scenario.target, 50, true);
     for (const concurrency of [1, 50]) {
@@ -424,7 +434,7 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       for (let run = 0; run < RUNS; run++) {
         // Each run in another order: a scenario's runs are not always the ones after the same other
         // scenario (garbage left by the one before, a server process just gone idle).
-        for (const scenario of rotated(scenarios, run)) {
+        for (const scenario of roundOrder(run)) {
           (runs.get(scenario.name) as Run[]).push(
             await load(scenario.target, concurrency, false, scenario.name),
           );
