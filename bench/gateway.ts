@@ -14,10 +14,13 @@
  * - gateway: `tools/call` of `echo` through POST /mcp/server/probe (anonymous) and through POST /mcp
  *   with a wallet token and an X-MCP-Session in which the server is enabled (`probe__echo`), each at
  *   MCP 2025-11-25 and at 2026-07-28 (the envelope in `_meta`, the standard headers), compared pair by
- *   pair.
+ *   pair; at 1 in flight also with their calls interleaved one by one in the same runs (the target's
+ *   rows there: a run's drift is larger than the revisions' difference).
  *
- * The scenarios' order turns by one place from run to run, so no scenario always runs after the same
- * one; ratios and differences pair the runs of one round.
+ * Each 2026-07-28 scenario runs right after its 2025-11-25 pair, or right before it every other round:
+ * a pair sees the same state of the machine and neither revision always goes first. The order of the
+ * scenarios (a pair as one) turns by one place from round to round and is reversed every other round,
+ * so no scenario always runs after the same one; ratios and differences pair the runs of one round.
  *
  * Cold scenarios: the first `tools/call` after a gateway restart (package in the registry cache, server
  * verified), and `tools/call`s after the warm process was stopped for inactivity, each alternating
@@ -69,8 +72,11 @@ export interface GatewayMeasurement {
   rps: number;
   p50Ms: number;
   p99Ms: number;
-  /** The serving process's CPU per call: the gateway's, the relay's, or (direct rows) the MCP server's. */
-  serverCpuUsPerRequest: number;
+  /**
+   * The serving process's CPU per call: the gateway's, the relay's, or (direct rows) the MCP server's;
+   * absent where one run serves both revisions.
+   */
+  serverCpuUsPerRequest?: number;
   /** The MCP server process's CPU per call (the sandbox's whole process tree). */
   mcpServerCpuUsPerCall?: number;
   /** For rows that check a target: what it is and whether the medians meet it. */
@@ -79,16 +85,26 @@ export interface GatewayMeasurement {
   /** Measured calls per run (after `warmupCalls` unmeasured ones). */
   callsPerRun?: number;
   warmupCalls?: number;
-  /** The per-run figures the medians come from. */
-  runs?: { rps: number; p50Ms: number; p99Ms: number; serverCpuUs: number; mcpServerCpuUs?: number }[];
+  /** The per-run figures the medians come from (of calls interleaved, the 2025-11-25 ones in `versus`). */
+  runs?: (Sample & { mcpServerCpuUs?: number; versus?: Sample })[];
 }
 
 type Target = LoadOptions['target'];
+interface Scenario {
+  name: string;
+  target: Target;
+}
+type HttpTarget = NonNullable<LoadOptions['versus']>;
 
-interface Run {
+/** What a run says of one scenario's calls. */
+interface Sample {
   rps: number;
   p50Ms: number;
   p99Ms: number;
+  serverCpuUs?: number;
+}
+
+interface Run extends Sample {
   serverCpuUs: number;
   mcpServerCpuUs?: number;
 }
@@ -161,6 +177,58 @@ function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayM
   log(measurement);
   return measurement;
 }
+
+const sampleOf = (figures: { rps: number; p50: number; p99: number }): Sample => ({
+  rps: figures.rps,
+  p50Ms: figures.p50,
+  p99Ms: figures.p99,
+});
+
+/**
+ * The row comparing a 2026-07-28 scenario with the same endpoint at 2025-11-25 (`legacy`) from the
+ * samples measured together, `mine[i]` with `base[i]`: one round's runs of each (`paired`), or one run
+ * of their calls interleaved (no CPU of its own for either; the row keeps the runs). Medians of the
+ * req/s ratios and of the differences; `target`: the row checks the target.
+ */
+function revisionRow(
+  legacy: string,
+  concurrency: number,
+  {
+    mine,
+    base,
+    interleaved,
+    target,
+  }: { mine: Sample[]; base: Sample[]; interleaved: boolean; target: boolean },
+): GatewayMeasurement {
+  const paired = (pick: (sample: Sample) => number) =>
+    median(mine.map((sample, i) => pick(sample) - pick(base[i] as Sample)));
+  const ratio = median(mine.map((sample, i) => sample.rps / (base[i] as Sample).rps));
+  const row: GatewayMeasurement = {
+    scenario: `MCP ${MODERN_REVISION} − 2025-11-25 (${legacy.replace('gateway: ', '')}, ${interleaved ? 'calls interleaved' : 'paired'}): ${Math.round(ratio * 100)} % of its req/s`,
+    concurrency,
+    rps: Math.round(median(mine.map((sample) => sample.rps))),
+    p50Ms: ms(paired((sample) => sample.p50Ms)),
+    p99Ms: ms(paired((sample) => sample.p99Ms)),
+    ...(!interleaved && {
+      serverCpuUsPerRequest: Math.round(paired((sample) => sample.serverCpuUs as number)),
+    }),
+    // The noise of a paired run on this machine is a few per cent either way.
+    ...(target && { target: 'not slower: ≥ 95 % of the 2025-11-25 req/s', met: ratio >= 0.95 }),
+    ...(interleaved && {
+      callsPerRun: CALLS,
+      warmupCalls: WARMUP,
+      runs: mine.map((sample, i) => ({ ...rounded(sample), versus: rounded(base[i] as Sample) })),
+    }),
+  };
+  process.stdout.write(`${JSON.stringify({ ...row, runs: undefined })}\n`);
+  return row;
+}
+
+const rounded = (sample: Sample): Sample => ({
+  rps: Math.round(sample.rps),
+  p50Ms: ms(sample.p50Ms),
+  p99Ms: ms(sample.p99Ms),
+});
 
 /** A tools/call of `tool`; `modern`: at MCP 2026-07-28, its envelope in `_meta` as an SDK v2 client sends it. */
 export const callBody = (tool: string, modern = false) =>
@@ -381,14 +449,14 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       tool: string,
       headers: Record<string, string> = {},
       modern = false,
-    ): Target => ({
+    ): HttpTarget => ({
       kind: 'http',
       url: target,
       body: callBody(tool, modern),
       headers: { ...mcpHeaders, ...headers, ...(modern ? modernHeaders(tool) : {}) },
       expect: 'bench',
     });
-    const scenarios: { name: string; target: Target }[] = [
+    const scenarios: Scenario[] = [
       { name: 'direct: SDK client → server over stdio (sandboxed)', target: direct(true) },
       { name: 'direct: SDK client → server over stdio (plain)', target: direct(false) },
       {
@@ -415,8 +483,19 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
     /** Each 2026-07-28 scenario and the same endpoint at 2025-11-25, paired run by run. */
     const revisionPairs = scenarios
       .filter((s) => s.name.endsWith(`, MCP ${MODERN_REVISION}`))
-      .map((modern) => ({ modern, legacy: modern.name.replace(`, MCP ${MODERN_REVISION}`, '') }));
+      .map((modern) => {
+        const name = modern.name.replace(`, MCP ${MODERN_REVISION}`, '');
+        return { modern, legacy: scenarios.find((s) => s.name === name) as Scenario };
+      });
     const [directSandboxed, , floor, ...gateways] = scenarios;
+    // Turning alone keeps every scenario's neighbours, and ran 2025-11-25 first in most rounds.
+    const units = scenarios
+      .filter((s) => !revisionPairs.some((pair) => pair.modern === s))
+      .map((s) => [s, ...revisionPairs.filter((pair) => pair.legacy === s).map((pair) => pair.modern)]);
+    const roundOrder = (run: number) => {
+      const order = rotated(units, run).flat();
+      return run % 2 === 0 ? order : order.reverse();
+    };
     for (const scenario of scenarios)
       if (scenario.target.kind === 'http') await load(scenario.target, 50, true);
     for (const concurrency of [1, 50]) {
@@ -424,7 +503,7 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       for (let run = 0; run < RUNS; run++) {
         // Each run in another order: a scenario's runs are not always the ones after the same other
         // scenario (garbage left by the one before, a server process just gone idle).
-        for (const scenario of rotated(scenarios, run)) {
+        for (const scenario of roundOrder(run)) {
           (runs.get(scenario.name) as Run[]).push(
             await load(scenario.target, concurrency, false, scenario.name),
           );
@@ -433,24 +512,39 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       for (const scenario of scenarios)
         results.push(summarize(scenario.name, concurrency, runs.get(scenario.name) as Run[]));
       for (const { modern, legacy } of revisionPairs) {
-        const mine = runs.get(modern.name) as Run[];
-        const base = runs.get(legacy) as Run[];
-        const ratio = median(mine.map((r, i) => r.rps / (base[i] as Run).rps));
-        const row: GatewayMeasurement = {
-          scenario: `MCP ${MODERN_REVISION} − 2025-11-25 (${legacy.replace('gateway: ', '')}, paired): ${Math.round(ratio * 100)} % of its req/s`,
-          concurrency,
-          rps: Math.round(median(mine.map((r) => r.rps))),
-          p50Ms: ms(median(mine.map((r, i) => r.p50Ms - (base[i] as Run).p50Ms))),
-          p99Ms: ms(median(mine.map((r, i) => r.p99Ms - (base[i] as Run).p99Ms))),
-          serverCpuUsPerRequest: Math.round(
-            median(mine.map((r, i) => r.serverCpuUs - (base[i] as Run).serverCpuUs)),
-          ),
-          // The noise of a paired run on this machine is a few per cent either way.
-          target: 'not slower: ≥ 95 % of the 2025-11-25 req/s',
-          met: ratio >= 0.95,
-        };
-        process.stdout.write(`${JSON.stringify(row)}\n`);
-        results.push(row);
+        results.push(
+          revisionRow(legacy.name, concurrency, {
+            mine: runs.get(modern.name) as Run[],
+            base: runs.get(legacy.name) as Run[],
+            interleaved: false,
+            target: concurrency !== 1,
+          }),
+        );
+      }
+      // At one in flight a run's req/s is its latency's inverse, and the drift of the 2-vCPU machine
+      // from run to run (a quiet machine's runs of one scenario spread ±20 %) is larger than what the
+      // revisions differ by (µs per call): the target is checked on calls interleaved one by one.
+      if (concurrency === 1) {
+        for (const { modern, legacy } of revisionPairs) {
+          const mine: Sample[] = [];
+          const base: Sample[] = [];
+          if (legacy.target.kind !== 'http') throw new Error(`${legacy.name}: not an HTTP target`);
+          for (let run = 0; run < RUNS; run++) {
+            const { versus, ...own } = await mcpLoad({
+              target: modern.target,
+              versus: legacy.target,
+              total: CALLS,
+              concurrency,
+              warmup: WARMUP,
+            });
+            if (!versus) throw new Error('the load process measured no interleaved calls');
+            mine.push(sampleOf(own));
+            base.push(sampleOf(versus));
+          }
+          results.push(
+            revisionRow(legacy.name, concurrency, { mine, base, interleaved: true, target: true }),
+          );
+        }
       }
       for (const gateway of gateways) {
         const mine = runs.get(gateway.name) as Run[];

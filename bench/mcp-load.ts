@@ -11,7 +11,9 @@
  *   reports the server's CPU over the measured calls, from /proc.
  *
  * Keeps `concurrency` calls in flight, first `warmup` unmeasured calls, then `total` measured ones, and
- * prints `{ requests, seconds, rps, p50, p99, mcpServerCpuUs? }` (milliseconds) as JSON.
+ * prints `{ requests, seconds, rps, p50, p99, mcpServerCpuUs? }` (milliseconds) as JSON. With `versus`
+ * (another HTTP target, one call in flight) the two are called in turn and `versus` gets figures of its
+ * own (see LoadOptions).
  */
 import { spawn } from 'node:child_process';
 import { Agent, request } from 'node:http';
@@ -43,6 +45,13 @@ interface StdioTarget {
 
 export interface LoadOptions {
   target: HttpTarget | StdioTarget;
+  /**
+   * An HTTP target called in turn with `target` (HTTP too), one call in flight: every pair of calls
+   * has one of each, `target`'s first every other pair, so both meet the same moments of the machine,
+   * whose drift from one run to the next is larger than a few µs per call. `total` and `warmup` count
+   * pairs; each target's rps is its calls over the time they took.
+   */
+  versus?: HttpTarget;
   total: number;
   concurrency: number;
   warmup: number;
@@ -56,7 +65,11 @@ export interface LoadResult {
   p99: number;
   /** The MCP server's CPU over the measured calls (stdio targets only), in µs. */
   mcpServerCpuUs?: number;
+  /** With `versus`: its calls' figures. */
+  versus?: Figures;
 }
+
+type Figures = Pick<LoadResult, 'requests' | 'seconds' | 'rps' | 'p50' | 'p99'>;
 
 type Call = () => Promise<void>;
 
@@ -133,41 +146,72 @@ async function stdioCaller(target: StdioTarget): Promise<{ call: Call; close(): 
   };
 }
 
+/** The call's latency in milliseconds. */
+async function timed(call: Call): Promise<number> {
+  const started = process.hrtime.bigint();
+  await call();
+  return Number(process.hrtime.bigint() - started) / 1e6;
+}
+
 async function run(call: Call, count: number, concurrency: number): Promise<number[]> {
   const latencies: number[] = [];
   let next = 0;
   const worker = async () => {
     while (next < count) {
       next += 1;
-      const started = process.hrtime.bigint();
-      await call();
-      latencies.push(Number(process.hrtime.bigint() - started) / 1e6);
+      latencies.push(await timed(call));
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
   return latencies;
 }
 
+/** `pairs` pairs of calls, one of each, the first's first every other pair: each one's latencies. */
+async function interleaved(first: Call, second: Call, pairs: number): Promise<[number[], number[]]> {
+  const latencies: [number[], number[]] = [[], []];
+  for (let pair = 0; pair < pairs; pair += 1) {
+    const order = pair % 2 === 0 ? ([0, 1] as const) : ([1, 0] as const);
+    for (const which of order) latencies[which].push(await timed(which === 0 ? first : second));
+  }
+  return latencies;
+}
+
+/** Figures of calls that took `seconds` in all. */
+function figures(latencies: number[], seconds: number): Figures {
+  const sorted = [...latencies].sort((a, b) => a - b);
+  const pick = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
+  return { requests: sorted.length, seconds, rps: sorted.length / seconds, p50: pick(0.5), p99: pick(0.99) };
+}
+
 const options = JSON.parse(process.argv[2] ?? '{}') as LoadOptions;
-const caller =
-  options.target.kind === 'http'
-    ? httpCaller(options.target, options.concurrency)
-    : await stdioCaller(options.target);
-await run(caller.call, options.warmup, options.concurrency);
-const cpuBefore = descendants();
-const started = process.hrtime.bigint();
-const latencies = (await run(caller.call, options.total, options.concurrency)).sort((a, b) => a - b);
-const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-const mcpServerCpuUs = options.target.kind === 'stdio' ? cpuBetween(cpuBefore, descendants()) : undefined;
-await caller.close();
-const pick = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0;
-const result: LoadResult = {
-  requests: latencies.length,
-  seconds,
-  rps: latencies.length / seconds,
-  p50: pick(0.5),
-  p99: pick(0.99),
-  ...(mcpServerCpuUs === undefined ? {} : { mcpServerCpuUs }),
-};
+let result: LoadResult;
+if (options.versus) {
+  if (options.target.kind !== 'http' || options.concurrency !== 1)
+    throw new Error('versus: two HTTP targets, one call in flight');
+  const mine = httpCaller(options.target, 1);
+  const theirs = httpCaller(options.versus, 1);
+  await interleaved(mine.call, theirs.call, options.warmup);
+  const [own, other] = await interleaved(mine.call, theirs.call, options.total);
+  mine.close();
+  theirs.close();
+  const took = (latencies: number[]) => latencies.reduce((sum, ms) => sum + ms, 0) / 1000;
+  result = { ...figures(own, took(own)), versus: figures(other, took(other)) };
+} else {
+  const caller =
+    options.target.kind === 'http'
+      ? httpCaller(options.target, options.concurrency)
+      : await stdioCaller(options.target);
+  await run(caller.call, options.warmup, options.concurrency);
+  const cpuBefore = descendants();
+  const started = process.hrtime.bigint();
+  const latencies = await run(caller.call, options.total, options.concurrency);
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  const mcpServerCpuUs = options.target.kind === 'stdio' ? cpuBetween(cpuBefore, descendants()) : undefined;
+  await caller.close();
+  result = {
+    ...figures(latencies, seconds),
+    ...(mcpServerCpuUs === undefined ? {} : { mcpServerCpuUs }),
+  };
+}
 // Exit once the result is out: a pipe takes 64 KB at a time, and exit() would cut a longer one short.
 process.stdout.write(JSON.stringify(result), () => process.exit(0));

@@ -210,6 +210,16 @@ interface EnvelopeIssue {
 const CAPABILITY_MEMBERS = ['experimental', 'sampling', 'elicitation', 'roots', 'extensions'];
 
 /**
+ * `key` of an envelope is not `what` it must be. Not a closure in envelopeIssue: under tsx (esbuild's
+ * keepNames) each closure made per call costs a defineProperty, and every modern request is checked.
+ */
+const issue = (key: string, what: string, problem: string): EnvelopeIssue => ({
+  key,
+  problem,
+  expected: `${metaKeyName(key)} to be ${what}; ${problem === 'missing' ? 'it is missing' : `it is ${problem}`}`,
+});
+
+/**
  * The first problem of a claimed envelope, or undefined when it is well-formed: the required keys
  * first (a notification needs only the version), then the optional ones' types.
  */
@@ -217,11 +227,6 @@ function envelopeIssue(
   meta: Record<string, unknown>,
   kind: 'request' | 'notification',
 ): EnvelopeIssue | undefined {
-  const issue = (key: string, what: string, problem: string): EnvelopeIssue => ({
-    key,
-    problem,
-    expected: `${metaKeyName(key)} to be ${what}; ${problem === 'missing' ? 'it is missing' : `it is ${problem}`}`,
-  });
   const version = meta[ENVELOPE.protocolVersion];
   if (typeof version !== 'string' || version === '')
     return issue(ENVELOPE.protocolVersion, 'a protocol version string such as 2026-07-28', describe(version));
