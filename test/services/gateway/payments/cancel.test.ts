@@ -5,6 +5,8 @@ import { expect } from 'chai';
 import { describeEachDatabase } from '../../../support/kernel.ts';
 import { mcpClient, textOf, walletToken } from '../support.ts';
 import {
+  PAYMENT,
+  RECEIPT,
   anvilWorld,
   balances,
   cancelAuthorization,
@@ -16,9 +18,6 @@ import {
   stopSharedProbeWorld,
   type SettlementRecord,
 } from './support.ts';
-
-const PAYMENT = 'x402/payment';
-const RECEIPT = 'x402/payment-response';
 
 after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
 

@@ -17,10 +17,7 @@ import {
   ProbeWorld,
   textOf,
 } from '../support.ts';
-import { paidGateway, payingClient, settlementRows, type PaidGateway } from './support.ts';
-
-const PAYMENT = 'x402/payment';
-const RECEIPT = 'x402/payment-response';
+import { PAYMENT, RECEIPT, paidGateway, payingClient, settlementRows, type PaidGateway } from './support.ts';
 
 /**
  * A paid tool of an SDK v2 server that asks for input first (`input_required`): the round that asks is

@@ -7,6 +7,8 @@ import { PROOF_META_KEY } from '../../../../services/gateway/proofs.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
 import { mcpClient, mcpClientV2, textOf, walletToken } from '../support.ts';
 import {
+  PAYMENT,
+  RECEIPT,
   anvilWorld,
   paidGateway,
   payingClient,
@@ -14,9 +16,6 @@ import {
   stopSharedProbeWorld,
   type PaidGateway,
 } from './support.ts';
-
-const PAYMENT = 'x402/payment';
-const RECEIPT = 'x402/payment-response';
 
 after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
 

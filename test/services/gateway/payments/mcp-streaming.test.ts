@@ -7,10 +7,7 @@ import { startDevChain, type DevChain } from '../../../support/chain.ts';
 import { describeEachDatabase } from '../../../support/kernel.ts';
 import { EVERYTHING } from '../../../registries/npm/support.ts';
 import { everythingEntry, mcpClient, ProbeWorld, textOf, walletToken } from '../support.ts';
-import { paidGateway, payingClient, type PaidGateway } from './support.ts';
-
-const PAYMENT = 'x402/payment';
-const RECEIPT = 'x402/payment-response';
+import { PAYMENT, RECEIPT, paidGateway, payingClient, type PaidGateway } from './support.ts';
 
 /**
  * A paid call answered as an event stream pays as a JSON one does: refused unpaid before anything

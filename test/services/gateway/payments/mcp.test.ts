@@ -14,6 +14,8 @@ import {
 } from '../../../../services/gateway/proofs.ts';
 import { mcpClient, mcpClientV2, textOf, walletToken, type ProbeWorld } from '../support.ts';
 import {
+  PAYMENT,
+  RECEIPT,
   payingClient,
   paidGateway,
   refusal,
@@ -22,9 +24,6 @@ import {
   stopSharedProbeWorld,
   type PaidGateway,
 } from './support.ts';
-
-const PAYMENT = 'x402/payment';
-const RECEIPT = 'x402/payment-response';
 
 after(stopSharedProbeWorld); // root level: once every file has used the shared probe world
 

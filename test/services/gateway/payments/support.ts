@@ -60,6 +60,10 @@ export function payingClient(
   });
 }
 
+/** x402's MCP transport: the payment in a call's `_meta`, the receipt in its result's (as a client spells them). */
+export const PAYMENT = 'x402/payment';
+export const RECEIPT = 'x402/payment-response';
+
 export const pay = (client: x402Client, required: PaymentRequired): Promise<PaymentPayload> =>
   client.createPaymentPayload(required);
 

@@ -5,10 +5,8 @@ import { expect } from 'chai';
 import { startDevChain, type DevChain } from '../../../support/chain.ts';
 import { describeEachDatabase, type TestDatabase } from '../../../support/kernel.ts';
 import { hostileEntry, hostilePackage, mcpClient, ProbeWorld, textOf, walletToken } from '../support.ts';
-import { payingClient, paidGateway, settlementRows, type PaidGateway } from './support.ts';
+import { PAYMENT, RECEIPT, payingClient, paidGateway, settlementRows, type PaidGateway } from './support.ts';
 
-const PAYMENT = 'x402/payment';
-const RECEIPT = 'x402/payment-response';
 let facilitatorIndex = 7;
 
 /**
