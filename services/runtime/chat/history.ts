@@ -170,9 +170,7 @@ export class ConversationStore {
       answering_until: db.raw('? + ?', [databaseNowMs(db), claimMs]),
     });
     if (taken === 1) return claim;
-    throw (await db('chat_sessions').where({ id: sessionId }).first('id'))
-      ? sessionBusy()
-      : sessionGone(sessionId);
+    throw await notFree(db, sessionId);
   }
 
   /** Extends the claim to `claimMs` from now; false when it is no longer held (ran out, or taken). */
@@ -418,9 +416,7 @@ export class ConversationStore {
     await this.deps.db.transaction(async (trx) => {
       await takeChange(trx, session.wallet);
       if ((await this.free(trx('chat_sessions').where({ id: session.id })).update(UNCLAIMED)) === 0)
-        throw (await trx('chat_sessions').where({ id: session.id }).first('id'))
-          ? sessionBusy()
-          : sessionGone(session.id);
+        throw await notFree(trx, session.id);
       for (const listener of this.deletedListeners)
         for (const [kind, count] of Object.entries((await listener(refOf(session), trx, deletion)) ?? {}))
           removed[kind] = (removed[kind] ?? 0) + count;
@@ -536,6 +532,10 @@ const refOf = (session: StoredSession): SessionRef => ({
   wallet: session.wallet,
   agentId: session.agentId,
 });
+
+/** Why a session could not be taken free: a request is answering it, or it is gone. */
+const notFree = async (db: Knex, sessionId: string): Promise<SigilError> =>
+  (await db('chat_sessions').where({ id: sessionId }).first('id')) ? sessionBusy() : sessionGone(sessionId);
 
 /** The columns of a session no request claims. */
 const UNCLAIMED = { answering_by: null, answering_claim: null, answering_until: null };
