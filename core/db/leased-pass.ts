@@ -4,6 +4,7 @@ import type { Clock } from '../clock.ts';
 import type { Logger } from '../log.ts';
 import { PeriodicPass } from '../periodic.ts';
 import type { DatabaseLeases, Lease } from './leases.ts';
+import { Renewal } from './renewal.ts';
 
 /** What a leased pass runs with: its lease, a signal aborted once the lease is lost, and fenced writes. */
 export interface HeldLease {
@@ -76,28 +77,21 @@ export class LeasedPass {
     if (slot < this.firstSlot) return false;
     const lease = await leases.acquire(`${name}:${slot}`, holder, leaseMs);
     if (lease === undefined) return false;
-    const lost = new AbortController();
-    const renewal = setInterval(() => {
-      leases.renew(lease).then(
-        (held) => {
-          if (!held) lost.abort(leaseLost(lease.name));
-        },
-        (err: unknown) =>
-          logger.warn({ err: (err as Error).message, lease: lease.name }, 'lease not renewed'),
-      );
-    }, leaseMs / 3);
-    renewal.unref();
+    const renewal = new Renewal(leaseMs, () => leases.renew(lease), {
+      lost: () => leaseLost(lease.name),
+      failed: (err) => logger.warn({ err: (err as Error).message, lease: lease.name }, 'lease not renewed'),
+    });
     try {
       await this.options.job({
         lease,
-        signal: lost.signal,
+        signal: renewal.signal,
         fenced: (work) => leases.fenced(lease, work),
       });
     } catch (err) {
-      if (!lost.signal.aborted && !isLeaseLost(err)) throw err;
+      if (!renewal.signal.aborted && !isLeaseLost(err)) throw err;
       logger.info({ lease: lease.name }, 'lease lost mid-job: another replica takes the slot over');
     } finally {
-      clearInterval(renewal);
+      renewal.stop();
       await this.closeSlot(lease, slot);
     }
     return true;

@@ -3,6 +3,7 @@ import type { Logger } from '../log.ts';
 import { PeriodicPass } from '../periodic.ts';
 import type { Database } from './database.ts';
 import type { Migration } from './migrations/index.ts';
+import { Renewal } from './renewal.ts';
 import type { Replica } from './replicas.ts';
 
 /**
@@ -100,17 +101,17 @@ export class RetryQueue<Row extends { id: string }> {
    * renewal that fails (the database unreachable) is tried again at the next third.
    */
   async hold<T>(row: { id: string }, work: () => Promise<T>): Promise<T> {
-    const renewal = setInterval(() => {
-      this.open(row.id)
-        .where({ claimed_by: this.replica.id })
-        .update({ next_attempt_at: this.now() + this.options.claimMs })
-        .catch(() => undefined);
-    }, this.options.claimMs / 3);
-    renewal.unref();
+    const renewal = new Renewal(
+      this.options.claimMs,
+      async () =>
+        (await this.open(row.id)
+          .where({ claimed_by: this.replica.id })
+          .update({ next_attempt_at: this.now() + this.options.claimMs })) === 1,
+    );
     try {
       return await work();
     } finally {
-      clearInterval(renewal);
+      renewal.stop();
     }
   }
 

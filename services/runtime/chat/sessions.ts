@@ -1,4 +1,5 @@
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
+import { Renewal } from '../../../core/db/renewal.ts';
 import {
   alreadyAnswered,
   claimLost,
@@ -60,32 +61,24 @@ export const sessionNotFound = (agentId: string, id: string): SigilError =>
  * again at the next third: the append, fenced by the claim, stores nothing once it is lost.
  */
 export class SessionClaim {
-  private readonly lost = new AbortController();
-  private readonly renewal: NodeJS.Timeout;
+  private readonly renewal: Renewal;
 
   constructor(
-    private readonly store: ConversationStore,
-    private readonly sessionId: string,
+    store: ConversationStore,
+    sessionId: string,
     readonly id: string,
   ) {
-    this.renewal = setInterval(() => void this.renew(), store.claimMs / 3);
-    this.renewal.unref();
+    this.renewal = new Renewal(store.claimMs, () => store.renew(sessionId, id), { lost: claimLost });
   }
 
   /** Aborted, with `session_claim_lost`, once a renewal found the claim taken. */
   get signal(): AbortSignal {
-    return this.lost.signal;
+    return this.renewal.signal;
   }
 
   /** Ends the renewals (the request is finishing). */
   stop(): void {
-    clearInterval(this.renewal);
-  }
-
-  private async renew(): Promise<void> {
-    if (await this.store.renew(this.sessionId, this.id).catch(() => true)) return;
-    this.stop();
-    this.lost.abort(claimLost());
+    this.renewal.stop();
   }
 }
 
