@@ -10,6 +10,7 @@ import type { EgressAddresses } from '@sigil/plugin-api/egress';
 import { EgressProxy } from '@sigil/plugin-api/egress';
 import type { Engine } from './engine.ts';
 import { LABELS } from './owner.ts';
+import { createClaiming } from './uids.ts';
 
 /**
  * The way out of a container with an allow-list. The server's container has no network of its own:
@@ -80,38 +81,40 @@ export async function startEgress(input: EgressInput): Promise<Egress> {
   try {
     await proxy.listen();
     const port = config.egress.proxyPort;
-    forwarder = await engine.call('to create the egress forwarder', () =>
-      engine.api.createContainer(
-        hardenedContainer(
-          {
-            ...input.hardening,
-            // It runs no server code: a small share, on the engine's default runtime, whose loopback
-            // is the one the server's runtime joins.
-            limits: {
-              ...input.limits,
-              memoryBytes: 64 * MiB,
-              pids: 16,
-              tmpBytes: MiB,
-              // Two per connection of the server, which the proxy, not this, must refuse (503).
-              openFiles: 2 * input.limits.openFiles + 32,
-            },
-            runtime: 'runc',
-            networkMode: 'none',
-            labels: { ...input.hardening.labels, [LABELS.role]: 'egress' },
+    // The forwarder is the sandbox's first container: it claims the uid both run as.
+    forwarder = await createClaiming(
+      engine,
+      input.hardening.uid,
+      'to create the egress forwarder',
+      hardenedContainer(
+        {
+          ...input.hardening,
+          // It runs no server code: a small share, on the engine's default runtime, whose loopback
+          // is the one the server's runtime joins.
+          limits: {
+            ...input.limits,
+            memoryBytes: 64 * MiB,
+            pids: 16,
+            tmpBytes: MiB,
+            // Two per connection of the server, which the proxy, not this, must refuse (503).
+            openFiles: 2 * input.limits.openFiles + 32,
           },
-          {
-            image: input.image,
-            entrypoint: ['node', '/sigil-egress-forwarder.cjs', String(port), `/sigil-egress/${SOCKET}`],
-            cmd: [],
-            workingDir: '/',
-            env: [],
-            mounts: [
-              { ...readOnlyBind(FORWARDER), Target: '/sigil-egress-forwarder.cjs' },
-              { ...readOnlyBind(input.dir), Target: '/sigil-egress' },
-            ],
-            stdin: false,
-          },
-        ),
+          runtime: 'runc',
+          networkMode: 'none',
+          labels: { ...input.hardening.labels, [LABELS.role]: 'egress' },
+        },
+        {
+          image: input.image,
+          entrypoint: ['node', '/sigil-egress-forwarder.cjs', String(port), `/sigil-egress/${SOCKET}`],
+          cmd: [],
+          workingDir: '/',
+          env: [],
+          mounts: [
+            { ...readOnlyBind(FORWARDER), Target: '/sigil-egress-forwarder.cjs' },
+            { ...readOnlyBind(input.dir), Target: '/sigil-egress' },
+          ],
+          stdin: false,
+        },
       ),
     );
     await ready(engine, forwarder);

@@ -20,7 +20,7 @@ import { profileFor, syscallFilterStatus } from './seccomp-profile.ts';
 import { resolveProgram } from './program.ts';
 import { checkSpec, type CheckedSpec } from './spec.ts';
 import { attachStdio, fifoStdio, type ContainerStdio } from './stdio.ts';
-import { UidAllocator } from './uids.ts';
+import { createClaiming, UidAllocator } from './uids.ts';
 
 /** What the engine said of itself at the last contact; `status()` reads only this. */
 interface EngineState {
@@ -251,14 +251,32 @@ export class DockerRuntime implements SandboxRuntimeV2 {
     return join(this.config.stateDir, instanceDirName(this.owner));
   }
 
+  /**
+   * Launches `spec` under a uid no other container holds: one that neither the engine's list nor this
+   * runtime holds and, when another gateway claimed the same one an instant earlier (`uid_taken`),
+   * another, until the range has none left (each refused uid is left out of the next pick).
+   */
   private async launch(spec: CheckedSpec): Promise<DockerSandboxProcess> {
+    const refused = new Set<number>();
+    for (;;) {
+      try {
+        return await this.launchUnder(spec, refused);
+      } catch (error) {
+        const details = (error as SigilError).details;
+        if (details?.reason !== 'uid_taken') throw error;
+        refused.add(details.uid as number);
+      }
+    }
+  }
+
+  private async launchUnder(spec: CheckedSpec, refused: ReadonlySet<number>): Promise<DockerSandboxProcess> {
     const id = randomBytes(6).toString('hex');
     const limits: ContainerLimits = { ...DEFAULT_LIMITS, ...this.config.limits, ...spec.limits };
-    const [program, taken] = await Promise.all([
+    const [program, inUse] = await Promise.all([
       resolveProgram(spec.launch, { config: this.config, engine: this.engine, images: this.images }),
       uidsInUse(this.engine),
     ]);
-    const uid = this.uids.claim(taken);
+    const uid = this.uids.claim(new Set([...inUse, ...refused]));
     let egress: Egress | undefined;
     let container: Docker.Container | undefined;
     let stdio: ContainerStdio | undefined;
@@ -339,9 +357,12 @@ export class DockerRuntime implements SandboxRuntimeV2 {
           stdin: !fifo,
         },
       );
-      const created = await this.engine.call('to create the container', () =>
-        this.engine.api.createContainer({ ...options, name: `sigil-${id}` }),
-      );
+      // The sandbox's first container claims its uid (a forwarder, when there is one, did).
+      const created = egress
+        ? await this.engine.call('to create the container', () =>
+            this.engine.api.createContainer({ ...options, name: `sigil-${id}` }),
+          )
+        : await createClaiming(this.engine, uid, 'to create the container', options);
       container = created;
       stdio = fifo
         ? await fifoStdio(fifoDir, uid)

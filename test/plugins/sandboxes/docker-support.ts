@@ -1,9 +1,12 @@
 import { dirname } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type Docker from 'dockerode';
 import type { SandboxExit, SandboxLimits, SandboxSpecV2 } from '@sigil/plugin-api';
 import { SANDBOX_PROBE_FILE } from '@sigil/plugin-api/kit';
+import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
 import { configSchema, DockerRuntime } from '../../../plugins/sandboxes/docker/index.ts';
 import type { DockerSandboxProcess } from '../../../plugins/sandboxes/docker/docker-process.ts';
+import type { Owner } from '../../../plugins/sandboxes/docker/owner.ts';
 import { testEngine, type TestEngine } from '../../support/docker.ts';
 import { quietLogger } from '../../support/kernel.ts';
 
@@ -20,8 +23,11 @@ export class DockerProbes {
     this.engine = await testEngine();
   }
 
-  /** A started runtime on the test engine's socket with the plugin's `options` on top. */
-  async runtime(options: Record<string, unknown> = {}): Promise<DockerRuntime> {
+  /**
+   * A started runtime on the test engine's socket with the plugin's `options` on top; its containers'
+   * owner is this process unless `owner` stands in for another gateway.
+   */
+  async runtime(options: Record<string, unknown> = {}, owner?: Owner): Promise<DockerRuntime> {
     const runtime = new DockerRuntime({
       config: configSchema.parse({
         engine: { socketPath: this.engine.socketPath },
@@ -32,6 +38,7 @@ export class DockerProbes {
         ...options,
       }),
       logger: quietLogger(),
+      ...(owner ? { owner } : {}),
     });
     this.runtimes.push(runtime);
     await runtime.start();
@@ -40,6 +47,34 @@ export class DockerProbes {
 
   async stop(): Promise<void> {
     await Promise.all(this.runtimes.splice(0).map((runtime) => runtime.stop()));
+  }
+}
+
+/** The official SDK's client, connected to the MCP server in `sandbox`; closing it kills the sandbox. */
+export async function mcpClient(sandbox: ConstructorParameters<typeof ProcessStdioTransport>[0]): Promise<Client> {
+  const client = new Client({ name: 'sandbox-docker-test', version: '1.0.0' });
+  await client.connect(new ProcessStdioTransport(sandbox));
+  return client;
+}
+
+/** The text `tool` answers through `client`. */
+export async function callTool(client: Client, tool: string, args: Record<string, unknown>): Promise<string> {
+  const result = await client.callTool({ name: tool, arguments: args });
+  return (result.content as { type: string; text: string }[]).map((c) => c.text).join('');
+}
+
+/** Lists tools and calls `tool` through the sandbox, then closes the client (which kills the sandbox). */
+export async function callThrough(
+  sandbox: ConstructorParameters<typeof ProcessStdioTransport>[0],
+  tool: string,
+  args: Record<string, unknown>,
+): Promise<{ tools: string[]; text: string }> {
+  const client = await mcpClient(sandbox);
+  try {
+    const { tools } = await client.listTools();
+    return { tools: tools.map((t) => t.name), text: await callTool(client, tool, args) };
+  } finally {
+    await client.close();
   }
 }
 

@@ -13,17 +13,16 @@ import {
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { expect } from 'chai';
 import { isSigilError, type SandboxSpecV2, type SandboxStatus, type SigilError } from '@sigil/plugin-api';
 import { writableMounts } from '@sigil/plugin-api/kit';
-import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
 import type { DockerRuntime } from '../../../plugins/sandboxes/docker/index.ts';
 import { DENIED_SYSCALLS } from '../../../plugins/sandboxes/docker/seccomp-profile.ts';
 import { builtinPlugins } from '../../../services/builtin-plugins.ts';
 import { ENGINE_DIR, IMAGE_PATHS, ociLayoutOf, startRegistry } from '../../support/docker.ts';
 import { fixturePath, repoPath } from '../../support/paths.ts';
 import {
+  callThrough,
   containerEvent,
   containerExists,
   DockerProbes,
@@ -78,26 +77,6 @@ function pythonServer(env: Record<string, string> = {}): SandboxSpecV2 {
     env,
     networkAllowList: [],
   };
-}
-
-/** Lists tools and calls `tool` through the sandbox with the official SDK client. */
-async function callThrough(
-  sandbox: ConstructorParameters<typeof ProcessStdioTransport>[0],
-  tool: string,
-  args: Record<string, unknown>,
-): Promise<{ tools: string[]; text: string }> {
-  const client = new Client({ name: 'sandbox-docker-test', version: '1.0.0' });
-  await client.connect(new ProcessStdioTransport(sandbox));
-  try {
-    const { tools } = await client.listTools();
-    const result = await client.callTool({ name: tool, arguments: args });
-    return {
-      tools: tools.map((t) => t.name),
-      text: (result.content as { type: string; text: string }[]).map((c) => c.text).join(''),
-    };
-  } finally {
-    await client.close();
-  }
 }
 
 describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', function () {
