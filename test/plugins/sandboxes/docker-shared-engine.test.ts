@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
@@ -9,9 +8,15 @@ import type { ImageLaunch, SandboxSpecV2 } from '@sigil/plugin-api';
 import type { DockerRuntime, DockerSandboxProcess } from '../../../plugins/sandboxes/docker/index.ts';
 import { currentOwner, LABELS, type Owner } from '../../../plugins/sandboxes/docker/owner.ts';
 import { IMAGE_PATHS, ociLayoutOf } from '../../support/docker.ts';
-import { fixturePath, repoPath } from '../../support/paths.ts';
 import { rejectionOf } from '../../support/rejection.ts';
-import { callTool, containerEvent, containerExists, DockerProbes, mcpClient } from './docker-support.ts';
+import {
+  callTool,
+  childGateway,
+  containerEvent,
+  containerExists,
+  DockerProbes,
+  mcpClient,
+} from './docker-support.ts';
 
 /**
  * Two gateway replicas on different hosts, sharing one remote Docker engine over TCP with TLS (the
@@ -114,12 +119,16 @@ describe('sandbox-docker: two gateways on one remote engine (TCP with TLS)', fun
       ]);
       const live = spawned.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
       try {
-        const uids = await Promise.all(live.map(async (sandbox) => Number((await labelsOf(sandbox))[LABELS.uid])));
+        const uids = await Promise.all(
+          live.map(async (sandbox) => Number((await labelsOf(sandbox))[LABELS.uid])),
+        );
         expect(new Set(uids).size, `round ${round}: uids ${uids.join(', ')}`).to.equal(uids.length);
         expect(live).to.have.length(2);
         for (const result of spawned) {
           if (result.status === 'rejected') {
-            expect((result.reason as { details?: { reason?: string } }).details?.reason).to.equal('uids_exhausted');
+            expect((result.reason as { details?: { reason?: string } }).details?.reason).to.equal(
+              'uids_exhausted',
+            );
           }
         }
       } finally {
@@ -146,27 +155,14 @@ describe('sandbox-docker: two gateways on one remote engine (TCP with TLS)', fun
   });
 
   /** A gateway of this host in a child process, on the TLS engine, with a sleeping probe of the node image. */
-  async function childGateway() {
-    const child = spawn(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        fixturePath('sandbox', 'docker-gateway-child.ts'),
-        JSON.stringify({ ...tls, images: probes.engine.images, stateDir: '/tmp/sigil-docker-a' }),
-        JSON.stringify({ kind: 'image', ...image, entrypoint: ['node'], args: [IMAGE_PATHS.probe, 'sleep'] }),
-      ],
-      { cwd: repoPath(), stdio: ['ignore', 'pipe', 'inherit'] },
+  const gatewayChild = () =>
+    childGateway(
+      { ...tls, images: probes.engine.images, stateDir: '/tmp/sigil-docker-a' },
+      { kind: 'image', ...image, entrypoint: ['node'], args: [IMAGE_PATHS.probe, 'sleep'] },
     );
-    const line = await new Promise<string>((resolve, reject) => {
-      child.stdout.once('data', (chunk: Buffer) => resolve(chunk.toString()));
-      child.once('exit', () => reject(new Error('the stand-in gateway exited early')));
-    });
-    return { child, ...(JSON.parse(line) as { container: string; watchdog: number }) };
-  }
 
   it('a gateway killed with SIGKILL leaves nothing on the remote engine: its watchdog removes its containers over TLS', async () => {
-    const { child, container } = await childGateway();
+    const { child, container } = await gatewayChild();
     try {
       expect(await containerExists(probes.engine.docker, container)).to.equal(true);
       expect(
@@ -179,7 +175,7 @@ describe('sandbox-docker: two gateways on one remote engine (TCP with TLS)', fun
 
   it('a gateway killed with its watchdog: the other host’s gateway cannot know it is dead and leaves its container; the next start on its host removes it', async () => {
     const there = await gateway(otherHost);
-    const { child, container, watchdog } = await childGateway();
+    const { child, container, watchdog } = await gatewayChild();
     try {
       process.kill(watchdog, 'SIGKILL');
       child.kill('SIGKILL');

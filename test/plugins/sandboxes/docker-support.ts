@@ -1,7 +1,8 @@
+import { spawn, type ChildProcess } from 'node:child_process';
 import { dirname } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type Docker from 'dockerode';
-import type { SandboxExit, SandboxLimits, SandboxSpecV2 } from '@sigil/plugin-api';
+import type { LaunchDescriptor, SandboxExit, SandboxLimits, SandboxSpecV2 } from '@sigil/plugin-api';
 import { SANDBOX_PROBE_FILE } from '@sigil/plugin-api/kit';
 import { ProcessStdioTransport } from '../../../core/mcp/process-transport.ts';
 import { configSchema, DockerRuntime } from '../../../plugins/sandboxes/docker/index.ts';
@@ -9,6 +10,7 @@ import type { DockerSandboxProcess } from '../../../plugins/sandboxes/docker/doc
 import type { Owner } from '../../../plugins/sandboxes/docker/owner.ts';
 import { testEngine, type TestEngine } from '../../support/docker.ts';
 import { quietLogger } from '../../support/kernel.ts';
+import { fixturePath, repoPath } from '../../support/paths.ts';
 
 /**
  * Docker runtimes of one test file on the test engine (test/support/docker.ts), the probe run in
@@ -51,7 +53,9 @@ export class DockerProbes {
 }
 
 /** The official SDK's client, connected to the MCP server in `sandbox`; closing it kills the sandbox. */
-export async function mcpClient(sandbox: ConstructorParameters<typeof ProcessStdioTransport>[0]): Promise<Client> {
+export async function mcpClient(
+  sandbox: ConstructorParameters<typeof ProcessStdioTransport>[0],
+): Promise<Client> {
   const client = new Client({ name: 'sandbox-docker-test', version: '1.0.0' });
   await client.connect(new ProcessStdioTransport(sandbox));
   return client;
@@ -76,6 +80,33 @@ export async function callThrough(
   } finally {
     await client.close();
   }
+}
+
+/**
+ * A stand-in gateway in a child process (test/fixtures/sandbox/docker-gateway-child.ts) with the
+ * plugin's `options`, running a sleeping probe (a host program, or `launch`): the child, the probe's
+ * container id and the runtime's watchdog pid.
+ */
+export async function childGateway(
+  options: Record<string, unknown>,
+  launch?: LaunchDescriptor,
+): Promise<{ child: ChildProcess; container: string; watchdog: number }> {
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      fixturePath('sandbox', 'docker-gateway-child.ts'),
+      JSON.stringify(options),
+      ...(launch ? [JSON.stringify(launch)] : []),
+    ],
+    { cwd: repoPath(), stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const line = await new Promise<string>((resolve, reject) => {
+    child.stdout.once('data', (chunk: Buffer) => resolve(chunk.toString()));
+    child.once('exit', () => reject(new Error('the stand-in gateway exited early')));
+  });
+  return { child, ...(JSON.parse(line) as { container: string; watchdog: number }) };
 }
 
 export interface ProbeOptions {

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   chmodSync,
@@ -23,6 +22,7 @@ import { ENGINE_DIR, IMAGE_PATHS, ociLayoutOf, startRegistry } from '../../suppo
 import { fixturePath, repoPath } from '../../support/paths.ts';
 import {
   callThrough,
+  childGateway,
   containerEvent,
   containerExists,
   DockerProbes,
@@ -507,22 +507,8 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
         `${/\d+/.exec(labels['io.sigil.sandbox.owner-pidns'] ?? '')?.[0]}.${labels['io.sigil.sandbox.owner-process']}.${labels['io.sigil.sandbox.instance']}`,
       );
 
-    /** A stand-in gateway in a child process, with a sleeping probe; its container id and watchdog pid. */
-    async function childGateway() {
-      const child = spawn(
-        process.execPath,
-        ['--import', 'tsx', fixturePath('sandbox', 'docker-gateway-child.ts'), JSON.stringify(options())],
-        { cwd: repoPath(), stdio: ['ignore', 'pipe', 'inherit'] },
-      );
-      const line = await new Promise<string>((resolve, reject) => {
-        child.stdout.once('data', (chunk: Buffer) => resolve(chunk.toString()));
-        child.once('exit', () => reject(new Error('the stand-in gateway exited early')));
-      });
-      return { child, ...(JSON.parse(line) as { container: string; watchdog: number }) };
-    }
-
     it('leaves no container behind when the gateway is killed with SIGKILL (its watchdog removes it)', async () => {
-      const { child, container } = await childGateway();
+      const { child, container } = await childGateway(options());
       try {
         expect(await containerExists(probes.engine.docker, container)).to.equal(true);
         const { Labels } = (await probes.engine.docker.getContainer(container).inspect()).Config;
@@ -540,7 +526,7 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
     });
 
     it('removes at start-up the containers of a gateway that died with its watchdog', async () => {
-      const { child, container, watchdog } = await childGateway();
+      const { child, container, watchdog } = await childGateway(options());
       try {
         process.kill(watchdog, 'SIGKILL');
         child.kill('SIGKILL');
