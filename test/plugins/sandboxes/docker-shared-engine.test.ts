@@ -43,6 +43,14 @@ describe('sandbox-docker: two gateways on one remote engine (TCP with TLS)', fun
 
   before(async () => {
     await probes.start();
+    // A run killed midway leaves the stand-in host's containers, which no gateway reaps (its host is
+    // never this one) and whose uids would fill the range: this file's own leftovers go first.
+    const docker = probes.engine.docker;
+    const left = await docker.listContainers({
+      all: true,
+      filters: { label: [`${LABELS.ownerHost}=${otherHost.host}`] },
+    });
+    await Promise.all(left.map((container) => docker.getContainer(container.Id).remove({ force: true })));
     const { host, port, ca, cert, key } = probes.engine.tls;
     tls = { engine: { host, port, ca, cert, key }, uidRange };
     layoutDir = mkdtempSync(join(tmpdir(), 'sigil-layout-'));
