@@ -7,6 +7,7 @@ import { repoPath } from '../support/paths.ts';
 
 const template = readFileSync(repoPath('deploy', 'nginx', 'sigil.conf.template'), 'utf8');
 const proxySnippet = readFileSync(repoPath('deploy', 'nginx', 'snippets', 'sigil-proxy.conf'), 'utf8');
+const readme = readFileSync(repoPath('deploy', 'README.md'), 'utf8');
 
 /** The text of the `{ … }` block opened by the first line matching `opening` (comments dropped). */
 function block(config: string, opening: RegExp): string {
@@ -90,6 +91,18 @@ describe('deploy/nginx against the services’ settings', () => {
     expect(directive(proxySnippet, 'proxy_next_upstream').split(/\s+/)).to.have.members(['error', 'timeout']);
     expect(directive(proxySnippet, 'proxy_buffering')).to.equal('off');
     expect(directive(proxySnippet, 'proxy_set_header Connection')).to.equal('""');
+  });
+
+  it("deploy/README.md's replica configuration is one sigil takes, and keeps idle connections longer than nginx", () => {
+    const example = /```json\n([\s\S]*?)```/.exec(readme)?.[1];
+    const config = configSchema.parse(JSON.parse(example as string));
+    for (const service of ['runtime', 'gateway'] as const) {
+      const upstream = block(template, new RegExp(`^upstream sigil_${service} `, 'm'));
+      expect(config[service].http.keepAliveTimeoutMs).to.be.above(
+        seconds(directive(upstream, 'keepalive_timeout')) * 1000,
+      );
+      expect(config[service].http.maxConnectionsPerClient).to.equal(0);
+    }
   });
 
   it('is filled in with one server line per replica and the listen addresses', () => {
