@@ -50,8 +50,11 @@ export interface Balancer {
   gatewayUrl: string;
   /** Every request it has answered so far, in order. */
   log(): BalancedRequest[];
-  /** The log's lines of the request with this X-Request-Id. */
-  requestsWithId(requestId: string): BalancedRequest[];
+  /**
+   * The log's lines of the request sent with this X-Request-Id, once there are `count` (1 unless
+   * told): nginx writes a line just after the answer's last byte, which the client may have read first.
+   */
+  requestsWithId(requestId: string, count?: number): Promise<BalancedRequest[]>;
   /** Points the upstreams at other addresses: the template filled again and reloaded (SIGHUP). */
   reload(upstreams: Upstreams): Promise<void>;
   stop(): Promise<void>;
@@ -177,8 +180,12 @@ class NginxBalancer implements Balancer {
       .map((line) => JSON.parse(line) as BalancedRequest);
   }
 
-  requestsWithId(requestId: string): BalancedRequest[] {
-    return this.log().filter((line) => line.requestId === requestId);
+  requestsWithId(requestId: string, count = 1): Promise<BalancedRequest[]> {
+    const lines = () => this.log().filter((line) => line.requestId === requestId);
+    return eventually(`${count} balancer log line(s) of request ${requestId}`, async () => {
+      const found = lines();
+      return found.length >= count && found;
+    });
   }
 
   async reload(upstreams: Upstreams): Promise<void> {
