@@ -18,8 +18,14 @@ export interface SseStream {
   readonly signal: AbortSignal;
 }
 
+/**
+ * How often a stream says something (a comment) when it has nothing to send: what keeps a proxy's or
+ * a load balancer's read timeout from cutting it (deploy/README.md).
+ */
+export const SSE_HEARTBEAT_MS = 15_000;
+
 /** Opens a Server-Sent Events response with heartbeats; data is JSON, one event per `send`. */
-export function openSse(ctx: Context, heartbeatMs = 15_000): SseStream {
+export function openSse(ctx: Context, heartbeatMs = SSE_HEARTBEAT_MS): SseStream {
   const stream = new PassThrough();
   const signal = disconnectSignal(ctx.res);
   ctx.req.socket.setTimeout(0);

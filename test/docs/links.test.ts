@@ -5,9 +5,10 @@ import { expect } from 'chai';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/** README.md and every page under docs/ and docs/plugins/. */
+/** README.md, deploy/README.md and every page under docs/ and docs/plugins/. */
 const PAGES = [
   join(ROOT, 'README.md'),
+  join(ROOT, 'deploy', 'README.md'),
   ...['docs', 'docs/plugins'].flatMap((folder) =>
     readdirSync(join(ROOT, folder))
       .filter((name) => name.endsWith('.md'))

@@ -22,6 +22,7 @@ import { dirname, join } from 'node:path';
 import Docker from 'dockerode';
 import { create as createTar, extract as extractTar } from 'tar';
 import { probeReadOnlyPaths, SANDBOX_PROBE_FILE } from '@sigil/plugin-api/kit';
+import { ensureDebianPrograms } from './debian.ts';
 import { fixturePath, repoPath } from './paths.ts';
 
 /**
@@ -94,18 +95,11 @@ async function startTestEngine(): Promise<TestEngine> {
 
 /** apt-get only when a program is missing: these machines have them, a fresh CI machine may not. */
 function installPackages(): void {
-  const missing = [
+  ensureDebianPrograms('the Docker tests', [
     ['/usr/sbin/dockerd', 'docker.io'],
     ['/usr/bin/runsc', 'runsc'],
     ['/usr/bin/docker-registry', 'docker-registry'],
-  ].filter(([program]) => !existsSync(program as string));
-  if (missing.length === 0) return;
-  const packages = missing.map(([, name]) => name as string);
-  if (process.getuid?.() !== 0)
-    throw new Error(`the Docker tests need ${packages.join(', ')} (apt-get as root)`);
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
-  execFileSync('apt-get', ['install', '-y', '-qq', ...packages], { stdio: 'inherit', env });
+  ]);
 }
 
 /** Whether the engine at `socketPath` answers `_ping`. */
