@@ -2,6 +2,7 @@ import { dirname } from 'node:path';
 import type { DestinationStream } from 'pino';
 import { SigilError, type TeeStatus } from '@sigil/plugin-api';
 import { createLogger, logDestinationIn, logFormat, logWritten, SecretRegistry } from '../core/log.ts';
+import { publicBase } from '../core/auth/settings.ts';
 import {
   DEV_CHAIN_RAIL,
   devChainBanner,
@@ -81,8 +82,17 @@ export async function runServices(
   for (const [name, url] of Object.entries(serving.urls)) process.stdout.write(`${name.padEnd(8)} ${url}\n`);
   if (!kernel.configFile) process.stdout.write('config   embedded defaults (no sigil.config.json)\n');
   process.stdout.write(teeLine(await kernel.plugins.one('tee-backend').status()));
+  // Behind a balancer, what a client types is the public URL, not this replica's own address.
   if (serving.urls.gateway)
-    process.stdout.write(paymentsBannerOf(kernel, serving.urls.gateway, chain !== undefined));
+    process.stdout.write(
+      paymentsBannerOf(
+        kernel,
+        kernel.config.gateway.publicUrl === undefined
+          ? serving.urls.gateway
+          : publicBase(kernel.config.gateway),
+        chain !== undefined,
+      ),
+    );
   if (chain)
     process.stdout.write(
       devChainBanner(chain, kernel.config.devChain.stateFile) +

@@ -112,8 +112,9 @@ describe('sigil up and the dev chain', function () {
     await expectGone(rpcUrl);
   });
 
-  it('DEV_CHAIN=false starts no chain and no rail; devChain.port from the config is used', async () => {
-    const offEnv = await env({ DEV_CHAIN: 'false' });
+  it('DEV_CHAIN=false starts no chain and no rail; the banner names the public URL; devChain.port from the config is used', async () => {
+    // Behind a balancer the banner's commands name the gateway's public URL, not the replica's own.
+    const offEnv = await env({ DEV_CHAIN: 'false', GATEWAY_PUBLIC_URL: 'https://tools.example.test/' });
     const off = await startSigil(['up'], /gateway\s+http/, { cwd: dir, env: offEnv });
     try {
       const terms = await fetch(`http://127.0.0.1:${offEnv.GATEWAY_PORT}/api/payments/config`);
@@ -125,7 +126,7 @@ describe('sigil up and the dev chain', function () {
     expect(off.output()).to.not.match(/^dev chain /m);
     expect(off.output()).to.match(/^payments none: tool calls are free \(no payment rail\)$/m);
     expect(off.output()).to.include(
-      `--cli http://127.0.0.1:${offEnv.GATEWAY_PORT}/mcp/server/everything --transport http --method tools/call --tool-name echo`,
+      `--cli https://tools.example.test/mcp/server/everything --transport http --method tools/call --tool-name echo`,
     );
     expect(off.output()).to.include('"reason":"devChain.enabled is false","msg":"dev chain: not started"');
     expect(off.output()).to.not.match(/anvil/);
