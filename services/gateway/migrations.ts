@@ -205,8 +205,19 @@ export const gatewayMigrations: readonly Migration[] = [
           .groupBy('server_id', 'version')
           .select('server_id', 'version', db.raw('min(pinned_at) as pinned_at')),
       );
+      // `verifications` grows with each verification recorded: a replica waiting for another's sees
+      // it done. `entry_hash`: the catalog entry verified, so a replica starting with another entry
+      // (a new version range) verifies it anew rather than take the recorded verdict.
+      await db.schema.alterTable('gateway_servers', (t) => {
+        t.bigInteger('verifications').notNullable().defaultTo(0);
+        t.string('entry_hash', 64).nullable();
+      });
     },
     async down(db) {
+      await db.schema.alterTable('gateway_servers', (t) => {
+        t.dropColumn('verifications');
+        t.dropColumn('entry_hash');
+      });
       await db.schema.dropTableIfExists('gateway_tool_pin_sets');
     },
   },
