@@ -72,8 +72,9 @@ describeEachDatabase('tool pins across replicas', (database) => {
     const old = await openDatabase({ url, ...(schema !== undefined && { schema }) });
     try {
       // Another server, pinned as a gateway before 0190 did: its pins, no pin set row.
-      await old('knex_migrations').where('name', '0190-gateway-verification-across-replicas').delete();
-      await old.schema.dropTable('gateway_tool_pin_sets');
+      const migration = serviceMigrations.find((m) => m.name === '0190-gateway-verification-across-replicas');
+      await migration!.down(old);
+      await old('knex_migrations').where('name', migration!.name).delete();
       await old('gateway_tool_pins').insert({
         server_id: 'older',
         version: '1.0.0',
