@@ -17,21 +17,24 @@ export interface HeldLease {
 
 /**
  * A job run once per interval across every replica of a service: each interval of the injected clock
- * (slot `floor(now / intervalMs)`) is an occurrence with a lease of its own, `<name>:<slot>`, and only
- * the replica that takes it runs the job for that slot, however the replicas' timers fall.
+ * (slot `floor((now - phaseMs) / intervalMs)`) is an occurrence with a lease of its own,
+ * `<name>:<slot>`, and only the replica that takes it runs the job for that slot, however the
+ * replicas' timers fall.
  *
- * Every replica looks every `min(intervalMs, leaseMs)`, from the first slot that begins an interval or
- * more after it was made: as with a timer, a replica's first run is an interval after its start, so
- * replicas restarting do not each run the job at once. The holder renews the lease every third of
- * `leaseMs` while the job runs, and aborts the job's signal should it lose it. Once the job ends
- * (failed too: the next slot tries again), the lease is kept to the slot's end and an interval beyond,
- * so no replica runs the slot again, even one whose clock lags by less than an interval. A holder that
- * dies mid-job stops renewing: its lease expires within `leaseMs`, and the next replica to look takes
- * the slot over and runs it.
+ * Every replica looks every `min(intervalMs, leaseMs, lookEveryMs)`, from the first slot that begins
+ * an interval or more after it was made: as with a timer, a replica's first run is an interval after
+ * its start, so replicas restarting do not each run the job at once. A job due at a time of day
+ * (`first: 'next'`) runs from the next slot instead, as a daily refresh at 03:00 made at 02:59 runs at
+ * 03:00. The holder renews the lease every third of `leaseMs` while the job runs, and aborts the job's
+ * signal should it lose it. Once the job ends (failed too: the next slot tries again), the lease is
+ * kept to the slot's end and an interval beyond, so no replica runs the slot again, even one whose
+ * clock lags by less than an interval. A holder that dies mid-job stops renewing: its lease expires
+ * within `leaseMs`, and the next replica to look takes the slot over and runs it.
  */
 export class LeasedPass {
   private readonly periodic: PeriodicPass<boolean>;
   private readonly firstSlot: number;
+  private readonly phaseMs: number;
 
   constructor(
     private readonly options: {
@@ -42,19 +45,34 @@ export class LeasedPass {
       job: (held: HeldLease) => Promise<unknown>;
       intervalMs: number;
       leaseMs: number;
+      /** Where the slots begin within an interval (a daily job at 03:00 UTC: 3 h); 0 by default. */
+      phaseMs?: number;
+      /** `next`: the first slot run is the next to begin, not the first an interval or more away. */
+      first?: 'an interval on' | 'next';
+      /** Looks for a due slot at most this long apart (less than `leaseMs`). */
+      lookEveryMs?: number;
       clock: Clock;
       logger: Logger;
       /** The warning a failed job logs (with the error's message). */
       failure: string;
     },
   ) {
-    this.firstSlot = Math.ceil((options.clock.now().getTime() + options.intervalMs) / options.intervalMs);
+    this.phaseMs = options.phaseMs ?? 0;
+    this.firstSlot =
+      options.first === 'next'
+        ? this.slotNow() + 1
+        : Math.ceil((options.clock.now().getTime() - this.phaseMs + options.intervalMs) / options.intervalMs);
     this.periodic = new PeriodicPass({
       pass: () => this.runSlot(),
-      intervalMs: Math.min(options.intervalMs, options.leaseMs),
+      intervalMs: Math.min(options.intervalMs, options.leaseMs, options.lookEveryMs ?? Infinity),
       logger: options.logger,
       failure: options.failure,
     });
+  }
+
+  /** When the next slot this replica may run begins (another replica may run it). */
+  get nextRun(): Date {
+    return new Date(this.slotStart(Math.max(this.slotNow() + 1, this.firstSlot)));
   }
 
   /** Runs the job for the current slot if no replica has taken it: true when it ran here. */
@@ -103,9 +121,9 @@ export class LeasedPass {
    * replica may run the slot again: a duplicate, never a gap.
    */
   private async closeSlot(lease: Lease, slot: number): Promise<void> {
-    const { leases, name, intervalMs, clock, logger } = this.options;
+    const { leases, name, clock, logger } = this.options;
     try {
-      await leases.renew(lease, (slot + 2) * intervalMs - clock.now().getTime());
+      await leases.renew(lease, this.slotStart(slot + 2) - clock.now().getTime());
       await leases.forgetExpired(`${name}:`);
     } catch (err) {
       logger.warn(
@@ -116,6 +134,10 @@ export class LeasedPass {
   }
 
   private slotNow(): number {
-    return Math.floor(this.options.clock.now().getTime() / this.options.intervalMs);
+    return Math.floor((this.options.clock.now().getTime() - this.phaseMs) / this.options.intervalMs);
+  }
+
+  private slotStart(slot: number): number {
+    return slot * this.options.intervalMs + this.phaseMs;
   }
 }

@@ -43,7 +43,9 @@ export const gatewaySchema = serviceSchema(8402)
     warmupAtStart: z
       .boolean()
       .default(true)
-      .describe('Install and verify catalog servers at start-up (in the background, with progress logs)'),
+      .describe(
+        'Install and verify catalog servers at start-up (in the background, with progress logs); a verdict any replica recorded since the last refresh time for the same catalog entry is taken, and its pin installed here',
+      ),
     refresh: z
       .object({
         enabled: z.boolean().default(true).describe('Re-verify every catalog server once a day'),
@@ -52,7 +54,7 @@ export const gatewaySchema = serviceSchema(8402)
           .regex(UTC_TIME_OF_DAY, 'a UTC time of day, HH:MM')
           .default('03:00')
           .describe(
-            'UTC time of day of the daily refresh: every server is resolved anew, installed, verified and its tools checked against their pins',
+            'UTC time of day of the daily refresh (on one replica a day): every server is resolved anew, installed, verified and its tools checked against their pins',
           ),
         pollSeconds: z
           .number()

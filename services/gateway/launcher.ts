@@ -394,6 +394,10 @@ export class SandboxedServers implements ServerProber {
     }
   }
 
+  async prepare(entry: CatalogEntry, pin: ResolvedPackage): Promise<void> {
+    await this.install(entry, pin);
+  }
+
   /**
    * What a caller sees of a plugin's failure: its own SigilError, or, for anything else a plugin
    * throws (a third party's plain Error), `unavailable` naming the step. The plain error's text may

@@ -188,4 +188,37 @@ export const gatewayMigrations: readonly Migration[] = [
       await db.schema.dropTableIfExists('gateway_secrets');
     },
   },
+  {
+    name: '0190-gateway-verification-across-replicas',
+    async up(db) {
+      // A server version's tool set is pinned by inserting this row, once, whichever replica sees the
+      // version first: the insert that loses the race does nothing, and its replica compares its tools
+      // with the winner's pins. Versions pinned before it existed get their row from their pins.
+      await db.schema.createTable('gateway_tool_pin_sets', (t) => {
+        t.string('server_id', 63).notNullable();
+        t.string('version', 100).notNullable();
+        t.bigInteger('pinned_at').notNullable();
+        t.primary(['server_id', 'version']);
+      });
+      await db('gateway_tool_pin_sets').insert(
+        db('gateway_tool_pins')
+          .groupBy('server_id', 'version')
+          .select('server_id', 'version', db.raw('min(pinned_at) as pinned_at')),
+      );
+      // `verifications` grows with each verification recorded: a replica waiting for another's sees
+      // it done. `entry_hash`: the catalog entry verified, so a replica starting with another entry
+      // (a new version range) verifies it anew rather than take the recorded verdict.
+      await db.schema.alterTable('gateway_servers', (t) => {
+        t.bigInteger('verifications').notNullable().defaultTo(0);
+        t.string('entry_hash', 64).nullable();
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('gateway_servers', (t) => {
+        t.dropColumn('verifications');
+        t.dropColumn('entry_hash');
+      });
+      await db.schema.dropTableIfExists('gateway_tool_pin_sets');
+    },
+  },
 ];

@@ -1,14 +1,19 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { TtlCache } from '@sigil/plugin-api/cache';
 import type { Clock } from '../../core/clock.ts';
+import { canonicalJson, sha256Hex } from '../../core/crypto.ts';
 import type { Database } from '../../core/db/database.ts';
+import type { DatabaseLeases, Lease } from '../../core/db/leases.ts';
+import { Renewal } from '../../core/db/renewal.ts';
 import type { McpProtocol } from '../../core/mcp/era.ts';
-import { SigilError } from '@sigil/plugin-api';
+import { isLeaseLost, type ResolvedPackage, SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../core/log.ts';
 import type { ServerCallSettings } from './call-limits.ts';
 import type { Catalog, CatalogEntry } from './catalog.ts';
 import type { QuarantinedTool, ToolPins } from './tool-pins.ts';
-import { PIN_MOVED } from './launcher.ts';
+import { PIN_MOVED, pinOf } from './launcher.ts';
+import { RetryLater } from './retry-later.ts';
 
 export type VerificationTier = 'tools_listed' | 'tool_smoke_passed';
 
@@ -36,6 +41,11 @@ export interface ServerProber {
   ): Promise<ProbeResult>;
   /** Whether this deployment can run servers of the entry's registry kind at all. */
   runnable(entry: CatalogEntry): { ok: true } | { ok: false; reason: string };
+  /**
+   * Installs a verified pin into this process's package cache, as its first start would: what a
+   * replica that took another's verification does at start-up, so its first call starts at once.
+   */
+  prepare(entry: CatalogEntry, pin: ResolvedPackage): Promise<void>;
 }
 
 export interface FilterVerdict {
@@ -87,6 +97,11 @@ export interface ResolvedServer {
   settings: ServerCallSettings;
 }
 
+/** A server as read from the database, with how many verifications of it were recorded then. */
+interface ReadServer extends ResolvedServer {
+  verifications: number;
+}
+
 interface ServerRow {
   server_id: string;
   version: string | null;
@@ -98,6 +113,10 @@ interface ServerRow {
   last_error: string | null;
   protocol_era: McpProtocol['era'] | null;
   protocol_version: string | null;
+  /** The catalog entry verified (sha256 of its canonical JSON); null before 0190. */
+  entry_hash: string | null;
+  /** How many verifications were recorded: it grows with each, whichever replica made it. */
+  verifications: number | string;
 }
 
 /**
@@ -116,14 +135,27 @@ export const SERVER_DETAILS_TTL_MS = 2000;
 export const RETRY_FAILED_VERIFICATION_MS = 30_000;
 
 /**
+ * How long a replica waits for another replica's verification of a server before answering 503 (try
+ * again): installs and probes take seconds, a large image minutes. A holder that died frees the
+ * verification sooner, once its lease runs out.
+ */
+const VERIFICATION_WAIT_MS = 120_000;
+/** How often a replica waiting for another's verification looks whether its verdict is recorded. */
+const VERIFICATION_POLL_MS = 250;
+/** The lease under which one replica at a time verifies a server. */
+const verificationLease = (id: string): string => `gateway:verify:${id}`;
+
+/**
  * The catalog as the gateway sees it at run time, and the one place that decides whether a server may
  * run (`admit`): each server's catalog entry, security filter verdict, runnability, verification tier,
  * served tools and call settings. Verdicts live in the database, so replicas agree on them; each
- * process keeps a short-lived copy, so a tool call does not read them on every request.
+ * process keeps a short-lived copy, so a tool call does not read them on every request. A server is
+ * verified by one replica at a time, under a lease: another that needs it meanwhile waits for, and
+ * takes, the verdict recorded.
  */
 export class ServerDirectory {
-  private readonly inFlight = new Map<string, Promise<ResolvedServer>>();
-  private readonly cache: TtlCache<string, ResolvedServer>;
+  private readonly inFlight = new Map<string, Promise<ReadServer>>();
+  private readonly cache: TtlCache<string, ReadServer>;
 
   constructor(
     private readonly deps: {
@@ -138,6 +170,13 @@ export class ServerDirectory {
       callSettings(serverId: string): ServerCallSettings;
       /** Overrides {@link SERVER_DETAILS_TTL_MS}; 0 reads the database on every call. */
       detailsTtlMs?: number;
+      /** The leases verifications are made under, taken as `holder` (this replica's id). */
+      leases: DatabaseLeases;
+      holder: string;
+      /** How long a verification's lease lasts unrenewed (`database.leaseSeconds`). */
+      leaseMs: number;
+      /** Overrides {@link VERIFICATION_WAIT_MS}. */
+      verificationWaitMs?: number;
     },
   ) {
     this.cache = new TtlCache({
@@ -155,7 +194,7 @@ export class ServerDirectory {
   }
 
   /** The server, from this process's copy when it is younger than the TTL; a 404 for an unknown id. */
-  private resolve(id: string): Promise<ResolvedServer> {
+  private resolve(id: string): Promise<ReadServer> {
     // Only catalog ids are ever cached: an unknown id misses, and `read` refuses it.
     return this.cache.get(id, () => this.read(id));
   }
@@ -165,10 +204,9 @@ export class ServerDirectory {
     this.cache.delete(id);
   }
 
-  private async read(id: string): Promise<ResolvedServer> {
+  private async read(id: string): Promise<ReadServer> {
     const entry = this.deps.catalog.require(id);
-    const row = (await this.deps.db('gateway_servers').where({ server_id: id }).first()) as
-      ServerRow | undefined;
+    const row = await this.recorded(id);
     const pins = row?.version
       ? await this.deps.pins.current(id, row.version)
       : { served: [], quarantined: [] };
@@ -206,7 +244,12 @@ export class ServerDirectory {
       smokeTool: entry.smokeTest?.tool ?? null,
     });
     // Shallow: the entry is the catalog's own object, shared by every reader and never changed.
-    return Object.freeze({ entry, details, settings: this.deps.callSettings(id) });
+    return Object.freeze({
+      entry,
+      details,
+      settings: this.deps.callSettings(id),
+      verifications: Number(row?.verifications ?? 0),
+    });
   }
 
   /** An operator accepts a quarantined tool's new definition for the server's current version. */
@@ -245,9 +288,10 @@ export class ServerDirectory {
       // Another replica may have verified it since this process last looked.
       this.invalidate(id);
       server = await this.resolve(id);
-      if (server.details.filter.status === 'unverified') server = await this.verified(id);
+      if (server.details.filter.status === 'unverified')
+        server = await this.verified(id, server.verifications);
     }
-    if (this.failedLongAgo(server.details)) server = await this.verified(id);
+    if (this.failedLongAgo(server.details)) server = await this.verified(id, server.verifications);
     const { details } = server;
     if (details.filter.status !== 'allowed') {
       throw new SigilError(
@@ -283,32 +327,127 @@ export class ServerDirectory {
 
   /**
    * Installs and probes a server, records the verdict and tier, and pins or checks its tools.
-   * Concurrent calls for one server share a single probe.
+   * Concurrent calls for one server share a single probe, on every replica (see `verifiedOnce`).
    */
   async verify(id: string): Promise<ServerDetails> {
     return (await this.verified(id)).details;
   }
 
-  private verified(id: string): Promise<ResolvedServer> {
+  /**
+   * Verifies the server unless a verdict of its catalog entry as this process has it was recorded at
+   * or after `sinceMs`, on any replica, and did not fail (the server verified, or blocked): that
+   * verdict is then taken as it is. What a replica starting warms up with.
+   */
+  async verifyUnlessRecent(id: string, sinceMs: number): Promise<ServerDetails> {
+    const entry = this.deps.catalog.require(id);
+    const row = await this.recorded(id);
+    const recent =
+      row !== undefined &&
+      row.entry_hash === entryHash(entry) &&
+      Number(row.verified_at) >= sinceMs &&
+      (row.tier !== null || row.filter_status === 'blocked');
+    if (!recent) return (await this.verified(id, Number(row?.verifications ?? 0))).details;
+    this.invalidate(id);
+    return this.describe(id);
+  }
+
+  /**
+   * Installs the server's verified pin into this process's package cache (already there when this
+   * replica verified it, or when replicas share the cache), so its first call starts at once.
+   */
+  async prepare(id: string): Promise<void> {
+    const { entry, details } = await this.resolve(id);
+    if (details.tier === null || details.filter.status !== 'allowed' || !details.runnable.ok) return;
+    await this.deps.prober.prepare(entry, pinOf(details));
+  }
+
+  /**
+   * The server verified, once across replicas: `seen` is how many verifications of it the caller saw
+   * recorded (read now when not given); one recorded since is taken rather than made again.
+   */
+  private verified(id: string, seen?: number): Promise<ReadServer> {
     const running = this.inFlight.get(id);
     if (running) return running;
-    const work = this.runVerification(id).finally(() => this.inFlight.delete(id));
+    const work = this.verifiedOnce(id, seen).finally(() => this.inFlight.delete(id));
     this.inFlight.set(id, work);
     return work;
   }
 
-  private async runVerification(id: string): Promise<ResolvedServer> {
+  /**
+   * Verifies the server once across replicas: under its lease, or, while another replica holds it,
+   * by waiting for that replica's verdict (`verifications` grows when one is recorded) and taking it.
+   * A holder that dies stops renewing, so its lease runs out within `leaseMs` and a waiter takes it
+   * over; a holder that lost its lease (paused past it) records nothing and waits in turn. A wait
+   * longer than {@link VERIFICATION_WAIT_MS} answers 503: try again.
+   */
+  private async verifiedOnce(id: string, seen: number | undefined): Promise<ReadServer> {
     const entry = this.deps.catalog.require(id);
+    if (this.denial(entry) || !this.deps.prober.runnable(entry).ok) return this.resolve(id);
+    const { leases, holder, leaseMs } = this.deps;
+    const before = seen ?? (await this.verifications(id));
+    const deadline = performance.now() + (this.deps.verificationWaitMs ?? VERIFICATION_WAIT_MS);
+    for (;;) {
+      const lease = await leases.acquire(verificationLease(id), holder, leaseMs);
+      if (lease) {
+        try {
+          // Unless the holder it waited for recorded its verdict just before letting go.
+          if ((await this.verifications(id)) === before) return await this.runVerification(entry, lease);
+        } catch (err) {
+          if (!isLeaseLost(err)) throw err;
+          this.deps.logger.info(
+            { serverId: id },
+            'verification lease lost: taking the next holder’s verdict',
+          );
+        } finally {
+          await leases.release(lease).catch((err: unknown) => {
+            this.deps.logger.warn({ err, serverId: id }, 'a verification lease was not released');
+          });
+        }
+      }
+      if ((await this.verifications(id)) !== before) {
+        this.invalidate(id);
+        return this.resolve(id);
+      }
+      if (performance.now() >= deadline) {
+        throw new RetryLater(
+          'unavailable',
+          `MCP server "${id}" is being verified by another gateway replica`,
+          Math.ceil(leaseMs / 1000),
+          'Retry shortly: the verification in progress records its verdict for every replica',
+        );
+      }
+      await delay(VERIFICATION_POLL_MS);
+    }
+  }
+
+  /** How many verifications of the server were recorded, on any replica. */
+  private async verifications(id: string): Promise<number> {
+    return Number((await this.recorded(id))?.verifications ?? 0);
+  }
+
+  /** The server's row: its verdict as last recorded, by any replica. */
+  private async recorded(id: string): Promise<ServerRow | undefined> {
+    return (await this.deps.db('gateway_servers').where({ server_id: id }).first()) as ServerRow | undefined;
+  }
+
+  /**
+   * Probes the server under `lease` (renewed meanwhile), then records the verdict, its tools against
+   * the pins and one more verification in one transaction fenced by the lease: a holder that lost it
+   * records nothing (`leaseLost`).
+   */
+  private async runVerification(entry: CatalogEntry, lease: Lease): Promise<ReadServer> {
+    const id = entry.id;
     const now = this.deps.clock.now().getTime();
-    const denied = this.denial(entry);
-    if (denied || !this.deps.prober.runnable(entry).ok) return this.resolve(id);
-    const previous = (await this.deps.db('gateway_servers').where({ server_id: id }).first()) as
-      ServerRow | undefined;
+    const previous = await this.recorded(id);
     const pinned =
       previous?.version && previous.digest
         ? { name: entry.package, version: previous.version, digest: previous.digest }
         : undefined;
-    let row: Omit<ServerRow, 'server_id'>;
+    const renewal = new Renewal(this.deps.leaseMs, () => this.deps.leases.renew(lease), {
+      failed: (err) => this.deps.logger.warn({ err, serverId: id }, 'a verification lease was not renewed'),
+    });
+    let row: Omit<ServerRow, 'server_id' | 'verifications'>;
+    let observed: ProbeResult | undefined;
     try {
       const probe = await this.deps.prober.probe(entry, pinned);
       const scriptsBlocked = probe.hasInstallScripts && !entry.allowInstallScripts;
@@ -325,8 +464,9 @@ export class ServerDirectory {
           probe.smoke === 'failed' ? `smoke test of tool "${entry.smokeTest?.tool ?? ''}" failed` : null,
         protocol_era: probe.protocol.era,
         protocol_version: probe.protocol.version,
+        entry_hash: entryHash(entry),
       };
-      if (!scriptsBlocked) await this.deps.pins.observe(id, probe.version, probe.tools);
+      if (!scriptsBlocked) observed = probe;
       this.deps.logger.info(
         {
           serverId: id,
@@ -356,29 +496,20 @@ export class ServerDirectory {
         last_error: (err as Error).message,
         protocol_era: reason === PIN_MOVED ? (previous?.protocol_era ?? null) : null,
         protocol_version: reason === PIN_MOVED ? (previous?.protocol_version ?? null) : null,
+        entry_hash: entryHash(entry),
       };
       this.deps.logger.warn({ serverId: id, err: (err as Error).message }, 'MCP server verification failed');
-    }
-    try {
-      await this.deps
-        .db('gateway_servers')
-        .insert({ server_id: id, ...row })
-        .onConflict('server_id')
-        .merge([
-          'version',
-          'digest',
-          'tier',
-          'filter_status',
-          'filter_reason',
-          'verified_at',
-          'last_error',
-          'protocol_era',
-          'protocol_version',
-        ]);
     } finally {
-      // The pins may have changed even if the verdict could not be written.
-      this.invalidate(id);
+      renewal.stop();
     }
+    await this.deps.leases.fenced(lease, async (trx) => {
+      if (observed) await this.deps.pins.record(trx, id, observed.version, observed.tools);
+      await trx('gateway_servers')
+        .insert({ server_id: id, ...row, verifications: 1 })
+        .onConflict('server_id')
+        .merge({ ...row, verifications: trx.raw('gateway_servers.verifications + 1') });
+    });
+    this.invalidate(id);
     return this.resolve(id);
   }
 
@@ -417,3 +548,6 @@ function deepFreeze<T>(value: T): T {
 }
 
 const taskOnly = (tool: Tool): boolean => tool.execution?.taskSupport === 'required';
+
+/** The catalog entry a verification was made for, as recorded with its verdict. */
+const entryHash = (entry: CatalogEntry): string => sha256Hex(canonicalJson(entry));

@@ -132,6 +132,12 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     defaultSeconds: settings.toolCallTimeoutSeconds,
     maxSeconds: settings.maxToolCallTimeoutSeconds,
   });
+  // Verifications and the daily refresh: one replica at a time, under leases taken by this replica.
+  const leased = {
+    leases: kernel.leases,
+    holder: kernel.replica.id,
+    leaseMs: kernel.config.database.leaseSeconds * 1000,
+  };
   const servers = new ServerDirectory({
     db: kernel.db,
     clock: kernel.clock,
@@ -141,6 +147,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     prober: launcher,
     denyList: settings.denyList,
     callSettings: settingsOf,
+    ...leased,
   });
   const { callLimits } = settings;
   const pool = new ServerPool<ServerLaunch>({
@@ -173,8 +180,8 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
         clock: kernel.clock,
         logger,
         replica: kernel.replica,
-        leases: kernel.leases,
-        leaseMs: kernel.config.database.leaseSeconds * 1000,
+        leases: leased.leases,
+        leaseMs: leased.leaseMs,
         staleAfterMs: (longestCallSeconds + 10) * 1000,
         resultRetentionMs: settings.paidResultRetentionHours * 3_600_000,
         resultMaxBytes: settings.paidResultMaxBytes,
@@ -212,6 +219,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     clock: kernel.clock,
     logger,
     refresh: kernel.config.gateway.refresh,
+    ...leased,
   });
   const dispatcher = new McpDispatcher(
     tools,
@@ -224,7 +232,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     new CacheHints({
       listTtlMs: kernel.config.gateway.mcp.listTtlSeconds * 1000,
       clock: kernel.clock,
-      nextChange: () => warmup.schedule?.nextRun,
+      nextChange: () => warmup.nextRefresh,
     }),
   );
   return {

@@ -28,12 +28,13 @@ describeEachDatabase('core: a pass leased per interval', (database) => {
     await two.close();
   });
 
-  /** The pass of replica `holder` on handle `at`, its clock `clock`, running `job`. */
+  /** The pass of replica `holder` on handle `at`, its clock `clock`, running `job` (`timing`: its slots). */
   const replica = (
     at: 0 | 1,
     holder: string,
     clock: ManualClock,
     job: (held: HeldLease) => Promise<unknown>,
+    timing: { intervalMs?: number; phaseMs?: number; first?: 'next' } = {},
   ): LeasedPass => {
     const pass = new LeasedPass({
       leases: new DatabaseLeases(handles[at]),
@@ -42,6 +43,7 @@ describeEachDatabase('core: a pass leased per interval', (database) => {
       job,
       intervalMs: INTERVAL_MS,
       leaseMs: LEASE_MS,
+      ...timing,
       clock,
       logger: quietLogger(),
       failure: 'leased pass test: the job failed',
@@ -50,6 +52,39 @@ describeEachDatabase('core: a pass leased per interval', (database) => {
     return pass;
   };
   const slotOf = (clock: ManualClock) => Math.floor(clock.now().getTime() / INTERVAL_MS);
+
+  it('runs a daily job at its time of day from the next one on, once across replicas, and says when', async () => {
+    const DAY_MS = 86_400_000;
+    const at = (iso: string) => new Date(iso).getTime();
+    // Made at 02:59 and (a clock 2 s behind) 02:58:58, for a job due daily at 03:00 UTC.
+    const clocks = [
+      new ManualClock(at('2026-03-18T02:59:00Z')),
+      new ManualClock(at('2026-03-18T02:58:58Z')),
+    ] as const;
+    const ran: number[] = [];
+    const [a, b] = clocks.map((clock, index) =>
+      replica(index as 0 | 1, `replica-${index}`, clock, async () => void ran.push(clock.now().getTime()), {
+        intervalMs: DAY_MS,
+        phaseMs: 3 * 3_600_000,
+        first: 'next',
+      }),
+    ) as [LeasedPass, LeasedPass];
+    expect([a.nextRun, b.nextRun].map((when) => when.toISOString())).to.deep.equal([
+      '2026-03-18T03:00:00.000Z',
+      '2026-03-18T03:00:00.000Z',
+    ]);
+    expect(await Promise.all([a.runDue(), b.runDue()]), 'not before 03:00').to.deep.equal([false, false]);
+    for (const clock of clocks) clock.advance(61_000);
+    expect((await Promise.all([a.runDue(), b.runDue()])).filter(Boolean)).to.have.length(1);
+    for (const clock of clocks) clock.advance(3_600_000);
+    expect(await Promise.all([a.runDue(), b.runDue()]), 'once that day').to.deep.equal([false, false]);
+    expect(ran).to.have.length(1);
+    expect(a.nextRun.toISOString()).to.equal('2026-03-19T03:00:00.000Z');
+    for (const clock of clocks) clock.advance(DAY_MS);
+    expect((await Promise.all([a.runDue(), b.runDue()])).filter(Boolean), 'and the next day').to.have.length(
+      1,
+    );
+  });
 
   it('runs each interval on exactly one replica, whenever their timers fire and however their clocks differ a little', async () => {
     // Made mid-slot, at 09:55 and (a clock 3 s ahead) 09:55:03.

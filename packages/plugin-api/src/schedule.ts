@@ -1,4 +1,4 @@
-/** A daily job by the injected clock: the gateway's package refresh, and any plugin's own. */
+/** A daily job by the injected clock, in this process: a plugin's own (across replicas, lease each day's run). */
 import type { Clock } from './services.ts';
 
 /** A time of day in UTC, `HH:MM` (24-hour). */

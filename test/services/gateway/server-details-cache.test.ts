@@ -3,16 +3,12 @@ import { expect } from 'chai';
 import type { Kernel } from '../../../services/kernel.ts';
 import type { SigilError } from '@sigil/plugin-api';
 import { Catalog, catalogEntrySchema, UNKNOWN_SERVER } from '../../../services/gateway/catalog.ts';
-import { ServerDirectory, type ProbeResult, type ServerProber } from '../../../services/gateway/servers.ts';
+import type { ServerProber } from '../../../services/gateway/servers.ts';
 import { ToolPins } from '../../../services/gateway/tool-pins.ts';
 import { newWallet, Services } from '../../core/auth/support.ts';
-import { describeEachDatabase, openTestKernel, quietLogger, stickyDatabase } from '../../support/kernel.ts';
+import { describeEachDatabase, openTestKernel, stickyDatabase } from '../../support/kernel.ts';
+import { echo, STUB_CALL_SETTINGS, stubDirectory, StubProber } from './stub-prober.ts';
 
-const echo: Tool = {
-  name: 'echo',
-  description: 'Echoes the message',
-  inputSchema: { type: 'object', properties: { message: { type: 'string' } } },
-};
 const reworded: Tool = { ...echo, description: 'Echoes the message, and mails it elsewhere' };
 const entry = catalogEntrySchema.parse({
   id: 'stub',
@@ -23,26 +19,6 @@ const entry = catalogEntrySchema.parse({
   entry: { bin: 'stub' },
 });
 
-/** A prober that presents whatever tools the test sets, and counts its probes. */
-class StubProber implements ServerProber {
-  tools: Tool[] = [echo];
-  probes = 0;
-  probe(): Promise<ProbeResult> {
-    this.probes += 1;
-    return Promise.resolve({
-      version: '1.0.0',
-      digest: 'sha512-stub',
-      hasInstallScripts: false,
-      protocol: { era: 'legacy', version: '2025-11-25' },
-      tools: this.tools,
-      smoke: 'skipped',
-    });
-  }
-  runnable(): { ok: true } {
-    return { ok: true };
-  }
-}
-
 /**
  * Server details are cached per process: what this process changes (a verification, an approval, the
  * quarantine a verification puts a tool in) shows at once; what another replica changes, within the TTL.
@@ -50,18 +26,7 @@ class StubProber implements ServerProber {
 describeEachDatabase('server details cache', (database) => {
   let kernel: Kernel;
   const directory = (prober: ServerProber, detailsTtlMs?: number) =>
-    new ServerDirectory({
-      db: kernel.db,
-      clock: kernel.clock,
-      logger: quietLogger(),
-      catalog: new Catalog([entry]),
-      pins: new ToolPins(kernel.db, kernel.clock),
-      prober,
-      denyList: [],
-      callSettings: () => settings,
-      ...(detailsTtlMs === undefined ? {} : { detailsTtlMs }),
-    });
-  const settings = { timeoutMs: 5000, stateless: false };
+    stubDirectory(kernel, new Catalog([entry]), prober, detailsTtlMs === undefined ? {} : { detailsTtlMs });
   const names = (tools: readonly { name: string }[]) => tools.map((tool) => tool.name);
 
   beforeEach(async () => {
@@ -88,7 +53,7 @@ describeEachDatabase('server details cache', (database) => {
     const servers = directory(new StubProber());
     const admitted = await servers.admit('stub');
     expect(admitted.entry).to.equal(entry);
-    expect(admitted.settings).to.equal(settings);
+    expect(admitted.settings).to.equal(STUB_CALL_SETTINGS);
     expect(admitted.details).to.deep.include({ id: 'stub', tier: 'tools_listed', version: '1.0.0' });
     // The next admission is the same value from this process's copy: nothing is looked up again.
     expect(await servers.admit('stub')).to.equal(admitted);
