@@ -52,7 +52,11 @@ export class SecretAtRest {
     if (dataKey === undefined) return plaintext;
     const salt = randomBytes(16);
     const box = sealAesGcm(this.key(dataKey, salt), plaintext, this.place.aad);
-    return JSON.stringify({ sealed: 'aes-256-gcm', salt: salt.toString('base64'), ...box } satisfies SealedSecret);
+    return JSON.stringify({
+      sealed: 'aes-256-gcm',
+      salt: salt.toString('base64'),
+      ...box,
+    } satisfies SealedSecret);
   }
 
   /**

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { z } from 'zod';
 import type { Clock } from '../clock.ts';
 import { readFileIfExists } from '../fs/durable.ts';
+import type { Logger } from '../log.ts';
 import type { Database } from './database.ts';
 
 /** A lookup's sealed text (null when nothing is stored) and its version, which grows with every change. */
@@ -20,10 +21,16 @@ export type SealedChange = (
 ) => string | null | undefined | Promise<string | null | undefined>;
 
 /** What an import of sealed files found: rows created, rows the database had, files it could not read. */
-export interface ImportCounts {
+interface ImportCounts {
   imported: number;
   alreadyStored: number;
   unreadable: string[];
+}
+
+/** Who imports: the log lines of an import that found files begin with `what` (e.g. "secrets"). */
+export interface ImportReport {
+  logger: Logger;
+  what: string;
 }
 
 interface StoredRow {
@@ -70,7 +77,10 @@ export class SealedRows {
         .insert({ lookup, sealed: null, version: 0, updated_at: this.clock.now().getTime() })
         .onConflict('lookup')
         .ignore();
-      const row = (await trx(this.table).where({ lookup }).forUpdate().first('sealed', 'version')) as StoredRow;
+      const row = (await trx(this.table)
+        .where({ lookup })
+        .forUpdate()
+        .first('sealed', 'version')) as StoredRow;
       const next = await change(row.sealed);
       if (next === undefined) return undefined;
       const version = Number(row.version) + 1;
@@ -84,9 +94,24 @@ export class SealedRows {
   /**
    * Copies a one-machine store's files under `dir` (`<lookup>.json`) into the table as they are, each
    * checked against `entry` (a file that is no JSON of it is counted unreadable): nothing is decrypted. A lookup the table already has, removed ones included, keeps its row: run again, it
-   * imports nothing, and never brings back what was removed or replaced since. The files stay.
+   * imports nothing, and never brings back what was removed or replaced since. The files stay. What it
+   * found is logged, counted (no file's content), when there were files.
    */
-  async importFiles(dir: string, entry: z.ZodType): Promise<ImportCounts> {
+  async importFiles(dir: string, entry: z.ZodType, report: ImportReport): Promise<void> {
+    const { imported, alreadyStored, unreadable } = await this.copyFiles(dir, entry);
+    if (imported + alreadyStored + unreadable.length === 0) return;
+    report.logger.info(
+      { dir, imported, alreadyStored, unreadable: unreadable.length },
+      `${report.what}: the files under VAULT_PERSISTENCE_DIR were imported into the database (the files stay; entries it already had were kept)`,
+    );
+    if (unreadable.length > 0)
+      report.logger.warn(
+        { dir, files: unreadable },
+        `${report.what}: files that are no sealed entry were not imported`,
+      );
+  }
+
+  private async copyFiles(dir: string, entry: z.ZodType): Promise<ImportCounts> {
     const counts: ImportCounts = { imported: 0, alreadyStored: 0, unreadable: [] };
     let names: string[];
     try {

@@ -3,7 +3,8 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
-import { SealedRows, type ImportCounts } from '../../../core/db/sealed-rows.ts';
+import { SealedRows } from '../../../core/db/sealed-rows.ts';
+import type { Logger } from '../../../core/log.ts';
 import { readFileIfExists, removeFileDurably, writeFileDurably } from '../../../core/fs/durable.ts';
 
 /** One wallet's secrets for one server, as stored: AES-256-GCM ciphertext and what decrypts it. */
@@ -129,7 +130,7 @@ export class DatabaseSecretStore implements SecretStore {
    * decrypted, so the lookups and keys match only under the same GATEWAY_SECRET_KEY); what the database
    * already has, deleted entries included, is kept (idempotent). The files stay where they are.
    */
-  importFiles(dir: string): Promise<ImportCounts> {
-    return this.rows.importFiles(dir, sealedEntry);
+  importFiles(dir: string, logger: Logger): Promise<void> {
+    return this.rows.importFiles(dir, sealedEntry, { logger, what: 'secrets' });
   }
 }
