@@ -350,6 +350,38 @@ describe('provider vault across replicas', function () {
       expect(importLog(logs.text().slice(since))).to.deep.equal([]);
     });
 
+    it('keeps the server key it drew sealed under database.dataKey, and opens the vault with it after a restart', async () => {
+      const own = stickyDatabase(fresh);
+      const withDataKey = () =>
+        Stack.start({
+          database: own.database,
+          config: {
+            database: { shared: true, dataKey: `test-data-key-${token}-0123456789abcdef` } as never,
+            plugins: pluginsWithLocalProvider(),
+          },
+        });
+      const wallet = newWallet();
+      let stack = await withDataKey();
+      try {
+        const jwt = await stack.signIn(wallet);
+        const body = { apiKey: CANARY, signature: await sign(wallet) };
+        expect((await call(stack, 'PUT', `/wallet/provider-vault/keys/${SLOT}`, body, jwt)).status).to.equal(
+          201,
+        );
+        const { material } = (await stack.kernel.db('provider_vault_server_key').first()) as {
+          material: string;
+        };
+        expect(JSON.parse(material)).to.include({ sealed: 'aes-256-gcm' });
+        await stack.close();
+        stack = await withDataKey();
+        const again = await stack.signIn(wallet);
+        expect((await unlock(stack, wallet, again)).body.unlocked).to.deep.equal([SLOT]);
+      } finally {
+        await stack.close();
+        await own.drop();
+      }
+    });
+
     it('keeps no provider key in clear: not in the database, a log line or an answer', async () => {
       const db = a.kernel.db;
       const rows = JSON.stringify([
