@@ -31,8 +31,8 @@ errors: the settings marked secret below, any plugin option whose name contains 
 password in \`DATABASE_URL\`.
 
 \`sigil up\` (so \`npm start\`) changes a few defaults, which \`sigil runtime\` and \`sigil gateway\` alone
-keep: it adds the \`provider-local\` plugin unless \`plugins\` lists it, keeps the vault in \`data/vault\`
-unless \`vault.persistenceDir\` is set, and, with \`devChain.enabled\`, starts a local chain and points the
+keep: it adds the \`provider-local\` plugin unless \`plugins\` lists it, keeps vault files (the gateway's secrets) in
+\`data/vault\` unless \`vault.persistenceDir\` is set, and, with \`devChain.enabled\`, starts a local chain and points the
 payment rail and the ledger at it ([Payments: the dev chain](payments.md#the-dev-chain)).`;
 
 /** docs/configuration.md: the intro above, a table per section of the config, then each built-in plugin's options. */

@@ -3,7 +3,7 @@ import type { SigilConfig } from './config.ts';
 /** The LLM provider `sigil up` adds: the local deterministic stand-in (providers/local). */
 export const UP_PROVIDER = 'provider-local';
 
-/** Where `sigil up` keeps vault ciphertext unless vault.persistenceDir (VAULT_PERSISTENCE_DIR) says. */
+/** Where `sigil up` keeps vault files unless vault.persistenceDir (VAULT_PERSISTENCE_DIR) says. */
 export const UP_VAULT_DIR = 'data/vault';
 
 /** The remote `sigil up` lets git-push nodes reach beside canvas-git's defaults: a local `git daemon`. */
@@ -35,7 +35,8 @@ const UP_CANVAS_NODES: Record<string, Record<string, unknown>> = {
 /**
  * What `sigil up` adds to a config so a new user can chat and run canvas workflows at once: the
  * provider-local stand-in and the built-in canvas node kinds (each unless `plugins` lists it, enabled
- * or not) and a vault directory under ./data, so stored provider keys survive a restart.
+ * or not) and a vault directory under ./data, so the gateway's secrets survive a restart (the
+ * runtime's provider keys are in the database; provider-vault files kept there before are imported).
  * `sigil runtime` and `sigil gateway` alone get none of them.
  */
 export function withUpDefaults(config: SigilConfig): SigilConfig {

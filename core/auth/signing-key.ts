@@ -2,16 +2,15 @@ import {
   createPrivateKey,
   createPublicKey,
   generateKeyPairSync,
-  randomBytes,
   type JsonWebKey,
   type KeyObject,
 } from 'node:crypto';
 import { calculateJwkThumbprint } from 'jose';
 import type { Clock } from '../clock.ts';
-import { hkdfSha256, openAesGcm, sealAesGcm, type SealedBox } from '../crypto.ts';
 import type { Database } from '../db/database.ts';
+import { SecretAtRest, type KeyAtRest } from '../db/data-key.ts';
 import { SigilError } from '@sigil/plugin-api';
-import type { Logger, SecretRegistry } from '../log.ts';
+import type { SecretRegistry } from '../log.ts';
 
 export const SESSION_KEY_PURPOSE = 'session-jwt';
 
@@ -25,23 +24,9 @@ export interface SigningKey {
 interface SigningKeyRow {
   purpose: string;
   kid: string;
-  /** The private JWK as JSON, or a {@link SealedJwk} of it when a data key is configured. */
+  /** The private JWK as JSON, sealed under the data key when one is configured (see SecretAtRest). */
   private_jwk: string;
   created_at: number | string;
-}
-
-/** A private JWK sealed with AES-256-GCM under a key derived (HKDF-SHA256) from the data key and a salt. */
-interface SealedJwk extends SealedBox {
-  sealed: 'aes-256-gcm';
-  salt: string;
-}
-
-/** How a stored key is kept at rest: sealed under `database.dataKey` (SIGIL_DATA_KEY) when there is one. */
-export interface KeyAtRest {
-  dataKey: string | undefined;
-  logger: Logger;
-  /** In production a key kept in plain text is worth a warning. */
-  production: boolean;
 }
 
 /**
@@ -50,6 +35,7 @@ export interface KeyAtRest {
  */
 export class SigningKeyStore {
   private readonly configured: KeyObject | undefined;
+  private readonly atRest: SecretAtRest;
   private loading: Promise<SigningKey> | undefined;
 
   constructor(
@@ -57,8 +43,13 @@ export class SigningKeyStore {
     private readonly clock: Clock,
     private readonly secrets: SecretRegistry,
     configuredPem: string | undefined,
-    private readonly atRest: KeyAtRest,
+    atRest: KeyAtRest,
   ) {
+    this.atRest = new SecretAtRest(atRest, {
+      info: 'sigil:data-key:signing-key',
+      aad: `sigil:signing_keys:${SESSION_KEY_PURPOSE}`,
+      name: 'the session signing key',
+    });
     // Parsed here so a bad key fails at start-up, not at the first sign-in.
     this.configured = configuredPem === undefined ? undefined : parseConfiguredKey(configuredPem);
   }
@@ -100,65 +91,22 @@ export class SigningKeyStore {
   private async readStored(): Promise<KeyObject | undefined> {
     const row = await this.db<SigningKeyRow>('signing_keys').where({ purpose: SESSION_KEY_PURPOSE }).first();
     if (!row) return undefined;
-    const stored = JSON.parse(row.private_jwk) as JsonWebKey | SealedJwk;
-    const jwk = isSealed(stored) ? this.open(stored) : stored;
-    this.secrets.add(jwk.d);
-    if (!isSealed(stored)) {
-      if (this.atRest.dataKey !== undefined) {
-        // Kept in plain text before a data key was configured: sealed now, unless a replica did it first.
-        await this.db<SigningKeyRow>('signing_keys')
-          .where({ purpose: SESSION_KEY_PURPOSE, private_jwk: row.private_jwk })
-          .update({ private_jwk: this.stored(jwk) });
-      } else if (this.atRest.production) {
-        this.atRest.logger.warn(
-          'auth: the session signing key is kept in the database in plain text: set SIGIL_DATA_KEY (database.dataKey) to encrypt it at rest',
-        );
-      }
-    }
+    // Kept in plain text before a data key was configured: sealed now, unless a replica did it first.
+    const text = await this.atRest.read(row.private_jwk, (sealed) =>
+      this.db<SigningKeyRow>('signing_keys')
+        .where({ purpose: SESSION_KEY_PURPOSE, private_jwk: row.private_jwk })
+        .update({ private_jwk: sealed }),
+    );
+    const jwk = JSON.parse(text) as JsonWebKey;
+    this.secrets.add(jwk.d as string);
     return createPrivateKey({ key: jwk, format: 'jwk' });
   }
 
   /** The JWK as the database keeps it: sealed under the data key when one is configured. */
   private stored(jwk: JsonWebKey): string {
-    const dataKey = this.atRest.dataKey;
-    if (dataKey === undefined) return JSON.stringify(jwk);
-    const salt = randomBytes(16);
-    const box = sealAesGcm(sealingKey(dataKey, salt), JSON.stringify(jwk), SEALED_KEY_AAD);
-    const sealed: SealedJwk = { sealed: 'aes-256-gcm', salt: salt.toString('base64'), ...box };
-    return JSON.stringify(sealed);
-  }
-
-  private open(sealed: SealedJwk): JsonWebKey {
-    const dataKey = this.atRest.dataKey;
-    const refused = (cause?: unknown) =>
-      new SigilError(
-        'config_invalid',
-        dataKey === undefined
-          ? 'The session signing key in the database is encrypted, and no data key is configured'
-          : 'The session signing key in the database does not open with the configured data key',
-        {
-          hint: 'Set SIGIL_DATA_KEY (database.dataKey) to the data key it was sealed with',
-          ...(cause === undefined ? {} : { cause }),
-        },
-      );
-    if (dataKey === undefined) throw refused();
-    try {
-      return JSON.parse(
-        openAesGcm(sealingKey(dataKey, Buffer.from(sealed.salt, 'base64')), sealed, SEALED_KEY_AAD),
-      ) as JsonWebKey;
-    } catch (cause) {
-      throw refused(cause);
-    }
+    return this.atRest.stored(JSON.stringify(jwk));
   }
 }
-
-/** Binds a sealed key to its place: a box copied into another table or purpose does not open. */
-const SEALED_KEY_AAD = `sigil:signing_keys:${SESSION_KEY_PURPOSE}`;
-
-const isSealed = (stored: JsonWebKey | SealedJwk): stored is SealedJwk => stored.sealed === 'aes-256-gcm';
-
-const sealingKey = (dataKey: string, salt: Buffer): Buffer =>
-  hkdfSha256(dataKey, salt, 'sigil:data-key:signing-key');
 
 function parseConfiguredKey(pem: string): KeyObject {
   let key: KeyObject;

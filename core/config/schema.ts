@@ -46,7 +46,7 @@ export const CORE_SETTINGS = {
         .min(32, 'must be at least 32 characters (e.g. openssl rand -base64 32)')
         .optional()
         .describe(
-          'Key that encrypts secrets the database keeps (the session signing key) at rest, AES-256-GCM; plain text without it',
+          "Key that encrypts secrets the database keeps (the session signing key, the provider vault's server key) at rest, AES-256-GCM; plain text without it",
         ),
       shared: z
         .boolean()

@@ -77,7 +77,7 @@ async function securityPosture(
   return {
     mode: kernel.config.mode,
     tee: { enabled: tee.teeEnabled, platform: tee.platform, keySource: tee.keySource },
-    vaultPersistence: vault.persistence === 'persistent' ? 'persistent' : 'memory-only',
+    vaultPersistence: vault.persistence,
     sessionJwt: { alg: 'ES256', ttlSeconds: kernel.config.auth.runtimeJwtTtlSeconds },
     keySources: { mcpSigningKey: delegation.source },
   };
@@ -223,7 +223,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
       await chat.drain();
       await reflect.close();
       await chat.toolClients.close();
-      vault.close();
+      await vault.close();
       await ledger.close();
     },
   };

@@ -388,6 +388,42 @@ export const runtimeMigrations: readonly Migration[] = [
   reflectMemorySealingMigration,
   retryClaimerMigration('0300-ledger-transfer-claimer', 'ledger_transfers'),
   {
+    name: '0310-provider-vault',
+    async up(db) {
+      // Each wallet's sealed provider keys (runtime/vault/store.ts): under the HMAC lookup of its
+      // address, the JSON of its entries (AES-256-GCM under keys derived from the wallet's signature),
+      // null once all are deleted; the version grows with every change (the row stays).
+      await db.schema.createTable('provider_vaults', (t) => {
+        t.string('lookup', 64).primary();
+        t.text('sealed').nullable();
+        t.bigInteger('version').notNullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+      // The vault's server key (the HMAC key of the lookups): an id that tells which key named the
+      // rows, where it comes from, and the key itself only when no TEE backend gives a stable one.
+      await db.schema.createTable('provider_vault_server_key', (t) => {
+        t.string('id', 16).primary();
+        t.string('key_id', 16).notNullable();
+        t.string('source', 32).notNullable();
+        t.text('material').nullable();
+        t.bigInteger('updated_at').notNullable();
+      });
+      // Which replica holds which session's vault unlocked, until when (the session JWT's expiry): no
+      // key, only what a refusal's hint and another replica's lock need.
+      await db.schema.createTable('vault_unlocks', (t) => {
+        t.string('session_id', 64).notNullable();
+        t.string('replica_id', 36).notNullable();
+        t.string('lookup', 64).notNullable().index();
+        t.bigInteger('until').notNullable();
+        t.primary(['session_id', 'replica_id']);
+      });
+    },
+    async down(db) {
+      for (const table of ['vault_unlocks', 'provider_vault_server_key', 'provider_vaults'])
+        await db.schema.dropTableIfExists(table);
+    },
+  },
+  {
     name: '0320-chat-session-answering',
     async up(db) {
       // Which request answers the session now, so that replicas answer one at a time: the replica

@@ -1,8 +1,10 @@
-import { mkdirSync, readdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
+import { SealedRows } from '../../../core/db/sealed-rows.ts';
+import type { Logger } from '../../../core/log.ts';
 import { readFileIfExists, removeFileDurably, writeFileDurably } from '../../../core/fs/durable.ts';
 
 /** One wallet's secrets for one server, as stored: AES-256-GCM ciphertext and what decrypts it. */
@@ -42,8 +44,6 @@ export interface SecretStore {
 
 /** Where the file store keeps its entries under VAULT_PERSISTENCE_DIR. */
 export const secretFilesDir = (persistenceDir: string): string => join(persistenceDir, 'gateway-secrets');
-
-const LOOKUP_FILE = /^([0-9a-f]{64})\.json$/;
 
 /**
  * One machine's entries: one file per lookup under `dir` (fsynced, renamed into place), or memory
@@ -97,114 +97,40 @@ export class LocalSecretStore implements SecretStore {
   }
 }
 
-interface SecretRow {
-  sealed: string | null;
-  version: number | string;
-}
-
-/** What an import of the file store found: entries copied, entries the database had, files it could not read. */
-export interface ImportCounts {
-  imported: number;
-  alreadyStored: number;
-  unreadable: string[];
-}
-
 /**
- * The entries every replica shares, in `gateway_secrets`. A change runs in a transaction holding the
- * row's lock, so two replicas storing two names at once both keep theirs. A removed entry keeps its
- * row (sealed null): versions only grow, through deletes and new puts alike.
+ * The entries every replica shares, in `gateway_secrets` (see {@link SealedRows}: a change holds the
+ * row's lock, so two replicas storing two names at once both keep theirs; versions only grow).
  */
 export class DatabaseSecretStore implements SecretStore {
   readonly kind = 'database';
+  private readonly rows: SealedRows;
 
-  constructor(
-    private readonly db: Database,
-    private readonly clock: Clock,
-  ) {}
-
-  async read(lookup: string): Promise<Stored> {
-    const row = (await this.db('gateway_secrets').where({ lookup }).first('sealed', 'version')) as
-      SecretRow | undefined;
-    return {
-      entry: row?.sealed == null ? undefined : (JSON.parse(row.sealed) as SealedEntry),
-      version: Number(row?.version ?? 0),
-    };
+  constructor(db: Database, clock: Clock) {
+    this.rows = new SealedRows(db, 'gateway_secrets', clock);
   }
 
-  async version(lookup: string): Promise<number> {
-    const row = (await this.db('gateway_secrets').where({ lookup }).first('version')) as
-      Pick<SecretRow, 'version'> | undefined;
-    return Number(row?.version ?? 0);
+  async read(lookup: string): Promise<Stored> {
+    const { sealed, version } = await this.rows.read(lookup);
+    return { entry: sealed === null ? undefined : (JSON.parse(sealed) as SealedEntry), version };
+  }
+
+  version(lookup: string): Promise<number> {
+    return this.rows.version(lookup);
   }
 
   change(lookup: string, change: Change): Promise<number | undefined> {
-    return this.db.transaction(async (trx) => {
-      // Insert-if-absent first, a write: on PostgreSQL the row then exists to be locked, so two first
-      // puts queue on it; on SQLite a transaction whose first statement writes holds the write lock
-      // from there on, against another process on the same file too (as the ledger's wallet lock).
-      await trx('gateway_secrets')
-        .insert({ lookup, sealed: null, version: 0, updated_at: this.clock.now().getTime() })
-        .onConflict('lookup')
-        .ignore();
-      const row = (await trx('gateway_secrets')
-        .where({ lookup })
-        .forUpdate()
-        .first('sealed', 'version')) as SecretRow;
-      const next = change(row.sealed === null ? undefined : (JSON.parse(row.sealed) as SealedEntry));
-      if (next === undefined) return undefined;
-      const version = Number(row.version) + 1;
-      await trx('gateway_secrets')
-        .where({ lookup })
-        .update({
-          sealed: next === null ? null : JSON.stringify(next),
-          version,
-          updated_at: this.clock.now().getTime(),
-        });
-      return version;
+    return this.rows.change(lookup, (sealed) => {
+      const next = change(sealed === null ? undefined : (JSON.parse(sealed) as SealedEntry));
+      return next === undefined || next === null ? next : JSON.stringify(next);
     });
   }
 
   /**
    * Copies the file store's entries under `dir` into the database as they are (ciphertext: nothing is
-   * decrypted, so the lookups and keys match only under the same GATEWAY_SECRET_KEY). A lookup the
-   * database already has, deleted ones included, keeps its row: run again, it imports nothing, and
-   * never brings back what was deleted or replaced since. The files stay where they are.
+   * decrypted, so the lookups and keys match only under the same GATEWAY_SECRET_KEY); what the database
+   * already has, deleted entries included, is kept (idempotent). The files stay where they are.
    */
-  async importFiles(dir: string): Promise<ImportCounts> {
-    const counts: ImportCounts = { imported: 0, alreadyStored: 0, unreadable: [] };
-    let names: string[];
-    try {
-      names = readdirSync(dir);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return counts;
-      throw err;
-    }
-    for (const name of names.sort()) {
-      const lookup = LOOKUP_FILE.exec(name)?.[1];
-      if (lookup === undefined) continue;
-      const entry = parseEntry(readFileIfExists(join(dir, name)));
-      if (entry === undefined) {
-        counts.unreadable.push(name);
-        continue;
-      }
-      const inserted = await this.db('gateway_secrets')
-        .insert({ lookup, sealed: JSON.stringify(entry), version: 1, updated_at: this.clock.now().getTime() })
-        .onConflict('lookup')
-        .ignore()
-        .returning('lookup');
-      if (inserted.length === 1) counts.imported += 1;
-      else counts.alreadyStored += 1;
-    }
-    return counts;
-  }
-}
-
-function parseEntry(text: string | undefined): SealedEntry | undefined {
-  if (text === undefined) return undefined;
-  try {
-    const parsed = sealedEntry.safeParse(JSON.parse(text));
-    return parsed.success ? parsed.data : undefined;
-  } catch {
-    return undefined;
+  importFiles(dir: string, logger: Logger): Promise<void> {
+    return this.rows.importFiles(dir, sealedEntry, { logger, what: 'secrets' });
   }
 }

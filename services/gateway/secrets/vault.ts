@@ -191,19 +191,7 @@ export function openSecretVault(settings: SecretVaultSettings): OpenedVault {
     return {
       vault: new SecretVault(Buffer.from(masterKey, 'utf8'), store),
       start: async () => {
-        if (persistenceDir === undefined) return;
-        const dir = secretFilesDir(persistenceDir);
-        const { imported, alreadyStored, unreadable } = await store.importFiles(dir);
-        if (imported + alreadyStored + unreadable.length === 0) return;
-        logger.info(
-          { dir, imported, alreadyStored, unreadable: unreadable.length },
-          'secrets: the files under VAULT_PERSISTENCE_DIR were imported into the database (the files stay; entries it already had were kept)',
-        );
-        if (unreadable.length > 0)
-          logger.warn(
-            { dir, files: unreadable },
-            'secrets: files that are no sealed entry were not imported',
-          );
+        if (persistenceDir !== undefined) await store.importFiles(secretFilesDir(persistenceDir), logger);
       },
     };
   }

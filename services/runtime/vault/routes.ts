@@ -53,8 +53,8 @@ export function providerVaultRouter(vault: ProviderVault): Router {
     const body = parseInput(unlockBody, ctx.request.body ?? {}, 'body');
     ctx.body = await vault.unlock(principalOf(ctx), body.signature);
   });
-  router.post('/lock', session, (ctx) => {
-    vault.lock(principalOf(ctx));
+  router.post('/lock', session, async (ctx) => {
+    await vault.lock(principalOf(ctx));
     ctx.status = 204;
   });
   router.put('/keys/:slot', session, async (ctx) => {

@@ -3,6 +3,8 @@ import type { SecretRegistry } from '../../../core/log.ts';
 
 /** One session's unlocked vault: the root its signature gave, and the keys decrypted so far. */
 export interface UnlockedVault {
+  /** The session JWT's id. */
+  session: string;
   /** Lower-cased wallet address. */
   wallet: string;
   lookup: string;
@@ -10,6 +12,8 @@ export interface UnlockedVault {
   expiresAt: number;
   root: Buffer;
   keys: Map<string, string>;
+  /** The version of the wallet's vault the keys were decrypted from (a greater one drops them). */
+  version: number;
 }
 
 const SWEEP_INTERVAL_MS = 60_000;
@@ -46,15 +50,14 @@ export class VaultSessions {
     return vault;
   }
 
-  /** One of the wallet's sessions that has its vault unlocked now (the one unlocked longest ahead). */
-  unlockedOf(wallet: string): UnlockedVault | undefined {
-    let found: UnlockedVault | undefined;
+  /** The wallet's sessions that have its vault unlocked now, the one unlocked longest ahead first. */
+  unlockedOf(wallet: string): UnlockedVault[] {
+    const found: UnlockedVault[] = [];
     for (const id of [...this.sessions.keys()]) {
       const vault = this.get(id);
-      if (vault?.wallet === wallet && (found === undefined || vault.expiresAt > found.expiresAt))
-        found = vault;
+      if (vault?.wallet === wallet) found.push(vault);
     }
-    return found;
+    return found.sort((a, b) => b.expiresAt - a.expiresAt);
   }
 
   /** Replaces whatever the session had unlocked. */
@@ -71,6 +74,16 @@ export class VaultSessions {
     vault.keys.set(slot, key);
     this.hold(key);
     if (previous !== undefined) this.release(previous);
+  }
+
+  /**
+   * Drops the session's decrypted keys, which another replica's change of the vault (now at `version`)
+   * may have made stale: each is decrypted again from the stored vault when next used.
+   */
+  refresh(vault: UnlockedVault, version: number): void {
+    for (const key of vault.keys.values()) this.release(key);
+    vault.keys.clear();
+    vault.version = version;
   }
 
   /** Drops a slot from every session of the wallet (its key was deleted or replaced elsewhere). */

@@ -1,11 +1,15 @@
-import { randomBytes } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { hkdfSha256, hmacSha256, type SealedBox } from '../../../core/crypto.ts';
-import { SigilError, type TeeBackendV2 } from '@sigil/plugin-api';
-import { readFileIfExists, removeFileDurably, writeFileDurably } from '../../../core/fs/durable.ts';
+import { z } from 'zod';
+import type { TeeBackendV2 } from '@sigil/plugin-api';
+import type { Clock } from '../../../core/clock.ts';
+import { hkdfSha256, hmacSha256 } from '../../../core/crypto.ts';
+import type { Database } from '../../../core/db/database.ts';
+import type { KeyAtRest } from '../../../core/db/data-key.ts';
+import { SealedRows } from '../../../core/db/sealed-rows.ts';
+import { readFileIfExists } from '../../../core/fs/durable.ts';
 import type { Logger } from '../../../core/log.ts';
-import { vaultUnavailable } from './errors.ts';
+import { vaultStorage } from './errors.ts';
+import { vaultServerKeys, type ServerKeys } from './server-key.ts';
 
 /**
  * Who can decrypt an entry: `wallet`, only a key derived from the wallet's provider-vault signature
@@ -15,73 +19,90 @@ import { vaultUnavailable } from './errors.ts';
 export type Protection = 'wallet' | 'server';
 
 /** One provider key as stored: AES-256-GCM ciphertext, and the salt of its HKDF. */
-export interface SealedEntry extends SealedBox {
-  protection: Protection;
-  salt: string;
-  updatedAt: number;
+export const sealedEntry = z
+  .object({
+    protection: z.enum(['wallet', 'server']),
+    salt: z.string().min(1),
+    iv: z.string().min(1),
+    ciphertext: z.string().min(1),
+    tag: z.string().min(1),
+    updatedAt: z.number(),
+  })
+  .strict();
+export type SealedEntry = z.infer<typeof sealedEntry>;
+
+/** One wallet's vault: its entries by slot, and the check of the signature they were sealed under. */
+export const walletRecord = z
+  .object({
+    version: z.literal(1),
+    /** {@link rootCheck} of the vault root; absent until a wallet-protected entry is written. */
+    check: z.string().optional(),
+    entries: z.record(z.string(), sealedEntry),
+  })
+  .strict();
+export type WalletRecord = z.infer<typeof walletRecord>;
+
+/** A wallet's vault as read (none when nothing is stored), and the version it was read at. */
+export interface StoredVault {
+  record: WalletRecord | undefined;
+  version: number;
 }
 
-/** One wallet's file: its entries by slot, and the check of the signature they were sealed under. */
-export interface WalletRecord {
-  version: 1;
-  /** {@link rootCheck} of the vault root; absent until a wallet-protected entry is written. */
-  check?: string;
-  entries: Record<string, SealedEntry>;
-}
+/**
+ * How a wallet's vault changes: the record to store, null to empty it, undefined to leave it. It runs
+ * while no other change of that wallet's vault can, on any replica.
+ */
+export type VaultChange = (
+  current: WalletRecord | undefined,
+) => WalletRecord | null | undefined | Promise<WalletRecord | null | undefined>;
 
-export type Persistence = 'persistent' | 'memory';
-
-/** What tells the key a vault directory's lookups were made with, without revealing it. */
+/** What a file store recorded of the key that named its files. */
 interface KeyMarker {
   keyId: string;
   source: string;
 }
 
 export interface VaultStoreOptions {
-  /** VAULT_PERSISTENCE_DIR; files go to `<dir>/provider-vault/`. Memory only without it. */
+  db: Database;
+  clock: Clock;
+  /**
+   * VAULT_PERSISTENCE_DIR: where a runtime kept the vault as files before the database
+   * (`<dir>/provider-vault/`); they are imported at start-up.
+   */
   persistenceDir: string | undefined;
-  production: boolean;
+  /** Whether a changed server key stops start-up (production, or replicas sharing the database). */
+  strict: boolean;
+  /** How a server key drawn here is kept in the database. */
+  atRest: KeyAtRest;
   tee: TeeBackendV2;
   logger: Logger;
 }
 
 /**
- * Where the provider vault's ciphertext lives: one file per wallet, named by an HMAC-SHA256 of the
- * wallet address (no address is written anywhere), written atomically and fsynced; or a map in memory.
- *
- * The server key (the HMAC key of the names, and the key of server-protected entries) comes from the
- * TEE backend (`signingKey("provider-vault")`) when it is sealed or configured; otherwise from a random
- * key kept in `<dir>/provider-vault/server.key`, or in memory without a directory.
+ * Where the provider vault's ciphertext lives: one row per wallet in `provider_vaults`, shared by every
+ * replica, under an HMAC-SHA256 of the wallet address (no address is written anywhere); a change holds
+ * the row's lock and grows its version (see {@link SealedRows}). The HMAC key and the key of
+ * server-protected entries derive from the server key (server-key.ts).
  */
 export class VaultStore {
-  readonly persistence: Persistence;
-  private readonly dir: string | undefined;
-  private readonly memory = new Map<string, string>();
-  private keys: Promise<{ lookup: Buffer; server: Buffer }> | undefined;
+  private readonly rows: SealedRows;
+  private keys: Promise<ServerKeys> | undefined;
 
   constructor(private readonly options: VaultStoreOptions) {
-    if (options.persistenceDir === undefined) {
-      if (options.production) {
-        throw new SigilError(
-          'config_invalid',
-          'vault.persistenceDir (VAULT_PERSISTENCE_DIR) is required in production: the provider vault does not run memory-only there',
-          { hint: 'Set VAULT_PERSISTENCE_DIR to a directory only the runtime can read' },
-        );
-      }
-      this.persistence = 'memory';
-      this.dir = undefined;
-      options.logger.warn(
-        'provider keys are memory-only: set VAULT_PERSISTENCE_DIR to keep them across restarts',
-      );
-    } else {
-      this.persistence = 'persistent';
-      this.dir = join(options.persistenceDir, 'provider-vault');
-    }
+    this.rows = new SealedRows(options.db, 'provider_vaults', options.clock);
   }
 
-  /** Prepares the directory and the server key; a failure here stops start-up. */
+  /** Start-up: the server key is known, and files a runtime kept before are imported (once). */
   async ready(): Promise<void> {
-    await this.materials();
+    const keys = await this.materials();
+    this.options.logger.info(
+      { serverKey: keys.source },
+      keys.source === 'database'
+        ? 'provider vault: kept in the database, its lookups keyed by a server key kept there too (configure the TEE backend’s key, e.g. tee-none keyMaterial, to keep it out)'
+        : 'provider vault: kept in the database, its lookups keyed by the TEE backend’s key',
+    );
+    if (this.options.persistenceDir !== undefined)
+      await this.importFiles(join(this.options.persistenceDir, 'provider-vault'), keys.keyId);
   }
 
   /** The wallet's name in the store. */
@@ -96,103 +117,70 @@ export class VaultStore {
     return hkdfSha256(server, salt, `sigil:provider-vault:v1:server\0${slot}`);
   }
 
-  private materials(): Promise<{ lookup: Buffer; server: Buffer }> {
-    // A failed preparation (a directory not writable yet) is tried again by the next call.
-    this.keys ??= this.prepare().catch((err: unknown) => {
+  read(lookup: string): Promise<StoredVault> {
+    return this.storage(async () => {
+      const { sealed, version } = await this.rows.read(lookup);
+      return { record: sealed === null ? undefined : (JSON.parse(sealed) as WalletRecord), version };
+    });
+  }
+
+  version(lookup: string): Promise<number> {
+    return this.storage(() => this.rows.version(lookup));
+  }
+
+  /** Applies `change` to the wallet's vault: its new version, or undefined when nothing changed. */
+  change(lookup: string, change: VaultChange): Promise<number | undefined> {
+    return this.storage(() =>
+      this.rows.change(lookup, async (sealed) => {
+        const next = await change(sealed === null ? undefined : (JSON.parse(sealed) as WalletRecord));
+        return next === undefined || next === null ? next : JSON.stringify(next);
+      }),
+    );
+  }
+
+  private storage<T>(work: () => Promise<T>): Promise<T> {
+    return vaultStorage(this.options.logger, work);
+  }
+
+  private materials(): Promise<ServerKeys> {
+    // A failed preparation (the database not reachable yet) is tried again by the next call.
+    this.keys ??= this.storage(() =>
+      vaultServerKeys({
+        db: this.options.db,
+        clock: this.options.clock,
+        tee: this.options.tee,
+        logger: this.options.logger,
+        filesDir:
+          this.options.persistenceDir === undefined
+            ? undefined
+            : join(this.options.persistenceDir, 'provider-vault'),
+        strict: this.options.strict,
+        atRest: this.options.atRest,
+      }),
+    ).catch((err: unknown) => {
       this.keys = undefined;
       throw err;
     });
     return this.keys;
   }
 
-  read(lookup: string): WalletRecord | undefined {
-    const text = this.io(() =>
-      this.dir === undefined ? this.memory.get(lookup) : readFileIfExists(this.file(lookup)),
-    );
-    return text === undefined ? undefined : (JSON.parse(text) as WalletRecord);
-  }
-
-  write(lookup: string, record: WalletRecord): void {
-    const text = JSON.stringify(record);
-    this.io(() =>
-      this.dir === undefined ? this.memory.set(lookup, text) : writeFileDurably(this.file(lookup), text),
-    );
-  }
-
-  remove(lookup: string): void {
-    this.io(() =>
-      this.dir === undefined ? this.memory.delete(lookup) : removeFileDurably(this.file(lookup)),
-    );
-  }
-
-  private file(lookup: string): string {
-    return join(this.dir as string, `${lookup}.json`);
-  }
-
-  /** Storage failures are logged for the operator and answered 503: never a silent fallback. */
-  private io<T>(action: () => T): T {
-    try {
-      return action();
-    } catch (err) {
-      this.options.logger.error({ err }, 'provider vault storage failed');
-      throw vaultUnavailable();
-    }
-  }
-
-  private async prepare(): Promise<{ lookup: Buffer; server: Buffer }> {
-    let root: Buffer;
-    let source: string;
-    const fromTee = await this.options.tee.signingKey('provider-vault');
-    if (fromTee.source === 'sealed' || fromTee.source === 'config') {
-      root = Buffer.from(fromTee.key);
-      source = `tee:${fromTee.source}`;
-    } else if (this.dir === undefined) {
-      root = randomBytes(32);
-      source = 'memory';
-    } else {
-      root = this.keyFile();
-      source = 'file';
-    }
-    const keys = {
-      lookup: hkdfSha256(root, 'sigil:provider-vault', 'sigil:provider-vault:v1:lookup-key'),
-      server: hkdfSha256(root, 'sigil:provider-vault', 'sigil:provider-vault:v1:server-key'),
-    };
-    if (this.dir !== undefined) this.checkMarker(keys.lookup, source);
-    return keys;
-  }
-
-  /** The random server key of a directory whose TEE backend has no stable key to give. */
-  private keyFile(): Buffer {
-    const file = join(this.dir as string, 'server.key');
-    mkdirSync(this.dir as string, { recursive: true, mode: 0o700 });
-    const existing = readFileIfExists(file);
-    if (existing !== undefined) return Buffer.from(existing.trim(), 'base64');
-    const key = randomBytes(32);
-    writeFileDurably(file, key.toString('base64'));
-    return key;
-  }
-
   /**
-   * Files found under one key cannot be found under another: a directory records which key named its
-   * files, and a change (say, a TEE backend now configured) is refused in production and reported
-   * otherwise. Writing the marker also proves the directory is writable before anything is served.
+   * Copies the wallets' files of a file store into the database as they are (ciphertext). A wallet the
+   * database already has keeps its row, so a second start imports nothing and never brings back a key
+   * deleted or replaced since; the files stay. Files named under another server key than the
+   * database's (their `key-id.json` says) could not be found there: they are left, and logged.
    */
-  private checkMarker(lookupKey: Buffer, source: string): void {
-    const dir = this.dir as string;
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const file = join(dir, 'key-id.json');
-    const keyId = hmacSha256(lookupKey, 'sigil:provider-vault:key-id').toString('hex').slice(0, 16);
-    const existing = readFileIfExists(file);
-    const marker = existing === undefined ? undefined : (JSON.parse(existing) as KeyMarker);
+  private async importFiles(dir: string, keyId: string): Promise<void> {
+    const { logger } = this.options;
+    const markerText = readFileIfExists(join(dir, 'key-id.json'));
+    const marker = markerText === undefined ? undefined : (JSON.parse(markerText) as KeyMarker);
     if (marker !== undefined && marker.keyId !== keyId) {
-      const message = `the provider vault in ${dir} was written under another server key (${marker.source}, now ${source}): its keys cannot be found`;
-      if (this.options.production) {
-        throw new SigilError('config_invalid', message, {
-          hint: 'Restore the TEE backend configuration (or server.key) the vault was written with',
-        });
-      }
-      this.options.logger.error(message);
+      logger.error(
+        { dir, filesKey: marker.source },
+        'provider vault: the files under VAULT_PERSISTENCE_DIR were named under another server key than the database’s, and were not imported',
+      );
+      return;
     }
-    writeFileDurably(file, JSON.stringify({ keyId, source } satisfies KeyMarker));
+    await this.rows.importFiles(dir, walletRecord, { logger, what: 'provider vault' });
   }
 }

@@ -1,41 +1,21 @@
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { secp256k1 } from '@noble/curves/secp256k1';
 import { expect } from 'chai';
 import { hashMessage, serializeSignature } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import { isSigilError, type SigilError } from '@sigil/plugin-api';
 import { createRuntimeApp } from '../../../services/runtime/app.ts';
 import { PROVIDER_VAULT_MESSAGE, ProviderKeyUnavailable } from '../../../services/runtime/vault/index.ts';
-import type { VaultSession } from '../../../services/runtime/vault/index.ts';
 import { describeEachDatabase, openTestKernel, stickyDatabase } from '../../support/kernel.ts';
 import { newWallet } from '../../core/auth/support.ts';
 import { captureLogs } from '../../support/logs.ts';
+import { refusal, sessionOf } from './vault-support.ts';
 import { pluginsWithLocalProvider, Stack } from './support.ts';
 
 const CANARY = 'sk-canary-provider-key-7f3a9c1e5b2d4f6a8c0e';
 const CANARY_2 = 'sk-ant-canary-second-key-0d9e8f7a6b5c4d3e';
-
-/** The session a runtime JWT stands for, as the chat will hand it to `providerKey`. */
-function sessionOf(jwt: string, address: `0x${string}`): VaultSession {
-  const claims = JSON.parse(Buffer.from(jwt.split('.')[1] as string, 'base64url').toString()) as {
-    jti: string;
-    exp: number;
-  };
-  return { address, session: { id: claims.jti, expiresAt: new Date(claims.exp * 1000) } };
-}
-
-async function refusal(promise: Promise<unknown>): Promise<SigilError> {
-  try {
-    await promise;
-  } catch (err) {
-    if (isSigilError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected a refusal');
-}
 
 describeEachDatabase('provider vault (BYOK)', (fresh) => {
   const sticky = stickyDatabase(fresh);
@@ -103,7 +83,10 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
 
     const locked = await call('PUT', '/wallet/provider-vault/keys/PROVIDER_API_KEY', { apiKey: CANARY }, jwt);
     expect(locked.status).to.equal(409);
-    expect(locked.body).to.deep.include({ code: 'conflict', details: { reason: 'provider_vault_locked' } });
+    expect(locked.body).to.deep.include({
+      code: 'conflict',
+      details: { reason: 'vault_locked', unlockedOn: 'no_replica' },
+    });
     expect(locked.body.hint).to.include('POST /wallet/provider-vault/unlock');
 
     const missing = await refusal(stack.runtime.vault.providerKey(session, 'PROVIDER_API_KEY'));
@@ -145,7 +128,7 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
     expect(await stack.runtime.vault.providerKey(session, 'OPENAI_API_KEY')).to.equal(CANARY_2);
   });
 
-  it('writes only ciphertext, under an HMAC name: no key, no wallet address', async () => {
+  it('writes only ciphertext to the database, under an HMAC lookup: no key, no wallet address', async () => {
     const wallet = newWallet();
     const jwt = await stack.signIn(wallet);
     const signature = await wallet.signMessage({ message: PROVIDER_VAULT_MESSAGE });
@@ -156,15 +139,19 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
       jwt,
     );
     expect(stored.status).to.equal(201);
-    const files = readdirSync(join(dir, 'provider-vault'));
-    for (const file of files) {
-      const content = readFileSync(join(dir, 'provider-vault', file), 'utf8');
-      expect(content).to.not.include(CANARY);
-      expect(content.toLowerCase()).to.not.include(wallet.address.toLowerCase().slice(2));
-      expect(file.toLowerCase()).to.not.include(wallet.address.toLowerCase().slice(2));
-    }
-    const records = files.filter((file) => /^[0-9a-f]{64}\.json$/.test(file));
-    expect(records.length).to.be.greaterThan(0);
+    const db = stack.kernel.db;
+    const vaults = (await db('provider_vaults').select()) as { lookup: string; sealed: string }[];
+    expect(vaults.length).to.be.greaterThan(0);
+    for (const row of vaults) expect(row.lookup).to.match(/^[0-9a-f]{64}$/);
+    const everything = JSON.stringify([
+      vaults,
+      await db('vault_unlocks').select(),
+      await db('provider_vault_server_key').select(),
+    ]).toLowerCase();
+    expect(everything).to.not.include(CANARY.toLowerCase());
+    expect(everything).to.not.include(wallet.address.toLowerCase().slice(2));
+    // Nothing of the vault is written to VAULT_PERSISTENCE_DIR any more: it is only imported from.
+    expect(existsSync(join(dir, 'provider-vault'))).to.equal(false);
   });
 
   it('refuses an unlock signature made by another wallet or over another message', async () => {
@@ -220,8 +207,9 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
       stack.runtime.vault.providerKey(sessionOf(other, wallet.address), 'PROVIDER_API_KEY'),
     );
     expect(lockedElsewhere.details).to.deep.equal({
-      reason: 'provider_vault_locked',
+      reason: 'vault_locked',
       slot: 'PROVIDER_API_KEY',
+      unlockedOn: 'no_replica',
     });
     expect(lockedElsewhere.hint).to.include('POST /wallet/provider-vault/unlock');
     // Another wallet's session id gets nothing either.
@@ -234,14 +222,14 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
     expect((await call('POST', '/wallet/provider-vault/lock', undefined, jwt)).status).to.equal(204);
     expect((await status(jwt)).unlocked).to.equal(false);
     const afterLock = await refusal(stack.runtime.vault.providerKey(session, 'PROVIDER_API_KEY'));
-    expect(afterLock.details).to.deep.include({ reason: 'provider_vault_locked' });
+    expect(afterLock.details).to.deep.include({ reason: 'vault_locked' });
 
     await call('POST', '/wallet/provider-vault/unlock', { signature }, other);
     const otherSession = sessionOf(other, wallet.address);
     expect(await stack.runtime.vault.providerKey(otherSession, 'PROVIDER_API_KEY')).to.equal(CANARY);
     stack.clock.advance(3600 * 1000 + 1000);
     const expired = await refusal(stack.runtime.vault.providerKey(otherSession, 'PROVIDER_API_KEY'));
-    expect(expired.details).to.deep.include({ reason: 'provider_vault_locked' });
+    expect(expired.details).to.deep.include({ reason: 'vault_locked' });
   });
 
   it('deletes a key without an unlock', async () => {
@@ -312,7 +300,7 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
     const session = sessionOf(jwt, wallet.address);
     expect(slot(await status(jwt), 'PROVIDER_API_KEY')).to.include({ configured: true, unlocked: false });
     const locked = await refusal(stack.runtime.vault.providerKey(session, 'PROVIDER_API_KEY'));
-    expect(locked.details).to.deep.include({ reason: 'provider_vault_locked' });
+    expect(locked.details).to.deep.include({ reason: 'vault_locked' });
     const res = await call('POST', '/wallet/provider-vault/unlock', { signature }, jwt);
     expect(res.body.unlocked).to.deep.equal(['PROVIDER_API_KEY']);
     expect(await stack.runtime.vault.providerKey(session, 'PROVIDER_API_KEY')).to.equal(CANARY);
@@ -322,10 +310,8 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
     const wallet = newWallet();
     const jwt = await stack.signIn(wallet);
     const signature = await wallet.signMessage({ message: PROVIDER_VAULT_MESSAGE });
-    const vaultDir = join(dir, 'provider-vault');
-    const moved = `${vaultDir}.away`;
-    renameSync(vaultDir, moved);
-    writeFileSync(vaultDir, 'not a directory');
+    const { db } = stack.kernel;
+    await db.schema.renameTable('provider_vaults', 'provider_vaults_away');
     try {
       const res = await call(
         'PUT',
@@ -336,8 +322,7 @@ describeEachDatabase('provider vault (BYOK)', (fresh) => {
       expect(res.status).to.equal(503);
       expect(res.body).to.deep.include({ code: 'unavailable', details: { reason: 'vault_unavailable' } });
     } finally {
-      rmSync(vaultDir, { force: true });
-      renameSync(moved, vaultDir);
+      await db.schema.renameTable('provider_vaults_away', 'provider_vaults');
     }
   });
 
@@ -358,18 +343,21 @@ describe('provider vault in production', () => {
       type: 'pkcs8',
     }) as string;
 
-  it('refuses to start without VAULT_PERSISTENCE_DIR', async () => {
+  it('starts without VAULT_PERSISTENCE_DIR: the vault is kept in the database', async () => {
     const kernel = await openTestKernel({
       config: { mode: 'production', runtime: { mcpSigningKey: signingKey() } },
     });
     try {
-      expect((await refusal(createRuntimeApp(kernel))).message).to.match(/VAULT_PERSISTENCE_DIR/);
+      const app = await createRuntimeApp(kernel);
+      await app.vault.ready();
+      expect(app.vault.persistence).to.equal('persistent');
+      await app.close();
     } finally {
       await kernel.close();
     }
   });
 
-  it('refuses to start when the directory cannot be written', async () => {
+  it('refuses to start when VAULT_PERSISTENCE_DIR cannot be read (its files could not be imported)', async () => {
     const base = mkdtempSync(join(tmpdir(), 'sigil-provider-vault-'));
     const notADir = join(base, 'file');
     writeFileSync(notADir, 'x');
