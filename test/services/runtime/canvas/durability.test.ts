@@ -77,7 +77,8 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
   /**
    * A runtime that stops, and another that takes over its database and data directory, as a restart:
    * `first` runs on the first, `second` on the next, opened on `reopenOn` when `first` gives one (the
-   * database as a crash left it) or else on the same database.
+   * database as a crash left it) or else on the same database. The next runtime is on the same machine
+   * (database.shared false): the crashed one, whose heartbeat the copy holds fresh, was its predecessor.
    */
   async function acrossRestart<T extends { runId: string; reopenOn?: Snapshot }>(
     plugins: PluginEntry[],
@@ -96,6 +97,7 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
     const two = await startCanvasWorld({
       database: state.reopenOn?.database ?? sticky.database,
       dataDir: one.dataDir,
+      replicas: { shared: false },
       plugins,
       logs: logs.stream,
     });
