@@ -1,23 +1,25 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import type { PluginEntry } from '../../../../core/config/schema.ts';
 import { databaseNowMs } from '../../../../core/db/database.ts';
 import { observe } from '../../../fixtures/canvas/observe.ts';
 import { eventually } from '../../../support/eventually.ts';
 import { describeEachDatabase, stickyDatabase } from '../../../support/kernel.ts';
 import { readSse, runtimeClient, type SseEvent } from '../chat-support.ts';
 import {
+  approvalFlow,
   canvasUser,
   type CanvasUser,
   type CanvasWorld,
   eventsUntil,
   execute,
   fundedCanvasUser,
+  LLM_NODE,
   modelTurnsServed,
   nodeCharges,
   runIdOf,
   startCanvasWorld,
+  waitingForApproval,
   workflow,
 } from './support.ts';
 
@@ -26,18 +28,6 @@ const USD = 1_000_000n;
 const LEASE_SECONDS = 3;
 /** runtime.canvas.replicaPollMs */
 const POLL_MS = 100;
-const LLM: PluginEntry[] = [{ resolve: 'canvas-llm', enabled: true, options: {} } as PluginEntry];
-
-const approvalFlow = workflow(
-  [
-    { id: 'draft', kind: 'emit', params: { value: '<h1>Hello</h1>' } },
-    { id: 'approve', kind: 'gate' },
-    { id: 'write', kind: 'record' },
-  ],
-  ['draft.value -> approve.value', 'approve.value -> write.value'],
-);
-
-const waitingForApproval = (e: SseEvent) => e.event === 'run.status' && e.data.status === 'waiting_approval';
 
 /**
  * The `observe` node's act, for a test: the first node to act waits until `release`, the others go
@@ -82,7 +72,7 @@ describe('canvas runs across replicas: one replica executes a run, another takes
       startCanvasWorld({
         database: sticky.database,
         ...(dataDir ? { dataDir } : {}),
-        plugins: LLM,
+        plugins: LLM_NODE,
         replicas: { shared: true, leaseSeconds: LEASE_SECONDS },
         canvas: { replicaPollMs: POLL_MS },
       });

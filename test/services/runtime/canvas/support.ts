@@ -153,3 +153,20 @@ export const eventsUntil = (
 
 /** The run id of a stream's first event. */
 export const runIdOf = (events: SseEvent[]): string => events[0]?.data.runId as string;
+
+/** The model node kind's plugin (`llm`), to load beside the fixtures. */
+export const LLM_NODE: PluginEntry[] = [{ resolve: 'canvas-llm', enabled: true, options: {} } as PluginEntry];
+
+/** A page drafted, approved (node `approve`, the test's `gate`), then written (`record`). */
+export const approvalFlow = workflow(
+  [
+    { id: 'draft', kind: 'emit', params: { value: '<h1>Hello</h1>' } },
+    { id: 'approve', kind: 'gate' },
+    { id: 'write', kind: 'record' },
+  ],
+  ['draft.value -> approve.value', 'approve.value -> write.value'],
+);
+
+/** The event a run's stream sends once the run waits for an approval. */
+export const waitingForApproval = (e: SseEvent) =>
+  e.event === 'run.status' && e.data.status === 'waiting_approval';
