@@ -15,6 +15,7 @@
  *   success, the next node's start and end, and the next approval's request).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
+import { RunClaims } from '../services/runtime/canvas/claims.ts';
 import type { WorkflowDocument } from '../services/runtime/canvas/document.ts';
 import {
   EVENT_COLUMNS,
@@ -44,14 +45,16 @@ export class FloorRun {
     private readonly world: CanvasWorld,
     private readonly store: RunStore,
     readonly id: string,
+    private readonly claim: string,
   ) {}
 
   /** A run of `nodeIds`, all queued, on a RunStore of its own on the runtime's connection. */
   static async create(world: CanvasWorld, nodeIds: readonly string[]): Promise<FloorRun> {
-    const { db, clock, secrets } = world.kernel;
-    const store = new RunStore(db, clock, (text) => secrets.scrub(text));
+    const { db, clock, secrets, replica, config } = world.kernel;
+    const claims = new RunClaims(db, replica, config.database.leaseSeconds * 1000);
+    const store = new RunStore(db, clock, (text) => secrets.scrub(text), claims);
     const id = randomUUID();
-    await store.create(
+    const claim = await store.create(
       {
         id,
         wallet: world.wallet,
@@ -65,7 +68,7 @@ export class FloorRun {
       nodeIds,
       [{ type: 'run.started', data: { runId: id } }],
     );
-    return new FloorRun(world, store, id);
+    return new FloorRun(world, store, id, claim);
   }
 
   /** Ends the run (a wallet may have only so many unended), outside the timing. */
@@ -117,7 +120,7 @@ export class FloorRun {
       await insertRows(trx, 'canvas_events', EVENT_COLUMNS, events, EVENTS_PER_INSERT);
     });
     // The run's next events (its end) follow these.
-    await this.store.track(this.id);
+    await this.store.track(this.id, this.claim);
   }
 
   /**

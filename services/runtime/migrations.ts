@@ -444,4 +444,28 @@ export const runtimeMigrations: readonly Migration[] = [
       });
     },
   },
+  {
+    name: '0330-canvas-run-owner',
+    async up(db) {
+      // Which replica executes the run, so that one does: the replica (replicas.id), the claim (a random
+      // id per taking, the fence of the run's writes) and until when (database time, ms), renewed while
+      // it runs. A run whose replica is dead or whose time has passed is free to take over.
+      // cancel_requested: a cancellation asked of any replica (its reason), which the owner carries out.
+      await db.schema.alterTable('canvas_runs', (t) => {
+        t.string('owner_replica', 36).nullable().index();
+        t.string('owner_claim', 36).nullable();
+        t.bigInteger('owner_until').nullable();
+        t.string('cancel_requested', 40).nullable();
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('canvas_runs', (t) => {
+        t.dropColumn('cancel_requested');
+        t.dropColumn('owner_until');
+        t.dropColumn('owner_claim');
+        t.dropIndex(['owner_replica']);
+        t.dropColumn('owner_replica');
+      });
+    },
+  },
 ];

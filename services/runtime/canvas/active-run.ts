@@ -1,5 +1,6 @@
 import type { CanvasApprovalV2 } from '@sigil/plugin-api';
-import { ENDED_NODE, type NodeState, type RunRecord, type RunStatus } from './runs.ts';
+import type { Renewal } from '../../../core/db/renewal.ts';
+import { ENDED_NODE, type NodeRecord, type NodeState, type RunRecord, type RunStatus } from './runs.ts';
 import type { PlannedNode, ValidatedWorkflow } from './validate.ts';
 
 /** A run this process is executing: its plan and the in-memory state mirrored in the store. */
@@ -31,6 +32,8 @@ export class ActiveRun {
   principal: unknown;
   /** Money charged for the run's nodes so far, in base units. */
   charged = 0n;
+  /** Keeps this replica's claim on the run while it runs here. */
+  renewal: Renewal | undefined;
   private end: () => void = () => undefined;
   readonly approvalTimers = new Map<string, NodeJS.Timeout>();
   /** The attempts running, which the run's abort aborts (one listener on its signal, not one each). */
@@ -51,6 +54,28 @@ export class ActiveRun {
       },
       { once: true },
     );
+  }
+
+  /**
+   * The run as stored: its nodes' attempts, outputs, decisions and states, a node stored `running`
+   * taken as `running` (what another replica runs) or as given (`queued`: to run again here).
+   */
+  static fromStored(
+    record: RunRecord,
+    plan: ValidatedWorkflow,
+    nodes: readonly NodeRecord[],
+    running: NodeState,
+  ): ActiveRun {
+    const run = new ActiveRun(record, plan);
+    const states = new Map<string, NodeState>();
+    for (const node of nodes) {
+      run.attempts.set(node.nodeId, node.attempt);
+      if (node.outputs) run.outputs.set(node.nodeId, node.outputs);
+      if (node.decision) run.decisions.set(node.nodeId, node.decision as unknown as CanvasApprovalV2);
+      states.set(node.nodeId, node.state === 'running' ? running : node.state);
+    }
+    run.index(states);
+    return run;
   }
 
   /** A node attempt's abort: with the run's, or after `timeoutMs`; its `done` once the attempt ends. */

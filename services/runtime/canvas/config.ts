@@ -44,6 +44,11 @@ export const canvasSchema = z
     maxOutputBytes: int(1024, 64 * 1024 * 1024)
       .default(4 * 1024 * 1024)
       .describe("Largest node's outputs, as JSON"),
+    replicaPollMs: int(50, 60_000)
+      .default(1000)
+      .describe(
+        'How often a replica reads from the database what another replica did: a cancellation or an approval sent through another replica for a run it executes, and new events of a run another replica executes for a stream it serves',
+      ),
   })
   .strict()
   .prefault({});

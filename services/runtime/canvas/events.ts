@@ -29,15 +29,25 @@ const streamed = ({ type, seq, at, json }: RunEvent): SseEvent => ({
 });
 
 /**
- * Live delivery of runs' events to their open streams, after the store committed them. A stream
- * catches up from the store first (from `Last-Event-ID`), so a client that went away resumes where it
- * left off, and nothing is lost between what it read and what arrives live.
+ * Delivery of runs' events to their open streams. A stream catches up from the store first (from
+ * `Last-Event-ID`), so a client that went away resumes where it left off, on any replica. Then the
+ * events of a run this process executes come live, once committed; those of a run another replica
+ * executes are read from the store every `pollMs`. A stream never skips nor repeats an event: events
+ * arriving with a gap (the run changed hands, or came live while the catch-up read) are read from the
+ * store in order instead.
  */
 export class RunEvents {
   private readonly listeners = new Map<string, Set<Listener>>();
   /** Ends each open stream with a `shutdown` event. */
   private readonly open = new Set<() => void>();
   private stopping = false;
+
+  constructor(
+    /** How often a stream reads a run another replica executes from the store. */
+    private readonly pollMs: number,
+    /** Whether this process executes the run (its events come live). */
+    private readonly executedHere: (runId: string) => boolean,
+  ) {}
 
   /**
    * The runtime is stopping: every open stream gets a `shutdown` event and ends now, as does any
@@ -54,6 +64,11 @@ export class RunEvents {
     for (const listener of listeners) listener(events);
   }
 
+  /** The run stopped being executed here: its streams read it from the store from now on. */
+  changedHands(runId: string): void {
+    this.publish(runId, []);
+  }
+
   private subscribe(runId: string, listener: Listener): () => void {
     const listeners = this.listeners.get(runId) ?? new Set();
     listeners.add(listener);
@@ -65,7 +80,7 @@ export class RunEvents {
   }
 
   /**
-   * Streams a run's events after `afterSeq` to `sse`: the stored ones, then live ones, until the run
+   * Streams a run's events after `afterSeq` to `sse`: the stored ones, then later ones, until the run
    * ends (or `hasEnded` said it had), the client goes, or the runtime stops (see `shutdown`). Resolves
    * once the stream is closed.
    */
@@ -78,41 +93,63 @@ export class RunEvents {
   ): Promise<void> {
     let last = afterSeq;
     let ended = false;
-    const buffered: RunEvent[] = [];
-    let catchingUp = true;
-    let finish: () => void = () => undefined;
-    const done = new Promise<void>((resolve) => {
-      finish = resolve;
-    });
+    const arrived: RunEvent[] = [];
+    let wake: () => void = () => undefined;
     /** Sends the events not sent yet, up to the run's end, in one write. */
     const send = (events: readonly RunEvent[]) => {
       const out: SseEvent[] = [];
       for (const event of events) {
-        if (event.seq <= last || ended) continue;
+        if (event.seq !== last + 1 || ended) continue;
         last = event.seq;
         out.push(streamed(event));
         if (event.type === RUN_ENDED) ended = true;
       }
       sse.sendJson(out);
-      if (ended) finish();
     };
-    const unsubscribe = this.subscribe(runId, (events) =>
-      catchingUp ? buffered.push(...events) : send(events),
-    );
-    sse.signal.addEventListener('abort', () => finish(), { once: true });
-    this.open.add(finish);
+    const done = () => ended || hasEnded || sse.signal.aborted || this.stopping;
+    const unsubscribe = this.subscribe(runId, (events) => {
+      arrived.push(...events);
+      wake();
+    });
+    const stop = () => wake();
+    sse.signal.addEventListener('abort', stop, { once: true });
+    this.open.add(stop);
     try {
-      if (!this.stopping) {
-        send(await store.events(runId, afterSeq));
-        catchingUp = false;
-        send(buffered.splice(0));
-        if (!sse.signal.aborted && !hasEnded && !this.stopping) await done;
+      if (!this.stopping) send(await store.events(runId, afterSeq));
+      while (!done()) {
+        await this.next(runId, arrived, done, (resolve) => (wake = resolve));
+        wake = () => undefined;
+        if (done()) break;
+        const live = arrived.splice(0);
+        send(live);
+        // Nothing live (a poll, the run changed hands), or a gap: the store has them in order.
+        if (!ended && (live.length === 0 || (live.at(-1) as RunEvent).seq > last))
+          send(await store.events(runId, last));
       }
     } finally {
-      this.open.delete(finish);
+      this.open.delete(stop);
       unsubscribe();
       if (this.stopping && !ended) sse.sendJson([shutdownEvent(runId, last)]);
       sse.close();
     }
+  }
+
+  /**
+   * Waits until events arrived live, the stream is `done`, or (for a run another replica executes)
+   * `pollMs` passed; `onWake` is given what wakes it sooner.
+   */
+  private async next(
+    runId: string,
+    arrived: readonly RunEvent[],
+    done: () => boolean,
+    onWake: (resolve: () => void) => void,
+  ): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      onWake(resolve);
+      if (arrived.length > 0 || done()) resolve();
+      else if (!this.executedHere(runId)) timer = setTimeout(resolve, this.pollMs);
+    });
+    clearTimeout(timer);
   }
 }

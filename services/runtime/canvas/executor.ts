@@ -6,10 +6,12 @@ import {
   isSigilError,
   SigilError,
 } from '@sigil/plugin-api';
+import { Renewal } from '../../../core/db/renewal.ts';
 import type { Logger } from '../../../core/log.ts';
 import { ActiveRun } from './active-run.ts';
 import type { RunArtifacts } from './artifacts.ts';
 import { approvalRequest } from './approvals.ts';
+import { isRunClaimLost, runClaimLost, type RunClaims } from './claims.ts';
 import type { CanvasSettings } from './config.ts';
 import { RUN_ENDED } from './events.ts';
 import { checkOutputs, runErrorOf } from './outputs.ts';
@@ -17,7 +19,6 @@ import {
   type NewEvent,
   type NodeChange,
   type NodeRecord,
-  type NodeState,
   type RunError,
   type RunEvent,
   type RunRecord,
@@ -33,6 +34,10 @@ export type ServicesFor = (run: ActiveRun, nodeId: string, attempt: number) => C
 export interface ExecutorDeps {
   /** Stores runs' changes and hands their events to the streams once committed. */
   store: RunStore;
+  /** This replica's claims on the runs it executes. */
+  claims: RunClaims;
+  /** Told when a run stops here because another replica took it over (its streams read the store). */
+  relinquished(runId: string): void;
   artifacts: RunArtifacts;
   workspaces: Workspaces;
   settings: CanvasSettings;
@@ -59,41 +64,39 @@ export class CanvasExecutor {
     return this.active.get(runId);
   }
 
-  /** Starts a new run (already stored with its `run.started` event). */
-  start(record: RunRecord, plan: ValidatedWorkflow, principal: unknown): ActiveRun {
+  /** The ids of the runs this process executes. */
+  executing(): Set<string> {
+    return new Set(this.active.keys());
+  }
+
+  /** Starts a new run (already stored with its `run.started` event, under `claim`). */
+  start(record: RunRecord, plan: ValidatedWorkflow, principal: unknown, claim: string): ActiveRun {
     const run = new ActiveRun(record, plan);
     run.principal = principal;
     for (const id of plan.order) run.attempts.set(id, 0);
     run.index(new Map());
-    this.active.set(record.id, run);
+    this.hold(run, claim);
     this.pump(run);
     return run;
   }
 
   /**
-   * Takes up a run a previous process left unfinished: finished nodes keep their outputs, approvals
-   * still wait, and a node that was running is run again by its policy (a write node with the same
-   * idempotency key, so what it writes is written once) or failed when it has no attempt left.
+   * Takes up, under `claim`, a run another process left unfinished (it stopped, or died): finished
+   * nodes keep their outputs, approvals still wait (or go on with a decision stored meanwhile), and a
+   * node that was running is run again by its policy (a write node with the same idempotency key, so
+   * what it writes is written once) or failed when it has no attempt left.
    */
   async resume(
     record: RunRecord,
     plan: ValidatedWorkflow,
     nodes: readonly NodeRecord[],
     charged: bigint,
+    claim: string,
   ): Promise<ActiveRun> {
-    const run = new ActiveRun(record, plan);
+    const run = ActiveRun.fromStored(record, plan, nodes, 'queued');
     run.charged = charged;
-    this.active.set(record.id, run);
-    const interrupted: string[] = [];
-    const states = new Map<string, NodeState>();
-    for (const node of nodes) {
-      run.attempts.set(node.nodeId, node.attempt);
-      if (node.outputs) run.outputs.set(node.nodeId, node.outputs);
-      if (node.decision) run.decisions.set(node.nodeId, node.decision as unknown as CanvasApprovalV2);
-      states.set(node.nodeId, node.state === 'running' ? 'queued' : node.state);
-      if (node.state === 'running') interrupted.push(node.nodeId);
-    }
-    run.index(states);
+    this.hold(run, claim);
+    const interrupted = nodes.filter((node) => node.state === 'running').map((node) => node.nodeId);
     await this.emit(run, [{ type: 'run.resumed', data: { interrupted } }]);
     for (const id of interrupted) {
       const planned = run.node(id);
@@ -105,9 +108,39 @@ export class CanvasExecutor {
           message: `Node ${id} was running when the runtime stopped, and has no retry left`,
         });
     }
-    for (const id of run.waiting) this.armApprovalTimeout(run, id);
+    for (const id of run.waiting) {
+      const decided = run.decisions.get(id);
+      if (decided) await this.applyDecision(run, id, decided);
+      else this.armApprovalTimeout(run, id);
+    }
     this.pump(run);
     return run;
+  }
+
+  /** Executes the run here under `claim`, renewed while it runs; a renewal that finds it lost lets go. */
+  private hold(run: ActiveRun, claim: string): void {
+    const runId = run.record.id;
+    this.active.set(runId, run);
+    run.renewal = new Renewal(this.deps.claims.lifetimeMs, () => this.deps.claims.renew(runId, claim), {
+      lost: () => runClaimLost(runId),
+      failed: (err) =>
+        this.deps.logger.warn({ err, runId }, "canvas: renewing a run's claim failed; trying again"),
+    });
+    run.renewal.signal.addEventListener('abort', () => this.relinquish(run), { once: true });
+  }
+
+  /**
+   * Another replica took the run over (this one stalled past its claim): it stops here at once, its
+   * nodes aborted, and stores nothing more (its writes are fenced by the claim).
+   */
+  private relinquish(run: ActiveRun): void {
+    const runId = run.record.id;
+    if (this.active.get(runId) !== run) return;
+    this.active.delete(runId);
+    this.deps.logger.warn({ runId }, 'canvas: another replica took this run over; it stops here');
+    halt(run, runClaimLost(runId));
+    this.deps.store.release(runId);
+    this.deps.relinquished(runId);
   }
 
   /** Starts whatever can start; ends the run when nothing runs, waits or can start. */
@@ -201,11 +234,11 @@ export class CanvasExecutor {
   }
 
   /**
-   * Records the owner's decision on a waiting approval node and runs it; checked again here, as
-   * another decision may have come while this one's signature was verified.
+   * Goes on with the owner's decision on a waiting approval node, stored already (by whichever replica
+   * took it): records it and runs the node. Nothing when the node no longer waits (cancelled).
    */
-  async decide(run: ActiveRun, id: string, decision: CanvasApprovalV2): Promise<void> {
-    this.requireWaiting(run, id);
+  async applyDecision(run: ActiveRun, id: string, decision: CanvasApprovalV2): Promise<void> {
+    if (run.states.get(id) !== 'waiting_approval') return;
     clearTimeout(run.approvalTimers.get(id));
     run.decisions.set(id, decision);
     run.set(id, 'queued');
@@ -245,6 +278,8 @@ export class CanvasExecutor {
           { type: 'node.status', data: { nodeId: id, state: 'running', attempt } },
         ]),
       );
+      // Another replica took the run over meanwhile: the node does not act here.
+      if (run.stopping) return;
       const outcome = await this.attempt(run, id, attempt);
       if (run.stopping) return;
       if ('outputs' in outcome) {
@@ -394,8 +429,9 @@ export class CanvasExecutor {
   }
 
   private async endRun(run: ActiveRun): Promise<void> {
-    if (!this.active.has(run.record.id)) return;
+    if (this.active.get(run.record.id) !== run) return;
     this.active.delete(run.record.id);
+    run.renewal?.stop();
     const states = [...run.states.values()];
     const status: RunStatus = run.cancelled
       ? 'cancelled'
@@ -447,28 +483,50 @@ export class CanvasExecutor {
     if (mustWait || this.deps.store.backlog(run.record.id) >= MAX_WRITE_BEHIND) await change;
   }
 
-  /** Waits for a change to be stored; a failure is logged, not thrown (the run goes on in memory). */
+  /**
+   * Waits for a change to be stored; a failure is logged, not thrown (the run goes on in memory),
+   * but one refused because another replica took the run over stops the run here.
+   */
   private async logged(run: ActiveRun, stored: Promise<RunEvent[]>): Promise<void> {
     try {
       await stored;
     } catch (err) {
-      this.deps.logger.error({ err, runId: run.record.id }, 'canvas: storing a run event failed');
+      if (isRunClaimLost(err)) this.relinquish(run);
+      else this.deps.logger.error({ err, runId: run.record.id }, 'canvas: storing a run event failed');
     }
   }
 
-  /** Aborts every run this process executes and waits for their nodes to stop (shutdown). */
+  /**
+   * Aborts every run this process executes and waits for their nodes to stop (shutdown), then lets go
+   * of their claims: stored, they are free for another replica (or the next process) to take up.
+   */
   async stop(): Promise<void> {
     const runs = [...this.active.values()];
-    for (const run of runs) {
-      run.stopping = true;
-      run.abort.abort(new SigilError('unavailable', 'The runtime is stopping'));
-      run.finish();
-    }
+    for (const run of runs) halt(run, new SigilError('unavailable', 'The runtime is stopping'));
     await Promise.allSettled(runs.flatMap((run) => [...run.tasks]));
     // What the nodes did before they stopped, written behind them, is stored for the next process.
     await this.deps.store.idle();
+    const held = this.deps.store.claimsHeld();
+    for (const runId of held.keys()) this.deps.store.release(runId);
+    // Not let go (the database unreachable), the claims run out within their lifetime.
+    await this.deps.claims
+      .release(held)
+      .catch((err: unknown) =>
+        this.deps.logger.warn({ err }, "canvas: letting go of the runs' claims failed; they run out"),
+      );
     this.active.clear();
   }
+}
+
+/**
+ * Stops the run where it is in this process (`reason` aborts its nodes): its claim no longer renewed,
+ * it is left as stored for whichever replica takes it up.
+ */
+function halt(run: ActiveRun, reason: SigilError): void {
+  run.renewal?.stop();
+  run.stopping = true;
+  run.abort.abort(reason);
+  run.finish();
 }
 
 /** Uncommitted changes of a run (on SQLite, of all runs) beyond which nodes wait for theirs. */

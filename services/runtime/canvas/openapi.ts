@@ -105,10 +105,13 @@ export function canvasPaths(): Record<string, unknown> {
       }),
     },
     '/canvas/runs/{id}/cancel': {
-      post: owned('Cancel a run: queued and waiting nodes cancelled, running ones aborted', {
-        parameters: run,
-        responses: { '202': json('{ id, status }'), '404': error, '409': error },
-      }),
+      post: owned(
+        "Cancel a run: queued and waiting nodes cancelled, running ones aborted (by the run's replica, within runtime.canvas.replicaPollMs)",
+        {
+          parameters: run,
+          responses: { '202': json('{ id, status }'), '404': error, '409': error },
+        },
+      ),
     },
     '/canvas/runs/{id}/nodes/{nodeId}/decision': {
       post: owned(

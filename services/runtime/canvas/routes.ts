@@ -3,7 +3,6 @@ import { z } from 'zod';
 import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
 import { openSse } from '../../../core/http/sse.ts';
 import { parseInput } from '../../../core/http/validate.ts';
-import { checkedDecision } from './approvals.ts';
 import { workflowJsonSchema } from './document.ts';
 import { ENDED_RUN, type RunRecord } from './runs.ts';
 import type { CanvasService } from './service.ts';
@@ -207,21 +206,10 @@ export function canvasRouter(canvas: CanvasService): Router {
   router.post('/runs/:id/nodes/:nodeId/decision', async (ctx) => {
     const { id, nodeId } = parseInput(nodeParams, ctx.params, 'params');
     const body = parseInput(decisionBody, ctx.request.body ?? {}, 'body');
-    const principal = principalOf(ctx.state);
-    const run = await canvas.activeRun(principal, id);
-    const decision = await checkedDecision(
-      principal.address,
-      id,
-      nodeId,
-      canvas.approvalValue(run, nodeId),
-      {
-        ...body,
-        signature: body.signature as `0x${string}` | undefined,
-      },
-      { requireSignature: canvas.settings.requireSignedApprovals, now: new Date() },
-    );
-    run.principal = principal;
-    await canvas.executor.decide(run, nodeId, decision);
+    const decision = await canvas.decide(principalOf(ctx.state), id, nodeId, {
+      ...body,
+      signature: body.signature as `0x${string}` | undefined,
+    });
     ctx.body = { runId: id, nodeId, approved: decision.approved, valueHash: decision.valueHash };
   });
   router.get('/runs/:id/artifacts/:artifactId', async (ctx) => {

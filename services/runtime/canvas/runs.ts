@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import { type Database, dialectOf } from '../../../core/db/database.ts';
+import { runClaimLost, type RunClaims } from './claims.ts';
 import type { WorkflowDocument } from './document.ts';
 import { GroupCommit } from './group-commit.ts';
 
@@ -40,10 +41,18 @@ export interface RunRecord {
   status: RunStatus;
   error: RunError | null;
   previewToken: string;
+  /** A cancellation asked through any replica (its reason), which the run's replica carries out. */
+  cancelRequested: string | null;
   createdAt: Date;
   updatedAt: Date;
   endedAt: Date | null;
 }
+
+/** A run as `create` stores it: what its request gives. */
+export type NewRun = Omit<
+  RunRecord,
+  'status' | 'error' | 'cancelRequested' | 'createdAt' | 'updatedAt' | 'endedAt'
+>;
 
 export interface NodeRecord {
   nodeId: string;
@@ -82,6 +91,7 @@ interface RunRow {
   status: RunStatus;
   error: string | null;
   preview_token: string;
+  cancel_requested: string | null;
   created_at: string | number;
   updated_at: string | number;
   ended_at: string | number | null;
@@ -113,6 +123,7 @@ const runRecord = (row: RunRow): RunRecord => ({
   status: row.status,
   error: parsed<RunError>(row.error),
   previewToken: row.preview_token,
+  cancelRequested: row.cancel_requested,
   createdAt: new Date(Number(row.created_at)),
   updatedAt: new Date(Number(row.updated_at)),
   endedAt: time(row.ended_at),
@@ -139,6 +150,12 @@ const runNotFound = (id: string) =>
 interface SerializedEvent {
   type: string;
   json: string;
+}
+
+/** A run this process writes: the number of its next event, and its claim (the fence of its writes). */
+interface TrackedRun {
+  nextSeq: number;
+  claim: string;
 }
 
 /** One change of a run, queued for the next transaction of its lane. */
@@ -223,11 +240,15 @@ function nodeRowGroups(batch: readonly RunWrite[]) {
  * A run's changes commit in the order they were made (one lane a run; on SQLite, whose one
  * connection serialises everything, one lane for all), so the stored state is always a prefix of
  * what happened, whichever write a crash interrupts.
+ *
+ * A run is written by the one replica that holds its claim (RunClaims): each transaction first checks
+ * the claims of its runs (a write that locks their rows), and the changes of a run whose claim was
+ * taken over are refused (`run_claim_lost`), stored nowhere, as is every later change of it here.
  */
 export class RunStore {
-  /** The next event number of each run this process is writing (see `track`). */
-  private readonly nextSeq = new Map<string, number>();
-  private readonly writes = new GroupCommit<RunWrite, RunEvent[]>((batch) => this.commit(batch));
+  /** The runs this process is writing (see `track`). */
+  private readonly tracked = new Map<string, TrackedRun>();
+  private readonly writes = new GroupCommit<RunWrite, RunEvent[] | SigilError>((batch) => this.commit(batch));
   private readonly oneLane: boolean;
 
   constructor(
@@ -235,6 +256,7 @@ export class RunStore {
     private readonly clock: Clock,
     /** Replaces registered secrets in text: every event, output, error and decision is stored through it. */
     private readonly scrub: (text: string) => string,
+    private readonly claims: RunClaims,
     private readonly onStored: (runId: string, events: readonly RunEvent[]) => void = () => undefined,
   ) {
     this.oneLane = dialectOf(db) === 'sqlite';
@@ -255,20 +277,29 @@ export class RunStore {
     return events.map(({ type, data }) => ({ type, json: this.json(data) }));
   }
 
-  /** Takes up writing a run's events after those stored (a run resumed after a restart). */
-  async track(runId: string): Promise<void> {
+  /**
+   * Takes up writing a run's events after those stored, under `claim` (a run taken over from a
+   * replica that stopped or died).
+   */
+  async track(runId: string, claim: string): Promise<void> {
     const last = await this.db('canvas_events').where({ run_id: runId }).max({ seq: 'seq' }).first();
-    this.nextSeq.set(runId, Number(last?.seq ?? 0) + 1);
+    this.tracked.set(runId, { nextSeq: Number(last?.seq ?? 0) + 1, claim });
+  }
+
+  /** The claims of the runs this process writes (run id → claim). */
+  claimsHeld(): Map<string, string> {
+    return new Map([...this.tracked].map(([runId, { claim }]) => [runId, claim]));
   }
 
   private laneOf(runId: string): string {
     return this.oneLane ? '' : runId;
   }
 
-  private enqueue(write: RunWrite): Promise<RunEvent[]> {
-    if (!this.nextSeq.has(write.runId))
-      return Promise.reject(new SigilError('internal', `Run ${write.runId} is not tracked by this process`));
-    return this.writes.add(this.laneOf(write.runId), write);
+  private async enqueue(write: RunWrite): Promise<RunEvent[]> {
+    if (!this.tracked.has(write.runId)) throw runClaimLost(write.runId);
+    const stored = await this.writes.add(this.laneOf(write.runId), write);
+    if (stored instanceof SigilError) throw stored;
+    return stored;
   }
 
   /** The run's changes not yet committed (on SQLite, all runs'). */
@@ -281,47 +312,62 @@ export class RunStore {
     return this.writes.idle();
   }
 
-  private async commit(batch: RunWrite[]): Promise<RunEvent[][]> {
+  private async commit(batch: RunWrite[]): Promise<(RunEvent[] | SigilError)[]> {
     const now = this.clock.now();
     const at = now.toISOString();
     const createdAt = now.getTime();
+    const claims = new Map<string, string>();
+    for (const { runId } of batch) {
+      const tracked = this.tracked.get(runId);
+      if (tracked) claims.set(runId, tracked.claim);
+    }
     const firstSeq = new Map<string, number>();
-    const eventValues: Knex.Value[] = [];
-    const stored = batch.map(({ runId, events }) => {
-      const seq = this.nextSeq.get(runId) ?? 1;
-      if (!firstSeq.has(runId)) firstSeq.set(runId, seq);
-      this.nextSeq.set(runId, seq + events.length);
-      return events.map(({ type, json }, index) => {
-        eventValues.push(runId, seq + index, type, json, createdAt);
-        return { seq: seq + index, type, json, at };
-      });
-    });
-    const runs = new Map<string, Record<string, unknown>>();
-    for (const { runId, run } of batch) if (run) runs.set(runId, { ...runs.get(runId), ...run });
+    let stored: (RunEvent[] | SigilError)[] = [];
     try {
       await this.db.transaction(async (trx) => {
-        for (const { columns, written, values } of nodeRowGroups(batch))
+        const held = await this.claims.held(trx, claims);
+        const eventValues: Knex.Value[] = [];
+        stored = batch.map(({ runId, events }) => {
+          const tracked = this.tracked.get(runId);
+          if (!tracked || !held.has(runId)) return runClaimLost(runId);
+          const seq = tracked.nextSeq;
+          if (!firstSeq.has(runId)) firstSeq.set(runId, seq);
+          tracked.nextSeq = seq + events.length;
+          return events.map(({ type, json }, index) => {
+            eventValues.push(runId, seq + index, type, json, createdAt);
+            return { seq: seq + index, type, json, at };
+          });
+        });
+        const kept = batch.filter(({ runId }) => held.has(runId));
+        for (const { columns, written, values } of nodeRowGroups(kept))
           await insertRows(trx, 'canvas_node_runs', written, values, NODES_PER_INSERT, {
             key: NODE_KEY,
             merge: columns,
           });
+        const runs = new Map<string, Record<string, unknown>>();
+        for (const { runId, run } of kept) if (run) runs.set(runId, { ...runs.get(runId), ...run });
         for (const [runId, row] of runs) await trx('canvas_runs').where({ id: runId }).update(row);
         await insertRows(trx, 'canvas_events', EVENT_COLUMNS, eventValues, EVENTS_PER_INSERT);
       });
     } catch (err) {
       // Nothing of the batch was stored: its numbers are given again to the next changes.
-      for (const [runId, seq] of firstSeq) this.nextSeq.set(runId, seq);
+      for (const [runId, seq] of firstSeq) {
+        const tracked = this.tracked.get(runId);
+        if (tracked) tracked.nextSeq = seq;
+      }
       throw err;
     }
-    batch.forEach(({ runId }, i) => this.onStored(runId, stored[i] as RunEvent[]));
+    batch.forEach(({ runId }, i) => {
+      const events = stored[i] as RunEvent[] | SigilError;
+      // A run taken over by another replica is written no more here.
+      if (events instanceof SigilError) this.tracked.delete(runId);
+      else this.onStored(runId, events);
+    });
     return stored;
   }
 
-  async create(
-    run: Omit<RunRecord, 'status' | 'error' | 'createdAt' | 'updatedAt' | 'endedAt'>,
-    nodeIds: readonly string[],
-    events: readonly NewEvent[],
-  ): Promise<RunEvent[]> {
+  /** Stores a new run, its nodes queued and its first events, claimed by this replica: its claim. */
+  async create(run: NewRun, nodeIds: readonly string[], events: readonly NewEvent[]): Promise<string> {
     const now = this.clock.now().getTime();
     const at = new Date(now).toISOString();
     const stored = this.serialized(events).map(({ type, json }, index) => ({
@@ -330,8 +376,10 @@ export class RunStore {
       json,
       at,
     }));
+    const { claim, columns } = this.claims.forNewRun();
     await this.db.transaction(async (trx) => {
       await trx('canvas_runs').insert({
+        ...columns,
         id: run.id,
         wallet: run.wallet,
         agent_id: run.agentId,
@@ -359,9 +407,9 @@ export class RunStore {
         EVENTS_PER_INSERT,
       );
     });
-    this.nextSeq.set(run.id, stored.length + 1);
+    this.tracked.set(run.id, { nextSeq: stored.length + 1, claim });
     this.onStored(run.id, stored);
-    return stored;
+    return claim;
   }
 
   /** Changes a node's state and records the events it causes, in one transaction. */
@@ -403,9 +451,9 @@ export class RunStore {
     return this.enqueue({ runId, events: this.serialized(events) });
   }
 
-  /** Forgets an ended run's event counter. */
+  /** Writes no more of the run here (it ended, or this process let go of it). */
   release(runId: string): void {
-    this.nextSeq.delete(runId);
+    this.tracked.delete(runId);
   }
 
   /** The wallet's run (404 for anyone else's). */
@@ -441,11 +489,72 @@ export class RunStore {
     return Number(found?.n ?? 0);
   }
 
-  /** Every run not yet ended: what a starting runtime picks up again. */
-  async unfinished(): Promise<RunRecord[]> {
-    return ((await this.db('canvas_runs').whereNull('ended_at').orderBy('created_at')) as RunRow[]).map(
-      runRecord,
-    );
+  /** A run by its id alone, whoever's it is (one this replica takes over). */
+  async byId(id: string): Promise<RunRecord> {
+    const row = (await this.db('canvas_runs').where({ id }).first()) as RunRow | undefined;
+    if (!row) throw runNotFound(id);
+    return runRecord(row);
+  }
+
+  /**
+   * Asks the run's replica, whichever it is, to cancel it (with `reason`; a cancellation asked before
+   * keeps its own): false when the run has ended.
+   */
+  async requestCancel(runId: string, reason: string): Promise<boolean> {
+    const asked = await this.db('canvas_runs')
+      .where({ id: runId })
+      .whereNull('ended_at')
+      .update({ cancel_requested: this.db.raw('coalesce(cancel_requested, ?)', [reason]) });
+    return asked === 1;
+  }
+
+  /**
+   * Stores the owner's decision on an approval node, compare-and-set, while the node waits for one
+   * and its run is neither ended nor being cancelled: of decisions sent at once through any replicas,
+   * exactly one is stored; false for the others. The run's replica then goes on with it.
+   */
+  async storeDecision(runId: string, nodeId: string, decision: Record<string, unknown>): Promise<boolean> {
+    const stored = await this.db('canvas_node_runs')
+      .where({ run_id: runId, node_id: nodeId, state: 'waiting_approval' })
+      .whereNull('decision')
+      .whereIn(
+        'run_id',
+        this.db('canvas_runs')
+          .select('id')
+          .where({ id: runId })
+          .whereNull('ended_at')
+          .whereNull('cancel_requested'),
+      )
+      .update({ decision: this.json(decision) });
+    return stored === 1;
+  }
+
+  /**
+   * What was asked, through any replica, of the unended runs `replica` executes: cancellations, and
+   * decisions on approval nodes still waiting there.
+   */
+  async requests(replica: string): Promise<{
+    cancels: { runId: string; reason: string }[];
+    decisions: { runId: string; nodeId: string; decision: Record<string, unknown> }[];
+  }> {
+    const owned = () => this.db('canvas_runs').where({ owner_replica: replica }).whereNull('ended_at');
+    const cancels = (await owned().whereNotNull('cancel_requested').select('id', 'cancel_requested')) as {
+      id: string;
+      cancel_requested: string;
+    }[];
+    const decisions = (await this.db('canvas_node_runs')
+      .whereIn('run_id', owned().select('id'))
+      .where({ state: 'waiting_approval' })
+      .whereNotNull('decision')
+      .select('run_id', 'node_id', 'decision')) as { run_id: string; node_id: string; decision: string }[];
+    return {
+      cancels: cancels.map((row) => ({ runId: row.id, reason: row.cancel_requested })),
+      decisions: decisions.map((row) => ({
+        runId: row.run_id,
+        nodeId: row.node_id,
+        decision: JSON.parse(row.decision) as Record<string, unknown>,
+      })),
+    };
   }
 
   /** What the run's nodes were charged so far: the sum of its `cost` events. */

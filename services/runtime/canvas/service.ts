@@ -1,8 +1,10 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { type CanvasNodeV2, extensionPoints, SigilError } from '@sigil/plugin-api';
+import { type CanvasApprovalV2, type CanvasNodeV2, extensionPoints, SigilError } from '@sigil/plugin-api';
 import { PORT_VALUE_SCHEMAS } from '@sigil/plugin-api/canvas';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
+import type { Replica } from '../../../core/db/replicas.ts';
 import type { Logger } from '../../../core/log.ts';
+import { PeriodicPass } from '../../../core/periodic.ts';
 import { publicBase } from '../../../core/auth/settings.ts';
 import type { Kernel } from '../../kernel.ts';
 import type { Agents } from '../agents.ts';
@@ -11,12 +13,14 @@ import type { GatewayClient } from '../gateway-client.ts';
 import type { Holds } from '../ledger/holds.ts';
 import type { ProviderVault } from '../vault/index.ts';
 import { RunArtifacts } from './artifacts.ts';
+import { checkedDecision, type DecisionInput } from './approvals.ts';
+import { RunClaims } from './claims.ts';
 import type { WorkflowDocument } from './document.ts';
 import { RunEvents } from './events.ts';
-import type { ActiveRun } from './active-run.ts';
+import { ActiveRun } from './active-run.ts';
 import { CanvasExecutor } from './executor.ts';
 import { CanvasHostServices } from './host-services.ts';
-import { RunStore, type RunRecord } from './runs.ts';
+import { ENDED_RUN, type NewRun, RunStore, type RunStatus } from './runs.ts';
 import { validateWorkflow, type ValidatedWorkflow } from './validate.ts';
 import { Workflows } from './workflows.ts';
 import { Workspaces } from './workspaces.ts';
@@ -38,25 +42,41 @@ export interface ExecuteRequest {
   inputs: Record<string, unknown>;
 }
 
-/** Canvas workflows: documents, their validation, runs and what they stream (docs/canvas.md). */
+/**
+ * Canvas workflows: documents, their validation, runs and what they stream (docs/canvas.md). Each
+ * unended run is executed by one replica, which claims it (RunClaims); a replica takes over the runs
+ * of replicas that died or stopped, at start and every `database.leaseSeconds`, and carries out what
+ * was asked of its runs through another (a cancellation, a decision) every `replicaPollMs`.
+ */
 export class CanvasService {
   readonly settings: Kernel['config']['runtime']['canvas'];
   readonly workflows: Workflows;
+  readonly claims: RunClaims;
   readonly runs: RunStore;
-  readonly events = new RunEvents();
+  readonly events: RunEvents;
   readonly artifacts: RunArtifacts;
   readonly workspaces: Workspaces;
   readonly executor: CanvasExecutor;
   private readonly host: CanvasHostServices;
   private readonly logger: Logger;
+  private readonly replica: Replica;
+  private readonly takeOver: PeriodicPass<number>;
+  private readonly requests: PeriodicPass<void>;
 
   constructor(private readonly deps: CanvasDeps) {
     const { kernel } = deps;
     this.logger = kernel.logger.child({ component: 'canvas' });
     this.settings = kernel.config.runtime.canvas;
+    this.replica = kernel.replica;
     this.workflows = new Workflows(kernel.db, kernel.clock, this.settings.maxWorkflowsPerWallet);
     const scrub = (text: string) => kernel.secrets.scrub(text);
-    this.runs = new RunStore(kernel.db, kernel.clock, scrub, (runId, events) =>
+    const leaseMs = kernel.config.database.leaseSeconds * 1000;
+    this.claims = new RunClaims(kernel.db, kernel.replica, leaseMs);
+    this.events = new RunEvents(
+      this.settings.replicaPollMs,
+      (runId) => this.executor.get(runId) !== undefined,
+    );
+    this.runs = new RunStore(kernel.db, kernel.clock, scrub, this.claims, (runId, events) =>
       this.events.publish(runId, events),
     );
     this.artifacts = new RunArtifacts(kernel.db, kernel.clock, this.settings.maxArtifactBytes);
@@ -72,6 +92,8 @@ export class CanvasService {
     });
     this.executor = new CanvasExecutor({
       store: this.runs,
+      claims: this.claims,
+      relinquished: (runId) => this.events.changedHands(runId),
       artifacts: this.artifacts,
       workspaces: this.workspaces,
       settings: this.settings,
@@ -79,6 +101,18 @@ export class CanvasService {
       logger: this.logger,
       scrub,
       now: () => kernel.clock.now(),
+    });
+    this.takeOver = new PeriodicPass({
+      pass: () => this.takeOverFree(),
+      intervalMs: leaseMs,
+      logger: this.logger,
+      failure: 'canvas: taking over the runs of stopped replicas failed; trying again',
+    });
+    this.requests = new PeriodicPass({
+      pass: () => this.carryOutAsked(),
+      intervalMs: this.settings.replicaPollMs,
+      logger: this.logger,
+      failure: 'canvas: reading what was asked of this replica’s runs failed; trying again',
     });
   }
 
@@ -122,7 +156,7 @@ export class CanvasService {
           details: { reason: 'too_many_active_runs', limit: this.settings.maxActiveRuns },
         },
       );
-    const record: Omit<RunRecord, 'status' | 'error' | 'createdAt' | 'updatedAt' | 'endedAt'> = {
+    const record: NewRun = {
       id: randomUUID(),
       wallet,
       agentId: request.agentId,
@@ -132,7 +166,7 @@ export class CanvasService {
       inputs: request.inputs,
       previewToken: randomBytes(24).toString('base64url'),
     };
-    await this.runs.create(record, plan.order, [
+    const claim = await this.runs.create(record, plan.order, [
       {
         type: 'run.started',
         data: {
@@ -145,7 +179,7 @@ export class CanvasService {
       },
     ]);
     const stored = await this.runs.get(wallet, record.id);
-    const run = this.executor.start(stored, plan, principal);
+    const run = this.executor.start(stored, plan, principal, claim);
     void run.ended.then(() => this.host.endRun(record.id));
     return run;
   }
@@ -155,22 +189,26 @@ export class CanvasService {
     return this.deps.kernel.plugins.extensions(extensionPoints.canvasNodeKinds);
   }
 
-  /** The wallet's run this process executes; 404 for another's, 409 once it has ended. */
-  async activeRun(principal: AuthPrincipal, runId: string): Promise<ActiveRun> {
+  /**
+   * The wallet's unended run as this process knows it: the one it executes, or else as stored (what
+   * another replica executes). 404 for another wallet's, 409 once it has ended.
+   */
+  private async unendedRun(principal: AuthPrincipal, runId: string): Promise<ActiveRun> {
     const active = this.executor.get(runId);
-    // No read for the owner's run in flight: a decision goes on without waiting for the store.
+    // The run executed here: its state in memory is the newest.
     if (active?.record.wallet === principal.address) return active;
     const record = await this.runs.get(principal.address, runId);
-    const run = this.executor.get(runId);
-    if (!run)
-      throw new SigilError('conflict', `Run ${runId} has ended (${record.status})`, {
-        details: { reason: 'run_ended', status: record.status },
-      });
-    return run;
+    if (ENDED_RUN.includes(record.status)) throw runEnded(runId, record.status);
+    return ActiveRun.fromStored(
+      record,
+      this.validate(record.document),
+      await this.runs.nodes(runId),
+      'running',
+    );
   }
 
   /** The value an approval node waits on (what its owner approves); 404 for a node the run lacks. */
-  approvalValue(run: ActiveRun, nodeId: string): unknown {
+  private approvalValue(run: ActiveRun, nodeId: string): unknown {
     if (!run.plan.nodes.has(nodeId))
       throw new SigilError('not_found', `Run ${run.record.id} has no node ${nodeId}`, {
         details: { reason: 'node_not_found', nodeId },
@@ -179,27 +217,91 @@ export class CanvasService {
     return this.executor.inputsOf(run, nodeId).value;
   }
 
-  async cancel(principal: AuthPrincipal, runId: string): Promise<void> {
-    const run = await this.activeRun(principal, runId);
-    await this.executor.cancel(run);
+  /**
+   * The owner's decision on a waiting approval node, through any replica: checked, stored (one
+   * decision per node, whichever replicas they reach), then carried out by the run's replica: at once
+   * when it is this one, else within `replicaPollMs`.
+   */
+  async decide(
+    principal: AuthPrincipal,
+    runId: string,
+    nodeId: string,
+    input: DecisionInput,
+  ): Promise<CanvasApprovalV2> {
+    const run = await this.unendedRun(principal, runId);
+    const decision = await checkedDecision(
+      principal.address,
+      runId,
+      nodeId,
+      this.approvalValue(run, nodeId),
+      input,
+      { requireSignature: this.settings.requireSignedApprovals, now: new Date() },
+    );
+    if (!(await this.runs.storeDecision(runId, nodeId, { ...decision })))
+      throw new SigilError('conflict', `Node ${nodeId} is not waiting for an approval`, {
+        details: { reason: 'not_waiting_approval', nodeId },
+      });
+    const executing = this.executor.get(runId);
+    if (executing) {
+      executing.principal = principal;
+      await this.executor.applyDecision(executing, nodeId, decision);
+    }
+    return decision;
   }
 
   /**
-   * Picks up every run a previous process left unfinished, and says in one log line how many wait for
-   * an approval, how many go on, and how many cannot (nothing when there were none).
+   * Cancels the wallet's run through any replica: asked in the store, then carried out by the run's
+   * replica, at once when it is this one, else within `replicaPollMs`. 409 once the run has ended.
+   */
+  async cancel(principal: AuthPrincipal, runId: string): Promise<void> {
+    const reason = 'cancelled_by_owner';
+    await this.runs.get(principal.address, runId);
+    if (!(await this.runs.requestCancel(runId, reason)))
+      throw runEnded(runId, (await this.runs.get(principal.address, runId)).status);
+    const run = this.executor.get(runId);
+    if (run) await this.executor.cancel(run, reason);
+  }
+
+  /**
+   * Takes over the free runs now (what a previous process left), then every `database.leaseSeconds`,
+   * and looks for what other replicas were asked of this one's runs every `replicaPollMs`.
    */
   async start(): Promise<void> {
+    await this.takeOver.run();
+    this.takeOver.start();
+    this.requests.start();
+  }
+
+  /** A pass taking over the free runs now (or the pass under way): how many it took. */
+  takeOverFreeRuns(): Promise<number> {
+    return this.takeOver.run();
+  }
+
+  /** A pass carrying out what was asked of this replica's runs now (or the pass under way). */
+  carryOutRequests(): Promise<void> {
+    return this.requests.run();
+  }
+
+  /**
+   * Takes over every run free to take (its replica stopped or died, or its claim ran out; never a
+   * live replica's) and goes on with it, and says in one log line how many wait for an approval, how
+   * many go on, and how many cannot (nothing when it took none). Answers how many it took.
+   */
+  private async takeOverFree(): Promise<number> {
     const taken = { waiting: 0, resumed: 0, failed: 0 };
-    const unfinished = await this.runs.unfinished();
-    for (const record of unfinished) {
-      await this.runs.track(record.id);
+    for (const runId of await this.claims.free(this.executor.executing())) {
+      const claim = await this.claims.take(runId);
+      // Another replica took it first.
+      if (claim === undefined) continue;
+      const record = await this.runs.byId(runId);
+      await this.runs.track(runId, claim);
       let plan: ValidatedWorkflow;
       try {
         plan = this.validate(record.document);
       } catch (err) {
         // The node kinds it used are no longer loaded: the run cannot go on.
         await this.runs.changeRun(
-          record.id,
+          runId,
           'failed',
           [{ type: 'run.ended', data: { status: 'failed', reason: 'workflow_invalid' } }],
           {
@@ -208,16 +310,34 @@ export class CanvasService {
             message: `The run's workflow is no longer valid here: ${(err as Error).message}`,
           },
         );
+        this.runs.release(runId);
         taken.failed++;
         continue;
       }
-      const nodes = await this.runs.nodes(record.id);
-      const run = await this.executor.resume(record, plan, nodes, await this.runs.charged(record.id));
-      void run.ended.then(() => this.host.endRun(record.id));
+      const nodes = await this.runs.nodes(runId);
+      const run = await this.executor.resume(record, plan, nodes, await this.runs.charged(runId), claim);
+      void run.ended.then(() => this.host.endRun(runId));
+      if (record.cancelRequested) await this.executor.cancel(run, record.cancelRequested);
       if (record.status === 'waiting_approval') taken.waiting++;
       else taken.resumed++;
     }
-    if (unfinished.length > 0) this.logger.info(taken, startedLine(taken));
+    const total = taken.waiting + taken.resumed + taken.failed;
+    if (total > 0) this.logger.info(taken, startedLine(taken));
+    return total;
+  }
+
+  /** Carries out the cancellations and decisions asked through other replicas of the runs executed here. */
+  private async carryOutAsked(): Promise<void> {
+    if (this.executor.executing().size === 0) return;
+    const { cancels, decisions } = await this.runs.requests(this.replica.id);
+    for (const { runId, reason } of cancels) {
+      const run = this.executor.get(runId);
+      if (run) await this.executor.cancel(run, reason);
+    }
+    for (const { runId, nodeId, decision } of decisions) {
+      const run = this.executor.get(runId);
+      if (run) await this.executor.applyDecision(run, nodeId, decision as unknown as CanvasApprovalV2);
+    }
   }
 
   /**
@@ -229,10 +349,17 @@ export class CanvasService {
   }
 
   async close(): Promise<void> {
+    await this.takeOver.stop();
+    await this.requests.stop();
     this.closing();
     await this.executor.stop();
   }
 }
+
+const runEnded = (runId: string, status: RunStatus): SigilError =>
+  new SigilError('conflict', `Run ${runId} has ended (${status})`, {
+    details: { reason: 'run_ended', status },
+  });
 
 /** `canvas: 1 run waiting for approval, 0 resumed` (and `, 1 failed: its workflow is no longer valid`). */
 function startedLine(taken: { waiting: number; resumed: number; failed: number }): string {

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { PluginEntry } from '../../../../core/config/schema.ts';
-import { parseSse, readSse, type SseEvent } from '../chat-support.ts';
+import { parseSse, readSse } from '../chat-support.ts';
 import type { Stack } from '../support.ts';
 import {
   describeEachDatabase,
@@ -16,32 +16,23 @@ import { observe } from '../../../fixtures/canvas/observe.ts';
 import { captureLogs } from '../../../support/logs.ts';
 import { approvalMessage } from '../../../../services/runtime/canvas/approvals.ts';
 import {
+  approvalFlow,
   canvasUser,
   type CanvasUser,
   type CanvasWorld,
   eventsUntil,
   execute,
   fundedCanvasUser,
+  LLM_NODE,
   modelTurnsServed,
   nodeCharges,
   runIdOf,
   startCanvasWorld,
+  waitingForApproval,
   workflow,
 } from './support.ts';
 
 const USD = 1_000_000n;
-const LLM: PluginEntry[] = [{ resolve: 'canvas-llm', enabled: true, options: {} } as PluginEntry];
-
-const approvalFlow = workflow(
-  [
-    { id: 'draft', kind: 'emit', params: { value: '<h1>Hello</h1>' } },
-    { id: 'approve', kind: 'gate' },
-    { id: 'write', kind: 'record' },
-  ],
-  ['draft.value -> approve.value', 'approve.value -> write.value'],
-);
-
-const waitingForApproval = (e: SseEvent) => e.event === 'run.status' && e.data.status === 'waiting_approval';
 
 /**
  * Reads to its end a run that the runtime of `stack` took up after another stopped: from its
@@ -77,7 +68,8 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
   /**
    * A runtime that stops, and another that takes over its database and data directory, as a restart:
    * `first` runs on the first, `second` on the next, opened on `reopenOn` when `first` gives one (the
-   * database as a crash left it) or else on the same database.
+   * database as a crash left it) or else on the same database. The next runtime is on the same machine
+   * (database.shared false): the crashed one, whose heartbeat the copy holds fresh, was its predecessor.
    */
   async function acrossRestart<T extends { runId: string; reopenOn?: Snapshot }>(
     plugins: PluginEntry[],
@@ -96,6 +88,7 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
     const two = await startCanvasWorld({
       database: state.reopenOn?.database ?? sticky.database,
       dataDir: one.dataDir,
+      replicas: { shared: false },
       plugins,
       logs: logs.stream,
     });
@@ -186,7 +179,7 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
   it('stores a model turn’s success before the run goes on: a crash then, and the next runtime neither runs nor charges it again', async () => {
     const wallet = privateKeyToAccount(generatePrivateKey());
     await acrossRestart(
-      LLM,
+      LLM_NODE,
       async (first, sticky) => {
         const user = await fundedCanvasUser(first.stack, USD, wallet);
         let reopenOn: Snapshot | undefined;
@@ -226,7 +219,7 @@ describeEachDatabase('canvas runs across restarts, and whose they are', (databas
   it('charges a model turn once across a restart while the run waits for approval; the run’s charged is the ledger’s', async () => {
     const wallet = privateKeyToAccount(generatePrivateKey());
     await acrossRestart(
-      LLM,
+      LLM_NODE,
       async (first) => {
         const user = await fundedCanvasUser(first.stack, USD, wallet);
         const events = await readSse(

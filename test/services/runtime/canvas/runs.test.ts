@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { expect } from 'chai';
 import { REDACTED, SigilError } from '@sigil/plugin-api';
 import type { WorkflowDocument } from '../../../../services/runtime/canvas/document.ts';
+import { RunClaims } from '../../../../services/runtime/canvas/claims.ts';
 import { type NewEvent, RunStore, type RunEvent } from '../../../../services/runtime/canvas/runs.ts';
 import type { Kernel } from '../../../../services/kernel.ts';
 import { describeEachDatabase, openTestKernel } from '../../../support/kernel.ts';
@@ -29,10 +30,14 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
       kernel.db,
       kernel.clock,
       (text) => kernel.secrets.scrub(text),
+      claims(),
       (runId, events: readonly RunEvent[]) =>
         published.push(...events.map(({ seq, type }) => ({ runId, seq, type }))),
     );
   });
+
+  /** Claims of this kernel's replica, lasting 30 s unrenewed. */
+  const claims = () => new RunClaims(kernel.db, kernel.replica, 30_000);
 
   /** A run of `nodeIds` created through `on` (the suite's store by default) with its `started` events. */
   const newRun = async (
@@ -84,13 +89,16 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
     ]);
     expect(commits()).to.equal(1);
     // Each changed row written once: the nodes' by an upsert per set of columns changed (a: state,
-    // attempt and outputs; b: state and attempt), the run's by an UPDATE, the events in one INSERT.
+    // attempt and outputs; b: state and attempt), the run's by an UPDATE, the events in one INSERT;
+    // before them, one UPDATE checks the claims of the batch's runs.
     const inserts = (table: string) =>
       statements.filter((sql) => sql.startsWith('INSERT') && sql.includes(table.toUpperCase()));
     const upserts = inserts('canvas_node_runs');
     expect(upserts).to.have.length(2);
     for (const sql of upserts) expect(sql).to.include('ON CONFLICT');
-    expect(statements.filter((sql) => sql.startsWith('UPDATE'))).to.have.length(1);
+    const updates = statements.filter((sql) => sql.startsWith('UPDATE'));
+    expect(updates).to.have.length(2);
+    expect(updates[0]).to.match(/SET .OWNER_CLAIM. = .OWNER_CLAIM. WHERE/);
     expect(inserts('canvas_events')).to.have.length(1);
     const nodes = new Map((await store.nodes(runId)).map((node) => [node.nodeId, node]));
     expect(nodes.get('a')).to.include({ state: 'succeeded', attempt: 1 });
@@ -135,6 +143,7 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
       kernel.db,
       kernel.clock,
       (text) => kernel.secrets.scrub(text),
+      claims(),
       (_runId, events) => published.push(...events),
     );
     try {
@@ -188,15 +197,52 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
     }
   });
 
-  it('refuses a change of a run it does not track, alone', async () => {
-    const runId = await newRun(['a']);
-    const untracked = store.record(randomUUID(), [{ type: 'lost', data: {} }]);
-    const tracked = store.record(runId, [{ type: 'kept', data: {} }]);
-    const refused = await untracked.then(
+  /** What a promise rejected with (undefined when it resolved). */
+  const refusal = (promise: Promise<unknown>) =>
+    promise.then(
       () => undefined,
       (err: unknown) => err,
     );
-    expect(refused).to.be.instanceOf(SigilError).and.include({ code: 'internal' });
+
+  it('refuses a change of a run it does not track, alone', async () => {
+    const runId = await newRun(['a']);
+    const other = randomUUID();
+    const untracked = store.record(other, [{ type: 'lost', data: {} }]);
+    const tracked = store.record(runId, [{ type: 'kept', data: {} }]);
+    expect(await refusal(untracked))
+      .to.be.instanceOf(SigilError)
+      .and.deep.include({ code: 'unavailable', details: { reason: 'run_claim_lost', runId: other } });
     expect((await tracked).map((e) => e.seq)).to.deep.equal([2]);
+  });
+
+  it("stores nothing more of a run whose claim another replica took over, in the same transaction as another run's changes that it stores", async () => {
+    const [lost, kept] = [await newRun(['a']), await newRun(['a'])];
+    // Another replica took `lost` over: a new claim in its row.
+    await kernel.db('canvas_runs').where({ id: lost }).update({ owner_claim: randomUUID() });
+    published = [];
+    const writes = [
+      store.changeNode(lost, 'a', { state: 'succeeded', outputs: { v: 1 } }, [{ type: 'a.done', data: {} }]),
+      store.changeRun(lost, 'succeeded', [{ type: 'run.ended', data: {} }]),
+      store.changeNode(kept, 'a', { state: 'succeeded', outputs: { v: 2 } }, [{ type: 'a.done', data: {} }]),
+    ];
+    const [node, run, other] = await Promise.all(writes.map(refusal));
+    for (const err of [node, run])
+      expect(err)
+        .to.be.instanceOf(SigilError)
+        .and.deep.include({ details: { reason: 'run_claim_lost', runId: lost } });
+    expect(other).to.equal(undefined);
+    expect((await store.nodes(lost))[0]).to.include({ state: 'queued', outputs: null });
+    expect((await store.events(lost, 0)).map((e) => e.type)).to.deep.equal(['run.started']);
+    expect(await kernel.db('canvas_runs').where({ id: lost }).first('status', 'ended_at')).to.deep.equal({
+      status: 'running',
+      ended_at: null,
+    });
+    expect((await store.nodes(kept))[0]).to.deep.include({ state: 'succeeded', outputs: { v: 2 } });
+    expect(published).to.deep.equal([{ runId: kept, seq: 2, type: 'a.done' }]);
+    // This process writes the run no more, whatever its row says later.
+    expect(store.claimsHeld().has(lost)).to.equal(false);
+    expect(await refusal(store.record(lost, [{ type: 'late', data: {} }]))).to.deep.include({
+      details: { reason: 'run_claim_lost', runId: lost },
+    });
   });
 });

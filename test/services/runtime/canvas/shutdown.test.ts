@@ -9,16 +9,7 @@ import { describeEachDatabase, openTestKernel } from '../../../support/kernel.ts
 import { fixturePath } from '../../../support/paths.ts';
 import { parseSse, readSse, runtimeClient, signIn } from '../chat-support.ts';
 import { pluginsWithLocalProvider } from '../support.ts';
-import { FIXTURE_NODES, workflow } from './support.ts';
-
-const approvalFlow = workflow(
-  [
-    { id: 'draft', kind: 'emit', params: { value: '<h1>Hello</h1>' } },
-    { id: 'approve', kind: 'gate' },
-    { id: 'write', kind: 'record' },
-  ],
-  ['draft.value -> approve.value', 'approve.value -> write.value'],
-);
+import { approvalFlow, FIXTURE_NODES } from './support.ts';
 
 /** Reads until the text read holds `until`, and resolves with it, leaving the stream open. */
 async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, until: string): Promise<string> {

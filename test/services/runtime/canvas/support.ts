@@ -5,7 +5,7 @@ import type { Writable } from 'node:stream';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import type { PluginEntry } from '../../../../core/config/schema.ts';
 import type { LocalProvider } from '../../../../providers/local/index.ts';
-import type { TestDatabase } from '../../../support/kernel.ts';
+import type { ConfigOverrides, TestDatabase } from '../../../support/kernel.ts';
 import { fixturePath } from '../../../support/paths.ts';
 import type { ProbeWorld } from '../../gateway/support.ts';
 import { readSse, runtimeClient, storeAndUnlock, type SseEvent } from '../chat-support.ts';
@@ -42,6 +42,8 @@ export interface CanvasWorldOptions {
   probe?: ProbeWorld;
   /** Where the kernel's log lines go (none by default). */
   logs?: Writable;
+  /** Replicas' settings (database.shared, leaseSeconds, …). */
+  replicas?: ConfigOverrides['database'];
 }
 
 /** A runtime (and gateway) on a real kernel with the canvas fixture nodes and provider-local loaded. */
@@ -53,6 +55,7 @@ export async function startCanvasWorld(options: CanvasWorldOptions) {
     configDir: fixturePath('canvas'),
     ...(options.logs ? { logs: options.logs } : {}),
     config: {
+      ...(options.replicas ? { database: options.replicas } : {}),
       plugins: [
         ...(probe
           ? [...probe.plugins(), { resolve: 'provider-local', enabled: true, options: {} } as PluginEntry]
@@ -150,3 +153,20 @@ export const eventsUntil = (
 
 /** The run id of a stream's first event. */
 export const runIdOf = (events: SseEvent[]): string => events[0]?.data.runId as string;
+
+/** The model node kind's plugin (`llm`), to load beside the fixtures. */
+export const LLM_NODE: PluginEntry[] = [{ resolve: 'canvas-llm', enabled: true, options: {} } as PluginEntry];
+
+/** A page drafted, approved (node `approve`, the test's `gate`), then written (`record`). */
+export const approvalFlow = workflow(
+  [
+    { id: 'draft', kind: 'emit', params: { value: '<h1>Hello</h1>' } },
+    { id: 'approve', kind: 'gate' },
+    { id: 'write', kind: 'record' },
+  ],
+  ['draft.value -> approve.value', 'approve.value -> write.value'],
+);
+
+/** The event a run's stream sends once the run waits for an approval. */
+export const waitingForApproval = (e: SseEvent) =>
+  e.event === 'run.status' && e.data.status === 'waiting_approval';
