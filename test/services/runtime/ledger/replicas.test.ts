@@ -113,6 +113,16 @@ describe('ledger across replicas: one sender, each transfer sent once', function
         signed_tx: Hex | null;
       };
     const fresh = () => privateKeyToAccount(generatePrivateKey()).address;
+    /** A withdrawal of 1 USD asked of A, its send held at A's proxy until `releaseA()`. */
+    async function withdrawalHeldOnA(idempotencyKey: string) {
+      const wallet = await fundedWallet(5n * USD);
+      const to = fresh();
+      const nonceBefore = await operatorNonce();
+      const heldA = holdSendsOfA(new Promise<void>((resolve) => (releaseA = resolve)));
+      const { transfer } = await withdraw(a, wallet, to, idempotencyKey);
+      await heldA;
+      return { wallet, to, nonceBefore, transfer };
+    }
 
     it('only the holder of the operator account sends: withdrawals asked of the other replica wait for it, and no two sends race for a nonce', async () => {
       const wallet = await fundedWallet(5n * USD);
@@ -147,13 +157,7 @@ describe('ledger across replicas: one sender, each transfer sent once', function
     });
 
     it('a live sender whose send outlasts its claim keeps its transfer: the other replica takes neither it nor the account', async () => {
-      const wallet = await fundedWallet(5n * USD);
-      const to = fresh();
-      const nonceBefore = await operatorNonce();
-      const released = new Promise<void>((resolve) => (releaseA = resolve));
-      const heldA = holdSendsOfA(released);
-      const { transfer } = await withdraw(a, wallet, to, 'slow');
-      await heldA;
+      const { wallet, to, nonceBefore, transfer } = await withdrawalHeldOnA('slow');
       // The send takes longer than a claim lasts (A's renewals, by its timer, have not moved it).
       clock.advance(PAST_A_CLAIM_MS);
       await b.service.worker!.processDue();
@@ -170,13 +174,7 @@ describe('ledger across replicas: one sender, each transfer sent once', function
     });
 
     it('a sender that dies mid-send: the other replica takes the account and the transfer at once, and sends the recorded transaction, not a second one', async () => {
-      const wallet = await fundedWallet(5n * USD);
-      const to = fresh();
-      const nonceBefore = await operatorNonce();
-      const released = new Promise<void>((resolve) => (releaseA = resolve));
-      const heldA = holdSendsOfA(released);
-      const { transfer } = await withdraw(a, wallet, to, 'dies');
-      await heldA;
+      const { wallet, to, nonceBefore, transfer } = await withdrawalHeldOnA('dies');
       const recorded = (await rowOf(transfer.id)).signed_tx;
       expect(recorded, 'signed and recorded before it was sent').to.match(/^0x02/);
       // A dies: its last heartbeat is older than replicaDeadAfterSeconds, by the database's clock.
