@@ -74,7 +74,7 @@ export async function openKernel(options: KernelOptions = {}): Promise<Kernel> {
       deadAfterMs: config.database.replicaDeadAfterSeconds * 1000,
       shared: config.database.shared ?? isPostgresUrl(config.database.url),
     });
-    const leases = new DatabaseLeases(db);
+    const leases = new DatabaseLeases(db, replica);
     const plugins = new PluginHost({
       builtins: builtinPlugins,
       core: { db, logger, clock, secrets, fetch: globalThis.fetch, leases },

@@ -1,6 +1,8 @@
+import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { leaseLost, type Lease, type Leases } from '@sigil/plugin-api';
 import { databaseNowMs, type Database } from './database.ts';
+import type { Replica } from './replicas.ts';
 
 export type { Lease, Leases };
 
@@ -9,12 +11,26 @@ export type { Lease, Leases };
  * statement against the database's clock: of replicas racing for a lease, exactly one takes it.
  */
 export class DatabaseLeases implements Leases {
-  constructor(private readonly db: Database) {}
+  readonly holder: string;
+
+  /**
+   * `replica`: this process, whose id is its `holder`. With it, a lease whose holder is a registered
+   * replica no longer alive (`Replica.claimersAlive`) is free at once: a dead replica's lease is
+   * taken over without waiting for it to expire, and on one machine (replicas not shared) a
+   * predecessor's is free the moment its successor starts. Holders that are not replicas' ids (a
+   * test's, a plugin's own) are judged by expiry alone.
+   */
+  constructor(
+    private readonly db: Database,
+    private readonly replica?: Replica,
+  ) {
+    this.holder = replica?.id ?? randomUUID();
+  }
 
   async acquire(name: string, holder: string, ttlMs: number): Promise<Lease | undefined> {
     const now = databaseNowMs(this.db);
-    // Inserted with fence 1, or taken over from an expired holder with the next fence; a live
-    // holder's row fails the update's condition, and nothing is returned.
+    // Inserted with fence 1, or taken over from an expired or dead holder with the next fence; a
+    // live holder's row fails the update's condition, and nothing is returned.
     const [taken] = (await this.db('leases')
       .insert({ name, holder, fence: 1, expires_at: this.db.raw('? + ?', [now, ttlMs]) })
       .onConflict('name')
@@ -23,7 +39,14 @@ export class DatabaseLeases implements Leases {
         fence: this.db.raw('leases.fence + 1'),
         expires_at: this.db.raw('? + ?', [now, ttlMs]),
       })
-      .where('leases.expires_at', '<=', now)
+      .where((free) => {
+        free.where('leases.expires_at', '<=', now);
+        if (this.replica)
+          free.orWhereIn(
+            'leases.holder',
+            this.db('replicas').select('id').whereNotIn('id', this.replica.claimersAlive()),
+          );
+      })
       .returning('fence')) as { fence: number | string }[];
     return taken === undefined ? undefined : { name, holder, fence: Number(taken.fence), ttlMs };
   }

@@ -10,15 +10,17 @@ import type { Replica } from './replicas.ts';
  * Where a table's rows say which work is still to be done and when to try it next (an outbox). The
  * table has `id`, `state`, `attempts`, `next_attempt_at` (ms since the epoch; 0: due now), indexed
  * on (state, next_attempt_at), and `claimed_by` (the replica at work on it, or null). A row in one of
- * the open states is due once `next_attempt_at` has passed.
+ * the open states is due once `next_attempt_at` has passed, unless a live replica other than this one
+ * claimed it; a dead replica's is due at once (see RetryQueue).
  */
 export interface RetryQueueOptions {
   table: string;
   /** The states of a row whose work is not finished. */
   openStates: readonly string[];
   /**
-   * How long a claim lasts unrenewed: a row its worker did not finish by then (it died) is due again.
-   * A worker renews its claim while it works on the row (`hold`), every third of it.
+   * How long a claim lasts unrenewed: a row its worker left unfinished without a word (the outcome's
+   * write failed) is due again for its own replica then. A worker renews its claim while it works on
+   * the row (`hold`), every third of it. Other replicas go by the claimer's liveness, not by this.
    */
   claimMs: number;
   /** The wait after a row's `attempts`-th failed attempt. */
@@ -58,8 +60,14 @@ export const doublingBackoff =
 
 /**
  * The due rows of a retry table, claimed one by one by this replica. A claim moves `next_attempt_at`
- * `claimMs` ahead and names the replica, compare-and-set on the value read, so of replicas racing for
- * a row exactly one takes it, and the row is due again when a claim runs out unfinished. Claims'
+ * `claimMs` ahead and names the replica, compare-and-set on the values read, so of replicas racing
+ * for a row exactly one takes it.
+ *
+ * Who may take a claimed row depends on its claimer's liveness, never on the claim's age alone: a row
+ * a live replica claimed stays its own however long its attempt takes (a slow RPC, a process paused
+ * past its claim: another replica working it at the same time would send twice); a row whose claimer
+ * is dead (`Replica.claimersAlive`) is taken at once, not when its claim runs out. The claim's time
+ * only makes a row due again for its own claimer (an attempt whose outcome was never written). Claims'
  * times are the injected clock's; whether a claimer is alive is the replica registry's.
  */
 export class RetryQueue<Row extends { id: string }> {
@@ -77,14 +85,27 @@ export class RetryQueue<Row extends { id: string }> {
   async *claimDue(): AsyncGenerator<Row> {
     const { table, openStates, order, batch, columns } = this.options;
     const due = (await this.db(table)
-      .select(...columns, 'next_attempt_at')
+      .select(...columns, 'next_attempt_at', 'claimed_by')
       .whereIn('state', openStates)
-      .andWhere('next_attempt_at', '<=', this.now())
+      .andWhere((free) =>
+        free
+          .where((waiting) =>
+            waiting
+              .where('next_attempt_at', '<=', this.now())
+              .andWhere((mine) => mine.whereNull('claimed_by').orWhere('claimed_by', this.replica.id)),
+          )
+          .orWhere((orphaned) =>
+            orphaned.whereNotNull('claimed_by').whereNotIn('claimed_by', this.replica.claimersAlive()),
+          ),
+      )
       .orderBy(order)
-      .limit(batch)) as (Row & { next_attempt_at: number | string })[];
+      .limit(batch)) as (Row & { next_attempt_at: number | string; claimed_by: string | null })[];
     for (const row of due) {
       const claimed = await this.open(row.id)
         .andWhere('next_attempt_at', row.next_attempt_at)
+        .andWhere((same) =>
+          row.claimed_by === null ? same.whereNull('claimed_by') : same.where({ claimed_by: row.claimed_by }),
+        )
         .update(this.claimColumns());
       if (claimed === 1) yield row;
     }
@@ -123,18 +144,6 @@ export class RetryQueue<Row extends { id: string }> {
   /** Looks at an open row again in `ms` (not a failure: its work is waiting on something). */
   async later(id: string, ms: number): Promise<void> {
     await this.open(id).update({ next_attempt_at: this.now() + ms, claimed_by: null });
-  }
-
-  /**
-   * Makes due now the open rows claimed by replicas that are not alive (start-up: what a dead
-   * process left is taken up at once, not when its claim runs out). Live replicas' claims are left.
-   */
-  makeOrphansDue(): Promise<number> {
-    return this.db(this.options.table)
-      .whereIn('state', this.options.openStates)
-      .whereNotNull('claimed_by')
-      .whereNotIn('claimed_by', this.replica.claimersAlive())
-      .update({ next_attempt_at: 0, claimed_by: null });
   }
 
   private open(id: string) {

@@ -468,4 +468,23 @@ export const runtimeMigrations: readonly Migration[] = [
       });
     },
   },
+  {
+    name: '0340-ledger-transfer-signed-transaction',
+    async up(db) {
+      // The operator's transaction for the transfer (its transfer, or its cancellation once
+      // cancelling), signed and recorded before it is sent: sent again as it is after a crash or a
+      // lost answer, never a new one while it can still be mined. Its nonce tells when it no longer
+      // can (the account's count went past it).
+      await db.schema.alterTable('ledger_transfers', (t) => {
+        t.text('signed_tx').nullable();
+        t.bigInteger('signed_nonce').nullable();
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('ledger_transfers', (t) => {
+        t.dropColumn('signed_nonce');
+        t.dropColumn('signed_tx');
+      });
+    },
+  },
 ];

@@ -13,6 +13,7 @@ import {
   type PaymentRailHarness,
 } from '@sigil/plugin-api/kit';
 import x402Evm from '../../plugins/payments/x402-evm/index.ts';
+import { KitLeases } from '../../packages/plugin-api/src/kit/leases.ts';
 import { startDevChain, type DevChain } from '../support/chain.ts';
 import { quietLogger } from '../support/kernel.ts';
 import {
@@ -33,11 +34,14 @@ import { systemClock } from '../../core/clock.ts';
 let chain: DevChain | undefined;
 let options: Record<string, unknown> | undefined;
 
+const noDatabase = () => Promise.reject(new Error('the rail under test has no database'));
+
 async function createRail(): Promise<PaymentRailV1> {
   if (!chain || !options) throw new Error('the dev chain is not started');
   const instance = await x402Evm.create({
     config: x402Evm.config.parse(options),
-    deps: { secrets: new SecretRegistry(), clock: systemClock },
+    // One process: its leases need no database (nothing is written fenced by them).
+    deps: { secrets: new SecretRegistry(), clock: systemClock, leases: new KitLeases(noDatabase) },
     logger: quietLogger(),
   });
   return instance as PaymentRailV1;

@@ -3,7 +3,7 @@ import { isLeaseLost } from '@sigil/plugin-api';
 import { databaseNowMs, dialectOf, type Database } from '../../core/db/database.ts';
 import { DatabaseLeases, type Lease } from '../../core/db/leases.ts';
 import { eventually } from '../support/eventually.ts';
-import { describeEachDatabase, openTwoHandles, type TwoHandles } from '../support/kernel.ts';
+import { describeEachDatabase, openTwoHandles, SHARED_REPLICAS, type TwoHandles } from '../support/kernel.ts';
 
 /** Short enough to wait out (by the database's clock), long enough for the statements between. */
 const TTL_MS = 400;
@@ -126,6 +126,27 @@ describeEachDatabase('core: leases', (database) => {
     expect((await takeover)?.fence).to.equal(2);
     expect(order).to.deep.equal(['holder committed', 'taken over']);
     expect(await handles[0]('guarded').select('id')).to.deep.equal([{ id: 'holder' }]);
+  });
+
+  it('is free at once when its holder is a replica that died (before it expires), never while that replica lives', async () => {
+    const [holder, other] = [await two.register(handles[0]), await two.register(handles[1])];
+    const held = new DatabaseLeases(handles[0], holder);
+    const taking = new DatabaseLeases(handles[1], other);
+    expect(held.holder).to.equal(holder.id);
+    const first = (await held.acquire('account', held.holder, 600_000))!;
+    expect(await taking.acquire('account', taking.holder, 600_000), 'its holder lives').to.equal(undefined);
+    // Killed: its last heartbeat is older than deadAfterMs, by the database's clock.
+    await handles[0]('replicas')
+      .where({ id: holder.id })
+      .update({
+        heartbeat_at: handles[0].raw('? - ?', [databaseNowMs(handles[0]), SHARED_REPLICAS.deadAfterMs + 1]),
+      });
+    const second = (await taking.acquire('account', taking.holder, 600_000))!;
+    expect(second).to.include({ holder: other.id, fence: first.fence + 1 });
+    expect(await held.renew(first), 'the dead holder’s lease is lost').to.equal(false);
+    // A holder that is no replica (a plugin's own name) is judged by expiry alone.
+    expect(await taking.acquire('other', 'not-a-replica', 600_000)).to.include({ fence: 1 });
+    expect(await held.acquire('other', held.holder, 600_000)).to.equal(undefined);
   });
 
   it('forgets the expired leases under a prefix, and only those', async () => {

@@ -123,7 +123,7 @@ describeEachDatabase('core: retry queue', (database) => {
     expect(await claimAll(queue)).to.deep.equal(['claimed']);
   });
 
-  it("at start-up takes up at once the claims of dead replicas, never a live replica's or a row waiting out its backoff", async () => {
+  it("takes the claims of dead replicas at once, on any pass; a live replica's never, however old its claim", async () => {
     const [db, other] = replicas;
     /** `replica` claims a new row `id` (the rows before are claimed, so not due). */
     const claims = async (replica: Replica, id: string) => {
@@ -132,33 +132,37 @@ describeEachDatabase('core: retry queue', (database) => {
     };
     const live = await register(db);
     await claims(live, 'live');
-    // Stopped gracefully: its row is gone.
-    const stopped = await Replica.register(db, quietLogger(), SHARED);
-    await claims(stopped, 'stopped');
-    await stopped.close();
-    // Killed: its last heartbeat is older than deadAfterMs, by the database's clock.
-    const silent = await register(db);
-    await claims(silent, 'silent');
-    await db('replicas')
-      .where({ id: silent.id })
-      .update({ heartbeat_at: db.raw('? - ?', [databaseNowMs(db), SHARED.deadAfterMs + 1]) });
     await claims(live, 'backoff');
     await db(TABLE)
       .where({ id: 'backoff' })
       .update(new RetryQueue<Job>(db, clock, live, OPTIONS).failureColumns(1));
-    const starting = await queueOn(other);
-    expect(await starting.makeOrphansDue()).to.equal(2);
-    expect((await claimAll(starting)).sort()).to.deep.equal(['silent', 'stopped']);
+    const stopped = await Replica.register(db, quietLogger(), SHARED);
+    await claims(stopped, 'stopped');
+    const silent = await register(db);
+    await claims(silent, 'silent');
+    // Stopped gracefully: its row is gone.
+    await stopped.close();
+    // Killed: its last heartbeat is older than deadAfterMs, by the database's clock.
+    await db('replicas')
+      .where({ id: silent.id })
+      .update({ heartbeat_at: db.raw('? - ?', [databaseNowMs(db), SHARED.deadAfterMs + 1]) });
+    const otherQueue = await queueOn(other);
+    // Their claims have a minute to run: the dead replicas' rows are taken now all the same.
+    expect((await claimAll(otherQueue)).sort()).to.deep.equal(['silent', 'stopped']);
     await db(TABLE).whereIn('id', ['silent', 'stopped']).update({ state: 'done' });
-    expect(await claimerOf('live')).to.equal(live.id);
+    // The live replica's attempt outlasts its claim (its renewals did not land): still its own.
     clock.advance(CLAIM_MS);
-    expect((await claimAll(starting)).sort(), 'a claim run out, and the backoff').to.deep.equal([
+    expect(await claimAll(otherQueue), 'the backoff is over; the live claim stays').to.deep.equal([
       'backoff',
-      'live',
     ]);
+    expect(await claimerOf('live')).to.equal(live.id);
+    expect(
+      await claimAll(new RetryQueue<Job>(db, clock, live, OPTIONS)),
+      'due again for its claimer',
+    ).to.deep.equal(['live']);
   });
 
-  it('on one machine (replicas not sharing the database) takes up every claim but its own at start-up', async () => {
+  it('on one machine (replicas not sharing the database) takes at once every claim but its own', async () => {
     const [db] = replicas;
     await addJobs(db, ['predecessor']);
     // Killed a moment ago: its heartbeat still looks alive.
@@ -169,9 +173,8 @@ describeEachDatabase('core: retry queue', (database) => {
       await register(db, { ...SHARED, shared: false }),
       OPTIONS,
     );
-    expect(await starting.makeOrphansDue()).to.equal(1);
     expect(await claimAll(starting)).to.deep.equal(['predecessor']);
-    expect(await starting.makeOrphansDue(), 'its own claim is its own').to.equal(0);
+    expect(await claimAll(starting), 'its own claim is its own').to.deep.equal([]);
   });
 
   it('renews the claim while its handler runs: a row worked on longer than a claim stays with its replica', async () => {

@@ -17,6 +17,7 @@ export {
   PACKAGE_REGISTRY_FAILURE_CODES,
   SigilError,
 } from './errors.ts';
+export { KeptLease } from './kept-lease.ts';
 export type * from './llm-errors.ts';
 export {
   isLlmProviderError,

@@ -62,6 +62,11 @@ export interface Lease {
  */
 export interface Leases {
   /**
+   * This process's name as a holder (the host gives its replica's id). A lease held under it is
+   * free as soon as the host counts this process dead (its heartbeat stopped), before it expires.
+   */
+  readonly holder: string;
+  /**
    * Takes the lease `name` for `holder` (a name unique to the process, e.g. a random id) for `ttlMs`,
    * with a fence greater than any before it; undefined while a holder, this one included, holds it.
    */

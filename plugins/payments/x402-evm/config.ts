@@ -1,6 +1,11 @@
 import { z } from 'zod';
 
 const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'an 0x-prefixed 20-byte address');
+const key = z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'a 0x-prefixed 32-byte hex key');
+
+/** The built-in facilitator's settling accounts' keys: `privateKeys`, or the one `privateKey`. */
+export const facilitatorKeys = (builtin: { privateKey?: string; privateKeys?: string[] }): string[] =>
+  builtin.privateKeys ?? (builtin.privateKey === undefined ? [] : [builtin.privateKey]);
 
 export const configSchema = z
   .object({
@@ -69,12 +74,40 @@ export const configSchema = z
         z
           .object({
             kind: z.literal('builtin'),
-            privateKey: z
-              .string()
-              .regex(/^0x[0-9a-fA-F]{64}$/, 'a 0x-prefixed 32-byte hex key')
+            privateKey: key
+              .optional()
               .describe('Key of the account that submits settlements and pays their gas (secret)'),
+            privateKeys: z
+              .array(key)
+              .min(1)
+              .max(1000)
+              .optional()
+              .describe(
+                'Keys of several such accounts (secret), instead of privateKey: each gateway replica settles from one it leases; give at least one per replica',
+              ),
+            accountLeaseSeconds: z
+              .number()
+              .int()
+              .min(3)
+              .max(3600)
+              .default(15)
+              .describe(
+                'How long a replica’s lease on its settling account lasts unrenewed (renewed every third): how soon another replica settles from the account of one that froze',
+              ),
           })
-          .strict(),
+          .strict()
+          .refine((builtin) => (builtin.privateKey === undefined) !== (builtin.privateKeys === undefined), {
+            message: 'give either privateKey or privateKeys',
+          })
+          .refine(
+            (builtin) =>
+              new Set(facilitatorKeys(builtin).map((k) => k.toLowerCase())).size ===
+              facilitatorKeys(builtin).length,
+            {
+              path: ['privateKeys'],
+              message: 'each account once',
+            },
+          ),
         z
           .object({
             kind: z.literal('remote'),
@@ -84,7 +117,9 @@ export const configSchema = z
           })
           .strict(),
       ])
-      .describe('Who verifies and settles: this process with its own account, or a remote facilitator'),
+      .describe(
+        'Who verifies and settles: this process with its own accounts ({ kind: "builtin", privateKey or privateKeys, accountLeaseSeconds }), or a remote facilitator ({ kind: "remote", url, timeoutMs })',
+      ),
   })
   .strict();
 

@@ -31,8 +31,9 @@ import { getTransactionCount } from 'viem/actions';
 import type { NonceManager } from 'viem/nonce';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { TtlCache } from '@sigil/plugin-api/cache';
-import type { Clock } from '@sigil/plugin-api';
-import type { X402EvmConfig } from './config.ts';
+import type { Clock, Leases, PluginLogger } from '@sigil/plugin-api';
+import { SettlingAccounts } from './accounts.ts';
+import { facilitatorKeys, type X402EvmConfig } from './config.ts';
 import { rpcTransport } from './transport.ts';
 
 const transferWithAuthorization = parseAbi([
@@ -57,46 +58,81 @@ const CODE_TTL_MS = 5_000;
 const FEES_TTL_MS = 1_000;
 /** Payments verified here and waiting for their call to finish; more are settled the long way. */
 const MAX_REMEMBERED = 20_000;
+/** The settlement failure of a process that holds no settling account (a retry, never a refusal). */
+const NO_ACCOUNT = 'no_facilitator_account';
+
+/** A facilitator, and whether this process can settle through it now (see SettlingAccounts). */
+export interface Facilitator extends FacilitatorClient {
+  canSettle(): boolean;
+  /** Takes a settling account's lease when one is free (built-in facilitator with leases). */
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** What settles from one account: its wallet (with this process's count of its nonces) and x402's facilitator. */
+interface Settler {
+  account: PrivateKeyAccount;
+  wallet: WalletClient;
+  facilitator: x402Facilitator;
+}
 
 /**
- * The facilitator that verifies and settles: in this process, with the operator's own account on the
- * configured RPC, or a remote one at the configured URL (never the x402 library's public default).
+ * The facilitator that verifies and settles: in this process, with the operator's own accounts on the
+ * configured RPC (one at a time per replica, leased when `leases` are given: see SettlingAccounts),
+ * or a remote one at the configured URL (never the x402 library's public default).
  */
 export function createFacilitator(
   config: X402EvmConfig,
   chain: Chain,
   publicClient: PublicClient,
   clock: Clock,
-): FacilitatorClient {
+  leasing?: { leases: Leases; logger?: PluginLogger },
+): Facilitator {
   const settings = config.facilitator;
   if (settings.kind === 'remote') {
-    return new HTTPFacilitatorClient({ url: settings.url, timeoutMs: settings.timeoutMs });
+    const remote = new HTTPFacilitatorClient({ url: settings.url, timeoutMs: settings.timeoutMs });
+    return Object.assign(remote, {
+      canSettle: () => true,
+      start: () => Promise.resolve(),
+      stop: () => Promise.resolve(),
+    });
   }
-  const account = privateKeyToAccount(settings.privateKey as Hex, { nonceManager: localNonceManager() });
-  const wallet = createWalletClient({ account, chain, transport: rpcTransport(config.rpcUrl) });
   // x402 reads the payer's code twice in verify and twice again in settle: once per payment is enough.
   const codes = new TtlCache<string, Hex | undefined>({ ttlMs: CODE_TTL_MS, maxEntries: 10_000 });
   const codeAt = (address: string) =>
     codes.get(address.toLowerCase(), () => publicClient.getCode({ address: address as Address }));
-  const signer = toFacilitatorEvmSigner({
-    address: account.address,
-    getCode: (args) => codeAt(args.address),
-    readContract: (args) =>
-      simulations.take(args) ??
-      publicClient.readContract({ ...args, args: args.args ?? [] } as Parameters<
-        typeof publicClient.readContract
-      >[0]),
-    // viem's overloads (by block hash, number or tag) are narrower than x402's plain parameter types.
-    verifyTypedData: (args) =>
-      publicClient.verifyTypedData(args as Parameters<typeof publicClient.verifyTypedData>[0]),
-    writeContract: (args) => wallet.writeContract(args as Parameters<typeof wallet.writeContract>[0]),
-    sendTransaction: (args) => wallet.sendTransaction(args),
-    waitForTransactionReceipt: (args) => publicClient.waitForTransactionReceipt(args),
-  });
-  const facilitator = new x402Facilitator().register(
-    config.network as `${string}:${string}`,
-    new ExactEvmFacilitator(signer),
+  const settlerOf = (key: Hex): Settler => {
+    const account = privateKeyToAccount(key, { nonceManager: localNonceManager() });
+    const wallet = createWalletClient({ account, chain, transport: rpcTransport(config.rpcUrl) });
+    const signer = toFacilitatorEvmSigner({
+      address: account.address,
+      getCode: (args) => codeAt(args.address),
+      readContract: (args) =>
+        simulations.take(args) ??
+        publicClient.readContract({ ...args, args: args.args ?? [] } as Parameters<
+          typeof publicClient.readContract
+        >[0]),
+      // viem's overloads (by block hash, number or tag) are narrower than x402's plain parameter types.
+      verifyTypedData: (args) =>
+        publicClient.verifyTypedData(args as Parameters<typeof publicClient.verifyTypedData>[0]),
+      writeContract: (args) => wallet.writeContract(args as Parameters<typeof wallet.writeContract>[0]),
+      sendTransaction: (args) => wallet.sendTransaction(args),
+      waitForTransactionReceipt: (args) => publicClient.waitForTransactionReceipt(args),
+    });
+    const facilitator = new x402Facilitator().register(
+      config.network as `${string}:${string}`,
+      new ExactEvmFacilitator(signer),
+    );
+    return { account, wallet, facilitator };
+  };
+  const keys = facilitatorKeys(settings) as Hex[];
+  const accounts = new SettlingAccounts(
+    keys,
+    settlerOf,
+    leasing && { ...leasing, network: config.network, ttlMs: settings.accountLeaseSeconds * 1000 },
   );
+  // x402's verification only reads the chain: any account's facilitator verifies (none sends from it).
+  const verifier = settlerOf(keys[0] as Hex).facilitator;
   const verified = new VerifiedPayments(clock);
   const simulations = new Simulations(publicClient);
   const fees = new TtlCache<'fees', FeeValuesEIP1559>({ ttlMs: FEES_TTL_MS, maxEntries: 1 });
@@ -115,7 +151,7 @@ export function createFacilitator(
             payer: (payload.payload as unknown as ExactEIP3009Payload).authorization.from,
           };
         }
-        const result = await facilitator.verify(payload, requirements);
+        const result = await verifier.verify(payload, requirements);
         if (result.isValid) verified.remember(payload, requirements);
         return result;
       } finally {
@@ -123,6 +159,12 @@ export function createFacilitator(
       }
     },
     settle: async (payload, requirements) => {
+      const settler = await accounts.ensure();
+      if (!settler) {
+        // The account's lease was lost since the host asked: whoever holds one settles it later.
+        return { success: false, errorReason: NO_ACCOUNT, transaction: '', network: requirements.network };
+      }
+      const { account, wallet, facilitator } = settler;
       if (!verified.take(payload, requirements) || !syncSettlement)
         return facilitator.settle(payload, requirements);
       const outcome = await settleVerified({
@@ -140,7 +182,10 @@ export function createFacilitator(
       // again and names the reason precisely.
       return outcome ?? facilitator.settle(payload, requirements);
     },
-    getSupported: () => Promise.resolve(facilitator.getSupported() as SupportedResponse),
+    getSupported: () => Promise.resolve(verifier.getSupported() as SupportedResponse),
+    canSettle: () => accounts.current() !== undefined,
+    start: () => accounts.start(),
+    stop: () => accounts.stop(),
   };
 }
 

@@ -1,5 +1,5 @@
 import { coreServices, definePlugin } from '@sigil/plugin-api';
-import { configSchema } from './config.ts';
+import { configSchema, facilitatorKeys } from './config.ts';
 import { X402EvmRail } from './rail.ts';
 
 /**
@@ -13,10 +13,11 @@ export default definePlugin({
   specVersion: 'v1',
   description: 'x402 v2 exact scheme: EIP-3009 transferWithAuthorization of a dollar token on an EVM chain',
   config: configSchema,
-  dependencies: { secrets: coreServices.secrets, clock: coreServices.clock },
-  create: ({ config, deps }) => {
-    if (config.facilitator.kind === 'builtin') deps.secrets.add(config.facilitator.privateKey);
-    return new X402EvmRail(config, { clock: deps.clock });
+  dependencies: { secrets: coreServices.secrets, clock: coreServices.clock, leases: coreServices.leases },
+  create: ({ config, deps, logger }) => {
+    if (config.facilitator.kind === 'builtin')
+      for (const key of facilitatorKeys(config.facilitator)) deps.secrets.add(key);
+    return new X402EvmRail(config, { clock: deps.clock, leasing: { leases: deps.leases, logger } });
   },
 });
 

@@ -17,7 +17,9 @@ import {
 import {
   type AuthorizationStatus,
   type Clock,
+  type Leases,
   type OnChainSettlement,
+  type PluginLogger,
   type PaymentRailV1,
   type PaymentResource,
   type PaymentTerms,
@@ -30,7 +32,7 @@ import {
 } from '@sigil/plugin-api';
 import { blockRanges, blockRangesBackwards, readChainIdentity } from '@sigil/plugin-api/chain';
 import type { X402EvmConfig } from './config.ts';
-import { createFacilitator, SETTLEMENT_MARGIN_SECONDS } from './facilitator.ts';
+import { createFacilitator, SETTLEMENT_MARGIN_SECONDS, type Facilitator } from './facilitator.ts';
 import { refusalOf } from './refusals.ts';
 import { rpcTransport } from './transport.ts';
 
@@ -67,14 +69,22 @@ export class X402EvmRail implements PaymentRailV1 {
   readonly specVersion = 'v1' as const;
   private readonly chainId: number;
   private readonly publicClient: PublicClient;
-  private readonly facilitator: FacilitatorClient;
+  private readonly facilitator: FacilitatorClient &
+    Partial<Pick<Facilitator, 'canSettle' | 'start' | 'stop'>>;
 
   private readonly clock: Clock;
 
   constructor(
     private readonly config: X402EvmConfig,
-    /** `clock` times the authorizations' validity; `facilitator` replaces the configured one. */
-    deps: { clock: Clock; facilitator?: FacilitatorClient },
+    /**
+     * `clock` times the authorizations' validity; `facilitator` replaces the configured one; with
+     * `leasing`, the built-in facilitator's accounts are leased, one per replica (see SettlingAccounts).
+     */
+    deps: {
+      clock: Clock;
+      facilitator?: FacilitatorClient;
+      leasing?: { leases: Leases; logger?: PluginLogger };
+    },
   ) {
     this.clock = deps.clock;
     this.chainId = Number(config.network.split(':')[1]);
@@ -90,11 +100,25 @@ export class X402EvmRail implements PaymentRailV1 {
       transport: rpcTransport(config.rpcUrl),
       pollingInterval: config.pollingIntervalMs,
     });
-    this.facilitator = deps.facilitator ?? createFacilitator(config, chain, this.publicClient, deps.clock);
+    this.facilitator =
+      deps.facilitator ?? createFacilitator(config, chain, this.publicClient, deps.clock, deps.leasing);
   }
 
-  /** Closes the RPC WebSocket, if any (the facilitator's client shares it), so nothing reconnects after stop. */
+  /** Takes a settling account's lease when one is free (the built-in facilitator's, when leased). */
+  async start(): Promise<void> {
+    await this.facilitator.start?.();
+  }
+
+  canSettle(): boolean {
+    return this.facilitator.canSettle?.() ?? true;
+  }
+
+  /**
+   * Gives the settling account up, and closes the RPC WebSocket, if any (the facilitator's client
+   * shares it), so nothing reconnects after stop.
+   */
   async stop(): Promise<void> {
+    await this.facilitator.stop?.();
     const transport = this.publicClient.transport as { getRpcClient?: () => Promise<{ close(): void }> };
     (await transport.getRpcClient?.())?.close();
   }

@@ -45,8 +45,8 @@ export class Payments {
       /** How long the lease of an interval's reconciliation lasts unrenewed (`database.leaseSeconds`). */
       leaseMs: number;
       /**
-       * How long a call may run: an `executing` record older than this belongs to a process that died
-       * (other replicas' live calls are younger), so it is released.
+       * How long a call may run: an `executing` record of this replica's older than this, which no
+       * call here runs, is released; another replica's only once that replica is dead.
        */
       staleAfterMs: number;
       /** How often due settlements are retried; 1 s by default. */
@@ -172,8 +172,8 @@ export class Payments {
   /**
    * The call succeeded: settles. Settled → a receipt; not decidable now (RPC down) → a pending receipt
    * and the worker retries; refused for good → throws 402, and the call's result must be withheld.
-   * Undefined, and nothing charged, when the record is no longer `executing`: another replica took
-   * the call for a dead process's and released it, and a released payment never moves money.
+   * Undefined, and nothing charged, when the record is no longer `executing`: this replica was taken
+   * for dead (its heartbeat stopped) and its call released, and a released payment never moves money.
    *
    * `result` (already redacted and proven) is written with the `settling` mark, before any money
    * moves: should the answer never reach the payer (the process dies mid-settlement, the connection
@@ -211,7 +211,7 @@ export class Payments {
   }
 
   /** Start-up recovery of what a crash left behind (see Settlements.recover). */
-  recover(): Promise<{ released: number; settling: number }> {
+  recover(): Promise<{ released: number }> {
     return this.settlements.recover();
   }
 

@@ -1,6 +1,7 @@
 import type { PaymentRailV1, PaymentResource, VerifiedPayment } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
+import type { Replica } from '../../../core/db/replicas.ts';
 import type { Refusals } from './refusals.ts';
 import type { SettlementRow } from './settlement-records.ts';
 
@@ -15,6 +16,8 @@ export class Reservations {
       db: Database;
       clock: Clock;
       refusals: Refusals;
+      /** This replica: the calls it runs name it, so that no other replica takes them for a dead process's. */
+      replica: Replica;
       /** The longest a call may run: an authorization must stay valid at least this long. */
       staleAfterMs: number;
     },
@@ -104,6 +107,7 @@ export class Reservations {
       reason: null,
       attempts: 0,
       next_attempt_at: 0,
+      claimed_by: this.deps.replica.id,
       created_at: now,
       updated_at: now,
     };

@@ -32,6 +32,8 @@ export interface SettlementRow {
   reason: string | null;
   attempts: number;
   next_attempt_at: number | string;
+  /** The replica running the call (`executing`) or settling it (`settling`), or null. */
+  claimed_by?: string | null;
   created_at: number | string;
   updated_at: number | string;
   /** The call's result (JSON), kept for its payer from the settlement's start until `result_expires_at`. */

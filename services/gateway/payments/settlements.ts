@@ -16,14 +16,22 @@ import {
 
 /** Retry delays of a settlement that could not be decided (RPC down): 1 s doubling to 5 min. */
 const BACKOFF = doublingBackoff(1000, 300_000);
-/** How long a worker's claim on a settlement lasts unrenewed: a dead replica's is taken over after it. */
+/** How long a worker's claim on a settlement lasts unrenewed (another replica takes it only once its claimer is dead). */
 const CLAIM_MS = 60_000;
+/**
+ * How long a call whose replica cannot settle waits for another replica to settle its payment (their
+ * retry workers look every `retryIntervalMs`), and how often it looks at the record meanwhile.
+ */
+const QUEUED_WAIT_MS = 30_000;
+const QUEUED_POLL_MS = 100;
 
 /**
  * Moving the money of calls that succeeded: one settlement attempt and its outcome recorded, the
  * retry worker over the `settling` records (claimed atomically by a replica, so replicas do not
  * collide, and the claim renewed while an attempt runs) and start-up recovery of what a crash left
- * behind.
+ * behind. A replica whose rail cannot settle now (`canSettle`: it holds none of the settling
+ * accounts) claims no settlement: it leaves its calls' settlements, due in the database, to the
+ * replicas that can, and waits for their outcome.
  */
 export class Settlements {
   private readonly queue: RetryQueue<SettlementAttemptRow>;
@@ -36,7 +44,11 @@ export class Settlements {
       results: PaidResults;
       /** This replica: the settlements it claims name it. */
       replica: Replica;
-      /** An `executing` record older than this belongs to a process that died: it is released. */
+      /**
+       * How long a call may run: an `executing` record of this replica's older than this, which no
+       * call here runs (or one recorded before records named their replica), is released. Another
+       * replica's is released only once that replica is dead, and then at once.
+       */
       staleAfterMs: number;
       /** How often due settlements are retried. */
       retryIntervalMs: number;
@@ -54,7 +66,7 @@ export class Settlements {
       columns: SETTLEMENT_COLUMNS,
     });
     this.worker = new RetryWorker({
-      queue: this.queue,
+      queue: { claimDue: () => this.claimDueIfSettling(), hold: (row, work) => this.queue.hold(row, work) },
       beforePass: async () => {
         await this.releaseStale();
         await deps.results.forgetExpired();
@@ -86,7 +98,41 @@ export class Settlements {
    * while it runs), its `settled` mark written while the answer leaves (see `attempt`).
    */
   firstAttempt(payment: VerifiedPayment): Promise<PaymentReceipt> {
+    if (this.deps.rail.canSettle?.() === false) return this.settledElsewhere(payment);
     return this.queue.hold(payment, () => this.attempt(payment, 0, true));
+  }
+
+  /**
+   * The settlement of a call whose replica cannot settle now, by a replica that can: the record is
+   * left due (unclaimed) for their retry workers, and the call waits, up to QUEUED_WAIT_MS, until
+   * one settled it, failed it, or tried and must try again. Undecided then, the chain says: used for
+   * this payment → settled (the mark follows), spent otherwise → refused, unused → pending (as when
+   * the RPC is down); unreadable → unproven (the result is withheld until a settlement proves it).
+   */
+  private async settledElsewhere(payment: VerifiedPayment): Promise<PaymentReceipt> {
+    const { db, rail } = this.deps;
+    const { network } = rail.terms();
+    const receipt = { network, payer: payment.payer };
+    await this.queue.later(payment.id, 0);
+    let row: Pick<SettlementRow, 'state' | 'transaction' | 'attempts'> | undefined;
+    for (let waited = 0; waited <= QUEUED_WAIT_MS; waited += QUEUED_POLL_MS) {
+      row = await db('payment_settlements')
+        .where({ id: payment.id })
+        .first('state', 'transaction', 'attempts');
+      if (row?.state !== 'settling' || Number(row.attempts) > 0) break;
+      await new Promise((resolve) => setTimeout(resolve, QUEUED_POLL_MS));
+    }
+    if (row?.state === 'settled') return { ...receipt, success: true, transaction: row.transaction ?? '' };
+    if (row?.state !== 'settling')
+      return { ...receipt, success: false, transaction: '', errorReason: 'settlement_failed' };
+    const standing = await rail.status(payment).catch(() => undefined);
+    if (standing?.used) return { ...receipt, success: true, transaction: standing.transaction ?? '' };
+    const errorReason = !standing
+      ? SETTLEMENT_UNPROVEN
+      : standing.spent
+        ? (standing.reason ?? 'settlement_failed')
+        : SETTLEMENT_PENDING;
+    return { ...receipt, success: false, transaction: '', errorReason };
   }
 
   /**
@@ -150,13 +196,11 @@ export class Settlements {
   }
 
   /**
-   * Start-up: the records of a chain that was replaced are fenced (chain-fence.ts), settlements that
-   * dead replicas left under way are completed now (live replicas' claims are theirs; a claim
-   * runs out unrenewed if its replica died since), and calls left unfinished by a dead process are
-   * released (those of live replicas are younger than `staleAfterMs`; the worker releases the rest as
-   * they age).
+   * Start-up: the records of a chain that was replaced are fenced (chain-fence.ts), calls left
+   * unfinished by dead replicas are released, and the settlements due (those dead replicas left
+   * under way among them; live replicas' claims are theirs) are completed now.
    */
-  async recover(): Promise<{ released: number; settling: number }> {
+  async recover(): Promise<{ released: number }> {
     const { logger } = this.deps;
     // An RPC down now does not stop the gateway: a real chain is not replaced, and the dev chain is
     // up before the gateway starts.
@@ -166,11 +210,9 @@ export class Settlements {
         'payments: cannot read the chain to check it is the one recorded; not checked this run',
       ),
     );
-    const settling = await this.queue.makeOrphansDue();
     const released = await this.releaseStale();
-    if (settling > 0) logger.info({ settling }, 'payments: completing settlements left under way');
     await this.settleDue();
-    return { released, settling };
+    return { released };
   }
 
   /** Settles every due `settling` record once; a failure is logged. */
@@ -193,13 +235,34 @@ export class Settlements {
     await Promise.all(this.writing);
   }
 
+  /** The settlements due, when this replica can settle; none otherwise (the replicas that can settle them). */
+  private async *claimDueIfSettling(): AsyncGenerator<SettlementAttemptRow> {
+    if (this.deps.rail.canSettle?.() === false) return;
+    yield* this.queue.claimDue();
+  }
+
+  /**
+   * Releases the calls that will never finish: those of dead replicas, at once; this replica's own
+   * that no call here runs, once older than `staleAfterMs` (and so those recorded before records named
+   * their replica). A live replica's call is never released here, however long it runs.
+   */
   private async releaseStale(): Promise<number> {
-    const { db, clock, logger, staleAfterMs, inFlight } = this.deps;
+    const { db, clock, logger, staleAfterMs, inFlight, replica } = this.deps;
     const now = clock.now().getTime();
     const released = await db('payment_settlements')
       .where({ state: 'executing' })
-      .andWhere('created_at', '<', now - staleAfterMs)
-      .whereNotIn('id', [...inFlight])
+      .andWhere((unfinished) =>
+        unfinished
+          .where((orphaned) =>
+            orphaned.whereNotNull('claimed_by').whereNotIn('claimed_by', replica.claimersAlive()),
+          )
+          .orWhere((stale) =>
+            stale
+              .where((mine) => mine.whereNull('claimed_by').orWhere('claimed_by', replica.id))
+              .andWhere('created_at', '<', now - staleAfterMs)
+              .whereNotIn('id', [...inFlight]),
+          ),
+      )
       .update({
         state: 'released',
         reason: 'the call never finished (its process stopped)',

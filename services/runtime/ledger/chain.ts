@@ -2,7 +2,9 @@ import {
   createPublicClient,
   createWalletClient,
   defineChain,
+  encodeFunctionData,
   http,
+  keccak256,
   parseAbi,
   type Address,
   type Hex,
@@ -50,6 +52,19 @@ export const CANCEL_AUTHORIZATION_TYPES = {
   ],
 } as const;
 
+/** A transaction of the operator account, signed: its bytes, its hash and the account nonce it uses. */
+export interface SignedTransaction {
+  raw: Hex;
+  hash: Hex;
+  nonce: number;
+}
+
+export const signedTransaction = (raw: Hex, nonce: number): SignedTransaction => ({
+  raw,
+  hash: keccak256(raw),
+  nonce,
+});
+
 export interface TokenTransfer {
   from: Address;
   to: Address;
@@ -82,8 +97,6 @@ export class LedgerChain {
   readonly operator: LocalAccount;
   private readonly wallet: WalletClient;
   private domainPromise: Promise<{ name: string; version: string }> | undefined;
-  /** The operator's transactions are sent one at a time, so this process never races its own nonces. */
-  private sending: Promise<unknown> = Promise.resolve();
 
   constructor(readonly options: LedgerChainOptions) {
     const chain = defineChain({
@@ -204,8 +217,12 @@ export class LedgerChain {
     return undefined;
   }
 
-  /** Submits a signed transferWithAuthorization from the operator account; resolves with its hash once sent. */
-  sendTransfer(authorization: {
+  /**
+   * Signs, without sending, the operator's transferWithAuthorization of a deposit key's signed
+   * authorization, at the account's next nonce (the chain's pending count). Throws a revert when the
+   * transfer would revert now (its gas estimate fails).
+   */
+  signTransfer(authorization: {
     from: Address;
     to: Address;
     value: bigint;
@@ -213,13 +230,10 @@ export class LedgerChain {
     validBefore: bigint;
     nonce: Hex;
     signature: Hex;
-  }): Promise<Hex> {
+  }): Promise<SignedTransaction> {
     const { from, to, value, validAfter, validBefore, nonce, signature } = authorization;
-    return this.serially(() =>
-      this.wallet.writeContract({
-        chain: this.wallet.chain,
-        account: this.operator,
-        address: this.token,
+    return this.sign(
+      encodeFunctionData({
         abi: ledgerTokenAbi,
         functionName: 'transferWithAuthorization',
         args: [from, to, value, validAfter, validBefore, nonce, signature],
@@ -227,18 +241,40 @@ export class LedgerChain {
     );
   }
 
-  /** Submits a signed cancelAuthorization, so an unused authorization can never move money. */
-  sendCancel(authorizer: Address, nonce: Hex, signature: Hex): Promise<Hex> {
-    return this.serially(() =>
-      this.wallet.writeContract({
-        chain: this.wallet.chain,
-        account: this.operator,
-        address: this.token,
+  /** Signs, without sending, the operator's cancelAuthorization, so an unused authorization can never move money. */
+  signCancel(authorizer: Address, nonce: Hex, signature: Hex): Promise<SignedTransaction> {
+    return this.sign(
+      encodeFunctionData({
         abi: ledgerTokenAbi,
         functionName: 'cancelAuthorization',
         args: [authorizer, nonce, signature],
       }),
     );
+  }
+
+  /**
+   * Sends a signed transaction, as often as asked: the same bytes are the same transaction, so a
+   * node that already has it (pending or mined) adds nothing.
+   */
+  async broadcast(signed: SignedTransaction): Promise<void> {
+    try {
+      await this.publicClient.sendRawTransaction({ serializedTransaction: signed.raw });
+    } catch (err) {
+      if (!(await this.known(signed.hash))) throw err;
+    }
+  }
+
+  /**
+   * Whether a signed transaction can never be mined: it is not, and the operator account's count of
+   * mined transactions went past its nonce (another transaction took it). Only then is a new one signed.
+   */
+  async superseded(signed: SignedTransaction): Promise<boolean> {
+    // The count first: a transaction mined after it was read shows up in the receipt read next.
+    const mined = await this.publicClient.getTransactionCount({
+      address: this.operator.address,
+      blockTag: 'latest',
+    });
+    return mined > signed.nonce && (await this.receipt(signed.hash)) === undefined;
   }
 
   /** The receipt of a sent transaction, or undefined while it is not mined. */
@@ -252,10 +288,26 @@ export class LedgerChain {
     }
   }
 
-  private serially<T>(send: () => Promise<T>): Promise<T> {
-    const result = this.sending.then(send, send);
-    this.sending = result.catch(() => undefined);
-    return result;
+  /** Whether a node knows the transaction (pending or mined). */
+  private async known(hash: Hex): Promise<boolean> {
+    try {
+      await this.publicClient.getTransaction({ hash });
+      return true;
+    } catch (err) {
+      if ((err as Error).name === 'TransactionNotFoundError') return false;
+      throw err;
+    }
+  }
+
+  private async sign(data: Hex): Promise<SignedTransaction> {
+    const request = await this.wallet.prepareTransactionRequest({
+      account: this.operator,
+      chain: this.wallet.chain,
+      to: this.token,
+      data,
+    });
+    const raw = await this.wallet.signTransaction({ ...request, chain: this.wallet.chain });
+    return signedTransaction(raw, request.nonce);
   }
 }
 

@@ -1,5 +1,7 @@
 import type Router from '@koa/router';
 import type { Hex } from 'viem';
+import { KeptLease } from '@sigil/plugin-api';
+import type { Logger } from '../../../core/log.ts';
 import type { Kernel } from '../../kernel.ts';
 import { Agents } from '../agents.ts';
 import { agentsRouter } from '../agent-routes.ts';
@@ -104,6 +106,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
           deposits,
           keys,
           chain,
+          sender: operatorLease(kernel, chain, logger),
           logger,
           clock: kernel.clock,
           pollMs: settings.pollIntervalMs,
@@ -199,4 +202,25 @@ export function createLedgerService(kernel: Kernel): LedgerService {
       await worker?.stop();
     },
   };
+}
+
+/**
+ * The lease of the operator account (named after its address on the chain), which the transfer worker
+ * keeps while the runtime runs: the replica holding it is the only one sending from the account.
+ */
+function operatorLease(kernel: Kernel, chain: LedgerChain, logger: Logger): KeptLease {
+  const account = `${chain.options.chainId}:${chain.operator.address}`;
+  return new KeptLease(kernel.leases, {
+    names: [`ledger:operator:${account}`],
+    ttlMs: kernel.config.database.leaseSeconds * 1000,
+    changed: (now) =>
+      logger.info(
+        { operator: chain.operator.address },
+        now
+          ? 'ledger: this replica sends the withdrawals and sweeps (it holds the operator account)'
+          : 'ledger: another replica sends the withdrawals and sweeps (it holds the operator account)',
+      ),
+    failed: (err) =>
+      logger.warn({ err: (err as Error).message }, 'ledger: the operator account’s lease could not be kept'),
+  });
 }

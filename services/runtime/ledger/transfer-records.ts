@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { getAddress, type Address, type Hex } from 'viem';
 import { SigilError } from '@sigil/plugin-api';
 import { asText, toAmount } from './amounts.ts';
+import { signedTransaction, type SignedTransaction } from './chain.ts';
 
 /** Money leaving a deposit address: to its owner (withdrawal) or to the treasury (sweep of settled spend). */
 export type TransferKind = 'withdrawal' | 'sweep';
@@ -35,6 +36,8 @@ export interface Transfer {
   reason: string | undefined;
   attempts: number;
   sentAt: number | undefined;
+  /** The operator's transaction recorded before it was sent (the cancellation's while cancelling). */
+  signed: SignedTransaction | undefined;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -58,6 +61,8 @@ export interface TransferRow {
   reason: string | null;
   attempts: number | string;
   sent_at: string | number | null;
+  signed_tx: string | null;
+  signed_nonce: string | number | null;
   created_at: string | number;
   updated_at: string | number;
 }
@@ -145,6 +150,8 @@ function selectTransfers(db: Knex) {
     'reason',
     'attempts',
     'sent_at',
+    'signed_tx',
+    'signed_nonce',
     'created_at',
     'updated_at',
   );
@@ -169,6 +176,10 @@ export function transferOf(row: TransferRow): Transfer {
     reason: row.reason ?? undefined,
     attempts: Number(row.attempts),
     sentAt: row.sent_at === null ? undefined : Number(row.sent_at),
+    signed:
+      row.signed_tx === null || row.signed_nonce === null
+        ? undefined
+        : signedTransaction(row.signed_tx as Hex, Number(row.signed_nonce)),
     createdAt: new Date(Number(row.created_at)),
     updatedAt: new Date(Number(row.updated_at)),
   };

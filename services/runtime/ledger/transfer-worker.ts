@@ -5,10 +5,16 @@ import {
   type Hex,
   type LocalAccount,
 } from 'viem';
+import type { KeptLease } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import { RetryWorker } from '../../../core/db/retries.ts';
 import type { Logger } from '../../../core/log.ts';
-import { CANCEL_AUTHORIZATION_TYPES, TRANSFER_WITH_AUTHORIZATION_TYPES, type LedgerChain } from './chain.ts';
+import {
+  CANCEL_AUTHORIZATION_TYPES,
+  TRANSFER_WITH_AUTHORIZATION_TYPES,
+  type LedgerChain,
+  type SignedTransaction,
+} from './chain.ts';
 import type { DepositKeys } from './deposit-keys.ts';
 import type { DepositAddresses } from './deposits.ts';
 import type { Transfer } from './transfer-records.ts';
@@ -32,8 +38,15 @@ const FINISHED: Step = { finished: true };
  *   signed transfer can never go through later, then `failed` once the cancel is mined;
  * - unused otherwise: sent (again), as often as it takes.
  *
- * Every step is recorded before the next one, and at start-up the open transfers of dead replicas
- * are taken up again (a live replica's stay its own; a dead one's claim runs out, unrenewed).
+ * Every step is recorded before the next one. The operator's transaction is signed and recorded
+ * before it is sent, and sent again as it is (never a new one) until the chain shows it can no longer
+ * be mined, so a crash or a lost answer never sends the operator's account a second transaction for
+ * one step.
+ *
+ * One replica at a time sends: the one holding the operator account's lease (`sender`, kept while it
+ * runs). Two senders from one account would race for its nonces; the others leave their transfers,
+ * recorded in the database, to the holder, and one of them takes the lease over once the holder is
+ * dead or its lease expired. A transfer claimed by a live replica stays its own (see RetryQueue).
  */
 export class TransferWorker {
   private readonly worker: RetryWorker<Transfer>;
@@ -44,6 +57,8 @@ export class TransferWorker {
       deposits: DepositAddresses;
       keys: DepositKeys;
       chain: LedgerChain;
+      /** The lease of the operator account: only its holder sends, and records what it sends fenced by it. */
+      sender: KeptLease;
       logger: Logger;
       /** What resends are timed by (the transfers' retries and claims by the ledger's clock, the same one). */
       clock: Clock;
@@ -53,7 +68,7 @@ export class TransferWorker {
     },
   ) {
     this.worker = new RetryWorker({
-      queue: deps.transfers,
+      queue: { claimDue: () => this.claimDueAsSender(), hold: (row, work) => deps.transfers.hold(row, work) },
       handle: (transfer) => this.process(transfer),
       intervalMs: deps.pollMs,
       logger: deps.logger,
@@ -61,16 +76,16 @@ export class TransferWorker {
     });
   }
 
-  /** Start-up: the open transfers of dead replicas are due now; then polls every pollMs. */
+  /** Keeps the operator account's lease when it is free, and polls every pollMs. */
   async start(): Promise<void> {
-    const open = await this.deps.transfers.makeOrphansDue();
-    if (open > 0) this.deps.logger.info({ open }, 'ledger: resuming transfers left open');
+    await this.deps.sender.start();
     await this.processDue().catch(() => undefined);
     this.worker.start();
   }
 
-  stop(): Promise<void> {
-    return this.worker.stop();
+  async stop(): Promise<void> {
+    await this.worker.stop();
+    await this.deps.sender.stop();
   }
 
   /** Asks for a pass now (e.g. a transfer was just recorded). */
@@ -85,6 +100,12 @@ export class TransferWorker {
 
   private now(): number {
     return this.deps.clock.now().getTime();
+  }
+
+  /** The due transfers, when this replica holds the operator account; none otherwise (its holder sends). */
+  private async *claimDueAsSender(): AsyncGenerator<Transfer> {
+    if (!(await this.deps.sender.ensure())) return;
+    yield* this.deps.transfers.claimDue();
   }
 
   private async process(claimed: Transfer): Promise<void> {
@@ -167,24 +188,25 @@ export class TransferWorker {
       if (waited < (this.deps.resendAfterMs ?? 60_000))
         return { finished: false, againInMs: this.deps.pollMs };
     }
-    const domain = await chain.domain();
-    const message = {
-      from: transfer.from,
-      to: transfer.to,
-      value: transfer.amount,
-      validAfter: 0n,
-      validBefore: transfer.validBefore,
-      nonce: transfer.nonce,
-    };
-    const signature = await account.signTypedData({
-      domain,
-      types: TRANSFER_WITH_AUTHORIZATION_TYPES,
-      primaryType: 'TransferWithAuthorization',
-      message,
-    });
     let hash: Hex;
     try {
-      hash = await chain.sendTransfer({ ...message, signature });
+      hash = await this.sendOnce(transfer, async () => {
+        const message = {
+          from: transfer.from,
+          to: transfer.to,
+          value: transfer.amount,
+          validAfter: 0n,
+          validBefore: transfer.validBefore,
+          nonce: transfer.nonce,
+        };
+        const signature = await account.signTypedData({
+          domain: await chain.domain(),
+          types: TRANSFER_WITH_AUTHORIZATION_TYPES,
+          primaryType: 'TransferWithAuthorization',
+          message,
+        });
+        return chain.signTransfer({ ...message, signature });
+      });
     } catch (err) {
       if (!isRevert(err)) throw err;
       return this.cancel(transfer, account, `the transfer would revert (${describe(err)})`);
@@ -193,9 +215,29 @@ export class TransferWorker {
     return AGAIN_NOW;
   }
 
+  /**
+   * Sends the operator's transaction for the transfer's step once: the one recorded for it is sent
+   * again as it is, unless the chain shows it can never be mined (its nonce went to another); only
+   * then is a new one signed (`sign`), recorded under the sender lease (a replica that lost the lease
+   * records nothing, so sends nothing new), and sent. Resolves with the transaction's hash.
+   */
+  private async sendOnce(transfer: Transfer, sign: () => Promise<SignedTransaction>): Promise<Hex> {
+    const { chain, transfers, sender } = this.deps;
+    const recorded = transfer.signed;
+    if (recorded && !(await chain.superseded(recorded))) {
+      await chain.broadcast(recorded);
+      return recorded.hash;
+    }
+    const signed = await sign();
+    await sender.fenced((trx) => transfers.recordSigned(trx, transfer.id, signed));
+    await chain.broadcast(signed);
+    return signed.hash;
+  }
+
   /** Sends (or sends again) a cancelAuthorization for the transfer's nonce. */
   private async cancel(transfer: Transfer, account: LocalAccount, reason: string): Promise<Step> {
     const { chain, transfers } = this.deps;
+    let cancelling = transfer;
     if (transfer.state === 'cancelling' && transfer.cancelTxHash) {
       const receipt = await chain.receipt(transfer.cancelTxHash);
       if (receipt?.status === 'success') return { finished: false, againInMs: this.deps.pollMs };
@@ -203,16 +245,20 @@ export class TransferWorker {
       if (!receipt && waited < (this.deps.resendAfterMs ?? 60_000)) {
         return { finished: false, againInMs: this.deps.pollMs };
       }
+    } else if (transfer.state !== 'cancelling') {
+      // The transaction recorded so far was the transfer's: the cancellation is one of its own.
+      await transfers.note(transfer.id, { state: 'cancelling', reason, signed: null });
+      cancelling = { ...transfer, state: 'cancelling', reason, signed: undefined };
     }
-    const domain = await chain.domain();
-    const signature = await account.signTypedData({
-      domain,
-      types: CANCEL_AUTHORIZATION_TYPES,
-      primaryType: 'CancelAuthorization',
-      message: { authorizer: transfer.from, nonce: transfer.nonce },
+    const hash = await this.sendOnce(cancelling, async () => {
+      const signature = await account.signTypedData({
+        domain: await chain.domain(),
+        types: CANCEL_AUTHORIZATION_TYPES,
+        primaryType: 'CancelAuthorization',
+        message: { authorizer: transfer.from, nonce: transfer.nonce },
+      });
+      return chain.signCancel(transfer.from, transfer.nonce, signature);
     });
-    await transfers.note(transfer.id, { state: 'cancelling', reason });
-    const hash = await chain.sendCancel(transfer.from, transfer.nonce, signature);
     await transfers.note(transfer.id, { cancelTxHash: hash, sentAt: this.now() });
     this.deps.logger.warn(
       { transfer: transfer.id, kind: transfer.kind, reason },

@@ -5,6 +5,7 @@ import { SigilError } from '@sigil/plugin-api';
 import type { Replica } from '../../../core/db/replicas.ts';
 import { doublingBackoff, RetryQueue } from '../../../core/db/retries.ts';
 import { toAmount } from './amounts.ts';
+import type { SignedTransaction } from './chain.ts';
 import { SpendRefused } from './errors.ts';
 import type { Ledger } from './ledger.ts';
 import {
@@ -25,7 +26,7 @@ import {
   type WithdrawalLimits,
 } from './withdrawal-limits.ts';
 
-/** How long a worker's claim on a transfer lasts unrenewed: a dead replica's is taken over after it. */
+/** How long a worker's claim on a transfer lasts unrenewed (another replica takes it only once its claimer is dead). */
 const CLAIM_MS = 60_000;
 /** Retry delays after an attempt failed (RPC down, …): 1 s doubling to 5 min. */
 const BACKOFF = doublingBackoff(1000, 300_000);
@@ -215,9 +216,12 @@ export class Transfers {
       cancelTxHash?: Hex;
       sentAt?: number;
       reason?: string | null;
+      /** Null: the transaction recorded was for a step left behind (the transfer, once cancelling). */
+      signed?: null;
     },
   ): Promise<void> {
     await this.openRow(id).update({
+      ...(change.signed === null ? { signed_tx: null, signed_nonce: null } : {}),
       ...(change.state === undefined ? {} : { state: change.state }),
       ...(change.txHash === undefined ? {} : { tx_hash: change.txHash }),
       ...(change.cancelTxHash === undefined ? {} : { cancel_tx_hash: change.cancelTxHash }),
@@ -225,6 +229,17 @@ export class Transfers {
       ...(change.reason === undefined ? {} : { reason: change.reason?.slice(0, 500) ?? null }),
       updated_at: this.ledger.now(),
     });
+  }
+
+  /**
+   * Records the operator's transaction for the transfer's step, signed and not yet sent, in `trx`
+   * (the sender lease's fenced transaction): what is sent is always what was recorded first.
+   */
+  async recordSigned(trx: Knex.Transaction, id: string, signed: SignedTransaction): Promise<void> {
+    await trx('ledger_transfers')
+      .where({ id })
+      .whereIn('state', OPEN_STATES)
+      .update({ signed_tx: signed.raw, signed_nonce: signed.nonce, updated_at: this.ledger.now() });
   }
 
   /** The open transfers that are due, each claimed just before it is handed out, so replicas do not race. */
@@ -259,11 +274,6 @@ export class Transfers {
   /** Its `attempts`-th attempt failed (RPC down, …): tried again after a backoff. */
   async attemptFailed(id: string, attempts: number): Promise<void> {
     await this.openRow(id).update(this.queue.failureColumns(attempts));
-  }
-
-  /** The open transfers dead replicas claimed, due now (start-up: what a dead process left is taken up). */
-  makeOrphansDue(): Promise<number> {
-    return this.queue.makeOrphansDue();
   }
 
   get(id: string, wallet?: string): Promise<Transfer | undefined> {
@@ -328,6 +338,8 @@ export class Transfers {
       block_number: null,
       reason: null,
       sent_at: null,
+      signed_tx: null,
+      signed_nonce: null,
     });
   }
 }

@@ -202,9 +202,11 @@ export class ProbeWorld {
       sandbox?: SigilConfig['plugins'][number];
       /** database.dataKey (SIGIL_DATA_KEY): what the database keeps sealed at rest. */
       dataKey?: string;
+      /** More of the database section (replicas: `shared`, heartbeats, leases). */
+      database?: ConfigOverrides['database'];
     } = {},
   ): Promise<Serving & { url: string }> {
-    const { vault, plugins = [], tee, sandbox, dataKey, ...kernelOptions } = extra;
+    const { vault, plugins = [], tee, sandbox, dataKey, database: replicas, ...kernelOptions } = extra;
     const replacements: Record<string, SigilConfig['plugins'][number] | undefined> = {
       'tee-none': tee,
       'sandbox-linux-namespaces': sandbox,
@@ -215,7 +217,7 @@ export class ProbeWorld {
       config: {
         gateway: { port: 0, includeDefaultCatalog: false, catalogFile: this.catalogFile, ...gateway },
         ...(vault ? { vault } : {}),
-        ...(dataKey ? { database: { dataKey } } : {}),
+        ...(dataKey || replicas ? { database: { ...replicas, ...(dataKey ? { dataKey } : {}) } } : {}),
         plugins: [...this.plugins().map((plugin) => replacements[plugin.resolve] ?? plugin), ...plugins],
       },
     });

@@ -35,6 +35,13 @@ export interface PaymentRailV1 {
    */
   settle(payment: VerifiedPayment): Promise<SettleOutcome>;
   /**
+   * Optional: whether this process can send settlements now. A rail whose settling accounts are
+   * leased to one replica at a time (each account's transaction nonces are one sequence) answers
+   * false while this process holds none: the host then settles nothing here and leaves the
+   * settlements of its calls, due in its database, to the replicas whose rail can. Absent: always.
+   */
+  canSettle?(): boolean;
+  /**
    * Whether the payment's authorization has been used on chain, and by which transaction. `used` only
    * when that use moved the payment's amount to `payTo`: a cancelled authorization is never reported
    * used (it is `used: false, spent: true`), and no more is one spent on another transfer.

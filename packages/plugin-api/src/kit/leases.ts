@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { leaseLost } from '../errors.ts';
 import type { Database, Lease, Leases } from '../services.ts';
@@ -8,6 +9,8 @@ import type { Database, Lease, Leases } from '../services.ts';
  * each time a lease is taken, a fenced transaction refused once the lease is lost) without a table.
  */
 export class KitLeases implements Leases {
+  /** The kit's one process: nothing outlives it, so no lease is ever freed by its holder's death. */
+  readonly holder = randomUUID();
   private readonly leases = new Map<string, { holder: string; fence: number; expiresAt: number }>();
 
   /** `database`: where fenced transactions run (the kit's database). */

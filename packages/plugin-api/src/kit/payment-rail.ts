@@ -20,6 +20,7 @@ export const paymentRailKit: ContractKit<'payment-rail', 'v1'> = {
     latestBlock: 'function?',
     chainIdentity: 'function?',
     settle: 'function',
+    canSettle: 'function?',
     status: 'function',
     settlementsOnChain: 'function',
   },

@@ -75,6 +75,25 @@ describe('payments: facilitators', function () {
     }
   });
 
+  it('takes the built-in facilitator’s account as privateKey or several as privateKeys, never both, none, or one twice', () => {
+    const { plugin } = railPlugin(chain);
+    const [one, two] = [devAccountKey(5), devAccountKey(6)];
+    const parse = (accounts: Record<string, unknown>) =>
+      configSchema.safeParse({ ...plugin.options, facilitator: { kind: 'builtin', ...accounts } });
+    for (const accounts of [{ privateKey: one }, { privateKeys: [one, two], accountLeaseSeconds: 5 }]) {
+      expect(parse(accounts).success, JSON.stringify(accounts)).to.equal(true);
+    }
+    for (const accounts of [
+      {},
+      { privateKey: one, privateKeys: [two] },
+      { privateKeys: [] },
+      { privateKeys: [one, one.toUpperCase().replace('0X', '0x')] },
+      { privateKey: one, accountLeaseSeconds: 2 },
+    ]) {
+      expect(parse(accounts).success, JSON.stringify(accounts)).to.equal(false);
+    }
+  });
+
   it('verifies and settles through a remote facilitator at the configured URL; a refusal there is a reason, not a crash', async () => {
     const { plugin, payTo } = railPlugin(chain);
     const builtin = configSchema.parse(plugin.options);

@@ -45,9 +45,10 @@ describe('payments: a dev chain kept between runs, and one replaced', function (
       const { plugin } = railPlugin(chain, { payTo });
       const rail = (await x402Evm.create({
         config: x402Evm.config.parse(plugin.options),
-        deps: { secrets: new SecretRegistry(), clock: systemClock },
+        deps: { secrets: new SecretRegistry(), clock: systemClock, leases: kernel.leases },
         logger: quietLogger(),
-      })) as PaymentRailV1 & { stop(): Promise<void> };
+      })) as PaymentRailV1 & { start(): Promise<void>; stop(): Promise<void> };
+      await rail.start();
       running.push(rail);
       const payments = new Payments({
         rail,

@@ -207,9 +207,14 @@ describe('payments: incremental reconciliation, on anvil', function () {
       });
       const instance = (await x402Evm.create({
         config: x402Evm.config.parse(plugin.options),
-        deps: { secrets: new SecretRegistry(), clock: systemClock },
+        deps: {
+          secrets: new SecretRegistry(),
+          clock: systemClock,
+          leases: new DatabaseLeases(gateway.records),
+        },
         logger: quietLogger(),
-      })) as PaymentRailV1 & { stop(): Promise<void> };
+      })) as PaymentRailV1 & { start(): Promise<void>; stop(): Promise<void> };
+      await instance.start();
       railInstances.push(instance);
       return instance;
     };

@@ -22,7 +22,7 @@ import {
   tokenDomain,
 } from '../../../solidity/support.ts';
 import { startDevChain, type DevChain } from '../../../support/chain.ts';
-import { stickyDatabase, type TestDatabase } from '../../../support/kernel.ts';
+import { stickyDatabase, type ConfigOverrides, type TestDatabase } from '../../../support/kernel.ts';
 import { ProbeWorld, walletToken } from '../support.ts';
 import { eventually } from '../../../support/eventually.ts';
 export { eventually };
@@ -227,8 +227,6 @@ export async function expectBooksBalanced(options: {
   payTo: Address;
   /** Every payer that paid this gateway, with its balance before its first payment. */
   payers: { address: Address; before: bigint }[];
-  /** Records that may still be `executing` (a dead process's call, not yet stale): they move no money. */
-  executing?: string[];
 }): Promise<{ settled: bigint; rows: SettlementRecord[] }> {
   const balanceOf = balances(options.chain);
   // A paid answer leaves while its settled mark is written: a moment later the mark is in.
@@ -243,9 +241,7 @@ export async function expectBooksBalanced(options: {
   const settled = rows
     .filter((row) => row.state === 'settled')
     .reduce((sum, row) => sum + BigInt(row.amount), 0n);
-  const unfinished = rows.filter(
-    (row) => row.state === 'settling' || (row.state === 'executing' && !options.executing?.includes(row.id)),
-  );
+  const unfinished = rows.filter((row) => row.state === 'settling' || row.state === 'executing');
   expect(unfinished, 'nothing under way').to.deep.equal([]);
   expect(await balanceOf(options.payTo), 'payTo holds the settled amounts').to.equal(settled);
   let lost = 0n;
@@ -319,6 +315,8 @@ export async function paidGateway(
     clock?: Clock;
     /** database.dataKey of the gateway. */
     dataKey?: string;
+    /** More of the gateway's database section (replicas: `shared`, heartbeats, leases). */
+    database?: ConfigOverrides['database'];
     /** Another replica of this gateway: the same database and payee (its own facilitator account). */
     replicaOf?: PaidGateway;
   },
@@ -341,6 +339,7 @@ export async function paidGateway(
       plugins: [rail.plugin],
       ...(options.clock ? { clock: options.clock } : {}),
       ...(options.dataKey ? { dataKey: options.dataKey } : {}),
+      ...(options.database ? { database: options.database } : {}),
     },
   );
   const records = await recordsOf(fresh.url, fresh.schema);

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import type { Address } from 'viem';
+import { keccak256, type Address, type Hex } from 'viem';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { openDatabase, type Database } from '../../../../core/db/database.ts';
 import { RpcProxy, sendsTransaction } from '../../gateway/payments/support.ts';
@@ -102,8 +102,8 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
       body: JSON.stringify({ amount: amount.toString(), to, idempotencyKey }),
     });
   const rowOf = async (id: string) =>
-    (await records('ledger_transfers').where({ id }).first('state', 'tx_hash')) as
-      { state: string; tx_hash: string | null } | undefined;
+    (await records('ledger_transfers').where({ id }).first('state', 'tx_hash', 'signed_tx')) as
+      { state: string; tx_hash: string | null; signed_tx: Hex | null } | undefined;
   async function expectAgreement(): Promise<void> {
     const read = await balance();
     expect(read.onChainBalance).to.equal(String(await tokenBalance(chain, deposit)));
@@ -129,7 +129,9 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
     await eventually('the kill', async () => killed !== undefined);
     await killed;
     proxy.intercept = undefined;
-    expect((await rowOf(id))!.state).to.equal('pending');
+    const killedRow = (await rowOf(id))!;
+    expect(killedRow.state).to.equal('pending');
+    expect(killedRow.signed_tx, 'the transaction was recorded before it was sent').to.match(/^0x02/);
     expect(await tokenBalance(chain, to)).to.equal(0n);
     await start();
     jwt = await signIn(user);
@@ -137,9 +139,11 @@ describe('ledger: a runtime killed mid-withdrawal, then restarted (SQLite)', fun
       const row = (await get(`/wallet/withdrawals/${id}`)) as Record<string, string>;
       return row.status === 'completed' ? row : undefined;
     });
-    expect(done.transactionHash).to.match(/^0x[0-9a-f]{64}$/);
+    expect(done.transactionHash, 'the recorded transaction, sent again').to.equal(
+      keccak256(killedRow.signed_tx!),
+    );
     expect(await tokenBalance(chain, to)).to.equal(3n * USD);
-    expect(proxy.transactionsSent() - sent).to.equal(2); // the cut one, then the one that went
+    expect(proxy.transactionsSent() - sent).to.equal(2); // the cut one, then the same again
     await expectAgreement();
   });
 
