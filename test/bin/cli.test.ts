@@ -97,7 +97,7 @@ describe('sigil command', function () {
     const first = await runSigil(['db', 'migrate'], { cwd: dir, env: env() });
     expect(first.code).to.equal(0);
     expect(first.stdout).to.match(
-      /applied: 0001-auth, 0002-siwe-nonce-clients, 0003-siwe-stateless-challenges, 0004-chain-identities, 0005-replicas-and-leases, 0100-gateway-sessions-and-servers/,
+      /applied: 0001-auth, 0002-siwe-nonce-clients, 0003-siwe-stateless-challenges, 0004-chain-identities, 0005-replicas-and-leases, 0006-replica-fingerprints, 0100-gateway-sessions-and-servers/,
     );
     const second = await runSigil(['db', 'migrate'], { cwd: dir, env: env() });
     expect(second.stdout).to.match(/up to date/);
