@@ -81,7 +81,9 @@ export const serviceSchema = (defaultPort: number) =>
       publicUrl: z
         .url()
         .optional()
-        .describe('URL clients use to reach the service; SIWE domain and URI are checked against it'),
+        .describe(
+          'URL clients use to reach the service (behind a load balancer: its URL); SIWE domain and URI are checked against it. Required where replicas share the database',
+        ),
       bodyLimitBytes: z
         .number()
         .int()
