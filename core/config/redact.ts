@@ -38,7 +38,7 @@ export function holderOf(
   return holder === undefined ? undefined : [holder, last];
 }
 
-const SECRET_KEY_PATTERN = /(secret|password|token|private|api[-_]?key|mnemonic|seed)/i;
+const SECRET_KEY_PATTERN = /(secret|password|token|private|api[-_]?key|mnemonic|seed|material)/i;
 
 /** Plugin options have no central list of secret paths, so their names decide. */
 function redactSecretLookingKeys(options: Record<string, unknown>): Record<string, unknown> {

@@ -142,6 +142,7 @@ describe('config', () => {
     write({
       plugins: [
         { resolve: 'tee-none', options: { apiKey: 'canary-plugin-key', nested: { password: 'canary-pw' } } },
+        { resolve: 'tee-tdx', options: { keyMaterial: 'canary-key-material-0123456789abcdef' } },
       ],
     });
     const printed = JSON.stringify(redactConfig(loadConfig({ cwd: dir, env: canaries }).config));
@@ -152,6 +153,7 @@ describe('config', () => {
       'canary-db-password',
       'canary-plugin',
       'canary-pw',
+      'canary-key-material',
     ]) {
       expect(printed).not.to.include(canary);
     }
