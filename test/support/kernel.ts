@@ -171,8 +171,8 @@ export const RUNTIME_PUBLIC = 'http://runtime.sigil.test';
 /**
  * What replicas sharing the database must be given (services/shared-deployment.ts), which test
  * kernels on one (PostgreSQL, or `database.shared`) get unless the test gives its own, or none
- * (`publicUrl: undefined`, tee-none's `keyMaterial: undefined`): one key for every test kernel in a
- * run, so two on one database agree.
+ * (`publicUrl: undefined`, tee-none's `keyMaterial: undefined`); no delegation key beside tee-vtpm,
+ * which seals one. One key for every test kernel in a run, so two on one database agree.
  */
 export const TEST_SHARED_SETTINGS = {
   runtime: {
@@ -210,6 +210,8 @@ export async function openTestKernel(options: TestKernelOptions = {}): Promise<K
   // for every test gateway: a gateway whose replicas share the database (PostgreSQL) needs one, and
   // two test gateways on one database must agree on it.
   const shared = options.config?.database?.shared ?? isPostgresUrl(database.url);
+  // tee-vtpm seals the delegation key: a configured one would override it.
+  const sealing = options.config?.plugins?.some((plugin) => plugin?.resolve === 'tee-vtpm') ?? false;
   const raw: Record<string, unknown> = {
     database: { url: database.url },
     log: { level: options.logDestination ? 'debug' : 'silent' },
@@ -218,7 +220,13 @@ export async function openTestKernel(options: TestKernelOptions = {}): Promise<K
       secretKey: TEST_GATEWAY_SECRET_KEY,
       ...(shared ? TEST_SHARED_SETTINGS.gateway : {}),
     },
-    ...(shared ? { runtime: TEST_SHARED_SETTINGS.runtime } : {}),
+    ...(shared
+      ? {
+          runtime: sealing
+            ? { publicUrl: TEST_SHARED_SETTINGS.runtime.publicUrl }
+            : TEST_SHARED_SETTINGS.runtime,
+        }
+      : {}),
   };
   for (const [section, values] of Object.entries(options.config ?? {}) as [string, unknown][]) {
     const isObject = typeof values === 'object' && values !== null && !Array.isArray(values);
