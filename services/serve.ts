@@ -4,7 +4,7 @@ import { createGatewayApp, type GatewayApp } from './gateway/app.ts';
 import type { WarmupOutcome } from './gateway/warmup.ts';
 import type { Kernel } from './kernel.ts';
 import { createRuntimeApp, type RuntimeApp } from './runtime/app.ts';
-import { refuseUnsharedSettings, settingsFingerprints } from './shared-deployment.ts';
+import { requireReplicaSettings, settingsFingerprints } from './shared-deployment.ts';
 
 export type ServiceName = 'runtime' | 'gateway';
 
@@ -45,7 +45,7 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
   };
   const served = SERVICE_ORDER.filter((service) => services.includes(service));
   // Before anything is composed: a replica missing what its peers need (keys, public URLs) never serves.
-  await refuseUnsharedSettings(kernel, served);
+  await requireReplicaSettings(kernel, served);
   await kernel.replica.serving(served);
   try {
     for (const name of served) {

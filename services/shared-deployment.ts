@@ -1,4 +1,4 @@
-import { SigilError, type TeeBackendV2 } from '@sigil/plugin-api';
+import { SigilError } from '@sigil/plugin-api';
 import { privateKeyToAddress } from 'viem/accounts';
 import { configuredKeyId } from '../core/auth/signing-key.ts';
 import { holderOf } from '../core/config/redact.ts';
@@ -40,7 +40,7 @@ const PUBLIC_URL_WHY = {
  * (`config_invalid`, `details.settings` naming each, the hint how to make the keys). Nothing is
  * required on a database one process uses (SQLite by default).
  */
-export async function refuseUnsharedSettings(
+export async function requireReplicaSettings(
   kernel: Kernel,
   services: readonly ServiceName[],
 ): Promise<void> {
@@ -91,7 +91,7 @@ async function missingSettings(kernel: Kernel, services: readonly ServiceName[])
       why: 'the TEE backend makes its keys per process: an execution proof, a relayed input request or a provenance signature made by one replica would not verify at another',
       make: 'openssl rand -base64 48 (or keys sealed by tee-vtpm, sigil tee seal)',
     });
-  if (runtime && config.runtime.mcpSigningKey === undefined && !(await sealsDelegationKey(tee)))
+  if (runtime && config.runtime.mcpSigningKey === undefined && (await sealedSigningKey(tee)) === undefined)
     needed.push({
       setting: 'runtime.mcpSigningKey',
       env: 'MCP_SIGNING_KEY',
@@ -103,9 +103,6 @@ async function missingSettings(kernel: Kernel, services: readonly ServiceName[])
 
 const teeBackendName = (kernel: Kernel): string =>
   kernel.plugins.list().find((plugin) => plugin.kind === 'tee-backend')?.name ?? 'tee-backend';
-
-const sealsDelegationKey = async (tee: TeeBackendV2): Promise<boolean> =>
-  (await sealedSigningKey(tee)) !== undefined;
 
 /**
  * What each replica may set for itself: where it listens and its HTTP edge, its local paths, the
