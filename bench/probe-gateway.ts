@@ -58,7 +58,6 @@ export function probeGatewayConfig(options: {
         perAnonymousClient: 1000,
         queueLength: 64,
         queueWaitSeconds: 10,
-        trustedProxies: [],
       },
       ...options.gateway,
     },

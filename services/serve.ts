@@ -1,9 +1,10 @@
 import type { RequestListener } from 'node:http';
 import { listen, type RunningServer } from '../core/http/server.ts';
-import { createGatewayApp } from './gateway/app.ts';
+import { createGatewayApp, type GatewayApp } from './gateway/app.ts';
 import type { WarmupOutcome } from './gateway/warmup.ts';
 import type { Kernel } from './kernel.ts';
 import { createRuntimeApp, type RuntimeApp } from './runtime/app.ts';
+import { requireReplicaSettings, settingsFingerprints } from './shared-deployment.ts';
 
 export type ServiceName = 'runtime' | 'gateway';
 
@@ -37,11 +38,14 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
   const apps: ServiceApp[] = [];
   const urls: Partial<Record<ServiceName, string>> = {};
   let runtime: RuntimeApp | undefined;
+  let gateway: GatewayApp | undefined;
   const compose = async (name: ServiceName): Promise<ServiceApp> => {
     if (name === 'runtime') return (runtime = await createRuntimeApp(kernel));
-    return createGatewayApp(kernel, runtime ? { inProcessRuntime: runtime.inProcess } : {});
+    return (gateway = createGatewayApp(kernel, runtime ? { inProcessRuntime: runtime.inProcess } : {}));
   };
   const served = SERVICE_ORDER.filter((service) => services.includes(service));
+  // Before anything is composed: a replica missing what its peers need (keys, public URLs) never serves.
+  await requireReplicaSettings(kernel, served);
   await kernel.replica.serving(served);
   try {
     for (const name of served) {
@@ -58,6 +62,8 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
     // ports included, unless runtime.chat.gatewayUrl names another address.
     if (runtime && urls.gateway && kernel.config.runtime.chat.gatewayUrl === undefined)
       runtime.gateway.reachAt(urls.gateway);
+    if (kernel.replica.shared)
+      await kernel.replica.agreeOn(await settingsFingerprints(kernel, { runtime, gateway }));
   } catch (err) {
     await Promise.all(running.map((server) => server.close(0)));
     await Promise.all(apps.map((service) => service.close?.()));

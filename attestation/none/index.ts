@@ -19,7 +19,7 @@ export default definePlugin({
         .min(32, 'at least 32 characters of secret material')
         .optional()
         .describe(
-          'Secret that keys (e.g. the execution-proof HMAC key) are derived from; same value on every replica',
+          'Secret that keys (e.g. the execution-proof HMAC key) are derived from; the same value on every replica, required where replicas share the database (e.g. openssl rand -base64 48)',
         ),
     })
     .strict(),

@@ -37,7 +37,7 @@ export default definePlugin({
       keyMaterial: secretMaterial
         .optional()
         .describe(
-          'Secret that keys are derived from (keySource config; SNP-derived keys need an ioctl this plugin does not make); without it keys are random per process',
+          'Secret that keys are derived from (keySource config; SNP-derived keys need an ioctl this plugin does not make); without it keys are random per process, refused where replicas share the database',
         ),
       tsmReportDir: z
         .string()

@@ -123,5 +123,9 @@ function parseConfiguredKey(pem: string): KeyObject {
   return key;
 }
 
+/** The id (RFC 7638 thumbprint) of a configured session key (`auth.jwtSigningKey`): public, as its JWTs' `kid`. */
+export const configuredKeyId = (pem: string): Promise<string> =>
+  thumbprint(createPublicKey(parseConfiguredKey(pem)));
+
 const thumbprint = (publicKey: KeyObject): Promise<string> =>
   calculateJwkThumbprint(publicKey.export({ format: 'jwk' }));

@@ -8,14 +8,12 @@ import type { CoreConfig } from './schema.ts';
 export function redactSecrets(config: CoreConfig, secretPaths: readonly string[]): Record<string, unknown> {
   const copy = structuredClone(config) as unknown as Record<string, unknown>;
   for (const path of secretPaths) {
-    const keys = path.split('.');
-    const last = keys.pop() as string;
-    let holder: Record<string, unknown> | undefined = copy;
-    for (const key of keys) holder = holder?.[key] as Record<string, unknown> | undefined;
-    const value = holder?.[last];
+    const found = holderOf(copy, path);
+    if (found === undefined) continue;
+    const [holder, last] = found;
+    const value = holder[last];
     // An empty list holds no secret, and shown as one it would read as a key being set.
-    if (holder && value !== undefined && !(Array.isArray(value) && value.length === 0))
-      holder[last] = '[REDACTED]';
+    if (value !== undefined && !(Array.isArray(value) && value.length === 0)) holder[last] = '[REDACTED]';
   }
   const database = copy.database as { url: string };
   database.url = describeUrl(database.url);
@@ -25,7 +23,22 @@ export function redactSecrets(config: CoreConfig, secretPaths: readonly string[]
   return copy;
 }
 
-const SECRET_KEY_PATTERN = /(secret|password|token|private|api[-_]?key|mnemonic|seed)/i;
+/**
+ * The object in `root` that holds the dotted `path`'s last key, with that key; undefined when an
+ * object on the way is missing.
+ */
+export function holderOf(
+  root: Record<string, unknown>,
+  path: string,
+): [Record<string, unknown>, string] | undefined {
+  const keys = path.split('.');
+  const last = keys.pop() as string;
+  let holder: Record<string, unknown> | undefined = root;
+  for (const key of keys) holder = holder?.[key] as Record<string, unknown> | undefined;
+  return holder === undefined ? undefined : [holder, last];
+}
+
+const SECRET_KEY_PATTERN = /(secret|password|token|private|api[-_]?key|mnemonic|seed|material)/i;
 
 /** Plugin options have no central list of secret paths, so their names decide. */
 function redactSecretLookingKeys(options: Record<string, unknown>): Record<string, unknown> {

@@ -52,7 +52,7 @@ export const CORE_SETTINGS = {
         .boolean()
         .optional()
         .describe(
-          'Whether several processes of a service (replicas) share this database; by default yes on PostgreSQL, no on SQLite. Not shared, a process starting takes up at once all that its predecessor had claimed, however recently it died',
+          'Whether several processes of a service (replicas) share this database; by default yes on PostgreSQL, no on SQLite. Shared, each replica needs the public URLs and keys its peers use (docs/operations.md); not shared, a process starting takes up at once all that its predecessor had claimed, however recently it died',
         ),
       heartbeatSeconds: z
         .number()

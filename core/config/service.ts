@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { SERVER_LIMITS } from '../http/server.ts';
 import { asInt, asList, asString, type EnvOverrides } from './env.ts';
-import { port } from './values.ts';
+import { addressOrBlock, port } from './values.ts';
 
 /** What a service accepts at its HTTP edge, before any route: names, origins, time and connections. */
 const httpEdgeSchema = z
@@ -57,7 +57,13 @@ const httpEdgeSchema = z
       .max(1_000_000)
       .default(SERVER_LIMITS.maxConnectionsPerClient)
       .describe(
-        'Open connections from one client address (an IPv6 /64) beyond this are closed as they arrive; 0 turns it off. Behind a proxy or load balancer, the proxy is one client: raise it or let the proxy cap clients',
+        'Open connections from one client address (an IPv6 /64) beyond this are closed as they arrive; 0 turns it off. Connections from trustedProxies are not capped per client (the proxy caps its clients)',
+      ),
+    trustedProxies: z
+      .array(addressOrBlock)
+      .default([])
+      .describe(
+        "Proxies and load balancers (addresses or CIDR blocks) whose X-Forwarded-For names the client, for the per-client limits; from any other peer the header is ignored and the client is the connection's remote address",
       ),
   })
   .strict()
@@ -75,7 +81,9 @@ export const serviceSchema = (defaultPort: number) =>
       publicUrl: z
         .url()
         .optional()
-        .describe('URL clients use to reach the service; SIWE domain and URI are checked against it'),
+        .describe(
+          'URL clients use to reach the service (behind a load balancer: its URL); SIWE domain and URI are checked against it. Required where replicas share the database',
+        ),
       bodyLimitBytes: z
         .number()
         .int()
@@ -95,4 +103,5 @@ export const serviceEnv = (prefix: string, section: string): EnvOverrides => ({
   [`${prefix}_PUBLIC_URL`]: { path: `${section}.publicUrl`, coerce: asString },
   [`${prefix}_ALLOWED_HOSTS`]: { path: `${section}.http.allowedHosts`, coerce: asList },
   [`${prefix}_ALLOWED_ORIGINS`]: { path: `${section}.http.allowedOrigins`, coerce: asList },
+  [`${prefix}_TRUSTED_PROXIES`]: { path: `${section}.http.trustedProxies`, coerce: asList },
 });

@@ -8,12 +8,16 @@ import { errorHandler, type AuthChallenge } from './errors.ts';
 import { HttpMetrics } from './metrics.ts';
 import { laneServer, type Lane, type LaneServer } from './lane.ts';
 import { RequestLogging, requestContext } from './request-context.ts';
+import { TrustedProxies } from './trusted-proxies.ts';
 
 export interface HttpAppOptions {
   service: string;
   logger: Logger;
   bodyLimitBytes: number;
-  /** Where the service listens and what its edge allows (its config section): Host, Origin, CORS. */
+  /**
+   * Where the service listens and what its edge allows (its config section): Host, Origin, CORS, and
+   * the proxies whose X-Forwarded-For names the client.
+   */
   edge: EdgeSettings;
   /** The `WWW-Authenticate` of the service's 401 answers (wallet auth's `challenge`). */
   challenge?: AuthChallenge;
@@ -52,6 +56,7 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
   const { lane } = options;
   // A preflight for a lane's path lists the lane's methods there (POST for /mcp).
   const edge = new EdgePolicy(options.edge, (path) => laned?.methodsAt(path), options.probePaths);
+  const proxies = new TrustedProxies(options.edge.http.trustedProxies ?? []);
   const laned: LaneServer | undefined = lane
     ? laneServer(lane, {
         edge,
@@ -59,8 +64,16 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         logging,
         metrics,
         bodyLimitBytes: options.bodyLimitBytes,
+        proxies,
       })
     : undefined;
+  // Koa trusts no proxy (`proxy: false`: anyone could send X-Forwarded-For); `ctx.ip`, which the
+  // per-address limits read, is set here from the proxies the operator trusts.
+  if (proxies.any)
+    app.use((ctx, next) => {
+      ctx.request.ip = proxies.clientAddress(ctx.req.socket.remoteAddress ?? '', ctx.get('x-forwarded-for'));
+      return next();
+    });
   app.use(requestContext(logging));
   app.use(metrics.middleware());
   app.use(errorHandler(options.logger, options.challenge));

@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
 import { isIPv4 } from 'node:net';
+import type { TrustedProxies } from './trusted-proxies.ts';
 
 const IPV4_MAPPED = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i;
 
@@ -32,13 +33,16 @@ export function clientOf(address: string): string {
 
 /**
  * Closes, as it arrives, a connection from a client (`clientOf`) that already holds `max` of the
- * server's connections, so one client cannot take the service-wide cap from everyone else.
+ * server's connections, so one client cannot take the service-wide cap from everyone else. A trusted
+ * proxy's connections carry many clients, which a connection does not name before its requests do:
+ * they are not capped here (the service-wide cap still holds; the proxy caps its clients).
  */
-export function capConnectionsPerClient(server: Server, max: number): void {
+export function capConnectionsPerClient(server: Server, max: number, proxies: TrustedProxies): void {
   const open = new Map<string, number>();
   server.on('connection', (socket) => {
     const address = socket.remoteAddress;
     if (address === undefined) return void socket.destroy(); // already gone
+    if (proxies.trusts(address)) return;
     const client = clientOf(address);
     const count = open.get(client) ?? 0;
     if (count >= max) return void socket.destroy();

@@ -9,7 +9,12 @@ export interface EdgeSettings {
   /** The configured port; the port it really listens on (0: picked by the OS) is read from the first request's socket. */
   port: number;
   publicUrl?: string | undefined;
-  http: { allowedHosts: readonly string[]; allowedOrigins: readonly string[] };
+  http: {
+    allowedHosts: readonly string[];
+    allowedOrigins: readonly string[];
+    /** Proxies whose X-Forwarded-For names the client (none when unset). */
+    trustedProxies?: readonly string[];
+  };
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import { SigilError } from '@sigil/plugin-api';
+import type { TrustedProxies } from './trusted-proxies.ts';
 
 /**
  * A request as the parts that serve it with or without Koa see it (authentication, the MCP lane): its
@@ -10,8 +11,11 @@ export interface IncomingRequest {
   /** Path and query string, as the client sent them. */
   readonly url: string;
   readonly headers: IncomingHttpHeaders;
-  /** The connection's remote address ('' once the socket is gone); behind a proxy, the proxy's. */
-  readonly remoteAddress: string;
+  /**
+   * The client's address: the connection's remote address ('' once the socket is gone), or, from a
+   * trusted proxy (`http.trustedProxies`), the client its X-Forwarded-For names.
+   */
+  readonly clientAddress: string;
   /** A header's value, '' when absent. */
   header(name: string): string;
   /** The body's bytes, up to the body limit (a 413 beyond it); read once, then kept. */
@@ -103,6 +107,7 @@ class NodeIncomingRequest implements IncomingRequest {
   constructor(
     private readonly req: IncomingMessage,
     private readonly limitBytes: number,
+    private readonly proxies: TrustedProxies,
   ) {}
 
   get method(): string {
@@ -117,8 +122,11 @@ class NodeIncomingRequest implements IncomingRequest {
     return this.req.headers;
   }
 
-  get remoteAddress(): string {
-    return this.req.socket.remoteAddress ?? '';
+  get clientAddress(): string {
+    return this.proxies.clientAddress(
+      this.req.socket.remoteAddress ?? '',
+      headerOf(this.req.headers, 'x-forwarded-for'),
+    );
   }
 
   header(name: string): string {
@@ -130,5 +138,8 @@ class NodeIncomingRequest implements IncomingRequest {
   }
 }
 
-export const incomingOf = (req: IncomingMessage, limitBytes: number): IncomingRequest =>
-  new NodeIncomingRequest(req, limitBytes);
+export const incomingOf = (
+  req: IncomingMessage,
+  limitBytes: number,
+  proxies: TrustedProxies,
+): IncomingRequest => new NodeIncomingRequest(req, limitBytes, proxies);

@@ -5,6 +5,7 @@ import type { EdgePolicy } from './edge.ts';
 import { errorAnswer, type AuthChallenge } from './errors.ts';
 import { incomingOf, pathOf, type IncomingRequest } from './incoming.ts';
 import type { HttpMetrics } from './metrics.ts';
+import type { TrustedProxies } from './trusted-proxies.ts';
 import type { LogFields, RequestLogging } from './request-context.ts';
 
 /**
@@ -77,6 +78,8 @@ export interface LaneDeps {
   logging: RequestLogging;
   metrics: HttpMetrics;
   bodyLimitBytes: number;
+  /** Whose X-Forwarded-For names a request's client. */
+  proxies: TrustedProxies;
 }
 
 interface CompiledRoute {
@@ -172,7 +175,7 @@ export function laneServer(lane: Lane, deps: LaneDeps): LaneServer {
   const serve = async (req: IncomingMessage, res: ServerResponse, { route, params }: LaneMatch) => {
     const started = process.hrtime.bigint();
     const startedMs = performance.now();
-    const request = incomingOf(req, deps.bodyLimitBytes);
+    const request = incomingOf(req, deps.bodyLimitBytes, deps.proxies);
     const requestId = deps.logging.requestId(request.header('x-request-id'));
     const exchange = new Exchange(request, requestId, params, res, deps.logging);
     res.setHeader('X-Request-Id', requestId);

@@ -14,13 +14,16 @@ export async function readRawBody(ctx: Context, limitBytes: number): Promise<Buf
   return body;
 }
 
-/** A Koa request as an `IncomingRequest`, its body read as `readRawBody` reads it. */
+/**
+ * A Koa request as an `IncomingRequest`, its body read as `readRawBody` reads it; its client is
+ * `ctx.ip`, which the service's app sets from its trusted proxies.
+ */
 export function incomingOfContext(ctx: Context, limitBytes: number): IncomingRequest {
   return {
     method: ctx.method,
     url: ctx.originalUrl,
     headers: ctx.req.headers,
-    remoteAddress: ctx.req.socket.remoteAddress ?? '',
+    clientAddress: ctx.ip,
     header: (name) => headerOf(ctx.req.headers, name),
     rawBody: () => readRawBody(ctx, limitBytes),
   };

@@ -1,6 +1,7 @@
 import { createServer, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { capConnectionsPerClient } from './client-connections.ts';
+import { TrustedProxies } from './trusted-proxies.ts';
 
 /** Bounds on what a client may hold of a server: time to send a request, idle time, connections. */
 export interface ServerLimits {
@@ -14,6 +15,8 @@ export interface ServerLimits {
   maxConnections: number;
   /** A client's connections (by address, an IPv6 /64) beyond this are closed as they arrive; 0: no cap. */
   maxConnectionsPerClient: number;
+  /** Proxies carrying many clients' connections: not capped per client (`http.trustedProxies`). */
+  trustedProxies?: readonly string[];
 }
 
 /** The defaults of a service's `http` config (`core/config/service.ts`). */
@@ -51,7 +54,12 @@ export async function listen(
     app.callback(),
   );
   server.maxConnections = limits.maxConnections;
-  if (limits.maxConnectionsPerClient > 0) capConnectionsPerClient(server, limits.maxConnectionsPerClient);
+  if (limits.maxConnectionsPerClient > 0)
+    capConnectionsPerClient(
+      server,
+      limits.maxConnectionsPerClient,
+      new TrustedProxies(limits.trustedProxies ?? []),
+    );
   // At shutdown no connection outlives its last answer: responses still being produced are told to
   // close their connection (a stream, whose keep-alive was sent with its headers, has it ended once it
   // finishes), idle ones are closed at once, and so is one that never sent a byte (a client may open

@@ -4,10 +4,13 @@ import { gatewayAuth, type GatewayAuthOptions } from './auth.ts';
 import { attestationRouter } from '../shared/attestation.ts';
 import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
 import { attestedGateway } from './attestation.ts';
+import type { Catalog } from './catalog.ts';
 import { createToolGateway } from './tool-gateway.ts';
 import type { WarmupOutcome } from './warmup.ts';
 
 export interface GatewayApp extends HttpApp {
+  /** The servers it may run. */
+  catalog: Catalog;
   /** Recovers unfinished payments, then starts background work (settlement retries, the catalog warmup). */
   start(): Promise<void>;
   /** Settles when the start-up warmup is done (at once without one): what `sigil up` waits for to say ready. */
@@ -46,6 +49,7 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
   let warmup: Promise<WarmupOutcome | undefined> = Promise.resolve(undefined);
   return {
     ...http,
+    catalog: tools.catalog,
     start: async () => {
       await tools.start();
       if (kernel.config.gateway.warmupAtStart) warmup = tools.warmup.run('start-up');

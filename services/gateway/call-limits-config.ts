@@ -1,14 +1,4 @@
-import { isIP } from 'node:net';
 import { z } from 'zod';
-
-/** An IPv4 or IPv6 address, or a CIDR block of them. */
-const addressOrBlock = z.string().refine((value) => {
-  const [ip = '', bits, ...rest] = value.split('/');
-  const family = isIP(ip);
-  if (family === 0 || rest.length > 0) return false;
-  if (bits === undefined) return true;
-  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128);
-}, 'an IP address or a CIDR block (10.0.0.0/8, fd00::/8)');
 
 /**
  * What one caller may hold of the gateway's MCP server processes, and how long a call waits for one:
@@ -31,7 +21,7 @@ export const callLimitsSchema = z
       .max(100_000)
       .default(4)
       .describe(
-        'Tool calls one anonymous client (a remote address; an IPv6 /64) may have in flight; more are refused 429',
+        'Tool calls one anonymous client (its address, as gateway.http.trustedProxies tells it; an IPv6 /64) may have in flight; more are refused 429',
       ),
     queueLength: z
       .number()
@@ -49,12 +39,6 @@ export const callLimitsSchema = z
       .max(300)
       .default(10)
       .describe('How long a call waits for a process before a 503'),
-    trustedProxies: z
-      .array(addressOrBlock)
-      .default([])
-      .describe(
-        "Proxies whose X-Forwarded-For names the anonymous client; otherwise the client is the connection's remote address (behind a proxy: the proxy)",
-      ),
   })
   .strict()
   .prefault({});

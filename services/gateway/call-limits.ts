@@ -1,4 +1,4 @@
-import { BlockList, isIP } from 'node:net';
+import { isIP } from 'node:net';
 import { SigilError } from '@sigil/plugin-api';
 import { clientOf as clientOfAddress, unmapped } from '../../core/http/client-connections.ts';
 import type { CatalogEntry } from './catalog.ts';
@@ -6,9 +6,8 @@ import { RetryLater } from './retry-later.ts';
 
 /** Where a call came from, enough to tell anonymous clients apart (an `IncomingRequest` is one). */
 export interface CallOrigin {
-  /** The connection's remote address. */
-  readonly remoteAddress: string;
-  header(name: string): string;
+  /** The client's address: the remote address, or the one a trusted proxy forwarded for. */
+  readonly clientAddress: string;
 }
 
 export interface CallerLimitsOptions {
@@ -16,8 +15,6 @@ export interface CallerLimitsOptions {
   perWallet: number;
   /** Tool calls one anonymous client (an address; an IPv6 /64) may have in flight. */
   perAnonymousClient: number;
-  /** Addresses or CIDR blocks of proxies whose X-Forwarded-For names the client. */
-  trustedProxies: readonly string[];
 }
 
 /** What a refused caller is told to wait: its own calls end at their pace, so a short, fixed pause. */
@@ -27,15 +24,12 @@ const RETRY_AFTER_SECONDS = 1;
  * Tool calls in flight per caller, from admission to the call's end (time queued for a process
  * included): a wallet, or an anonymous client by its address, so that no caller holds more than its
  * share of the gateway's processes or of the queue for them. Behind a proxy every anonymous client has
- * the proxy's address, unless the proxy is listed in `trustedProxies`.
+ * the proxy's address, unless the proxy is listed in `gateway.http.trustedProxies`.
  */
 export class CallerLimits {
   private readonly inFlight = new Map<string, number>();
-  private readonly proxies: BlockList | undefined;
 
-  constructor(private readonly options: CallerLimitsOptions) {
-    this.proxies = options.trustedProxies.length > 0 ? blockListOf(options.trustedProxies) : undefined;
-  }
+  constructor(private readonly options: CallerLimitsOptions) {}
 
   /** Counts the call against its caller, or refuses it (429); give the returned caller to `release`. */
   admit(wallet: string | undefined, origin: CallOrigin | undefined): string {
@@ -64,38 +58,13 @@ export class CallerLimits {
 
   /**
    * An anonymous client's key: its address, an IPv6 one by its /64 (one host commonly holds a whole
-   * /64). From a trusted proxy, the X-Forwarded-For entry that the proxies in front of us did not add.
+   * /64).
    */
   clientOf(origin: CallOrigin | undefined): string {
     if (!origin) return 'unknown';
-    let address = unmapped(origin.remoteAddress);
-    if (this.proxies && this.trusts(address)) {
-      const hops = origin.header('x-forwarded-for').split(',');
-      for (let at = hops.length - 1; at >= 0; at -= 1) {
-        const hop = unmapped((hops[at] as string).trim());
-        if (isIP(hop) === 0) break;
-        address = hop;
-        if (!this.trusts(hop)) break;
-      }
-    }
+    const address = unmapped(origin.clientAddress);
     return isIP(address) === 6 ? clientOfAddress(address) : address;
   }
-
-  private trusts(address: string): boolean {
-    const family = isIP(address);
-    return family !== 0 && (this.proxies as BlockList).check(address, family === 4 ? 'ipv4' : 'ipv6');
-  }
-}
-
-function blockListOf(entries: readonly string[]): BlockList {
-  const list = new BlockList();
-  for (const entry of entries) {
-    const [address = '', bits] = entry.split('/');
-    const family = isIP(address) === 4 ? 'ipv4' : 'ipv6';
-    if (bits === undefined) list.addAddress(address, family);
-    else list.addSubnet(address, Number(bits), family);
-  }
-  return list;
 }
 
 /** How calls to one catalog server run. */

@@ -63,7 +63,7 @@ export function restRouter(deps: {
         arguments: body.arguments,
         wallet: (ctx.state.auth as AuthPrincipal | undefined)?.address,
         meta: payment === undefined ? body._meta : { ...body._meta, [PAYMENT_META_KEY]: payment },
-        origin: { remoteAddress: ctx.req.socket.remoteAddress ?? '', header: (name) => ctx.get(name) },
+        origin: { clientAddress: ctx.ip },
         resourceUrl: `${deps.publicUrl}/api/servers/${encodeURIComponent(id)}/tools/${encodeURIComponent(name)}`,
       },
       disconnection(ctx.res),

@@ -4,7 +4,7 @@ import { extensionPoints, SigilError } from '@sigil/plugin-api';
 import type { LaneRoute } from '../../core/http/lane.ts';
 import type { Kernel } from '../kernel.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
-import { loadCatalog } from './catalog.ts';
+import { loadCatalog, type Catalog } from './catalog.ts';
 import { CallerLimits, serverCallSettings } from './call-limits.ts';
 import { SandboxedServers, type ServerLaunch } from './launcher.ts';
 import { CacheHints } from './mcp/cache-hints.ts';
@@ -29,6 +29,8 @@ import { openSecretVault } from './secrets/vault.ts';
 import { verifyRouter } from './verify.ts';
 
 export interface ToolGateway {
+  /** The servers it may run: the default catalog and the operator's file. */
+  catalog: Catalog;
   /** The MCP endpoint: its POSTs (the gateway's lane) and the router that refuses other methods. */
   mcp: { lane: LaneRoute[]; router: Router };
   /** Everything else: REST, proof verification, payments, secrets. */
@@ -236,6 +238,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     }),
   );
   return {
+    catalog,
     mcp: mcpRoutes({
       dispatcher,
       admit: (serverId) => servers.admit(serverId),

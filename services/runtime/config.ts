@@ -13,7 +13,7 @@ export const runtimeSchema = serviceSchema(8080)
       .string()
       .optional()
       .describe(
-        "ES256 private key (PKCS#8 PEM or JWK JSON) signing delegated gateway JWTs, over the TEE's sealed one (tee-vtpm); unset: the sealed key, else ephemeral in development, refused in production",
+        "ES256 private key (PKCS#8 PEM or JWK JSON) signing delegated gateway JWTs, over the TEE's sealed one (tee-vtpm); unset: the sealed key, else ephemeral in development, refused in production and where replicas share the database",
       ),
     mcpSigningKeyPrevious: z
       .string()

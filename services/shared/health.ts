@@ -32,8 +32,20 @@ export function healthRouter(
       version: SIGIL_VERSION,
       uptimeSeconds: Math.floor((kernel.clock.now().getTime() - startedAt) / 1000),
       database,
+      ...settingsAgreement(kernel, service),
       ...(await extra()),
     };
   });
   return router;
+}
+
+/**
+ * Where replicas share the database: the fingerprint of this replica's settings for the service and
+ * whether every live replica of it has the same (`false`: the logs name the ones that differ). Not a
+ * reason to fail the probe: the balancer would take every replica out during a rolling change.
+ */
+function settingsAgreement(kernel: Kernel, service: string): { replicas?: object } {
+  const settings = kernel.replica.settingsOf(service);
+  if (settings === undefined) return {};
+  return { replicas: { settingsFingerprint: settings.fingerprint, agreed: settings.agreed } };
 }

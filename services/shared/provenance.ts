@@ -96,11 +96,23 @@ export function provenanceStatement(info: BuildInfo): Record<string, unknown> {
   };
 }
 
-export async function signedProvenance(tee: TeeBackendV2, info: BuildInfo): Promise<BuildProvenance> {
+/** The provenance key the TEE backend's seed for it makes: the Ed25519 key, its raw public key and id. */
+async function provenanceKey(tee: TeeBackendV2) {
   const seed = await tee.signingKey(PROVENANCE_KEY_PURPOSE);
   const privateKey = ed25519FromSeed(seed.key);
   const raw = ed25519Raw(privateKey);
-  const keyid = sha256(raw).toString('hex');
+  return { source: seed.source, privateKey, raw, keyid: sha256(raw).toString('hex') };
+}
+
+/**
+ * The id of the key the service signs its provenance with (public: the provenance carries the key).
+ * The TEE backend derives every key it gives from one source (its sealed keys, or `keyMaterial`), so
+ * two processes with the same id have the same backend keys.
+ */
+export const provenanceKeyId = async (tee: TeeBackendV2): Promise<string> => (await provenanceKey(tee)).keyid;
+
+export async function signedProvenance(tee: TeeBackendV2, info: BuildInfo): Promise<BuildProvenance> {
+  const { source, privateKey, raw, keyid } = await provenanceKey(tee);
   const payload = Buffer.from(JSON.stringify(provenanceStatement(info)), 'utf8');
   return {
     envelope: signEnvelope(IN_TOTO_PAYLOAD_TYPE, payload, { privateKey, keyid }),
@@ -110,7 +122,7 @@ export async function signedProvenance(tee: TeeBackendV2, info: BuildInfo): Prom
       hex: raw.toString('hex'),
     },
     keyid,
-    keySource: seed.source,
+    keySource: source,
   };
 }
 

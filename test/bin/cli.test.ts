@@ -75,6 +75,20 @@ describe('sigil command', function () {
     expect(result.stderr).to.include('config: plugins.1.resolve');
   });
 
+  it('a gateway whose replicas share the database exits 2 without their settings, naming each and how to make the key', async () => {
+    writeFileSync(join(dir, 'sigil.config.json'), JSON.stringify({ database: { shared: true } }));
+    const result = await runSigil(['gateway'], { cwd: dir, env: { ...env(), GATEWAY_PORT: '0' } });
+    expect(result.code).to.equal(2);
+    for (const named of [
+      'runtime.publicUrl (RUNTIME_PUBLIC_URL)',
+      'gateway.publicUrl (GATEWAY_PUBLIC_URL)',
+      'plugins[tee-none].options.keyMaterial',
+      'hint: plugins[tee-none].options.keyMaterial: openssl rand -base64 48',
+      'database.shared to false',
+    ])
+      expect(result.stderr).to.include(named);
+  });
+
   it('plugins lists the loaded plugins', async () => {
     const result = await runSigil(['plugins', '--json'], { cwd: dir, env: env() });
     expect(result.code).to.equal(0);
@@ -97,7 +111,7 @@ describe('sigil command', function () {
     const first = await runSigil(['db', 'migrate'], { cwd: dir, env: env() });
     expect(first.code).to.equal(0);
     expect(first.stdout).to.match(
-      /applied: 0001-auth, 0002-siwe-nonce-clients, 0003-siwe-stateless-challenges, 0004-chain-identities, 0005-replicas-and-leases, 0100-gateway-sessions-and-servers/,
+      /applied: 0001-auth, 0002-siwe-nonce-clients, 0003-siwe-stateless-challenges, 0004-chain-identities, 0005-replicas-and-leases, 0006-replica-fingerprints, 0100-gateway-sessions-and-servers/,
     );
     const second = await runSigil(['db', 'migrate'], { cwd: dir, env: env() });
     expect(second.stdout).to.match(/up to date/);

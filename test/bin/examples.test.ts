@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { expect } from 'chai';
 import { loadConfig } from '../../services/config.ts';
+import teeNone from '../../attestation/none/index.ts';
 import { configSchema as x402EvmConfigSchema } from '../../plugins/payments/x402-evm/config.ts';
 import { builtinPlugins } from '../../services/builtin-plugins.ts';
 import { devChainSkipReason } from '../../devchain/index.ts';
@@ -39,6 +40,15 @@ describe('examples/base-mainnet.config.json', () => {
       payTo: '0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC',
     });
     expect(edited.pricePerCall).to.equal(500n);
+  });
+
+  it('names the public URLs and refuses to load tee-none until its keyMaterial is replaced (replicas share PostgreSQL)', () => {
+    expect(config.database.url).to.match(/^postgres:/);
+    expect(config.runtime.publicUrl).to.equal('https://agents.example.com');
+    expect(config.gateway.publicUrl).to.equal('https://tools.example.com');
+    const tee = config.plugins.find((plugin) => plugin.resolve === 'tee-none');
+    expect(teeNone.config.safeParse(tee?.options).success, 'the placeholder').to.equal(false);
+    expect(teeNone.config.safeParse({ keyMaterial: 'a'.repeat(64) }).success).to.equal(true);
   });
 
   it('starts no local chain under sigil up: it lists a payment rail', async () => {

@@ -71,6 +71,7 @@ describe('config', () => {
       env: {
         GATEWAY_ALLOWED_HOSTS: 'tools.internal:8402, tools.example.com',
         GATEWAY_ALLOWED_ORIGINS: 'https://app.example.com',
+        GATEWAY_TRUSTED_PROXIES: '10.0.0.0/8, fd00::1',
       },
     });
     expect(config.gateway.http).to.deep.equal({
@@ -81,8 +82,10 @@ describe('config', () => {
       keepAliveTimeoutMs: 5_000,
       maxConnections: 1024,
       maxConnectionsPerClient: 128,
+      trustedProxies: ['10.0.0.0/8', 'fd00::1'],
     });
     expect(config.runtime.http.allowedHosts).to.deep.equal([]);
+    expect(config.runtime.http.trustedProxies, 'no proxy is trusted unless listed').to.deep.equal([]);
     expect(config.log.requestSummarySeconds).to.equal(60);
     write({ runtime: { http: { headersTimeoutMs: 60_000, requestTimeoutMs: 30_000 } } });
     expect(issuesOf(() => loadConfig({ cwd: dir, env: {} })).map((i) => i.path)).to.deep.equal([
@@ -139,6 +142,7 @@ describe('config', () => {
     write({
       plugins: [
         { resolve: 'tee-none', options: { apiKey: 'canary-plugin-key', nested: { password: 'canary-pw' } } },
+        { resolve: 'tee-tdx', options: { keyMaterial: 'canary-key-material-0123456789abcdef' } },
       ],
     });
     const printed = JSON.stringify(redactConfig(loadConfig({ cwd: dir, env: canaries }).config));
@@ -149,6 +153,7 @@ describe('config', () => {
       'canary-db-password',
       'canary-plugin',
       'canary-pw',
+      'canary-key-material',
     ]) {
       expect(printed).not.to.include(canary);
     }

@@ -63,6 +63,35 @@ describeEachDatabase('core: replica registry', (database) => {
     await eventually('registered again', () => b.alive(a.id));
   });
 
+  it('compares its settings fingerprints with the live replicas serving the same service, at every heartbeat', async () => {
+    const a = await register(handles[0], { ...SETTINGS, heartbeatMs: 100 });
+    const b = await register(handles[1]);
+    const c = await register(handles[1]);
+    expect(await a.agreeOn({ gateway: 'aaaa', runtime: 'rrrr' })).to.deep.equal([]);
+    // Another fingerprint of a service a does not serve is no difference; one of the gateway is.
+    expect(await c.agreeOn({ runtime: 'rrrr' })).to.deep.equal([]);
+    const found = await b.agreeOn({ gateway: 'bbbb' });
+    expect(found).to.deep.equal([
+      { service: 'gateway', replica: a.id, host: found[0]?.host, pid: process.pid, fingerprint: 'aaaa' },
+    ]);
+    expect(b.settingsOf('gateway')).to.deep.equal({ fingerprint: 'bbbb', agreed: false });
+    expect(b.settingsOf('runtime'), 'a service it does not serve').to.equal(undefined);
+    // a learns of b at its next heartbeat; once b is gone (or dead), a agrees again.
+    await eventually('a to see b', async () => a.settingsOf('gateway')?.agreed === false);
+    expect(a.settingsOf('runtime')).to.deep.equal({ fingerprint: 'rrrr', agreed: true });
+    await heartbeatAgo(b, SETTINGS.deadAfterMs + 1);
+    await eventually('a to agree again', async () => a.settingsOf('gateway')?.agreed === true);
+    // Registered again after being taken for dead, it records its fingerprints again.
+    await handles[1]('replicas').where({ id: a.id }).delete();
+    const row = await eventually('a registered again', () =>
+      handles[1]('replicas').where({ id: a.id }).first(),
+    );
+    expect(JSON.parse((row as { config_fingerprints: string }).config_fingerprints)).to.deep.equal({
+      gateway: 'aaaa',
+      runtime: 'rrrr',
+    });
+  });
+
   it('on one machine counts no other claimer alive, even one whose heartbeat is fresh', async () => {
     const predecessor = await register(handles[0]);
     const starting = await register(handles[1], { ...SETTINGS, shared: false });

@@ -1,14 +1,15 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import knex from 'knex';
 import { pino, type DestinationStream } from 'pino';
 import { systemClock, type Clock } from '../../core/clock.ts';
 import { configSchema, type SigilConfigInput } from '../../services/config.ts';
 import { SecretRegistry, type Logger } from '../../core/log.ts';
 import type { CoreServices } from '@sigil/plugin-api';
-import { migrate, openDatabase, type Database } from '../../core/db/database.ts';
+import type { PluginEntry } from '../../core/config/schema.ts';
+import { isPostgresUrl, migrate, openDatabase, type Database } from '../../core/db/database.ts';
 import { DatabaseLeases } from '../../core/db/leases.ts';
 import { Replica, type ReplicaSettings } from '../../core/db/replicas.ts';
 import { openKernel, type Kernel } from '../../services/kernel.ts';
@@ -163,6 +164,34 @@ export type ConfigOverrides = {
 /** The GATEWAY_SECRET_KEY of test kernels (a test may give another, or none: `secretKey: undefined`). */
 export const TEST_GATEWAY_SECRET_KEY = 'test-gateway-secret-key-0123456789abcdef';
 
+/** Public URLs the services are configured with; clients sign for these, then talk to the real port. */
+export const GATEWAY_PUBLIC = 'http://gateway.sigil.test';
+export const RUNTIME_PUBLIC = 'http://runtime.sigil.test';
+
+/**
+ * What replicas sharing the database must be given (services/shared-deployment.ts), which test
+ * kernels on one (PostgreSQL, or `database.shared`) get unless the test gives its own, or none
+ * (`publicUrl: undefined`, tee-none's `keyMaterial: undefined`); no delegation key beside tee-vtpm,
+ * which seals one. One key for every test kernel in a run, so two on one database agree.
+ */
+export const TEST_SHARED_SETTINGS = {
+  runtime: {
+    publicUrl: RUNTIME_PUBLIC,
+    mcpSigningKey: generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({
+      type: 'pkcs8',
+      format: 'pem',
+    }) as string,
+  },
+  gateway: { publicUrl: GATEWAY_PUBLIC },
+  teeKeyMaterial: 'test-tee-key-material-0123456789abcdef',
+};
+
+/** tee-none with the test key material, unless its options name `keyMaterial` (even as undefined). */
+const withTestKeyMaterial = (plugin: PluginEntry): PluginEntry =>
+  plugin.resolve === 'tee-none' && !('keyMaterial' in plugin.options)
+    ? { ...plugin, options: { ...plugin.options, keyMaterial: TEST_SHARED_SETTINGS.teeKeyMaterial } }
+    : plugin;
+
 export interface TestKernelOptions {
   database?: TestDatabase;
   config?: ConfigOverrides;
@@ -180,16 +209,31 @@ export async function openTestKernel(options: TestKernelOptions = {}): Promise<K
   // No warmup: tests that want MCP servers install their own from a local registry. One secret key
   // for every test gateway: a gateway whose replicas share the database (PostgreSQL) needs one, and
   // two test gateways on one database must agree on it.
+  const shared = options.config?.database?.shared ?? isPostgresUrl(database.url);
+  // tee-vtpm seals the delegation key: a configured one would override it.
+  const sealing = options.config?.plugins?.some((plugin) => plugin?.resolve === 'tee-vtpm') ?? false;
   const raw: Record<string, unknown> = {
     database: { url: database.url },
     log: { level: options.logDestination ? 'debug' : 'silent' },
-    gateway: { warmupAtStart: false, secretKey: TEST_GATEWAY_SECRET_KEY },
+    gateway: {
+      warmupAtStart: false,
+      secretKey: TEST_GATEWAY_SECRET_KEY,
+      ...(shared ? TEST_SHARED_SETTINGS.gateway : {}),
+    },
+    ...(shared
+      ? {
+          runtime: sealing
+            ? { publicUrl: TEST_SHARED_SETTINGS.runtime.publicUrl }
+            : TEST_SHARED_SETTINGS.runtime,
+        }
+      : {}),
   };
   for (const [section, values] of Object.entries(options.config ?? {}) as [string, unknown][]) {
     const isObject = typeof values === 'object' && values !== null && !Array.isArray(values);
     raw[section] = isObject ? { ...(raw[section] as object | undefined), ...values } : values;
   }
-  const config = configSchema.parse(raw);
+  const parsed = configSchema.parse(raw);
+  const config = shared ? { ...parsed, plugins: parsed.plugins.map(withTestKeyMaterial) } : parsed;
   const kernel = await openKernel({
     loaded: {
       config,

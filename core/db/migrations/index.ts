@@ -4,6 +4,7 @@ import { siweNonceClients } from './0002-siwe-nonce-clients.ts';
 import { siweStatelessChallenges } from './0003-siwe-stateless-challenges.ts';
 import { chainIdentities } from './0004-chain-identities.ts';
 import { replicasAndLeases } from './0005-replicas-and-leases.ts';
+import { replicaFingerprints } from './0006-replica-fingerprints.ts';
 
 /** A schema change. Names sort in the order they apply, so prefix them with a number. */
 export interface Migration {
@@ -18,4 +19,5 @@ export const kernelMigrations: readonly Migration[] = [
   siweStatelessChallenges,
   chainIdentities,
   replicasAndLeases,
+  replicaFingerprints,
 ];

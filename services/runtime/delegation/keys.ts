@@ -57,7 +57,7 @@ export async function delegationKeysFrom(kernel: Kernel): Promise<DelegationKeys
  * from config or generates is not taken: hardware vouches for no such key, and it would replace the
  * configured one unasked.
  */
-async function sealedSigningKey(tee: TeeBackendV2): Promise<KeyObject | undefined> {
+export async function sealedSigningKey(tee: TeeBackendV2): Promise<KeyObject | undefined> {
   const { key, source } = await tee.signingKey('mcp-signing-key');
   return source === 'sealed' ? p256PrivateKey(key) : undefined;
 }

@@ -7,11 +7,15 @@ import { listen, type RunningServer } from '../../../core/http/server.ts';
 import { createGatewayApp } from '../../../services/gateway/app.ts';
 import type { Kernel } from '../../../services/kernel.ts';
 import { createRuntimeApp } from '../../../services/runtime/app.ts';
-import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../support/kernel.ts';
+import {
+  GATEWAY_PUBLIC,
+  openTestKernel,
+  RUNTIME_PUBLIC,
+  type ConfigOverrides,
+  type TestDatabase,
+} from '../../support/kernel.ts';
 
-/** Public URLs the services are configured with; clients sign for these, then talk to the real port. */
-export const GATEWAY_PUBLIC = 'http://gateway.sigil.test';
-export const RUNTIME_PUBLIC = 'http://runtime.sigil.test';
+export { GATEWAY_PUBLIC, RUNTIME_PUBLIC };
 
 export type Service = 'gateway' | 'runtime';
 export const AUTH_PREFIX: Record<Service, string> = { gateway: '/api/auth', runtime: '/auth' };

@@ -51,13 +51,16 @@ export async function serveChatWorld(
     database: options.database,
     ...(options.logs ? { logDestination: options.logs } : {}),
     config: {
+      // Its public URLs are where it listens (as sigil up's without one), on a shared database too.
       runtime: {
         port: options.ports.runtime,
+        publicUrl: `http://127.0.0.1:${options.ports.runtime}`,
         ...(operatorKey === null || operatorKey === undefined ? {} : { operatorKey }),
         chat: { ...wired.runtime.chat, gatewayPath: options.gatewayPath ?? 'delegated' },
       },
       gateway: {
         port: options.ports.gateway,
+        publicUrl: `http://127.0.0.1:${options.ports.gateway}`,
         includeDefaultCatalog: false,
         catalogFile: world.catalogFile,
         ...(options.gatewayPath === 'operator'
