@@ -187,7 +187,7 @@ export const TEST_SHARED_SETTINGS = {
 };
 
 /** tee-none with the test key material, unless its options name `keyMaterial` (even as undefined). */
-const withTestKeyMaterial = (plugin: PluginEntry): PluginEntry =>
+export const withTestKeyMaterial = (plugin: PluginEntry): PluginEntry =>
   plugin.resolve === 'tee-none' && !('keyMaterial' in plugin.options)
     ? { ...plugin, options: { ...plugin.options, keyMaterial: TEST_SHARED_SETTINGS.teeKeyMaterial } }
     : plugin;

@@ -9,6 +9,8 @@ import {
   describeEachDatabase,
   stickyDatabase,
   TEST_GATEWAY_SECRET_KEY,
+  TEST_SHARED_SETTINGS,
+  withTestKeyMaterial,
   type TestDatabase,
 } from '../../support/kernel.ts';
 import { ProbeWorld, probeEntry } from './support.ts';
@@ -133,8 +135,15 @@ async function killableGateway(world: ProbeWorld, database: TestDatabase) {
     join(dir, 'sigil.config.json'),
     JSON.stringify({
       database: { leaseSeconds: 3 },
-      gateway: { includeDefaultCatalog: false, catalogFile, warmupAtStart: true },
-      plugins: world.plugins(join(dir, 'sandboxes')),
+      // What a replica on a shared database must be given (it refuses to start without).
+      runtime: { publicUrl: TEST_SHARED_SETTINGS.runtime.publicUrl },
+      gateway: {
+        includeDefaultCatalog: false,
+        catalogFile,
+        warmupAtStart: true,
+        publicUrl: TEST_SHARED_SETTINGS.gateway.publicUrl,
+      },
+      plugins: world.plugins(join(dir, 'sandboxes')).map(withTestKeyMaterial),
     }),
   );
   return startSigil(['gateway'], /^gateway +http/m, {

@@ -16,6 +16,8 @@ import { refusal, sessionOf } from './vault-support.ts';
 import { pluginsWithLocalProvider, pluginsWithTee, Stack } from './support.ts';
 
 const SLOT = 'PROVIDER_API_KEY';
+/** tee-none without key material: the vault's server key is drawn once and kept in the database. */
+const NO_TEE_KEY = { keyMaterial: undefined };
 const token = Math.random().toString(36).slice(2);
 const CANARY = `sk-canary-${token}-replicated-provider-key`;
 const ROTATED = `sk-canary-${token}-rotated-provider-key`;
@@ -45,7 +47,7 @@ describe('provider vault across replicas', function () {
         config: {
           database: { shared: true },
           ...(persistenceDir === undefined ? {} : { vault: { persistenceDir } }),
-          plugins: pluginsWithLocalProvider(),
+          plugins: pluginsWithLocalProvider({}, NO_TEE_KEY),
         },
       });
 
@@ -357,7 +359,7 @@ describe('provider vault across replicas', function () {
           database: own.database,
           config: {
             database: { shared: true, dataKey: `test-data-key-${token}-0123456789abcdef` } as never,
-            plugins: pluginsWithLocalProvider(),
+            plugins: pluginsWithLocalProvider({}, NO_TEE_KEY),
           },
         });
       const wallet = newWallet();

@@ -25,9 +25,15 @@ export const pluginsWithTee = (tee: PluginEntry): PluginEntry[] => [
   { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
 ];
 
-/** The plugins `sigil up` loads, with the local LLM stand-in (given these options) beside them. */
-export const pluginsWithLocalProvider = (options: Record<string, unknown> = {}): PluginEntry[] => [
-  ...pluginsWithTee({ resolve: 'tee-none', enabled: true, options: {} }),
+/**
+ * The plugins `sigil up` loads, with the local LLM stand-in (given these options) beside them;
+ * `teeOptions` are tee-none's (`{ keyMaterial: undefined }`: none, not the shared test kernels' key).
+ */
+export const pluginsWithLocalProvider = (
+  options: Record<string, unknown> = {},
+  teeOptions: Record<string, unknown> = {},
+): PluginEntry[] => [
+  ...pluginsWithTee({ resolve: 'tee-none', enabled: true, options: teeOptions }),
   { resolve: 'provider-local', enabled: true, options },
 ];
 
