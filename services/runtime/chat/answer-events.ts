@@ -8,13 +8,17 @@ import type { Logger } from '../../../core/log.ts';
 import { PeriodicPass } from '../../../core/periodic.ts';
 import type { SessionCipher } from './history-keys.ts';
 
-/** One attempt at answering a message, as stored: its id is the request's claim on the session. */
-export interface AnswerStream {
+/** One attempt at answering a message: its id is the request's claim on the session. */
+export interface AnswerRef {
   id: string;
   sessionId: string;
   messageId: string;
   /** Its first event's number: after every number of the message's earlier attempts. */
   firstSeq: number;
+}
+
+/** An attempt as stored. */
+export interface AnswerStream extends AnswerRef {
   /** The replica that answers it. */
   replica: string;
   /** Its last event is stored. */
@@ -117,57 +121,61 @@ export class AnswerEvents {
   }
 
   /**
-   * Records a new attempt (`answerId`, the request's claim) at answering `messageId`, answered by this
-   * replica: its events are numbered from the answer's first number, after those of the message's
-   * earlier attempts (so a Last-Event-ID names one attempt), in one statement.
+   * The first event number of a new attempt at answering `messageId`: after every number of the
+   * message's earlier attempts (so a Last-Event-ID names one attempt). Read once the request holds its
+   * session's claim, so no earlier attempt of the message still numbers events.
    */
-  async begin(sessionId: string, messageId: string, answerId: string): Promise<number> {
-    const { db, replica } = this.deps;
-    const columns = ['id', 'session_id', 'message_id', 'replica', 'first_seq', 'created_at'];
-    const { sql, bindings } = db
-      .into(db.raw(`?? (${columns.map(() => '??').join(', ')})`, ['chat_answers', ...columns]))
-      .insert(
-        db('chat_answers as a')
-          .leftJoin('chat_answer_events as e', 'e.answer_id', 'a.id')
-          .where({ 'a.session_id': sessionId, 'a.message_id': messageId })
-          .select(
-            db.raw('?, ?, ?, ?', [answerId, sessionId, messageId, replica.id]),
-            db.raw('coalesce(max(coalesce(??, ??)), 0) + 1', ['e.last_seq', 'a.first_seq']),
-            db.raw('?', [this.now()]),
-          ),
-      )
-      .toSQL();
-    // Knex leaves out `returning` on an insert from a select: written out here.
-    const result = (await db.raw(`${sql} returning ??`, [...bindings, 'first_seq'])) as unknown;
-    const rows = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as {
-      first_seq: number | string;
-    }[];
-    return Number(rows[0]?.first_seq);
+  async nextSeq(sessionId: string, messageId: string): Promise<number> {
+    const row = (await this.deps
+      .db('chat_answers as a')
+      .leftJoin('chat_answer_events as e', 'e.answer_id', 'a.id')
+      .where({ 'a.session_id': sessionId, 'a.message_id': messageId })
+      .first(this.deps.db.raw('max(coalesce(??, ??)) as ??', ['e.last_seq', 'a.first_seq', 'last']))) as
+      { last: number | string | null } | undefined;
+    return Number(row?.last ?? 0) + 1;
   }
 
   /**
    * Stores a chunk of the answer's events (again after a write that committed but failed to say so:
-   * nothing changes); with `end`, marks the answer ended in the same transaction, so a reader that
-   * sees it ended reads every event.
+   * nothing changes). The `first` write records the answer (answered by this replica); with `end`,
+   * the answer is marked ended in the same transaction, so a reader that sees it ended reads every
+   * event. The answer is not recorded before its first write so that nothing is written before its
+   * first token (README: Chat, the time to first token).
    */
-  async write(answerId: string, chunk: EventChunk | undefined, end: boolean): Promise<void> {
-    const insert = (db: Knex) =>
-      chunk &&
-      db('chat_answer_events')
-        .insert({
-          answer_id: answerId,
-          first_seq: chunk.firstSeq,
-          last_seq: chunk.lastSeq,
-          sealed: chunk.sealed,
-          events: chunk.text,
-        })
-        .onConflict(['answer_id', 'first_seq'])
-        .ignore();
-    if (!end) return void (await insert(this.deps.db));
-    await this.deps.db.transaction(async (trx) => {
-      await insert(trx);
-      await trx('chat_answers').where({ id: answerId }).update({ ended_at: this.now() });
-    });
+  async write(
+    answer: AnswerRef,
+    chunk: EventChunk | undefined,
+    options: { first: boolean; end: boolean },
+  ): Promise<void> {
+    const insert = async (db: Knex) => {
+      if (options.first)
+        await db('chat_answers')
+          .insert({
+            id: answer.id,
+            session_id: answer.sessionId,
+            message_id: answer.messageId,
+            replica: this.deps.replica.id,
+            first_seq: answer.firstSeq,
+            created_at: this.now(),
+          })
+          .onConflict('id')
+          .ignore();
+      if (chunk)
+        await db('chat_answer_events')
+          .insert({
+            answer_id: answer.id,
+            first_seq: chunk.firstSeq,
+            last_seq: chunk.lastSeq,
+            sealed: chunk.sealed,
+            events: chunk.text,
+          })
+          .onConflict(['answer_id', 'first_seq'])
+          .ignore();
+      if (options.end) await db('chat_answers').where({ id: answer.id }).update({ ended_at: this.now() });
+    };
+    const statements = Number(options.first) + Number(chunk !== undefined) + Number(options.end);
+    if (statements === 1) await insert(this.deps.db);
+    else await this.deps.db.transaction(insert);
   }
 
   /**

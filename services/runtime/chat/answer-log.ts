@@ -2,6 +2,7 @@ import type { SseStream } from '../../../core/http/sse.ts';
 import type { Logger } from '../../../core/log.ts';
 import {
   type AnswerEvents,
+  type AnswerRef,
   asSseEvent,
   type EventChunk,
   eventChunk,
@@ -18,20 +19,29 @@ const RETRY_MS = 200;
 /** Beyond this many events not yet stored (the database slow or away), the answer waits for them. */
 const MAX_UNSTORED = 4096;
 
+/** One write of the answer: a chunk of its events, or (`size` 0) the answer alone. */
+interface PendingWrite {
+  chunk?: EventChunk;
+  size: number;
+}
+
 /**
  * One answer's stream: each event is sent to the live client at once, with its number as the SSE
  * id, and stored soon after, off the hot path: in writes of at most FLUSH_EVENTS events, FLUSH_MS after
- * the first that waits, one write at a time and in order, sealed under the session's data key. A
- * failed write is tried again; memory stays bounded (MAX_UNSTORED, see `room`). The end stores the
- * last event with everything before it, marks the answer ended, and only then sends it.
+ * the first that waits, one write at a time and in order, sealed under the session's data key. The
+ * first write records the answer, so nothing is written before its first token. A failed write is
+ * tried again; memory stays bounded (MAX_UNSTORED, see `room`). The end stores the last event with
+ * everything before it, marks the answer ended, and only then sends it.
  */
 export class AnswerLog {
   private next: number;
   /** Sent, not yet cut into a chunk. */
   private buffered: NumberedEvent[] = [];
   /** Cut, waiting to be written, in order. */
-  private readonly chunks: { chunk: EventChunk; size: number }[] = [];
+  private readonly chunks: PendingWrite[] = [];
   private unstored = 0;
+  /** The answer is recorded (a write succeeded). */
+  private recorded = false;
   private flushTimer: NodeJS.Timeout | undefined;
   /** Set while a failed write waits to be tried again. */
   private retryTimer: NodeJS.Timeout | undefined;
@@ -45,14 +55,13 @@ export class AnswerLog {
   constructor(
     private readonly options: {
       store: AnswerEvents;
-      answerId: string;
-      firstSeq: number;
+      answer: AnswerRef;
       cipher: SessionCipher | undefined;
       sse: SseStream;
       logger: Logger;
     },
   ) {
-    this.next = options.firstSeq;
+    this.next = options.answer.firstSeq;
   }
 
   /** Sends the event to the live client (if still there) and stores it soon. */
@@ -63,6 +72,14 @@ export class AnswerLog {
     this.unstored++;
     if (this.buffered.length >= FLUSH_EVENTS) this.flush();
     else this.flushTimer ??= setTimeout(() => this.flush(), FLUSH_MS);
+  }
+
+  /**
+   * The live client went: what is buffered is stored now, and the answer recorded even before its
+   * first event, so that a client can resume it at once, on any replica.
+   */
+  detach(): void {
+    this.flush();
   }
 
   /**
@@ -100,14 +117,11 @@ export class AnswerLog {
     this.cut();
     await this.writing;
     try {
-      for (let i = 0; i < this.chunks.length; i++) {
-        const { chunk } = this.chunks[i] as { chunk: EventChunk };
-        await this.options.store.write(this.options.answerId, chunk, i === this.chunks.length - 1);
-      }
-      if (this.chunks.length === 0) await this.options.store.write(this.options.answerId, undefined, true);
+      const lastWrite = Math.max(this.chunks.length, 1) - 1;
+      for (let i = 0; i <= lastWrite; i++) await this.write(this.chunks[i]?.chunk, i === lastWrite);
     } catch (err) {
       this.options.logger.error(
-        { err, answerId: this.options.answerId },
+        { err, answerId: this.options.answer.id },
         'chat: storing the end of an answer’s events failed; a resumed stream will not see its end',
       );
     }
@@ -118,7 +132,7 @@ export class AnswerLog {
     this.options.sse.close();
   }
 
-  /** Cuts what is buffered into a chunk and writes the chunks waiting, unless a write is under way. */
+  /** Cuts what is buffered into a chunk and writes what waits, unless a write is under way. */
   private flush(): void {
     clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
@@ -130,28 +144,38 @@ export class AnswerLog {
     if (this.buffered.length === 0) return;
     const events = this.buffered.splice(0);
     this.chunks.push({
-      chunk: eventChunk(this.options.answerId, events, this.options.cipher),
+      chunk: eventChunk(this.options.answer.id, events, this.options.cipher),
       size: events.length,
     });
   }
 
+  /** The next write: the first chunk waiting, or the answer alone while it is not recorded. */
+  private head(): PendingWrite | undefined {
+    return this.chunks[0] ?? (this.recorded ? undefined : { size: 0 });
+  }
+
   private store(): void {
     if (this.writing || this.retryTimer || this.ending) return;
-    this.writing = this.writeChunks().finally(() => {
+    this.writing = this.writeAll().finally(() => {
       this.writing = undefined;
-      if (this.chunks.length > 0) this.store();
+      if (this.head()) this.store();
     });
   }
 
-  /** Writes the chunks in order (until `end` takes over); on a failure, stops and tries again RETRY_MS later. */
-  private async writeChunks(): Promise<void> {
-    for (let head = this.chunks[0]; head && !this.ending; head = this.chunks[0]) {
+  private async write(chunk: EventChunk | undefined, end: boolean): Promise<void> {
+    await this.options.store.write(this.options.answer, chunk, { first: !this.recorded, end });
+    this.recorded = true;
+  }
+
+  /** Writes what waits, in order (until `end` takes over); on a failure, stops and tries again RETRY_MS later. */
+  private async writeAll(): Promise<void> {
+    for (let head = this.head(); head && !this.ending; head = this.head()) {
       try {
-        await this.options.store.write(this.options.answerId, head.chunk, false);
+        await this.write(head.chunk, false);
       } catch (err) {
         if (!this.failing)
           this.options.logger.warn(
-            { err, answerId: this.options.answerId },
+            { err, answerId: this.options.answer.id },
             'chat: storing an answer’s events failed; trying again',
           );
         this.failing = true;
@@ -163,7 +187,7 @@ export class AnswerLog {
         return;
       }
       this.failing = false;
-      this.chunks.shift();
+      if (head.chunk) this.chunks.shift();
       this.unstored -= head.size;
       if (this.unstored < MAX_UNSTORED) this.wake();
     }

@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Address, Hex } from 'viem';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import {
@@ -21,7 +23,7 @@ import { offeredModels, offeredModelsHint } from '../models.ts';
 import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
-import type { AnswerEvents } from './answer-events.ts';
+import type { AnswerEvents, AnswerStream } from './answer-events.ts';
 import { answerLost, followAnswer } from './answer-follow.ts';
 import { AnswerLog } from './answer-log.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
@@ -240,7 +242,12 @@ export class ChatService {
         idempotencyKey: chargeKey(session, messageId),
         purpose: 'chat' as const,
       };
-      let hold = await this.options.holds.hold(held);
+      // Where the answer's event numbers start, read beside the hold (at the same time on PostgreSQL).
+      const [taken, firstSeq] = await Promise.all([
+        this.options.holds.hold(held),
+        this.options.answers.nextSeq(session.id, messageId),
+      ]);
+      let hold = taken;
       if (hold.settleCost !== undefined) {
         // An earlier attempt at this message recorded what it used, then lost its claim on the
         // session (its replica died): that cost is charged now rather than when its hold expires,
@@ -248,12 +255,6 @@ export class ChatService {
         await this.options.holds.settle(hold, hold.settleCost);
         hold = await this.options.holds.hold(held);
       }
-      const firstSeq = await this.options.answers
-        .begin(session.id, messageId, claim.id)
-        .catch(async (err: unknown) => {
-          await this.options.holds.release(hold).catch(() => undefined);
-          throw err;
-        });
       return {
         session,
         history,
@@ -347,14 +348,18 @@ export class ChatService {
   run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
     const log = new AnswerLog({
       store: this.options.answers,
-      answerId: chat.claim.id,
-      firstSeq: chat.firstSeq,
+      answer: {
+        id: chat.claim.id,
+        sessionId: chat.session.id,
+        messageId: chat.messageId,
+        firstSeq: chat.firstSeq,
+      },
       cipher: this.options.history.cipherOf(chat.session),
       sse,
       logger: this.options.logger,
     });
     const stop = new AbortController();
-    const unwatch = this.watchClient(chat.claim.id, sse, stop);
+    const unwatch = this.watchClient(chat.claim.id, sse, log, stop);
     return this.track(
       this.converse(principal, chat, log, stop.signal).finally(unwatch),
       chat.session.id,
@@ -376,7 +381,7 @@ export class ChatService {
     after: number,
   ): Promise<(sse: SseStream) => Promise<void>> {
     const session = await this.sessions.get(wallet, agentId, sessionId);
-    const answer = await this.options.answers.find(session.id, messageId, after);
+    const answer = await this.storedStream(session, messageId, after);
     if (!answer)
       throw new SigilError('not_found', `No stored stream of message ${messageId} in this session`, {
         hint: `A stream is kept ${this.settings.streamRetentionSeconds} s after its answer ended; a stored answer stays readable in GET /agents/${agentId}/sessions/${sessionId}/messages`,
@@ -404,6 +409,24 @@ export class ChatService {
     };
   }
 
+  /**
+   * The stored attempt at `messageId` of `after` (answer-events.ts `find`). An answer is recorded with
+   * its first write (within 10 ms of its first event, or when its client goes): while the session is
+   * answering and none is stored yet, it is looked for again, for up to RECORDING_WAIT_MS.
+   */
+  private async storedStream(
+    session: ChatSession,
+    messageId: string,
+    after: number,
+  ): Promise<AnswerStream | undefined> {
+    const deadline = performance.now() + RECORDING_WAIT_MS;
+    for (;;) {
+      const answer = await this.options.answers.find(session.id, messageId, after);
+      if (answer || performance.now() > deadline || !(await this.sessions.isBusy(session))) return answer;
+      await sleep(RECORDING_POLL_MS);
+    }
+  }
+
   /** The runtime stops: resumed streams end now (their clients resume elsewhere); detached answers stop. */
   closing(): void {
     this.stopping.abort(runtimeStopping());
@@ -429,7 +452,7 @@ export class ChatService {
    * resumed stream follows it (on any replica: `followed_until`), then `stop` aborts (answer_abandoned).
    * With no grace, or when the runtime stops, it aborts at once. Answers the unwatching.
    */
-  private watchClient(answerId: string, sse: SseStream, stop: AbortController): () => void {
+  private watchClient(answerId: string, sse: SseStream, log: AnswerLog, stop: AbortController): () => void {
     const graceMs = this.settings.resumeGraceSeconds * 1000;
     let timer: NodeJS.Timeout | undefined;
     const stopNow = () => stop.abort(this.stopping.signal.aborted ? runtimeStopping() : abandoned(graceMs));
@@ -439,6 +462,7 @@ export class ChatService {
         .then((remaining) => (remaining > 0 ? (timer = setTimeout(check, remaining)) : stopNow()), stopNow);
     const gone = () => {
       if (graceMs === 0 || this.stopping.signal.aborted) return stopNow();
+      log.detach();
       this.detached.add(stopNow);
       timer = setTimeout(check, graceMs);
     };
@@ -672,6 +696,10 @@ export class ChatService {
     };
   }
 }
+
+/** How long a resume waits for a running answer to be recorded, looking every RECORDING_POLL_MS. */
+const RECORDING_WAIT_MS = 2000;
+const RECORDING_POLL_MS = 20;
 
 /** An answer stopped because its client went and no client resumed it within the grace. */
 const abandoned = (graceMs: number): SigilError =>

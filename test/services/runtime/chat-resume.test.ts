@@ -140,6 +140,23 @@ describe('runtime chat: a stream resumed on another replica from its stored even
       expect(await resumed(who.onB, events, String(whole.length))).to.deep.equal([]);
     });
 
+    it('a stream cut before its first event resumes on B from the start', async () => {
+      const who = await user();
+      const abort = new AbortController();
+      const res = await who.onA.send(
+        'POST',
+        `${who.base}/messages`,
+        { content: 'count', id: 'm1' },
+        abort.signal,
+      );
+      expect(res.status).to.equal(200);
+      abort.abort();
+      const whole = await resumed(who.onB, `${who.base}/messages/m1/events`);
+      expect(ids(whole)).to.deep.equal(whole.map((_, i) => i + 1));
+      expect(whole.at(-1)?.event).to.equal('done');
+      expect(text(whole).trim().split(' ')).to.have.length(SLOW_NUMBERS);
+    });
+
     it('only the session’s wallet resumes it; an unknown message or a malformed id is refused, nothing opened', async () => {
       const who = await user('sigil-echo');
       const res = await who.onB.send('POST', `${who.base}/messages`, { content: 'hello there', id: 'm1' });
@@ -161,8 +178,12 @@ describe('runtime chat: a stream resumed on another replica from its stored even
       expect(extra.status).to.equal(400);
     });
 
-    it('an answer whose replica died ends the resumed stream with an answer_lost error after what it stored; its resend follows the retry rules', async () => {
-      const who = await user('sigil-echo');
+    /**
+     * A answers `use tool slow__wait` through gateway tools of this process, stored up to its tool
+     * call, and dies in the call: its claim is no longer renewed. `finish` lets it go on, as were A
+     * only paused, and waits for its end.
+     */
+    async function dying(who: Awaited<ReturnType<typeof user>>) {
       const held = heldOpen();
       open.push(held.release);
       const chatA = new ChatService({
@@ -170,7 +191,6 @@ describe('runtime chat: a stream resumed on another replica from its stored even
         gateway: inProcessGateway({ slow__wait: held } as Record<string, StubTool>),
       });
       const session = await chatA.openSession(who.wallet, who.agentId, { servers: ['slow'] });
-      const base = `/agents/${who.agentId}/sessions/${session.id}`;
       const prepared = await chatA.prepare(who.principal, who.agentId, session.id, {
         content: 'use tool slow__wait',
         id: 'm1',
@@ -187,9 +207,18 @@ describe('runtime chat: a stream resumed on another replica from its stored even
           .first();
         return Number(row?.last) >= Number(toolCall.id);
       });
-
-      // A dies: its claim is no longer renewed and its registration goes (as at a stop, or once dead).
       prepared.claim.stop();
+      const finish = async () => {
+        held.release();
+        await running;
+      };
+      return { base: `/agents/${who.agentId}/sessions/${session.id}`, sent, finish };
+    }
+
+    it('an answer whose replica died ends the resumed stream with an answer_lost error after what it stored; its resend follows the retry rules', async () => {
+      const who = await user('sigil-echo');
+      const { base, sent, finish } = await dying(who);
+      // Its registration goes too (as at a stop, or once its heartbeat is old enough).
       await a.stack.kernel.replica.close();
       const lost = await resumed(who.onB, `${base}/messages/m1/events`);
       expect(lost.slice(0, -1)).to.deep.equal(sent);
@@ -204,8 +233,7 @@ describe('runtime chat: a stream resumed on another replica from its stored even
       expect(resent.status).to.equal(409);
       expect(resent.body.details).to.include({ reason: 'already_charged' });
       // Were A only paused, its answer goes on and ends, charged nothing more (chat-replicas.test.ts).
-      held.release();
-      await running;
+      await finish();
     });
 
     it('stores the events sealed under the session’s data key: a canary of the prompt and the answer is nowhere in the table', async () => {
@@ -267,18 +295,15 @@ describe('runtime chat: a stream resumed on another replica from its stored even
 
     it('an answer that never ended (its replica died) is deleted once its claim is gone and it began streamRetentionSeconds ago', async () => {
       const who = await user('sigil-echo');
-      const { chat } = a.stack.runtime;
-      const prepared = await chat.prepare(who.principal, who.agentId, who.session.id, {
-        content: 'hello',
-        id: 'm1',
-      });
-      prepared.claim.stop();
+      const { base, finish } = await dying(who);
       const { answers } = b.stack.runtime.chat.deps();
       clock.advance(b.stack.kernel.config.runtime.chat.streamRetentionSeconds * 1000 + 1000);
       expect(await answers.sweep(), 'its claim is live').to.equal(0);
-      await b.stack.kernel.db('chat_sessions').where({ id: who.session.id }).update({ answering_until: 0 });
+      const sessionId = base.split('/').at(-1);
+      await b.stack.kernel.db('chat_sessions').where({ id: sessionId }).update({ answering_until: 0 });
       expect(await answers.sweep()).to.equal(1);
-      await a.stack.runtime.ledger.holds.release(prepared.hold);
+      expect((await who.onB.json('GET', `${base}/messages/m1/events`)).status).to.equal(404);
+      await finish();
     });
   });
 });
