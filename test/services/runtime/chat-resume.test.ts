@@ -103,8 +103,8 @@ describe('runtime chat: a stream resumed on another replica from its stored even
         .map((e) => e.data.text)
         .join('');
 
-    it('a stream cut mid-answer on A resumes on B with Last-Event-ID: exactly the rest, the answer going on past the grace while B follows; then any tail replays', async () => {
-      const who = await user();
+    /** `count` sent to A as message m1 (sigil-slow: SLOW_NUMBERS numbers), its stream open. */
+    async function countingOnA(who: Awaited<ReturnType<typeof user>>) {
       const abort = new AbortController();
       const res = await who.onA.send(
         'POST',
@@ -113,6 +113,12 @@ describe('runtime chat: a stream resumed on another replica from its stored even
         abort.signal,
       );
       expect(res.status).to.equal(200);
+      return { res, abort };
+    }
+
+    it('a stream cut mid-answer on A resumes on B with Last-Event-ID: exactly the rest, the answer going on past the grace while B follows; then any tail replays', async () => {
+      const who = await user();
+      const { res, abort } = await countingOnA(who);
       const events = `${who.base}/messages/m1/events`;
       expect(res.headers.get('content-location')).to.equal(events);
       let deltas = 0;
@@ -142,14 +148,7 @@ describe('runtime chat: a stream resumed on another replica from its stored even
 
     it('a stream cut before its first event resumes on B from the start', async () => {
       const who = await user();
-      const abort = new AbortController();
-      const res = await who.onA.send(
-        'POST',
-        `${who.base}/messages`,
-        { content: 'count', id: 'm1' },
-        abort.signal,
-      );
-      expect(res.status).to.equal(200);
+      const { abort } = await countingOnA(who);
       abort.abort();
       const whole = await resumed(who.onB, `${who.base}/messages/m1/events`);
       expect(ids(whole)).to.deep.equal(whole.map((_, i) => i + 1));
