@@ -32,7 +32,7 @@ export interface NumberedEvent {
   json: string;
 }
 
-/** Events stored in one write, sealed when the session has a data key. */
+/** Events stored in one write, sealed when the session has a data key (none: the end alone). */
 export interface EventChunk {
   firstSeq: number;
   lastSeq: number;
@@ -72,6 +72,14 @@ export function eventChunk(
   };
 }
 
+/** The last write of an answer with no event left to store: it marks the end alone. */
+export const endMarker = (nextSeq: number): EventChunk => ({
+  firstSeq: nextSeq,
+  lastSeq: nextSeq - 1,
+  sealed: false,
+  text: '[]',
+});
+
 interface ChunkRow {
   first_seq: number | string;
   last_seq: number | string;
@@ -85,6 +93,7 @@ interface AnswerRow {
   message_id: string;
   replica: string;
   first_seq: number | string;
+  /** When its last write was stored (its `ended_at`), or null. */
   ended_at: number | string | null;
 }
 
@@ -137,10 +146,10 @@ export class AnswerEvents {
 
   /**
    * Stores a chunk of the answer's events (again after a write that committed but failed to say so:
-   * nothing changes). The `first` write records the answer (answered by this replica); with `end`,
-   * the answer is marked ended in the same transaction, so a reader that sees it ended reads every
-   * event. The answer is not recorded before its first write so that nothing is written before its
-   * first token (README: Chat, the time to first token).
+   * nothing changes). The `first` write records the answer (answered by this replica), in the same
+   * transaction; the `end` is the last chunk (`endMarker` when no event is left), which marks the
+   * answer ended, so a reader that sees it ended has every event stored. The answer is not recorded
+   * before its first write, so nothing is written before its first token.
    */
   async write(
     answer: AnswerRef,
@@ -168,14 +177,13 @@ export class AnswerEvents {
             last_seq: chunk.lastSeq,
             sealed: chunk.sealed,
             events: chunk.text,
+            ended_at: options.end ? this.now() : null,
           })
           .onConflict(['answer_id', 'first_seq'])
           .ignore();
-      if (options.end) await db('chat_answers').where({ id: answer.id }).update({ ended_at: this.now() });
     };
-    const statements = Number(options.first) + Number(chunk !== undefined) + Number(options.end);
-    if (statements === 1) await insert(this.deps.db);
-    else await this.deps.db.transaction(insert);
+    if (options.first && chunk) await this.deps.db.transaction(insert);
+    else await insert(this.deps.db);
   }
 
   /**
@@ -184,10 +192,11 @@ export class AnswerEvents {
    */
   async find(sessionId: string, messageId: string, after: number): Promise<AnswerStream | undefined> {
     let query = this.deps
-      .db('chat_answers')
-      .where({ session_id: sessionId, message_id: messageId })
-      .orderBy('first_seq', 'desc');
-    if (after > 0) query = query.andWhere('first_seq', '<=', after);
+      .db('chat_answers as a')
+      .where({ 'a.session_id': sessionId, 'a.message_id': messageId })
+      .orderBy('a.first_seq', 'desc')
+      .select('a.*', this.endedAt());
+    if (after > 0) query = query.andWhere('a.first_seq', '<=', after);
     const row = (await query.first()) as AnswerRow | undefined;
     return (
       row && {
@@ -228,7 +237,7 @@ export class AnswerEvents {
       .leftJoin('chat_sessions as s', 's.id', 'a.session_id')
       .where('a.id', answer.id)
       .first(
-        'a.ended_at',
+        this.endedAt(),
         's.answering_claim',
         's.answering_by',
         db.raw('case when ?? > ? then 1 else 0 end as ??', [
@@ -256,7 +265,6 @@ export class AnswerEvents {
     const { db } = this.deps;
     await db('chat_answers')
       .where({ id: answerId })
-      .whereNull('ended_at')
       .update({ followed_until: db.raw('? + ?', [databaseNowMs(db), forMs]) });
   }
 
@@ -277,11 +285,16 @@ export class AnswerEvents {
   async sweep(): Promise<number> {
     const { db } = this.deps;
     const cutoff = this.now() - this.deps.retentionMs;
-    const ended = db('chat_answers').select('id').where('ended_at', '<', cutoff);
+    const ended = db('chat_answer_events').select('answer_id as id').where('ended_at', '<', cutoff);
     const orphaned = db('chat_answers as a')
       .select('a.id')
-      .whereNull('a.ended_at')
-      .andWhere('a.created_at', '<', cutoff)
+      .where('a.created_at', '<', cutoff)
+      .whereNotExists(
+        db('chat_answer_events as e')
+          .select('e.answer_id')
+          .whereRaw('?? = ??', ['e.answer_id', 'a.id'])
+          .whereNotNull('e.ended_at'),
+      )
       .whereNotExists(
         db('chat_sessions as s')
           .select('s.id')
@@ -305,6 +318,18 @@ export class AnswerEvents {
 
   async stop(): Promise<void> {
     await this.retention.stop();
+  }
+
+  /** A column of `chat_answers as a`: when its last write was stored, or null while it runs. */
+  private endedAt(): Knex.Raw {
+    return this.deps.db.raw('(select max(??) from ?? as ?? where ?? = ??) as ??', [
+      'e.ended_at',
+      'chat_answer_events',
+      'e',
+      'e.answer_id',
+      'a.id',
+      'ended_at',
+    ]);
   }
 
   private async alive(replica: string | null): Promise<boolean> {

@@ -4,6 +4,7 @@ import {
   type AnswerEvents,
   type AnswerRef,
   asSseEvent,
+  endMarker,
   type EventChunk,
   eventChunk,
   type NumberedEvent,
@@ -116,9 +117,10 @@ export class AnswerLog {
     if (final) this.buffered.push(final);
     this.cut();
     await this.writing;
+    if (this.chunks.length === 0) this.chunks.push({ chunk: endMarker(this.next), size: 0 });
     try {
-      const lastWrite = Math.max(this.chunks.length, 1) - 1;
-      for (let i = 0; i <= lastWrite; i++) await this.write(this.chunks[i]?.chunk, i === lastWrite);
+      for (const [i, { chunk }] of this.chunks.entries())
+        await this.write(chunk, i === this.chunks.length - 1);
     } catch (err) {
       this.options.logger.error(
         { err, answerId: this.options.answer.id },
