@@ -11,8 +11,11 @@ import {
 } from './answer-events.ts';
 import type { SessionCipher } from './history-keys.ts';
 
-/** Events are stored this long after the first one not yet stored, … */
-const FLUSH_MS = 10;
+/**
+ * Events are stored this long after the first one not yet stored (half the poll of a resumed stream,
+ * answer-follow.ts: a short answer is one write, with its end), …
+ */
+const FLUSH_MS = 50;
 /** … or as soon as this many wait: a write of a few events, never one per token. */
 const FLUSH_EVENTS = 64;
 /** A write that failed is tried again after this long. */

@@ -411,7 +411,7 @@ export class ChatService {
 
   /**
    * The stored attempt at `messageId` of `after` (answer-events.ts `find`). An answer is recorded with
-   * its first write (within 10 ms of its first event, or when its client goes): while the session is
+   * its first write (within 50 ms of its first event, or when its client goes): while the session is
    * answering and none is stored yet, it is looked for again, for up to RECORDING_WAIT_MS.
    */
   private async storedStream(
