@@ -156,6 +156,26 @@ describe('runtime chat: a stream resumed on another replica from its stored even
       expect(text(whole).trim().split(' ')).to.have.length(SLOW_NUMBERS);
     });
 
+    it('a runtime stopping ends the streams it follows without a last event; the client resumes on the other', async () => {
+      const who = await user();
+      const { res, abort } = await countingOnA(who);
+      let deltas = 0;
+      const before = await readSse(res, (e) => e.event === 'text-delta' && ++deltas >= 3, abort);
+      const events = `${who.base}/messages/m1/events`;
+      let stopping = false;
+      const onB = await readSse(await fetchEvents(who.onB, events, before.at(-1)!.id), () => {
+        if (!stopping) b.stack.runtime.closing();
+        stopping = true;
+        return false;
+      });
+      expect(onB.length).to.be.above(0);
+      expect(onB.map((e) => e.event)).to.not.include.members(['done', 'error', 'cost']);
+      const rest = await resumed(who.onA, events, onB.at(-1)!.id);
+      const whole = [...before, ...onB, ...rest];
+      expect(ids(whole)).to.deep.equal(whole.map((_, i) => i + 1));
+      expect(whole.at(-1)?.event).to.equal('done');
+    });
+
     it('only the session’s wallet resumes it; an unknown message or a malformed id is refused, nothing opened', async () => {
       const who = await user('sigil-echo');
       const res = await who.onB.send('POST', `${who.base}/messages`, { content: 'hello there', id: 'm1' });
