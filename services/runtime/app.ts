@@ -12,6 +12,7 @@ import { delegationKeysFrom } from './delegation/keys.ts';
 import { delegationRouter } from './delegation/routes.ts';
 import { CanvasService } from './canvas/service.ts';
 import { canvasRouter } from './canvas/routes.ts';
+import { AnswerEvents } from './chat/answer-events.ts';
 import { ChatService } from './chat/chat.ts';
 import { ConversationStore } from './chat/history.ts';
 import { HistoryKeys } from './chat/history-keys.ts';
@@ -53,8 +54,9 @@ export interface RuntimeApp extends HttpApp {
   start(): Promise<void>;
   /**
    * Shutdown begins (before in-flight requests are waited for): what can end at once does, so it
-   * does not hold the server for its grace: open canvas event streams end with a `shutdown` event.
-   * A chat answering goes on, to finish within the grace.
+   * does not hold the server for its grace: open canvas event streams end with a `shutdown` event,
+   * resumed chat streams end (their clients resume them elsewhere). A chat answering goes on, to
+   * finish within the grace.
    */
   closing(): void;
   close(): Promise<void>;
@@ -140,6 +142,13 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     replica: kernel.replica,
     claimMs: kernel.config.database.leaseSeconds * 1000,
   });
+  const answers = new AnswerEvents({
+    db: kernel.db,
+    clock: kernel.clock,
+    replica: kernel.replica,
+    logger: kernel.logger.child({ component: 'chat' }),
+    retentionMs: kernel.config.runtime.chat.streamRetentionSeconds * 1000,
+  });
   const composed = composeReflect({ kernel, history, keys, holds: ledger.holds, vault, chat: () => chat });
   const reflect = new ReflectService({
     db: kernel.db,
@@ -152,6 +161,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
   const chat = new ChatService({
     kernel,
     history,
+    answers,
     agents: ledger.agents,
     holds: ledger.holds,
     vault,
@@ -213,14 +223,19 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
       await vault.ready();
       await ledger.start();
       await chat.warnOfSharedModels();
+      answers.start();
       if (kernel.config.runtime.canvas.enabled) await canvas.start();
       reflect.start();
     },
-    closing: () => canvas.closing(),
+    closing: () => {
+      canvas.closing();
+      chat.closing();
+    },
     close: async () => {
       http.stopLogging();
       await canvas.close();
       await chat.drain();
+      await answers.stop();
       await reflect.close();
       await chat.toolClients.close();
       await vault.close();

@@ -487,4 +487,41 @@ export const runtimeMigrations: readonly Migration[] = [
       });
     },
   },
+  {
+    name: '0350-chat-answer-events',
+    async up(db) {
+      // Each attempt at answering a message (id: its claim on the session) and where its stream's
+      // event numbers start (after those of the message's earlier attempts, so an event id names one
+      // attempt); the replica answering it; followed_until (database time) while a resumed stream
+      // follows it after its client went. Recorded with its first write of events.
+      await db.schema.createTable('chat_answers', (t) => {
+        t.string('id', 36).primary();
+        t.string('session_id', 36).notNullable().references('chat_sessions.id').onDelete('CASCADE');
+        t.string('message_id', 100).notNullable();
+        t.string('replica', 36).notNullable();
+        t.bigInteger('first_seq').notNullable();
+        t.bigInteger('created_at').notNullable();
+        t.bigInteger('followed_until').nullable();
+        t.index(['session_id', 'message_id', 'first_seq']);
+        t.index(['created_at']);
+      });
+      // An answer's stream events first_seq..last_seq as stored in one write: a JSON array of
+      // [seq, event, data], sealed under the session's data key when sealed (bound to the answer and
+      // first_seq). ended_at (kernel clock) on its last write: the answer's end. A resume buffer,
+      // deleted with the session and streamRetentionSeconds after the end.
+      await db.schema.createTable('chat_answer_events', (t) => {
+        t.string('answer_id', 36).notNullable().references('chat_answers.id').onDelete('CASCADE');
+        t.bigInteger('first_seq').notNullable();
+        t.bigInteger('last_seq').notNullable();
+        t.boolean('sealed').notNullable();
+        t.text('events').notNullable();
+        t.bigInteger('ended_at').nullable();
+        t.primary(['answer_id', 'first_seq']);
+        t.index(['ended_at']);
+      });
+    },
+    async down(db) {
+      for (const table of ['chat_answer_events', 'chat_answers']) await db.schema.dropTableIfExists(table);
+    },
+  },
 ];

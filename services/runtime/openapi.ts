@@ -21,7 +21,7 @@ import {
   withdrawalParams,
 } from './ledger/routes.ts';
 import { slotParams, storeBody, unlockBody } from './vault/routes.ts';
-import { deleteQuery, listQuery } from './chat/routes.ts';
+import { deleteQuery, eventsQuery, listQuery } from './chat/routes.ts';
 import { canvasPaths } from './canvas/openapi.ts';
 import { reflectPaths } from './reflect/openapi.ts';
 
@@ -40,7 +40,7 @@ const historyKey = {
 };
 const sse = {
   description:
-    'Server-Sent Events: context (what self-improvement put in the model context), text-delta, tool-call, tool-result, usage, then cost and done (or error then cost)',
+    'Server-Sent Events, each with id = its number in the answer (send it back as Last-Event-ID to GET …/messages/{messageId}/events): context (what self-improvement put in the model context), text-delta, tool-call, tool-result, usage, then cost and done (or error then cost)',
   content: { 'text/event-stream': { schema: { type: 'string' } } },
 };
 
@@ -317,12 +317,52 @@ export function runtimeOpenApi(runtime: ServiceAddress): Record<string, unknown>
             },
           },
           responses: {
-            '200': sse,
+            '200': {
+              ...sse,
+              headers: {
+                'Content-Location': {
+                  description: 'Where the stream resumes: GET …/messages/{messageId}/events',
+                  schema: { type: 'string' },
+                },
+              },
+            },
             '400': error,
             '401': error,
             '402': spendRefused,
             '404': error,
             '409': error,
+            '503': historyKey,
+          },
+        },
+      },
+      '/agents/{id}/sessions/{sessionId}/messages/{messageId}/events': {
+        get: {
+          summary:
+            "A message's answer stream again, on any replica: its stored events after Last-Event-ID (or ?after=; neither: from the first), then, while it runs, the new ones until its end; an answer whose replica died ends with an error answer_lost (no id). Kept runtime.chat.streamRetentionSeconds after the answer ended",
+          security: bearer,
+          parameters: [
+            ...session,
+            {
+              name: 'messageId',
+              in: 'path',
+              required: true,
+              schema: { type: 'string', pattern: '^[A-Za-z0-9._-]{1,100}$' },
+            },
+            { name: 'Last-Event-ID', in: 'header', required: false, schema: { type: 'integer', minimum: 0 } },
+            ...parametersOf(eventsQuery, 'query'),
+          ],
+          responses: {
+            '200': sse,
+            '400': error,
+            '401': error,
+            '404': {
+              ...error,
+              description: 'not_found: session_not_found, or stream_not_found (none stored, or no longer)',
+            },
+            '500': {
+              ...error,
+              description: 'internal: history_tampered, stored events failed their integrity check',
+            },
             '503': historyKey,
           },
         },

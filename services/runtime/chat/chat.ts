@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Address, Hex } from 'viem';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import {
@@ -21,6 +23,9 @@ import { offeredModels, offeredModelsHint } from '../models.ts';
 import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
+import type { AnswerEvents, AnswerStream } from './answer-events.ts';
+import { answerLost, followAnswer } from './answer-follow.ts';
+import { AnswerLog } from './answer-log.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
 import { type ChatContext, type ChatContextSource, NO_CONTEXT, withContext } from './context.ts';
 import type { ConversationStore } from './history.ts';
@@ -53,12 +58,16 @@ export interface PreparedChat {
   hold: Hold;
   /** The request's claim on its session (one request at a time, across replicas) until it is stored. */
   claim: SessionClaim;
+  /** The number of the answer's first stream event (its SSE id; answer-events.ts). */
+  firstSeq: number;
 }
 
 export interface ChatDeps {
   kernel: Kernel;
   /** Where sessions and their messages are kept. */
   history: ConversationStore;
+  /** Where answers' stream events are kept, to resume a stream on any replica. */
+  answers: AnswerEvents;
   agents: Agents;
   holds: Holds;
   vault: ProviderVault;
@@ -80,6 +89,10 @@ export class ChatService {
   readonly payments: ToolPayments | undefined;
   /** Requests whose stream is still running: the runtime waits for them before its database closes. */
   private readonly running = new Set<Promise<void>>();
+  /** Stops, at once, each answer whose client is gone and that waits for a resume (`watchClient`). */
+  private readonly detached = new Set<() => void>();
+  /** Aborted when the runtime stops: resumed streams end, detached answers stop. */
+  private readonly stopping = new AbortController();
 
   constructor(private readonly options: ChatDeps) {
     const deps = options;
@@ -229,7 +242,12 @@ export class ChatService {
         idempotencyKey: chargeKey(session, messageId),
         purpose: 'chat' as const,
       };
-      let hold = await this.options.holds.hold(held);
+      // Where the answer's event numbers start, read beside the hold (at the same time on PostgreSQL).
+      const [taken, firstSeq] = await Promise.all([
+        this.options.holds.hold(held),
+        this.options.answers.nextSeq(session.id, messageId),
+      ]);
+      let hold = taken;
       if (hold.settleCost !== undefined) {
         // An earlier attempt at this message recorded what it used, then lost its claim on the
         // session (its replica died): that cost is charged now rather than when its hold expires,
@@ -249,6 +267,7 @@ export class ChatService {
         estimate,
         hold,
         claim,
+        firstSeq,
       };
     } catch (err) {
       await this.sessions.finish(session, messageId, claim, undefined);
@@ -322,29 +341,148 @@ export class ChatService {
    * it. Whatever happens (an error, the client gone, the session's claim lost), the hold is settled to
    * what was used, charged once under `chat:<sessionId>:<messageId>`: the model's turns and the tool
    * calls the gateway ran (ToolOutcome.billed), never a call refused before it ran.
+   *
+   * Every event is stored as it is sent (AnswerLog), so the stream resumes on any replica (`resume`);
+   * when its client goes, the answer goes on for a resume (`watchClient`).
    */
   run(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
-    // Runs on after its HTTP handler returned: nothing may escape it as an unhandled rejection.
-    const running = this.converse(principal, chat, sse).catch((err: unknown) =>
-      this.options.logger.error(
-        { err, sessionId: chat.session.id },
-        'chat: the request failed after its stream',
-      ),
+    const log = new AnswerLog({
+      store: this.options.answers,
+      answer: {
+        id: chat.claim.id,
+        sessionId: chat.session.id,
+        messageId: chat.messageId,
+        firstSeq: chat.firstSeq,
+      },
+      cipher: this.options.history.cipherOf(chat.session),
+      sse,
+      logger: this.options.logger,
+    });
+    const stop = new AbortController();
+    const unwatch = this.watchClient(chat.claim.id, sse, log, stop);
+    return this.track(
+      this.converse(principal, chat, log, stop.signal).finally(unwatch),
+      chat.session.id,
+      'chat: the request failed after its stream',
     );
+  }
+
+  /**
+   * Everything that can refuse a resumed stream before it opens: the session (another wallet's is a
+   * 404), then the attempt at `messageId` that the event number `after` belongs to (the latest with 0),
+   * while its events are kept. Answers the stream: its stored events after `after`, then the new ones
+   * until its end (answer-follow.ts), on this replica or any other.
+   */
+  async resume(
+    wallet: string,
+    agentId: string,
+    sessionId: string,
+    messageId: string,
+    after: number,
+  ): Promise<(sse: SseStream) => Promise<void>> {
+    const session = await this.sessions.get(wallet, agentId, sessionId);
+    const answer = await this.storedStream(session, messageId, after);
+    if (!answer)
+      throw new SigilError('not_found', `No stored stream of message ${messageId} in this session`, {
+        hint: `A stream is kept ${this.settings.streamRetentionSeconds} s after its answer ended; a stored answer stays readable in GET /agents/${agentId}/sessions/${sessionId}/messages`,
+        details: { reason: 'stream_not_found' },
+      });
+    const cipher = this.options.history.cipherOf(session);
+    return async (sse) => {
+      const following = followAnswer({
+        store: this.options.answers,
+        answer,
+        cipher,
+        after,
+        sse,
+        graceMs: this.settings.resumeGraceSeconds * 1000,
+        claimMs: this.options.history.claimMs,
+        closing: this.stopping.signal,
+      }).then((outcome) => {
+        if (outcome === 'lost') sse.send('error', errorEvent(answerLost()));
+      });
+      await this.track(
+        following.finally(() => sse.close()),
+        session.id,
+        'chat: a resumed stream failed',
+      );
+    };
+  }
+
+  /**
+   * The stored attempt at `messageId` of `after` (answer-events.ts `find`). An answer is recorded with
+   * its first write (within 50 ms of its first event, or when its client goes): while the session is
+   * answering and none is stored yet, it is looked for again, for up to RECORDING_WAIT_MS.
+   */
+  private async storedStream(
+    session: ChatSession,
+    messageId: string,
+    after: number,
+  ): Promise<AnswerStream | undefined> {
+    const deadline = performance.now() + RECORDING_WAIT_MS;
+    for (;;) {
+      const answer = await this.options.answers.find(session.id, messageId, after);
+      if (answer || performance.now() > deadline || !(await this.sessions.isBusy(session))) return answer;
+      await sleep(RECORDING_POLL_MS);
+    }
+  }
+
+  /** The runtime stops: resumed streams end now (their clients resume elsewhere); detached answers stop. */
+  closing(): void {
+    this.stopping.abort(runtimeStopping());
+    for (const stop of this.detached) stop();
+  }
+
+  /** Waits for every running request; an answer whose client is gone stops at once (as at shutdown). */
+  async drain(): Promise<void> {
+    this.closing();
+    await Promise.all([...this.running]);
+  }
+
+  /** Keeps `work` among the running requests until it ends; it runs on after its HTTP handler returned, so nothing escapes it. */
+  private track(work: Promise<void>, sessionId: string, failure: string): Promise<void> {
+    const running = work.catch((err: unknown) => this.options.logger.error({ err, sessionId }, failure));
     this.running.add(running);
     void running.finally(() => this.running.delete(running));
     return running;
   }
 
-  /** Waits for every running request (each ends once its client is gone, as at shutdown). */
-  async drain(): Promise<void> {
-    await Promise.all([...this.running]);
+  /**
+   * When the answer's client goes, the answer goes on for `resumeGraceSeconds` and then as long as a
+   * resumed stream follows it (on any replica: `followed_until`), then `stop` aborts (answer_abandoned).
+   * With no grace, or when the runtime stops, it aborts at once. Answers the unwatching.
+   */
+  private watchClient(answerId: string, sse: SseStream, log: AnswerLog, stop: AbortController): () => void {
+    const graceMs = this.settings.resumeGraceSeconds * 1000;
+    let timer: NodeJS.Timeout | undefined;
+    const stopNow = () => stop.abort(this.stopping.signal.aborted ? runtimeStopping() : abandoned(graceMs));
+    const check = () =>
+      void this.options.answers
+        .followedFor(answerId)
+        .then((remaining) => (remaining > 0 ? (timer = setTimeout(check, remaining)) : stopNow()), stopNow);
+    const gone = () => {
+      if (graceMs === 0 || this.stopping.signal.aborted) return stopNow();
+      log.detach();
+      this.detached.add(stopNow);
+      timer = setTimeout(check, graceMs);
+    };
+    sse.signal.addEventListener('abort', gone, { once: true });
+    return () => {
+      clearTimeout(timer);
+      this.detached.delete(stopNow);
+      sse.signal.removeEventListener('abort', gone);
+    };
   }
 
-  private async converse(principal: AuthPrincipal, chat: PreparedChat, sse: SseStream): Promise<void> {
+  private async converse(
+    principal: AuthPrincipal,
+    chat: PreparedChat,
+    log: AnswerLog,
+    stopped: AbortSignal,
+  ): Promise<void> {
     const { session, entry } = chat;
-    // The answer stops when its client goes, or when it lost its claim on the session.
-    const signal = AbortSignal.any([sse.signal, chat.claim.signal]);
+    // The answer stops when it was abandoned (its client gone, none resumed it), or lost its claim.
+    const signal = AbortSignal.any([stopped, chat.claim.signal]);
     const messages: LlmMessage[] = [...chat.history, { role: 'user', content: chat.content }];
     let base = 0n;
     /** Calls the model made, and of them those the gateway ran (what is charged). */
@@ -357,7 +495,7 @@ export class ChatService {
     /** False once a gateway request failed under the session's client: it is closed, not kept. */
     let healthy = true;
     try {
-      if (chat.context.used) sse.send('context', chat.context.used);
+      if (chat.context.used) log.send('context', chat.context.used);
       if (session.servers.length > 0) lease = await this.toolClients.lease(session, signal);
       const tools = lease?.tools;
       const runtimeTools = new Map(chat.context.tools.map((tool) => [tool.definition.name, tool]));
@@ -384,19 +522,20 @@ export class ChatService {
           signal,
         })) {
           await this.keepHeld(chat);
+          await log.room(signal);
           switch (part.type) {
             case 'text-delta':
               text += part.text;
-              sse.send('text-delta', { step: steps, text: part.text });
+              log.send('text-delta', { step: steps, text: part.text });
               break;
             case 'tool-call':
               calls.push({ id: part.id, name: part.name, input: part.input });
-              sse.send('tool-call', { step: steps, id: part.id, name: part.name, input: part.input });
+              log.send('tool-call', { step: steps, id: part.id, name: part.name, input: part.input });
               break;
             case 'usage': {
               const cost = baseLlmCost(part, entry.model);
               base += cost;
-              sse.send('usage', {
+              log.send('usage', {
                 step: steps,
                 inputTokens: part.inputTokens,
                 outputTokens: part.outputTokens,
@@ -446,7 +585,7 @@ export class ChatService {
             await this.recordSpent(chat, base, billed);
           }
           signal.throwIfAborted();
-          sse.send('tool-result', { step: steps, id: call.id, name: call.name, ...outcome });
+          log.send('tool-result', { step: steps, id: call.id, name: call.name, ...outcome });
           messages.push({
             role: 'tool',
             toolCallId: call.id,
@@ -457,27 +596,27 @@ export class ChatService {
       }
       completed = true;
     } catch (thrown) {
-      // Whatever the loop threw once its claim was lost (an aborted call), the loss is the cause.
-      const err: unknown = chat.claim.signal.aborted ? chat.claim.signal.reason : thrown;
-      const clientGone = sse.signal.aborted;
-      if (!clientGone) sse.send('error', errorEvent(err));
+      // Whatever the loop threw once it was stopped (an aborted call), the stop is the cause.
+      const cause = [chat.claim.signal, stopped].find((stop) => stop.aborted);
+      const err: unknown = cause ? cause.reason : thrown;
+      log.send('error', errorEvent(err));
       // A refusal (a 4xx code) or a provider's failure is the caller's to read; anything else, the operator's.
       const refusal = isLlmProviderError(err) || (isSigilError(err) && STATUS_BY_CODE[err.code] < 500);
-      if (!clientGone && !refusal)
+      if (!stopped.aborted && !refusal)
         this.options.logger.warn({ err, sessionId: session.id }, 'chat: the request failed');
     } finally {
       await lease?.release(healthy && !signal.aborted);
       const cost = platformCost(chat.keyKind, base, billed);
       const charge = await this.settle(chat, cost);
       const stored = await this.store(chat, completed ? messages : undefined, cost.platformCost);
-      if (stored !== true) sse.send('error', stored);
+      if (stored !== true) log.send('error', stored);
       if (completed && stored === true)
         this.options.onTurnCompleted?.({
           wallet: principal.address,
           agentId: session.agentId,
           sessionId: session.id,
         });
-      sse.send('cost', {
+      log.send('cost', {
         ...costView(cost),
         estimate: chat.estimate.toString(),
         charged: charge.charged,
@@ -485,15 +624,21 @@ export class ChatService {
         ...(charge.entryId ? { entryId: charge.entryId } : {}),
         ...(charge.error ? { error: charge.error } : {}),
       });
-      if (completed && stored === true)
-        sse.send('done', {
-          messageId: chat.messageId,
-          sessionId: session.id,
-          finishReason: finish,
-          steps,
-          toolCalls,
-        });
-      sse.close();
+      // Stored with every event before it, then sent: once a client has it, a resume replays it all.
+      await log.end(
+        completed && stored === true
+          ? {
+              event: 'done',
+              data: {
+                messageId: chat.messageId,
+                sessionId: session.id,
+                finishReason: finish,
+                steps,
+                toolCalls,
+              },
+            }
+          : undefined,
+      );
     }
   }
 
@@ -551,6 +696,28 @@ export class ChatService {
     };
   }
 }
+
+/** How long a resume waits for a running answer to be recorded, looking every RECORDING_POLL_MS. */
+const RECORDING_WAIT_MS = 2000;
+const RECORDING_POLL_MS = 20;
+
+/** An answer stopped because its client went and no client resumed it within the grace. */
+const abandoned = (graceMs: number): SigilError =>
+  new SigilError(
+    'conflict',
+    `This answer stopped: its stream was cut and no client resumed it within ${graceMs / 1000} s`,
+    {
+      hint: 'What it used is charged under its message id; send the message again with a new id',
+      details: { reason: 'answer_abandoned' },
+    },
+  );
+
+/** An answer stopped because its runtime is shutting down (its client was gone). */
+const runtimeStopping = (): SigilError =>
+  new SigilError('unavailable', 'This answer stopped: the runtime answering it is shutting down', {
+    hint: 'What it used is charged under its message id; send the message again with a new id',
+    details: { reason: 'runtime_stopping' },
+  });
 
 /** The ledger key of a message's hold and charge: one charge per message id of a session. */
 const chargeKey = (session: ChatSession, messageId: string): string => `chat:${session.id}:${messageId}`;

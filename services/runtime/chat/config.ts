@@ -95,6 +95,24 @@ export const chatSchema = z
       .describe(
         'MCP clients of the gateway kept open across chat sessions (one a session); beyond it the least recently used is closed',
       ),
+    resumeGraceSeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(600)
+      .default(15)
+      .describe(
+        "An answer whose client's stream was cut goes on this long for a client to resume it (GET …/messages/:messageId/events, on any replica), and as long as one follows it; then it stops, charged what it used. 0: it stops when its client goes",
+      ),
+    streamRetentionSeconds: z
+      .number()
+      .int()
+      .min(60)
+      .max(7 * 86_400)
+      .default(600)
+      .describe(
+        "An answer's stored stream events (what a resumed stream replays) are deleted this long after it ended; its answer stays in the session's history",
+      ),
   })
   .strict()
   .prefault({});

@@ -513,7 +513,8 @@ export class ConversationStore {
     );
   }
 
-  private cipherOf(session: StoredSession): SessionCipher | undefined {
+  /** The cipher of the session's content, or undefined when it is plain text. */
+  cipherOf(session: StoredSession): SessionCipher | undefined {
     if (session.dataKey === undefined) return undefined;
     return new SessionCipher(session.id, this.deps.keys.unwrap(sessionKeyOwner(session.id), session.dataKey));
   }

@@ -13,6 +13,12 @@ const params = z.object({
 });
 
 const SERVER_ID = /^[a-z0-9][a-z0-9._-]{0,99}$/;
+const MESSAGE_ID = z.string().regex(/^[A-Za-z0-9._-]{1,100}$/, '1 to 100 characters of A-Z a-z 0-9 . _ -');
+const messageParams = params.extend({ messageId: MESSAGE_ID });
+/** An event number (SSE id) of an answer's stream: the last one the client has. */
+const eventNumber = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+/** `GET …/events?after=`: where a resumed stream starts (`Last-Event-ID` says the same, and wins). */
+export const eventsQuery = z.object({ after: eventNumber.optional() }).strict();
 
 /** `?limit=&cursor=&state=`: an agent's sessions, open, ended or both (the default). */
 export const listQuery = z
@@ -42,10 +48,7 @@ export function chatRouter(chat: ChatService): Router {
         .string()
         .min(1, 'must not be empty')
         .max(settings.maxInputChars, `at most ${settings.maxInputChars} characters`),
-      id: z
-        .string()
-        .regex(/^[A-Za-z0-9._-]{1,100}$/, '1 to 100 characters of A-Z a-z 0-9 . _ -')
-        .optional(),
+      id: MESSAGE_ID.optional(),
     })
     .strict();
   const router = new Router({ prefix: '/agents/:id/sessions' });
@@ -110,9 +113,21 @@ export function chatRouter(chat: ChatService): Router {
     const body = parseInput(messageBody, ctx.request.body ?? {}, 'body');
     const principal = ctx.state.auth as AuthPrincipal;
     const prepared = await chat.prepare(principal, id, sessionId as string, body);
+    // Where the stream resumes if it is cut (the message's id is the runtime's when the body has none).
+    ctx.set('Content-Location', `/agents/${id}/sessions/${sessionId}/messages/${prepared.messageId}/events`);
     const sse = openSse(ctx);
     // Koa sends the headers once this handler returns: the loop streams on after it.
     void chat.run(principal, prepared, sse);
+  });
+  router.get('/:sessionId/messages/:messageId/events', async (ctx) => {
+    const { id, sessionId, messageId } = parseInput(messageParams, ctx.params, 'params');
+    const query = parseInput(eventsQuery, ctx.query, 'query');
+    const header = ctx.get('last-event-id');
+    const after = header ? parseInput(eventNumber, header, 'headers') : (query.after ?? 0);
+    const stream = await chat.resume(wallet(ctx.state), id, sessionId as string, messageId, after);
+    const sse = openSse(ctx);
+    // Koa sends the headers once this handler returns: the stream goes on after it.
+    void stream(sse);
   });
   return router;
 }

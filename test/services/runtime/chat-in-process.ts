@@ -9,8 +9,12 @@ import type { SseEvent } from './chat-support.ts';
 export const recording = (events: SseEvent[]): SseStream => ({
   send: (event, data) => void events.push({ event, data: data as Record<string, unknown> }),
   sendJson: (batch) => {
-    for (const { event, json } of batch)
-      events.push({ event, data: JSON.parse(json) as Record<string, unknown> });
+    for (const { event, json, id } of batch)
+      events.push({
+        event,
+        data: JSON.parse(json) as Record<string, unknown>,
+        ...(id === undefined ? {} : { id }),
+      });
   },
   close: () => undefined,
   signal: new AbortController().signal,

@@ -4,6 +4,8 @@ import type { LocalAccount, PrivateKeyAccount } from 'viem/accounts';
 export interface SseEvent {
   event: string;
   data: Record<string, unknown>;
+  /** Its SSE id, when it has one (a chat answer's event number). */
+  id?: string;
 }
 
 /** Parses a whole text/event-stream body into its events (comments, e.g. heartbeats, skipped). */
@@ -11,12 +13,19 @@ export function parseSse(text: string): SseEvent[] {
   const events: SseEvent[] = [];
   for (const block of text.split('\n\n')) {
     let event = 'message';
+    let id: string | undefined;
     const data: string[] = [];
     for (const line of block.split('\n')) {
       if (line.startsWith('event: ')) event = line.slice(7);
       else if (line.startsWith('data: ')) data.push(line.slice(6));
+      else if (line.startsWith('id: ')) id = line.slice(4);
     }
-    if (data.length) events.push({ event, data: JSON.parse(data.join('\n')) as Record<string, unknown> });
+    if (data.length)
+      events.push({
+        event,
+        data: JSON.parse(data.join('\n')) as Record<string, unknown>,
+        ...(id === undefined ? {} : { id }),
+      });
   }
   return events;
 }
@@ -65,12 +74,19 @@ export async function signIn(base: string, wallet: LocalAccount): Promise<string
 
 /** A client of the runtime's HTTP routes for one signed-in wallet. */
 export function runtimeClient(base: string, jwt: string) {
-  const send = (method: string, path: string, body?: unknown, signal?: AbortSignal) =>
+  const send = (
+    method: string,
+    path: string,
+    body?: unknown,
+    signal?: AbortSignal,
+    headers: Record<string, string> = {},
+  ) =>
     fetch(`${base}${path}`, {
       method,
       headers: {
         authorization: `Bearer ${jwt}`,
         ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...headers,
       },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       ...(signal ? { signal } : {}),
