@@ -56,7 +56,10 @@ class Port {
       requests.push(`${req.method} ${req.url}`);
       holder.handler?.(req, res);
     });
-    server.keepAliveTimeout = 1000;
+    // Longer than a test stays idle: a client's pooled socket must not meet the server's keep-alive
+    // close as it sends (an unretried POST then fails ECONNRESET; seen with a hundred messages at once
+    // on a loaded machine at 1 s). Stacks close their connections themselves (`close`).
+    server.keepAliveTimeout = 60_000;
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as AddressInfo;
     const opened = new Port(server, `http://127.0.0.1:${port}`, requests);
@@ -285,9 +288,6 @@ export async function internalKeyStack(
       ledger: { minimumBalance: '0' } as never,
       runtime: {
         providerApiKey: options.operatorKey,
-        // Tests send a hundred messages at once on a loaded machine: the client's pooled sockets must
-        // not meet the server's keep-alive close halfway (an unretried POST then fails ECONNRESET).
-        http: { keepAliveTimeoutMs: 120_000 },
         chat: { internalKey: true, ...options.chat } as never,
         ...(options.history ? { history: options.history as never } : {}),
         ...(options.selfImprovement ? { selfImprovement: options.selfImprovement as never } : {}),
