@@ -93,7 +93,7 @@ describe('deploy/nginx against the services’ settings', () => {
     expect(directive(proxySnippet, 'proxy_set_header Connection')).to.equal('""');
   });
 
-  it("deploy/README.md's replica configuration is one sigil takes, and keeps idle connections longer than nginx", () => {
+  it("deploy/README.md's replica configuration is one sigil takes, keeps idle connections longer than nginx and trusts the balancer", () => {
     const example = /```json\n([\s\S]*?)```/.exec(readme)?.[1];
     const config = configSchema.parse(JSON.parse(example as string));
     for (const service of ['runtime', 'gateway'] as const) {
@@ -101,7 +101,8 @@ describe('deploy/nginx against the services’ settings', () => {
       expect(config[service].http.keepAliveTimeoutMs).to.be.above(
         seconds(directive(upstream, 'keepalive_timeout')) * 1000,
       );
-      expect(config[service].http.maxConnectionsPerClient).to.equal(0);
+      // The balancer's connections, trusted, are not capped per client; its X-Forwarded-For names the client.
+      expect(config[service].http.trustedProxies).to.have.length.above(0);
     }
   });
 
