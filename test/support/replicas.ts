@@ -345,7 +345,9 @@ class Replicas implements ReplicaSet {
       withDevChainLedger(withDevChainRail(configSchema.parse({}), this.chain), this.chain),
       this.chain,
     );
-    const behindBalancer = { maxConnectionsPerClient: 0 };
+    // The balancer (on this host) is trusted: its X-Forwarded-For names the client, and its connections
+    // are not capped per client.
+    const behindBalancer = { trustedProxies: ['127.0.0.1'] };
     const config = {
       runtime: {
         publicUrl: this.runtimeUrl,
@@ -363,7 +365,6 @@ class Replicas implements ReplicaSet {
         warmupAtStart: true,
         secretKey: TEST_GATEWAY_SECRET_KEY,
         paymentHint: wired.gateway.paymentHint,
-        callLimits: { trustedProxies: ['127.0.0.1'] },
         http: behindBalancer,
       },
       // Deposits counted within a fifth of a second, not two.
