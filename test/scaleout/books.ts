@@ -183,7 +183,7 @@ export async function daysOverBudget(db: Database): Promise<object[]> {
 
 /**
  * The ledger invariant (auditLedger: every running total against the entries, nothing negative, the
- * per-day spend against the charges), every withdrawal closed,
+ * per-day spend against the charges), every accepted withdrawal completed,
  * each wallet's completed withdrawals what it received on chain, and each deposit address's balance
  * what the ledger read.
  */
@@ -200,6 +200,12 @@ export async function ledgerBooks(options: {
     .whereNotIn('state', ['completed', 'failed'])
     .select('id', 'kind', 'state', 'reason')) as object[];
   if (open.length > 0) problems.push(`transfers still open: ${JSON.stringify(open)}`);
+  // A withdrawal the ledger accepted fails only when the chain refuses it for good (its signed
+  // transfer expired, or reverts): none of those here, so each must have reached its wallet.
+  const failed = (await db('ledger_transfers')
+    .where({ kind: 'withdrawal', state: 'failed' })
+    .select('id', 'wallet', 'amount', 'reason')) as object[];
+  if (failed.length > 0) problems.push(`accepted withdrawals that failed: ${JSON.stringify(failed)}`);
   const balanceOf = balances(chain);
   for (const wallet of options.wallets) {
     const completed = (await db('ledger_transfers')

@@ -5,7 +5,7 @@ import { decodePaymentSignatureHeader } from '@x402/core/http';
 import type { PaymentPayload } from '@x402/core/types';
 import { wrapFetchWithPayment } from '@x402/fetch';
 import type { LocalAccount, PrivateKeyAccount } from 'viem/accounts';
-import { payingClient, PAYMENT, RECEIPT } from '../services/gateway/payments/support.ts';
+import { payingClient, PAYMENT } from '../services/gateway/payments/support.ts';
 import { walletToken } from '../services/gateway/support.ts';
 import {
   readSse,
@@ -80,9 +80,8 @@ export interface PaidOutcome {
 }
 
 /**
- * A paid REST tool call as examples/pay-over-rest.mjs makes it (`@x402/fetch` answering the 402).
- * Answered 5xx after paying (its replica died), the payer asks for the kept result with its wallet, as
- * the balancer's error hints: fetched, the call is answered after all.
+ * A paid REST tool call as examples/pay-over-rest.mjs makes it (`@x402/fetch` answering the 402);
+ * answered 5xx after paying, its kept result is asked for ({@link withKeptResult}).
  */
 export async function payOverRest(options: {
   gatewayUrl: string;
@@ -118,23 +117,22 @@ export async function payOverRest(options: {
     // x402's client throws on some refusals after the paid try: the answer it read says how it ended.
     outcome = last && !deadline.aborted ? await outcomeOf(last) : outcomeOfThrown(err, deadline);
   }
-  const paid = nonces.at(-1);
-  if (outcome.end === 'refused' && outcome.status >= 500 && paid !== undefined) {
-    const kept = await keptResult(gatewayUrl, chain, payer, paid, deadline);
-    if (kept)
-      return { outcome: { end: 'answered', status: 200, recovered: ['kept result fetched'] }, nonces };
-  }
-  return { outcome, nonces };
+  return withKeptResult(options, { outcome, nonces }, deadline);
 }
 
-/** Whether the gateway keeps a paid result for this payment: the payer signs in and asks for it. */
-async function keptResult(
-  gatewayUrl: string,
-  chain: DevChain,
-  payer: LocalAccount,
-  nonce: string,
+/**
+ * A paid call answered 5xx after its payment was sent (its replica died, say) as its client goes on,
+ * as the balancer's error hints: the payer signs in with its wallet and asks for the kept result of
+ * its payment; fetched, the call was answered after all (and paid), else it stays refused.
+ */
+async function withKeptResult(
+  { gatewayUrl, chain, payer }: { gatewayUrl: string; chain: DevChain; payer: LocalAccount },
+  paid: PaidOutcome,
   signal: AbortSignal,
-): Promise<boolean> {
+): Promise<PaidOutcome> {
+  const { outcome, nonces } = paid;
+  const nonce = nonces.at(-1);
+  if (outcome.end !== 'refused' || outcome.status < 500 || nonce === undefined) return paid;
   try {
     const { jwt } = await walletToken(gatewayUrl, payer);
     const id = [`eip155:${chain.chainId}`, chain.token.address, payer.address, nonce].join(':').toLowerCase();
@@ -143,24 +141,34 @@ async function keptResult(
       signal,
     });
     await response.body?.cancel();
-    return response.status === 200;
+    if (response.status === 200)
+      return { outcome: { end: 'answered', status: 200, recovered: ['kept result fetched'] }, nonces };
   } catch {
-    return false;
+    // Not fetched: the call stays refused as it was.
   }
+  return paid;
 }
 
 /**
  * A paid MCP tool call as examples/pay-over-mcp.mjs makes it, with the official SDK client: an unpaid
  * call refused with JSON-RPC error 402, paid in `_meta`. A request the balancer answered with its
- * JSON error (the SDK throws on any non-2xx) is refused with that error's code.
+ * JSON error (the SDK throws on any non-2xx) is refused with that error's code; after the payment, its
+ * kept result is asked for as over REST.
  */
 export async function payOverMcp(options: {
   gatewayUrl: string;
   chain: DevChain;
   payer: LocalAccount;
   message: string;
-}): Promise<PaidOutcome & { receipt?: unknown }> {
+}): Promise<PaidOutcome> {
   const deadline = AbortSignal.timeout(OPERATION_TIMEOUT_MS);
+  return withKeptResult(options, await mcpCall(options, deadline), deadline);
+}
+
+async function mcpCall(
+  options: { gatewayUrl: string; chain: DevChain; payer: LocalAccount; message: string },
+  deadline: AbortSignal,
+): Promise<PaidOutcome> {
   const nonces: string[] = [];
   let refusal: Response | undefined;
   const recording = async (url: string | URL, init?: RequestInit) => {
@@ -193,7 +201,7 @@ export async function payOverMcp(options: {
       )) as CallToolResult;
     }
     if (result.isError) return { outcome: { end: 'refused', status: 200, code: 'tool_error' }, nonces };
-    return { outcome: { end: 'answered', status: 200 }, nonces, receipt: result._meta?.[RECEIPT] };
+    return { outcome: { end: 'answered', status: 200 }, nonces };
   } catch (err) {
     if (err instanceof McpError)
       return { outcome: { end: 'refused', status: 200, code: `json-rpc ${err.code}` }, nonces };
@@ -210,6 +218,15 @@ export interface SiweAttempt {
   status: number;
 }
 
+/** A SIWE sign-in of {@link siweSignIn}: how it ended, its nonce, and every verification of it. */
+export interface SiweSignIn {
+  outcome: Outcome;
+  nonce?: string;
+  attempts: SiweAttempt[];
+  /** The same signed message sent again to each of `urls` (later: after kills and restarts). */
+  replay(urls: string[]): Promise<SiweAttempt[]>;
+}
+
 /**
  * A SIWE sign-in through the balancer (challenge, signature, verification), and the same signed
  * message replayed at once to every replica of the service directly: at most one may accept it.
@@ -221,47 +238,51 @@ export async function siweSignIn(options: {
   /** `/auth` on the runtime, `/api/auth` on the gateway. */
   prefix: string;
   account: LocalAccount;
-}): Promise<{ outcome: Outcome; nonce?: string; attempts: SiweAttempt[] }> {
+}): Promise<SiweSignIn> {
   const deadline = AbortSignal.timeout(OPERATION_TIMEOUT_MS);
   const { balancerUrl, prefix, account } = options;
+  const unsent = (outcome: Outcome): SiweSignIn => ({ outcome, attempts: [], replay: async () => [] });
   let message: string;
   try {
     const challenge = await fetch(`${balancerUrl}${prefix}/challenge?address=${account.address}`, {
       signal: deadline,
     });
-    if (!challenge.ok) return { outcome: await outcomeOf(challenge), attempts: [] };
+    if (!challenge.ok) return unsent(await outcomeOf(challenge));
     ({ message } = (await challenge.json()) as { message: string });
   } catch (err) {
-    return { outcome: outcomeOfThrown(err, deadline), attempts: [] };
+    return unsent(outcomeOfThrown(err, deadline));
   }
   const nonce = /^Nonce: (\S+)$/m.exec(message)?.[1];
   const body = JSON.stringify({ message, signature: await account.signMessage({ message }) });
-  const verify = (base: string) =>
+  const verify = (base: string, signal: AbortSignal) =>
     fetch(`${base}${prefix}/verify`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body,
-      signal: deadline,
+      signal,
     });
-  const [through, ...replays] = await Promise.allSettled([
-    verify(balancerUrl),
-    ...options.replicaUrls.map((url) => verify(url)),
+  /** Verifications sent at once to each of `urls`; their statuses (0: no connection). */
+  const replay = async (urls: string[], signal = AbortSignal.timeout(OPERATION_TIMEOUT_MS)) =>
+    Promise.all(
+      urls.map(async (at) => {
+        const response = await verify(at, signal).catch(() => undefined);
+        await response?.body?.cancel();
+        return { at, status: response?.status ?? 0 };
+      }),
+    );
+  const [through, replayed] = await Promise.all([
+    verify(balancerUrl, deadline).then(
+      async (response) => ({ status: response.status, outcome: await outcomeOf(response) }),
+      (err: unknown) => ({ status: 0, outcome: outcomeOfThrown(err, deadline) }),
+    ),
+    replay(options.replicaUrls, deadline),
   ]);
-  const attempts: SiweAttempt[] = [
-    { at: 'balancer', status: through?.status === 'fulfilled' ? through.value.status : 0 },
-  ];
-  for (const [i, replay] of replays.entries()) {
-    if (replay.status === 'fulfilled') await replay.value.body?.cancel();
-    attempts.push({
-      at: options.replicaUrls[i] as string,
-      status: replay.status === 'fulfilled' ? replay.value.status : 0,
-    });
-  }
-  const outcome =
-    through?.status === 'fulfilled'
-      ? await outcomeOf(through.value)
-      : outcomeOfThrown(through?.reason, deadline);
-  return { outcome, ...(nonce === undefined ? {} : { nonce }), attempts };
+  return {
+    outcome: through.outcome,
+    ...(nonce === undefined ? {} : { nonce }),
+    attempts: [{ at: 'balancer', status: through.status }, ...replayed],
+    replay,
+  };
 }
 
 /** A chat message's outcome, its answer's text, and what its tool calls did. */

@@ -27,7 +27,7 @@ import {
   payOverRest,
   siweSignIn,
   type Outcome,
-  type SiweAttempt,
+  type SiweSignIn,
 } from './clients.ts';
 
 /**
@@ -50,7 +50,7 @@ const MIX = {
   'rest-poor': 4,
   mcp: 8,
   chat: 12,
-  withdrawal: 6,
+  withdrawals: 4,
   'siwe-runtime': 3,
   'siwe-gateway': 3,
 } as const;
@@ -81,8 +81,12 @@ const DEPOSIT = { budget: 40_000n, poor: 25_000n, victim: 100_000n, topUp: 60_00
 const DAILY_BUDGET = 1_800n;
 /** Output tokens a model turn may use: what a message's hold reserves for them (2 base units each). */
 const MAX_OUTPUT_TOKENS = 512;
-/** Withdrawals the plan asks for, in turn: one that fits, one over any balance, one under the minimum. */
-const WITHDRAWALS = [10_000n, 5_000_000n, 500n];
+/**
+ * What each `withdrawals` operation asks of both ledger wallets at once, in turn: one that fits, one
+ * over any balance, one that fits, one under the minimum. The two wallets' sign-ins are on different
+ * runtimes, so both runtimes' transfer workers send at once, from the one ledger operator account.
+ */
+const WITHDRAWALS = [10_000n, 5_000_000n, 10_000n, 500n];
 
 /**
  * What every replica's config adds: leases and heartbeats short enough that a dead replica's claims
@@ -126,7 +130,7 @@ interface Operation {
   outcome: Outcome;
   /** Nonces of the x402 payments it signed. */
   nonces?: string[];
-  siwe?: { nonce?: string; attempts: SiweAttempt[] };
+  siwe?: SiweSignIn;
 }
 
 /** Operations completed, and the counts the kills and restarts wait for. */
@@ -218,7 +222,7 @@ describeScaleOut(
 
       const chatSessions = [...budget.sessions, ...poor.sessions];
       const count: Partial<Record<Kind, number>> = {};
-      const perform = async (kind: Kind, index: number): Promise<Operation> => {
+      const perform = async (kind: Kind, index: number): Promise<Operation | Operation[]> => {
         const nth = (count[kind] = (count[kind] ?? 0) + 1) - 1;
         const label = `#${index} ${kind}`;
         switch (kind) {
@@ -242,11 +246,14 @@ describeScaleOut(
               ...said,
             };
           }
-          case 'withdrawal': {
-            const { wallet, sessions } = [budget, poor][nth % 2] as LoadWallet;
+          case 'withdrawals': {
             const amount = WITHDRAWALS[nth % WITHDRAWALS.length] as bigint;
-            const outcome = await wallet.withdraw(sessions[0]!.jwt, amount, `proof-${index}`);
-            return { label: `${label} (${wallet.name}: ${amount})`, outcome };
+            return Promise.all(
+              [budget, poor].map(async ({ wallet, sessions }) => ({
+                label: `${label} (${wallet.name}: ${amount})`,
+                outcome: await wallet.withdraw(sessions[0]!.jwt, amount, `proof-${index}`),
+              })),
+            );
           }
           case 'siwe-runtime':
           case 'siwe-gateway': {
@@ -286,7 +293,7 @@ describeScaleOut(
       const worker = async () => {
         for (let index = next++; index < kinds.length; index = next++) {
           if (index >= GATED_FROM) await bothBack;
-          operations.push(await perform(kinds[index] as Kind, index));
+          operations.push(...[await perform(kinds[index] as Kind, index)].flat());
           progress.completed();
         }
       };
@@ -315,8 +322,9 @@ describeScaleOut(
         (operation) => operation.outcome.end === 'unclear' || operation.outcome.end === 'hung',
       );
       expect(unclear, listed(unclear.map(describeOperation), operations)).to.be.empty;
-      // The plan's, the two cut by the kills, and each session's message after them.
-      expect(operations).to.have.length(plan().length + killed.length + continued.length);
+      // The plan's (a withdrawals operation is two), the two cut by the kills, and each session's
+      // message after them.
+      expect(operations).to.have.length(plan().length + MIX.withdrawals + killed.length + continued.length);
       // The kills cut work in flight: the paid call got the balancer's JSON error, the chat message's
       // stream was cut (or the balancer answered for it) and its client sent it again.
       const [paidCall, chatMessage] = killed as [Operation, Operation];
@@ -387,22 +395,40 @@ describeScaleOut(
       expect(refused('insufficient_funds'), 'the small balances refused a withdrawal').to.not.be.empty;
     });
 
-    it('accepts each SIWE nonce once, whichever replica or the balancer its replays reach', async () => {
+    it('accepts each SIWE nonce once, whichever replica or the balancer its replays reach, then or after the restarts', async () => {
       const signIns = operations.filter((operation) => operation.siwe !== undefined);
       expect(signIns).to.have.length(MIX['siwe-runtime'] + MIX['siwe-gateway']);
+      const acceptedNonces: string[] = [];
       for (const { label, siwe } of signIns) {
-        const accepted = siwe!.attempts.filter((attempt) => attempt.status === 200);
-        const reached = siwe!.attempts.filter((attempt) => attempt.status !== 0);
-        expect(accepted.length, `${label}: ${JSON.stringify(siwe!.attempts)}`).to.equal(
-          reached.length > 0 ? 1 : 0,
-        );
-        for (const attempt of reached) expect([200, 401], label).to.include(attempt.status);
+        const { attempts, nonce } = siwe!;
+        const said = `${label}: ${JSON.stringify(attempts)}`;
+        const accepted = attempts.filter((attempt) => attempt.status === 200).length;
+        expect(accepted, said).to.be.at.most(1);
+        if (accepted === 1 && nonce !== undefined) acceptedNonces.push(nonce);
+        // A replica's verdict (200, 401); at a replica's own address, no connection once it was
+        // killed (0); at the balancer, its JSON error for a replica that died answering (502).
+        for (const attempt of attempts)
+          expect(attempt.at === 'balancer' ? [200, 401, 502] : [0, 200, 401], said).to.include(
+            attempt.status,
+          );
+        // With every attempt judged by a live replica, exactly one was accepted.
+        if (attempts.every((attempt) => attempt.status === 200 || attempt.status === 401))
+          expect(accepted, said).to.equal(1);
       }
-      const nonces = signIns.map(({ siwe }) => siwe!.nonce).filter((nonce) => nonce !== undefined);
-      const used = (await set.db('siwe_nonces').whereIn('nonce', nonces).select('nonce')) as {
+      const used = (await set.db('siwe_nonces').whereIn('nonce', acceptedNonces).select('nonce')) as {
         nonce: string;
       }[];
-      expect(used.map((row) => row.nonce).sort()).to.deep.equal([...nonces].sort());
+      expect(used.map((row) => row.nonce).sort()).to.deep.equal([...acceptedNonces].sort());
+      // An accepted one sent again after the kills and restarts, to every replica of its service: each
+      // refuses it.
+      for (const { label, siwe } of signIns.filter(({ siwe }) => acceptedNonces.includes(siwe!.nonce!))) {
+        const replicas = label.includes('runtime') ? set.runtimes : set.gateways;
+        const later = await siwe!.replay(replicas.map((replica) => replica.url));
+        expect(
+          later.map((attempt) => attempt.status),
+          `${label}, replayed`,
+        ).to.deep.equal(replicas.map(() => 401));
+      }
     });
 
     it('continues every chat session: a message after the kills and restarts is answered', () => {
