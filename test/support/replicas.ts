@@ -66,10 +66,10 @@ export async function freshPostgresDatabase(
 }
 
 /**
- * The dev chain accounts the gateway replicas' x402 facilitators settle from: one each, since a
- * facilitator's transactions are numbered per account (docs/operations.md, "Not yet shared"). Anvil
- * funds ten; 0 deployed the token and mints for tests (fundedPayer), 1 to 4 pay, receive, run the
- * ledger and the runtime's tool calls.
+ * The dev chain accounts the gateway replicas' x402 facilitators settle from: the same list on every
+ * replica, each of which leases one of them (deploy/README.md: a facilitator's transactions are
+ * numbered per account), so at least one per replica. Anvil funds ten; 0 deployed the token and mints
+ * for tests (fundedPayer), 1 to 4 pay, receive, run the ledger and the runtime's tool calls.
  */
 const FACILITATOR_ACCOUNTS = [5, 6, 7, 8, 9];
 
@@ -357,7 +357,8 @@ class Replicas implements ReplicaSet {
       withDevChainLedger(payments ? withDevChainRail(base, this.chain) : base, this.chain),
       this.chain,
     );
-    const behindBalancer = { maxConnectionsPerClient: 0 };
+    // The balancer's address: the client's is the one its X-Forwarded-For names.
+    const behindBalancer = { trustedProxies: ['127.0.0.1'] };
     const config = {
       runtime: {
         publicUrl: this.runtimeUrl,
@@ -375,22 +376,25 @@ class Replicas implements ReplicaSet {
         warmupAtStart: true,
         secretKey: TEST_GATEWAY_SECRET_KEY,
         ...(payments ? { paymentHint: wired.gateway.paymentHint } : {}),
-        callLimits: { trustedProxies: ['127.0.0.1'] },
         http: behindBalancer,
       },
       // Deposits counted within a fifth of a second, not two.
       ledger: { ...wired.ledger, pollIntervalMs: 200 },
     };
+    const rail = wired.plugins.find((plugin) => plugin.resolve === DEV_CHAIN_RAIL);
+    const facilitator = {
+      kind: 'builtin',
+      privateKeys: FACILITATOR_ACCOUNTS.map((index) => devWallet(index).privateKey),
+    };
     return {
       config: withSettings(config, options.settings ?? {}),
-      rail: wired.plugins.find((plugin) => plugin.resolve === DEV_CHAIN_RAIL),
+      rail: rail && { ...rail, options: { ...rail.options, facilitator } },
     };
   }
 
-  /** A replica's config: the shared one, with its own package cache, sandboxes and facilitator account. */
+  /** A replica's config: the shared one, with its own package cache and sandboxes. */
   private configOf(replica: ReplicaProcess): Record<string, unknown> {
     const { config, rail } = this.shared!;
-    const facilitator = devWallet(FACILITATOR_ACCOUNTS[replica.index] as number);
     return {
       ...config,
       plugins: [
@@ -401,17 +405,7 @@ class Replicas implements ReplicaSet {
             return { ...plugin, options: { ...plugin.options, cacheDir: join(replica.dir, 'packages') } };
           return plugin;
         }),
-        ...(rail
-          ? [
-              {
-                ...rail,
-                options: {
-                  ...rail.options,
-                  facilitator: { kind: 'builtin', privateKey: facilitator.privateKey },
-                },
-              },
-            ]
-          : []),
+        ...(rail ? [rail] : []),
         { resolve: UP_PROVIDER, enabled: true, options: {} },
       ],
     };
