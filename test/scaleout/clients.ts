@@ -321,10 +321,14 @@ export class ChatWallet {
     return storeAndUnlock(this.client(jwt), this.account, 'PROVIDER_API_KEY', 'sk-stand-in');
   }
 
-  /** Unlocks the vault for this JWT's session again, with the wallet's signature. */
+  /** Unlocks the vault for this JWT's session (on the replica it is sent to), with the wallet's signature. */
   async unlock(jwt: string): Promise<void> {
     const signature = await this.account.signMessage({ message: PROVIDER_VAULT_MESSAGE });
-    await this.client(jwt).json('POST', '/wallet/provider-vault/unlock', { signature });
+    const unlocked = await this.client(jwt).json('POST', '/wallet/provider-vault/unlock', { signature });
+    if (unlocked.status !== 200)
+      throw new Error(
+        `unlocking the vault of ${this.name}: ${unlocked.status} ${JSON.stringify(unlocked.body)}`,
+      );
   }
 
   /** The agent, on the stand-in model, with a daily budget when given. */
@@ -367,9 +371,11 @@ export class ChatWallet {
 }
 
 /**
- * One chat session of a {@link ChatWallet}, its messages one at a time. A stream cut off (its replica
- * died) is recovered as docs/runtime-chat.md says: the message sent again with the same id until it
- * is answered or refused; a vault locked on the replica now answering is unlocked again.
+ * One chat session of a {@link ChatWallet}, its messages one at a time, each recovered as
+ * docs/runtime-chat.md ("A lost stream") tells a client to: a stream cut (its replica died, say) is
+ * resumed from its last event id on any replica; an answer whose replica died (`answer_lost`) is sent
+ * again with the same id; a busy session's running answer is followed; a vault locked on the replica
+ * now answering is unlocked again.
  */
 export class ChatSession {
   private turn: Promise<unknown> = Promise.resolve();
@@ -390,9 +396,15 @@ export class ChatSession {
   private async send(content: string, id: string): Promise<ChatOutcome> {
     const deadline = AbortSignal.timeout(OPERATION_TIMEOUT_MS);
     const recovered: string[] = [];
+    const note = (step: string) => {
+      if (recovered.at(-1) !== step) recovered.push(step);
+    };
     const client = this.wallet.client(this.jwt);
-    const path = `/agents/${this.wallet.agentId}/sessions/${this.id}/messages`;
-    const ended = (outcome: Outcome, events: SseEvent[] = []): ChatOutcome => ({
+    const messages = `/agents/${this.wallet.agentId}/sessions/${this.id}/messages`;
+    /** The events read of the latest attempt at the message, across the resumes of its stream. */
+    let events: SseEvent[] = [];
+    let resume = false;
+    const ended = (outcome: Outcome): ChatOutcome => ({
       outcome,
       answer: events
         .filter((event) => event.event === 'text-delta')
@@ -408,32 +420,52 @@ export class ChatSession {
     });
     try {
       for (;;) {
-        const response = await client.send('POST', path, { content, id }, deadline);
+        const lastId = events.findLast((event) => event.id !== undefined)?.id;
+        const response = resume
+          ? await client.send(
+              'GET',
+              `${messages}/${id}/events`,
+              undefined,
+              deadline,
+              lastId === undefined ? {} : { 'last-event-id': lastId },
+            )
+          : await client.send('POST', messages, { content, id }, deadline);
         if (response.ok) {
-          const events = await readSse(response).catch(() => undefined);
-          const error = events?.find((event) => event.event === 'error')?.data;
-          if (error) return ended(refusedWith(200, error as ErrorBody, recovered), events);
-          if (events?.at(-1)?.event === 'done')
-            return ended({ end: 'answered', status: 200, ...nonEmpty(recovered) }, events);
-          recovered.push('stream cut: sent again with the same id');
+          if (!resume) events = [];
+          const read = await eventsOf(response);
+          events.push(...read);
+          const error = read.find((event) => event.event === 'error')?.data as ErrorBody | undefined;
+          if (error?.details?.reason === 'answer_lost') {
+            note('answer lost: sent again with the same id');
+            resume = false;
+            continue;
+          }
+          if (error) return ended(refusedWith(200, error, recovered));
+          if (read.some((event) => event.event === 'done'))
+            return ended({ end: 'answered', status: 200, ...nonEmpty(recovered) });
+          note('stream cut: resumed from its last event');
+          resume = true;
           continue;
         }
         const outcome = await outcomeOf(response);
         const reason = outcome.end === 'refused' ? outcome.reason : undefined;
-        if (reason === 'session_busy') {
-          if (recovered.at(-1) !== 'session busy: asked again') recovered.push('session busy: asked again');
+        if (reason === 'session_busy' || reason === 'replica_unanswered' || reason === 'replica_timed_out') {
+          // Answered elsewhere, or its replica died answering: follow its stored stream.
+          note(`${reason}: resumed its stream`);
+          resume = true;
+          continue;
+        }
+        if (reason === 'stream_not_found') {
+          // Nothing stored of it (yet, or ever): sent again, after a moment.
+          note('no stream stored: sent again with the same id');
+          resume = false;
           await new Promise((resolve) => setTimeout(resolve, 250));
           continue;
         }
-        if (reason === 'provider_vault_locked' && !recovered.includes('vault unlocked again')) {
+        if (reason === 'vault_locked' && !recovered.includes('vault unlocked again')) {
           recovered.push('vault unlocked again');
           await this.wallet.unlock(this.jwt);
-          continue;
-        }
-        // The balancer's answer when the replica died before answering: its hint says to send the
-        // message again with the same id.
-        if (reason === 'replica_unanswered' || reason === 'replica_timed_out') {
-          recovered.push(`${reason}: sent again with the same id`);
+          resume = false;
           continue;
         }
         if (reason === 'message_already_answered')
@@ -444,6 +476,17 @@ export class ChatSession {
       return ended(outcomeOfThrown(err, deadline));
     }
   }
+}
+
+/** The events of an SSE response to its end, or, cut, those read before the cut. */
+async function eventsOf(response: Response): Promise<SseEvent[]> {
+  const events: SseEvent[] = [];
+  // readSse hands each event to `until` as it is parsed: kept here, so a cut does not lose them.
+  await readSse(response, (event) => {
+    events.push(event);
+    return false;
+  }).catch(() => undefined);
+  return events;
 }
 
 const nonEmpty = (recovered: string[]) => (recovered.length > 0 ? { recovered } : {});

@@ -326,7 +326,7 @@ describeScaleOut(
       // message after them.
       expect(operations).to.have.length(plan().length + MIX.withdrawals + killed.length + continued.length);
       // The kills cut work in flight: the paid call got the balancer's JSON error, the chat message's
-      // stream was cut (or the balancer answered for it) and its client sent it again.
+      // stream was cut (or the balancer answered for it) and its client resumed it.
       const [paidCall, chatMessage] = killed as [Operation, Operation];
       expect(paidCall.outcome, describeOperation(paidCall)).to.include({
         end: 'refused',
@@ -335,7 +335,7 @@ describeScaleOut(
       });
       const recovered = 'recovered' in chatMessage.outcome ? (chatMessage.outcome.recovered ?? []) : [];
       expect(recovered.join(', '), describeOperation(chatMessage)).to.match(
-        /^(stream cut|replica_unanswered): sent again with the same id/,
+        /^(stream cut|replica_unanswered): resumed/,
       );
     });
 
@@ -466,9 +466,9 @@ interface LoadWallet {
 
 /**
  * A chat wallet signed in once for each of `replicas`, each time until the balancer sends its session
- * JWT there, its key stored with each sign-in (the vault keeps a key on the replica it was stored on:
- * docs/operations.md, "Not yet shared"), `deposit` deposited and counted, an agent (with a daily
- * budget when given), and a session for each sign-in.
+ * JWT there, its key stored with the first sign-in and the vault unlocked with the others (each on its
+ * replica), `deposit` deposited and counted, an agent (with a daily budget when given), and a session
+ * for each sign-in.
  */
 async function loadWallet(
   set: ReplicaSet,
@@ -481,7 +481,7 @@ async function loadWallet(
   const jwts: string[] = [];
   for (const replica of replicas) {
     const jwt = await callerServedBy(set, replica, { ...runtimeSession, make: () => wallet.signIn() });
-    await wallet.storeKey(jwt);
+    await (jwts.length === 0 ? wallet.storeKey(jwt) : wallet.unlock(jwt));
     jwts.push(jwt);
   }
   const [first] = jwts as [string];
