@@ -6,7 +6,8 @@
  * the probe MCP server from a local verdaccio in the linux-namespaces sandbox, paying on anvil.
  *
  * Two sets, one after the other: the gateways with the dev chain's x402 rail (every call paid by the
- * dev payer, each gateway settling from its own facilitator account), and without a rail (calls free).
+ * dev payer, each gateway settling from an account of the facilitator's list it leases), and without a
+ * rail (calls free).
  * In each, BENCH_RUNS rounds (2) of both sizes, their order turned each round: one replica of each
  * service (the second ones stopped, nginx reloaded with the first ones only) and two (the second ones
  * started again, nginx reloaded with all). Each measurement is bench/payments-load.ts in its own
