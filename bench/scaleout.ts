@@ -229,7 +229,6 @@ async function exactlyOnce(
         ...nonces.refused.map((nonce) => ({ label: nonce, nonces: [nonce.toLowerCase()], answered: false })),
       ],
       sweptToTreasury: 0n,
-      executingBefore: 0,
     }),
   );
   const { token } = await walletToken(set.gatewayUrl, operator);

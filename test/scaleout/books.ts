@@ -40,7 +40,6 @@ export interface SettlementRow {
   state: string;
   payer: string;
   amount: string;
-  created_at: number | string;
 }
 
 /** The EIP-3009 nonce of a gateway payment id (`<network>:<token>:<payer>:<nonce>`). */
@@ -65,8 +64,8 @@ export interface X402Books {
  * No double charge and no lost settlement, across every replica's records: each settled record has
  * exactly one AuthorizationUsed of its payer and nonce on chain, and each such event a settled record;
  * each payer lost what its settled records say and the treasury (payTo) gained their sum; every paid
- * answer has its settled record, and no refused one was charged; nothing is left settling; a record
- * still `executing` is a call that died with its replica (made before `executingBefore`).
+ * answer has its settled record, and no refused one was charged; nothing is left settling or
+ * executing (a call whose replica died is released by another replica once it is dead).
  */
 export async function x402Books(options: {
   chain: DevChain;
@@ -77,17 +76,10 @@ export async function x402Books(options: {
   calls: PaidCall[];
   /** Completed ledger sweeps also pay the treasury. */
   sweptToTreasury: bigint;
-  executingBefore: number;
 }): Promise<X402Books> {
   const { chain, db } = options;
   const problems: string[] = [];
-  const rows = (await db('payment_settlements').select(
-    'id',
-    'state',
-    'payer',
-    'amount',
-    'created_at',
-  )) as SettlementRow[];
+  const rows = (await db('payment_settlements').select('id', 'state', 'payer', 'amount')) as SettlementRow[];
   const byNonce = new Map(rows.map((row) => [nonceOfId(row.id), row]));
   const settled = rows.filter((row) => row.state === 'settled');
   const reader = createPublicClient({ transport: http(chain.rpcUrl) });
@@ -142,13 +134,9 @@ export async function x402Books(options: {
       .map((call) => call.label),
   );
   list(
-    'records left settling, or executing though no replica running then died',
+    'records left settling or executing',
     rows
-      .filter(
-        (row) =>
-          row.state === 'settling' ||
-          (row.state === 'executing' && Number(row.created_at) >= options.executingBefore),
-      )
+      .filter((row) => row.state === 'settling' || row.state === 'executing')
       .map((row) => `${row.id} ${row.state}`),
   );
   return { problems, rows, settled: settled.length, events: eventsByNonce.size, treasuryGain };

@@ -185,7 +185,6 @@ describeScaleOut(
     let continued: Operation[] = [];
     let payers: { address: Address; before: bigint }[] = [];
     let treasuryBefore = 0n;
-    let gatewayKilledAt = Number.POSITIVE_INFINITY;
     /** Agents' days over their daily budget at the end of the load (before the budget is lifted). */
     let overBudget: object[] = [];
 
@@ -276,11 +275,7 @@ describeScaleOut(
       // The kills and restarts, in the background as the load runs.
       const acts = (async () => {
         await progress.reached(KILL_GATEWAY_AFTER);
-        killed.push(
-          await killWithPaidCallInFlight(set, gatewayVictim, restPayer, gatewayVictimSession, (at) => {
-            gatewayKilledAt = at;
-          }),
-        );
+        killed.push(await killWithPaidCallInFlight(set, gatewayVictim, restPayer, gatewayVictimSession));
         await progress.reached(KILL_RUNTIME_AFTER);
         killed.push(await killWithChatInFlight(set, runtimeVictim, victim.sessions[0]!));
         await progress.reached(RESTART_GATEWAY_AFTER);
@@ -356,7 +351,6 @@ describeScaleOut(
           payers,
           calls,
           sweptToTreasury: await sweptToTreasury(set),
-          executingBefore: gatewayKilledAt,
         });
       // Settlements a killed replica left under way are completed by the others' retry workers.
       const books = await whenQuiet('the books balanced', read);
@@ -520,7 +514,6 @@ async function killWithPaidCallInFlight(
   victim: ReplicaProcess,
   payer: LocalAccount,
   session: string,
-  killed: (at: number) => void,
 ): Promise<Operation> {
   const call = payOverRest({
     gatewayUrl: set.gatewayUrl,
@@ -536,7 +529,6 @@ async function killWithPaidCallInFlight(
       set.db('payment_settlements').where({ state: 'executing' }).whereLike('resource', '%sleep%').first(),
     30_000,
   );
-  killed(Date.now());
   await set.kill(victim);
   return { label: `a paid sleep in flight on ${victim.name} as it was killed`, ...(await call) };
 }
