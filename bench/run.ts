@@ -121,6 +121,7 @@ const suites: Record<string, () => Promise<Row[]>> = {
   canvas: async () => (await import('./canvas.ts')).canvasSuite(),
   reflect: async () => (await import('./reflect.ts')).reflectSuite(),
   compiled: async () => (await import('./compiled.ts')).compiledSuite(),
+  'scale-out': async () => (await import('./scaleout.ts')).scaleOutSuite(),
 };
 // `npm run bench -- gateway-mcp` runs the named suites only; the table keeps the others' last results.
 // Each suite runs in a process of its own: one suite's servers, timers and heap never slow the next.

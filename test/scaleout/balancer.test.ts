@@ -1,13 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { wrapFetchWithPayment } from '@x402/fetch';
 import { expect } from 'chai';
-import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { runExample } from '../examples/support.ts';
-import { signIn } from '../services/runtime/chat-support.ts';
 import { payingClient } from '../services/gateway/payments/support.ts';
 import { postModern, walletToken } from '../services/gateway/support.ts';
 import { eventually } from '../support/eventually.ts';
 import { describeScaleOut, replicaSuite, type ReplicaProcess, type ReplicaSet } from '../support/replicas.ts';
+import { callerServedBy, mcpSession, runtimeSession, servedBy } from './callers.ts';
 
 /**
  * Issue 29, §2: two replicas of each service, real processes of the `sigil` command, on one
@@ -178,70 +177,4 @@ async function clientFlows(set: ReplicaSet): Promise<void> {
   expect(
     chat.match(/^ledger {4}\w+ message: charge \S+ of \d+ base units, as its cost event said$/gm),
   ).to.have.length(2);
-}
-
-/**
- * Sends `times` requests for each caller (a request id each) and reads from the balancer's log which
- * replica answered them: the one replica of each caller (it fails when a caller's requests were split).
- */
-async function servedBy(
-  set: ReplicaSet,
-  callers: string[],
-  times: number,
-  kind: Pick<CallerKind, 'send'>,
-): Promise<Map<string, string>> {
-  const served = new Map<string, string>();
-  for (const caller of callers) {
-    const upstreams = new Set<string>();
-    for (let i = 0; i < times; i++) {
-      const requestId = randomUUID();
-      const response = await kind.send(set, caller, requestId);
-      expect(response.status, await response.text()).to.equal(200);
-      for (const line of await set.balancer.requestsWithId(requestId)) upstreams.add(line.upstream);
-    }
-    expect(upstreams.size, `the requests of one caller went to ${[...upstreams].join(' and ')}`).to.equal(1);
-    served.set(caller, [...upstreams][0]!);
-  }
-  return served;
-}
-
-/** A kind of caller: how a new one is made, and how one sends a request (with a request id). */
-interface CallerKind {
-  make(set: ReplicaSet): Promise<string>;
-  send(set: ReplicaSet, caller: string, requestId: string): Promise<Response>;
-}
-
-/** A gateway caller known by its X-MCP-Session (a fresh name), listing the servers. */
-const mcpSession: CallerKind = {
-  make: async () => `caller-${randomUUID()}`,
-  send: (set, session, requestId) =>
-    fetch(`${set.gatewayUrl}/api/servers`, {
-      headers: { 'x-mcp-session': session, 'x-request-id': requestId },
-    }),
-};
-
-/** A runtime caller known by its session JWT (a fresh wallet signed in), reading its balance. */
-const runtimeSession: CallerKind = {
-  make: (set) => signIn(set.runtimeUrl, privateKeyToAccount(generatePrivateKey())),
-  send: (set, jwt, requestId) =>
-    fetch(`${set.runtimeUrl}/wallet/balance`, {
-      headers: { authorization: `Bearer ${jwt}`, 'x-request-id': requestId },
-    }),
-};
-
-/** A new caller of `kind` whose requests the balancer sends to `replica`. */
-function callerServedBy(
-  set: ReplicaSet,
-  replica: ReplicaProcess,
-  kind: CallerKind,
-  timeoutMs?: number,
-): Promise<string> {
-  return eventually(
-    `a caller the balancer sends to ${replica.name}`,
-    async () => {
-      const caller = await kind.make(set);
-      return (await servedBy(set, [caller], 1, kind)).get(caller) === replica.address ? caller : undefined;
-    },
-    timeoutMs,
-  );
 }

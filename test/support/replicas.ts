@@ -66,10 +66,10 @@ export async function freshPostgresDatabase(
 }
 
 /**
- * The dev chain accounts the gateway replicas' x402 facilitators settle from: one each, since a
- * facilitator's transactions are numbered per account (docs/operations.md, "Not yet shared"). Anvil
- * funds ten; 0 deployed the token and mints for tests (fundedPayer), 1 to 4 pay, receive, run the
- * ledger and the runtime's tool calls.
+ * The dev chain accounts the gateway replicas' x402 facilitators settle from: the same list on every
+ * replica, each of which leases one of them (deploy/README.md: a facilitator's transactions are
+ * numbered per account), so at least one per replica. Anvil funds ten; 0 deployed the token and mints
+ * for tests (fundedPayer), 1 to 4 pay, receive, run the ledger and the runtime's tool calls.
  */
 const FACILITATOR_ACCOUNTS = [5, 6, 7, 8, 9];
 
@@ -181,11 +181,18 @@ export class ReplicaProcess {
   }
 }
 
+/** Sections of the config file every replica gets more settings in. */
+export type ReplicaSettings = Partial<Record<'runtime' | 'gateway' | 'database' | 'ledger', object>>;
+
 export interface ReplicaSetOptions {
   /** The PostgreSQL server a fresh database is made on. */
   postgresUrl: string;
   runtimes?: number;
   gateways?: number;
+  /** Settings added to those every replica's config has (e.g. `database` leases), merged at every depth. */
+  settings?: ReplicaSettings;
+  /** Whether the gateways charge for tool calls on the dev chain's x402 rail; true unless told (false: free). */
+  payments?: boolean;
 }
 
 /** What a test drives: the balancer, the replicas, the chain and the database they share. */
@@ -254,8 +261,8 @@ class Replicas implements ReplicaSet {
   world!: ProbeWorld;
   db!: Database;
   private database: { url: string; drop(): Promise<void> } | undefined;
-  /** What every replica's config says (configOfAll), and the x402 rail's entry on the dev chain. */
-  private shared: { config: Record<string, unknown>; rail: PluginEntry } | undefined;
+  /** What every replica's config says (configOfAll), and the x402 rail's entry on the dev chain, if any. */
+  private shared: { config: Record<string, unknown>; rail: PluginEntry | undefined } | undefined;
   /** tee-none's keyMaterial: one for all, so that every gateway verifies every gateway's proofs. */
   private readonly proofKeyMaterial = randomBytes(32).toString('hex');
 
@@ -280,7 +287,7 @@ class Replicas implements ReplicaSet {
     this.balancer = await startBalancer(this.upstreams());
     this.runtimeUrl = this.balancer.runtimeUrl;
     this.gatewayUrl = this.balancer.gatewayUrl;
-    this.shared = this.configOfAll();
+    this.shared = this.configOfAll(options);
     // One first, alone: it migrates the fresh database, which the others then find done.
     const [first, ...others] = [...this.runtimes, ...this.gateways];
     const moved = [
@@ -340,13 +347,17 @@ class Replicas implements ReplicaSet {
    * loop), the balancer as a trusted proxy, one key for each thing replicas must agree on, the ledger
    * and the x402 rail on the dev chain (as `sigil up` wires them), and the stand-in LLM.
    */
-  private configOfAll(): { config: Record<string, unknown>; rail: PluginEntry } {
+  private configOfAll(options: ReplicaSetOptions): {
+    config: Record<string, unknown>;
+    rail: PluginEntry | undefined;
+  } {
+    const payments = options.payments ?? true;
+    const base = configSchema.parse({});
     const wired = withDevChainOperator(
-      withDevChainLedger(withDevChainRail(configSchema.parse({}), this.chain), this.chain),
+      withDevChainLedger(payments ? withDevChainRail(base, this.chain) : base, this.chain),
       this.chain,
     );
-    // The balancer (on this host) is trusted: its X-Forwarded-For names the client, and its connections
-    // are not capped per client.
+    // The balancer's address: the client's is the one its X-Forwarded-For names.
     const behindBalancer = { trustedProxies: ['127.0.0.1'] };
     const config = {
       runtime: {
@@ -364,19 +375,26 @@ class Replicas implements ReplicaSet {
         catalogFile: this.world.catalogFile,
         warmupAtStart: true,
         secretKey: TEST_GATEWAY_SECRET_KEY,
-        paymentHint: wired.gateway.paymentHint,
+        ...(payments ? { paymentHint: wired.gateway.paymentHint } : {}),
         http: behindBalancer,
       },
       // Deposits counted within a fifth of a second, not two.
       ledger: { ...wired.ledger, pollIntervalMs: 200 },
     };
-    return { config, rail: wired.plugins.find((plugin) => plugin.resolve === DEV_CHAIN_RAIL)! };
+    const rail = wired.plugins.find((plugin) => plugin.resolve === DEV_CHAIN_RAIL);
+    const facilitator = {
+      kind: 'builtin',
+      privateKeys: FACILITATOR_ACCOUNTS.map((index) => devWallet(index).privateKey),
+    };
+    return {
+      config: withSettings(config, options.settings ?? {}),
+      rail: rail && { ...rail, options: { ...rail.options, facilitator } },
+    };
   }
 
-  /** A replica's config: the shared one, with its own package cache, sandboxes and facilitator account. */
+  /** A replica's config: the shared one, with its own package cache and sandboxes. */
   private configOf(replica: ReplicaProcess): Record<string, unknown> {
     const { config, rail } = this.shared!;
-    const facilitator = devWallet(FACILITATOR_ACCOUNTS[replica.index] as number);
     return {
       ...config,
       plugins: [
@@ -387,12 +405,23 @@ class Replicas implements ReplicaSet {
             return { ...plugin, options: { ...plugin.options, cacheDir: join(replica.dir, 'packages') } };
           return plugin;
         }),
-        {
-          ...rail,
-          options: { ...rail.options, facilitator: { kind: 'builtin', privateKey: facilitator.privateKey } },
-        },
+        ...(rail ? [rail] : []),
         { resolve: UP_PROVIDER, enabled: true, options: {} },
       ],
     };
   }
 }
+
+/** `base` with `settings` in it: objects merged key by key, at every depth; anything else replaced. */
+function withSettings(base: Record<string, unknown>, settings: object): Record<string, unknown> {
+  const merged = { ...base };
+  for (const [key, value] of Object.entries(settings)) {
+    const current = merged[key];
+    merged[key] =
+      isPlainObject(current) && isPlainObject(value) ? withSettings(current, value) : (value as unknown);
+  }
+  return merged;
+}
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);

@@ -79,22 +79,30 @@ export function balances(chain: DevChain) {
 }
 
 /**
- * A fresh payer holding `amount` base units (10 USD by default), minted by the token's owner (the
- * operator). Gateways in these tests settle from other accounts, so this never races their nonces.
+ * A payer (fresh unless given) holding `amount` base units (10 USD by default), minted by the token's
+ * owner (the operator). Gateways in these tests settle from other accounts, so this never races their
+ * nonces.
  */
-export async function fundedPayer(chain: DevChain, amount = 10_000_000n): Promise<LocalAccount> {
-  const account = privateKeyToAccount(generatePrivateKey());
-  if (amount === 0n) return account;
+export async function fundedPayer(
+  chain: DevChain,
+  amount = 10_000_000n,
+  account: LocalAccount = privateKeyToAccount(generatePrivateKey()),
+): Promise<LocalAccount> {
+  if (amount > 0n) await mint(chain, account.address, amount);
+  return account;
+}
+
+/** `amount` base units minted to `to` by the token's owner (the operator); resolves once mined. */
+export async function mint(chain: DevChain, to: Address, amount: bigint): Promise<void> {
   const { publicClient, operatorWallet } = chainClients(chain);
   const hash = await operatorWallet.writeContract({
     address: chain.token.address,
     abi: sigilDollarAbi,
     functionName: 'mint',
-    args: [account.address, amount],
+    args: [to, amount],
   });
   const receipt = await publicClient.waitForTransactionReceipt({ hash });
-  if (receipt.status !== 'success') throw new Error(`minting for ${account.address} failed`);
-  return account;
+  if (receipt.status !== 'success') throw new Error(`minting for ${to} failed`);
 }
 
 /**
