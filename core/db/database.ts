@@ -145,12 +145,26 @@ export async function migrate(db: Database, extra: readonly Migration[] = []): P
       throw new SigilError('internal', `Duplicate migration name ${migration.name}`);
     names.add(migration.name);
   }
-  const [, applied] = (await db.migrate.latest({ migrationSource: new ListMigrationSource(all) })) as [
-    number,
-    string[],
-  ];
-  return applied;
+  const latest = async () => {
+    const [, applied] = (await db.migrate.latest({ migrationSource: new ListMigrationSource(all) })) as [
+      number,
+      string[],
+    ];
+    return applied;
+  };
+  if (dialectOf(db) === 'sqlite') return latest();
+  // Replicas starting at once on a fresh database would each create knex's bookkeeping tables, and
+  // all but one fail ("relation already exists"): knex's own lock lives in one of those tables. One
+  // replica migrates at a time, holding a PostgreSQL advisory lock on its schema in a transaction of
+  // its own while knex migrates on other connections of the pool; the others then find it done.
+  return db.transaction(async (lock) => {
+    await lock.raw('select pg_advisory_xact_lock(?, hashtext(current_schema()))', [MIGRATION_LOCK_CLASS]);
+    return latest();
+  });
 }
+
+/** The first key of the migrations' advisory lock (the second is the schema's): "sigl" in ASCII. */
+const MIGRATION_LOCK_CLASS = 0x7369676c;
 
 /**
  * Whether a failed write broke a constraint (SQLite's SQLITE_CONSTRAINT, PostgreSQL's SQLSTATE class

@@ -1,8 +1,10 @@
 import { expect } from 'chai';
+import { randomBytes } from 'node:crypto';
 import { describeUrl, dialectOf, migrate, openDatabase } from '../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import { serviceMigrations } from '../../services/migrations.ts';
 import { describeEachDatabase, openTestKernel } from '../support/kernel.ts';
+import { describeScaleOut } from '../support/replicas.ts';
 
 describeEachDatabase('database', (database) => {
   it('migrates at start-up, and migrating again applies nothing', async () => {
@@ -63,5 +65,28 @@ describe('database connection errors', () => {
   it('describes URLs without passwords', () => {
     expect(describeUrl('postgres://u:secret@h:5432/d')).to.equal('postgres://u:***@h:5432/d');
     expect(describeUrl('data/sigil.db')).to.equal('data/sigil.db');
+  });
+});
+
+describeScaleOut('migrations of replicas starting at once', (postgresUrl) => {
+  it('migrate a fresh database once, and none of the replicas fails', async function () {
+    this.timeout(60_000);
+    const schema = `migrate_race_${randomBytes(4).toString('hex')}`;
+    // Opened one by one: creating the test's schema is not what races here.
+    const replicas = [];
+    for (let i = 0; i < 6; i++) replicas.push(await openDatabase({ url: postgresUrl, schema }));
+    try {
+      const applied = await Promise.all(replicas.map((db) => migrate(db, serviceMigrations)));
+      // One replica applied every migration, the others found them applied.
+      const all = applied.find((names) => names.length > 0) ?? [];
+      expect(all).to.include('0001-auth');
+      expect(applied.filter((names) => names.length > 0)).to.have.length(1);
+      expect(await replicas[0]!('knex_migrations').count({ n: '*' }).first()).to.deep.equal({
+        n: String(all.length),
+      });
+    } finally {
+      await replicas[0]?.raw(`drop schema if exists "${schema}" cascade`);
+      await Promise.all(replicas.map((db) => db.destroy()));
+    }
   });
 });
