@@ -52,6 +52,55 @@ program
   });
 
 program
+  .command('devchain')
+  .description(
+    'Run the local dev chain alone, for replicas started on their own (sigil runtime, sigil gateway): the chain `sigil up` runs, until Ctrl-C',
+  )
+  .option(
+    '--replicas-config <file>',
+    'also write a config every replica can share: the payment rail and ledger on this chain, the stand-in LLM, and keys made once for all (README "Scale out"; a local trial, never production)',
+  )
+  .option('--runtime-url <url>', "the runtime's public URL: the balancer's", 'http://127.0.0.1:8080')
+  .option('--gateway-url <url>', "the gateway's public URL: the balancer's", 'http://127.0.0.1:8402')
+  .action(async (options: { replicasConfig?: string; runtimeUrl: string; gatewayUrl: string }) => {
+    const { runDevChain } = await import('./devchain.ts');
+    await runDevChain({ configPath: configPath(), ...options });
+  });
+
+program
+  .command('nginx')
+  .description(
+    "Fill deploy/nginx's configuration in for the replicas' addresses: printed, or written into an nginx folder laid out as Debian's",
+  )
+  .requiredOption('--runtime <addresses>', "the runtime replicas' host:port, separated by commas")
+  .requiredOption('--gateway <addresses>', "the gateway replicas' host:port, separated by commas")
+  .option('--runtime-listen <where>', 'where nginx listens for the runtime: a port or address:port', '8080')
+  .option('--gateway-listen <where>', 'where nginx listens for the gateway: a port or address:port', '8402')
+  .option('--out <dir>', 'write conf.d/sigil.conf and snippets/ there (e.g. /etc/nginx) instead of printing')
+  .action(
+    async (options: {
+      runtime: string;
+      gateway: string;
+      runtimeListen: string;
+      gatewayListen: string;
+      out?: string;
+    }) => {
+      const { replicaAddresses, shippedNginxConfig, writeNginxConfig } = await import('./nginx-config.ts');
+      const values = {
+        runtime: replicaAddresses('--runtime', options.runtime),
+        gateway: replicaAddresses('--gateway', options.gateway),
+        runtimeListen: options.runtimeListen,
+        gatewayListen: options.gatewayListen,
+      };
+      if (options.out === undefined) process.stdout.write(shippedNginxConfig(values));
+      else
+        process.stdout.write(
+          `${writeNginxConfig(options.out, values).join('\n')}\nthen: nginx -t && nginx -s reload\n`,
+        );
+    },
+  );
+
+program
   .command('plugins')
   .description('List the plugins the config loads, with kind, name, spec version and state')
   .option('--json', 'print JSON')

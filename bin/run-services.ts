@@ -152,7 +152,7 @@ function paymentsBannerOf(
  * Starts the local dev chain for `sigil up`, unless it is turned off or the config has a payment
  * rail of its own. Progress goes to the log; what the developer needs is printed once serving.
  */
-async function startDevChainFor(
+export async function startDevChainFor(
   loaded: LoadedConfig,
   destination: DestinationStream,
 ): Promise<DevChain | undefined> {

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { expect } from 'chai';
 import { SSE_HEARTBEAT_MS } from '../../core/http/sse.ts';
 import { configSchema } from '../../services/config.ts';
-import { fillNginxTemplate } from '../support/balancer.ts';
+import { fillNginxTemplate } from '../../bin/nginx-config.ts';
 import { repoPath } from '../support/paths.ts';
 
 const template = readFileSync(repoPath('deploy', 'nginx', 'sigil.conf.template'), 'utf8');

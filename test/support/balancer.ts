@@ -15,19 +15,10 @@ import { join } from 'node:path';
 import { freePort } from './cli.ts';
 import { ensureDebianPrograms } from './debian.ts';
 import { eventually } from './eventually.ts';
-import { repoPath } from './paths.ts';
+import { DEPLOY_NGINX, shippedNginxConfig, type Upstreams } from '../../bin/nginx-config.ts';
 
 /** Debian's nginx (.ci/run installs it; installed here when missing, as root). */
 export const NGINX = '/usr/sbin/nginx';
-
-/** The shipped configuration: the template and its snippets (deploy/README.md). */
-const DEPLOY_NGINX = repoPath('deploy', 'nginx');
-
-/** The replicas' addresses (host:port) of each service. */
-export interface Upstreams {
-  runtime: readonly string[];
-  gateway: readonly string[];
-}
 
 /** One line of the balancer's access log (the `sigil_balancer` format of the template). */
 export interface BalancedRequest {
@@ -58,29 +49,6 @@ export interface Balancer {
   /** Points the upstreams at other addresses: the template filled again and reloaded (SIGHUP). */
   reload(upstreams: Upstreams): Promise<void>;
   stop(): Promise<void>;
-}
-
-/**
- * The template filled in as deploy/README.md says: each line holding a replica placeholder once per
- * address of that service, the listen placeholders replaced.
- */
-export function fillNginxTemplate(
-  template: string,
-  values: Upstreams & { runtimeListen: string; gatewayListen: string },
-): string {
-  return template
-    .split('\n')
-    .flatMap((line) => {
-      for (const service of ['runtime', 'gateway'] as const) {
-        const placeholder = `{{${service}}}`;
-        if (line.includes(placeholder))
-          return values[service].map((address) => line.replace(placeholder, address));
-      }
-      return [line];
-    })
-    .join('\n')
-    .replaceAll('{{runtime_listen}}', values.runtimeListen)
-    .replaceAll('{{gateway_listen}}', values.gatewayListen);
 }
 
 /** nginx's exit when one of the ports picked for it was taken meanwhile: picked again. */
@@ -238,10 +206,9 @@ function writeSigilConfig(
   upstreams: Upstreams,
   ports: { runtime: number; gateway: number },
 ): void {
-  const template = readFileSync(join(DEPLOY_NGINX, 'sigil.conf.template'), 'utf8');
   writeFileSync(
     join(dir, 'sigil.conf'),
-    fillNginxTemplate(template, {
+    shippedNginxConfig({
       ...upstreams,
       runtimeListen: `127.0.0.1:${ports.runtime}`,
       gatewayListen: `127.0.0.1:${ports.gateway}`,
