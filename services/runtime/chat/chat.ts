@@ -23,7 +23,7 @@ import { offeredModels, offeredModelsHint } from '../models.ts';
 import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
-import type { AnswerEvents, AnswerStream } from './answer-events.ts';
+import { type AnswerEvents, type AnswerStream, FIRST_SEQ } from './answer-events.ts';
 import { answerLost, followAnswer } from './answer-follow.ts';
 import { AnswerLog } from './answer-log.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
@@ -216,6 +216,8 @@ export class ChatService {
     body: { content: string; id?: string | undefined },
   ): Promise<PreparedChat> {
     const session = await this.sessions.get(principal.address, agentId, sessionId);
+    // An id made here is new: no earlier attempt at it can be stored, so none is looked for.
+    const fresh = body.id === undefined;
     const messageId = body.id ?? randomUUID();
     const entry = await this.providerFor(session.model);
     if (!entry)
@@ -226,7 +228,7 @@ export class ChatService {
     const context = this.options.context
       ? await this.options.context(principal.address, body.content)
       : NO_CONTEXT;
-    const { history, claim } = await this.sessions.begin(session, messageId);
+    const { history, claim } = await this.sessions.begin(session, messageId, { fresh });
     try {
       const messages = withContext([...history, { role: 'user', content: body.content }], context);
       const runtimeTools = context.tools.map((tool) => tool.definition);
@@ -245,7 +247,7 @@ export class ChatService {
       // Where the answer's event numbers start, read beside the hold (at the same time on PostgreSQL).
       const [taken, firstSeq] = await Promise.all([
         this.options.holds.hold(held),
-        this.options.answers.nextSeq(session.id, messageId),
+        fresh ? FIRST_SEQ : this.options.answers.nextSeq(session.id, messageId),
       ]);
       let hold = taken;
       if (hold.settleCost !== undefined) {

@@ -184,17 +184,19 @@ export class ChatSessions {
   /**
    * Claims the session for one request and gives its conversation so far; refuses an ended session,
    * a second request at once (on any replica), a message id already answered (from the stored
-   * history, so across restarts and replicas: the refusal says where its answer is) and a full
-   * session. The claim is the request's until `finish`.
+   * history, so across restarts and replicas: the refusal says where its answer is; not looked for
+   * when the id is `fresh`, made by the runtime for this request) and a full session. The claim is
+   * the request's until `finish`.
    */
   async begin(
     session: ChatSession,
     messageId: string,
+    { fresh }: { fresh: boolean },
   ): Promise<{ history: LlmMessage[]; claim: SessionClaim }> {
     if (session.endedAt !== undefined) throw sessionEnded(session);
     const claim = new SessionClaim(this.store, session.id, await this.store.claim(session.id));
     try {
-      const answer = await this.store.answerOf(session.id, messageId);
+      const answer = fresh ? undefined : await this.store.answerOf(session.id, messageId);
       if (answer) throw alreadyAnswered(session, messageId, answer);
       if (session.userMessages >= this.limits.maxMessagesPerSession) {
         throw new SigilError(
