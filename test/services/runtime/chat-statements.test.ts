@@ -72,6 +72,31 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     expect(replayed).to.deep.equal(events);
   });
 
+  it('the claim of a message records the session’s use; a session without messages is not read for its history, one with them is', async () => {
+    const sessionId = await open();
+    const opened = await client.json('GET', `/agents/${agentId}/sessions/${sessionId}`);
+    const historyRead = (sql: string) => /from .chat_messages. where .session_id. = \? order by/.test(sql);
+    const separateTouch = (sql: string) => /^update .chat_sessions. set .last_used_at. = \? where/.test(sql);
+    stack.clock.advance(1000);
+    const first = await turn(sessionId, { content: 'hello there' });
+    expect(first.beforeToken.filter(historyRead)).to.deep.equal([]);
+    expect(first.beforeToken.filter(separateTouch)).to.deep.equal([]);
+    const used = await client.json('GET', `/agents/${agentId}/sessions/${sessionId}`);
+    expect(Date.parse(used.body.lastUsedAt as string)).to.equal(
+      Date.parse(opened.body.lastUsedAt as string) + 1000,
+    );
+    const second = await turn(sessionId, { content: 'and again' });
+    expect(second.events.at(-1)?.event).to.equal('done');
+    expect(second.beforeToken.filter(historyRead)).to.have.length(1);
+    const stored = await client.json('GET', `/agents/${agentId}/sessions/${sessionId}/messages`);
+    expect(stored.body.messages.map((m: { content: string }) => m.content)).to.deep.equal([
+      'hello there',
+      'hello there',
+      'and again',
+      'and again',
+    ]);
+  });
+
   it('a message with its own id looks for earlier attempts, and a second one of that id is refused', async () => {
     const sessionId = await open();
     const first = await turn(sessionId, { content: 'hello there', id: 'm-1' });
