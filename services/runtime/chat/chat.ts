@@ -309,14 +309,16 @@ export class ChatService {
   /**
    * Before each step (a model turn, a tool call): extends the chat's hold to cover `base` upstream and
    * `toolCalls` calls, or when it already does, refreshes its expiry, so the expiry sweep never
-   * releases a running chat's hold however many steps it takes (holdTtlSeconds need only outlast one).
+   * releases a running chat's hold however many steps it takes (holdTtlSeconds, less JUST_HELD_MS,
+   * need only outlast one). A hold taken or refreshed within JUST_HELD_MS is left as it is: the first
+   * model turn's, taken by `prepare` a moment before, costs no statement.
    */
   private async reserve(chat: PreparedChat, base: bigint, toolCalls: number): Promise<void> {
     const needed = platformCost(chat.keyKind, base, toolCalls).platformCost;
     chat.hold =
       needed > chat.hold.amount
         ? await this.options.holds.extend(chat.hold, needed)
-        : await this.options.holds.refresh(chat.hold);
+        : await this.options.holds.keep(chat.hold, JUST_HELD_MS);
   }
 
   /**
@@ -698,6 +700,9 @@ export class ChatService {
     };
   }
 }
+
+/** A hold refreshed this recently is not refreshed again before a step (`reserve`). */
+const JUST_HELD_MS = 250;
 
 /** How long a resume waits for a running answer to be recorded, looking every RECORDING_POLL_MS. */
 const RECORDING_WAIT_MS = 2000;

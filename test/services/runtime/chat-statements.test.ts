@@ -65,6 +65,10 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     expect(events.at(-1)?.event).to.equal('done');
     expect(events.map((event) => Number(event.id))).to.deep.equal(events.map((_, i) => i + 1));
     expect(beforeToken.filter(earlierAttempts)).to.deep.equal([]);
+    // The hold, taken a moment before the first model turn, is not refreshed before it.
+    expect(
+      beforeToken.filter((sql) => /^update .ledger_holds. set .expires_at. = \?/.test(sql)),
+    ).to.deep.equal([]);
     const messageId = events.at(-1)?.data.messageId as string;
     const replayed = await readSse(
       await client.send('GET', `/agents/${agentId}/sessions/${sessionId}/messages/${messageId}/events`),
