@@ -120,6 +120,7 @@ export async function storeSessions(
         (await history.claim(session.id, { touch: false })).id,
         added,
         0n,
+        { fresh: false },
       );
     await history.end(session, 'closed');
     ids.push(session.id);

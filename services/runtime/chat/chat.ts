@@ -47,6 +47,8 @@ export interface PreparedChat {
   /** The conversation before this message, as stored: the system prompt, then the earlier turns. */
   history: LlmMessage[];
   messageId: string;
+  /** The message's id was made by the runtime for this request: no earlier attempt at it exists. */
+  fresh: boolean;
   content: string;
   entry: ProviderEntry;
   apiKey: string;
@@ -261,6 +263,7 @@ export class ChatService {
         session,
         history,
         messageId,
+        fresh,
         content: body.content,
         entry,
         apiKey,
@@ -662,7 +665,7 @@ export class ChatService {
         session,
         messageId,
         chat.claim,
-        messages && { added: messages.slice(chat.history.length), cost },
+        messages && { added: messages.slice(chat.history.length), cost, fresh: chat.fresh },
       );
       return true;
     } catch (err) {

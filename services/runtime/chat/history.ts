@@ -367,7 +367,8 @@ export class ConversationStore {
    * Stores what one answered request added (its user message, then the model's turns and tool
    * results), with its cost on the last of them, and frees the session of its claim, in one
    * transaction. Refused, with nothing stored, when the request no longer holds `claim` (it ran out
-   * and another request took the session) or the session was deleted or stored this message id.
+   * and another request took the session) or the session was deleted or stored this message id
+   * (not looked for when the id is `fresh`).
    */
   async append(
     session: StoredSession,
@@ -375,6 +376,7 @@ export class ConversationStore {
     claim: string,
     added: readonly LlmMessage[],
     cost: bigint,
+    { fresh }: { fresh: boolean },
   ): Promise<void> {
     const now = this.now();
     await this.deps.db.transaction(async (trx) => {
@@ -382,7 +384,8 @@ export class ConversationStore {
       const row = (await trx('chat_sessions').where({ id: session.id }).first()) as SessionRow | undefined;
       if (!row) throw sessionGone(session.id);
       if (row.answering_claim !== claim) throw claimLost();
-      const answer = await this.answerOf(session.id, messageId, trx);
+      // A fresh id (the runtime's, made for this request) cannot be stored already: not looked for.
+      const answer = fresh ? undefined : await this.answerOf(session.id, messageId, trx);
       if (answer) throw alreadyAnswered(session, messageId, answer);
       const cipher = this.cipherOf(sessionOf(row));
       const first = Number(row.last_seq) + 1;

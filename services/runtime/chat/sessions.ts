@@ -236,13 +236,13 @@ export class ChatSessions {
     session: ChatSession,
     messageId: string,
     claim: SessionClaim,
-    completed: { added: readonly LlmMessage[]; cost: bigint } | undefined,
+    completed: { added: readonly LlmMessage[]; cost: bigint; fresh: boolean } | undefined,
   ): Promise<void> {
     if (!completed) return this.release(session, claim);
     claim.stop();
     try {
       // Frees the session in the same transaction.
-      await this.store.append(session, messageId, claim.id, completed.added, completed.cost);
+      await this.store.append(session, messageId, claim.id, completed.added, completed.cost, completed);
     } catch (err) {
       await this.release(session, claim);
       throw err;

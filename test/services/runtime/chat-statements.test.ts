@@ -57,14 +57,16 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
   }
 
   const open = async () => (await client.json('POST', `/agents/${agentId}/sessions`, {})).body.id as string;
-  const earlierAttempts = (sql: string) => /chat_answers/.test(sql) || /min\(.seq.\)/.test(sql);
+  /** A read of what is stored of a message id: its answered messages, its streams' events. */
+  const earlierAttempts = (sql: string) => /^select .*(chat_answers|min\(.seq.\))/.test(sql);
 
   it('a message without an id looks for no earlier attempt at it; its events are numbered from 1 and resume', async () => {
     const sessionId = await open();
-    const { events, beforeToken } = await turn(sessionId, { content: 'hello there' });
+    const { events, beforeToken, all } = await turn(sessionId, { content: 'hello there' });
     expect(events.at(-1)?.event).to.equal('done');
     expect(events.map((event) => Number(event.id))).to.deep.equal(events.map((_, i) => i + 1));
-    expect(beforeToken.filter(earlierAttempts)).to.deep.equal([]);
+    // Neither before the first token nor when the answer is stored.
+    expect(all.filter(earlierAttempts)).to.deep.equal([]);
     // The hold, taken a moment before the first model turn, is not refreshed before it.
     expect(
       beforeToken.filter((sql) => /^update .ledger_holds. set .expires_at. = \?/.test(sql)),
@@ -105,7 +107,9 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     const sessionId = await open();
     const first = await turn(sessionId, { content: 'hello there', id: 'm-1' });
     expect(first.events.at(-1)?.event).to.equal('done');
+    // Before the claim's use is recorded, and again when the answer is stored.
     expect(first.beforeToken.filter(earlierAttempts)).to.have.length.greaterThan(0);
+    expect(first.all.filter((sql) => /min\(.seq.\)/.test(sql))).to.have.length(2);
     const again = await client.json('POST', `/agents/${agentId}/sessions/${sessionId}/messages`, {
       content: 'hello there',
       id: 'm-1',
