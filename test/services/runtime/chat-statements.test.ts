@@ -41,7 +41,9 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
   async function turn(sessionId: string, body: Record<string, unknown>) {
     const statements: string[] = [];
     let beforeToken: string[] | undefined;
-    const record = (query: { sql: string }) => statements.push(query.sql);
+    // As SQLite writes them, to match one way: PostgreSQL's "names" and $1 parameters as `names` and ?.
+    const record = (query: { sql: string }) =>
+      statements.push(query.sql.replace(/"/g, '`').replace(/\$\d+/g, '?'));
     stack.kernel.db.on('query', record);
     try {
       const res = await client.send('POST', `/agents/${agentId}/sessions/${sessionId}/messages`, body);
