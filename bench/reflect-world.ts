@@ -114,7 +114,14 @@ export async function storeSessions(
     if ('full' in session) throw new Error('the agent has too many open sessions');
     for (const [turn, added] of conversation(n).entries())
       // A request's cost is what the chat charged for it; the pipeline does not read it.
-      await history.append(session, `bench-${n}-${turn}`, await history.claim(session.id), added, 0n);
+      await history.append(
+        session,
+        `bench-${n}-${turn}`,
+        (await history.claim(session.id, { touch: false })).id,
+        added,
+        0n,
+        { fresh: false },
+      );
     await history.end(session, 'closed');
     ids.push(session.id);
   }

@@ -4,7 +4,7 @@ import { getAddress, isAddress, type Address } from 'viem';
 import { unixSeconds, type Clock } from '../clock.ts';
 import { refuseFutureIssuedAt } from './issued-at.ts';
 import type { AuthSettings } from './settings.ts';
-import type { SigningKeyStore } from './signing-key.ts';
+import type { SigningKey, SigningKeyStore } from './signing-key.ts';
 import { unauthorized } from './principal.ts';
 
 /** A verified session JWT: its wallet, its id (`jti`) and when it expires. */
@@ -20,8 +20,18 @@ export interface SessionToken {
   expiresIn: number;
 }
 
+/** How many verified tokens `verify` remembers (the oldest verified goes first). */
+const VERIFIED_TOKENS = 4096;
+
 /** ES256 session JWTs for one service: its issuer and audience, its lifetime. */
 export class SessionJwts {
+  /**
+   * Tokens verified under the current key, by their text: a session JWT is stateless (nothing revokes
+   * one before its `exp`), so a token seen valid stays valid until it expires, which is checked again
+   * on every use. An ES256 verification costs about 0.5 ms of CPU, on every request of a session.
+   */
+  private readonly verified = new Map<string, { session: VerifiedSession; key: SigningKey }>();
+
   constructor(
     private readonly keys: SigningKeyStore,
     private readonly clock: Clock,
@@ -47,6 +57,21 @@ export class SessionJwts {
   /** The wallet a token was issued to, and its session; any defect is a 401 naming it. */
   async verify(token: string): Promise<VerifiedSession> {
     const key = await this.keys.current();
+    const seen = this.verified.get(token);
+    if (seen?.key === key && !this.expired(seen.session)) return seen.session;
+    const session = await this.verifyWith(key, token);
+    if (this.verified.size >= VERIFIED_TOKENS)
+      this.verified.delete(this.verified.keys().next().value as string);
+    this.verified.set(token, { session, key });
+    return session;
+  }
+
+  /** jose's test of `exp`: expired once `exp` is at most the clock's second less the skew. */
+  private expired(session: VerifiedSession): boolean {
+    return session.expiresAt.getTime() / 1000 <= unixSeconds(this.clock) - this.settings.clockSkewSeconds;
+  }
+
+  private async verifyWith(key: SigningKey, token: string): Promise<VerifiedSession> {
     let subject: string | undefined;
     let id: string;
     let expiresAt: number;

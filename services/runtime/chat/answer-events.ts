@@ -8,6 +8,9 @@ import type { Logger } from '../../../core/log.ts';
 import { PeriodicPass } from '../../../core/periodic.ts';
 import type { SessionCipher } from './history-keys.ts';
 
+/** The number of a message's first event, when no earlier attempt at it was stored. */
+export const FIRST_SEQ = 1;
+
 /** One attempt at answering a message: its id is the request's claim on the session. */
 export interface AnswerRef {
   id: string;
@@ -141,7 +144,7 @@ export class AnswerEvents {
       .where({ 'a.session_id': sessionId, 'a.message_id': messageId })
       .first(this.deps.db.raw('max(coalesce(??, ??)) as ??', ['e.last_seq', 'a.first_seq', 'last']))) as
       { last: number | string | null } | undefined;
-    return Number(row?.last ?? 0) + 1;
+    return row?.last == null ? FIRST_SEQ : Number(row.last) + 1;
   }
 
   /**

@@ -23,7 +23,7 @@ import { offeredModels, offeredModelsHint } from '../models.ts';
 import { type GatewayClient, gatewayScopeOf } from '../gateway-client.ts';
 import type { Hold, Holds } from '../ledger/holds.ts';
 import { ProviderKeyUnavailable, type ProviderVault } from '../vault/index.ts';
-import type { AnswerEvents, AnswerStream } from './answer-events.ts';
+import { type AnswerEvents, type AnswerStream, FIRST_SEQ } from './answer-events.ts';
 import { answerLost, followAnswer } from './answer-follow.ts';
 import { AnswerLog } from './answer-log.ts';
 import { costView, platformCost, type CostBreakdown, type KeyKind } from './cost.ts';
@@ -47,6 +47,8 @@ export interface PreparedChat {
   /** The conversation before this message, as stored: the system prompt, then the earlier turns. */
   history: LlmMessage[];
   messageId: string;
+  /** The message's id was made by the runtime for this request: no earlier attempt at it exists. */
+  fresh: boolean;
   content: string;
   entry: ProviderEntry;
   apiKey: string;
@@ -216,6 +218,8 @@ export class ChatService {
     body: { content: string; id?: string | undefined },
   ): Promise<PreparedChat> {
     const session = await this.sessions.get(principal.address, agentId, sessionId);
+    // An id made here is new: no earlier attempt at it can be stored, so none is looked for.
+    const fresh = body.id === undefined;
     const messageId = body.id ?? randomUUID();
     const entry = await this.providerFor(session.model);
     if (!entry)
@@ -226,7 +230,7 @@ export class ChatService {
     const context = this.options.context
       ? await this.options.context(principal.address, body.content)
       : NO_CONTEXT;
-    const { history, claim } = await this.sessions.begin(session, messageId);
+    const { history, claim } = await this.sessions.begin(session, messageId, { fresh });
     try {
       const messages = withContext([...history, { role: 'user', content: body.content }], context);
       const runtimeTools = context.tools.map((tool) => tool.definition);
@@ -245,7 +249,7 @@ export class ChatService {
       // Where the answer's event numbers start, read beside the hold (at the same time on PostgreSQL).
       const [taken, firstSeq] = await Promise.all([
         this.options.holds.hold(held),
-        this.options.answers.nextSeq(session.id, messageId),
+        fresh ? FIRST_SEQ : this.options.answers.nextSeq(session.id, messageId),
       ]);
       let hold = taken;
       if (hold.settleCost !== undefined) {
@@ -259,6 +263,7 @@ export class ChatService {
         session,
         history,
         messageId,
+        fresh,
         content: body.content,
         entry,
         apiKey,
@@ -307,14 +312,16 @@ export class ChatService {
   /**
    * Before each step (a model turn, a tool call): extends the chat's hold to cover `base` upstream and
    * `toolCalls` calls, or when it already does, refreshes its expiry, so the expiry sweep never
-   * releases a running chat's hold however many steps it takes (holdTtlSeconds need only outlast one).
+   * releases a running chat's hold however many steps it takes (holdTtlSeconds, less JUST_HELD_MS,
+   * need only outlast one). A hold taken or refreshed within JUST_HELD_MS is left as it is: the first
+   * model turn's, taken by `prepare` a moment before, costs no statement.
    */
   private async reserve(chat: PreparedChat, base: bigint, toolCalls: number): Promise<void> {
     const needed = platformCost(chat.keyKind, base, toolCalls).platformCost;
     chat.hold =
       needed > chat.hold.amount
         ? await this.options.holds.extend(chat.hold, needed)
-        : await this.options.holds.refresh(chat.hold);
+        : await this.options.holds.keep(chat.hold, JUST_HELD_MS);
   }
 
   /**
@@ -658,7 +665,7 @@ export class ChatService {
         session,
         messageId,
         chat.claim,
-        messages && { added: messages.slice(chat.history.length), cost },
+        messages && { added: messages.slice(chat.history.length), cost, fresh: chat.fresh },
       );
       return true;
     } catch (err) {
@@ -696,6 +703,9 @@ export class ChatService {
     };
   }
 }
+
+/** A hold refreshed this recently is not refreshed again before a step (`reserve`). */
+const JUST_HELD_MS = 250;
 
 /** How long a resume waits for a running answer to be recorded, looking every RECORDING_POLL_MS. */
 const RECORDING_WAIT_MS = 2000;

@@ -159,17 +159,28 @@ export class ConversationStore {
    * Claims the session for one request, for `claimMs` by the database's clock, compare-and-set: of
    * requests racing on any replicas exactly one takes it. Answers the claim's id (the fence of the
    * request's append); refused (`session_busy`) while another request holds a live claim, and
-   * `session_not_found` when the session was deleted meanwhile.
+   * `session_not_found` when the session was deleted meanwhile. With `touch`, records a use of the
+   * session in the same statement (see `touch`). Answers too the session's last message number as
+   * the claim found it: 0 when it has no stored message yet.
    */
-  async claim(sessionId: string): Promise<string> {
+  async claim(
+    sessionId: string,
+    { touch }: { touch: boolean },
+  ): Promise<{ id: string; usedAt: Date | undefined; lastSeq: number }> {
     const claim = randomUUID();
     const { db, replica, claimMs } = this.deps;
-    const taken = await this.free(db('chat_sessions').where({ id: sessionId })).update({
-      answering_by: replica.id,
-      answering_claim: claim,
-      answering_until: db.raw('? + ?', [databaseNowMs(db), claimMs]),
-    });
-    if (taken === 1) return claim;
+    const now = this.now();
+    const taken = (await this.free(db('chat_sessions').where({ id: sessionId })).update(
+      {
+        answering_by: replica.id,
+        answering_claim: claim,
+        answering_until: db.raw('? + ?', [databaseNowMs(db), claimMs]),
+        ...(touch ? { last_used_at: now } : {}),
+      },
+      ['last_seq'],
+    )) as { last_seq: number | string }[];
+    const [row] = taken;
+    if (row) return { id: claim, usedAt: touch ? new Date(now) : undefined, lastSeq: Number(row.last_seq) };
     throw await notFree(db, sessionId);
   }
 
@@ -289,13 +300,19 @@ export class ConversationStore {
     return openSystem(session, this.cipherOf(session));
   }
 
-  /** What the model is given of the session: its system prompt, then every stored message in order. */
-  async conversation(session: StoredSession): Promise<LlmMessage[]> {
+  /**
+   * What the model is given of the session: its system prompt, then every stored message in order
+   * (none read when `lastSeq`, the session's last message number under the request's claim, is 0).
+   */
+  async conversation(session: StoredSession, lastSeq: number): Promise<LlmMessage[]> {
     const cipher = this.cipherOf(session);
-    const rows = (await this.deps
-      .db('chat_messages')
-      .where({ session_id: session.id })
-      .orderBy('seq')) as MessageRow[];
+    const rows =
+      lastSeq === 0
+        ? []
+        : ((await this.deps
+            .db('chat_messages')
+            .where({ session_id: session.id })
+            .orderBy('seq')) as MessageRow[]);
     const system = openSystem(session, cipher);
     return [
       ...(system === undefined ? [] : [{ role: 'system' as const, content: system }]),
@@ -350,7 +367,8 @@ export class ConversationStore {
    * Stores what one answered request added (its user message, then the model's turns and tool
    * results), with its cost on the last of them, and frees the session of its claim, in one
    * transaction. Refused, with nothing stored, when the request no longer holds `claim` (it ran out
-   * and another request took the session) or the session was deleted or stored this message id.
+   * and another request took the session) or the session was deleted or stored this message id
+   * (not looked for when the id is `fresh`).
    */
   async append(
     session: StoredSession,
@@ -358,6 +376,7 @@ export class ConversationStore {
     claim: string,
     added: readonly LlmMessage[],
     cost: bigint,
+    { fresh }: { fresh: boolean },
   ): Promise<void> {
     const now = this.now();
     await this.deps.db.transaction(async (trx) => {
@@ -365,7 +384,8 @@ export class ConversationStore {
       const row = (await trx('chat_sessions').where({ id: session.id }).first()) as SessionRow | undefined;
       if (!row) throw sessionGone(session.id);
       if (row.answering_claim !== claim) throw claimLost();
-      const answer = await this.answerOf(session.id, messageId, trx);
+      // A fresh id (the runtime's, made for this request) cannot be stored already: not looked for.
+      const answer = fresh ? undefined : await this.answerOf(session.id, messageId, trx);
       if (answer) throw alreadyAnswered(session, messageId, answer);
       const cipher = this.cipherOf(sessionOf(row));
       const first = Number(row.last_seq) + 1;

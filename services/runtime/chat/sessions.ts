@@ -184,34 +184,47 @@ export class ChatSessions {
   /**
    * Claims the session for one request and gives its conversation so far; refuses an ended session,
    * a second request at once (on any replica), a message id already answered (from the stored
-   * history, so across restarts and replicas: the refusal says where its answer is) and a full
-   * session. The claim is the request's until `finish`.
+   * history, so across restarts and replicas: the refusal says where its answer is; not looked for
+   * when the id is `fresh`, made by the runtime for this request) and a full session. The claim is
+   * the request's until `finish`.
    */
   async begin(
     session: ChatSession,
     messageId: string,
+    { fresh }: { fresh: boolean },
   ): Promise<{ history: LlmMessage[]; claim: SessionClaim }> {
     if (session.endedAt !== undefined) throw sessionEnded(session);
-    const claim = new SessionClaim(this.store, session.id, await this.store.claim(session.id));
+    // A fresh id is never answered: with the full session refused first, nothing refuses the message
+    // once it is claimed, so the claim records the use too. An id of the client's is looked for first
+    // (its retry in a full session is told where its answer is), and the use recorded after.
+    if (fresh) this.refuseFull(session);
+    const taken = await this.store.claim(session.id, { touch: fresh });
+    const claim = new SessionClaim(this.store, session.id, taken.id);
     try {
-      const answer = await this.store.answerOf(session.id, messageId);
-      if (answer) throw alreadyAnswered(session, messageId, answer);
-      if (session.userMessages >= this.limits.maxMessagesPerSession) {
-        throw new SigilError(
-          'conflict',
-          `This session has reached its ${this.limits.maxMessagesPerSession} messages`,
-          {
-            hint: 'Open a new session with POST /agents/:id/sessions',
-            details: { reason: 'session_full', limit: this.limits.maxMessagesPerSession },
-          },
-        );
+      if (!fresh) {
+        const answer = await this.store.answerOf(session.id, messageId);
+        if (answer) throw alreadyAnswered(session, messageId, answer);
+        this.refuseFull(session);
       }
-      session.lastUsedAt = await this.store.touch(session);
-      return { history: await this.store.conversation(session), claim };
+      session.lastUsedAt = taken.usedAt ?? (await this.store.touch(session));
+      return { history: await this.store.conversation(session, taken.lastSeq), claim };
     } catch (err) {
       await this.release(session, claim);
       throw err;
     }
+  }
+
+  /** A session at maxMessagesPerSession (as read by the request) takes no more messages. */
+  private refuseFull(session: ChatSession): void {
+    if (session.userMessages < this.limits.maxMessagesPerSession) return;
+    throw new SigilError(
+      'conflict',
+      `This session has reached its ${this.limits.maxMessagesPerSession} messages`,
+      {
+        hint: 'Open a new session with POST /agents/:id/sessions',
+        details: { reason: 'session_full', limit: this.limits.maxMessagesPerSession },
+      },
+    );
   }
 
   /**
@@ -223,13 +236,13 @@ export class ChatSessions {
     session: ChatSession,
     messageId: string,
     claim: SessionClaim,
-    completed: { added: readonly LlmMessage[]; cost: bigint } | undefined,
+    completed: { added: readonly LlmMessage[]; cost: bigint; fresh: boolean } | undefined,
   ): Promise<void> {
     if (!completed) return this.release(session, claim);
     claim.stop();
     try {
       // Frees the session in the same transaction.
-      await this.store.append(session, messageId, claim.id, completed.added, completed.cost);
+      await this.store.append(session, messageId, claim.id, completed.added, completed.cost, completed);
     } catch (err) {
       await this.release(session, claim);
       throw err;

@@ -225,11 +225,13 @@ export class Holds {
   }
 
   /**
-   * `refresh` once half the hold's TTL has passed since its last extension, else the hold as it is (no
-   * statement): for a holder that keeps its hold alive often (each part of a long stream).
+   * `refresh` once `sinceMs` (half the hold's TTL unless told) has passed since its last extension
+   * (by its expiry, TTL after it), else the hold as it is (no statement): for a holder that keeps its
+   * hold alive often (each part of a long stream), or that took it a moment ago.
    */
-  async keep(hold: Hold): Promise<Hold> {
-    return hold.expiresAt.getTime() - this.ledger.now() < this.deps.ttlMs / 2 ? this.refresh(hold) : hold;
+  async keep(hold: Hold, sinceMs = this.deps.ttlMs / 2): Promise<Hold> {
+    const passed = this.deps.ttlMs - (hold.expiresAt.getTime() - this.ledger.now());
+    return passed >= sinceMs ? this.refresh(hold) : hold;
   }
 
   /** How long a hold stays without a refresh or an extension (ledger.holdTtlSeconds). */

@@ -234,7 +234,7 @@ describe('runtime chat across replicas: one request per session, a dead replicaâ
       /** A begins answering the session, then dies: no renewal, no finish. */
       const dies = async () => {
         const session = await chat.openSession(who.wallet, who.agentId, {});
-        (await chat.sessions.begin(session, 'm1')).claim.stop();
+        (await chat.sessions.begin(session, 'm1', { fresh: false })).claim.stop();
         return session.id;
       };
       const ranOut = await dies();
@@ -265,7 +265,7 @@ describe('runtime chat across replicas: one request per session, a dead replicaâ
       const who = await user();
       const { chat } = a.stack.runtime;
       const session = await chat.openSession(who.wallet, who.agentId, {});
-      (await chat.sessions.begin(session, 'm1')).claim.stop();
+      (await chat.sessions.begin(session, 'm1', { fresh: false })).claim.stop();
       // The predecessor's heartbeat is fresh, but on one machine it cannot be answering anything.
       const successor = await start(sticky.database, false);
       try {

@@ -227,6 +227,26 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     expect((await holds.settle(hold, 40n)).charged).to.equal(40n);
   });
 
+  it('keep refreshes a hold only once the time asked has passed since its last refresh (half the TTL unless told)', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n);
+    const taken = await holds.hold({ wallet, agentId, amount: 100n, idempotencyKey: 'k', purpose: 'chat' });
+    const stored = async () => (await holds.get(wallet, 'k'))?.expiresAt.getTime();
+    world.clock.advance(249);
+    expect(await holds.keep(taken, 250)).to.equal(taken);
+    expect(await stored()).to.equal(taken.expiresAt.getTime());
+    world.clock.advance(1);
+    const refreshed = await holds.keep(taken, 250);
+    expect(refreshed.expiresAt.getTime()).to.equal(taken.expiresAt.getTime() + 250);
+    expect(await stored()).to.equal(refreshed.expiresAt.getTime());
+    world.clock.advance(TTL_MS / 2 - 1);
+    expect(await holds.keep(refreshed)).to.equal(refreshed);
+    world.clock.advance(1);
+    const kept = await holds.keep(refreshed);
+    expect(kept.expiresAt.getTime()).to.equal(refreshed.expiresAt.getTime() + TTL_MS / 2);
+    // Nothing left open for the other tests' sweeps.
+    await holds.release(kept);
+  });
+
   it('the sweep charges a recorded cost instead of releasing; one hold it cannot settle keeps no other', async () => {
     const failing = await walletWithAgent(1000n);
     const other = await walletWithAgent(1000n);

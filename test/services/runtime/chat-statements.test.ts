@@ -1,0 +1,122 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { newWallet } from '../../core/auth/support.ts';
+import { setOnChain } from './ledger/support.ts';
+import { describeEachDatabase, stickyDatabase } from '../../support/kernel.ts';
+import { readSse, runtimeClient, storeAndUnlock, type SseEvent } from './chat-support.ts';
+import { pluginsWithLocalProvider, Stack } from './support.ts';
+
+/**
+ * What a chat turn asks of the database (issue 30: the turn's cost is its statements): the statements
+ * the runtime sends from a message's request to its stream's end, those before the first token apart.
+ */
+describeEachDatabase('runtime chat: the statements of a turn', (database) => {
+  const sticky = stickyDatabase(database);
+  let dir: string;
+  let stack: Stack;
+  let client: ReturnType<typeof runtimeClient>;
+  let agentId: string;
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sigil-chat-statements-'));
+    stack = await Stack.start({
+      database: sticky.database,
+      config: { vault: { persistenceDir: dir }, plugins: pluginsWithLocalProvider() },
+    });
+    const wallet = newWallet();
+    client = runtimeClient(stack.url('runtime'), await stack.signIn(wallet));
+    await setOnChain(stack.runtime.ledger.ledger, wallet.address, 1_000_000n);
+    await storeAndUnlock(client, wallet, 'PROVIDER_API_KEY', 'sk-wallet-own-key');
+    agentId = (await client.json('POST', '/agents', { name: 'a', model: 'sigil-echo' })).body.id as string;
+  });
+  after(async () => {
+    await stack?.close();
+    rmSync(dir, { recursive: true, force: true });
+    await sticky.drop();
+  });
+
+  /** One message in `sessionId`: its events, and the statements before its first token and after. */
+  async function turn(sessionId: string, body: Record<string, unknown>) {
+    const statements: string[] = [];
+    let beforeToken: string[] | undefined;
+    // As SQLite writes them, to match one way: PostgreSQL's "names" and $1 parameters as `names` and ?.
+    const record = (query: { sql: string }) =>
+      statements.push(query.sql.replace(/"/g, '`').replace(/\$\d+/g, '?'));
+    stack.kernel.db.on('query', record);
+    try {
+      const res = await client.send('POST', `/agents/${agentId}/sessions/${sessionId}/messages`, body);
+      expect(res.status).to.equal(200);
+      const events = await readSse(res, (event: SseEvent) => {
+        if (event.event === 'text-delta') beforeToken ??= [...statements];
+        return event.event === 'done';
+      });
+      return { events, beforeToken: beforeToken ?? [], all: statements };
+    } finally {
+      stack.kernel.db.off('query', record);
+    }
+  }
+
+  const open = async () => (await client.json('POST', `/agents/${agentId}/sessions`, {})).body.id as string;
+  /** A read of what is stored of a message id: its answered messages, its streams' events. */
+  const earlierAttempts = (sql: string) => /^select .*(chat_answers|min\(.seq.\))/.test(sql);
+
+  it('a message without an id looks for no earlier attempt at it; its events are numbered from 1 and resume', async () => {
+    const sessionId = await open();
+    const { events, beforeToken, all } = await turn(sessionId, { content: 'hello there' });
+    expect(events.at(-1)?.event).to.equal('done');
+    expect(events.map((event) => Number(event.id))).to.deep.equal(events.map((_, i) => i + 1));
+    // Neither before the first token nor when the answer is stored.
+    expect(all.filter(earlierAttempts)).to.deep.equal([]);
+    // The hold, taken a moment before the first model turn, is not refreshed before it.
+    expect(
+      beforeToken.filter((sql) => /^update .ledger_holds. set .expires_at. = \?/.test(sql)),
+    ).to.deep.equal([]);
+    const messageId = events.at(-1)?.data.messageId as string;
+    const replayed = await readSse(
+      await client.send('GET', `/agents/${agentId}/sessions/${sessionId}/messages/${messageId}/events`),
+    );
+    expect(replayed).to.deep.equal(events);
+  });
+
+  it('the claim of a message records the session’s use; a session without messages is not read for its history, one with them is', async () => {
+    const sessionId = await open();
+    const opened = await client.json('GET', `/agents/${agentId}/sessions/${sessionId}`);
+    const historyRead = (sql: string) => /from .chat_messages. where .session_id. = \? order by/.test(sql);
+    const separateTouch = (sql: string) => /^update .chat_sessions. set .last_used_at. = \? where/.test(sql);
+    stack.clock.advance(1000);
+    const first = await turn(sessionId, { content: 'hello there' });
+    expect(first.beforeToken.filter(historyRead)).to.deep.equal([]);
+    expect(first.beforeToken.filter(separateTouch)).to.deep.equal([]);
+    const used = await client.json('GET', `/agents/${agentId}/sessions/${sessionId}`);
+    expect(Date.parse(used.body.lastUsedAt as string)).to.equal(
+      Date.parse(opened.body.lastUsedAt as string) + 1000,
+    );
+    const second = await turn(sessionId, { content: 'and again' });
+    expect(second.events.at(-1)?.event).to.equal('done');
+    expect(second.beforeToken.filter(historyRead)).to.have.length(1);
+    const stored = await client.json('GET', `/agents/${agentId}/sessions/${sessionId}/messages`);
+    expect(stored.body.messages.map((m: { content: string }) => m.content)).to.deep.equal([
+      'hello there',
+      'hello there',
+      'and again',
+      'and again',
+    ]);
+  });
+
+  it('a message with its own id looks for earlier attempts, and a second one of that id is refused', async () => {
+    const sessionId = await open();
+    const first = await turn(sessionId, { content: 'hello there', id: 'm-1' });
+    expect(first.events.at(-1)?.event).to.equal('done');
+    // Before the claim's use is recorded, and again when the answer is stored.
+    expect(first.beforeToken.filter(earlierAttempts)).to.have.length.greaterThan(0);
+    expect(first.all.filter((sql) => /min\(.seq.\)/.test(sql))).to.have.length(2);
+    const again = await client.json('POST', `/agents/${agentId}/sessions/${sessionId}/messages`, {
+      content: 'hello there',
+      id: 'm-1',
+    });
+    expect(again.status).to.equal(409);
+    expect(again.body.details.reason).to.equal('message_already_answered');
+  });
+});
