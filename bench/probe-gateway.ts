@@ -59,6 +59,8 @@ export function probeGatewayConfig(options: {
         queueLength: 64,
         queueWaitSeconds: 10,
       },
+      // …over as many connections, beyond the per-client cap (128) that would close the rest.
+      http: { maxConnectionsPerClient: 0 },
       ...options.gateway,
     },
     plugins: [

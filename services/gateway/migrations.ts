@@ -221,4 +221,25 @@ export const gatewayMigrations: readonly Migration[] = [
       await db.schema.dropTableIfExists('gateway_tool_pin_sets');
     },
   },
+  {
+    name: '0191-payment-kept-bytes-covering-index',
+    async up(db) {
+      // The settling mark sums a payer's kept result sizes: with result_bytes in the index, that sum
+      // reads the index alone, not each record (whose kept result makes it a page of its own).
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.index(['payer', 'result_expires_at', 'result_bytes']);
+      });
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.dropIndex(['payer', 'result_expires_at']);
+      });
+    },
+    async down(db) {
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.index(['payer', 'result_expires_at']);
+      });
+      await db.schema.alterTable('payment_settlements', (t) => {
+        t.dropIndex(['payer', 'result_expires_at', 'result_bytes']);
+      });
+    },
+  },
 ];

@@ -145,14 +145,14 @@ export function createFacilitator(
       currentFees().catch(() => undefined);
       try {
         if (simulation && (await validOnChain(payload, requirements, simulation.answer, codeAt, clock))) {
-          verified.remember(payload, requirements);
+          verified.remember(payload, requirements, simulation.call);
           return {
             isValid: true,
             payer: (payload.payload as unknown as ExactEIP3009Payload).authorization.from,
           };
         }
         const result = await verifier.verify(payload, requirements);
-        if (result.isValid) verified.remember(payload, requirements);
+        if (result.isValid) verified.remember(payload, requirements, simulation?.call);
         return result;
       } finally {
         simulation?.forget();
@@ -165,11 +165,12 @@ export function createFacilitator(
         return { success: false, errorReason: NO_ACCOUNT, transaction: '', network: requirements.network };
       }
       const { account, wallet, facilitator } = settler;
-      if (!verified.take(payload, requirements) || !syncSettlement)
-        return facilitator.settle(payload, requirements);
+      const call = verified.take(payload, requirements);
+      if (!call || !syncSettlement) return facilitator.settle(payload, requirements);
       const outcome = await settleVerified({
         payload,
         requirements,
+        call,
         wallet,
         account,
         clock,
@@ -202,14 +203,14 @@ class Simulations {
   start(
     payload: PaymentPayload,
     requirements: PaymentRequirements,
-  ): { answer: Promise<unknown>; forget(): void } | undefined {
+  ): { answer: Promise<unknown>; call: TransferCall; forget(): void } | undefined {
     const call = transferCall(payload, requirements);
     if (!call) return undefined;
     const key = readKey(call);
     const answer = this.publicClient.readContract(call);
     answer.catch(() => undefined); // a refusal reaches x402 when it reads; unread, it is dropped
     this.running.set(key, answer);
-    return { answer, forget: () => this.running.delete(key) };
+    return { answer, call, forget: () => this.running.delete(key) };
   }
 
   take(read: {
@@ -284,6 +285,8 @@ function ecdsaAuthorization(payload: PaymentPayload): ExactEIP3009Payload | unde
 }
 
 /** transferWithAuthorization of an ECDSA-signed EIP-3009 payment, as x402 simulates and we settle it. */
+type TransferCall = NonNullable<ReturnType<typeof transferCall>>;
+
 function transferCall(payload: PaymentPayload, requirements: PaymentRequirements) {
   const { authorization, signature } = ecdsaAuthorization(payload) ?? {};
   if (!authorization || !signature) return undefined;
@@ -319,28 +322,40 @@ function transferCall(payload: PaymentPayload, requirements: PaymentRequirements
  * window again. The token checks the signature on chain either way.
  */
 class VerifiedPayments {
-  private readonly entries = new Map<string, number>();
+  /** By verifiedKey: the authorization's validBefore, and its transfer as the simulation ran it. */
+  private readonly entries = new Map<string, { validBefore: number; call: TransferCall }>();
 
   constructor(private readonly clock: Clock) {}
 
-  remember(payload: PaymentPayload, requirements: PaymentRequirements): void {
+  /**
+   * Remembers a payment verified here, with `call`, its transfer as simulated (built again when
+   * absent): the settlement sends that very call, its addresses and signature decoded once.
+   */
+  remember(payload: PaymentPayload, requirements: PaymentRequirements, call?: TransferCall): void {
     const key = verifiedKey(payload, requirements);
-    if (!key) return;
+    const transfer = call ?? transferCall(payload, requirements);
+    if (!key || !transfer) return;
     if (this.entries.size >= MAX_REMEMBERED) this.forgetExpired();
     if (this.entries.size >= MAX_REMEMBERED) return;
     const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
-    this.entries.set(key, Number(authorization.validBefore));
+    this.entries.set(key, { validBefore: Number(authorization.validBefore), call: transfer });
   }
 
-  /** Whether the payment was verified here (and is then forgotten: one settlement per verification). */
-  take(payload: PaymentPayload, requirements: PaymentRequirements): boolean {
+  /**
+   * The transfer of a payment verified here, or undefined (it is then forgotten: one settlement per
+   * verification).
+   */
+  take(payload: PaymentPayload, requirements: PaymentRequirements): TransferCall | undefined {
     const key = verifiedKey(payload, requirements);
-    return key !== undefined && this.entries.delete(key);
+    if (key === undefined) return undefined;
+    const entry = this.entries.get(key);
+    this.entries.delete(key);
+    return entry?.call;
   }
 
   private forgetExpired(): void {
     const now = this.clock.now().getTime() / 1000;
-    for (const [key, validBefore] of this.entries) if (validBefore < now) this.entries.delete(key);
+    for (const [key, { validBefore }] of this.entries) if (validBefore < now) this.entries.delete(key);
   }
 }
 
@@ -379,6 +394,8 @@ function verifiedKey(payload: PaymentPayload, requirements: PaymentRequirements)
 async function settleVerified(context: {
   payload: PaymentPayload;
   requirements: PaymentRequirements;
+  /** The payment's transfer, as its verification simulated it. */
+  call: TransferCall;
   wallet: WalletClient;
   account: PrivateKeyAccount;
   clock: Clock;
@@ -390,13 +407,11 @@ async function settleVerified(context: {
   /** Called when the node refused the transaction (the fees offered may be too low now). */
   refused: () => void;
 }): Promise<SettleResponse | undefined> {
-  const { payload, requirements, wallet, account, gas, fees } = context;
+  const { payload, requirements, call, wallet, account, gas, fees } = context;
   const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
   const network = requirements.network;
   const payer = authorization.from;
   if (!settlesInTime(authorization.validBefore, nowSeconds(context.clock))) return undefined;
-  const call = transferCall(payload, requirements);
-  if (!call) return undefined;
   // No estimate: the node would run the transfer a dozen times (2.4 ms of anvil's CPU, the largest
   // wait of a settlement), and verify() simulated it moments ago. With the fees known and the chain
   // id given (viem passes it on to its preparation, which types it), viem fills nothing through the

@@ -55,6 +55,16 @@ interface StoredAuthorization extends Record<string, unknown> {
   requirements: PaymentRequirements;
 }
 
+/** What a payload claims to be, or why it is no payment of ours. */
+type ReadPayload = { payment: VerifiedPayment } | Extract<VerifyOutcome, { valid: false }>;
+
+/** `value`, and every object in it, frozen: shared values no caller may change. */
+function deepFreeze<T extends object>(value: T): Readonly<T> {
+  for (const member of Object.values(value))
+    if (typeof member === 'object' && member !== null) deepFreeze(member);
+  return Object.freeze(value);
+}
+
 interface Eip3009Authorization {
   from: string;
   to: string;
@@ -73,6 +83,14 @@ export class X402EvmRail implements PaymentRailV1 {
     Partial<Pick<Facilitator, 'canSettle' | 'start' | 'stop'>>;
 
   private readonly clock: Clock;
+  /**
+   * The terms and x402 requirements, fixed by the config: made once (each names addresses in their
+   * checksummed form, a keccak hash apiece), frozen since every payment shares them.
+   */
+  private readonly fixedTerms: PaymentTerms;
+  private readonly fixedRequirements: PaymentRequirements;
+  /** What each payload read (peek, then verify) was found to be: one parse per payment. */
+  private readonly reads = new WeakMap<object, ReadPayload>();
 
   constructor(
     private readonly config: X402EvmConfig,
@@ -88,6 +106,27 @@ export class X402EvmRail implements PaymentRailV1 {
   ) {
     this.clock = deps.clock;
     this.chainId = Number(config.network.split(':')[1]);
+    const asset = getAddress(config.asset.address);
+    const payTo = getAddress(config.payTo);
+    this.fixedTerms = deepFreeze({
+      scheme: 'exact',
+      network: config.network,
+      chainId: this.chainId,
+      asset: { ...config.asset, address: asset },
+      pricePerCall: config.pricePerCall,
+      payTo,
+      maxTimeoutSeconds: config.maxTimeoutSeconds,
+      facilitator: config.facilitator.kind,
+    });
+    this.fixedRequirements = deepFreeze({
+      scheme: 'exact',
+      network: config.network as `${string}:${string}`,
+      asset,
+      amount: config.pricePerCall.toString(),
+      payTo,
+      maxTimeoutSeconds: config.maxTimeoutSeconds,
+      extra: { name: config.asset.name, version: config.asset.version },
+    });
     const chain = defineChain({
       id: this.chainId,
       name: config.network,
@@ -124,17 +163,7 @@ export class X402EvmRail implements PaymentRailV1 {
   }
 
   terms(): PaymentTerms {
-    const { config } = this;
-    return {
-      scheme: 'exact',
-      network: config.network,
-      chainId: this.chainId,
-      asset: { ...config.asset, address: getAddress(config.asset.address) },
-      pricePerCall: config.pricePerCall,
-      payTo: getAddress(config.payTo),
-      maxTimeoutSeconds: config.maxTimeoutSeconds,
-      facilitator: config.facilitator.kind,
-    };
+    return this.fixedTerms;
   }
 
   paymentRequired(resource: PaymentResource, error?: string): X402PaymentRequired {
@@ -177,8 +206,19 @@ export class X402EvmRail implements PaymentRailV1 {
     return { valid: true, payment: read.payment };
   }
 
+  /** `read` of a payload, once per payload object: peek and verify of one payment share it. */
+  private read(payload: unknown): ReadPayload {
+    if (typeof payload !== 'object' || payload === null) return this.readNow(payload);
+    let read = this.reads.get(payload);
+    if (!read) {
+      read = this.readNow(payload);
+      this.reads.set(payload, read);
+    }
+    return read;
+  }
+
   /** The payment a payload claims to be, from its own fields and our terms, before any check of it. */
-  private read(payload: unknown): { payment: VerifiedPayment } | Extract<VerifyOutcome, { valid: false }> {
+  private readNow(payload: unknown): ReadPayload {
     const parsed = parsePaymentPayload(payload);
     if (!parsed.success || parsed.data.x402Version !== 2) {
       return { valid: false, reason: 'invalid_payload', message: 'Not an x402 v2 PaymentPayload' };
@@ -387,16 +427,7 @@ export class X402EvmRail implements PaymentRailV1 {
   }
 
   private requirements(): PaymentRequirements {
-    const { config } = this;
-    return {
-      scheme: 'exact',
-      network: config.network as `${string}:${string}`,
-      asset: getAddress(config.asset.address),
-      amount: config.pricePerCall.toString(),
-      payTo: getAddress(config.payTo),
-      maxTimeoutSeconds: config.maxTimeoutSeconds,
-      extra: { name: config.asset.name, version: config.asset.version },
-    };
+    return this.fixedRequirements;
   }
 }
 

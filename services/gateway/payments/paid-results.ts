@@ -1,5 +1,6 @@
 import type { Clock } from '../../../core/clock.ts';
 import { hkdfSha256, openAesGcm, sealAesGcm, type SealedBox } from '../../../core/crypto.ts';
+import type { Knex } from 'knex';
 import type { Database } from '../../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
@@ -22,12 +23,23 @@ export const DEFAULT_RESULT_MAX_BYTES_PER_PAYER = 16 * 1024 * 1024;
 /** Why a paid result was not kept, as its receipt says. */
 export type NotKeptReason = 'result_too_large' | 'payer_quota_full';
 
-/** The columns that keep a result with its settlement record. */
-export interface KeptResultColumns {
-  result?: string | null;
-  result_bytes?: number | null;
-  result_expires_at?: number | null;
+/**
+ * A result ready to be kept with its settlement's `settling` mark, which keeps it only if the payer's
+ * unexpired results leave room for it then (see `keptIfRoom`): the quota is read by that write itself,
+ * not by a round trip of its own before it.
+ */
+export interface ResultToKeep {
+  payer: string;
+  /** The result as stored: its JSON, sealed when a data key is configured. */
+  stored: string;
+  bytes: number;
+  /** When it is kept (the payer's results expired by then hold no room). */
+  now: number;
+  expiresAt: number;
 }
+
+/** The CTE of the settling mark that says whether a payer's quota has room for the result. */
+const KEPT_ROOM = 'kept_result_room';
 
 /** How often, at most, kept results past their retention are deleted. */
 const RESULT_SWEEP_MS = 60_000;
@@ -64,28 +76,42 @@ export class PaidResults {
   }
 
   /**
-   * The columns that keep `result` of payment `id` for `payer` until the retention ends, or none and
-   * why not (too large, or the payer's unexpired results already hold its quota).
+   * `result` of payment `id`, serialized and sealed, to be kept with its settling mark (`keptIfRoom`),
+   * or none and why not (too large, or nothing to keep: no result, or a retention of 0).
    */
-  async keep(
-    id: string,
-    payer: string,
-    result: unknown,
-  ): Promise<{ columns: KeptResultColumns; notKept?: NotKeptReason }> {
-    const { retentionMs, maxBytes, maxBytesPerPayer } = this.deps;
-    if (result === undefined || retentionMs === 0) return { columns: {} };
+  prepare(id: string, payer: string, result: unknown): { toKeep?: ResultToKeep; notKept?: NotKeptReason } {
+    const { retentionMs, maxBytes } = this.deps;
+    if (result === undefined || retentionMs === 0) return {};
     const serialized = JSON.stringify(result);
     const bytes = Buffer.byteLength(serialized, 'utf8');
-    if (bytes > maxBytes) return { columns: {}, notKept: 'result_too_large' };
+    if (bytes > maxBytes) return { notKept: 'result_too_large' };
     const now = this.deps.clock.now().getTime();
-    if ((await this.bytesKeptFor(payer, now)) + bytes > maxBytesPerPayer) {
-      return { columns: {}, notKept: 'payer_quota_full' };
-    }
+    return { toKeep: { payer, stored: this.seal(id, serialized), bytes, now, expiresAt: now + retentionMs } };
+  }
+
+  /**
+   * The columns of an update that keep `toKeep` if its payer's unexpired results leave room for it,
+   * and write nulls otherwise: the room is read in the same statement (the `room` CTE the update must
+   * be given with `.with(...keptIfRoom.room)`). Concurrent calls of one payer may each find room: the
+   * quota is bounded by the call limits, as it was with a read before the write.
+   */
+  keptIfRoom(toKeep: ResultToKeep): {
+    room: [string, Knex.QueryBuilder];
+    columns: Record<'result' | 'result_bytes' | 'result_expires_at', Knex.Raw>;
+  } {
+    const { db, maxBytesPerPayer } = this.deps;
+    const room = db('payment_settlements')
+      .where({ payer: toKeep.payer })
+      .andWhere('result_expires_at', '>', toKeep.now)
+      .select(db.raw('coalesce(sum(result_bytes), 0) + ? <= ? as fits', [toKeep.bytes, maxBytesPerPayer]));
+    const ifRoom = (value: string | number, type: string) =>
+      db.raw(`case when (select fits from ${KEPT_ROOM}) then cast(? as ${type}) end`, [value]);
     return {
+      room: [KEPT_ROOM, room],
       columns: {
-        result: this.seal(id, serialized),
-        result_bytes: bytes,
-        result_expires_at: now + retentionMs,
+        result: ifRoom(toKeep.stored, 'text'),
+        result_bytes: ifRoom(toKeep.bytes, 'integer'),
+        result_expires_at: ifRoom(toKeep.expiresAt, 'bigint'),
       },
     };
   }
@@ -160,17 +186,6 @@ export class PaidResults {
   private seal(id: string, serialized: string): string {
     if (this.sealingKey === undefined) return serialized;
     return SEALED_PREFIX + JSON.stringify(sealAesGcm(this.sealingKey, serialized, aadOf(id)));
-  }
-
-  /** The bytes of `payer`'s results kept now (concurrent calls may each pass: bounded by the call limits). */
-  private async bytesKeptFor(payer: string, now: number): Promise<number> {
-    const row = (await this.deps
-      .db('payment_settlements')
-      .where({ payer })
-      .andWhere('result_expires_at', '>', now)
-      .sum({ bytes: 'result_bytes' })
-      .first()) as { bytes: number | string | null } | undefined;
-    return Number(row?.bytes ?? 0);
   }
 }
 

@@ -184,26 +184,28 @@ export class Payments {
     resource: PaymentResource,
     result?: unknown,
   ): Promise<PaymentReceipt | undefined> {
-    const kept = await this.results.keep(payment.id, payment.payer, result);
-    if ((await this.settlements.begin(payment, kept.columns)) === 0) {
+    const prepared = this.results.prepare(payment.id, payment.payer, result);
+    const { begun, kept } = await this.settlements.begin(payment, prepared.toKeep);
+    if (!begun) {
       this.deps.logger.warn(
         { payment: payment.id },
         'payments: the call finished after its record was released as stale; not charged',
       );
       return undefined;
     }
+    const notKept = prepared.notKept ?? (prepared.toKeep && !kept ? 'payer_quota_full' : undefined);
     const receipt = await this.settlements.firstAttempt(payment);
     // Pending only while nothing shows the authorization used (the RPC unreachable before the nonce
     // could be read, or our transfer not yet mined): the result is served with the pending receipt
     // and the worker settles it. Once the nonce is used, only our proven transfer serves it.
     if (receipt.success || receipt.errorReason === SETTLEMENT_PENDING) {
-      if (kept.notKept === undefined) return receipt;
+      if (notKept === undefined) return receipt;
       // The payer learns that this result cannot be fetched again, should it lose it.
-      const notKept = { paymentId: payment.id, kept: false, reason: kept.notKept };
-      return { ...receipt, extensions: { [PAID_RESULT_EXTENSION]: notKept } };
+      const extension = { paymentId: payment.id, kept: false, reason: notKept };
+      return { ...receipt, extensions: { [PAID_RESULT_EXTENSION]: extension } };
     }
     if (receipt.errorReason === SETTLEMENT_UNPROVEN)
-      throw this.refusals.unproven(payment, resource, kept.notKept === undefined);
+      throw this.refusals.unproven(payment, resource, notKept === undefined);
     throw this.paymentRequired(resource, {
       code: receipt.errorReason ?? 'settlement_failed',
       message: 'Payment could not be settled: nothing was charged, and the result is withheld',

@@ -2,7 +2,7 @@ import type { SettleOutcome, VerifiedPayment } from '@sigil/plugin-api';
 import type { Replica } from '../../../core/db/replicas.ts';
 import { doublingBackoff, RetryQueue, RetryWorker } from '../../../core/db/retries.ts';
 import { fencePaymentsOfReplacedChain } from './chain-fence.ts';
-import type { KeptResultColumns, PaidResults } from './paid-results.ts';
+import type { PaidResults, ResultToKeep } from './paid-results.ts';
 import { SETTLEMENT_PENDING, SETTLEMENT_UNPROVEN, type PaymentReceipt } from './receipts.ts';
 import {
   moveSettlement,
@@ -81,16 +81,28 @@ export class Settlements {
   }
 
   /**
-   * The call succeeded: its record moves to `settling` with the kept result's columns, claimed by this
-   * request so the retry worker does not settle it at the same time. 0 when the record is no longer
-   * `executing` (released as stale), else 1.
+   * The call succeeded: its record moves to `settling`, claimed by this request so the retry worker
+   * does not settle it at the same time, with its result kept if the payer's quota has room (read by
+   * the same write: one round trip before the money moves). `begun` is false when the record is no
+   * longer `executing` (released as stale); `kept` says whether the result was kept.
    */
-  begin(payment: VerifiedPayment, kept: KeptResultColumns): Promise<number> {
-    return this.move(payment.id, ['executing'], {
-      state: 'settling',
-      ...this.queue.claimColumns(),
-      ...kept,
-    });
+  async begin(
+    payment: VerifiedPayment,
+    toKeep: ResultToKeep | undefined,
+  ): Promise<{ begun: boolean; kept: boolean }> {
+    const settling = { state: 'settling' as const, ...this.queue.claimColumns() };
+    if (!toKeep) return { begun: (await this.move(payment.id, ['executing'], settling)) === 1, kept: false };
+    const { db, clock, results } = this.deps;
+    const { room, columns } = results.keptIfRoom(toKeep);
+    const moved = (await db
+      .with(...room)
+      .from('payment_settlements')
+      .where({ id: payment.id, state: 'executing' })
+      .update({ ...settling, ...columns, updated_at: clock.now().getTime() }, ['result_bytes'])) as {
+      result_bytes: number | null;
+    }[];
+    const row = moved[0];
+    return { begun: row !== undefined, kept: row?.result_bytes != null };
   }
 
   /**

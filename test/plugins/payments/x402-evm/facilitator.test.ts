@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import type { FacilitatorClient } from '@x402/core/server';
 import type { PaymentPayload, PaymentRequired } from '@x402/core/types';
-import { createPublicClient, defineChain, http, type Address, type LocalAccount } from 'viem';
+import { createPublicClient, defineChain, getAddress, http, type Address, type LocalAccount } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { configSchema, X402EvmRail } from '../../../../plugins/payments/x402-evm/index.ts';
 import { createFacilitator, validOnChain } from '../../../../plugins/payments/x402-evm/facilitator.ts';
@@ -226,6 +226,28 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
     expect(world.proxy.count('eth_fillTransaction')).to.equal(0);
     // The payer's code (verify reads it twice, settle twice more) and at most the token's once.
     expect(world.proxy.count('eth_getCode')).to.be.at.most(2);
+  });
+
+  it('peek and verify of one payload read it once (the same payment); the terms are made once, frozen', async () => {
+    const { rail, payTo } = railOnProxy();
+    const payload = await paymentFor(rail, await fundedPayer(world.chain));
+    const peeked = rail.peek(payload);
+    const verified = await verifiedBy(rail, payload);
+    const settled = await rail.settle(verified);
+    await rail.stop();
+    expect(verified).to.equal(peeked);
+    expect(settled.status, JSON.stringify(settled)).to.equal('settled');
+    expect(await balances(world.chain)(payTo)).to.equal(500n);
+    // A copy of the payload is read afresh, and found to be the same payment.
+    const copy = rail.peek(structuredClone(payload));
+    expect(copy).to.not.equal(peeked);
+    expect(copy).to.deep.equal(peeked);
+    const terms = rail.terms();
+    expect(rail.terms()).to.equal(terms);
+    expect(Object.isFrozen(terms) && Object.isFrozen(terms.asset)).to.equal(true);
+    expect(terms.payTo).to.equal(getAddress(payTo));
+    const [accepted] = rail.paymentRequired({ url: 'test://frozen', description: 'frozen' }).accepts;
+    expect(Object.isFrozen(accepted)).to.equal(true);
   });
 
   it('a payment verified by another process is settled through x402’s path, once', async () => {

@@ -220,6 +220,17 @@ describe('payments: a paid result fetched again by its payer (anvil)', function 
 
     const storedResult = async (id: string): Promise<string | null | undefined> =>
       (await settlementRows(gateway.records)).find((row) => row.id === id)?.result;
+    /** The kept-result columns of a record, which the settling mark writes together or not at all. */
+    const keptColumns = async (id: string) => {
+      const row = (await settlementRows(gateway.records)).find((record) => record.id === id) as
+        | { result: string | null; result_bytes: number | null; result_expires_at: number | string | null }
+        | undefined;
+      return {
+        kept: typeof row?.result === 'string',
+        bytes: row?.result_bytes ?? null,
+        expiresAt: row?.result_expires_at == null ? null : Number(row.result_expires_at),
+      };
+    };
     /** A paid echo of `message` by `payer`: its payment id and its receipt. */
     const paidEcho = async (payer: LocalAccount, message: string) => {
       const payment = await payingClient(anvil.chain, payer).createPaymentPayload(
@@ -269,13 +280,16 @@ describe('payments: a paid result fetched again by its payer (anvil)', function 
       const second = await paidEcho(busy, message);
       const third = await paidEcho(busy, message);
       expect([first, second].map(({ receipt }) => receipt.extensions)).to.deep.equal([undefined, undefined]);
-      expect(await storedResult(second.id)).to.be.a('string');
+      const kept = await keptColumns(second.id);
+      expect(kept.kept).to.equal(true);
+      expect(kept.bytes).to.be.within(3_000, 5_000);
+      expect(kept.expiresAt).to.be.above(Date.now());
       expect(third.receipt.extensions?.['io.sigil/paid-result']).to.deep.equal({
         paymentId: third.id,
         kept: false,
         reason: 'payer_quota_full',
       });
-      expect(await storedResult(third.id)).to.equal(null);
+      expect(await keptColumns(third.id)).to.deep.equal({ kept: false, bytes: null, expiresAt: null });
       const other = await paidEcho(gateway.payer, message);
       expect(other.receipt.extensions).to.equal(undefined);
     });
