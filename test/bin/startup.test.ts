@@ -9,8 +9,9 @@ import { startSigil } from '../support/cli.ts';
 /**
  * What `sigil gateway` loads before it serves (issue 30, start-up): only what a request needs. The
  * runtime service and the dev chain are imported by the commands that use them (`sigil up`, `sigil
- * runtime`), so a resolve hook recording every module the process loads must not see them by the
- * time the gateway has answered a request.
+ * runtime`), npm's installer libraries when a package is first resolved or installed, so a resolve
+ * hook recording every module the process loads must not see them by the time the gateway has
+ * answered a request.
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -21,7 +22,7 @@ describe('sigil gateway start-up', function () {
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('serves without loading the runtime or the dev chain', async () => {
+  it('serves without loading the runtime, the dev chain or npm’s installer libraries', async () => {
     const file = join(dir, 'loaded');
     const running = await startSigil(['gateway'], /gateway\s+http:\/\/\S+\n/, {
       nodeArgs: ['--import', pathToFileURL(RECORD_LOADS).href],
@@ -47,11 +48,14 @@ describe('sigil gateway start-up', function () {
       expect(await running.exited).to.equal(0);
     }
     const loaded = readFileSync(file, 'utf8').trim().split('\n');
-    // The recording works: the gateway's own modules are in it.
+    // The recording works: the gateway's own modules and the default registry plugin are in it.
     expect(loaded.some((url) => url.endsWith('/services/gateway/app.ts'))).to.equal(true);
+    expect(loaded.some((url) => url.endsWith('/registries/npm/npm.ts'))).to.equal(true);
     const unwanted = [
       /\/services\/runtime\/app\.ts$/,
       /\/devchain\/(?!config\.ts$|quick-start\.ts$)/, // the config's schema and the banner's text are not the chain
+      /\/node_modules\/@npmcli\/arborist\//,
+      /\/node_modules\/pacote\//,
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });
