@@ -8,6 +8,8 @@
  *   gateway` to its "gateway http://…" line (listening), and to its first tools/call answered (the probe
  *   server started from the package cache, already verified); server CPU is the gateway process's own
  *   CPU by then (its MCP server's left out).
+ * - `sigil up`, compiled only, BENCH_STARTS times: from the spawn to both services' GET /health
+ *   answered 200 (the dev chain off: the row measures Sigil's start, not anvil's).
  * - CPU per call: both gateways up, warmed by BENCH_MCP_PREWARM calls, then BENCH_RUNS runs of each
  *   (alternating) of tools/call `echo` through POST /mcp/server/probe from bench/mcp-load.ts; server CPU
  *   is the gateway process's CPU over the run, from /proc.
@@ -15,7 +17,7 @@
  * Each comparison row is the median of paired differences (compiled − tsx, run by run).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildInto } from '../test/support/build.ts';
 import { SIGIL_BIN } from '../test/support/cli.ts';
@@ -39,6 +41,8 @@ interface Mode {
 interface Gateway {
   child: ChildProcess;
   url: string;
+  /** Its stdout up to the ready line. */
+  output: string;
   /** Milliseconds from the spawn to the ready line. */
   readyMs: number;
   started: number;
@@ -50,10 +54,18 @@ interface Sample {
   cpuUs: number;
 }
 
-/** Spawns the gateway and resolves at its ready line. */
-function startGateway(mode: Mode, cwd: string): Promise<Gateway> {
+/**
+ * Spawns `sigil gateway` (or `sigil up`, with `configFile` its own) and resolves at the gateway's
+ * ready line, which `sigil up` prints after the runtime's.
+ */
+function startGateway(
+  mode: Mode,
+  cwd: string,
+  command: 'gateway' | 'up' = 'gateway',
+  configFile = mode.configFile,
+): Promise<Gateway> {
   const started = performance.now();
-  const child = spawn(process.execPath, [mode.bin, '--config', mode.configFile, 'gateway'], {
+  const child = spawn(process.execPath, [mode.bin, '--config', configFile, command], {
     cwd,
     env: { ...process.env, ...mode.env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -71,6 +83,7 @@ function startGateway(mode: Mode, cwd: string): Promise<Gateway> {
       resolve({
         child,
         url,
+        output,
         readyMs: performance.now() - started,
         started,
         stop: async () => {
@@ -180,6 +193,29 @@ export async function compiledSuite(): Promise<BenchRow[]> {
       difference('start-up, compiled − tsx: spawn → listening (paired)', 1, ready),
       difference('start-up, compiled − tsx: spawn → first tools/call answered (paired)', 1, called),
     );
+
+    // `sigil up`, compiled: the runtime (with up's plugins: provider-local, the canvas nodes) and the
+    // gateway in one process, on the same config with the dev chain off (no anvil) and both ports 0.
+    const compiled = modes.find((mode) => mode.name === 'compiled') as Mode;
+    const upConfig = join(dir, 'sigil-up-compiled.config.json');
+    writeFileSync(
+      upConfig,
+      JSON.stringify({
+        ...JSON.parse(readFileSync(compiled.configFile, 'utf8')),
+        runtime: { port: 0 },
+        devChain: { enabled: false },
+      }),
+    );
+    const healthy: Sample[] = [];
+    for (let round = 0; round < STARTS; round++) {
+      const up = await startGateway(compiled, dir, 'up', upConfig);
+      const runtimeUrl = /^runtime\s+(http:\/\/\S+)$/m.exec(up.output)?.[1] as string;
+      const answers = await Promise.all([runtimeUrl, up.url].map((url) => fetch(`${url}/health`)));
+      if (answers.some((answer) => answer.status !== 200)) throw new Error('sigil up: a /health is not 200');
+      healthy.push({ ms: performance.now() - up.started, cpuUs: processCpuUs(up.child.pid as number) });
+      await up.stop();
+    }
+    results.push(row('start-up, compiled: sigil up (dev chain off) spawn → both /health 200', healthy));
 
     const gateways = new Map<Mode['name'], Gateway>();
     for (const mode of modes) {

@@ -3,19 +3,9 @@ import type { DestinationStream } from 'pino';
 import { SigilError, type TeeStatus } from '@sigil/plugin-api';
 import { createLogger, logDestinationIn, logFormat, logWritten, SecretRegistry } from '../core/log.ts';
 import { publicBase } from '../core/auth/settings.ts';
-import {
-  DEV_CHAIN_RAIL,
-  devChainBanner,
-  devChainLedgerBanner,
-  devChainOperatorBanner,
-  devChainSkipReason,
-  runtimeExamplesBanner,
-  startDevChain,
-  withDevChainLedger,
-  withDevChainOperator,
-  withDevChainRail,
-  type DevChain,
-} from '../devchain/index.ts';
+// Types only: the dev chain (viem, anvil, the token's deployment) is imported by `sigil up` alone.
+import type * as DevChainModule from '../devchain/index.ts';
+import type { DevChain } from '../devchain/index.ts';
 import { builtinPlugins } from '../services/builtin-plugins.ts';
 import { loadConfig, type LoadedConfig } from '../services/config.ts';
 import type { WarmupOutcome } from '../services/gateway/warmup.ts';
@@ -39,20 +29,20 @@ export async function runServices(
   const destination = logDestinationIn(
     logFormat(loaded.config.log.format, { mode: loaded.config.mode, terminal: process.stderr.isTTY }),
   );
-  const chain = options.devChain ? await startDevChainFor(loaded, destination) : undefined;
+  const dev = options.devChain ? await startDevChainFor(loaded, destination) : undefined;
   const stopChain = async () => {
-    await chain?.stop();
+    await dev?.chain.stop();
   };
   let serving: Awaited<ReturnType<typeof serve>>;
   let kernel: Awaited<ReturnType<typeof openKernel>>;
   try {
     kernel = await openKernel({
-      loaded: chain
+      loaded: dev
         ? {
             ...loaded,
-            config: withDevChainOperator(
-              withDevChainLedger(withDevChainRail(loaded.config, chain), chain),
-              chain,
+            config: dev.module.withDevChainOperator(
+              dev.module.withDevChainLedger(dev.module.withDevChainRail(loaded.config, dev.chain), dev.chain),
+              dev.chain,
             ),
           }
         : loaded,
@@ -90,15 +80,15 @@ export async function runServices(
         kernel.config.gateway.publicUrl === undefined
           ? serving.urls.gateway
           : publicBase(kernel.config.gateway),
-        chain !== undefined,
+        dev !== undefined,
       ),
     );
-  if (chain)
+  if (dev)
     process.stdout.write(
-      devChainBanner(chain, kernel.config.devChain.stateFile) +
-        devChainOperatorBanner(kernel.config, chain) +
-        devChainLedgerBanner(kernel.config) +
-        (serving.urls.runtime ? runtimeExamplesBanner(serving.urls.runtime) : ''),
+      dev.module.devChainBanner(dev.chain, kernel.config.devChain.stateFile) +
+        dev.module.devChainOperatorBanner(kernel.config, dev.chain) +
+        dev.module.devChainLedgerBanner(kernel.config) +
+        (serving.urls.runtime ? dev.module.runtimeExamplesBanner(serving.urls.runtime) : ''),
     );
   void serving.warmedUp.then(async (warmup) => {
     // Written after the warmup's own log lines, which wait in the batched log destination.
@@ -155,11 +145,12 @@ function paymentsBannerOf(
 export async function startDevChainFor(
   loaded: LoadedConfig,
   destination: DestinationStream,
-): Promise<DevChain | undefined> {
+): Promise<{ chain: DevChain; module: typeof DevChainModule } | undefined> {
   const { config } = loaded;
   const secrets = new SecretRegistry();
   const logger = createLogger({ level: config.log.level, secrets, destination });
-  const skip = await devChainSkipReason(config, {
+  const module = await import('../devchain/index.ts');
+  const skip = await module.devChainSkipReason(config, {
     builtins: builtinPlugins,
     baseDir: loaded.file ? dirname(loaded.file) : process.cwd(),
   });
@@ -169,7 +160,7 @@ export async function startDevChainFor(
   }
   let chain: DevChain;
   try {
-    chain = await startDevChain({
+    chain = await module.startDevChain({
       logger,
       statePath: config.devChain.stateFile,
       ...(config.devChain.port === undefined ? {} : { port: config.devChain.port }),
@@ -185,8 +176,8 @@ export async function startDevChainFor(
   secrets.add(chain.accounts.payer.privateKey);
   secrets.add(chain.accounts.runtime.privateKey);
   logger.info(
-    { rpcUrl: chain.rpcUrl, chainId: chain.chainId, rail: DEV_CHAIN_RAIL },
+    { rpcUrl: chain.rpcUrl, chainId: chain.chainId, rail: module.DEV_CHAIN_RAIL },
     'dev chain: ready; the payment rail points at it',
   );
-  return chain;
+  return { chain, module };
 }

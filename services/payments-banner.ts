@@ -1,6 +1,6 @@
-import { formatUnits } from 'viem';
+import { formatUnits } from 'viem/utils';
 import type { PaymentTerms } from '@sigil/plugin-api';
-import { PAY_OVER_MCP, PAY_OVER_REST, RUN_FREE, payCommand } from '../devchain/index.ts';
+import { PAY_OVER_MCP, PAY_OVER_REST, RUN_FREE, payCommand } from '../devchain/quick-start.ts';
 
 export interface PaymentsBannerOptions {
   gatewayUrl: string;

@@ -1,9 +1,10 @@
 import type { RequestListener } from 'node:http';
 import { listen, type RunningServer } from '../core/http/server.ts';
-import { createGatewayApp, type GatewayApp } from './gateway/app.ts';
+// Types only: each service's app (and all it imports) is loaded when that service is served.
+import type { GatewayApp } from './gateway/app.ts';
 import type { WarmupOutcome } from './gateway/warmup.ts';
 import type { Kernel } from './kernel.ts';
-import { createRuntimeApp, type RuntimeApp } from './runtime/app.ts';
+import type { RuntimeApp } from './runtime/app.ts';
 import { requireReplicaSettings, settingsFingerprints } from './shared-deployment.ts';
 
 export type ServiceName = 'runtime' | 'gateway';
@@ -40,7 +41,11 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
   let runtime: RuntimeApp | undefined;
   let gateway: GatewayApp | undefined;
   const compose = async (name: ServiceName): Promise<ServiceApp> => {
-    if (name === 'runtime') return (runtime = await createRuntimeApp(kernel));
+    if (name === 'runtime') {
+      const { createRuntimeApp } = await import('./runtime/app.ts');
+      return (runtime = await createRuntimeApp(kernel));
+    }
+    const { createGatewayApp } = await import('./gateway/app.ts');
     return (gateway = createGatewayApp(kernel, runtime ? { inProcessRuntime: runtime.inProcess } : {}));
   };
   const served = SERVICE_ORDER.filter((service) => services.includes(service));

@@ -1,5 +1,4 @@
 import { SigilError } from '@sigil/plugin-api';
-import { privateKeyToAddress } from 'viem/accounts';
 import { configuredKeyId } from '../core/auth/signing-key.ts';
 import { holderOf } from '../core/config/redact.ts';
 import { canonicalJson, sha256Hex } from '../core/crypto.ts';
@@ -155,10 +154,10 @@ export async function settingsFingerprints(
     fingerprints.runtime = fingerprintOf({
       ...common,
       runtime: redacted.runtime,
-      ledger: { ...(redacted.ledger as object), operatorKey: addressOf(config.ledger.operatorKey) },
+      ledger: { ...(redacted.ledger as object), operatorKey: await addressOf(config.ledger.operatorKey) },
       gatewayPublicUrl: config.gateway.publicUrl ?? null,
       delegationKeyIds: (await apps.runtime.delegation.jwks()).keys.map((key) => key.kid),
-      operatorAddress: addressOf(config.runtime.operatorKey),
+      operatorAddress: await addressOf(config.runtime.operatorKey),
       historyKeyIds: config.runtime.history.dataKeys.map((key) => key.id),
     });
   if (apps.gateway)
@@ -174,8 +173,9 @@ export async function settingsFingerprints(
 const fingerprintOf = (settings: Record<string, unknown>): string =>
   sha256Hex(canonicalJson(settings)).slice(0, 16);
 
-const addressOf = (key: string | undefined): string | null =>
-  key === undefined ? null : privateKeyToAddress(key as `0x${string}`);
+/** viem's accounts (with their BIP-39 word lists) are imported by a runtime's fingerprint alone. */
+const addressOf = async (key: string | undefined): Promise<string | null> =>
+  key === undefined ? null : (await import('viem/accounts')).privateKeyToAddress(key as `0x${string}`);
 
 /** Leaves the dotted `paths` out of `settings` (the redacted copy of the config): undefined has no JSON. */
 function forget(settings: Record<string, unknown>, paths: readonly string[]): void {

@@ -1,4 +1,5 @@
-import { verifyMessage, type Address, type Hex, type SignableMessage } from 'viem';
+import type { Address, Hex, SignableMessage } from 'viem';
+import { verifyMessage } from 'viem/utils';
 
 /**
  * EIP-191 signatures of externally owned accounts, checked offline: no RPC, so smart-contract wallets

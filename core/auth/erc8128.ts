@@ -7,7 +7,8 @@ import {
   type NonceStore,
   type VerifyFailReason,
 } from '@slicekit/erc8128';
-import { getAddress, type Address } from 'viem';
+import type { Address } from 'viem';
+import { getAddress } from 'viem/utils';
 import { unixSeconds, type Clock } from '../clock.ts';
 import type { Database } from '../db/database.ts';
 import type { IncomingRequest } from '../http/incoming.ts';

@@ -1,4 +1,4 @@
-import { getAddress, isAddress } from 'viem';
+import { getAddress, isAddress } from 'viem/utils';
 import { SigilError } from '@sigil/plugin-api';
 import type { IncomingRequest } from '../http/incoming.ts';
 import type { SignedRequest } from './erc8128.ts';

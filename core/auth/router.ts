@@ -1,6 +1,6 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
-import { getAddress } from 'viem';
+import { getAddress } from 'viem/utils';
 import { z } from 'zod';
 import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../http/validate.ts';

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { errors as joseErrors, jwtVerify, SignJWT, type JWTHeaderParameters } from 'jose';
-import { getAddress, isAddress, type Address } from 'viem';
+import type { Address } from 'viem';
+import { getAddress, isAddress } from 'viem/utils';
 import { unixSeconds, type Clock } from '../clock.ts';
 import { refuseFutureIssuedAt } from './issued-at.ts';
 import type { AuthSettings } from './settings.ts';

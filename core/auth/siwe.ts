@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { getAddress, type Address, type Hex } from 'viem';
+import type { Address, Hex } from 'viem';
+import { getAddress } from 'viem/utils';
 import { createSiweMessage, parseSiweMessage, SiweInvalidMessageFieldError } from 'viem/siwe';
 import type { Clock } from '../clock.ts';
 import { hkdfSha256, hmacSha256, sameMac } from '../crypto.ts';

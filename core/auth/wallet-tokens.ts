@@ -1,5 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { getAddress, type Address } from 'viem';
+import type { Address } from 'viem';
+import { getAddress } from 'viem/utils';
 import { TtlCache } from '@sigil/plugin-api/cache';
 import type { Clock } from '../clock.ts';
 import { sha256Hex } from '../crypto.ts';

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
-import { getAddress, type Address, type Hex } from 'viem';
+import type { Address, Hex } from 'viem';
+import { getAddress } from 'viem/utils';
 import type { RailChainIdentity } from '@sigil/plugin-api';
 
 /**

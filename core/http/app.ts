@@ -1,7 +1,8 @@
 import type { RequestListener } from 'node:http';
+import { createRequire } from 'node:module';
 import Koa from 'koa';
 import type Router from '@koa/router';
-import { bodyParser } from '@koa/bodyparser';
+import type * as BodyParserModule from '@koa/bodyparser';
 import type { Logger } from '../log.ts';
 import { EdgePolicy, type EdgeSettings } from './edge.ts';
 import { errorHandler, type AuthChallenge } from './errors.ts';
@@ -82,11 +83,13 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
     else await next();
   });
   app.use(
-    bodyParser({
-      enableTypes: ['json'],
-      jsonLimit: options.bodyLimitBytes,
-      encoding: 'utf-8',
-    }),
+    onFirstRequest(() =>
+      requireBodyParser()({
+        enableTypes: ['json'],
+        jsonLimit: options.bodyLimitBytes,
+        encoding: 'utf-8',
+      }),
+    ),
   );
   app.use(async (ctx, next) =>
     ctx.method === 'GET' && ctx.path === '/metrics' ? metrics.render(ctx) : next(),
@@ -110,5 +113,21 @@ export function createHttpApp(options: HttpAppOptions): HttpApp {
         else void served(req, res);
       };
     },
+  };
+}
+
+/**
+ * @koa/bodyparser (CommonJS; co-body with iconv-lite's tables, about 60 ms of start-up, issue 30),
+ * required by the first request that reaches Koa: MCP calls served by the lane never need it.
+ */
+const requireBodyParser = (): typeof BodyParserModule.bodyParser =>
+  (createRequire(import.meta.url)('@koa/bodyparser') as typeof BodyParserModule).bodyParser;
+
+/** The middleware `make` gives, made by the first request that reaches it. */
+function onFirstRequest(make: () => Koa.Middleware): Koa.Middleware {
+  let middleware: Koa.Middleware | undefined;
+  return (ctx, next) => {
+    middleware ??= make();
+    return middleware(ctx, next);
   };
 }

@@ -1,8 +1,10 @@
 import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import Arborist, { type Node, type PackageJson } from '@npmcli/arborist';
-import pacote, { type Manifest, type NpmFlatOptions } from 'pacote';
+// Types only: npm's libraries (about 250 ms of loading) are imported when a package is first resolved
+// or installed, not when the gateway starts and serves what its cache already holds.
+import type { Node, PackageJson } from '@npmcli/arborist';
+import type { Manifest, NpmFlatOptions } from 'pacote';
 import {
   isSigilError,
   type PackageRegistryFailure,
@@ -153,6 +155,7 @@ export class NpmClient {
   async resolve(name: string, range: string): Promise<ResolvedPackage> {
     checkSpec(name, range);
     const spec = `${name}@${range.trim()}`;
+    const { default: pacote } = await import('pacote');
     let manifest: Manifest;
     try {
       manifest = await pacote.manifest(spec, { ...this.base, preferOnline: true });
@@ -191,6 +194,7 @@ export class NpmClient {
       join(dir, 'package.json'),
       `${JSON.stringify({ name: 'sigil-cache-entry', private: true, dependencies: { [resolved.name]: resolved.version } }, null, 2)}\n`,
     );
+    const { default: Arborist } = await import('@npmcli/arborist');
     const arborist = new Arborist({
       ...this.base,
       path: dir,

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { once } from 'node:events';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -7,7 +8,14 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { configSchema } from '../../services/config.ts';
-import { createLogger, logDestination, logFormat, logWritten, SecretRegistry } from '../../core/log.ts';
+import {
+  createLogger,
+  logDestination,
+  logDestinationIn,
+  logFormat,
+  logWritten,
+  SecretRegistry,
+} from '../../core/log.ts';
 import { openKernel } from '../../services/kernel.ts';
 
 const logModule = fileURLToPath(new URL('../../core/log.ts', import.meta.url));
@@ -22,6 +30,30 @@ describe('log format', () => {
   it('json and pretty are kept whatever the terminal and mode (LOG_FORMAT forces one)', () => {
     expect(logFormat('json', { mode: 'development', terminal: true })).to.equal('json');
     expect(logFormat('pretty', { mode: 'production', terminal: false })).to.equal('pretty');
+  });
+
+  it('pretty: pino-pretty (required when a pretty log is made) writes one readable line, secrets scrubbed', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sigil-pretty-'));
+    const file = join(dir, 'log');
+    const fd = openSync(file, 'w');
+    try {
+      const secrets = new SecretRegistry();
+      secrets.add('sk-pretty-secret-value-0123456789');
+      const destination = logDestinationIn('pretty', fd);
+      const logger = createLogger({ level: 'info', secrets, destination });
+      logger.info({ key: 'sk-pretty-secret-value-0123456789' }, 'pretty line');
+      // Ended, it has written everything once it finishes.
+      const finished = once(destination as unknown as Writable, 'finish');
+      (destination as unknown as Writable).end();
+      await finished;
+      const text = readFileSync(file, 'utf8');
+      expect(text).to.match(/INFO.*pretty line/);
+      expect(text).not.to.include('sk-pretty-secret-value-0123456789');
+      expect(() => JSON.parse(text)).to.throw(); // a readable line, not JSON
+    } finally {
+      closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -7,7 +7,8 @@ import {
   jwtVerify,
   type JWTVerifyGetKey,
 } from 'jose';
-import { getAddress, isAddress, type Address } from 'viem';
+import type { Address } from 'viem';
+import { getAddress, isAddress } from 'viem/utils';
 import { z } from 'zod';
 import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../clock.ts';

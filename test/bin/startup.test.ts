@@ -1,0 +1,67 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { expect } from 'chai';
+import { RECORD_LOADS } from '../support/build.ts';
+import { startSigil } from '../support/cli.ts';
+
+/**
+ * What `sigil gateway` loads before it serves (issue 30, start-up): only what a request needs. The
+ * runtime service and the dev chain are imported by the commands that use them (`sigil up`, `sigil
+ * runtime`), npm's installer libraries when a package is first resolved or installed, and of viem
+ * only its utilities, so a resolve hook recording every module the process loads must not see the
+ * others by the time the gateway has answered a request.
+ */
+describe('sigil gateway start-up', function () {
+  this.timeout(60_000);
+  let dir: string;
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'sigil-startup-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('serves without loading the runtime, the dev chain, npm’s installer libraries or all of viem', async () => {
+    const file = join(dir, 'loaded');
+    const running = await startSigil(['gateway'], /gateway\s+http:\/\/\S+\n/, {
+      nodeArgs: ['--import', pathToFileURL(RECORD_LOADS).href],
+      cwd: dir,
+      env: {
+        SIGIL_CONFIG: '',
+        DATABASE_URL: join(dir, 'sigil.db'),
+        GATEWAY_PORT: '0',
+        GATEWAY_WARMUP: 'false',
+        SIGIL_LOADED_FILE: file,
+      },
+    });
+    try {
+      const url = /gateway\s+(http:\/\/\S+)\n/.exec(running.output())?.[1] as string;
+      const listed = await fetch(`${url}/mcp`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+      });
+      expect(listed.status).to.equal(200);
+    } finally {
+      running.child.kill('SIGTERM');
+      expect(await running.exited).to.equal(0);
+    }
+    const loaded = readFileSync(file, 'utf8').trim().split('\n');
+    // The recording works: the gateway's own modules and the default registry plugin are in it.
+    expect(loaded.some((url) => url.endsWith('/services/gateway/app.ts'))).to.equal(true);
+    expect(loaded.some((url) => url.endsWith('/registries/npm/npm.ts'))).to.equal(true);
+    const unwanted = [
+      /\/services\/runtime\/app\.ts$/,
+      /\/devchain\/(?!config\.ts$|quick-start\.ts$)/, // the config's schema and the banner's text are not the chain
+      /\/node_modules\/@npmcli\/arborist\//,
+      /\/node_modules\/pacote\//,
+      /\/node_modules\/viem\/_esm\/index\.js$/, // viem's whole entry; the auth takes viem/utils
+      /\/node_modules\/viem\/_esm\/accounts\/index\.js$/, // and its accounts (BIP-39 word lists)
+      // Required when first used: a pretty log, a request reaching Koa (tools/call takes the lane).
+      /\/node_modules\/pino-pretty\//,
+      /\/node_modules\/@koa\/bodyparser\//,
+    ];
+    expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
+  });
+});
