@@ -65,8 +65,8 @@ export async function runDevChain(options: {
   const destination = logDestinationIn(
     logFormat(loaded.config.log.format, { mode: loaded.config.mode, terminal: process.stderr.isTTY }),
   );
-  const chain = await startDevChainFor(loaded, destination);
-  if (chain === undefined)
+  const started = await startDevChainFor(loaded, destination);
+  if (started === undefined)
     throw new SigilError(
       'config_invalid',
       'the dev chain is turned off, or the config has a payment rail of its own',
@@ -74,6 +74,7 @@ export async function runDevChain(options: {
         hint: 'sigil devchain runs the dev chain alone: leave devChain.enabled on and plugins without a payment-rail',
       },
     );
+  const { chain } = started;
   const stop = (signal: string) => {
     process.stdout.write(`\n${signal}: stopping the dev chain\n`);
     void chain.stop().then(() => process.exit(0));
