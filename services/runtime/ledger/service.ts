@@ -91,6 +91,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
       : undefined;
   const watcher = chain
     ? new BalanceWatcher({
+        ...jobs,
         db: kernel.db,
         ledger,
         deposits,
@@ -192,7 +193,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
         ),
       );
       holds.start();
-      watcher?.start();
+      await watcher?.start();
       await worker?.start();
       sweeper?.start();
       logger.info(
