@@ -26,9 +26,9 @@ export interface WatchReport {
  * balance read at an older block never replaces a newer one, so replicas may poll at once.
  *
  * The poll every `pollMs` runs on one replica: the one keeping the watch's lease (`ledger:watch:
- * <chain>:<token>`, a KeptLease). A lease per poll would be a write every 2 s for a pass that is
- * itself cheap; polls on every replica would multiply the chain's calls (head, logs) with the
- * replicas. The others try to take the lease at each of their ticks (one statement, no chain call),
+ * <chain>:<token>`, a KeptLease). A lease per poll would insert and delete a row every 2 s for a
+ * pass that is itself cheap; polls on every replica would multiply the chain's calls (head, logs)
+ * with the replicas. The others try to take the lease at each of their ticks (one statement, no chain call),
  * and one takes it over once its holder stopped (at once), died (once the replica is seen dead) or
  * could not renew it (once it expired).
  */
