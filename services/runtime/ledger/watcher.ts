@@ -21,9 +21,10 @@ export interface WatchReport {
  * newest block with `confirmations` confirmations, reads the token's Transfer events to or from
  * deposit addresses since the last poll (the cursor lives in the database, so a restart resumes), and
  * reads balanceOf at that block for each address a transfer touched. A full refresh reads every
- * deposit address, which also catches anything the events missed: the first poll on a database (no
- * cursor yet), and one replica's every `refreshMs` (a LeasedPass, `ledger:refresh:<interval>`). A
- * balance read at an older block never replaces a newer one, so replicas may poll at once.
+ * deposit address, which also catches anything the events missed: a process's first poll (what
+ * changed while it did not watch: a start without a chain clears the balances), and one replica's
+ * every `refreshMs` (a LeasedPass, `ledger:refresh:<interval>`). A balance read at an older block
+ * never replaces a newer one, so replicas may poll at once.
  *
  * The poll every `pollMs` runs on one replica: the one keeping the watch's lease (`ledger:watch:
  * <chain>:<token>`, a KeptLease). A lease per poll would insert and delete a row every 2 s for a
@@ -35,6 +36,7 @@ export interface WatchReport {
 export class BalanceWatcher {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<WatchReport> | undefined;
+  private everyAddressRead = false;
   private readonly watch: KeptLease;
   private readonly refresh: LeasedPass;
 
@@ -164,7 +166,7 @@ export class BalanceWatcher {
         if (entry) recorded += 1;
       }
     }
-    const full = options.fullRefresh || cursor === undefined;
+    const full = options.fullRefresh || !this.everyAddressRead || cursor === undefined;
     const wallets = full ? addresses.map((d) => d.wallet) : [...dirty];
     const byWallet = new Map(addresses.map((d) => [d.wallet, d]));
     for (const wallet of wallets) {
@@ -173,6 +175,7 @@ export class BalanceWatcher {
       const balance = await chain.balanceOf(deposit.address, confirmed);
       await ledger.recordOnChainBalance(wallet, balance, confirmed);
     }
+    if (full) this.everyAddressRead = true;
     if (cursor === undefined || confirmed > cursor) await this.writeCursor(confirmed, cursor);
     if (recorded > 0)
       logger.info({ deposits: recorded, block: confirmed.toString() }, 'ledger: deposits confirmed');

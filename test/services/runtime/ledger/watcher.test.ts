@@ -54,7 +54,7 @@ describe('ledger: balance watcher on anvil', function () {
       }
     });
 
-    it('reads every deposit address at the first poll of a database, then once per balanceRefreshSeconds, not at each poll', async () => {
+    it('reads every deposit address at the first poll of a process, then once per balanceRefreshSeconds, not at each poll', async () => {
       const world = await openLedgerWorld(database, {
         config: { ledger: ledgerOnChain(chain, { confirmations: 1, balanceRefreshSeconds: 60 }) },
       });
@@ -62,7 +62,7 @@ describe('ledger: balance watcher on anvil', function () {
         const { watcher, deposits, ledger } = world.service;
         const wallet = randomWallet();
         await deposits.of(wallet);
-        expect((await watcher!.poll()).refreshed).to.equal(1); // no cursor yet: every address is read
+        expect((await watcher!.poll()).refreshed).to.equal(1); // the first poll reads every address
         expect((await watcher!.poll()).refreshed).to.equal(0); // no Transfer event: nothing to read
         const readAt = async () => (await ledger.balance(wallet)).balanceBlock;
         const before = await readAt();
