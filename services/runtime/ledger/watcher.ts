@@ -29,9 +29,9 @@ export interface WatchReport {
  * The poll every `pollMs` runs on one replica: the one keeping the watch's lease (`ledger:watch:
  * <chain>:<token>`, a KeptLease). A lease per poll would insert and delete a row every 2 s for a
  * pass that is itself cheap; polls on every replica would multiply the chain's calls (head, logs)
- * with the replicas. The others try to take the lease at each of their ticks (one statement, no chain call),
- * and one takes it over once its holder stopped (at once), died (once the replica is seen dead) or
- * could not renew it (once it expired).
+ * with the replicas. The others try to take the lease at each of their ticks (one statement, no
+ * chain call), and one takes it over once its holder stopped (at once), died (once the replica is
+ * seen dead) or could not renew it (once it expired).
  */
 export class BalanceWatcher {
   private timer: NodeJS.Timeout | undefined;
@@ -83,7 +83,10 @@ export class BalanceWatcher {
     return `transfers:${this.deps.chain.options.chainId}:${this.deps.chain.token.toLowerCase()}`;
   }
 
-  /** One pass now, whichever replica watches (polls never overlap in a process: a second call waits for the running one). */
+  /**
+   * One pass now, whichever replica watches (polls never overlap in a process: a second call waits
+   * for the running one).
+   */
   poll(options: { fullRefresh?: boolean } = {}): Promise<WatchReport> {
     const pass = (this.running ?? Promise.resolve()).then(
       () => this.pass(options),
