@@ -1,6 +1,26 @@
 import type { Logger } from './log.ts';
 
 /**
+ * A pass never run twice at once: `run()` while one is under way answers that one, so work asked for
+ * on demand and by a timer (or a lease) at the same moment is done once.
+ */
+export class SinglePass<T> {
+  private running: Promise<T> | undefined;
+
+  constructor(private readonly pass: () => Promise<T>) {}
+
+  run(): Promise<T> {
+    this.running ??= this.pass().finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  /** Waits for the pass under way, if any (its failure is its caller's). */
+  async settled(): Promise<void> {
+    await this.running?.catch(() => undefined);
+  }
+}
+
+/**
  * A background worker's pass, run every `intervalMs` once started and on demand, never two at once:
  * `run()` while a pass is under way answers that pass. A timed pass that fails is logged as `failure`
  * and tried again at the next tick; `stop()` clears the timer and waits for the pass under way. The
@@ -9,7 +29,7 @@ import type { Logger } from './log.ts';
  */
 export class PeriodicPass<T> {
   private timer: NodeJS.Timeout | undefined;
-  private running: Promise<T> | undefined;
+  private readonly single: SinglePass<T>;
 
   constructor(
     private readonly options: {
@@ -19,11 +39,12 @@ export class PeriodicPass<T> {
       /** The warning a failed timed pass logs (with the error's message). */
       failure: string;
     },
-  ) {}
+  ) {
+    this.single = new SinglePass(options.pass);
+  }
 
   run(): Promise<T> {
-    this.running ??= this.options.pass().finally(() => (this.running = undefined));
-    return this.running;
+    return this.single.run();
   }
 
   start(): void {
@@ -38,6 +59,6 @@ export class PeriodicPass<T> {
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    await this.running?.catch(() => undefined);
+    await this.single.settled();
   }
 }

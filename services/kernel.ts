@@ -2,6 +2,7 @@ import { dirname } from 'node:path';
 import { systemClock, type Clock } from '../core/clock.ts';
 import { loadConfig, type LoadedConfig, type SigilConfig } from './config.ts';
 import { isPostgresUrl, migrate, openDatabase, type Database } from '../core/db/database.ts';
+import type { JobLeases } from '../core/db/leased-pass.ts';
 import { DatabaseLeases } from '../core/db/leases.ts';
 import { Replica } from '../core/db/replicas.ts';
 import type { DestinationStream } from 'pino';
@@ -25,6 +26,15 @@ export interface Kernel {
   leases: DatabaseLeases;
   /** Stops plugins (reverse order), unregisters the replica and closes the database. */
   close(): Promise<void>;
+}
+
+/** The leases this replica's jobs take (`database.leaseSeconds` unrenewed): one replica at a time runs each. */
+export function jobLeases(kernel: Kernel): JobLeases {
+  return {
+    leases: kernel.leases,
+    holder: kernel.replica.id,
+    leaseMs: kernel.config.database.leaseSeconds * 1000,
+  };
 }
 
 export interface KernelOptions {

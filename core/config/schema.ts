@@ -77,7 +77,7 @@ export const CORE_SETTINGS = {
         .max(3600)
         .default(30)
         .describe(
-          "How long a lease lasts unrenewed: that of a job one replica runs per interval (the payments reconciliation), and a chat message's claim on its session; how soon another replica takes over what a dead holder had",
+          "How long a lease lasts unrenewed: that of a job one replica runs per interval (the payments reconciliation, the ledger's sweeps and balance refresh), of the deposit watch one replica keeps, and a chat message's claim on its session; how soon another replica takes over what a dead holder had",
         ),
     })
     .strict()

@@ -6,6 +6,13 @@ import { PeriodicPass } from '../periodic.ts';
 import type { DatabaseLeases, Lease } from './leases.ts';
 import { Renewal } from './renewal.ts';
 
+/** The leases a replica's jobs take: the database's, as `holder` (this replica's id), each `leaseMs` unrenewed. */
+export interface JobLeases {
+  leases: DatabaseLeases;
+  holder: string;
+  leaseMs: number;
+}
+
 /** What a leased pass runs with: its lease, a signal aborted once the lease is lost, and fenced writes. */
 export interface HeldLease {
   readonly lease: Lease;

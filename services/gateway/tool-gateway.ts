@@ -2,7 +2,7 @@ import type Router from '@koa/router';
 import { publicBase } from '../../core/auth/settings.ts';
 import { extensionPoints, SigilError } from '@sigil/plugin-api';
 import type { LaneRoute } from '../../core/http/lane.ts';
-import type { Kernel } from '../kernel.ts';
+import { jobLeases, type Kernel } from '../kernel.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
 import { loadCatalog, type Catalog } from './catalog.ts';
 import { CallerLimits, serverCallSettings } from './call-limits.ts';
@@ -135,11 +135,7 @@ export function createToolGateway(kernel: Kernel): ToolGateway {
     maxSeconds: settings.maxToolCallTimeoutSeconds,
   });
   // Verifications and the daily refresh: one replica at a time, under leases taken by this replica.
-  const leased = {
-    leases: kernel.leases,
-    holder: kernel.replica.id,
-    leaseMs: kernel.config.database.leaseSeconds * 1000,
-  };
+  const leased = jobLeases(kernel);
   const servers = new ServerDirectory({
     db: kernel.db,
     clock: kernel.clock,

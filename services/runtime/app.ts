@@ -3,7 +3,7 @@ import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import type { RuntimeSource } from '../../core/auth/delegation/source.ts';
 import { publicBase } from '../../core/auth/settings.ts';
 import { createHttpApp, type HttpApp } from '../../core/http/app.ts';
-import type { Kernel } from '../kernel.ts';
+import { jobLeases, type Kernel } from '../kernel.ts';
 import { runtimeAuth } from './auth.ts';
 import { HEALTH_PATH, healthRouter } from '../shared/health.ts';
 import { attestedRuntime } from './delegation/attestation.ts';
@@ -143,6 +143,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     claimMs: kernel.config.database.leaseSeconds * 1000,
   });
   const answers = new AnswerEvents({
+    ...jobLeases(kernel),
     db: kernel.db,
     clock: kernel.clock,
     replica: kernel.replica,

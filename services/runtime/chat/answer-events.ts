@@ -2,10 +2,10 @@ import type { Knex } from 'knex';
 import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import { databaseNowMs, type Database } from '../../../core/db/database.ts';
+import { LeasedPass, type JobLeases } from '../../../core/db/leased-pass.ts';
 import type { Replica } from '../../../core/db/replicas.ts';
 import type { SseEvent } from '../../../core/http/sse.ts';
 import type { Logger } from '../../../core/log.ts';
-import { PeriodicPass } from '../../../core/periodic.ts';
 import type { SessionCipher } from './history-keys.ts';
 
 /** The number of a message's first event, when no earlier attempt at it was stored. */
@@ -102,20 +102,21 @@ interface AnswerRow {
 
 /** How many expired answers one statement of the retention pass deletes. */
 const SWEEP_BATCH = 500;
-/** How often each replica deletes the events of answers past their retention. */
+/** How often the events of answers past their retention are deleted (by one replica each time). */
 const SWEEP_INTERVAL_MS = 60_000;
 
 /**
  * The stored events of chat answers (tables chat_answers, chat_answer_events): what a stream cut
  * mid-answer is resumed from, on any replica, and a resume buffer only (the answer itself is in the
  * history). Deleted with their session (a cascade), and `retentionMs` after their answer ended by a
- * pass every replica runs (or, for an answer whose replica died, once its claim is gone).
+ * pass one replica runs each minute (a LeasedPass, `chat:retention:<minute>`), or, for an answer
+ * whose replica died, once its claim is gone.
  */
 export class AnswerEvents {
-  private readonly retention: PeriodicPass<number>;
+  private readonly retention: LeasedPass;
 
   constructor(
-    private readonly deps: {
+    private readonly deps: JobLeases & {
       db: Database;
       clock: Clock;
       replica: Replica;
@@ -124,9 +125,14 @@ export class AnswerEvents {
       retentionMs: number;
     },
   ) {
-    this.retention = new PeriodicPass({
-      pass: () => this.sweep(),
+    this.retention = new LeasedPass({
+      leases: deps.leases,
+      holder: deps.holder,
+      leaseMs: deps.leaseMs,
+      name: 'chat:retention',
+      job: () => this.sweep(),
       intervalMs: SWEEP_INTERVAL_MS,
+      clock: deps.clock,
       logger: deps.logger,
       failure: 'chat: deleting expired answer events failed; retrying at the next pass',
     });
@@ -312,6 +318,11 @@ export class AnswerEvents {
         if (ids.length < SWEEP_BATCH) break;
       }
     return deleted;
+  }
+
+  /** Deletes what expired if this minute's pass is due and no replica has taken it: true when it ran here. */
+  retentionDue(): Promise<boolean> {
+    return this.retention.runDue();
   }
 
   /** Starts the retention pass. */

@@ -6,7 +6,8 @@ import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import { MAX_AMOUNT, minus, plus, toAmount } from './amounts.ts';
 import { SpendRefused, type SpendPurpose } from './errors.ts';
-import { PeriodicPass } from '../../../core/periodic.ts';
+import { LeasedPass, type JobLeases } from '../../../core/db/leased-pass.ts';
+import { SinglePass } from '../../../core/periodic.ts';
 import type { Balance } from './balance.ts';
 import { readBudgets, refuseOverBudget, type Budgets } from './budgets.ts';
 import { CHARGE_KEY_PREFIX, entryByKey, IDEMPOTENCY_KEY, type LedgerEntry } from './entries.ts';
@@ -84,17 +85,30 @@ const EXPIRY_BATCH = 100;
  * real cost or `release`. Each is one transaction under the wallet's lock (Ledger.withWallet:
  * SELECT … FOR UPDATE on PostgreSQL, the write lock on SQLite), so the checks and the reservation they
  * allow are one atomic step however many requests race; a hold whose holder crashed or hung is
- * released by the expiry sweep once `ttlMs` has passed since its last extension.
+ * released by the expiry sweep once `ttlMs` has passed since its last extension. The timed sweep
+ * runs on one replica per `sweepIntervalMs` (a LeasedPass, `ledger:expire-holds:<interval>`).
  */
 export class Holds {
-  private readonly expirySweep: PeriodicPass<number>;
+  private readonly expirySweep: SinglePass<number>;
+  private readonly expirySchedule: LeasedPass;
 
   constructor(
-    private readonly deps: { ledger: Ledger; logger: Logger; ttlMs: number; sweepIntervalMs: number },
+    private readonly deps: JobLeases & {
+      ledger: Ledger;
+      logger: Logger;
+      ttlMs: number;
+      sweepIntervalMs: number;
+    },
   ) {
-    this.expirySweep = new PeriodicPass({
-      pass: () => this.sweepExpired(),
+    this.expirySweep = new SinglePass(() => this.sweepExpired());
+    this.expirySchedule = new LeasedPass({
+      leases: deps.leases,
+      holder: deps.holder,
+      leaseMs: deps.leaseMs,
+      name: 'ledger:expire-holds',
+      job: () => this.releaseExpired(),
       intervalMs: deps.sweepIntervalMs,
+      clock: deps.ledger.clock,
       logger: deps.logger,
       failure: 'ledger: hold expiry sweep failed; retrying at the next',
     });
@@ -406,12 +420,18 @@ export class Holds {
     return this.expirySweep.run();
   }
 
-  start(): void {
-    this.expirySweep.start();
+  /** Ends expired holds if this interval's sweep is due and no replica has taken it: true when it ran here. */
+  releaseExpiredDue(): Promise<boolean> {
+    return this.expirySchedule.runDue();
   }
 
-  stop(): Promise<void> {
-    return this.expirySweep.stop();
+  start(): void {
+    this.expirySchedule.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.expirySchedule.stop();
+    await this.expirySweep.settled();
   }
 
   private async sweepExpired(): Promise<number> {

@@ -2,7 +2,7 @@ import type Router from '@koa/router';
 import type { Hex } from 'viem';
 import { KeptLease } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
-import type { Kernel } from '../../kernel.ts';
+import { jobLeases, type Kernel } from '../../kernel.ts';
 import { Agents } from '../agents.ts';
 import { agentsRouter } from '../agent-routes.ts';
 import { offeredModels } from '../models.ts';
@@ -66,8 +66,11 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     logger,
     settings: { minimumBalance: BigInt(settings.minimumBalance) },
   });
+  // The timed passes (hold expiry, sweep, full balance refresh): each interval's on one replica.
+  const jobs = jobLeases(kernel);
   const holdTtlMs = settings.holdTtlSeconds * 1000;
   const holds = new Holds({
+    ...jobs,
     ledger,
     logger,
     ttlMs: holdTtlMs,
@@ -88,6 +91,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
       : undefined;
   const watcher = chain
     ? new BalanceWatcher({
+        ...jobs,
         db: kernel.db,
         ledger,
         deposits,
@@ -115,6 +119,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
   const sweeper =
     chain && worker && settings.treasury
       ? new Sweeper({
+          ...jobs,
           db: kernel.db,
           transfers,
           deposits,
@@ -124,6 +129,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
           minimumAmount: BigInt(settings.sweep.minimumAmount),
           ttlSeconds: settings.withdrawals.authorizationTtlSeconds,
           intervalMs: settings.sweep.intervalSeconds * 1000,
+          clock: kernel.clock,
           logger,
         })
       : undefined;
@@ -187,7 +193,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
         ),
       );
       holds.start();
-      watcher?.start();
+      await watcher?.start();
       await worker?.start();
       sweeper?.start();
       logger.info(

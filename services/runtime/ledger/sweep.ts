@@ -1,9 +1,11 @@
 import type { Address } from 'viem';
+import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
+import { LeasedPass, type JobLeases } from '../../../core/db/leased-pass.ts';
 import type { Logger } from '../../../core/log.ts';
+import { SinglePass } from '../../../core/periodic.ts';
 import type { LedgerChain } from './chain.ts';
 import type { DepositAddresses } from './deposits.ts';
-import { PeriodicPass } from '../../../core/periodic.ts';
 import type { TransferWorker } from './transfer-worker.ts';
 import type { Transfer } from './transfer-records.ts';
 import type { Transfers } from './transfers.ts';
@@ -15,12 +17,17 @@ import type { Transfers } from './transfers.ts';
  * and paid for by the operator). When it completes, the amount turns from unsettled into settled spend
  * in the same transaction that records the deposit address's lower balance, so `available` does not
  * move; a sweep that fails changes no entry, and the next sweep takes the spend again.
+ *
+ * Timed sweeps run on one replica per interval (a LeasedPass, `ledger:sweep:<interval>`): an amount is
+ * swept once whichever replica opens it (under the wallet's lock), so the lease only spares the
+ * others the chain's head and the database's pass.
  */
 export class Sweeper {
-  private readonly periodic: PeriodicPass<Transfer[]>;
+  private readonly single: SinglePass<Transfer[]>;
+  private readonly schedule: LeasedPass;
 
   constructor(
-    private readonly deps: {
+    private readonly deps: JobLeases & {
       db: Database;
       transfers: Transfers;
       deposits: DepositAddresses;
@@ -30,28 +37,41 @@ export class Sweeper {
       minimumAmount: bigint;
       ttlSeconds: number;
       intervalMs: number;
+      clock: Clock;
       logger: Logger;
     },
   ) {
-    this.periodic = new PeriodicPass({
-      pass: () => this.pass(),
+    this.single = new SinglePass(() => this.pass());
+    this.schedule = new LeasedPass({
+      leases: deps.leases,
+      holder: deps.holder,
+      leaseMs: deps.leaseMs,
+      name: 'ledger:sweep',
+      job: () => this.sweep(),
       intervalMs: deps.intervalMs,
+      clock: deps.clock,
       logger: deps.logger,
       failure: 'ledger: settlement sweep failed; retrying at the next',
     });
   }
 
-  /** One sweep of every wallet with enough unsettled spend; resolves with the sweeps it opened. */
+  /** One sweep now, on this replica, of every wallet with enough unsettled spend; resolves with the sweeps it opened. */
   sweep(): Promise<Transfer[]> {
-    return this.periodic.run();
+    return this.single.run();
+  }
+
+  /** Sweeps if this interval's sweep is due and no replica has taken it: true when it ran here. */
+  sweepDue(): Promise<boolean> {
+    return this.schedule.runDue();
   }
 
   start(): void {
-    this.periodic.start();
+    this.schedule.start();
   }
 
-  stop(): Promise<void> {
-    return this.periodic.stop();
+  async stop(): Promise<void> {
+    await this.schedule.stop();
+    await this.single.settled();
   }
 
   private async pass(): Promise<Transfer[]> {

@@ -54,20 +54,26 @@ describe('ledger: balance watcher on anvil', function () {
       }
     });
 
-    it('reads every deposit address again once the clock passes balanceRefreshSeconds, not before', async () => {
+    it('reads every deposit address at the first poll of a process, then once per balanceRefreshSeconds, not at each poll', async () => {
       const world = await openLedgerWorld(database, {
         config: { ledger: ledgerOnChain(chain, { confirmations: 1, balanceRefreshSeconds: 60 }) },
       });
       try {
-        const { watcher, deposits } = world.service;
-        await deposits.of(randomWallet());
+        const { watcher, deposits, ledger } = world.service;
+        const wallet = randomWallet();
+        await deposits.of(wallet);
         expect((await watcher!.poll()).refreshed).to.equal(1); // the first poll reads every address
         expect((await watcher!.poll()).refreshed).to.equal(0); // no Transfer event: nothing to read
+        const readAt = async () => (await ledger.balance(wallet)).balanceBlock;
+        const before = await readAt();
+        await mine(chain, 1);
+        // MIDWEEK begins an interval: the first one due is the next (as with a timer, an interval on).
         world.clock.advance(59_999);
-        expect((await watcher!.poll()).refreshed).to.equal(0);
+        expect(await watcher!.refreshDue()).to.equal(false);
         world.clock.advance(1);
-        expect((await watcher!.poll()).refreshed).to.equal(1);
-        expect((await watcher!.poll()).refreshed).to.equal(0);
+        expect(await watcher!.refreshDue()).to.equal(true);
+        expect((await readAt()) > before, 'read again at the newer block').to.equal(true);
+        expect(await watcher!.refreshDue(), 'once per interval').to.equal(false);
       } finally {
         await world.close();
       }
