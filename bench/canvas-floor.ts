@@ -67,6 +67,7 @@ export class FloorRun {
       },
       nodeIds,
       [{ type: 'run.started', data: { runId: id } }],
+      (work) => db.transaction(work),
     );
     return new FloorRun(world, store, id, claim);
   }

@@ -180,6 +180,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     chat,
     agents: ledger.agents,
     holds: ledger.holds,
+    ledger: ledger.ledger,
     vault,
     gateway,
   });

@@ -167,6 +167,9 @@ interface RunWrite {
   events: readonly SerializedEvent[];
 }
 
+/** Runs `work` in one transaction (of the caller's choosing: one that holds a lock first). */
+export type InTransaction = <T>(work: (trx: Knex.Transaction) => Promise<T>) => Promise<T>;
+
 /** Rows an event insert carries: 5 bound variables each, under SQLite's oldest limit of 999 a statement. */
 export const EVENTS_PER_INSERT = 150;
 export const EVENT_COLUMNS = ['run_id', 'seq', 'type', 'data', 'created_at'];
@@ -366,8 +369,17 @@ export class RunStore {
     return stored;
   }
 
-  /** Stores a new run, its nodes queued and its first events, claimed by this replica: its claim. */
-  async create(run: NewRun, nodeIds: readonly string[], events: readonly NewEvent[]): Promise<string> {
+  /**
+   * Stores a new run, its nodes queued and its first events, claimed by this replica: its claim. The
+   * rows are written in the transaction `transaction` opens (the service's holds the wallet's lock and
+   * counts its active runs first); the run is tracked and its events published once that commits.
+   */
+  async create(
+    run: NewRun,
+    nodeIds: readonly string[],
+    events: readonly NewEvent[],
+    transaction: InTransaction,
+  ): Promise<string> {
     const now = this.clock.now().getTime();
     const at = new Date(now).toISOString();
     const stored = this.serialized(events).map(({ type, json }, index) => ({
@@ -377,7 +389,7 @@ export class RunStore {
       at,
     }));
     const { claim, columns } = this.claims.forNewRun();
-    await this.db.transaction(async (trx) => {
+    await transaction(async (trx) => {
       await trx('canvas_runs').insert({
         ...columns,
         id: run.id,
@@ -480,12 +492,8 @@ export class RunStore {
   }
 
   /** The wallet's runs that have not ended. */
-  async activeCount(wallet: string): Promise<number> {
-    const found = await this.db('canvas_runs')
-      .where({ wallet })
-      .whereNull('ended_at')
-      .count({ n: '*' })
-      .first();
+  async activeCount(trx: Knex.Transaction, wallet: string): Promise<number> {
+    const found = await trx('canvas_runs').where({ wallet }).whereNull('ended_at').count({ n: '*' }).first();
     return Number(found?.n ?? 0);
   }
 

@@ -11,6 +11,7 @@ import type { Agents } from '../agents.ts';
 import type { ChatService } from '../chat/chat.ts';
 import type { GatewayClient } from '../gateway-client.ts';
 import type { Holds } from '../ledger/holds.ts';
+import type { Ledger } from '../ledger/ledger.ts';
 import type { ProviderVault } from '../vault/index.ts';
 import { RunArtifacts } from './artifacts.ts';
 import { checkedDecision, type DecisionInput } from './approvals.ts';
@@ -20,7 +21,7 @@ import { RunEvents } from './events.ts';
 import { ActiveRun } from './active-run.ts';
 import { CanvasExecutor } from './executor.ts';
 import { CanvasHostServices } from './host-services.ts';
-import { ENDED_RUN, type NewRun, RunStore, type RunStatus } from './runs.ts';
+import { ENDED_RUN, type InTransaction, type NewRun, RunStore, type RunStatus } from './runs.ts';
 import { validateWorkflow, type ValidatedWorkflow } from './validate.ts';
 import { Workflows } from './workflows.ts';
 import { Workspaces } from './workspaces.ts';
@@ -30,6 +31,8 @@ export interface CanvasDeps {
   chat: ChatService;
   agents: Agents;
   holds: Holds;
+  /** Its wallet's lock (Ledger.withWallet), under which the wallet's limits are counted and taken. */
+  ledger: Pick<Ledger, 'withWallet'>;
   vault: ProviderVault;
   gateway: GatewayClient;
 }
@@ -68,7 +71,7 @@ export class CanvasService {
     this.logger = kernel.logger.child({ component: 'canvas' });
     this.settings = kernel.config.runtime.canvas;
     this.replica = kernel.replica;
-    this.workflows = new Workflows(kernel.db, kernel.clock, this.settings.maxWorkflowsPerWallet);
+    this.workflows = new Workflows(kernel.db, kernel.clock, deps.ledger, this.settings.maxWorkflowsPerWallet);
     const scrub = (text: string) => kernel.secrets.scrub(text);
     const leaseMs = kernel.config.database.leaseSeconds * 1000;
     this.claims = new RunClaims(kernel.db, kernel.replica, leaseMs);
@@ -138,6 +141,8 @@ export class CanvasService {
   /**
    * Starts a run of a document or a saved workflow for the signed-in wallet, charged to its agent:
    * everything that can refuse it does so before anything is stored (a 4xx that changes nothing).
+   * Its wallet's active runs are counted in the transaction that stores it, under the wallet's lock,
+   * so requests racing, on one replica or several, never pass `maxActiveRuns` together.
    */
   async execute(principal: AuthPrincipal, request: ExecuteRequest): Promise<ActiveRun> {
     const wallet = principal.address;
@@ -147,15 +152,6 @@ export class CanvasService {
       : undefined;
     const plan = this.validate(saved ? saved.document : request.workflow);
     checkInputs(plan.document, request.inputs);
-    if ((await this.runs.activeCount(wallet)) >= this.settings.maxActiveRuns)
-      throw new SigilError(
-        'rate_limited',
-        `At most ${this.settings.maxActiveRuns} runs of a wallet at once`,
-        {
-          hint: 'Wait for a run to end, or cancel one',
-          details: { reason: 'too_many_active_runs', limit: this.settings.maxActiveRuns },
-        },
-      );
     const record: NewRun = {
       id: randomUUID(),
       wallet,
@@ -166,18 +162,36 @@ export class CanvasService {
       inputs: request.inputs,
       previewToken: randomBytes(24).toString('base64url'),
     };
-    const claim = await this.runs.create(record, plan.order, [
-      {
-        type: 'run.started',
-        data: {
-          runId: record.id,
-          workflow: { name: plan.document.name, id: record.workflowId, version: record.workflowVersion },
-          agentId: record.agentId,
-          previewUrl: this.workspaces.previewUrlOf(record.previewToken),
-          nodes: plan.order.map((id) => ({ id, kind: plan.nodes.get(id)?.spec.kind })),
+    const underLimit: InTransaction = (work) =>
+      this.deps.ledger.withWallet(wallet, async (trx) => {
+        if ((await this.runs.activeCount(trx, wallet)) >= this.settings.maxActiveRuns)
+          throw new SigilError(
+            'rate_limited',
+            `At most ${this.settings.maxActiveRuns} runs of a wallet at once`,
+            {
+              hint: 'Wait for a run to end, or cancel one',
+              details: { reason: 'too_many_active_runs', limit: this.settings.maxActiveRuns },
+            },
+          );
+        return work(trx);
+      });
+    const claim = await this.runs.create(
+      record,
+      plan.order,
+      [
+        {
+          type: 'run.started',
+          data: {
+            runId: record.id,
+            workflow: { name: plan.document.name, id: record.workflowId, version: record.workflowVersion },
+            agentId: record.agentId,
+            previewUrl: this.workspaces.previewUrlOf(record.previewToken),
+            nodes: plan.order.map((id) => ({ id, kind: plan.nodes.get(id)?.spec.kind })),
+          },
         },
-      },
-    ]);
+      ],
+      underLimit,
+    );
     const stored = await this.runs.get(wallet, record.id);
     const run = this.executor.start(stored, plan, principal, claim);
     void run.ended.then(() => this.host.endRun(record.id));

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
+import type { Ledger } from '../ledger/ledger.ts';
 import type { WorkflowDocument } from './document.ts';
 
 export interface SavedWorkflow {
@@ -39,20 +40,28 @@ export class Workflows {
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
+    /** The wallet's lock, under which its workflows are counted and a new one stored. */
+    private readonly ledger: Pick<Ledger, 'withWallet'>,
     private readonly maxPerWallet: number,
   ) {}
 
+  /**
+   * Saves a new workflow, unless the wallet keeps `maxPerWallet` already (counted under the wallet's
+   * lock, so requests racing, on one replica or several, never pass it together).
+   */
   async create(wallet: string, document: WorkflowDocument): Promise<SavedWorkflow> {
-    const live = await this.db('canvas_workflows')
-      .where({ wallet, deleted_at: null, version: 1 })
-      .count({ n: '*' })
-      .first();
-    if (Number(live?.n ?? 0) >= this.maxPerWallet)
-      throw new SigilError('conflict', `At most ${this.maxPerWallet} saved workflows a wallet`, {
-        hint: 'Delete workflows you no longer need',
-        details: { reason: 'too_many_workflows', limit: this.maxPerWallet },
-      });
-    return this.insert(wallet, randomUUID(), 1, document);
+    return this.ledger.withWallet(wallet, async (trx) => {
+      const live = await trx('canvas_workflows')
+        .where({ wallet, deleted_at: null, version: 1 })
+        .count({ n: '*' })
+        .first();
+      if (Number(live?.n ?? 0) >= this.maxPerWallet)
+        throw new SigilError('conflict', `At most ${this.maxPerWallet} saved workflows a wallet`, {
+          hint: 'Delete workflows you no longer need',
+          details: { reason: 'too_many_workflows', limit: this.maxPerWallet },
+        });
+      return this.insert(trx, wallet, randomUUID(), 1, document);
+    });
   }
 
   /** Saves a new version of `id`; `expectedVersion`, when given, must be the latest (409 otherwise). */
@@ -71,17 +80,18 @@ export class Workflows {
           details: { reason: 'version_conflict', version: latest.version },
         },
       );
-    return this.insert(wallet, id, latest.version + 1, document);
+    return this.insert(this.db, wallet, id, latest.version + 1, document);
   }
 
   private async insert(
+    db: Database,
     wallet: string,
     id: string,
     version: number,
     document: WorkflowDocument,
   ): Promise<SavedWorkflow> {
     const createdAt = this.clock.now();
-    await this.db('canvas_workflows').insert({
+    await db('canvas_workflows').insert({
       id,
       version,
       wallet,

@@ -59,6 +59,7 @@ describeEachDatabase('canvas RunStore group commit', (database) => {
       },
       nodeIds,
       started,
+      (work) => kernel.db.transaction(work),
     );
     return id;
   };
