@@ -19,7 +19,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { buildInto } from '../test/support/build.ts';
+import { buildInto, type Build } from '../test/support/build.ts';
 import { SIGIL_BIN } from '../test/support/cli.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import { callBody, CALLS, mcpHeaders, mcpLoad, post, PREWARM, RUNS, WARMUP } from './gateway.ts';
@@ -31,14 +31,14 @@ import { log, median, ms, pairedMedian, rotated, type BenchRow } from './stats.t
 const STARTS = Number(process.env.BENCH_STARTS ?? 7);
 const READY = /^gateway\s+(http:\/\/\S+)$/m;
 
-interface Mode {
+export interface Mode {
   name: 'compiled' | 'tsx';
   bin: string;
   env: NodeJS.ProcessEnv;
   configFile: string;
 }
 
-interface Gateway {
+export interface Gateway {
   child: ChildProcess;
   url: string;
   /** Its stdout up to the ready line. */
@@ -58,7 +58,7 @@ interface Sample {
  * Spawns `sigil gateway` (or `sigil up`, with `configFile` its own) and resolves at the gateway's
  * ready line, which `sigil up` prints after the runtime's.
  */
-function startGateway(
+export function startGateway(
   mode: Mode,
   cwd: string,
   command: 'gateway' | 'up' = 'gateway',
@@ -96,6 +96,33 @@ function startGateway(
     void exited.then((code) => reject(new Error(`${mode.name} gateway exited with ${code}:\n${output}`)));
   });
 }
+
+interface Where {
+  dir: string;
+  catalogFile: string;
+  registryUrl: string;
+}
+
+/**
+ * `sigil gateway` from `bin` with a config of its own under `dir` (database, package cache, sandbox
+ * state), so gateways of several modes run side by side: the probe from `registryUrl`, logging at info.
+ */
+export function gatewayMode(name: Mode['name'], bin: string, env: NodeJS.ProcessEnv, where: Where): Mode {
+  const configFile = join(where.dir, `sigil-${name}.config.json`);
+  writeFileSync(
+    configFile,
+    JSON.stringify({
+      ...probeGatewayConfig({ ...where, suffix: `-${name}` }),
+      database: { url: join(where.dir, `sigil-${name}.db`) },
+      log: { level: 'info', format: 'json' },
+    }),
+  );
+  return { name, bin, env, configFile };
+}
+
+/** The production build's gateway (NODE_ENV=production). */
+export const compiledMode = (build: Build, where: Where): Mode =>
+  gatewayMode('compiled', build.sigil, { NODE_ENV: 'production' }, where);
 
 /** Single timed starts: the median, and the slowest in the p99 column. */
 function row(scenario: string, samples: Sample[]): BenchRow {
@@ -141,22 +168,8 @@ export async function compiledSuite(): Promise<BenchRow[]> {
   const build = await buildInto('bench-build');
   const registry = await startVerdaccio({ packages: [{ dir: probePackage }] });
   const { dir, catalogFile } = probeWorkDir('sigil-bench-compiled-');
-  // A config of each mode's own (database, package cache, sandbox state): the two gateways run side by side.
-  const modes: Mode[] = [
-    { name: 'compiled', bin: build.sigil, env: { NODE_ENV: 'production' } },
-    { name: 'tsx', bin: SIGIL_BIN, env: { NODE_ENV: '' } },
-  ].map((mode) => {
-    const configFile = join(dir, `sigil-${mode.name}.config.json`);
-    writeFileSync(
-      configFile,
-      JSON.stringify({
-        ...probeGatewayConfig({ dir, catalogFile, registryUrl: registry.url, suffix: `-${mode.name}` }),
-        database: { url: join(dir, `sigil-${mode.name}.db`) },
-        log: { level: 'info', format: 'json' },
-      }),
-    );
-    return { ...mode, configFile } as Mode;
-  });
+  const where = { dir, catalogFile, registryUrl: registry.url };
+  const modes = [compiledMode(build, where), gatewayMode('tsx', SIGIL_BIN, { NODE_ENV: '' }, where)];
   const start = (mode: Mode) => startGateway(mode, dir);
   const call = async (url: string) => {
     const answer = await post(`${url}/mcp/server/probe`, callBody('echo'));

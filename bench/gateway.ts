@@ -15,7 +15,11 @@
  *   with a wallet token and an X-MCP-Session in which the server is enabled (`probe__echo`), each at
  *   MCP 2025-11-25 and at 2026-07-28 (the envelope in `_meta`, the standard headers), compared pair by
  *   pair; at 1 in flight also with their calls interleaved one by one in the same runs (the target's
- *   rows there: a run's drift is larger than the revisions' difference).
+ *   rows there: a run's drift is larger than the revisions' difference);
+ * - peers (bench/peers.ts): supergateway and mcp-proxy in their Streamable HTTP modes, stateless and
+ *   stateful, serving the same installed server as a plain process; each load connection initializes
+ *   its session first, outside the timed calls. Rows compare each with the anonymous gateway scenario
+ *   (req/s and server CPU per call, paired by round) and, at 1 in flight, with the direct plain call.
  *
  * Each 2026-07-28 scenario runs right after its 2025-11-25 pair, or right before it every other round:
  * a pair sees the same state of the machine and neither revision always goes first. The order of the
@@ -26,9 +30,14 @@
  * verified), and `tools/call`s after the warm process was stopped for inactivity, each alternating
  * with a plain and a sandboxed start of the same server to its first tools/list and tools/call.
  *
- * Load comes from bench/mcp-load.ts in its own process. "server CPU" is the serving process's CPU per
- * call (the gateway's or the relay's; for the direct rows, the MCP server's); "MCP server CPU" is the
- * sandboxed server's, from /proc. For cold rows, server CPU is everything the call made run.
+ * Start-up and memory, after those: the compiled gateway (`npm run build`, a process of its own, as
+ * bench/compiled.ts starts it) and each peer, BENCH_STARTS times in turn, from the spawn to the first
+ * tools/call answered (initialize, notifications/initialized, the call), then one run of calls at 50 in
+ * flight and the serving process's resident set after it.
+ *
+ * Load comes from bench/mcp-load.ts in its own process (a distinct JSON-RPC id per call). "server CPU" is the serving process's CPU per
+ * call (the gateway's, the relay's or the peer's; for the direct rows, the MCP server's); "MCP server
+ * CPU" is the MCP server processes', from /proc (a peer's children, those ended meanwhile included). For cold rows, server CPU is everything the call made run.
  */
 import { execFile } from 'node:child_process';
 import { rmSync } from 'node:fs';
@@ -49,9 +58,23 @@ import { walletToken } from '../test/services/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
 import type { LoadOptions, LoadResult } from './mcp-load.ts';
 import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';
-import { cpuBetween, descendants, ownCpuUs, plainProcess, profiled, reapedChildrenCpuUs } from './proc.ts';
+import { buildInto, type Build } from '../test/support/build.ts';
+import { compiledMode, startGateway as spawnGateway } from './compiled.ts';
+import { firstCall, peers, spawnPeer, type RunningPeer } from './peers.ts';
+import {
+  childrenCpu,
+  childrenCpuBetween,
+  cpuBetween,
+  descendants,
+  ownCpuUs,
+  plainProcess,
+  processCpuUs,
+  profiled,
+  reapedChildrenCpuUs,
+  rssKb,
+} from './proc.ts';
 import { startRelay } from './relay.ts';
-import { log, median, ms, rotated } from './stats.ts';
+import { log, median, ms, pairedMedian, rotated } from './stats.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const execFileAsync = promisify(execFile);
@@ -65,6 +88,14 @@ export const PREWARM = Number(process.env.BENCH_MCP_PREWARM ?? 5000);
 export const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 const COLD_CALLS = Number(process.env.BENCH_COLD_CALLS ?? 10);
 const RESTARTS = Number(process.env.BENCH_RESTARTS ?? 3);
+/** Starts of each server (the compiled gateway, each peer) to its first answered call. */
+const STARTS = Number(process.env.BENCH_STARTS ?? 5);
+/**
+ * Calls of a run (and its unmeasured warmup) for a peer that starts a server process per request:
+ * tens a second on this machine, where the others serve thousands.
+ */
+const PROCESS_PER_REQUEST_CALLS = Number(process.env.BENCH_PEER_SPAWN_CALLS ?? 200);
+const PROCESS_PER_REQUEST_WARMUP = Number(process.env.BENCH_PEER_SPAWN_WARMUP ?? 20);
 
 export interface GatewayMeasurement {
   scenario: string;
@@ -87,12 +118,16 @@ export interface GatewayMeasurement {
   warmupCalls?: number;
   /** The per-run figures the medians come from (of calls interleaved, the 2025-11-25 ones in `versus`). */
   runs?: (Sample & { mcpServerCpuUs?: number; versus?: Sample })[];
+  /** Gateway ÷ peer rows: each round's ratios of req/s and of server CPU per call. */
+  ratios?: { rps: number; serverCpu: number }[];
 }
 
 type Target = LoadOptions['target'];
 interface Scenario {
   name: string;
   target: Target;
+  /** A peer serving the target in a process of its own: its CPU is the serving CPU, its children the MCP server's. */
+  peer?: RunningPeer & { processPerRequest: boolean };
 }
 type HttpTarget = NonNullable<LoadOptions['versus']>;
 
@@ -109,11 +144,19 @@ interface Run extends Sample {
   mcpServerCpuUs?: number;
 }
 
-/** Processes that are not the gateway's servers (verdaccio): left out of the MCP server CPU. */
+/**
+ * Processes that are not the gateway's servers (verdaccio), and the peers and spawned gateways with
+ * everything under them: left out of the MCP server CPU.
+ */
 let foreignPids = new Set<number>();
+const foreignRoots = new Set<number>();
 const serverProcesses = () => {
   const found = descendants();
   for (const pid of foreignPids) found.delete(pid);
+  for (const root of foreignRoots) {
+    found.delete(root);
+    for (const pid of descendants(root).keys()) found.delete(pid);
+  }
   return found;
 };
 
@@ -127,22 +170,42 @@ export async function mcpLoad(options: LoadOptions): Promise<LoadResult> {
   return JSON.parse(stdout) as LoadResult;
 }
 
-async function load(target: Target, concurrency: number, prewarm = false, name = ''): Promise<Run> {
-  if (!prewarm && target.kind === 'http')
-    return profiled(`${name}-${concurrency}`, () => measure(target, concurrency, false));
-  return measure(target, concurrency, prewarm);
+async function load(scenario: Scenario, concurrency: number, prewarm = false): Promise<Run> {
+  if (!prewarm && scenario.target.kind === 'http')
+    return profiled(`${scenario.name}-${concurrency}`, () => measure(scenario, concurrency, false));
+  return measure(scenario, concurrency, prewarm);
 }
 
-async function measure(target: Target, concurrency: number, prewarm: boolean): Promise<Run> {
-  const options: LoadOptions = prewarm
-    ? { target, total: 1, concurrency, warmup: PREWARM }
-    : { target, total: CALLS, concurrency, warmup: WARMUP };
-  const cpuBefore = ownCpuUs();
-  const serversBefore = serverProcesses();
+/** Calls of a run and of its warmup, and of the prewarm (`total` 1), for `peer`'s target or any other. */
+function callsOf(peer: { processPerRequest: boolean } | undefined, prewarm: boolean) {
+  if (peer?.processPerRequest)
+    return { total: prewarm ? 1 : PROCESS_PER_REQUEST_CALLS, warmup: PROCESS_PER_REQUEST_WARMUP };
+  return prewarm ? { total: 1, warmup: PREWARM } : { total: CALLS, warmup: WARMUP };
+}
+
+/** The serving process's CPU and its MCP servers', from now on: the in-process gateway's, or a peer's. */
+function meter(peer: RunningPeer | undefined): () => { serverCpuUs: number; mcpCpuUs: number } {
+  if (peer) {
+    const own = processCpuUs(peer.pid);
+    const children = childrenCpu(peer.pid);
+    return () => ({
+      serverCpuUs: processCpuUs(peer.pid) - own,
+      mcpCpuUs: childrenCpuBetween(children, childrenCpu(peer.pid)),
+    });
+  }
+  const own = ownCpuUs();
+  const servers = serverProcesses();
+  return () => ({ serverCpuUs: ownCpuUs() - own, mcpCpuUs: cpuBetween(servers, serverProcesses()) });
+}
+
+async function measure({ target, peer }: Scenario, concurrency: number, prewarm: boolean): Promise<Run> {
+  const options: LoadOptions = { target, concurrency, ...callsOf(peer, prewarm) };
+  const used = meter(peer);
   const result = await mcpLoad(options);
   const calls = options.total + options.warmup;
-  const serverCpu = (ownCpuUs() - cpuBefore) / calls;
-  const mcpCpu = cpuBetween(serversBefore, serverProcesses()) / calls;
+  const { serverCpuUs, mcpCpuUs } = used();
+  const serverCpu = serverCpuUs / calls;
+  const mcpCpu = mcpCpuUs / calls;
   const direct = result.mcpServerCpuUs !== undefined ? result.mcpServerCpuUs / result.requests : undefined;
   return {
     rps: result.rps,
@@ -154,7 +217,12 @@ async function measure(target: Target, concurrency: number, prewarm: boolean): P
   };
 }
 
-function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayMeasurement {
+function summarize(
+  scenario: string,
+  concurrency: number,
+  runs: Run[],
+  calls: { total: number; warmup: number },
+): GatewayMeasurement {
   const mcp = runs.map((r) => r.mcpServerCpuUs).filter((v): v is number => v !== undefined);
   const measurement: GatewayMeasurement = {
     scenario,
@@ -164,8 +232,8 @@ function summarize(scenario: string, concurrency: number, runs: Run[]): GatewayM
     p99Ms: ms(median(runs.map((r) => r.p99Ms))),
     serverCpuUsPerRequest: Math.round(median(runs.map((r) => r.serverCpuUs))),
     ...(mcp.length > 0 ? { mcpServerCpuUsPerCall: Math.round(median(mcp)) } : {}),
-    callsPerRun: CALLS,
-    warmupCalls: WARMUP,
+    callsPerRun: calls.total,
+    warmupCalls: calls.warmup,
     runs: runs.map((r) => ({
       rps: Math.round(r.rps),
       p50Ms: ms(r.p50Ms),
@@ -364,6 +432,138 @@ function summarizeCold(scenario: string, runs: Run[], target = false): GatewayMe
   return measurement;
 }
 
+/**
+ * A peer beside the gateway's anonymous 2025-11-25 scenario, from the runs of the same rounds: at 1 in
+ * flight what the peer adds to the direct plain call (the server as the peer runs it); at either, the
+ * gateway's req/s and server CPU per call over the peer's (medians of the rounds' ratios; the columns
+ * hold gateway − peer).
+ */
+function peerRows({
+  peer,
+  concurrency,
+  mine,
+  theirs,
+  direct,
+}: {
+  peer: string;
+  concurrency: number;
+  mine: Run[];
+  theirs: Run[];
+  direct: Run[];
+}): GatewayMeasurement[] {
+  const rows: GatewayMeasurement[] = [];
+  if (concurrency === 1)
+    rows.push({
+      scenario: `added by ${peer} (− direct plain)`,
+      concurrency,
+      rps: 0,
+      p50Ms: ms(pairedMedian(theirs, direct, (r) => r.p50Ms)),
+      p99Ms: ms(pairedMedian(theirs, direct, (r) => r.p99Ms)),
+      serverCpuUsPerRequest: Math.round(pairedMedian(theirs, direct, (r) => r.serverCpuUs)),
+    });
+  const ratios = mine.map((r, i) => ({
+    rps: Number((r.rps / (theirs[i] as Run).rps).toFixed(2)),
+    serverCpu: Number((r.serverCpuUs / (theirs[i] as Run).serverCpuUs).toFixed(2)),
+  }));
+  const rps = median(ratios.map((r) => r.rps));
+  const cpu = median(ratios.map((r) => r.serverCpu));
+  rows.push({
+    scenario: `gateway (POST /mcp/server/probe, anonymous) ÷ ${peer}: ${rps.toFixed(2)}× its req/s, ${cpu.toFixed(2)}× its server CPU per call (columns: gateway − peer, paired)`,
+    concurrency,
+    rps: 0,
+    p50Ms: ms(pairedMedian(mine, theirs, (r) => r.p50Ms)),
+    p99Ms: ms(pairedMedian(mine, theirs, (r) => r.p99Ms)),
+    serverCpuUsPerRequest: Math.round(pairedMedian(mine, theirs, (r) => r.serverCpuUs)),
+    ratios,
+  });
+  for (const row of rows) log(row);
+  return rows;
+}
+
+/** A server process of its own, started for the start-up and memory rows. */
+interface Started {
+  pid: number;
+  /** Where its tools/call of `echo` goes. */
+  url: string;
+  /** performance.now() at the spawn. */
+  started: number;
+  stop(): Promise<void>;
+}
+
+interface Starter {
+  name: string;
+  processPerRequest: boolean;
+  start(): Promise<Started>;
+}
+
+const NO_CHILDREN = { live: new Map<number, number>(), reapedUs: 0 };
+
+/**
+ * Each starter STARTS times, in turn: from the spawn to its first tools/call answered (initialize,
+ * notifications/initialized, then the call, as a client starts), the serving process's CPU by then
+ * (its MCP servers' in the other column), then one run of calls at 50 in flight and the serving
+ * process's resident set after it.
+ */
+async function startUpAndMemoryRows(starters: Starter[]): Promise<GatewayMeasurement[]> {
+  const startUps = new Map<string, Run[]>(starters.map((s) => [s.name, []]));
+  const memory = new Map<string, number[]>(starters.map((s) => [s.name, []]));
+  for (let round = 0; round < STARTS; round++) {
+    for (const starter of rotated(starters, round)) {
+      const server = await starter.start();
+      foreignRoots.add(server.pid);
+      try {
+        await firstCall(server.url, mcpHeaders, callBody('echo'));
+        const elapsed = performance.now() - server.started;
+        startUps.get(starter.name)?.push({
+          rps: 1000 / elapsed,
+          p50Ms: elapsed,
+          p99Ms: elapsed,
+          serverCpuUs: processCpuUs(server.pid),
+          mcpServerCpuUs: childrenCpuBetween(NO_CHILDREN, childrenCpu(server.pid)),
+        });
+        await mcpLoad({
+          target: {
+            kind: 'http',
+            url: server.url,
+            body: callBody('echo'),
+            headers: mcpHeaders,
+            expect: 'bench',
+            handshake: true,
+          },
+          concurrency: 50,
+          ...callsOf(starter, false),
+        });
+        memory.get(starter.name)?.push(rssKb(server.pid));
+      } finally {
+        await server.stop();
+        foreignRoots.delete(server.pid);
+      }
+    }
+  }
+  const rows: GatewayMeasurement[] = [];
+  for (const { name, processPerRequest } of starters) {
+    rows.push(
+      summarizeCold(
+        `start-up, ${name}: spawn → initialize → first tools/call answered`,
+        startUps.get(name) as Run[],
+      ),
+    );
+    const rss = (memory.get(name) as number[]).map((kb) => Math.round(kb / 1024));
+    const { total, warmup } = callsOf({ processPerRequest }, false);
+    const row: GatewayMeasurement & { rssMb: number[] } = {
+      scenario: `memory, ${name}: serving process RSS ${median(rss)} MB (${Math.min(...rss)}–${Math.max(...rss)} over ${rss.length} starts) after ${total + warmup} tools/calls at 50 in flight`,
+      concurrency: 50,
+      rps: 0,
+      p50Ms: 0,
+      p99Ms: 0,
+      rssMb: rss,
+    };
+    log(row);
+    rows.push(row);
+  }
+  return rows;
+}
+
 export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
   const registry = await startVerdaccio({ packages: [{ dir: probePackage }] });
   foreignPids = new Set(descendants().keys());
@@ -397,6 +597,8 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
 
   const results: GatewayMeasurement[] = [];
   let serving: Serving | undefined;
+  const runningPeers: RunningPeer[] = [];
+  let build: Build | undefined;
   try {
     const warm = await startGateway(300);
     serving = warm.serving;
@@ -433,6 +635,14 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
       .spawn({ launch: installed.launch, env: {}, networkAllowList: [] });
     relayServer.stderr?.resume();
     const relay = await startRelay(relayServer);
+    // The peers run the same installed server as a plain process, as their READMEs run a server.
+    const plainServer = [process.execPath, entry];
+    for (const peer of peers) {
+      const running = await spawnPeer(peer, plainServer, launch.root);
+      runningPeers.push(running);
+      foreignRoots.add(running.pid);
+      await firstCall(running.url, mcpHeaders, callBody('echo'));
+    }
 
     const direct = (sandboxed: boolean): Target => ({
       kind: 'stdio',
@@ -487,30 +697,56 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
         const name = modern.name.replace(`, MCP ${MODERN_REVISION}`, '');
         return { modern, legacy: scenarios.find((s) => s.name === name) as Scenario };
       });
-    const [directSandboxed, , floor, ...gateways] = scenarios;
+    const [directSandboxed, directPlain, floor, ...gateways] = scenarios;
+    const anonymous = gateways[0] as Scenario;
+    // Each client connection initializes its session first (outside the timed calls).
+    const peerScenarios: Scenario[] = peers.map((peer, i) => {
+      const running = runningPeers[i] as RunningPeer;
+      return {
+        name: `peer: ${peer.name}, POST /mcp`,
+        target: { ...http(running.url, 'echo'), handshake: true },
+        peer: { ...running, processPerRequest: peer.processPerRequest === true },
+      };
+    });
     // Turning alone keeps every scenario's neighbours, and ran 2025-11-25 first in most rounds.
-    const units = scenarios
+    const units = [...scenarios, ...peerScenarios]
       .filter((s) => !revisionPairs.some((pair) => pair.modern === s))
       .map((s) => [s, ...revisionPairs.filter((pair) => pair.legacy === s).map((pair) => pair.modern)]);
     const roundOrder = (run: number) => {
       const order = rotated(units, run).flat();
       return run % 2 === 0 ? order : order.reverse();
     };
-    for (const scenario of scenarios)
-      if (scenario.target.kind === 'http') await load(scenario.target, 50, true);
+    const measured = [...scenarios, ...peerScenarios];
+    for (const scenario of measured) if (scenario.target.kind === 'http') await load(scenario, 50, true);
     for (const concurrency of [1, 50]) {
-      const runs = new Map<string, Run[]>(scenarios.map((s) => [s.name, []]));
+      const runs = new Map<string, Run[]>(measured.map((s) => [s.name, []]));
       for (let run = 0; run < RUNS; run++) {
         // Each run in another order: a scenario's runs are not always the ones after the same other
         // scenario (garbage left by the one before, a server process just gone idle).
         for (const scenario of roundOrder(run)) {
-          (runs.get(scenario.name) as Run[]).push(
-            await load(scenario.target, concurrency, false, scenario.name),
-          );
+          (runs.get(scenario.name) as Run[]).push(await load(scenario, concurrency));
         }
       }
-      for (const scenario of scenarios)
-        results.push(summarize(scenario.name, concurrency, runs.get(scenario.name) as Run[]));
+      for (const scenario of measured)
+        results.push(
+          summarize(
+            scenario.name,
+            concurrency,
+            runs.get(scenario.name) as Run[],
+            callsOf(scenario.peer, false),
+          ),
+        );
+      results.push(
+        ...peerScenarios.flatMap((peer) =>
+          peerRows({
+            peer: peer.name,
+            concurrency,
+            mine: runs.get(anonymous.name) as Run[],
+            theirs: runs.get(peer.name) as Run[],
+            direct: runs.get((directPlain as Scenario).name) as Run[],
+          }),
+        ),
+      );
       for (const { modern, legacy } of revisionPairs) {
         results.push(
           revisionRow(legacy.name, concurrency, {
@@ -586,6 +822,7 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
     }
     await relay.close();
     await relayServer.kill();
+    for (const peer of runningPeers.splice(0)) await peer.stop();
     await serving.stop();
     serving = undefined;
 
@@ -680,10 +917,42 @@ export async function gatewayMcpSuite(): Promise<GatewayMeasurement[]> {
         results.push(row);
       }
     }
+
+    // Start-up and memory: the gateway as production runs it (the compiled build, a process of its
+    // own, on this suite's registry and catalog) beside each peer.
+    await serving?.stop();
+    serving = undefined;
+    build = await buildInto('bench-build');
+    const compiled = compiledMode(build, { dir, catalogFile, registryUrl: registry.url });
+    const startCompiled = async (): Promise<Started> => {
+      const gateway = await spawnGateway(compiled, dir);
+      return {
+        pid: gateway.child.pid as number,
+        url: `${gateway.url}/mcp/server/probe`,
+        started: gateway.started,
+        stop: () => gateway.stop(),
+      };
+    };
+    // Installs, verifies and pins the probe: every later start finds it in its cache and database.
+    const installing = await startCompiled();
+    await firstCall(installing.url, mcpHeaders, callBody('echo'));
+    await installing.stop();
+    results.push(
+      ...(await startUpAndMemoryRows([
+        { name: 'gateway (compiled)', processPerRequest: false, start: startCompiled },
+        ...peers.map((peer) => ({
+          name: peer.name,
+          processPerRequest: peer.processPerRequest === true,
+          start: () => spawnPeer(peer, [process.execPath, entry], launch.root),
+        })),
+      ])),
+    );
   } finally {
     await serving?.stop();
+    for (const peer of runningPeers) await peer.stop();
     await registry.stop();
     rmSync(dir, { recursive: true, force: true });
+    if (build) rmSync(build.dir, { recursive: true, force: true });
     if (pgUrl) {
       const admin = knex({ client: 'pg', connection: pgUrl, pool: { min: 0, max: 1 } });
       await admin.raw(`drop schema if exists "${pgSchema}" cascade`).finally(() => admin.destroy());

@@ -2,9 +2,11 @@
  * Load generator for MCP `tools/call`, run as its own process so its CPU never counts as the server's.
  * One JSON argument says what to call:
  *
- * - `{ "kind": "http", url, body, headers, expect }`: POSTs `body` (a JSON-RPC request) over keep-alive
- *   `node:http` connections (fetch costs several times the server's CPU per request here); every answer
- *   must be a 200 whose body holds `expect` and no `"isError":true`.
+ * - `{ "kind": "http", url, body, headers, expect, handshake? }`: POSTs `body` (a JSON-RPC request, under
+ *   an id of its own each time) over keep-alive `node:http` connections, one per call in flight (fetch
+ *   costs several times the server's CPU per request here); every answer must be a 200 whose body holds
+ *   `expect` and no `"isError":true`. With `handshake`, each connection first initializes an MCP session,
+ *   outside the timed calls (see HttpTarget).
  * - `{ "kind": "stdio", packagePath, entry, args, sandboxStateDir?, tool, arguments, expect }`: starts
  *   the server itself (in a linux-namespaces sandbox of its own when `sandboxStateDir` is set, else as a
  *   plain child) and calls it through the SDK `Client` over stdio: the direct path, no gateway. It also
@@ -16,12 +18,13 @@
  * own (see LoadOptions).
  */
 import { spawn } from 'node:child_process';
-import { Agent, request } from 'node:http';
+import { Agent } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { pino } from 'pino';
 import { ProcessStdioTransport, type ProcessStdio } from '../core/mcp/process-transport.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../plugins/sandboxes/linux-namespaces/index.ts';
+import { initializeSession, send } from './mcp-http.ts';
 import { cpuBetween, descendants } from './proc.ts';
 
 interface HttpTarget {
@@ -30,6 +33,12 @@ interface HttpTarget {
   body: string;
   headers: Record<string, string>;
   expect: string;
+  /**
+   * Before its first call, each connection sends `initialize` and `notifications/initialized`, as an
+   * MCP client does once per session; a server that answers with an Mcp-Session-Id (a stateful one)
+   * gets it on every later call of that connection, and a DELETE of it once the calls are done.
+   */
+  handshake?: boolean;
 }
 
 interface StdioTarget {
@@ -71,28 +80,71 @@ export interface LoadResult {
 
 type Figures = Pick<LoadResult, 'requests' | 'seconds' | 'rps' | 'p50' | 'p99'>;
 
-type Call = () => Promise<void>;
+/** One call on the connection of worker `worker` (one per call in flight). */
+type Call = (worker: number) => Promise<void>;
 
-function httpCaller(target: HttpTarget, concurrency: number): { call: Call; close(): void } {
-  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
-  const body = Buffer.from(target.body);
-  const headers = { ...target.headers, 'content-type': 'application/json', 'content-length': body.length };
-  const call: Call = () =>
-    new Promise((resolve, reject) => {
-      const req = request(target.url, { method: 'POST', agent, headers }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          if (res.statusCode === 200 && text.includes(target.expect) && !text.includes('"isError":true'))
-            resolve();
-          else reject(new Error(`unexpected answer (${res.statusCode}): ${text.slice(0, 500)}`));
-        });
-      });
-      req.on('error', reject);
-      req.end(body);
-    });
-  return { call, close: () => agent.destroy() };
+/** The JSON-RPC request `body` under any id: the id in front, the rest serialized once. */
+function requestWithIds(body: string): (id: number) => Buffer {
+  const { id: _id, ...rest } = JSON.parse(body) as Record<string, unknown>;
+  const tail = JSON.stringify(rest).slice(1);
+  return (id) => Buffer.from(`{"id":${id},${tail}`);
+}
+
+interface HttpCaller {
+  call: Call;
+  /** The handshake of each worker's connection, where the target asks for one. */
+  open(workers: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+const IDLE_CLOSE_MS = 4000;
+
+function httpCaller(target: HttpTarget): HttpCaller {
+  const headers = { ...target.headers, 'content-type': 'application/json' };
+  const connections: { agent: Agent; headers: Record<string, string> }[] = [];
+  const connection = (worker: number) => {
+    connections[worker] ??= {
+      // A connection left idle closes on this side first (node:http servers drop it after 5 s): one
+      // worker may wait that long for the others, as their handshakes start a server process each.
+      agent: new Agent({ keepAlive: true, maxSockets: 1, timeout: IDLE_CLOSE_MS }),
+      headers: { ...headers },
+    };
+    return connections[worker];
+  };
+  const bodyWith = requestWithIds(target.body);
+  let nextId = 0;
+  const call: Call = async (worker) => {
+    const { agent, headers: sent } = connection(worker);
+    nextId += 1;
+    const body = bodyWith(nextId);
+    const answer = await send(target.url, agent, 'POST', { ...sent, 'content-length': body.length }, body);
+    if (
+      answer.status !== 200 ||
+      !answer.text.includes(target.expect) ||
+      answer.text.includes('"isError":true')
+    )
+      throw new Error(`unexpected answer (${answer.status}): ${answer.text.slice(0, 500)}`);
+  };
+  const handshake = async (worker: number) => {
+    const opened = connection(worker);
+    const session = await initializeSession(target.url, opened.agent, opened.headers);
+    if (session !== undefined) opened.headers['mcp-session-id'] = session;
+  };
+  return {
+    call,
+    open: async (workers) => {
+      if (target.handshake)
+        await Promise.all(Array.from({ length: workers }, (_, worker) => handshake(worker)));
+    },
+    close: async () => {
+      await Promise.all(
+        connections.map(async ({ agent, headers: sent }) => {
+          if (sent['mcp-session-id'] !== undefined) await send(target.url, agent, 'DELETE', sent);
+          agent.destroy();
+        }),
+      );
+    },
+  };
 }
 
 async function stdioCaller(target: StdioTarget): Promise<{ call: Call; close(): Promise<void> }> {
@@ -147,19 +199,19 @@ async function stdioCaller(target: StdioTarget): Promise<{ call: Call; close(): 
 }
 
 /** The call's latency in milliseconds. */
-async function timed(call: Call): Promise<number> {
+async function timed(call: Call, worker: number): Promise<number> {
   const started = process.hrtime.bigint();
-  await call();
+  await call(worker);
   return Number(process.hrtime.bigint() - started) / 1e6;
 }
 
 async function run(call: Call, count: number, concurrency: number): Promise<number[]> {
   const latencies: number[] = [];
   let next = 0;
-  const worker = async () => {
+  const worker = async (_: unknown, index: number) => {
     while (next < count) {
       next += 1;
-      latencies.push(await timed(call));
+      latencies.push(await timed(call, index));
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
@@ -171,7 +223,7 @@ async function interleaved(first: Call, second: Call, pairs: number): Promise<[n
   const latencies: [number[], number[]] = [[], []];
   for (let pair = 0; pair < pairs; pair += 1) {
     const order = pair % 2 === 0 ? ([0, 1] as const) : ([1, 0] as const);
-    for (const which of order) latencies[which].push(await timed(which === 0 ? first : second));
+    for (const which of order) latencies[which].push(await timed(which === 0 ? first : second, 0));
   }
   return latencies;
 }
@@ -188,19 +240,22 @@ let result: LoadResult;
 if (options.versus) {
   if (options.target.kind !== 'http' || options.concurrency !== 1)
     throw new Error('versus: two HTTP targets, one call in flight');
-  const mine = httpCaller(options.target, 1);
-  const theirs = httpCaller(options.versus, 1);
+  const mine = httpCaller(options.target);
+  const theirs = httpCaller(options.versus);
+  await Promise.all([mine.open(1), theirs.open(1)]);
   await interleaved(mine.call, theirs.call, options.warmup);
   const [own, other] = await interleaved(mine.call, theirs.call, options.total);
-  mine.close();
-  theirs.close();
+  await Promise.all([mine.close(), theirs.close()]);
   const took = (latencies: number[]) => latencies.reduce((sum, ms) => sum + ms, 0) / 1000;
   result = { ...figures(own, took(own)), versus: figures(other, took(other)) };
 } else {
+  const openHttp = async (target: HttpTarget) => {
+    const caller = httpCaller(target);
+    await caller.open(options.concurrency);
+    return caller;
+  };
   const caller =
-    options.target.kind === 'http'
-      ? httpCaller(options.target, options.concurrency)
-      : await stdioCaller(options.target);
+    options.target.kind === 'http' ? await openHttp(options.target) : await stdioCaller(options.target);
   await run(caller.call, options.warmup, options.concurrency);
   const cpuBefore = descendants();
   const started = process.hrtime.bigint();

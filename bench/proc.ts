@@ -15,6 +15,8 @@ const US_PER_TICK = 10_000;
 interface Stat {
   ppid: number;
   cpuUs: number;
+  /** CPU of its children that have ended and been waited for (cutime + cstime). */
+  reapedCpuUs: number;
 }
 
 function statOf(pid: string | number): Stat | undefined {
@@ -26,7 +28,11 @@ function statOf(pid: string | number): Stat | undefined {
   }
   // After the command name (which may hold spaces and parentheses): state ppid … utime(14) stime(15).
   const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return { ppid: Number(fields[1]), cpuUs: (Number(fields[11]) + Number(fields[12])) * US_PER_TICK };
+  return {
+    ppid: Number(fields[1]),
+    cpuUs: (Number(fields[11]) + Number(fields[12])) * US_PER_TICK,
+    reapedCpuUs: (Number(fields[13]) + Number(fields[14])) * US_PER_TICK,
+  };
 }
 
 /** Live descendants of `root` (not `root` itself), by pid, with the CPU each has used so far. */
@@ -60,14 +66,42 @@ export function cpuBetween(before: Map<number, number>, after: Map<number, numbe
 
 /** CPU (µs) of this process's children that have ended and been waited for (cutime + cstime). */
 export function reapedChildrenCpuUs(): number {
-  const text = readFileSync('/proc/self/stat', 'utf8');
-  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[13]) + Number(fields[14])) * US_PER_TICK;
+  return statOf('self')?.reapedCpuUs ?? 0;
 }
 
 /** The CPU (µs) process `pid` has used itself, all its threads, not its children's; 0 once it has ended. */
 export function processCpuUs(pid: number): number {
   return statOf(pid)?.cpuUs ?? 0;
+}
+
+/** What the processes under `root` have used: the live ones by pid, and the ended ones `root` waited for. */
+export interface ChildrenCpu {
+  live: Map<number, number>;
+  reapedUs: number;
+}
+
+export function childrenCpu(root: number): ChildrenCpu {
+  return { live: descendants(root), reapedUs: statOf(root)?.reapedCpuUs ?? 0 };
+}
+
+/**
+ * CPU (µs) used under a process between two snapshots, by children that lived throughout, started, or
+ * ended meanwhile (a child that ended counts from the first snapshot on: its reaped total less what
+ * it had then). For a server that starts a process per request, whose children come and go.
+ */
+export function childrenCpuBetween(before: ChildrenCpu, after: ChildrenCpu): number {
+  let ended = 0;
+  for (const [pid, cpu] of before.live) if (!after.live.has(pid)) ended += cpu;
+  return cpuBetween(before.live, after.live) + after.reapedUs - before.reapedUs - ended;
+}
+
+/** The resident set of process `pid` in kB (VmRSS); 0 once it has ended. */
+export function rssKb(pid: number): number {
+  try {
+    return Number(/^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
 }
 
 /** This process's own CPU (user + system), in µs. */
