@@ -57,7 +57,7 @@ const httpEdgeSchema = z
       .max(1_000_000)
       .default(SERVER_LIMITS.maxConnectionsPerClient)
       .describe(
-        'Open connections from one client address (an IPv6 /64) beyond this are closed as they arrive; 0 turns it off. Connections from trustedProxies are not capped per client (the proxy caps its clients)',
+        'Open connections from one client address (an IPv6 /64) to this replica beyond this are closed as they arrive; 0 turns it off. Connections from trustedProxies are not capped per client (the proxy caps its clients)',
       ),
     trustedProxies: z
       .array(addressOrBlock)

@@ -13,7 +13,9 @@ export const callLimitsSchema = z
       .min(1)
       .max(100_000)
       .default(8)
-      .describe('Tool calls one wallet may have in flight (queued included); more are refused 429'),
+      .describe(
+        'Tool calls one wallet may have in flight on each replica (queued included); more are refused 429. Counted per replica: with N gateway replicas a wallet may have up to N times this in flight',
+      ),
     perAnonymousClient: z
       .number()
       .int()
@@ -21,7 +23,7 @@ export const callLimitsSchema = z
       .max(100_000)
       .default(4)
       .describe(
-        'Tool calls one anonymous client (its address, as gateway.http.trustedProxies tells it; an IPv6 /64) may have in flight; more are refused 429',
+        'Tool calls one anonymous client (its address, as gateway.http.trustedProxies tells it; an IPv6 /64) may have in flight on each replica (N replicas: up to N times this); more are refused 429',
       ),
     queueLength: z
       .number()
@@ -30,7 +32,7 @@ export const callLimitsSchema = z
       .max(100_000)
       .default(64)
       .describe(
-        'Calls that may wait for a process while all maxRunningServers are busy; more are refused 503',
+        'Calls that may wait for a process on each replica while all its maxRunningServers are busy; more are refused 503',
       ),
     queueWaitSeconds: z
       .number()
