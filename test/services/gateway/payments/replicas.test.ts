@@ -108,20 +108,31 @@ describe('payments across replicas: settling accounts leased, calls released by 
       const [a, b] = await twoReplicas({ privateKey: keys[0] });
       const [payA, payB] = [await payFor(a), await payFor(b)];
       // Each replica's first send is held until the other's arrives, as two senders from one
-      // account would race; A's also goes once B left its settlement to the account's holder.
+      // account would race; A's also go once B left its settlement to the account's holder (A, which
+      // took the account's lease at its start): B's record past `executing` and not B's, unclaimed or
+      // already claimed by A's retry worker, whose send then waits here too. A's sends all wait for
+      // that one moment and go on in the order A made them, as over its one connection.
+      const holder = async () =>
+        (
+          (await b.records('leases').where('name', 'like', 'x402-evm:facilitator:%').first('holder')) as {
+            holder: string;
+          }
+        ).holder;
+      const heldByA = await holder();
       let aSending: () => void = () => undefined;
       let bSending: () => void = () => undefined;
       const aSent = new Promise<void>((resolve) => (aSending = resolve));
       const bSent = new Promise<void>((resolve) => (bSending = resolve));
       const queuedByB = eventually('B’s settlement left to the account’s holder', async () => {
         const row = await rowOf(b, payB);
-        return row?.state === 'settling' && row.claimed_by === null;
+        return row !== undefined && row.state !== 'executing' && [null, heldByA].includes(row.claimed_by);
       });
       queuedByB.catch(() => undefined); // B sending instead releases A
+      const aReleased = Promise.race([bSent, queuedByB]);
       proxies[0].intercept = async (methods): Promise<ProxyDecision> => {
         if (!sendsTransaction(methods)) return 'forward';
         aSending();
-        await Promise.race([bSent, queuedByB]);
+        await aReleased;
         return 'forward';
       };
       proxies[1].intercept = async (methods): Promise<ProxyDecision> => {
@@ -147,13 +158,6 @@ describe('payments across replicas: settling accounts leased, calls released by 
       expect((await balanced(a, b)).settled).to.equal(1000n);
 
       // A stops and gives the account up: B takes it (at its next look, a third of a lease) and settles itself.
-      const holder = async () =>
-        (
-          (await b.records('leases').where('name', 'like', 'x402-evm:facilitator:%').first('holder')) as {
-            holder: string;
-          }
-        ).holder;
-      const heldByA = await holder();
       await a.serving.stop();
       await eventually('B holding the account', async () => (await holder()) !== heldByA);
       const alone = await b.callRest('echo', { message: 'b alone' }, await payFor(b));
