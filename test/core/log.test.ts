@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { fstatSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -42,16 +42,18 @@ describe('log format', () => {
       const destination = logDestinationIn('pretty', fd);
       const logger = createLogger({ level: 'info', secrets, destination });
       logger.info({ key: 'sk-pretty-secret-value-0123456789' }, 'pretty line');
-      // Ended, it has written everything once it finishes.
-      const finished = once(destination as unknown as Writable, 'finish');
+      // Ended, it has written everything and closed the file once it closes: its sonic-boom owns the
+      // descriptor and closes it itself (closed here too, the number could be another test's file by
+      // then, which sonic-boom's close would take: EBADF in the next test's writes).
+      const closed = once(destination as unknown as Writable, 'close');
       (destination as unknown as Writable).end();
-      await finished;
+      await closed;
+      expect(() => fstatSync(fd), 'the destination closed its descriptor').to.throw();
       const text = readFileSync(file, 'utf8');
       expect(text).to.match(/INFO.*pretty line/);
       expect(text).not.to.include('sk-pretty-secret-value-0123456789');
       expect(() => JSON.parse(text)).to.throw(); // a readable line, not JSON
     } finally {
-      closeSync(fd);
       rmSync(dir, { recursive: true, force: true });
     }
   });
