@@ -5,10 +5,8 @@ import { logDestinationIn, logFormat } from '../core/log.ts';
 import {
   DEV_CHAIN_RAIL,
   devChainBanner,
-  devWallet,
-  withDevChainLedger,
-  withDevChainOperator,
-  withDevChainRail,
+  devChainReplicasFacilitator,
+  withDevChain,
   type DevChain,
 } from '../devchain/index.ts';
 import { loadConfig, type SigilConfig } from '../services/config.ts';
@@ -17,13 +15,6 @@ import { startDevChainFor } from './run-services.ts';
 
 /** The dev chain's RPC port unless devChain.port says: fixed, so a replicas' config stays right across restarts. */
 const DEVCHAIN_PORT = 8545;
-
-/**
- * Anvil's dev accounts the replicas' x402 facilitators settle from, one leased by each gateway replica
- * (`facilitator.privateKeys`): those `sigil up` gives no other job (0 to 4 deploy, pay, receive, run
- * the ledger and the runtime's tool calls).
- */
-const FACILITATOR_ACCOUNTS = [5, 6, 7, 8, 9];
 
 /** A config file as JSON, with the parts this command reads typed. */
 interface ConfigFile {
@@ -120,23 +111,14 @@ function writeReplicasConfig(
 ): void {
   const written = from.file === undefined ? {} : readConfigFile(from.file);
   const keys = sharedKeys(file);
-  const wired = withDevChainOperator(
-    withDevChainLedger(withDevChainRail(withUpDefaults(from.config), from.chain), from.chain),
-    from.chain,
-  );
+  const wired = withDevChain(withUpDefaults(from.config), from.chain);
   const plugins = wired.plugins.map((plugin) => {
     if (plugin.resolve === 'tee-none')
       return { ...plugin, options: { keyMaterial: keys.keyMaterial, ...plugin.options } };
     if (plugin.resolve === DEV_CHAIN_RAIL)
       return {
         ...plugin,
-        options: {
-          ...plugin.options,
-          facilitator: {
-            kind: 'builtin',
-            privateKeys: FACILITATOR_ACCOUNTS.map((index) => devWallet(index).privateKey),
-          },
-        },
+        options: { ...plugin.options, facilitator: devChainReplicasFacilitator() },
       };
     return plugin;
   });

@@ -40,10 +40,7 @@ export async function runServices(
       loaded: dev
         ? {
             ...loaded,
-            config: dev.module.withDevChainOperator(
-              dev.module.withDevChainLedger(dev.module.withDevChainRail(loaded.config, dev.chain), dev.chain),
-              dev.chain,
-            ),
+            config: dev.module.withDevChain(loaded.config, dev.chain),
           }
         : loaded,
       logDestination: destination,

@@ -66,6 +66,12 @@ export const OPERATOR_ACCOUNT_INDEX = 0;
 export const PAYER_ACCOUNT_INDEX = 1;
 export const TREASURY_ACCOUNT_INDEX = 2;
 export const RUNTIME_ACCOUNT_INDEX = 4;
+/**
+ * The accounts gateway replicas on the dev chain settle x402 payments from: the same list on every
+ * replica, each leasing one (a facilitator's transactions are numbered per account, so one per
+ * replica at least). Anvil funds ten; those above (and 3, the ledger's) have other jobs.
+ */
+export const FACILITATOR_ACCOUNT_INDEXES: readonly number[] = [5, 6, 7, 8, 9];
 export const DEFAULT_PAYER_FUNDING = 1_000_000_000n;
 /** 100 dollars: 200,000 chat tool calls at 0.0005. */
 export const RUNTIME_FUNDING = 100_000_000n;

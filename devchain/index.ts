@@ -4,12 +4,17 @@
  * is configured, and what tests pay on. Nothing here talks to a public network.
  */
 import type { Logger } from '../core/log.ts';
+import type { SigilConfig } from '../services/config.ts';
 import { startAnvil } from './anvil.ts';
 import { deploySigilDollar, type DevChainDeployment } from './deploy.ts';
+import { withDevChainLedger } from './ledger.ts';
+import { withDevChainRail } from './rail.ts';
+import { withDevChainOperator } from './runtime.ts';
 
 export { DEV_MNEMONIC, anvilBinaryPath, startAnvil, type AnvilOptions, type AnvilProcess } from './anvil.ts';
 export {
   DEFAULT_PAYER_FUNDING,
+  FACILITATOR_ACCOUNT_INDEXES,
   OPERATOR_ACCOUNT_INDEX,
   PAYER_ACCOUNT_INDEX,
   RUNTIME_ACCOUNT_INDEX,
@@ -39,10 +44,24 @@ export { devChainOperatorBanner, withDevChainOperator } from './runtime.ts';
 export {
   DEV_CHAIN_RAIL,
   devChainBanner,
+  devChainReplicasFacilitator,
   devChainSkipReason,
   withDevChainRail,
   type SkipOptions,
 } from './rail.ts';
+
+/**
+ * The config wired to the dev chain as `sigil up` wires it: the x402 rail on it (unless `rail` is
+ * false), the ledger on it, and the runtime's operator wallet funded there.
+ */
+export function withDevChain(
+  config: SigilConfig,
+  chain: DevChainDeployment,
+  { rail = true }: { rail?: boolean } = {},
+): SigilConfig {
+  const paid = rail ? withDevChainRail(config, chain) : config;
+  return withDevChainOperator(withDevChainLedger(paid, chain), chain);
+}
 
 export interface DevChainOptions {
   /** Progress and unexpected exits of anvil are logged here (addresses only, never keys). */

@@ -9,7 +9,7 @@ import { formatUnits } from 'viem';
 import type { PluginEntry } from '../core/config/schema.ts';
 import type { SigilConfig } from '../services/config.ts';
 import type { BuiltinPlugins } from '../core/plugins/host.ts';
-import type { DevChainDeployment } from './deploy.ts';
+import { devWallet, FACILITATOR_ACCOUNT_INDEXES, type DevChainDeployment } from './deploy.ts';
 import { DEV_CHAIN_PAYMENT_HINT } from './quick-start.ts';
 
 /** The built-in payment rail the dev chain is wired to. */
@@ -43,6 +43,17 @@ export function withDevChainRail(config: SigilConfig, chain: DevChainDeployment)
     // 402 answers name the examples that pay on this chain, unless the operator wrote a hint of their own.
     gateway: { ...config.gateway, paymentHint: config.gateway.paymentHint ?? DEV_CHAIN_PAYMENT_HINT },
     plugins: [...config.plugins, rail],
+  };
+}
+
+/**
+ * The dev chain rail's facilitator for several gateway replicas: the built-in one settling from
+ * FACILITATOR_ACCOUNT_INDEXES, each replica leasing one account (give at most that many replicas).
+ */
+export function devChainReplicasFacilitator(): { kind: 'builtin'; privateKeys: string[] } {
+  return {
+    kind: 'builtin',
+    privateKeys: FACILITATOR_ACCOUNT_INDEXES.map((index) => devWallet(index).privateKey),
   };
 }
 

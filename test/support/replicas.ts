@@ -6,10 +6,9 @@ import knex from 'knex';
 import { openDatabase, type Database } from '../../core/db/database.ts';
 import {
   DEV_CHAIN_RAIL,
-  devWallet,
-  withDevChainLedger,
-  withDevChainOperator,
-  withDevChainRail,
+  devChainReplicasFacilitator,
+  FACILITATOR_ACCOUNT_INDEXES,
+  withDevChain,
 } from '../../devchain/index.ts';
 import type { PluginEntry } from '../../core/config/schema.ts';
 import { configSchema } from '../../services/config.ts';
@@ -65,14 +64,6 @@ export async function freshPostgresDatabase(
   url.pathname = `/${name}`;
   return { url: url.toString(), drop: () => onServer(`drop database if exists "${name}" with (force)`) };
 }
-
-/**
- * The dev chain accounts the gateway replicas' x402 facilitators settle from: the same list on every
- * replica, each of which leases one of them (deploy/README.md: a facilitator's transactions are
- * numbered per account), so at least one per replica. Anvil funds ten; 0 deployed the token and mints
- * for tests (fundedPayer), 1 to 4 pay, receive, run the ledger and the runtime's tool calls.
- */
-const FACILITATOR_ACCOUNTS = [5, 6, 7, 8, 9];
 
 /** A port picked for a replica was taken meanwhile. */
 class PortTaken extends Error {}
@@ -269,9 +260,9 @@ class Replicas implements ReplicaSet {
 
   async start(options: ReplicaSetOptions): Promise<void> {
     const gateways = options.gateways ?? 2;
-    if (gateways > FACILITATOR_ACCOUNTS.length)
+    if (gateways > FACILITATOR_ACCOUNT_INDEXES.length)
       throw new Error(
-        `at most ${FACILITATOR_ACCOUNTS.length} gateway replicas: one facilitator account each`,
+        `at most ${FACILITATOR_ACCOUNT_INDEXES.length} gateway replicas: one facilitator account each`,
       );
     this.world = await ProbeWorld.start();
     this.chain = await startDevChain();
@@ -354,10 +345,7 @@ class Replicas implements ReplicaSet {
   } {
     const payments = options.payments ?? true;
     const base = configSchema.parse({});
-    const wired = withDevChainOperator(
-      withDevChainLedger(payments ? withDevChainRail(base, this.chain) : base, this.chain),
-      this.chain,
-    );
+    const wired = withDevChain(base, this.chain, { rail: payments });
     // The balancer's address: the client's is the one its X-Forwarded-For names.
     const behindBalancer = { trustedProxies: ['127.0.0.1'] };
     const config = {
@@ -383,13 +371,9 @@ class Replicas implements ReplicaSet {
       ledger: { ...wired.ledger, pollIntervalMs: 200 },
     };
     const rail = wired.plugins.find((plugin) => plugin.resolve === DEV_CHAIN_RAIL);
-    const facilitator = {
-      kind: 'builtin',
-      privateKeys: FACILITATOR_ACCOUNTS.map((index) => devWallet(index).privateKey),
-    };
     return {
       config: withSettings(config, options.settings ?? {}),
-      rail: rail && { ...rail, options: { ...rail.options, facilitator } },
+      rail: rail && { ...rail, options: { ...rail.options, facilitator: devChainReplicasFacilitator() } },
     };
   }
 

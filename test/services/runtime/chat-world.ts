@@ -2,9 +2,7 @@ import type { Writable } from 'node:stream';
 import type { Address, Hex } from 'viem';
 import { english, generateMnemonic, type PrivateKeyAccount } from 'viem/accounts';
 import { configSchema, DEFAULT_PLUGINS, type SigilConfig } from '../../../services/config.ts';
-import { withDevChainLedger } from '../../../devchain/ledger.ts';
-import { withDevChainRail } from '../../../devchain/rail.ts';
-import { withDevChainOperator } from '../../../devchain/runtime.ts';
+import { withDevChain } from '../../../devchain/index.ts';
 import { serve, type Serving } from '../../../services/serve.ts';
 import { withUpDefaults } from '../../../services/up-defaults.ts';
 import type { ProbeWorld } from '../gateway/support.ts';
@@ -41,11 +39,7 @@ export async function serveChatWorld(
   options: ChatWorldOptions,
 ): Promise<Serving & { urls: Record<string, string> }> {
   const { chain, world } = options;
-  const wired = options.upConfig(
-    withUpDefaults(
-      withDevChainOperator(withDevChainLedger(withDevChainRail(configSchema.parse({}), chain), chain), chain),
-    ),
-  );
+  const wired = options.upConfig(withUpDefaults(withDevChain(configSchema.parse({}), chain)));
   const operatorKey = options.operatorKey === undefined ? wired.runtime.operatorKey : options.operatorKey;
   const kernel = await openTestKernel({
     database: options.database,
