@@ -11,7 +11,10 @@
  * - hot wallet: one wallet, one agent; the wallet holds enough for 90 % of the charges, so the last
  *   tenth is refused for the available balance under full contention on one row lock;
  * - many wallets: 200 wallets of one agent each, charges spread at random, each wallet funded for
- *   everything.
+ *   everything;
+ *
+ * each twice: charges made one transaction each (`chargeOnce`, the baseline) and through
+ * `Ledger.charge`'s group commit.
  *
  * At the end of each scenario the suite fails unless exactly the expected charges succeeded, every
  * wallet's available = onChainBalance − unsettledSpend − pendingWithdrawals ≥ 0, unsettled spend equals
@@ -26,6 +29,7 @@ import { getAddress } from 'viem';
 import { randomBytes } from 'node:crypto';
 import { ManualClock } from '../core/clock.ts';
 import { createLedgerService, type LedgerService } from '../services/runtime/ledger/service.ts';
+import { chargeInput, chargeOnce } from '../services/runtime/ledger/charges.ts';
 import { SpendRefused } from '../services/runtime/ledger/errors.ts';
 import { openTestKernel, TEST_DATABASES, type TestDatabase } from '../test/support/kernel.ts';
 import { POSTGRES_URL, postgresReachable } from './postgres.ts';
@@ -80,7 +84,18 @@ function postgresDatabase(): TestDatabase {
   };
 }
 
-async function scenario(database: TestDatabase, name: 'hot wallet' | 'many wallets'): Promise<Measurement> {
+/**
+ * How charges reach the ledger: `Ledger.charge` (group commit: the charges in flight decided and
+ * written together, charge-batch.ts), or the baseline of one transaction a charge (`chargeOnce`, what
+ * a batch falls back to).
+ */
+type Mode = 'group commit' | 'one transaction a charge';
+
+async function scenario(
+  database: TestDatabase,
+  name: 'hot wallet' | 'many wallets',
+  mode: Mode,
+): Promise<Measurement> {
   const kernel = await openTestKernel({ database, clock: new ManualClock(Date.UTC(2026, 2, 18, 12)) });
   const service: LedgerService = createLedgerService(kernel);
   const { ledger, agents } = service;
@@ -112,12 +127,13 @@ async function scenario(database: TestDatabase, name: 'hot wallet' | 'many walle
           const owner = owners[name === 'hot wallet' ? 0 : Math.floor(Math.random() * walletCount)] as string;
           const t0 = performance.now();
           try {
-            await ledger.charge({
+            const input = {
               wallet: owner,
               agentId: agentOf.get(owner) as string,
               amount: AMOUNT,
               idempotencyKey: `bench-${i}`,
-            });
+            };
+            await (mode === 'group commit' ? ledger.charge(input) : chargeOnce(ledger, chargeInput(input)));
             succeededBy.set(owner, (succeededBy.get(owner) ?? 0) + 1);
           } catch (err) {
             if (!(err instanceof SpendRefused)) throw err;
@@ -158,7 +174,7 @@ async function scenario(database: TestDatabase, name: 'hot wallet' | 'many walle
       throw new Error(`ledger bench ${database.name} ${name}: invariant broken:\n${problems.join('\n')}`);
     latencies.sort((a, b) => a - b);
     const measurement: Measurement = {
-      scenario: `${database.name}: ${name} (${walletCount} wallet${walletCount === 1 ? '' : 's'}), charge with budgets; invariant held`,
+      scenario: `${database.name}: ${name} (${walletCount} wallet${walletCount === 1 ? '' : 's'}), charge with budgets, ${mode}; invariant held`,
       concurrency: CONCURRENCY,
       rps: Math.round(CHARGES / seconds),
       p50Ms: Number(percentile(latencies, 50).toFixed(3)),
@@ -185,7 +201,10 @@ export async function ledgerSuite(): Promise<Measurement[]> {
   else process.stdout.write(`ledger bench: PostgreSQL not reachable at ${POSTGRES_URL}; SQLite only\n`);
   const results: Measurement[] = [];
   for (const database of databases) {
-    for (const name of ['hot wallet', 'many wallets'] as const) results.push(await scenario(database, name));
+    for (const name of ['hot wallet', 'many wallets'] as const) {
+      for (const mode of ['one transaction a charge', 'group commit'] as const)
+        results.push(await scenario(database, name, mode));
+    }
   }
   return results;
 }

@@ -35,57 +35,103 @@ export async function readBudgets(
   agentId: string,
   options: { replayKey?: string } = {},
 ): Promise<{ budgets: Budgets; replayId: string | undefined }> {
-  const bounds: Record<BudgetWindow, { start: Date; resetsAt: Date }> = {
-    daily: windowBounds('daily', now),
-    weekly: windowBounds('weekly', now),
-    monthly: windowBounds('monthly', now),
-  };
-  const spentSql = (window: BudgetWindow) =>
-    `(select cast(coalesce(sum(s.amount), 0) as text) from agent_daily_spend s where s.agent_id = a.id and s.day >= ?) as ${window}_spent`;
   const replaySql =
     options.replayKey === undefined
       ? 'null as replay_id'
       : '(select cast(e.id as text) from ledger_entries e where e.wallet = ? and e.idempotency_key = ?) as replay_id';
+  const replayBindings = options.replayKey === undefined ? [] : [wallet, options.replayKey];
+  const [row] = await budgetRows(db, now, replaySql, replayBindings, 'a.id = ? and a.wallet = ?', [
+    agentId,
+    wallet,
+  ]);
+  if (!row) throw agentNotFound(agentId);
+  return { budgets: budgetsOf(row, now), replayId: row.replay_id ?? undefined };
+}
+
+/**
+ * The budgets of several agents in one query (a batch of charges: charge-batch.ts), each with the
+ * wallet that owns it; an agent that does not exist is absent from the map.
+ */
+export async function readAgentsBudgets(
+  db: Knex,
+  now: Date,
+  agentIds: readonly string[],
+  options: { postgres: boolean },
+): Promise<Map<string, { wallet: string; budgets: Budgets }>> {
+  // PostgreSQL: one array, so the statement's text (and plan) is the same whatever the batch's size.
+  const [where, bindings] = options.postgres
+    ? ['a.id = any(?::text[])', [[...agentIds]]]
+    : [`a.id in (${agentIds.map(() => '?').join(', ')})`, [...agentIds]];
+  const rows = await budgetRows(db, now, 'null as replay_id', [], where, bindings);
+  return new Map(
+    rows.map((row) => [row.id as string, { wallet: row.wallet as string, budgets: budgetsOf(row, now) }]),
+  );
+}
+
+/**
+ * The same budgets after `extra` more spend in every window (charges decided earlier in a batch,
+ * not yet written).
+ */
+export function withSpent(budgets: Budgets, extra: bigint): Budgets {
+  if (extra === 0n) return budgets;
+  const after = (state: BudgetWindowState): BudgetWindowState => {
+    const spent = state.spent + extra;
+    return { ...state, spent, remaining: remainingOf(state.limit, spent, state.held) };
+  };
+  return { daily: after(budgets.daily), weekly: after(budgets.weekly), monthly: after(budgets.monthly) };
+}
+
+type BudgetRow = Record<string, string | null>;
+
+const windowsAt = (now: Date): Record<BudgetWindow, { start: Date; resetsAt: Date }> => ({
+  daily: windowBounds('daily', now),
+  weekly: windowBounds('weekly', now),
+  monthly: windowBounds('monthly', now),
+});
+
+async function budgetRows(
+  db: Knex,
+  now: Date,
+  replaySql: string,
+  replayBindings: string[],
+  where: string,
+  whereBindings: (string | string[])[],
+): Promise<BudgetRow[]> {
+  const bounds = windowsAt(now);
+  const spentSql = (window: BudgetWindow) =>
+    `(select cast(coalesce(sum(s.amount), 0) as text) from agent_daily_spend s where s.agent_id = a.id and s.day >= ?) as ${window}_spent`;
   const sql = [
-    'select a.id,',
+    'select a.id, a.wallet,',
     ...BUDGET_WINDOWS.map((window) => `cast(b.${window}_limit as text) as ${window}_limit,`),
     ...BUDGET_WINDOWS.map((window) => `${spentSql(window)},`),
     '(select cast(coalesce(sum(h.amount), 0) as text) from ledger_holds h where h.agent_id = a.id) as held,',
     replaySql,
-    'from agents a left join agent_budgets b on b.agent_id = a.id where a.id = ? and a.wallet = ?',
+    `from agents a left join agent_budgets b on b.agent_id = a.id where ${where}`,
   ].join(' ');
-  const bindings: (string | number)[] = [
+  const bindings: (string | number | string[])[] = [
     ...BUDGET_WINDOWS.map((window) => bounds[window].start.getTime()),
-    ...(options.replayKey === undefined ? [] : [wallet, options.replayKey]),
-    agentId,
-    wallet,
+    ...replayBindings,
+    ...whereBindings,
   ];
   const result = (await db.raw(sql, bindings)) as unknown;
   // knex.raw answers { rows } on PostgreSQL and the rows themselves on SQLite.
-  const rows = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as Record<
-    string,
-    string | null
-  >[];
-  const row = rows[0];
-  if (!row) throw agentNotFound(agentId);
+  return (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as BudgetRow[];
+}
+
+function budgetsOf(row: BudgetRow, now: Date): Budgets {
+  const bounds = windowsAt(now);
   const held = toAmount(row.held ?? '0');
   const state = (window: BudgetWindow): BudgetWindowState => {
     const rawLimit = row[`${window}_limit`];
     const limit = rawLimit === null || rawLimit === undefined ? null : toAmount(rawLimit);
     const spent = toAmount(row[`${window}_spent`] ?? '0');
-    return {
-      limit,
-      spent,
-      held,
-      remaining: limit === null ? null : limit > spent + held ? limit - spent - held : 0n,
-      ...bounds[window],
-    };
+    return { limit, spent, held, remaining: remainingOf(limit, spent, held), ...bounds[window] };
   };
-  return {
-    budgets: { daily: state('daily'), weekly: state('weekly'), monthly: state('monthly') },
-    replayId: row.replay_id ?? undefined,
-  };
+  return { daily: state('daily'), weekly: state('weekly'), monthly: state('monthly') };
 }
+
+const remainingOf = (limit: bigint | null, spent: bigint, held: bigint): bigint | null =>
+  limit === null ? null : limit > spent + held ? limit - spent - held : 0n;
 
 /** Replaces the limits of an agent `wallet` owns (404 otherwise), inside the wallet's locked transaction. */
 export async function writeBudgetLimits(

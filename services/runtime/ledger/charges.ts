@@ -14,16 +14,16 @@ export interface Charge {
   replayed: boolean;
 }
 
-/**
- * Charges an agent's spend, once per idempotency key: the budget windows and the available balance
- * are checked and the entry appended in one atomic step. A refusal (SpendRefused, 402) records
- * nothing, so the same key may be tried again; a key that charged answers that first charge again
- * (`replayed`), and a key reused for another agent or amount is a 409.
- */
-export async function chargeAgent(
-  ledger: Ledger,
-  input: { wallet: string; agentId: string; amount: bigint; idempotencyKey: string },
-): Promise<Charge> {
+/** A charge as the ledger takes it: checked, the wallet checksummed, the caller's key without prefix. */
+export interface ChargeInput {
+  wallet: string;
+  agentId: string;
+  amount: bigint;
+  idempotencyKey: string;
+}
+
+/** Checks a charge's amount and key (400 otherwise) and checksums its wallet. */
+export function chargeInput(input: ChargeInput): ChargeInput {
   if (input.amount <= 0n || input.amount > MAX_AMOUNT) {
     throw new SigilError('invalid_request', `A charge must be between 1 and ${MAX_AMOUNT} base units`);
   }
@@ -33,7 +33,19 @@ export async function chargeAgent(
       'An idempotency key is 1 to 200 characters of A-Z a-z 0-9 . _ : -',
     );
   }
-  const wallet = getAddress(input.wallet);
+  return { ...input, wallet: getAddress(input.wallet) };
+}
+
+/**
+ * Charges an agent's spend in a transaction of its own, once per idempotency key: the budget windows
+ * and the available balance are checked and the entry appended in one atomic step. A refusal
+ * (SpendRefused, 402) records nothing, so the same key may be tried again; a key that charged answers
+ * that first charge again (`replayed`), and a key reused for another agent or amount is a 409.
+ * Ledger.charge decides the same way for a batch of charges at once (charge-batch.ts), and comes here
+ * when a batch's transaction fails.
+ */
+export async function chargeOnce(ledger: Ledger, input: ChargeInput): Promise<Charge> {
+  const { wallet } = input;
   const key = CHARGE_KEY_PREFIX + input.idempotencyKey;
   const attempt = () =>
     ledger.withWallet(wallet, async (trx, balance) => {
@@ -98,7 +110,7 @@ export async function checkSpend(
 }
 
 /** A replayed key must name the same charge; anything else is a client bug worth a 409. */
-function sameCharge(first: LedgerEntry, input: { agentId: string; amount: bigint }): LedgerEntry {
+export function sameCharge(first: LedgerEntry, input: { agentId: string; amount: bigint }): LedgerEntry {
   if (first.kind !== 'charge' || first.agentId !== input.agentId || first.amount !== input.amount) {
     throw new SigilError('conflict', 'This idempotency key already charged another agent or amount', {
       hint: 'Use a new idempotency key for a new charge',

@@ -32,6 +32,10 @@ export interface EntryRow {
 /** Charges carry the caller's key under this prefix, so they can never meet the ledger's own keys. */
 export const CHARGE_KEY_PREFIX = 'charge:';
 
+/** A charge's identity across wallets: the wallet and the caller's key (keys are unique per wallet). */
+export const walletKey = (entry: { wallet: string; idempotencyKey: string }): string =>
+  `${entry.wallet} ${entry.idempotencyKey}`;
+
 export const IDEMPOTENCY_KEY = /^[A-Za-z0-9._:-]{1,200}$/;
 
 /** The wallet's entry under `key` (a charge's: CHARGE_KEY_PREFIX and the caller's key). */
@@ -68,7 +72,7 @@ export async function historyPage(
 }
 
 /** The columns `entryOf` reads, the amount as text so it never passes through a float. */
-const entryColumns = (db: Knex) =>
+export const entryColumns = (db: Knex) =>
   [
     'id',
     'wallet',

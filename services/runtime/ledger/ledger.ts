@@ -16,7 +16,8 @@ import {
   type WalletRow,
 } from './balance.ts';
 import { readBudgets, writeBudgetLimits, type BudgetLimits, type Budgets } from './budgets.ts';
-import { chargeAgent, checkSpend, type Charge } from './charges.ts';
+import { ChargeBatcher } from './charge-batch.ts';
+import { chargeInput, checkSpend, type Charge, type ChargeInput } from './charges.ts';
 import { entryOf, historyPage, type LedgerEntry } from './entries.ts';
 import { utcDay } from './windows.ts';
 
@@ -38,7 +39,9 @@ export interface LedgerSettings {
  */
 export class Ledger {
   readonly settings: LedgerSettings;
-  private readonly postgres: boolean;
+  /** PostgreSQL (row locks, data-modifying CTEs) rather than SQLite (one writer). */
+  readonly postgres: boolean;
+  private readonly charges = new ChargeBatcher(this);
 
   constructor(
     private readonly deps: { db: Database; clock: Clock; logger: Logger; settings: LedgerSettings },
@@ -53,6 +56,10 @@ export class Ledger {
 
   get clock(): Clock {
     return this.deps.clock;
+  }
+
+  get logger(): Logger {
+    return this.deps.logger;
   }
 
   now(): number {
@@ -80,29 +87,34 @@ export class Ledger {
   }
 
   private async lock(trx: Knex.Transaction, wallet: string): Promise<Balance> {
-    const read = async () => {
-      const query = trx('ledger_wallets')
-        .where({ wallet })
-        .first(WALLET_MONEY.map((column) => asText(trx, column)));
-      return (await (this.postgres ? query.forUpdate() : query)) as WalletRow | undefined;
-    };
+    const locked = (await this.lockWallets(trx, [wallet])).get(wallet);
+    if (locked) return locked;
+    const now = this.now();
+    await trx('ledger_wallets')
+      .insert({ wallet, created_at: now, updated_at: now })
+      .onConflict('wallet')
+      .ignore();
+    return (await this.lockWallets(trx, [wallet])).get(wallet) ?? balanceOf(wallet, undefined);
+  }
+
+  /**
+   * Locks the rows of those `wallets` that have one, in address order (so transactions that lock
+   * several never wait on each other in a cycle), and reads their balances. PostgreSQL: SELECT … FOR
+   * UPDATE. SQLite: the first statement writes, so the transaction holds the database's write lock
+   * from there on (also against another process on the same file, which waits on busy_timeout).
+   */
+  async lockWallets(trx: Knex.Transaction, wallets: readonly string[]): Promise<Map<string, Balance>> {
     if (!this.postgres) {
-      // The first statement writes, so this transaction holds SQLite's write lock from here on (also
-      // against another process on the same file, which waits on busy_timeout instead of racing).
       await trx('ledger_wallets')
-        .where({ wallet })
+        .whereIn('wallet', wallets)
         .update({ updated_at: trx.ref('updated_at') });
     }
-    let row = await read();
-    if (!row) {
-      const now = this.now();
-      await trx('ledger_wallets')
-        .insert({ wallet, created_at: now, updated_at: now })
-        .onConflict('wallet')
-        .ignore();
-      row = await read();
-    }
-    return balanceOf(wallet, row);
+    const query = trx('ledger_wallets')
+      .whereIn('wallet', wallets)
+      .orderBy('wallet')
+      .select('wallet', ...WALLET_MONEY.map((column) => asText(trx, column)));
+    const rows = (await (this.postgres ? query.forUpdate() : query)) as WalletRow[];
+    return new Map(rows.map((row) => [row.wallet, balanceOf(row.wallet, row)]));
   }
 
   /**
@@ -174,14 +186,9 @@ export class Ledger {
     return entryOf({ ...row, id });
   }
 
-  /** Charges an agent's spend, once per idempotency key (see chargeAgent). */
-  charge(input: {
-    wallet: string;
-    agentId: string;
-    amount: bigint;
-    idempotencyKey: string;
-  }): Promise<Charge> {
-    return chargeAgent(this, input);
+  /** Charges an agent's spend, once per idempotency key, in a group commit (charge-batch.ts). */
+  charge(input: ChargeInput): Promise<Charge> {
+    return this.charges.charge(chargeInput(input));
   }
 
   /** Whether `agentId` may start spending `amount` now (see checkSpend); throws SpendRefused if not. */
