@@ -187,7 +187,7 @@ export class Ledger {
   }
 
   /** Charges an agent's spend, once per idempotency key, in a group commit (charge-batch.ts). */
-  charge(input: ChargeInput): Promise<Charge> {
+  async charge(input: ChargeInput): Promise<Charge> {
     return this.charges.charge(chargeInput(input));
   }
 

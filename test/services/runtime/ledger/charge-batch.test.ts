@@ -136,6 +136,24 @@ describeEachDatabase('ledger: group commit of charges', (database) => {
     expect((await batched.ledger.audit()).ok).to.equal(true);
   });
 
+  it('a charge with bad input is refused (400, a rejected promise) and leaves the charges of the same moment alone', async () => {
+    const wallet = randomWallet();
+    const agent = await batched.service.agents.create(wallet, { name: 'v', model: 'm' });
+    await setOnChain(batched.ledger, wallet, 10_000n);
+    const charge = (amount: bigint, idempotencyKey: string) =>
+      batched.ledger.charge({ wallet, agentId: agent.id, amount, idempotencyKey });
+    const outcomes = await Promise.allSettled([
+      charge(1000n, 'ok-1'),
+      charge(0n, 'zero'),
+      charge(1000n, 'bad key!'),
+      charge(1000n, 'ok-2'),
+    ]);
+    expect(outcomes.map((o) => o.status)).to.deep.equal(['fulfilled', 'rejected', 'rejected', 'fulfilled']);
+    for (const o of outcomes.slice(1, 3))
+      expect(((o as PromiseRejectedResult).reason as SigilError).code).to.equal('invalid_request');
+    expect((await batched.ledger.balance(wallet)).unsettledSpend).to.equal(2000n);
+  });
+
   it('a batch whose transaction fails changes nothing, then charges each alone: only the faulty charge fails', async function () {
     this.timeout(60_000);
     const { db } = batched.kernel;
