@@ -14,7 +14,8 @@
  *   everything;
  *
  * each twice: charges made one transaction each (`chargeOnce`, the baseline) and through
- * `Ledger.charge`'s group commit.
+ * `Ledger.charge`'s group commit, taking turns for BENCH_RUNS runs (3). A row holds the medians of its
+ * runs and names their range; a third row per scenario is group commit ÷ the baseline, paired by run.
  *
  * At the end of each scenario the suite fails unless exactly the expected charges succeeded, every
  * wallet's available = onChainBalance − unsettledSpend − pendingWithdrawals ≥ 0, unsettled spend equals
@@ -33,11 +34,13 @@ import { chargeInput, chargeOnce } from '../services/runtime/ledger/charges.ts';
 import { SpendRefused } from '../services/runtime/ledger/errors.ts';
 import { openTestKernel, TEST_DATABASES, type TestDatabase } from '../test/support/kernel.ts';
 import { POSTGRES_URL, postgresReachable } from './postgres.ts';
+import { log, median, ms, pairedMedian, quantile, rotated } from './stats.ts';
 
 const CHARGES = Number(process.env.BENCH_LEDGER_CHARGES ?? 4000);
 const CONCURRENCY = Number(process.env.BENCH_LEDGER_CONCURRENCY ?? 50);
 const MANY_WALLETS = Number(process.env.BENCH_LEDGER_WALLETS ?? 200);
 const AMOUNT = 1000n;
+const RUNS = Number(process.env.BENCH_RUNS ?? 3);
 
 interface Measurement {
   scenario: string;
@@ -55,11 +58,6 @@ interface Measurement {
 }
 
 const wallet = () => getAddress(`0x${randomBytes(20).toString('hex')}`);
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
-}
 
 function postgresDatabase(): TestDatabase {
   const existing = TEST_DATABASES.find((database) => database.name === 'postgres');
@@ -177,8 +175,8 @@ async function scenario(
       scenario: `${database.name}: ${name} (${walletCount} wallet${walletCount === 1 ? '' : 's'}), charge with budgets, ${mode}; invariant held`,
       concurrency: CONCURRENCY,
       rps: Math.round(CHARGES / seconds),
-      p50Ms: Number(percentile(latencies, 50).toFixed(3)),
-      p99Ms: Number(percentile(latencies, 99).toFixed(3)),
+      p50Ms: ms(quantile(latencies, 0.5)),
+      p99Ms: ms(quantile(latencies, 0.99)),
       serverCpuUsPerRequest: Math.round((used.user + used.system) / CHARGES),
       charges: CHARGES,
       succeeded,
@@ -186,7 +184,7 @@ async function scenario(
       wallets: walletCount,
       loadAverage1m: Number(loadavg()[0]?.toFixed(2)),
     };
-    process.stdout.write(`${JSON.stringify(measurement)}\n`);
+    log(measurement);
     return measurement;
   } finally {
     await service.close();
@@ -194,17 +192,55 @@ async function scenario(
   }
 }
 
-export async function ledgerSuite(): Promise<Measurement[]> {
+/** A row of the table: the medians of a scenario's runs, the runs themselves kept in the JSON. */
+interface Row extends Omit<Measurement, 'charges' | 'succeeded' | 'refused' | 'wallets' | 'loadAverage1m'> {
+  runs: Measurement[];
+}
+
+export async function ledgerSuite(): Promise<Row[]> {
   const sqlite = TEST_DATABASES.find((database) => database.name === 'sqlite') as TestDatabase;
   const databases: TestDatabase[] = [sqlite];
   if (await postgresReachable()) databases.push(postgresDatabase());
   else process.stdout.write(`ledger bench: PostgreSQL not reachable at ${POSTGRES_URL}; SQLite only\n`);
-  const results: Measurement[] = [];
+  const modes = ['one transaction a charge', 'group commit'] as const;
+  const rows: Row[] = [];
   for (const database of databases) {
     for (const name of ['hot wallet', 'many wallets'] as const) {
-      for (const mode of ['one transaction a charge', 'group commit'] as const)
-        results.push(await scenario(database, name, mode));
+      const runs = new Map<Mode, Measurement[]>(modes.map((mode) => [mode, []]));
+      // The modes take turns, each run in another order, so neither always runs on a warmer machine.
+      for (let run = 0; run < RUNS; run++) {
+        for (const mode of rotated(modes, run)) runs.get(mode)?.push(await scenario(database, name, mode));
+      }
+      const [baseline, grouped] = modes.map((mode) => runs.get(mode) as Measurement[]) as [
+        Measurement[],
+        Measurement[],
+      ];
+      for (const measured of [baseline, grouped]) {
+        const rates = measured.map((run) => run.rps);
+        const first = measured[0] as Measurement;
+        rows.push({
+          scenario: `${first.scenario}; ${RUNS} runs: ${Math.min(...rates)}–${Math.max(...rates)} charges/s`,
+          concurrency: CONCURRENCY,
+          rps: Math.round(median(rates)),
+          p50Ms: ms(median(measured.map((run) => run.p50Ms))),
+          p99Ms: ms(median(measured.map((run) => run.p99Ms))),
+          serverCpuUsPerRequest: Math.round(median(measured.map((run) => run.serverCpuUsPerRequest))),
+          runs: measured,
+        });
+      }
+      const ratios = grouped.map((run, i) => run.rps / (baseline[i] as Measurement).rps);
+      rows.push({
+        scenario: `${database.name}: ${name}, group commit ÷ one transaction a charge: ${median(ratios).toFixed(1)}× its charges/s (runs paired: ${Math.min(...ratios).toFixed(1)}–${Math.max(...ratios).toFixed(1)}×)`,
+        concurrency: CONCURRENCY,
+        rps: 0,
+        p50Ms: ms(pairedMedian(grouped, baseline, (run) => run.p50Ms)),
+        p99Ms: ms(pairedMedian(grouped, baseline, (run) => run.p99Ms)),
+        serverCpuUsPerRequest: Math.round(
+          pairedMedian(grouped, baseline, (run) => run.serverCpuUsPerRequest),
+        ),
+        runs: [],
+      });
     }
   }
-  return results;
+  return rows;
 }
