@@ -36,7 +36,10 @@ type Outcome = { charge: Charge } | { refusal: unknown };
  * checks of a lone charge, each seeing the ones before it), then write the entries, the wallets'
  * running totals and the agents' day spend in one statement each. Refusals are answered after the
  * commit, like the charges: nothing is answered that a rollback could undo. Per charge that is a
- * few bound values instead of five round trips and a commit (bench: ledger).
+ * few bound values instead of five round trips and a commit (bench: ledger). The price: a batch waits
+ * for every wallet lock it needs, so a lock held elsewhere delays the batch's other wallets too; every
+ * wallet transaction is database statements only (no chain or network call inside), so that wait is
+ * one transaction's length.
  *
  * A batch whose transaction fails (a lost connection, a statement timeout, an entry the database
  * refuses) changed nothing; its charges are then made one by one in arrival order (`chargeOnce`), so
