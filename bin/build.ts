@@ -12,7 +12,9 @@
  * - No type check (noCheck): that is `npm run typecheck`, and with isolatedModules and
  *   verbatimModuleSyntax no file's output depends on types. Syntax errors still fail the build.
  * - Files the code reads or runs beside itself (CommonJS helpers, JSON artifacts, the Python helper)
- *   are copied; last, build.json (core/layout.ts) records when and from what the output was made.
+ *   are copied; last, build.json (core/layout.ts) records when and from what the output was made, and
+ *   the hash of each code file of the output, which the code hash in proofs covers (build-info.ts), so a
+ *   start does not read and hash them again.
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, extname, isAbsolute, join, relative, resolve, sep } from 'node:path';
@@ -20,6 +22,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import ts from 'typescript';
 import { BUILD_MANIFEST, type BuildManifest } from '../core/layout.ts';
+import { codeFileHashes } from '../services/shared/build-info.ts';
 
 const REPOSITORY = join(fileURLToPath(import.meta.url), '..', '..');
 const CONFIG = 'tsconfig.build.json';
@@ -65,6 +68,8 @@ function build(out: string): BuildManifest {
     builtAt,
     sourceRoot: relative(out, REPOSITORY),
     inputs: [...new Set(['tsconfig.json', CONFIG, ...sources, ...assets])].sort(),
+    // Last, over the finished output (build.json itself is outside what the code hash covers).
+    codeFiles: codeFileHashes(out),
   };
   writeFileSync(join(out, BUILD_MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`);
   return manifest;

@@ -20,6 +20,11 @@ export interface BuildManifest {
   sourceRoot: string;
   /** What the output was made from, relative to the repository: sources, configs, copied files. */
   inputs: string[];
+  /**
+   * Each code file of the output (services/shared/build-info.ts's SOURCE_DIRS) with the SHA-256 of its
+   * content, by path: the code hash's part that the output fixes, so a start does not hash it again.
+   */
+  codeFiles?: [file: string, sha256: string][];
 }
 
 /** Modules run as .js only from a build; a source module is .ts whether tsx runs it or not. */

@@ -4,6 +4,7 @@ import { listen, type RunningServer } from '../core/http/server.ts';
 import type { GatewayApp } from './gateway/app.ts';
 import type { WarmupOutcome } from './gateway/warmup.ts';
 import type { Kernel } from './kernel.ts';
+import { loadBuildInfo } from './shared/build-info.ts';
 import type { RuntimeApp } from './runtime/app.ts';
 import { requireReplicaSettings, settingsFingerprints } from './shared-deployment.ts';
 
@@ -74,6 +75,11 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
     await Promise.all(apps.map((service) => service.close?.()));
     throw err;
   }
+  // In the background once listening: the code hash that proofs and attestation carry (from source,
+  // ~570 files to hash), so the first tools/call does not compute it on its way.
+  loadBuildInfo().catch((err: unknown) =>
+    kernel.logger.warn({ err }, 'the build info could not be computed; asked again when needed'),
+  );
   let stopping: Promise<void> | undefined;
   const warmedUp = Promise.all(apps.map((service) => service.warmedUp?.())).then((outcomes) =>
     outcomes.find((outcome) => outcome !== undefined),

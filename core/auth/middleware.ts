@@ -105,7 +105,7 @@ async function identify(request: IncomingRequest, auth: Authenticators): Promise
   let caller: AuthPrincipal;
   // Wallet tokens first, by their prefix: asking jose whether one is a JWT costs a thrown error per call.
   if (isWalletToken(token)) caller = principal(auth, await walletTokenOwner(auth, token), 'wallet-token');
-  else if (auth.delegated?.claims(token)) {
+  else if (auth.delegated && (await auth.delegated.claims(token))) {
     const { address, trust } = await auth.delegated.verify(token);
     // The runtime speaks for the wallet, not for an operator: operator actions need the operator itself.
     return { address, method: 'delegated-jwt', operator: false, trust };

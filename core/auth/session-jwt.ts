@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { errors as joseErrors, jwtVerify, SignJWT, type JWTHeaderParameters } from 'jose';
+import type { JWTHeaderParameters } from 'jose';
 import type { Address } from 'viem';
 import { getAddress, isAddress } from 'viem/utils';
 import { unixSeconds, type Clock } from '../clock.ts';
 import { refuseFutureIssuedAt } from './issued-at.ts';
+import { jose } from './jose.ts';
 import type { AuthSettings } from './settings.ts';
 import type { SigningKey, SigningKeyStore } from './signing-key.ts';
 import { unauthorized } from './principal.ts';
@@ -43,6 +44,7 @@ export class SessionJwts {
     const key = await this.keys.current();
     const issuedAt = unixSeconds(this.clock);
     const expiresAt = issuedAt + this.settings.jwtTtlSeconds;
+    const { SignJWT } = await jose();
     const token = await new SignJWT()
       .setProtectedHeader({ alg: 'ES256', typ: 'JWT', kid: key.kid })
       .setIssuer(this.settings.baseUrl)
@@ -76,6 +78,7 @@ export class SessionJwts {
     let subject: string | undefined;
     let id: string;
     let expiresAt: number;
+    const { errors: joseErrors, jwtVerify } = await jose();
     try {
       const { payload } = await jwtVerify(
         token,
@@ -92,7 +95,7 @@ export class SessionJwts {
           currentDate: this.clock.now(),
         },
       );
-      refuseFutureIssuedAt(payload, this.clock.now(), this.settings.clockSkewSeconds);
+      refuseFutureIssuedAt(joseErrors, payload, this.clock.now(), this.settings.clockSkewSeconds);
       subject = payload.sub;
       id = String(payload.jti);
       expiresAt = (payload.exp as number) * 1000;

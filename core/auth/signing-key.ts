@@ -5,12 +5,12 @@ import {
   type JsonWebKey,
   type KeyObject,
 } from 'node:crypto';
-import { calculateJwkThumbprint } from 'jose';
 import type { Clock } from '../clock.ts';
 import type { Database } from '../db/database.ts';
 import { SecretAtRest, type KeyAtRest } from '../db/data-key.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { SecretRegistry } from '../log.ts';
+import { jose } from './jose.ts';
 
 export const SESSION_KEY_PURPOSE = 'session-jwt';
 
@@ -127,5 +127,5 @@ function parseConfiguredKey(pem: string): KeyObject {
 export const configuredKeyId = (pem: string): Promise<string> =>
   thumbprint(createPublicKey(parseConfiguredKey(pem)));
 
-const thumbprint = (publicKey: KeyObject): Promise<string> =>
-  calculateJwkThumbprint(publicKey.export({ format: 'jwk' }));
+const thumbprint = async (publicKey: KeyObject): Promise<string> =>
+  (await jose()).calculateJwkThumbprint(publicKey.export({ format: 'jwk' }));

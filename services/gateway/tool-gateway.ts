@@ -21,7 +21,7 @@ import { Payments } from './payments/payments.ts';
 import { paymentsRouter } from './payments/routes.ts';
 import { ToolPins } from './tool-pins.ts';
 import { Warmup } from './warmup.ts';
-import { buildInfo } from '../shared/build-info.ts';
+import { loadBuildInfo } from '../shared/build-info.ts';
 import { ProofSigner } from './proofs.ts';
 import { RequestStates } from './request-state.ts';
 import { secretsRouter } from './secrets/routes.ts';
@@ -58,7 +58,7 @@ function proofSignerFor(kernel: Kernel): () => Promise<ProofSigner> {
       return new ProofSigner({
         key: await tee.signingKey('execution-proof'),
         tee: await tee.status(),
-        build: buildInfo(),
+        build: await loadBuildInfo(),
         clock: kernel.clock,
       });
     })().catch((cause: unknown) => {

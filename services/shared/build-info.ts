@@ -1,4 +1,5 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { sha256Hex } from '../../core/crypto.ts';
 import { BUILD, CODE_ROOT, REPOSITORY_ROOT, type BuildManifest } from '../../core/layout.ts';
@@ -47,40 +48,100 @@ export const SOURCE_DIRS = [
 export const ROOT_FILES = ['package.json', 'package-lock.json'];
 const SOURCE_FILE = /\.(ts|js|cjs|mjs|json)$/;
 
-let cached: BuildInfo | undefined;
+/** Each code file under the code's root (SOURCE_DIRS) with the SHA-256 of its content, by path. */
+export type CodeFileHashes = [file: string, sha256: string][];
 
-/** Computed once per process: the code does not change under a running process. */
+let cached: BuildInfo | undefined;
+let loading: Promise<BuildInfo> | undefined;
+
+/**
+ * Computed once per process: the code does not change under a running process. A build's output
+ * carries its code files' hashes (build.json, written by `npm run build`), so only the repository's
+ * root files are read; from source all of them are hashed here (~570 files), synchronously, unless
+ * loadBuildInfo() has already done it.
+ */
 export function buildInfo(): BuildInfo {
   cached ??= computeBuildInfo({ code: CODE_ROOT, repository: REPOSITORY_ROOT, build: BUILD });
   return cached;
+}
+
+/**
+ * buildInfo() without blocking the event loop for long: the files are read one at a time, so requests
+ * are served in between. Started once the services listen (services/serve.ts), so the first tools/call's
+ * proof finds it done or under way rather than hashing the code on its own path.
+ */
+export function loadBuildInfo(): Promise<BuildInfo> {
+  if (cached) return Promise.resolve(cached);
+  loading ??= (async () => {
+    const codeFiles = BUILD?.codeFiles ?? (await codeFileHashesAsync(CODE_ROOT));
+    cached ??= computeBuildInfo(
+      { code: CODE_ROOT, repository: REPOSITORY_ROOT, build: BUILD },
+      process.env,
+      codeFiles,
+    );
+    return cached;
+  })().finally(() => (loading = undefined));
+  return loading;
 }
 
 /** `code`: the root of the code; `build`: its manifest when it is a build's output in `repository`. */
 export function computeBuildInfo(
   roots: { code: string; repository: string; build?: BuildManifest | undefined },
   env: NodeJS.ProcessEnv = process.env,
+  codeFiles: CodeFileHashes = roots.build?.codeFiles ?? codeFileHashes(roots.code),
 ): BuildInfo {
-  const { code, repository } = roots;
+  const { repository } = roots;
   const files = [
-    ...SOURCE_DIRS.flatMap((dir) => listFiles(code, join(code, dir))).map((file) => [code, file] as const),
+    ...codeFiles,
     ...ROOT_FILES.filter((file) => existsSync(join(repository, file))).map(
-      (file) => [repository, file] as const,
+      (file) => [file, sha256Hex(readFileSync(join(repository, file)))] as [string, string],
     ),
-  ].sort(([, a], [, b]) => (a < b ? -1 : a > b ? 1 : 0));
-  const manifest = files
-    .map(([root, file]) => `${file}\0${sha256Hex(readFileSync(join(root, file)))}`)
-    .join('\n');
-  const lockfile = join(repository, 'package-lock.json');
+  ].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const manifest = files.map(([file, hash]) => `${file}\0${hash}`).join('\n');
+  const lockfile = files.find(([file]) => file === 'package-lock.json');
   return {
     codeHash: sha256Hex(manifest),
     compiled: roots.build !== undefined,
     gitCommit: env.SIGIL_GIT_COMMIT ?? readGitCommit(repository) ?? 'unknown',
     sourceRepository: env.SIGIL_SOURCE_REPOSITORY ?? null,
     files: files.length,
-    lockfileSha256: existsSync(lockfile) ? sha256Hex(readFileSync(lockfile)) : null,
+    lockfileSha256: lockfile?.[1] ?? null,
     nodeVersion: process.version,
     builtAt: env.SIGIL_BUILD_TIME ?? roots.build?.builtAt ?? null,
   };
+}
+
+/** The code files under `code` and their hashes, sorted by path (what `npm run build` records). */
+export function codeFileHashes(code: string): CodeFileHashes {
+  return SOURCE_DIRS.flatMap((dir) => listFiles(code, join(code, dir)))
+    .sort()
+    .map((file) => [file, sha256Hex(readFileSync(join(code, file)))]);
+}
+
+/** codeFileHashes() a file at a time, yielding to the event loop between files. */
+export async function codeFileHashesAsync(code: string): Promise<CodeFileHashes> {
+  const files: string[] = [];
+  for (const dir of SOURCE_DIRS) files.push(...(await listFilesAsync(code, join(code, dir))));
+  const hashes: CodeFileHashes = [];
+  for (const file of files.sort()) hashes.push([file, sha256Hex(await readFile(join(code, file)))]);
+  return hashes;
+}
+
+async function listFilesAsync(root: string, dir: string): Promise<string[]> {
+  let entries;
+  try {
+    entries = await readdir(dir, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  const files: string[] = [];
+  for (const entry of entries) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) {
+      if (entry.name !== 'node_modules') files.push(...(await listFilesAsync(root, path)));
+    } else if (SOURCE_FILE.test(entry.name)) files.push(relative(root, path));
+  }
+  return files;
 }
 
 function listFiles(root: string, dir: string): string[] {

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { expect } from 'chai';
 import { migrate, openDatabase } from '../../core/db/database.ts';
+import { computeBuildInfo } from '../../services/shared/build-info.ts';
 import { COMPILED_BUILD_TYPE } from '../../services/shared/provenance.ts';
 import { serviceMigrations } from '../../services/migrations.ts';
 import { buildInto, RECORD_LOADS, runBuild, type Build } from '../support/build.ts';
@@ -91,6 +92,15 @@ describe('npm run build', function () {
           unknown
         >;
         expect(info).to.include({ compiled: true, builtAt: build.manifest.builtAt });
+        // The code files' hashes come from build.json: the same code hash as hashing the output now.
+        const { codeFiles, ...manifest } = build.manifest;
+        const fromDisk = computeBuildInfo({ code: build.dist, repository: REPO_ROOT, build: manifest });
+        expect(codeFiles).to.have.length(fromDisk.files - 2); // package.json and package-lock.json besides
+        expect(info).to.include({
+          codeHash: fromDisk.codeHash,
+          files: fromDisk.files,
+          lockfileSha256: fromDisk.lockfileSha256,
+        });
         // The offline script is bundled from the compiled main.js; the provenance names the compiled build.
         const bundle = await (
           await fetch(`${url}/api/attestation/bundle?nonce=${randomBytes(32).toString('hex')}`)

@@ -9,8 +9,8 @@ import { startSigil } from '../support/cli.ts';
 /**
  * What `sigil gateway` loads before it serves (issue 30, start-up): only what a request needs. The
  * runtime service and the dev chain are imported by the commands that use them (`sigil up`, `sigil
- * runtime`), npm's installer libraries when a package is first resolved or installed, and of viem
- * only its utilities, so a resolve hook recording every module the process loads must not see the
+ * runtime`), npm's installer libraries when a package is first resolved or installed, jose at the
+ * first token signed or verified, and of viem only its utilities, so a resolve hook recording every module the process loads must not see the
  * others by the time the gateway has answered a request.
  */
 describe('sigil gateway start-up', function () {
@@ -61,6 +61,8 @@ describe('sigil gateway start-up', function () {
       // Required when first used: a pretty log, a request reaching Koa (tools/call takes the lane).
       /\/node_modules\/pino-pretty\//,
       /\/node_modules\/@koa\/bodyparser\//,
+      // Imported at the first token signed or verified (core/auth/jose.ts): an anonymous call needs none.
+      /\/node_modules\/jose\//,
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });

@@ -5,10 +5,11 @@ import {
   randomUUID,
   type KeyObject,
 } from 'node:crypto';
-import { calculateJwkThumbprint, SignJWT, type JWK } from 'jose';
+import type { JWK } from 'jose';
 import type { Address } from 'viem';
 import { unixSeconds, type Clock } from '../../clock.ts';
 import { SigilError } from '@sigil/plugin-api';
+import { jose } from '../jose.ts';
 
 /** The `typ` header of a delegated JWT (RFC 8725 explicit typing): never confused with a session JWT. */
 export const DELEGATED_JWT_TYPE = 'sigil-delegated+jwt';
@@ -117,6 +118,7 @@ export class DelegationKeys {
     const { kid } = await this.prepare();
     const issuedAt = unixSeconds(this.options.clock);
     const expiresAt = issuedAt + this.options.ttlSeconds;
+    const { SignJWT } = await jose();
     const token = await new SignJWT()
       .setProtectedHeader({ alg: 'ES256', typ: DELEGATED_JWT_TYPE, kid })
       .setIssuer(this.options.issuer)
@@ -150,6 +152,7 @@ const sameKey = (a: KeyObject, b: KeyObject): boolean => createPublicKey(a).equa
 /** The JWKS of `keys`, in order, each key once. */
 async function jwksOf(keys: readonly KeyObject[]): Promise<Jwks> {
   const published: PublishedJwk[] = [];
+  const { calculateJwkThumbprint } = await jose();
   for (const key of keys) {
     const jwk = key.export({ format: 'jwk' }) as { x: string; y: string };
     const kid = await calculateJwkThumbprint({ kty: 'EC', crv: 'P-256', x: jwk.x, y: jwk.y });

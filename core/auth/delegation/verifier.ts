@@ -1,12 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import {
-  createLocalJWKSet,
-  decodeJwt,
-  decodeProtectedHeader,
-  errors as joseErrors,
-  jwtVerify,
-  type JWTVerifyGetKey,
-} from 'jose';
+import type * as Jose from 'jose';
+import type { JWTVerifyGetKey } from 'jose';
 import type { Address } from 'viem';
 import { getAddress, isAddress } from 'viem/utils';
 import { z } from 'zod';
@@ -14,6 +8,7 @@ import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../clock.ts';
 import type { Logger } from '../../log.ts';
 import { refuseFutureIssuedAt } from '../issued-at.ts';
+import { jose } from '../jose.ts';
 import { unauthorized } from '../principal.ts';
 import { DELEGATED_JWT_TYPE, type Jwks, type PublishedJwk } from './keys.ts';
 import { jwksSha256 } from './report-data.ts';
@@ -80,7 +75,8 @@ export class DelegationVerifier {
    * session JWTs share the issuer but not the type). Only routing: such a token is then verified by
    * {@link verify}, and nothing else ever accepts it.
    */
-  claims(token: string): boolean {
+  async claims(token: string): Promise<boolean> {
+    const { decodeJwt, decodeProtectedHeader } = await jose();
     try {
       return (
         decodeProtectedHeader(token).typ === DELEGATED_JWT_TYPE &&
@@ -92,19 +88,21 @@ export class DelegationVerifier {
   }
 
   async verify(token: string): Promise<DelegatedCaller> {
+    const { errors: joseErrors } = await jose();
     let snapshot = await this.current();
     let subject: string | undefined;
     try {
       subject = await this.check(token, snapshot);
     } catch (err) {
-      if (!(err instanceof joseErrors.JWKSNoMatchingKey)) throw refused(err);
+      if (!(err instanceof joseErrors.JWKSNoMatchingKey)) throw refused(joseErrors, err);
       // An unknown kid: perhaps the runtime rotated its key since the last reading.
-      if (this.options.clock.now().getTime() - snapshot.fetchedAt < REFETCH_COOLDOWN_MS) throw refused(err);
+      if (this.options.clock.now().getTime() - snapshot.fetchedAt < REFETCH_COOLDOWN_MS)
+        throw refused(joseErrors, err);
       snapshot = await this.refresh();
       try {
         subject = await this.check(token, snapshot);
       } catch (again) {
-        throw refused(again);
+        throw refused(joseErrors, again);
       }
     }
     if (subject === undefined || !isAddress(subject)) {
@@ -137,6 +135,7 @@ export class DelegationVerifier {
   private async check(token: string, snapshot: RuntimeSnapshot): Promise<string | undefined> {
     const now = this.options.clock.now();
     const skew = this.options.clockSkewSeconds;
+    const { errors: joseErrors, jwtVerify } = await jose();
     const { payload } = await jwtVerify(token, snapshot.keys, {
       algorithms: ['ES256'],
       typ: DELEGATED_JWT_TYPE,
@@ -146,7 +145,7 @@ export class DelegationVerifier {
       clockTolerance: skew,
       currentDate: now,
     });
-    refuseFutureIssuedAt(payload, now, skew);
+    refuseFutureIssuedAt(joseErrors, payload, now, skew);
     const exp = payload.exp as number;
     const claimed = exp - (payload.iat as number);
     const remaining = exp - Math.floor(now.getTime() / 1000);
@@ -246,7 +245,7 @@ export class DelegationVerifier {
     }
     const snapshot: RuntimeSnapshot = {
       fetchedAt: now().getTime(),
-      keys: createLocalJWKSet({ keys: usable }),
+      keys: (await jose()).createLocalJWKSet({ keys: usable }),
       trust,
     };
     this.snapshot = snapshot;
@@ -255,7 +254,7 @@ export class DelegationVerifier {
 }
 
 /** Any failure to verify is a 401: a malformed token must never become a 500. */
-function refused(err: unknown): Error {
+function refused(joseErrors: typeof Jose.errors, err: unknown): Error {
   if (err instanceof joseErrors.JOSEError) return unauthorized(`Delegated token rejected: ${err.message}`);
   return unauthorized('Delegated token rejected: it could not be verified');
 }

@@ -42,15 +42,23 @@ export class Dependencies {
     return [...new Set([...files, ...needed.flat()])];
   }
 
+  /**
+   * Starts looking up what `files` need, in the background (ldd runs in a process of its own): the
+   * spawn that asks next finds the answer cached or under way. A failure is asked again then.
+   */
+  prefetch(files: readonly string[]): void {
+    this.of(files).catch(() => undefined);
+  }
+
+  /** Whether what `file` (as it is now) needs is cached or being looked up. */
+  known(file: string): boolean {
+    const identity = identityOf(file);
+    return identity !== undefined && this.cache.has(identity);
+  }
+
   private ofFile(file: string): Promise<readonly string[]> {
-    let identity: string;
-    try {
-      const stat = statSync(file);
-      if (!stat.isFile()) return Promise.resolve([]);
-      identity = `${file}\0${stat.dev}:${stat.ino}:${stat.mtimeMs}`;
-    } catch {
-      return Promise.resolve([]);
-    }
+    const identity = identityOf(file);
+    if (identity === undefined) return Promise.resolve([]);
     let found = this.cache.get(identity);
     if (!found) {
       found = this.read(file);
@@ -104,6 +112,16 @@ export class Dependencies {
         );
     }
     return stdout.split('\n').flatMap((line) => LDD_PATH.exec(line)?.[1] ?? []);
+  }
+}
+
+/** A file's path and which file it is now (replaced or changed, it is another); undefined if not a file. */
+function identityOf(file: string): string | undefined {
+  try {
+    const stat = statSync(file);
+    return stat.isFile() ? `${file}\0${stat.dev}:${stat.ino}:${stat.mtimeMs}` : undefined;
+  } catch {
+    return undefined;
   }
 }
 

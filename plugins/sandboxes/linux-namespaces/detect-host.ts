@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, realpathSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { SigilError } from '@sigil/plugin-api';
 import type { LinuxNamespacesConfig } from './config.ts';
@@ -58,6 +58,9 @@ export async function detectHost({ config, filterInterpreter }: DetectOptions): 
     });
   }
   const dependencies = new Dependencies(tools.ldd);
+  // A node server's first spawn needs node's libraries (start-sandbox.ts): looked up now, beside the
+  // rest of the start-up, instead of on the first tools/call's path.
+  dependencies.prefetch([realpathSync(process.execPath)]);
   const filter = await chooseFilter(config, tools, dependencies, filterInterpreter);
   let python: Promise<PythonRuntime | { unavailable: string }> | undefined;
   return { tools, dependencies, filter, python: () => (python ??= findPython(config, dependencies)) };

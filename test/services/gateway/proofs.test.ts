@@ -8,7 +8,12 @@ import {
   type ExecutionProof,
   type ProofInput,
 } from '../../../services/gateway/proofs.ts';
-import { computeBuildInfo, buildInfo } from '../../../services/shared/build-info.ts';
+import {
+  codeFileHashes,
+  codeFileHashesAsync,
+  computeBuildInfo,
+  buildInfo,
+} from '../../../services/shared/build-info.ts';
 
 const input: ProofInput = {
   server: {
@@ -202,5 +207,23 @@ describe('execution proofs', () => {
     expect(info.files).to.be.greaterThan(50);
     expect(info.compiled).to.equal(false);
     expect(info.builtAt).to.equal(null);
+  });
+
+  it('computes the same build info in the background, and from the file hashes a build records', async () => {
+    const roots = { code: process.cwd(), repository: process.cwd() };
+    const atOnce = computeBuildInfo(roots);
+    const hashes = await codeFileHashesAsync(process.cwd());
+    expect(hashes).to.deep.equal(codeFileHashes(process.cwd()));
+    expect(computeBuildInfo(roots, process.env, hashes)).to.deep.equal(atOnce);
+    // What a build's manifest (build.json) records stands in for reading the code: a changed hash shows.
+    const manifest = { builtAt: '2026-11-27T00:00:00.000Z', sourceRoot: '.', inputs: [], codeFiles: hashes };
+    const recorded = computeBuildInfo({ ...roots, build: manifest });
+    expect(recorded).to.deep.equal({ ...atOnce, compiled: true, builtAt: manifest.builtAt });
+    const tampered = hashes.map(
+      ([file, hash], i) => [file, i === 0 ? 'ab'.repeat(32) : hash] as [string, string],
+    );
+    expect(computeBuildInfo({ ...roots, build: { ...manifest, codeFiles: tampered } }).codeHash).not.to.equal(
+      atOnce.codeHash,
+    );
   });
 });
