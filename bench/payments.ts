@@ -42,6 +42,7 @@ import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel } from '../test/support/kernel.ts';
 import { walletToken } from '../test/services/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
+import { chainFloor, type ChainFloor } from './payments-floor.ts';
 import type { PaymentsLoadOptions, PaymentsLoadResult } from './payments-load.ts';
 import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';
 import { cpuBetween, descendants, ownCpuUs, profiled } from './proc.ts';
@@ -323,8 +324,10 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       (await load(paid.url, { concurrency: 20, warmup: PREWARM, total: 0 }, true)).result,
     );
 
-    // 1. One in flight, interleaved runs, paired medians.
+    // 1. One in flight, interleaved runs, paired medians; the chain's floor measured in each run.
     const runs = { unpaid: [] as Run[], paid: [] as Run[] };
+    const floors: ChainFloor[] = [];
+    const floor = chainFloor(chain, 500n, chainCpuUs);
     for (let i = 0; i < RUNS; i++) {
       const plain = await load(unpaid.url, { concurrency: 1, warmup: WARMUP, total: CALLS }, false);
       failIfErrors('unpaid, 1 in flight', plain.result);
@@ -332,7 +335,11 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       const paying = await load(paid.url, { concurrency: 1, warmup: WARMUP, total: CALLS }, true);
       failIfErrors('paid, 1 in flight', paying.result);
       runs.paid.push(paying.run);
+      const alone = await floor.run(CALLS, WARMUP);
+      if (alone.failed > 0) throw new Error(`chain floor: ${alone.failed} transfers failed`);
+      floors.push(alone);
     }
+    await floor.close();
     const perRun = { callsPerRun: CALLS, warmupCalls: WARMUP };
     results.push(
       summarize(
@@ -364,6 +371,36 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
     };
     log(addedRow);
     results.push(addedRow);
+    const floorRow: PaymentsMeasurement = {
+      scenario:
+        'chain floor: the same transferWithAuthorization sent alone (eth_sendRawTransactionSync over a WebSocket to the same anvil, signed before the loop)',
+      concurrency: 1,
+      rps: 0,
+      p50Ms: ms(median(floors.map((f) => f.p50Ms))),
+      p99Ms: ms(median(floors.map((f) => f.p99Ms))),
+      serverCpuUsPerRequest: 0,
+      chainCpuUsPerCall: Math.round(median(floors.map((f) => f.chainCpuUs))),
+      callsPerRun: CALLS,
+      floorRuns: floors.map((f) => ({
+        p50Ms: ms(f.p50Ms),
+        p99Ms: ms(f.p99Ms),
+        chainCpuUs: Math.round(f.chainCpuUs),
+      })),
+    };
+    log(floorRow);
+    const ownP50 = median(
+      runs.paid.map((r, i) => r.p50Ms - (runs.unpaid[i] as Run).p50Ms - (floors[i] as ChainFloor).p50Ms),
+    );
+    const ownRow: PaymentsMeasurement = {
+      scenario: "the gateway's own part: paid − unpaid − chain floor (median of the runs' differences)",
+      concurrency: 1,
+      rps: 0,
+      p50Ms: ms(ownP50),
+      p99Ms: 0,
+      serverCpuUsPerRequest: Math.round(added((r) => r.serverCpuUs)),
+    };
+    log(ownRow);
+    results.push(floorRow, ownRow);
 
     // 2. Sustained: the unpaid baseline at the same concurrency, then the paid window.
     const baseline = await load(
