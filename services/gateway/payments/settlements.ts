@@ -90,6 +90,25 @@ export class Settlements {
     payment: VerifiedPayment,
     toKeep: ResultToKeep | undefined,
   ): Promise<{ begun: boolean; kept: boolean }> {
+    const write = this.writeSettling(payment, toKeep);
+    // The mark is on its way: the rail signs the settlement meanwhile (it sends nothing before settle).
+    const prepared =
+      this.deps.rail.canSettle?.() === false ? undefined : this.deps.rail.prepareSettlement?.(payment);
+    let written: { begun: boolean; kept: boolean };
+    try {
+      written = await write;
+    } catch (err) {
+      prepared?.discard();
+      throw err;
+    }
+    if (!written.begun) prepared?.discard();
+    return written;
+  }
+
+  private async writeSettling(
+    payment: VerifiedPayment,
+    toKeep: ResultToKeep | undefined,
+  ): Promise<{ begun: boolean; kept: boolean }> {
     const settling = { state: 'settling' as const, ...this.queue.claimColumns() };
     if (!toKeep) return { begun: (await this.move(payment.id, ['executing'], settling)) === 1, kept: false };
     const { db, clock, results } = this.deps;
