@@ -24,6 +24,7 @@ import {
 import { sendRawTransactionSync } from 'viem/actions';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { DevChain } from '../devchain/index.ts';
+import { TRANSFER_WITH_AUTHORIZATION_TYPES } from '../services/runtime/ledger/chain.ts';
 import { quantile } from './stats.ts';
 
 const abi = parseAbi([
@@ -73,16 +74,7 @@ export function chainFloor(chain: DevChain, amount: bigint, chainCpuUs: () => nu
           chainId: chain.chainId,
           verifyingContract: chain.token.address,
         },
-        types: {
-          TransferWithAuthorization: [
-            { name: 'from', type: 'address' },
-            { name: 'to', type: 'address' },
-            { name: 'value', type: 'uint256' },
-            { name: 'validAfter', type: 'uint256' },
-            { name: 'validBefore', type: 'uint256' },
-            { name: 'nonce', type: 'bytes32' },
-          ],
-        },
+        types: TRANSFER_WITH_AUTHORIZATION_TYPES,
         primaryType: 'TransferWithAuthorization',
         message: {
           from: sender.address,
