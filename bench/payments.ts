@@ -42,6 +42,7 @@ import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel } from '../test/support/kernel.ts';
 import { walletToken } from '../test/services/gateway/support.ts';
 import { startVerdaccio } from '../test/support/verdaccio.ts';
+import { chainFloor, type ChainFloor } from './payments-floor.ts';
 import type { PaymentsLoadOptions, PaymentsLoadResult } from './payments-load.ts';
 import { probeGatewayConfig, probePackage, probeWorkDir } from './probe-gateway.ts';
 import { cpuBetween, descendants, ownCpuUs, profiled } from './proc.ts';
@@ -106,6 +107,8 @@ interface Run {
   serverCpuUs: number;
   mcpServerCpuUs: number;
   chainCpuUs: number;
+  /** Statements the serving gateway sent its database, per call (the paid gateway's records). */
+  statementsPerCall: number;
 }
 
 const tokenAbi = parseAbi([
@@ -165,6 +168,8 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
   const payer = getAddress(chain.accounts.payer.address);
 
   const kernels: Kernel[] = [];
+  /** Statements sent by each gateway's database handle so far, by its kernel. */
+  const statementsOf = new Map<Kernel, { n: number }>();
   const servings: Serving[] = [];
   const startGateway = async (name: string, paid: boolean): Promise<{ url: string; kernel: Kernel }> => {
     const kernel = await openTestKernel({
@@ -199,6 +204,9 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       }),
     });
     kernels.push(kernel);
+    const statements = { n: 0 };
+    kernel.db.on('query', () => statements.n++);
+    statementsOf.set(kernel, statements);
     const serving = await serve(kernel, ['gateway']);
     servings.push(serving);
     return { url: serving.urls.gateway as string, kernel };
@@ -212,7 +220,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
    * CPU of this process, the MCP servers and anvil over it, per call.
    */
   const load = async (
-    url: string,
+    { url, kernel }: { url: string; kernel: Kernel },
     options: Pick<PaymentsLoadOptions, 'concurrency' | 'warmup' | 'total' | 'seconds' | 'capSeconds'>,
     paid: boolean,
     presign = 0,
@@ -238,6 +246,8 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
     const serversBefore = serverProcesses();
     const chainBefore = chainCpuUs();
     const loopBefore = performance.eventLoopUtilization();
+    const statements = statementsOf.get(kernel) ?? { n: 0 };
+    const statementsBefore = statements.n;
     const { stdout } = await profiled(`${paid ? 'paid' : 'unpaid'}-${options.concurrency}`, () =>
       execFileAsync(
         process.execPath,
@@ -261,6 +271,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       serverCpuUs: (ownCpuUs() - cpuBefore) / calls,
       mcpServerCpuUs: cpuBetween(serversBefore, serverProcesses()) / calls,
       chainCpuUs: (chainCpuUs() - chainBefore) / calls,
+      statementsPerCall: (statements.n - statementsBefore) / Math.max(1, options.warmup + result.requests),
     };
     if (paid) {
       okNonces.push(...(result.paid?.ok ?? []));
@@ -278,6 +289,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       serverCpuUsPerRequest: Math.round(median(runs.map((r) => r.serverCpuUs))),
       mcpServerCpuUsPerCall: Math.round(median(runs.map((r) => r.mcpServerCpuUs))),
       chainCpuUsPerCall: Math.round(median(runs.map((r) => r.chainCpuUs))),
+      statementsPerCall: Number(median(runs.map((r) => r.statementsPerCall)).toFixed(2)),
       ...extra,
       runs: runs.map((r) => ({
         rps: Math.round(r.rps),
@@ -291,6 +303,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
         serverCpuUs: Math.round(r.serverCpuUs),
         mcpServerCpuUs: Math.round(r.mcpServerCpuUs),
         chainCpuUs: Math.round(r.chainCpuUs),
+        statementsPerCall: Number(r.statementsPerCall.toFixed(2)),
       })),
     };
     log(row);
@@ -316,23 +329,29 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
     // V8 needs thousands of calls to optimise the hot path; paid ones each settle on chain.
     failIfErrors(
       'prewarm unpaid',
-      (await load(unpaid.url, { concurrency: 20, warmup: PREWARM * 2, total: 0 }, false)).result,
+      (await load(unpaid, { concurrency: 20, warmup: PREWARM * 2, total: 0 }, false)).result,
     );
     failIfErrors(
       'prewarm paid',
-      (await load(paid.url, { concurrency: 20, warmup: PREWARM, total: 0 }, true)).result,
+      (await load(paid, { concurrency: 20, warmup: PREWARM, total: 0 }, true)).result,
     );
 
-    // 1. One in flight, interleaved runs, paired medians.
+    // 1. One in flight, interleaved runs, paired medians; the chain's floor measured in each run.
     const runs = { unpaid: [] as Run[], paid: [] as Run[] };
+    const floors: ChainFloor[] = [];
+    const floor = chainFloor(chain, 500n, chainCpuUs);
     for (let i = 0; i < RUNS; i++) {
-      const plain = await load(unpaid.url, { concurrency: 1, warmup: WARMUP, total: CALLS }, false);
+      const plain = await load(unpaid, { concurrency: 1, warmup: WARMUP, total: CALLS }, false);
       failIfErrors('unpaid, 1 in flight', plain.result);
       runs.unpaid.push(plain.run);
-      const paying = await load(paid.url, { concurrency: 1, warmup: WARMUP, total: CALLS }, true);
+      const paying = await load(paid, { concurrency: 1, warmup: WARMUP, total: CALLS }, true);
       failIfErrors('paid, 1 in flight', paying.result);
       runs.paid.push(paying.run);
+      const alone = await floor.run(CALLS, WARMUP);
+      if (alone.failed > 0) throw new Error(`chain floor: ${alone.failed} transfers failed`);
+      floors.push(alone);
     }
+    await floor.close();
     const perRun = { callsPerRun: CALLS, warmupCalls: WARMUP };
     results.push(
       summarize(
@@ -364,10 +383,40 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
     };
     log(addedRow);
     results.push(addedRow);
+    const floorRow: PaymentsMeasurement = {
+      scenario:
+        'chain floor: the same transferWithAuthorization sent alone (eth_sendRawTransactionSync over a WebSocket to the same anvil, signed before the loop)',
+      concurrency: 1,
+      rps: 0,
+      p50Ms: ms(median(floors.map((f) => f.p50Ms))),
+      p99Ms: ms(median(floors.map((f) => f.p99Ms))),
+      serverCpuUsPerRequest: 0,
+      chainCpuUsPerCall: Math.round(median(floors.map((f) => f.chainCpuUs))),
+      callsPerRun: CALLS,
+      floorRuns: floors.map((f) => ({
+        p50Ms: ms(f.p50Ms),
+        p99Ms: ms(f.p99Ms),
+        chainCpuUs: Math.round(f.chainCpuUs),
+      })),
+    };
+    log(floorRow);
+    const ownP50 = median(
+      runs.paid.map((r, i) => r.p50Ms - (runs.unpaid[i] as Run).p50Ms - (floors[i] as ChainFloor).p50Ms),
+    );
+    const ownRow: PaymentsMeasurement = {
+      scenario: "the gateway's own part: paid − unpaid − chain floor (median of the runs' differences)",
+      concurrency: 1,
+      rps: 0,
+      p50Ms: ms(ownP50),
+      p99Ms: 0,
+      serverCpuUsPerRequest: Math.round(added((r) => r.serverCpuUs)),
+    };
+    log(ownRow);
+    results.push(floorRow, ownRow);
 
     // 2. Sustained: the unpaid baseline at the same concurrency, then the paid window.
     const baseline = await load(
-      unpaid.url,
+      unpaid,
       { concurrency: CONCURRENCY, warmup: SUSTAINED_WARMUP, seconds: BASELINE_SECONDS },
       false,
     );
@@ -381,7 +430,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       ),
     );
     const sustained = await load(
-      paid.url,
+      paid,
       { concurrency: CONCURRENCY, warmup: SUSTAINED_WARMUP, seconds: SECONDS },
       true,
       SUSTAINED_WARMUP,

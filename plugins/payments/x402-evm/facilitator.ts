@@ -13,7 +13,9 @@ import {
   MethodNotFoundRpcError,
   MethodNotSupportedRpcError,
   createWalletClient,
+  encodeFunctionData,
   getAddress,
+  keccak256,
   isAddressEqual,
   parseAbi,
   parseEventLogs,
@@ -27,7 +29,7 @@ import {
   type WalletClient,
   WaitForTransactionReceiptTimeoutError,
 } from 'viem';
-import { getTransactionCount } from 'viem/actions';
+import { getTransactionCount, sendRawTransactionSync, waitForTransactionReceipt } from 'viem/actions';
 import type { NonceManager } from 'viem/nonce';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { TtlCache } from '@sigil/plugin-api/cache';
@@ -64,6 +66,13 @@ const NO_ACCOUNT = 'no_facilitator_account';
 /** A facilitator, and whether this process can settle through it now (see SettlingAccounts). */
 export interface Facilitator extends FacilitatorClient {
   canSettle(): boolean;
+  /**
+   * Signs the settlement transaction of a payment verified here, ahead of `settle` (while the host
+   * records the payment `settling`), and sends nothing: `settle` sends it. `discard` (the record was
+   * not written) never sends the transfer; it fills the transaction nonce the signature took with an
+   * empty transaction, so later settlements from the account are not held behind a gap.
+   */
+  prepare(payload: PaymentPayload, requirements: PaymentRequirements): { discard(): void };
   /** Takes a settling account's lease when one is free (built-in facilitator with leases). */
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -93,6 +102,7 @@ export function createFacilitator(
     const remote = new HTTPFacilitatorClient({ url: settings.url, timeoutMs: settings.timeoutMs });
     return Object.assign(remote, {
       canSettle: () => true,
+      prepare: () => ({ discard: () => undefined }),
       start: () => Promise.resolve(),
       stop: () => Promise.resolve(),
     });
@@ -138,7 +148,16 @@ export function createFacilitator(
   const fees = new TtlCache<'fees', FeeValuesEIP1559>({ ttlMs: FEES_TTL_MS, maxEntries: 1 });
   const currentFees = () => fees.get('fees', () => publicClient.estimateFeesPerGas());
   let syncSettlement = true;
+  const presigned = new Presigned();
   return {
+    prepare: (payload, requirements) => {
+      const settler = accounts.current();
+      const call = verified.peek(payload, requirements);
+      const key = verifiedKey(payload, requirements);
+      if (!settler || !call || !key || !syncSettlement) return { discard: () => undefined };
+      const signed = presigned.sign(key, settler, call, BigInt(config.settlementGasLimit), currentFees);
+      return { discard: () => presigned.discard(key, signed) };
+    },
     verify: async (payload, requirements) => {
       const simulation = simulations.start(payload, requirements);
       // Read now, while the payment is checked: its settlement then needs no read before it is sent.
@@ -166,8 +185,13 @@ export function createFacilitator(
       }
       const { account, wallet, facilitator } = settler;
       const call = verified.take(payload, requirements);
-      if (!call || !syncSettlement) return facilitator.settle(payload, requirements);
+      const signed = await presigned.take(verifiedKey(payload, requirements), settler);
+      if (!call || !syncSettlement) {
+        if (signed) presigned.fill(signed);
+        return facilitator.settle(payload, requirements);
+      }
       const outcome = await settleVerified({
+        signed,
         payload,
         requirements,
         call,
@@ -179,6 +203,8 @@ export function createFacilitator(
         noSync: () => (syncSettlement = false),
         refused: () => fees.delete('fees'),
       });
+      // Signed ahead but not sent (the authorization's window closed meanwhile): its nonce is filled.
+      if (signed && !signed.sent) presigned.fill(signed);
       // Refused before a transaction left (a revert in gas estimation, say): x402's own path decides
       // again and names the reason precisely.
       return outcome ?? facilitator.settle(payload, requirements);
@@ -341,6 +367,12 @@ class VerifiedPayments {
     this.entries.set(key, { validBefore: Number(authorization.validBefore), call: transfer });
   }
 
+  /** The transfer of a payment verified here, left for `take`. */
+  peek(payload: PaymentPayload, requirements: PaymentRequirements): TransferCall | undefined {
+    const key = verifiedKey(payload, requirements);
+    return key === undefined ? undefined : this.entries.get(key)?.call;
+  }
+
   /**
    * The transfer of a payment verified here, or undefined (it is then forgotten: one settlement per
    * verification).
@@ -392,6 +424,8 @@ function verifiedKey(payload: PaymentPayload, requirements: PaymentRequirements)
  * eth_sendRawTransactionSync.
  */
 async function settleVerified(context: {
+  /** The transaction, signed ahead by `prepare` (with its nonce), or undefined: signed here. */
+  signed: SignedSettlement | undefined;
   payload: PaymentPayload;
   requirements: PaymentRequirements;
   /** The payment's transfer, as its verification simulated it. */
@@ -428,7 +462,9 @@ async function settleVerified(context: {
   try {
     // EIP-7966: the node answers with the receipt, one round trip instead of a wait and a poll. No
     // timeout parameter: the node's own applies (anvil accepts none), then viem waits up to 5 s more.
-    receipt = await wallet.writeContractSync(request);
+    receipt = context.signed
+      ? await sendSigned(wallet, context.signed)
+      : await wallet.writeContractSync(request);
   } catch (err) {
     // Sent, but its receipt not seen in time: pending (the rail then asks the chain by the
     // authorization's nonce, the retry worker again later).
@@ -464,6 +500,130 @@ async function settleVerified(context: {
       payer,
     };
   return { success: true, transaction, network, payer };
+}
+
+/** A settlement transaction signed ahead of its send (see `Facilitator.prepare`). */
+interface SignedSettlement {
+  serialized: Hex;
+  nonce: number;
+  fees: FeeValuesEIP1559;
+  settler: Settler;
+  /** Set as it is handed to the node: from then on its nonce is the node's to keep or refuse. */
+  sent: boolean;
+}
+
+/** How long the receipt of a sent settlement is awaited once the node stopped waiting (as viem's own). */
+const RECEIPT_FALLBACK_MS = 5_000;
+
+/**
+ * Settlement transactions signed while the host writes the `settling` mark, by payment (verifiedKey).
+ * The signature (noble secp256k1 and RFC 6979, ~0.5 ms of CPU) then runs while the database writes,
+ * not after: the transaction leaves only in `settle`, once the mark is written. Each takes the next
+ * transaction nonce of its account when signed; one never sent is filled (`fill`) by an empty
+ * transaction with that nonce, never by the transfer.
+ */
+class Presigned {
+  private readonly entries = new Map<string, Promise<SignedSettlement | undefined>>();
+
+  sign(
+    key: string,
+    settler: Settler,
+    call: TransferCall,
+    gas: bigint,
+    currentFees: () => Promise<FeeValuesEIP1559>,
+  ): Promise<SignedSettlement | undefined> {
+    const { account, wallet } = settler;
+    const chainId = wallet.chain?.id;
+    const nonces = account.nonceManager;
+    // After the current turn: the host's write is on its way to the database first.
+    const signed = new Promise((resolve) => setImmediate(resolve))
+      .then(async (): Promise<SignedSettlement | undefined> => {
+        if (chainId === undefined || !nonces) return undefined;
+        const fees = await currentFees();
+        const nonce = await nonces.consume({ address: account.address, chainId, client: wallet });
+        try {
+          const serialized = await account.signTransaction({
+            type: 'eip1559',
+            chainId,
+            nonce,
+            to: call.address,
+            data: encodeFunctionData(call),
+            gas,
+            maxFeePerGas: fees.maxFeePerGas,
+            maxPriorityFeePerGas: fees.maxPriorityFeePerGas,
+          });
+          return { serialized, nonce, fees, settler, sent: false };
+        } catch {
+          nonces.reset({ address: account.address, chainId });
+          return undefined;
+        }
+      })
+      .catch(() => undefined);
+    this.entries.set(key, signed);
+    return signed;
+  }
+
+  /** The transaction signed for `key` (forgotten here), if it was signed from `settler`'s account. */
+  async take(key: string | undefined, settler: Settler): Promise<SignedSettlement | undefined> {
+    if (key === undefined) return undefined;
+    const signed = this.entries.get(key);
+    if (!signed) return undefined;
+    this.entries.delete(key);
+    const found = await signed;
+    // Another account's (its lease lost meanwhile): its nonce is that account's holder's to use.
+    return found && found.settler === settler ? found : undefined;
+  }
+
+  /** The host did not write the mark: the transfer is never sent, and its nonce is filled. */
+  discard(key: string, signed: Promise<SignedSettlement | undefined>): void {
+    if (this.entries.get(key) !== signed) return;
+    this.entries.delete(key);
+    void signed.then((found) => found && this.fill(found));
+  }
+
+  /** Spends the nonce of a transaction never sent on an empty transaction to the account itself. */
+  fill(signed: SignedSettlement): void {
+    const { account, wallet } = signed.settler;
+    signed.sent = true;
+    wallet
+      .sendTransaction({
+        account,
+        chain: wallet.chain,
+        to: account.address,
+        value: 0n,
+        nonce: signed.nonce,
+        gas: 21_000n,
+        maxFeePerGas: signed.fees.maxFeePerGas,
+        maxPriorityFeePerGas: signed.fees.maxPriorityFeePerGas,
+      })
+      .catch(() => undefined);
+  }
+}
+
+/**
+ * Sends a settlement signed ahead with EIP-7966's eth_sendRawTransactionSync, as viem's
+ * writeContractSync sends one it signs: refused, the account's nonces are read again; accepted but
+ * not yet mined when the node stopped waiting, its receipt is awaited by hash.
+ */
+async function sendSigned(wallet: WalletClient, signed: SignedSettlement): Promise<TransactionReceipt> {
+  signed.sent = true;
+  try {
+    return await sendRawTransactionSync(wallet, { serializedTransaction: signed.serialized });
+  } catch (err) {
+    const accepted =
+      err instanceof BaseError && err.walk((cause) => (cause as { code?: unknown }).code === 4);
+    if (!accepted) {
+      const { account } = signed.settler;
+      const chainId = wallet.chain?.id;
+      if (chainId !== undefined) account.nonceManager?.reset({ address: account.address, chainId });
+      throw err;
+    }
+    return await waitForTransactionReceipt(wallet, {
+      hash: keccak256(signed.serialized),
+      timeout: RECEIPT_FALLBACK_MS,
+      checkReplacement: false,
+    });
+  }
 }
 
 const walk = (err: unknown, type: new (...args: never[]) => Error): boolean =>

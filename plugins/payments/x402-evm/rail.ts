@@ -80,7 +80,7 @@ export class X402EvmRail implements PaymentRailV1 {
   private readonly chainId: number;
   private readonly publicClient: PublicClient;
   private readonly facilitator: FacilitatorClient &
-    Partial<Pick<Facilitator, 'canSettle' | 'start' | 'stop'>>;
+    Partial<Pick<Facilitator, 'canSettle' | 'prepare' | 'start' | 'stop'>>;
 
   private readonly clock: Clock;
   /**
@@ -252,6 +252,12 @@ export class X402EvmRail implements PaymentRailV1 {
         authorization: stored,
       },
     };
+  }
+
+  /** Signs the settlement transaction ahead, when the facilitator is this process's (see Facilitator.prepare). */
+  prepareSettlement(payment: VerifiedPayment): { discard(): void } {
+    const { payload, requirements } = payment.authorization as StoredAuthorization;
+    return this.facilitator.prepare?.(payload, requirements) ?? { discard: () => undefined };
   }
 
   async settle(payment: VerifiedPayment): Promise<SettleOutcome> {

@@ -7,6 +7,7 @@ import { SETTLEMENT_PENDING, SETTLEMENT_UNPROVEN, type PaymentReceipt } from './
 import {
   moveSettlement,
   paymentOf,
+  SettledMarks,
   SETTLEMENT_COLUMNS,
   type PaymentServices,
   type SettlementAttemptRow,
@@ -38,6 +39,8 @@ export class Settlements {
   private readonly worker: RetryWorker<SettlementAttemptRow>;
   /** Record writes under way that no answer waits for. */
   private readonly writing = new Set<Promise<void>>();
+  /** The `settled` marks of first attempts, written while their answers leave (together per turn). */
+  private readonly settledMarks: SettledMarks;
 
   constructor(
     private readonly deps: PaymentServices & {
@@ -56,6 +59,7 @@ export class Settlements {
       inFlight: ReadonlySet<string>;
     },
   ) {
+    this.settledMarks = new SettledMarks(deps, 1);
     this.queue = new RetryQueue(deps.db, deps.clock, deps.replica, {
       table: 'payment_settlements',
       openStates: ['settling'],
@@ -87,6 +91,25 @@ export class Settlements {
    * longer `executing` (released as stale); `kept` says whether the result was kept.
    */
   async begin(
+    payment: VerifiedPayment,
+    toKeep: ResultToKeep | undefined,
+  ): Promise<{ begun: boolean; kept: boolean }> {
+    const write = this.writeSettling(payment, toKeep);
+    // The mark is on its way: the rail signs the settlement meanwhile (it sends nothing before settle).
+    const prepared =
+      this.deps.rail.canSettle?.() === false ? undefined : this.deps.rail.prepareSettlement?.(payment);
+    let written: { begun: boolean; kept: boolean };
+    try {
+      written = await write;
+    } catch (err) {
+      prepared?.discard();
+      throw err;
+    }
+    if (!written.begun) prepared?.discard();
+    return written;
+  }
+
+  private async writeSettling(
     payment: VerifiedPayment,
     toKeep: ResultToKeep | undefined,
   ): Promise<{ begun: boolean; kept: boolean }> {
@@ -166,14 +189,15 @@ export class Settlements {
     }));
     const attempts = previousAttempts + 1;
     if (outcome.status === 'settled') {
-      const recorded = this.move(payment.id, ['settling'], {
-        state: 'settled',
-        transaction: outcome.transaction,
-        attempts,
-        reason: null,
-      });
-      if (answerFirst) this.inBackground(recorded, payment.id);
-      else await recorded;
+      if (answerFirst && attempts === 1)
+        this.inBackground(this.settledMarks.mark(payment.id, outcome.transaction), payment.id);
+      else
+        await this.move(payment.id, ['settling'], {
+          state: 'settled',
+          transaction: outcome.transaction,
+          attempts,
+          reason: null,
+        });
       return { success: true, transaction: outcome.transaction, network, payer: payment.payer };
     }
     if (outcome.status === 'rejected') {

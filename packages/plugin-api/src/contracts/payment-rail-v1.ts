@@ -35,6 +35,13 @@ export interface PaymentRailV1 {
    */
   settle(payment: VerifiedPayment): Promise<SettleOutcome>;
   /**
+   * Optional: the host is recording this payment `settling` and will then call `settle`. The rail may
+   * do now, while the record is written, the work of the settlement that moves no money (sign its
+   * transaction), but must send nothing before `settle`. `discard` when the record was not written:
+   * the settlement never leaves, and what the preparation took (a transaction nonce) is given back.
+   */
+  prepareSettlement?(payment: VerifiedPayment): { discard(): void };
+  /**
    * Optional: whether this process can send settlements now. A rail whose settling accounts are
    * leased to one replica at a time (each account's transaction nonces are one sequence) answers
    * false while this process holds none: the host then settles nothing here and leaves the

@@ -21,6 +21,7 @@ export const paymentRailKit: ContractKit<'payment-rail', 'v1'> = {
     chainIdentity: 'function?',
     settle: 'function',
     canSettle: 'function?',
+    prepareSettlement: 'function?',
     status: 'function',
     settlementsOnChain: 'function',
   },

@@ -288,6 +288,50 @@ describe('payments: the built-in facilitator’s settlement of payments it verif
     await rail.stop();
   });
 
+  it('a settlement signed ahead (while the host writes its mark) leaves only when settled: prepared out of order, both settle once', async () => {
+    const { rail, payTo } = railOnProxy();
+    const payer = await fundedPayer(world.chain);
+    const first = await verifiedBy(rail, await paymentFor(rail, payer));
+    const second = await verifiedBy(rail, await paymentFor(rail, payer));
+    rail.prepareSettlement(first);
+    rail.prepareSettlement(second);
+    // Signed, not sent: nothing reaches the node until settle.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(world.proxy.transactionsSent()).to.equal(0);
+    // The second's nonce follows the first's: sent first, it waits for it on the node.
+    const outcomes = await Promise.all([rail.settle(second), rail.settle(first)]);
+    await rail.stop();
+    for (const outcome of outcomes) expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
+    expect(world.proxy.count('eth_sendRawTransactionSync')).to.equal(2);
+    expect(world.proxy.transactionsSent()).to.equal(2);
+    expect(await balances(world.chain)(payTo)).to.equal(1000n);
+  });
+
+  it('a settlement signed ahead and discarded (its mark not written) never leaves; its nonce is filled, so the next settles', async () => {
+    const { rail, payTo } = railOnProxy();
+    const payer = await fundedPayer(world.chain);
+    const dropped = await verifiedBy(rail, await paymentFor(rail, payer));
+    const kept = await verifiedBy(rail, await paymentFor(rail, payer));
+    const preparedDropped = rail.prepareSettlement(dropped);
+    rail.prepareSettlement(kept);
+    preparedDropped.discard();
+    // The kept one took the nonce after the dropped one's: without the fill it would never mine.
+    const outcome = await Promise.race([
+      rail.settle(kept),
+      new Promise<{ status: string }>((resolve) =>
+        setTimeout(() => resolve({ status: 'hung: no receipt in 10 s' }), 10_000),
+      ),
+    ]);
+    expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
+    expect(await balances(world.chain)(payTo)).to.equal(500n);
+    expect((await rail.status(dropped)).used).to.equal(false);
+    expect((await rail.status(kept)).used).to.equal(true);
+    // The dropped payment still settles, once, when asked (through x402's path: its verification was spent).
+    expect((await rail.settle(dropped)).status).to.equal('settled');
+    await rail.stop();
+    expect(await balances(world.chain)(payTo)).to.equal(1000n);
+  });
+
   it('a node without eth_sendRawTransactionSync: settled through x402’s path, and not asked again', async () => {
     const { rail, payTo } = railOnProxy();
     world.proxy.intercept = (methods) =>
