@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { newWallet } from '../../core/auth/support.ts';
+import { eventually } from '../../support/eventually.ts';
 import { setOnChain } from './ledger/support.ts';
 import { describeEachDatabase, stickyDatabase } from '../../support/kernel.ts';
 import { readSse, runtimeClient, storeAndUnlock, type SseEvent } from './chat-support.ts';
@@ -57,6 +58,55 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
       stack.kernel.db.off('query', record);
     }
   }
+
+  /** Like `turn`, recording on until self-improvement's schedule step after the turn has written. */
+  async function turnAndSchedule(sessionId: string) {
+    const statements: string[] = [];
+    const record = (query: { sql: string }) => statements.push(query.sql.replace(/"/g, '`'));
+    stack.kernel.db.on('query', record);
+    try {
+      const res = await client.send('POST', `/agents/${agentId}/sessions/${sessionId}/messages`, {
+        content: 'hello there',
+      });
+      expect(res.status).to.equal(200);
+      const events = await readSse(res);
+      expect(events.at(-1)?.event).to.equal('done');
+      await eventually('the schedule step', async () =>
+        statements.some((sql) => /`reflect_schedules`/.test(sql)),
+      );
+      const count = (table: string) =>
+        statements.filter((sql) => sql.startsWith('select') && sql.includes(`\`${table}\``)).length;
+      return {
+        settings: count('wallet_settings'),
+        learnings: count('reflect_learnings'),
+        skills: count('reflect_skills'),
+      };
+    } finally {
+      stack.kernel.db.off('query', record);
+    }
+  }
+
+  it("self-improvement's settings and memory are read once a few seconds a wallet: a change made here shows at the next message, another replica's within contextCacheSeconds", async () => {
+    const cacheMs = stack.kernel.config.runtime.selfImprovement.contextCacheSeconds * 1000;
+    expect(cacheMs).to.equal(5000);
+    stack.clock.advance(cacheMs);
+    // Read once for the turn's context; the schedule step after it does not read the settings again.
+    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 1, learnings: 1, skills: 1 });
+    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 0, learnings: 0, skills: 0 });
+    // Changed here: the next message reads the new settings (and, without chats' use, no memory).
+    const patched = await client.json('PATCH', '/wallet/settings', {
+      selfImprovement: { useInChats: false },
+    });
+    expect(patched.status).to.equal(200);
+    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 1, learnings: 0, skills: 0 });
+    // Changed by another replica (its own write, not this process's): seen once cacheMs has passed.
+    await stack.kernel.db('wallet_settings').update({
+      document: JSON.stringify({ selfImprovement: { enabled: true, useInChats: true, schedule: 'daily' } }),
+    });
+    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 0, learnings: 0, skills: 0 });
+    stack.clock.advance(cacheMs);
+    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 1, learnings: 1, skills: 1 });
+  });
 
   const open = async () => (await client.json('POST', `/agents/${agentId}/sessions`, {})).body.id as string;
   /** A read of what is stored of a message id: its answered messages, its streams' events. */
