@@ -160,9 +160,14 @@ export class ReflectService {
     this.scheduler.start();
   }
 
+  /** Resolves once the chat messages completed so far are scheduled for. */
+  async scheduled(): Promise<void> {
+    await Promise.all(this.scheduling);
+  }
+
   /** After the chats are drained: their last messages are scheduled for before the database closes. */
   async close(): Promise<void> {
-    await Promise.all(this.scheduling);
+    await this.scheduled();
     await this.scheduler.close();
   }
 }

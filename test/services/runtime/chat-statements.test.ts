@@ -3,7 +3,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { newWallet } from '../../core/auth/support.ts';
-import { eventually } from '../../support/eventually.ts';
 import { setOnChain } from './ledger/support.ts';
 import { describeEachDatabase, stickyDatabase } from '../../support/kernel.ts';
 import { readSse, runtimeClient, storeAndUnlock, type SseEvent } from './chat-support.ts';
@@ -71,15 +70,14 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
       expect(res.status).to.equal(200);
       const events = await readSse(res);
       expect(events.at(-1)?.event).to.equal('done');
-      await eventually('the schedule step', async () =>
-        statements.some((sql) => /`reflect_schedules`/.test(sql)),
-      );
+      await stack.runtime.reflect.scheduled();
       const count = (table: string) =>
         statements.filter((sql) => sql.startsWith('select') && sql.includes(`\`${table}\``)).length;
       return {
         settings: count('wallet_settings'),
         learnings: count('reflect_learnings'),
         skills: count('reflect_skills'),
+        scheduleWrites: statements.filter((sql) => /^insert into `reflect_schedules`/.test(sql)).length,
       };
     } finally {
       stack.kernel.db.off('query', record);
@@ -91,21 +89,49 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     expect(cacheMs).to.equal(5000);
     stack.clock.advance(cacheMs);
     // Read once for the turn's context; the schedule step after it does not read the settings again.
-    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 1, learnings: 1, skills: 1 });
-    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 0, learnings: 0, skills: 0 });
+    expect(await turnAndSchedule(await open())).to.deep.equal({
+      settings: 1,
+      learnings: 1,
+      skills: 1,
+      scheduleWrites: 1,
+    });
+    // The wallet's schedule row is known here to exist: a daily schedule is not written again.
+    expect(await turnAndSchedule(await open())).to.deep.equal({
+      settings: 0,
+      learnings: 0,
+      skills: 0,
+      scheduleWrites: 0,
+    });
+    const status = await client.json('GET', '/wallet/self-improvement/status');
+    expect(status.body.nextRunAt).to.be.a('string');
     // Changed here: the next message reads the new settings (and, without chats' use, no memory).
     const patched = await client.json('PATCH', '/wallet/settings', {
       selfImprovement: { useInChats: false },
     });
     expect(patched.status).to.equal(200);
-    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 1, learnings: 0, skills: 0 });
+    expect(await turnAndSchedule(await open())).to.deep.equal({
+      settings: 1,
+      learnings: 0,
+      skills: 0,
+      scheduleWrites: 0,
+    });
     // Changed by another replica (its own write, not this process's): seen once cacheMs has passed.
     await stack.kernel.db('wallet_settings').update({
       document: JSON.stringify({ selfImprovement: { enabled: true, useInChats: true, schedule: 'daily' } }),
     });
-    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 0, learnings: 0, skills: 0 });
+    expect(await turnAndSchedule(await open())).to.deep.equal({
+      settings: 0,
+      learnings: 0,
+      skills: 0,
+      scheduleWrites: 0,
+    });
     stack.clock.advance(cacheMs);
-    expect(await turnAndSchedule(await open())).to.deep.equal({ settings: 1, learnings: 1, skills: 1 });
+    expect(await turnAndSchedule(await open())).to.deep.equal({
+      settings: 1,
+      learnings: 1,
+      skills: 1,
+      scheduleWrites: 0,
+    });
   });
 
   const open = async () => (await client.json('POST', `/agents/${agentId}/sessions`, {})).body.id as string;
