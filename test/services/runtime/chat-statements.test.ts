@@ -84,24 +84,22 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     }
   }
 
+  /** What a turn and its schedule step read of self-improvement, and its schedule writes. */
+  const reads = (settings: number, learnings: number, skills: number, scheduleWrites: number) => ({
+    settings,
+    learnings,
+    skills,
+    scheduleWrites,
+  });
+
   it("self-improvement's settings and memory are read once a few seconds a wallet: a change made here shows at the next message, another replica's within contextCacheSeconds", async () => {
     const cacheMs = stack.kernel.config.runtime.selfImprovement.contextCacheSeconds * 1000;
     expect(cacheMs).to.equal(5000);
     stack.clock.advance(cacheMs);
     // Read once for the turn's context; the schedule step after it does not read the settings again.
-    expect(await turnAndSchedule(await open())).to.deep.equal({
-      settings: 1,
-      learnings: 1,
-      skills: 1,
-      scheduleWrites: 1,
-    });
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(1, 1, 1, 1));
     // The wallet's schedule row is known here to exist: a daily schedule is not written again.
-    expect(await turnAndSchedule(await open())).to.deep.equal({
-      settings: 0,
-      learnings: 0,
-      skills: 0,
-      scheduleWrites: 0,
-    });
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(0, 0, 0, 0));
     const status = await client.json('GET', '/wallet/self-improvement/status');
     expect(status.body.nextRunAt).to.be.a('string');
     // Changed here: the next message reads the new settings (and, without chats' use, no memory).
@@ -109,29 +107,14 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
       selfImprovement: { useInChats: false },
     });
     expect(patched.status).to.equal(200);
-    expect(await turnAndSchedule(await open())).to.deep.equal({
-      settings: 1,
-      learnings: 0,
-      skills: 0,
-      scheduleWrites: 0,
-    });
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(1, 0, 0, 0));
     // Changed by another replica (its own write, not this process's): seen once cacheMs has passed.
     await stack.kernel.db('wallet_settings').update({
       document: JSON.stringify({ selfImprovement: { enabled: true, useInChats: true, schedule: 'daily' } }),
     });
-    expect(await turnAndSchedule(await open())).to.deep.equal({
-      settings: 0,
-      learnings: 0,
-      skills: 0,
-      scheduleWrites: 0,
-    });
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(0, 0, 0, 0));
     stack.clock.advance(cacheMs);
-    expect(await turnAndSchedule(await open())).to.deep.equal({
-      settings: 1,
-      learnings: 1,
-      skills: 1,
-      scheduleWrites: 0,
-    });
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(1, 1, 1, 0));
   });
 
   const open = async () => (await client.json('POST', `/agents/${agentId}/sessions`, {})).body.id as string;
