@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import { dialectOf } from '../../../core/db/database.ts';
 import { newWallet } from '../../core/auth/support.ts';
 import { setOnChain } from './ledger/support.ts';
 import { describeEachDatabase, stickyDatabase } from '../../support/kernel.ts';
@@ -132,6 +133,11 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     expect(
       beforeToken.filter((sql) => /^update .ledger_holds. set .expires_at. = \?/.test(sql)),
     ).to.deep.equal([]);
+    // The answer and its events, stored in one transaction; on PostgreSQL one statement (no BEGIN).
+    const stored = all.filter((sql) => /insert into .chat_answer_events./.test(sql));
+    expect(stored).to.have.length(1);
+    const postgres = dialectOf(stack.kernel.db) === 'postgres';
+    expect(/^with .answer. as \(insert into .chat_answers./.test(stored[0] ?? '')).to.equal(postgres);
     const messageId = events.at(-1)?.data.messageId as string;
     const replayed = await readSse(
       await client.send('GET', `/agents/${agentId}/sessions/${sessionId}/messages/${messageId}/events`),
