@@ -111,6 +111,14 @@ export async function chatSuite(): Promise<ChatMeasurement[]> {
     database,
     config: {
       vault: { persistenceDir: dir },
+      // BENCH_CHAT_CONTEXT_CACHE_SECONDS=0: self-improvement's settings and memory read for each turn (as before the cache).
+      ...(process.env.BENCH_CHAT_CONTEXT_CACHE_SECONDS === undefined
+        ? {}
+        : {
+            runtime: {
+              selfImprovement: { contextCacheSeconds: Number(process.env.BENCH_CHAT_CONTEXT_CACHE_SECONDS) },
+            },
+          }),
       plugins: [
         { resolve: 'tee-none', enabled: true, options: {} },
         { resolve: 'registry-npm', enabled: true, options: {} },

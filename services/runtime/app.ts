@@ -170,8 +170,10 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     logger: kernel.logger.child({ component: 'chat' }),
     context: reflectChatContext({
       memory: composed.memory,
-      settingsOf: (wallet) => reflect.settings(wallet),
+      settingsOf: (wallet) => reflect.chatSettings(wallet),
       maxLearnings: kernel.config.runtime.selfImprovement.maxLearningsInContext,
+      clock: kernel.clock,
+      cacheMs: kernel.config.runtime.selfImprovement.contextCacheSeconds * 1000,
     }),
     onTurnCompleted: (turn) => void reflect.chatted(turn.wallet),
   });

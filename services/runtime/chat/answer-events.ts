@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { SigilError } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
-import { databaseNowMs, type Database } from '../../../core/db/database.ts';
+import { databaseNowMs, dialectOf, type Database } from '../../../core/db/database.ts';
 import { LeasedPass, type JobLeases } from '../../../core/db/leased-pass.ts';
 import type { Replica } from '../../../core/db/replicas.ts';
 import type { SseEvent } from '../../../core/http/sse.ts';
@@ -165,34 +165,43 @@ export class AnswerEvents {
     chunk: EventChunk | undefined,
     options: { first: boolean; end: boolean },
   ): Promise<void> {
-    const insert = async (db: Knex) => {
-      if (options.first)
-        await db('chat_answers')
-          .insert({
-            id: answer.id,
-            session_id: answer.sessionId,
-            message_id: answer.messageId,
-            replica: this.deps.replica.id,
-            first_seq: answer.firstSeq,
-            created_at: this.now(),
-          })
-          .onConflict('id')
-          .ignore();
-      if (chunk)
-        await db('chat_answer_events')
-          .insert({
-            answer_id: answer.id,
-            first_seq: chunk.firstSeq,
-            last_seq: chunk.lastSeq,
-            sealed: chunk.sealed,
-            events: chunk.text,
-            ended_at: options.end ? this.now() : null,
-          })
-          .onConflict(['answer_id', 'first_seq'])
-          .ignore();
-    };
-    if (options.first && chunk) await this.deps.db.transaction(insert);
-    else await insert(this.deps.db);
+    const answerRow = (db: Knex) =>
+      db('chat_answers')
+        .insert({
+          id: answer.id,
+          session_id: answer.sessionId,
+          message_id: answer.messageId,
+          replica: this.deps.replica.id,
+          first_seq: answer.firstSeq,
+          created_at: this.now(),
+        })
+        .onConflict('id')
+        .ignore();
+    const chunkRow = (into: Knex.QueryBuilder, stored: EventChunk) =>
+      into
+        .insert({
+          answer_id: answer.id,
+          first_seq: stored.firstSeq,
+          last_seq: stored.lastSeq,
+          sealed: stored.sealed,
+          events: stored.text,
+          ended_at: options.end ? this.now() : null,
+        })
+        .onConflict(['answer_id', 'first_seq'])
+        .ignore();
+    const { db } = this.deps;
+    if (options.first && chunk) {
+      // PostgreSQL: the answer and its first chunk in one statement (a data-modifying CTE; the chunk's
+      // foreign key is checked at the statement's end), so no transaction of four statements.
+      if (dialectOf(db) === 'postgres')
+        await chunkRow(db.with('answer', answerRow(db)).into('chat_answer_events'), chunk);
+      else
+        await db.transaction(async (trx) => {
+          await answerRow(trx);
+          await chunkRow(trx('chat_answer_events'), chunk);
+        });
+    } else if (options.first) await answerRow(db);
+    else if (chunk) await chunkRow(db('chat_answer_events'), chunk);
   }
 
   /**

@@ -23,29 +23,87 @@ export interface BudgetWindowState {
 
 export type Budgets = Record<BudgetWindow, BudgetWindowState>;
 
+/** The columns of the open hold `readBudgets` was asked for (`holdKey`), as text; all null without one. */
+export const OPEN_HOLD_COLUMNS = [
+  'id',
+  'agent_id',
+  'amount',
+  'created_at',
+  'expires_at',
+  'settle_cost',
+] as const;
+export type OpenHoldRow = Record<(typeof OPEN_HOLD_COLUMNS)[number], string | null>;
+
 /**
  * In one query: that `wallet` owns the agent (404 otherwise), its limits, its spend in each window
  * current at `now` (sums over the agent's daily spend rows: windows are whole UTC days), its open
- * holds, and, given a key, whether the wallet already has an entry under it.
+ * holds, given a key whether the wallet already has an entry under it, and given `holdKey` the
+ * wallet's open hold under that key (holds.ts: read after the wallet's lock, so one read for all).
  */
 export async function readBudgets(
   db: Knex,
   now: Date,
   wallet: string,
   agentId: string,
-  options: { replayKey?: string } = {},
-): Promise<{ budgets: Budgets; replayId: string | undefined }> {
+  options: { replayKey?: string; holdKey?: string } = {},
+): Promise<BudgetsRead> {
+  const read = await readBudgetsOf(db, now, wallet, agentId, options);
+  if (!read) throw agentNotFound(agentId);
+  return read;
+}
+
+export interface BudgetsRead {
+  budgets: Budgets;
+  replayId: string | undefined;
+  openHold: OpenHoldRow | undefined;
+}
+
+/** `readBudgets`, undefined when `wallet` has no such agent. */
+export async function readBudgetsOf(
+  db: Knex,
+  now: Date,
+  wallet: string,
+  agentId: string,
+  options: { replayKey?: string; holdKey?: string } = {},
+): Promise<BudgetsRead | undefined> {
   const replaySql =
     options.replayKey === undefined
       ? 'null as replay_id'
       : '(select cast(e.id as text) from ledger_entries e where e.wallet = ? and e.idempotency_key = ?) as replay_id';
   const replayBindings = options.replayKey === undefined ? [] : [wallet, options.replayKey];
-  const [row] = await budgetRows(db, now, replaySql, replayBindings, 'a.id = ? and a.wallet = ?', [
-    agentId,
-    wallet,
-  ]);
-  if (!row) throw agentNotFound(agentId);
-  return { budgets: budgetsOf(row, now), replayId: row.replay_id ?? undefined };
+  const hold =
+    options.holdKey === undefined
+      ? { columns: '', join: '', bindings: [] }
+      : {
+          columns: OPEN_HOLD_COLUMNS.map((column) => `, cast(oh.${column} as text) as hold_${column}`).join(
+            '',
+          ),
+          join: ' left join ledger_holds oh on oh.wallet = ? and oh.idempotency_key = ?',
+          bindings: [wallet, options.holdKey],
+        };
+  const [row] = await budgetRows(
+    db,
+    now,
+    replaySql + hold.columns,
+    replayBindings,
+    `${hold.join} where a.id = ? and a.wallet = ?`,
+    [...hold.bindings, agentId, wallet],
+  );
+  if (!row) return undefined;
+  const openHold =
+    row.hold_id === null || row.hold_id === undefined
+      ? undefined
+      : (Object.fromEntries(OPEN_HOLD_COLUMNS.map((c) => [c, row[`hold_${c}`] ?? null])) as OpenHoldRow);
+  return { budgets: budgetsOf(row, now), replayId: row.replay_id ?? undefined, openHold };
+}
+
+/** The same budgets once `amount` of the agent's holds is given back (a hold being settled). */
+export function withoutHeld(budgets: Budgets, amount: bigint): Budgets {
+  if (amount === 0n) return budgets;
+  return changed(budgets, (state) => ({
+    spent: state.spent,
+    held: state.held > amount ? state.held - amount : 0n,
+  }));
 }
 
 /**
@@ -62,7 +120,7 @@ export async function readAgentsBudgets(
   const [where, bindings] = options.postgres
     ? ['a.id = any(?::text[])', [[...agentIds]]]
     : [`a.id in (${agentIds.map(() => '?').join(', ')})`, [...agentIds]];
-  const rows = await budgetRows(db, now, 'null as replay_id', [], where, bindings);
+  const rows = await budgetRows(db, now, 'null as replay_id', [], ` where ${where}`, bindings);
   return new Map(
     rows.map((row) => [row.id as string, { wallet: row.wallet as string, budgets: budgetsOf(row, now) }]),
   );
@@ -74,9 +132,17 @@ export async function readAgentsBudgets(
  */
 export function withSpent(budgets: Budgets, extra: bigint): Budgets {
   if (extra === 0n) return budgets;
+  return changed(budgets, (state) => ({ spent: state.spent + extra, held: state.held }));
+}
+
+/** Each window with its spend and holds changed, and so what remains. */
+function changed(
+  budgets: Budgets,
+  change: (state: BudgetWindowState) => { spent: bigint; held: bigint },
+): Budgets {
   const after = (state: BudgetWindowState): BudgetWindowState => {
-    const spent = state.spent + extra;
-    return { ...state, spent, remaining: remainingOf(state.limit, spent, state.held) };
+    const { spent, held } = change(state);
+    return { ...state, spent, held, remaining: remainingOf(state.limit, spent, held) };
   };
   return { daily: after(budgets.daily), weekly: after(budgets.weekly), monthly: after(budgets.monthly) };
 }
@@ -94,6 +160,7 @@ async function budgetRows(
   now: Date,
   replaySql: string,
   replayBindings: string[],
+  /** The joins after the agents' and budgets' and the where clause, each with its leading space. */
   where: string,
   whereBindings: (string | string[])[],
 ): Promise<BudgetRow[]> {
@@ -106,7 +173,7 @@ async function budgetRows(
     ...BUDGET_WINDOWS.map((window) => `${spentSql(window)},`),
     '(select cast(coalesce(sum(h.amount), 0) as text) from ledger_holds h where h.agent_id = a.id) as held,',
     replaySql,
-    `from agents a left join agent_budgets b on b.agent_id = a.id where ${where}`,
+    `from agents a left join agent_budgets b on b.agent_id = a.id${where}`,
   ].join(' ');
   const bindings: (string | number | string[])[] = [
     ...BUDGET_WINDOWS.map((window) => bounds[window].start.getTime()),

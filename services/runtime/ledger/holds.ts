@@ -4,12 +4,20 @@ import type { Knex } from 'knex';
 import { getAddress } from 'viem';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
+import { agentNotFound } from '../agents.ts';
 import { MAX_AMOUNT, minus, plus, toAmount } from './amounts.ts';
 import { SpendRefused, type SpendPurpose } from './errors.ts';
 import { LeasedPass, type JobLeases } from '../../../core/db/leased-pass.ts';
 import { SinglePass } from '../../../core/periodic.ts';
 import type { Balance } from './balance.ts';
-import { readBudgets, refuseOverBudget, type Budgets } from './budgets.ts';
+import {
+  type OpenHoldRow,
+  readBudgets,
+  readBudgetsOf,
+  refuseOverBudget,
+  withoutHeld,
+  type Budgets,
+} from './budgets.ts';
 import { CHARGE_KEY_PREFIX, entryByKey, IDEMPOTENCY_KEY, type LedgerEntry } from './entries.ts';
 import type { Ledger } from './ledger.ts';
 
@@ -141,11 +149,16 @@ export class Holds {
     }
     const wallet = getAddress(input.wallet);
     return this.ledger.withWallet(wallet, async (trx, balance) => {
-      const { budgets, replayId } = await readBudgets(trx, this.ledger.clock.now(), wallet, input.agentId, {
-        replayKey: CHARGE_KEY_PREFIX + input.idempotencyKey,
-      });
+      // Under the wallet's lock: the budgets, an earlier charge and an open hold of the key in one read.
+      const { budgets, replayId, openHold } = await readBudgets(
+        trx,
+        this.ledger.clock.now(),
+        wallet,
+        input.agentId,
+        { replayKey: CHARGE_KEY_PREFIX + input.idempotencyKey, holdKey: input.idempotencyKey },
+      );
       if (replayId !== undefined) throw alreadyCharged(replayId);
-      const open = await this.byKey(trx, wallet, input.idempotencyKey);
+      const open = openHold && openHoldOf(wallet, input.idempotencyKey, openHold);
       if (open) {
         if (open.agentId !== input.agentId)
           throw new SigilError('conflict', 'This idempotency key holds funds for another agent', {
@@ -165,7 +178,7 @@ export class Holds {
         expiresAt: new Date(now + this.deps.ttlMs),
         purpose: input.purpose,
       };
-      await trx('ledger_holds').insert({
+      const insert = trx('ledger_holds').insert({
         id: hold.id,
         wallet,
         agent_id: hold.agentId,
@@ -174,7 +187,7 @@ export class Holds {
         created_at: now,
         expires_at: hold.expiresAt.getTime(),
       });
-      await this.addHeld(trx, wallet, hold.amount);
+      await this.inOne(trx, insert, this.addHeldQuery(trx, wallet, hold.amount));
       return hold;
     });
   }
@@ -355,30 +368,43 @@ export class Holds {
     cost: bigint,
   ): Promise<Settlement> {
     const key = CHARGE_KEY_PREFIX + hold.idempotencyKey;
-    const released = await this.drop(trx, hold.wallet, hold.idempotencyKey);
-    const first = await entryByKey(trx, hold.wallet, key);
-    if (first) return { entry: first, charged: first.amount, uncharged: 0n, replayed: true };
-    if (cost === 0n) return { entry: undefined, charged: 0n, uncharged: 0n, replayed: false };
-    const { budgets } = await readBudgets(trx, this.ledger.clock.now(), hold.wallet, hold.agentId);
+    // Under the wallet's lock: the open hold, an earlier charge of the key and the budgets in one read.
+    const read = await readBudgetsOf(trx, this.ledger.clock.now(), hold.wallet, hold.agentId, {
+      replayKey: key,
+      holdKey: hold.idempotencyKey,
+    });
+    if (!read) {
+      // No such agent of the wallet (deleted meanwhile): the hold ends and an earlier charge answers.
+      await this.drop(trx, hold.wallet, hold.idempotencyKey);
+      const first = await entryByKey(trx, hold.wallet, key);
+      if (first) return replayedBy(first);
+      if (cost === 0n) return NOTHING_CHARGED;
+      throw agentNotFound(hold.agentId);
+    }
+    const open = read.openHold && openHoldOf(hold.wallet, hold.idempotencyKey, read.openHold);
+    const released = open?.amount ?? 0n;
+    const first = read.replayId === undefined ? undefined : await entryByKey(trx, hold.wallet, key);
+    if (first || cost === 0n) {
+      if (open) await this.releaseHeld(trx, open);
+      return first ? replayedBy(first) : NOTHING_CHARGED;
+    }
+    // The budgets as they are once this hold is gone (the read counted it among the agent's holds).
+    const budgets =
+      open && open.agentId === hold.agentId ? withoutHeld(read.budgets, released) : read.budgets;
     // What the wallet can spend once this hold is gone: a shortfall eats into the released amount.
     let room = balance.available - balance.shortfall + released;
     for (const state of Object.values(budgets))
       if (state.remaining !== null && state.remaining < room) room = state.remaining;
     const charged = cost < room ? cost : room > 0n ? room : 0n;
-    const entry =
-      charged > 0n
-        ? await this.ledger.append(
-            trx,
-            {
-              wallet: hold.wallet,
-              kind: 'charge',
-              amount: charged,
-              idempotencyKey: key,
-              agentId: hold.agentId,
-            },
-            { knownNew: true },
-          )
-        : undefined;
+    if (charged === 0n) {
+      if (open) await this.releaseHeld(trx, open);
+      return { ...NOTHING_CHARGED, uncharged: cost };
+    }
+    const entry = await this.ledger.append(
+      trx,
+      { wallet: hold.wallet, kind: 'charge', amount: charged, idempotencyKey: key, agentId: hold.agentId },
+      { knownNew: true, ...(open ? { release: open } : {}) },
+    );
     return { entry, charged, uncharged: cost - charged, replayed: false };
   }
 
@@ -494,17 +520,46 @@ export class Holds {
   private async drop(trx: Knex.Transaction, wallet: string, key: string): Promise<bigint> {
     const open = await this.byKey(trx, wallet, key);
     if (!open) return 0n;
-    await trx('ledger_holds').where({ id: open.id }).delete();
-    await trx('ledger_wallets')
-      .where({ wallet })
-      .update({ held_spend: minus(trx, 'held_spend', open.amount), updated_at: this.ledger.now() });
+    await this.releaseHeld(trx, open);
     return open.amount;
   }
 
-  private async addHeld(trx: Knex.Transaction, wallet: string, amount: bigint): Promise<void> {
-    await trx('ledger_wallets')
+  /** Deletes an open hold read under the wallet's lock and lowers held spend. */
+  private async releaseHeld(trx: Knex.Transaction, open: Hold): Promise<void> {
+    await this.inOne(
+      trx,
+      trx('ledger_holds').where({ id: open.id }).delete(),
+      trx('ledger_wallets')
+        .where({ wallet: open.wallet })
+        .update({ held_spend: minus(trx, 'held_spend', open.amount), updated_at: this.ledger.now() }),
+    );
+  }
+
+  private addHeldQuery(trx: Knex.Transaction, wallet: string, amount: bigint): Knex.QueryBuilder {
+    return trx('ledger_wallets')
       .where({ wallet })
       .update({ held_spend: plus(trx, 'held_spend', amount), updated_at: this.ledger.now() });
+  }
+
+  private async addHeld(trx: Knex.Transaction, wallet: string, amount: bigint): Promise<void> {
+    await this.addHeldQuery(trx, wallet, amount);
+  }
+
+  /**
+   * Two writes to different tables: on PostgreSQL one statement (data-modifying CTEs, as Ledger.append),
+   * on SQLite one after the other.
+   */
+  private async inOne(
+    trx: Knex.Transaction,
+    first: Knex.QueryBuilder,
+    second: Knex.QueryBuilder,
+  ): Promise<void> {
+    if (this.ledger.postgres) {
+      await trx.with('first_write', first).with('second_write', second).select(trx.raw('1 as done'));
+      return;
+    }
+    await first;
+    await second;
   }
 
   private async byKey(db: Knex, wallet: string, key: string): Promise<Hold | undefined> {
@@ -549,6 +604,18 @@ function checkAmount(amount: bigint): void {
     throw new SigilError('invalid_request', `A hold must be between 1 and ${MAX_AMOUNT} base units`);
   }
 }
+
+const NOTHING_CHARGED: Settlement = { entry: undefined, charged: 0n, uncharged: 0n, replayed: false };
+const replayedBy = (first: LedgerEntry): Settlement => ({
+  entry: first,
+  charged: first.amount,
+  uncharged: 0n,
+  replayed: true,
+});
+
+/** The open hold `readBudgets` read under its key. */
+const openHoldOf = (wallet: string, idempotencyKey: string, row: OpenHoldRow): Hold =>
+  holdOf({ ...row, wallet, idempotency_key: idempotencyKey } as HoldRow);
 
 function holdOf(row: HoldRow): Hold {
   return {

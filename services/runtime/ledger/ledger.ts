@@ -101,19 +101,25 @@ export class Ledger {
    * Locks the rows of those `wallets` that have one, in address order (so transactions that lock
    * several never wait on each other in a cycle), and reads their balances. PostgreSQL: SELECT … FOR
    * UPDATE. SQLite: the first statement writes, so the transaction holds the database's write lock
-   * from there on (also against another process on the same file, which waits on busy_timeout).
+   * from there on (also against another process on the same file, which waits on busy_timeout); that
+   * write answers the balances itself (RETURNING), one statement for the lock and the read.
    */
   async lockWallets(trx: Knex.Transaction, wallets: readonly string[]): Promise<Map<string, Balance>> {
-    if (!this.postgres) {
-      await trx('ledger_wallets')
+    const columns = WALLET_MONEY.map((column) => asText(trx, column));
+    let rows: WalletRow[];
+    if (this.postgres) {
+      rows = (await trx('ledger_wallets')
         .whereIn('wallet', wallets)
-        .update({ updated_at: trx.ref('updated_at') });
+        .orderBy('wallet')
+        .select('wallet', ...columns)
+        .forUpdate()) as WalletRow[];
+    } else {
+      const returning = trx.raw(['wallet', ...columns.map(() => '?')].join(', '), columns);
+      rows = (await trx.raw(
+        `update ledger_wallets set updated_at = updated_at where wallet in (${wallets.map(() => '?').join(', ')}) returning ?`,
+        [...wallets, returning],
+      )) as WalletRow[];
     }
-    const query = trx('ledger_wallets')
-      .whereIn('wallet', wallets)
-      .orderBy('wallet')
-      .select('wallet', ...WALLET_MONEY.map((column) => asText(trx, column)));
-    const rows = (await (this.postgres ? query.forUpdate() : query)) as WalletRow[];
     return new Map(rows.map((row) => [row.wallet, balanceOf(row.wallet, row)]));
   }
 
@@ -131,7 +137,11 @@ export class Ledger {
       agentId?: string;
       reference?: string;
     },
-    options: { knownNew?: boolean } = {},
+    /**
+     * knownNew: the key has no entry (not looked for). release: an open hold (read under the lock)
+     * this entry settles, deleted and taken out of held spend by the same writes.
+     */
+    options: { knownNew?: boolean; release?: { id: string; amount: bigint } } = {},
   ): Promise<LedgerEntry | undefined> {
     if (entry.amount <= 0n || entry.amount > MAX_AMOUNT * 1000n) {
       throw new SigilError('internal', `Ledger entry amount out of range: ${entry.amount}`);
@@ -157,6 +167,10 @@ export class Ledger {
     for (const [column, sign] of Object.entries(effects) as [TotalColumn, 1 | -1][]) {
       update[column] = trx.raw(`?? ${sign > 0 ? '+' : '-'} cast(? as bigint)`, [column, row.amount]);
     }
+    const { release } = options;
+    if (release)
+      update.held_spend = trx.raw('?? - cast(? as bigint)', ['held_spend', release.amount.toString()]);
+    const deleteHold = release ? trx('ledger_holds').where({ id: release.id }).delete() : undefined;
     const insertEntry = trx('ledger_entries').insert(row, ['id']);
     const updateWallet = trx('ledger_wallets').where({ wallet: entry.wallet }).update(update);
     const addSpend =
@@ -175,9 +189,11 @@ export class Ledger {
       // One round trip while the wallet's lock is held: data-modifying CTEs all run, in one statement.
       let query = trx.with('entry', insertEntry).with('wallet_totals', updateWallet);
       if (addSpend) query = query.with('agent_spend', addSpend);
+      if (deleteHold) query = query.with('released_hold', deleteHold);
       const [inserted] = (await query.select('id').from('entry')) as { id: string | number }[];
       id = (inserted as { id: string | number }).id;
     } else {
+      if (deleteHold) await deleteHold;
       const [inserted] = (await insertEntry) as { id: string | number }[];
       await updateWallet;
       if (addSpend) await addSpend;

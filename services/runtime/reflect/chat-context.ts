@@ -1,7 +1,20 @@
+import type { Clock } from '../../../core/clock.ts';
 import type { ChatContext, ChatContextSource, RuntimeTool } from '../chat/context.ts';
 import { NO_CONTEXT } from '../chat/context.ts';
-import type { Learning, ReflectMemory, Skill } from './memory.ts';
+import { type Learning, ReflectMemory, type Skill } from './memory.ts';
 import type { WalletSettingsDocument } from './settings.ts';
+import { WalletCache } from './wallet-cache.ts';
+
+/** What a chat's context is drawn from: the wallet's active learnings and its skills' latest versions. */
+export interface WalletMemory {
+  learnings: Learning[];
+  skills: Skill[];
+}
+
+async function readMemory(memory: ReflectMemory, wallet: string): Promise<WalletMemory> {
+  const [learnings, skills] = await Promise.all([memory.learnings(wallet), memory.skills(wallet)]);
+  return { learnings, skills };
+}
 
 export const LOAD_SKILL_TOOL = 'load_skill';
 
@@ -38,12 +51,12 @@ export function relevantLearnings(
  * SKILL.md way: only what is relevant enters the context). `used` names both for the client.
  */
 export async function chatContext(
-  memory: ReflectMemory,
+  memory: ReflectMemory | WalletMemory,
   wallet: string,
   message: string,
   maxLearnings: number,
 ): Promise<ChatContext> {
-  const [learnings, skills] = await Promise.all([memory.learnings(wallet), memory.skills(wallet)]);
+  const { learnings, skills } = memory instanceof ReflectMemory ? await readMemory(memory, wallet) : memory;
   const shown = relevantLearnings(learnings, message, maxLearnings);
   if (shown.length === 0 && skills.length === 0) return NO_CONTEXT;
   const parts: string[] = [];
@@ -90,16 +103,24 @@ function loadSkillTool(skills: readonly Skill[]): RuntimeTool {
   };
 }
 
-/** Chats' context from self-improvement's memory, for wallets whose settings let chats use it. */
+/**
+ * Chats' context from self-improvement's memory, for wallets whose settings let chats use it. The
+ * memory is read at most once every `cacheMs` a wallet (wallet-cache.ts): what this process changes
+ * in it shows at the next message, what another replica changes within `cacheMs`.
+ */
 export function reflectChatContext(parts: {
   memory: ReflectMemory;
   settingsOf: (wallet: string) => Promise<WalletSettingsDocument>;
   maxLearnings: number;
+  clock: Clock;
+  cacheMs: number;
 }): ChatContextSource {
+  const cache = new WalletCache<WalletMemory>(parts.clock, parts.cacheMs);
+  parts.memory.onChange((wallet) => cache.invalidate(wallet));
   return async (wallet, message) => {
     const { selfImprovement } = await parts.settingsOf(wallet);
-    return selfImprovement.useInChats
-      ? chatContext(parts.memory, wallet, message, parts.maxLearnings)
-      : NO_CONTEXT;
+    if (!selfImprovement.useInChats) return NO_CONTEXT;
+    const memory = await cache.get(wallet, () => readMemory(parts.memory, wallet));
+    return chatContext(memory, wallet, message, parts.maxLearnings);
   };
 }

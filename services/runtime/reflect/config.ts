@@ -80,6 +80,11 @@ export const selfImprovementSchema = z
       .max(65_536)
       .default(4096)
       .describe('Output tokens of a pipeline call'),
+    contextCacheSeconds: seconds(0, 60)
+      .default(5)
+      .describe(
+        "How long a replica keeps a wallet's settings, learnings and skills for its chats (a change made on another replica shows within it; one made on this replica at once); 0: read for each message",
+      ),
     maxLearningsInContext: z
       .number()
       .int()

@@ -145,11 +145,25 @@ export const learningNotFound = (id: string) =>
   });
 
 export class ReflectMemory {
+  private readonly listeners = new Set<(wallet: string) => void>();
+
   constructor(
     private readonly db: Database,
     private readonly clock: Clock,
     private readonly sealer: TextSealer = plaintext,
   ) {}
+
+  /** Calls `listener` with a wallet whose learnings or skills this process changed, once the change committed. */
+  onChange(listener: (wallet: string) => void): void {
+    this.listeners.add(listener);
+  }
+
+  /** `write`, telling the listeners when it has ended (committed or not: a reread costs one read). */
+  private changing<T>(wallet: string, write: Promise<T>): Promise<T> {
+    return write.finally(() => {
+      for (const listener of this.listeners) listener(wallet);
+    });
+  }
 
   /** The watermark: how far each of the wallet's sessions has been processed by this pipeline version. */
   async watermarks(wallet: string, version: number): Promise<Map<string, number>> {
@@ -320,7 +334,7 @@ export class ReflectMemory {
   async editLearning(wallet: string, id: string, change: { statement?: string; confidence?: number }) {
     const current = await this.learning(wallet, id);
     const now = this.clock.now().getTime();
-    await this.db('reflect_learnings')
+    const update = this.db('reflect_learnings')
       .where({ wallet, id })
       .update({
         ...(change.statement === undefined
@@ -334,6 +348,7 @@ export class ReflectMemory {
         edited_at: now,
         updated_at: now,
       });
+    await this.changing(wallet, update.then());
     return { ...current, ...change, editedAt: iso(now), updatedAt: iso(now) as string };
   }
 
@@ -343,12 +358,15 @@ export class ReflectMemory {
    */
   async deleteLearning(wallet: string, id: string): Promise<void> {
     await this.learning(wallet, id);
-    await this.db.transaction(async (trx) => {
-      await trx('reflect_learnings').where({ wallet, id }).delete();
-      await trx('reflect_learnings')
-        .where({ wallet, superseded_by: id })
-        .update({ superseded_by: null, updated_at: this.clock.now().getTime() });
-    });
+    await this.changing(
+      wallet,
+      this.db.transaction(async (trx) => {
+        await trx('reflect_learnings').where({ wallet, id }).delete();
+        await trx('reflect_learnings')
+          .where({ wallet, superseded_by: id })
+          .update({ superseded_by: null, updated_at: this.clock.now().getTime() });
+      }),
+    );
   }
 
   /** The latest version of each of the wallet's skills. */
@@ -394,7 +412,9 @@ export class ReflectMemory {
 
   /** Deletes every version of a skill (the rows, and so its words); false when the wallet has none of that name. */
   async deleteSkill(wallet: string, name: string): Promise<boolean> {
-    return (await this.db('reflect_skills').where({ wallet, name }).delete()) > 0;
+    return (
+      (await this.changing(wallet, this.db('reflect_skills').where({ wallet, name }).delete().then())) > 0
+    );
   }
 
   /**
@@ -460,7 +480,7 @@ export class ReflectMemory {
       });
     }
     const applied: Applied = { learnings: [], skills: skillRows.map((row) => row.id as string) };
-    await this.db.transaction(async (trx) => {
+    const write = this.db.transaction(async (trx) => {
       for (const { id, learning, statement, key } of sealed) {
         const twin = await trx('reflect_learnings')
           .where({ wallet, status: 'active', normalized_hash: key })
@@ -514,6 +534,7 @@ export class ReflectMemory {
           .whereNull('synthesized_run_id')
           .update({ synthesized_run_id: runId });
     });
+    await this.changing(wallet, write);
     return applied;
   }
 
@@ -523,8 +544,14 @@ export class ReflectMemory {
    */
   async forgetSession(wallet: string, sessionId: string, trx?: Knex.Transaction): Promise<Forgotten> {
     const now = this.clock.now().getTime();
-    if (trx) return forgetSession(trx, wallet, sessionId, now);
-    return this.db.transaction((own) => forgetSession(own, wallet, sessionId, now));
+    if (!trx)
+      return this.changing(
+        wallet,
+        this.db.transaction((own) => forgetSession(own, wallet, sessionId, now)),
+      );
+    // The deleting transaction commits after this returns: told when it has ended.
+    void this.changing(wallet, trx.executionPromise).catch(() => undefined);
+    return forgetSession(trx, wallet, sessionId, now);
   }
 
   async counts(wallet: string): Promise<{ facets: number; learnings: number; skills: number }> {

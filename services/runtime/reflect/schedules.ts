@@ -26,7 +26,13 @@ const toMs = (value: number | string | null | undefined): number | null =>
  * restart and every replica sees the same. A wallet gets a row with its first completed chat message
  * or its first settings change: before, there is no history to learn from.
  */
+/** Wallets whose schedule row this process knows to exist (the oldest forgotten beyond this many). */
+const KNOWN_ROWS = 10_000;
+
 export class ReflectSchedules {
+  /** Wallets known to have a row: rows are never deleted, so a timed schedule's insert would do nothing. */
+  private readonly known = new Set<string>();
+
   constructor(
     private readonly db: Knex,
     private readonly clock: Clock,
@@ -70,6 +76,7 @@ export class ReflectSchedules {
     if (!choice.enabled) return;
     const now = this.now();
     if (choice.schedule !== 'after_each') {
+      if (this.known.has(wallet)) return;
       await this.db('reflect_schedules')
         .insert({
           wallet,
@@ -79,6 +86,8 @@ export class ReflectSchedules {
         })
         .onConflict('wallet')
         .ignore();
+      this.known.add(wallet);
+      if (this.known.size > KNOWN_ROWS) this.known.delete(this.known.values().next().value as string);
       return;
     }
     const pending = toMs((await this.row(this.db, wallet))?.pending_since) ?? now;

@@ -47,7 +47,7 @@ export class ReflectService {
 
   constructor(private readonly deps: ReflectDeps) {
     const { db, clock, settings } = deps;
-    this.walletSettings = new WalletSettings(db, clock);
+    this.walletSettings = new WalletSettings(db, clock, settings.contextCacheSeconds * 1000);
     this.runs = new ReflectRuns(db, clock);
     this.schedules = new ReflectSchedules(db, clock, {
       debounceMs: settings.afterEachDebounceSeconds * 1000,
@@ -81,12 +81,19 @@ export class ReflectService {
     wallet: string,
     change: (current: WalletSettingsDocument) => WalletSettingsDocument,
   ): Promise<WalletSettingsDocument> {
-    return this.deps.db.transaction(async (trx) => {
-      const document = change(await this.walletSettings.get(wallet, trx));
-      await this.walletSettings.put(trx, wallet, document);
-      await this.schedules.applySettings(trx, wallet, document.selfImprovement);
-      return document;
-    });
+    return this.deps.db
+      .transaction(async (trx) => {
+        const document = change(await this.walletSettings.get(wallet, trx));
+        await this.walletSettings.put(trx, wallet, document);
+        await this.schedules.applySettings(trx, wallet, document.selfImprovement);
+        return document;
+      })
+      .finally(() => this.walletSettings.changed(wallet));
+  }
+
+  /** The settings chats go by: as read within `contextCacheSeconds` (a change made here shows at once). */
+  chatSettings(wallet: string): Promise<WalletSettingsDocument> {
+    return this.walletSettings.recent(wallet);
   }
 
   async status(wallet: string): Promise<ReflectStatus> {
@@ -137,7 +144,8 @@ export class ReflectService {
 
   private async schedule(wallet: string): Promise<void> {
     try {
-      await this.schedules.chatted(wallet, (await this.walletSettings.get(wallet)).selfImprovement);
+      // The settings the turn's context was read with (no second read of them after the turn).
+      await this.schedules.chatted(wallet, (await this.walletSettings.recent(wallet)).selfImprovement);
     } catch (err) {
       this.deps.logger.warn({ err, wallet }, 'self-improvement: a chat message was not scheduled for');
     }
@@ -152,9 +160,14 @@ export class ReflectService {
     this.scheduler.start();
   }
 
+  /** Resolves once the chat messages completed so far are scheduled for. */
+  async scheduled(): Promise<void> {
+    await Promise.all(this.scheduling);
+  }
+
   /** After the chats are drained: their last messages are scheduled for before the database closes. */
   async close(): Promise<void> {
-    await Promise.all(this.scheduling);
+    await this.scheduled();
     await this.scheduler.close();
   }
 }

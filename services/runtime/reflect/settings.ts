@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Clock } from '../../../core/clock.ts';
 import { SCHEDULES } from './pipeline.ts';
+import { WalletCache } from './wallet-cache.ts';
 
 /**
  * A wallet's settings document (`GET` and `PUT /wallet/settings`). PUT replaces the whole document:
@@ -61,10 +62,29 @@ export const DEFAULT_SETTINGS: WalletSettingsDocument = settingsDocument.parse({
 
 /** The stored settings documents, one per wallet. */
 export class WalletSettings {
+  private readonly cache: WalletCache<WalletSettingsDocument>;
+
+  /** `cacheMs`: how long `recent` keeps a wallet's document (wallet-cache.ts). */
   constructor(
     private readonly db: Knex,
     private readonly clock: Clock,
-  ) {}
+    cacheMs = 0,
+  ) {
+    this.cache = new WalletCache(clock, cacheMs);
+  }
+
+  /**
+   * The wallet's document as read within the last `cacheMs` (a chat turn's context and its schedule
+   * after it): a change committed by `changed` here shows at once, another replica's within `cacheMs`.
+   */
+  recent(wallet: string): Promise<WalletSettingsDocument> {
+    return this.cache.get(wallet, () => this.get(wallet));
+  }
+
+  /** The wallet's document changed (after its transaction committed). */
+  changed(wallet: string): void {
+    this.cache.invalidate(wallet);
+  }
 
   /** The wallet's document, or the defaults when it never saved one. */
   async get(wallet: string, db: Knex = this.db): Promise<WalletSettingsDocument> {

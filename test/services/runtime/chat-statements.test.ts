@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import { dialectOf } from '../../../core/db/database.ts';
 import { newWallet } from '../../core/auth/support.ts';
 import { setOnChain } from './ledger/support.ts';
 import { describeEachDatabase, stickyDatabase } from '../../support/kernel.ts';
@@ -58,6 +59,65 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     }
   }
 
+  /** Like `turn`, recording on until self-improvement's schedule step after the turn has written. */
+  async function turnAndSchedule(sessionId: string) {
+    const statements: string[] = [];
+    const record = (query: { sql: string }) => statements.push(query.sql.replace(/"/g, '`'));
+    stack.kernel.db.on('query', record);
+    try {
+      const res = await client.send('POST', `/agents/${agentId}/sessions/${sessionId}/messages`, {
+        content: 'hello there',
+      });
+      expect(res.status).to.equal(200);
+      const events = await readSse(res);
+      expect(events.at(-1)?.event).to.equal('done');
+      await stack.runtime.reflect.scheduled();
+      const count = (table: string) =>
+        statements.filter((sql) => sql.startsWith('select') && sql.includes(`\`${table}\``)).length;
+      return {
+        settings: count('wallet_settings'),
+        learnings: count('reflect_learnings'),
+        skills: count('reflect_skills'),
+        scheduleWrites: statements.filter((sql) => /^insert into `reflect_schedules`/.test(sql)).length,
+      };
+    } finally {
+      stack.kernel.db.off('query', record);
+    }
+  }
+
+  /** What a turn and its schedule step read of self-improvement, and its schedule writes. */
+  const reads = (settings: number, learnings: number, skills: number, scheduleWrites: number) => ({
+    settings,
+    learnings,
+    skills,
+    scheduleWrites,
+  });
+
+  it("self-improvement's settings and memory are read once a few seconds a wallet: a change made here shows at the next message, another replica's within contextCacheSeconds", async () => {
+    const cacheMs = stack.kernel.config.runtime.selfImprovement.contextCacheSeconds * 1000;
+    expect(cacheMs).to.equal(5000);
+    stack.clock.advance(cacheMs);
+    // Read once for the turn's context; the schedule step after it does not read the settings again.
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(1, 1, 1, 1));
+    // The wallet's schedule row is known here to exist: a daily schedule is not written again.
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(0, 0, 0, 0));
+    const status = await client.json('GET', '/wallet/self-improvement/status');
+    expect(status.body.nextRunAt).to.be.a('string');
+    // Changed here: the next message reads the new settings (and, without chats' use, no memory).
+    const patched = await client.json('PATCH', '/wallet/settings', {
+      selfImprovement: { useInChats: false },
+    });
+    expect(patched.status).to.equal(200);
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(1, 0, 0, 0));
+    // Changed by another replica (its own write, not this process's): seen once cacheMs has passed.
+    await stack.kernel.db('wallet_settings').update({
+      document: JSON.stringify({ selfImprovement: { enabled: true, useInChats: true, schedule: 'daily' } }),
+    });
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(0, 0, 0, 0));
+    stack.clock.advance(cacheMs);
+    expect(await turnAndSchedule(await open())).to.deep.equal(reads(1, 1, 1, 0));
+  });
+
   const open = async () => (await client.json('POST', `/agents/${agentId}/sessions`, {})).body.id as string;
   /** A read of what is stored of a message id: its answered messages, its streams' events. */
   const earlierAttempts = (sql: string) => /^select .*(chat_answers|min\(.seq.\))/.test(sql);
@@ -73,6 +133,11 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     expect(
       beforeToken.filter((sql) => /^update .ledger_holds. set .expires_at. = \?/.test(sql)),
     ).to.deep.equal([]);
+    // The answer and its events, stored in one transaction; on PostgreSQL one statement (no BEGIN).
+    const stored = all.filter((sql) => /insert into .chat_answer_events./.test(sql));
+    expect(stored).to.have.length(1);
+    const postgres = dialectOf(stack.kernel.db) === 'postgres';
+    expect(/^with .answer. as \(insert into .chat_answers./.test(stored[0] ?? '')).to.equal(postgres);
     const messageId = events.at(-1)?.data.messageId as string;
     const replayed = await readSse(
       await client.send('GET', `/agents/${agentId}/sessions/${sessionId}/messages/${messageId}/events`),

@@ -327,6 +327,50 @@ describeEachDatabase('ledger: holds (reserve before work, settle after)', (datab
     expect((await ledger.audit(wallet)).mismatches).to.deep.equal([]);
   });
 
+  it('a hold and its settlement each read once under the wallet lock (budgets, key, open hold), writing in one statement on PostgreSQL', async () => {
+    const { wallet, agentId } = await walletWithAgent(1000n, 800n);
+    const statements: string[] = [];
+    const record = (query: { sql: string }) => statements.push(query.sql);
+    const counted = async <T>(work: () => Promise<T>): Promise<{ result: T; count: number }> => {
+      statements.length = 0;
+      world.kernel.db.on('query', record);
+      try {
+        return { result: await work(), count: statements.length };
+      } finally {
+        world.kernel.db.off('query', record);
+      }
+    };
+    const postgres = ledger.postgres;
+    const other = await holds.hold({
+      wallet,
+      agentId,
+      amount: 400n,
+      idempotencyKey: 'other',
+      purpose: 'chat',
+    });
+    // BEGIN, lock (SQLite: the write that locks answers the balance), one read, the writes, COMMIT.
+    const held = await counted(() =>
+      holds.hold({ wallet, agentId, amount: 300n, idempotencyKey: 's1', purpose: 'chat' }),
+    );
+    expect(held.count).to.equal(postgres ? 5 : 6);
+    // The settled hold's 300 no longer counts against the daily budget: 800 − 400 still held = 400 room.
+    const settled = await counted(() => holds.settle(held.result, 450n));
+    expect(settled.count).to.equal(postgres ? 5 : 8);
+    expect(settled.result).to.include({ charged: 400n, uncharged: 50n, replayed: false });
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 400n, available: 200n });
+    expect(await holds.get(wallet, 's1')).to.equal(undefined);
+    // Settled again: the first charge answers, and the other hold stays.
+    expect(await holds.settle(held.result, 450n)).to.include({ charged: 400n, replayed: true });
+    expect((await ledger.budgets(wallet, agentId)).daily).to.include({
+      spent: 400n,
+      held: 400n,
+      remaining: 0n,
+    });
+    await holds.release(other);
+    expect(await ledger.balance(wallet)).to.include({ heldSpend: 0n, available: 600n });
+    expect((await ledger.audit(wallet)).ok).to.equal(true);
+  });
+
   it('another wallet cannot hold on an agent it does not own: 404, nothing held', async () => {
     const { agentId } = await walletWithAgent(1000n);
     const stranger = randomWallet();

@@ -16,6 +16,7 @@ describe('self-improvement config (runtime.selfImprovement)', () => {
       maxFacetsPerSynthesis: 200,
       maxTranscriptChars: 50_000,
       maxOutputTokens: 4096,
+      contextCacheSeconds: 5,
       maxLearningsInContext: 20,
     });
   });
