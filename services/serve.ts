@@ -4,6 +4,7 @@ import { listen, type RunningServer } from '../core/http/server.ts';
 import type { GatewayApp } from './gateway/app.ts';
 import type { WarmupOutcome } from './gateway/warmup.ts';
 import type { Kernel } from './kernel.ts';
+import { warmMcpClientSchemas } from '../core/mcp/warm-schemas.ts';
 import { loadBuildInfo } from './shared/build-info.ts';
 import type { RuntimeApp } from './runtime/app.ts';
 import { requireReplicaSettings, settingsFingerprints } from './shared-deployment.ts';
@@ -80,6 +81,12 @@ export async function serve(kernel: Kernel, services: readonly ServiceName[]): P
   loadBuildInfo().catch((err: unknown) =>
     kernel.logger.warn({ err }, 'the build info could not be computed; asked again when needed'),
   );
+  // The MCP SDK client's wire schemas, which its first request to an MCP server would build on the
+  // first tools/call's way (20-30 ms of CPU): built on a later turn, after the listening line is out.
+  if (gateway)
+    warmMcpClientSchemas().catch((err: unknown) =>
+      kernel.logger.warn({ err }, 'the MCP client schemas could not be built ahead'),
+    );
   let stopping: Promise<void> | undefined;
   const warmedUp = Promise.all(apps.map((service) => service.warmedUp?.())).then((outcomes) =>
     outcomes.find((outcome) => outcome !== undefined),
