@@ -1,5 +1,6 @@
 import type { Address } from 'viem';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { repoPath } from './paths.ts';
 
@@ -76,16 +77,42 @@ export function startSigil(
   });
 }
 
-/** A port that was free a moment ago (the OS picks it). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * A port that was free a moment ago, for a child process to listen on. Taken below the kernel's
+ * ephemeral range, from a random start: a port the OS picked (listen on 0) is in that range, and
+ * once released the next outgoing connection of any process may take it as its local port before
+ * the child listens (EADDRINUSE, seen in CI). Ports below the range are never picked by the OS.
+ */
+export async function freePort(): Promise<number> {
+  const [lowestEphemeral] = ephemeralRange();
+  const floor = 10_000;
+  const span = Math.max(1, lowestEphemeral - floor);
+  const start = floor + Math.floor(Math.random() * span);
+  for (let i = 0; i < span; i++) {
+    const port = floor + ((start - floor + i) % span);
+    if (await canListen(port)) return port;
+  }
+  throw new Error(`no free port between ${floor} and ${lowestEphemeral}`);
+}
+
+function ephemeralRange(): [number, number] {
+  try {
+    const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8')
+      .trim()
+      .split(/\s+/)
+      .map(Number);
+    if (low && high) return [low, high];
+  } catch {
+    // Not Linux: the IANA dynamic range.
+  }
+  return [49_152, 65_535];
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
 }
 
