@@ -209,11 +209,12 @@ async function writeCharges(
     reference: null,
     created_at: at,
   }));
-  // What a charge does to the running totals (balance.ts), as `column = column ± amount` for SQL.
+  // What a charge does to the running totals (balance.ts).
+  const effects = (Object.entries(ENTRY_EFFECTS.charge) as [TotalColumn, 1 | -1][]).map(
+    ([column, sign]) => [column, sign > 0 ? '+' : '-'] as const,
+  );
   const totals = (amount: string) =>
-    (Object.entries(ENTRY_EFFECTS.charge) as [TotalColumn, 1 | -1][])
-      .map(([column, sign]) => `${column} = ledger_wallets.${column} ${sign > 0 ? '+' : '-'} ${amount}`)
-      .join(', ');
+    effects.map(([column, op]) => `${column} = ledger_wallets.${column} ${op} ${amount}`).join(', ');
   let inserted: { id: string | number; wallet: string; idempotency_key: string }[];
   if (postgres) {
     const result = await trx.raw(
@@ -255,9 +256,9 @@ async function writeCharges(
       .update({
         updated_at: at,
         ...Object.fromEntries(
-          (Object.entries(ENTRY_EFFECTS.charge) as [TotalColumn, 1 | -1][]).map(([column, sign]) => [
+          effects.map(([column, op]) => [
             column,
-            trx.raw(`?? ${sign > 0 ? '+' : '-'} case wallet ${cases} end`, [
+            trx.raw(`?? ${op} case wallet ${cases} end`, [
               column,
               ...byWallet.names.flatMap((wallet, i) => [wallet, byWallet.amounts[i] as string]),
             ]),
@@ -269,9 +270,9 @@ async function writeCharges(
       .onConflict(['agent_id', 'day'])
       .merge({ amount: trx.raw('?? + excluded.amount', ['agent_daily_spend.amount']) });
   }
-  const ids = new Map(inserted.map((row) => [`${row.wallet} ${row.idempotency_key}`, row.id]));
-  const entries = rows.map((row) =>
-    entryOf({ ...row, id: ids.get(`${row.wallet} ${row.idempotency_key}`) as string | number }),
-  );
+  const rowKey = (row: { wallet: string; idempotency_key: string }) =>
+    walletKey({ wallet: row.wallet, idempotencyKey: row.idempotency_key });
+  const ids = new Map(inserted.map((row) => [rowKey(row), row.id]));
+  const entries = rows.map((row) => entryOf({ ...row, id: ids.get(rowKey(row)) as string | number }));
   return new Map(entries.map((entry) => [walletKey(entry), entry]));
 }
