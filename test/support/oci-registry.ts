@@ -1,6 +1,6 @@
 import { execFile as execFileCb, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -11,6 +11,7 @@ import bcrypt from 'bcryptjs';
 import { importPKCS8, SignJWT } from 'jose';
 import { create as createTar } from 'tar';
 import { processTempDir } from './paths.ts';
+import { ensureDebianPrograms } from './debian.ts';
 
 /**
  * A real OCI distribution registry for tests: Debian's `docker-registry` (the distribution project's
@@ -31,11 +32,8 @@ const REGISTRY_BIN = '/usr/bin/docker-registry';
 const work = () => processTempDir('oci');
 
 /** Installs Debian's docker-registry when it is missing (CI runs as root on a fresh machine). */
-async function ensureDockerRegistry(): Promise<void> {
-  if (existsSync(REGISTRY_BIN)) return;
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  await execFile('apt-get', ['update'], { env });
-  await execFile('apt-get', ['install', '-y', '--no-install-recommends', 'docker-registry'], { env });
+function ensureDockerRegistry(): void {
+  ensureDebianPrograms('the OCI registry tests', [[REGISTRY_BIN, 'docker-registry']]);
 }
 
 export type RegistryAuth =
@@ -59,7 +57,7 @@ export interface DockerRegistry {
 export async function startDockerRegistry(
   options: { storage?: string; auth?: RegistryAuth } = {},
 ): Promise<DockerRegistry> {
-  await ensureDockerRegistry();
+  ensureDockerRegistry();
   const root = mkdtempSync(join(work(), 'registry-'));
   const storage = options.storage ?? join(root, 'storage');
   const config = [

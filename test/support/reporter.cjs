@@ -1,29 +1,32 @@
 // Mocha's spec output, then the ten slowest test files (where CI's time goes), closed by the one line
-// CI reads: "N passed, N failed[, N skipped]".
+// CI reads: "N passed, N failed[, N skipped]". A file's time is the sum of its tests' and hooks'
+// durations: in parallel mode the events of a file arrive together after it ran, so a clock read
+// here would measure nothing.
 const Mocha = require('mocha');
 const path = require('node:path');
 
-const { EVENT_RUN_END, EVENT_SUITE_BEGIN, EVENT_SUITE_END } = Mocha.Runner.constants;
+const { EVENT_HOOK_END, EVENT_RUN_END, EVENT_TEST_END, EVENT_TEST_FAIL } = Mocha.Runner.constants;
 const SLOWEST_SHOWN = 10;
 
 class SpecWithTotals extends Mocha.reporters.Spec {
   constructor(runner, options) {
     super(runner, options);
     const secondsByFile = new Map();
-    const startedAt = new Map();
-    runner.on(EVENT_SUITE_BEGIN, (suite) => {
-      if (suite.file && suite.parent?.root) startedAt.set(suite, performance.now());
-    });
-    runner.on(EVENT_SUITE_END, (suite) => {
-      const started = startedAt.get(suite);
-      if (started === undefined) return;
-      const file = path.relative(process.cwd(), suite.file);
-      secondsByFile.set(file, (secondsByFile.get(file) ?? 0) + (performance.now() - started) / 1000);
+    const add = (runnable) => {
+      if (!runnable.file || typeof runnable.duration !== 'number') return;
+      const file = path.relative(process.cwd(), runnable.file);
+      secondsByFile.set(file, (secondsByFile.get(file) ?? 0) + runnable.duration / 1000);
+    };
+    runner.on(EVENT_TEST_END, add);
+    runner.on(EVENT_HOOK_END, add);
+    // A failed hook ends with a failure, not a hook end.
+    runner.on(EVENT_TEST_FAIL, (runnable) => {
+      if (runnable.type === 'hook') add(runnable);
     });
     runner.once(EVENT_RUN_END, () => {
       const slowest = [...secondsByFile].sort((a, b) => b[1] - a[1]).slice(0, SLOWEST_SHOWN);
       if (slowest.length > 0) {
-        process.stdout.write(`\nSlowest test files:\n`);
+        process.stdout.write(`\nSlowest test files (their tests' and hooks' time):\n`);
         for (const [file, seconds] of slowest)
           process.stdout.write(`  ${seconds.toFixed(1).padStart(7)} s  ${file}\n`);
       }

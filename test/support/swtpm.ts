@@ -4,6 +4,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { lockPathFor } from '../../attestation/vtpm/tpm-lock.ts';
+import { ensureDebianPrograms } from './debian.ts';
 
 /**
  * A real TPM 2.0 for tests: Debian's swtpm (libtpms, IBM's reference code), with tpm2-tools to talk
@@ -43,12 +44,7 @@ const PACKAGES = [
 
 /** apt-get only when a program is missing: these machines may have them, a fresh CI machine may not. */
 export function installTpmPackages(): void {
-  const missing = PACKAGES.filter(([program]) => !existsSync(program)).map(([, name]) => name);
-  if (missing.length === 0) return;
-  if (process.getuid?.() !== 0) throw new Error(`the TPM tests need ${missing.join(', ')} (apt-get as root)`);
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  execFileSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
-  execFileSync('apt-get', ['install', '-y', '-qq', ...missing], { stdio: 'inherit', env });
+  ensureDebianPrograms('the TPM tests', PACKAGES);
 }
 
 const listening = (port: number): Promise<ReturnType<typeof createServer> | undefined> =>

@@ -9,6 +9,7 @@ import { systemClock, type Clock } from '../../../core/clock.ts';
 import type { Logger } from '../../../core/log.ts';
 import manifest, { type GitRegistry, type GitRegistryConfig } from '../../../registries/git/index.ts';
 import { git } from '../../support/git.ts';
+import { aptInstall } from '../../support/debian.ts';
 import { quietLogger } from '../../support/kernel.ts';
 
 /** The plugin made by its own manifest, as the plugin host makes it, and started. */
@@ -39,11 +40,7 @@ export function pythonThatBuilds(): string {
   if (wheelPython) return wheelPython;
   let found = ['python3', '/usr/bin/python3'].find(canBuildWheels);
   if (!found) {
-    execFileSync('apt-get', ['update', '-qq'], { stdio: 'ignore' });
-    execFileSync('apt-get', ['install', '-y', '-qq', 'python3-pip', 'python3-setuptools', 'python3-wheel'], {
-      stdio: 'ignore',
-      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
-    });
+    aptInstall('the Git registry Python tests', ['python3-pip', 'python3-setuptools', 'python3-wheel']);
     found = '/usr/bin/python3';
   }
   wheelPython = found;
