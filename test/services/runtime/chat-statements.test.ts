@@ -133,6 +133,15 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     expect(
       beforeToken.filter((sql) => /^update .ledger_holds. set .expires_at. = \?/.test(sql)),
     ).to.deep.equal([]);
+    // The append reads no session: its update checks the claim and answers the row it wrote.
+    const appendsSession = (sql: string) => /^update .chat_sessions. set .user_messages./.test(sql);
+    expect(all.filter(appendsSession)).to.have.length(1);
+    expect(all.filter(appendsSession)[0]).to.match(
+      /where .id. = \? and .answering_claim. = \? returning \*$/,
+    );
+    expect(
+      all.filter((sql) => /^select \* from .chat_sessions. where .id. = \? limit/.test(sql)),
+    ).to.deep.equal([]);
     // The answer and its events, stored in one transaction; on PostgreSQL one statement (no BEGIN).
     const stored = all.filter((sql) => /insert into .chat_answer_events./.test(sql));
     expect(stored).to.have.length(1);
