@@ -368,7 +368,8 @@ export class ConversationStore {
    * results), with its cost on the last of them, and frees the session of its claim, in one
    * transaction. Refused, with nothing stored, when the request no longer holds `claim` (it ran out
    * and another request took the session) or the session was deleted or stored this message id
-   * (not looked for when the id is `fresh`).
+   * (not looked for when the id is `fresh`). `alsoWrite` runs last in the same transaction (the
+   * answer's stored events, `AnswerLog.endWith`).
    */
   async append(
     session: StoredSession,
@@ -376,7 +377,7 @@ export class ConversationStore {
     claim: string,
     added: readonly LlmMessage[],
     cost: bigint,
-    { fresh }: { fresh: boolean },
+    { fresh, alsoWrite }: { fresh: boolean; alsoWrite?: (trx: Knex.Transaction) => Promise<void> },
   ): Promise<void> {
     const now = this.now();
     await this.deps.db.transaction(async (trx) => {
@@ -415,6 +416,7 @@ export class ConversationStore {
       }));
       for (let start = 0; start < rows.length; start += INSERT_CHUNK)
         await trx('chat_messages').insert(rows.slice(start, start + INSERT_CHUNK));
+      await alsoWrite?.(trx);
     });
   }
 
