@@ -164,6 +164,8 @@ export class AnswerEvents {
     answer: AnswerRef,
     chunk: EventChunk | undefined,
     options: { first: boolean; end: boolean },
+    /** A transaction of the caller's to write in (the answer's append, `AnswerLog.endWith`). */
+    within?: Knex.Transaction,
   ): Promise<void> {
     const answerRow = (db: Knex) =>
       db('chat_answers')
@@ -189,17 +191,19 @@ export class AnswerEvents {
         })
         .onConflict(['answer_id', 'first_seq'])
         .ignore();
-    const { db } = this.deps;
+    const db = within ?? this.deps.db;
     if (options.first && chunk) {
       // PostgreSQL: the answer and its first chunk in one statement (a data-modifying CTE; the chunk's
       // foreign key is checked at the statement's end), so no transaction of four statements.
       if (dialectOf(db) === 'postgres')
         await chunkRow(db.with('answer', answerRow(db)).into('chat_answer_events'), chunk);
-      else
-        await db.transaction(async (trx) => {
+      else {
+        const both = async (trx: Knex) => {
           await answerRow(trx);
           await chunkRow(trx('chat_answer_events'), chunk);
-        });
+        };
+        await (within ? both(within) : db.transaction(both));
+      }
     } else if (options.first) await answerRow(db);
     else if (chunk) await chunkRow(db('chat_answer_events'), chunk);
   }

@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import type { SseStream } from '../../../core/http/sse.ts';
 import type { Logger } from '../../../core/log.ts';
 import {
@@ -113,9 +114,7 @@ export class AnswerLog {
    * live client still gets every event.
    */
   async end(last?: { event: string; data: unknown }): Promise<void> {
-    this.ending = true;
-    clearTimeout(this.flushTimer);
-    clearTimeout(this.retryTimer);
+    this.stopWriting();
     const final = last && { seq: this.next++, event: last.event, json: JSON.stringify(last.data) };
     if (final) this.buffered.push(final);
     this.cut();
@@ -135,6 +134,55 @@ export class AnswerLog {
     this.wake();
     if (final) this.options.sse.sendJson([asSseEvent(final)]);
     this.options.sse.close();
+  }
+
+  /**
+   * The answer's end stored in a transaction of the caller's (its append, so one transaction stores
+   * both): `commit` runs it, calling `storeEvents` within it, which stores every event not yet
+   * stored and `last`, and marks the answer ended. Once `commit` resolves, `last` is sent and the live
+   * stream closes. When it throws (rethrown here), nothing of `last` was stored or sent: `end` follows.
+   */
+  async endWith(
+    last: readonly { event: string; data: unknown }[],
+    commit: (storeEvents: (trx: Knex.Transaction) => Promise<void>) => Promise<void>,
+  ): Promise<void> {
+    this.stopWriting();
+    // The write under way first: on SQLite the transaction holds the only connection.
+    await this.writing;
+    const finals = last.map(({ event, data }, i) => ({
+      seq: this.next + i,
+      event,
+      json: JSON.stringify(data),
+    }));
+    const events = [...this.buffered, ...finals];
+    const pending = [
+      ...this.chunks.flatMap(({ chunk }) => (chunk ? [chunk] : [])),
+      eventChunk(this.options.answer.id, events, this.options.cipher),
+    ];
+    await commit(async (trx) => {
+      for (const [i, chunk] of pending.entries())
+        await this.options.store.write(
+          this.options.answer,
+          chunk,
+          { first: !this.recorded && i === 0, end: i === pending.length - 1 },
+          trx,
+        );
+    });
+    this.next += finals.length;
+    this.recorded = true;
+    this.buffered = [];
+    this.chunks.length = 0;
+    this.unstored = 0;
+    this.wake();
+    this.options.sse.sendJson(finals.map(asSseEvent));
+    this.options.sse.close();
+  }
+
+  /** `end` and `endWith` write what is left themselves: the writes in the background stop. */
+  private stopWriting(): void {
+    this.ending = true;
+    clearTimeout(this.flushTimer);
+    clearTimeout(this.retryTimer);
   }
 
   /** Cuts what is buffered into a chunk and writes what waits, unless a write is under way. */

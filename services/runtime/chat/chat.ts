@@ -615,57 +615,64 @@ export class ChatService {
       await lease?.release(healthy && !signal.aborted);
       const cost = platformCost(chat.keyKind, base, billed);
       const charge = await this.settle(chat, cost);
-      const stored = await this.store(chat, completed ? messages : undefined, cost.platformCost);
-      if (stored !== true) log.send('error', stored);
-      if (completed && stored === true)
+      const costEvent = {
+        event: 'cost',
+        data: {
+          ...costView(cost),
+          estimate: chat.estimate.toString(),
+          charged: charge.charged,
+          ...(charge.uncharged ? { uncharged: charge.uncharged } : {}),
+          ...(charge.entryId ? { entryId: charge.entryId } : {}),
+          ...(charge.error ? { error: charge.error } : {}),
+        },
+      };
+      const done = {
+        event: 'done',
+        data: { messageId: chat.messageId, sessionId: session.id, finishReason: finish, steps, toolCalls },
+      };
+      // A completed answer's `cost` and `done` are stored with it (one transaction), then sent: once a
+      // client has `done`, a resume replays every event.
+      // An answer that did not complete frees its session and stores nothing (stored: undefined).
+      const stored = completed
+        ? await this.store(chat, messages, cost.platformCost, log, [costEvent, done])
+        : await this.sessions.finish(session, chat.messageId, chat.claim, undefined);
+      if (stored === true)
         this.options.onTurnCompleted?.({
           wallet: principal.address,
           agentId: session.agentId,
           sessionId: session.id,
         });
-      log.send('cost', {
-        ...costView(cost),
-        estimate: chat.estimate.toString(),
-        charged: charge.charged,
-        ...(charge.uncharged ? { uncharged: charge.uncharged } : {}),
-        ...(charge.entryId ? { entryId: charge.entryId } : {}),
-        ...(charge.error ? { error: charge.error } : {}),
-      });
-      // Stored with every event before it, then sent: once a client has it, a resume replays it all.
-      await log.end(
-        completed && stored === true
-          ? {
-              event: 'done',
-              data: {
-                messageId: chat.messageId,
-                sessionId: session.id,
-                finishReason: finish,
-                steps,
-                toolCalls,
-              },
-            }
-          : undefined,
-      );
+      else {
+        if (stored) log.send('error', stored);
+        log.send(costEvent.event, costEvent.data);
+        // Stored with every event before it: the stream's end, without `done`.
+        await log.end();
+      }
     }
   }
 
   /**
-   * Frees the session, storing what a completed request added to its conversation (from its user
-   * message on) with its cost. A store that fails is told as the `error` event in place of `done`:
+   * Frees the session, storing what the completed request added to its conversation (from its user
+   * message on) with its cost, and the answer's last events (`last`: its end) in the same
+   * transaction, then sends them. A store that fails is told as the `error` event in place of `done`:
    * the answer was charged but is not in the history, and a retry of the id is refused as charged.
    */
   private async store(
     chat: PreparedChat,
-    messages: LlmMessage[] | undefined,
+    messages: LlmMessage[],
     cost: bigint,
+    log: AnswerLog,
+    last: readonly { event: string; data: unknown }[],
   ): Promise<true | ReturnType<typeof errorEvent>> {
     const { session, messageId } = chat;
     try {
-      await this.sessions.finish(
-        session,
-        messageId,
-        chat.claim,
-        messages && { added: messages.slice(chat.history.length), cost, fresh: chat.fresh },
+      await log.endWith(last, (storeEvents) =>
+        this.sessions.finish(session, messageId, chat.claim, {
+          added: messages.slice(chat.history.length),
+          cost,
+          fresh: chat.fresh,
+          alsoWrite: storeEvents,
+        }),
       );
       return true;
     } catch (err) {

@@ -368,7 +368,8 @@ export class ConversationStore {
    * results), with its cost on the last of them, and frees the session of its claim, in one
    * transaction. Refused, with nothing stored, when the request no longer holds `claim` (it ran out
    * and another request took the session) or the session was deleted or stored this message id
-   * (not looked for when the id is `fresh`).
+   * (not looked for when the id is `fresh`). `alsoWrite` runs last in the same transaction (the
+   * answer's stored events, `AnswerLog.endWith`).
    */
   async append(
     session: StoredSession,
@@ -376,19 +377,34 @@ export class ConversationStore {
     claim: string,
     added: readonly LlmMessage[],
     cost: bigint,
-    { fresh }: { fresh: boolean },
+    { fresh, alsoWrite }: { fresh: boolean; alsoWrite?: (trx: Knex.Transaction) => Promise<void> },
   ): Promise<void> {
     const now = this.now();
     await this.deps.db.transaction(async (trx) => {
       const change = await takeChange(trx, session.wallet);
-      const row = (await trx('chat_sessions').where({ id: session.id }).first()) as SessionRow | undefined;
-      if (!row) throw sessionGone(session.id);
-      if (row.answering_claim !== claim) throw claimLost();
+      // The session is freed and numbered on only while the request holds its claim: the statement
+      // that checks the claim is the one that writes (its row as written answers the numbers taken).
+      const [row] = (await trx('chat_sessions')
+        .where({ id: session.id, answering_claim: claim })
+        .update(
+          {
+            user_messages: trx.raw('?? + 1', ['user_messages']),
+            last_seq: trx.raw('?? + ?', ['last_seq', added.length]),
+            last_used_at: now,
+            change_seq: change,
+            ...UNCLAIMED,
+          },
+          '*',
+        )) as SessionRow[];
+      if (!row) {
+        const exists = await trx('chat_sessions').where({ id: session.id }).first('id');
+        throw exists ? claimLost() : sessionGone(session.id);
+      }
       // A fresh id (the runtime's, made for this request) cannot be stored already: not looked for.
       const answer = fresh ? undefined : await this.answerOf(session.id, messageId, trx);
       if (answer) throw alreadyAnswered(session, messageId, answer);
       const cipher = this.cipherOf(sessionOf(row));
-      const first = Number(row.last_seq) + 1;
+      const first = Number(row.last_seq) - added.length + 1;
       const rows: MessageRow[] = added.map((message, index) => ({
         session_id: session.id,
         seq: first + index,
@@ -400,15 +416,7 @@ export class ConversationStore {
       }));
       for (let start = 0; start < rows.length; start += INSERT_CHUNK)
         await trx('chat_messages').insert(rows.slice(start, start + INSERT_CHUNK));
-      await trx('chat_sessions')
-        .where({ id: session.id })
-        .update({
-          user_messages: trx.raw('?? + 1', ['user_messages']),
-          last_seq: first + rows.length - 1,
-          last_used_at: now,
-          change_seq: change,
-          ...UNCLAIMED,
-        });
+      await alsoWrite?.(trx);
     });
   }
 

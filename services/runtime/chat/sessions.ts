@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import { type LlmMessage, SigilError } from '@sigil/plugin-api';
 import { Renewal } from '../../../core/db/renewal.ts';
 import {
@@ -236,7 +237,15 @@ export class ChatSessions {
     session: ChatSession,
     messageId: string,
     claim: SessionClaim,
-    completed: { added: readonly LlmMessage[]; cost: bigint; fresh: boolean } | undefined,
+    completed:
+      | {
+          added: readonly LlmMessage[];
+          cost: bigint;
+          fresh: boolean;
+          /** Written in the append's transaction (ConversationStore.append). */
+          alsoWrite?: (trx: Knex.Transaction) => Promise<void>;
+        }
+      | undefined,
   ): Promise<void> {
     if (!completed) return this.release(session, claim);
     claim.stop();

@@ -1,12 +1,15 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import { dialectOf } from '../../../core/db/database.ts';
 import { newWallet } from '../../core/auth/support.ts';
 import { setOnChain } from './ledger/support.ts';
 import { describeEachDatabase, stickyDatabase } from '../../support/kernel.ts';
 import { readSse, runtimeClient, storeAndUnlock, type SseEvent } from './chat-support.ts';
+import { recording } from './chat-in-process.ts';
 import { pluginsWithLocalProvider, Stack } from './support.ts';
 
 /**
@@ -19,6 +22,8 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
   let stack: Stack;
   let client: ReturnType<typeof runtimeClient>;
   let agentId: string;
+  /** The wallet's principal, as its session JWT makes it (the vault is unlocked in that session). */
+  let principal: AuthPrincipal;
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'sigil-chat-statements-'));
@@ -27,7 +32,18 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
       config: { vault: { persistenceDir: dir }, plugins: pluginsWithLocalProvider() },
     });
     const wallet = newWallet();
-    client = runtimeClient(stack.url('runtime'), await stack.signIn(wallet));
+    const jwt = await stack.signIn(wallet);
+    const claims = JSON.parse(Buffer.from(jwt.split('.')[1] as string, 'base64url').toString()) as {
+      jti: string;
+      exp: number;
+    };
+    principal = {
+      address: wallet.address,
+      method: 'jwt',
+      operator: false,
+      session: { id: claims.jti, expiresAt: new Date(claims.exp * 1000) },
+    };
+    client = runtimeClient(stack.url('runtime'), jwt);
     await setOnChain(stack.runtime.ledger.ledger, wallet.address, 1_000_000n);
     await storeAndUnlock(client, wallet, 'PROVIDER_API_KEY', 'sk-wallet-own-key');
     agentId = (await client.json('POST', '/agents', { name: 'a', model: 'sigil-echo' })).body.id as string;
@@ -133,8 +149,22 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     expect(
       beforeToken.filter((sql) => /^update .ledger_holds. set .expires_at. = \?/.test(sql)),
     ).to.deep.equal([]);
-    // The answer and its events, stored in one transaction; on PostgreSQL one statement (no BEGIN).
+    // The append reads no session: its update checks the claim and answers the row it wrote.
+    const appendsSession = (sql: string) => /^update .chat_sessions. set .user_messages./.test(sql);
+    expect(all.filter(appendsSession)).to.have.length(1);
+    expect(all.filter(appendsSession)[0]).to.match(
+      /where .id. = \? and .answering_claim. = \? returning \*$/,
+    );
+    expect(
+      all.filter((sql) => /^select \* from .chat_sessions. where .id. = \? limit/.test(sql)),
+    ).to.deep.equal([]);
+    // The answer's end (its last events), stored in the append's transaction: no BEGIN of its own.
     const stored = all.filter((sql) => /insert into .chat_answer_events./.test(sql));
+    const append = all.findIndex(appendsSession);
+    const appendEnd = all.indexOf('COMMIT;', append);
+    expect(all.slice(append, appendEnd).filter((sql) => /^BEGIN/.test(sql))).to.deep.equal([]);
+    expect(all.slice(append, appendEnd)).to.include(stored.at(-1));
+    // A short answer's events are that one write (on PostgreSQL one statement with the answer's row).
     expect(stored).to.have.length(1);
     const postgres = dialectOf(stack.kernel.db) === 'postgres';
     expect(/^with .answer. as \(insert into .chat_answers./.test(stored[0] ?? '')).to.equal(postgres);
@@ -143,6 +173,34 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
       await client.send('GET', `/agents/${agentId}/sessions/${sessionId}/messages/${messageId}/events`),
     );
     expect(replayed).to.deep.equal(events);
+  });
+
+  it('an answer whose append is refused stores none of its end: its stream ends with error and cost, no done, and a resume replays just that', async () => {
+    const sessionId = await open();
+    const { chat } = stack.runtime;
+    const prepared = await chat.prepare(principal, agentId, sessionId, { content: 'hello there' });
+    // Another request took the session and this one no longer renews its claim: its append is refused.
+    prepared.claim.stop();
+    await stack.kernel.db('chat_sessions').where({ id: sessionId }).update({ answering_claim: randomUUID() });
+    const events: SseEvent[] = [];
+    await chat.run(principal, prepared, recording(events));
+    const names = events.map((event) => event.event);
+    expect(names.slice(-2)).to.deep.equal(['error', 'cost']);
+    expect(names).to.not.include('done');
+    expect(events.at(-2)?.data).to.deep.include({
+      code: 'unavailable',
+      details: { reason: 'session_claim_lost' },
+    });
+    expect(events.at(-1)?.data.charged).to.equal(events.at(-1)?.data.platformCost);
+    const replayed = await readSse(
+      await client.send(
+        'GET',
+        `/agents/${agentId}/sessions/${sessionId}/messages/${prepared.messageId}/events`,
+      ),
+    );
+    expect(replayed).to.deep.equal(events);
+    const page = await client.json('GET', `/agents/${agentId}/sessions/${sessionId}/messages`);
+    expect(page.body.messages).to.deep.equal([]);
   });
 
   it('the claim of a message records the session’s use; a session without messages is not read for its history, one with them is', async () => {
