@@ -164,8 +164,8 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     const appendEnd = all.indexOf('COMMIT;', append);
     expect(all.slice(append, appendEnd).filter((sql) => /^BEGIN/.test(sql))).to.deep.equal([]);
     expect(all.slice(append, appendEnd)).to.include(stored.at(-1));
-    // A short answer's events are that one write (on PostgreSQL one statement with the answer's row).
-    expect(stored).to.have.length(1);
+    // The first write of its events is, on PostgreSQL, one statement with the answer's row. (How many
+    // writes there are depends on the turn's length: the log also writes every 50 ms.)
     const postgres = dialectOf(stack.kernel.db) === 'postgres';
     expect(/^with .answer. as \(insert into .chat_answers./.test(stored[0] ?? '')).to.equal(postgres);
     const messageId = events.at(-1)?.data.messageId as string;
