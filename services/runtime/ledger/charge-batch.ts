@@ -18,6 +18,8 @@ import { utcDay } from './windows.ts';
 /** The most charges one transaction decides and writes (PostgreSQL binds at most 65,535 values). */
 const MAX_BATCH = 500;
 
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 interface Pending {
   input: ChargeInput;
   resolve: (charge: Charge) => void;
@@ -27,9 +29,13 @@ interface Pending {
 type Outcome = { charge: Charge } | { refusal: unknown };
 
 /**
- * Group commit of charges. A charge arriving while no batch runs starts one at once (a lone charge
- * waits for nothing); the charges that arrive while a batch runs wait for it and go together in the
- * next. A batch is one transaction of a fixed number of statements however many charges it holds:
+ * Group commit of charges. A charge arriving while no batch runs starts one a turn of the event loop
+ * later (a lone charge waits for nothing else), which takes every charge queued by then; the charges
+ * that arrive while a batch runs wait for it, and the next batch starts a turn after it ends, so it
+ * takes them together with those the answers caused (a caller charging again at once). Starting the
+ * next batch at once split the callers into two alternating groups, twice the transactions for the
+ * same charges (bench: ledger, 50 in flight went 1 + 49 a round; now 50 in one batch). A batch is one
+ * transaction of a fixed number of statements however many charges it holds:
  * lock the batch's wallets in address order (so two batches, or a batch and a single wallet
  * transaction, never wait on each other in a cycle), read every agent's budgets and every key's
  * earlier charge in one query each, decide the charges in memory in arrival order (exactly the
@@ -47,24 +53,25 @@ type Outcome = { charge: Charge } | { refusal: unknown };
  */
 export class ChargeBatcher {
   private queue: Pending[] = [];
-  private running = false;
+  private draining = false;
 
   constructor(private readonly ledger: Ledger) {}
 
   charge(input: ChargeInput): Promise<Charge> {
     return new Promise((resolve, reject) => {
       this.queue.push({ input, resolve, reject });
-      if (!this.running) void this.drain();
+      if (!this.draining) void this.drain();
     });
   }
 
   private async drain(): Promise<void> {
-    this.running = true;
+    this.draining = true;
+    await nextTurn();
     while (this.queue.length > 0) {
-      const batch = this.queue.splice(0, MAX_BATCH);
-      await this.run(batch);
+      await this.run(this.queue.splice(0, MAX_BATCH));
+      await nextTurn();
     }
-    this.running = false;
+    this.draining = false;
   }
 
   private async run(batch: Pending[]): Promise<void> {
