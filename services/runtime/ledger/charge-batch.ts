@@ -170,17 +170,23 @@ async function chargedBefore(
   const wallets = inputs.map((input) => input.wallet);
   const keys = inputs.map((input) => CHARGE_KEY_PREFIX + input.idempotencyKey);
   const query = trx('ledger_entries').select(...entryColumns(trx));
-  // PostgreSQL plans a list of row values as one index scan each, OR-ed, and plans it again for
-  // every batch size; a join against the unnested arrays is one plan of index lookups.
-  const rows = (await (postgres
-    ? query.joinRaw(
-        'join unnest(?::text[], ?::text[]) as batch(batch_wallet, batch_key) on wallet = batch_wallet and idempotency_key = batch_key',
-        [wallets, keys],
-      )
-    : query.whereIn(
-        ['wallet', 'idempotency_key'],
-        wallets.map((wallet, i) => [wallet, keys[i] as string]),
-      ))) as EntryRow[];
+  let rows: EntryRow[];
+  if (postgres) {
+    // One index lookup a key, whatever the planner's statistics say (a join against the unnested
+    // arrays was planned as a scan of every entry in a table it misjudged, as a fresh one), with the
+    // same text for every batch size. `limit 1` (a key is unique per wallet) keeps it a subquery.
+    const lookup = query.whereRaw('wallet = batch_wallet and idempotency_key = batch_key').limit(1);
+    const result = (await trx.raw(
+      'select e.* from unnest(?::text[], ?::text[]) as batch(batch_wallet, batch_key) cross join lateral (?) as e',
+      [wallets, keys, lookup],
+    )) as { rows: EntryRow[] };
+    rows = result.rows;
+  } else {
+    rows = (await query.whereIn(
+      ['wallet', 'idempotency_key'],
+      wallets.map((wallet, i) => [wallet, keys[i] as string]),
+    )) as EntryRow[];
+  }
   return new Map(rows.map((row) => entryOf(row)).map((entry) => [walletKey(entry), entry]));
 }
 
