@@ -108,11 +108,7 @@ export class Ledger {
     const columns = WALLET_MONEY.map((column) => asText(trx, column));
     let rows: WalletRow[];
     if (this.postgres) {
-      rows = (await trx('ledger_wallets')
-        .whereIn('wallet', wallets)
-        .orderBy('wallet')
-        .select('wallet', ...columns)
-        .forUpdate()) as WalletRow[];
+      rows = (await this.lockQuery(trx, wallets)) as WalletRow[];
     } else {
       const returning = trx.raw(['wallet', ...columns.map(() => '?')].join(', '), columns);
       rows = (await trx.raw(
@@ -121,6 +117,15 @@ export class Ledger {
       )) as WalletRow[];
     }
     return new Map(rows.map((row) => [row.wallet, balanceOf(row.wallet, row)]));
+  }
+
+  /** PostgreSQL's statement of `lockWallets`: the rows of `wallets` (WalletRow), locked in address order. */
+  lockQuery(trx: Knex.Transaction, wallets: readonly string[]): Knex.QueryBuilder {
+    return trx('ledger_wallets')
+      .whereIn('wallet', wallets)
+      .orderBy('wallet')
+      .select('wallet', ...WALLET_MONEY.map((column) => asText(trx, column)))
+      .forUpdate();
   }
 
   /**
