@@ -12,7 +12,8 @@ import { startSigil } from '../support/cli.ts';
  * runtime`), npm's installer libraries when a package is first resolved or installed, jose at the
  * first token signed or verified, viem at the first address checksummed or signature checked
  * (core/chain/viem.ts), so a resolve hook recording every module the process loads must not see them
- * by the time the gateway has answered an anonymous request.
+ * by the time the gateway has answered an anonymous request; nor prom-client by the time it listens
+ * (imported at the first request counted).
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -23,7 +24,7 @@ describe('sigil gateway start-up', function () {
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('serves without loading the runtime, the dev chain, npm’s installer libraries, jose or viem', async () => {
+  it('serves without loading the runtime, the dev chain, npm’s installer libraries, jose or viem, and listens before loading prom-client', async () => {
     const file = join(dir, 'loaded');
     const running = await startSigil(['gateway'], /gateway\s+http:\/\/\S+\n/, {
       nodeArgs: ['--import', pathToFileURL(RECORD_LOADS).href],
@@ -36,6 +37,7 @@ describe('sigil gateway start-up', function () {
         SIGIL_LOADED_FILE: file,
       },
     });
+    const loadedBeforeListening = readFileSync(file, 'utf8');
     try {
       const url = /gateway\s+(http:\/\/\S+)\n/.exec(running.output())?.[1] as string;
       const listed = await fetch(`${url}/mcp`, {
@@ -44,6 +46,9 @@ describe('sigil gateway start-up', function () {
         body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
       });
       expect(listed.status).to.equal(200);
+      // Counted, though it finished before prom-client was loaded.
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      expect(metrics).to.match(/http_requests_total\{method="POST",[^}]*status="200"[^}]*\} 1\n/);
     } finally {
       running.child.kill('SIGTERM');
       expect(await running.exited).to.equal(0);
@@ -66,5 +71,6 @@ describe('sigil gateway start-up', function () {
       /\/node_modules\/jose\//,
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
+    expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
   });
 });
