@@ -72,7 +72,7 @@ export async function runServices(
   // Behind a balancer, what a client types is the public URL, not this replica's own address.
   if (serving.urls.gateway)
     process.stdout.write(
-      paymentsBannerOf(
+      await paymentsBannerOf(
         kernel,
         kernel.config.gateway.publicUrl === undefined
           ? serving.urls.gateway
@@ -121,7 +121,7 @@ function paymentsBannerOf(
   kernel: Awaited<ReturnType<typeof openKernel>>,
   gatewayUrl: string,
   devChain: boolean,
-): string {
+): Promise<string> {
   const names = kernel.plugins
     .list()
     .filter((plugin) => plugin.kind === 'payment-rail')

@@ -1,5 +1,5 @@
-import { formatUnits } from 'viem/utils';
 import type { PaymentTerms } from '@sigil/plugin-api';
+import { viemUtils } from '../core/chain/viem.ts';
 import { PAY_OVER_MCP, PAY_OVER_REST, RUN_FREE, payCommand } from '../devchain/quick-start.ts';
 
 export interface PaymentsBannerOptions {
@@ -17,13 +17,14 @@ export interface PaymentsBannerOptions {
  * calls are free; on the dev chain, the one-liners that pay and the one that turns payments off; and
  * the MCP inspector's command for a first look (its CLI needs `--transport http` for this URL).
  */
-export function paymentsBanner(options: PaymentsBannerOptions): string {
+export async function paymentsBanner(options: PaymentsBannerOptions): Promise<string> {
   const { gatewayUrl, rail, devChain } = options;
   const lines: string[] = [];
   if (rail === undefined) {
     lines.push('payments none: tool calls are free (no payment rail)');
   } else {
     const { pricePerCall, asset, network } = rail.terms;
+    const { formatUnits } = await viemUtils();
     const price = `${formatUnits(pricePerCall, asset.decimals)} ${asset.name} (${pricePerCall} base units)`;
     const where = devChain ? 'the local dev chain below' : network;
     lines.push(`payments ${rail.names.join(', ')}: a tool call costs ${price}, paid with x402 on ${where}`);

@@ -1,5 +1,5 @@
 import type { Address, Hex, SignableMessage } from 'viem';
-import { verifyMessage } from 'viem/utils';
+import { viemUtils } from '../chain/viem.ts';
 
 /**
  * EIP-191 signatures of externally owned accounts, checked offline: no RPC, so smart-contract wallets
@@ -11,6 +11,7 @@ export async function signatureMatches(
   signature: Hex,
 ): Promise<boolean> {
   try {
+    const { verifyMessage } = await viemUtils();
     return await verifyMessage({ address, message, signature });
   } catch {
     return false;

@@ -8,7 +8,7 @@ import {
   type VerifyFailReason,
 } from '@slicekit/erc8128';
 import type { Address } from 'viem';
-import { getAddress } from 'viem/utils';
+import { viemUtils } from '../chain/viem.ts';
 import { unixSeconds, type Clock } from '../clock.ts';
 import type { Database } from '../db/database.ts';
 import type { IncomingRequest } from '../http/incoming.ts';
@@ -131,6 +131,7 @@ export class RequestSignatures {
         `ERC-8128 signature rejected: chain ${result.chainId} is not accepted (expected ${this.settings.chainId})`,
       );
     }
+    const { getAddress } = await viemUtils();
     return { signer: getAddress(result.address), covers: new Set(result.components) };
   }
 

@@ -35,6 +35,8 @@ export interface WalletAuth {
   resourceMetadata?: Router;
   /** The trust of the runtime whose delegated JWTs this service accepts, when it accepts them. */
   runtimeTrust?: () => Promise<RuntimeTrust>;
+  /** Refuses (config_invalid) a public URL that sign-in messages cannot carry: the service's start awaits it. */
+  assertPublicUrlFits(): Promise<void>;
 }
 
 /** The delegated JWTs a service accepts: whose, where their keys and attestation are read, how trusted. */
@@ -80,6 +82,7 @@ export function createWalletAuth(
     laneStep: authenticateLane(parts),
     router: authRouter(parts),
     challenge: bearerChallenge(settings, protectedResource !== undefined),
+    assertPublicUrlFits: () => parts.siwe.assertPublicUrlFits(),
     ...(protectedResource
       ? { resourceMetadata: protectedResourceRouter(settings, protectedResource.authorizationServer) }
       : {}),

@@ -94,10 +94,10 @@ async function identify(request: IncomingRequest, auth: Authenticators): Promise
   // A signature, when present, decides alone: a bearer token cannot rescue a bad one.
   if (hasRequestSignature(request)) {
     const signed = await auth.signatures.verify(request);
-    return onBehalfOf(request, auth.settings, signed) ?? principal(auth, signed.signer, 'erc8128');
+    return (await onBehalfOf(request, auth.settings, signed)) ?? principal(auth, signed.signer, 'erc8128');
   }
   // A wallet named without a signature is refused, whatever the bearer token.
-  onBehalfOf(request, auth.settings, undefined);
+  await onBehalfOf(request, auth.settings, undefined);
   const header = request.header('authorization');
   if (header === '') return undefined;
   const token = BEARER.exec(header)?.[1];

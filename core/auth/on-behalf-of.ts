@@ -1,5 +1,5 @@
-import { getAddress, isAddress } from 'viem/utils';
 import { SigilError } from '@sigil/plugin-api';
+import { viemUtils } from '../chain/viem.ts';
 import type { IncomingRequest } from '../http/incoming.ts';
 import type { SignedRequest } from './erc8128.ts';
 import type { AuthPrincipal } from './principal.ts';
@@ -22,11 +22,11 @@ const refused = (message: string, reason: string): SigilError =>
  * accepts it, the request is signed by an operator wallet, and the signature covers the header, so an
  * ordinary wallet can never act for another and the header cannot be added to a signed request.
  */
-export function onBehalfOf(
+export async function onBehalfOf(
   request: IncomingRequest,
   settings: AuthSettings,
   signed: SignedRequest | undefined,
-): AuthPrincipal | undefined {
+): Promise<AuthPrincipal | undefined> {
   const named = request.header(ON_BEHALF_OF_HEADER);
   if (named === '') return undefined;
   if (!settings.actingForWallets)
@@ -37,6 +37,7 @@ export function onBehalfOf(
     throw refused(`${signed.signer} is not an operator wallet: it cannot act for another`, 'not_an_operator');
   if (!signed.covers.has(ON_BEHALF_OF_HEADER))
     throw refused(`The signature does not cover ${ON_BEHALF_OF_HEADER}`, 'on_behalf_of_not_signed');
+  const { getAddress, isAddress } = await viemUtils();
   if (!isAddress(named, { strict: false }))
     throw new SigilError('invalid_request', `${ON_BEHALF_OF_HEADER} must be a 0x-prefixed 20-byte address`);
   // The operator speaks for the wallet, as a delegated JWT does: no operator rights come with it.

@@ -1,6 +1,5 @@
 import Router from '@koa/router';
 import type { Context } from 'koa';
-import { getAddress } from 'viem/utils';
 import { z } from 'zod';
 import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../http/validate.ts';
@@ -9,10 +8,8 @@ import { requireAuth, type AuthPrincipal } from './principal.ts';
 import type { SiweChallenges } from './siwe.ts';
 import { WALLET_TOKEN_PREFIX, type WalletTokens } from './wallet-tokens.ts';
 
-const address = z
-  .string()
-  .regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address')
-  .transform((value) => getAddress(value));
+// Checksummed by the challenge it is put in (viem is imported then, not at start-up).
+const address = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'must be a 0x-prefixed 20-byte hex address');
 
 export const challengeQuery = z.object({ address });
 

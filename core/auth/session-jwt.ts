@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { JWTHeaderParameters } from 'jose';
 import type { Address } from 'viem';
-import { getAddress, isAddress } from 'viem/utils';
+import { viemUtils } from '../chain/viem.ts';
 import { unixSeconds, type Clock } from '../clock.ts';
 import { refuseFutureIssuedAt } from './issued-at.ts';
 import { jose } from './jose.ts';
@@ -103,6 +103,7 @@ export class SessionJwts {
       if (err instanceof joseErrors.JOSEError) throw unauthorized(`Session token rejected: ${err.message}`);
       throw err;
     }
+    const { getAddress, isAddress } = await viemUtils();
     if (subject === undefined || !isAddress(subject)) {
       throw unauthorized('Session token rejected: "sub" is not a wallet address');
     }

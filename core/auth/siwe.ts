@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { isIPv4 } from 'node:net';
 import type { Address, Hex } from 'viem';
-import { getAddress } from 'viem/utils';
-import { createSiweMessage, parseSiweMessage, SiweInvalidMessageFieldError } from 'viem/siwe';
+import { viemSiwe, viemUtils } from '../chain/viem.ts';
 import type { Clock } from '../clock.ts';
 import { hkdfSha256, hmacSha256, sameMac } from '../crypto.ts';
 import type { Database } from '../db/database.ts';
@@ -61,12 +61,11 @@ export class SiweChallenges {
     private readonly clock: Clock,
     private readonly settings: AuthSettings,
     private readonly keys: SigningKeyStore,
-  ) {
-    this.assertPublicUrlFits();
-  }
+  ) {}
 
-  /** A challenge for `address`; nothing is recorded until it is verified. */
-  async issue(address: Address): Promise<Challenge> {
+  /** A challenge for `address` (any case: it is checksummed); nothing is recorded until it is verified. */
+  async issue(wallet: string): Promise<Challenge> {
+    const address = (await viemUtils()).getAddress(wallet);
     const now = this.clock.now();
     const expiresAt = new Date(now.getTime() + this.settings.challengeTtlSeconds * 1000);
     const random = randomBytes(RANDOM_BYTES).toString('hex');
@@ -74,7 +73,7 @@ export class SiweChallenges {
     const nonce = `${random}${expiry}${await this.mac(random, expiry)}`;
     return {
       nonce,
-      message: this.message(address, nonce, now, expiresAt),
+      message: await this.message(address, nonce, now, expiresAt),
       domain: this.settings.domain,
       uri: this.settings.baseUrl,
       chainId: this.settings.chainId,
@@ -88,7 +87,7 @@ export class SiweChallenges {
    * nonce. The signature is checked before the nonce is touched, so a forged attempt cannot burn it.
    */
   async verify(message: string, signature: Hex): Promise<Address> {
-    const fields = parseSiweMessage(message);
+    const fields = (await viemSiwe()).parseSiweMessage(message);
     const { domain, uri, version, chainId, nonce, issuedAt } = fields;
     if (
       fields.address === undefined ||
@@ -121,7 +120,7 @@ export class SiweChallenges {
     const now = this.clock.now().getTime();
     const expiresAt = await this.expiryOf(nonce);
     if (expiresAt <= now) throw unauthorized('SIWE challenge has expired');
-    const address = getAddress(fields.address);
+    const address = (await viemUtils()).getAddress(fields.address);
     if (!(await signatureMatches(address, message, signature))) {
       throw unauthorized(`Signature was not made by ${address} over this message`);
     }
@@ -194,7 +193,13 @@ export class SiweChallenges {
     }
   }
 
-  private message(address: Address, nonce: string, issuedAt: Date, expirationTime: Date): string {
+  private async message(
+    address: Address,
+    nonce: string,
+    issuedAt: Date,
+    expirationTime: Date,
+  ): Promise<string> {
+    const { createSiweMessage } = await viemSiwe();
     return createSiweMessage({
       address,
       chainId: this.settings.chainId,
@@ -209,11 +214,17 @@ export class SiweChallenges {
     });
   }
 
-  /** A public URL that EIP-4361 cannot express (e.g. a single-label host) fails at start-up, not per request. */
-  private assertPublicUrlFits(): void {
+  /**
+   * A public URL that EIP-4361 cannot express (e.g. a single-label host) fails at start-up, not per
+   * request: the service's start awaits this. The bind address on localhost or an IPv4 address, a
+   * local service's, always fits, and is not checked: viem is then not imported before serving.
+   */
+  async assertPublicUrlFits(): Promise<void> {
+    if (!this.settings.publicUrlConfigured && isLocalBindAddress(this.settings.baseUrl)) return;
+    const { SiweInvalidMessageFieldError } = await viemSiwe();
     const now = this.clock.now();
     try {
-      this.message(PROBE_ADDRESS, 'startupprobe', now, now);
+      await this.message(PROBE_ADDRESS, 'startupprobe', now, now);
     } catch (cause) {
       if (!(cause instanceof SiweInvalidMessageFieldError)) throw cause;
       throw new SigilError(
@@ -225,4 +236,10 @@ export class SiweChallenges {
       );
     }
   }
+}
+
+/** Whether `baseUrl` is http(s) on localhost or an IPv4 address: hosts EIP-4361 accepts in any message. */
+function isLocalBindAddress(baseUrl: string): boolean {
+  const { protocol, hostname } = new URL(baseUrl);
+  return /^https?:$/.test(protocol) && (hostname === 'localhost' || isIPv4(hostname));
 }

@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Address } from 'viem';
-import { getAddress } from 'viem/utils';
 import { TtlCache } from '@sigil/plugin-api/cache';
+import { viemUtils } from '../chain/viem.ts';
 import type { Clock } from '../clock.ts';
 import { sha256Hex } from '../crypto.ts';
 import type { Database } from '../db/database.ts';
@@ -109,6 +109,7 @@ export class WalletTokens {
       const row = await this.db<WalletTokenRow>('wallet_tokens').where({ token_hash: tokenHash }).first();
       if (!row) throw unauthorized('Unknown wallet token');
       if (row.revoked_at !== null) throw unauthorized('Wallet token has been revoked');
+      const { getAddress } = await viemUtils();
       return {
         wallet: getAddress(row.wallet),
         lastUsedAt: row.last_used_at === null ? null : Number(row.last_used_at),

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Address, Hex } from 'viem';
-import { getAddress } from 'viem/utils';
 import type { RailChainIdentity } from '@sigil/plugin-api';
+import { viemUtils } from './viem.ts';
 
 /**
  * Which chain a part of Sigil reads: the chain id alone does not tell a dev chain started afresh (same
@@ -16,11 +16,10 @@ export interface ChainIdentity {
 }
 
 /** An identity as read (`readChainIdentity` of the plugin API) or told by a rail, its address checksummed. */
-export const chainIdentityOf = (told: RailChainIdentity): ChainIdentity => ({
-  chainId: told.chainId,
-  genesisHash: told.genesisHash as Hex,
-  contract: getAddress(told.contract),
-});
+export async function chainIdentityOf(told: RailChainIdentity): Promise<ChainIdentity> {
+  const { getAddress } = await viemUtils();
+  return { chainId: told.chainId, genesisHash: told.genesisHash as Hex, contract: getAddress(told.contract) };
+}
 
 export function sameChain(a: ChainIdentity, b: ChainIdentity): boolean {
   return (
@@ -45,13 +44,13 @@ interface IdentityRow {
 export async function recordedChain(db: Knex, name: string): Promise<ChainIdentity | undefined> {
   const row = (await db('chain_identities').where({ name }).first('chain_id', 'genesis_hash', 'contract')) as
     IdentityRow | undefined;
-  return row
-    ? {
-        chainId: Number(row.chain_id),
-        genesisHash: row.genesis_hash as Hex,
-        contract: getAddress(row.contract),
-      }
-    : undefined;
+  if (!row) return undefined;
+  const { getAddress } = await viemUtils();
+  return {
+    chainId: Number(row.chain_id),
+    genesisHash: row.genesis_hash as Hex,
+    contract: getAddress(row.contract),
+  };
 }
 
 /** Records `identity` as the chain `name` reads (replacing the one before). */

@@ -51,6 +51,7 @@ export function createGatewayApp(kernel: Kernel, options: GatewayAppOptions = {}
     ...http,
     catalog: tools.catalog,
     start: async () => {
+      await auth.assertPublicUrlFits();
       await tools.start();
       if (kernel.config.gateway.warmupAtStart) warmup = tools.warmup.run('start-up');
     },

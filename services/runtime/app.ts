@@ -224,6 +224,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     reflect,
     memory: composed.memory,
     start: async () => {
+      await auth.assertPublicUrlFits();
       await vault.ready();
       await ledger.start();
       await chat.warnOfSharedModels();

@@ -10,8 +10,10 @@ import { startSigil } from '../support/cli.ts';
  * What `sigil gateway` loads before it serves (issue 30, start-up): only what a request needs. The
  * runtime service and the dev chain are imported by the commands that use them (`sigil up`, `sigil
  * runtime`), npm's installer libraries when a package is first resolved or installed, jose at the
- * first token signed or verified, and of viem only its utilities, so a resolve hook recording every module the process loads must not see the
- * others by the time the gateway has answered a request.
+ * first token signed or verified, viem at the first address checksummed or signature checked
+ * (core/chain/viem.ts), so a resolve hook recording every module the process loads must not see them
+ * by the time the gateway has answered an anonymous request; nor prom-client by the time it listens
+ * (imported at the first request counted).
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -22,7 +24,7 @@ describe('sigil gateway start-up', function () {
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('serves without loading the runtime, the dev chain, npm’s installer libraries or all of viem', async () => {
+  it('serves without loading the runtime, the dev chain, npm’s installer libraries, jose or viem, and listens before loading prom-client', async () => {
     const file = join(dir, 'loaded');
     const running = await startSigil(['gateway'], /gateway\s+http:\/\/\S+\n/, {
       nodeArgs: ['--import', pathToFileURL(RECORD_LOADS).href],
@@ -35,6 +37,7 @@ describe('sigil gateway start-up', function () {
         SIGIL_LOADED_FILE: file,
       },
     });
+    const loadedBeforeListening = readFileSync(file, 'utf8');
     try {
       const url = /gateway\s+(http:\/\/\S+)\n/.exec(running.output())?.[1] as string;
       const listed = await fetch(`${url}/mcp`, {
@@ -43,6 +46,9 @@ describe('sigil gateway start-up', function () {
         body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
       });
       expect(listed.status).to.equal(200);
+      // Counted, though it finished before prom-client was loaded.
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      expect(metrics).to.match(/http_requests_total\{method="POST",[^}]*status="200"[^}]*\} 1\n/);
     } finally {
       running.child.kill('SIGTERM');
       expect(await running.exited).to.equal(0);
@@ -56,8 +62,8 @@ describe('sigil gateway start-up', function () {
       /\/devchain\/(?!config\.ts$|quick-start\.ts$)/, // the config's schema and the banner's text are not the chain
       /\/node_modules\/@npmcli\/arborist\//,
       /\/node_modules\/pacote\//,
-      /\/node_modules\/viem\/_esm\/index\.js$/, // viem's whole entry; the auth takes viem/utils
-      /\/node_modules\/viem\/_esm\/accounts\/index\.js$/, // and its accounts (BIP-39 word lists)
+      // Imported at the first address checksummed or signature checked (core/chain/viem.ts).
+      /\/node_modules\/viem\//,
       // Required when first used: a pretty log, a request reaching Koa (tools/call takes the lane).
       /\/node_modules\/pino-pretty\//,
       /\/node_modules\/@koa\/bodyparser\//,
@@ -65,5 +71,6 @@ describe('sigil gateway start-up', function () {
       /\/node_modules\/jose\//,
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
+    expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
   });
 });

@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import type * as Jose from 'jose';
 import type { JWTVerifyGetKey } from 'jose';
 import type { Address } from 'viem';
-import { getAddress, isAddress } from 'viem/utils';
 import { z } from 'zod';
 import { SigilError } from '@sigil/plugin-api';
+import { viemUtils } from '../../chain/viem.ts';
 import type { Clock } from '../../clock.ts';
 import type { Logger } from '../../log.ts';
 import { refuseFutureIssuedAt } from '../issued-at.ts';
@@ -105,6 +105,7 @@ export class DelegationVerifier {
         throw refused(joseErrors, again);
       }
     }
+    const { getAddress, isAddress } = await viemUtils();
     if (subject === undefined || !isAddress(subject)) {
       throw unauthorized('Delegated token rejected: "sub" is not a wallet address');
     }

@@ -35,7 +35,7 @@ export async function fencePaymentsOfReplacedChain(deps: {
 }): Promise<'same' | 'first' | 'replaced' | 'unknown'> {
   const { rail, db, clock, logger } = deps;
   if (!rail.chainIdentity) return 'unknown';
-  const current = chainIdentityOf(await rail.chainIdentity());
+  const current = await chainIdentityOf(await rail.chainIdentity());
   const compared = await compareWithRecorded(db, IDENTITY, current);
   const { recorded } = compared;
   let { verdict } = compared;

@@ -48,7 +48,7 @@ export async function fenceReplacedChain(deps: {
   logger: Logger;
 }): Promise<ChainFenceOutcome> {
   const { db, ledger, chain, logger } = deps;
-  const current = chainIdentityOf(await readChainIdentity(chain.publicClient, chain.token));
+  const current = await chainIdentityOf(await readChainIdentity(chain.publicClient, chain.token));
   const compared = await compareWithRecorded(db, IDENTITY, current);
   const { recorded } = compared;
   let { verdict } = compared;
