@@ -1,5 +1,6 @@
 import type { Context, Next } from 'koa';
 import type * as PromClient from 'prom-client';
+import { importedOnce } from '../imported-once.ts';
 import { promClient } from './prom-client.ts';
 
 /** A request counted before prom-client was loaded: recorded into the registry once it is. */
@@ -17,7 +18,6 @@ interface Observation {
  */
 export class HttpMetrics {
   private instruments: Instruments | undefined;
-  private loading: Promise<Instruments> | undefined;
   private waiting: Observation[] = [];
 
   constructor(private readonly service: string) {}
@@ -56,21 +56,12 @@ export class HttpMetrics {
   }
 
   /** The registry and its instruments, made once prom-client is loaded, with the waiting requests in. */
-  private loaded(): Promise<Instruments> {
-    this.loading ??= promClient().then(
-      (client) => {
-        const instruments = new Instruments(client, this.service);
-        for (const observation of this.waiting) instruments.record(observation);
-        this.waiting = [];
-        return (this.instruments = instruments);
-      },
-      (err: unknown) => {
-        this.loading = undefined;
-        throw err;
-      },
-    );
-    return this.loading;
-  }
+  private readonly loaded = importedOnce(async () => {
+    const instruments = new Instruments(await promClient(), this.service);
+    for (const observation of this.waiting) instruments.record(observation);
+    this.waiting = [];
+    return (this.instruments = instruments);
+  });
 }
 
 class Instruments {
