@@ -1,5 +1,6 @@
-// Mocha's spec output, then the ten slowest test files (where CI's time goes), closed by the one line
-// CI reads: "N passed, N failed[, N skipped]". A file's time is the sum of its tests' and hooks'
+// Mocha's spec output, then the ten slowest test files (where CI's time goes), a "FAILED file: title:
+// message" line per failure (which .ci/run repeats at its end, where a truncated log still shows them),
+// closed by the one line CI reads: "N passed, N failed[, N skipped]". A file's time is the sum of its tests' and hooks'
 // durations: in parallel mode the events of a file arrive together after it ran, so a clock read
 // here would measure nothing.
 const Mocha = require('mocha');
@@ -12,6 +13,7 @@ class SpecWithTotals extends Mocha.reporters.Spec {
   constructor(runner, options) {
     super(runner, options);
     const secondsByFile = new Map();
+    const failed = [];
     const add = (runnable) => {
       if (!runnable.file || typeof runnable.duration !== 'number') return;
       const file = path.relative(process.cwd(), runnable.file);
@@ -20,8 +22,11 @@ class SpecWithTotals extends Mocha.reporters.Spec {
     runner.on(EVENT_TEST_END, add);
     runner.on(EVENT_HOOK_END, add);
     // A failed hook ends with a failure, not a hook end.
-    runner.on(EVENT_TEST_FAIL, (runnable) => {
+    runner.on(EVENT_TEST_FAIL, (runnable, err) => {
       if (runnable.type === 'hook') add(runnable);
+      const file = runnable.file ? path.relative(process.cwd(), runnable.file) : '?';
+      const message = String(err?.message ?? err).split('\n')[0].slice(0, 300);
+      failed.push(`FAILED ${file}: ${runnable.fullTitle()}: ${message}`);
     });
     runner.once(EVENT_RUN_END, () => {
       const slowest = [...secondsByFile].sort((a, b) => b[1] - a[1]).slice(0, SLOWEST_SHOWN);
@@ -30,6 +35,7 @@ class SpecWithTotals extends Mocha.reporters.Spec {
         for (const [file, seconds] of slowest)
           process.stdout.write(`  ${seconds.toFixed(1).padStart(7)} s  ${file}\n`);
       }
+      if (failed.length > 0) process.stdout.write(`\n${failed.join('\n')}\n`);
       const { passes, failures, pending } = this.stats;
       const skipped = pending > 0 ? `, ${pending} skipped` : '';
       process.stdout.write(`\n${passes} passed, ${failures} failed${skipped}\n`);
