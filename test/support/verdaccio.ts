@@ -8,6 +8,7 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  renameSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
@@ -17,7 +18,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Arborist from '@npmcli/arborist';
 import pacote, { type NpmFlatOptions } from 'pacote';
-import { processTempDir } from './paths.ts';
+import { processTempDir, repoPath } from './paths.ts';
 
 /**
  * A real npm registry for tests: verdaccio in a child process on 127.0.0.1 and a random port, with its
@@ -186,14 +187,14 @@ async function stopChild(child: ChildProcess): Promise<void> {
 }
 
 /**
- * Packages that a registry of this test process fetched through its uplink, kept when it stops and
- * given to the next one: a suite's registry then serves a dependency tree that an earlier suite's
- * registry already pulled, without the public registry. verdaccio marks what it proxied with
- * `_uplinks` in the package's metadata; published packages never are, nor are they kept.
+ * Packages that a test registry fetched through its uplink, kept when it stops and given to the next
+ * one, in this process or another (parallel test files, the next run, the CLI tests' children): a
+ * registry then serves a dependency tree that an earlier one already pulled without the public
+ * registry (a probe server's 99 packages took 17 s through the uplink). verdaccio marks what it
+ * proxied with `_uplinks` in the package's metadata; published packages never are, nor are they kept.
+ * Stale metadata is refreshed through the uplink after the config's `maxage`.
  */
-function uplinkCache(): string {
-  return join(work(), 'uplink-cache');
-}
+const uplinkCache = (): string => repoPath('node_modules', '.cache', 'sigil-verdaccio-uplink');
 
 /** Package directories of a storage: `name/` and `@scope/name/`. */
 function packageDirs(storage: string): string[] {
@@ -217,14 +218,39 @@ function keepProxied(storage: string): void {
     } catch {
       continue;
     }
-    cpSync(join(storage, name), join(uplinkCache(), name), { recursive: true });
+    copyFilesAtomically(join(storage, name), join(uplinkCache(), name));
   }
 }
 
+/**
+ * Copies each file of `from` into `to` under a temporary name and renames it into place: another
+ * process seeding from `to` meanwhile reads each file whole, old or new.
+ */
+function copyFilesAtomically(from: string, to: string): void {
+  mkdirSync(to, { recursive: true });
+  for (const file of readdirSync(from, { withFileTypes: true })) {
+    if (!file.isFile()) continue;
+    const temporary = join(to, `${file.name}.${process.pid}${TEMPORARY}`);
+    copyFileSync(join(from, file.name), temporary);
+    renameSync(temporary, join(to, file.name));
+  }
+}
+
+const TEMPORARY = '.partial';
+
 function seedProxied(storage: string, localNames: readonly string[]): void {
   for (const name of packageDirs(uplinkCache())) {
-    if (!localNames.includes(name))
-      cpSync(join(uplinkCache(), name), join(storage, name), { recursive: true });
+    if (localNames.includes(name)) continue;
+    const into = join(storage, name);
+    try {
+      cpSync(join(uplinkCache(), name), into, {
+        recursive: true,
+        filter: (source) => !source.endsWith(TEMPORARY),
+      });
+    } catch {
+      // A file renamed away under the copy: this registry fetches the package through its uplink.
+      rmSync(into, { recursive: true, force: true });
+    }
   }
 }
 
