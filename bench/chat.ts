@@ -13,6 +13,13 @@
  *   (after `cost` and `done`, i.e. with the ledger charge). Each turn gets a fresh session without
  *   tool servers (opened and closed outside the timing), so every turn sends the same prompt.
  *
+ * - runtime with one gateway tool: a session with the probe MCP server enabled (the gateway of the same
+ *   Stack installs it from a local verdaccio into the linux-namespaces sandbox), each message asking
+ *   the stand-in to `use tool probe__echo`: the model's tool call, the gateway's tools/call, the
+ *   model's answer. The session is kept across its messages, as a user's chat is; the rows count the
+ *   requests the gateway's port served a message (issue 30, target 3: at most one round trip beyond
+ *   the tools/call itself) on the session's first message and on the later ones, and time the turn.
+ *
  * BENCH_CPU_PROFILE=<dir> writes a V8 CPU profile of each measured run (bench/proc.ts `profiled`).
  *
  * BENCH_RUNS runs (3), each BENCH_CHAT_TURNS measured turns (200) after BENCH_CHAT_WARMUP (30), one in
@@ -35,6 +42,8 @@ import { PROVIDER_VAULT_MESSAGE } from '../services/runtime/vault/index.ts';
 import { setOnChain } from '../test/services/runtime/ledger/support.ts';
 import { Stack } from '../test/services/runtime/support.ts';
 import { TEST_DATABASES } from '../test/support/kernel.ts';
+import { startVerdaccio } from '../test/support/verdaccio.ts';
+import { probePackage, probeWorkDir } from './probe-gateway.ts';
 import { profiled } from './proc.ts';
 import { log, median, ms } from './stats.ts';
 
@@ -43,6 +52,10 @@ const TURNS = Number(process.env.BENCH_CHAT_TURNS ?? 200);
 const WARMUP = Number(process.env.BENCH_CHAT_WARMUP ?? 30);
 const TARGET_ADDED_TTFT_P50_MS = 2;
 const TARGET_RUNTIME_CPU_US = 3000;
+/** Gateway requests a kept session's message may make beyond the tools/call it asks for. */
+const TARGET_EXTRA_ROUND_TRIPS = 1;
+const TOOL_TURNS = Number(process.env.BENCH_CHAT_TOOL_TURNS ?? 100);
+const TOOL_PROMPT = 'use tool probe__echo with {"message":"bench"}';
 const MODEL = 'sigil-echo';
 const PROMPT = 'the quick brown fox jumps over the lazy dog and runs far away into the green hills';
 
@@ -107,10 +120,13 @@ export async function chatSuite(): Promise<ChatMeasurement[]> {
   const dir = mkdtempSync(join(tmpdir(), 'sigil-bench-chat-'));
   const database = TEST_DATABASES[0];
   if (!database) throw new Error('no test database');
+  const registry = await startVerdaccio({ packages: [{ dir: probePackage }] });
+  const gatewayWork = probeWorkDir('sigil-bench-chat-');
   const stack = await Stack.start({
     database,
     config: {
       vault: { persistenceDir: dir },
+      gateway: { includeDefaultCatalog: false, warmupAtStart: false, catalogFile: gatewayWork.catalogFile },
       // BENCH_CHAT_CONTEXT_CACHE_SECONDS=0: self-improvement's settings and memory read for each turn (as before the cache).
       ...(process.env.BENCH_CHAT_CONTEXT_CACHE_SECONDS === undefined
         ? {}
@@ -121,8 +137,16 @@ export async function chatSuite(): Promise<ChatMeasurement[]> {
           }),
       plugins: [
         { resolve: 'tee-none', enabled: true, options: {} },
-        { resolve: 'registry-npm', enabled: true, options: {} },
-        { resolve: 'sandbox-linux-namespaces', enabled: true, options: {} },
+        {
+          resolve: 'registry-npm',
+          enabled: true,
+          options: { registry: registry.url, cacheDir: join(gatewayWork.dir, 'packages') },
+        },
+        {
+          resolve: 'sandbox-linux-namespaces',
+          enabled: true,
+          options: { stateDir: join(gatewayWork.dir, 'sandboxes') },
+        },
         { resolve: 'provider-local', enabled: true, options: {} },
       ],
     },
@@ -155,20 +179,21 @@ export async function chatSuite(): Promise<ChatMeasurement[]> {
     await call('POST', '/wallet/provider-vault/unlock', { signature });
     const agentId = (await call('POST', '/agents', { name: 'bench', model: MODEL })).id as string;
 
-    const openSession = async () => (await call('POST', `/agents/${agentId}/sessions`, {})).id as string;
+    const openSession = async (servers: string[] = []) =>
+      (await call('POST', `/agents/${agentId}/sessions`, servers.length > 0 ? { servers } : {})).id as string;
     const closeSession = (session: string) => call('DELETE', `/agents/${agentId}/sessions/${session}`);
     // The runtime rows' CPU includes opening and closing each turn's session: measured alone, subtracted.
     const sessionOnlyTurn = async (): Promise<Turn> => {
       await closeSession(await openSession());
       return { ttftMs: 0, totalMs: 0 };
     };
-    const runtimeTurn = async (): Promise<Turn> => {
-      const session = await openSession();
+    /** One message of `session`, its answer read to the end of the stream (its done event saying `expect`). */
+    const message = async (session: string, content: string, expect: string): Promise<Turn> => {
       const started = performance.now();
       const res = await fetch(`${base}/agents/${agentId}/sessions/${session}/messages`, {
         method: 'POST',
         headers: { authorization: `Bearer ${jwt}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ content: PROMPT }),
+        body: JSON.stringify({ content }),
       });
       if (res.status !== 200) throw new Error(`chat: ${res.status} ${await res.text()}`);
       const reader = (res.body as ReadableStream<Uint8Array>).getReader();
@@ -182,10 +207,15 @@ export async function chatSuite(): Promise<ChatMeasurement[]> {
         if (ttft === undefined && seen.includes('event: text-delta')) ttft = performance.now() - started;
       }
       const total = performance.now() - started;
-      if (!seen.includes('event: done') || seen.includes('event: error'))
-        throw new Error(`chat: the stream did not end with done: ${seen.slice(-400)}`);
-      await closeSession(session);
+      if (!seen.includes('event: done') || seen.includes('event: error') || !seen.includes(expect))
+        throw new Error(`chat: the stream did not end with done, saying ${expect}: ${seen.slice(-400)}`);
       return { ttftMs: ttft ?? total, totalMs: total };
+    };
+    const runtimeTurn = async (): Promise<Turn> => {
+      const session = await openSession();
+      const turn = await message(session, PROMPT, '"toolCalls":0');
+      await closeSession(session);
+      return turn;
     };
 
     const client = new OpenAI({ apiKey, baseURL: `${standIn.url}/v1`, maxRetries: 0 });
@@ -218,6 +248,11 @@ export async function chatSuite(): Promise<ChatMeasurement[]> {
       runs.runtime.push(await measureRun(`chat-runtime-${i}`, runtimeTurn));
       runs.sessionOnly.push(await measureRun(`chat-session-only-${i}`, sessionOnlyTurn));
     }
+    const tools = await toolTurns(stack, {
+      open: () => openSession(['probe']),
+      close: closeSession,
+      message: (session) => message(session, TOOL_PROMPT, '"toolCalls":1'),
+    });
     const perRun = { turnsPerRun: TURNS, warmupTurns: WARMUP };
     const row = (
       scenario: string,
@@ -296,11 +331,82 @@ export async function chatSuite(): Promise<ChatMeasurement[]> {
         p99Ms: ms(added((r) => r.totalP99Ms)),
         serverCpuUsPerRequest: Math.round(added((r) => r.cpuUsPerTurn)),
       },
+      ...tools.rows(median(runs.runtime.map((r) => r.totalP50Ms))),
     ];
     for (const result of results) log(result);
     return results;
   } finally {
     await stack.close();
+    await registry.stop();
     rmSync(dir, { recursive: true, force: true });
+    rmSync(gatewayWork.dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * The tool rows: after a warm-up session, RUNS sessions with the probe enabled, each of one first
+ * message (the MCP client connects, enables the server and lists its tools) and TOOL_TURNS later ones
+ * (its kept client); the gateway requests of each message counted on the gateway's port.
+ */
+async function toolTurns(
+  stack: Stack,
+  session: {
+    open(): Promise<string>;
+    close(session: string): Promise<unknown>;
+    message(session: string): Promise<Turn>;
+  },
+) {
+  const served = () => stack.gatewayRequests().length;
+  const firstRequests: number[] = [];
+  const laterRequests: number[] = [];
+  const later: Turn[] = [];
+  const first: Turn[] = [];
+  // Outside the counts: the probe's install and its sandboxed process's start, the code's first runs.
+  const warm = await session.open();
+  for (let i = 0; i < WARMUP; i++) await session.message(warm);
+  await session.close(warm);
+  for (let run = 0; run < RUNS; run++) {
+    const id = await session.open();
+    let before = served();
+    first.push(await session.message(id));
+    firstRequests.push(served() - before);
+    before = served();
+    for (let i = 0; i < TOOL_TURNS; i++) later.push(await session.message(id));
+    laterRequests.push((served() - before) / TOOL_TURNS);
+    await session.close(id);
+  }
+  const extra = Math.max(...laterRequests) - 1;
+  const total = later.map((t) => t.totalMs);
+  return {
+    /** `noToolTotalP50Ms`: the runtime's turn without tools, total time (this run's row). */
+    rows: (noToolTotalP50Ms: number): ChatMeasurement[] => [
+      {
+        scenario: `runtime with one gateway tool: a kept session's message (model tool call, gateway tools/call of probe__echo in the sandbox, model answer), total time; gateway requests a message: ${laterRequests.join(', ')} (per session); target ≤ ${TARGET_EXTRA_ROUND_TRIPS} beyond the tools/call: ${extra <= TARGET_EXTRA_ROUND_TRIPS ? 'met' : 'not met'}`,
+        concurrency: 1,
+        rps: 0,
+        p50Ms: ms(percentile(total, 50)),
+        p99Ms: ms(percentile(total, 99)),
+        serverCpuUsPerRequest: 0,
+        target: `≤ ${TARGET_EXTRA_ROUND_TRIPS} gateway round trip beyond the tools/call`,
+        met: extra <= TARGET_EXTRA_ROUND_TRIPS,
+        turnsPerRun: TOOL_TURNS,
+      },
+      {
+        scenario: `runtime with one gateway tool: − the turn without tools (total p50: the tool call, the model's second turn and their bookkeeping)`,
+        concurrency: 1,
+        rps: 0,
+        p50Ms: ms(percentile(total, 50) - noToolTotalP50Ms),
+        p99Ms: 0,
+        serverCpuUsPerRequest: 0,
+      },
+      {
+        scenario: `runtime with one gateway tool: a session's first message (connect, enable, list, call), total time; gateway requests: ${firstRequests.join(', ')} (per session)`,
+        concurrency: 1,
+        rps: 0,
+        p50Ms: ms(median(first.map((t) => t.totalMs))),
+        p99Ms: ms(Math.max(...first.map((t) => t.totalMs))),
+        serverCpuUsPerRequest: 0,
+      },
+    ],
+  };
 }
