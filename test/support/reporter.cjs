@@ -25,7 +25,9 @@ class SpecWithTotals extends Mocha.reporters.Spec {
     runner.on(EVENT_TEST_FAIL, (runnable, err) => {
       if (runnable.type === 'hook') add(runnable);
       const file = runnable.file ? path.relative(process.cwd(), runnable.file) : '?';
-      const message = String(err?.message ?? err).split('\n')[0].slice(0, 300);
+      const message = String(err?.message ?? err)
+        .split('\n')[0]
+        .slice(0, 300);
       failed.push(`FAILED ${file}: ${runnable.fullTitle()}: ${message}`);
     });
     runner.once(EVENT_RUN_END, () => {
