@@ -16,6 +16,12 @@ interface Answer {
   body: Record<string, unknown>;
 }
 
+/**
+ * Aborts the test's calls still in flight (the hanging ones) before its gateway stops: the stop would
+ * otherwise wait out its 10 s grace for their answers.
+ */
+let callsOfTheTest = new AbortController();
+
 /** POST /api/servers/:id/tools/:tool, with a wallet token or anonymous, and extra headers. */
 async function rest(
   url: string,
@@ -33,6 +39,7 @@ async function rest(
       ...headers,
     },
     body: JSON.stringify({ arguments: args }),
+    signal: callsOfTheTest.signal,
   });
   return {
     status: res.status,
@@ -70,6 +77,7 @@ async function mcp(
       method: 'tools/call',
       params: { name: tool, arguments: args, ...(modern && { _meta: modernMeta() }) },
     }),
+    signal: callsOfTheTest.signal,
   });
   expect(res.status).to.equal(200);
   return (await res.json()) as { result?: Record<string, unknown> };
@@ -151,6 +159,8 @@ describe('gateway call limits (a real gateway, the probe and server-memory in th
   });
   after(() => world.stop());
   afterEach(async () => {
+    callsOfTheTest.abort();
+    callsOfTheTest = new AbortController();
     await gateway?.stop();
     gateway = undefined;
   });
