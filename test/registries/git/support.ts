@@ -26,8 +26,9 @@ export async function openGitRegistry(
   return instance;
 }
 
+// setuptools first: pip imports the standard library's distutils, which Debian's setuptools then refuses.
 const canBuildWheels = (python: string) =>
-  spawnSync(python, ['-I', '-c', 'import pip, setuptools, wheel'], { stdio: 'ignore' }).status === 0;
+  spawnSync(python, ['-I', '-c', 'import setuptools, wheel, pip'], { stdio: 'ignore' }).status === 0;
 
 let wheelPython: string | undefined;
 
