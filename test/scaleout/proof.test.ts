@@ -183,6 +183,8 @@ describeScaleOut(
     /** The operations in flight on a replica as it was killed: a paid call, then a chat message. */
     const killed: Operation[] = [];
     let continued: Operation[] = [];
+    /** The budget wallet's messages after the load until its budget refused one. */
+    let towardBudget: Operation[] = [];
     let payers: { address: Address; before: bigint }[] = [];
     let treasuryBefore = 0n;
     /** Agents' days over their daily budget at the end of the load (before the budget is lifted). */
@@ -293,6 +295,21 @@ describeScaleOut(
         }
       };
       await Promise.all([acts, ...Array.from({ length: CONCURRENCY }, worker)]);
+      // The budget is reached whatever the kills and the machine's pace did to the load (a tool call a
+      // kill cut is not billed, two messages may not overlap): the budget wallet calls the tool until
+      // its budget refuses, at most four messages (two billed calls leave less than a message's hold).
+      const refusedByBudget = ({ outcome }: Operation) =>
+        outcome.end === 'refused' && outcome.reason === 'budget_exceeded';
+      towardBudget = [];
+      for (let extra = 0; extra < 4 && ![...operations, ...towardBudget].some(refusedByBudget); extra++) {
+        const session = budget.sessions[extra % budget.sessions.length] as ChatSession;
+        const content = `use tool probe__echo with {"message":"toward the budget ${extra}"}`;
+        const said = await session.message(content, `proof-budget-${extra}`);
+        towardBudget.push({
+          label: `toward the budget #${extra} (${content}) ${said.tools.join('; ')}`,
+          ...said,
+        });
+      }
 
       overBudget = await daysOverBudget(set.db);
       // Every session goes on: its owner lifts the budget, deposits more, and says hello again.
@@ -309,7 +326,7 @@ describeScaleOut(
           });
         }
       }
-      operations.push(...killed, ...continued);
+      operations.push(...killed, ...towardBudget, ...continued);
     });
 
     it('ends every operation, in flight at a kill or not, answered or refused with a JSON error naming a code', () => {
@@ -317,9 +334,11 @@ describeScaleOut(
         (operation) => operation.outcome.end === 'unclear' || operation.outcome.end === 'hung',
       );
       expect(unclear, listed(unclear.map(describeOperation), operations)).to.be.empty;
-      // The plan's (a withdrawals operation is two), the two cut by the kills, and each session's
-      // message after them.
-      expect(operations).to.have.length(plan().length + MIX.withdrawals + killed.length + continued.length);
+      // The plan's (a withdrawals operation is two), the two cut by the kills, those toward the budget
+      // and each session's message after them.
+      expect(operations).to.have.length(
+        plan().length + MIX.withdrawals + killed.length + towardBudget.length + continued.length,
+      );
       // The kills cut work in flight: the paid call got the balancer's JSON error, the chat message's
       // stream was cut (or the balancer answered for it) and its client resumed it.
       const [paidCall, chatMessage] = killed as [Operation, Operation];
