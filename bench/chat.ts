@@ -54,7 +54,8 @@ const TARGET_ADDED_TTFT_P50_MS = 2;
 const TARGET_RUNTIME_CPU_US = 3000;
 /** Gateway requests a kept session's message may make beyond the tools/call it asks for. */
 const TARGET_EXTRA_ROUND_TRIPS = 1;
-const TOOL_TURNS = Number(process.env.BENCH_CHAT_TOOL_TURNS ?? 100);
+/** Later messages of each tool session: under a session's 100 (runtime.chat.maxMessagesPerSession). */
+const TOOL_TURNS = Number(process.env.BENCH_CHAT_TOOL_TURNS ?? 50);
 const TOOL_PROMPT = 'use tool probe__echo with {"message":"bench"}';
 const MODEL = 'sigil-echo';
 const PROMPT = 'the quick brown fox jumps over the lazy dog and runs far away into the green hills';
