@@ -133,6 +133,12 @@ interface Operation {
   siwe?: SiweSignIn;
 }
 
+/** Whether an operation was refused with `reason`. */
+const refusedFor =
+  (reason: string) =>
+  ({ outcome }: Operation): boolean =>
+    outcome.end === 'refused' && outcome.reason === reason;
+
 /** Operations completed, and the counts the kills and restarts wait for. */
 class Progress {
   private done = 0;
@@ -298,8 +304,7 @@ describeScaleOut(
       // The budget is reached whatever the kills and the machine's pace did to the load (a tool call a
       // kill cut is not billed, two messages may not overlap): the budget wallet calls the tool until
       // its budget refuses, at most four messages (two billed calls leave less than a message's hold).
-      const refusedByBudget = ({ outcome }: Operation) =>
-        outcome.end === 'refused' && outcome.reason === 'budget_exceeded';
+      const refusedByBudget = refusedFor('budget_exceeded');
       towardBudget = [];
       for (let extra = 0; extra < 4 && ![...operations, ...towardBudget].some(refusedByBudget); extra++) {
         const session = budget.sessions[extra % budget.sessions.length] as ChatSession;
@@ -402,8 +407,7 @@ describeScaleOut(
         typeof value === 'bigint' ? value.toString() : value,
       );
       expect(books.problems, listed([...books.problems, `audit: ${mismatches}`])).to.be.empty;
-      const refused = (reason: string) =>
-        operations.filter(({ outcome }) => outcome.end === 'refused' && outcome.reason === reason);
+      const refused = (reason: string) => operations.filter(refusedFor(reason));
       expect(refused('budget_exceeded'), 'the budget refused a message').to.not.be.empty;
       expect(refused('insufficient_funds'), 'the small balances refused a withdrawal').to.not.be.empty;
     });

@@ -1,8 +1,8 @@
 // Mocha's spec output, then the ten slowest test files (where CI's time goes), a "FAILED file: title:
 // message" line per failure (which .ci/run repeats at its end, where a truncated log still shows them),
-// closed by the one line CI reads: "N passed, N failed[, N skipped]". A file's time is the sum of its tests' and hooks'
-// durations: in parallel mode the events of a file arrive together after it ran, so a clock read
-// here would measure nothing.
+// closed by the one line CI reads: "N passed, N failed[, N skipped]". A file's time is the sum of its
+// tests' and hooks' durations: in parallel mode the events of a file arrive together after it ran, so
+// a clock read here would measure nothing.
 const Mocha = require('mocha');
 const path = require('node:path');
 
@@ -14,9 +14,10 @@ class SpecWithTotals extends Mocha.reporters.Spec {
     super(runner, options);
     const secondsByFile = new Map();
     const failed = [];
+    const fileOf = (runnable) => path.relative(process.cwd(), runnable.file);
     const add = (runnable) => {
       if (!runnable.file || typeof runnable.duration !== 'number') return;
-      const file = path.relative(process.cwd(), runnable.file);
+      const file = fileOf(runnable);
       secondsByFile.set(file, (secondsByFile.get(file) ?? 0) + runnable.duration / 1000);
     };
     runner.on(EVENT_TEST_END, add);
@@ -24,7 +25,7 @@ class SpecWithTotals extends Mocha.reporters.Spec {
     // A failed hook ends with a failure, not a hook end.
     runner.on(EVENT_TEST_FAIL, (runnable, err) => {
       if (runnable.type === 'hook') add(runnable);
-      const file = runnable.file ? path.relative(process.cwd(), runnable.file) : '?';
+      const file = runnable.file ? fileOf(runnable) : '?';
       const message = String(err?.message ?? err)
         .split('\n')[0]
         .slice(0, 300);
