@@ -224,12 +224,13 @@ function keepProxied(storage: string): void {
 
 /**
  * Copies each file of `from` into `to` under a temporary name and renames it into place: another
- * process seeding from `to` meanwhile reads each file whole, old or new.
+ * process seeding from `to` meanwhile reads each file whole, old or new. A tarball already there is
+ * left as it is (a published version's tarball never changes); the metadata is replaced.
  */
 function copyFilesAtomically(from: string, to: string): void {
   mkdirSync(to, { recursive: true });
   for (const file of readdirSync(from, { withFileTypes: true })) {
-    if (!file.isFile()) continue;
+    if (!file.isFile() || (file.name.endsWith('.tgz') && existsSync(join(to, file.name)))) continue;
     const temporary = join(to, `${file.name}.${process.pid}${TEMPORARY}`);
     copyFileSync(join(from, file.name), temporary);
     renameSync(temporary, join(to, file.name));
