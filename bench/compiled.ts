@@ -65,11 +65,15 @@ export function startGateway(
   configFile = mode.configFile,
 ): Promise<Gateway> {
   const started = performance.now();
-  const child = spawn(process.execPath, [mode.bin, '--config', configFile, command], {
-    cwd,
-    env: { ...process.env, ...mode.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [...startProfileArgs(mode), mode.bin, '--config', configFile, command],
+    {
+      cwd,
+      env: { ...process.env, ...mode.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   const exited = new Promise<number | null>((resolve) => child.once('close', resolve));
   let output = '';
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -95,6 +99,22 @@ export function startGateway(
     child.stdout.on('data', onData);
     void exited.then((code) => reject(new Error(`${mode.name} gateway exited with ${code}:\n${output}`)));
   });
+}
+
+/**
+ * With BENCH_CPU_PROFILE=<dir>, each process the suite starts writes a V8 CPU profile of its whole life to
+ * <dir>/start-up-<mode>/ as it exits: where a start's time goes before it listens and before its first
+ * call (BENCH_CPU_PROFILE_INTERVAL_US as for the other suites).
+ */
+function startProfileArgs(mode: Mode): string[] {
+  const dir = process.env.BENCH_CPU_PROFILE;
+  if (dir === undefined) return [];
+  const intervalUs = Number(process.env.BENCH_CPU_PROFILE_INTERVAL_US ?? 0);
+  return [
+    '--cpu-prof',
+    `--cpu-prof-dir=${join(dir, `start-up-${mode.name}`)}`,
+    ...(intervalUs > 0 ? [`--cpu-prof-interval=${intervalUs}`] : []),
+  ];
 }
 
 interface Where {
