@@ -1,7 +1,10 @@
 import { createRequire } from 'node:module';
 import { isAbsolute, join, resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { asValue, createContainer, type AwilixContainer } from 'awilix';
+// awilix's entry without loadModules/listModules (its "browser" build, the same container otherwise):
+// the Node entry imports fast-glob and four more packages for them, ~40 ms of every start (issue 30),
+// and plugins are named in the config, never found by globbing.
+import { asValue, createContainer, type AwilixContainer } from 'awilix/browser';
 import {
   CORE_SERVICE_NAMES,
   dependencyRefProblem,

@@ -1,10 +1,13 @@
+import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { RECORD_LOADS } from '../support/build.ts';
 import { startSigil } from '../support/cli.ts';
+import { repoPath } from '../support/paths.ts';
 
 /**
  * What `sigil gateway` loads before it serves (issue 30, start-up): only what a request needs. The
@@ -13,7 +16,8 @@ import { startSigil } from '../support/cli.ts';
  * first token signed or verified, viem at the first address checksummed or signature checked
  * (core/chain/viem.ts), so a resolve hook recording every module the process loads must not see them
  * by the time the gateway has answered an anonymous request; nor prom-client by the time it listens
- * (imported at the first request counted).
+ * (imported at the first request counted). Nor do the gateway's modules import awilix's module loader
+ * (fast-glob and its dependencies, ~40 ms, which Sigil never uses).
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -72,5 +76,30 @@ describe('sigil gateway start-up', function () {
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
     expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
+  });
+
+  it('the gateway’s modules do not import awilix’s module loader', async () => {
+    const file = join(dir, 'loaded');
+    const modules = ['bin/run-services.ts', 'services/serve.ts', 'services/gateway/app.ts'];
+    const imports = modules.map(
+      (module) => `await import(${JSON.stringify(pathToFileURL(repoPath(module)).href)});`,
+    );
+    await promisify(execFile)(
+      process.execPath,
+      [
+        '--import',
+        pathToFileURL(RECORD_LOADS).href,
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        imports.join(''),
+      ],
+      { cwd: repoPath(), env: { ...process.env, SIGIL_LOADED_FILE: file } },
+    );
+    const loaded = readFileSync(file, 'utf8').trim().split('\n');
+    expect(loaded.some((url) => url.endsWith('/services/gateway/launcher.ts'))).to.equal(true);
+    expect(loaded.some((url) => url.endsWith('/node_modules/awilix/lib/awilix.browser.mjs'))).to.equal(true);
+    expect(loaded.filter((url) => url.includes('/node_modules/fast-glob/'))).to.deep.equal([]);
   });
 });
