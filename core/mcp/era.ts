@@ -1,10 +1,3 @@
-import {
-  CLIENT_CAPABILITIES_META_KEY,
-  CLIENT_INFO_META_KEY,
-  LOG_LEVEL_META_KEY,
-  PROTOCOL_VERSION_META_KEY,
-  SERVER_INFO_META_KEY,
-} from '@modelcontextprotocol/client';
 import type { McpEra } from '../http/mcp-errors.ts';
 
 export type { McpEra };
@@ -30,13 +23,18 @@ export const protocolOf = (version: string): McpProtocol => ({
   version,
 });
 
-/** The reserved `_meta` keys of a 2026-07-28 request and result (the SDK's own names for them). */
+/**
+ * The reserved `_meta` keys of a 2026-07-28 request and result, as the spec names them. Written out, not
+ * imported from the SDK client, which exports them beside ~1 MB of modules the gateway's request path
+ * would then load at start-up (issue 30); a test checks them against the client's
+ * `*_META_KEY` constants.
+ */
 export const ENVELOPE = {
-  protocolVersion: PROTOCOL_VERSION_META_KEY,
-  clientCapabilities: CLIENT_CAPABILITIES_META_KEY,
-  clientInfo: CLIENT_INFO_META_KEY,
-  logLevel: LOG_LEVEL_META_KEY,
-  serverInfo: SERVER_INFO_META_KEY,
+  protocolVersion: 'io.modelcontextprotocol/protocolVersion',
+  clientCapabilities: 'io.modelcontextprotocol/clientCapabilities',
+  clientInfo: 'io.modelcontextprotocol/clientInfo',
+  logLevel: 'io.modelcontextprotocol/logLevel',
+  serverInfo: 'io.modelcontextprotocol/serverInfo',
 } as const;
 
 /**

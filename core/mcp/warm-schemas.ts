@@ -1,3 +1,11 @@
+import { importedOnce } from '../imported-once.ts';
+
+/**
+ * The MCP SDK client (v2), imported at its first use (the gateway's first server start, or the warm-up
+ * below), not at start-up: its ~1 MB of modules cost a start ~120 ms before it listens (issue 30).
+ */
+export const mcpClientModule = importedOnce(() => import('@modelcontextprotocol/client'));
+
 /**
  * The MCP SDK client (v2) builds its wire schemas (zod, both eras, and the method → schema maps) on
  * its first validation: by default in the gateway, during the first tools/call's handshake with its
@@ -12,11 +20,10 @@ export const mcpClientSchemasAsked = new Promise<void>((resolve) => (markAsked =
 /** Builds the client's schemas once, on a later turn of the event loop; settles when they are built. */
 export function warmMcpClientSchemas(): Promise<void> {
   if (!warmed) {
-    // Imported here, not at start: `sigil runtime` alone has no use for it then.
     warmed = new Promise<void>((resolve) => setImmediate(resolve))
       .then(() => {
         markAsked();
-        return import('@modelcontextprotocol/client');
+        return mcpClientModule();
       })
       .then(({ preloadSchemas }) => preloadSchemas());
   }

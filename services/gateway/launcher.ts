@@ -1,8 +1,4 @@
-import {
-  Client,
-  UnsupportedProtocolVersionError,
-  type Transport as ClientTransport,
-} from '@modelcontextprotocol/client';
+import type { Client, Transport as ClientTransport } from '@modelcontextprotocol/client';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import {
   type EntryPoint,
@@ -18,6 +14,7 @@ import {
 import type { Logger, SecretRegistry } from '../../core/log.ts';
 import { callTool } from '../../core/mcp/call-tool.ts';
 import { ModernEnvelopes, protocolOf, type McpProtocol } from '../../core/mcp/era.ts';
+import { mcpClientModule } from '../../core/mcp/warm-schemas.ts';
 import { ProcessStdioTransport } from '../../core/mcp/process-transport.ts';
 import type { PluginHost } from '../../core/plugins/host.ts';
 import { SIGIL_VERSION } from '../shared/health.ts';
@@ -250,6 +247,7 @@ export class SandboxedServers implements ServerProber {
    * other answer legacy, `initialize` then following on the same process.
    */
   private async handshake({ transport }: Spawned, handshake: Handshake): Promise<Client> {
+    const { Client } = await mcpClientModule(); // while the process starts
     const client = new Client(
       { name: 'sigil-gateway', version: SIGIL_VERSION },
       handshake === 'probe'
@@ -273,6 +271,7 @@ export class SandboxedServers implements ServerProber {
     { child, transport }: Spawned,
     err: unknown,
   ): Promise<boolean> {
+    const { UnsupportedProtocolVersionError } = await mcpClientModule();
     if (transport.spoke && !(err instanceof UnsupportedProtocolVersionError)) return false;
     await child.kill();
     await child.exited;

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
+import { ENVELOPE } from '../../core/mcp/era.ts';
 import { RECORD_LOADS } from '../support/build.ts';
 import { startSigil } from '../support/cli.ts';
 import { repoPath } from '../support/paths.ts';
@@ -16,8 +17,9 @@ import { repoPath } from '../support/paths.ts';
  * first token signed or verified, viem at the first address checksummed or signature checked
  * (core/chain/viem.ts), so a resolve hook recording every module the process loads must not see them
  * by the time the gateway has answered an anonymous request; nor prom-client by the time it listens
- * (imported at the first request counted). Nor do the gateway's modules import awilix's module loader
- * (fast-glob and its dependencies, ~40 ms, which Sigil never uses).
+ * (imported at the first request counted). Nor do the gateway's modules import the MCP SDK client
+ * (~120 ms of a start: imported by the first server start, or in the background once the gateway
+ * listens) or awilix's module loader (fast-glob and its dependencies, ~40 ms, which Sigil never uses).
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -78,7 +80,7 @@ describe('sigil gateway start-up', function () {
     expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
   });
 
-  it('the gateway’s modules do not import awilix’s module loader', async () => {
+  it('the gateway’s modules import neither the MCP SDK client nor awilix’s module loader', async () => {
     const file = join(dir, 'loaded');
     const modules = ['bin/run-services.ts', 'services/serve.ts', 'services/gateway/app.ts'];
     const imports = modules.map(
@@ -100,6 +102,18 @@ describe('sigil gateway start-up', function () {
     const loaded = readFileSync(file, 'utf8').trim().split('\n');
     expect(loaded.some((url) => url.endsWith('/services/gateway/launcher.ts'))).to.equal(true);
     expect(loaded.some((url) => url.endsWith('/node_modules/awilix/lib/awilix.browser.mjs'))).to.equal(true);
-    expect(loaded.filter((url) => url.includes('/node_modules/fast-glob/'))).to.deep.equal([]);
+    const unwanted = [/\/node_modules\/@modelcontextprotocol\/client\//, /\/node_modules\/fast-glob\//];
+    expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
+  });
+
+  it('names the 2026 envelope’s `_meta` keys as the MCP SDK client does', async () => {
+    const client = await import('@modelcontextprotocol/client');
+    expect(ENVELOPE).to.deep.equal({
+      protocolVersion: client.PROTOCOL_VERSION_META_KEY,
+      clientCapabilities: client.CLIENT_CAPABILITIES_META_KEY,
+      clientInfo: client.CLIENT_INFO_META_KEY,
+      logLevel: client.LOG_LEVEL_META_KEY,
+      serverInfo: client.SERVER_INFO_META_KEY,
+    });
   });
 });
