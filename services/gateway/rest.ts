@@ -55,7 +55,7 @@ export function restRouter(deps: {
   router.post('/api/servers/:id/tools/:name', async (ctx) => {
     const { id, name } = parseInput(toolParams, ctx.params, 'params');
     const body = parseInput(callBody, ctx.request.body ?? {}, 'body');
-    const payment = paymentFromHeaders(ctx);
+    const payment = await paymentFromHeaders(ctx);
     const result = await deps.caller.call(
       {
         serverId: id,
@@ -68,7 +68,7 @@ export function restRouter(deps: {
       },
       disconnection(ctx.res),
     );
-    setPaymentResponse(ctx, receiptOf(result._meta));
+    await setPaymentResponse(ctx, receiptOf(result._meta));
     ctx.body = result;
   });
   router.post('/api/servers/:id/tools/:name/approve', async (ctx) => {

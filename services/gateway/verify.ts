@@ -55,12 +55,12 @@ export function verifyRouter(
     let check: ProofCheck;
     if (payments) {
       const paid = await payments.run(
-        paymentFromHeaders(ctx),
+        await paymentFromHeaders(ctx),
         resource,
         (ctx.state.auth as AuthPrincipal | undefined)?.address,
         verify,
       );
-      setPaymentResponse(ctx, paid.receipt);
+      await setPaymentResponse(ctx, paid.receipt);
       check = paid.value;
     } else {
       check = (await verify()).value;

@@ -19,7 +19,8 @@ import { repoPath } from '../support/paths.ts';
  * by the time the gateway has answered an anonymous request; nor prom-client by the time it listens
  * (imported at the first request counted). Nor do the gateway's modules import the MCP SDK client
  * (~120 ms of a start: imported by the first server start, or in the background once the gateway
- * listens) or awilix's module loader (fast-glob and its dependencies, ~40 ms, which Sigil never uses).
+ * listens), awilix's module loader (fast-glob and its dependencies, ~40 ms, which Sigil never uses) or
+ * x402's header codecs (~55 ms with the zod 3 they bring; imported by the first payment header).
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -80,7 +81,7 @@ describe('sigil gateway start-up', function () {
     expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
   });
 
-  it('the gateway’s modules import neither the MCP SDK client nor awilix’s module loader', async () => {
+  it('the gateway’s modules import neither the MCP SDK client, awilix’s module loader nor x402’s codecs', async () => {
     const file = join(dir, 'loaded');
     const modules = ['bin/run-services.ts', 'services/serve.ts', 'services/gateway/app.ts'];
     const imports = modules.map(
@@ -102,7 +103,12 @@ describe('sigil gateway start-up', function () {
     const loaded = readFileSync(file, 'utf8').trim().split('\n');
     expect(loaded.some((url) => url.endsWith('/services/gateway/launcher.ts'))).to.equal(true);
     expect(loaded.some((url) => url.endsWith('/node_modules/awilix/lib/awilix.browser.mjs'))).to.equal(true);
-    const unwanted = [/\/node_modules\/@modelcontextprotocol\/client\//, /\/node_modules\/fast-glob\//];
+    const unwanted = [
+      /\/node_modules\/@modelcontextprotocol\/client\//,
+      /\/node_modules\/fast-glob\//,
+      // x402's header codecs: imported when a payment header is first read or written.
+      /\/node_modules\/@x402\/core\//,
+    ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });
 

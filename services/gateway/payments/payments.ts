@@ -107,7 +107,10 @@ export class Payments {
   }
 
   /** The refusal of an unpaid or badly paid call: 402 with x402's PAYMENT-REQUIRED. */
-  paymentRequired(resource: PaymentResource, reason?: { code: string; message: string }): SigilError {
+  paymentRequired(
+    resource: PaymentResource,
+    reason?: { code: string; message: string },
+  ): Promise<SigilError> {
     return this.refusals.paymentRequired(resource, reason);
   }
 
@@ -205,8 +208,8 @@ export class Payments {
       return { ...receipt, extensions: { [PAID_RESULT_EXTENSION]: extension } };
     }
     if (receipt.errorReason === SETTLEMENT_UNPROVEN)
-      throw this.refusals.unproven(payment, resource, notKept === undefined);
-    throw this.paymentRequired(resource, {
+      throw await this.refusals.unproven(payment, resource, notKept === undefined);
+    throw await this.paymentRequired(resource, {
       code: receipt.errorReason ?? 'settlement_failed',
       message: 'Payment could not be settled: nothing was charged, and the result is withheld',
     });

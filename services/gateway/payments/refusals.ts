@@ -1,4 +1,3 @@
-import { encodePaymentRequiredHeader } from '@x402/core/http';
 import {
   type PaymentRailV1,
   type PaymentResource,
@@ -8,6 +7,7 @@ import {
   type X402PaymentRequired,
 } from '@sigil/plugin-api';
 import { PAID_RESULT_EXTENSION, SETTLEMENT_UNPROVEN } from './receipts.ts';
+import { x402Http } from './x402-http.ts';
 
 /** How any x402 client pays, over either transport. */
 const HOW_TO_PAY =
@@ -28,7 +28,10 @@ export class Refusals {
   ) {}
 
   /** The refusal of an unpaid or badly paid call. */
-  paymentRequired(resource: PaymentResource, reason?: { code: string; message: string }): SigilError {
+  paymentRequired(
+    resource: PaymentResource,
+    reason?: { code: string; message: string },
+  ): Promise<SigilError> {
     const code = reason?.code ?? 'payment_required';
     const required = this.deps.rail.paymentRequired(resource, code);
     const message = reason?.message ?? `Payment required: this call costs ${priceOf(this.deps.rail.terms())}`;
@@ -43,7 +46,7 @@ export class Refusals {
    * (the payer may have cancelled it): the result stays kept, and its payer fetches it once the
    * retry worker proves the settlement.
    */
-  unproven(payment: VerifiedPayment, resource: PaymentResource, kept: boolean): SigilError {
+  unproven(payment: VerifiedPayment, resource: PaymentResource, kept: boolean): Promise<SigilError> {
     const required = this.deps.rail.paymentRequired(resource, SETTLEMENT_UNPROVEN);
     const resultPath = `/api/payments/${encodeURIComponent(payment.id)}/result`;
     const extension = { paymentId: payment.id, kept, ...(kept ? { resultPath } : {}) };
@@ -64,11 +67,12 @@ export class Refusals {
 const priceOf = (terms: PaymentTerms): string =>
   `${terms.pricePerCall} base units of ${terms.asset.name} on ${terms.network}`;
 
-function paymentError(
+async function paymentError(
   required: X402PaymentRequired,
   message: string,
   refusal: { reason: string; hint: string; paymentId?: string },
-): SigilError {
+): Promise<SigilError> {
+  const { encodePaymentRequiredHeader } = await x402Http();
   return new SigilError('payment_required', message, {
     hint: refusal.hint,
     details: {

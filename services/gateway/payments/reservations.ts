@@ -38,7 +38,7 @@ export class Reservations {
     wallet: string | undefined,
   ): Promise<VerifiedPayment> {
     const { rail, refusals } = this.deps;
-    if (payload === undefined) throw refusals.paymentRequired(resource);
+    if (payload === undefined) throw await refusals.paymentRequired(resource);
     const claimed = rail.peek?.(payload);
     const early = claimed ? this.insert(claimed, resource, wallet) : undefined;
     early?.catch(() => undefined); // awaited below, after the verification: its failure is reported there
@@ -55,7 +55,7 @@ export class Reservations {
       reserved = this.insert(payment, resource, wallet);
     }
     if (!(await reserved)) {
-      throw refusals.paymentRequired(resource, {
+      throw await refusals.paymentRequired(resource, {
         code: 'payment_already_used',
         message:
           'Payment refused: this payment authorization was presented before; sign a new payment for this call',
@@ -68,20 +68,20 @@ export class Reservations {
   private async verified(payload: unknown, resource: PaymentResource): Promise<VerifiedPayment> {
     const outcome = await this.deps.rail.verify(payload);
     if (!outcome.valid) {
-      throw this.deps.refusals.paymentRequired(resource, {
+      throw await this.deps.refusals.paymentRequired(resource, {
         code: outcome.reason,
         message: `Payment refused: ${outcome.message}`,
       });
     }
-    this.refuseShortWindow(outcome.payment, resource);
+    await this.refuseShortWindow(outcome.payment, resource);
     return outcome.payment;
   }
 
   /** An authorization that lapses before the call could finish would run a tool it cannot pay for. */
-  private refuseShortWindow(payment: VerifiedPayment, resource: PaymentResource): void {
+  private async refuseShortWindow(payment: VerifiedPayment, resource: PaymentResource): Promise<void> {
     const { clock, staleAfterMs } = this.deps;
     if (payment.validBefore * 1000 >= clock.now().getTime() + staleAfterMs) return;
-    throw this.deps.refusals.paymentRequired(resource, {
+    throw await this.deps.refusals.paymentRequired(resource, {
       code: 'authorization_window_too_short',
       message: `Payment refused: the authorization must stay valid for at least ${Math.ceil(staleAfterMs / 1000)} s, the longest a call and its settlement may take`,
     });

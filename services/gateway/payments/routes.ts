@@ -1,5 +1,4 @@
 import Router from '@koa/router';
-import { decodePaymentSignatureHeader, encodePaymentResponseHeader } from '@x402/core/http';
 import type { Context } from 'koa';
 import { z } from 'zod';
 import { requireAuth, type AuthPrincipal } from '../../../core/auth/index.ts';
@@ -7,11 +6,13 @@ import { SigilError } from '@sigil/plugin-api';
 import { parseInput } from '../../../core/http/validate.ts';
 import type { Payments } from './payments.ts';
 import { PAYMENT_RESPONSE_META_KEY, type PaymentReceipt } from './receipts.ts';
+import { x402Http } from './x402-http.ts';
 
 /** The x402 v2 payment a REST client sent in PAYMENT-SIGNATURE (base64 JSON), if any. */
-export function paymentFromHeaders(ctx: Context): unknown {
+export async function paymentFromHeaders(ctx: Context): Promise<unknown> {
   const header = ctx.get('payment-signature');
   if (header === '') return undefined;
+  const { decodePaymentSignatureHeader } = await x402Http();
   try {
     return decodePaymentSignatureHeader(header);
   } catch {
@@ -22,8 +23,10 @@ export function paymentFromHeaders(ctx: Context): unknown {
 }
 
 /** Puts a receipt in PAYMENT-RESPONSE, as x402's HTTP transport has it. */
-export function setPaymentResponse(ctx: Context, receipt: PaymentReceipt | undefined): void {
-  if (receipt) ctx.set('PAYMENT-RESPONSE', encodePaymentResponseHeader(receipt as never));
+export async function setPaymentResponse(ctx: Context, receipt: PaymentReceipt | undefined): Promise<void> {
+  if (!receipt) return;
+  const { encodePaymentResponseHeader } = await x402Http();
+  ctx.set('PAYMENT-RESPONSE', encodePaymentResponseHeader(receipt as never));
 }
 
 export const receiptOf = (meta: Record<string, unknown> | undefined): PaymentReceipt | undefined =>

@@ -66,7 +66,7 @@ describe('payments: a dev chain kept between runs, and one replaced', function (
     };
     const paymentFor = async (chain: DevChain, payments: Payments) => {
       const payer = await fundedPayer(chain);
-      const required = payments.paymentRequired(RESOURCE).details?.paymentRequired as PaymentRequired;
+      const required = (await payments.paymentRequired(RESOURCE)).details?.paymentRequired as PaymentRequired;
       return pay(payingClient(chain, payer), required);
     };
     const states = async () =>
