@@ -4,6 +4,14 @@ import type { z } from 'zod';
 import { SigilError } from '@sigil/plugin-api';
 import type { EnvOverrides } from './env.ts';
 
+/**
+ * The parse options of a schema parsed once or a few times per process (the config, a plugin's options,
+ * the catalog): zod's eval fast path would compile a function per object schema on its first parse,
+ * ~20 ms of a start for the config alone (issue 30) and more than it saves on so few parses; a request's
+ * schemas keep it.
+ */
+export const PARSED_ONCE = { jitless: true } as const;
+
 export interface ConfigIssue {
   /** Dotted path in the config, e.g. `log.level` or `plugins.0.options.url`. */
   path: string;
@@ -71,7 +79,7 @@ export function readConfig<Config>(
     setPath(raw, path, coerce(value));
     envOverrides.push(name);
   }
-  const parsed = definition.schema.safeParse(raw);
+  const parsed = definition.schema.safeParse(raw, PARSED_ONCE);
   if (!parsed.success) {
     throw new ConfigError(
       parsed.error.issues.map((issue) => {

@@ -21,6 +21,7 @@ import {
 } from '@sigil/plugin-api';
 import type { Logger } from '../log.ts';
 import { currentContract } from './adapters.ts';
+import { PARSED_ONCE } from '../config/load.ts';
 import type { PluginEntry } from '../config/schema.ts';
 
 export type PluginState = 'loaded' | 'starting' | 'started' | 'stopping' | 'stopped' | 'failed';
@@ -270,7 +271,7 @@ export class PluginHost {
     }
     for (const reason of providedExtensionProblems(manifest.kind, manifest.provides))
       problems.add(name, `${configPath}.resolve`, reason);
-    const parsed = manifest.config.safeParse(entry.options);
+    const parsed = manifest.config.safeParse(entry.options, PARSED_ONCE);
     if (!parsed.success) {
       for (const issue of parsed.error.issues) {
         const path = [configPath, 'options', ...issue.path.map(String)].join('.');

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { REGISTRY_KIND_RULE, SigilError } from '@sigil/plugin-api';
+import { PARSED_ONCE } from '../../core/config/load.ts';
 import defaultCatalog from './default-catalog.json' with { type: 'json' };
 
 const serverId = z
@@ -134,7 +135,7 @@ export interface CatalogSources {
 
 export function loadCatalog(sources: CatalogSources): Catalog {
   const entries: CatalogEntry[] = sources.includeDefaults
-    ? catalogFileSchema.parse(defaultCatalog).servers
+    ? catalogFileSchema.parse(defaultCatalog, PARSED_ONCE).servers
     : [];
   if (sources.file) entries.push(...readCatalogFile(sources.file));
   return new Catalog(entries);
@@ -151,7 +152,7 @@ function readCatalogFile(file: string): CatalogEntry[] {
       { cause },
     );
   }
-  const parsed = catalogFileSchema.safeParse(raw);
+  const parsed = catalogFileSchema.safeParse(raw, PARSED_ONCE);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     throw new SigilError(

@@ -1,9 +1,10 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { ConfigError } from '../../core/config/load.ts';
-import { configJsonSchema, loadConfig, redactConfig } from '../../services/config.ts';
+import { ConfigError, PARSED_ONCE } from '../../core/config/load.ts';
+import { configJsonSchema, configSchema, loadConfig, redactConfig } from '../../services/config.ts';
+import { repoPath } from '../support/paths.ts';
 
 describe('config', () => {
   let dir: string;
@@ -123,6 +124,23 @@ describe('config', () => {
     });
     const bool = issuesOf(() => loadConfig({ cwd: dir, env: { ERC8128_ENFORCE_OPERATOR_MCP: 'maybe' } }));
     expect(bool[0]?.source).to.equal('env ERC8128_ENFORCE_OPERATOR_MCP');
+  });
+
+  it('parses without zod’s eval fast path (PARSED_ONCE) to what the fast path gives, values and issues alike', () => {
+    const example = JSON.parse(readFileSync(repoPath('examples', 'base-mainnet.config.json'), 'utf8'));
+    const invalid = {
+      gateway: { port: 'eighty', http: { maxConnectionsPerClient: -1 } },
+      runtime: { colour: 1 },
+    };
+    for (const raw of [{}, example, invalid]) {
+      // Fresh copies: a parse must not see what another did to its input.
+      const withFastPath = configSchema.safeParse(structuredClone(raw));
+      const once = configSchema.safeParse(structuredClone(raw), PARSED_ONCE);
+      expect(once.success).to.equal(withFastPath.success);
+      if (once.success && withFastPath.success) expect(once.data).to.deep.equal(withFastPath.data);
+      else expect(once.error?.issues).to.deep.equal(withFastPath.error?.issues);
+    }
+    expect(configSchema.safeParse(invalid, PARSED_ONCE).error?.issues.length).to.be.greaterThan(1);
   });
 
   it('rejects a file that is not a JSON object', () => {
