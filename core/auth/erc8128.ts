@@ -1,20 +1,22 @@
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import {
-  Erc8128Error,
-  parseKeyId,
-  verifyRequest,
-  type NonceStore,
-  type VerifyFailReason,
-} from '@slicekit/erc8128';
+import type * as Erc8128 from '@slicekit/erc8128';
+import type { NonceStore, VerifyFailReason } from '@slicekit/erc8128';
 import type { Address } from 'viem';
 import { viemUtils } from '../chain/viem.ts';
 import { unixSeconds, type Clock } from '../clock.ts';
+import { importedOnce } from '../imported-once.ts';
 import type { Database } from '../db/database.ts';
 import type { IncomingRequest } from '../http/incoming.ts';
 import { signatureMatches } from './eoa.ts';
 import { unauthorized } from './principal.ts';
 import type { AuthSettings } from './settings.ts';
+
+/**
+ * The ERC-8128 library (with the hashes it brings), imported at the first signed request, not at
+ * start-up: most callers of a service never sign one (issue 30).
+ */
+const erc8128: () => Promise<typeof Erc8128> = importedOnce(() => import('@slicekit/erc8128'));
 
 /** Expired replay-protection rows are swept at most this often per process. */
 const PRUNE_INTERVAL_MS = 60_000;
@@ -68,7 +70,7 @@ class DatabaseNonceStore implements NonceStore {
 }
 
 /** The key is the signer plus a digest of the nonce, so a huge client nonce still fits the column. */
-function nonceKey(keyid: string, nonce: string): string {
+function nonceKey(parseKeyId: typeof Erc8128.parseKeyId, keyid: string, nonce: string): string {
   const signer = parseKeyId(keyid)?.address ?? keyid;
   return `${signer}:${createHash('sha256').update(nonce).digest('base64url')}`;
 }
@@ -106,6 +108,7 @@ export class RequestSignatures {
   /** The signer of the request and the components its signature covers; any defect is a 401 naming it. */
   async verify(incoming: IncomingRequest): Promise<SignedRequest> {
     const request = await this.webRequest(incoming);
+    const { Erc8128Error, parseKeyId, verifyRequest } = await erc8128();
     const result = await verifyRequest({
       request,
       verifyMessage: ({ address, message, signature }) => signatureMatches(address, message, signature),
@@ -114,7 +117,7 @@ export class RequestSignatures {
         now: () => unixSeconds(this.clock),
         clockSkewSec: this.settings.clockSkewSeconds,
         maxValiditySec: this.settings.requestSignatureMaxAgeSeconds,
-        nonceKey,
+        nonceKey: (keyid, nonce) => nonceKey(parseKeyId, keyid, nonce),
       },
     }).catch((err: unknown) => {
       // The library throws for requests it cannot even canonicalise (e.g. a covered header is missing).

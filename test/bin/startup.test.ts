@@ -14,13 +14,14 @@ import { repoPath } from '../support/paths.ts';
  * What `sigil gateway` loads before it serves (issue 30, start-up): only what a request needs. The
  * runtime service and the dev chain are imported by the commands that use them (`sigil up`, `sigil
  * runtime`), npm's installer libraries when a package is first resolved or installed, jose at the
- * first token signed or verified, viem at the first address checksummed or signature checked
- * (core/chain/viem.ts), so a resolve hook recording every module the process loads must not see them
- * by the time the gateway has answered an anonymous request; nor prom-client by the time it listens
- * (imported at the first request counted). Nor do the gateway's modules import the MCP SDK client
- * (~120 ms of a start: imported by the first server start, or in the background once the gateway
- * listens), awilix's module loader (fast-glob and its dependencies, ~40 ms, which Sigil never uses) or
- * x402's header codecs (~55 ms with the zod 3 they bring; imported by the first payment header).
+ * first token signed or verified, the ERC-8128 library at the first signed request, viem at the first
+ * address checksummed or signature checked (core/chain/viem.ts), so a resolve hook recording every
+ * module the process loads must not see them by the time the gateway has answered an anonymous
+ * request; nor prom-client by the time it listens (imported at the first request counted). Nor do the
+ * gateway's modules import the MCP SDK client (~120 ms of a start: imported by the first server start,
+ * or in the background once the gateway listens), awilix's module loader (fast-glob and its
+ * dependencies, ~40 ms, which Sigil never uses) or x402's header codecs (~55 ms with the zod 3 they
+ * bring; imported by the first payment header).
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -76,6 +77,8 @@ describe('sigil gateway start-up', function () {
       /\/node_modules\/@koa\/bodyparser\//,
       // Imported at the first token signed or verified (core/auth/jose.ts): an anonymous call needs none.
       /\/node_modules\/jose\//,
+      // Imported at the first ERC-8128 signed request (core/auth/erc8128.ts).
+      /\/node_modules\/@slicekit\/erc8128\//,
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
     expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
