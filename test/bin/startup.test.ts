@@ -21,7 +21,8 @@ import { repoPath } from '../support/paths.ts';
  * gateway's modules import the MCP SDK client (~120 ms of a start: imported by the first server start,
  * or in the background once the gateway listens), awilix's module loader (fast-glob and its
  * dependencies, ~40 ms, which Sigil never uses) or x402's header codecs (~55 ms with the zod 3 they
- * bring; imported by the first payment header).
+ * bring; imported by the first payment header); nor does the browser-verify canvas node import
+ * Playwright (600-750 ms of `sigil up`) before it opens its first browser.
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -84,9 +85,14 @@ describe('sigil gateway start-up', function () {
     expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
   });
 
-  it('the gateway’s modules import neither the MCP SDK client, awilix’s module loader nor x402’s codecs', async () => {
+  it('the gateway’s and the browser node’s modules import neither the MCP SDK client, awilix’s module loader, x402’s codecs nor Playwright', async () => {
     const file = join(dir, 'loaded');
-    const modules = ['bin/run-services.ts', 'services/serve.ts', 'services/gateway/app.ts'];
+    const modules = [
+      'bin/run-services.ts',
+      'services/serve.ts',
+      'services/gateway/app.ts',
+      'plugins/canvas/chromium/index.ts',
+    ];
     const imports = modules.map(
       (module) => `await import(${JSON.stringify(pathToFileURL(repoPath(module)).href)});`,
     );
@@ -111,6 +117,8 @@ describe('sigil gateway start-up', function () {
       /\/node_modules\/fast-glob\//,
       // x402's header codecs: imported when a payment header is first read or written.
       /\/node_modules\/@x402\/core\//,
+      // The browser-verify node's Playwright (~7 MB): imported by the first browser it opens.
+      /\/node_modules\/playwright-core\//,
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });

@@ -1,4 +1,4 @@
-import { errors, type BrowserContext, type Page, type Response } from 'playwright-core';
+import type { BrowserContext, Page, Response } from 'playwright-core';
 import { SigilError } from '@sigil/plugin-api';
 import { originOf, type AllowList } from './allow-list.ts';
 import type { BrowserVerifyConfig } from './config.ts';
@@ -65,6 +65,7 @@ export async function navigate(
       timeout: config.navigationTimeoutMs,
     });
   } catch (error) {
+    const { errors } = await import('playwright-core'); // loaded by the browser's launch (browser.ts)
     if (error instanceof errors.TimeoutError)
       throw new SigilError('unavailable', `the page did not load within ${config.navigationTimeoutMs} ms`, {
         details: { reason: 'navigation_timeout', timeoutMs: config.navigationTimeoutMs },
