@@ -22,7 +22,8 @@ import { repoPath } from '../support/paths.ts';
  * or in the background once the gateway listens), awilix's module loader (fast-glob and its
  * dependencies, ~40 ms, which Sigil never uses) or x402's header codecs (~55 ms with the zod 3 they
  * bring; imported by the first payment header); nor does the browser-verify canvas node import
- * Playwright (600-750 ms of `sigil up`) before it opens its first browser.
+ * Playwright (600-750 ms of `sigil up`) before it opens its first browser, nor the OpenAI-compatible
+ * providers' stream the OpenAI SDK (~120 ms) before its first request.
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -85,13 +86,14 @@ describe('sigil gateway start-up', function () {
     expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
   });
 
-  it('the gateway’s and the browser node’s modules import neither the MCP SDK client, awilix’s module loader, x402’s codecs nor Playwright', async () => {
+  it('the gateway’s, the browser node’s and the OpenAI stream’s modules import neither the MCP SDK client, awilix’s module loader, x402’s codecs, Playwright nor the OpenAI SDK', async () => {
     const file = join(dir, 'loaded');
     const modules = [
       'bin/run-services.ts',
       'services/serve.ts',
       'services/gateway/app.ts',
       'plugins/canvas/chromium/index.ts',
+      'packages/plugin-api/src/llm/openai.ts',
     ];
     const imports = modules.map(
       (module) => `await import(${JSON.stringify(pathToFileURL(repoPath(module)).href)});`,
@@ -119,6 +121,8 @@ describe('sigil gateway start-up', function () {
       /\/node_modules\/@x402\/core\//,
       // The browser-verify node's Playwright (~7 MB): imported by the first browser it opens.
       /\/node_modules\/playwright-core\//,
+      // The OpenAI SDK of the OpenAI-compatible providers: imported by their first request.
+      /\/node_modules\/openai\//,
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });
