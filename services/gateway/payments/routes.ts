@@ -84,7 +84,7 @@ export function paymentsRouter(payments: Payments | undefined): Router {
     if (!payments) throw new SigilError('not_found', 'No payment rail is configured');
     const auth = ctx.state.auth as AuthPrincipal;
     const { result, receipt } = await payments.paidResult(paymentId, auth.address);
-    setPaymentResponse(ctx, receipt);
+    await setPaymentResponse(ctx, receipt);
     ctx.body = { paymentId, result, receipt };
   });
   return router;
