@@ -80,6 +80,15 @@ export function checkResolved(resolved: ResolvedPackage): void {
   }
 }
 
+/**
+ * A registry request that fails on the network (a reset connection: a keep-alive socket the registry
+ * closed as it was reused; a refused one) or with a 5xx is tried twice more, 100 ms then 200 ms later,
+ * as npm itself retries (its fetch-retries 2) but without its 10 s minimum wait: an unreachable
+ * registry still falls back to the cached metadata in well under a second. make-fetch-happen's own
+ * default is no retry, which failed a verification on one "socket hang up" from a local registry.
+ */
+const REGISTRY_RETRY = { retries: 2, factor: 2, minTimeout: 100, maxTimeout: 1000 };
+
 /** Failures that mean "could not reach the registry", as opposed to an answer from it. */
 const NETWORK_CODES = [
   'ECONNREFUSED',
@@ -144,7 +153,7 @@ export class NpmClient {
   private readonly base: NpmFlatOptions;
 
   constructor(private readonly options: NpmClientOptions) {
-    this.base = { registry: options.registry, cache: options.cache };
+    this.base = { registry: options.registry, cache: options.cache, retry: REGISTRY_RETRY };
   }
 
   /**

@@ -23,6 +23,11 @@ declare module 'pacote' {
     ignoreScripts?: boolean;
     /** The Arborist class: pacote needs it to pack a directory (`file:<dir>`). */
     Arborist?: unknown;
+    /**
+     * make-fetch-happen's retry of a request that failed on the network or with a 5xx (promise-retry's
+     * options: tries after the first, and the backoff between them in ms); none by default.
+     */
+    retry?: { retries: number; factor: number; minTimeout: number; maxTimeout: number };
   }
 
   export interface Manifest {

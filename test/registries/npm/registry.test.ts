@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { copyFileSync, existsSync, readdirSync, readFileSync } from 'node:fs';
+import { connect, createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
@@ -72,6 +73,35 @@ describe('registry-npm against a local registry (verdaccio)', function () {
     }
     // The same value npm computed when packing the tarball that was published.
     expect(registry.published.find((p) => p.name === MEMORY.name)?.integrity).to.equal(expected);
+  });
+
+  it('tries a request again when the registry resets its connection (a keep-alive socket it closed as it was reused)', async () => {
+    // A TCP relay to verdaccio that cuts its first connection as soon as it is opened.
+    const upstream = new URL(registry.url);
+    let connections = 0;
+    const relay = createServer((socket) => {
+      if (++connections === 1) return socket.resetAndDestroy();
+      const toRegistry = connect(Number(upstream.port), upstream.hostname);
+      socket.pipe(toRegistry).pipe(socket);
+      const close = () => (socket.destroy(), toRegistry.destroy());
+      socket.on('error', close).on('close', close);
+      toRegistry.on('error', close).on('close', close);
+    });
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = relay.address() as AddressInfo;
+      // A fresh cache: no metadata to fall back on, so only a second try can answer.
+      const client = await openRegistry({
+        registry: `http://127.0.0.1:${port}/`,
+        cacheDir: cacheDir('reset'),
+      });
+      const resolved = await client.resolve({ name: 'sigil-test-plain', range: '1.0.0' });
+      expect(resolved).to.deep.include({ name: 'sigil-test-plain', version: '1.0.0' });
+      expect(resolved.digest).to.equal(await registryIntegrity('sigil-test-plain', '1.0.0'));
+      expect(connections, 'the cut connection and the one that answered').to.be.at.least(2);
+    } finally {
+      relay.close();
+    }
   });
 
   it('says not_found for an unknown package or version, and refuses specs that leave the registry', async () => {
