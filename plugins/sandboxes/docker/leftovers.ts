@@ -39,9 +39,10 @@ export async function reapLeftovers(
         .remove({ force: true, v: true })
         .then(
           () => true,
-          // Gone meanwhile (another gateway starting up reaped it too), or the engine refused.
+          // Gone meanwhile (404) or going (409: with force, Docker's only conflict is "removal …
+          // already in progress"): another gateway starting up, or a watchdog, got there first.
           (error: { statusCode?: number }) =>
-            error.statusCode === 404
+            error.statusCode === 404 || error.statusCode === 409
               ? false
               : Promise.reject(engine.failure('to remove a leftover container', error)),
         ),

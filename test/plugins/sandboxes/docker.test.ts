@@ -552,6 +552,27 @@ describe('sandbox-docker (sandbox-runtime v2 plugin, on a real Docker engine)', 
         child.kill('SIGKILL');
       }
     });
+
+    it('two runtimes reaping the same leftovers at once both start: a removal already under way is not a failure', async () => {
+      // Docker answers a second removal of a container being removed with 409 ("removal … is already
+      // in progress"); gateways starting together, or a watchdog and a gateway, race like this.
+      const { child, container, watchdog } = await childGateway(options());
+      try {
+        // Started while the child lives, so that their own start-up reaps find nothing yet.
+        const reapers = await Promise.all([probes.runtime(), probes.runtime()]);
+        process.kill(watchdog, 'SIGKILL');
+        child.kill('SIGKILL');
+        await new Promise((resolve) => child.once('exit', resolve));
+        const removed = await Promise.all(
+          Array.from({ length: 6 }, (_, index) => (reapers[index % 2] as DockerRuntime).reapLeftovers()),
+        );
+        // Exactly one removal did it; the others found it gone or going.
+        expect(removed.reduce((sum, count) => sum + count, 0)).to.equal(1);
+        expect(await containerExists(probes.engine.docker, container)).to.equal(false);
+      } finally {
+        child.kill('SIGKILL');
+      }
+    });
   });
 
   describe('engines and runtimes', () => {
