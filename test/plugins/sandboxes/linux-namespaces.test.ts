@@ -33,7 +33,7 @@ import {
 import { PluginHost } from '../../../core/plugins/host.ts';
 import { configSchema, LinuxNamespacesRuntime } from '../../../plugins/sandboxes/linux-namespaces/index.ts';
 import { SANDBOX_PROBE_FILE as probeScript, writableMounts } from '@sigil/plugin-api/kit';
-import { markedProcesses } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
+import { markedProcesses, startTime } from '../../../plugins/sandboxes/linux-namespaces/leftovers.ts';
 import { builtinPlugins } from '../../../services/builtin-plugins.ts';
 import { quietLogger, testCoreServices } from '../../support/kernel.ts';
 import { hostSpec, nodeSpec, shellSpec } from './support.ts';
@@ -390,28 +390,38 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
     for (const cgroups of ['auto', 'off'] as const) {
       it(`reapLeftovers() kills the sandboxes, cgroups and state of a runtime that is gone (cgroups: ${cgroups})`, async () => {
         // A runtime standing in for a gateway that died without its sandboxes dying (the one window
-        // PR_SET_PDEATHSIG leaves): its owner names a process that does not exist.
-        const deadOwner = `999999999.${Date.now()}`;
-        const orphaned = newRuntime(stateDir, deadOwner, { cgroups });
-        const sandbox = await orphaned.spawn(nodeSpec(probePackage, [probeScript, 'sleep']));
-        await new Promise((resolve) => sandbox.stdout.once('data', resolve));
-        const pids = sandboxHostPids(sandbox.id);
-        const ownDirs = () => readdirSync(stateDir).filter((entry) => entry.startsWith(`${deadOwner}-`));
-        expect(ownDirs()).to.have.lengthOf(1);
-        const cgroup = `/sys/fs/cgroup/memory/sigil/${deadOwner}-${sandbox.id}`;
-        if (cgroups === 'auto' && (await runtime.status()).limits === 'cgroup-v1')
-          expect(existsSync(cgroup)).to.equal(true);
+        // PR_SET_PDEATHSIG leaves): its owner names a process that ends just before the reap. Not a
+        // process that never existed: every runtime on the host reaps at its start, and the test
+        // files in the other mocha worker start many, which would reap this one first.
+        const standIn = spawn('sleep', ['600'], { stdio: 'ignore' });
+        const standInGone = new Promise((resolve) => standIn.once('exit', resolve));
+        try {
+          const deadOwner = `${standIn.pid}.${startTime(standIn.pid as number)}`;
+          const orphaned = newRuntime(stateDir, deadOwner, { cgroups });
+          const sandbox = await orphaned.spawn(nodeSpec(probePackage, [probeScript, 'sleep']));
+          await new Promise((resolve) => sandbox.stdout.once('data', resolve));
+          const pids = sandboxHostPids(sandbox.id);
+          const ownDirs = () => readdirSync(stateDir).filter((entry) => entry.startsWith(`${deadOwner}-`));
+          expect(ownDirs()).to.have.lengthOf(1);
+          const cgroup = `/sys/fs/cgroup/memory/sigil/${deadOwner}-${sandbox.id}`;
+          if (cgroups === 'auto' && (await runtime.status()).limits === 'cgroup-v1')
+            expect(existsSync(cgroup)).to.equal(true);
 
-        const report = await runtime.reapLeftovers();
-        expect(report.processes).to.be.at.least(1);
-        expect(report.stateDirs).to.be.at.least(1); // also the killed stand-in gateway's, if it ran before
-        const exit = await sandbox.exited;
-        expect(exit.signal).to.not.equal(null);
-        expect(await eventually(() => pids.filter(alive).length === 0)).to.equal(true);
-        // The state dir and cgroup go once the sandbox's last process is gone, which on a loaded
-        // machine can be after `exited` settles.
-        expect(await eventually(() => ownDirs().length === 0)).to.equal(true);
-        expect(await eventually(() => !existsSync(cgroup))).to.equal(true);
+          standIn.kill('SIGKILL');
+          await standInGone;
+          const report = await runtime.reapLeftovers();
+          expect(report.processes).to.be.at.least(1);
+          expect(report.stateDirs).to.be.at.least(1); // also the killed stand-in gateway's, if it ran before
+          const exit = await sandbox.exited;
+          expect(exit.signal).to.not.equal(null);
+          expect(await eventually(() => pids.filter(alive).length === 0)).to.equal(true);
+          // The state dir and cgroup go once the sandbox's last process is gone, which on a loaded
+          // machine can be after `exited` settles.
+          expect(await eventually(() => ownDirs().length === 0)).to.equal(true);
+          expect(await eventually(() => !existsSync(cgroup))).to.equal(true);
+        } finally {
+          standIn.kill('SIGKILL');
+        }
       });
     }
 
