@@ -95,7 +95,7 @@ async function scenario(
   mode: Mode,
 ): Promise<Measurement> {
   const kernel = await openTestKernel({ database, clock: new ManualClock(Date.UTC(2026, 2, 18, 12)) });
-  const service: LedgerService = createLedgerService(kernel);
+  const service: LedgerService = await createLedgerService(kernel);
   const { ledger, agents } = service;
   try {
     const walletCount = name === 'hot wallet' ? 1 : MANY_WALLETS;

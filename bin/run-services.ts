@@ -146,8 +146,8 @@ export async function startDevChainFor(
   const { config } = loaded;
   const secrets = new SecretRegistry();
   const logger = createLogger({ level: config.log.level, secrets, destination });
-  const module = await import('../devchain/index.ts');
-  const skip = await module.devChainSkipReason(config, {
+  const { devChainSkipReason } = await import('../devchain/skip.ts');
+  const skip = await devChainSkipReason(config, {
     builtins: builtinPlugins,
     baseDir: loaded.file ? dirname(loaded.file) : process.cwd(),
   });
@@ -155,6 +155,7 @@ export async function startDevChainFor(
     logger.info({ reason: skip }, 'dev chain: not started');
     return undefined;
   }
+  const module = await import('../devchain/index.ts');
   let chain: DevChain;
   try {
     chain = await module.startDevChain({

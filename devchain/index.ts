@@ -41,14 +41,8 @@ export {
   runtimeExamplesBanner,
 } from './quick-start.ts';
 export { devChainOperatorBanner, withDevChainOperator } from './runtime.ts';
-export {
-  DEV_CHAIN_RAIL,
-  devChainBanner,
-  devChainReplicasFacilitator,
-  devChainSkipReason,
-  withDevChainRail,
-  type SkipOptions,
-} from './rail.ts';
+export { DEV_CHAIN_RAIL, devChainBanner, devChainReplicasFacilitator, withDevChainRail } from './rail.ts';
+export { devChainSkipReason, type SkipOptions } from './skip.ts';
 
 /**
  * The config wired to the dev chain as `sigil up` wires it: the x402 rail on it (unless `rail` is

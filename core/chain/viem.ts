@@ -1,3 +1,4 @@
+import type * as Viem from 'viem';
 import type * as ViemSiwe from 'viem/siwe';
 import type * as ViemUtils from 'viem/utils';
 import { importedOnce } from '../imported-once.ts';
@@ -12,3 +13,6 @@ export const viemUtils: () => Promise<typeof ViemUtils> = importedOnce(() => imp
 
 /** viem's EIP-4361 messages, imported at the first sign-in challenge or a public URL's check. */
 export const viemSiwe: () => Promise<typeof ViemSiwe> = importedOnce(() => import('viem/siwe'));
+
+/** viem's index, for what its subpaths do not export (signature parsing), imported at first use. */
+export const viem: () => Promise<typeof Viem> = importedOnce(() => import('viem'));

@@ -132,7 +132,7 @@ export async function createRuntimeApp(kernel: Kernel, options: RuntimeAppOption
     },
   };
   const auth = runtimeAuth(kernel);
-  const ledger = createLedgerService(kernel);
+  const ledger = await createLedgerService(kernel);
   const keys = historyKeys(kernel);
   const history = new ConversationStore({
     db: kernel.db,

@@ -5,12 +5,13 @@ import {
   type DiscoverResult,
   type FetchLike,
 } from '@modelcontextprotocol/client';
-import { signRequest } from '@slicekit/erc8128';
+import type * as Erc8128 from '@slicekit/erc8128';
 import type { Address, Hex } from 'viem';
-import { privateKeyToAccount } from 'viem/accounts';
+import type * as ViemAccounts from 'viem/accounts';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import { ON_BEHALF_OF_HEADER } from '../../core/auth/on-behalf-of.ts';
 import { unixSeconds, type Clock } from '../../core/clock.ts';
+import { importedOnce } from '../../core/imported-once.ts';
 import { SigilError } from '@sigil/plugin-api';
 
 /** Signs an RFC 9421 signature base as an EIP-191 message: a viem account does. */
@@ -19,8 +20,16 @@ export interface OperatorSigner {
   signMessage(args: { message: { raw: Uint8Array } }): Promise<Hex>;
 }
 
+/**
+ * The ERC-8128 signer and viem's accounts (with noble's curves, ~300 modules), imported at the first
+ * operator request: a runtime that makes none starts without them (issue 30, start-up).
+ */
+const erc8128: () => Promise<typeof Erc8128> = importedOnce(() => import('@slicekit/erc8128'));
+const viemAccounts: () => Promise<typeof ViemAccounts> = importedOnce(() => import('viem/accounts'));
+
 export interface OperatorFetchOptions {
-  signer: OperatorSigner;
+  /** The operator's account, or how to make it at the first request. */
+  signer: OperatorSigner | (() => Promise<OperatorSigner>);
   /** The chain id in the ERC-8128 keyid (the gateway accepts its `auth.chainId`, 8453). */
   chainId: number;
   clock: Clock;
@@ -41,12 +50,16 @@ export interface OperatorFetchOptions {
  */
 export function operatorFetch(options: OperatorFetchOptions): FetchLike {
   const send = options.fetch ?? fetch;
-  const signer = {
-    address: options.signer.address,
-    chainId: options.chainId,
-    signMessage: (message: Uint8Array) => options.signer.signMessage({ message: { raw: message } }),
-  };
   return async (url, init = {}) => {
+    const [{ signRequest }, account] = await Promise.all([
+      erc8128(),
+      typeof options.signer === 'function' ? options.signer() : options.signer,
+    ]);
+    const signer = {
+      address: account.address,
+      chainId: options.chainId,
+      signMessage: (message: Uint8Array) => account.signMessage({ message: { raw: message } }),
+    };
     const target = new URL(url);
     const signedUrl =
       options.signFor === undefined ? target : new URL(`${target.pathname}${target.search}`, options.signFor);
@@ -157,7 +170,8 @@ export interface GatewayClientOptions {
  * a transport for the official MCP SDK client (v2, `@modelcontextprotocol/client`).
  */
 export class GatewayClient {
-  private readonly operator: OperatorSigner | undefined;
+  /** The operator wallet's account, made (viem's accounts imported) at the first operator request. */
+  private readonly operator: (() => Promise<OperatorSigner>) | undefined;
   /**
    * The gateway's `server/discover` answers by endpoint, kept for their `ttlMs` when public (the same
    * for every wallet): a tool loop connects with one as `prior`, without a round trip.
@@ -165,7 +179,11 @@ export class GatewayClient {
   private readonly discovered = new Map<string, { result: DiscoverResult; until: number }>();
 
   constructor(private readonly options: GatewayClientOptions) {
-    this.operator = options.operatorKey === undefined ? undefined : privateKeyToAccount(options.operatorKey);
+    const key = options.operatorKey;
+    this.operator =
+      key === undefined
+        ? undefined
+        : importedOnce(async () => (await viemAccounts()).privateKeyToAccount(key));
   }
 
   /**
@@ -179,11 +197,6 @@ export class GatewayClient {
   /** Where requests go now. */
   get url(): string {
     return this.options.url;
-  }
-
-  /** The operator wallet's address, when one is configured. */
-  get operatorAddress(): Address | undefined {
-    return this.operator?.address;
   }
 
   operatorFetch(): FetchLike {

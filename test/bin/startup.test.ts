@@ -23,7 +23,10 @@ import { repoPath } from '../support/paths.ts';
  * dependencies, ~40 ms, which Sigil never uses) or x402's header codecs (~55 ms with the zod 3 they
  * bring; imported by the first payment header); nor does the browser-verify canvas node import
  * Playwright (600-750 ms of `sigil up`) before it opens its first browser, nor the OpenAI-compatible
- * providers' stream the OpenAI SDK (~120 ms) before its first request.
+ * providers' stream the OpenAI SDK (~120 ms) before its first request. `sigil up` without a chain
+ * loads no viem at all (~470 modules with x402's EVM scheme and noble, ~300 ms of its start): the
+ * ledger checksums with ox, and the chain, deposit keys, dev chain, chat payer and operator signer
+ * load when configured or first used.
  */
 describe('sigil gateway start-up', function () {
   this.timeout(60_000);
@@ -34,9 +37,10 @@ describe('sigil gateway start-up', function () {
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('serves without loading the runtime, the dev chain, npm’s installer libraries, jose or viem, and listens before loading prom-client', async () => {
+  /** `sigil <command>` on the embedded defaults, every module it loads recorded in `file`; resolves once serving. */
+  async function startRecorded(command: 'gateway' | 'up', env: Record<string, string>) {
     const file = join(dir, 'loaded');
-    const running = await startSigil(['gateway'], /gateway\s+http:\/\/\S+\n/, {
+    const running = await startSigil([command], /^gateway\s+http:\/\/\S+\n/m, {
       nodeArgs: ['--import', pathToFileURL(RECORD_LOADS).href],
       cwd: dir,
       env: {
@@ -45,8 +49,14 @@ describe('sigil gateway start-up', function () {
         GATEWAY_PORT: '0',
         GATEWAY_WARMUP: 'false',
         SIGIL_LOADED_FILE: file,
+        ...env,
       },
     });
+    return { file, running };
+  }
+
+  it('serves without loading the runtime, the dev chain, npm’s installer libraries, jose or viem, and listens before loading prom-client', async () => {
+    const { file, running } = await startRecorded('gateway', {});
     const loadedBeforeListening = readFileSync(file, 'utf8');
     try {
       const url = /gateway\s+(http:\/\/\S+)\n/.exec(running.output())?.[1] as string;
@@ -84,6 +94,33 @@ describe('sigil gateway start-up', function () {
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
     expect(loadedBeforeListening).not.to.match(/\/node_modules\/prom-client\//);
+  });
+
+  it('`sigil up` without a chain is healthy without loading viem, x402’s clients or the ERC-8128 signer', async () => {
+    const { file, running } = await startRecorded('up', { RUNTIME_PORT: '0', DEV_CHAIN: 'false' });
+    try {
+      const urls = ['runtime', 'gateway'].map(
+        (name) => new RegExp(`^${name}\\s+(http://\\S+)$`, 'm').exec(running.output())?.[1] as string,
+      );
+      for (const url of urls) expect((await fetch(`${url}/health`)).status, url).to.equal(200);
+    } finally {
+      running.child.kill('SIGTERM');
+      expect(await running.exited).to.equal(0);
+    }
+    const loaded = readFileSync(file, 'utf8').trim().split('\n');
+    // The recording works: the runtime's ledger is in it, and the address checksums it uses.
+    expect(loaded.some((url) => url.endsWith('/services/runtime/ledger/ledger.ts'))).to.equal(true);
+    expect(loaded.some((url) => /\/node_modules\/ox\/_esm\/core\/Address\.js$/.test(url))).to.equal(true);
+    const unwanted = [
+      // The ledger's chain, the deposit keys and the dev chain: imported only when configured.
+      /\/node_modules\/viem\//,
+      /\/devchain\/(?!config\.ts$|quick-start\.ts$|skip\.ts$)/,
+      // The chat's payer (x402's client and EVM scheme): imported by the first session that may pay.
+      /\/node_modules\/@x402\//,
+      // The operator path's signer: imported by its first request.
+      /\/node_modules\/@slicekit\/erc8128\//,
+    ];
+    expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });
 
   it('the gateway’s, the browser node’s and the OpenAI stream’s modules import neither the MCP SDK client, awilix’s module loader, x402’s codecs, Playwright nor the OpenAI SDK', async () => {

@@ -1,4 +1,5 @@
-import { type Address, type Hex, verifyMessage } from 'viem';
+import type { Address, Hex } from 'viem';
+import { viemUtils } from '../../../core/chain/viem.ts';
 import { type CanvasApprovalV2, SigilError } from '@sigil/plugin-api';
 import { canonicalJson, sha256Hex } from '../../../core/crypto.ts';
 
@@ -69,6 +70,7 @@ export async function checkedDecision(
     });
   if (input.signature !== undefined) {
     const message = approvalMessage(runId, nodeId, valueHash, input.approved);
+    const { verifyMessage } = await viemUtils();
     const valid = await verifyMessage({ address: owner, message, signature: input.signature }).catch(
       () => false,
     );

@@ -1,9 +1,7 @@
 import { ProtocolError, type CallToolResult, type Client } from '@modelcontextprotocol/client';
-import { x402Client } from '@x402/core/client';
+import type { x402Client } from '@x402/core/client';
 import type { PaymentRequired } from '@x402/core/types';
-import { ExactEvmScheme } from '@x402/evm/exact/client';
 import type { Address, Hex } from 'viem';
-import { privateKeyToAccount } from 'viem/accounts';
 import { type LlmToolDefinition, SigilError } from '@sigil/plugin-api';
 import { MISSING_CLIENT_CAPABILITY_CODE, PAYMENT_REQUIRED_CODE } from '../../../core/http/mcp-errors.ts';
 import { PROOF_META_KEY } from '../../gateway/proofs.ts';
@@ -65,17 +63,11 @@ export class GatewayToolSession {
     signal: AbortSignal;
   }): Promise<GatewayToolSession> {
     const client = await options.gateway.toolClient(options.path, options.scope, options.signal);
+    // x402's client with its EVM scheme and viem (~450 modules) load with the first session that may pay.
     const payer =
       options.payments === undefined
         ? undefined
-        : new x402Client()
-            .register(
-              options.payments.network,
-              new ExactEvmScheme(privateKeyToAccount(options.payments.payerKey)),
-            )
-            .setSpendControls({
-              allowedAssets: [{ network: options.payments.network, asset: options.payments.asset }],
-            });
+        : (await import('./tool-payer.ts')).toolPayer(options.payments);
     const session = new GatewayToolSession(client, payer);
     try {
       for (const serverId of options.servers) {

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { getAddress } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import { asText, toAmount } from './amounts.ts';
 import {
   balanceOf,
@@ -36,7 +36,7 @@ export interface LedgerAudit {
 export async function auditLedger(db: Knex, wallet?: string): Promise<LedgerAudit> {
   const sums = (await db('ledger_entries')
     .modify((q) => {
-      if (wallet) q.where({ wallet: getAddress(wallet) });
+      if (wallet) q.where({ wallet: checksumAddress(wallet) });
     })
     .groupBy('wallet', 'kind')
     .select('wallet', 'kind', db.raw('cast(sum(amount) as text) as total'))) as {
@@ -62,7 +62,7 @@ export async function auditLedger(db: Knex, wallet?: string): Promise<LedgerAudi
   }
   const held = (await db('ledger_holds')
     .modify((q) => {
-      if (wallet) q.where({ wallet: getAddress(wallet) });
+      if (wallet) q.where({ wallet: checksumAddress(wallet) });
     })
     .groupBy('wallet')
     .select('wallet', db.raw('cast(sum(amount) as text) as total'))) as { wallet: string; total: string }[];
@@ -73,7 +73,7 @@ export async function auditLedger(db: Knex, wallet?: string): Promise<LedgerAudi
   }
   const rows = (await db('ledger_wallets')
     .modify((q) => {
-      if (wallet) q.where({ wallet: getAddress(wallet) });
+      if (wallet) q.where({ wallet: checksumAddress(wallet) });
     })
     .select('wallet', ...WALLET_MONEY.map((column) => asText(db, column)))) as WalletRow[];
   const mismatches: AuditMismatch[] = [];
@@ -110,7 +110,7 @@ export async function auditLedger(db: Knex, wallet?: string): Promise<LedgerAudi
       q.whereIn(
         column,
         db('agents')
-          .where({ wallet: getAddress(wallet) })
+          .where({ wallet: checksumAddress(wallet) })
           .select('id'),
       );
   };

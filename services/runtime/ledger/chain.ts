@@ -4,7 +4,6 @@ import {
   defineChain,
   encodeFunctionData,
   http,
-  keccak256,
   parseAbi,
   type Address,
   type Hex,
@@ -14,6 +13,7 @@ import {
 } from 'viem';
 import { privateKeyToAccount, type LocalAccount } from 'viem/accounts';
 import { blockRanges } from '@sigil/plugin-api/chain';
+import { signedTransaction, type SignedTransaction } from './signed-transaction.ts';
 
 export const ledgerTokenAbi = parseAbi([
   'function name() view returns (string)',
@@ -51,19 +51,6 @@ export const CANCEL_AUTHORIZATION_TYPES = {
     { name: 'nonce', type: 'bytes32' },
   ],
 } as const;
-
-/** A transaction of the operator account, signed: its bytes, its hash and the account nonce it uses. */
-export interface SignedTransaction {
-  raw: Hex;
-  hash: Hex;
-  nonce: number;
-}
-
-export const signedTransaction = (raw: Hex, nonce: number): SignedTransaction => ({
-  raw,
-  hash: keccak256(raw),
-  nonce,
-});
 
 export interface TokenTransfer {
   from: Address;

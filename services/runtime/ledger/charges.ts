@@ -1,4 +1,4 @@
-import { getAddress } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import { isConstraintViolation } from '../../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
 import { MAX_AMOUNT } from './amounts.ts';
@@ -33,7 +33,7 @@ export function chargeInput(input: ChargeInput): ChargeInput {
       'An idempotency key is 1 to 200 characters of A-Z a-z 0-9 . _ : -',
     );
   }
-  return { ...input, wallet: getAddress(input.wallet) };
+  return { ...input, wallet: checksumAddress(input.wallet) };
 }
 
 /**
@@ -90,7 +90,7 @@ export async function checkSpend(
   agentId: string,
   amount: bigint,
 ): Promise<{ balance: Balance; budgets: Budgets }> {
-  const address = getAddress(wallet);
+  const address = checksumAddress(wallet);
   const { budgets } = await readBudgets(ledger.db, ledger.clock.now(), address, agentId);
   refuseOverBudget(budgets, amount > 0n ? amount : 1n, { agentId, requested: amount });
   const balance = await ledger.balance(address);

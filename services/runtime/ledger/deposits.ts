@@ -1,4 +1,4 @@
-import { getAddress } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import type { Clock } from '../../../core/clock.ts';
 import type { Database } from '../../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
@@ -43,7 +43,7 @@ export class DepositAddresses {
   /** The wallet's deposit address, assigned on first use. */
   async of(wallet: string): Promise<DepositAddress> {
     const keys = this.keys();
-    const owner = getAddress(wallet);
+    const owner = checksumAddress(wallet);
     const existing = await this.read(owner);
     if (existing?.address) return this.view(existing, keys);
     await this.deps.db.transaction(async (trx) => {
@@ -68,10 +68,10 @@ export class DepositAddresses {
     if (!/^0x[0-9a-fA-F]{40}$/.test(address)) return undefined;
     const row = (await this.deps
       .db('ledger_deposit_addresses')
-      .where({ address: getAddress(address) })
+      .where({ address: checksumAddress(address) })
       .first('deposit_index', 'wallet', 'address')) as Row | undefined;
     return row?.address
-      ? { wallet: row.wallet, index: Number(row.deposit_index), address: getAddress(row.address) }
+      ? { wallet: row.wallet, index: Number(row.deposit_index), address: checksumAddress(row.address) }
       : undefined;
   }
 
@@ -89,7 +89,7 @@ export class DepositAddresses {
           {
             wallet: row.wallet,
             index: Number(row.deposit_index),
-            address: getAddress(row.address as string),
+            address: checksumAddress(row.address as string),
           },
         ]),
       );
@@ -134,7 +134,7 @@ export class DepositAddresses {
     const deposit = {
       wallet: row.wallet,
       index: Number(row.deposit_index),
-      address: getAddress(row.address as string),
+      address: checksumAddress(row.address as string),
     };
     if (keys.address(deposit.index) !== deposit.address) {
       throw new SigilError('internal', `Deposit address ${deposit.index} does not match the mnemonic`);

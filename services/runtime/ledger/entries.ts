@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { getAddress } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import { SigilError } from '@sigil/plugin-api';
 import { asText, toAmount } from './amounts.ts';
 import type { EntryKind } from './balance.ts';
@@ -56,7 +56,7 @@ export async function historyPage(
   options: { limit: number; cursor?: string; kinds?: readonly EntryKind[] },
 ): Promise<{ entries: LedgerEntry[]; nextCursor: string | undefined }> {
   let query = db('ledger_entries')
-    .where({ wallet: getAddress(wallet) })
+    .where({ wallet: checksumAddress(wallet) })
     .orderBy('id', 'desc')
     .limit(options.limit + 1)
     .select(...entryColumns(db));

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Knex } from 'knex';
-import { getAddress } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Logger } from '../../../core/log.ts';
 import { agentNotFound } from '../agents.ts';
@@ -147,7 +147,7 @@ export class Holds {
         'An idempotency key is 1 to 200 characters of A-Z a-z 0-9 . _ : -',
       );
     }
-    const wallet = getAddress(input.wallet);
+    const wallet = checksumAddress(input.wallet);
     return this.ledger.withWallet(wallet, async (trx, balance) => {
       // Under the wallet's lock: the budgets, an earlier charge and an open hold of the key in one read.
       const { budgets, replayId, openHold } = await readBudgets(
@@ -434,7 +434,7 @@ export class Holds {
 
   /** The wallet's open hold under `idempotencyKey`, if any. */
   async get(wallet: string, idempotencyKey: string): Promise<Hold | undefined> {
-    return this.byKey(this.ledger.db, getAddress(wallet), idempotencyKey);
+    return this.byKey(this.ledger.db, checksumAddress(wallet), idempotencyKey);
   }
 
   /**

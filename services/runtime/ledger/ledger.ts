@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { getAddress } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import type { Clock } from '../../../core/clock.ts';
 import { dialectOf, type Database } from '../../../core/db/database.ts';
 import { SigilError } from '@sigil/plugin-api';
@@ -69,9 +69,9 @@ export class Ledger {
   async balance(wallet: string): Promise<Balance> {
     const row = (await this.deps
       .db('ledger_wallets')
-      .where({ wallet: getAddress(wallet) })
+      .where({ wallet: checksumAddress(wallet) })
       .first(WALLET_MONEY.map((column) => asText(this.deps.db, column)))) as WalletRow | undefined;
-    return balanceOf(getAddress(wallet), row);
+    return balanceOf(checksumAddress(wallet), row);
   }
 
   /**
@@ -82,7 +82,7 @@ export class Ledger {
     wallet: string,
     work: (trx: Knex.Transaction, balance: Balance) => Promise<T>,
   ): Promise<T> {
-    const address = getAddress(wallet);
+    const address = checksumAddress(wallet);
     return this.deps.db.transaction(async (trx) => work(trx, await this.lock(trx, address)));
   }
 
@@ -219,12 +219,12 @@ export class Ledger {
 
   /** The agent's limits and what it has spent in each current window. 404 unless `wallet` owns it. */
   async budgets(wallet: string, agentId: string): Promise<Budgets> {
-    return (await readBudgets(this.deps.db, this.deps.clock.now(), getAddress(wallet), agentId)).budgets;
+    return (await readBudgets(this.deps.db, this.deps.clock.now(), checksumAddress(wallet), agentId)).budgets;
   }
 
   /** Replaces the agent's limits (null: no limit). Applies at once to the current windows' spend. */
   async setBudgets(wallet: string, agentId: string, limits: BudgetLimits): Promise<Budgets> {
-    const address = getAddress(wallet);
+    const address = checksumAddress(wallet);
     await this.withWallet(address, (trx) =>
       writeBudgetLimits(trx, { wallet: address, agentId, limits, now: this.now() }),
     );
@@ -249,7 +249,7 @@ export class Ledger {
     block: bigint,
     trx?: Knex.Transaction,
   ): Promise<boolean> {
-    const address = getAddress(wallet);
+    const address = checksumAddress(wallet);
     const write = async (db: Knex) =>
       db('ledger_wallets')
         .where({ wallet: address })

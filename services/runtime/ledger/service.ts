@@ -6,15 +6,14 @@ import { jobLeases, type Kernel } from '../../kernel.ts';
 import { Agents } from '../agents.ts';
 import { agentsRouter } from '../agent-routes.ts';
 import { offeredModels } from '../models.ts';
-import { LedgerChain } from './chain.ts';
+import type { LedgerChain } from './chain.ts';
 import { clearBalancesOfAbsentChain, fenceReplacedChain } from './chain-fence.ts';
-import { DepositKeys } from './deposit-keys.ts';
 import { DepositAddresses } from './deposits.ts';
 import { Holds } from './holds.ts';
 import { Ledger } from './ledger.ts';
 import { ledgerRouter } from './routes.ts';
 import { Sweeper } from './sweep.ts';
-import { TransferWorker } from './transfer-worker.ts';
+import type { TransferWorker } from './transfer-worker.ts';
 import { Transfers } from './transfers.ts';
 import { BalanceWatcher } from './watcher.ts';
 import { Withdrawals } from './withdrawals.ts';
@@ -50,7 +49,7 @@ export interface LedgerService {
   close(): Promise<void>;
 }
 
-export function createLedgerService(kernel: Kernel): LedgerService {
+export async function createLedgerService(kernel: Kernel): Promise<LedgerService> {
   const { config } = kernel;
   const settings = config.ledger;
   kernel.secrets.add(settings.depositMnemonic);
@@ -76,11 +75,17 @@ export function createLedgerService(kernel: Kernel): LedgerService {
     ttlMs: holdTtlMs,
     sweepIntervalMs: Math.min(holdTtlMs / 2, HOLD_SWEEP_MAX_INTERVAL_MS),
   });
-  const keys = settings.depositMnemonic === undefined ? undefined : new DepositKeys(settings.depositMnemonic);
+  // The chain's and the deposit keys' modules (viem's clients and HD accounts, some 450 modules with
+  // their dependencies) load only for a ledger that has them: `sigil up` without a chain starts
+  // without them (issue 30, start-up).
+  const keys =
+    settings.depositMnemonic === undefined
+      ? undefined
+      : new (await import('./deposit-keys.ts')).DepositKeys(settings.depositMnemonic);
   const deposits = new DepositAddresses({ db: kernel.db, clock: kernel.clock, keys });
   const chain =
     settings.rpcUrl && settings.tokenAddress && settings.operatorKey
-      ? new LedgerChain({
+      ? new (await import('./chain.ts')).LedgerChain({
           rpcUrl: settings.rpcUrl,
           chainId: settings.chainId,
           token: settings.tokenAddress as Hex,
@@ -105,7 +110,7 @@ export function createLedgerService(kernel: Kernel): LedgerService {
   const transfers = new Transfers(ledger, kernel.replica);
   const worker =
     chain && keys
-      ? new TransferWorker({
+      ? new (await import('./transfer-worker.ts')).TransferWorker({
           transfers,
           deposits,
           keys,

@@ -1,8 +1,9 @@
 import type { Knex } from 'knex';
-import { getAddress, type Address, type Hex } from 'viem';
+import type { Address, Hex } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import { SigilError } from '@sigil/plugin-api';
 import { asText, toAmount } from './amounts.ts';
-import { signedTransaction, type SignedTransaction } from './chain.ts';
+import { signedTransaction, type SignedTransaction } from './signed-transaction.ts';
 
 /** Money leaving a deposit address: to its owner (withdrawal) or to the treasury (sweep of settled spend). */
 export type TransferKind = 'withdrawal' | 'sweep';
@@ -70,7 +71,7 @@ export interface TransferRow {
 /** The transfer with `id` (only if it is `wallet`'s, when given). */
 export async function readTransfer(db: Knex, id: string, wallet?: string): Promise<Transfer | undefined> {
   const row = (await selectTransfers(db)
-    .where({ id, ...(wallet === undefined ? {} : { wallet: getAddress(wallet) }) })
+    .where({ id, ...(wallet === undefined ? {} : { wallet: checksumAddress(wallet) }) })
     .first()) as TransferRow | undefined;
   return row ? transferOf(row) : undefined;
 }
@@ -95,7 +96,7 @@ export async function listTransfers(
   options: { limit: number; cursor?: string },
 ): Promise<{ transfers: Transfer[]; nextCursor: string | undefined }> {
   let query = selectTransfers(db)
-    .where({ wallet: getAddress(wallet), kind })
+    .where({ wallet: checksumAddress(wallet), kind })
     .orderBy([
       { column: 'created_at', order: 'desc' },
       { column: 'id', order: 'desc' },
@@ -126,7 +127,7 @@ export async function openTransfers(db: Knex, wallet?: string): Promise<Transfer
   const rows = (await selectTransfers(db)
     .whereIn('state', OPEN_STATES)
     .modify((q) => {
-      if (wallet) q.where({ wallet: getAddress(wallet) });
+      if (wallet) q.where({ wallet: checksumAddress(wallet) });
     })) as TransferRow[];
   return rows.map(transferOf);
 }
@@ -163,8 +164,8 @@ export function transferOf(row: TransferRow): Transfer {
     wallet: row.wallet,
     kind: row.kind,
     amount: toAmount(row.amount),
-    from: getAddress(row.from_address),
-    to: getAddress(row.to_address),
+    from: checksumAddress(row.from_address),
+    to: checksumAddress(row.to_address),
     state: row.state,
     idempotencyKey: row.idempotency_key ?? undefined,
     nonce: row.nonce as Hex,

@@ -9,13 +9,9 @@ import type { KeptLease } from '@sigil/plugin-api';
 import type { Clock } from '../../../core/clock.ts';
 import { RetryWorker } from '../../../core/db/retries.ts';
 import type { Logger } from '../../../core/log.ts';
-import {
-  CANCEL_AUTHORIZATION_TYPES,
-  TRANSFER_WITH_AUTHORIZATION_TYPES,
-  type LedgerChain,
-  type SignedTransaction,
-} from './chain.ts';
+import { CANCEL_AUTHORIZATION_TYPES, TRANSFER_WITH_AUTHORIZATION_TYPES, type LedgerChain } from './chain.ts';
 import type { DepositKeys } from './deposit-keys.ts';
+import type { SignedTransaction } from './signed-transaction.ts';
 import type { DepositAddresses } from './deposits.ts';
 import type { Transfer } from './transfer-records.ts';
 import type { Transfers } from './transfers.ts';

@@ -1,11 +1,12 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { getAddress, type Address, type Hex } from 'viem';
+import type { Address, Hex } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import { SigilError } from '@sigil/plugin-api';
 import type { Replica } from '../../../core/db/replicas.ts';
 import { doublingBackoff, RetryQueue } from '../../../core/db/retries.ts';
 import { toAmount } from './amounts.ts';
-import type { SignedTransaction } from './chain.ts';
+import type { SignedTransaction } from './signed-transaction.ts';
 import { SpendRefused } from './errors.ts';
 import type { Ledger } from './ledger.ts';
 import {
@@ -74,7 +75,7 @@ export class Transfers {
     /** The chain's newest block and its timestamp, read just before. */
     head: { block: bigint; timestamp: bigint };
   }): Promise<{ transfer: Transfer; replayed: boolean }> {
-    const wallet = getAddress(input.wallet);
+    const wallet = checksumAddress(input.wallet);
     const { limits, amount } = input;
     const to = await checkDestination(input.to, input.forbidden);
     checkWithdrawalAmount(amount, limits);
@@ -126,7 +127,7 @@ export class Transfers {
     ttlSeconds: number;
     head: { block: bigint; timestamp: bigint };
   }): Promise<Transfer | undefined> {
-    const wallet = getAddress(input.wallet);
+    const wallet = checksumAddress(input.wallet);
     return this.ledger.withWallet(wallet, async (trx, balance) => {
       const open = (await trx('ledger_transfers')
         .where({ wallet, kind: 'sweep' })

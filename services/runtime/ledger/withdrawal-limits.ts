@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
-import { getAddress, zeroAddress, type Address } from 'viem';
+import type { Address } from 'viem';
+import { checksumAddress } from '../../../core/chain/address.ts';
 import { SigilError } from '@sigil/plugin-api';
 import { formatUsd, toAmount } from './amounts.ts';
 import { utcDay } from './windows.ts';
@@ -49,7 +50,7 @@ export async function checkDestination(to: string, forbidden: ForbiddenDestinati
     });
   };
   if (!/^0x[0-9a-fA-F]{40}$/.test(to)) refuse('must be a 0x-prefixed 20-byte hex address');
-  const checksummed = getAddress(to);
+  const checksummed = checksumAddress(to);
   if (checksummed !== to) {
     refuse(
       'must be written with its EIP-55 checksum (mixed case)',
@@ -58,7 +59,7 @@ export async function checkDestination(to: string, forbidden: ForbiddenDestinati
   }
   const same = (other: Address | undefined) =>
     other !== undefined && other.toLowerCase() === to.toLowerCase();
-  if (checksummed === zeroAddress) refuse('is the zero address: tokens sent there are lost');
+  if (BigInt(checksummed) === 0n) refuse('is the zero address: tokens sent there are lost');
   if (same(forbidden.token)) refuse('is the token contract itself: tokens sent there are lost');
   if (same(forbidden.treasury) || same(forbidden.operator)) refuse("is one of this service's own addresses");
   if (await forbidden.isDepositAddress(checksummed)) {

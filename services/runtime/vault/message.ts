@@ -1,10 +1,5 @@
-import {
-  compactSignatureToSignature,
-  hexToBigInt,
-  parseCompactSignature,
-  parseSignature,
-  type Hex,
-} from 'viem';
+import type { Hex } from 'viem';
+import { viem } from '../../../core/chain/viem.ts';
 import { hkdfSha256, hmacSha256 } from '../../../core/crypto.ts';
 
 /**
@@ -29,7 +24,8 @@ const SECP256K1_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0
  * The 32-byte vault root of a provider-vault signature: HKDF-SHA256 over its `r` and low-`s` (so the
  * 65-byte, compact EIP-2098 and high-`s` forms of one signature give one root), salt and info fixed.
  */
-export function vaultRoot(signature: Hex): Buffer {
+export async function vaultRoot(signature: Hex): Promise<Buffer> {
+  const { compactSignatureToSignature, hexToBigInt, parseCompactSignature, parseSignature } = await viem();
   const parsed =
     signature.length === 130
       ? compactSignatureToSignature(parseCompactSignature(signature))

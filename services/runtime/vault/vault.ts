@@ -207,7 +207,7 @@ export class ProviderVault {
         'Sign exactly the message of GET /wallet/provider-vault/message with the wallet you signed in with',
       );
     }
-    const root = vaultRoot(signature);
+    const root = await vaultRoot(signature);
     const check = rootCheck(root);
     const lookup = await this.lookup(session.address);
     const { record, version } = await this.options.store.read(lookup);

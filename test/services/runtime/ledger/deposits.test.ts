@@ -84,7 +84,7 @@ describeEachDatabase('ledger: deposit addresses', (database) => {
   it('without a mnemonic there is no deposit address: 503 with a hint for the operator', async () => {
     const world = await openLedgerWorld(database);
     try {
-      const service = createLedgerService(world.kernel);
+      const service = await createLedgerService(world.kernel);
       const err = (await service.deposits.of(randomWallet()).then(
         () => undefined,
         (e: unknown) => e,

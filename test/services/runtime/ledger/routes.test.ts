@@ -20,7 +20,7 @@ describeEachDatabase('ledger: routes (wallet-authenticated, owner-only)', (datab
       clock: new ManualClock(MIDWEEK),
       config: { plugins: pluginsWithLocalProvider() },
     });
-    ledger = createLedgerService(services.kernel).ledger;
+    ledger = (await createLedgerService(services.kernel)).ledger;
     alice = newWallet();
     [aliceJwt, bobJwt] = await Promise.all([
       services.signIn('runtime', alice),

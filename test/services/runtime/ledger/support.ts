@@ -32,7 +32,7 @@ export async function openLedgerWorld(
     clock,
     ...(options.config ? { config: options.config } : {}),
   });
-  const service = createLedgerService(kernel);
+  const service = await createLedgerService(kernel);
   return {
     kernel,
     clock,

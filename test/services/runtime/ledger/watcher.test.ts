@@ -113,7 +113,7 @@ describe('ledger: balance watcher on anvil', function () {
       config: { ledger: ledgerOnChain(chain, { confirmations: 2, pollIntervalMs: 50 }) },
     });
     // The app's routes read the database this second service's watcher writes to.
-    const service = createLedgerService(services.kernel);
+    const service = await createLedgerService(services.kernel);
     await service.start();
     try {
       const user = newWallet();
