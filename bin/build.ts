@@ -15,11 +15,15 @@
  *   are copied; last, build.json (core/layout.ts) records when and from what the output was made, and
  *   the hash of each code file of the output, which the code hash in proofs covers (build-info.ts), so a
  *   start does not read and hash them again.
+ * - The output's own modules are also bundled from bin/cli.js into a few files (BUNDLE_DIR, below),
+ *   which is what bin/sigil.js runs: the mirrored files stay, for what reads or runs them by path.
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { dirname, extname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { build as esbuild, type Plugin } from 'esbuild';
 import ts from 'typescript';
 import { BUILD_MANIFEST, type BuildManifest } from '../core/layout.ts';
 import { codeFileHashes } from '../services/shared/build-info.ts';
@@ -32,8 +36,10 @@ const ASSET_EXTENSIONS = new Set(['.cjs', '.json', '.py']);
 const EXTRA_ASSET_DIRS = ['packages/plugin-api/probes'];
 /** Written first into the output: a build that failed halfway still says whose folder it is. */
 const OUTPUT_MARKER = '.sigil-build-output';
+/** Where the bundle goes in the output (bin/sigil.js names it too). */
+const BUNDLE_DIR = join('bin', 'bundle');
 
-function build(out: string): BuildManifest {
+async function build(out: string): Promise<BuildManifest> {
   const builtAt = new Date().toISOString();
   const parsed = ts.getParsedCommandLineOfConfigFile(
     join(REPOSITORY, CONFIG),
@@ -64,6 +70,7 @@ function build(out: string): BuildManifest {
     mkdirSync(dirname(target), { recursive: true });
     copyFileSync(join(REPOSITORY, asset), target);
   }
+  await bundle(out);
   const manifest: BuildManifest = {
     builtAt,
     sourceRoot: relative(out, REPOSITORY),
@@ -152,6 +159,44 @@ function rewritePathMappedImports(options: ts.CompilerOptions): ts.TransformerFa
   };
 }
 
+/**
+ * Bundles the output's own modules, from bin/cli.js, into BUNDLE_DIR with esbuild (the packages of
+ * node_modules stay imports): Node's ESM loader resolves, reads, compiles and links every module on its
+ * own, and `sigil up` loads some 400 of ours, ~200 ms of its start (issue 30, start-up). What is
+ * imported lazily stays lazy: a chunk of its own, loaded at the same first use. Each module's
+ * `import.meta.url` is rewritten to its mirrored file, so a path it derives from its own location (a
+ * helper beside it, the code root) means what it means unbundled.
+ */
+async function bundle(out: string): Promise<void> {
+  const bundleDir = join(out, BUNDLE_DIR);
+  const ownLocation: Plugin = {
+    name: 'own-location',
+    setup(build) {
+      build.onLoad({ filter: /\.js$/ }, async ({ path }) => {
+        const source = await readFile(path, 'utf8');
+        if (!source.includes('import.meta.url')) return undefined;
+        const fromBundle = relative(bundleDir, path).split(sep).join('/');
+        return {
+          contents: `const moduleUrl = new URL(${JSON.stringify(fromBundle)}, import.meta.url).href;\n${source.replaceAll('import.meta.url', 'moduleUrl')}`,
+          loader: 'js',
+        };
+      });
+    },
+  };
+  await esbuild({
+    entryPoints: [join(out, 'bin', 'cli.js')],
+    outdir: bundleDir,
+    bundle: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    packages: 'external',
+    plugins: [ownLocation],
+    logLevel: 'warning',
+  });
+}
+
 /** The folders tsc compiles (its `include`) and the extra ones, as absolute paths. */
 function assetDirs(parsed: ts.ParsedCommandLine): string[] {
   const include = (parsed.raw as { include: string[] }).include;
@@ -187,7 +232,7 @@ function fail(...diagnostics: ts.Diagnostic[]): never {
 const { values } = parseArgs({ options: { out: { type: 'string', default: 'dist' } } });
 const out = resolve(values.out);
 const started = performance.now();
-const manifest = build(out);
+const manifest = await build(out);
 process.stdout.write(
   `built ${manifest.inputs.length} files into ${relative(process.cwd(), out) || '.'} in ${((performance.now() - started) / 1000).toFixed(1)} s\n`,
 );

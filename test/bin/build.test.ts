@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, copyFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, copyFileSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { pathToFileURL } from 'node:url';
@@ -127,7 +127,11 @@ describe('npm run build', function () {
         expect(await running.exited).to.equal(0);
       }
     });
-    expect(loaded).to.include(pathToFileURL(join(build.dist, 'bin', 'cli.js')).href);
+    // The bundle runs, and none of the mirrored modules besides: its every module has its place in it.
+    const bundled = pathToFileURL(join(build.dist, 'bin', 'bundle')).href;
+    expect(loaded).to.include(`${bundled}/cli.js`);
+    const dist = pathToFileURL(build.dist).href;
+    expect(loaded.filter((url) => url.startsWith(dist) && !url.startsWith(bundled))).to.deep.equal([]);
     expect(loaded.filter((url) => url.includes('/node_modules/tsx/') || url.endsWith('.ts'))).to.deep.equal(
       [],
     );
@@ -204,6 +208,16 @@ describe('npm run build', function () {
       expect(stale.stdout).to.equal('');
     } finally {
       writeFileSync(manifestFile, manifest);
+    }
+    // A build from before the bundle (bin/build.ts) has everything else.
+    const entry = join(build.dist, 'bin', 'bundle', 'cli.js');
+    renameSync(entry, `${entry}.aside`);
+    try {
+      const unbundled = await runSigil(['--version'], { bin: build.sigil, env: production() });
+      expect(unbundled.code).to.equal(2);
+      expect(unbundled.stderr).to.match(/holds a build without its bundle: run `npm run build`/);
+    } finally {
+      renameSync(`${entry}.aside`, entry);
     }
     const fresh = await runSigil(['--version'], { bin: build.sigil, env: production() });
     expect(fresh.code, fresh.stderr).to.equal(0);
