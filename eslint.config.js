@@ -103,6 +103,23 @@ export default tseslint.config(
   },
   ...coreStandsAlone,
   {
+    // Type-aware: a promise nobody awaits is invisible to tsc, and a response sent before the header an
+    // un-awaited call sets is such a promise. tsconfig.json covers every .ts file; the .js, .cjs and .mjs
+    // files are in no project, so the rules that need types stay off for them.
+    files: ['**/*.ts'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      // Not the callbacks passed as arguments: knex's query builders are thenables, so every grouped
+      // where (`.where((q) => q.where(…).orWhere(…))`) and Promise#finally's awaited callback would be
+      // flagged, and a JSX attribute is not in this repository.
+      '@typescript-eslint/no-misused-promises': [
+        'error',
+        { checksVoidReturn: { arguments: false, attributes: false } },
+      ],
+    },
+  },
+  {
     files: ['**/*.cjs'],
     languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', module: 'writable' } },
     rules: { '@typescript-eslint/no-require-imports': 'off' },

@@ -70,7 +70,8 @@ export class DailySchedule {
 
   /** Calls `runDue()` every `intervalMs`; the timer does not keep the process alive. */
   startPolling(intervalMs: number, onError: (err: unknown) => void): void {
-    this.stopPolling();
+    // A run in progress is not waited for: the new poll's runDue() skips while it lasts.
+    if (this.timer) clearInterval(this.timer);
     this.timer = setInterval(() => this.runDue().catch(onError), intervalMs);
     this.timer.unref();
   }

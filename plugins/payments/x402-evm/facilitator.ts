@@ -639,15 +639,19 @@ const walk = (err: unknown, type: new (...args: never[]) => Error): boolean =>
 function localNonceManager(): NonceManager {
   const next = new Map<string, Promise<number>>();
   const keyOf = ({ address, chainId }: { address: Address; chainId: number }) => `${address}.${chainId}`;
-  const store = (key: string, nonce: Promise<number>) => {
+  const store = (key: string, nonce: Promise<number>): void => {
     next.set(key, nonce);
     // A failed read is not kept: the next transaction reads the chain again.
     nonce.catch(() => next.get(key) === nonce && next.delete(key));
-    return nonce;
   };
-  const get: NonceManager['get'] = ({ address, chainId, client }) =>
-    next.get(keyOf({ address, chainId })) ??
-    store(keyOf({ address, chainId }), getTransactionCount(client, { address, blockTag: 'pending' }));
+  const get: NonceManager['get'] = ({ address, chainId, client }) => {
+    const key = keyOf({ address, chainId });
+    const known = next.get(key);
+    if (known) return known;
+    const read = getTransactionCount(client, { address, blockTag: 'pending' });
+    store(key, read);
+    return read;
+  };
   const advance = (key: string) => {
     const nonce = next.get(key);
     if (nonce)
