@@ -152,7 +152,7 @@ export function canvasRouter(canvas: CanvasService): Router {
     const run = await canvas.execute(principalOf(ctx.state), body);
     const sse = openSse(ctx);
     // The run goes on when the client leaves: it resumes with GET /canvas/runs/:id/events.
-    void canvas.events.stream(canvas.runs, run.record.id, 0, sse, false);
+    void canvas.streamEvents(run.record.id, 0, sse, false);
   });
 
   router.get('/runs', async (ctx) => {
@@ -195,7 +195,7 @@ export function canvasRouter(canvas: CanvasService): Router {
     const after = parseInput(lastEventId, ctx.get('last-event-id') || ctx.query.after || 0, 'headers');
     const run = await canvas.runs.get(principalOf(ctx.state).address, id);
     const sse = openSse(ctx);
-    void canvas.events.stream(canvas.runs, id, after, sse, ENDED_RUN.includes(run.status));
+    void canvas.streamEvents(id, after, sse, ENDED_RUN.includes(run.status));
   });
   router.post('/runs/:id/cancel', async (ctx) => {
     const { id } = parseInput(runParams, ctx.params, 'params');

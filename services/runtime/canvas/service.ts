@@ -3,6 +3,7 @@ import { type CanvasApprovalV2, type CanvasNodeV2, extensionPoints, SigilError }
 import { PORT_VALUE_SCHEMAS } from '@sigil/plugin-api/canvas';
 import type { AuthPrincipal } from '../../../core/auth/index.ts';
 import type { Replica } from '../../../core/db/replicas.ts';
+import type { SseStream } from '../../../core/http/sse.ts';
 import type { Logger } from '../../../core/log.ts';
 import { PeriodicPass } from '../../../core/periodic.ts';
 import { publicBase } from '../../../core/auth/settings.ts';
@@ -136,6 +137,19 @@ export class CanvasService {
       maxNodes: this.settings.maxNodes,
       maxRetries: this.settings.maxRetries,
     });
+  }
+
+  /**
+   * Streams a run's events to `sse` (RunEvents.stream). The stream runs on after its HTTP handler
+   * returned, where nothing would catch its failure (the store unreachable): it is logged here, and the
+   * stream ends, for the client to resume from its last event.
+   */
+  async streamEvents(runId: string, afterSeq: number, sse: SseStream, hasEnded: boolean): Promise<void> {
+    await this.events
+      .stream(this.runs, runId, afterSeq, sse, hasEnded)
+      .catch((err: unknown) =>
+        this.logger.warn({ err, runId }, 'canvas: a run’s event stream failed; the client resumes it'),
+      );
   }
 
   /**
