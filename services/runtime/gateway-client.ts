@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
-import {
+import type {
   Client,
+  DiscoverResult,
+  FetchLike,
   StreamableHTTPClientTransport,
-  type DiscoverResult,
-  type FetchLike,
 } from '@modelcontextprotocol/client';
 import type * as Erc8128 from '@slicekit/erc8128';
 import type { Address, Hex } from 'viem';
@@ -12,6 +12,7 @@ import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
 import { ON_BEHALF_OF_HEADER } from '../../core/auth/on-behalf-of.ts';
 import { unixSeconds, type Clock } from '../../core/clock.ts';
 import { importedOnce } from '../../core/imported-once.ts';
+import { mcpClientModule } from '../../core/mcp/warm-schemas.ts';
 import { SigilError } from '@sigil/plugin-api';
 
 /** Signs an RFC 9421 signature base as an EIP-191 message: a viem account does. */
@@ -226,10 +227,11 @@ export class GatewayClient {
    * A transport to the gateway's `path` (`/mcp` or `/mcp/server/:id`) signed by the operator wallet;
    * with a `scope`, acting for its wallet (X-Sigil-On-Behalf-Of) in its session (X-MCP-Session).
    */
-  operatorTransport(path = '/mcp', scope?: GatewayScope): StreamableHTTPClientTransport {
+  async operatorTransport(path = '/mcp', scope?: GatewayScope): Promise<StreamableHTTPClientTransport> {
     const headers: Record<string, string> = scope
       ? { [ON_BEHALF_OF_HEADER]: scope.wallet, [MCP_SESSION_HEADER]: scope.session }
       : {};
+    const { StreamableHTTPClientTransport } = await mcpClientModule();
     return new StreamableHTTPClientTransport(this.endpoint(path), {
       fetch: this.operatorFetch(),
       requestInit: { headers },
@@ -237,7 +239,12 @@ export class GatewayClient {
   }
 
   /** A transport to the gateway's `path` acting for `wallet` with delegated JWTs, in `session` when given. */
-  delegatedTransport(wallet: Address, path = '/mcp', session?: string): StreamableHTTPClientTransport {
+  async delegatedTransport(
+    wallet: Address,
+    path = '/mcp',
+    session?: string,
+  ): Promise<StreamableHTTPClientTransport> {
+    const { StreamableHTTPClientTransport } = await mcpClientModule();
     return new StreamableHTTPClientTransport(this.endpoint(path), {
       fetch: this.delegatedFetch(wallet),
       requestInit: { headers: session === undefined ? {} : { [MCP_SESSION_HEADER]: session } },
@@ -245,7 +252,10 @@ export class GatewayClient {
   }
 
   /** The tool loop's transport for `scope` on `path` (runtime.chat.gatewayPath). */
-  scopedTransport(path: 'delegated' | 'operator', scope: GatewayScope): StreamableHTTPClientTransport {
+  scopedTransport(
+    path: 'delegated' | 'operator',
+    scope: GatewayScope,
+  ): Promise<StreamableHTTPClientTransport> {
     return path === 'operator'
       ? this.operatorTransport('/mcp', scope)
       : this.delegatedTransport(scope.wallet, '/mcp', scope.session);
@@ -262,7 +272,8 @@ export class GatewayClient {
     scope: GatewayScope,
     signal: AbortSignal,
   ): Promise<Client> {
-    const transport = this.scopedTransport(path, scope);
+    const transport = await this.scopedTransport(path, scope);
+    const { Client } = await mcpClientModule();
     const key = this.endpoint('/mcp').href;
     const now = this.options.clock.now().getTime();
     const known = this.discovered.get(key);

@@ -18,8 +18,8 @@ import { repoPath } from '../support/paths.ts';
  * address checksummed or signature checked (core/chain/viem.ts), so a resolve hook recording every
  * module the process loads must not see them by the time the gateway has answered an anonymous
  * request; nor prom-client by the time it listens (imported at the first request counted). Nor do the
- * gateway's modules import the MCP SDK client (~120 ms of a start: imported by the first server start,
- * or in the background once the gateway listens), awilix's module loader (fast-glob and its
+ * gateway's or the runtime's modules import the MCP SDK client (~120 ms of a start: imported by the
+ * first server start or tool session, or in the background once the gateway listens), awilix's module loader (fast-glob and its
  * dependencies, ~40 ms, which Sigil never uses) or x402's header codecs (~55 ms with the zod 3 they
  * bring; imported by the first payment header); nor does the browser-verify canvas node import
  * Playwright (600-750 ms of `sigil up`) before it opens its first browser, nor the OpenAI-compatible
@@ -123,12 +123,13 @@ describe('sigil gateway start-up', function () {
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });
 
-  it('the gateway’s, the browser node’s and the OpenAI stream’s modules import neither the MCP SDK client, awilix’s module loader, x402’s codecs, Playwright nor the OpenAI SDK', async () => {
+  it('the gateway’s, the runtime’s, the browser node’s and the OpenAI stream’s modules import neither the MCP SDK client, awilix’s module loader, x402’s codecs, Playwright nor the OpenAI SDK', async () => {
     const file = join(dir, 'loaded');
     const modules = [
       'bin/run-services.ts',
       'services/serve.ts',
       'services/gateway/app.ts',
+      'services/runtime/app.ts',
       'plugins/canvas/chromium/index.ts',
       'packages/plugin-api/src/llm/openai.ts',
     ];

@@ -1,9 +1,10 @@
-import { ProtocolError, type CallToolResult, type Client } from '@modelcontextprotocol/client';
+import type { CallToolResult, Client } from '@modelcontextprotocol/client';
 import type { x402Client } from '@x402/core/client';
 import type { PaymentRequired } from '@x402/core/types';
 import type { Address, Hex } from 'viem';
 import { type LlmToolDefinition, SigilError } from '@sigil/plugin-api';
 import { MISSING_CLIENT_CAPABILITY_CODE, PAYMENT_REQUIRED_CODE } from '../../../core/http/mcp-errors.ts';
+import { mcpClientModule } from '../../../core/mcp/warm-schemas.ts';
 import { PROOF_META_KEY } from '../../gateway/proofs.ts';
 import type { GatewayClient, GatewayScope } from '../gateway-client.ts';
 
@@ -116,6 +117,8 @@ export class GatewayToolSession {
     try {
       outcome = await this.callPaying(name, input, signal);
     } catch (err) {
+      // Loaded already: this session's client is the module's.
+      const { ProtocolError } = await mcpClientModule();
       if (!(err instanceof ProtocolError) || err.code !== MISSING_CLIENT_CAPABILITY_CODE) throw err;
       return { content: `${name} did not run: ${err.message}`, isError: true, billed: false };
     }
@@ -132,6 +135,7 @@ export class GatewayToolSession {
     try {
       outcome = outcomeOf(await this.client.callTool({ name, arguments: input }, { signal }));
     } catch (err) {
+      const { ProtocolError } = await mcpClientModule();
       if (!(err instanceof ProtocolError) || err.code !== PAYMENT_REQUIRED_CODE) throw err;
       if (this.payer === undefined) {
         return {

@@ -78,7 +78,7 @@ describe('the runtime’s trust, judged by the gateway from vTPM quotes (swtpm)'
 
       // A delegated call through the gateway, by the runtime's own transport (its delegated JWT).
       const client = new Client({ name: 'sigil-test', version: '1.0.0' });
-      await client.connect(stack.runtime.gateway.delegatedTransport(wallet.address));
+      await client.connect(await stack.runtime.gateway.delegatedTransport(wallet.address));
       const listed = await client.callTool({ name: 'gateway_list_enabled', arguments: {} });
       expect(listed.isError ?? false).to.equal(false);
       await client.close();
@@ -190,7 +190,7 @@ describe('the runtime’s trust, judged by the gateway from vTPM quotes (swtpm)'
       const callTool = async (runtime = stack.runtime) => {
         const client = new Client({ name: 'sigil-test', version: '1.0.0' });
         try {
-          await client.connect(runtime.gateway.delegatedTransport(wallet.address));
+          await client.connect(await runtime.gateway.delegatedTransport(wallet.address));
           return await client.callTool({ name: 'gateway_list_enabled', arguments: {} });
         } finally {
           await client.close();

@@ -218,7 +218,7 @@ describeEachDatabase('delegated gateway access', (database) => {
       const wallet = newWallet();
       const seen: (string | null)[] = [];
       const client = new Client({ name: 'sigil-test', version: '1.0.0' });
-      const transport = stack.runtime.gateway.delegatedTransport(wallet.address);
+      const transport = await stack.runtime.gateway.delegatedTransport(wallet.address);
       await client.connect(transport);
       const tools = await client.listTools();
       expect(tools.tools.map((tool) => tool.name)).to.include('gateway_list_enabled');

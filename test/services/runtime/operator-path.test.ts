@@ -46,7 +46,7 @@ describeEachDatabase('operator path: ERC-8128 signed gateway requests from the r
 
   it('drives the official MCP SDK client over /mcp with the runtime’s operator transport', async () => {
     const client = new Client({ name: 'sigil-runtime', version: '1.0.0' });
-    await client.connect(stack.runtime.gateway.operatorTransport());
+    await client.connect(await stack.runtime.gateway.operatorTransport());
     const { tools } = await client.listTools();
     expect(tools.map((tool) => tool.name)).to.include.members([
       'gateway_search_servers',
@@ -170,7 +170,7 @@ describeEachDatabase('operator path: ERC-8128 signed gateway requests from the r
     try {
       let failure: unknown;
       try {
-        plain.runtime.gateway.operatorTransport();
+        await plain.runtime.gateway.operatorTransport();
       } catch (err) {
         failure = err;
       }
