@@ -3,13 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import type { PluginEntry } from '../../../../core/config/schema.ts';
 import { serve, type Serving } from '../../../../services/serve.ts';
-import { describeEachDatabase, openTestKernel } from '../../../support/kernel.ts';
-import { fixturePath } from '../../../support/paths.ts';
+import { describeEachDatabase } from '../../../support/kernel.ts';
 import { readSse, runtimeClient, signIn } from '../chat-support.ts';
-import { pluginsWithLocalProvider } from '../support.ts';
-import { approvalFlow, FIXTURE_NODES } from './support.ts';
+import { approvalFlow, openCanvasKernel } from './support.ts';
 
 /**
  * A run's event stream runs on after its HTTP handler returned, so nothing above it would catch its
@@ -19,19 +16,7 @@ describeEachDatabase('canvas: an event stream whose store read fails', (database
   it('ends the stream, and the runtime goes on (no unhandled rejection)', async function () {
     this.timeout(120_000);
     const dataDir = mkdtempSync(join(tmpdir(), 'sigil-canvas-data-'));
-    const kernel = await openTestKernel({
-      database,
-      configDir: fixturePath('canvas'),
-      config: {
-        runtime: { port: 0, canvas: { dataDir, retryBackoffMs: 0 } as never },
-        plugins: [
-          ...pluginsWithLocalProvider(),
-          ...FIXTURE_NODES.map(
-            (name) => ({ resolve: `./${name}.ts`, enabled: true, options: {} }) as PluginEntry,
-          ),
-        ],
-      },
-    });
+    const kernel = await openCanvasKernel(database, dataDir);
     const unhandled: unknown[] = [];
     const onUnhandled = (reason: unknown) => unhandled.push(reason);
     // Mocha's own listener turns an unhandled rejection into a failure of whichever test then runs;

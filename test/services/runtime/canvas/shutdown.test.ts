@@ -3,13 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
-import type { PluginEntry } from '../../../../core/config/schema.ts';
 import { serve, type Serving } from '../../../../services/serve.ts';
-import { describeEachDatabase, openTestKernel } from '../../../support/kernel.ts';
-import { fixturePath } from '../../../support/paths.ts';
+import { describeEachDatabase } from '../../../support/kernel.ts';
 import { parseSse, readSse, runtimeClient, signIn } from '../chat-support.ts';
-import { pluginsWithLocalProvider } from '../support.ts';
-import { approvalFlow, FIXTURE_NODES } from './support.ts';
+import { approvalFlow, openCanvasKernel } from './support.ts';
 
 /** Reads until the text read holds `until`, and resolves with it, leaving the stream open. */
 async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, until: string): Promise<string> {
@@ -32,19 +29,7 @@ describeEachDatabase('canvas: event streams at shutdown', (database) => {
   it('an open run stream gets a shutdown event with its last event id and ends, and the runtime stops at once', async function () {
     this.timeout(120_000);
     const dataDir = mkdtempSync(join(tmpdir(), 'sigil-canvas-data-'));
-    const kernel = await openTestKernel({
-      database,
-      configDir: fixturePath('canvas'),
-      config: {
-        runtime: { port: 0, canvas: { dataDir, retryBackoffMs: 0 } as never },
-        plugins: [
-          ...pluginsWithLocalProvider(),
-          ...FIXTURE_NODES.map(
-            (name) => ({ resolve: `./${name}.ts`, enabled: true, options: {} }) as PluginEntry,
-          ),
-        ],
-      },
-    });
+    const kernel = await openCanvasKernel(database, dataDir);
     let serving: Serving | undefined;
     try {
       serving = await serve(kernel, ['runtime']);

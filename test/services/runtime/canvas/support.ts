@@ -5,7 +5,7 @@ import type { Writable } from 'node:stream';
 import { generatePrivateKey, privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import type { PluginEntry } from '../../../../core/config/schema.ts';
 import type { LocalProvider } from '../../../../providers/local/index.ts';
-import type { ConfigOverrides, TestDatabase } from '../../../support/kernel.ts';
+import { openTestKernel, type ConfigOverrides, type TestDatabase } from '../../../support/kernel.ts';
 import { fixturePath } from '../../../support/paths.ts';
 import type { ProbeWorld } from '../../gateway/support.ts';
 import { readSse, runtimeClient, storeAndUnlock, type SseEvent } from '../chat-support.ts';
@@ -31,6 +31,20 @@ export const FIXTURE_NODES = [
 
 const fixtureEntries = (): PluginEntry[] =>
   FIXTURE_NODES.map((name) => ({ resolve: `./${name}.ts`, enabled: true, options: {} }) as PluginEntry);
+
+/**
+ * A kernel for `serve(kernel, ['runtime'])` with the canvas fixture nodes and provider-local, its runs'
+ * workspaces in `dataDir`: for tests of the served runtime itself (its streams, its shutdown).
+ */
+export const openCanvasKernel = (database: TestDatabase, dataDir: string) =>
+  openTestKernel({
+    database,
+    configDir: fixturePath('canvas'),
+    config: {
+      runtime: { port: 0, canvas: { dataDir, retryBackoffMs: 0 } as never },
+      plugins: [...pluginsWithLocalProvider(), ...fixtureEntries()],
+    },
+  });
 
 export interface CanvasWorldOptions {
   database: TestDatabase;
