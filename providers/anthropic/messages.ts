@@ -1,4 +1,4 @@
-import Anthropic from '@anthropic-ai/sdk';
+import type Anthropic from '@anthropic-ai/sdk';
 import type {
   ContentBlockParam,
   MessageCreateParamsStreaming,
@@ -26,9 +26,16 @@ export interface AnthropicOptions {
   defaultMaxTokens: number;
 }
 
+/**
+ * The SDK, imported by the first request rather than with the provider, as the OpenAI-compatible
+ * providers do theirs (issue 30, start-up). Kept once loaded: the error mapping below reads its classes.
+ */
+let sdk: typeof Anthropic | undefined;
+
 /** One SDK client per request: the request's key is its only credential, and nothing outlives the call. */
-function clientFor(options: AnthropicOptions, apiKey: string): Anthropic {
-  return new Anthropic({
+async function clientFor(options: AnthropicOptions, apiKey: string): Promise<Anthropic> {
+  sdk ??= (await import('@anthropic-ai/sdk')).default;
+  return new sdk({
     apiKey,
     baseURL: options.baseURL,
     webhookKey: null,
@@ -108,21 +115,21 @@ const KIND_OF_TYPE: Record<string, LlmErrorKind> = {
 };
 
 export function anthropicError(apiKey: string, err: unknown): LlmProviderError {
-  if (err instanceof Anthropic.APIConnectionTimeoutError)
+  if (sdk !== undefined && err instanceof sdk.APIConnectionTimeoutError)
     return llmProviderError({
       provider: PROVIDER,
       apiKey,
       message: 'the request timed out',
       kind: 'upstream',
     });
-  if (err instanceof Anthropic.APIConnectionError)
+  if (sdk !== undefined && err instanceof sdk.APIConnectionError)
     return llmProviderError({
       provider: PROVIDER,
       apiKey,
       message: 'cannot reach the server',
       kind: 'upstream',
     });
-  if (err instanceof Anthropic.APIError) {
+  if (sdk !== undefined && err instanceof sdk.APIError) {
     const type = typeof err.type === 'string' ? err.type : undefined;
     return llmProviderError({
       provider: PROVIDER,
@@ -172,7 +179,8 @@ export function streamAnthropicMessages(
           input_schema: { type: 'object', ...tool.inputSchema },
         }));
 
-      const stream = await clientFor(options, request.apiKey).messages.create(body, { signal });
+      const client = await clientFor(options, request.apiKey);
+      const stream = await client.messages.create(body, { signal });
       const toolUses = new Map<number, PendingToolUse>();
       let inputTokens: number | undefined;
       let outputTokens: number | undefined;

@@ -23,7 +23,7 @@ import { repoPath } from '../support/paths.ts';
  * dependencies, ~40 ms, which Sigil never uses) or x402's header codecs (~55 ms with the zod 3 they
  * bring; imported by the first payment header); nor does the browser-verify canvas node import
  * Playwright (600-750 ms of `sigil up`) before it opens its first browser, nor the OpenAI-compatible
- * providers' stream the OpenAI SDK (~120 ms) before its first request. `sigil up` without a chain
+ * providers' stream the OpenAI SDK (~120 ms), nor the Anthropic provider its SDK, before its first request. `sigil up` without a chain
  * loads no viem at all (~470 modules with x402's EVM scheme and noble, ~300 ms of its start): the
  * ledger checksums with ox, and the chain, deposit keys, dev chain, chat payer and operator signer
  * load when configured or first used.
@@ -123,7 +123,7 @@ describe('sigil gateway start-up', function () {
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });
 
-  it('the gateway’s, the runtime’s, the browser node’s and the OpenAI stream’s modules import neither the MCP SDK client, awilix’s module loader, x402’s codecs, Playwright nor the OpenAI SDK', async () => {
+  it('the gateway’s, the runtime’s, the browser node’s, the OpenAI stream’s and the Anthropic provider’s modules import neither the MCP SDK client, awilix’s module loader, x402’s codecs, Playwright nor the OpenAI or Anthropic SDK', async () => {
     const file = join(dir, 'loaded');
     const modules = [
       'bin/run-services.ts',
@@ -132,6 +132,7 @@ describe('sigil gateway start-up', function () {
       'services/runtime/app.ts',
       'plugins/canvas/chromium/index.ts',
       'packages/plugin-api/src/llm/openai.ts',
+      'providers/anthropic/index.ts',
     ];
     const imports = modules.map(
       (module) => `await import(${JSON.stringify(pathToFileURL(repoPath(module)).href)});`,
@@ -159,8 +160,10 @@ describe('sigil gateway start-up', function () {
       /\/node_modules\/@x402\/core\//,
       // The browser-verify node's Playwright (~7 MB): imported by the first browser it opens.
       /\/node_modules\/playwright-core\//,
-      // The OpenAI SDK of the OpenAI-compatible providers: imported by their first request.
+      // The OpenAI SDK of the OpenAI-compatible providers, Anthropic's of its provider: imported by
+      // their first request.
       /\/node_modules\/openai\//,
+      /\/node_modules\/@anthropic-ai\/sdk\//,
     ];
     expect(loaded.filter((url) => unwanted.some((pattern) => pattern.test(url)))).to.deep.equal([]);
   });
