@@ -1,5 +1,6 @@
 import { SigilError } from '@sigil/plugin-api';
 import { configuredKeyId } from '../core/auth/signing-key.ts';
+import { viemAccounts } from '../core/chain/viem.ts';
 import { holderOf } from '../core/config/redact.ts';
 import { canonicalJson, sha256Hex } from '../core/crypto.ts';
 import { redactConfig } from './config.ts';
@@ -175,7 +176,7 @@ const fingerprintOf = (settings: Record<string, unknown>): string =>
 
 /** viem's accounts (with their BIP-39 word lists) are imported by a runtime's fingerprint alone. */
 const addressOf = async (key: string | undefined): Promise<string | null> =>
-  key === undefined ? null : (await import('viem/accounts')).privateKeyToAddress(key as `0x${string}`);
+  key === undefined ? null : (await viemAccounts()).privateKeyToAddress(key as `0x${string}`);
 
 /** Leaves the dotted `paths` out of `settings` (the redacted copy of the config): undefined has no JSON. */
 function forget(settings: Record<string, unknown>, paths: readonly string[]): void {

@@ -13,10 +13,11 @@ import { unauthorized } from './principal.ts';
 import type { AuthSettings } from './settings.ts';
 
 /**
- * The ERC-8128 library (with the hashes it brings), imported at the first signed request, not at
- * start-up: most callers of a service never sign one (issue 30).
+ * The ERC-8128 library (with the hashes it brings), imported at the first signed request (checked
+ * here, or made by the runtime's operator path), not at start-up: most callers of a service never
+ * sign one (issue 30).
  */
-const erc8128: () => Promise<typeof Erc8128> = importedOnce(() => import('@slicekit/erc8128'));
+export const erc8128: () => Promise<typeof Erc8128> = importedOnce(() => import('@slicekit/erc8128'));
 
 /** Expired replay-protection rows are swept at most this often per process. */
 const PRUNE_INTERVAL_MS = 60_000;

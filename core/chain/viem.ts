@@ -1,4 +1,5 @@
 import type * as Viem from 'viem';
+import type * as ViemAccounts from 'viem/accounts';
 import type * as ViemSiwe from 'viem/siwe';
 import type * as ViemUtils from 'viem/utils';
 import { importedOnce } from '../imported-once.ts';
@@ -13,6 +14,9 @@ export const viemUtils: () => Promise<typeof ViemUtils> = importedOnce(() => imp
 
 /** viem's EIP-4361 messages, imported at the first sign-in challenge or a public URL's check. */
 export const viemSiwe: () => Promise<typeof ViemSiwe> = importedOnce(() => import('viem/siwe'));
+
+/** viem's local accounts (with noble's curves and the BIP-39 word lists), imported when a key is first used. */
+export const viemAccounts: () => Promise<typeof ViemAccounts> = importedOnce(() => import('viem/accounts'));
 
 /** viem's index, for what its subpaths do not export (signature parsing), imported at first use. */
 export const viem: () => Promise<typeof Viem> = importedOnce(() => import('viem'));

@@ -5,11 +5,11 @@ import type {
   FetchLike,
   StreamableHTTPClientTransport,
 } from '@modelcontextprotocol/client';
-import type * as Erc8128 from '@slicekit/erc8128';
 import type { Address, Hex } from 'viem';
-import type * as ViemAccounts from 'viem/accounts';
 import type { DelegationKeys } from '../../core/auth/delegation/keys.ts';
+import { erc8128 } from '../../core/auth/erc8128.ts';
 import { ON_BEHALF_OF_HEADER } from '../../core/auth/on-behalf-of.ts';
+import { viemAccounts } from '../../core/chain/viem.ts';
 import { unixSeconds, type Clock } from '../../core/clock.ts';
 import { importedOnce } from '../../core/imported-once.ts';
 import { mcpClientModule } from '../../core/mcp/warm-schemas.ts';
@@ -20,13 +20,6 @@ export interface OperatorSigner {
   address: Address;
   signMessage(args: { message: { raw: Uint8Array } }): Promise<Hex>;
 }
-
-/**
- * The ERC-8128 signer and viem's accounts (with noble's curves, ~300 modules), imported at the first
- * operator request: a runtime that makes none starts without them (issue 30, start-up).
- */
-const erc8128: () => Promise<typeof Erc8128> = importedOnce(() => import('@slicekit/erc8128'));
-const viemAccounts: () => Promise<typeof ViemAccounts> = importedOnce(() => import('viem/accounts'));
 
 export interface OperatorFetchOptions {
   /** The operator's account, or how to make it at the first request. */

@@ -67,11 +67,12 @@ export class Ledger {
   }
 
   async balance(wallet: string): Promise<Balance> {
+    const address = checksumAddress(wallet);
     const row = (await this.deps
       .db('ledger_wallets')
-      .where({ wallet: checksumAddress(wallet) })
+      .where({ wallet: address })
       .first(WALLET_MONEY.map((column) => asText(this.deps.db, column)))) as WalletRow | undefined;
-    return balanceOf(checksumAddress(wallet), row);
+    return balanceOf(address, row);
   }
 
   /**
