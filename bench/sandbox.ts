@@ -6,7 +6,11 @@
  * the sandboxed median minus the plain one (and the same for p10 and for CPU time, which a loaded
  * machine disturbs less); the target is at most 25 ms. Each program also runs in a sandbox without
  * the syscall filter (`syscallFilter: off`), alternating with the others: the `syscall filter` rows
- * are what the filter (its loader) adds to a sandboxed start; the target is at most 5 ms.
+ * are what the filter (its loader) adds to a sandboxed start; the target is at most 5 ms. Those
+ * runtimes build no spares (`spares.count` 0): their rows are the whole chain. A fourth runtime keeps
+ * spares, and each of its starts waits (untimed) for the spare the last one's end left: the `from a
+ * spare` rows are a start whose sandbox was built beforehand, as a server's next start after its idle
+ * stop is; their CPU includes building the spare a later start takes.
  */
 import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -52,6 +56,8 @@ interface Program {
   sandboxed: Start;
   /** The same in a sandbox without the syscall filter. */
   unfiltered: Start;
+  /** The same in a sandbox built before the start (a spare, waiting since the last start ended). */
+  spare: Start;
 }
 
 /** Children's CPU (user + system) of this process so far, in µs: every start is waited for. */
@@ -97,15 +103,20 @@ function difference(
   return measurement;
 }
 
-const KINDS = ['plain', 'sandboxed', 'unfiltered'] as const;
+const KINDS = ['plain', 'sandboxed', 'unfiltered', 'spare'] as const;
 
 /**
- * Runs plain, sandboxed and unfiltered starts alternately and reports each and the differences of
- * their medians.
+ * Runs plain, sandboxed, unfiltered and spare starts alternately and reports each and the differences
+ * of their medians.
  */
 async function compare(program: Program): Promise<ColdStartMeasurement[]> {
-  const times = { plain: [] as number[], sandboxed: [] as number[], unfiltered: [] as number[] };
-  const cpu = { plain: 0, sandboxed: 0, unfiltered: 0 };
+  const times = {
+    plain: [] as number[],
+    sandboxed: [] as number[],
+    unfiltered: [] as number[],
+    spare: [] as number[],
+  };
+  const cpu = { plain: 0, sandboxed: 0, unfiltered: 0, spare: 0 };
   for (const kind of KINDS) await program[kind](); // warm the page cache for all
   for (let run = 0; run < program.runs; run++) {
     for (const kind of KINDS) {
@@ -121,12 +132,19 @@ async function compare(program: Program): Promise<ColdStartMeasurement[]> {
     times.unfiltered,
     cpu.unfiltered,
   );
+  const spare = summarize(`sandboxed from a spare: ${program.name}`, times.spare, cpu.spare);
   return [
     plain,
     sandboxed,
     unfiltered,
+    spare,
     difference(`overhead (sandboxed − plain median): ${program.name}`, sandboxed, plain),
     difference(`syscall filter (sandboxed − sandboxed without it): ${program.name}`, sandboxed, unfiltered),
+    difference(
+      `overhead from a spare (sandboxed from a spare − plain median): ${program.name}`,
+      spare,
+      plain,
+    ),
   ];
 }
 
@@ -170,14 +188,20 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
   writeFileSync(echoServer, "process.stdin.on('data', (line) => process.stdout.write(line));\n", {
     mode: 0o644,
   });
-  const runtimeWith = (syscallFilter: 'seccomp' | 'off') =>
+  const runtimeWith = (syscallFilter: 'seccomp' | 'off', spares = 0) =>
     new LinuxNamespacesRuntime({
-      config: configSchema.parse({ stateDir: join(work, 'state'), killGraceMs: 2000, syscallFilter }),
+      config: configSchema.parse({
+        stateDir: join(work, 'state'),
+        killGraceMs: 2000,
+        syscallFilter,
+        spares: { count: spares },
+      }),
       logger: pino({ level: 'silent' }),
     });
   const runtime = runtimeWith('seccomp');
   const bare = runtimeWith('off');
-  await Promise.all([runtime.start(), bare.start()]);
+  const spared = runtimeWith('seccomp', 4);
+  await Promise.all([runtime.start(), bare.start(), spared.start()]);
   const node = process.execPath;
   const plainStdio = (args: string[]) => plainProcess(node, args);
   const inSandbox = (on: LinuxNamespacesRuntime) => async (root: string, args: string[]) => {
@@ -191,6 +215,12 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
   };
   const sandboxed = inSandbox(runtime);
   const unfiltered = inSandbox(bare);
+  const fromSpare = inSandbox(spared);
+  /** A start from a spare: the spare the last start's end left is built (untimed), then `start` runs. */
+  const withSpare = async (start: Start) => {
+    await spared.sparesReady();
+    return start();
+  };
   const toExit = (launch: typeof sandboxed) =>
     timed(async () => {
       await (
@@ -211,6 +241,7 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
         }),
       sandboxed: () => toExit(sandboxed),
       unfiltered: () => toExit(unfiltered),
+      spare: () => withSpare(() => toExit(fromSpare)),
     },
     {
       name: 'stdio echo server, to its first answer',
@@ -218,6 +249,7 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
       plain: () => firstEcho(async () => plainStdio([echoServer])),
       sandboxed: () => firstEcho(() => sandboxed(work, [echoServer])),
       unfiltered: () => firstEcho(() => unfiltered(work, [echoServer])),
+      spare: () => withSpare(() => firstEcho(() => fromSpare(work, [echoServer]))),
     },
     {
       name: 'server-everything, to its first tools/list',
@@ -226,13 +258,17 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
       sandboxed: () => firstToolsList(() => sandboxed(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
       unfiltered: () =>
         firstToolsList(() => unfiltered(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
+      spare: () =>
+        withSpare(() =>
+          firstToolsList(() => fromSpare(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
+        ),
     },
   ];
   const results: ColdStartMeasurement[] = [];
   try {
     for (const program of programs) results.push(...(await compare(program)));
   } finally {
-    await Promise.all([runtime.stop(), bare.stop()]);
+    await Promise.all([runtime.stop(), bare.stop(), spared.stop()]);
     rmSync(work, { recursive: true, force: true });
   }
   return results;

@@ -43,6 +43,18 @@ export const configSchema = z
     systemPaths: z.array(absolutePath).default(DEFAULT_SYSTEM_PATHS),
     /** Further host paths every sandbox sees read-only. */
     readOnlyPaths: z.array(absolutePath).default([]),
+    /**
+     * Sandboxes built ahead of need (spares.ts): when a sandbox ends, one for the same server (all but
+     * its environment) is set up and left waiting before the server runs, so that server's next start
+     * skips the setup. `count` spares at most, each kept `keepSeconds` unused; `count` 0: none.
+     */
+    spares: z
+      .object({
+        count: z.number().int().min(0).max(256).default(4),
+        keepSeconds: z.number().int().positive().default(600),
+      })
+      .strict()
+      .prefault({}),
     /** How long `kill()` waits after closing stdin before it kills the sandbox. */
     killGraceMs: z.number().int().nonnegative().default(1000),
     /** Port of the egress forwarder on the sandbox's own loopback (HTTP_PROXY). */

@@ -98,19 +98,23 @@ export const shellQuote = (value: string): string => `'${value.replace(/'/g, `'\
 
 /** The descriptor the syscall filter's loader is opened on; the loader closes it. */
 const LOADER_FD = 9;
+/** What the init writes on fd 3 once the sandbox is set up, before it reads the environment. */
+export const READY_SIGNAL = 'R';
 
 /** The exit code of the setup script when a step fails; the step is named on stderr. */
 export const SETUP_FAILED_EXIT = 125;
 export const SETUP_FAILED_PREFIX = 'sigil-sandbox: setup failed:';
 
 /**
- * Runs as PID 1 without privileges: reads the environment from fd 3 (a socket from the runtime, never
- * a file; sockets cannot be reopened through /dev/fd, hence `read` rather than `.`), then runs the
- * server as its child and exits with its status. Its own variables are named so that no environment
- * name can collide with them (the spec schema refuses the prefix).
+ * Runs as PID 1 without privileges: says on fd 3 (a socket from the runtime) that the sandbox is set
+ * up, reads the environment from it (never a file; sockets cannot be reopened through /dev/fd, hence
+ * `read` rather than `.`), then runs the server as its child and exits with its status. Its own
+ * variables are named so that no environment name can collide with them (the spec schema refuses the
+ * prefix).
  */
 const INIT = [
   'unset PWD OLDPWD',
+  `printf ${READY_SIGNAL} >&3`,
   '__sigil_env=',
   'while IFS= read -r __sigil_line <&3 || [ -n "$__sigil_line" ]; do __sigil_env="$__sigil_env$__sigil_line\n"; done',
   'exec 3<&-',

@@ -9,7 +9,8 @@ import { currentOwner, reapLeftovers, type ReapReport } from './leftovers.ts';
 import { prepareHost, type PreparedHost } from './prepare-host.ts';
 import type { LinuxSandboxProcess } from './sandbox-process.ts';
 import { checkSpec, type HostRun } from './spec.ts';
-import { startSandbox, type SandboxContext } from './start-sandbox.ts';
+import { SpareSandboxes } from './spares.ts';
+import { prepareSandbox, startSandbox, type SandboxContext } from './start-sandbox.ts';
 import { runtimeStatus, type LinuxNamespacesStatus } from './status.ts';
 import { UidAllocator } from './uids.ts';
 
@@ -44,6 +45,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
   private readonly running = new Set<LinuxSandboxProcess>();
   private readonly users: UidAllocator;
   private readonly egressAddresses: EgressAddresses;
+  private readonly spares: SpareSandboxes;
 
   constructor(options: RuntimeOptions) {
     this.config = options.config;
@@ -54,6 +56,14 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
     this.limits = { ...DEFAULT_SANDBOX_LIMITS, ...options.config.limits };
     this.users = new UidAllocator(options.config.uidRange);
     this.egressAddresses = new EgressAddresses(options.config.egress.privateRanges);
+    this.spares = new SpareSandboxes({
+      count: options.config.spares.count,
+      keepMs: options.config.spares.keepSeconds * 1000,
+      prepare: async (plan) => prepareSandbox(this.sandboxContext(), await this.prepare(), plan),
+      // A spare holds a uid of the range: built only while, with it, at most half the range is held.
+      hasRoom: () => (this.users.inUse + 1) * 2 <= this.users.range.count,
+      logger: this.logger,
+    });
   }
 
   /** Finds the tools, prepares the state dir, reaps leftovers of earlier runs and runs a self-test. */
@@ -61,10 +71,10 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
     await this.prepare();
   }
 
-  /** Kills every sandbox of this runtime and removes its state. */
+  /** Kills every sandbox of this runtime, spares too, and removes its state. */
   async stop(): Promise<void> {
     this.stopped = true;
-    await Promise.all([...this.running].map((sandbox) => sandbox.kill()));
+    await Promise.all([this.spares.close(), ...[...this.running].map((sandbox) => sandbox.kill())]);
     const ready = await this.ready?.catch(() => undefined);
     if (ready) rmSync(ready.ownerDir, { recursive: true, force: true });
   }
@@ -76,7 +86,20 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
    */
   async spawn(spec: SandboxSpecV2): Promise<LinuxSandboxProcess> {
     const host = await this.prepare();
-    return this.launch(host, await checkSpec(spec, await this.detect()));
+    const { env, ...plan } = await checkSpec(spec, await this.detect());
+    const spare = await this.spares.take(plan);
+    const sandbox = spare ? this.track(spare.begin(env)) : await this.launchFresh(host, { ...plan, env });
+    // Once it ends, the next start of the same server finds a sandbox built (spares.ts).
+    void sandbox.exited.then(() => {
+      if (!this.stopped) this.spares.replenish(plan);
+    });
+    return sandbox;
+  }
+
+  /** Spares built and waiting (config `spares`); resolves once none is being built, for tests and benchmarks. */
+  async sparesReady(): Promise<number> {
+    await this.spares.settled();
+    return this.spares.size;
   }
 
   async status(): Promise<LinuxNamespacesStatus> {
@@ -88,6 +111,7 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
       prepared: this.prepared,
       usersInUse: this.users.inUse,
       running: this.running.size,
+      spares: this.spares.size,
     });
   }
 
@@ -181,7 +205,20 @@ export class LinuxNamespacesRuntime implements SandboxRuntimeV2 {
   }
 
   private async launch(host: PreparedHost, spec: HostRun): Promise<LinuxSandboxProcess> {
-    const sandbox = await startSandbox(this.sandboxContext(), host, spec);
+    return this.track(await startSandbox(this.sandboxContext(), host, spec));
+  }
+
+  /** A sandbox built now; spares that hold the uids it needs give them up first. */
+  private async launchFresh(host: PreparedHost, spec: HostRun): Promise<LinuxSandboxProcess> {
+    try {
+      return await this.launch(host, spec);
+    } catch (err) {
+      if (!(await this.spares.clear())) throw err;
+      return this.launch(host, spec);
+    }
+  }
+
+  private track(sandbox: LinuxSandboxProcess): LinuxSandboxProcess {
     this.running.add(sandbox);
     void sandbox.exited.then(() => this.running.delete(sandbox));
     return sandbox;

@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { readdirSync, readlinkSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { Transform, type Readable, type TransformCallback } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -79,6 +79,15 @@ export class LinuxSandboxProcess implements SandboxProcess {
         void this.finish(code, signal).then(resolve);
       });
     });
+  }
+
+  /** Whether the chain still runs: nothing ended or killed it, from here or outside (not reaped yet). */
+  get alive(): boolean {
+    if (this.ended || this.killedFor || this.child.exitCode !== null || this.child.signalCode !== null)
+      return false;
+    const stat = readStat(this.pid);
+    // The state follows the command name, which may hold spaces or parentheses: after the last ')'.
+    return stat !== undefined && !/^ [ZX]/.test(stat.slice(stat.lastIndexOf(')') + 1));
   }
 
   async kill(): Promise<void> {
@@ -182,6 +191,14 @@ const SURVIVOR_POLL_MS = 1_000;
 async function waitUntilGone(left: () => boolean, forMs: number, everyMs: number): Promise<void> {
   for (let waited = 0; waited < forMs && left(); waited += everyMs)
     await sleep(everyMs, undefined, { ref: Number.isFinite(forMs) });
+}
+
+function readStat(pid: number | undefined): string | undefined {
+  try {
+    return pid === undefined ? undefined : readFileSync(`/proc/${pid}/stat`, 'latin1');
+  } catch {
+    return undefined;
+  }
 }
 
 function readLink(path: string): string | undefined {

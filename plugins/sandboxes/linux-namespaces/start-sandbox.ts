@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { type PluginLogger, SigilError } from '@sigil/plugin-api';
 import type { EnforcedSandboxLimits } from '@sigil/plugin-api/sandbox';
 import type { LinuxNamespacesConfig } from './config.ts';
@@ -34,16 +35,39 @@ export interface SandboxContext {
   egressAddresses: EgressAddresses;
 }
 
-/**
- * One sandbox running `spec`: its root planned and mounted from an fstab, a host uid, the egress proxy
- * of its allow-list and its cgroup claimed, then the launch chain spawned. What was claimed is
- * released when the sandbox ends, or at once when it cannot start.
- */
+/** What a sandbox is built from: a host run but its environment, which reaches only the server. */
+export type SandboxPlan = Omit<HostRun, 'env'>;
+
+/** A sandbox built and waiting, before its server runs: its init reads the environment first. */
+export interface PreparedSandbox {
+  readonly process: LinuxSandboxProcess;
+  /** True once the sandbox is set up and its init waits for the environment; false if it ended first. */
+  readonly ready: Promise<boolean>;
+  /** Hands the init the server's environment, and so runs the server. Once only. */
+  begin(env: Readonly<Record<string, string>>): LinuxSandboxProcess;
+}
+
+/** One sandbox running `spec` (prepareSandbox, then begun with the spec's environment). */
 export async function startSandbox(
   context: SandboxContext,
   host: PreparedHost,
   spec: HostRun,
 ): Promise<LinuxSandboxProcess> {
+  const { env, ...plan } = spec;
+  return (await prepareSandbox(context, host, plan)).begin(env);
+}
+
+/**
+ * One sandbox of `spec`: its root planned and mounted from an fstab, a host uid, the egress proxy of
+ * its allow-list and its cgroup claimed, then the launch chain spawned, which sets the sandbox up and
+ * waits, unprivileged and filtered, for the server's environment. What was claimed is released when
+ * the sandbox ends, or at once when it cannot start.
+ */
+export async function prepareSandbox(
+  context: SandboxContext,
+  host: PreparedHost,
+  spec: SandboxPlan,
+): Promise<PreparedSandbox> {
   const { config } = context;
   const limits = { ...context.limits, ...spec.limits };
   const network = spec.networkAllowList.length > 0;
@@ -188,10 +212,20 @@ export async function startSandbox(
     memoryPerProcess: !resources.cgroup,
     release: () => resources.release(),
   });
-  const envPipe = child.stdio[3] as NodeJS.WritableStream | null;
+  const envPipe = child.stdio[3] as Duplex | null;
   envPipe?.on('error', () => undefined); // the setup failed before reading it: `exited` says why
-  envPipe?.end(environmentScript(serverEnvironment(command, spec.env, network, config.proxyPort)));
-  return sandbox;
+  const ready = new Promise<boolean>((resolve) => {
+    envPipe?.once('data', () => resolve(true));
+    void sandbox.exited.then(() => resolve(false));
+  });
+  return {
+    process: sandbox,
+    ready,
+    begin: (env) => {
+      envPipe?.end(environmentScript(serverEnvironment(command, env, network, config.proxyPort)));
+      return sandbox;
+    },
+  };
 }
 
 /** The server's environment: a PATH and HOME, the spec's variables, and the proxy of an allow-list. */

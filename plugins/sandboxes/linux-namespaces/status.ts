@@ -20,6 +20,8 @@ export type LinuxNamespacesDetails = {
   /** Host users: one of `range` per live sandbox (as root), or the runtime's own for all. */
   users:
     { perSandbox: true; range: UidRange; inUse: number } | { perSandbox: false; uid: number; reason: string };
+  /** Spares (spares.ts): at most `count` built ahead of need, `waiting` now. */
+  spares: { count: number; waiting: number };
   /** Why limits are rlimits only. */
   limitsNote?: string;
   /** The interpreter `python` launches run on, or why there is none. */
@@ -34,6 +36,7 @@ export interface StatusInput {
   prepared: PreparedHost | undefined;
   usersInUse: number;
   running: number;
+  spares: number;
 }
 
 const NAMESPACES = ['user', 'mount', 'pid', 'network', 'ipc', 'uts'];
@@ -47,6 +50,7 @@ export function runtimeStatus({
   prepared,
   usersInUse,
   running,
+  spares,
 }: StatusInput): LinuxNamespacesStatus {
   const root = process.getuid?.() === 0;
   const cgroups = config.cgroups === 'auto' && root ? CgroupV1.detect() : undefined;
@@ -77,6 +81,7 @@ export function runtimeStatus({
             uid: process.getuid?.() ?? -1,
             reason: "not root: every sandbox runs as the runtime's own user",
           },
+      spares: { count: config.spares.count, waiting: spares },
       ...(cgroups instanceof CgroupV1
         ? {}
         : {
