@@ -137,8 +137,8 @@ export class Payments {
     wallet: string | undefined,
     work: () => Promise<{ value: T; succeeded: boolean; unfinished?: boolean }>,
   ): Promise<{ value: T; receipt?: PaymentReceipt }> {
-    const payment = await this.reserve(payload, resource, wallet);
-    this.inFlight.add(payment.id);
+    // In flight from its record's insert on, so the stale sweep never releases it under the call.
+    const payment = await this.reservations.reserve(payload, resource, wallet, this.inFlight);
     try {
       let outcome: { value: T; succeeded: boolean; unfinished?: boolean };
       try {

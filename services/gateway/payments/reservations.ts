@@ -31,15 +31,32 @@ export class Reservations {
    * and the verification overlap); a payment that fails verification has its reservation dropped. A
    * payment's id is known to no one else until it is presented (x402 on EVM: the payer's random
    * EIP-3009 nonce), so a forged payment cannot hold a real one's place.
+   *
+   * With `running`, the reservation's id is in it from its insert on (and taken out if it fails), so
+   * the stale sweep never releases a record whose verification is still going; the caller removes
+   * it when the call ends.
    */
   async reserve(
     payload: unknown,
     resource: PaymentResource,
     wallet: string | undefined,
+    running?: Set<string>,
   ): Promise<VerifiedPayment> {
     const { rail, refusals } = this.deps;
     if (payload === undefined) throw await refusals.paymentRequired(resource);
     const claimed = rail.peek?.(payload);
+    // In `running` (the calls the stale sweep leaves alone) from the moment its record exists; an id
+    // already there is another request's (a payment presented twice), and stays its own.
+    const held = new Set<string>();
+    const hold = (id: string) => {
+      if (!running || running.has(id)) return;
+      running.add(id);
+      held.add(id);
+    };
+    const letGo = (id: string) => {
+      if (held.delete(id)) running?.delete(id);
+    };
+    if (claimed) hold(claimed.id);
     const early = claimed ? this.insert(claimed, resource, wallet) : undefined;
     early?.catch(() => undefined); // awaited below, after the verification: its failure is reported there
     let payment: VerifiedPayment;
@@ -47,14 +64,18 @@ export class Reservations {
       payment = await this.verified(payload, resource);
     } catch (err) {
       await this.drop(early, claimed);
+      if (claimed) letGo(claimed.id);
       throw err;
     }
     let reserved = claimed?.id === payment.id ? early : undefined;
     if (!reserved) {
       await this.drop(early, claimed);
+      if (claimed) letGo(claimed.id);
+      hold(payment.id);
       reserved = this.insert(payment, resource, wallet);
     }
     if (!(await reserved)) {
+      letGo(payment.id);
       throw await refusals.paymentRequired(resource, {
         code: 'payment_already_used',
         message:

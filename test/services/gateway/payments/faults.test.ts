@@ -35,6 +35,7 @@ import {
   settlementRows,
   stopSharedProbeWorld,
   walletTokenFor,
+  type ProxyDecision,
   type SettlementRecord,
 } from './support.ts';
 
@@ -348,6 +349,26 @@ describe('payments: faults on anvil', function () {
       // The records and the chain must agree, whichever way the gateway decides.
       await eventually('the settled mark', async () => (await rowOf(payment))?.state === 'settled');
       expect((await setup.gateway.expectBalanced()).settled).to.equal(3000n);
+    });
+
+    it('a record past staleAfterMs while its payment is still being verified is not released under the call', async () => {
+      const payment = await payFor(await setup.gateway.required('echo'));
+      // The verification's simulation held at the proxy: the record exists, the call has not run yet.
+      let letThrough: () => void = () => undefined;
+      const held = new Promise<ProxyDecision>((resolve) => (letThrough = () => resolve('forward')));
+      setup.proxy.intercept = (methods) => (methods.includes('eth_call') ? held : 'forward');
+      const call = setup.gateway.callRest('echo', { message: 'verified late' }, payment);
+      await eventually('the reservation', async () => (await rowOf(payment))?.state === 'executing');
+      clock.offset += 81_000;
+      await new Promise((resolve) => setTimeout(resolve, 1500)); // the worker sweeps once a second
+      expect((await rowOf(payment))?.state, 'not released by the sweep').to.equal('executing');
+      clock.offset -= 81_000;
+      setup.proxy.intercept = undefined;
+      letThrough();
+      const res = await call;
+      expect(res.status).to.equal(200);
+      await eventually('the settled mark', async () => (await rowOf(payment))?.state === 'settled');
+      expect((await setup.gateway.expectBalanced()).settled).to.equal(3500n);
     });
   });
 
