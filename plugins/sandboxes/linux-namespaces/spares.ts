@@ -50,9 +50,11 @@ export class SpareSandboxes {
     await this.preparing.get(key);
     const spare = this.spares.get(key);
     if (!spare) return undefined;
-    this.remove(key, spare);
-    if (spare.sandbox.process.alive && spare.root === rootIdentity(plan.root)) return spare.sandbox;
-    void this.discard(spare.sandbox);
+    if (spare.sandbox.process.alive && spare.root === rootIdentity(plan.root)) {
+      this.remove(key, spare);
+      return spare.sandbox;
+    }
+    void this.retire(key, spare);
     return undefined;
   }
 
@@ -93,8 +95,7 @@ export class SpareSandboxes {
   async clear(): Promise<number> {
     await this.settled();
     const all = [...this.spares];
-    for (const [key, spare] of all) this.remove(key, spare);
-    await Promise.all(all.map(([, spare]) => this.discard(spare.sandbox)));
+    await Promise.all(all.map(([key, spare]) => this.retire(key, spare)));
     return all.length;
   }
 
@@ -103,11 +104,8 @@ export class SpareSandboxes {
       void this.discard(sandbox);
       return;
     }
-    const timer = setTimeout(() => {
-      if (this.spares.get(key) !== spare) return;
-      this.remove(key, spare);
-      void this.discard(sandbox);
-    }, this.options.keepMs);
+    // Cleared by remove(): it fires only while the spare waits.
+    const timer = setTimeout(() => void this.retire(key, spare), this.options.keepMs);
     timer.unref();
     const spare: Spare = { sandbox, root, timer };
     this.spares.set(key, spare);
@@ -117,9 +115,14 @@ export class SpareSandboxes {
     });
     for (const [oldKey, old] of this.spares) {
       if (this.spares.size <= this.options.count) break;
-      this.remove(oldKey, old);
-      void this.discard(old.sandbox);
+      void this.retire(oldKey, old);
     }
+  }
+
+  /** Takes the spare out of the waiting ones and discards it. */
+  private retire(key: string, spare: Spare): Promise<void> {
+    this.remove(key, spare);
+    return this.discard(spare.sandbox);
   }
 
   private async discard({ process }: PreparedSandbox): Promise<void> {
