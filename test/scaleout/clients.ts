@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -123,7 +124,8 @@ export async function payOverRest(options: {
 /**
  * A paid call answered 5xx after its payment was sent (its replica died, say) as its client goes on,
  * as the balancer's error hints: the payer signs in with its wallet and asks for the kept result of
- * its payment; fetched, the call was answered after all (and paid), else it stays refused.
+ * its payment, again after each 409 (still settling) as its Retry-After says, until the deadline;
+ * fetched, the call was answered after all (and paid), else it stays refused.
  */
 async function withKeptResult(
   { gatewayUrl, chain, payer }: { gatewayUrl: string; chain: DevChain; payer: LocalAccount },
@@ -136,13 +138,20 @@ async function withKeptResult(
   try {
     const { jwt } = await walletToken(gatewayUrl, payer);
     const id = [`eip155:${chain.chainId}`, chain.token.address, payer.address, nonce].join(':').toLowerCase();
-    const response = await fetch(`${gatewayUrl}/api/payments/${id}/result`, {
-      headers: { authorization: `Bearer ${jwt}` },
-      signal,
-    });
-    await response.body?.cancel();
-    if (response.status === 200)
-      return { outcome: { end: 'answered', status: 200, recovered: ['kept result fetched'] }, nonces };
+    for (let asks = 1; ; asks++) {
+      const response = await fetch(`${gatewayUrl}/api/payments/${id}/result`, {
+        headers: { authorization: `Bearer ${jwt}` },
+        signal,
+      });
+      await response.body?.cancel();
+      if (response.status === 200) {
+        const recovered = [`kept result fetched${asks > 1 ? ` (asked ${asks} times)` : ''}`];
+        return { outcome: { end: 'answered', status: 200, recovered }, nonces };
+      }
+      // Still settling (another replica finishes what the dead one began): asked again when told.
+      if (response.status !== 409) break;
+      await delay(Number(response.headers.get('retry-after') ?? 1) * 1000, undefined, { signal });
+    }
   } catch {
     // Not fetched: the call stays refused as it was.
   }

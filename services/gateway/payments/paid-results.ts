@@ -20,6 +20,12 @@ export const DEFAULT_RESULT_MAX_BYTES = 256 * 1024;
  */
 export const DEFAULT_RESULT_MAX_BYTES_PER_PAYER = 16 * 1024 * 1024;
 
+/**
+ * When the payer of a result still settling is told to ask again (`Retry-After`): the retry worker
+ * tries each second, and a settlement a dead replica left waits for that replica to be taken for dead.
+ */
+export const SETTLING_RETRY_AFTER_SECONDS = 2;
+
 /** Why a paid result was not kept, as its receipt says. */
 export type NotKeptReason = 'result_too_large' | 'payer_quota_full';
 
@@ -147,8 +153,9 @@ export class PaidResults {
         'conflict',
         'The payment is still being settled; its result is served once it is',
         {
-          hint: 'Ask again in a few seconds',
-          details: { state: row.state },
+          hint: `Ask again in ${SETTLING_RETRY_AFTER_SECONDS} seconds`,
+          details: { state: row.state, retryAfterSeconds: SETTLING_RETRY_AFTER_SECONDS },
+          headers: { 'Retry-After': String(SETTLING_RETRY_AFTER_SECONDS) },
         },
       );
     }

@@ -133,6 +133,7 @@ describe('payments: a paid result fetched again by its payer (anvil)', function 
       const id = paymentIdOf(anvil.chain, payment);
       const pending = await fetchResult(id, payerToken);
       expect(pending.status).to.equal(409);
+      expect(pending.headers.get('retry-after')).to.equal('2');
       expect(((await pending.json()) as { code: string }).code).to.equal('conflict');
       setup.proxy.intercept = undefined;
       await eventually('the retried settlement', async () => (await rowOf(id))?.state === 'settled');
