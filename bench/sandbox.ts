@@ -6,8 +6,10 @@
  * the sandboxed median minus the plain one (and the same for p10 and for CPU time, which a loaded
  * machine disturbs less); the target is at most 25 ms. Each program also runs in a sandbox without
  * the syscall filter (`syscallFilter: off`), alternating with the others: the `syscall filter` rows
- * are what the filter (its loader) adds to a sandboxed start; the target is at most 5 ms. Those
- * runtimes build no spares (`spares.count` 0): their rows are the whole chain. A fourth runtime keeps
+ * are what the filter (its loader) adds to a sandboxed start; the target is at most 5 ms. And in a
+ * sandbox without the CPU burst (`cpuBurst: 0`): the `CPU burst` rows are what a start loses when its
+ * cgroup holds it to its quota from the first period (node's start runs several threads). Those
+ * runtimes build no spares (`spares.count` 0): their rows are the whole chain. A fifth runtime keeps
  * spares, and each of its starts waits (untimed) for the spare the last one's end left: the `from a
  * spare` rows are a start whose sandbox was built beforehand, as a server's next start after its idle
  * stop is; their CPU includes building the spare a later start takes.
@@ -49,15 +51,18 @@ export interface ColdStartMeasurement {
 /** Starts the program once; resolves with the milliseconds to its milestone (cleanup is not timed). */
 type Start = () => Promise<number>;
 
+/** Starts a program's sandboxed process on one of the runtimes (see `sandboxColdStartSuite`). */
+type SandboxLaunch = (
+  root: string,
+  args: string[],
+) => Promise<ProcessStdio & { kill(): Promise<void>; exited: Promise<unknown> }>;
+
 interface Program {
   name: string;
   runs: number;
   plain: Start;
-  sandboxed: Start;
-  /** The same in a sandbox without the syscall filter. */
-  unfiltered: Start;
-  /** The same in a sandbox built before the start (a spare, waiting since the last start ended). */
-  spare: Start;
+  /** The same start, sandboxed by `launch`. */
+  sandboxed: (launch: SandboxLaunch) => Start;
 }
 
 /** Children's CPU (user + system) of this process so far, in µs: every start is waited for. */
@@ -103,43 +108,58 @@ function difference(
   return measurement;
 }
 
-const KINDS = ['plain', 'sandboxed', 'unfiltered', 'spare'] as const;
+/**
+ * The sandboxes a program starts in beside its plain start: the default one, one without the syscall
+ * filter, one without the CPU burst (`cpuBurst: 0`), and one from a spare.
+ */
+type Sandboxed = 'sandboxed' | 'unfiltered' | 'unburst' | 'spare';
+type Kind = 'plain' | Sandboxed;
 
 /**
- * Runs plain, sandboxed, unfiltered and spare starts alternately and reports each and the differences
- * of their medians.
+ * Runs plain and sandboxed starts alternately and reports each and the differences of their medians.
  */
-async function compare(program: Program): Promise<ColdStartMeasurement[]> {
-  const times = {
-    plain: [] as number[],
-    sandboxed: [] as number[],
-    unfiltered: [] as number[],
-    spare: [] as number[],
+async function compare(
+  program: Program,
+  launches: Record<Sandboxed, SandboxLaunch>,
+  beforeSpare: () => Promise<unknown>,
+): Promise<ColdStartMeasurement[]> {
+  const starts: Record<Kind, Start> = {
+    plain: program.plain,
+    sandboxed: program.sandboxed(launches.sandboxed),
+    unfiltered: program.sandboxed(launches.unfiltered),
+    unburst: program.sandboxed(launches.unburst),
+    // The spare the last start's end left is built (untimed) before the timed start.
+    spare: async () => {
+      await beforeSpare();
+      return program.sandboxed(launches.spare)();
+    },
   };
-  const cpu = { plain: 0, sandboxed: 0, unfiltered: 0, spare: 0 };
-  for (const kind of KINDS) await program[kind](); // warm the page cache for all
+  const kinds = Object.keys(starts) as Kind[];
+  const times = Object.fromEntries(kinds.map((kind) => [kind, [] as number[]])) as Record<Kind, number[]>;
+  const cpu = Object.fromEntries(kinds.map((kind) => [kind, 0])) as Record<Kind, number>;
+  for (const kind of kinds) await starts[kind](); // warm the page cache for all
   for (let run = 0; run < program.runs; run++) {
-    for (const kind of KINDS) {
+    for (const kind of kinds) {
       const cpuBefore = childrenCpuUs();
-      times[kind].push(await program[kind]());
+      times[kind].push(await starts[kind]());
       cpu[kind] += childrenCpuUs() - cpuBefore;
     }
   }
-  const plain = summarize(`plain: ${program.name}`, times.plain, cpu.plain);
-  const sandboxed = summarize(`sandboxed: ${program.name}`, times.sandboxed, cpu.sandboxed);
-  const unfiltered = summarize(
-    `sandboxed without the syscall filter: ${program.name}`,
-    times.unfiltered,
-    cpu.unfiltered,
-  );
-  const spare = summarize(`sandboxed from a spare: ${program.name}`, times.spare, cpu.spare);
+  const row = (label: string, kind: Kind) => summarize(`${label}: ${program.name}`, times[kind], cpu[kind]);
+  const plain = row('plain', 'plain');
+  const sandboxed = row('sandboxed', 'sandboxed');
+  const unfiltered = row('sandboxed without the syscall filter', 'unfiltered');
+  const unburst = row('sandboxed without the CPU burst', 'unburst');
+  const spare = row('sandboxed from a spare', 'spare');
   return [
     plain,
     sandboxed,
     unfiltered,
+    unburst,
     spare,
     difference(`overhead (sandboxed − plain median): ${program.name}`, sandboxed, plain),
     difference(`syscall filter (sandboxed − sandboxed without it): ${program.name}`, sandboxed, unfiltered),
+    difference(`CPU burst (sandboxed without it − sandboxed): ${program.name}`, unburst, sandboxed),
     difference(
       `overhead from a spare (sandboxed from a spare − plain median): ${program.name}`,
       spare,
@@ -188,46 +208,42 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
   writeFileSync(echoServer, "process.stdin.on('data', (line) => process.stdout.write(line));\n", {
     mode: 0o644,
   });
-  const runtimeWith = (syscallFilter: 'seccomp' | 'off', spares = 0) =>
+  const runtimeWith = (options: { syscallFilter?: 'off'; cpuBurst?: number; spares?: number }) =>
     new LinuxNamespacesRuntime({
       config: configSchema.parse({
         stateDir: join(work, 'state'),
         killGraceMs: 2000,
-        syscallFilter,
-        spares: { count: spares },
+        ...options,
+        spares: { count: options.spares ?? 0 },
       }),
       logger: pino({ level: 'silent' }),
     });
-  const runtime = runtimeWith('seccomp');
-  const bare = runtimeWith('off');
-  const spared = runtimeWith('seccomp', 4);
-  await Promise.all([runtime.start(), bare.start(), spared.start()]);
+  const runtimes = {
+    sandboxed: runtimeWith({}),
+    unfiltered: runtimeWith({ syscallFilter: 'off' }),
+    unburst: runtimeWith({ cpuBurst: 0 }),
+    spare: runtimeWith({ spares: 4 }),
+  };
+  await Promise.all(Object.values(runtimes).map((runtime) => runtime.start()));
   const node = process.execPath;
   const plainStdio = (args: string[]) => plainProcess(node, args);
-  const inSandbox = (on: LinuxNamespacesRuntime) => async (root: string, args: string[]) => {
-    const sandbox = await on.spawn({
-      launch: { kind: 'host', runtime: 'node', root, args },
-      env: {},
-      networkAllowList: [],
-    });
-    sandbox.stderr.resume();
-    return sandbox;
+  const inSandbox =
+    (on: LinuxNamespacesRuntime): SandboxLaunch =>
+    async (root, args) => {
+      const sandbox = await on.spawn({
+        launch: { kind: 'host', runtime: 'node', root, args },
+        env: {},
+        networkAllowList: [],
+      });
+      sandbox.stderr.resume();
+      return sandbox;
+    };
+  const launches = {
+    sandboxed: inSandbox(runtimes.sandboxed),
+    unfiltered: inSandbox(runtimes.unfiltered),
+    unburst: inSandbox(runtimes.unburst),
+    spare: inSandbox(runtimes.spare),
   };
-  const sandboxed = inSandbox(runtime);
-  const unfiltered = inSandbox(bare);
-  const fromSpare = inSandbox(spared);
-  /** A start from a spare: the spare the last start's end left is built (untimed), then `start` runs. */
-  const withSpare = async (start: Start) => {
-    await spared.sparesReady();
-    return start();
-  };
-  const toExit = (launch: typeof sandboxed) =>
-    timed(async () => {
-      await (
-        await launch(work, ['-e', '0'])
-      ).exited;
-      return async () => undefined;
-    });
   const everything = join(repoRoot, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js');
   const programs: Program[] = [
     {
@@ -239,36 +255,34 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
           await exitOf(spawn(node, ['-e', '0'], { stdio: 'ignore', env: {} }));
           return async () => undefined;
         }),
-      sandboxed: () => toExit(sandboxed),
-      unfiltered: () => toExit(unfiltered),
-      spare: () => withSpare(() => toExit(fromSpare)),
+      sandboxed: (launch) => () =>
+        timed(async () => {
+          await (
+            await launch(work, ['-e', '0'])
+          ).exited;
+          return async () => undefined;
+        }),
     },
     {
       name: 'stdio echo server, to its first answer',
       runs: RUNS,
       plain: () => firstEcho(async () => plainStdio([echoServer])),
-      sandboxed: () => firstEcho(() => sandboxed(work, [echoServer])),
-      unfiltered: () => firstEcho(() => unfiltered(work, [echoServer])),
-      spare: () => withSpare(() => firstEcho(() => fromSpare(work, [echoServer]))),
+      sandboxed: (launch) => () => firstEcho(() => launch(work, [echoServer])),
     },
     {
       name: 'server-everything, to its first tools/list',
       runs: MCP_RUNS,
       plain: () => firstToolsList(async () => plainStdio([everything, 'stdio'])),
-      sandboxed: () => firstToolsList(() => sandboxed(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
-      unfiltered: () =>
-        firstToolsList(() => unfiltered(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
-      spare: () =>
-        withSpare(() =>
-          firstToolsList(() => fromSpare(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
-        ),
+      sandboxed: (launch) => () =>
+        firstToolsList(() => launch(join(repoRoot, 'node_modules'), [everything, 'stdio'])),
     },
   ];
   const results: ColdStartMeasurement[] = [];
   try {
-    for (const program of programs) results.push(...(await compare(program)));
+    for (const program of programs)
+      results.push(...(await compare(program, launches, () => runtimes.spare.sparesReady())));
   } finally {
-    await Promise.all([runtime.stop(), bare.stop(), spared.stop()]);
+    await Promise.all(Object.values(runtimes).map((runtime) => runtime.stop()));
     rmSync(work, { recursive: true, force: true });
   }
   return results;

@@ -33,7 +33,12 @@ export interface CgroupLimits {
   pids: number;
   /** CPUs' worth of time per period the sandbox may use (1 = one full core). */
   cpuQuota: number;
+  /** The share (0–1) of one period's quota it may bank and spend above the quota at once. */
+  cpuBurst: number;
 }
+
+/** The CFS period: quotas and bursts are written in microseconds of it. */
+const CPU_PERIOD_US = 100_000;
 
 export class CgroupV1 {
   private constructor(private readonly base: string) {}
@@ -75,8 +80,12 @@ export class CgroupV1 {
       writeFileSync(join(memory, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
     }
     writeFileSync(join(pids, 'pids.max'), String(limits.pids));
-    writeFileSync(join(cpu, 'cpu.cfs_period_us'), '100000');
-    writeFileSync(join(cpu, 'cpu.cfs_quota_us'), String(Math.round(limits.cpuQuota * 100000)));
+    const quotaUs = Math.round(limits.cpuQuota * CPU_PERIOD_US);
+    writeFileSync(join(cpu, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
+    writeFileSync(join(cpu, 'cpu.cfs_quota_us'), String(quotaUs));
+    // Kernels before 5.14 have no burst; the kernel takes at most the quota.
+    if (existsSync(join(cpu, 'cpu.cfs_burst_us')))
+      writeFileSync(join(cpu, 'cpu.cfs_burst_us'), String(Math.round(quotaUs * limits.cpuBurst)));
     for (const dir of dirs) chownSync(join(dir, 'cgroup.procs'), owner.uid, owner.gid);
     return new SandboxCgroup(dirs);
   }

@@ -40,6 +40,13 @@ export const configSchema = z
     cgroups: z.enum(['auto', 'off']).default('auto'),
     /** CPUs' worth of time a sandbox may use at once (cgroup only). */
     cpuQuota: z.number().positive().default(1),
+    /**
+     * The share (0–1) of one period's quota a sandbox banks while it uses less, to spend above its
+     * quota at once (cgroup v1 `cpu.cfs_burst_us`, Linux 5.14 on; older kernels ignore it): a server's
+     * start runs several threads at once, which a quota of 1 throttles by ~50 ms, while its use over
+     * time stays within `cpuQuota`. 0: no burst.
+     */
+    cpuBurst: z.number().min(0).max(1).default(1),
     systemPaths: z.array(absolutePath).default(DEFAULT_SYSTEM_PATHS),
     /** Further host paths every sandbox sees read-only. */
     readOnlyPaths: z.array(absolutePath).default([]),

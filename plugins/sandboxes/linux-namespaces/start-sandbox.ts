@@ -154,7 +154,12 @@ export async function prepareSandbox(
     if (host.cgroups) {
       resources.cgroup = host.cgroups.create(
         `${context.owner}-${id}`,
-        { memoryBytes: limits.memoryBytes, pids: limits.pids, cpuQuota: config.cpuQuota },
+        {
+          memoryBytes: limits.memoryBytes,
+          pids: limits.pids,
+          cpuQuota: config.cpuQuota,
+          cpuBurst: config.cpuBurst,
+        },
         { uid: hostUid, gid: hostUid },
       );
     }

@@ -47,7 +47,7 @@ const MiB = 1024 * 1024;
 function newRuntime(
   stateDir: string,
   owner?: string,
-  options: { cgroups?: 'auto' | 'off' } = {},
+  options: { cgroups?: 'auto' | 'off'; cpuQuota?: number; cpuBurst?: number } = {},
   coreToPipe?: boolean,
 ): LinuxNamespacesRuntime {
   return new LinuxNamespacesRuntime({
@@ -448,6 +448,32 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
       } finally {
         await piped.stop();
       }
+    });
+
+    it("lets a sandbox bank a share of its CPU quota and spend it at once (cpuBurst, cgroup v1's cpu.cfs_burst_us)", async () => {
+      const cpuFiles = async (options: { cpuBurst?: number }) => {
+        const limited = newRuntime(stateDir, undefined, { cpuQuota: 1.5, ...options });
+        try {
+          // Kept running by its open stdin while the files are read.
+          const sandbox = await limited.spawn(shellSpec(['-c', 'echo up; read -r line']));
+          sandbox.stderr.resume();
+          await new Promise((resolve) => sandbox.stdout.once('data', resolve));
+          const cgroup = `/sys/fs/cgroup/cpu/sigil/${limited.owner}-${sandbox.id}`;
+          const read = (file: string) => readFileSync(join(cgroup, file), 'utf8').trim();
+          const files = { quota: read('cpu.cfs_quota_us'), burst: read('cpu.cfs_burst_us') };
+          sandbox.stdin.end();
+          await sandbox.exited;
+          return files;
+        } finally {
+          await limited.stop();
+        }
+      };
+      expect((await runtime.status()).limits, 'this host gives sandboxes cgroup v1 limits').to.equal(
+        'cgroup-v1',
+      );
+      expect(await cpuFiles({})).to.deep.equal({ quota: '150000', burst: '150000' });
+      expect(await cpuFiles({ cpuBurst: 0.5 })).to.deep.equal({ quota: '150000', burst: '75000' });
+      expect(await cpuFiles({ cpuBurst: 0 })).to.deep.equal({ quota: '150000', burst: '0' });
     });
 
     it('refuses to start on a state dir that others could write to (they would choose what sandboxes mount)', async () => {
