@@ -87,8 +87,12 @@ function typeOf(schema: JsonSchema): string {
 }
 
 function range(schema: JsonSchema): string {
-  const min = schema.minimum ?? (schema.exclusiveMinimum === 0 ? 1 : schema.exclusiveMinimum);
   const max = schema.maximum === Number.MAX_SAFE_INTEGER ? undefined : schema.maximum;
+  const above = schema.minimum === undefined ? schema.exclusiveMinimum : undefined;
+  // A number above a bound (zod's positive()) has no least value; an integer's is the next one.
+  if (above !== undefined && schema.type === 'number')
+    return max === undefined ? ` > ${above}` : ` > ${above}, ≤ ${max}`;
+  const min = schema.minimum ?? (above === undefined ? undefined : above + 1);
   if (min === undefined) return max === undefined ? '' : ` ≤ ${max}`;
   return max === undefined ? ` ≥ ${min}` : ` ${min}–${max}`;
 }

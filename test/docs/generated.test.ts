@@ -7,7 +7,7 @@ import { expect } from 'chai';
 import type Koa from 'koa';
 import { PLUGIN_KINDS } from '@sigil/plugin-api';
 import { latestKit } from '@sigil/plugin-api/kit';
-import { configSettings } from '../../docs/config-reference.ts';
+import { configSettings, pluginSettings } from '../../docs/config-reference.ts';
 import { contractInterface, readSourceDocs } from '../../docs/contract-source.ts';
 import { kitChecks } from '../../docs/plugin-kind-page.ts';
 import { DOCS_DIR, generatedDocs } from '../../docs/generate.ts';
@@ -95,6 +95,15 @@ describe('generated docs', () => {
       undescribed,
       'add .describe() to these settings in their config schema (core/config/, services/**/config.ts)',
     ).to.deep.equal([]);
+  });
+
+  it("states each number setting's range as its schema does: above 0 for positive(), from the next integer for an integer", async () => {
+    const linux = (await pluginSettings()).find((plugin) => plugin.name === 'sandbox-linux-namespaces');
+    const typeOf = (path: string) => linux?.settings.find((setting) => setting.path === path)?.type;
+    expect(typeOf('cpuQuota')).to.equal('number > 0');
+    expect(typeOf('cpuBurst')).to.equal('number 0–1');
+    expect(typeOf('spares.keepSeconds')).to.equal('integer ≥ 1');
+    expect(typeOf('spares.count')).to.equal('integer 0–256');
   });
 
   describe('the OpenAPI documents cover every route', () => {
