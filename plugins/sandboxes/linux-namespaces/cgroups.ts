@@ -61,6 +61,11 @@ export class CgroupV1 {
     return new CgroupV1(base);
   }
 
+  /** Whether the kernel lets a cgroup bank unused quota (`cpu.cfs_burst_us`, Linux 5.14 on). */
+  get bursts(): boolean {
+    return existsSync(join(this.base, 'cpu', 'cpu.cfs_burst_us'));
+  }
+
   private dir(controller: Controller, name?: string): string {
     return name === undefined
       ? join(this.base, controller, 'sigil')
@@ -83,8 +88,8 @@ export class CgroupV1 {
     const quotaUs = Math.round(limits.cpuQuota * CPU_PERIOD_US);
     writeFileSync(join(cpu, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
     writeFileSync(join(cpu, 'cpu.cfs_quota_us'), String(quotaUs));
-    // Kernels before 5.14 have no burst; the kernel takes at most the quota.
-    if (existsSync(join(cpu, 'cpu.cfs_burst_us')))
+    // The kernel takes at most the quota.
+    if (this.bursts)
       writeFileSync(join(cpu, 'cpu.cfs_burst_us'), String(Math.round(quotaUs * limits.cpuBurst)));
     for (const dir of dirs) chownSync(join(dir, 'cgroup.procs'), owner.uid, owner.gid);
     return new SandboxCgroup(dirs);

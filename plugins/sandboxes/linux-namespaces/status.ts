@@ -22,6 +22,11 @@ export type LinuxNamespacesDetails = {
     { perSandbox: true; range: UidRange; inUse: number } | { perSandbox: false; uid: number; reason: string };
   /** Spares (spares.ts): at most `count` built ahead of need, `waiting` now. */
   spares: { count: number; waiting: number };
+  /**
+   * With cgroups: CPUs' worth of time per period, and the share of a period's quota a sandbox may
+   * bank and spend at once (0 when off, or why the kernel cannot).
+   */
+  cpu?: { quota: number; burst: number | { unavailable: string } };
   /** Why limits are rlimits only. */
   limitsNote?: string;
   /** The interpreter `python` launches run on, or why there is none. */
@@ -83,7 +88,14 @@ export function runtimeStatus({
           },
       spares: { count: config.spares.count, waiting: spares },
       ...(cgroups instanceof CgroupV1
-        ? {}
+        ? {
+            cpu: {
+              quota: config.cpuQuota,
+              burst: cgroups.bursts
+                ? config.cpuBurst
+                : { unavailable: 'the kernel has no cpu.cfs_burst_us (Linux 5.14 on)' },
+            },
+          }
         : {
             limitsNote:
               cgroups?.unavailable ?? 'cgroups off or not root: memory is limited per process (RLIMIT_DATA)',

@@ -468,9 +468,12 @@ describe('sandbox-linux-namespaces (sandbox-runtime plugin)', function () {
           await limited.stop();
         }
       };
-      expect((await runtime.status()).limits, 'this host gives sandboxes cgroup v1 limits').to.equal(
-        'cgroup-v1',
-      );
+      const status = await runtime.status();
+      expect(status.limits, 'this host gives sandboxes cgroup v1 limits').to.equal('cgroup-v1');
+      expect(status.details.cpu, 'status() tells the quota and the burst').to.deep.equal({
+        quota: 1,
+        burst: 1,
+      });
       expect(await cpuFiles({})).to.deep.equal({ quota: '150000', burst: '150000' });
       expect(await cpuFiles({ cpuBurst: 0.5 })).to.deep.equal({ quota: '150000', burst: '75000' });
       expect(await cpuFiles({ cpuBurst: 0 })).to.deep.equal({ quota: '150000', burst: '0' });
