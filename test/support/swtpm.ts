@@ -72,29 +72,50 @@ async function freePortPair(): Promise<number> {
   }
 }
 
-/** Resolves once `path` exists: swtpm writes its pid file after its sockets listen. */
-function created(path: string, child: ChildProcess, output: () => string): Promise<void> {
-  return new Promise((resolve, reject) => {
+/**
+ * Resolves once `path` exists (swtpm writes its pid file after its sockets listen), or with the exit
+ * code when swtpm ends first.
+ */
+function created(path: string, child: ChildProcess): Promise<{ code: number | null } | undefined> {
+  return new Promise((resolve) => {
     const watcher = watch(join(path, '..'), () => {
       if (existsSync(path)) done();
     });
-    const onExit = (code: number | null) => {
+    // On `close`, not `exit`: by then swtpm's output has been read, and it says why.
+    const onClose = (code: number | null) => {
       watcher.close();
-      reject(new Error(`swtpm exited with ${code} before it listened:\n${output()}`));
+      resolve({ code });
     };
     const done = () => {
       watcher.close();
-      child.off('exit', onExit);
-      resolve();
+      child.off('close', onClose);
+      resolve(undefined);
     };
-    child.once('exit', onExit);
+    child.once('close', onClose);
     if (existsSync(path)) done();
   });
 }
 
+/** What swtpm says when a port it was given was taken between our check and its bind. */
+const PORT_TAKEN = 'Address already in use';
+/** Port pairs tried before a start fails: the other test worker may take a free port meanwhile. */
+const PORT_ATTEMPTS = 5;
+
 /** Starts swtpm on `stateDir` (a new folder by default); rejects with its output when it fails. */
 export async function startSwtpm(stateDir = mkdtempSync(join(tmpdir(), 'sigil-swtpm-'))): Promise<Swtpm> {
   installTpmPackages();
+  for (let attempt = 1; ; attempt++) {
+    const launched = await launchSwtpm(stateDir);
+    if ('started' in launched) return launched.started;
+    if (!launched.output.includes(PORT_TAKEN) || attempt === PORT_ATTEMPTS)
+      throw new Error(`swtpm exited with ${launched.code} before it listened:\n${launched.output}`);
+  }
+}
+
+/** One start on a fresh pair of free ports: the TPM, or how swtpm ended before it listened. */
+async function launchSwtpm(
+  stateDir: string,
+): Promise<{ started: Swtpm } | { code: number | null; output: string }> {
   const port = await freePortPair();
   const runDir = mkdtempSync(join(tmpdir(), 'sigil-swtpm-run-'));
   const pidFile = join(runDir, 'swtpm.pid');
@@ -120,7 +141,11 @@ export async function startSwtpm(stateDir = mkdtempSync(join(tmpdir(), 'sigil-sw
   child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await created(pidFile, child, () => output);
+  const ended = await created(pidFile, child);
+  if (ended) {
+    rmSync(runDir, { recursive: true, force: true });
+    return { code: ended.code, output };
+  }
   const tcti = `swtpm:host=127.0.0.1,port=${port}`;
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
@@ -129,7 +154,7 @@ export async function startSwtpm(stateDir = mkdtempSync(join(tmpdir(), 'sigil-sw
   };
   const tool = (program: string, args: readonly string[]) =>
     execFileSync(program, args, { env: { ...process.env, TPM2TOOLS_TCTI: tcti }, encoding: 'utf8' });
-  return {
+  const started: Swtpm = {
     tcti,
     stateDir,
     tool,
@@ -147,4 +172,5 @@ export async function startSwtpm(stateDir = mkdtempSync(join(tmpdir(), 'sigil-sw
       rmSync(lockPathFor(tcti), { force: true });
     },
   };
+  return { started };
 }
