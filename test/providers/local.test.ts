@@ -1,24 +1,16 @@
 import { expect } from 'chai';
-import { createServer } from 'node:net';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { LlmProviderError, type LlmStreamPart } from '@sigil/plugin-api';
 import local, { LOCAL_MODELS, type LocalProvider } from '../../providers/local/index.ts';
 import { countTokens, reply, requestedToolCalls } from '@sigil/plugin-api/llm/stand-in';
 import { quietLogger } from '../support/kernel.ts';
+import { freePort } from '../support/cli.ts';
 
 /** The provider-local plugin: its lifecycle, and the stand-in's deterministic rules through it. */
 
 const create = async (options: Record<string, unknown> = {}, logger = quietLogger()) =>
   (await local.create({ config: local.config.parse(options), deps: { logger }, logger })) as LocalProvider;
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 async function parts(stream: AsyncIterable<LlmStreamPart>): Promise<LlmStreamPart[]> {
   const out: LlmStreamPart[] = [];

@@ -78,21 +78,27 @@ export function startSigil(
 }
 
 /**
- * A port that was free a moment ago, for a child process to listen on. Taken below the kernel's
- * ephemeral range, from a random start: a port the OS picked (listen on 0) is in that range, and
- * once released the next outgoing connection of any process may take it as its local port before
- * the child listens (EADDRINUSE, seen in CI). Ports below the range are never picked by the OS.
+ * A port that was free a moment ago, for a child process to listen on (with `consecutive`, the first
+ * of that many free in a row). Taken below the kernel's ephemeral range, from a random start: a port
+ * the OS picked (listen on 0) is in that range, and once released the next outgoing connection of any
+ * process may take it as its local port before the child listens (EADDRINUSE, seen in CI). Ports
+ * below the range are never picked by the OS.
  */
-export async function freePort(): Promise<number> {
+export async function freePort(consecutive = 1): Promise<number> {
   const [lowestEphemeral] = ephemeralRange();
   const floor = 10_000;
-  const span = Math.max(1, lowestEphemeral - floor);
+  const span = Math.max(1, lowestEphemeral - floor - (consecutive - 1));
   const start = floor + Math.floor(Math.random() * span);
   for (let i = 0; i < span; i++) {
     const port = floor + ((start - floor + i) % span);
-    if (await canListen(port)) return port;
+    if (await allListen(port, consecutive)) return port;
   }
-  throw new Error(`no free port between ${floor} and ${lowestEphemeral}`);
+  throw new Error(`no ${consecutive} free ports in a row between ${floor} and ${lowestEphemeral}`);
+}
+
+async function allListen(first: number, count: number): Promise<boolean> {
+  for (let port = first; port < first + count; port++) if (!(await canListen(port))) return false;
+  return true;
 }
 
 function ephemeralRange(): [number, number] {

@@ -16,7 +16,6 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import Docker from 'dockerode';
@@ -24,6 +23,7 @@ import { create as createTar, extract as extractTar } from 'tar';
 import { probeReadOnlyPaths, SANDBOX_PROBE_FILE } from '@sigil/plugin-api/kit';
 import { ensureDebianPrograms } from './debian.ts';
 import { fixturePath, repoPath } from './paths.ts';
+import { freePort } from './cli.ts';
 
 /**
  * A real Docker engine for tests: Debian's `docker.io` (installed with `runsc` when missing; CI runs
@@ -262,17 +262,6 @@ async function waitUntilAnswering(socketPath: string, timeoutMs: number): Promis
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
   return false;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** The interpreter a test image runs Python with: Debian's when installed, else this PATH's. */

@@ -1,9 +1,9 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, watch } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { lockPathFor } from '../../attestation/vtpm/tpm-lock.ts';
+import { freePort } from './cli.ts';
 import { ensureDebianPrograms } from './debian.ts';
 
 /**
@@ -47,31 +47,6 @@ export function installTpmPackages(): void {
   ensureDebianPrograms('the TPM tests', PACKAGES);
 }
 
-const listening = (port: number): Promise<ReturnType<typeof createServer> | undefined> =>
-  new Promise((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(undefined));
-    server.listen(port, '127.0.0.1', () => resolve(server));
-  });
-
-const closed = (server: ReturnType<typeof createServer>): Promise<void> =>
-  new Promise((resolve) => server.close(() => resolve()));
-
-/** Two free consecutive ports, the server's and its control port, the OS picking the first. */
-async function freePortPair(): Promise<number> {
-  for (;;) {
-    const first = await listening(0);
-    const address = first?.address();
-    if (!first || typeof address !== 'object' || address === null) continue;
-    const second = await listening(address.port + 1);
-    await closed(first);
-    if (second) {
-      await closed(second);
-      return address.port;
-    }
-  }
-}
-
 /**
  * Resolves once `path` exists (swtpm writes its pid file after its sockets listen), or with the exit
  * code when swtpm ends first.
@@ -98,7 +73,7 @@ function created(path: string, child: ChildProcess): Promise<{ code: number | nu
 
 /** What swtpm says when a port it was given was taken between our check and its bind. */
 const PORT_TAKEN = 'Address already in use';
-/** Port pairs tried before a start fails: the other test worker may take a free port meanwhile. */
+/** Port pairs tried before a start fails: another test process may take a free port meanwhile. */
 const PORT_ATTEMPTS = 5;
 
 /** Starts swtpm on `stateDir` (a new folder by default); rejects with its output when it fails. */
@@ -116,7 +91,8 @@ export async function startSwtpm(stateDir = mkdtempSync(join(tmpdir(), 'sigil-sw
 async function launchSwtpm(
   stateDir: string,
 ): Promise<{ started: Swtpm } | { code: number | null; output: string }> {
-  const port = await freePortPair();
+  // The swtpm TCTI takes the control port to be the server's plus one.
+  const port = await freePort(2);
   const runDir = mkdtempSync(join(tmpdir(), 'sigil-swtpm-run-'));
   const pidFile = join(runDir, 'swtpm.pid');
   const child = spawn(

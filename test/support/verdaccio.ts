@@ -12,13 +12,13 @@ import {
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { createServer } from 'node:net';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Arborist from '@npmcli/arborist';
 import pacote, { type NpmFlatOptions } from 'pacote';
 import { processTempDir, repoPath } from './paths.ts';
+import { freePort } from './cli.ts';
 
 /**
  * A real npm registry for tests: verdaccio in a child process on 127.0.0.1 and a random port, with its
@@ -133,18 +133,6 @@ async function packSpec(spec: string, options: NpmFlatOptions): Promise<PackedPa
     tarball,
     packageJson,
   };
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject()));
-    });
-  });
 }
 
 function configYaml(storage: string, localNames: readonly string[], uplink: boolean): string {
