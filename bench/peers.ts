@@ -12,9 +12,9 @@
  *   instance per request. Otherwise its defaults.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer, Agent } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { Agent } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { freePort } from '../test/support/cli.ts';
 import { repoPath } from '../test/support/paths.ts';
 import { HandshakeRefused, initializeSession, postJson } from './mcp-http.ts';
 
@@ -75,15 +75,6 @@ export const peers: Peer[] = [
     args: (port, server) => ['--port', String(port), '--server', 'stream', '--stateless', '--', ...server],
   },
 ];
-
-/** A port free a moment ago: the peers take a port number, not 0. */
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
 
 export interface RunningPeer {
   child: ChildProcess;
