@@ -41,7 +41,12 @@ export interface CgroupLimits {
 const CPU_PERIOD_US = 100_000;
 
 export class CgroupV1 {
-  private constructor(private readonly base: string) {}
+  /** Whether the kernel lets a cgroup bank unused quota (`cpu.cfs_burst_us`, Linux 5.14 on). */
+  readonly bursts: boolean;
+
+  private constructor(private readonly base: string) {
+    this.bursts = existsSync(join(base, 'cpu', 'cpu.cfs_burst_us'));
+  }
 
   /** The v1 hierarchy when all three controllers are mounted and writable here, else why not. */
   static detect(base = '/sys/fs/cgroup'): CgroupV1 | { unavailable: string } {
@@ -59,11 +64,6 @@ export class CgroupV1 {
       }
     }
     return new CgroupV1(base);
-  }
-
-  /** Whether the kernel lets a cgroup bank unused quota (`cpu.cfs_burst_us`, Linux 5.14 on). */
-  get bursts(): boolean {
-    return existsSync(join(this.base, 'cpu', 'cpu.cfs_burst_us'));
   }
 
   private dir(controller: Controller, name?: string): string {
