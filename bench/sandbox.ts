@@ -218,7 +218,7 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
       }),
       logger: pino({ level: 'silent' }),
     });
-  const runtimes = {
+  const runtimes: Record<Sandboxed, LinuxNamespacesRuntime> = {
     sandboxed: runtimeWith({}),
     unfiltered: runtimeWith({ syscallFilter: 'off' }),
     unburst: runtimeWith({ cpuBurst: 0 }),
@@ -238,12 +238,9 @@ export async function sandboxColdStartSuite(): Promise<ColdStartMeasurement[]> {
       sandbox.stderr.resume();
       return sandbox;
     };
-  const launches = {
-    sandboxed: inSandbox(runtimes.sandboxed),
-    unfiltered: inSandbox(runtimes.unfiltered),
-    unburst: inSandbox(runtimes.unburst),
-    spare: inSandbox(runtimes.spare),
-  };
+  const launches = Object.fromEntries(
+    Object.entries(runtimes).map(([kind, runtime]) => [kind, inSandbox(runtime)]),
+  ) as Record<Sandboxed, SandboxLaunch>;
   const everything = join(repoRoot, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js');
   const programs: Program[] = [
     {
