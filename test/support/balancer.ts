@@ -34,6 +34,17 @@ export interface BalancedRequest {
   seconds: number;
 }
 
+/**
+ * The access log's whole lines: a reader can meet the last line half written (it failed a CI run with
+ * "Unterminated string in JSON"), so what follows the last newline waits for the next read.
+ */
+export function wholeLines(accessLog: string): BalancedRequest[] {
+  return accessLog
+    .split('\n')
+    .slice(0, -1)
+    .map((line) => JSON.parse(line) as BalancedRequest);
+}
+
 /** nginx started by a test, in front of the replicas, with the shipped configuration. */
 export interface Balancer {
   /** The services' address at the balancer: what clients and the replicas' publicUrl use. */
@@ -142,10 +153,7 @@ class NginxBalancer implements Balancer {
   }
 
   log(): BalancedRequest[] {
-    return readIfExists(join(this.dir, 'access.log'))
-      .split('\n')
-      .filter((line) => line !== '')
-      .map((line) => JSON.parse(line) as BalancedRequest);
+    return wholeLines(readIfExists(join(this.dir, 'access.log')));
   }
 
   requestsWithId(requestId: string, count = 1): Promise<BalancedRequest[]> {
