@@ -114,11 +114,6 @@ export class Payments {
     return this.refusals.paymentRequired(resource, reason);
   }
 
-  /** Verifies and reserves a payment for `resource` (see Reservations.reserve); 402 when it cannot. */
-  reserve(payload: unknown, resource: PaymentResource, wallet: string | undefined): Promise<VerifiedPayment> {
-    return this.reservations.reserve(payload, resource, wallet);
-  }
-
   /**
    * Runs one paid operation: reserve, `work`, then settle if it succeeded or release if it failed or
    * threw; withdraw the reservation if it is `unfinished` (the same payment pays for the retry that

@@ -32,15 +32,15 @@ export class Reservations {
    * payment's id is known to no one else until it is presented (x402 on EVM: the payer's random
    * EIP-3009 nonce), so a forged payment cannot hold a real one's place.
    *
-   * With `running`, the reservation's id is in it from its insert on (and taken out if it fails), so
-   * the stale sweep never releases a record whose verification is still going; the caller removes
-   * it when the call ends.
+   * The reservation's id is in `running` from its insert on (and taken out if it fails), so the stale
+   * sweep never releases a record whose verification is still going; the caller removes it when the
+   * call ends.
    */
   async reserve(
     payload: unknown,
     resource: PaymentResource,
     wallet: string | undefined,
-    running?: Set<string>,
+    running: Set<string>,
   ): Promise<VerifiedPayment> {
     const { rail, refusals } = this.deps;
     if (payload === undefined) throw await refusals.paymentRequired(resource);
@@ -49,12 +49,12 @@ export class Reservations {
     // already there is another request's (a payment presented twice), and stays its own.
     const held = new Set<string>();
     const hold = (id: string) => {
-      if (!running || running.has(id)) return;
+      if (running.has(id)) return;
       running.add(id);
       held.add(id);
     };
     const letGo = (id: string) => {
-      if (held.delete(id)) running?.delete(id);
+      if (held.delete(id)) running.delete(id);
     };
     if (claimed) hold(claimed.id);
     const early = claimed ? this.insert(claimed, resource, wallet) : undefined;

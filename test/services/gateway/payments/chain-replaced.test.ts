@@ -89,7 +89,13 @@ describe('payments: a dev chain kept between runs, and one replaced', function (
       }));
       expect(paid.receipt).to.include({ success: true });
       // A call still running when the chain goes: reserved, never finished.
-      await payments.reserve(await paymentFor(first, payments), RESOURCE, undefined);
+      const unfinished = await paymentFor(first, payments);
+      await new Promise<void>((started) => {
+        void payments.run(unfinished, RESOURCE, undefined, () => {
+          started();
+          return new Promise(() => undefined);
+        });
+      });
       expect(await payments.reconcile()).to.deep.include({ checked: 2, onChain: 1, mismatches: [] });
       for (const item of running.splice(0).reverse()) await item.stop();
 

@@ -36,6 +36,8 @@ describe('payments: the settlement signed while its mark is written, on anvil', 
     let payTo: `0x${string}`;
     /** What the host asked of the rail, in order, with the record's state when settle was asked. */
     const asked: string[] = [];
+    /** The payments the host asked the rail to prepare a settlement of. */
+    const prepared: VerifiedPayment[] = [];
     before(async () => {
       kernel = await openTestKernel({ database });
       const plugin = railPlugin(chain, { facilitator: { kind: 'builtin', privateKey: devAccountKey(9) } });
@@ -48,8 +50,9 @@ describe('payments: the settlement signed while its mark is written, on anvil', 
           if (name === 'prepareSettlement')
             return (payment: VerifiedPayment) => {
               asked.push('prepare');
-              const prepared = target.prepareSettlement(payment);
-              return { discard: () => (asked.push('discard'), prepared.discard()) };
+              prepared.push(payment);
+              const settlement = target.prepareSettlement(payment);
+              return { discard: () => (asked.push('discard'), settlement.discard()) };
             };
           if (name === 'settle')
             return async (payment: VerifiedPayment) => {
@@ -78,17 +81,25 @@ describe('payments: the settlement signed while its mark is written, on anvil', 
       await rail?.stop();
       await kernel?.close();
     });
-    beforeEach(() => void asked.splice(0));
-    const reserved = async () =>
-      payments.reserve(
-        await payingClient(chain).createPaymentPayload(rail.paymentRequired(resource) as PaymentRequired),
-        resource,
-        undefined,
-      );
+    beforeEach(() => {
+      asked.splice(0);
+      prepared.splice(0);
+    });
+    const payment = async () =>
+      payingClient(chain).createPaymentPayload(rail.paymentRequired(resource) as PaymentRequired);
+    /** A paid call whose work succeeds after `during` (given the payment's record id). */
+    const paidCall = async (during: (id: string) => Promise<unknown> = async () => undefined) =>
+      payments.run(await payment(), resource, undefined, async () => {
+        const record = (await kernel.db('payment_settlements').where({ state: 'executing' }).first('id')) as {
+          id: string;
+        };
+        await during(record.id);
+        return { value: { content: [] }, succeeded: true };
+      });
 
     it('signs while the mark is written and sends only once the record says settling', async () => {
       const before = await balances(chain)(payTo);
-      const receipt = await payments.settle(await reserved(), resource, { content: [] });
+      const { receipt } = await paidCall();
       expect(receipt?.success, JSON.stringify(receipt)).to.equal(true);
       expect(asked).to.deep.equal(['prepare', 'settle when settling']);
       expect((await balances(chain)(payTo)) - before).to.equal(500n);
@@ -96,20 +107,19 @@ describe('payments: the settlement signed while its mark is written, on anvil', 
 
     it('a mark not written (the record released meanwhile): discarded, never sent, and the next payment settles', async () => {
       const before = await balances(chain)(payTo);
-      const dropped = await reserved();
-      await moveSettlement({ db: kernel.db, clock: systemClock }, dropped.id, ['executing'], {
-        state: 'released',
+      const released = await paidCall(async (id) => {
+        await moveSettlement({ db: kernel.db, clock: systemClock }, id, ['executing'], { state: 'released' });
       });
-      expect(await payments.settle(dropped, resource, { content: [] })).to.equal(undefined);
+      expect(released.receipt).to.equal(undefined);
       expect(asked).to.deep.equal(['prepare', 'discard']);
       // The next settlement's nonce follows the discarded one's: it mines only once that one is filled.
-      const receipt = await Promise.race([
-        payments.settle(await reserved(), resource, { content: [] }),
+      const next = await Promise.race([
+        paidCall(),
         new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 10_000)),
       ]);
-      expect(receipt?.success, 'settled within 10 s').to.equal(true);
+      expect(next?.receipt?.success, 'settled within 10 s').to.equal(true);
       expect((await balances(chain)(payTo)) - before).to.equal(500n);
-      expect((await rail.status(dropped)).used).to.equal(false);
+      expect((await rail.status(prepared[0] as VerifiedPayment)).used).to.equal(false);
     });
   });
 });
