@@ -208,8 +208,9 @@ export class ChatService {
 
   /**
    * Everything that can refuse a message before the stream opens (each a plain JSON 4xx): the session,
-   * one request at a time, the key (the wallet's, else the internal one when allowed), then the hold of
-   * the first turn's estimate on the ledger (a 402 when a budget or the balance has no room for it).
+   * one request at a time (its claim taken first: a refusal after it frees the session), the model and
+   * the key (the wallet's, else the internal one when allowed), then the hold of the first turn's
+   * estimate on the ledger (a 402 when a budget or the balance has no room for it).
    */
   async prepare(
     principal: AuthPrincipal,
@@ -217,21 +218,26 @@ export class ChatService {
     sessionId: string,
     body: { content: string; id?: string | undefined },
   ): Promise<PreparedChat> {
-    const session = await this.sessions.get(principal.address, agentId, sessionId);
     // An id made here is new: no earlier attempt at it can be stored, so none is looked for.
     const fresh = body.id === undefined;
     const messageId = body.id ?? randomUUID();
-    const entry = await this.providerFor(session.model);
-    if (!entry)
-      throw new SigilError('conflict', `Model ${session.model} is no longer offered here`, {
-        details: { reason: 'model_not_offered', model: session.model },
-      });
-    const { apiKey, keyKind } = await this.keyFor(principal, entry.provider.keySlot);
-    const context = this.options.context
-      ? await this.options.context(principal.address, body.content)
-      : NO_CONTEXT;
-    const { history, claim } = await this.sessions.begin(session, messageId, { fresh });
+    const { session, history, claim } = await this.sessions.take(
+      principal.address,
+      agentId,
+      sessionId,
+      messageId,
+      { fresh },
+    );
     try {
+      const entry = await this.providerFor(session.model);
+      if (!entry)
+        throw new SigilError('conflict', `Model ${session.model} is no longer offered here`, {
+          details: { reason: 'model_not_offered', model: session.model },
+        });
+      const { apiKey, keyKind } = await this.keyFor(principal, entry.provider.keySlot);
+      const context = this.options.context
+        ? await this.options.context(principal.address, body.content)
+        : NO_CONTEXT;
       const messages = withContext([...history, { role: 'user', content: body.content }], context);
       const runtimeTools = context.tools.map((tool) => tool.definition);
       const estimate = platformCost(

@@ -184,6 +184,38 @@ export class ConversationStore {
     throw await notFree(db, sessionId);
   }
 
+  /**
+   * `claim` of a session read in the same statement, for a message with a fresh id: taken, with its
+   * use recorded, only when it is `wallet`'s and `agentId`'s, open, not idle past `idleMs`, below
+   * `maxMessages` and free; answered as the claim left it. Undefined when any of these fails (or the
+   * session is not there): the caller reads the session to say which, and claims it the usual way.
+   */
+  async claimOpen(
+    wallet: string,
+    agentId: string,
+    sessionId: string,
+    maxMessages: number,
+  ): Promise<{ session: StoredSession; claim: { id: string; lastSeq: number } } | undefined> {
+    const claim = randomUUID();
+    const { db, replica, claimMs, idleMs } = this.deps;
+    const now = this.now();
+    const open = db('chat_sessions')
+      .where({ id: sessionId, wallet, agent_id: agentId })
+      .whereNull('ended_at')
+      .andWhere('last_used_at', '>=', now - idleMs)
+      .andWhere('user_messages', '<', maxMessages);
+    const [row] = (await this.free(open).update(
+      {
+        answering_by: replica.id,
+        answering_claim: claim,
+        answering_until: db.raw('? + ?', [databaseNowMs(db), claimMs]),
+        last_used_at: now,
+      },
+      '*',
+    )) as SessionRow[];
+    return row && { session: sessionOf(row), claim: { id: claim, lastSeq: Number(row.last_seq) } };
+  }
+
   /** Extends the claim to `claimMs` from now; false when it is no longer held (ran out, or taken). */
   async renew(sessionId: string, claim: string): Promise<boolean> {
     const { db, claimMs } = this.deps;

@@ -215,6 +215,35 @@ export class ChatSessions {
     }
   }
 
+  /**
+   * The session of a message, claimed for it (as `get` then `begin`, refusing alike): for a fresh id,
+   * a session that can take the message is read and claimed in one statement (ConversationStore.claimOpen),
+   * the usual way only when it cannot, to say why.
+   */
+  async take(
+    wallet: string,
+    agentId: string,
+    sessionId: string,
+    messageId: string,
+    { fresh }: { fresh: boolean },
+  ): Promise<{ session: ChatSession; history: LlmMessage[]; claim: SessionClaim }> {
+    const taken = fresh
+      ? await this.store.claimOpen(wallet, agentId, sessionId, this.limits.maxMessagesPerSession)
+      : undefined;
+    if (!taken) {
+      const session = await this.get(wallet, agentId, sessionId);
+      return { session, ...(await this.begin(session, messageId, { fresh })) };
+    }
+    const { session } = taken;
+    const claim = new SessionClaim(this.store, session.id, taken.claim.id);
+    try {
+      return { session, history: await this.store.conversation(session, taken.claim.lastSeq), claim };
+    } catch (err) {
+      await this.release(session, claim);
+      throw err;
+    }
+  }
+
   /** A session at maxMessagesPerSession (as read by the request) takes no more messages. */
   private refuseFull(session: ChatSession): void {
     if (session.userMessages < this.limits.maxMessagesPerSession) return;

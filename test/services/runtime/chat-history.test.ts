@@ -86,6 +86,35 @@ describe('runtime chat: conversation history in the database', function () {
       });
       after(() => runtime?.close());
 
+      it('a session at its most messages takes no more, with or without an id, charging and changing nothing; an answered id is still told so', async () => {
+        const dave = await newUser(runtime.stack);
+        const id = await session(dave.client, dave.agentId);
+        await say(dave.client, dave.agentId, id, 'the first', 'm1');
+        const max = runtime.stack.kernel.config.runtime.chat.maxMessagesPerSession;
+        await runtime.stack.kernel.db('chat_sessions').where({ id }).update({ user_messages: max });
+        const state = async () => ({
+          session: (await dave.client.json('GET', `/agents/${dave.agentId}/sessions/${id}`)).body,
+          balance: (await dave.client.json('GET', '/wallet/balance')).body,
+        });
+        const before = await state();
+        expect(before.session).to.include({ state: 'open', messages: max, busy: false });
+        for (const messageId of [undefined, 'm2']) {
+          const refused = await dave.client.json('POST', `/agents/${dave.agentId}/sessions/${id}/messages`, {
+            content: 'one more',
+            ...(messageId ? { id: messageId } : {}),
+          });
+          expect(refused.status, JSON.stringify(refused.body)).to.equal(409);
+          expect(refused.body.details).to.include({ reason: 'session_full', limit: max });
+        }
+        const replay = await dave.client.json('POST', `/agents/${dave.agentId}/sessions/${id}/messages`, {
+          content: 'the first',
+          id: 'm1',
+        });
+        expect(replay.status).to.equal(409);
+        expect(replay.body.details).to.include({ reason: 'message_already_answered', messageId: 'm1' });
+        expect(await state()).to.deep.equal(before);
+      });
+
       it('an idle session ends: no more chatting, its history still readable and listed as ended', async () => {
         const carol = await newUser(runtime.stack);
         const id = await session(carol.client, carol.agentId);

@@ -145,6 +145,11 @@ describeEachDatabase('runtime chat: the statements of a turn', (database) => {
     expect(events.map((event) => Number(event.id))).to.deep.equal(events.map((_, i) => i + 1));
     // Neither before the first token nor when the answer is stored.
     expect(all.filter(earlierAttempts)).to.deep.equal([]);
+    // The session is read by the statement that claims it: no read of its own.
+    expect(beforeToken.filter((sql) => /^select .* from .chat_sessions./.test(sql))).to.deep.equal([]);
+    const claims = beforeToken.filter((sql) => /^update .chat_sessions. set .answering_by./.test(sql));
+    expect(claims).to.have.length(1);
+    expect(claims[0]).to.match(/returning \*$/);
     // The hold, taken a moment before the first model turn, is not refreshed before it.
     expect(
       beforeToken.filter((sql) => /^update .ledger_holds. set .expires_at. = \?/.test(sql)),
