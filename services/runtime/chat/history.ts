@@ -168,15 +168,10 @@ export class ConversationStore {
     { touch }: { touch: boolean },
   ): Promise<{ id: string; usedAt: Date | undefined; lastSeq: number }> {
     const claim = randomUUID();
-    const { db, replica, claimMs } = this.deps;
+    const { db } = this.deps;
     const now = this.now();
     const taken = (await this.free(db('chat_sessions').where({ id: sessionId })).update(
-      {
-        answering_by: replica.id,
-        answering_claim: claim,
-        answering_until: db.raw('? + ?', [databaseNowMs(db), claimMs]),
-        ...(touch ? { last_used_at: now } : {}),
-      },
+      { ...this.claimedBy(claim), ...(touch ? { last_used_at: now } : {}) },
       ['last_seq'],
     )) as { last_seq: number | string }[];
     const [row] = taken;
@@ -197,7 +192,7 @@ export class ConversationStore {
     maxMessages: number,
   ): Promise<{ session: StoredSession; claim: { id: string; lastSeq: number } } | undefined> {
     const claim = randomUUID();
-    const { db, replica, claimMs, idleMs } = this.deps;
+    const { db, idleMs } = this.deps;
     const now = this.now();
     const open = db('chat_sessions')
       .where({ id: sessionId, wallet, agent_id: agentId })
@@ -205,15 +200,20 @@ export class ConversationStore {
       .andWhere('last_used_at', '>=', now - idleMs)
       .andWhere('user_messages', '<', maxMessages);
     const [row] = (await this.free(open).update(
-      {
-        answering_by: replica.id,
-        answering_claim: claim,
-        answering_until: db.raw('? + ?', [databaseNowMs(db), claimMs]),
-        last_used_at: now,
-      },
+      { ...this.claimedBy(claim), last_used_at: now },
       '*',
     )) as SessionRow[];
     return row && { session: sessionOf(row), claim: { id: claim, lastSeq: Number(row.last_seq) } };
+  }
+
+  /** The columns of a session claimed by `claim`, of this replica, for `claimMs` by the database's clock. */
+  private claimedBy(claim: string) {
+    const { db, replica, claimMs } = this.deps;
+    return {
+      answering_by: replica.id,
+      answering_claim: claim,
+      answering_until: db.raw('? + ?', [databaseNowMs(db), claimMs]),
+    };
   }
 
   /** Extends the claim to `claimMs` from now; false when it is no longer held (ran out, or taken). */
