@@ -64,7 +64,8 @@ describe('payment-rail kit on payments-x402-evm (anvil)', function () {
   this.timeout(120_000);
   before(async () => {
     chain = await startDevChain();
-    options = railPlugin(chain).plugin.options as Record<string, unknown>;
+    // Answering at the broadcast, so that send() sends and its check applies; settle() alone is as ever.
+    options = railPlugin(chain, { answerAfter: 'broadcast' }).plugin.options as Record<string, unknown>;
   });
   after(async () => {
     await chain?.stop();
@@ -145,6 +146,31 @@ describe('payment-rail kit on payments-x402-evm (anvil)', function () {
       const results = await resultsFor(unstable, ['payment-rail.verify-valid']);
       expect(results['payment-rail.verify-valid']).to.include({ status: 'fail' });
       expect(results['payment-rail.verify-valid']?.reason).to.match(/^the same payment got two ids/);
+    });
+
+    it('fails send-ahead for a rail whose settle() after send() names another transaction; not applicable when it answers after the receipt', async () => {
+      const elsewhere = patched((rail) => ({
+        send: async (payment) => {
+          const sent = await rail.send!(payment);
+          return sent && { transaction: `0x${'ab'.repeat(32)}` };
+        },
+      }));
+      const failed = await resultsFor(elsewhere, ['payment-rail.send-ahead']);
+      expect(failed['payment-rail.send-ahead']).to.include({ status: 'fail' });
+      expect(failed['payment-rail.send-ahead']?.reason).to.match(
+        /^settle\(\) names transaction \S+, send\(\) \S+$/,
+      );
+      const broadcasting = options;
+      options = { ...options, answerAfter: 'receipt' };
+      try {
+        const receiptFirst = await resultsFor((rail) => rail, ['payment-rail.send-ahead']);
+        expect(receiptFirst['payment-rail.send-ahead']).to.deep.include({
+          status: 'not-applicable',
+          reason: 'send() sent nothing ahead: this rail answers after the receipt',
+        });
+      } finally {
+        options = broadcasting;
+      }
     });
 
     it('fails settle-idempotent for a rail that refuses to settle a settled payment again', async () => {

@@ -57,6 +57,12 @@ export const configSchema = z
       .describe(
         'Gas limit of a settlement transaction, sent without an estimate (transferWithAuthorization follows one path: about 90k gas at worst for Base USDC); unused gas is not paid',
       ),
+    answerAfter: z
+      .enum(['receipt', 'broadcast'])
+      .default('receipt')
+      .describe(
+        'When a paid call is answered: once the settlement’s receipt shows the transfer ("receipt"), or once the node accepted the settlement transaction ("broadcast": x402’s settlement_pending with its hash, the receipt awaited after the answer; built-in facilitator only). Broadcast saves a block’s wait per paid call; a payer who cancels its authorization while its call runs then gets that result unpaid, and its later calls on this replica are answered after the receipt',
+      ),
     logBlockRange: z
       .union([z.number().int().min(1).max(1_000_000), z.string().regex(/^[1-9]\d*$/)])
       .default(2000)
@@ -121,6 +127,10 @@ export const configSchema = z
         'Who verifies and settles: this process with its own accounts ({ kind: "builtin", privateKey or privateKeys, accountLeaseSeconds }), or a remote facilitator ({ kind: "remote", url, timeoutMs })',
       ),
   })
-  .strict();
+  .strict()
+  .refine((config) => config.answerAfter === 'receipt' || config.facilitator.kind === 'builtin', {
+    path: ['answerAfter'],
+    message: 'a remote facilitator answers only once it settled: "broadcast" needs the built-in one',
+  });
 
 export type X402EvmConfig = z.infer<typeof configSchema>;

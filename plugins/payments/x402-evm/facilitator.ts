@@ -29,7 +29,12 @@ import {
   type WalletClient,
   WaitForTransactionReceiptTimeoutError,
 } from 'viem';
-import { getTransactionCount, sendRawTransactionSync, waitForTransactionReceipt } from 'viem/actions';
+import {
+  getTransactionCount,
+  sendRawTransaction,
+  sendRawTransactionSync,
+  waitForTransactionReceipt,
+} from 'viem/actions';
 import type { NonceManager } from 'viem/nonce';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { TtlCache } from '@sigil/plugin-api/cache';
@@ -73,6 +78,12 @@ export interface Facilitator extends FacilitatorClient {
    * empty transaction, so later settlements from the account are not held behind a gap.
    */
   prepare(payload: PaymentPayload, requirements: PaymentRequirements): { discard(): void };
+  /**
+   * With `answerAfter: "broadcast"`, sends the settlement `prepare` signed (eth_sendRawTransaction)
+   * and gives its hash once the node accepted it; `settle` then awaits that transaction. Undefined
+   * when nothing was sent: `settle` settles it as ever.
+   */
+  send(payload: PaymentPayload, requirements: PaymentRequirements): Promise<Hex | undefined>;
   /** Takes a settling account's lease when one is free (built-in facilitator with leases). */
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -103,6 +114,7 @@ export function createFacilitator(
     return Object.assign(remote, {
       canSettle: () => true,
       prepare: () => ({ discard: () => undefined }),
+      send: () => Promise.resolve(undefined),
       start: () => Promise.resolve(),
       stop: () => Promise.resolve(),
     });
@@ -149,6 +161,8 @@ export function createFacilitator(
   const currentFees = () => fees.get('fees', () => publicClient.estimateFeesPerGas());
   let syncSettlement = true;
   const presigned = new Presigned();
+  /** Settlements sent ahead of `settle` (answerAfter "broadcast"), by verifiedKey. */
+  const broadcasts = new Map<string, { hash: Hex; call: TransferCall }>();
   return {
     prepare: (payload, requirements) => {
       const settler = accounts.current();
@@ -157,6 +171,25 @@ export function createFacilitator(
       if (!settler || !call || !key || !syncSettlement) return { discard: () => undefined };
       const signed = presigned.sign(key, settler, call, BigInt(config.settlementGasLimit), currentFees);
       return { discard: () => presigned.discard(key, signed) };
+    },
+    send: async (payload, requirements) => {
+      if (config.answerAfter !== 'broadcast') return undefined;
+      const key = verifiedKey(payload, requirements);
+      const call = verified.peek(payload, requirements);
+      const settler = await accounts.ensure();
+      if (!key || !call || !settler) return undefined;
+      const { validBefore } = (payload.payload as unknown as ExactEIP3009Payload).authorization;
+      if (!settlesInTime(validBefore, nowSeconds(clock))) return undefined;
+      const gas = BigInt(config.settlementGasLimit);
+      // Signed while the mark was written, unless prepare could not (no account then): signed now.
+      const signed =
+        (await presigned.take(key, settler)) ??
+        (await presigned.sign(key, settler, call, gas, currentFees).then(() => presigned.take(key, settler)));
+      if (!signed) return undefined;
+      const hash = await sendAhead(settler.wallet, signed).catch(() => undefined);
+      // Refused before it left (its nonce is read again): `settle` signs the transfer anew.
+      if (hash) broadcasts.set(key, { hash, call });
+      return hash;
     },
     verify: async (payload, requirements) => {
       const simulation = simulations.start(payload, requirements);
@@ -184,8 +217,24 @@ export function createFacilitator(
         return { success: false, errorReason: NO_ACCOUNT, transaction: '', network: requirements.network };
       }
       const { account, wallet, facilitator } = settler;
+      const key = verifiedKey(payload, requirements);
       const call = verified.take(payload, requirements);
-      const signed = await presigned.take(verifiedKey(payload, requirements), settler);
+      const broadcast = key === undefined ? undefined : broadcasts.get(key);
+      if (key !== undefined && broadcast) {
+        broadcasts.delete(key);
+        // Not mined in time: pending (the rail then asks the chain by the authorization's nonce). Reverted,
+        // or the receipt unreadable: x402's path decides, and its send of the same authorization again
+        // costs gas at worst, never a second charge.
+        const outcome = await receiptOf(publicClient, broadcast.hash)
+          .then((receipt) => settlementOf(receipt, broadcast.call, payload, requirements))
+          .catch((err: unknown) =>
+            walk(err, WaitForTransactionReceiptTimeoutError)
+              ? pendingSettlement(payload, requirements)
+              : undefined,
+          );
+        return outcome ?? facilitator.settle(payload, requirements);
+      }
+      const signed = await presigned.take(key, settler);
       if (!call || !syncSettlement) {
         if (signed) presigned.fill(signed);
         return facilitator.settle(payload, requirements);
@@ -443,8 +492,6 @@ async function settleVerified(context: {
 }): Promise<SettleResponse | undefined> {
   const { payload, requirements, call, wallet, account, gas, fees } = context;
   const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
-  const network = requirements.network;
-  const payer = authorization.from;
   if (!settlesInTime(authorization.validBefore, nowSeconds(context.clock))) return undefined;
   // No estimate: the node would run the transfer a dozen times (2.4 ms of anvil's CPU, the largest
   // wait of a settlement), and verify() simulated it moments ago. With the fees known and the chain
@@ -468,14 +515,41 @@ async function settleVerified(context: {
   } catch (err) {
     // Sent, but its receipt not seen in time: pending (the rail then asks the chain by the
     // authorization's nonce, the retry worker again later).
-    if (walk(err, WaitForTransactionReceiptTimeoutError))
-      return { success: false, errorReason: 'settlement_pending', transaction: '', network, payer };
+    if (walk(err, WaitForTransactionReceiptTimeoutError)) return pendingSettlement(payload, requirements);
     if (walk(err, MethodNotFoundRpcError) || walk(err, MethodNotSupportedRpcError)) context.noSync();
     else context.refused();
     // Most likely refused before it left. Should it have left after all, the chain refuses the
     // authorization's reuse when x402's path sends it again: that costs gas, never a second charge.
     return undefined;
   }
+  return settlementOf(receipt, call, payload, requirements);
+}
+
+/** A settlement sent whose receipt was not seen in time. */
+function pendingSettlement(payload: PaymentPayload, requirements: PaymentRequirements): SettleResponse {
+  const payer = (payload.payload as unknown as ExactEIP3009Payload).authorization.from;
+  return {
+    success: false,
+    errorReason: 'settlement_pending',
+    transaction: '',
+    network: requirements.network,
+    payer,
+  };
+}
+
+/**
+ * What a settlement's receipt shows, checked as x402's settle checks it (status, then the Transfer
+ * event): undefined when it reverted.
+ */
+function settlementOf(
+  receipt: TransactionReceipt,
+  call: TransferCall,
+  payload: PaymentPayload,
+  requirements: PaymentRequirements,
+): SettleResponse | undefined {
+  const { authorization } = payload.payload as unknown as ExactEIP3009Payload;
+  const network = requirements.network;
+  const payer = authorization.from;
   const transaction = receipt.transactionHash;
   // Reverted: the payer spent the funds or cancelled the authorization since verify (the gas is
   // lost either way). x402's path then fails it in its estimate, with the precise reason.
@@ -613,9 +687,7 @@ async function sendSigned(wallet: WalletClient, signed: SignedSettlement): Promi
     const accepted =
       err instanceof BaseError && err.walk((cause) => (cause as { code?: unknown }).code === 4);
     if (!accepted) {
-      const { account } = signed.settler;
-      const chainId = wallet.chain?.id;
-      if (chainId !== undefined) account.nonceManager?.reset({ address: account.address, chainId });
+      forgetNonces(signed.settler);
       throw err;
     }
     return await waitForTransactionReceipt(wallet, {
@@ -624,6 +696,33 @@ async function sendSigned(wallet: WalletClient, signed: SignedSettlement): Promi
       checkReplacement: false,
     });
   }
+}
+
+/**
+ * Sends a settlement signed ahead with eth_sendRawTransaction: its hash, once the node accepted it
+ * (not yet mined). Refused, the account's nonces are read again.
+ */
+async function sendAhead(wallet: WalletClient, signed: SignedSettlement): Promise<Hex> {
+  signed.sent = true;
+  try {
+    return await sendRawTransaction(wallet, { serializedTransaction: signed.serialized });
+  } catch (err) {
+    forgetNonces(signed.settler);
+    throw err;
+  }
+}
+
+/** How long a settlement sent ahead is awaited; then the retry worker asks the chain by its nonce. */
+const BROADCAST_RECEIPT_MS = 30_000;
+
+/** The receipt of a settlement sent ahead, polled every `pollingIntervalMs`. */
+const receiptOf = (publicClient: PublicClient, hash: Hex): Promise<TransactionReceipt> =>
+  publicClient.waitForTransactionReceipt({ hash, timeout: BROADCAST_RECEIPT_MS, checkReplacement: false });
+
+/** A send refused: the account's next nonce is read from the chain again, not counted on. */
+function forgetNonces({ account, wallet }: Settler): void {
+  const chainId = wallet.chain?.id;
+  if (chainId !== undefined) account.nonceManager?.reset({ address: account.address, chainId });
 }
 
 const walk = (err: unknown, type: new (...args: never[]) => Error): boolean =>

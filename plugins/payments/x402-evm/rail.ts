@@ -80,7 +80,7 @@ export class X402EvmRail implements PaymentRailV1 {
   private readonly chainId: number;
   private readonly publicClient: PublicClient;
   private readonly facilitator: FacilitatorClient &
-    Partial<Pick<Facilitator, 'canSettle' | 'prepare' | 'start' | 'stop'>>;
+    Partial<Pick<Facilitator, 'canSettle' | 'prepare' | 'send' | 'start' | 'stop'>>;
 
   private readonly clock: Clock;
   /**
@@ -258,6 +258,13 @@ export class X402EvmRail implements PaymentRailV1 {
   prepareSettlement(payment: VerifiedPayment): { discard(): void } {
     const { payload, requirements } = payment.authorization as StoredAuthorization;
     return this.facilitator.prepare?.(payload, requirements) ?? { discard: () => undefined };
+  }
+
+  /** Sends the settlement ahead of `settle`, with `answerAfter: "broadcast"` (see Facilitator.send). */
+  async send(payment: VerifiedPayment): Promise<{ transaction: string } | undefined> {
+    const { payload, requirements } = payment.authorization as StoredAuthorization;
+    const transaction = await this.facilitator.send?.(payload, requirements);
+    return transaction === undefined ? undefined : { transaction };
   }
 
   async settle(payment: VerifiedPayment): Promise<SettleOutcome> {

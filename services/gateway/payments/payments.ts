@@ -124,7 +124,9 @@ export class Payments {
    * the settlement fail, and then gets the 402, never the result. Settling (or broadcasting) before
    * the work would shut that door earlier, but would charge for calls that then fail: an EIP-3009
    * transfer cannot be refunded, and only a successful call is paid for. What a cancelling payer
-   * gains is the work's running time, which the call timeout and the per-caller limits bound.
+   * gains is the work's running time, which the call timeout and the per-caller limits bound. A rail
+   * that sends settlements ahead (`send`, x402's `answerAfter: "broadcast"`, an operator's choice)
+   * answers before the receipt: such a payer then gets one result unpaid (see Settlements.firstAttempt).
    */
   async run<T>(
     payload: unknown,

@@ -25,6 +25,14 @@ const CLAIM_MS = 60_000;
  */
 const QUEUED_WAIT_MS = 30_000;
 const QUEUED_POLL_MS = 100;
+/**
+ * The most calls answered at their settlement's broadcast and not yet confirmed, per process: beyond
+ * it calls are answered after the receipt, so a chain that falls behind holds the answers back
+ * instead of a growing backlog of unconfirmed settlements.
+ */
+const MAX_UNCONFIRMED = 512;
+/** The most payers remembered for a call answered at the broadcast and then unpaid. */
+const MAX_UNPAID_PAYERS = 10_000;
 
 /**
  * Moving the money of calls that succeeded: one settlement attempt and its outcome recorded, the
@@ -37,8 +45,12 @@ const QUEUED_POLL_MS = 100;
 export class Settlements {
   private readonly queue: RetryQueue<SettlementAttemptRow>;
   private readonly worker: RetryWorker<SettlementAttemptRow>;
-  /** Record writes under way that no answer waits for. */
+  /** Record writes and settlements under way that no answer waits for. */
   private readonly writing = new Set<Promise<void>>();
+  /** Settlements sent ahead whose calls were answered, not yet decided. */
+  private unconfirmed = 0;
+  /** Payers one of whose calls answered at the broadcast went unpaid (oldest first). */
+  private readonly unpaidAfterAnswer = new Set<string>();
   /** The `settled` marks of first attempts, written while their answers leave (together per turn). */
   private readonly settledMarks: SettledMarks;
 
@@ -130,11 +142,65 @@ export class Settlements {
 
   /**
    * The first settlement attempt, by the call whose `begin` claimed the record (the claim renewed
-   * while it runs), its `settled` mark written while the answer leaves (see `attempt`).
+   * while it runs), its `settled` mark written while the answer leaves (see `attempt`). A rail that
+   * sends settlements ahead (`send`, the x402 rail's `answerAfter: "broadcast"`) answers the call
+   * once its transaction is accepted, with x402's `settlement_pending` and the transaction's hash;
+   * the attempt then goes on after the answer, its outcome recorded as ever. Not while
+   * MAX_UNCONFIRMED answered settlements are unconfirmed here (the chain falling behind slows the
+   * answers down to its pace), nor for a payer one of whose settlements failed after its answer.
    */
   firstAttempt(payment: VerifiedPayment): Promise<PaymentReceipt> {
-    if (this.deps.rail.canSettle?.() === false) return this.settledElsewhere(payment);
-    return this.queue.hold(payment, () => this.attempt(payment, 0, true));
+    const { rail } = this.deps;
+    if (rail.canSettle?.() === false) return this.settledElsewhere(payment);
+    const send = rail.send?.bind(rail);
+    if (!send || this.unconfirmed >= MAX_UNCONFIRMED || this.unpaidAfterAnswer.has(payment.payer))
+      return this.queue.hold(payment, () => this.attempt(payment, 0, true));
+    return new Promise((answer, fail) => {
+      const attempt = this.queue.hold(payment, async () => {
+        const sent = await send(payment).catch(() => undefined);
+        if (!sent) return this.attempt(payment, 0, true);
+        const { network } = rail.terms();
+        const { payer } = payment;
+        const transaction = sent.transaction;
+        answer({ success: false, errorReason: SETTLEMENT_PENDING, transaction, network, payer });
+        const confirmed = this.confirmAnswered(payment, transaction);
+        this.inBackground(
+          confirmed,
+          payment.id,
+          'payments: a settlement sent ahead of its answer was not recorded; the retry worker will',
+        );
+        return confirmed;
+      });
+      attempt.then(answer, fail);
+    });
+  }
+
+  /** The attempt of a settlement whose call was answered at its broadcast (see firstAttempt). */
+  private async confirmAnswered(payment: VerifiedPayment, transaction: string): Promise<PaymentReceipt> {
+    this.unconfirmed++;
+    try {
+      const receipt = await this.attempt(payment, 0, true);
+      const undecided =
+        receipt.errorReason === SETTLEMENT_PENDING || receipt.errorReason === SETTLEMENT_UNPROVEN;
+      if (!receipt.success && !undecided) this.answeredUnpaid(payment, transaction, receipt.errorReason);
+      return receipt;
+    } finally {
+      this.unconfirmed--;
+    }
+  }
+
+  /** A call answered at its settlement's broadcast was not paid: its payer's next calls wait for the receipt. */
+  private answeredUnpaid(payment: VerifiedPayment, transaction: string, reason: string | undefined): void {
+    const payers = this.unpaidAfterAnswer;
+    payers.add(payment.payer);
+    for (const oldest of payers) {
+      if (payers.size <= MAX_UNPAID_PAYERS) break;
+      payers.delete(oldest);
+    }
+    this.deps.logger.error(
+      { payment: payment.id, payer: payment.payer, transaction, reason },
+      'payments: a call answered at its settlement’s broadcast was not paid; this payer’s calls now wait for the receipt',
+    );
   }
 
   /**
@@ -190,7 +256,11 @@ export class Settlements {
     const attempts = previousAttempts + 1;
     if (outcome.status === 'settled') {
       if (answerFirst && attempts === 1)
-        this.inBackground(this.settledMarks.mark(payment.id, outcome.transaction), payment.id);
+        this.inBackground(
+          this.settledMarks.mark(payment.id, outcome.transaction),
+          payment.id,
+          'payments: a settled mark was not written; the retry worker will',
+        );
       else
         await this.move(payment.id, ['settling'], {
           state: 'settled',
@@ -308,16 +378,12 @@ export class Settlements {
     return released;
   }
 
-  /** A record write the answer does not wait for; stop() waits for it. */
-  private inBackground(write: Promise<unknown>, payment: string): void {
-    const tracked: Promise<void> = write
+  /** Work the answer does not wait for; stop() waits for it, and a failure is logged as `failure`. */
+  private inBackground(work: Promise<unknown>, payment: string, failure: string): void {
+    const tracked: Promise<void> = work
       .then(
         () => undefined,
-        (err: Error) =>
-          this.deps.logger.warn(
-            { payment, err: err.message },
-            'payments: a settled mark was not written; the retry worker will',
-          ),
+        (err: Error) => this.deps.logger.warn({ payment, err: err.message }, failure),
       )
       .finally(() => this.writing.delete(tracked));
     this.writing.add(tracked);

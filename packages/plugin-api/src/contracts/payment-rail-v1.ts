@@ -42,6 +42,16 @@ export interface PaymentRailV1 {
    */
   prepareSettlement?(payment: VerifiedPayment): { discard(): void };
   /**
+   * Optional: sends the settlement of a payment the host has recorded `settling`, without waiting
+   * for the chain to include it, and gives its transaction once the network's node accepted it; or
+   * undefined when it sent nothing (a rail configured to answer after the receipt, a payment it
+   * cannot send ahead): the host then calls `settle` alone, as without this method. A transaction
+   * given here may answer the call before it is mined (x402's `settlement_pending` with its hash);
+   * the host then calls `settle`, which for a payment sent here waits for that transaction and never
+   * sends a second transfer, and answers its outcome as ever.
+   */
+  send?(payment: VerifiedPayment): Promise<{ transaction: string } | undefined>;
+  /**
    * Optional: whether this process can send settlements now. A rail whose settling accounts are
    * leased to one replica at a time (each account's transaction nonces are one sequence) answers
    * false while this process holds none: the host then settles nothing here and leaves the

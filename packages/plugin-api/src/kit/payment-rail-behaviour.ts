@@ -506,6 +506,36 @@ export function paymentRailBehaviour(harness: () => PaymentRailHarness): readonl
       },
     },
     {
+      id: 'payment-rail.send-ahead',
+      level: 'MUST',
+      title:
+        'send(), where the rail has it and sends, gives the transaction that settle() then answers settled, the price moved once',
+      spec: spec(
+        'send: "`settle`, which for a payment sent here waits for that transaction and never sends a second transfer"',
+      ),
+      check: async (context) => {
+        const { send } = context.instance;
+        if (!send) notApplicableBecause('the rail has no send()');
+        const h = harness();
+        const before = await balancesOf(context, h);
+        const payment = await verifyValid(context, await payFor(context, h), 'a good payment');
+        context.instance.prepareSettlement?.(payment);
+        const sent = await send.call(context.instance, payment);
+        context.evidence.note('send(a verified payment)', sent ?? 'nothing sent');
+        if (!sent) notApplicableBecause('send() sent nothing ahead: this rail answers after the receipt');
+        const outcome = expectSettled(
+          await settleOnce(context, payment, 'a payment sent ahead'),
+          'settle() after send()',
+        );
+        ensure(
+          outcome.transaction.toLowerCase() === sent.transaction.toLowerCase(),
+          `settle() names transaction ${outcome.transaction}, send() ${sent.transaction}`,
+        );
+        await expectMoved(context, h, before, termsOf(context).pricePerCall, 'send() and settle()');
+        return pass();
+      },
+    },
+    {
       id: 'payment-rail.verify-refuses-used',
       level: 'MUST',
       title: 'verify() refuses a payment whose authorization was already settled, and moves nothing',

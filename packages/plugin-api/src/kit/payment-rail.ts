@@ -22,6 +22,7 @@ export const paymentRailKit: ContractKit<'payment-rail', 'v1'> = {
     settle: 'function',
     canSettle: 'function?',
     prepareSettlement: 'function?',
+    send: 'function?',
     status: 'function',
     settlementsOnChain: 'function',
   },

@@ -114,6 +114,18 @@ export async function cancelAuthorization(
   payer: LocalAccount,
   payment: PaymentPayload,
 ): Promise<void> {
+  const hash = await sendCancelAuthorization(chain, payer, payment);
+  const receipt = await chainClients(chain).publicClient.waitForTransactionReceipt({ hash });
+  if (receipt.status !== 'success') throw new Error(`cancelling ${hash} reverted`);
+}
+
+/** The cancellation of `cancelAuthorization`, sent with `fees` and gas when given (no estimate); resolves once sent. */
+export async function sendCancelAuthorization(
+  chain: DevChain,
+  payer: LocalAccount,
+  payment: PaymentPayload,
+  fees: { maxFeePerGas: bigint; maxPriorityFeePerGas: bigint; gas: bigint } | object = {},
+): Promise<Hex> {
   const { nonce } = (payment.payload as { authorization: { nonce: Hex } }).authorization;
   const signature = await payer.signTypedData({
     domain: tokenDomain(chain),
@@ -121,15 +133,13 @@ export async function cancelAuthorization(
     primaryType: 'CancelAuthorization',
     message: { authorizer: payer.address, nonce },
   });
-  const { publicClient, operatorWallet } = chainClients(chain);
-  const hash = await operatorWallet.writeContract({
+  return chainClients(chain).operatorWallet.writeContract({
     address: chain.token.address,
     abi: sigilDollarAbi,
     functionName: 'cancelAuthorization',
     args: [payer.address, nonce, signature],
+    ...fees,
   });
-  const receipt = await publicClient.waitForTransactionReceipt({ hash });
-  if (receipt.status !== 'success') throw new Error(`cancelling ${nonce} reverted`);
 }
 
 /**
