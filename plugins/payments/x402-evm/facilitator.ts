@@ -1,4 +1,4 @@
-import { x402Facilitator } from '@x402/core/facilitator';
+import { InMemoryPendingSettlementStore, x402Facilitator } from '@x402/core/facilitator';
 import { HTTPFacilitatorClient, type FacilitatorClient } from '@x402/core/server';
 import type {
   PaymentPayload,
@@ -123,6 +123,8 @@ export function createFacilitator(
   const codes = new TtlCache<string, Hex | undefined>({ ttlMs: CODE_TTL_MS, maxEntries: 10_000 });
   const codeAt = (address: string) =>
     codes.get(address.toLowerCase(), () => publicClient.getCode({ address: address as Address }));
+  /** Settlement transactions seen replaced in the pool (see receiptOfOwn), until x402 asks to keep one. */
+  const replaced = new Set<string>();
   const settlerOf = (key: Hex): Settler => {
     const account = privateKeyToAccount(key, { nonceManager: localNonceManager() });
     const wallet = createWalletClient({ account, chain, transport: rpcTransport(config.rpcUrl) });
@@ -139,11 +141,11 @@ export function createFacilitator(
         publicClient.verifyTypedData(args as Parameters<typeof publicClient.verifyTypedData>[0]),
       writeContract: (args) => wallet.writeContract(args as Parameters<typeof wallet.writeContract>[0]),
       sendTransaction: (args) => wallet.sendTransaction(args),
-      waitForTransactionReceipt: (args) => publicClient.waitForTransactionReceipt(args),
+      waitForTransactionReceipt: (args) => receiptOfOwn(publicClient, args.hash, replaced),
     });
     const facilitator = new x402Facilitator().register(
       config.network as `${string}:${string}`,
-      new ExactEvmFacilitator(signer),
+      new ExactEvmFacilitator(signer, { pendingSettlementStore: new PendingUnlessReplaced(replaced) }),
     );
     return { account, wallet, facilitator };
   };
@@ -712,12 +714,46 @@ async function sendAhead(wallet: WalletClient, signed: SignedSettlement): Promis
   }
 }
 
-/** How long a settlement sent ahead is awaited; then the retry worker asks the chain by its nonce. */
-const BROADCAST_RECEIPT_MS = 30_000;
+/** How long a settlement's receipt is awaited by hash; then the retry worker asks the chain by its nonce. */
+const RECEIPT_WAIT_MS = 30_000;
 
 /** The receipt of a settlement sent ahead, polled every `pollingIntervalMs`. */
 const receiptOf = (publicClient: PublicClient, hash: Hex): Promise<TransactionReceipt> =>
-  publicClient.waitForTransactionReceipt({ hash, timeout: BROADCAST_RECEIPT_MS, checkReplacement: false });
+  publicClient.waitForTransactionReceipt({ hash, timeout: RECEIPT_WAIT_MS, checkReplacement: false });
+
+/**
+ * The receipt of `hash` itself, for x402's settlement. viem answers the wait for a transaction that
+ * another of its account's transactions replaced (its nonce reused) with the replacement's receipt,
+ * and x402 then checks that receipt's Transfer: another payment's transfer from the same payer to the
+ * same payee passes, and this payment would be recorded settled with nothing moved. A replaced
+ * settlement is a failure to wait on instead (x402 answers it pending, and the rail asks the chain).
+ */
+async function receiptOfOwn(
+  publicClient: PublicClient,
+  hash: Hex,
+  replaced: Set<string>,
+): Promise<TransactionReceipt> {
+  const receipt = await publicClient.waitForTransactionReceipt({ hash, timeout: RECEIPT_WAIT_MS });
+  if (receipt.transactionHash.toLowerCase() === hash.toLowerCase()) return receipt;
+  replaced.add(hash.toLowerCase());
+  throw new Error(`settlement transaction ${hash} was replaced by ${receipt.transactionHash}`);
+}
+
+/**
+ * x402's store of settlements sent and not yet confirmed, by payment (its next settle waits for the
+ * transaction kept here instead of sending another), but for a transaction seen replaced: that one
+ * will never be mined, and the payment's next settle sends its transfer anew.
+ */
+class PendingUnlessReplaced extends InMemoryPendingSettlementStore {
+  constructor(private readonly replaced: Set<string>) {
+    super();
+  }
+
+  override async set(key: string, txHash: string): Promise<void> {
+    if (this.replaced.delete(txHash.toLowerCase())) return this.delete(key);
+    return super.set(key, txHash);
+  }
+}
 
 /** A send refused: the account's next nonce is read from the chain again, not counted on. */
 function forgetNonces({ account, wallet }: Settler): void {

@@ -1,11 +1,24 @@
 import type { PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
+import {
+  createTestClient,
+  createWalletClient,
+  encodeFunctionData,
+  http,
+  isAddressEqual,
+  parseAbi,
+  parseSignature,
+  type Address,
+  type Hex,
+} from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
 import type { SettleOutcome } from '@sigil/plugin-api';
 import { configSchema, X402EvmRail } from '../../../../plugins/payments/x402-evm/index.ts';
 import { startDevChain, type DevChain } from '../../../support/chain.ts';
 import {
   balances,
   devAccountKey,
+  eventually,
   payingClient,
   railPlugin,
 } from '../../../services/gateway/payments/support.ts';
@@ -53,5 +66,102 @@ describe('payments-x402-evm: transaction nonces of the built-in facilitator, on 
       expect(outcome.status, `chain ${chain.rpcUrl}: ${JSON.stringify(outcome)}`).to.equal('settled');
       expect(await balances(chain)(payTo)).to.equal(500n);
     }
+  });
+});
+
+/**
+ * A settlement sent by x402's path (a payment this process did not verify: after a restart, on
+ * another replica) whose transaction another of its account's transactions replaced in the pool (the
+ * same nonce, higher fees; as a nonce counted again after a failed send can do). viem answers the wait
+ * for a replaced transaction with its replacement's receipt: another payment's transfer from the same
+ * payer to the same payee passes every check of that receipt. It must not settle this payment.
+ */
+describe('payments-x402-evm: a settlement replaced in the pool by another transfer (anvil)', function () {
+  this.timeout(60_000);
+  let chain: DevChain;
+  before(async () => {
+    chain = await startDevChain();
+  });
+  after(async () => {
+    await createTestClient({ mode: 'anvil', transport: http(chain.rpcUrl) }).setAutomine(true);
+    await chain?.stop();
+  });
+
+  it("is not settled by the replacement's receipt; once its authorization is used by its own transfer, it is", async () => {
+    const key = devAccountKey(8);
+    const { plugin, payTo } = railPlugin(chain, { facilitator: { kind: 'builtin', privateKey: key } });
+    const config = configSchema.parse({ ...plugin.options, pollingIntervalMs: 20 });
+    const verifier = new X402EvmRail(config, { clock: systemClock });
+    const settler = new X402EvmRail(config, { clock: systemClock });
+    const required = verifier.paymentRequired({ url: 'test://replaced', description: 'replaced' });
+    const client = payingClient(chain);
+    const [own, other] = await Promise.all([
+      client.createPaymentPayload(required as PaymentRequired),
+      client.createPaymentPayload(required as PaymentRequired),
+    ]);
+    const verified = await verifier.verify(own);
+    if (!verified.valid) throw new Error(`not verified: ${verified.reason}`);
+    const control = createTestClient({ mode: 'anvil', transport: http(chain.rpcUrl) });
+    const account = privateKeyToAccount(key);
+    await control.setAutomine(false);
+
+    const settling = settler.settle(verified.payment);
+    const sent = await eventually('the settlement in the pool', async () => {
+      const pool = await control.getTxpoolContent();
+      const mine = Object.entries(pool.pending).find(([from]) =>
+        isAddressEqual(from as Address, account.address),
+      );
+      return mine && Object.values(mine[1])[0];
+    });
+    // The other payment's transfer, from the same account with the same nonce and higher fees.
+    const { authorization, signature } = other.payload as {
+      authorization: {
+        from: Address;
+        to: Address;
+        value: string;
+        validAfter: string;
+        validBefore: string;
+        nonce: Hex;
+      };
+      signature: Hex;
+    };
+    const { v, r, s } = parseSignature(signature);
+    const wallet = createWalletClient({ account, transport: http(chain.rpcUrl) });
+    await wallet.sendTransaction({
+      chain: null,
+      to: chain.token.address,
+      data: encodeFunctionData({
+        abi: parseAbi([
+          'function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, uint8 v, bytes32 r, bytes32 s)',
+        ]),
+        functionName: 'transferWithAuthorization',
+        args: [
+          authorization.from,
+          authorization.to,
+          BigInt(authorization.value),
+          BigInt(authorization.validAfter),
+          BigInt(authorization.validBefore),
+          authorization.nonce,
+          Number(v),
+          r,
+          s,
+        ],
+      }),
+      nonce: Number(sent.nonce),
+      gas: 200_000n,
+      maxFeePerGas: BigInt(sent.maxFeePerGas ?? sent.gasPrice) * 3n,
+      maxPriorityFeePerGas: BigInt(sent.maxPriorityFeePerGas ?? sent.gasPrice) * 3n,
+    });
+    await control.mine({ blocks: 1 });
+
+    const outcome = await settling;
+    expect(outcome.status, JSON.stringify(outcome)).to.not.equal('settled');
+    expect(await balances(chain)(payTo), 'only the other payment moved').to.equal(500n);
+
+    await control.setAutomine(true);
+    const settled = await settler.settle(verified.payment);
+    expect(settled.status, JSON.stringify(settled)).to.equal('settled');
+    expect(await balances(chain)(payTo)).to.equal(1000n);
+    await Promise.all([verifier.stop(), settler.stop()]);
   });
 });
