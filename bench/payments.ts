@@ -1,11 +1,12 @@
 /**
  * `payments`: what an x402 payment adds to a tool call, and whether money stays exact under load.
  *
- * A dev chain (anvil, SigilDollar), the probe MCP server published to a local verdaccio, and two
+ * A dev chain (anvil, SigilDollar), the probe MCP server published to a local verdaccio, and three
  * gateways in this process on the same catalog (SQLite each, logging at `info` into /dev/null): one
- * without a payment rail (the unpaid baseline) and one with `payments-x402-evm` (builtin facilitator
+ * without a payment rail (the unpaid baseline), one with `payments-x402-evm` (builtin facilitator
  * settling from the dev operator's account to a fresh payTo; maxTimeoutSeconds 600, so payments
- * signed ahead stay valid). Load comes from bench/payments-load.ts in its own process, which signs
+ * signed ahead stay valid), and one with the same rail answering at the settlement's broadcast
+ * (`answerAfter: "broadcast"`, settling from another dev account to another fresh payee). Load comes from bench/payments-load.ts in its own process, which signs
  * each call's payment (a fresh EIP-3009 nonce, as the dev payer) before the timed window.
  *
  * 1. One in flight: `POST /api/servers/probe/tools/echo` unpaid vs paid, BENCH_RUNS runs interleaved,
@@ -37,7 +38,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { pino } from 'pino';
 import { createLogger, logDestination } from '../core/log.ts';
 import type { Kernel } from '../services/kernel.ts';
-import { startDevChain, type DevChain } from '../devchain/index.ts';
+import { devWallet, startDevChain, type DevChain } from '../devchain/index.ts';
 import { serve, type Serving } from '../services/serve.ts';
 import { openTestKernel } from '../test/support/kernel.ts';
 import { walletToken } from '../test/services/gateway/support.ts';
@@ -158,6 +159,8 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
   const { dir, catalogFile } = probeWorkDir('sigil-bench-payments-');
   const logger = createLogger({ level: 'info', destination: logDestination('/dev/null') });
   const payTo = privateKeyToAccount(generatePrivateKey()).address;
+  /** The payee of the gateway that answers at the broadcast (its books are checked with the other's). */
+  const broadcastPayTo = privateKeyToAccount(generatePrivateKey()).address;
   const operatorKey = generatePrivateKey();
   const publicClient = createPublicClient({ transport: http(chain.rpcUrl) });
   const balanceOf = (account: Address) =>
@@ -173,7 +176,14 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
   /** Statements sent by each gateway's database handle so far, by its kernel. */
   const statementsOf = new Map<Kernel, { n: number }>();
   const servings: Serving[] = [];
-  const startGateway = async (name: string, paid: boolean): Promise<{ url: string; kernel: Kernel }> => {
+  /**
+   * A gateway: unpaid, or paid to `rail.payTo` settling from `rail.facilitatorKey`, answering after the
+   * receipt or (`rail.answerAfter`) at the broadcast.
+   */
+  const startGateway = async (
+    name: string,
+    rail?: { payTo: Address; facilitatorKey: string; answerAfter: 'receipt' | 'broadcast' },
+  ): Promise<{ url: string; kernel: Kernel }> => {
     const kernel = await openTestKernel({
       database: {
         name: 'sqlite',
@@ -186,7 +196,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
         registryUrl: registry.url,
         suffix: `-${name}`,
         gateway: { idleTimeoutSeconds: 600, operatorWallets: [privateKeyToAccount(operatorKey).address] },
-        plugins: paid
+        plugins: rail
           ? [
               {
                 resolve: 'payments-x402-evm',
@@ -196,9 +206,10 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
                   // As sigil up configures it: the dev chain's WebSocket.
                   rpcUrl: chain.rpcUrl.replace(/^http/, 'ws'),
                   asset: chain.token,
-                  payTo,
+                  payTo: rail.payTo,
                   maxTimeoutSeconds: 600,
-                  facilitator: { kind: 'builtin', privateKey: chain.accounts.operator.privateKey },
+                  facilitator: { kind: 'builtin', privateKey: rail.facilitatorKey },
+                  answerAfter: rail.answerAfter,
                 },
               },
             ]
@@ -318,28 +329,42 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
 
   const results: PaymentsMeasurement[] = [];
   try {
-    const unpaid = await startGateway('unpaid', false);
-    const paid = await startGateway('paid', true);
+    const unpaid = await startGateway('unpaid');
+    const paid = await startGateway('paid', {
+      payTo,
+      facilitatorKey: chain.accounts.operator.privateKey,
+      answerAfter: 'receipt',
+    });
+    const broadcast = await startGateway('broadcast', {
+      payTo: broadcastPayTo,
+      facilitatorKey: devWallet(9).privateKey,
+      answerAfter: 'broadcast',
+    });
+    const paidGateways = [paid, broadcast];
     // Installs, verifies and warms the probe server of each gateway.
     const first = await post(`${unpaid.url}/api/servers/probe/tools/echo`, callBody);
     if (first.status !== 200 || !first.text.includes('bench')) throw new Error(`unpaid call: ${first.text}`);
-    const refused = await post(`${paid.url}/api/servers/probe/tools/echo`, callBody);
-    if (refused.status !== 402) throw new Error(`an unpaid call of the paid gateway: ${refused.status}`);
+    for (const gateway of paidGateways) {
+      const refused = await post(`${gateway.url}/api/servers/probe/tools/echo`, callBody);
+      if (refused.status !== 402) throw new Error(`an unpaid call of a paid gateway: ${refused.status}`);
+    }
     const payerBefore = await balanceOf(payer);
-    if ((await balanceOf(payTo)) !== 0n) throw new Error('payTo is not fresh');
+    if ((await balanceOf(payTo)) + (await balanceOf(broadcastPayTo)) !== 0n)
+      throw new Error('the payees are not fresh');
 
     // V8 needs thousands of calls to optimise the hot path; paid ones each settle on chain.
     failIfErrors(
       'prewarm unpaid',
       (await load(unpaid, { concurrency: 20, warmup: PREWARM * 2, total: 0 }, false)).result,
     );
-    failIfErrors(
-      'prewarm paid',
-      (await load(paid, { concurrency: 20, warmup: PREWARM, total: 0 }, true)).result,
-    );
+    for (const gateway of paidGateways)
+      failIfErrors(
+        'prewarm paid',
+        (await load(gateway, { concurrency: 20, warmup: PREWARM, total: 0 }, true)).result,
+      );
 
     // 1. One in flight, interleaved runs, paired medians; the chain's floor measured in each run.
-    const runs = { unpaid: [] as Run[], paid: [] as Run[] };
+    const runs = { unpaid: [] as Run[], paid: [] as Run[], broadcast: [] as Run[] };
     const floors: ChainFloor[] = [];
     const floor = chainFloor(chain, 500n, chainCpuUs);
     for (let i = 0; i < RUNS; i++) {
@@ -349,6 +374,9 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       const paying = await load(paid, { concurrency: 1, warmup: WARMUP, total: CALLS }, true);
       failIfErrors('paid, 1 in flight', paying.result);
       runs.paid.push(paying.run);
+      const atBroadcast = await load(broadcast, { concurrency: 1, warmup: WARMUP, total: CALLS }, true);
+      failIfErrors('paid and answered at the broadcast, 1 in flight', atBroadcast.result);
+      runs.broadcast.push(atBroadcast.run);
       const alone = await floor.run(CALLS, WARMUP);
       if (alone.failed > 0) throw new Error(`chain floor: ${alone.failed} transfers failed`);
       floors.push(alone);
@@ -368,25 +396,37 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
         runs.paid,
         perRun,
       ),
+      summarize(
+        'paid, answered at the broadcast (answerAfter "broadcast": the settlement accepted by anvil, mined after the answer)',
+        1,
+        runs.broadcast,
+        perRun,
+      ),
     );
-    const added = (pick: (r: Run) => number) =>
-      median(runs.paid.map((r, i) => pick(r) - pick(runs.unpaid[i] as Run)));
-    const addedP50 = added((r) => r.p50Ms);
-    const addedCpu = added((r) => r.serverCpuUs);
-    const met = addedP50 <= TARGET_ADDED_P50_MS && addedCpu <= TARGET_ADDED_CPU_US;
-    const addedRow: PaymentsMeasurement = {
-      scenario: `added by the payment (paid − unpaid, median of paired runs); targets p50 ≤ ${TARGET_ADDED_P50_MS} ms and gateway CPU ≤ ${TARGET_ADDED_CPU_US} µs a call: ${met ? 'met' : 'not met'}`,
-      concurrency: 1,
-      rps: 0,
-      p50Ms: ms(addedP50),
-      p99Ms: ms(added((r) => r.p99Ms)),
-      serverCpuUsPerRequest: Math.round(addedCpu),
-      chainCpuUsPerCall: Math.round(added((r) => r.chainCpuUs)),
-      target: `added p50 ≤ ${TARGET_ADDED_P50_MS} ms on anvil, gateway CPU ≤ ${TARGET_ADDED_CPU_US} µs a call`,
-      met,
+    /** What `paidRuns` add over the unpaid runs they were paired with (median of the differences). */
+    const addedBy = (paidRuns: Run[], what: string) => {
+      const added = (pick: (r: Run) => number) =>
+        median(paidRuns.map((r, i) => pick(r) - pick(runs.unpaid[i] as Run)));
+      const p50 = added((r) => r.p50Ms);
+      const cpu = added((r) => r.serverCpuUs);
+      const met = p50 <= TARGET_ADDED_P50_MS && cpu <= TARGET_ADDED_CPU_US;
+      const row: PaymentsMeasurement = {
+        scenario: `added by the payment, ${what} (paid − unpaid, median of paired runs); targets p50 ≤ ${TARGET_ADDED_P50_MS} ms and gateway CPU ≤ ${TARGET_ADDED_CPU_US} µs a call: ${met ? 'met' : 'not met'}`,
+        concurrency: 1,
+        rps: 0,
+        p50Ms: ms(p50),
+        p99Ms: ms(added((r) => r.p99Ms)),
+        serverCpuUsPerRequest: Math.round(cpu),
+        chainCpuUsPerCall: Math.round(added((r) => r.chainCpuUs)),
+        target: `added p50 ≤ ${TARGET_ADDED_P50_MS} ms on anvil, gateway CPU ≤ ${TARGET_ADDED_CPU_US} µs a call`,
+        met,
+      };
+      log(row);
+      results.push(row);
+      return cpu;
     };
-    log(addedRow);
-    results.push(addedRow);
+    const addedCpu = addedBy(runs.paid, 'answered after the receipt');
+    addedBy(runs.broadcast, 'answered at the broadcast');
     const floorRow: PaymentsMeasurement = {
       scenario:
         'chain floor: the same transferWithAuthorization sent alone (eth_sendRawTransactionSync over a WebSocket to the same anvil, signed before the loop)',
@@ -433,76 +473,90 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
         { seconds: ms(baseline.result.seconds) },
       ),
     );
-    const sustained = await load(
-      paid,
-      { concurrency: CONCURRENCY, warmup: SUSTAINED_WARMUP, seconds: SECONDS },
-      true,
-      SUSTAINED_WARMUP,
-    );
-    const { result } = sustained;
-    const db = paid.kernel.db;
-    // Settlements the requests could not finish are retried by the worker: wait until none is left.
-    const drainStarted = Date.now();
-    for (;;) {
-      const open = (
-        await db('payment_settlements').whereIn('state', ['executing', 'settling']).count({ n: '*' })
-      )[0] as {
-        n: number | string;
-      };
-      if (Number(open.n) === 0) break;
-      if (Date.now() - drainStarted > 120_000)
-        throw new Error(`${Number(open.n)} payments still executing or settling 120 s after the run`);
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-    const drainMs = Date.now() - drainStarted;
-    const settledInWindow = Number(
-      (
+    /** One paid window at CONCURRENCY on `gateway`, drained (nothing left settling), and its rows. */
+    const sustainedWindow = async (gateway: { url: string; kernel: Kernel }, what: string) => {
+      const { result, run } = await load(
+        gateway,
+        { concurrency: CONCURRENCY, warmup: SUSTAINED_WARMUP, seconds: SECONDS },
+        true,
+        SUSTAINED_WARMUP,
+      );
+      const db = gateway.kernel.db;
+      // Settlements the requests could not finish are retried by the worker: wait until none is left.
+      const drainStarted = Date.now();
+      for (;;) {
+        const open = (
+          await db('payment_settlements').whereIn('state', ['executing', 'settling']).count({ n: '*' })
+        )[0] as {
+          n: number | string;
+        };
+        if (Number(open.n) === 0) break;
+        if (Date.now() - drainStarted > 120_000)
+          throw new Error(`${Number(open.n)} payments still executing or settling 120 s after the run`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      const drainMs = Date.now() - drainStarted;
+      const settledInWindow = Number(
         (
-          await db('payment_settlements')
-            .where({ state: 'settled' })
-            .andWhere('updated_at', '>=', result.startedAt)
-            .andWhere('updated_at', '<=', result.endedAt)
-            .count({ n: '*' })
-        )[0] as { n: number | string }
-      ).n,
-    );
-    const settledPerSecond = settledInWindow / ((result.endedAt - result.startedAt) / 1000);
-    results.push(
-      summarize(
-        `paid: ${CONCURRENCY} in flight for ${SECONDS} s (calls answered 200 within it, per second)`,
-        CONCURRENCY,
-        [sustained.run],
-        {
-          seconds: ms(result.seconds),
-          drainSeconds: ms(result.drainSeconds),
-          warmupCalls: SUSTAINED_WARMUP,
-          errors: result.errors,
-          ...(result.firstError === undefined ? {} : { firstError: result.firstError }),
-          signing: result.signing,
-          pendingReceipts: result.paid?.pending ?? 0,
-          ratioToUnpaid: Number((result.rps / baseline.result.rps).toFixed(3)),
-        },
-      ),
-    );
-    const settledRow: PaymentsMeasurement = {
-      scenario: `settled: payment_settlements rows settled per second in the ${SECONDS} s window`,
-      concurrency: CONCURRENCY,
-      rps: Math.round(settledPerSecond),
-      p50Ms: 0,
-      p99Ms: 0,
-      serverCpuUsPerRequest: 0,
-      settledInWindow,
-      drainMs,
+          (
+            await db('payment_settlements')
+              .where({ state: 'settled' })
+              .andWhere('updated_at', '>=', result.startedAt)
+              .andWhere('updated_at', '<=', result.endedAt)
+              .count({ n: '*' })
+          )[0] as { n: number | string }
+        ).n,
+      );
+      const settledPerSecond = settledInWindow / ((result.endedAt - result.startedAt) / 1000);
+      results.push(
+        summarize(
+          `paid${what}: ${CONCURRENCY} in flight for ${SECONDS} s (calls answered 200 within it, per second)`,
+          CONCURRENCY,
+          [run],
+          {
+            seconds: ms(result.seconds),
+            drainSeconds: ms(result.drainSeconds),
+            warmupCalls: SUSTAINED_WARMUP,
+            errors: result.errors,
+            ...(result.firstError === undefined ? {} : { firstError: result.firstError }),
+            signing: result.signing,
+            pendingReceipts: result.paid?.pending ?? 0,
+            ratioToUnpaid: Number((result.rps / baseline.result.rps).toFixed(3)),
+          },
+        ),
+      );
+      const settledRow: PaymentsMeasurement = {
+        scenario: `settled${what}: payment_settlements rows settled per second in the ${SECONDS} s window`,
+        concurrency: CONCURRENCY,
+        rps: Math.round(settledPerSecond),
+        p50Ms: 0,
+        p99Ms: 0,
+        serverCpuUsPerRequest: 0,
+        settledInWindow,
+        drainMs,
+      };
+      log(settledRow);
+      results.push(settledRow);
     };
-    log(settledRow);
-    results.push(settledRow);
+    await sustainedWindow(paid, '');
+    await sustainedWindow(broadcast, ', answered at the broadcast');
 
-    // The books, against the chain: every record, of every paid call this gateway answered.
-    const rows = (await db('payment_settlements').select('id', 'state', 'amount', 'payer')) as {
+    // The books, against the chain: every record, of every paid call the two paid gateways answered.
+    const rows = (
+      await Promise.all(
+        paidGateways.map(({ kernel }, i) =>
+          kernel
+            .db('payment_settlements')
+            .select('id', 'state', 'amount', 'transaction', 'attempts', kernel.db.raw('? as gateway', [i])),
+        ),
+      )
+    ).flat() as {
       id: string;
       state: string;
       amount: string;
-      payer: string;
+      transaction: string | null;
+      attempts: number;
+      gateway: number;
     }[];
     const nonceOf = (id: string) => id.split(':').at(-1) as string;
     const byNonce = new Map(rows.map((row) => [nonceOf(row.id), row]));
@@ -518,16 +572,29 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       const nonce = (event.args.nonce as string).toLowerCase();
       eventsByNonce.set(nonce, (eventsByNonce.get(nonce) ?? 0) + 1);
     }
-    const payToGain = await balanceOf(payTo);
+    const payToGain = (await balanceOf(payTo)) + (await balanceOf(broadcastPayTo));
     const payerLoss = payerBefore - (await balanceOf(payer));
     const problems: string[] = [];
     const count = (what: string, n: number) => {
       if (n > 0) problems.push(`${n} ${what}`);
     };
-    count(
-      'settled records without exactly one AuthorizationUsed',
-      settled.filter((row) => eventsByNonce.get(nonceOf(row.id)) !== 1).length,
-    );
+    const unproven = settled.filter((row) => eventsByNonce.get(nonceOf(row.id)) !== 1);
+    count('settled records without exactly one AuthorizationUsed', unproven.length);
+    // The first few, with what their recorded transaction did on chain: where to look.
+    for (const row of unproven.slice(0, 3)) {
+      const receipt = row.transaction
+        ? await publicClient
+            .getTransactionReceipt({ hash: row.transaction as `0x${string}` })
+            .catch((err: Error) => err.message.split('\n')[0] ?? 'unreadable')
+        : 'no transaction';
+      const shown =
+        typeof receipt === 'string'
+          ? receipt
+          : `${receipt.status} in block ${receipt.blockNumber}, ${receipt.logs.length} logs, from ${receipt.from}`;
+      problems.push(
+        `e.g. ${row.gateway === 0 ? 'receipt' : 'broadcast'} ${row.id} (attempts ${row.attempts}) settled by ${row.transaction}: ${shown}`,
+      );
+    }
     count(
       'AuthorizationUsed events without a settled record',
       [...eventsByNonce.keys()].filter((nonce) => byNonce.get(nonce)?.state !== 'settled').length,
@@ -535,7 +602,7 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
     count('nonces used more than once on chain', [...eventsByNonce.values()].filter((n) => n > 1).length);
     count('settled records of another amount than 500', settled.filter((row) => row.amount !== '500').length);
     if (payToGain !== 500n * BigInt(settled.length))
-      problems.push(`payTo gained ${payToGain}, not 500 × ${settled.length} settled records`);
+      problems.push(`the payees gained ${payToGain}, not 500 × ${settled.length} settled records`);
     count(
       '200 answers without a settled record',
       okNonces.filter((nonce) => byNonce.get(nonce.toLowerCase())?.state !== 'settled').length,
@@ -544,26 +611,33 @@ export async function paymentsSuite(): Promise<PaymentsMeasurement[]> {
       'records left executing or settling',
       rows.filter((row) => row.state === 'executing' || row.state === 'settling').length,
     );
-    if (payerLoss !== payToGain) problems.push(`the payer lost ${payerLoss} but payTo gained ${payToGain}`);
+    if (payerLoss !== payToGain)
+      problems.push(`the payer lost ${payerLoss} but the payees gained ${payToGain}`);
     count(
       'answers other than 200 that were charged',
       refusedNonces.filter((nonce) => eventsByNonce.has(nonce.toLowerCase())).length,
     );
     const reconcileStarted = Date.now();
-    const { token: operatorToken } = await walletToken(paid.url, privateKeyToAccount(operatorKey));
-    const reconciliation = await fetch(`${paid.url}/api/payments/reconciliation`, {
-      headers: { authorization: `Bearer ${operatorToken}` },
-    });
-    const report = (await reconciliation.json()) as {
-      checked: number;
-      onChain: number;
-      mismatches: unknown[];
+    const reports = [];
+    for (const gateway of paidGateways) {
+      const { token: operatorToken } = await walletToken(gateway.url, privateKeyToAccount(operatorKey));
+      const reconciliation = await fetch(`${gateway.url}/api/payments/reconciliation`, {
+        headers: { authorization: `Bearer ${operatorToken}` },
+      });
+      if (reconciliation.status !== 200) problems.push(`a reconciliation answered ${reconciliation.status}`);
+      reports.push(
+        (await reconciliation.json()) as { checked: number; onChain: number; mismatches: unknown[] },
+      );
+    }
+    const report = {
+      checked: reports.reduce((sum, r) => sum + r.checked, 0),
+      onChain: reports.reduce((sum, r) => sum + r.onChain, 0),
+      mismatches: reports.flatMap((r) => r.mismatches),
     };
     const reconcileMs = Date.now() - reconcileStarted;
-    if (reconciliation.status !== 200) problems.push(`the reconciliation answered ${reconciliation.status}`);
-    count('mismatches reported by the reconciler', report.mismatches.length);
+    count('mismatches reported by the reconcilers', report.mismatches.length);
     const exact: PaymentsMeasurement = {
-      scenario: `exactly once: ${okNonces.length} paid 200s, ${settled.length} settled records, ${events.length} AuthorizationUsed, payTo +${payToGain} = payer −${payerLoss}; 0 double charges, 0 lost settlements`,
+      scenario: `exactly once: ${okNonces.length} paid 200s, ${settled.length} settled records, ${events.length} AuthorizationUsed, payees +${payToGain} = payer −${payerLoss}; 0 double charges, 0 lost settlements`,
       concurrency: CONCURRENCY,
       rps: 0,
       p50Ms: 0,
