@@ -17,6 +17,7 @@ import { configSchema, X402EvmRail } from '../../../../plugins/payments/x402-evm
 import { startDevChain, type DevChain } from '../../../support/chain.ts';
 import {
   balances,
+  chainBehindProxy,
   devAccountKey,
   eventually,
   payingClient,
@@ -78,18 +79,15 @@ describe('payments-x402-evm: transaction nonces of the built-in facilitator, on 
  */
 describe('payments-x402-evm: a settlement replaced in the pool by another transfer (anvil)', function () {
   this.timeout(60_000);
-  let chain: DevChain;
-  before(async () => {
-    chain = await startDevChain();
-  });
-  after(async () => {
-    await createTestClient({ mode: 'anvil', transport: http(chain.rpcUrl) }).setAutomine(true);
-    await chain?.stop();
-  });
+  const world = chainBehindProxy();
 
   it("is not settled by the replacement's receipt; once its authorization is used by its own transfer, it is", async () => {
+    const { chain, proxy } = world;
     const key = devAccountKey(8);
-    const { plugin, payTo } = railPlugin(chain, { facilitator: { kind: 'builtin', privateKey: key } });
+    const { plugin, payTo } = railPlugin(chain, {
+      facilitator: { kind: 'builtin', privateKey: key },
+      rpcUrl: proxy.url,
+    });
     const config = configSchema.parse({ ...plugin.options, pollingIntervalMs: 20 });
     const verifier = new X402EvmRail(config, { clock: systemClock });
     const settler = new X402EvmRail(config, { clock: systemClock });
@@ -113,6 +111,11 @@ describe('payments-x402-evm: a settlement replaced in the pool by another transf
       );
       return mine && Object.values(mine[1])[0];
     });
+    // viem has read the transaction it waits for: only then can it tell that another replaced it.
+    await eventually(
+      'the settlement read while pending',
+      async () => proxy.count('eth_getTransactionByHash') > 0,
+    );
     // The other payment's transfer, from the same account with the same nonce and higher fees.
     const { authorization, signature } = other.payload as {
       authorization: {
@@ -165,3 +168,4 @@ describe('payments-x402-evm: a settlement replaced in the pool by another transf
     await Promise.all([verifier.stop(), settler.stop()]);
   });
 });
+
