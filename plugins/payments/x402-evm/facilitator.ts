@@ -29,18 +29,13 @@ import {
   type WalletClient,
   WaitForTransactionReceiptTimeoutError,
 } from 'viem';
-import {
-  getTransactionCount,
-  sendRawTransaction,
-  sendRawTransactionSync,
-  waitForTransactionReceipt,
-} from 'viem/actions';
-import type { NonceManager } from 'viem/nonce';
+import { sendRawTransaction, sendRawTransactionSync, waitForTransactionReceipt } from 'viem/actions';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { TtlCache } from '@sigil/plugin-api/cache';
 import type { Clock, Leases, PluginLogger } from '@sigil/plugin-api';
 import { SettlingAccounts } from './accounts.ts';
 import { facilitatorKeys, type X402EvmConfig } from './config.ts';
+import { LocalNonces } from './nonces.ts';
 import { rpcTransport } from './transport.ts';
 
 const transferWithAuthorization = parseAbi([
@@ -92,6 +87,8 @@ export interface Facilitator extends FacilitatorClient {
 /** What settles from one account: its wallet (with this process's count of its nonces) and x402's facilitator. */
 interface Settler {
   account: PrivateKeyAccount;
+  /** The account's nonce manager: x402's path takes nonces from it through viem, `Presigned` holds them. */
+  nonces: LocalNonces;
   wallet: WalletClient;
   facilitator: x402Facilitator;
 }
@@ -126,7 +123,8 @@ export function createFacilitator(
   /** Settlement transactions seen replaced in the pool (see receiptOfOwn), until x402 asks to keep one. */
   const replaced = new Set<string>();
   const settlerOf = (key: Hex): Settler => {
-    const account = privateKeyToAccount(key, { nonceManager: localNonceManager() });
+    const nonces = new LocalNonces();
+    const account = privateKeyToAccount(key, { nonceManager: nonces });
     const wallet = createWalletClient({ account, chain, transport: rpcTransport(config.rpcUrl) });
     const signer = toFacilitatorEvmSigner({
       address: account.address,
@@ -147,7 +145,7 @@ export function createFacilitator(
       config.network as `${string}:${string}`,
       new ExactEvmFacilitator(signer, { pendingSettlementStore: new PendingUnlessReplaced(replaced) }),
     );
-    return { account, wallet, facilitator };
+    return { account, nonces, wallet, facilitator };
   };
   const keys = facilitatorKeys(settings) as Hex[];
   const accounts = new SettlingAccounts(
@@ -608,15 +606,14 @@ class Presigned {
     gas: bigint,
     currentFees: () => Promise<FeeValuesEIP1559>,
   ): Promise<SignedSettlement | undefined> {
-    const { account, wallet } = settler;
+    const { account, wallet, nonces } = settler;
     const chainId = wallet.chain?.id;
-    const nonces = account.nonceManager;
     // After the current turn: the host's write is on its way to the database first.
     const signed = new Promise((resolve) => setImmediate(resolve))
       .then(async (): Promise<SignedSettlement | undefined> => {
-        if (chainId === undefined || !nonces) return undefined;
+        if (chainId === undefined) return undefined;
         const fees = await currentFees();
-        const nonce = await nonces.consume({ address: account.address, chainId, client: wallet });
+        const nonce = await nonces.hold({ address: account.address, chainId, client: wallet });
         try {
           const serialized = await account.signTransaction({
             type: 'eip1559',
@@ -630,6 +627,7 @@ class Presigned {
           });
           return { serialized, nonce, fees, settler, sent: false };
         } catch {
+          nonces.release({ address: account.address, chainId }, nonce);
           nonces.reset({ address: account.address, chainId });
           return undefined;
         }
@@ -646,8 +644,10 @@ class Presigned {
     if (!signed) return undefined;
     this.entries.delete(key);
     const found = await signed;
+    if (!found || found.settler === settler) return found;
     // Another account's (its lease lost meanwhile): its nonce is that account's holder's to use.
-    return found && found.settler === settler ? found : undefined;
+    answered(found);
+    return undefined;
   }
 
   /** The host did not write the mark: the transfer is never sent, and its nonce is filled. */
@@ -661,7 +661,7 @@ class Presigned {
   fill(signed: SignedSettlement): void {
     const { account, wallet } = signed.settler;
     signed.sent = true;
-    wallet
+    void wallet
       .sendTransaction({
         account,
         chain: wallet.chain,
@@ -672,8 +672,15 @@ class Presigned {
         maxFeePerGas: signed.fees.maxFeePerGas,
         maxPriorityFeePerGas: signed.fees.maxPriorityFeePerGas,
       })
-      .catch(() => undefined);
+      .catch(() => undefined)
+      .finally(() => answered(signed));
   }
+}
+
+/** The node answered the send of a transaction signed ahead: the chain counts its nonce now, or it was refused. */
+function answered({ nonce, settler: { account, wallet, nonces } }: SignedSettlement): void {
+  const chainId = wallet.chain?.id;
+  if (chainId !== undefined) nonces.release({ address: account.address, chainId }, nonce);
 }
 
 /**
@@ -692,12 +699,14 @@ async function sendSigned(wallet: WalletClient, signed: SignedSettlement): Promi
       forgetNonces(signed.settler);
       throw err;
     }
-    return await waitForTransactionReceipt(wallet, {
-      hash: keccak256(signed.serialized),
-      timeout: RECEIPT_FALLBACK_MS,
-      checkReplacement: false,
-    });
+  } finally {
+    answered(signed);
   }
+  return await waitForTransactionReceipt(wallet, {
+    hash: keccak256(signed.serialized),
+    timeout: RECEIPT_FALLBACK_MS,
+    checkReplacement: false,
+  });
 }
 
 /**
@@ -711,6 +720,8 @@ async function sendAhead(wallet: WalletClient, signed: SignedSettlement): Promis
   } catch (err) {
     forgetNonces(signed.settler);
     throw err;
+  } finally {
+    answered(signed);
   }
 }
 
@@ -756,53 +767,10 @@ class PendingUnlessReplaced extends InMemoryPendingSettlementStore {
 }
 
 /** A send refused: the account's next nonce is read from the chain again, not counted on. */
-function forgetNonces({ account, wallet }: Settler): void {
+function forgetNonces({ account, wallet, nonces }: Settler): void {
   const chainId = wallet.chain?.id;
-  if (chainId !== undefined) account.nonceManager?.reset({ address: account.address, chainId });
+  if (chainId !== undefined) nonces.reset({ address: account.address, chainId });
 }
 
 const walk = (err: unknown, type: new (...args: never[]) => Error): boolean =>
   err instanceof BaseError && err.walk((cause) => cause instanceof type) !== null;
-
-/**
- * Transaction nonces counted in this process after one read of the chain's pending count. viem's
- * JSON-RPC nonce manager reads the count before every transaction (a round trip per settlement);
- * this one reads it again only after viem resets it for a failed send. One per facilitator, not
- * viem's process-wide one: another rail in this process on a chain with the same id (a dev chain
- * started again) must not inherit nonces that chain has not reached.
- */
-function localNonceManager(): NonceManager {
-  const next = new Map<string, Promise<number>>();
-  const keyOf = ({ address, chainId }: { address: Address; chainId: number }) => `${address}.${chainId}`;
-  const store = (key: string, nonce: Promise<number>): void => {
-    next.set(key, nonce);
-    // A failed read is not kept: the next transaction reads the chain again.
-    nonce.catch(() => next.get(key) === nonce && next.delete(key));
-  };
-  const get: NonceManager['get'] = ({ address, chainId, client }) => {
-    const key = keyOf({ address, chainId });
-    const known = next.get(key);
-    if (known) return known;
-    const read = getTransactionCount(client, { address, blockTag: 'pending' });
-    store(key, read);
-    return read;
-  };
-  const advance = (key: string) => {
-    const nonce = next.get(key);
-    if (nonce)
-      store(
-        key,
-        nonce.then((value) => value + 1),
-      );
-  };
-  return {
-    get,
-    consume: (parameters) => {
-      const nonce = get(parameters);
-      advance(keyOf(parameters));
-      return nonce;
-    },
-    increment: (parameters) => advance(keyOf(parameters)),
-    reset: (parameters) => void next.delete(keyOf(parameters)),
-  };
-}

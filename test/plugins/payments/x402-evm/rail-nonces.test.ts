@@ -8,11 +8,14 @@ import {
   isAddressEqual,
   parseAbi,
   parseSignature,
+  parseTransaction,
+  recoverTransactionAddress,
   type Address,
   type Hex,
+  type TransactionSerialized,
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import type { SettleOutcome } from '@sigil/plugin-api';
+import type { SettleOutcome, VerifiedPayment } from '@sigil/plugin-api';
 import { configSchema, X402EvmRail } from '../../../../plugins/payments/x402-evm/index.ts';
 import { startDevChain, type DevChain } from '../../../support/chain.ts';
 import {
@@ -22,6 +25,7 @@ import {
   eventually,
   payingClient,
   railPlugin,
+  sendsTransaction,
 } from '../../../services/gateway/payments/support.ts';
 import { systemClock } from '../../../../core/clock.ts';
 
@@ -169,3 +173,61 @@ describe('payments-x402-evm: a settlement replaced in the pool by another transf
   });
 });
 
+/**
+ * Nonces of settlements signed ahead (while the host writes the `settling` mark) are not yet known to
+ * the chain. A send refused meanwhile has the account's count read again from the chain, which then
+ * names a nonce such a transaction holds: a later settlement took it too, and one of the two was
+ * refused or replaced the other (a settlement delayed to the retry worker). Held nonces are skipped.
+ */
+describe('payments-x402-evm: nonces held by settlements signed ahead, after a refused send (anvil)', function () {
+  this.timeout(60_000);
+  const world = chainBehindProxy();
+
+  it('every settlement transaction takes a nonce of its own, and every payment settles at once', async () => {
+    const { chain, proxy } = world;
+    const key = devAccountKey(7);
+    const { plugin, payTo } = railPlugin(chain, {
+      facilitator: { kind: 'builtin', privateKey: key },
+      rpcUrl: proxy.url,
+    });
+    const rail = new X402EvmRail(configSchema.parse(plugin.options), { clock: systemClock });
+    const required = rail.paymentRequired({ url: 'test://held', description: 'held' }) as PaymentRequired;
+    const client = payingClient(chain);
+    const payments = [];
+    for (let i = 0; i < 3; i++) {
+      const verified = await rail.verify(await client.createPaymentPayload(required));
+      if (!verified.valid) throw new Error(`not verified: ${verified.reason}`);
+      payments.push(verified.payment);
+    }
+    const [first, second, third] = payments as [VerifiedPayment, VerifiedPayment, VerifiedPayment];
+
+    // Two settlements signed ahead; the first one's send is refused (its connection cut).
+    let refused = false;
+    proxy.intercept = (methods) =>
+      sendsTransaction(methods) && !refused ? ((refused = true), 'cut') : 'forward';
+    rail.prepareSettlement(first);
+    rail.prepareSettlement(second);
+    const outcomes = [await rail.settle(first)];
+    expect(refused, 'the first send was refused').to.equal(true);
+    // Signed after the count was read again, while the second's transaction still waits to be sent;
+    // the two calls end together.
+    rail.prepareSettlement(third);
+    outcomes.push(...(await Promise.all([rail.settle(third), rail.settle(second)])));
+    await rail.stop();
+
+    expect(
+      outcomes.map((outcome) => outcome.status),
+      JSON.stringify(outcomes),
+    ).to.deep.equal(['settled', 'settled', 'settled']);
+    expect(await balances(chain)(payTo)).to.equal(1500n);
+    const settler = privateKeyToAccount(key).address;
+    const sent = await Promise.all(
+      proxy.transactions.map(async (raw) => ({
+        from: await recoverTransactionAddress({ serializedTransaction: raw as TransactionSerialized }),
+        nonce: parseTransaction(raw).nonce,
+      })),
+    );
+    const nonces = sent.filter(({ from }) => isAddressEqual(from, settler)).map(({ nonce }) => nonce);
+    expect(nonces, 'one transaction a nonce').to.have.lengthOf(new Set(nonces).size);
+  });
+});

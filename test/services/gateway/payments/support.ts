@@ -496,6 +496,8 @@ export class RpcProxy {
   intercept: ((methods: string[]) => ProxyDecision | Promise<ProxyDecision>) | undefined;
   /** JSON-RPC calls that reached the proxy, by method (also while down). */
   readonly seen = new Map<string, number>();
+  /** Signed transactions passed on to the node, in the order they were. */
+  readonly transactions: Hex[] = [];
   private readonly sockets = new Set<Socket>();
 
   private constructor(
@@ -522,6 +524,7 @@ export class RpcProxy {
     this.down = false;
     this.intercept = undefined;
     this.seen.clear();
+    this.transactions.length = 0;
   }
 
   count(method: string): number {
@@ -569,6 +572,8 @@ export class RpcProxy {
         .end(JSON.stringify(errors.length === 1 ? errors[0] : errors));
       return;
     }
+    for (const message of messages as { method?: string; params?: unknown[] }[])
+      if (sendsTransaction([String(message.method)])) this.transactions.push(message.params?.[0] as Hex);
     try {
       const answer = await fetch(this.upstream, {
         method: 'POST',
