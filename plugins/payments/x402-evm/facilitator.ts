@@ -36,7 +36,8 @@ import type { Clock, Leases, PluginLogger } from '@sigil/plugin-api';
 import { SettlingAccounts } from './accounts.ts';
 import { facilitatorKeys, type X402EvmConfig } from './config.ts';
 import { LocalNonces } from './nonces.ts';
-import { rpcTransport } from './transport.ts';
+import { ReceiptWatch } from './receipts.ts';
+import { causedBy, rpcTransport } from './transport.ts';
 
 const transferWithAuthorization = parseAbi([
   'function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, uint8 v, bytes32 r, bytes32 s)',
@@ -161,8 +162,9 @@ export function createFacilitator(
   const currentFees = () => fees.get('fees', () => publicClient.estimateFeesPerGas());
   let syncSettlement = true;
   const presigned = new Presigned();
-  /** Settlements sent ahead of `settle` (answerAfter "broadcast"), by verifiedKey. */
+  /** Settlements sent ahead of `settle` (answerAfter "broadcast"), by verifiedKey, and their receipts. */
   const broadcasts = new Map<string, { hash: Hex; call: TransferCall }>();
+  const receipts = new ReceiptWatch(publicClient, config.pollingIntervalMs);
   return {
     prepare: (payload, requirements) => {
       const settler = accounts.current();
@@ -225,10 +227,11 @@ export function createFacilitator(
         // Not mined in time: pending (the rail then asks the chain by the authorization's nonce). Reverted,
         // or the receipt unreadable: x402's path decides, and its send of the same authorization again
         // costs gas at worst, never a second charge.
-        const outcome = await receiptOf(publicClient, broadcast.hash)
+        const outcome = await receipts
+          .wait(broadcast.hash, RECEIPT_WAIT_MS)
           .then((receipt) => settlementOf(receipt, broadcast.call, payload, requirements))
           .catch((err: unknown) =>
-            walk(err, WaitForTransactionReceiptTimeoutError)
+            causedBy(err, WaitForTransactionReceiptTimeoutError)
               ? pendingSettlement(payload, requirements)
               : undefined,
           );
@@ -261,7 +264,10 @@ export function createFacilitator(
     getSupported: () => Promise.resolve(verifier.getSupported() as SupportedResponse),
     canSettle: () => accounts.current() !== undefined,
     start: () => accounts.start(),
-    stop: () => accounts.stop(),
+    stop: () => {
+      receipts.stop();
+      return accounts.stop();
+    },
   };
 }
 
@@ -515,8 +521,8 @@ async function settleVerified(context: {
   } catch (err) {
     // Sent, but its receipt not seen in time: pending (the rail then asks the chain by the
     // authorization's nonce, the retry worker again later).
-    if (walk(err, WaitForTransactionReceiptTimeoutError)) return pendingSettlement(payload, requirements);
-    if (walk(err, MethodNotFoundRpcError) || walk(err, MethodNotSupportedRpcError)) context.noSync();
+    if (causedBy(err, WaitForTransactionReceiptTimeoutError)) return pendingSettlement(payload, requirements);
+    if (causedBy(err, MethodNotFoundRpcError) || causedBy(err, MethodNotSupportedRpcError)) context.noSync();
     else context.refused();
     // Most likely refused before it left. Should it have left after all, the chain refuses the
     // authorization's reuse when x402's path sends it again: that costs gas, never a second charge.
@@ -728,10 +734,6 @@ async function sendAhead(wallet: WalletClient, signed: SignedSettlement): Promis
 /** How long a settlement's receipt is awaited by hash; then the retry worker asks the chain by its nonce. */
 const RECEIPT_WAIT_MS = 30_000;
 
-/** The receipt of a settlement sent ahead, polled every `pollingIntervalMs`. */
-const receiptOf = (publicClient: PublicClient, hash: Hex): Promise<TransactionReceipt> =>
-  publicClient.waitForTransactionReceipt({ hash, timeout: RECEIPT_WAIT_MS, checkReplacement: false });
-
 /**
  * The receipt of `hash` itself, for x402's settlement. viem answers the wait for a transaction that
  * another of its account's transactions replaced (its nonce reused) with the replacement's receipt,
@@ -771,6 +773,3 @@ function forgetNonces({ account, wallet, nonces }: Settler): void {
   const chainId = wallet.chain?.id;
   if (chainId !== undefined) nonces.reset({ address: account.address, chainId });
 }
-
-const walk = (err: unknown, type: new (...args: never[]) => Error): boolean =>
-  err instanceof BaseError && err.walk((cause) => cause instanceof type) !== null;

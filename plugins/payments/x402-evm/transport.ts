@@ -1,4 +1,4 @@
-import { http, webSocket, type Transport } from 'viem';
+import { BaseError, http, webSocket, type Transport } from 'viem';
 
 /**
  * The RPC transport for a URL: a WebSocket for ws(s):// (one long-lived connection; each request costs
@@ -7,3 +7,7 @@ import { http, webSocket, type Transport } from 'viem';
 export function rpcTransport(url: string): Transport {
   return /^wss?:/.test(url) ? webSocket(url) : http(url);
 }
+
+/** Whether viem's error `err` (or anything it wraps) is of `type`. */
+export const causedBy = (err: unknown, type: new (...args: never[]) => Error): boolean =>
+  err instanceof BaseError && err.walk((cause) => cause instanceof type) !== null;
