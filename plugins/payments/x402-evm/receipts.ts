@@ -14,6 +14,7 @@ import { causedBy } from './transport.ts';
 const MAX_BLOCKS_A_LOOK = 32n;
 
 interface Waiter {
+  receipt: Promise<TransactionReceipt>;
   resolve(receipt: TransactionReceipt): void;
   reject(err: Error): void;
   timer: NodeJS.Timeout;
@@ -42,13 +43,17 @@ export class ReceiptWatch {
   /** The receipt of `hash` once mined; WaitForTransactionReceiptTimeoutError after `timeoutMs`. */
   wait(hash: Hex, timeoutMs: number): Promise<TransactionReceipt> {
     const key = hash.toLowerCase();
+    const waiting = this.waiting.get(key);
+    if (waiting) return waiting.receipt;
+    let waiter!: Omit<Waiter, 'receipt'>;
     const receipt = new Promise<TransactionReceipt>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiting.delete(key);
         reject(new WaitForTransactionReceiptTimeoutError({ hash }));
       }, timeoutMs);
-      this.waiting.set(key, { resolve, reject, timer });
+      waiter = { resolve, reject, timer };
     });
+    this.waiting.set(key, { ...waiter, receipt });
     // Asked once now, after it waits: mined in a block already read, it is found here; mined
     // later, in a block a later look reads (blocks are read whole, so none is read in part).
     this.receiptOf(hash).then(

@@ -68,11 +68,12 @@ describe('payments-x402-evm: receipts of settlements sent ahead, read by block (
     expect(asked(), 'no receipt asked for by hash once blocks are read').to.equal(askedWhileWaiting);
   });
 
-  it('a settlement mined before it is awaited is found at once', async () => {
+  it('a settlement mined before it is awaited is found at once, by each of its waits', async () => {
     const { send, nextNonce } = setUp();
     const hash = await send(await nextNonce());
-    const receipt = await watch.wait(hash, 30_000);
+    const [receipt, again] = await Promise.all([watch.wait(hash, 30_000), watch.wait(hash, 30_000)]);
     expect(receipt.transactionHash).to.equal(hash);
+    expect(again, 'awaited twice, answered to both').to.equal(receipt);
   });
 
   it('a node without eth_getBlockReceipts: each waiting receipt is asked for instead', async () => {
