@@ -213,17 +213,13 @@ export function createFacilitator(
       }
     },
     settle: async (payload, requirements) => {
-      const settler = await accounts.ensure();
-      if (!settler) {
-        // The account's lease was lost since the host asked: whoever holds one settles it later.
-        return { success: false, errorReason: NO_ACCOUNT, transaction: '', network: requirements.network };
-      }
-      const { account, wallet, facilitator } = settler;
       const key = verifiedKey(payload, requirements);
-      const call = verified.take(payload, requirements);
       const broadcast = key === undefined ? undefined : broadcasts.get(key);
       if (key !== undefined && broadcast) {
         broadcasts.delete(key);
+        // Its transfer was sent: never sent again from here (a retry takes x402's path).
+        verified.take(payload, requirements);
+        // Awaited without a settling account: the transaction is on its way, whoever holds the lease.
         // Not mined in time: pending (the rail then asks the chain by the authorization's nonce). Reverted,
         // or the receipt unreadable: x402's path decides, and its send of the same authorization again
         // costs gas at worst, never a second charge.
@@ -235,8 +231,15 @@ export function createFacilitator(
               ? pendingSettlement(payload, requirements)
               : undefined,
           );
-        return outcome ?? facilitator.settle(payload, requirements);
+        if (outcome) return outcome;
+        const settler = await accounts.ensure();
+        return settler ? settler.facilitator.settle(payload, requirements) : noAccount(requirements);
       }
+      const settler = await accounts.ensure();
+      // The account's lease was lost since the host asked: whoever holds one settles it later.
+      if (!settler) return noAccount(requirements);
+      const { account, wallet, facilitator } = settler;
+      const call = verified.take(payload, requirements);
       const signed = await presigned.take(key, settler);
       if (!call || !syncSettlement) {
         if (signed) presigned.fill(signed);
@@ -530,6 +533,14 @@ async function settleVerified(context: {
   }
   return settlementOf(receipt, call, payload, requirements);
 }
+
+/** The settlement failure of a process that holds no settling account now (a retry, never a refusal). */
+const noAccount = (requirements: PaymentRequirements): SettleResponse => ({
+  success: false,
+  errorReason: NO_ACCOUNT,
+  transaction: '',
+  network: requirements.network,
+});
 
 /** A settlement sent whose receipt was not seen in time. */
 function pendingSettlement(payload: PaymentPayload, requirements: PaymentRequirements): SettleResponse {

@@ -25,6 +25,7 @@ import {
   eventually,
   payingClient,
   railPlugin,
+  railThroughProxy,
   sendsTransaction,
 } from '../../../services/gateway/payments/support.ts';
 import { systemClock } from '../../../../core/clock.ts';
@@ -87,11 +88,7 @@ describe('payments-x402-evm: a settlement replaced in the pool by another transf
 
   it("is not settled by the replacement's receipt; once its authorization is used by its own transfer, it is", async () => {
     const { chain, proxy } = world;
-    const key = devAccountKey(8);
-    const { plugin, payTo } = railPlugin(chain, {
-      facilitator: { kind: 'builtin', privateKey: key },
-      rpcUrl: proxy.url,
-    });
+    const { plugin, payTo, key } = railThroughProxy(world, 8);
     const config = configSchema.parse({ ...plugin.options, pollingIntervalMs: 20 });
     const verifier = new X402EvmRail(config, { clock: systemClock });
     const settler = new X402EvmRail(config, { clock: systemClock });
@@ -185,11 +182,7 @@ describe('payments-x402-evm: nonces held by settlements signed ahead, after a re
 
   it('every settlement transaction takes a nonce of its own, and every payment settles at once', async () => {
     const { chain, proxy } = world;
-    const key = devAccountKey(7);
-    const { plugin, payTo } = railPlugin(chain, {
-      facilitator: { kind: 'builtin', privateKey: key },
-      rpcUrl: proxy.url,
-    });
+    const { plugin, payTo, key } = railThroughProxy(world, 7);
     const rail = new X402EvmRail(configSchema.parse(plugin.options), { clock: systemClock });
     const required = rail.paymentRequired({ url: 'test://held', description: 'held' }) as PaymentRequired;
     const client = payingClient(chain);

@@ -475,6 +475,25 @@ export function chainBehindProxy(): { readonly chain: DevChain; readonly proxy: 
   return world;
 }
 
+/**
+ * The rail plugin on a `chainBehindProxy` chain, talking to it through the proxy and settling from the
+ * dev account `account` (its key as `key`); `facilitator` adds to the built-in facilitator's options.
+ */
+export function railThroughProxy(
+  world: { readonly chain: DevChain; readonly proxy: RpcProxy },
+  account: number,
+  options: Record<string, unknown> & { facilitator?: Record<string, unknown> } = {},
+): { plugin: SigilConfig['plugins'][number]; payTo: Address; key: Hex } {
+  const key = devAccountKey(account);
+  const { facilitator, ...rest } = options;
+  const rail = railPlugin(world.chain, {
+    ...rest,
+    facilitator: { kind: 'builtin', privateKey: key, ...facilitator },
+    rpcUrl: world.proxy.url,
+  });
+  return { ...rail, key };
+}
+
 /** Whether a JSON-RPC request sends a transaction (EIP-7966's synchronous send included). */
 export const sendsTransaction = (methods: string[]): boolean =>
   methods.some((method) => method === 'eth_sendRawTransaction' || method === 'eth_sendRawTransactionSync');
