@@ -161,7 +161,7 @@ export function createFacilitator(
   const fees = new TtlCache<'fees', FeeValuesEIP1559>({ ttlMs: FEES_TTL_MS, maxEntries: 1 });
   const currentFees = () => fees.get('fees', () => publicClient.estimateFeesPerGas());
   let syncSettlement = true;
-  const presigned = new Presigned();
+  const presigned = new Presigned(clock);
   /** Settlements sent ahead of `settle` (answerAfter "broadcast"), by verifiedKey, and their receipts. */
   const broadcasts = new Map<string, { hash: Hex; call: TransferCall }>();
   const receipts = new ReceiptWatch(publicClient, config.pollingIntervalMs);
@@ -603,6 +603,9 @@ interface SignedSettlement {
   sent: boolean;
 }
 
+/** A settlement signed ahead and not taken within this is filled (see Presigned.sweep). */
+const UNTAKEN_MS = 60_000;
+
 /** How long the receipt of a sent settlement is awaited once the node stopped waiting (as viem's own). */
 const RECEIPT_FALLBACK_MS = 5_000;
 
@@ -614,7 +617,9 @@ const RECEIPT_FALLBACK_MS = 5_000;
  * transaction with that nonce, never by the transfer.
  */
 class Presigned {
-  private readonly entries = new Map<string, Promise<SignedSettlement | undefined>>();
+  private readonly entries = new Map<string, { signed: Promise<SignedSettlement | undefined>; at: number }>();
+
+  constructor(private readonly clock: Clock) {}
 
   sign(
     key: string,
@@ -650,17 +655,19 @@ class Presigned {
         }
       })
       .catch(() => undefined);
-    this.entries.set(key, signed);
+    this.sweep();
+    this.entries.set(key, { signed, at: this.clock.now().getTime() });
     return signed;
   }
 
   /** The transaction signed for `key` (forgotten here), if it was signed from `settler`'s account. */
   async take(key: string | undefined, settler: Settler): Promise<SignedSettlement | undefined> {
+    this.sweep();
     if (key === undefined) return undefined;
-    const signed = this.entries.get(key);
-    if (!signed) return undefined;
+    const entry = this.entries.get(key);
+    if (!entry) return undefined;
     this.entries.delete(key);
-    const found = await signed;
+    const found = await entry.signed;
     if (!found || found.settler === settler) return found;
     // Another account's (its lease lost meanwhile): its nonce is that account's holder's to use.
     answered(found);
@@ -669,9 +676,19 @@ class Presigned {
 
   /** The host did not write the mark: the transfer is never sent, and its nonce is filled. */
   discard(key: string, signed: Promise<SignedSettlement | undefined>): void {
-    if (this.entries.get(key) !== signed) return;
+    if (this.entries.get(key)?.signed !== signed) return;
     this.entries.delete(key);
     void signed.then((found) => found && this.fill(found));
+  }
+
+  /**
+   * Discards what was signed and left untaken for UNTAKEN_MS: a settlement is taken moments after it
+   * is signed, so one left that long never will be here (its settlement failed before reaching the
+   * rail, or another replica's retry worker settles it), and its held nonce would leave a gap.
+   */
+  private sweep(): void {
+    const before = this.clock.now().getTime() - UNTAKEN_MS;
+    for (const [key, { signed, at }] of this.entries) if (at < before) this.discard(key, signed);
   }
 
   /** Spends the nonce of a transaction never sent on an empty transaction to the account itself. */

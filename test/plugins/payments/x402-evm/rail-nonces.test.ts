@@ -1,6 +1,7 @@
 import type { PaymentRequired } from '@x402/core/types';
 import { expect } from 'chai';
 import {
+  createPublicClient,
   createTestClient,
   createWalletClient,
   encodeFunctionData,
@@ -13,6 +14,7 @@ import {
   type Address,
   type Hex,
   type TransactionSerialized,
+  zeroAddress,
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import type { SettleOutcome, VerifiedPayment } from '@sigil/plugin-api';
@@ -28,7 +30,8 @@ import {
   railThroughProxy,
   sendsTransaction,
 } from '../../../services/gateway/payments/support.ts';
-import { systemClock } from '../../../../core/clock.ts';
+import { ManualClock, systemClock } from '../../../../core/clock.ts';
+import { getTransactionCount } from 'viem/actions';
 
 /**
  * The built-in facilitator's transaction nonces: each rail counts its own. Two rails in one process
@@ -222,5 +225,53 @@ describe('payments-x402-evm: nonces held by settlements signed ahead, after a re
     );
     const nonces = sent.filter(({ from }) => isAddressEqual(from, settler)).map(({ nonce }) => nonce);
     expect(nonces, 'one transaction a nonce').to.have.lengthOf(new Set(nonces).size);
+  });
+});
+
+/**
+ * A settlement signed ahead whose settle never reaches this rail (it failed before, or another
+ * replica's retry worker settles it) would hold its nonce for good, and a count read again after a
+ * refused send would then skip it: every later transaction queued behind the gap. Left untaken for a
+ * minute, it is discarded and its nonce filled.
+ */
+describe('payments-x402-evm: a settlement signed ahead and never taken (anvil)', function () {
+  this.timeout(60_000);
+  const world = chainBehindProxy();
+
+  it('has its nonce filled a minute later, by an empty transaction, and the next settles', async () => {
+    const { chain, proxy } = world;
+    const { plugin, payTo, key } = railThroughProxy(world, 4);
+    const clock = new ManualClock();
+    const rail = new X402EvmRail(configSchema.parse(plugin.options), { clock });
+    const required = rail.paymentRequired({ url: 'test://untaken', description: 'untaken' });
+    const client = payingClient(chain);
+    const verify = async () => {
+      const verified = await rail.verify(await client.createPaymentPayload(required as PaymentRequired));
+      if (!verified.valid) throw new Error(`not verified: ${verified.reason}`);
+      return verified.payment;
+    };
+    const settler = privateKeyToAccount(key).address;
+    const first = await getTransactionCount(createPublicClient({ transport: http(chain.rpcUrl) }), {
+      address: settler,
+    });
+
+    rail.prepareSettlement(await verify()); // its settle never comes
+    clock.advance(61_000);
+    const next = await verify();
+    rail.prepareSettlement(next);
+    const outcome = await rail.settle(next);
+    await rail.stop();
+
+    expect(outcome.status, JSON.stringify(outcome)).to.equal('settled');
+    expect(await balances(chain)(payTo)).to.equal(500n);
+    const fill = await eventually('the untaken nonce filled', async () =>
+      proxy.transactions
+        .map((raw) => parseTransaction(raw))
+        .find(
+          (tx) =>
+            tx.nonce === first && (tx.value ?? 0n) === 0n && isAddressEqual(tx.to ?? zeroAddress, settler),
+        ),
+    );
+    expect(fill.data ?? '0x', 'an empty transaction').to.equal('0x');
   });
 });
