@@ -612,9 +612,10 @@ const RECEIPT_FALLBACK_MS = 5_000;
 /**
  * Settlement transactions signed while the host writes the `settling` mark, by payment (verifiedKey).
  * The signature (noble secp256k1 and RFC 6979, ~0.5 ms of CPU) then runs while the database writes,
- * not after: the transaction leaves only in `settle`, once the mark is written. Each takes the next
- * transaction nonce of its account when signed; one never sent is filled (`fill`) by an empty
- * transaction with that nonce, never by the transfer.
+ * not after: the transaction leaves only in `settle`, once the mark is written. Each takes and holds
+ * the next transaction nonce of its account when signed (LocalNonces.hold: not handed out again
+ * until the node answered its send); one never sent is filled (`fill`) by an empty transaction with
+ * that nonce, never by the transfer.
  */
 class Presigned {
   private readonly entries = new Map<string, { signed: Promise<SignedSettlement | undefined>; at: number }>();
