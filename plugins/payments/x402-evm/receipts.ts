@@ -56,10 +56,7 @@ export class ReceiptWatch {
     this.waiting.set(key, { ...waiter, receipt });
     // Asked once now, after it waits: mined in a block already read, it is found here; mined
     // later, in a block a later look reads (blocks are read whole, so none is read in part).
-    this.receiptOf(hash).then(
-      (found) => found && this.settle(found),
-      () => undefined,
-    );
+    this.askFor(hash).catch(() => undefined);
     this.timer ??= setTimeout(() => void this.look(), this.pollingIntervalMs);
     return receipt;
   }
