@@ -3,6 +3,7 @@ import { dirname } from 'node:path';
 import knex, { type Knex } from 'knex';
 import { SigilError } from '@sigil/plugin-api';
 import { kernelMigrations, type Migration } from './migrations/index.ts';
+import { SqliteClientWithPreparedStatements } from './sqlite-statements.ts';
 
 export type Database = Knex;
 
@@ -58,7 +59,7 @@ function openSqlite(url: string): Database {
   const filename = url.replace(/^sqlite:(\/\/)?/, '');
   if (filename !== ':memory:') makePrivate(filename);
   return knex({
-    client: 'sqlite3',
+    client: SqliteClientWithPreparedStatements,
     connection: { filename },
     useNullAsDefault: true,
     // One connection: SQLite serialises writers anyway, and one connection makes every transaction
