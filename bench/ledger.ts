@@ -16,6 +16,9 @@
  * each twice: charges made one transaction each (`chargeOnce`, the baseline) and through
  * `Ledger.charge`'s group commit, taking turns for BENCH_RUNS runs (3). A row holds the medians of its
  * runs and names their range; a third row per scenario is group commit ÷ the baseline, paired by run.
+ * On SQLite a third way takes its turn too: one transaction a charge through knex's own SQLite client,
+ * which prepares every statement afresh (the baseline of the kernel's client, which keeps them:
+ * core/db/sqlite-statements.ts), and a row of the kernel's ÷ knex's own, paired by run.
  *
  * At the end of each scenario the suite fails unless exactly the expected charges succeeded, every
  * wallet's available = onChainBalance − unsettledSpend − pendingWithdrawals ≥ 0, unsettled spend equals
@@ -29,6 +32,7 @@ import knex from 'knex';
 import { getAddress } from 'viem';
 import { randomBytes } from 'node:crypto';
 import { ManualClock } from '../core/clock.ts';
+import { SqliteClientWithPreparedStatements } from '../core/db/sqlite-statements.ts';
 import { createLedgerService, type LedgerService } from '../services/runtime/ledger/service.ts';
 import { chargeInput, chargeOnce } from '../services/runtime/ledger/charges.ts';
 import { SpendRefused } from '../services/runtime/ledger/errors.ts';
@@ -87,13 +91,30 @@ function postgresDatabase(): TestDatabase {
  * written together, charge-batch.ts), or the baseline of one transaction a charge (`chargeOnce`, what
  * a batch falls back to).
  */
-type Mode = 'group commit' | 'one transaction a charge';
+type Mode = 'group commit' | 'one transaction a charge' | typeof KNEX_OWN_CLIENT;
+const KNEX_OWN_CLIENT = "one transaction a charge, knex's own SQLite client";
+
+/**
+ * Until the answer is called, the kernel's SQLite client runs every query as knex's own does (each
+ * statement prepared and finalized). Changed on the class, not on one instance: knex makes each
+ * transaction's client from the class's prototype.
+ */
+function withKnexOwnStatements(): () => void {
+  const prototype = SqliteClientWithPreparedStatements.prototype;
+  const kept = Object.getOwnPropertyDescriptor(prototype, '_query') as PropertyDescriptor;
+  Object.defineProperty(prototype, '_query', {
+    ...kept,
+    value: (Object.getPrototypeOf(prototype) as typeof prototype)._query,
+  });
+  return () => Object.defineProperty(prototype, '_query', kept);
+}
 
 async function scenario(
   database: TestDatabase,
   name: 'hot wallet' | 'many wallets',
   mode: Mode,
 ): Promise<Measurement> {
+  const restoreStatements = mode === KNEX_OWN_CLIENT ? withKnexOwnStatements() : () => undefined;
   const kernel = await openTestKernel({ database, clock: new ManualClock(Date.UTC(2026, 2, 18, 12)) });
   const service: LedgerService = await createLedgerService(kernel);
   const { ledger, agents } = service;
@@ -189,6 +210,7 @@ async function scenario(
   } finally {
     await service.close();
     await kernel.close();
+    restoreStatements();
   }
 }
 
@@ -197,49 +219,67 @@ interface Row extends Omit<Measurement, 'charges' | 'succeeded' | 'refused' | 'w
   runs: Measurement[];
 }
 
+/** A way's row: the medians of its runs, their range of charges/s named. */
+function medianRow(measured: Measurement[]): Row {
+  const rates = measured.map((run) => run.rps);
+  const first = measured[0] as Measurement;
+  return {
+    scenario: `${first.scenario}; ${RUNS} runs: ${Math.min(...rates)}–${Math.max(...rates)} charges/s`,
+    concurrency: CONCURRENCY,
+    rps: Math.round(median(rates)),
+    p50Ms: ms(median(measured.map((run) => run.p50Ms))),
+    p99Ms: ms(median(measured.map((run) => run.p99Ms))),
+    serverCpuUsPerRequest: Math.round(median(measured.map((run) => run.serverCpuUsPerRequest))),
+    runs: measured,
+  };
+}
+
+/** `measured` against `baseline`, paired by run: the ratio of charges/s, the differences of the rest. */
+function ratioRow(name: string, measured: Measurement[], baseline: Measurement[]): Row {
+  const ratios = measured.map((run, i) => run.rps / (baseline[i] as Measurement).rps);
+  return {
+    scenario: `${name}: ${median(ratios).toFixed(2)}× its charges/s (runs paired: ${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}×)`,
+    concurrency: CONCURRENCY,
+    rps: 0,
+    p50Ms: ms(pairedMedian(measured, baseline, (run) => run.p50Ms)),
+    p99Ms: ms(pairedMedian(measured, baseline, (run) => run.p99Ms)),
+    serverCpuUsPerRequest: Math.round(pairedMedian(measured, baseline, (run) => run.serverCpuUsPerRequest)),
+    runs: [],
+  };
+}
+
 export async function ledgerSuite(): Promise<Row[]> {
   const sqlite = TEST_DATABASES.find((database) => database.name === 'sqlite') as TestDatabase;
   const databases: TestDatabase[] = [sqlite];
   if (await postgresReachable()) databases.push(postgresDatabase());
   else process.stdout.write(`ledger bench: PostgreSQL not reachable at ${POSTGRES_URL}; SQLite only\n`);
-  const modes = ['one transaction a charge', 'group commit'] as const;
   const rows: Row[] = [];
   for (const database of databases) {
+    const modes: Mode[] = ['one transaction a charge', 'group commit'];
+    if (database.name === 'sqlite') modes.push(KNEX_OWN_CLIENT);
     for (const name of ['hot wallet', 'many wallets'] as const) {
       const runs = new Map<Mode, Measurement[]>(modes.map((mode) => [mode, []]));
-      // The modes take turns, each run in another order, so neither always runs on a warmer machine.
+      // The modes take turns, each run in another order, so none always runs on a warmer machine.
       for (let run = 0; run < RUNS; run++) {
         for (const mode of rotated(modes, run)) runs.get(mode)?.push(await scenario(database, name, mode));
       }
-      const [baseline, grouped] = modes.map((mode) => runs.get(mode) as Measurement[]) as [
-        Measurement[],
-        Measurement[],
-      ];
-      for (const measured of [baseline, grouped]) {
-        const rates = measured.map((run) => run.rps);
-        const first = measured[0] as Measurement;
-        rows.push({
-          scenario: `${first.scenario}; ${RUNS} runs: ${Math.min(...rates)}–${Math.max(...rates)} charges/s`,
-          concurrency: CONCURRENCY,
-          rps: Math.round(median(rates)),
-          p50Ms: ms(median(measured.map((run) => run.p50Ms))),
-          p99Ms: ms(median(measured.map((run) => run.p99Ms))),
-          serverCpuUsPerRequest: Math.round(median(measured.map((run) => run.serverCpuUsPerRequest))),
-          runs: measured,
-        });
-      }
-      const ratios = grouped.map((run, i) => run.rps / (baseline[i] as Measurement).rps);
-      rows.push({
-        scenario: `${database.name}: ${name}, group commit ÷ one transaction a charge: ${median(ratios).toFixed(1)}× its charges/s (runs paired: ${Math.min(...ratios).toFixed(1)}–${Math.max(...ratios).toFixed(1)}×)`,
-        concurrency: CONCURRENCY,
-        rps: 0,
-        p50Ms: ms(pairedMedian(grouped, baseline, (run) => run.p50Ms)),
-        p99Ms: ms(pairedMedian(grouped, baseline, (run) => run.p99Ms)),
-        serverCpuUsPerRequest: Math.round(
-          pairedMedian(grouped, baseline, (run) => run.serverCpuUsPerRequest),
+      const measuredBy = (mode: Mode) => runs.get(mode) as Measurement[];
+      for (const mode of modes) rows.push(medianRow(measuredBy(mode)));
+      rows.push(
+        ratioRow(
+          `${database.name}: ${name}, group commit ÷ one transaction a charge`,
+          measuredBy('group commit'),
+          measuredBy('one transaction a charge'),
         ),
-        runs: [],
-      });
+      );
+      if (modes.includes(KNEX_OWN_CLIENT))
+        rows.push(
+          ratioRow(
+            `${database.name}: ${name}, one transaction a charge, statements kept ÷ knex's own SQLite client`,
+            measuredBy('one transaction a charge'),
+            measuredBy(KNEX_OWN_CLIENT),
+          ),
+        );
     }
   }
   return rows;
