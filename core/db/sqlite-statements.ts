@@ -32,7 +32,7 @@ class PreparedStatements {
       return kept;
     }
     this.prepared++;
-    // The driver reports a statement that does not prepare (bad SQL) here, and again to the call.
+    // The driver reports SQL that does not prepare here (the caller's `failed` answers only once).
     const statement = this.connection.prepare(sql, (err: Error | null) => {
       if (err) failed(err);
     });
