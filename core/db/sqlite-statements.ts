@@ -63,6 +63,13 @@ class PreparedStatements {
 
 const preparedOf = new WeakMap<SqliteConnection, PreparedStatements>();
 
+/** The prepared statements of `connection`, made at its first query. */
+function keptOn(connection: SqliteConnection): PreparedStatements {
+  let statements = preparedOf.get(connection);
+  if (!statements) preparedOf.set(connection, (statements = new PreparedStatements(connection)));
+  return statements;
+}
+
 /** What `connection` prepared and keeps, for tests (undefined before its first query). */
 export function preparedStatementsOf(
   connection: SqliteConnection,
@@ -85,9 +92,7 @@ export class SqliteClientWithPreparedStatements extends Sqlite3Client {
     // `run` steps once: a statement that returns rows would stay open on the rows it did not read, so
     // such SQL runs as the driver runs it, finalized at once.
     if (method === 'run' && /\breturning\b/i.test(query.sql)) return super._query(connection, query);
-    let statements = preparedOf.get(connection);
-    if (!statements) preparedOf.set(connection, (statements = new PreparedStatements(connection)));
-    const kept = statements;
+    const kept = keptOn(connection);
     return new Promise((resolve, reject) => {
       let failedOnce = false;
       const failed = (err: Error) => {
